@@ -1,0 +1,235 @@
+/*
+ * kvpool.h - libkvpool, the client library of the kvpool KV-cache pool.
+ *
+ * If it is not in this header, it is not API.
+ *
+ * Conventions
+ *  1. Handles are opaque (struct kvpool_client). Constructors return 0 and
+ *     write the handle; destructors accept NULL.
+ *  2. Every function returns 0 on success or a negative errno; the errors a
+ *     function can return are listed with it. kvpool_strerror() describes
+ *     every value. Out-parameters are written only on success unless a
+ *     function says otherwise (per-block status arrays are always written).
+ *  3. Keys (block hashes) are opaque 32-byte strings. Shorter hashes are
+ *     zero-padded by the caller. A block's parent is the key of the block
+ *     before it in its prompt, or NULL for a prompt's first block.
+ *  4. Sizes are in bytes, times in milliseconds, unless a name says so.
+ *  5. Pointers passed in are borrowed for the duration of the call only,
+ *     unless a function says otherwise.
+ *  6. Threads: a client handle may be used by one thread at a time (use one
+ *     handle per thread, or serialise). Different handles are independent.
+ *     kvpool_block_hashes and kvpool_strerror may be called from any thread.
+ *  7. Every call that talks to the server blocks until its reply arrives or
+ *     its timeout (kvpool_set_timeout) expires; the timeout bounds the whole
+ *     call, including a reconnect and every frame of a split batch. After
+ *     a connection error (-ECONNRESET, -ETIMEDOUT, -EPIPE, -EPROTO) the
+ *     handle is disconnected; the next call reconnects (and says HELLO
+ *     again) before it does its work.
+ *
+ * Errors shared by every call that talks to the server:
+ *   -ECONNREFUSED  the server is not listening (connect or reconnect failed)
+ *   -ECONNRESET    the connection broke during the call
+ *   -EPIPE         the server closed the connection while we were sending
+ *   -ETIMEDOUT     no complete reply within the timeout
+ *   -EPROTO        the server sent something that is not protocol v1, or
+ *                  refused the request as malformed (BAD_REQUEST)
+ *   -EACCES        the token does not allow the namespace (DENIED)
+ *   -ENOMEM        allocation failed
+ *   -EAGAIN        the server turned the connection away as busy (e.g. at
+ *                  its connection limit); retry later
+ *
+ * Wire status -> errno (per block, and for whole requests):
+ *   OK, EXISTS -> 0; NOT_FOUND -> -ENOENT; NO_PARENT -> -ENOLINK;
+ *   FULL -> -ENOSPC; QUOTA -> -EDQUOT; BUSY -> -EAGAIN;
+ *   TOO_LARGE -> -EMSGSIZE; DENIED -> -EACCES; BAD_REQUEST -> -EPROTO;
+ *   IO -> -EIO; UNSUPPORTED -> -EOPNOTSUPP; BAD_CHECKSUM -> -EBADMSG.
+ */
+#ifndef KVPOOL_H
+#define KVPOOL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVPOOL_KEY_BYTES 32
+#define KVPOOL_DEFAULT_URL "tcp://127.0.0.1:7470"
+#define KVPOOL_DEFAULT_TIMEOUT_MS 10000
+
+struct kvpool_client;
+
+/* Options for kvpool_connect. Zero-initialise, then set what you need. */
+struct kvpool_options {
+	const char *token;    /* auth token, NUL-terminated; NULL for none. Copied. */
+	uint32_t timeout_ms;  /* per-call timeout; 0 = KVPOOL_DEFAULT_TIMEOUT_MS */
+};
+
+/* What the server told us in its HELLO reply. */
+struct kvpool_limits {
+	uint64_t max_block_bytes;      /* largest block the server accepts */
+	uint32_t max_batch_blocks;     /* blocks per request frame */
+	uint32_t max_frame_bytes;      /* header + body of one frame */
+	uint32_t max_lease_ms;         /* leases are capped to this */
+	uint16_t rdma_port;            /* 0: the server does not serve RDMA */
+	uint16_t protocol_version;
+	uint64_t max_inflight_put_bytes;
+};
+
+/* Constructor. Connect to `url` ("tcp://host:port"; host may be a name, an
+ * IPv4 address or a bracketed IPv6 address) and bind the connection to
+ * namespace `ns` (NUL-terminated, 1..255 bytes; copied).
+ * `opts` may be NULL. Blocks up to the timeout.
+ * Errors: -EINVAL (bad URL, empty or too long namespace, a namespace byte
+ *   outside printable ASCII 0x21..0x7e, token too long),
+ *   -EOPNOTSUPP (a scheme other than tcp:// in this build, or the server
+ *   speaks no protocol version we do), -ENOENT (host name does not
+ *   resolve), and the shared connection errors above. */
+int kvpool_connect(const char *url, const char *ns, const struct kvpool_options *opts,
+		   struct kvpool_client **out);
+
+/* Destructor. Closes the connection and frees the handle. Accepts NULL. */
+void kvpool_close(struct kvpool_client *c);
+
+/* Set the per-call timeout in milliseconds (0 = default). Cannot fail. */
+void kvpool_set_timeout(struct kvpool_client *c, uint32_t timeout_ms);
+
+/* Copy the server's limits (learned at HELLO) into *out. Reconnects if
+ * needed. Errors: the shared connection errors. */
+int kvpool_get_limits(struct kvpool_client *c, struct kvpool_limits *out);
+
+/* ---- blocks ------------------------------------------------------------- */
+
+/* One block to put. The payload is the concatenation of iov[0..iovcnt):
+ * a scatter-gather list, so per-layer KV slices need no staging copy.
+ * All pointers are borrowed for the call. */
+struct kvpool_put_block {
+	const uint8_t *key;    /* KVPOOL_KEY_BYTES */
+	const uint8_t *parent; /* KVPOOL_KEY_BYTES, or NULL for a first block
+				  (32 zero bytes mean the same as NULL) */
+	const struct iovec *iov;
+	int iovcnt;            /* >= 1 */
+};
+
+/* Put `count` blocks (any count: batches larger than the server's
+ * max_batch_blocks are split into several frames and pipelined). The
+ * client computes each block's xxh3-64 checksum; the server verifies it.
+ * A key already stored is a success (stored content is never replaced).
+ * statuses[i] (array of count; may be NULL) receives 0 or -errno per block:
+ *   -ENOLINK   parent not stored (nothing stored for that block)
+ *   -EMSGSIZE  block larger than the server's max_block_bytes (refused
+ *              locally, not sent) or an empty block
+ *   -ENOSPC    pool full, nothing evictable
+ *   -EAGAIN    server busy (in-flight put bytes at limit): retry
+ *   -EBADMSG   the server received bytes that do not match the checksum
+ *   -EDQUOT, -EIO, -EACCES
+ * Returns 0 if every block succeeded, otherwise the first block's error
+ * (or a whole-call error, which is then also in every statuses[i]).
+ * Errors: -EINVAL (NULL key, iovcnt < 1), per-block errors, shared errors. */
+int kvpool_put(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
+	       int *statuses);
+
+/* One block to get into caller memory: the block's bytes are scattered
+ * over iov[0..iovcnt) in order. `length` receives the block's size. */
+struct kvpool_get_block {
+	const uint8_t *key;    /* KVPOOL_KEY_BYTES, borrowed */
+	const struct iovec *iov;
+	int iovcnt;            /* >= 1 */
+	uint64_t length;       /* out: bytes written (block size) on success */
+};
+
+/* Get `count` blocks into caller buffers (pipelined like kvpool_put).
+ * Every block's checksum is verified on receipt; a mismatch is -EBADMSG
+ * and the buffer's content is then undefined (never reported as data).
+ * statuses[i] (may be NULL) receives 0 or -errno per block:
+ *   -ENOENT    not in the pool (a miss)
+ *   -EMSGSIZE  the block is larger than its buffers (nothing written)
+ *   -EBADMSG   checksum mismatch on receipt
+ *   -EIO
+ * Returns 0 if every block was returned, else the first block's error.
+ * Errors: -EINVAL, per-block errors, shared errors. */
+int kvpool_get(struct kvpool_client *c, struct kvpool_get_block *blocks, size_t count,
+	       int *statuses);
+
+/* Convenience: put one contiguous block. Same errors as kvpool_put. */
+int kvpool_put_bytes(struct kvpool_client *c, const uint8_t key[KVPOOL_KEY_BYTES],
+		     const uint8_t *parent, const void *data, size_t length);
+
+/* Convenience: get one block into buf[0..cap); *length receives its size.
+ * Same errors as kvpool_get. */
+int kvpool_get_bytes(struct kvpool_client *c, const uint8_t key[KVPOOL_KEY_BYTES], void *buf,
+		     size_t cap, uint64_t *length);
+
+/* Which of keys[0..count) are stored? statuses[i] (required) receives 0
+ * (present) or -ENOENT. Returns 0 when the call worked, whatever the
+ * per-key results. Errors: -EINVAL (NULL arguments), shared errors. */
+int kvpool_exists(struct kvpool_client *c, const uint8_t (*keys)[KVPOOL_KEY_BYTES], size_t count,
+		  int *statuses);
+
+/* Prefix match over a prefix-hash chain: *matched receives the number of
+ * leading keys the pool holds (0..count), in one round trip per
+ * max_batch_blocks keys. With lease_ms > 0 the matched blocks are pinned
+ * for this handle's connection for lease_ms (capped by the server's
+ * max_lease_ms) or until a kvpool_get on this handle returns them, so a
+ * get that follows cannot miss because of eviction.
+ * Errors: -EINVAL, shared errors. */
+int kvpool_match(struct kvpool_client *c, const uint8_t (*keys)[KVPOOL_KEY_BYTES], size_t count,
+		 uint32_t lease_ms, size_t *matched);
+
+/* Remove blocks and their descendants. statuses[i] (may be NULL): 0 or
+ * -ENOENT. Returns 0 when the call worked. Errors: -EINVAL, shared. */
+int kvpool_delete(struct kvpool_client *c, const uint8_t (*keys)[KVPOOL_KEY_BYTES], size_t count,
+		  int *statuses);
+
+/* Drop every block of namespace `ns` (NULL: this handle's namespace).
+ * *blocks (may be NULL) receives how many were dropped.
+ * Errors: -EINVAL (name too long), shared errors. */
+int kvpool_drop_namespace(struct kvpool_client *c, const char *ns, uint64_t *blocks);
+
+/* Server statistics as a NUL-terminated JSON document (keys in
+ * PROTOCOL.md). ns: NULL for all namespaces, or one name. *json is
+ * malloc'd: the caller frees it with kvpool_free.
+ * Errors: -EINVAL, shared errors. */
+int kvpool_stats(struct kvpool_client *c, const char *ns, char **json);
+
+/* Round trip to the server. *rtt_us (may be NULL) receives the round-trip
+ * time in microseconds. Errors: shared errors. */
+int kvpool_ping(struct kvpool_client *c, uint64_t *rtt_us);
+
+/* Free memory returned by this library. Accepts NULL. */
+void kvpool_free(void *p);
+
+/* ---- helpers -------------------------------------------------------------- */
+
+/* Chained block hashes of the full blocks of a token sequence:
+ *   hash_i = SHA-256( hash_{i-1} (32 bytes; absent for i = 0 when parent is
+ *            NULL) || tokens of block i as uint32 little-endian ||
+ *            extra (only for i = 0 and only when parent is NULL) )
+ * Without extra bytes this equals SGLang HiCache's chained page hash.
+ * A trailing partial block is ignored.
+ * tokens: n_tokens token ids; block_tokens: tokens per block (>= 1);
+ * parent: NULL, or the 32-byte hash of the block before tokens[0];
+ * extra/extra_len: LoRA id, tenant salt... (may be NULL/0);
+ * out: room for out_cap hashes; *n_out receives n_tokens / block_tokens.
+ * Errors: -EINVAL (block_tokens 0, NULL pointers with nonzero counts),
+ *         -ENOSPC (out_cap < n_tokens / block_tokens; nothing written),
+ *         -ENOMEM (the SHA-256 context could not be allocated). */
+int kvpool_block_hashes(const uint32_t *tokens, size_t n_tokens, size_t block_tokens,
+			const uint8_t *parent, const void *extra, size_t extra_len,
+			uint8_t (*out)[KVPOOL_KEY_BYTES], size_t out_cap, size_t *n_out);
+
+/* xxh3-64 (seed 0) of the concatenation of iov[0..iovcnt): the checksum the
+ * protocol carries. Cannot fail. */
+uint64_t kvpool_checksum(const struct iovec *iov, int iovcnt);
+
+/* A static English description of any value this library returns
+ * (0 and negative errnos). Never NULL. */
+const char *kvpool_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVPOOL_H */

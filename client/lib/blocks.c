@@ -1,0 +1,420 @@
+/*
+ * blocks.c - kvpool_put and kvpool_get: batched, pipelined block transfer
+ * straight between the socket and the caller's scatter-gather lists.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "batch.h"
+#include "checksum.h"
+#include "client.h"
+
+/* Per-call state of a PUT. Entries sent are a subset of the blocks:
+ * blocks refused locally (empty or too large) are not sent. */
+struct put_call {
+	const struct kvpool_put_block *blocks;
+	int *st;          /* per block */
+	size_t *sent;     /* entry -> block index */
+	uint64_t *bytes;  /* per block payload bytes */
+};
+
+/* Per-call state of a GET. */
+struct get_call {
+	struct kvpool_get_block *blocks;
+	int *st;          /* per block */
+	uint64_t *cap;    /* per block buffer bytes */
+};
+
+/* Scratch arrays of a call in one allocation: two arrays of `count`
+ * 64-bit words (a, b), then `count` ints of statuses when the caller gave
+ * no status array. */
+struct call_mem {
+	void *mem;
+	int *st;
+	uint64_t *a, *b;
+};
+
+static int call_mem_alloc(struct call_mem *m, size_t count, int *statuses)
+{
+	size_t words;
+
+	if (count > SIZE_MAX / 32)
+		return -ENOMEM;
+	words = 2 * count + (statuses ? 0 : (count * sizeof(int) + 7) / 8);
+	m->mem = malloc(words * sizeof(uint64_t));
+	if (!m->mem)
+		return -ENOMEM;
+	m->a = m->mem;
+	m->b = m->a + count;
+	m->st = statuses ? statuses : (int *)(m->b + count);
+	return 0;
+}
+
+/* Write err into every status; returns err. */
+static int fill_status(int *st, size_t count, int err)
+{
+	for (size_t i = 0; st && i < count; i++)
+		st[i] = err;
+	return err;
+}
+
+/* The first nonzero status, or 0. */
+static int first_error(const int *st, size_t count)
+{
+	for (size_t i = 0; i < count; i++)
+		if (st[i])
+			return st[i];
+	return 0;
+}
+
+static int key_is_zero(const uint8_t *key)
+{
+	for (int i = 0; i < KVPOOL_KEY_BYTES; i++)
+		if (key[i])
+			return 0;
+	return 1;
+}
+
+/* ---- PUT ---------------------------------------------------------------- */
+
+/* Encode one PUT entry; the checksum is computed here, one frame at a
+ * time, so the bytes are still in cache when they are sent. A parent of
+ * 32 zero bytes is the index's "no parent" and is sent as none. */
+static void put_encode(void *ctx, size_t i, uint8_t *body, uint32_t j)
+{
+	struct put_call *pc = ctx;
+	const struct kvpool_put_block *b = &pc->blocks[pc->sent[i]];
+	struct proto_put_entry e;
+
+	memset(&e, 0, sizeof(e));
+	memcpy(e.key, b->key, PROTO_KEY_BYTES);
+	if (b->parent && !key_is_zero(b->parent)) {
+		memcpy(e.parent, b->parent, PROTO_KEY_BYTES);
+		e.flags = PROTO_PUT_HAS_PARENT;
+	}
+	e.length = pc->bytes[pc->sent[i]];
+	e.checksum = kvc_checksum_prefix(b->iov, b->iovcnt, e.length);
+	proto_put_entry_encode(body, j, &e);
+}
+
+static uint64_t put_payload_bytes(void *ctx, size_t i)
+{
+	struct put_call *pc = ctx;
+
+	return pc->bytes[pc->sent[i]];
+}
+
+static size_t put_payload_iovcnt(void *ctx, size_t i)
+{
+	struct put_call *pc = ctx;
+
+	return (size_t)pc->blocks[pc->sent[i]].iovcnt;
+}
+
+/* The caller's iovecs go to sendmsg as they are: no staging copy. */
+static void put_payload_iov(void *ctx, size_t i, struct iovec *iov)
+{
+	struct put_call *pc = ctx;
+	const struct kvpool_put_block *b = &pc->blocks[pc->sent[i]];
+
+	memcpy(iov, b->iov, (size_t)b->iovcnt * sizeof(*iov));
+}
+
+static int put_results(void *ctx, struct kvpool_client *c, size_t first, size_t n,
+		       const struct proto_batch *b, uint64_t payload_bytes, uint64_t deadline_ms)
+{
+	struct put_call *pc = ctx;
+	struct proto_result r;
+
+	(void)deadline_ms;
+	if (payload_bytes)
+		return kvc_stream_error(c, -EPROTO);
+	for (size_t j = 0; j < n; j++) {
+		if (proto_result_decode(b, (uint32_t)j, &r))
+			return kvc_stream_error(c, -EPROTO);
+		pc->st[pc->sent[first + j]] = proto_status_to_errno(r.status);
+	}
+	return 0;
+}
+
+static void put_refused(void *ctx, size_t first, size_t n, int err)
+{
+	struct put_call *pc = ctx;
+
+	for (size_t j = 0; j < n; j++)
+		pc->st[pc->sent[first + j]] = err;
+}
+
+static const struct kvc_batch_ops put_ops = {
+	.encode = put_encode,
+	.payload_bytes = put_payload_bytes,
+	.payload_iovcnt = put_payload_iovcnt,
+	.payload_iov = put_payload_iov,
+	.results = put_results,
+	.refused = put_refused,
+};
+
+static int put_blocks_valid(const struct kvpool_put_block *blocks, size_t count)
+{
+	for (size_t i = 0; i < count; i++)
+		if (!blocks[i].key || !blocks[i].iov || blocks[i].iovcnt < 1)
+			return 0;
+	return 1;
+}
+
+/* Refuse empty and oversize blocks locally; list the others to send.
+ * Returns how many are to be sent. */
+static size_t put_select(struct put_call *pc, size_t count, uint64_t max_block_bytes)
+{
+	size_t n = 0;
+
+	for (size_t k = 0; k < count; k++) {
+		const struct kvpool_put_block *b = &pc->blocks[k];
+
+		pc->bytes[k] = kvc_iov_bytes(b->iov, b->iovcnt);
+		if (pc->bytes[k] == 0 || pc->bytes[k] > max_block_bytes) {
+			pc->st[k] = -EMSGSIZE;
+			continue;
+		}
+		pc->st[k] = 0;
+		pc->sent[n++] = k;
+	}
+	return n;
+}
+
+int kvpool_put(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
+	       int *statuses)
+{
+	struct put_call pc = { .blocks = blocks };
+	struct kvc_batch b = {
+		.op = PROTO_OP_PUT,
+		.entry_bytes = PROTO_PUT_ENTRY_BYTES,
+		.ops = &put_ops,
+		.ctx = &pc,
+	};
+	struct call_mem m;
+	uint64_t deadline_ms;
+	int rc;
+
+	if (!c || (count && !blocks) || !put_blocks_valid(blocks, count))
+		return fill_status(statuses, count, -EINVAL);
+	if (count == 0)
+		return 0;
+	rc = kvc_begin(c, &deadline_ms);
+	if (rc)
+		return fill_status(statuses, count, rc);
+	if (call_mem_alloc(&m, count, statuses))
+		return fill_status(statuses, count, -ENOMEM);
+	pc.st = m.st;
+	pc.sent = (size_t *)m.a;
+	pc.bytes = m.b;
+	b.count = put_select(&pc, count, c->limits.max_block_bytes);
+	rc = kvc_batch_run(c, &b, deadline_ms);
+	if (rc)
+		fill_status(pc.st, count, rc);
+	else
+		rc = first_error(pc.st, count);
+	free(m.mem);
+	return rc;
+}
+
+int kvpool_put_bytes(struct kvpool_client *c, const uint8_t key[KVPOOL_KEY_BYTES],
+		     const uint8_t *parent, const void *data, size_t length)
+{
+	struct iovec iov = { .iov_base = (void *)data, .iov_len = length };
+	struct kvpool_put_block b = { .key = key, .parent = parent, .iov = &iov, .iovcnt = 1 };
+
+	if (!data && length)
+		return -EINVAL;
+	return kvpool_put(c, &b, 1, NULL);
+}
+
+/* ---- GET ---------------------------------------------------------------- */
+
+static void get_encode(void *ctx, size_t i, uint8_t *body, uint32_t j)
+{
+	struct get_call *gc = ctx;
+	struct proto_get_entry e;
+
+	memcpy(e.key, gc->blocks[i].key, PROTO_KEY_BYTES);
+	e.max_length = gc->cap[i];
+	proto_get_entry_encode(body, j, &e);
+}
+
+/* Check a GET reply's results against the request: OK blocks fit their
+ * buffers and their lengths add up to the payload. *iovcnt receives the
+ * iovecs needed to scatter the payload. */
+static int get_check(struct get_call *gc, size_t first, size_t n, const struct proto_batch *b,
+		     uint64_t payload_bytes, size_t *iovcnt)
+{
+	struct proto_result r;
+	uint64_t total = 0;
+	size_t iov = 0;
+
+	for (size_t j = 0; j < n; j++) {
+		if (proto_result_decode(b, (uint32_t)j, &r))
+			return -EPROTO;
+		if (r.status != PROTO_STATUS_OK)
+			continue;
+		if (r.length == 0 || r.length > gc->cap[first + j] || r.length > payload_bytes - total)
+			return -EPROTO;
+		total += r.length;
+		iov += (size_t)gc->blocks[first + j].iovcnt;
+	}
+	if (total != payload_bytes)
+		return -EPROTO;
+	*iovcnt = iov;
+	return 0;
+}
+
+/* Describe where each OK block's bytes go: the first r.length bytes of
+ * its caller's iovecs. Returns the number of iovecs written. */
+static size_t get_scatter(struct get_call *gc, size_t first, size_t n, const struct proto_batch *b,
+			  struct iovec *iov)
+{
+	struct proto_result r;
+	size_t k = 0;
+
+	for (size_t j = 0; j < n; j++) {
+		const struct kvpool_get_block *blk = &gc->blocks[first + j];
+		uint64_t left;
+
+		proto_result_decode(b, (uint32_t)j, &r);
+		if (r.status != PROTO_STATUS_OK)
+			continue;
+		left = r.length;
+		for (int i = 0; i < blk->iovcnt && left; i++) {
+			size_t len = blk->iov[i].iov_len < left ? blk->iov[i].iov_len : (size_t)left;
+
+			iov[k].iov_base = blk->iov[i].iov_base;
+			iov[k++].iov_len = len;
+			left -= len;
+		}
+	}
+	return k;
+}
+
+/* Verify each OK block's bytes against the server's checksum and set the
+ * per-block statuses of the frame. */
+static void get_verify(struct get_call *gc, struct kvpool_client *c, size_t first, size_t n,
+		       const struct proto_batch *b)
+{
+	struct proto_result r;
+
+	for (size_t j = 0; j < n; j++) {
+		struct kvpool_get_block *blk = &gc->blocks[first + j];
+		int err;
+
+		proto_result_decode(b, (uint32_t)j, &r);
+		if (r.status != PROTO_STATUS_OK) {
+			err = proto_status_to_errno(r.status);
+			/* Success without bytes makes no sense for a GET. */
+			gc->st[first + j] = err ? err : -EPROTO;
+			continue;
+		}
+		if (kvc_checksum_prefix(blk->iov, blk->iovcnt, r.length) != r.checksum) {
+			c->checksum_errors++;
+			gc->st[first + j] = -EBADMSG;
+			continue;
+		}
+		blk->length = r.length;
+		gc->st[first + j] = 0;
+	}
+}
+
+/* Read a GET reply's payload straight into the caller's buffers. */
+static int get_results(void *ctx, struct kvpool_client *c, size_t first, size_t n,
+		       const struct proto_batch *b, uint64_t payload_bytes, uint64_t deadline_ms)
+{
+	struct get_call *gc = ctx;
+	size_t iovcnt, k;
+	int rc;
+
+	rc = get_check(gc, first, n, b, payload_bytes, &iovcnt);
+	if (rc)
+		return kvc_stream_error(c, rc);
+	rc = kvc_iov_reserve(c, iovcnt ? iovcnt : 1);
+	if (rc)
+		return kvc_stream_error(c, rc);
+	k = get_scatter(gc, first, n, b, c->iov);
+	rc = kvc_recv_payload(c, c->iov, k, deadline_ms);
+	if (rc)
+		return rc;
+	get_verify(gc, c, first, n, b);
+	return 0;
+}
+
+static void get_refused(void *ctx, size_t first, size_t n, int err)
+{
+	struct get_call *gc = ctx;
+
+	for (size_t j = 0; j < n; j++)
+		gc->st[first + j] = err;
+}
+
+static const struct kvc_batch_ops get_ops = {
+	.encode = get_encode,
+	.results = get_results,
+	.refused = get_refused,
+};
+
+static int get_blocks_valid(const struct kvpool_get_block *blocks, size_t count)
+{
+	for (size_t i = 0; i < count; i++)
+		if (!blocks[i].key || !blocks[i].iov || blocks[i].iovcnt < 1)
+			return 0;
+	return 1;
+}
+
+int kvpool_get(struct kvpool_client *c, struct kvpool_get_block *blocks, size_t count,
+	       int *statuses)
+{
+	struct get_call gc = { .blocks = blocks };
+	struct kvc_batch b = {
+		.op = PROTO_OP_GET,
+		.entry_bytes = PROTO_GET_ENTRY_BYTES,
+		.count = count,
+		.ops = &get_ops,
+		.ctx = &gc,
+	};
+	struct call_mem m;
+	uint64_t deadline_ms;
+	int rc;
+
+	if (!c || (count && !blocks) || !get_blocks_valid(blocks, count))
+		return fill_status(statuses, count, -EINVAL);
+	if (count == 0)
+		return 0;
+	rc = kvc_begin(c, &deadline_ms);
+	if (rc)
+		return fill_status(statuses, count, rc);
+	if (call_mem_alloc(&m, count, statuses))
+		return fill_status(statuses, count, -ENOMEM);
+	gc.st = m.st;
+	gc.cap = m.a;
+	for (size_t i = 0; i < count; i++)
+		gc.cap[i] = kvc_iov_bytes(blocks[i].iov, blocks[i].iovcnt);
+	rc = kvc_batch_run(c, &b, deadline_ms);
+	if (rc)
+		fill_status(gc.st, count, rc);
+	else
+		rc = first_error(gc.st, count);
+	free(m.mem);
+	return rc;
+}
+
+int kvpool_get_bytes(struct kvpool_client *c, const uint8_t key[KVPOOL_KEY_BYTES], void *buf,
+		     size_t cap, uint64_t *length)
+{
+	struct iovec iov = { .iov_base = buf, .iov_len = cap };
+	struct kvpool_get_block b = { .key = key, .iov = &iov, .iovcnt = 1 };
+	int rc;
+
+	if (!buf && cap)
+		return -EINVAL;
+	rc = kvpool_get(c, &b, 1, NULL);
+	if (rc == 0 && length)
+		*length = b.length;
+	return rc;
+}

@@ -1,0 +1,53 @@
+/*
+ * errors.c - kvpool_strerror: one English line for every value the
+ * library returns.
+ */
+#include <errno.h>
+
+#include "kvpool.h"
+
+const char *kvpool_strerror(int err)
+{
+	switch (err < 0 ? -err : err) {
+	case 0:
+		return "success";
+	case ENOENT:
+		return "not found (a miss, or the host name does not resolve)";
+	case ENOLINK:
+		return "parent block not stored; nothing stored";
+	case ENOSPC:
+		return "pool full, nothing evictable (or output array too small)";
+	case EDQUOT:
+		return "namespace quota exceeded";
+	case EAGAIN:
+		return "server busy, retry later";
+	case EMSGSIZE:
+		return "block too large, empty, or larger than its buffer";
+	case EACCES:
+		return "access denied: the token does not allow this namespace";
+	case EPROTO:
+		return "protocol error or malformed request";
+	case EIO:
+		return "server I/O error";
+	case EOPNOTSUPP:
+		return "not supported (URL scheme or protocol version)";
+	case EBADMSG:
+		return "checksum mismatch: block bytes corrupted";
+	case EINVAL:
+		return "invalid argument";
+	case ENOMEM:
+		return "out of memory";
+	case ECONNREFUSED:
+		return "connection refused: server not reachable";
+	case ECONNRESET:
+		return "connection lost";
+	case EPIPE:
+		return "connection closed by the server";
+	case ETIMEDOUT:
+		return "timed out";
+	case EPROTONOSUPPORT:
+		return "protocol version not supported";
+	default:
+		return "unknown error";
+	}
+}

@@ -1,0 +1,34 @@
+/*
+ * url.h - parse libkvpool server URLs (internal to libkvpool).
+ *
+ * Accepted form: tcp://HOST[:PORT], where HOST is a host name, a dotted
+ * IPv4 address or a bracketed IPv6 address ("[::1]"), and PORT is 1..65535
+ * (default KVC_URL_DEFAULT_PORT). Other schemes are recognised only to be
+ * refused with -EOPNOTSUPP until their transports exist.
+ */
+#ifndef KVC_URL_H
+#define KVC_URL_H
+
+#include <stdint.h>
+
+#define KVC_URL_DEFAULT_PORT 7470
+#define KVC_URL_HOST_MAX_BYTES 255
+
+enum kvc_transport {
+	KVC_TRANSPORT_TCP = 1,
+};
+
+struct kvc_url {
+	enum kvc_transport transport;
+	char host[KVC_URL_HOST_MAX_BYTES + 1]; /* NUL-terminated, brackets removed */
+	uint16_t port;
+	char port_str[6];                      /* the port in decimal, for getaddrinfo */
+};
+
+/* Parse `url` (NUL-terminated) into *out. Pure: no name resolution.
+ * Errors: -EINVAL (NULL, malformed, empty host, bad port, trailing
+ * characters, host longer than KVC_URL_HOST_MAX_BYTES), -EOPNOTSUPP (a
+ * well-formed "scheme://" other than tcp). *out is written only on success. */
+int kvc_url_parse(const char *url, struct kvc_url *out);
+
+#endif /* KVC_URL_H */

@@ -1,0 +1,847 @@
+/*
+ * conf.c - kvpoold settings: one table, read from defaults, an INI file
+ * (libinih) and command-line flags.
+ *
+ * Everything about a setting is said once, in settings[] below: its INI
+ * key, its flag (the key with dashes), its type, default, range and help.
+ * Defaults are INI text parsed by the same code as files and flags, so a
+ * default can never escape the checks a user value gets.
+ */
+#include "conf.h"
+
+#include <assert.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <ini.h>
+
+#include "proto.h" /* frame layout sizes only: no code from proto/ is linked */
+
+#define KIB (1ull << 10)
+#define MIB (1ull << 20)
+#define GIB (1ull << 30)
+#define TIB (1ull << 40)
+
+#define CONF_THREADS_MAX 256
+#define CONF_SECTION "kvpoold"
+
+enum conf_type {
+	CONF_SIZE,     /* bytes, with optional unit */
+	CONF_U32,      /* plain decimal integer */
+	CONF_STRING,   /* text, no whitespace or control characters */
+	CONF_LOGLEVEL, /* error | warn | info | debug */
+};
+
+/* Setting flags. */
+#define CONF_ZERO_IS_CORES 0x1u /* 0 means "number of online cores" */
+
+struct conf_setting {
+	const char *name;    /* INI key; the flag is "--" + name with '-' for '_' */
+	enum conf_type type;
+	size_t offset;       /* of the field in struct conf */
+	size_t field_bytes;  /* 4 or 8 for numbers, buffer bytes for strings */
+	const char *def;     /* default, as INI text */
+	uint64_t min, max;   /* numbers: value range; strings: length range */
+	unsigned int flags;
+	const char *metavar; /* placeholder in --help */
+	const char *help;
+};
+
+#define FIELD(f) offsetof(struct conf, f), sizeof(((struct conf *)0)->f)
+
+static const struct conf_setting settings[] = {
+	{ "listen", CONF_STRING, FIELD(listen), "127.0.0.1", 1, 255, 0, "ADDR",
+	  "address to listen on (IPv4, IPv6 or host name)" },
+	{ "port", CONF_U32, FIELD(port), "7470", 1, 65535, 0, "N",
+	  "TCP port" },
+	{ "threads", CONF_U32, FIELD(threads), "0", 1, CONF_THREADS_MAX, CONF_ZERO_IS_CORES, "N",
+	  "worker threads; 0 = one per online core" },
+	{ "dram_capacity", CONF_SIZE, FIELD(dram_capacity_bytes), "1GiB", MIB, 256 * TIB, 0, "SIZE",
+	  "DRAM arena for block payloads, allocated at start" },
+	{ "max_block_bytes", CONF_SIZE, FIELD(max_block_bytes), "64MiB", 1, 4 * GIB, 0, "SIZE",
+	  "largest block a PUT may store" },
+	{ "max_batch_blocks", CONF_U32, FIELD(max_batch_blocks), "1024", 1, 65536, 0, "N",
+	  "blocks per batch request" },
+	{ "max_frame_bytes", CONF_SIZE, FIELD(max_frame_bytes), "4MiB", 4 * KIB, GIB, 0, "SIZE",
+	  "largest frame header + body (block payload not counted)" },
+	{ "max_lease_ms", CONF_U32, FIELD(max_lease_ms), "5000", 0, 3600000, 0, "MS",
+	  "longest MATCH lease; 0 = MATCH never leases" },
+	{ "max_connections", CONF_U32, FIELD(max_connections), "1024", 1, 1048576, 0, "N",
+	  "open client connections; more are refused with BUSY" },
+	{ "idle_timeout_ms", CONF_U32, FIELD(idle_timeout_ms), "300000", 0, 86400000, 0, "MS",
+	  "close a connection idle this long; 0 = never" },
+	{ "payload_timeout_ms", CONF_U32, FIELD(payload_timeout_ms), "10000", 10, 3600000, 0, "MS",
+	  "close a connection whose PUT payload stalls this long" },
+	{ "max_inflight_put_bytes", CONF_SIZE, FIELD(max_inflight_put_bytes), "512MiB", 1, 256 * TIB,
+	  0, "SIZE", "PUT payload bytes being received at once; beyond it PUT answers BUSY" },
+	{ "log_level", CONF_LOGLEVEL, FIELD(log_level), "info", CONF_LOG_ERROR, CONF_LOG_DEBUG, 0,
+	  "LEVEL", "error, warn, info or debug" },
+};
+
+#define N_SETTINGS (sizeof(settings) / sizeof(settings[0]))
+
+static const char *const log_level_names[] = { "error", "warn", "info", "debug" };
+
+static const struct {
+	const char *name;
+	uint64_t mult;
+} size_units[] = {
+	{ "B", 1 },
+	{ "KB", 1000ull }, { "MB", 1000000ull }, { "GB", 1000000000ull }, { "TB", 1000000000000ull },
+	{ "KiB", KIB }, { "MiB", MIB }, { "GiB", GIB }, { "TiB", TIB },
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+/* Format a message into err[0..err_len) if the caller gave a buffer. */
+__attribute__((format(printf, 3, 4)))
+static void set_err(char *err, size_t err_len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !err_len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, err_len, fmt, ap);
+	va_end(ap);
+}
+
+static const struct conf_setting *find_setting(const char *key)
+{
+	for (size_t i = 0; i < N_SETTINGS; i++)
+		if (strcmp(settings[i].name, key) == 0)
+			return &settings[i];
+	return NULL;
+}
+
+/* Online cores, clamped to the threads range. */
+static uint32_t online_cores(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (n < 1)
+		return 1;
+	return n > CONF_THREADS_MAX ? CONF_THREADS_MAX : (uint32_t)n;
+}
+
+/* Write size bytes with the largest binary unit that divides it exactly,
+ * so the text parses back to the same value ("64MiB", "4097"). */
+static void format_size(uint64_t v, char *buf, size_t len)
+{
+	static const char *const units[] = { "TiB", "GiB", "MiB", "KiB" };
+	static const uint64_t mults[] = { TIB, GIB, MIB, KIB };
+
+	for (size_t i = 0; i < 4 && v; i++) {
+		if (v % mults[i] == 0) {
+			snprintf(buf, len, "%" PRIu64 "%s", v / mults[i], units[i]);
+			return;
+		}
+	}
+	snprintf(buf, len, "%" PRIu64, v);
+}
+
+static const char *skip_space(const char *p)
+{
+	while (*p && isspace((unsigned char)*p))
+		p++;
+	return p;
+}
+
+/* ---- value parsers -------------------------------------------------------
+ * Each returns 0, -EINVAL or -ERANGE and, on error, a reason in why[]. */
+
+/* The multiplier of a unit name (case-insensitive), 0 if unknown. */
+static uint64_t unit_mult(const char *unit, size_t len)
+{
+	if (len == 0)
+		return 1;
+	for (size_t i = 0; i < sizeof(size_units) / sizeof(size_units[0]); i++)
+		if (strlen(size_units[i].name) == len && strncasecmp(unit, size_units[i].name, len) == 0)
+			return size_units[i].mult;
+	return 0;
+}
+
+/* Digits before the point, exactly, with overflow detection. */
+static int parse_whole(const char **pp, uint64_t *out)
+{
+	const char *p = *pp;
+	uint64_t v = 0;
+
+	for (; isdigit((unsigned char)*p); p++) {
+		unsigned int d = (unsigned int)(*p - '0');
+
+		if (v > (UINT64_MAX - d) / 10)
+			return -ERANGE;
+		v = v * 10 + d;
+	}
+	*pp = p;
+	*out = v;
+	return 0;
+}
+
+/* Digits after the point as num/den; digits beyond 10^18 precision are
+ * dropped (the result is rounded down anyway). */
+static void parse_fraction(const char **pp, uint64_t *num, uint64_t *den)
+{
+	const char *p = *pp;
+
+	*num = 0;
+	*den = 1;
+	for (; isdigit((unsigned char)*p); p++) {
+		if (*den < 1000000000000000000ull) {
+			*num = *num * 10 + (uint64_t)(*p - '0');
+			*den *= 10;
+		}
+	}
+	*pp = p;
+}
+
+/* Combine whole + num/den units of mult bytes, rounding down. */
+static int size_combine(uint64_t whole, uint64_t num, uint64_t den, uint64_t mult, uint64_t *out)
+{
+	unsigned __int128 v = (unsigned __int128)whole * mult;
+
+	v += (unsigned __int128)num * mult / den;
+	if (v > UINT64_MAX)
+		return -ERANGE;
+	*out = (uint64_t)v;
+	return 0;
+}
+
+static int size_parse(const char *text, uint64_t *out, char *why, size_t why_len)
+{
+	const char *p = skip_space(text), *unit;
+	uint64_t whole, num = 0, den = 1, mult;
+	bool has_fraction = false;
+	size_t unit_len;
+
+	if (*p == '-') {
+		set_err(why, why_len, "negative sizes are not allowed");
+		return -EINVAL;
+	}
+	if (!isdigit((unsigned char)*p)) {
+		set_err(why, why_len, *p ? "not a number" : "empty value");
+		return -EINVAL;
+	}
+	if (parse_whole(&p, &whole)) {
+		set_err(why, why_len, "does not fit in 64 bits");
+		return -ERANGE;
+	}
+	if (*p == '.') {
+		p++;
+		if (!isdigit((unsigned char)*p)) {
+			set_err(why, why_len, "digits expected after '.'");
+			return -EINVAL;
+		}
+		parse_fraction(&p, &num, &den);
+		has_fraction = true;
+	}
+	unit = p = skip_space(p);
+	while (isalpha((unsigned char)*p))
+		p++;
+	unit_len = (size_t)(p - unit);
+	if (*skip_space(p)) {
+		set_err(why, why_len, "trailing characters after the size");
+		return -EINVAL;
+	}
+	mult = unit_mult(unit, unit_len);
+	if (!mult) {
+		set_err(why, why_len, "unknown unit '%.*s' (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)",
+			(int)(unit_len > 16 ? 16 : unit_len), unit);
+		return -EINVAL;
+	}
+	if (has_fraction && mult == 1) {
+		set_err(why, why_len, "a fraction of a byte (a fraction needs a unit above B)");
+		return -EINVAL;
+	}
+	if (size_combine(whole, num, den, mult, out)) {
+		set_err(why, why_len, "does not fit in 64 bits");
+		return -ERANGE;
+	}
+	return 0;
+}
+
+int conf_parse_size(const char *text, uint64_t *out)
+{
+	if (!text)
+		return -EINVAL;
+	return size_parse(text, out, NULL, 0);
+}
+
+static int u32_parse(const char *text, uint64_t *out, char *why, size_t why_len)
+{
+	const char *p = skip_space(text);
+	uint64_t v;
+
+	if (*p == '-') {
+		set_err(why, why_len, "negative values are not allowed");
+		return -EINVAL;
+	}
+	if (!isdigit((unsigned char)*p)) {
+		set_err(why, why_len, *p ? "not a whole number" : "empty value");
+		return -EINVAL;
+	}
+	if (parse_whole(&p, &v) || v > UINT32_MAX) {
+		set_err(why, why_len, "does not fit in 32 bits");
+		return -ERANGE;
+	}
+	if (*skip_space(p)) {
+		set_err(why, why_len, "not a whole number (no units here)");
+		return -EINVAL;
+	}
+	*out = v;
+	return 0;
+}
+
+static int loglevel_parse(const char *text, uint64_t *out, char *why, size_t why_len)
+{
+	for (size_t i = 0; i < sizeof(log_level_names) / sizeof(log_level_names[0]); i++) {
+		if (strcasecmp(text, log_level_names[i]) == 0) {
+			*out = i;
+			return 0;
+		}
+	}
+	set_err(why, why_len, "unknown log level (use error, warn, info or debug)");
+	return -EINVAL;
+}
+
+static int string_check(const struct conf_setting *s, const char *text, char *why, size_t why_len)
+{
+	size_t len = strlen(text);
+
+	if (len < s->min || len > s->max || len >= s->field_bytes) {
+		set_err(why, why_len, "length %zu is outside %" PRIu64 "..%" PRIu64 " bytes", len,
+			s->min, s->max);
+		return -ERANGE;
+	}
+	for (size_t i = 0; i < len; i++) {
+		if (isspace((unsigned char)text[i]) || iscntrl((unsigned char)text[i])) {
+			set_err(why, why_len, "spaces and control characters are not allowed");
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* ---- reading and writing fields ----------------------------------------- */
+
+static uint64_t field_get(const struct conf *c, const struct conf_setting *s)
+{
+	const char *p = (const char *)c + s->offset;
+
+	if (s->type == CONF_LOGLEVEL) {
+		int v;
+
+		memcpy(&v, p, sizeof(v));
+		return (uint64_t)(int64_t)v;
+	}
+	if (s->field_bytes == sizeof(uint32_t)) {
+		uint32_t v;
+
+		memcpy(&v, p, sizeof(v));
+		return v;
+	}
+	uint64_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static void field_set(struct conf *c, const struct conf_setting *s, uint64_t v)
+{
+	char *p = (char *)c + s->offset;
+
+	if (s->type == CONF_LOGLEVEL) {
+		int iv = (int)v;
+
+		memcpy(p, &iv, sizeof(iv));
+	} else if (s->field_bytes == sizeof(uint32_t)) {
+		uint32_t v32 = (uint32_t)v; /* the table's max keeps it in range */
+
+		memcpy(p, &v32, sizeof(v32));
+	} else {
+		memcpy(p, &v, sizeof(v));
+	}
+}
+
+/* A setting's value as text that conf_set accepts back. */
+static void format_value(const struct conf *c, const struct conf_setting *s, char *buf, size_t len)
+{
+	uint64_t v;
+
+	switch (s->type) {
+	case CONF_STRING:
+		snprintf(buf, len, "%s", (const char *)c + s->offset);
+		return;
+	case CONF_LOGLEVEL:
+		v = field_get(c, s);
+		snprintf(buf, len, "%s", v < 4 ? log_level_names[v] : "?");
+		return;
+	case CONF_SIZE:
+		format_size(field_get(c, s), buf, len);
+		return;
+	case CONF_U32:
+		snprintf(buf, len, "%" PRIu64, field_get(c, s));
+		return;
+	}
+}
+
+static void format_number(const struct conf_setting *s, uint64_t v, char *buf, size_t len)
+{
+	if (s->type == CONF_SIZE)
+		format_size(v, buf, len);
+	else
+		snprintf(buf, len, "%" PRIu64, v);
+}
+
+/* ---- conf_set and defaults ---------------------------------------------- */
+
+/* Parse text as setting s into *v (numbers) and check the range. */
+static int parse_number(const struct conf_setting *s, const char *text, uint64_t *v, char *why,
+			size_t why_len)
+{
+	char lo[32], hi[32];
+	int rc;
+
+	if (s->type == CONF_SIZE)
+		rc = size_parse(text, v, why, why_len);
+	else if (s->type == CONF_U32)
+		rc = u32_parse(text, v, why, why_len);
+	else
+		rc = loglevel_parse(text, v, why, why_len);
+	if (rc)
+		return rc;
+	if (*v == 0 && (s->flags & CONF_ZERO_IS_CORES))
+		*v = online_cores();
+	if (*v < s->min || *v > s->max) {
+		format_number(s, s->min, lo, sizeof(lo));
+		format_number(s, s->max, hi, sizeof(hi));
+		set_err(why, why_len, "out of range %s..%s", lo, hi);
+		return -ERANGE;
+	}
+	return 0;
+}
+
+int conf_set(struct conf *c, const char *key, const char *value, const char *source,
+	     char *err, size_t err_len)
+{
+	const struct conf_setting *s = key ? find_setting(key) : NULL;
+	char why[160];
+	uint64_t v;
+	int rc;
+
+	if (!source)
+		source = "?";
+	if (!s) {
+		set_err(err, err_len, "%s: unknown key '%.64s'", source, key ? key : "");
+		return -ENOENT;
+	}
+	if (!value) {
+		set_err(err, err_len, "%s: %s: missing value", source, s->name);
+		return -EINVAL;
+	}
+	if (s->type == CONF_STRING)
+		rc = string_check(s, value, why, sizeof(why));
+	else
+		rc = parse_number(s, value, &v, why, sizeof(why));
+	if (rc) {
+		set_err(err, err_len, "%s: %s: %s: '%.64s'", source, s->name, why, value);
+		return rc;
+	}
+	if (s->type == CONF_STRING)
+		memcpy((char *)c + s->offset, value, strlen(value) + 1);
+	else
+		field_set(c, s, v);
+	return 0;
+}
+
+void conf_defaults(struct conf *c)
+{
+	memset(c, 0, sizeof(*c));
+	for (size_t i = 0; i < N_SETTINGS; i++) {
+		int rc = conf_set(c, settings[i].name, settings[i].def, "default", NULL, 0);
+
+		assert(rc == 0); /* the table's defaults are unit-tested */
+		(void)rc;
+	}
+}
+
+/* ---- INI files ------------------------------------------------------------ */
+
+struct load_ctx {
+	struct conf *conf;  /* the copy being filled */
+	const char *path;
+	FILE *fp;
+	char *line;         /* getline buffer */
+	size_t line_cap;
+	int lineno;         /* of the line last handed to inih */
+	int err_line;       /* first line with an error, 0 if none */
+	int rc;             /* its error */
+	char err[512];      /* its message */
+};
+
+static void load_fail(struct load_ctx *ctx, int rc, const char *msg)
+{
+	if (ctx->err_line)
+		return; /* keep the first */
+	ctx->err_line = ctx->lineno;
+	ctx->rc = rc;
+	snprintf(ctx->err, sizeof(ctx->err), "%s", msg);
+}
+
+/* inih reader: one whole line per call, so inih's line numbers are ours.
+ * Leading blanks are dropped, which turns off inih's indented
+ * "continuation lines": indented keys are plain keys here. */
+static char *load_read_line(char *str, int num, void *stream)
+{
+	struct load_ctx *ctx = stream;
+	ssize_t n = getline(&ctx->line, &ctx->line_cap, ctx->fp);
+	size_t skip = 0, len;
+
+	if (n < 0)
+		return NULL;
+	ctx->lineno++;
+	while (skip < (size_t)n && (ctx->line[skip] == ' ' || ctx->line[skip] == '\t'))
+		skip++;
+	len = (size_t)n - skip;
+	if (num < 2 || len >= (size_t)num) {
+		char msg[128];
+
+		snprintf(msg, sizeof(msg), "%s:%d: line longer than %d bytes", ctx->path,
+			 ctx->lineno, num - 2);
+		load_fail(ctx, -EINVAL, msg);
+		str[0] = '\0'; /* an empty line for inih */
+		return str;
+	}
+	memcpy(str, ctx->line + skip, len);
+	str[len] = '\0';
+	return str;
+}
+
+static int load_handle(void *user, const char *section, const char *name, const char *value)
+{
+	struct load_ctx *ctx = user;
+	char source[300], msg[512];
+	int rc;
+
+	if (ctx->err_line)
+		return 1; /* already failed: report the first error only */
+	snprintf(source, sizeof(source), "%s:%d", ctx->path, ctx->lineno);
+	if (section[0] && strcasecmp(section, CONF_SECTION) != 0) {
+		snprintf(msg, sizeof(msg), "%s: unknown section [%.64s] (use [" CONF_SECTION
+			 "] or none)", source, section);
+		load_fail(ctx, -ENOENT, msg);
+		return 0;
+	}
+	rc = conf_set(ctx->conf, name, value, source, msg, sizeof(msg));
+	if (rc) {
+		load_fail(ctx, rc, msg);
+		return 0;
+	}
+	return 1;
+}
+
+/* Parse the file into *tmp. inih keeps going after an error and returns
+ * the first bad line; ours may be a value error or a syntax error. */
+static int load_into(struct conf *tmp, const char *path, char *err, size_t err_len)
+{
+	struct load_ctx ctx = { .conf = tmp, .path = path };
+	int ret, rc = 0;
+
+	ctx.fp = fopen(path, "r");
+	if (!ctx.fp) {
+		rc = -errno;
+		set_err(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+		return rc;
+	}
+	ret = ini_parse_stream(load_read_line, &ctx, load_handle, &ctx);
+	if (ferror(ctx.fp)) {
+		rc = -EIO;
+		set_err(err, err_len, "%s: read error", path);
+	} else if (ret < 0) {
+		rc = -ENOMEM;
+		set_err(err, err_len, "%s: out of memory", path);
+	} else if (ret > 0 && (!ctx.err_line || ret < ctx.err_line)) {
+		rc = -EINVAL;
+		set_err(err, err_len, "%s:%d: syntax error (expected 'key = value' or '[" CONF_SECTION
+			"]')", path, ret);
+	} else if (ctx.err_line) {
+		rc = ctx.rc;
+		set_err(err, err_len, "%s", ctx.err);
+	}
+	free(ctx.line);
+	fclose(ctx.fp);
+	return rc;
+}
+
+int conf_load_file(struct conf *c, const char *path, char *err, size_t err_len)
+{
+	struct conf tmp = *c;
+	int rc;
+
+	if (!path) {
+		set_err(err, err_len, "no configuration file given");
+		return -EINVAL;
+	}
+	rc = load_into(&tmp, path, err, err_len);
+	if (rc)
+		return rc;
+	*c = tmp;
+	return 0;
+}
+
+/* ---- command line ----------------------------------------------------------- */
+
+struct flag {
+	const char *arg;   /* the argument as typed */
+	char key[64];      /* setting name: dashes turned into underscores */
+	size_t name_len;   /* bytes of "--name" in arg */
+	const char *value; /* NULL for --help */
+};
+
+/* Read the flag at argv[*i] (and its value, which may be the next
+ * argument) and advance *i past them. */
+static int next_flag(int argc, char **argv, int *i, struct flag *f, char *err, size_t err_len)
+{
+	const char *arg = argv[*i], *eq;
+	size_t len;
+
+	if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0' || arg[2] == '-') {
+		set_err(err, err_len, "unexpected argument '%.64s' (settings are --key value)", arg);
+		return -EINVAL;
+	}
+	eq = strchr(arg, '=');
+	len = eq ? (size_t)(eq - arg) : strlen(arg);
+	f->arg = arg;
+	f->name_len = len;
+	if (len - 2 >= sizeof(f->key) || memchr(arg + 2, '_', len - 2)) {
+		set_err(err, err_len, "%.*s: unknown flag (see --help)", (int)(len > 64 ? 64 : len), arg);
+		return -ENOENT;
+	}
+	for (size_t k = 2; k < len; k++)
+		f->key[k - 2] = arg[k] == '-' ? '_' : arg[k];
+	f->key[len - 2] = '\0';
+	(*i)++;
+	if (strcmp(f->key, "help") == 0) {
+		f->value = NULL;
+		return 0;
+	}
+	if (eq) {
+		f->value = eq + 1;
+		return 0;
+	}
+	if (*i >= argc || strncmp(argv[*i], "--", 2) == 0) {
+		set_err(err, err_len, "%s: missing value", arg);
+		return -EINVAL;
+	}
+	f->value = argv[(*i)++];
+	return 0;
+}
+
+/* First pass: syntax of every flag, --help, and the --config files. */
+static int args_load_configs(struct conf *tmp, int argc, char **argv, int *help, char *err,
+			     size_t err_len)
+{
+	struct flag f;
+	int rc;
+
+	*help = 0;
+	for (int i = 1; i < argc;) {
+		rc = next_flag(argc, argv, &i, &f, err, err_len);
+		if (rc == 0 && strcmp(f.key, "help") == 0) {
+			*help = 1;
+			return 0;
+		}
+		if (rc)
+			return rc;
+	}
+	for (int i = 1; i < argc;) {
+		rc = next_flag(argc, argv, &i, &f, err, err_len);
+		if (rc)
+			return rc;
+		if (strcmp(f.key, "config") == 0) {
+			rc = load_into(tmp, f.value, err, err_len);
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+/* Second pass: every other flag, on top of the files. */
+static int args_apply_flags(struct conf *tmp, int argc, char **argv, char *err, size_t err_len)
+{
+	char source[80];
+	struct flag f;
+	int rc;
+
+	for (int i = 1; i < argc;) {
+		rc = next_flag(argc, argv, &i, &f, err, err_len);
+		if (rc)
+			return rc;
+		if (strcmp(f.key, "config") == 0)
+			continue;
+		snprintf(source, sizeof(source), "%.*s", (int)f.name_len, f.arg);
+		if (!find_setting(f.key)) {
+			set_err(err, err_len, "%s: unknown flag (see --help)", source);
+			return -ENOENT;
+		}
+		rc = conf_set(tmp, f.key, f.value, source, err, err_len);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int conf_from_args(struct conf *c, int argc, char **argv, int *want_help, char *err,
+		   size_t err_len)
+{
+	struct conf tmp = *c;
+	int help, rc;
+
+	rc = args_load_configs(&tmp, argc, argv, &help, err, err_len);
+	if (rc)
+		return rc;
+	if (help) {
+		*want_help = 1;
+		return 0;
+	}
+	rc = args_apply_flags(&tmp, argc, argv, err, err_len);
+	if (rc)
+		return rc;
+	*c = tmp;
+	*want_help = 0;
+	return 0;
+}
+
+/* ---- validation ------------------------------------------------------------ */
+
+/* Every numeric setting within its table range (for a struct filled by
+ * hand) and the string NUL-terminated and valid. */
+static int validate_ranges(const struct conf *c, char *err, size_t err_len)
+{
+	char val[64], lo[32], hi[32], why[160];
+
+	for (size_t i = 0; i < N_SETTINGS; i++) {
+		const struct conf_setting *s = &settings[i];
+		uint64_t v;
+
+		if (s->type == CONF_STRING) {
+			const char *str = (const char *)c + s->offset;
+
+			if (!memchr(str, '\0', s->field_bytes) ||
+			    string_check(s, str, why, sizeof(why))) {
+				set_err(err, err_len, "%s: invalid value", s->name);
+				return -EINVAL;
+			}
+			continue;
+		}
+		v = field_get(c, s);
+		if (v < s->min || v > s->max) {
+			format_number(s, v, val, sizeof(val));
+			format_number(s, s->min, lo, sizeof(lo));
+			format_number(s, s->max, hi, sizeof(hi));
+			set_err(err, err_len, "%s: %s is out of range %s..%s", s->name,
+				s->type == CONF_LOGLEVEL ? "level" : val, lo, hi);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+int conf_validate(const struct conf *c, char *err, size_t err_len)
+{
+	uint64_t put_frame = PROTO_HEADER_BYTES + PROTO_BATCH_PREFIX_BYTES +
+			     (uint64_t)PROTO_PUT_ENTRY_BYTES * c->max_batch_blocks;
+	char a[32], b[32];
+	int rc;
+
+	rc = validate_ranges(c, err, err_len);
+	if (rc)
+		return rc;
+	if (c->max_block_bytes > c->dram_capacity_bytes) {
+		format_size(c->max_block_bytes, a, sizeof(a));
+		format_size(c->dram_capacity_bytes, b, sizeof(b));
+		set_err(err, err_len, "max_block_bytes (%s) must not exceed dram_capacity (%s)", a, b);
+		return -EINVAL;
+	}
+	if (c->max_inflight_put_bytes < c->max_block_bytes) {
+		format_size(c->max_inflight_put_bytes, a, sizeof(a));
+		format_size(c->max_block_bytes, b, sizeof(b));
+		set_err(err, err_len,
+			"max_inflight_put_bytes (%s) must be at least max_block_bytes (%s)", a, b);
+		return -EINVAL;
+	}
+	if (c->max_frame_bytes < put_frame) {
+		format_size(c->max_frame_bytes, a, sizeof(a));
+		set_err(err, err_len,
+			"max_frame_bytes (%s) cannot hold a PUT of max_batch_blocks (%" PRIu32
+			") entries: it needs at least %" PRIu64 " bytes (32 + 8 + 88 per block)",
+			a, c->max_batch_blocks, put_frame);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* ---- output ---------------------------------------------------------------- */
+
+static void flag_name(const struct conf_setting *s, char *buf, size_t len)
+{
+	size_t n = strlen(s->name);
+
+	if (n + 3 > len)
+		n = len - 3;
+	buf[0] = buf[1] = '-';
+	for (size_t i = 0; i < n; i++)
+		buf[2 + i] = s->name[i] == '_' ? '-' : s->name[i];
+	buf[2 + n] = '\0';
+}
+
+void conf_usage(FILE *out)
+{
+	struct conf def;
+	char flag[64], val[300], lo[32], hi[32];
+
+	conf_defaults(&def);
+	fprintf(out,
+		"usage: kvpoold [--config FILE] [--SETTING VALUE | --SETTING=VALUE]... [--help]\n"
+		"\n"
+		"Settings come from their defaults, then the INI file given with --config\n"
+		"(keys at top level or in a [" CONF_SECTION "] section), then flags: a flag wins\n"
+		"over the file. The INI key is the flag without \"--\" and with \"_\" for \"-\".\n"
+		"Sizes are bytes or a number with a unit: B, KB, MB, GB, TB (powers of 1000)\n"
+		"or KiB, MiB, GiB, TiB (powers of 1024), e.g. 4GiB or 1.5GB.\n"
+		"\n"
+		"  --config FILE\n      INI file to read before applying flags\n"
+		"  --help\n      print this help and exit\n");
+	for (size_t i = 0; i < N_SETTINGS; i++) {
+		const struct conf_setting *s = &settings[i];
+
+		flag_name(s, flag, sizeof(flag));
+		format_value(&def, s, val, sizeof(val));
+		fprintf(out, "  %s %s\n      %s (default %s", flag, s->metavar, s->help, val);
+		if (s->type == CONF_SIZE || s->type == CONF_U32) {
+			format_number(s, s->min, lo, sizeof(lo));
+			format_number(s, s->max, hi, sizeof(hi));
+			fprintf(out, "; %s..%s", lo, hi);
+		}
+		fprintf(out, ")\n");
+	}
+}
+
+void conf_print(const struct conf *c, FILE *out)
+{
+	char val[300];
+
+	for (size_t i = 0; i < N_SETTINGS; i++) {
+		format_value(c, &settings[i], val, sizeof(val));
+		fprintf(out, "%s %s\n", settings[i].name, val);
+	}
+}

@@ -1,0 +1,89 @@
+/*
+ * conf.h - kvpoold settings: one table of settings, INI files (libinih),
+ * command-line flags, size parsing.
+ *
+ * Every setting is one entry of the table in conf.c (name, type, default,
+ * min, max, help). The INI key is the name; the flag is the name with
+ * dashes ("dram_capacity" -> "--dram-capacity"). Precedence: flag > file >
+ * default. Functions return 0 or a negative errno; on error they write a
+ * one-line message naming the key, the source and the reason into
+ * err[0..err_len).
+ */
+#ifndef KVPOOL_CONF_H
+#define KVPOOL_CONF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum conf_log_level { CONF_LOG_ERROR = 0, CONF_LOG_WARN, CONF_LOG_INFO, CONF_LOG_DEBUG };
+
+struct conf {
+	char listen[256];                /* address to bind; default "127.0.0.1" */
+	uint32_t port;                   /* TCP port; default 7470 */
+	uint32_t threads;                /* worker threads; 0 in the file = number of cores */
+	uint64_t dram_capacity_bytes;    /* DRAM arena; default 1 GiB */
+	uint64_t max_block_bytes;        /* default 64 MiB */
+	uint32_t max_batch_blocks;       /* default 1024 */
+	uint32_t max_frame_bytes;        /* header + body, payload excluded; default 4 MiB */
+	uint32_t max_lease_ms;           /* default 5000 */
+	uint32_t max_connections;        /* default 1024 */
+	uint32_t idle_timeout_ms;        /* 0 = never; default 300000 */
+	uint32_t payload_timeout_ms;     /* a stalled payload closes the connection; default 10000 */
+	uint64_t max_inflight_put_bytes; /* default 512 MiB */
+	int log_level;                   /* enum conf_log_level; default info */
+};
+
+/* Fill *c with every default (threads = number of online cores). */
+void conf_defaults(struct conf *c);
+
+/* Parse a size: plain bytes or a number (decimals allowed, e.g. "1.5") and
+ * a unit, case-insensitive: B, KB, MB, GB, TB (powers of 1000), KiB, MiB,
+ * GiB, TiB (powers of 1024). Whitespace between number and unit is allowed.
+ * A fraction needs a unit above B and is rounded down to a whole byte.
+ * Errors: -EINVAL (NULL, empty, negative, not a number, unknown unit,
+ * trailing junk, a fraction of a byte), -ERANGE (does not fit in 64 bits). */
+int conf_parse_size(const char *text, uint64_t *out);
+
+/* Apply one setting by name (underscore form) from `source` (e.g.
+ * "kvpool.conf:12" or "--port"), validating type and range. threads = 0
+ * means the number of online cores. *c is changed only on success.
+ * Errors: -ENOENT (unknown key), -EINVAL (bad value or NULL value),
+ * -ERANGE (out of range, or a number too big for its type). */
+int conf_set(struct conf *c, const char *key, const char *value, const char *source,
+	     char *err, size_t err_len);
+
+/* Parse an INI file (keys at top level or in a [kvpoold] section; lines
+ * may be indented; comments on their own line start with # or ;).
+ * Later keys override earlier ones. *c is changed only on success.
+ * Errors: -errno if the file cannot be opened, -EIO on a read error, or
+ * the error of the first bad line: a conf_set error, -ENOENT (a key in
+ * another section), -EINVAL (syntax error, a line longer than inih allows:
+ * 198 bytes in the Debian build). */
+int conf_load_file(struct conf *c, const char *path, char *err, size_t err_len);
+
+/* Parse argv (argv[0] is skipped): every "--config FILE" is loaded first,
+ * in order, then every "--key value" or "--key=value" flag is applied on
+ * top, wherever it stands. "--help" anywhere sets *want_help to 1 and
+ * applies nothing; otherwise *want_help is set to 0. *c and *want_help are
+ * written only on success.
+ * Errors: as conf_load_file and conf_set (-ENOENT also for an unknown
+ * flag), plus -EINVAL for a flag without a value or a stray argument. */
+int conf_from_args(struct conf *c, int argc, char **argv, int *want_help, char *err,
+		   size_t err_len);
+
+/* Check every setting's range (for a struct filled by hand) and the
+ * cross-setting rules: max_block_bytes <= dram_capacity,
+ * max_inflight_put_bytes >= max_block_bytes, and max_frame_bytes >=
+ * 32 + 8 + 88 * max_batch_blocks (a full PUT batch fits in a frame).
+ * Errors: -EINVAL with a message. */
+int conf_validate(const struct conf *c, char *err, size_t err_len);
+
+/* Print usage: every setting with its flag, default, range and help. */
+void conf_usage(FILE *out);
+
+/* Print the effective settings, one "name value" line each, in a form
+ * conf_set accepts back (sizes with the largest exact binary unit). */
+void conf_print(const struct conf *c, FILE *out);
+
+#endif /* KVPOOL_CONF_H */

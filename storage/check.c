@@ -1,0 +1,362 @@
+/*
+ * check.c - store_check, the invariant checker used by the tests, and the
+ * test hook that breaks an invariant on purpose (store_debug.h).
+ *
+ * Checked: every visible block is indexed, its stored parent is visible
+ * and lists it as a child (no holes), child and lease counts match their
+ * lists, heap membership equals evictability and the heap is ordered,
+ * reservations and zombies are accounted, leases are ordered and counted,
+ * every allocated arena extent belongs to exactly one block, and the bytes
+ * add up to the capacity.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "store_debug.h"
+#include "store_impl.h"
+
+struct extent {
+	uint32_t first, pages;
+};
+
+struct checker {
+	struct store *s;
+	char *why;
+	size_t why_len;
+	struct extent *ext; /* one per block header */
+	uint64_t next_ext, ext_cap;
+};
+
+/* Record the reason and return -EFAULT. */
+static int fail(struct checker *c, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (c->why && c->why_len) {
+		va_start(ap, fmt);
+		vsnprintf(c->why, c->why_len, fmt, ap);
+		va_end(ap);
+	}
+	return -EFAULT;
+}
+
+static const char *hex8(const uint8_t *key, char buf[17])
+{
+	for (int i = 0; i < 8; i++)
+		snprintf(buf + 2 * i, 3, "%02x", key[i]);
+	return buf;
+}
+
+static int add_extent(struct checker *c, const struct store_block *b)
+{
+	if (c->next_ext >= c->ext_cap)
+		return fail(c, "more block headers than counted");
+	c->ext[c->next_ext].first = b->first_page;
+	c->ext[c->next_ext].pages = b->pages;
+	c->next_ext++;
+	return 0;
+}
+
+static uint64_t list_len(const struct store_list *h)
+{
+	uint64_t n = 0;
+
+	for (const struct store_list *p = h->next; p != h; p = p->next)
+		n++;
+	return n;
+}
+
+/* The parent link of visible block b: no holes. */
+static int check_parent(struct checker *c, const struct store_block *b)
+{
+	struct store_block *p;
+	char k[17];
+
+	if (!b->has_parent)
+		return b->parent_blk ? fail(c, "first block %s has a parent link",
+					    hex8(b->node.key, k)) : 0;
+	p = store_find_locked(c->s, b->node.ns_id, b->parent);
+	if (!p)
+		return fail(c, "hole: parent of block %s is not stored", hex8(b->node.key, k));
+	if (p != b->parent_blk || p->state != STORE_BLOCK_VISIBLE)
+		return fail(c, "block %s linked to the wrong parent", hex8(b->node.key, k));
+	return 0;
+}
+
+/* Children of visible block b point back at it and match its count. */
+static int check_children(struct checker *c, const struct store_block *b)
+{
+	uint64_t n = 0;
+	char k[17];
+
+	for (const struct store_list *p = b->child_list.next; p != &b->child_list; p = p->next) {
+		const struct store_block *ch = store_container_of(p, struct store_block, sibling);
+
+		if (ch->parent_blk != b || ch->state != STORE_BLOCK_VISIBLE)
+			return fail(c, "child list of %s holds a stranger", hex8(b->node.key, k));
+		n++;
+	}
+	if (n != b->children)
+		return fail(c, "block %s counts %u children, has %llu", hex8(b->node.key, k),
+			    b->children, (unsigned long long)n);
+	return 0;
+}
+
+/* Leases on b name it, and lease_pins matches their number. */
+static int check_block_leases(struct checker *c, const struct store_block *b)
+{
+	uint64_t n = 0;
+	char k[17];
+
+	for (const struct store_list *p = b->leases.next; p != &b->leases; p = p->next) {
+		if (store_container_of(p, struct store_lease, by_block)->block != b)
+			return fail(c, "lease list of %s holds a stranger", hex8(b->node.key, k));
+		n++;
+	}
+	if (n != b->lease_pins)
+		return fail(c, "block %s lease pins %u, leases %llu", hex8(b->node.key, k),
+			    b->lease_pins, (unsigned long long)n);
+	return 0;
+}
+
+/* Everything about one visible block. */
+static int check_visible(struct checker *c, const struct store_ns *ns, const struct store_block *b)
+{
+	bool in_heap = b->heap_idx != STORE_HEAP_NONE;
+	char k[17];
+	int rc;
+
+	if (b->state != STORE_BLOCK_VISIBLE || b->ns != ns || b->node.ns_id != ns->ns_id)
+		return fail(c, "block %s on namespace list in bad state", hex8(b->node.key, k));
+	if (store_find_locked(c->s, ns->ns_id, b->node.key) != b)
+		return fail(c, "block %s not in the index", hex8(b->node.key, k));
+	if (b->pages != store_pages_of(b->length))
+		return fail(c, "block %s extent size wrong", hex8(b->node.key, k));
+	if (in_heap != store_block_evictable(b))
+		return fail(c, "block %s: in LRU heap %d, evictable %d", hex8(b->node.key, k),
+			    in_heap, store_block_evictable(b));
+	rc = check_parent(c, b);
+	if (!rc)
+		rc = check_children(c, b);
+	if (!rc)
+		rc = check_block_leases(c, b);
+	if (!rc)
+		rc = add_extent(c, b);
+	return rc;
+}
+
+/* Every namespace's blocks, and the pool-wide totals they add up to. */
+static int check_visible_all(struct checker *c)
+{
+	struct store *s = c->s;
+	uint64_t blocks = 0, used = 0, payload = 0;
+	int rc;
+
+	for (uint32_t i = 0; i < s->nns; i++) {
+		struct store_ns *ns = s->ns[i];
+		uint64_t nb = 0, bytes = 0;
+
+		for (struct store_list *p = ns->blocks.next; p != &ns->blocks; p = p->next) {
+			struct store_block *b = store_container_of(p, struct store_block, link);
+
+			rc = check_visible(c, ns, b);
+			if (rc)
+				return rc;
+			nb++;
+			bytes += b->length;
+			used += (uint64_t)b->pages * STORE_PAGE_BYTES;
+		}
+		if (nb != ns->nblocks || bytes != ns->bytes)
+			return fail(c, "namespace %s totals wrong", ns->name);
+		blocks += nb;
+		payload += bytes;
+	}
+	if (blocks != s->blocks || blocks != s->index.count)
+		return fail(c, "visible blocks %llu, counted %llu, indexed %llu",
+			    (unsigned long long)blocks, (unsigned long long)s->blocks,
+			    (unsigned long long)s->index.count);
+	if (used != s->used_bytes || payload != s->payload_bytes)
+		return fail(c, "used or payload bytes wrong");
+	return 0;
+}
+
+/* Reservations and zombies: states, pins, byte totals. */
+static int check_hidden(struct checker *c)
+{
+	struct store *s = c->s;
+	uint64_t nres = 0, nz = 0, inflight = 0, zbytes = 0;
+	int rc;
+
+	for (struct store_list *p = s->reserved.next; p != &s->reserved; p = p->next) {
+		struct store_block *b = store_container_of(p, struct store_block, link);
+
+		if (b->state != STORE_BLOCK_RESERVED || b->heap_idx != STORE_HEAP_NONE)
+			return fail(c, "reservation in bad state");
+		if (b->parent_blk && b->parent_blk->refs == 0)
+			return fail(c, "reservation's parent not pinned");
+		inflight += (uint64_t)b->pages * STORE_PAGE_BYTES;
+		nres++;
+		rc = add_extent(c, b);
+		if (rc)
+			return rc;
+	}
+	for (struct store_list *p = s->zombies.next; p != &s->zombies; p = p->next) {
+		struct store_block *b = store_container_of(p, struct store_block, link);
+
+		if (b->state != STORE_BLOCK_REMOVED || b->refs == 0 || b->lease_pins ||
+		    b->heap_idx != STORE_HEAP_NONE)
+			return fail(c, "removed block in bad state");
+		zbytes += (uint64_t)b->pages * STORE_PAGE_BYTES;
+		nz++;
+		rc = add_extent(c, b);
+		if (rc)
+			return rc;
+	}
+	if (nres != s->nreserved || inflight != s->inflight_bytes)
+		return fail(c, "in-flight puts wrong: %llu bytes counted, %llu held",
+			    (unsigned long long)s->inflight_bytes, (unsigned long long)inflight);
+	if (nz != s->nzombies || zbytes != s->zombie_bytes)
+		return fail(c, "removed-but-referenced totals wrong");
+	return 0;
+}
+
+/* The LRU heap holds only evictable blocks, each at its slot, ordered. */
+static int check_heap(struct checker *c)
+{
+	struct store *s = c->s;
+
+	for (uint64_t i = 0; i < s->heap_len; i++) {
+		struct store_block *b = s->heap[i];
+
+		if (b->heap_idx != i || !store_block_evictable(b))
+			return fail(c, "LRU heap slot %llu wrong", (unsigned long long)i);
+		if (i && s->heap[(i - 1) / 2]->last_use > b->last_use)
+			return fail(c, "LRU heap out of order at %llu", (unsigned long long)i);
+	}
+	return 0;
+}
+
+/* Expiry list ascending over live blocks; counts agree with lessees. */
+static int check_leases(struct checker *c)
+{
+	struct store *s = c->s;
+	uint64_t n = 0, by_lessee = 0, prev = 0;
+
+	for (struct store_list *p = s->expiry.next; p != &s->expiry; p = p->next) {
+		struct store_lease *r = store_container_of(p, struct store_lease, by_expiry);
+
+		if (r->expiry_ms < prev)
+			return fail(c, "lease expiry list out of order");
+		if (r->block->state != STORE_BLOCK_VISIBLE)
+			return fail(c, "lease on a block that is not visible");
+		prev = r->expiry_ms;
+		n++;
+	}
+	for (struct store_list *p = s->lessees.next; p != &s->lessees; p = p->next)
+		by_lessee += list_len(&store_container_of(p, struct store_lessee, link)->leases);
+	if (n != s->leases_active || by_lessee != n)
+		return fail(c, "leases_active %llu, listed %llu, by lessee %llu",
+			    (unsigned long long)s->leases_active, (unsigned long long)n,
+			    (unsigned long long)by_lessee);
+	if (list_len(&s->lease_pool) != s->lease_spare ||
+	    s->lease_spare + n != s->lease_records)
+		return fail(c, "lease record pool miscounted");
+	return 0;
+}
+
+static int cmp_extent(const void *a, const void *b)
+{
+	const struct extent *x = a, *y = b;
+
+	return (x->first > y->first) - (x->first < y->first);
+}
+
+/* Allocated arena extents, in address order, are exactly the blocks'. */
+static int check_arena_owners(struct checker *c)
+{
+	struct store *s = c->s;
+	uint64_t i = 0, free_bytes;
+	uint32_t page = 0, n;
+	bool is_free;
+
+	qsort(c->ext, c->next_ext, sizeof(*c->ext), cmp_extent);
+	while (store_arena_extent(s->arena, page, &n, &is_free) == 0) {
+		if (!is_free) {
+			if (i >= c->next_ext || c->ext[i].first != page || c->ext[i].pages != n)
+				return fail(c, "arena extent at page %u owned by no block", page);
+			i++;
+		}
+		page += n;
+	}
+	if (i != c->next_ext)
+		return fail(c, "%llu blocks own no arena extent",
+			    (unsigned long long)(c->next_ext - i));
+	free_bytes = store_arena_free_pages(s->arena) * STORE_PAGE_BYTES;
+	if (s->used_bytes + s->inflight_bytes + s->zombie_bytes + free_bytes != s->capacity_bytes)
+		return fail(c, "bytes do not add up to capacity");
+	if (s->payload_bytes > s->used_bytes || s->used_bytes > s->capacity_bytes)
+		return fail(c, "capacity exceeded");
+	return 0;
+}
+
+static int check_locked(struct checker *c)
+{
+	int rc = store_arena_check(c->s->arena, c->why, c->why_len);
+
+	if (!rc)
+		rc = check_visible_all(c);
+	if (!rc)
+		rc = check_hidden(c);
+	if (!rc)
+		rc = check_heap(c);
+	if (!rc)
+		rc = check_leases(c);
+	if (!rc)
+		rc = check_arena_owners(c);
+	return rc;
+}
+
+int store_check(struct store *s, char *why, size_t why_len)
+{
+	struct checker c = { .s = s, .why = why, .why_len = why_len };
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	c.ext_cap = s->blocks + s->nreserved + s->nzombies;
+	c.ext = malloc((c.ext_cap + 1) * sizeof(*c.ext));
+	if (!c.ext)
+		rc = fail(&c, "no memory to check");
+	else
+		rc = check_locked(&c);
+	pthread_mutex_unlock(&s->lock);
+	free(c.ext);
+	if (rc == 0 && why && why_len)
+		why[0] = '\0';
+	return rc;
+}
+
+int store_debug_remove_one(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES])
+{
+	struct store_block *b;
+
+	pthread_mutex_lock(&s->lock);
+	b = store_find_locked(s, ns_id, key);
+	if (!b) {
+		pthread_mutex_unlock(&s->lock);
+		return -ENOENT;
+	}
+	/* orphan the children: they keep their parent hash but lose the link */
+	while (!store_list_empty(&b->child_list)) {
+		struct store_block *ch =
+			store_container_of(b->child_list.next, struct store_block, sibling);
+
+		store_list_del(&ch->sibling);
+		ch->parent_blk = NULL;
+		b->children--;
+	}
+	store_block_remove_locked(s, b);
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}

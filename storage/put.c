@@ -1,0 +1,241 @@
+/*
+ * put.c - the two-phase PUT: reserve arena space (evicting if needed),
+ * let the caller write the payload with no lock held, then verify the
+ * checksum outside the lock and make the block visible under it.
+ *
+ * Reservations are not in the index: several puts of one key may each
+ * reserve, and the first to commit wins; the others get -EEXIST and their
+ * space back.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "store_impl.h"
+
+static const uint8_t zero_key[STORE_KEY_BYTES];
+
+/* A parent of 32 zero bytes is how a first block is written in the index,
+ * so it means "no parent" just like NULL. */
+static bool has_parent(const uint8_t *parent)
+{
+	return parent && memcmp(parent, zero_key, STORE_KEY_BYTES) != 0;
+}
+
+/* Would reserving `bytes` more exceed max_inflight_put_bytes (0 = no limit)? */
+static bool inflight_full(const struct store *s, uint64_t bytes)
+{
+	uint64_t max = s->cfg.max_inflight_put_bytes;
+
+	return max && (s->inflight_bytes > max || bytes > max - s->inflight_bytes);
+}
+
+/* Growth that a later commit must not fail on: heap room for every
+ * header that may become visible, and index buckets (best effort). */
+static int reserve_room_locked(struct store *s)
+{
+	uint64_t headers = s->blocks + s->nreserved + 1;
+
+	(void)store_index_reserve(&s->index, headers);
+	return store_lru_reserve_locked(s, headers);
+}
+
+/* Checks of store_put_begin under the lock, in the documented order;
+ * *pin receives the stored parent to pin (or NULL). */
+static int begin_checks_locked(struct store *s, struct store_ns *ns, const uint8_t *key,
+			       const uint8_t *parent, uint32_t flags, uint64_t bytes,
+			       struct store_block **pin)
+{
+	struct store_block *p = NULL;
+
+	if (store_find_locked(s, ns->ns_id, key))
+		return -EEXIST;
+	if (has_parent(parent)) {
+		p = store_find_locked(s, ns->ns_id, parent);
+		if (!p && !(flags & STORE_PUT_PARENT_IN_BATCH))
+			return -ENOLINK;
+	}
+	if (inflight_full(s, bytes))
+		return -EAGAIN;
+	*pin = p;
+	return 0;
+}
+
+/* Fill a new reservation's header. */
+static void init_reservation(struct store_block *b, struct store_ns *ns, const uint8_t *key,
+			     const uint8_t *parent, uint64_t length, uint64_t checksum)
+{
+	b->node.ns_id = ns->ns_id;
+	memcpy(b->node.key, key, STORE_KEY_BYTES);
+	b->has_parent = has_parent(parent);
+	if (b->has_parent)
+		memcpy(b->parent, parent, STORE_KEY_BYTES);
+	b->state = STORE_BLOCK_RESERVED;
+	b->length = length;
+	b->checksum = checksum;
+	b->heap_idx = STORE_HEAP_NONE;
+	b->ns = ns;
+	store_list_init(&b->child_list);
+	store_list_init(&b->sibling);
+	store_list_init(&b->leases);
+}
+
+/* Under the lock: check, pin the parent, allocate (evicting), and record
+ * the reservation in b. */
+static int begin_locked(struct store *s, struct store_block *b, uint32_t ns_id,
+			const uint8_t *key, const uint8_t *parent, uint32_t flags,
+			uint64_t length, uint64_t checksum)
+{
+	uint64_t pages = store_pages_of(length), bytes = pages * STORE_PAGE_BYTES;
+	struct store_ns *ns = store_ns_find_locked(s, ns_id);
+	struct store_block *pin = NULL;
+	int rc;
+
+	if (!ns)
+		return -EINVAL;
+	rc = begin_checks_locked(s, ns, key, parent, flags, bytes, &pin);
+	if (rc == 0)
+		rc = reserve_room_locked(s);
+	if (rc) {
+		if (rc == -EEXIST)
+			ns->put_exists++;
+		else
+			ns->put_errors++;
+		return rc;
+	}
+	if (pin) {
+		pin->refs++;
+		store_lru_sync_locked(s, pin);
+	}
+	rc = store_alloc_evicting_locked(s, (uint32_t)pages, &b->first_page);
+	if (rc) {
+		if (pin)
+			store_block_unpin_locked(s, pin);
+		ns->put_errors++;
+		return rc;
+	}
+	init_reservation(b, ns, key, parent, length, checksum);
+	b->pages = (uint32_t)pages;
+	b->parent_blk = pin;
+	store_list_add_tail(&s->reserved, &b->link);
+	s->nreserved++;
+	s->inflight_bytes += bytes;
+	return 0;
+}
+
+int store_put_begin(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+		    const uint8_t *parent, uint32_t flags, uint64_t length, uint64_t checksum,
+		    struct store_block **out, void **dst)
+{
+	struct store_block *b;
+	int rc;
+
+	if (length == 0)
+		return -EINVAL;
+	if (length > s->cfg.max_block_bytes || store_pages_of(length) > store_arena_pages(s->arena))
+		return -EMSGSIZE;
+	b = calloc(1, sizeof(*b));
+	if (!b)
+		return -ENOMEM;
+	pthread_mutex_lock(&s->lock);
+	rc = begin_locked(s, b, ns_id, key, parent, flags, length, checksum);
+	pthread_mutex_unlock(&s->lock);
+	if (rc) {
+		free(b);
+		return rc;
+	}
+	*out = b;
+	*dst = store_arena_ptr(s->arena, b->first_page);
+	return 0;
+}
+
+/* Take reservation b off the reserved list and the in-flight total. */
+static void unreserve_locked(struct store *s, struct store_block *b)
+{
+	store_list_del(&b->link);
+	s->nreserved--;
+	s->inflight_bytes -= (uint64_t)b->pages * STORE_PAGE_BYTES;
+}
+
+/* Make reservation b visible below parent p (may be NULL). */
+static void publish_locked(struct store *s, struct store_block *b, struct store_block *p)
+{
+	struct store_ns *ns = b->ns;
+
+	b->state = STORE_BLOCK_VISIBLE;
+	b->parent_blk = p;
+	store_index_insert(&s->index, &b->node);
+	store_list_add_tail(&ns->blocks, &b->link);
+	if (p) {
+		store_list_add_tail(&p->child_list, &b->sibling);
+		p->children++;
+		store_lru_sync_locked(s, p);
+	}
+	ns->nblocks++;
+	ns->bytes += b->length;
+	ns->puts++;
+	s->blocks++;
+	s->used_bytes += (uint64_t)b->pages * STORE_PAGE_BYTES;
+	s->payload_bytes += b->length;
+	store_lru_touch_locked(s, b);
+	store_lru_sync_locked(s, b);
+}
+
+/* Decide the fate of reservation b whose payload hashed to `sum`. */
+static int commit_locked(struct store *s, struct store_block *b, uint64_t sum)
+{
+	struct store_ns *ns = b->ns;
+	struct store_block *p = NULL;
+
+	if (sum != b->checksum) {
+		s->checksum_errors++;
+		ns->put_errors++;
+		return -EBADMSG;
+	}
+	if (store_find_locked(s, ns->ns_id, b->node.key)) {
+		ns->put_exists++;
+		return -EEXIST;
+	}
+	if (b->has_parent) {
+		p = store_find_locked(s, ns->ns_id, b->parent);
+		if (!p) {
+			ns->put_errors++;
+			return -ENOLINK;
+		}
+	}
+	publish_locked(s, b, p);
+	return 0;
+}
+
+int store_put_commit(struct store *s, struct store_block *b)
+{
+	uint64_t sum = XXH3_64bits(store_arena_ptr(s->arena, b->first_page), b->length);
+	struct store_block *pin = b->parent_blk;
+	int rc;
+
+	pthread_mutex_lock(&s->lock);
+	unreserve_locked(s, b);
+	rc = commit_locked(s, b, sum);
+	if (rc)
+		(void)store_arena_free(s->arena, b->first_page);
+	if (pin)
+		store_block_unpin_locked(s, pin);
+	pthread_mutex_unlock(&s->lock);
+	if (rc)
+		free(b);
+	return rc;
+}
+
+void store_put_abort(struct store *s, struct store_block *b)
+{
+	struct store_block *pin = b->parent_blk;
+
+	pthread_mutex_lock(&s->lock);
+	unreserve_locked(s, b);
+	(void)store_arena_free(s->arena, b->first_page);
+	if (pin)
+		store_block_unpin_locked(s, pin);
+	pthread_mutex_unlock(&s->lock);
+	free(b);
+}

@@ -1,0 +1,286 @@
+/*
+ * store.c - opening and closing the pool, namespaces, statistics.
+ *
+ * The PUT path is in put.c, GET/EXISTS/MATCH/DELETE in lookup.c, removal
+ * and eviction in block.c, leases in lease.c, the invariant checker in
+ * check.c. store_impl.h describes the structures and the lock rule.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_impl.h"
+
+#define INITIAL_BUCKETS 1024u
+/* Index buckets at open: one per 64 KiB of arena (16 pages), so pools of
+ * typical block sizes never rehash under the lock while filling. */
+#define PAGES_PER_BUCKET 16u
+
+uint64_t store_pages_of(uint64_t length)
+{
+	return length / STORE_PAGE_BYTES + (length % STORE_PAGE_BYTES != 0);
+}
+
+struct store_ns *store_ns_find_locked(struct store *s, uint32_t ns_id)
+{
+	if (ns_id == 0 || ns_id > s->nns)
+		return NULL;
+	return s->ns[ns_id - 1];
+}
+
+struct store_block *store_find_locked(struct store *s, uint32_t ns_id,
+				      const uint8_t key[STORE_KEY_BYTES])
+{
+	struct store_index_node *n = store_index_find(&s->index, ns_id, key);
+
+	return n ? store_container_of(n, struct store_block, node) : NULL;
+}
+
+/* Validate the configuration; the arena gets whole pages only. */
+static int check_config(const struct store_config *cfg, uint64_t *pages)
+{
+	uint64_t n = cfg->dram_capacity_bytes / STORE_PAGE_BYTES;
+
+	if (n == 0 || n > STORE_ARENA_MAX_PAGES || cfg->max_block_bytes == 0)
+		return -EINVAL;
+	*pages = n;
+	return 0;
+}
+
+/* Empty lists and counters of a new pool. */
+static void init_lists(struct store *s)
+{
+	store_list_init(&s->reserved);
+	store_list_init(&s->zombies);
+	store_list_init(&s->lessees);
+	store_list_init(&s->expiry);
+	store_list_init(&s->lease_pool);
+}
+
+int store_open(const struct store_config *cfg, struct store **out)
+{
+	struct store *s;
+	uint64_t pages;
+	int rc;
+
+	rc = check_config(cfg, &pages);
+	if (rc)
+		return rc;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->cfg = *cfg;
+	s->capacity_bytes = pages * STORE_PAGE_BYTES;
+	init_lists(s);
+	rc = store_arena_open(pages, &s->arena);
+	if (rc)
+		goto out_free;
+	rc = store_index_init(&s->index, pages / PAGES_PER_BUCKET > INITIAL_BUCKETS ?
+					 pages / PAGES_PER_BUCKET : INITIAL_BUCKETS);
+	if (rc)
+		goto out_close_arena;
+	rc = store_lru_reserve_locked(s, INITIAL_BUCKETS);
+	if (rc)
+		goto out_destroy_index;
+	rc = -pthread_mutex_init(&s->lock, NULL);
+	if (rc)
+		goto out_free_heap;
+	*out = s;
+	return 0;
+
+out_free_heap:
+	free(s->heap);
+out_destroy_index:
+	store_index_destroy(&s->index);
+out_close_arena:
+	store_arena_close(s->arena);
+out_free:
+	free(s);
+	return rc;
+}
+
+/* Free every block header on list h (pages go with the arena). */
+static void free_block_list(struct store_list *h, size_t link_offset)
+{
+	while (!store_list_empty(h)) {
+		struct store_list *pos = h->next;
+
+		store_list_del(pos);
+		free((char *)pos - link_offset);
+	}
+}
+
+void store_close(struct store *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->lock);
+	store_lease_free_all_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	for (uint32_t i = 0; i < s->nns; i++) {
+		free_block_list(&s->ns[i]->blocks, offsetof(struct store_block, link));
+		free(s->ns[i]);
+	}
+	free_block_list(&s->reserved, offsetof(struct store_block, link));
+	free_block_list(&s->zombies, offsetof(struct store_block, link));
+	free(s->ns);
+	free(s->heap);
+	store_index_destroy(&s->index);
+	store_arena_close(s->arena);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+/* ---- namespaces ---- */
+
+static struct store_ns *ns_by_name_locked(struct store *s, const char *name, size_t len)
+{
+	for (uint32_t i = 0; i < s->nns; i++)
+		if (s->ns[i]->name_len == len && memcmp(s->ns[i]->name, name, len) == 0)
+			return s->ns[i];
+	return NULL;
+}
+
+/* Append namespace `ns` (already filled) to the table. Errors: -ENOMEM. */
+static int ns_append_locked(struct store *s, struct store_ns *ns)
+{
+	if (s->nns == s->ns_cap) {
+		uint32_t cap = s->ns_cap ? s->ns_cap * 2 : 8;
+		struct store_ns **t = realloc(s->ns, cap * sizeof(*t));
+
+		if (!t)
+			return -ENOMEM;
+		s->ns = t;
+		s->ns_cap = cap;
+	}
+	s->ns[s->nns++] = ns;
+	ns->ns_id = s->nns;
+	return 0;
+}
+
+int store_namespace_id(struct store *s, const char *name, size_t name_len, uint32_t *ns_id)
+{
+	struct store_ns *ns, *fresh;
+	int rc = 0;
+
+	if (name_len == 0 || name_len > STORE_NAME_MAX_BYTES)
+		return -EINVAL;
+	fresh = calloc(1, sizeof(*fresh));
+	if (!fresh)
+		return -ENOMEM;
+	memcpy(fresh->name, name, name_len);
+	fresh->name_len = (uint32_t)name_len;
+	store_list_init(&fresh->blocks);
+
+	pthread_mutex_lock(&s->lock);
+	ns = ns_by_name_locked(s, name, name_len);
+	if (!ns) {
+		rc = ns_append_locked(s, fresh);
+		ns = rc ? NULL : fresh;
+		fresh = rc ? fresh : NULL;
+	}
+	if (ns)
+		*ns_id = ns->ns_id;
+	pthread_mutex_unlock(&s->lock);
+	free(fresh);
+	return rc;
+}
+
+int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint64_t *bytes)
+{
+	struct store_ns *ns;
+	uint64_t nblocks = 0, nbytes = 0;
+
+	pthread_mutex_lock(&s->lock);
+	ns = store_ns_find_locked(s, ns_id);
+	if (!ns) {
+		pthread_mutex_unlock(&s->lock);
+		return -ENOENT;
+	}
+	/* remove whole trees from their roots: each tree is walked once */
+	while (!store_list_empty(&ns->blocks)) {
+		struct store_block *b =
+			store_container_of(ns->blocks.next, struct store_block, link);
+
+		while (b->parent_blk)
+			b = b->parent_blk;
+		nblocks += store_block_remove_tree_locked(s, b, &nbytes);
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (blocks)
+		*blocks = nblocks;
+	if (bytes)
+		*bytes = nbytes;
+	return 0;
+}
+
+/* ---- statistics ---- */
+
+/* Memory held outside the arena: index, headers, heap, leases, tables. */
+static uint64_t index_bytes_locked(const struct store *s)
+{
+	uint64_t headers = s->blocks + s->nreserved + s->nzombies;
+
+	return sizeof(*s) + store_index_bytes(&s->index) +
+	       headers * sizeof(struct store_block) +
+	       s->heap_cap * sizeof(*s->heap) +
+	       s->lease_records * sizeof(struct store_lease) +
+	       s->nlessees * sizeof(struct store_lessee) +
+	       s->ns_cap * sizeof(*s->ns) + s->nns * sizeof(struct store_ns) +
+	       store_arena_meta_bytes(s->arena);
+}
+
+void store_stats(struct store *s, struct store_stats *out)
+{
+	struct store_stats st = { 0 };
+
+	pthread_mutex_lock(&s->lock);
+	store_lease_expire_locked(s, store_now_ms());
+	st.capacity_bytes = s->capacity_bytes;
+	st.used_bytes = s->used_bytes;
+	st.payload_bytes = s->payload_bytes;
+	st.inflight_put_bytes = s->inflight_bytes;
+	st.free_bytes = store_arena_free_pages(s->arena) * STORE_PAGE_BYTES;
+	st.largest_free_bytes = (uint64_t)store_arena_largest_free(s->arena) * STORE_PAGE_BYTES;
+	st.index_bytes = index_bytes_locked(s);
+	st.blocks = s->blocks;
+	st.evictions = s->evictions;
+	st.leases_active = s->leases_active;
+	st.checksum_errors = s->checksum_errors;
+	st.namespaces = s->nns;
+	pthread_mutex_unlock(&s->lock);
+	if (st.free_bytes)
+		st.fragmentation = 1.0 - (double)st.largest_free_bytes / (double)st.free_bytes;
+	*out = st;
+}
+
+int store_ns_stats(struct store *s, uint32_t index, struct store_ns_stats *out)
+{
+	struct store_ns *ns;
+
+	pthread_mutex_lock(&s->lock);
+	if (index >= s->nns) {
+		pthread_mutex_unlock(&s->lock);
+		return -ENOENT;
+	}
+	ns = s->ns[index];
+	memset(out, 0, sizeof(*out));
+	memcpy(out->name, ns->name, ns->name_len);
+	out->ns_id = ns->ns_id;
+	out->blocks = ns->nblocks;
+	out->bytes = ns->bytes;
+	out->puts = ns->puts;
+	out->put_exists = ns->put_exists;
+	out->put_errors = ns->put_errors;
+	out->get_hits = ns->get_hits;
+	out->get_misses = ns->get_misses;
+	out->exists_hits = ns->exists_hits;
+	out->exists_misses = ns->exists_misses;
+	out->match_requests = ns->match_requests;
+	out->match_blocks_queried = ns->match_blocks_queried;
+	out->match_blocks_matched = ns->match_blocks_matched;
+	out->evictions = ns->evictions;
+	out->deletes = ns->deletes;
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}

@@ -1,0 +1,1157 @@
+/*
+ * test_client.c - libkvpool: URL parsing, kvpool_strerror, checksums, and
+ * the client against a small fake server thread speaking protocol v1 on a
+ * loopback port (status mapping, splitting and pipelining, protocol
+ * errors, checksum mismatch, timeouts, reconnects, local refusals).
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <xxhash.h>
+
+#include "kvpool.h"
+#include "lib/client.h"
+#include "lib/url.h"
+#include "proto.h"
+
+/* ---- fake server ---------------------------------------------------------- */
+
+enum fake_mode {
+	MODE_NORMAL,
+	MODE_STATUSES,      /* PUT/EXISTS results take statuses from a table */
+	MODE_WRONG_ID,      /* replies echo a wrong request id */
+	MODE_TRUNCATE_GET,  /* GET reply stops half way through its payload */
+	MODE_CORRUPT_GET,   /* GET reply flips a payload byte */
+	MODE_SILENT,        /* requests after HELLO get no reply */
+	MODE_CLOSE,         /* the next request closes the connection */
+	MODE_REFUSE,        /* batch requests get a whole-request BUSY */
+	MODE_HOLD,          /* read `hold` requests before answering any */
+	MODE_HELLO_DENIED,  /* HELLO answered DENIED */
+	MODE_HELLO_OLD,     /* HELLO answered UNSUPPORTED */
+};
+
+#define FAKE_MAX_BLOCKS 64
+#define FAKE_MAX_HOLD 8
+#define FAKE_BUSY_MESSAGE "in-flight put bytes at limit"
+
+struct fake_block {
+	uint8_t key[PROTO_KEY_BYTES];
+	uint8_t *data;
+	uint64_t len;
+};
+
+struct fake {
+	int lfd;
+	uint16_t port;
+	pthread_t thr;
+	atomic_int mode;
+	atomic_int conn_fd;
+	atomic_int connections;
+	atomic_int frames[PROTO_OP_MAX + 1];
+	atomic_int put_blocks;
+	int hold;
+	struct proto_hello_reply limits;
+	char hello_ns[PROTO_NAME_MAX_BYTES + 1];
+	char hello_token[64];
+	uint16_t status_table[PROTO_STATUS_MAX + 1];
+	int n_status;
+	int status_next;   /* MODE_STATUSES: next table entry to answer with */
+	struct fake_block blocks[FAKE_MAX_BLOCKS];
+	int n_blocks;
+};
+
+struct frame {
+	struct proto_header h;
+	uint8_t *body;
+	uint8_t *payload;
+};
+
+static int read_full(int fd, void *buf, size_t n)
+{
+	uint8_t *p = buf;
+
+	while (n) {
+		ssize_t r = read(fd, p, n);
+
+		if (r <= 0)
+			return -1;
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t n)
+{
+	const uint8_t *p = buf;
+
+	while (n) {
+		ssize_t r = send(fd, p, n, MSG_NOSIGNAL);
+
+		if (r <= 0)
+			return -1;
+		p += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static void frame_free(struct frame *f)
+{
+	free(f->body);
+	free(f->payload);
+	f->body = f->payload = NULL;
+}
+
+/* Read one request frame; -1 on EOF or garbage. */
+static int read_frame(int fd, struct frame *f)
+{
+	uint8_t hdr[PROTO_HEADER_BYTES];
+
+	memset(f, 0, sizeof(*f));
+	if (read_full(fd, hdr, sizeof(hdr)) || proto_header_decode(hdr, 0, NULL, &f->h))
+		return -1;
+	f->body = malloc(f->h.body_bytes + 1);
+	f->payload = malloc(f->h.payload_bytes + 1);
+	if (!f->body || !f->payload || read_full(fd, f->body, f->h.body_bytes) ||
+	    read_full(fd, f->payload, f->h.payload_bytes)) {
+		frame_free(f);
+		return -1;
+	}
+	return 0;
+}
+
+static int send_reply(int fd, uint8_t op, uint64_t id, uint16_t status, const void *body,
+		      size_t body_bytes, const void *payload, uint64_t payload_bytes)
+{
+	struct proto_header h = {
+		.magic = PROTO_MAGIC,
+		.version = PROTO_VERSION,
+		.opcode = op,
+		.flags = PROTO_FLAG_REPLY,
+		.status = status,
+		.body_bytes = (uint32_t)body_bytes,
+		.request_id = id,
+		.payload_bytes = payload_bytes,
+	};
+	uint8_t hdr[PROTO_HEADER_BYTES];
+
+	proto_header_encode(&h, hdr);
+	if (write_full(fd, hdr, sizeof(hdr)) || write_full(fd, body, body_bytes))
+		return -1;
+	return write_full(fd, payload, payload_bytes);
+}
+
+static int send_error(int fd, uint8_t op, uint64_t id, uint16_t status, const char *msg)
+{
+	uint8_t body[PROTO_ERROR_FIXED_BYTES + 256];
+	size_t n = proto_error_body_bytes(strlen(msg));
+
+	if (proto_error_encode(msg, strlen(msg), body, sizeof(body)))
+		return -1;
+	return send_reply(fd, op, id, status, body, n, NULL, 0);
+}
+
+static struct fake_block *fake_find(struct fake *fk, const uint8_t *key)
+{
+	for (int i = 0; i < fk->n_blocks; i++)
+		if (memcmp(fk->blocks[i].key, key, PROTO_KEY_BYTES) == 0)
+			return &fk->blocks[i];
+	return NULL;
+}
+
+static uint64_t reply_id(struct fake *fk, const struct frame *f)
+{
+	return atomic_load(&fk->mode) == MODE_WRONG_ID ? f->h.request_id + 1 : f->h.request_id;
+}
+
+/* Store one PUT block unless present; returns its result status. */
+static uint16_t fake_store(struct fake *fk, const struct proto_put_entry *e, const uint8_t *data)
+{
+	struct fake_block *b;
+
+	if (XXH3_64bits(data, e->length) != e->checksum)
+		return PROTO_STATUS_BAD_CHECKSUM;
+	if (fake_find(fk, e->key))
+		return PROTO_STATUS_EXISTS;
+	if (fk->n_blocks == FAKE_MAX_BLOCKS)
+		return PROTO_STATUS_FULL;
+	b = &fk->blocks[fk->n_blocks++];
+	memcpy(b->key, e->key, PROTO_KEY_BYTES);
+	b->data = malloc(e->length);
+	memcpy(b->data, data, e->length);
+	b->len = e->length;
+	return PROTO_STATUS_OK;
+}
+
+static int handle_put(struct fake *fk, int fd, const struct frame *f)
+{
+	struct proto_batch b;
+	uint8_t *out;
+	uint64_t off = 0;
+	int rc;
+
+	if (proto_batch_decode(f->body, f->h.body_bytes, PROTO_PUT_ENTRY_BYTES, NULL, &b))
+		return -1;
+	out = calloc(1, proto_batch_body_bytes(b.count, PROTO_RESULT_ENTRY_BYTES));
+	proto_batch_encode_prefix(out, b.count, 0);
+	for (uint32_t i = 0; i < b.count; i++) {
+		struct proto_put_entry e;
+		struct proto_result r = { .tier = PROTO_TIER_DRAM };
+
+		if (proto_put_entry_decode(&b, i, &e) || off + e.length > f->h.payload_bytes)
+			return -1;
+		r.status = fake_store(fk, &e, f->payload + off);
+		if (atomic_load(&fk->mode) == MODE_STATUSES)
+			r.status = fk->status_table[fk->status_next++ % fk->n_status];
+		r.length = e.length;
+		r.checksum = e.checksum;
+		proto_result_encode(out, i, &r);
+		off += e.length;
+		atomic_fetch_add(&fk->put_blocks, 1);
+	}
+	rc = send_reply(fd, PROTO_OP_PUT, reply_id(fk, f), PROTO_STATUS_OK, out,
+			proto_batch_body_bytes(b.count, PROTO_RESULT_ENTRY_BYTES), NULL, 0);
+	free(out);
+	return rc;
+}
+
+/* Answer a GET; modes may corrupt or truncate the payload. */
+static int handle_get(struct fake *fk, int fd, const struct frame *f)
+{
+	int mode = atomic_load(&fk->mode);
+	uint8_t *out, *payload;
+	uint64_t total = 0;
+	struct proto_batch b;
+	int rc;
+
+	if (proto_batch_decode(f->body, f->h.body_bytes, PROTO_GET_ENTRY_BYTES, NULL, &b))
+		return -1;
+	out = calloc(1, proto_batch_body_bytes(b.count, PROTO_RESULT_ENTRY_BYTES));
+	payload = malloc(1 << 20);
+	proto_batch_encode_prefix(out, b.count, 0);
+	for (uint32_t i = 0; i < b.count; i++) {
+		struct proto_result r = { .status = PROTO_STATUS_NOT_FOUND };
+		struct proto_get_entry e;
+		struct fake_block *blk;
+
+		proto_get_entry_decode(&b, i, &e);
+		blk = fake_find(fk, e.key);
+		if (blk && blk->len > e.max_length) {
+			r.status = PROTO_STATUS_TOO_LARGE;
+		} else if (blk) {
+			r = (struct proto_result){ .status = PROTO_STATUS_OK, .tier = PROTO_TIER_DRAM,
+						   .length = blk->len,
+						   .checksum = XXH3_64bits(blk->data, blk->len) };
+			memcpy(payload + total, blk->data, blk->len);
+			total += blk->len;
+		}
+		proto_result_encode(out, i, &r);
+	}
+	if (mode == MODE_CORRUPT_GET && total)
+		payload[0] ^= 0x01;
+	if (mode == MODE_TRUNCATE_GET) {
+		struct proto_header h = { .magic = PROTO_MAGIC, .version = PROTO_VERSION,
+					  .opcode = PROTO_OP_GET, .flags = PROTO_FLAG_REPLY,
+					  .body_bytes = (uint32_t)proto_batch_body_bytes(b.count, PROTO_RESULT_ENTRY_BYTES),
+					  .request_id = f->h.request_id, .payload_bytes = total };
+		uint8_t hdr[PROTO_HEADER_BYTES];
+
+		proto_header_encode(&h, hdr);
+		write_full(fd, hdr, sizeof(hdr));
+		write_full(fd, out, h.body_bytes);
+		write_full(fd, payload, total / 2);
+		rc = -1; /* then close */
+	} else {
+		rc = send_reply(fd, PROTO_OP_GET, reply_id(fk, f), PROTO_STATUS_OK, out,
+				proto_batch_body_bytes(b.count, PROTO_RESULT_ENTRY_BYTES), payload, total);
+	}
+	free(out);
+	free(payload);
+	return rc;
+}
+
+/* EXISTS and DELETE: one result per key. */
+static int handle_keys(struct fake *fk, int fd, const struct frame *f)
+{
+	struct proto_batch b;
+	uint8_t *out;
+	int rc;
+
+	if (proto_batch_decode(f->body, f->h.body_bytes, PROTO_KEY_ENTRY_BYTES, NULL, &b))
+		return -1;
+	out = calloc(1, proto_batch_body_bytes(b.count, PROTO_RESULT_ENTRY_BYTES));
+	proto_batch_encode_prefix(out, b.count, 0);
+	for (uint32_t i = 0; i < b.count; i++) {
+		struct fake_block *blk = fake_find(fk, proto_key_entry(&b, i));
+		struct proto_result r = { .status = blk ? PROTO_STATUS_OK : PROTO_STATUS_NOT_FOUND };
+
+		if (blk) {
+			r.tier = PROTO_TIER_DRAM;
+			r.length = blk->len;
+		}
+		if (f->h.opcode == PROTO_OP_EXISTS && atomic_load(&fk->mode) == MODE_STATUSES)
+			r.status = fk->status_table[fk->status_next++ % fk->n_status];
+		if (blk && f->h.opcode == PROTO_OP_DELETE) {
+			free(blk->data);
+			*blk = fk->blocks[--fk->n_blocks];
+		}
+		proto_result_encode(out, i, &r);
+	}
+	rc = send_reply(fd, f->h.opcode, reply_id(fk, f), PROTO_STATUS_OK, out,
+			proto_batch_body_bytes(b.count, PROTO_RESULT_ENTRY_BYTES), NULL, 0);
+	free(out);
+	return rc;
+}
+
+static int handle_match(struct fake *fk, int fd, const struct frame *f)
+{
+	uint8_t out[PROTO_MATCH_REPLY_BYTES];
+	struct proto_batch b;
+	uint32_t m = 0;
+
+	if (proto_batch_decode(f->body, f->h.body_bytes, PROTO_KEY_ENTRY_BYTES, NULL, &b))
+		return -1;
+	while (m < b.count && fake_find(fk, proto_key_entry(&b, m)))
+		m++;
+	proto_match_reply_encode(m, b.aux, out);
+	return send_reply(fd, PROTO_OP_MATCH, reply_id(fk, f), PROTO_STATUS_OK, out, sizeof(out),
+			  NULL, 0);
+}
+
+static int handle_hello(struct fake *fk, int fd, const struct frame *f)
+{
+	uint8_t out[PROTO_HELLO_REPLY_BYTES];
+	struct proto_hello h;
+	int mode = atomic_load(&fk->mode);
+
+	if (proto_hello_decode(f->body, f->h.body_bytes, &h))
+		return -1;
+	memcpy(fk->hello_ns, h.ns, h.ns_len);
+	fk->hello_ns[h.ns_len] = '\0';
+	snprintf(fk->hello_token, sizeof(fk->hello_token), "%.*s", (int)h.token_len,
+		 h.token ? h.token : "");
+	if (mode == MODE_HELLO_DENIED)
+		return send_error(fd, PROTO_OP_HELLO, f->h.request_id, PROTO_STATUS_DENIED,
+				  "token does not allow this namespace");
+	if (mode == MODE_HELLO_OLD) {
+		send_error(fd, PROTO_OP_HELLO, f->h.request_id, PROTO_STATUS_UNSUPPORTED,
+			   "protocol version not supported");
+		return -1;
+	}
+	proto_hello_reply_encode(&fk->limits, out);
+	return send_reply(fd, PROTO_OP_HELLO, f->h.request_id, PROTO_STATUS_OK, out, sizeof(out),
+			  NULL, 0);
+}
+
+/* Answer one request; -1 closes the connection. */
+static int fake_handle(struct fake *fk, int fd, const struct frame *f)
+{
+	int mode = atomic_load(&fk->mode);
+	uint8_t drop[PROTO_DROP_REPLY_BYTES];
+	const char *stats = "{\"version\":\"0.1.0\",\"protocol\":1}";
+
+	atomic_fetch_add(&fk->frames[f->h.opcode], 1);
+	if (f->h.opcode == PROTO_OP_HELLO)
+		return handle_hello(fk, fd, f);
+	if (mode == MODE_SILENT)
+		return 0;
+	if (mode == MODE_CLOSE) {
+		atomic_store(&fk->mode, MODE_NORMAL);
+		return -1;
+	}
+	if (mode == MODE_REFUSE && proto_request_entry_bytes(f->h.opcode))
+		return send_error(fd, f->h.opcode, f->h.request_id, PROTO_STATUS_BUSY,
+				  FAKE_BUSY_MESSAGE);
+	switch (f->h.opcode) {
+	case PROTO_OP_PUT:
+		return handle_put(fk, fd, f);
+	case PROTO_OP_GET:
+		return handle_get(fk, fd, f);
+	case PROTO_OP_EXISTS:
+	case PROTO_OP_DELETE:
+		return handle_keys(fk, fd, f);
+	case PROTO_OP_MATCH:
+		return handle_match(fk, fd, f);
+	case PROTO_OP_DROP_NAMESPACE:
+		proto_drop_reply_encode((uint64_t)fk->n_blocks, 0, drop);
+		for (int i = 0; i < fk->n_blocks; i++)
+			free(fk->blocks[i].data);
+		fk->n_blocks = 0;
+		return send_reply(fd, PROTO_OP_DROP_NAMESPACE, reply_id(fk, f), PROTO_STATUS_OK,
+				  drop, sizeof(drop), NULL, 0);
+	case PROTO_OP_STATS:
+		return send_reply(fd, PROTO_OP_STATS, reply_id(fk, f), PROTO_STATUS_OK, stats,
+				  strlen(stats), NULL, 0);
+	default:
+		return send_reply(fd, f->h.opcode, reply_id(fk, f), PROTO_STATUS_OK, NULL, 0, NULL, 0);
+	}
+}
+
+/* Serve one connection until EOF or a handler asks to close. */
+static void fake_serve(struct fake *fk, int fd)
+{
+	struct frame held[FAKE_MAX_HOLD];
+	int n_held = 0, rc = 0;
+
+	while (rc == 0) {
+		struct frame f;
+
+		if (read_frame(fd, &f))
+			break;
+		if (atomic_load(&fk->mode) == MODE_HOLD && f.h.opcode != PROTO_OP_HELLO) {
+			held[n_held++] = f;
+			if (n_held < fk->hold)
+				continue;
+			for (int i = 0; i < n_held; i++) {
+				if (rc == 0)
+					rc = fake_handle(fk, fd, &held[i]);
+				frame_free(&held[i]);
+			}
+			n_held = 0;
+			continue;
+		}
+		rc = fake_handle(fk, fd, &f);
+		frame_free(&f);
+	}
+	for (int i = 0; i < n_held; i++)
+		frame_free(&held[i]);
+}
+
+static void *fake_main(void *arg)
+{
+	struct fake *fk = arg;
+	int one = 1;
+
+	for (;;) {
+		int fd = accept(fk->lfd, NULL, NULL);
+
+		if (fd < 0)
+			break;
+		/* Replies go out in several writes: do not let Nagle hold them. */
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		atomic_fetch_add(&fk->connections, 1);
+		atomic_store(&fk->conn_fd, fd);
+		fake_serve(fk, fd);
+		atomic_store(&fk->conn_fd, -1);
+		close(fd);
+	}
+	return NULL;
+}
+
+static const struct proto_hello_reply default_limits = {
+	.version = 1,
+	.max_batch_blocks = 4,
+	.max_block_bytes = 64 * 1024,
+	.max_frame_bytes = 64 * 1024,
+	.max_lease_ms = 5000,
+	.max_inflight_put_bytes = 0,
+};
+
+/* Listen on 127.0.0.1:port (0 = any free port) and serve in a thread. */
+static void fake_start(struct fake *fk, uint16_t port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int one = 1;
+
+	fk->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fk->lfd >= 0);
+	setsockopt(fk->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	assert_int_equal(bind(fk->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(fk->lfd, 8), 0);
+	assert_int_equal(getsockname(fk->lfd, (struct sockaddr *)&sa, &len), 0);
+	fk->port = ntohs(sa.sin_port);
+	atomic_store(&fk->conn_fd, -1);
+	assert_int_equal(pthread_create(&fk->thr, NULL, fake_main, fk), 0);
+}
+
+/* Stop serving: wake the thread out of accept/read, join, close. */
+static void fake_stop(struct fake *fk)
+{
+	int fd;
+
+	shutdown(fk->lfd, SHUT_RDWR);
+	fd = atomic_load(&fk->conn_fd);
+	if (fd >= 0)
+		shutdown(fd, SHUT_RDWR);
+	pthread_join(fk->thr, NULL);
+	close(fk->lfd);
+	fk->lfd = -1;
+}
+
+/* ---- fixture: a fake server and a client connected to it ------------------ */
+
+struct env {
+	struct fake fk;
+	struct kvpool_client *c;
+	char url[64];
+};
+
+static int env_open(struct env *e, const struct proto_hello_reply *limits, int mode)
+{
+	struct kvpool_options opts = { .token = "secret", .timeout_ms = 3000 };
+
+	memset(e, 0, sizeof(*e));
+	e->fk.limits = *limits;
+	atomic_store(&e->fk.mode, mode);
+	fake_start(&e->fk, 0);
+	snprintf(e->url, sizeof(e->url), "tcp://127.0.0.1:%u", (unsigned)e->fk.port);
+	return kvpool_connect(e->url, "test-ns", &opts, &e->c);
+}
+
+static void env_close(struct env *e)
+{
+	kvpool_close(e->c);
+	fake_stop(&e->fk);
+	for (int i = 0; i < e->fk.n_blocks; i++)
+		free(e->fk.blocks[i].data);
+}
+
+static int setup(void **state)
+{
+	struct env *e = malloc(sizeof(*e));
+
+	if (!e || env_open(e, &default_limits, MODE_NORMAL)) {
+		free(e);
+		return -1;
+	}
+	*state = e;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	env_close(*state);
+	free(*state);
+	return 0;
+}
+
+/* A deterministic key and payload for block i. */
+static void make_key(uint8_t key[KVPOOL_KEY_BYTES], int i)
+{
+	memset(key, 0, KVPOOL_KEY_BYTES);
+	key[0] = 0xAB;
+	key[1] = (uint8_t)i;
+	key[31] = (uint8_t)(i * 7 + 1);
+}
+
+static void fill_payload(uint8_t *p, size_t n, int seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(i * 31 + (size_t)seed * 17 + (i >> 8));
+}
+
+/* Put `count` contiguous blocks of `len` bytes, keys make_key(base + i). */
+static int put_simple(struct kvpool_client *c, int base, int count, size_t len, int *st)
+{
+	struct kvpool_put_block b[32];
+	struct iovec iov[32];
+	uint8_t keys[32][KVPOOL_KEY_BYTES];
+	uint8_t *data = malloc(len * (size_t)count + 1);
+	int rc;
+
+	assert_true(count <= 32);
+	for (int i = 0; i < count; i++) {
+		make_key(keys[i], base + i);
+		fill_payload(data + len * (size_t)i, len, base + i);
+		iov[i] = (struct iovec){ .iov_base = data + len * (size_t)i, .iov_len = len };
+		b[i] = (struct kvpool_put_block){ .key = keys[i], .parent = i ? keys[i - 1] : NULL,
+						  .iov = &iov[i], .iovcnt = 1 };
+	}
+	rc = kvpool_put(c, b, (size_t)count, st);
+	free(data);
+	return rc;
+}
+
+static double elapsed_ms(const struct timespec *t0)
+{
+	struct timespec t1;
+
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
+/* ---- pure functions ------------------------------------------------------- */
+
+static void test_url_good(void **state)
+{
+	struct kvc_url u;
+
+	(void)state;
+	assert_int_equal(kvc_url_parse("tcp://localhost:7471", &u), 0);
+	assert_string_equal(u.host, "localhost");
+	assert_int_equal(u.port, 7471);
+	assert_string_equal(u.port_str, "7471");
+	assert_int_equal(kvc_url_parse("tcp://10.1.2.3", &u), 0);
+	assert_string_equal(u.host, "10.1.2.3");
+	assert_int_equal(u.port, 7470);
+	assert_int_equal(kvc_url_parse("tcp://[::1]:9000", &u), 0);
+	assert_string_equal(u.host, "::1");
+	assert_int_equal(u.port, 9000);
+	assert_int_equal(kvc_url_parse("tcp://[fe80::1%eth0]", &u), 0);
+	assert_string_equal(u.host, "fe80::1%eth0");
+	assert_int_equal(u.port, 7470);
+	assert_int_equal(kvc_url_parse("TCP://pool-01.example.com:65535", &u), 0);
+	assert_string_equal(u.host, "pool-01.example.com");
+	assert_int_equal(u.port, 65535);
+	assert_int_equal(u.transport, KVC_TRANSPORT_TCP);
+}
+
+static void test_url_bad(void **state)
+{
+	static const char *const invalid[] = {
+		"", "tcp://", "tcp://:7470", "tcp://host:", "tcp://host:0", "tcp://host:65536",
+		"tcp://host:12x", "tcp://host:-1", "tcp://[::1", "tcp://[]:1", "tcp://[1.2.3.4]",
+		"tcp://::1:7470", "tcp://host:7470/path", "tcp://host name", "host:7470",
+		"//host:7470", "tcp:/host", "tcp://host:99999999999999999999",
+	};
+	static const char *const unsupported[] = {
+		"rdma://10.0.0.1:7470", "auto://host", "http://host:80",
+	};
+	struct kvc_url u = { .port = 4242 };
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(invalid) / sizeof(invalid[0]); i++)
+		if (kvc_url_parse(invalid[i], &u) != -EINVAL)
+			fail_msg("'%s' not refused with -EINVAL", invalid[i]);
+	for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++)
+		assert_int_equal(kvc_url_parse(unsupported[i], &u), -EOPNOTSUPP);
+	assert_int_equal(kvc_url_parse(NULL, &u), -EINVAL);
+	assert_int_equal(u.port, 4242); /* untouched on error */
+}
+
+/* Every errno the library can return has its own description. */
+static void test_strerror(void **state)
+{
+	static const int shared[] = { ECONNREFUSED, ECONNRESET, ETIMEDOUT, EPIPE, EPROTO,
+				      EACCES, ENOMEM, EINVAL, EOPNOTSUPP, ENOENT };
+	const char *unknown = kvpool_strerror(-123456);
+
+	(void)state;
+	assert_string_equal(unknown, "unknown error");
+	assert_non_null(kvpool_strerror(0));
+	assert_string_not_equal(kvpool_strerror(0), unknown);
+	for (uint16_t s = 0; s <= PROTO_STATUS_MAX; s++) {
+		int err = proto_status_to_errno(s);
+
+		assert_non_null(kvpool_strerror(err));
+		if (err && strcmp(kvpool_strerror(err), unknown) == 0)
+			fail_msg("status %s (%d) has no description", proto_status_name(s), err);
+		for (uint16_t t = 0; t < s; t++)
+			if (proto_status_to_errno(t) != err && proto_status_to_errno(t) &&
+			    err && strcmp(kvpool_strerror(proto_status_to_errno(t)),
+					  kvpool_strerror(err)) == 0)
+				fail_msg("statuses %u and %u share a description", t, s);
+	}
+	for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) {
+		assert_string_not_equal(kvpool_strerror(-shared[i]), unknown);
+		assert_string_equal(kvpool_strerror(shared[i]), kvpool_strerror(-shared[i]));
+	}
+}
+
+/* The checksum over a scatter-gather list equals that of the same bytes
+ * contiguous, however they are split (empty pieces included). */
+static void test_checksum_iov(void **state)
+{
+	static uint8_t buf[10007];
+	struct iovec iov[8];
+	uint64_t whole;
+
+	(void)state;
+	fill_payload(buf, sizeof(buf), 3);
+	whole = XXH3_64bits(buf, sizeof(buf));
+	iov[0] = (struct iovec){ buf, sizeof(buf) };
+	assert_true(kvpool_checksum(iov, 1) == whole);
+	iov[0] = (struct iovec){ buf, 1 };
+	iov[1] = (struct iovec){ buf + 1, 0 };
+	iov[2] = (struct iovec){ buf + 1, 4095 };
+	iov[3] = (struct iovec){ buf + 4096, 3 };
+	iov[4] = (struct iovec){ buf + 4099, sizeof(buf) - 4099 };
+	iov[5] = (struct iovec){ NULL, 0 };
+	assert_true(kvpool_checksum(iov, 6) == whole);
+	buf[5000] ^= 0x80;
+	assert_true(kvpool_checksum(iov, 6) != whole);
+	assert_true(kvpool_checksum(NULL, 0) == XXH3_64bits(NULL, 0));
+}
+
+static void test_connect_errors(void **state)
+{
+	struct kvpool_options opts = { .timeout_ms = 2000 };
+	struct kvpool_client *c = (struct kvpool_client *)0x1;
+	char long_ns[300], long_token[1100];
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	char url[64];
+	int fd;
+
+	(void)state;
+	memset(long_ns, 'n', sizeof(long_ns) - 1);
+	long_ns[256] = '\0';
+	memset(long_token, 't', sizeof(long_token) - 1);
+	long_token[sizeof(long_token) - 1] = '\0';
+	assert_int_equal(kvpool_connect(NULL, "ns", NULL, &c), -EINVAL);
+	assert_int_equal(kvpool_connect(KVPOOL_DEFAULT_URL, "", NULL, &c), -EINVAL);
+	assert_int_equal(kvpool_connect(KVPOOL_DEFAULT_URL, long_ns, NULL, &c), -EINVAL);
+	assert_int_equal(kvpool_connect(KVPOOL_DEFAULT_URL, "a b", NULL, &c), -EINVAL);
+	opts.token = long_token;
+	assert_int_equal(kvpool_connect(KVPOOL_DEFAULT_URL, "ns", &opts, &c), -EINVAL);
+	opts.token = NULL;
+	assert_int_equal(kvpool_connect("rdma://127.0.0.1", "ns", &opts, &c), -EOPNOTSUPP);
+	assert_int_equal(kvpool_connect("tcp://", "ns", &opts, &c), -EINVAL);
+	assert_int_equal(kvpool_connect("tcp://no-such-host.invalid:1", "ns", &opts, &c), -ENOENT);
+	/* A port nobody listens on: bind one, note it, close it. */
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	close(fd);
+	snprintf(url, sizeof(url), "tcp://127.0.0.1:%u", (unsigned)ntohs(sa.sin_port));
+	assert_int_equal(kvpool_connect(url, "ns", &opts, &c), -ECONNREFUSED);
+	assert_ptr_equal(c, (struct kvpool_client *)0x1); /* untouched on error */
+	kvpool_close(NULL);
+}
+
+/* ---- against the fake server --------------------------------------------- */
+
+/* HELLO carries namespace and token; the reply's limits are adopted. */
+static void test_hello_limits(void **state)
+{
+	struct env *e = *state;
+	struct kvpool_limits l;
+
+	assert_int_equal(kvpool_get_limits(e->c, &l), 0);
+	assert_int_equal(l.max_batch_blocks, 4);
+	assert_int_equal(l.max_block_bytes, 64 * 1024);
+	assert_int_equal(l.max_frame_bytes, 64 * 1024);
+	assert_int_equal(l.max_lease_ms, 5000);
+	assert_int_equal(l.protocol_version, 1);
+	assert_string_equal(e->fk.hello_ns, "test-ns");
+	assert_string_equal(e->fk.hello_token, "secret");
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_HELLO]), 1);
+}
+
+static void test_hello_refused(void **state)
+{
+	struct env e;
+
+	(void)state;
+	assert_int_equal(env_open(&e, &default_limits, MODE_HELLO_DENIED), -EACCES);
+	e.c = NULL;
+	env_close(&e);
+	assert_int_equal(env_open(&e, &default_limits, MODE_HELLO_OLD), -EOPNOTSUPP);
+	e.c = NULL;
+	env_close(&e);
+}
+
+/* Ten chained blocks, each in three pieces, go in three frames (4 per
+ * frame) and come back byte-exact into differently split buffers. */
+static void test_put_get_split(void **state)
+{
+	struct env *e = *state;
+	enum { N = 10, LEN = 3000 };
+	static uint8_t src[N][LEN], dst[N][LEN + 100];
+	uint8_t keys[N][KVPOOL_KEY_BYTES];
+	struct iovec piov[N][3], giov[N][2];
+	struct kvpool_put_block pb[N];
+	struct kvpool_get_block gb[N];
+	int st[N];
+
+	for (int i = 0; i < N; i++) {
+		make_key(keys[i], i);
+		fill_payload(src[i], LEN, i);
+		piov[i][0] = (struct iovec){ src[i], 100 };
+		piov[i][1] = (struct iovec){ src[i] + 100, 1000 };
+		piov[i][2] = (struct iovec){ src[i] + 1100, LEN - 1100 };
+		pb[i] = (struct kvpool_put_block){ keys[i], i ? keys[i - 1] : NULL, piov[i], 3 };
+		giov[i][0] = (struct iovec){ dst[i], 7 };
+		giov[i][1] = (struct iovec){ dst[i] + 7, sizeof(dst[i]) - 7 };
+		gb[i] = (struct kvpool_get_block){ keys[i], giov[i], 2, 0 };
+	}
+	assert_int_equal(kvpool_put(e->c, pb, N, st), 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(st[i], 0);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_PUT]), 3);
+	assert_int_equal(atomic_load(&e->fk.put_blocks), N);
+	assert_int_equal(kvpool_get(e->c, gb, N, st), 0);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_GET]), 3);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(st[i], 0);
+		assert_int_equal(gb[i].length, LEN);
+		assert_memory_equal(dst[i], src[i], LEN);
+	}
+	/* A put of stored keys is a success ("already stored"). */
+	assert_int_equal(kvpool_put(e->c, pb, N, NULL), 0);
+	assert_int_equal(atomic_load(&e->fk.connections), 1);
+}
+
+/* Frames are pipelined: the server reads three requests before it
+ * answers the first, which only works if the client does not wait. */
+static void test_pipelining(void **state)
+{
+	struct env *e = *state;
+	int st[10];
+
+	e->fk.hold = 3;
+	atomic_store(&e->fk.mode, MODE_HOLD);
+	assert_int_equal(put_simple(e->c, 0, 10, 500, st), 0);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_PUT]), 3);
+	assert_int_equal(atomic_load(&e->fk.connections), 1);
+}
+
+/* A frame's payload stays within the server's in-flight put bytes. */
+static void test_inflight_split(void **state)
+{
+	struct proto_hello_reply lim = default_limits;
+	struct env e;
+	int st[8];
+
+	(void)state;
+	lim.max_inflight_put_bytes = 3000;
+	assert_int_equal(env_open(&e, &lim, MODE_NORMAL), 0);
+	assert_int_equal(put_simple(e.c, 0, 8, 1000, st), 0);
+	assert_int_equal(atomic_load(&e.fk.frames[PROTO_OP_PUT]), 3); /* 3 + 3 + 2 */
+	assert_int_equal(atomic_load(&e.fk.put_blocks), 8);
+	env_close(&e);
+}
+
+/* Every wire status maps to its errno, per block. */
+static void test_status_mapping(void **state)
+{
+	static const int expect[PROTO_STATUS_MAX + 1] = {
+		0, 0, -ENOENT, -ENOLINK, -ENOSPC, -EDQUOT, -EAGAIN, -EMSGSIZE,
+		-EACCES, -EPROTO, -EIO, -EOPNOTSUPP, -EBADMSG,
+	};
+	struct env *e = *state;
+	enum { N = PROTO_STATUS_MAX + 1 };
+	uint8_t keys[N][KVPOOL_KEY_BYTES];
+	int st[N];
+
+	for (int i = 0; i < N; i++) {
+		e->fk.status_table[i] = (uint16_t)i;
+		make_key(keys[i], i);
+	}
+	e->fk.n_status = N;
+	atomic_store(&e->fk.mode, MODE_STATUSES);
+	assert_int_equal(put_simple(e->c, 0, N, 64, st), -ENOENT);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(st[i], expect[i]);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_PUT]), 4);
+	memset(st, 0x55, sizeof(st));
+	e->fk.status_next = 0;
+	assert_int_equal(kvpool_exists(e->c, (const uint8_t(*)[KVPOOL_KEY_BYTES])keys, N, st), 0);
+	for (int i = 0; i < N; i++)
+		assert_int_equal(st[i], expect[i]);
+	assert_true(kvc_connected(e->c));
+}
+
+/* A whole-request error reply sets every block of its frames; the
+ * connection stays usable and the server's message is kept. */
+static void test_whole_request_error(void **state)
+{
+	struct env *e = *state;
+	int st[6];
+
+	atomic_store(&e->fk.mode, MODE_REFUSE);
+	assert_int_equal(put_simple(e->c, 0, 6, 100, st), -EAGAIN);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(st[i], -EAGAIN);
+	assert_string_equal(kvc_server_message(e->c), FAKE_BUSY_MESSAGE);
+	assert_true(kvc_connected(e->c));
+	atomic_store(&e->fk.mode, MODE_NORMAL);
+	assert_int_equal(kvpool_ping(e->c, NULL), 0);
+	assert_int_equal(atomic_load(&e->fk.connections), 1);
+}
+
+/* A reply with the wrong request id is a protocol error; the handle
+ * disconnects and the next call reconnects. */
+static void test_wrong_request_id(void **state)
+{
+	struct env *e = *state;
+	uint64_t rtt = 0;
+	int st[2];
+
+	atomic_store(&e->fk.mode, MODE_WRONG_ID);
+	assert_int_equal(kvpool_ping(e->c, NULL), -EPROTO);
+	assert_false(kvc_connected(e->c));
+	assert_int_equal(put_simple(e->c, 0, 2, 100, st), -EPROTO);
+	assert_int_equal(st[0], -EPROTO);
+	assert_int_equal(st[1], -EPROTO);
+	atomic_store(&e->fk.mode, MODE_NORMAL);
+	assert_int_equal(kvpool_ping(e->c, &rtt), 0);
+	assert_true(rtt > 0);
+	assert_int_equal(atomic_load(&e->fk.connections), 3);
+}
+
+/* A GET reply cut short is an error, never data. */
+static void test_truncated_reply(void **state)
+{
+	struct env *e = *state;
+	uint8_t key[KVPOOL_KEY_BYTES], buf[4096];
+	uint64_t len = 12345;
+	int st[1];
+
+	assert_int_equal(put_simple(e->c, 0, 1, 2000, st), 0);
+	make_key(key, 0);
+	atomic_store(&e->fk.mode, MODE_TRUNCATE_GET);
+	assert_int_equal(kvpool_get_bytes(e->c, key, buf, sizeof(buf), &len), -ECONNRESET);
+	assert_int_equal(len, 12345);
+	assert_false(kvc_connected(e->c));
+	atomic_store(&e->fk.mode, MODE_NORMAL);
+	assert_int_equal(kvpool_get_bytes(e->c, key, buf, sizeof(buf), &len), 0);
+	assert_int_equal(len, 2000);
+}
+
+/* Bytes that do not match their checksum are -EBADMSG and counted. */
+static void test_checksum_mismatch(void **state)
+{
+	struct env *e = *state;
+	uint8_t keys[2][KVPOOL_KEY_BYTES], buf[2][1000];
+	struct iovec iov[2] = { { buf[0], 1000 }, { buf[1], 1000 } };
+	struct kvpool_get_block gb[2] = { { keys[0], &iov[0], 1, 0 }, { keys[1], &iov[1], 1, 0 } };
+	int st[2];
+
+	assert_int_equal(put_simple(e->c, 0, 2, 1000, st), 0);
+	make_key(keys[0], 0);
+	make_key(keys[1], 1);
+	atomic_store(&e->fk.mode, MODE_CORRUPT_GET);
+	assert_int_equal(kvpool_get(e->c, gb, 2, st), -EBADMSG);
+	assert_int_equal(st[0], -EBADMSG);
+	assert_int_equal(st[1], 0);
+	assert_int_equal(gb[0].length, 0);
+	assert_int_equal(gb[1].length, 1000);
+	assert_int_equal(kvc_checksum_errors(e->c), 1);
+	assert_true(kvc_connected(e->c));
+}
+
+/* A silent server gives -ETIMEDOUT within the per-call timeout. */
+static void test_timeout(void **state)
+{
+	struct env *e = *state;
+	struct timespec t0;
+	size_t matched = 99;
+	uint8_t key[1][KVPOOL_KEY_BYTES];
+	double ms;
+
+	make_key(key[0], 0);
+	kvpool_set_timeout(e->c, 200);
+	atomic_store(&e->fk.mode, MODE_SILENT);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(kvpool_ping(e->c, NULL), -ETIMEDOUT);
+	ms = elapsed_ms(&t0);
+	assert_true(ms >= 190 && ms < 2000);
+	assert_false(kvc_connected(e->c));
+	assert_int_equal(kvpool_match(e->c, (const uint8_t(*)[KVPOOL_KEY_BYTES])key, 1, 0, &matched),
+			 -ETIMEDOUT);
+	assert_int_equal(matched, 99);
+	atomic_store(&e->fk.mode, MODE_NORMAL);
+	assert_int_equal(kvpool_ping(e->c, NULL), 0);
+}
+
+/* The server closes the connection: the call fails, the next reconnects. */
+static void test_reconnect_after_close(void **state)
+{
+	struct env *e = *state;
+	int rc;
+
+	atomic_store(&e->fk.mode, MODE_CLOSE);
+	rc = kvpool_ping(e->c, NULL);
+	assert_true(rc == -ECONNRESET || rc == -EPIPE);
+	assert_int_equal(kvpool_ping(e->c, NULL), 0);
+	assert_int_equal(atomic_load(&e->fk.connections), 2);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_HELLO]), 2);
+}
+
+/* After a server restart a call fails fast and a later one reconnects. */
+static void test_server_restart(void **state)
+{
+	struct env *e = *state;
+	uint16_t port = e->fk.port;
+	struct timespec t0;
+	int rc;
+
+	assert_int_equal(kvpool_ping(e->c, NULL), 0);
+	fake_stop(&e->fk);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rc = kvpool_ping(e->c, NULL);
+	assert_true(rc == -ECONNRESET || rc == -EPIPE || rc == -ECONNREFUSED);
+	assert_int_equal(kvpool_ping(e->c, NULL), -ECONNREFUSED);
+	assert_true(elapsed_ms(&t0) < 1000);
+	fake_start(&e->fk, port);
+	assert_int_equal(kvpool_ping(e->c, NULL), 0);
+	assert_true(kvc_connected(e->c));
+}
+
+/* Oversize and empty blocks are refused locally and never sent. */
+static void test_local_refusal(void **state)
+{
+	struct proto_hello_reply lim = default_limits;
+	static uint8_t big[2048], small[100];
+	uint8_t keys[3][KVPOOL_KEY_BYTES];
+	struct iovec iov[3] = { { big, sizeof(big) }, { small, 0 }, { small, sizeof(small) } };
+	struct kvpool_put_block pb[3];
+	struct env e;
+	int st[3];
+
+	(void)state;
+	lim.max_block_bytes = 1024;
+	assert_int_equal(env_open(&e, &lim, MODE_NORMAL), 0);
+	for (int i = 0; i < 3; i++) {
+		make_key(keys[i], i);
+		pb[i] = (struct kvpool_put_block){ keys[i], NULL, &iov[i], 1 };
+	}
+	assert_int_equal(kvpool_put(e.c, pb, 1, st), -EMSGSIZE);
+	assert_int_equal(st[0], -EMSGSIZE);
+	assert_int_equal(atomic_load(&e.fk.frames[PROTO_OP_PUT]), 0);
+	assert_int_equal(kvpool_put(e.c, pb, 3, st), -EMSGSIZE);
+	assert_int_equal(st[0], -EMSGSIZE);
+	assert_int_equal(st[1], -EMSGSIZE);
+	assert_int_equal(st[2], 0);
+	assert_int_equal(atomic_load(&e.fk.put_blocks), 1);
+	assert_true(kvc_connected(e.c));
+	env_close(&e);
+}
+
+/* Misses and buffers too small for a block. */
+static void test_get_miss_and_small_buffer(void **state)
+{
+	struct env *e = *state;
+	uint8_t key[KVPOOL_KEY_BYTES], buf[1000];
+	uint64_t len = 7;
+	int st[1];
+
+	assert_int_equal(put_simple(e->c, 0, 1, 1000, st), 0);
+	make_key(key, 5);
+	assert_int_equal(kvpool_get_bytes(e->c, key, buf, sizeof(buf), &len), -ENOENT);
+	make_key(key, 0);
+	assert_int_equal(kvpool_get_bytes(e->c, key, buf, 999, &len), -EMSGSIZE);
+	assert_int_equal(len, 7);
+	assert_int_equal(kvpool_get_bytes(e->c, key, buf, sizeof(buf), &len), 0);
+	assert_int_equal(len, 1000);
+}
+
+/* MATCH goes chunk by chunk and stops after a partial chunk. */
+static void test_match_chunks(void **state)
+{
+	struct env *e = *state;
+	uint8_t keys[10][KVPOOL_KEY_BYTES];
+	size_t matched = 0;
+	int st[6];
+
+	assert_int_equal(put_simple(e->c, 0, 6, 10, st), 0);
+	for (int i = 0; i < 10; i++)
+		make_key(keys[i], i);
+	assert_int_equal(kvpool_match(e->c, (const uint8_t(*)[KVPOOL_KEY_BYTES])keys, 10, 100,
+				      &matched), 0);
+	assert_int_equal(matched, 6);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_MATCH]), 2);
+	assert_int_equal(kvpool_match(e->c, (const uint8_t(*)[KVPOOL_KEY_BYTES])keys + 6, 4, 0,
+				      &matched), 0);
+	assert_int_equal(matched, 0);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_MATCH]), 3);
+	make_key(keys[1], 99); /* chain broken in the first chunk: one frame only */
+	assert_int_equal(kvpool_match(e->c, (const uint8_t(*)[KVPOOL_KEY_BYTES])keys, 10, 0,
+				      &matched), 0);
+	assert_int_equal(matched, 1);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_MATCH]), 4);
+}
+
+static void test_exists_delete_stats_drop(void **state)
+{
+	struct env *e = *state;
+	uint8_t keys[5][KVPOOL_KEY_BYTES];
+	const uint8_t(*k)[KVPOOL_KEY_BYTES] = (const uint8_t(*)[KVPOOL_KEY_BYTES])keys;
+	uint64_t dropped = 0;
+	char *json = NULL;
+	int st[5];
+
+	assert_int_equal(put_simple(e->c, 0, 3, 10, st), 0);
+	for (int i = 0; i < 5; i++)
+		make_key(keys[i], i);
+	assert_int_equal(kvpool_exists(e->c, k, 5, st), 0);
+	assert_int_equal(st[0], 0);
+	assert_int_equal(st[2], 0);
+	assert_int_equal(st[3], -ENOENT);
+	assert_int_equal(st[4], -ENOENT);
+	assert_int_equal(kvpool_delete(e->c, k + 2, 2, st), 0);
+	assert_int_equal(st[0], 0);
+	assert_int_equal(st[1], -ENOENT);
+	assert_int_equal(kvpool_delete(e->c, k + 2, 1, NULL), 0);
+	assert_int_equal(kvpool_stats(e->c, NULL, &json), 0);
+	assert_string_equal(json, "{\"version\":\"0.1.0\",\"protocol\":1}");
+	kvpool_free(json);
+	assert_int_equal(kvpool_stats(e->c, "bad name", &json), -EINVAL);
+	assert_int_equal(kvpool_drop_namespace(e->c, NULL, &dropped), 0);
+	assert_int_equal(dropped, 2);
+	assert_int_equal(kvpool_exists(e->c, k, 1, st), 0);
+	assert_int_equal(st[0], -ENOENT);
+}
+
+static void test_invalid_args(void **state)
+{
+	struct env *e = *state;
+	uint8_t key[KVPOOL_KEY_BYTES] = { 1 }, data[4] = { 0 };
+	struct iovec iov = { data, sizeof(data) };
+	struct kvpool_put_block pb[2] = { { key, NULL, &iov, 1 }, { NULL, NULL, &iov, 1 } };
+	struct kvpool_get_block gb[1] = { { key, &iov, 0, 0 } };
+	size_t matched;
+	int st[2] = { 5, 5 };
+
+	assert_int_equal(kvpool_put(e->c, pb, 2, st), -EINVAL);
+	assert_int_equal(st[0], -EINVAL);
+	assert_int_equal(st[1], -EINVAL);
+	assert_int_equal(kvpool_get(e->c, gb, 1, st), -EINVAL);
+	assert_int_equal(kvpool_exists(e->c, (const uint8_t(*)[KVPOOL_KEY_BYTES])key, 1, NULL),
+			 -EINVAL);
+	assert_int_equal(kvpool_match(e->c, NULL, 1, 0, &matched), -EINVAL);
+	assert_int_equal(kvpool_put(NULL, pb, 1, NULL), -EINVAL);
+	assert_int_equal(kvpool_put(e->c, pb, 0, NULL), 0);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_PUT]), 0);
+}
+
+#define FAKE_TEST(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_url_good),
+		cmocka_unit_test(test_url_bad),
+		cmocka_unit_test(test_strerror),
+		cmocka_unit_test(test_checksum_iov),
+		cmocka_unit_test(test_connect_errors),
+		FAKE_TEST(test_hello_limits),
+		cmocka_unit_test(test_hello_refused),
+		FAKE_TEST(test_put_get_split),
+		FAKE_TEST(test_pipelining),
+		cmocka_unit_test(test_inflight_split),
+		FAKE_TEST(test_status_mapping),
+		FAKE_TEST(test_whole_request_error),
+		FAKE_TEST(test_wrong_request_id),
+		FAKE_TEST(test_truncated_reply),
+		FAKE_TEST(test_checksum_mismatch),
+		FAKE_TEST(test_timeout),
+		FAKE_TEST(test_reconnect_after_close),
+		FAKE_TEST(test_server_restart),
+		cmocka_unit_test(test_local_refusal),
+		FAKE_TEST(test_get_miss_and_small_buffer),
+		FAKE_TEST(test_match_chunks),
+		FAKE_TEST(test_exists_delete_stats_drop),
+		FAKE_TEST(test_invalid_args),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

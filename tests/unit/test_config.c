@@ -1,0 +1,799 @@
+/*
+ * test_config.c - unit tests of kvpoold settings (config/).
+ *
+ * Size parsing (good and bad), every rejection path of conf_set, INI files
+ * with file:line in their messages, flags in both forms, precedence
+ * flag > file > default, cross-setting validation, --help and the shipped
+ * example config.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "conf.h"
+
+#define KIB (1ull << 10)
+#define MIB (1ull << 20)
+#define GIB (1ull << 30)
+#define TIB (1ull << 40)
+
+/* Every key, in table order. */
+static const char *const keys[] = {
+	"listen", "port", "threads", "dram_capacity", "max_block_bytes", "max_batch_blocks",
+	"max_frame_bytes", "max_lease_ms", "max_connections", "idle_timeout_ms",
+	"payload_timeout_ms", "max_inflight_put_bytes", "log_level",
+};
+#define N_KEYS (sizeof(keys) / sizeof(keys[0]))
+
+/* ---- helpers ------------------------------------------------------------ */
+
+struct tmpfile {
+	char path[64];
+};
+
+/* Write text to a new temporary file. */
+static void tmp_write(struct tmpfile *t, const char *text)
+{
+	int fd;
+	size_t len = strlen(text);
+
+	snprintf(t->path, sizeof(t->path), "/tmp/kvpool-conf-XXXXXX");
+	fd = mkstemp(t->path);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, len), (ssize_t)len);
+	assert_int_equal(close(fd), 0);
+}
+
+static void tmp_remove(struct tmpfile *t)
+{
+	assert_int_equal(unlink(t->path), 0);
+}
+
+static uint32_t cores(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return n < 1 ? 1 : n > 256 ? 256 : (uint32_t)n;
+}
+
+/* conf_print into a string (caller frees). */
+static char *print_conf(const struct conf *c)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	assert_non_null(f);
+	conf_print(c, f);
+	assert_int_equal(fclose(f), 0);
+	return buf;
+}
+
+static void assert_contains(const char *haystack, const char *needle)
+{
+	if (!strstr(haystack, needle))
+		fail_msg("'%s' does not contain '%s'", haystack, needle);
+}
+
+/* Run conf_from_args on a NULL-terminated list (argv[0] added). */
+static int run_args(struct conf *c, int *help, char *err, size_t err_len, ...)
+{
+	char *argv[32] = { "kvpoold" };
+	int argc = 1;
+	va_list ap;
+
+	va_start(ap, err_len);
+	for (char *a; (a = va_arg(ap, char *)) != NULL;) {
+		assert_true(argc < 31);
+		argv[argc++] = a;
+	}
+	va_end(ap);
+	return conf_from_args(c, argc, argv, help, err, err_len);
+}
+
+/* ---- defaults ----------------------------------------------------------- */
+
+static void test_defaults(void **state)
+{
+	struct conf c;
+	char err[256];
+
+	(void)state;
+	memset(&c, 0xab, sizeof(c));
+	conf_defaults(&c);
+	assert_string_equal(c.listen, "127.0.0.1");
+	assert_int_equal(c.port, 7470);
+	assert_int_equal(c.threads, cores());
+	assert_true(c.dram_capacity_bytes == GIB);
+	assert_true(c.max_block_bytes == 64 * MIB);
+	assert_int_equal(c.max_batch_blocks, 1024);
+	assert_int_equal(c.max_frame_bytes, 4 * MIB);
+	assert_int_equal(c.max_lease_ms, 5000);
+	assert_int_equal(c.max_connections, 1024);
+	assert_int_equal(c.idle_timeout_ms, 300000);
+	assert_int_equal(c.payload_timeout_ms, 10000);
+	assert_true(c.max_inflight_put_bytes == 512 * MIB);
+	assert_int_equal(c.log_level, CONF_LOG_INFO);
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+}
+
+/* conf_print writes text that conf_set reads back to the same settings. */
+static void test_print_roundtrip(void **state)
+{
+	struct conf c, d;
+	char err[256], *text, *again, *save = NULL;
+	size_t lines = 0;
+
+	(void)state;
+	conf_defaults(&c);
+	assert_int_equal(conf_set(&c, "dram_capacity", "1.5GiB", "t", err, sizeof(err)), 0);
+	assert_int_equal(conf_set(&c, "max_block_bytes", "4097", "t", err, sizeof(err)), 0);
+	assert_int_equal(conf_set(&c, "log_level", "debug", "t", err, sizeof(err)), 0);
+	assert_int_equal(conf_set(&c, "listen", "::1", "t", err, sizeof(err)), 0);
+	text = print_conf(&c);
+	assert_contains(text, "dram_capacity 1536MiB\n");
+	assert_contains(text, "max_block_bytes 4097\n");
+	assert_contains(text, "log_level debug\n");
+	assert_contains(text, "listen ::1\n");
+
+	conf_defaults(&d);
+	for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char *sp = strchr(line, ' ');
+
+		assert_non_null(sp);
+		*sp = '\0';
+		assert_string_equal(line, keys[lines]);
+		assert_int_equal(conf_set(&d, line, sp + 1, "print", err, sizeof(err)), 0);
+		lines++;
+	}
+	assert_int_equal(lines, N_KEYS);
+	free(text);
+	text = print_conf(&c);
+	again = print_conf(&d);
+	assert_string_equal(text, again);
+	assert_true(d.dram_capacity_bytes == 3 * GIB / 2);
+	free(text);
+	free(again);
+}
+
+/* ---- sizes -------------------------------------------------------------- */
+
+static void test_size_good(void **state)
+{
+	static const struct { const char *text; uint64_t want; } cases[] = {
+		{ "0", 0 }, { "1", 1 }, { "4096", 4096 }, { "007", 7 },
+		{ "1B", 1 }, { "1b", 1 }, { "12 B", 12 },
+		{ "1KB", 1000 }, { "1kb", 1000 }, { "1Kb", 1000 }, { "1MB", 1000000 },
+		{ "1GB", 1000000000ull }, { "1TB", 1000000000000ull },
+		{ "1KiB", KIB }, { "1kib", KIB }, { "1KIB", KIB }, { "1MiB", MIB },
+		{ "4GiB", 4 * GIB }, { "4gib", 4 * GIB }, { "2TiB", 2 * TIB },
+		{ "1.5GiB", 3 * GIB / 2 }, { "0.5KiB", 512 }, { "1.25MB", 1250000 },
+		{ "0.1KB", 100 }, { "2.0GB", 2000000000ull },
+		{ "4 GiB", 4 * GIB }, { " 4GiB ", 4 * GIB }, { "\t64MiB\t", 64 * MIB },
+		/* fractions are rounded down to a whole byte */
+		{ "1.0001KB", 1000 }, { "1.9999KiB", 2047 },
+		{ "3.99999999999999999999999GB", 3999999999ull },
+		{ "18446744073709551615", UINT64_MAX },
+		{ "16777215TiB", 16777215ull * TIB },
+		{ "15.99999TiB", 17592175049299ull },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint64_t v = 12345;
+		int rc = conf_parse_size(cases[i].text, &v);
+
+		if (rc != 0 || v != cases[i].want)
+			fail_msg("'%s': rc %d value %llu, want %llu", cases[i].text, rc,
+				 (unsigned long long)v, (unsigned long long)cases[i].want);
+	}
+}
+
+static void test_size_bad(void **state)
+{
+	static const struct { const char *text; int err; } cases[] = {
+		{ "", -EINVAL }, { "   ", -EINVAL },
+		{ "-1", -EINVAL }, { "-1GiB", -EINVAL }, { " -0", -EINVAL },
+		{ "abc", -EINVAL }, { "GiB", -EINVAL }, { "+5", -EINVAL }, { ".5GiB", -EINVAL },
+		{ "1.5", -EINVAL }, { "1.5B", -EINVAL }, /* a fraction of a byte */
+		{ "1.GiB", -EINVAL }, { "1..5GiB", -EINVAL }, { "1.5.5GiB", -EINVAL },
+		{ "4XB", -EINVAL }, { "4G", -EINVAL }, { "4K", -EINVAL }, { "4 bytes", -EINVAL },
+		{ "4PiB", -EINVAL }, { "4GiBs", -EINVAL }, { "4iB", -EINVAL },
+		{ "4 GiB x", -EINVAL }, { "4GiB2", -EINVAL }, { "4GiB;", -EINVAL },
+		{ "0x10", -EINVAL }, { "1e9", -EINVAL }, { "nan", -EINVAL }, { "inf", -EINVAL },
+		{ "1,5GiB", -EINVAL }, { "4 G iB", -EINVAL },
+		{ "18446744073709551616", -ERANGE },
+		{ "99999999999999999999999", -ERANGE },
+		{ "16777216TiB", -ERANGE }, { "17179869184GiB", -ERANGE },
+		{ "18446744073709551615KB", -ERANGE }, { "16777215.99999999TiB", 0 },
+		{ "18446744073.709551616GB", -ERANGE },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint64_t v = 777;
+		int rc = conf_parse_size(cases[i].text, &v);
+
+		if (rc != cases[i].err)
+			fail_msg("'%s': rc %d, want %d", cases[i].text, rc, cases[i].err);
+		if (rc)
+			assert_true(v == 777); /* untouched on error */
+	}
+	uint64_t v;
+	assert_int_equal(conf_parse_size(NULL, &v), -EINVAL);
+}
+
+/* ---- conf_set ----------------------------------------------------------- */
+
+struct set_case {
+	const char *key, *value;
+	int err;           /* expected return */
+	const char *reason; /* substring of the message */
+};
+
+static void test_set_rejections(void **state)
+{
+	static char long_name[300];
+	const struct set_case cases[] = {
+		{ "bogus", "1", -ENOENT, "unknown key 'bogus'" },
+		{ "Port", "1", -ENOENT, "unknown key" },
+		{ "", "1", -ENOENT, "unknown key" },
+		{ "port", "abc", -EINVAL, "not a whole number" },
+		{ "port", "", -EINVAL, "empty" },
+		{ "port", "-1", -EINVAL, "negative" },
+		{ "port", "74 70", -EINVAL, "not a whole number" },
+		{ "port", "7k", -EINVAL, "not a whole number" },
+		{ "port", "1.5", -EINVAL, "not a whole number" },
+		{ "port", "0", -ERANGE, "out of range 1..65535" },
+		{ "port", "65536", -ERANGE, "out of range 1..65535" },
+		{ "port", "4294967296", -ERANGE, "32 bits" },
+		{ "threads", "257", -ERANGE, "out of range 1..256" },
+		{ "max_batch_blocks", "0", -ERANGE, "out of range 1..65536" },
+		{ "max_batch_blocks", "65537", -ERANGE, "out of range" },
+		{ "max_connections", "0", -ERANGE, "out of range" },
+		{ "max_lease_ms", "3600001", -ERANGE, "out of range 0..3600000" },
+		{ "idle_timeout_ms", "86400001", -ERANGE, "out of range" },
+		{ "payload_timeout_ms", "9", -ERANGE, "out of range 10..3600000" },
+		{ "dram_capacity", "1048575", -ERANGE, "out of range 1MiB..256TiB" },
+		{ "dram_capacity", "512KiB", -ERANGE, "out of range" },
+		{ "dram_capacity", "257TiB", -ERANGE, "out of range" },
+		{ "dram_capacity", "-4GiB", -EINVAL, "negative" },
+		{ "dram_capacity", "4XB", -EINVAL, "unknown unit 'XB'" },
+		{ "dram_capacity", "4GiB junk", -EINVAL, "trailing" },
+		{ "dram_capacity", "99999999999999999999GiB", -ERANGE, "64 bits" },
+		{ "max_block_bytes", "0", -ERANGE, "out of range 1..4GiB" },
+		{ "max_block_bytes", "4.5GiB", -ERANGE, "out of range" },
+		{ "max_frame_bytes", "4095", -ERANGE, "out of range 4KiB..1GiB" },
+		{ "max_frame_bytes", "2GiB", -ERANGE, "out of range" },
+		{ "max_frame_bytes", "8GiB", -ERANGE, "out of range" }, /* would wrap a u32 */
+		{ "max_inflight_put_bytes", "0", -ERANGE, "out of range" },
+		{ "log_level", "verbose", -EINVAL, "unknown log level" },
+		{ "log_level", "", -EINVAL, "unknown log level" },
+		{ "log_level", "2", -EINVAL, "unknown log level" },
+		{ "listen", "", -ERANGE, "length 0" },
+		{ "listen", "a b", -EINVAL, "spaces" },
+		{ "listen", "a\tb", -EINVAL, "spaces" },
+		{ "listen", "a\x01", -EINVAL, "control" },
+		{ "listen", long_name, -ERANGE, "length 256" },
+		{ "port", NULL, -EINVAL, "missing value" },
+	};
+	struct conf c, before;
+	char err[512];
+
+	(void)state;
+	memset(long_name, 'h', 256);
+	conf_defaults(&c);
+	before = c;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc;
+
+		err[0] = '\0';
+		rc = conf_set(&c, cases[i].key, cases[i].value, "src.conf:42", err, sizeof(err));
+		if (rc != cases[i].err)
+			fail_msg("%s = '%s': rc %d, want %d (%s)", cases[i].key,
+				 cases[i].value ? cases[i].value : "(null)", rc, cases[i].err, err);
+		assert_contains(err, "src.conf:42: ");
+		assert_contains(err, cases[i].reason);
+		if (rc != -ENOENT)
+			assert_contains(err, cases[i].key); /* names the key */
+		/* a rejected value changes nothing */
+		assert_memory_equal(&c, &before, sizeof(c));
+	}
+	/* err may be NULL */
+	assert_int_equal(conf_set(&c, "port", "x", "s", NULL, 0), -EINVAL);
+	assert_int_equal(conf_set(&c, NULL, "1", "s", err, sizeof(err)), -ENOENT);
+}
+
+static void test_set_accepts(void **state)
+{
+	struct conf c;
+	char err[256];
+
+	(void)state;
+	conf_defaults(&c);
+	assert_int_equal(conf_set(&c, "port", " 8080 ", "s", err, sizeof(err)), 0);
+	assert_int_equal(c.port, 8080);
+	assert_int_equal(conf_set(&c, "port", "65535", "s", err, sizeof(err)), 0);
+	assert_int_equal(conf_set(&c, "port", "1", "s", err, sizeof(err)), 0);
+	assert_int_equal(c.port, 1);
+	assert_int_equal(conf_set(&c, "threads", "256", "s", err, sizeof(err)), 0);
+	assert_int_equal(c.threads, 256);
+	assert_int_equal(conf_set(&c, "threads", "0", "s", err, sizeof(err)), 0);
+	assert_int_equal(c.threads, cores()); /* 0 = number of cores */
+	assert_int_equal(conf_set(&c, "max_frame_bytes", "1GiB", "s", err, sizeof(err)), 0);
+	assert_int_equal(c.max_frame_bytes, (uint32_t)GIB);
+	assert_int_equal(conf_set(&c, "max_frame_bytes", "4KiB", "s", err, sizeof(err)), 0);
+	assert_int_equal(c.max_frame_bytes, 4096);
+	assert_int_equal(conf_set(&c, "dram_capacity", "1MiB", "s", err, sizeof(err)), 0);
+	assert_true(c.dram_capacity_bytes == MIB);
+	assert_int_equal(conf_set(&c, "dram_capacity", "256TiB", "s", err, sizeof(err)), 0);
+	assert_int_equal(conf_set(&c, "max_lease_ms", "0", "s", err, sizeof(err)), 0);
+	assert_int_equal(c.max_lease_ms, 0);
+	assert_int_equal(conf_set(&c, "idle_timeout_ms", "0", "s", err, sizeof(err)), 0);
+	assert_int_equal(conf_set(&c, "log_level", "WARN", "s", err, sizeof(err)), 0);
+	assert_int_equal(c.log_level, CONF_LOG_WARN);
+	assert_int_equal(conf_set(&c, "log_level", "error", "s", err, sizeof(err)), 0);
+	assert_int_equal(c.log_level, CONF_LOG_ERROR);
+	assert_int_equal(conf_set(&c, "listen", "0.0.0.0", "s", err, sizeof(err)), 0);
+	assert_string_equal(c.listen, "0.0.0.0");
+
+	char name[256];
+	memset(name, 'n', 255);
+	name[255] = '\0';
+	assert_int_equal(conf_set(&c, "listen", name, "s", err, sizeof(err)), 0);
+	assert_int_equal(strlen(c.listen), 255);
+}
+
+/* ---- conf_validate ------------------------------------------------------ */
+
+static void test_validate(void **state)
+{
+	struct conf c;
+	char err[512];
+
+	(void)state;
+	conf_defaults(&c);
+	c.max_block_bytes = 2 * GIB;
+	c.max_inflight_put_bytes = 4 * GIB;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "max_block_bytes (2GiB)");
+	assert_contains(err, "dram_capacity (1GiB)");
+	c.max_block_bytes = GIB; /* equal is fine */
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+
+	conf_defaults(&c);
+	c.max_inflight_put_bytes = 64 * MIB - 1;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "max_inflight_put_bytes");
+	assert_contains(err, "max_block_bytes (64MiB)");
+	c.max_inflight_put_bytes = 64 * MIB;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+
+	/* a full PUT batch must fit in a frame: 32 + 8 + 88 * blocks */
+	conf_defaults(&c);
+	c.max_batch_blocks = 1000;
+	c.max_frame_bytes = 32 + 8 + 88 * 1000;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	c.max_frame_bytes--;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "max_frame_bytes");
+	assert_contains(err, "max_batch_blocks (1000)");
+	assert_contains(err, "88040");
+	c.max_batch_blocks = 65536;
+	c.max_frame_bytes = 4 * MIB;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+
+	/* ranges, for a struct filled by hand */
+	conf_defaults(&c);
+	c.port = 0;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "port");
+	conf_defaults(&c);
+	c.threads = 0;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "threads");
+	conf_defaults(&c);
+	c.log_level = 7;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "log_level");
+	conf_defaults(&c);
+	c.max_frame_bytes = 1024;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "max_frame_bytes");
+	conf_defaults(&c);
+	memset(c.listen, 'x', sizeof(c.listen)); /* not NUL-terminated */
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "listen");
+	conf_defaults(&c);
+	c.listen[0] = '\0';
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+}
+
+/* ---- INI files ---------------------------------------------------------- */
+
+static void test_file_load(void **state)
+{
+	struct tmpfile t;
+	struct conf c;
+	char err[512];
+
+	(void)state;
+	tmp_write(&t,
+		  "# a comment\n"
+		  "; another\n"
+		  "listen = 0.0.0.0\n"
+		  "\n"
+		  "[kvpoold]\n"
+		  "  port = 9000\n"        /* indented keys are plain keys */
+		  "\tthreads = 3\n"
+		  "dram_capacity = 1.5GiB\r\n" /* CRLF */
+		  "max_block_bytes=8MiB\n"
+		  "max_batch_blocks : 512\n"
+		  "log_level = Debug ; inline comment\n"
+		  "max_inflight_put_bytes = 1GB\n");
+	conf_defaults(&c);
+	assert_int_equal(conf_load_file(&c, t.path, err, sizeof(err)), 0);
+	assert_string_equal(c.listen, "0.0.0.0");
+	assert_int_equal(c.port, 9000);
+	assert_int_equal(c.threads, 3);
+	assert_true(c.dram_capacity_bytes == 3 * GIB / 2);
+	assert_true(c.max_block_bytes == 8 * MIB);
+	assert_int_equal(c.max_batch_blocks, 512);
+	assert_int_equal(c.log_level, CONF_LOG_DEBUG);
+	assert_true(c.max_inflight_put_bytes == 1000000000ull);
+	assert_int_equal(c.max_lease_ms, 5000); /* untouched keys keep their value */
+	tmp_remove(&t);
+
+	/* threads = 0 in the file means the number of cores */
+	tmp_write(&t, "threads = 0\n");
+	c.threads = 7;
+	assert_int_equal(conf_load_file(&c, t.path, err, sizeof(err)), 0);
+	assert_int_equal(c.threads, cores());
+	tmp_remove(&t);
+
+	/* an empty file changes nothing */
+	tmp_write(&t, "");
+	assert_int_equal(conf_load_file(&c, t.path, err, sizeof(err)), 0);
+	assert_int_equal(c.threads, cores());
+	tmp_remove(&t);
+}
+
+struct file_case {
+	const char *text;
+	int err;
+	int line;
+	const char *reason;
+};
+
+static void test_file_errors(void **state)
+{
+	static char long_line[400];
+	const struct file_case cases[] = {
+		{ "port = 1\nthreads = 2\nbogus = 3\n", -ENOENT, 3, "unknown key 'bogus'" },
+		{ "port = 1\n\n\n\nport = 70000\n", -ERANGE, 5, "port: out of range" },
+		{ "dram_capacity = -1\n", -EINVAL, 1, "dram_capacity: negative" },
+		{ "dram_capacity = 4XB\n", -EINVAL, 1, "unknown unit" },
+		{ "dram_capacity = 99999999999999999999999\n", -ERANGE, 1, "64 bits" },
+		{ "dram_capacity = 4GiB # comment\n", -EINVAL, 1, "trailing" },
+		{ "port = 1\nthreads\n", -EINVAL, 2, "syntax error" },
+		{ "[kvpoold\nport = 1\n", -EINVAL, 1, "syntax error" },
+		{ "[other]\nport = 1\n", -ENOENT, 2, "unknown section [other]" },
+		{ "log_level = loud\n", -EINVAL, 1, "log_level: unknown log level" },
+		{ "port =\n", -EINVAL, 1, "port: empty" },
+		{ long_line, -EINVAL, 2, "line longer than" },
+		/* the first bad line wins, whatever the kind of error */
+		{ "port = 1\nnonsense\nport = 0\n", -EINVAL, 2, "syntax error" },
+		{ "port = 0\nnonsense\n", -ERANGE, 1, "out of range" },
+		{ "a = 1\nb = 2\n", -ENOENT, 1, "unknown key 'a'" },
+	};
+
+	(void)state;
+	memset(long_line, 0, sizeof(long_line));
+	strcpy(long_line, "port = 1\nlisten = ");
+	memset(long_line + strlen(long_line), 'x', 300);
+	strcat(long_line, "\n");
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct tmpfile t;
+		struct conf c, before;
+		char err[512], where[128];
+		int rc;
+
+		tmp_write(&t, cases[i].text);
+		conf_defaults(&c);
+		before = c;
+		err[0] = '\0';
+		rc = conf_load_file(&c, t.path, err, sizeof(err));
+		if (rc != cases[i].err)
+			fail_msg("case %zu: rc %d, want %d (%s)", i, rc, cases[i].err, err);
+		snprintf(where, sizeof(where), "%s:%d: ", t.path, cases[i].line);
+		assert_contains(err, where);
+		assert_contains(err, cases[i].reason);
+		/* nothing applied from a file with an error */
+		assert_memory_equal(&c, &before, sizeof(c));
+		tmp_remove(&t);
+	}
+}
+
+static void test_file_missing(void **state)
+{
+	struct conf c;
+	char err[512];
+
+	(void)state;
+	conf_defaults(&c);
+	assert_int_equal(conf_load_file(&c, "/nonexistent/kvpool.conf", err, sizeof(err)), -ENOENT);
+	assert_contains(err, "/nonexistent/kvpool.conf");
+	assert_contains(err, "cannot open");
+	assert_int_equal(conf_load_file(&c, NULL, err, sizeof(err)), -EINVAL);
+	assert_int_equal(conf_load_file(&c, "/", err, sizeof(err)) < 0, 1); /* a directory */
+}
+
+/* ---- command line ------------------------------------------------------- */
+
+static void test_args_forms(void **state)
+{
+	struct conf c;
+	char err[512];
+	int help = 5;
+
+	(void)state;
+	conf_defaults(&c);
+	assert_int_equal(run_args(&c, &help, err, sizeof(err), "--dram-capacity", "4GiB",
+				  "--max-block-bytes=1MiB", "--log-level=debug", "--port", "1234",
+				  "--listen=::", "--max-inflight-put-bytes", "2 GiB", NULL), 0);
+	assert_int_equal(help, 0);
+	assert_true(c.dram_capacity_bytes == 4 * GIB);
+	assert_true(c.max_block_bytes == MIB);
+	assert_int_equal(c.log_level, CONF_LOG_DEBUG);
+	assert_int_equal(c.port, 1234);
+	assert_string_equal(c.listen, "::");
+	assert_true(c.max_inflight_put_bytes == 2 * GIB);
+
+	/* no arguments: nothing changes */
+	struct conf d = c;
+	assert_int_equal(run_args(&c, &help, err, sizeof(err), NULL), 0);
+	assert_memory_equal(&c, &d, sizeof(c));
+
+	/* a later flag wins over an earlier one */
+	assert_int_equal(run_args(&c, &help, err, sizeof(err), "--port", "1", "--port=2", NULL), 0);
+	assert_int_equal(c.port, 2);
+}
+
+struct args_case {
+	const char *argv[4];
+	int err;
+	const char *reason[3];
+};
+
+static void test_args_errors(void **state)
+{
+	const struct args_case cases[] = {
+		{ { "--bogus", "1" }, -ENOENT, { "--bogus", "unknown flag" } },
+		{ { "--bogus=1" }, -ENOENT, { "--bogus:", "unknown flag" } },
+		{ { "--dram_capacity", "1GiB" }, -ENOENT, { "--dram_capacity", "unknown flag" } },
+		{ { "--port" }, -EINVAL, { "--port", "missing value" } },
+		{ { "--port", "--threads", "2" }, -EINVAL, { "--port", "missing value" } },
+		{ { "--config" }, -EINVAL, { "--config", "missing value" } },
+		{ { "stray" }, -EINVAL, { "unexpected argument 'stray'" } },
+		{ { "-p", "1" }, -EINVAL, { "unexpected argument '-p'" } },
+		{ { "---port", "1" }, -EINVAL, { "unexpected argument" } },
+		{ { "--" }, -EINVAL, { "unexpected argument '--'" } },
+		{ { "--port", "1", "extra" }, -EINVAL, { "unexpected argument 'extra'" } },
+		{ { "--port", "abc" }, -EINVAL, { "--port: ", "port: ", "not a whole number" } },
+		{ { "--port=70000" }, -ERANGE, { "--port: ", "port: out of range" } },
+		{ { "--dram-capacity", "4XB" }, -EINVAL, { "--dram-capacity: ", "dram_capacity",
+							   "unknown unit" } },
+		{ { "--dram-capacity=-1" }, -EINVAL, { "--dram-capacity", "negative" } },
+		{ { "--threads", "300" }, -ERANGE, { "--threads", "out of range 1..256" } },
+		{ { "--listen=" }, -ERANGE, { "--listen", "length 0" } },
+		{ { "--log-level", "chatty" }, -EINVAL, { "--log-level", "unknown log level" } },
+		{ { "--config", "/nonexistent/x.conf" }, -ENOENT, { "/nonexistent/x.conf", "cannot open" } },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *argv[5] = { "kvpoold" };
+		int argc = 1, help = 9, rc;
+		struct conf c, before;
+		char err[512] = "";
+
+		for (int k = 0; k < 4 && cases[i].argv[k]; k++)
+			argv[argc++] = (char *)cases[i].argv[k];
+		conf_defaults(&c);
+		before = c;
+		rc = conf_from_args(&c, argc, argv, &help, err, sizeof(err));
+		if (rc != cases[i].err)
+			fail_msg("case %zu (%s): rc %d, want %d (%s)", i, argv[1], rc, cases[i].err, err);
+		for (int k = 0; k < 3 && cases[i].reason[k]; k++)
+			assert_contains(err, cases[i].reason[k]);
+		assert_memory_equal(&c, &before, sizeof(c)); /* nothing applied */
+		assert_int_equal(help, 9);                    /* not written on error */
+	}
+}
+
+static void test_args_help(void **state)
+{
+	struct conf c, before;
+	char err[512];
+	int help = 0;
+
+	(void)state;
+	conf_defaults(&c);
+	before = c;
+	assert_int_equal(run_args(&c, &help, err, sizeof(err), "--help", NULL), 0);
+	assert_int_equal(help, 1);
+	/* --help wins over bad settings around it, and applies nothing */
+	help = 0;
+	assert_int_equal(run_args(&c, &help, err, sizeof(err), "--port", "5", "--threads", "abc",
+				  "--help", NULL), 0);
+	assert_int_equal(help, 1);
+	assert_memory_equal(&c, &before, sizeof(c));
+}
+
+/* flag > file > default, whatever the order on the command line. */
+static void test_precedence(void **state)
+{
+	struct tmpfile t1, t2;
+	struct conf c;
+	char err[512];
+	int help;
+
+	(void)state;
+	tmp_write(&t1, "port = 8000\nthreads = 3\ndram_capacity = 2GiB\nlog_level = warn\n");
+	tmp_write(&t2, "[kvpoold]\nthreads = 4\n");
+
+	conf_defaults(&c);
+	assert_int_equal(run_args(&c, &help, err, sizeof(err), "--port", "9000", "--config",
+				  t1.path, NULL), 0);
+	assert_int_equal(c.port, 9000);                  /* flag over file */
+	assert_int_equal(c.threads, 3);                  /* file over default */
+	assert_true(c.dram_capacity_bytes == 2 * GIB);
+	assert_int_equal(c.log_level, CONF_LOG_WARN);
+	assert_int_equal(c.max_batch_blocks, 1024);      /* default */
+
+	conf_defaults(&c);
+	assert_int_equal(run_args(&c, &help, err, sizeof(err), "--config=" , NULL), -ENOENT);
+	assert_int_equal(run_args(&c, &help, err, sizeof(err), "--config", t1.path,
+				  "--log-level", "error", "--config", t2.path, NULL), 0);
+	assert_int_equal(c.threads, 4);                  /* later file over earlier */
+	assert_int_equal(c.port, 8000);
+	assert_int_equal(c.log_level, CONF_LOG_ERROR);   /* flag over both */
+
+	/* a bad file stops everything, with file:line */
+	struct tmpfile bad;
+	tmp_write(&bad, "port = 1\n\nmax_lease_ms = soon\n");
+	conf_defaults(&c);
+	assert_int_equal(run_args(&c, &help, err, sizeof(err), "--config", bad.path, "--port", "2",
+				  NULL), -EINVAL);
+	char where[128];
+	snprintf(where, sizeof(where), "%s:3: max_lease_ms", bad.path);
+	assert_contains(err, where);
+	assert_int_equal(c.port, 7470);
+
+	tmp_remove(&t1);
+	tmp_remove(&t2);
+	tmp_remove(&bad);
+}
+
+/* ---- output and the shipped example ------------------------------------- */
+
+static void test_usage_lists_every_setting(void **state)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	size_t defaults = 0;
+
+	(void)state;
+	assert_non_null(f);
+	conf_usage(f);
+	assert_int_equal(fclose(f), 0);
+	for (size_t i = 0; i < N_KEYS; i++) {
+		char flag[64];
+
+		snprintf(flag, sizeof(flag), "  --%s ", keys[i]);
+		for (char *p = flag; *p; p++)
+			if (*p == '_')
+				*p = '-';
+		assert_contains(buf, flag);
+	}
+	for (const char *p = buf; (p = strstr(p, "(default ")) != NULL; p++)
+		defaults++;
+	assert_int_equal(defaults, N_KEYS);
+	assert_contains(buf, "--config FILE");
+	assert_contains(buf, "--help");
+	assert_contains(buf, "(default 1GiB; 1MiB..256TiB)");
+	assert_contains(buf, "(default 7470; 1..65535)");
+	assert_contains(buf, "(default info)");
+	assert_contains(buf, "KiB");
+	free(buf);
+}
+
+/* config/kvpool.conf lists every key, each at its default value. */
+static void test_example_config(void **state)
+{
+	const char *data = getenv("KVPOOL_TEST_DATA");
+	char path[4096];
+	struct conf c, def;
+	char err[512], *got, *want;
+	FILE *f;
+	char line[512];
+	size_t seen = 0;
+
+	(void)state;
+	if (data)
+		snprintf(path, sizeof(path), "%s/../../config/kvpool.conf", data);
+	else
+		snprintf(path, sizeof(path), "config/kvpool.conf");
+
+	/* start far from the defaults, so every key must be in the file */
+	conf_defaults(&c);
+	assert_int_equal(conf_set(&c, "listen", "10.1.2.3", "t", err, sizeof(err)), 0);
+	c.port = 1;
+	c.threads = 255;
+	c.dram_capacity_bytes = 3 * MIB;
+	c.max_block_bytes = 7;
+	c.max_batch_blocks = 9;
+	c.max_frame_bytes = 5000;
+	c.max_lease_ms = 11;
+	c.max_connections = 13;
+	c.idle_timeout_ms = 17;
+	c.payload_timeout_ms = 19;
+	c.max_inflight_put_bytes = 23;
+	c.log_level = CONF_LOG_ERROR;
+	if (conf_load_file(&c, path, err, sizeof(err)) != 0)
+		fail_msg("%s", err);
+	conf_defaults(&def);
+	got = print_conf(&c);
+	want = print_conf(&def);
+	assert_string_equal(got, want);
+	free(got);
+	free(want);
+
+	/* and each key appears exactly once */
+	f = fopen(path, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		for (size_t i = 0; i < N_KEYS; i++) {
+			size_t n = strlen(keys[i]);
+
+			if (strncmp(line, keys[i], n) == 0 && line[n] == ' ')
+				seen++;
+		}
+	}
+	fclose(f);
+	assert_int_equal(seen, N_KEYS);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_print_roundtrip),
+		cmocka_unit_test(test_size_good),
+		cmocka_unit_test(test_size_bad),
+		cmocka_unit_test(test_set_rejections),
+		cmocka_unit_test(test_set_accepts),
+		cmocka_unit_test(test_validate),
+		cmocka_unit_test(test_file_load),
+		cmocka_unit_test(test_file_errors),
+		cmocka_unit_test(test_file_missing),
+		cmocka_unit_test(test_args_forms),
+		cmocka_unit_test(test_args_errors),
+		cmocka_unit_test(test_args_help),
+		cmocka_unit_test(test_precedence),
+		cmocka_unit_test(test_usage_lists_every_setting),
+		cmocka_unit_test(test_example_config),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
