@@ -24,7 +24,10 @@
  *     call, including a reconnect and every frame of a split batch. After
  *     a connection error (-ECONNRESET, -ETIMEDOUT, -EPIPE, -EPROTO) the
  *     handle is disconnected; the next call reconnects (and says HELLO
- *     again) before it does its work.
+ *     again) before it does its work. A connection the server closed while
+ *     the handle was idle (idle timeout, restart) is noticed at the start
+ *     of the next call and replaced before any request is sent, so that
+ *     call does not fail because of it.
  *
  * Errors shared by every call that talks to the server:
  *   -ECONNREFUSED  the server is not listening (connect or reconnect failed)

@@ -265,7 +265,7 @@ int kvc_begin(struct kvpool_client *c, uint64_t *deadline_ms)
 
 	*deadline_ms = kvc_deadline_ms(call_timeout_ms(c));
 	c->server_message[0] = '\0';
-	if (c->reconnect_next)
+	if (c->reconnect_next || (c->fd >= 0 && kvc_conn_stale(c->fd)))
 		kvc_disconnect(c);
 	if (c->fd >= 0)
 		return 0;

@@ -126,6 +126,16 @@ static int gai_errno(int gai)
 	return -ENOENT;
 }
 
+/* Between calls nothing should arrive: a readable socket means the peer
+ * closed it (EOF or error) or sent something unsolicited, such as an error
+ * frame before an idle close. Either way the stream is stale. */
+int kvc_conn_stale(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	return poll(&p, 1, 0) != 0;
+}
+
 int kvc_conn_open(const char *host, const char *port, uint64_t deadline_ms, int *fd_out)
 {
 	struct addrinfo hints, *res, *ai;

@@ -30,6 +30,10 @@ uint64_t kvc_now_us(void);
 /* Absolute deadline `timeout_ms` from now. */
 uint64_t kvc_deadline_ms(uint32_t timeout_ms);
 
+/* 1 if an idle connection is no longer usable: the peer closed it, it
+ * failed, or unsolicited bytes are waiting. Never blocks. */
+int kvc_conn_stale(int fd);
+
 /* Resolve host:port (getaddrinfo, numeric port), connect a non-blocking
  * TCP socket to the first address that accepts before `deadline_ms`, and
  * set TCP_NODELAY and close-on-exec. *fd_out receives the socket.

@@ -1,0 +1,495 @@
+/*
+ * cli_ops.c - the debugging subcommands: put, get, exists, match, delete,
+ * ping. One call each to libkvpool; results are printed one per line.
+ */
+#include "cli.h"
+#include "cli_key.h"
+#include "cli_opts.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Options beyond the shared ones. */
+enum {
+	OPT_PARENT = CLI_OPT_FIRST_LOCAL,
+	OPT_LEASE_MS,
+};
+
+/* Parse argv[first..argc) as keys into a malloc'd array (*keys, *n).
+ * Prints the offending argument on failure and returns CLI_EXIT_ERROR. */
+static int parse_keys(const char *prog, int argc, char **argv, int first,
+		      uint8_t (**keys)[KVPOOL_KEY_BYTES], size_t *n)
+{
+	size_t count = argc > first ? (size_t)(argc - first) : 0;
+	uint8_t (*k)[KVPOOL_KEY_BYTES];
+
+	if (!count)
+		return cli_usage_error(prog, "no KEY given");
+	k = calloc(count, sizeof(*k));
+	if (!k) {
+		fprintf(stderr, "%s: out of memory\n", prog);
+		return CLI_EXIT_ERROR;
+	}
+	for (size_t i = 0; i < count; i++) {
+		if (cli_key_parse(argv[first + i], k[i])) {
+			free(k);
+			return cli_usage_error(prog, "bad key '%s': want 64 hex digits or text:STRING",
+					       argv[first + i]);
+		}
+	}
+	*keys = k;
+	*n = count;
+	return CLI_EXIT_OK;
+}
+
+/* Print "PROG: what: reason" for a failed library call; its exit code. */
+static int call_failed(const char *prog, const char *what, int err)
+{
+	fprintf(stderr, "%s: %s: %s\n", prog, what, kvpool_strerror(err));
+	return cli_exit_code(err);
+}
+
+/* Read all of f into a malloc'd buffer. Returns 0 or -errno. */
+static int read_all(FILE *f, uint8_t **data, size_t *len)
+{
+	size_t cap = 1 << 16, n = 0, got;
+	uint8_t *buf = malloc(cap), *nbuf;
+
+	if (!buf)
+		return -ENOMEM;
+	while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+		n += got;
+		if (n < cap)
+			continue;
+		nbuf = realloc(buf, cap * 2);
+		if (!nbuf) {
+			free(buf);
+			return -ENOMEM;
+		}
+		buf = nbuf;
+		cap *= 2;
+	}
+	if (ferror(f)) {
+		free(buf);
+		return -EIO;
+	}
+	*data = buf;
+	*len = n;
+	return 0;
+}
+
+/* The option loop of these subcommands. `local` handles the subcommand's
+ * own options: it returns 1 when it applied one, 0 when `opt` is not its
+ * own, or -EINVAL after printing why a value is bad; it may be NULL.
+ * Returns -1 to go on, or the exit code to return now (help printed, bad
+ * option). */
+static int parse_opts(int argc, char **argv, const char *usage, const struct option *longopts,
+		      const char *shortopts, struct cli_conn *conn,
+		      int (*local)(int opt, const char *arg, void *ctx), void *ctx)
+{
+	const char *prog = argv[0];
+	int opt, rc;
+
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+		rc = cli_conn_opt(conn, prog, opt, optarg);
+		if (rc == 0 && local)
+			rc = local(opt, optarg, ctx);
+		if (rc < 0)
+			return CLI_EXIT_ERROR;
+		if (rc)
+			continue;
+		if (opt == 'h') {
+			fputs(usage, stdout);
+			return CLI_EXIT_OK;
+		}
+		return cli_try_help(prog);
+	}
+	return -1;
+}
+
+/* ---- put --------------------------------------------------------------- */
+
+static const char put_usage[] =
+	"usage: kvpool put KEY [--parent KEY] (FILE | -) [--server URL] [--namespace NS]\n"
+	"\n"
+	"Store the bytes of FILE (- for standard input) as block KEY. KEY and the\n"
+	"parent are 64 hex digits or text:STRING (SHA-256 of STRING). A block with a\n"
+	"parent is refused unless the parent is stored. A key already stored is a\n"
+	"success that stores nothing. Exit 1 when the server refuses the block.\n"
+	"\n"
+	"  --parent KEY        the block before this one in its prompt\n"
+	CLI_COMMON_HELP;
+
+struct put_args {
+	const char *parent;
+};
+
+/* put's own option. */
+static int put_opt(int opt, const char *arg, void *ctx)
+{
+	struct put_args *a = ctx;
+
+	if (opt != OPT_PARENT)
+		return 0;
+	a->parent = arg;
+	return 1;
+}
+
+/* Read the payload named by `path` ("-": stdin). */
+static int put_read(const char *prog, const char *path, uint8_t **data, size_t *len)
+{
+	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+	int rc;
+
+	if (!f) {
+		fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(errno));
+		return CLI_EXIT_ERROR;
+	}
+	rc = read_all(f, data, len);
+	if (f != stdin)
+		fclose(f);
+	if (rc) {
+		fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(-rc));
+		return CLI_EXIT_ERROR;
+	}
+	if (!*len) {
+		free(*data);
+		fprintf(stderr, "%s: %s is empty: a block needs at least one byte\n", prog, path);
+		return CLI_EXIT_ERROR;
+	}
+	return CLI_EXIT_OK;
+}
+
+int cli_put_main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ "parent", required_argument, NULL, OPT_PARENT },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *prog = argv[0];
+	uint8_t key[KVPOOL_KEY_BYTES], parent[KVPOOL_KEY_BYTES], *data = NULL;
+	char hex[CLI_KEY_HEX_BYTES], nbytes[32];
+	struct put_args a = { 0 };
+	struct kvpool_client *c;
+	struct cli_conn conn;
+	size_t len;
+	int rc;
+
+	cli_conn_init(&conn, "default");
+	rc = parse_opts(argc, argv, put_usage, longopts, "h", &conn, put_opt, &a);
+	if (rc >= 0)
+		return rc;
+	if (argc - optind != 2)
+		return cli_usage_error(prog, "want KEY and FILE (or -)");
+	if (cli_key_parse(argv[optind], key))
+		return cli_usage_error(prog, "bad key '%s'", argv[optind]);
+	if (a.parent && cli_key_parse(a.parent, parent))
+		return cli_usage_error(prog, "bad parent key '%s'", a.parent);
+	rc = put_read(prog, argv[optind + 1], &data, &len);
+	if (rc)
+		return rc;
+	if (cli_connect(&conn, prog, &c)) {
+		free(data);
+		return CLI_EXIT_ERROR;
+	}
+	rc = kvpool_put_bytes(c, key, a.parent ? parent : NULL, data, len);
+	kvpool_close(c);
+	free(data);
+	cli_key_hex(key, hex);
+	if (rc)
+		return call_failed(prog, hex, rc);
+	printf("%s stored (%s)\n", hex, cli_fmt_bytes(len, nbytes, sizeof(nbytes)));
+	return CLI_EXIT_OK;
+}
+
+/* ---- get --------------------------------------------------------------- */
+
+static const char get_usage[] =
+	"usage: kvpool get KEY [-o FILE] [--server URL] [--namespace NS]\n"
+	"\n"
+	"Write the bytes of block KEY to FILE (default: standard output).\n"
+	"Exit 1 when the block is not in the pool (FILE is then not created).\n"
+	"\n"
+	"  -o, --output FILE   write the block here\n"
+	CLI_COMMON_HELP;
+
+/* get's own option. */
+static int get_opt(int opt, const char *arg, void *ctx)
+{
+	if (opt != 'o')
+		return 0;
+	*(const char **)ctx = arg;
+	return 1;
+}
+
+/* Write data[0..len) to path ("-" or NULL: stdout). */
+static int write_out(const char *prog, const char *path, const void *data, size_t len)
+{
+	bool to_stdout = !path || !strcmp(path, "-");
+	FILE *f = to_stdout ? stdout : fopen(path, "wb");
+	bool ok;
+
+	if (!f) {
+		fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(errno));
+		return CLI_EXIT_ERROR;
+	}
+	ok = fwrite(data, 1, len, f) == len;
+	ok = (to_stdout ? fflush(f) : fclose(f)) == 0 && ok;
+	if (!ok) {
+		fprintf(stderr, "%s: writing %s: %s\n", prog, to_stdout ? "output" : path,
+			strerror(errno));
+		return CLI_EXIT_ERROR;
+	}
+	return CLI_EXIT_OK;
+}
+
+/* Get one block into a buffer as large as the server's largest block. */
+static int get_block(const char *prog, struct kvpool_client *c, const uint8_t *key,
+		     uint8_t **data, uint64_t *len)
+{
+	struct kvpool_limits lim;
+	char hex[CLI_KEY_HEX_BYTES];
+	uint8_t *buf;
+	int rc;
+
+	rc = kvpool_get_limits(c, &lim);
+	if (rc)
+		return call_failed(prog, "limits", rc);
+	if (!lim.max_block_bytes || lim.max_block_bytes > SIZE_MAX / 2)
+		lim.max_block_bytes = 64ULL << 20;
+	buf = malloc(lim.max_block_bytes);
+	if (!buf) {
+		fprintf(stderr, "%s: out of memory\n", prog);
+		return CLI_EXIT_ERROR;
+	}
+	rc = kvpool_get_bytes(c, key, buf, lim.max_block_bytes, len);
+	if (rc) {
+		free(buf);
+		return call_failed(prog, cli_key_hex(key, hex), rc);
+	}
+	*data = buf;
+	return CLI_EXIT_OK;
+}
+
+int cli_get_main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ "output", required_argument, NULL, 'o' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *prog = argv[0], *out_path = NULL;
+	uint8_t key[KVPOOL_KEY_BYTES], *data = NULL;
+	struct kvpool_client *c;
+	struct cli_conn conn;
+	uint64_t len;
+	int rc;
+
+	cli_conn_init(&conn, "default");
+	rc = parse_opts(argc, argv, get_usage, longopts, "ho:", &conn, get_opt, &out_path);
+	if (rc >= 0)
+		return rc;
+	if (argc - optind != 1)
+		return cli_usage_error(prog, "want exactly one KEY");
+	if (cli_key_parse(argv[optind], key))
+		return cli_usage_error(prog, "bad key '%s'", argv[optind]);
+	if (cli_connect(&conn, prog, &c))
+		return CLI_EXIT_ERROR;
+	rc = get_block(prog, c, key, &data, &len);
+	kvpool_close(c);
+	if (rc)
+		return rc;
+	rc = write_out(prog, out_path, data, len);
+	free(data);
+	return rc;
+}
+
+/* ---- exists, delete: one status per key --------------------------------- */
+
+static const char exists_usage[] =
+	"usage: kvpool exists KEY... [--server URL] [--namespace NS]\n"
+	"\n"
+	"Say for each KEY whether the pool holds it. Exit 1 if any is missing.\n"
+	"\n"
+	CLI_COMMON_HELP;
+
+static const char delete_usage[] =
+	"usage: kvpool delete KEY... [--server URL] [--namespace NS]\n"
+	"\n"
+	"Remove each KEY and every block stored after it in its chain.\n"
+	"Exit 1 if any KEY was not in the pool.\n"
+	"\n"
+	CLI_COMMON_HELP;
+
+typedef int (*keys_call_fn)(struct kvpool_client *c, const uint8_t (*keys)[KVPOOL_KEY_BYTES],
+			    size_t count, int *statuses);
+
+/* Run a per-key call (exists or delete) and print one line per key with
+ * `yes` or `no` (for -ENOENT) or the error. */
+static int keys_cmd(int argc, char **argv, const char *usage, keys_call_fn call,
+		    const char *yes, const char *no)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *prog = argv[0];
+	uint8_t (*keys)[KVPOOL_KEY_BYTES];
+	char hex[CLI_KEY_HEX_BYTES];
+	struct kvpool_client *c;
+	struct cli_conn conn;
+	int rc, *st, exit_code = CLI_EXIT_OK;
+	size_t n;
+
+	cli_conn_init(&conn, "default");
+	rc = parse_opts(argc, argv, usage, longopts, "h", &conn, NULL, NULL);
+	if (rc >= 0)
+		return rc;
+	rc = parse_keys(prog, argc, argv, optind, &keys, &n);
+	if (rc)
+		return rc;
+	st = calloc(n, sizeof(*st));
+	if (!st || cli_connect(&conn, prog, &c)) {
+		if (!st)
+			fprintf(stderr, "%s: out of memory\n", prog);
+		free(st);
+		free(keys);
+		return CLI_EXIT_ERROR;
+	}
+	rc = call(c, (const uint8_t (*)[KVPOOL_KEY_BYTES])keys, n, st);
+	kvpool_close(c);
+	if (rc) {
+		exit_code = call_failed(prog, "request failed", rc);
+		goto out_free;
+	}
+	for (size_t i = 0; i < n; i++) {
+		cli_key_hex(keys[i], hex);
+		if (!st[i]) {
+			printf("%s %s\n", hex, yes);
+		} else if (st[i] == -ENOENT) {
+			printf("%s %s\n", hex, no);
+			exit_code = exit_code == CLI_EXIT_OK ? CLI_EXIT_MISS : exit_code;
+		} else {
+			printf("%s error: %s\n", hex, kvpool_strerror(st[i]));
+			exit_code = CLI_EXIT_ERROR;
+		}
+	}
+out_free:
+	free(st);
+	free(keys);
+	return exit_code;
+}
+
+int cli_exists_main(int argc, char **argv)
+{
+	return keys_cmd(argc, argv, exists_usage, kvpool_exists, "present", "missing");
+}
+
+int cli_delete_main(int argc, char **argv)
+{
+	return keys_cmd(argc, argv, delete_usage, kvpool_delete, "deleted", "not found");
+}
+
+/* ---- match ------------------------------------------------------------- */
+
+static const char match_usage[] =
+	"usage: kvpool match KEY... [--lease-ms N] [--server URL] [--namespace NS]\n"
+	"\n"
+	"Prefix match: how many leading KEYs of the chain KEY... the pool holds.\n"
+	"Exit 1 unless all of them are held.\n"
+	"\n"
+	"  --lease-ms N        pin the matched blocks for N ms (default 0: no lease)\n"
+	CLI_COMMON_HELP;
+
+/* match's own option. */
+static int match_opt(int opt, const char *arg, void *ctx)
+{
+	uint64_t v;
+
+	if (opt != OPT_LEASE_MS)
+		return 0;
+	if (cli_parse_u64(arg, 0, UINT32_MAX, &v)) {
+		cli_usage_error("kvpool match", "--lease-ms wants milliseconds, not '%s'", arg);
+		return -EINVAL;
+	}
+	*(uint32_t *)ctx = (uint32_t)v;
+	return 1;
+}
+
+int cli_match_main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ "lease-ms", required_argument, NULL, OPT_LEASE_MS },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *prog = argv[0];
+	uint8_t (*keys)[KVPOOL_KEY_BYTES];
+	struct kvpool_client *c;
+	struct cli_conn conn;
+	uint32_t lease_ms = 0;
+	size_t n, matched;
+	int rc;
+
+	cli_conn_init(&conn, "default");
+	rc = parse_opts(argc, argv, match_usage, longopts, "h", &conn, match_opt, &lease_ms);
+	if (rc >= 0)
+		return rc;
+	rc = parse_keys(prog, argc, argv, optind, &keys, &n);
+	if (rc)
+		return rc;
+	if (cli_connect(&conn, prog, &c)) {
+		free(keys);
+		return CLI_EXIT_ERROR;
+	}
+	rc = kvpool_match(c, (const uint8_t (*)[KVPOOL_KEY_BYTES])keys, n, lease_ms, &matched);
+	kvpool_close(c);
+	free(keys);
+	if (rc)
+		return call_failed(prog, "match", rc);
+	printf("matched %zu of %zu\n", matched, n);
+	return matched == n ? CLI_EXIT_OK : CLI_EXIT_MISS;
+}
+
+/* ---- ping -------------------------------------------------------------- */
+
+static const char ping_usage[] =
+	"usage: kvpool ping [--server URL] [--namespace NS]\n"
+	"\n"
+	"Check that the server answers, and print the round-trip time.\n"
+	"\n"
+	CLI_COMMON_HELP;
+
+int cli_ping_main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *prog = argv[0];
+	struct kvpool_client *c;
+	struct cli_conn conn;
+	uint64_t rtt_us;
+	int rc;
+
+	cli_conn_init(&conn, "default");
+	rc = parse_opts(argc, argv, ping_usage, longopts, "h", &conn, NULL, NULL);
+	if (rc >= 0)
+		return rc;
+	if (optind < argc)
+		return cli_usage_error(prog, "unexpected argument '%s'", argv[optind]);
+	if (cli_connect(&conn, prog, &c))
+		return CLI_EXIT_ERROR;
+	rc = kvpool_ping(c, &rtt_us);
+	kvpool_close(c);
+	if (rc)
+		return call_failed(prog, "ping", rc);
+	printf("pong from %s: %" PRIu64 " us\n", conn.url, rtt_us);
+	return CLI_EXIT_OK;
+}

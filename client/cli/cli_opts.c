@@ -1,0 +1,212 @@
+/*
+ * cli_opts.c - shared options, value parsers and exit codes of the kvpool CLI.
+ */
+#include "cli_opts.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+void cli_conn_init(struct cli_conn *conn, const char *default_ns)
+{
+	conn->url = KVPOOL_DEFAULT_URL;
+	conn->ns = default_ns;
+	conn->timeout_ms = 0;
+}
+
+int cli_conn_opt(struct cli_conn *conn, const char *prog, int opt, const char *arg)
+{
+	uint64_t v;
+
+	switch (opt) {
+	case CLI_OPT_SERVER:
+		conn->url = arg;
+		return 1;
+	case CLI_OPT_NAMESPACE:
+		conn->ns = arg;
+		return 1;
+	case CLI_OPT_TIMEOUT_MS:
+		if (cli_parse_u64(arg, 1, UINT32_MAX, &v)) {
+			fprintf(stderr, "%s: --timeout-ms wants milliseconds in 1..%u, not '%s'\n",
+				prog, UINT32_MAX, arg);
+			return -EINVAL;
+		}
+		conn->timeout_ms = (uint32_t)v;
+		return 1;
+	}
+	return 0;
+}
+
+int cli_connect(const struct cli_conn *conn, const char *prog, struct kvpool_client **out)
+{
+	struct kvpool_options opts = { .timeout_ms = conn->timeout_ms };
+	int rc;
+
+	rc = kvpool_connect(conn->url, conn->ns, &opts, out);
+	if (rc)
+		fprintf(stderr, "%s: cannot connect to %s (namespace \"%s\"): %s\n", prog,
+			conn->url, conn->ns, kvpool_strerror(rc));
+	return rc;
+}
+
+/* Multiplier of a size unit (case-insensitive), 0 if unknown. "" is bytes. */
+static uint64_t size_unit(const char *u)
+{
+	static const char *const names[] = { "K", "M", "G", "T", "P" };
+	uint64_t dec = 1000, bin = 1024;
+
+	if (!*u || !strcasecmp(u, "B"))
+		return 1;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char d[4], b[4];
+
+		snprintf(d, sizeof(d), "%sB", names[i]);
+		snprintf(b, sizeof(b), "%siB", names[i]);
+		if (!strcasecmp(u, d))
+			return dec;
+		if (!strcasecmp(u, b))
+			return bin;
+		dec *= 1000;
+		bin *= 1024;
+	}
+	return 0;
+}
+
+/* Exact integer arithmetic: whole part and up to 18 fraction digits. */
+int cli_parse_size(const char *s, uint64_t *out_bytes)
+{
+	uint64_t whole = 0, frac = 0, frac_scale = 1, mult, bytes, frac_bytes;
+	const char *p = s;
+	int digits = 0;
+
+	if (!s)
+		return -EINVAL;
+	for (; isdigit((unsigned char)*p); p++, digits++) {
+		uint64_t d = (uint64_t)(*p - '0');
+
+		if (whole > UINT64_MAX / 10 || whole * 10 > UINT64_MAX - d)
+			return -ERANGE;
+		whole = whole * 10 + d;
+	}
+	if (*p == '.') {
+		for (p++; isdigit((unsigned char)*p); p++, digits++) {
+			if (frac_scale >= 1000000000000000000ULL)
+				return -EINVAL;
+			frac = frac * 10 + (uint64_t)(*p - '0');
+			frac_scale *= 10;
+		}
+	}
+	if (!digits)
+		return -EINVAL;
+	while (*p == ' ')
+		p++;
+	mult = size_unit(p);
+	if (!mult)
+		return -EINVAL;
+	if (whole > UINT64_MAX / mult)
+		return -ERANGE;
+	bytes = whole * mult;
+	/* frac / frac_scale * mult must be a whole number of bytes */
+	if (frac) {
+		unsigned __int128 fb = (unsigned __int128)frac * mult;
+
+		if (fb % frac_scale)
+			return -EINVAL;
+		frac_bytes = (uint64_t)(fb / frac_scale);
+		if (bytes > UINT64_MAX - frac_bytes)
+			return -ERANGE;
+		bytes += frac_bytes;
+	}
+	*out_bytes = bytes;
+	return 0;
+}
+
+int cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (!s || !isdigit((unsigned char)s[0]))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (*end)
+		return -EINVAL;
+	if (errno == ERANGE || v < min || v > max)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
+int cli_parse_nonneg_double(const char *s, double *out)
+{
+	char *end;
+	double d;
+
+	if (!s || !(isdigit((unsigned char)s[0]) || s[0] == '.'))
+		return -EINVAL;
+	errno = 0;
+	d = strtod(s, &end);
+	if (*end || errno || !isfinite(d) || d < 0)
+		return -EINVAL;
+	*out = d;
+	return 0;
+}
+
+char *cli_fmt_bytes(uint64_t bytes, char *buf, size_t len)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	double v = (double)bytes;
+	int u = -1;
+
+	if (bytes < 1024) {
+		snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+		return buf;
+	}
+	while (v >= 1024 && u < 5) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, len, v < 10 ? "%.2f %s" : "%.1f %s", v, units[u]);
+	return buf;
+}
+
+int cli_exit_code(int err)
+{
+	switch (err) {
+	case 0:
+		return CLI_EXIT_OK;
+	case -ENOENT:
+	case -ENOLINK:
+	case -ENOSPC:
+	case -EDQUOT:
+	case -EAGAIN:
+	case -EMSGSIZE:
+	case -EACCES:
+		return CLI_EXIT_MISS;
+	}
+	return CLI_EXIT_ERROR;
+}
+
+int cli_usage_error(const char *prog, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry '%s --help'.\n", prog);
+	return CLI_EXIT_ERROR;
+}
+
+int cli_try_help(const char *prog)
+{
+	fprintf(stderr, "Try '%s --help'.\n", prog);
+	return CLI_EXIT_ERROR;
+}

@@ -1,0 +1,101 @@
+/*
+ * cli_opts.h - command-line conventions shared by every kvpool subcommand:
+ * the connection options (--server, --namespace, --timeout-ms, --help), value
+ * parsers (sizes with units, bounded integers) and exit codes.
+ *
+ * Exit codes: CLI_EXIT_OK (0) success, CLI_EXIT_MISS (1) a miss or a
+ * refusal by the server, CLI_EXIT_ERROR (2) an error (bad usage, connection
+ * failure, bad input).
+ *
+ * Single-threaded use (command-line parsing); cli_parse_* are pure.
+ */
+#ifndef KVPOOL_CLI_OPTS_H
+#define KVPOOL_CLI_OPTS_H
+
+#include <getopt.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpool.h"
+
+enum {
+	CLI_EXIT_OK = 0,
+	CLI_EXIT_MISS = 1,
+	CLI_EXIT_ERROR = 2,
+};
+
+/* Long-option codes of the shared options (beyond any char). */
+enum {
+	CLI_OPT_SERVER = 0x100,
+	CLI_OPT_NAMESPACE,
+	CLI_OPT_TIMEOUT_MS,
+	CLI_OPT_FIRST_LOCAL,  /* subcommands number their own options from here */
+};
+
+/* The shared entries of every subcommand's `struct option` array. */
+#define CLI_COMMON_LONGOPTS                                                   \
+	{ "server", required_argument, NULL, CLI_OPT_SERVER },                \
+	{ "namespace", required_argument, NULL, CLI_OPT_NAMESPACE },          \
+	{ "timeout-ms", required_argument, NULL, CLI_OPT_TIMEOUT_MS },        \
+	{ "help", no_argument, NULL, 'h' }
+
+/* Usage text of the shared options, for --help screens. */
+#define CLI_COMMON_HELP                                                               \
+	"  --server URL        pool server (default " KVPOOL_DEFAULT_URL ")\n"       \
+	"  --namespace NS      namespace, 1..255 printable ASCII bytes\n"             \
+	"  --timeout-ms N      per-call timeout in milliseconds (default 10000)\n"   \
+	"  -h, --help          show this help\n"
+
+/* Where and how a subcommand connects. Strings are borrowed from argv. */
+struct cli_conn {
+	const char *url;
+	const char *ns;
+	uint32_t timeout_ms;   /* 0: the library's default */
+};
+
+/* Defaults: KVPOOL_DEFAULT_URL, namespace `default_ns`, library timeout. */
+void cli_conn_init(struct cli_conn *conn, const char *default_ns);
+
+/* Apply one shared option `opt` with argument `arg` (from getopt_long).
+ * Returns 1 if it was a shared option and was applied, 0 if `opt` is not a
+ * shared option, or -EINVAL after printing "PROG: reason" for a bad value. */
+int cli_conn_opt(struct cli_conn *conn, const char *prog, int opt, const char *arg);
+
+/* Connect as `conn` says. On failure prints "PROG: cannot connect to URL:
+ * reason" on stderr and returns the library's -errno (see kvpool_connect);
+ * *out is written only on success. */
+int cli_connect(const struct cli_conn *conn, const char *prog, struct kvpool_client **out);
+
+/* Parse a size: plain bytes or a number with a unit, decimals allowed:
+ * B, KB/MB/GB/TB/PB (powers of 1000), KiB/MiB/GiB/TiB/PiB (powers of 1024);
+ * units are case-insensitive ("64kib"). Examples: "4096", "64KiB", "1.5GiB".
+ * Returns 0, -EINVAL (empty, negative, no digits, unknown unit, a fraction
+ * of a byte) or -ERANGE (beyond 2^64-1). *out is written only on success. */
+int cli_parse_size(const char *s, uint64_t *out_bytes);
+
+/* Parse a decimal integer in [min, max]. Returns 0, -EINVAL (not a plain
+ * decimal integer) or -ERANGE (outside [min, max]). */
+int cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+
+/* Parse a finite, non-negative decimal number. Returns 0 or -EINVAL. */
+int cli_parse_nonneg_double(const char *s, double *out);
+
+/* Format a byte count with a binary unit ("512 B", "64.0 KiB", "1.50 GiB")
+ * into buf[0..len). Returns buf. Cannot fail (output is truncated to len). */
+char *cli_fmt_bytes(uint64_t bytes, char *buf, size_t len);
+
+/* Exit code for a library result: 0 -> CLI_EXIT_OK; a miss or a refusal
+ * (-ENOENT, -ENOLINK, -ENOSPC, -EDQUOT, -EAGAIN, -EMSGSIZE, -EACCES) ->
+ * CLI_EXIT_MISS; anything else -> CLI_EXIT_ERROR. */
+int cli_exit_code(int err);
+
+/* Print "PROG: MESSAGE\nTry 'PROG --help'." on stderr and return
+ * CLI_EXIT_ERROR. */
+__attribute__((format(printf, 2, 3)))
+int cli_usage_error(const char *prog, const char *fmt, ...);
+
+/* Print "Try 'PROG --help'." on stderr (after getopt has named a bad
+ * option) and return CLI_EXIT_ERROR. */
+int cli_try_help(const char *prog);
+
+#endif /* KVPOOL_CLI_OPTS_H */

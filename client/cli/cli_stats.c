@@ -1,0 +1,338 @@
+/*
+ * cli_stats.c - `kvpool stats`: the server's STATS document as a report or
+ * as one line of JSON; and the counters replay reads from it.
+ */
+#include "cli.h"
+#include "cli_opts.h"
+#include "cli_stats.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <json-c/json.h>
+
+/* Walk a NULL-terminated list of object keys from o; NULL if any is absent. */
+static struct json_object *jwalk(struct json_object *o, const char *const *keys)
+{
+	for (; o && *keys; keys++)
+		if (!json_object_object_get_ex(o, *keys, &o))
+			return NULL;
+	return o;
+}
+
+#define JGET(o, ...) jwalk((o), (const char *const[]){ __VA_ARGS__, NULL })
+
+/* A non-negative integer member, or false. */
+static bool jcount(struct json_object *v, uint64_t *out)
+{
+	if (!v || !json_object_is_type(v, json_type_int) || json_object_get_int64(v) < 0)
+		return false;
+	*out = json_object_get_uint64(v);
+	return true;
+}
+
+int cli_stats_parse_counters(const char *json, const char *ns, struct cli_stats_counters *out)
+{
+	struct cli_stats_counters c = { 0 };
+	struct json_object *doc = json_tokener_parse(json);
+	int rc = -EPROTO;
+
+	if (!doc)
+		return -EPROTO;
+	if (!jcount(JGET(doc, "evictions"), &c.evictions))
+		goto out_put;
+	/* A namespace that has no blocks yet may be absent: 0 hits so far. */
+	jcount(JGET(doc, "namespaces", ns, "get_hits"), &c.ns_get_hits);
+	*out = c;
+	rc = 0;
+out_put:
+	json_object_put(doc);
+	return rc;
+}
+
+int cli_stats_counters(struct kvpool_client *c, const char *ns, struct cli_stats_counters *out)
+{
+	char *json = NULL;
+	int rc;
+
+	rc = kvpool_stats(c, ns, &json);
+	if (rc)
+		return rc;
+	rc = cli_stats_parse_counters(json, ns, out);
+	kvpool_free(json);
+	return rc;
+}
+
+/* ---- the human report -------------------------------------------------- */
+
+/* Text of a count member ("-" when absent), in a caller buffer. */
+static const char *fmt_count(struct json_object *v, char *buf, size_t len)
+{
+	uint64_t n;
+
+	if (!jcount(v, &n))
+		return "-";
+	snprintf(buf, len, "%" PRIu64, n);
+	return buf;
+}
+
+/* Text of a byte-count member with a unit ("-" when absent). */
+static const char *fmt_size(struct json_object *v, char *buf, size_t len)
+{
+	uint64_t n;
+
+	if (!jcount(v, &n))
+		return "-";
+	return cli_fmt_bytes(n, buf, len);
+}
+
+/* Text of a fractional member with `prec` decimals ("-" when absent). */
+static const char *fmt_frac(struct json_object *v, int prec, char *buf, size_t len)
+{
+	if (!v || !(json_object_is_type(v, json_type_double) ||
+		    json_object_is_type(v, json_type_int)))
+		return "-";
+	snprintf(buf, len, "%.*f", prec, json_object_get_double(v));
+	return buf;
+}
+
+/* A fraction as a percentage with one decimal ("-" when absent). */
+static const char *fmt_percent(struct json_object *v, char *buf, size_t len)
+{
+	if (!v || !(json_object_is_type(v, json_type_double) ||
+		    json_object_is_type(v, json_type_int)))
+		return "-";
+	snprintf(buf, len, "%.1f", 100 * json_object_get_double(v));
+	return buf;
+}
+
+/* Uptime as "1d 02h 03m 04s" (leading zero units left out). */
+static const char *fmt_uptime(struct json_object *v, char *buf, size_t len)
+{
+	uint64_t s;
+
+	if (!jcount(v, &s))
+		return "-";
+	if (s >= 86400)
+		snprintf(buf, len, "%" PRIu64 "d %02" PRIu64 "h %02" PRIu64 "m %02" PRIu64 "s",
+			 s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
+	else if (s >= 3600)
+		snprintf(buf, len, "%" PRIu64 "h %02" PRIu64 "m %02" PRIu64 "s", s / 3600,
+			 s / 60 % 60, s % 60);
+	else if (s >= 60)
+		snprintf(buf, len, "%" PRIu64 "m %02" PRIu64 "s", s / 60, s % 60);
+	else
+		snprintf(buf, len, "%" PRIu64 "s", s);
+	return buf;
+}
+
+/* Header lines: version, pid, uptime, connections. */
+static void print_server(FILE *f, struct json_object *doc)
+{
+	char a[32], b[32], c[32], d[48];
+	struct json_object *ver = JGET(doc, "version");
+
+	fprintf(f, "kvpoold %s, protocol %s, pid %s, up %s\n",
+		ver ? json_object_get_string(ver) : "-",
+		fmt_count(JGET(doc, "protocol"), a, sizeof(a)),
+		fmt_count(JGET(doc, "pid"), b, sizeof(b)),
+		fmt_uptime(JGET(doc, "uptime_s"), d, sizeof(d)));
+	fprintf(f, "connections: %s current, %s total, %s rejected\n",
+		fmt_count(JGET(doc, "connections", "current"), a, sizeof(a)),
+		fmt_count(JGET(doc, "connections", "total"), b, sizeof(b)),
+		fmt_count(JGET(doc, "connections", "rejected"), c, sizeof(c)));
+}
+
+/* One row per tier, then pool-wide memory and eviction figures. */
+static void print_tiers(FILE *f, struct json_object *doc)
+{
+	struct json_object *tiers = JGET(doc, "tiers");
+	char a[32], b[32], c[32], d[32], e[32], g[32], h[32];
+
+	fprintf(f, "\n%-6s %12s %12s %12s %12s %12s %13s %10s\n", "tier", "blocks", "used",
+		"payload", "capacity", "free", "largest free", "fragment.");
+	if (tiers && json_object_is_type(tiers, json_type_object)) {
+		json_object_object_foreach(tiers, name, t) {
+			fprintf(f, "%-6s %12s %12s %12s %12s %12s %13s %9s%%\n", name,
+				fmt_count(JGET(t, "blocks"), a, sizeof(a)),
+				fmt_size(JGET(t, "used_bytes"), b, sizeof(b)),
+				fmt_size(JGET(t, "payload_bytes"), c, sizeof(c)),
+				fmt_size(JGET(t, "capacity_bytes"), d, sizeof(d)),
+				fmt_size(JGET(t, "free_bytes"), e, sizeof(e)),
+				fmt_size(JGET(t, "largest_free_bytes"), g, sizeof(g)),
+				fmt_percent(JGET(t, "fragmentation"), h, sizeof(h)));
+		}
+	}
+	fprintf(f, "index %s, evictions %s, leases active %s, checksum errors %s\n",
+		fmt_size(JGET(doc, "index_bytes"), a, sizeof(a)),
+		fmt_count(JGET(doc, "evictions"), b, sizeof(b)),
+		fmt_count(JGET(doc, "leases_active"), c, sizeof(c)),
+		fmt_count(JGET(doc, "checksum_errors"), d, sizeof(d)));
+}
+
+/* Per-operation counts, with the prefix-match hit ratio. */
+static void print_ops(FILE *f, struct json_object *doc)
+{
+	struct json_object *ops = JGET(doc, "ops");
+	char a[32], b[32], c[32], d[32], e[32];
+
+	fprintf(f, "\noperations\n");
+	fprintf(f, "  put     %s requests, %s blocks: %s stored, %s already stored, %s errors\n",
+		fmt_count(JGET(ops, "put", "requests"), a, sizeof(a)),
+		fmt_count(JGET(ops, "put", "blocks"), b, sizeof(b)),
+		fmt_count(JGET(ops, "put", "ok"), c, sizeof(c)),
+		fmt_count(JGET(ops, "put", "exists"), d, sizeof(d)),
+		fmt_count(JGET(ops, "put", "errors"), e, sizeof(e)));
+	fprintf(f, "  get     %s requests, %s block hits, %s block misses\n",
+		fmt_count(JGET(ops, "get", "requests"), a, sizeof(a)),
+		fmt_count(JGET(ops, "get", "hits"), b, sizeof(b)),
+		fmt_count(JGET(ops, "get", "misses"), c, sizeof(c)));
+	fprintf(f, "  exists  %s requests, %s hits, %s misses\n",
+		fmt_count(JGET(ops, "exists", "requests"), a, sizeof(a)),
+		fmt_count(JGET(ops, "exists", "hits"), b, sizeof(b)),
+		fmt_count(JGET(ops, "exists", "misses"), c, sizeof(c)));
+	fprintf(f, "  match   %s requests, %s blocks queried, %s matched: prefix-match hit ratio %s\n",
+		fmt_count(JGET(ops, "match", "requests"), a, sizeof(a)),
+		fmt_count(JGET(ops, "match", "blocks_queried"), b, sizeof(b)),
+		fmt_count(JGET(ops, "match", "blocks_matched"), c, sizeof(c)),
+		fmt_frac(JGET(ops, "match", "hit_ratio"), 4, d, sizeof(d)));
+	fprintf(f, "  delete  %s requests, %s blocks\n",
+		fmt_count(JGET(ops, "delete", "requests"), a, sizeof(a)),
+		fmt_count(JGET(ops, "delete", "blocks"), b, sizeof(b)));
+	fprintf(f, "  ping    %s requests; stats %s requests\n",
+		fmt_count(JGET(ops, "ping", "requests"), a, sizeof(a)),
+		fmt_count(JGET(ops, "stats", "requests"), b, sizeof(b)));
+	fprintf(f, "  refused %s bad request, %s too large, %s busy, %s full\n",
+		fmt_count(JGET(ops, "errors", "bad_request"), a, sizeof(a)),
+		fmt_count(JGET(ops, "errors", "too_large"), b, sizeof(b)),
+		fmt_count(JGET(ops, "errors", "busy"), c, sizeof(c)),
+		fmt_count(JGET(ops, "errors", "full"), d, sizeof(d)));
+}
+
+/* Latency percentiles per operation, in microseconds. */
+static void print_latency(FILE *f, struct json_object *doc)
+{
+	struct json_object *lat = JGET(doc, "latency_us");
+	char a[32], b[32], c[32];
+
+	if (!lat || !json_object_is_type(lat, json_type_object))
+		return;
+	fprintf(f, "\n%-16s %10s %10s %10s\n", "latency (us)", "p50", "p99", "p999");
+	json_object_object_foreach(lat, op, v) {
+		fprintf(f, "  %-14s %10s %10s %10s\n", op, fmt_count(JGET(v, "p50"), a, sizeof(a)),
+			fmt_count(JGET(v, "p99"), b, sizeof(b)),
+			fmt_count(JGET(v, "p999"), c, sizeof(c)));
+	}
+}
+
+/* One row per namespace. */
+static void print_namespaces(FILE *f, struct json_object *doc)
+{
+	struct json_object *nss = JGET(doc, "namespaces");
+	char a[32], b[32], c[32], d[32], e[32], g[32], h[32];
+
+	if (!nss || !json_object_is_type(nss, json_type_object))
+		return;
+	fprintf(f, "\n%-20s %10s %11s %10s %10s %10s %11s %10s\n", "namespace", "blocks", "bytes",
+		"puts", "get hits", "get miss", "match ratio", "evictions");
+	if (!json_object_object_length(nss))
+		fprintf(f, "  (none)\n");
+	json_object_object_foreach(nss, name, v) {
+		fprintf(f, "%-20s %10s %11s %10s %10s %10s %11s %10s\n", name,
+			fmt_count(JGET(v, "blocks"), a, sizeof(a)),
+			fmt_size(JGET(v, "bytes"), b, sizeof(b)),
+			fmt_count(JGET(v, "puts"), c, sizeof(c)),
+			fmt_count(JGET(v, "get_hits"), d, sizeof(d)),
+			fmt_count(JGET(v, "get_misses"), e, sizeof(e)),
+			fmt_frac(JGET(v, "match_hit_ratio"), 4, g, sizeof(g)),
+			fmt_count(JGET(v, "evictions"), h, sizeof(h)));
+	}
+}
+
+static const char stats_usage[] =
+	"usage: kvpool stats [--json] [--namespace NS] [--server URL] [--timeout-ms N]\n"
+	"\n"
+	"Show the pool server's statistics: per tier blocks, bytes, capacity and\n"
+	"fragmentation; hits and misses per operation; the prefix-match hit ratio;\n"
+	"evictions, leases, connections, uptime, latency percentiles, and a table\n"
+	"of namespaces (only NS with --namespace).\n"
+	"\n"
+	"  --json              print the server's JSON document on one line\n"
+	CLI_COMMON_HELP;
+
+/* Print the document as one line of JSON, or as the report. */
+static int stats_print(const char *json, bool as_json)
+{
+	struct json_object *doc = json_tokener_parse(json);
+
+	if (!doc) {
+		fprintf(stderr, "kvpool stats: the server sent a document that is not JSON\n");
+		return CLI_EXIT_ERROR;
+	}
+	if (as_json) {
+		puts(json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN |
+						    JSON_C_TO_STRING_NOSLASHESCAPE));
+	} else {
+		print_server(stdout, doc);
+		print_tiers(stdout, doc);
+		print_ops(stdout, doc);
+		print_latency(stdout, doc);
+		print_namespaces(stdout, doc);
+	}
+	json_object_put(doc);
+	return CLI_EXIT_OK;
+}
+
+int cli_stats_main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ "json", no_argument, NULL, 'j' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *prog = argv[0];
+	struct kvpool_client *c;
+	struct cli_conn conn;
+	bool as_json = false, one_ns = false;
+	char *json = NULL;
+	int opt, rc;
+
+	cli_conn_init(&conn, "default");
+	optind = 0;
+	while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		rc = cli_conn_opt(&conn, prog, opt, optarg);
+		if (rc < 0)
+			return CLI_EXIT_ERROR;
+		if (rc) {
+			one_ns |= opt == CLI_OPT_NAMESPACE;
+			continue;
+		}
+		switch (opt) {
+		case 'j':
+			as_json = true;
+			break;
+		case 'h':
+			fputs(stats_usage, stdout);
+			return CLI_EXIT_OK;
+		default:
+			return cli_try_help(prog);
+		}
+	}
+	if (optind < argc)
+		return cli_usage_error(prog, "unexpected argument '%s'", argv[optind]);
+	if (cli_connect(&conn, prog, &c))
+		return CLI_EXIT_ERROR;
+	rc = kvpool_stats(c, one_ns ? conn.ns : NULL, &json);
+	kvpool_close(c);
+	if (rc) {
+		fprintf(stderr, "%s: %s\n", prog, kvpool_strerror(rc));
+		return CLI_EXIT_ERROR;
+	}
+	rc = stats_print(json, as_json);
+	kvpool_free(json);
+	return rc;
+}

@@ -1,0 +1,28 @@
+/*
+ * cli_stats.h - reading the server's STATS document (JSON; keys in
+ * proto/PROTOCOL.md).
+ */
+#ifndef KVPOOL_CLI_STATS_H
+#define KVPOOL_CLI_STATS_H
+
+#include <stdint.h>
+
+#include "kvpool.h"
+
+/* The counters `kvpool replay` compares before and after a run. */
+struct cli_stats_counters {
+	uint64_t ns_get_hits;   /* namespaces.<ns>.get_hits (0: namespace absent) */
+	uint64_t evictions;     /* evictions, whole server */
+};
+
+/* Pick the replay counters for namespace `ns` out of STATS JSON text.
+ * Pure. Returns 0, or -EPROTO (not JSON, or "evictions" missing or not a
+ * count). *out is written only on success. */
+int cli_stats_parse_counters(const char *json, const char *ns, struct cli_stats_counters *out);
+
+/* Ask the server for STATS of namespace `ns` and pick the replay counters.
+ * Blocks like every library call. Returns 0, -EPROTO (a document without
+ * the counters) or the library's errors (see kvpool_stats). */
+int cli_stats_counters(struct kvpool_client *c, const char *ns, struct cli_stats_counters *out);
+
+#endif /* KVPOOL_CLI_STATS_H */

@@ -1,0 +1,64 @@
+/*
+ * main.c - `kvpool`, the command-line tool of the kvpool KV-cache pool:
+ * main() and the dispatch to subcommands (cli.h).
+ */
+#include "cli.h"
+#include "cli_opts.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct subcommand {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *summary;
+};
+
+static const struct subcommand subcommands[] = {
+	{ "stats", cli_stats_main, "show the server's statistics (--json: as JSON)" },
+	{ "put", cli_put_main, "store a file as a block" },
+	{ "get", cli_get_main, "fetch a block" },
+	{ "exists", cli_exists_main, "tell which blocks the pool holds" },
+	{ "match", cli_match_main, "prefix match: how many leading blocks of a chain are held" },
+	{ "delete", cli_delete_main, "remove blocks and their descendants" },
+	{ "ping", cli_ping_main, "check that the server answers" },
+	{ "replay", cli_replay_main, "replay a request trace and report hit ratios" },
+};
+
+#define N_SUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))
+
+/* Top-level usage, on stdout for --help and on stderr for mistakes. */
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: kvpool COMMAND [options] [arguments]\n\ncommands:\n");
+	for (size_t i = 0; i < N_SUBCOMMANDS; i++)
+		fprintf(f, "  %-8s %s\n", subcommands[i].name, subcommands[i].summary);
+	fprintf(f, "\nEvery command takes --server URL (default " KVPOOL_DEFAULT_URL "),\n"
+		   "--namespace NS and --timeout-ms N. KEYs are 64 hex digits or text:STRING\n"
+		   "(SHA-256 of STRING). Exit status: 0 success, 1 a miss or a refusal,\n"
+		   "2 an error. 'kvpool COMMAND --help' describes a command.\n");
+}
+
+int main(int argc, char **argv)
+{
+	char prog[64];
+
+	if (argc < 2) {
+		usage(stderr);
+		return CLI_EXIT_ERROR;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return CLI_EXIT_OK;
+	}
+	for (size_t i = 0; i < N_SUBCOMMANDS; i++) {
+		if (strcmp(argv[1], subcommands[i].name))
+			continue;
+		snprintf(prog, sizeof(prog), "kvpool %s", subcommands[i].name);
+		argv[1] = prog;
+		return subcommands[i].run(argc - 1, argv + 1);
+	}
+	fprintf(stderr, "kvpool: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return CLI_EXIT_ERROR;
+}
