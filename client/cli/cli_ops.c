@@ -49,7 +49,8 @@ static int parse_keys(const char *prog, int argc, char **argv, int first,
 /* Print "PROG: what: reason" for a failed library call; its exit code. */
 static int call_failed(const char *prog, const char *what, int err)
 {
-	fprintf(stderr, "%s: %s: %s\n", prog, what, kvpool_strerror(err));
+	fprintf(stderr, "%s: %s: %s\n", prog, what,
+		err == -ENOENT ? "not in the pool" : kvpool_strerror(err));
 	return cli_exit_code(err);
 }
 

@@ -95,6 +95,12 @@ static int64_t ns_between(const struct timespec *a, const struct timespec *b)
 	return (int64_t)(b->tv_sec - a->tv_sec) * 1000000000LL + (b->tv_nsec - a->tv_nsec);
 }
 
+/* The smaller of a and b. */
+static inline size_t min_size(size_t a, size_t b)
+{
+	return a < b ? a : b;
+}
+
 /* Monotonic now. */
 static struct timespec now(void)
 {
@@ -181,7 +187,7 @@ static ssize_t replay_get(struct replay_worker *w, const struct cli_trace_req *r
 	uint64_t bb = w->sh->cfg->block_bytes;
 
 	for (size_t j = 0; j < matched; j += w->batch_blocks) {
-		size_t n = matched - j < w->batch_blocks ? matched - j : w->batch_blocks;
+		size_t n = min_size(matched - j, w->batch_blocks);
 		int rc;
 
 		for (size_t k = 0; k < n; k++) {
@@ -215,7 +221,7 @@ static int replay_put(struct replay_worker *w, const struct cli_trace_req *r, si
 	struct cli_replay_counts *c = &w->counts;
 
 	for (size_t j = from; j < r->n_hash_ids; j += w->batch_blocks) {
-		size_t n = r->n_hash_ids - j < w->batch_blocks ? r->n_hash_ids - j : w->batch_blocks;
+		size_t n = min_size(r->n_hash_ids - j, w->batch_blocks);
 		bool refused = false;
 		int rc;
 
@@ -388,11 +394,14 @@ static void progress_draw(struct replay_shared *sh)
 	double el = (double)ns_between(&sh->start, &t) / 1e9;
 	double eta = done ? el * (double)(total - done) / (double)done : 0;
 
+	char left[32] = "--:--";
+
+	if (done)
+		snprintf(left, sizeof(left), "%d:%02d", (int)(eta / 60), (int)eta % 60);
 	fprintf(stderr, "\r\033[Kreplay: %" PRIu64 "/%" PRIu64 " requests, hit ratio %.4f, "
-		"%.2f GB/s, %d:%02d left",
+		"%.2f GB/s, %s left",
 		done, total, refs ? (double)atomic_load(&sh->hits) / (double)refs : 0.0,
-		el > 0 ? (double)atomic_load(&sh->bytes) / el / 1e9 : 0.0,
-		(int)(eta / 60), (int)eta % 60);
+		el > 0 ? (double)atomic_load(&sh->bytes) / el / 1e9 : 0.0, left);
 	fflush(stderr);
 }
 

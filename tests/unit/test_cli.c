@@ -1,0 +1,624 @@
+/*
+ * test_cli.c - unit tests of the kvpool CLI's pure parts: trace lines,
+ * trace loading and ordering, key chaining, the infinite-cache ideal, the
+ * payload generator and checker, size units, keys, STATS counters, latency
+ * quantiles and the replay JSON report.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+#include <json-c/json.h>
+#include <openssl/evp.h>
+
+#include "cli/cli_key.h"
+#include "cli/cli_opts.h"
+#include "cli/cli_stats.h"
+#include "cli/payload.h"
+#include "cli/replay.h"
+#include "cli/trace.h"
+
+/* Parse a NUL-terminated line; returns the parser's result. */
+static int parse(const char *line, struct cli_trace_req *req, char *err, size_t errlen)
+{
+	return cli_trace_parse_line(line, strlen(line), req, err, errlen);
+}
+
+static void test_parse_good_line(void **state)
+{
+	struct cli_trace_req r;
+	char err[256] = "";
+
+	(void)state;
+	assert_int_equal(parse("{\"timestamp\": 27482, \"input_length\": 6955, "
+			       "\"output_length\": 52, \"hash_ids\": [46, 47, 0, "
+			       "18446744073709551615], \"extra\": {\"x\": [1]}}\n",
+			       &r, err, sizeof(err)), 0);
+	assert_true(r.timestamp_ms == 27482.0);
+	assert_int_equal(r.input_tokens, 6955);
+	assert_int_equal(r.output_tokens, 52);
+	assert_int_equal(r.n_hash_ids, 4);
+	assert_int_equal(r.hash_ids[0], 46);
+	assert_int_equal(r.hash_ids[2], 0);
+	assert_true(r.hash_ids[3] == UINT64_MAX);
+	assert_null(r.keys);
+	cli_trace_req_release(&r);
+}
+
+static void test_parse_timestamp_forms(void **state)
+{
+	struct cli_trace_req r;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(parse("{\"timestamp\": \"1234.5\", \"input_length\": 1, "
+			       "\"output_length\": 1, \"hash_ids\": []}", &r, err, sizeof(err)), 0);
+	assert_true(r.timestamp_ms == 1234.5);
+	assert_int_equal(r.n_hash_ids, 0);
+	cli_trace_req_release(&r);
+	assert_int_equal(parse("{\"timestamp\": \"77\", \"input_length\": 1, "
+			       "\"output_length\": 1, \"hash_ids\": [3]}\r\n", &r, err, sizeof(err)),
+			 0);
+	assert_true(r.timestamp_ms == 77.0);
+	cli_trace_req_release(&r);
+	assert_int_equal(parse("{\"timestamp\": 0.25, \"input_length\": 1, "
+			       "\"output_length\": 1, \"hash_ids\": [3]}", &r, err, sizeof(err)), 0);
+	assert_true(r.timestamp_ms == 0.25);
+	cli_trace_req_release(&r);
+}
+
+/* Every line here must be refused with an error containing `needle`. */
+static const struct bad_line {
+	const char *line;
+	const char *needle;
+} bad_lines[] = {
+	{ "", "empty" },
+	{ "   \n", "empty" },
+	{ "{\"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}", "timestamp" },
+	{ "{\"timestamp\": 1, \"output_length\": 1, \"hash_ids\": []}", "input_length" },
+	{ "{\"timestamp\": 1, \"input_length\": 1, \"hash_ids\": []}", "output_length" },
+	{ "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1}", "hash_ids" },
+	{ "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": 5}",
+	  "hash_ids must be an array" },
+	{ "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [1, \"2\"]}",
+	  "hash_ids[1]" },
+	{ "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [1, -2]}",
+	  "hash_ids[1]" },
+	{ "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [1.5]}",
+	  "hash_ids[0]" },
+	{ "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [null]}",
+	  "hash_ids[0]" },
+	{ "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, "
+	  "\"hash_ids\": [18446744073709551616]}", "out of 64-bit range" },
+	{ "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, "
+	  "\"hash_ids\": [99999999999999999999999999]}", "out of 64-bit range" },
+	{ "{\"timestamp\": 1, \"input_length\": -5, \"output_length\": 1, \"hash_ids\": []}",
+	  "input_length" },
+	{ "{\"timestamp\": 1, \"input_length\": \"5\", \"output_length\": 1, \"hash_ids\": []}",
+	  "input_length" },
+	{ "{\"timestamp\": 1, \"input_length\": 5, \"output_length\": true, \"hash_ids\": []}",
+	  "output_length" },
+	{ "{\"timestamp\": \"soon\", \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}",
+	  "timestamp" },
+	{ "{\"timestamp\": \"\", \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}",
+	  "timestamp" },
+	{ "{\"timestamp\": \"12x\", \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}",
+	  "timestamp" },
+	{ "{\"timestamp\": null, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}",
+	  "timestamp" },
+	{ "{\"timestamp\": [1], \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}",
+	  "timestamp" },
+	{ "{\"timestamp\": \"nan\", \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}",
+	  "finite" },
+	{ "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [1, 2",
+	  "truncated" },
+	{ "{\"timestamp\": 1, \"input_le", "truncated" },
+	{ "[1, 2, 3]", "not a JSON object" },
+	{ "42 ", "not a JSON object" },
+	{ "\"timestamp\"", "not a JSON object" },
+	{ "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []} x",
+	  "after the JSON value" },
+	{ "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}{}",
+	  "after the JSON value" },
+	{ "{timestamp: 1}", "invalid JSON" },
+};
+
+static void test_parse_bad_lines(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad_lines) / sizeof(bad_lines[0]); i++) {
+		struct cli_trace_req r = { .n_hash_ids = 12345 };
+		char err[256] = "";
+		int rc = parse(bad_lines[i].line, &r, err, sizeof(err));
+
+		if (rc != -EINVAL || !strstr(err, bad_lines[i].needle))
+			fail_msg("line %zu '%s': rc %d, err '%s', want '%s'", i, bad_lines[i].line,
+				 rc, err, bad_lines[i].needle);
+		assert_int_equal(r.n_hash_ids, 12345);  /* untouched on failure */
+	}
+}
+
+/* Only line[0..len) is read: what follows (no NUL here) is ignored. */
+static void test_parse_respects_len(void **state)
+{
+	static const char buf[] = "{\"timestamp\": 5, \"input_length\": 1, "
+				  "\"output_length\": 1, \"hash_ids\": [12]}99999999999999999999999";
+	size_t len = strchr(buf, '}') - buf + 1;
+	struct cli_trace_req r;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(cli_trace_parse_line(buf, len, &r, err, sizeof(err)), 0);
+	assert_int_equal(r.hash_ids[0], 12);
+	cli_trace_req_release(&r);
+	assert_int_equal(cli_trace_parse_line(buf, len - 1, &r, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "truncated"));
+}
+
+/* A string with a quote and digits must not be mistaken for a number. */
+static void test_parse_digits_in_strings(void **state)
+{
+	struct cli_trace_req r;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(parse("{\"note\": \"99999999999999999999999 \\\" 1\", \"timestamp\": 1, "
+			       "\"input_length\": 1, \"output_length\": 1, \"hash_ids\": [1]}",
+			       &r, err, sizeof(err)), 0);
+	cli_trace_req_release(&r);
+}
+
+/* Read a trace held in memory. */
+static int read_mem(const char *text, size_t limit, struct cli_trace *t, char *err,
+		    size_t errlen)
+{
+	FILE *f = fmemopen((void *)text, strlen(text), "r");
+	int rc;
+
+	assert_non_null(f);
+	rc = cli_trace_read(f, "mem", limit, t, err, errlen);
+	fclose(f);
+	return rc;
+}
+
+#define LINE(ts, ids) "{\"timestamp\": " #ts ", \"input_length\": 512, " \
+		      "\"output_length\": 1, \"hash_ids\": " ids "}\n"
+
+static void test_read_sorts_stably(void **state)
+{
+	static const char text[] =
+		LINE(30, "[9]")
+		"\n"
+		LINE(10, "[1]")
+		LINE("20", "[2]")
+		LINE(10, "[3]")
+		LINE(0.5, "[4, 5]");
+	struct cli_trace t;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(read_mem(text, 0, &t, err, sizeof(err)), 0);
+	assert_int_equal(t.n_reqs, 5);
+	assert_int_equal(t.n_refs, 6);
+	assert_int_equal(t.reqs[0].hash_ids[0], 4);
+	assert_int_equal(t.reqs[0].line, 6);
+	assert_int_equal(t.reqs[1].hash_ids[0], 1);  /* ties keep file order */
+	assert_int_equal(t.reqs[1].line, 3);
+	assert_int_equal(t.reqs[2].hash_ids[0], 3);
+	assert_int_equal(t.reqs[3].hash_ids[0], 2);
+	assert_int_equal(t.reqs[4].hash_ids[0], 9);
+	assert_ptr_equal(t.reqs[0].keys, t.keys);
+	assert_ptr_equal(t.reqs[1].keys, t.keys + 2);
+	cli_trace_destroy(&t);
+
+	assert_int_equal(read_mem(text, 2, &t, err, sizeof(err)), 0);
+	assert_int_equal(t.n_reqs, 2);
+	assert_int_equal(t.n_refs, 3);
+	assert_int_equal(t.reqs[1].hash_ids[0], 1);
+	cli_trace_destroy(&t);
+	cli_trace_destroy(NULL);
+}
+
+static void test_read_names_bad_line(void **state)
+{
+	static const char text[] = LINE(1, "[1]") LINE(2, "[2]") "\n" LINE(3, "[-3]");
+	struct cli_trace t = { .n_reqs = 77 };
+	char err[256] = "";
+
+	(void)state;
+	assert_int_equal(read_mem(text, 0, &t, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "mem:4: "));
+	assert_non_null(strstr(err, "hash_ids[0]"));
+	assert_int_equal(t.n_reqs, 77);
+	assert_int_equal(cli_trace_load("/nonexistent/trace.jsonl", 0, &t, err, sizeof(err)),
+			 -ENOENT);
+	assert_non_null(strstr(err, "/nonexistent/trace.jsonl"));
+}
+
+/* SHA-256 of data[0..len) computed here, independently of the CLI. */
+static void sha256(const void *data, size_t len, uint8_t out[32])
+{
+	assert_int_equal(EVP_Digest(data, len, out, NULL, EVP_sha256(), NULL), 1);
+}
+
+static void test_chain_matches_sha256(void **state)
+{
+	uint64_t ids[3] = { 7, UINT64_MAX, 0x0102030405060708ULL };
+	uint8_t keys[3][32], want[32], buf[40];
+	char hex[CLI_KEY_HEX_BYTES];
+
+	(void)state;
+	assert_int_equal(cli_trace_chain_keys(ids, 3, keys), 0);
+	/* fixed vectors */
+	assert_string_equal(cli_key_hex(keys[0], hex),
+			    "aae89fc0f03e2959ae4d701a80cc3915918c950b159f6abb6c92c1433b1a8534");
+	assert_string_equal(cli_key_hex(keys[1], hex),
+			    "582b3af3778b2b6356c9e819deb643f68322fec71b4166bc196c58f2a35a7d18");
+	/* the rule, computed directly */
+	memcpy(buf, keys[1], 32);
+	for (int b = 0; b < 8; b++)
+		buf[32 + b] = (uint8_t)(ids[2] >> (8 * b));
+	assert_int_equal(buf[32], 0x08);
+	sha256(buf, sizeof(buf), want);
+	assert_memory_equal(keys[2], want, 32);
+	/* the first key hashes no parent bytes */
+	sha256("\x07\0\0\0\0\0\0\0", 8, want);
+	assert_memory_equal(keys[0], want, 32);
+}
+
+static void test_ideal_small_trace(void **state)
+{
+	/* file order differs from time order: [1,2,3,4] comes at t=3 */
+	static const char text[] =
+		LINE(3, "[1, 2, 3, 4]")   /* after t0..t2: 1,2,3 seen -> 3 */
+		LINE(0, "[1, 2, 3]")      /* nothing seen -> 0 */
+		LINE(1, "[1, 2, 4]")      /* 1,2 -> 2 (4 after 2 is new) */
+		LINE(2, "[5, 2, 3]")      /* a new first id: its chain is new -> 0 */
+		LINE(4, "[2, 3]")         /* [2] alone is another chain -> 0 */
+		LINE(5, "[]")
+		LINE(6, "[1, 2, 4, 9]");  /* 1,2,4 -> 3 */
+	struct cli_trace t;
+	uint64_t hits = 99;
+	char err[256];
+
+	(void)state;
+	assert_int_equal(read_mem(text, 0, &t, err, sizeof(err)), 0);
+	assert_int_equal(t.n_refs, 19);
+	assert_int_equal(cli_trace_ideal_hits(&t, &hits), 0);
+	assert_int_equal(hits, 8);
+	cli_trace_destroy(&t);
+
+	/* only the first three requests in time order */
+	assert_int_equal(read_mem(text, 3, &t, err, sizeof(err)), 0);
+	assert_int_equal(cli_trace_ideal_hits(&t, &hits), 0);
+	assert_int_equal(hits, 2);
+	assert_int_equal(t.n_refs, 9);
+	cli_trace_destroy(&t);
+}
+
+/* The bundled Mooncake trace: the ideal must come out 0.6396. */
+static void test_ideal_synthetic_trace(void **state)
+{
+	const char *dir = getenv("KVPOOL_TEST_DATA");
+	struct cli_trace t;
+	uint64_t hits;
+	char path[4096], err[512];
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/synthetic_trace.jsonl", dir ? dir : "tests/data");
+	if (cli_trace_load(path, 0, &t, err, sizeof(err)))
+		fail_msg("%s (set KVPOOL_TEST_DATA)", err);
+	assert_int_equal(t.n_reqs, 3993);
+	assert_int_equal(t.n_refs, 121877);
+	assert_int_equal(cli_trace_ideal_hits(&t, &hits), 0);
+	assert_int_equal(hits, 77953);
+	assert_true((double)hits / (double)t.n_refs > 0.63955);
+	assert_true((double)hits / (double)t.n_refs < 0.63965);
+	cli_trace_destroy(&t);
+}
+
+static void test_payload_roundtrip_and_damage(void **state)
+{
+	static const size_t lens[] = { 1, 7, 8, 9, 4095, 4096, 65536 + 3 };
+	uint8_t a[32], b[32];
+
+	(void)state;
+	sha256("a", 1, a);
+	sha256("b", 1, b);
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		size_t len = lens[i];
+		uint8_t *buf = malloc(len), *again = malloc(len);
+		size_t offs[3] = { 0, len / 2, len - 1 };
+
+		assert_non_null(buf);
+		assert_non_null(again);
+		cli_payload_fill(a, buf, len);
+		cli_payload_fill(a, again, len);
+		assert_memory_equal(buf, again, len);
+		assert_true(cli_payload_check(a, buf, len));
+		assert_false(cli_payload_check(b, buf, len));
+		for (int k = 0; k < 3; k++) {
+			buf[offs[k]] ^= 0x10;
+			assert_false(cli_payload_check(a, buf, len));
+			buf[offs[k]] ^= 0x10;
+		}
+		assert_true(cli_payload_check(a, buf, len));
+		free(buf);
+		free(again);
+	}
+}
+
+static void test_payload_torn_block(void **state)
+{
+	size_t len = 64 << 10;
+	uint8_t a[32], b[32], *buf = malloc(len), *other = malloc(len);
+
+	(void)state;
+	assert_non_null(buf);
+	assert_non_null(other);
+	sha256("block a", 7, a);
+	memcpy(b, a, 32);
+	b[31] ^= 1;   /* a key that differs in its last byte only */
+	cli_payload_fill(a, buf, len);
+	cli_payload_fill(b, other, len);
+	assert_memory_not_equal(buf, other, 64);
+	/* second half from the other key's block */
+	memcpy(buf + len / 2, other + len / 2, len / 2);
+	assert_false(cli_payload_check(a, buf, len));
+	assert_false(cli_payload_check(b, buf, len));
+	/* only the last 8 bytes torn */
+	cli_payload_fill(a, buf, len);
+	memcpy(buf + len - 8, other + len - 8, 8);
+	assert_false(cli_payload_check(a, buf, len));
+	free(buf);
+	free(other);
+}
+
+/* Seconds for fn over 256 MiB, best of three. */
+static double time_payload(int check, uint8_t *buf, size_t len, const uint8_t *key)
+{
+	double best = 1e9;
+
+	for (int r = 0; r < 3; r++) {
+		struct timespec t0, t1;
+		double s;
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		if (check)
+			assert_true(cli_payload_check(key, buf, len));
+		else
+			cli_payload_fill(key, buf, len);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+		best = s < best ? s : best;
+	}
+	return best;
+}
+
+static void test_payload_speed(void **state)
+{
+	size_t len = 256u << 20;
+	uint8_t key[32], *buf = malloc(len);
+	double fill_gbps, check_gbps;
+
+	(void)state;
+	assert_non_null(buf);
+	sha256("speed", 5, key);
+	memset(buf, 0, len);
+	fill_gbps = (double)len / time_payload(0, buf, len, key) / 1e9;
+	check_gbps = (double)len / time_payload(1, buf, len, key) / 1e9;
+	print_message("payload fill %.2f GB/s, check %.2f GB/s\n", fill_gbps, check_gbps);
+#if !defined(__SANITIZE_ADDRESS__)
+	assert_true(fill_gbps > 2.0);
+	assert_true(check_gbps > 2.0);
+#endif
+	free(buf);
+}
+
+static void test_parse_size(void **state)
+{
+	static const struct {
+		const char *s;
+		uint64_t want;
+	} good[] = {
+		{ "4096", 4096 }, { "64KiB", 65536 }, { "64kib", 65536 }, { "64 KiB", 65536 },
+		{ "1KB", 1000 }, { "1.5GiB", 1610612736ULL }, { "0.5KiB", 512 },
+		{ "2MB", 2000000 }, { "1MiB", 1048576 }, { "3B", 3 }, { "1TiB", 1ULL << 40 },
+		{ "1.25kB", 1250 }, { "18446744073709551615", UINT64_MAX },
+	};
+	static const struct {
+		const char *s;
+		int err;
+	} bad[] = {
+		{ "", -EINVAL }, { "KiB", -EINVAL }, { "-1", -EINVAL }, { "1.5", -EINVAL },
+		{ "12XB", -EINVAL }, { "1e3", -EINVAL }, { " 1", -EINVAL }, { "1.1B", -EINVAL },
+		{ "0.0001KiB", -EINVAL }, { "18446744073709551616", -ERANGE },
+		{ "20000PiB", -ERANGE }, { "64KiBs", -EINVAL },
+	};
+	uint64_t v;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		v = 1;
+		if (cli_parse_size(good[i].s, &v) || v != good[i].want)
+			fail_msg("'%s' gave %llu", good[i].s, (unsigned long long)v);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		v = 42;
+		if (cli_parse_size(bad[i].s, &v) != bad[i].err || v != 42)
+			fail_msg("'%s' was not refused with %d", bad[i].s, bad[i].err);
+	}
+}
+
+static void test_parse_numbers_and_exit_codes(void **state)
+{
+	uint64_t v = 5;
+	double d = 0;
+
+	(void)state;
+	assert_int_equal(cli_parse_u64("12", 1, 100, &v), 0);
+	assert_int_equal(v, 12);
+	assert_int_equal(cli_parse_u64("0", 1, 100, &v), -ERANGE);
+	assert_int_equal(cli_parse_u64("101", 1, 100, &v), -ERANGE);
+	assert_int_equal(cli_parse_u64("-3", 0, 100, &v), -EINVAL);
+	assert_int_equal(cli_parse_u64("3x", 0, 100, &v), -EINVAL);
+	assert_int_equal(v, 12);
+	assert_int_equal(cli_parse_nonneg_double("2.5", &d), 0);
+	assert_true(d == 2.5);
+	assert_int_equal(cli_parse_nonneg_double("-1", &d), -EINVAL);
+	assert_int_equal(cli_parse_nonneg_double("inf", &d), -EINVAL);
+	assert_int_equal(cli_exit_code(0), CLI_EXIT_OK);
+	assert_int_equal(cli_exit_code(-ENOENT), CLI_EXIT_MISS);
+	assert_int_equal(cli_exit_code(-ENOSPC), CLI_EXIT_MISS);
+	assert_int_equal(cli_exit_code(-ECONNREFUSED), CLI_EXIT_ERROR);
+	assert_int_equal(cli_exit_code(-EPROTO), CLI_EXIT_ERROR);
+}
+
+static void test_key_parse(void **state)
+{
+	uint8_t k[32], again[32];
+	char hex[CLI_KEY_HEX_BYTES];
+
+	(void)state;
+	assert_int_equal(cli_key_parse("text:abc", k), 0);
+	assert_string_equal(cli_key_hex(k, hex),
+			    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	assert_int_equal(cli_key_parse("BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD",
+				       again), 0);
+	assert_memory_equal(k, again, 32);
+	assert_int_equal(cli_key_parse("ba7816bf", again), -EINVAL);
+	assert_int_equal(cli_key_parse("za7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+				       again), -EINVAL);
+	assert_int_equal(cli_key_parse("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad0",
+				       again), -EINVAL);
+	assert_memory_equal(k, again, 32);
+}
+
+static void test_stats_counters(void **state)
+{
+	static const char doc[] =
+		"{\"version\":\"0.1.0\",\"evictions\":12,\"namespaces\":{"
+		"\"llama/tp0\":{\"get_hits\":5},\"replay\":{\"get_hits\":77953}}}";
+	struct cli_stats_counters c = { 1, 1 };
+
+	(void)state;
+	assert_int_equal(cli_stats_parse_counters(doc, "replay", &c), 0);
+	assert_int_equal(c.ns_get_hits, 77953);
+	assert_int_equal(c.evictions, 12);
+	assert_int_equal(cli_stats_parse_counters(doc, "llama/tp0", &c), 0);
+	assert_int_equal(c.ns_get_hits, 5);
+	assert_int_equal(cli_stats_parse_counters(doc, "absent", &c), 0);
+	assert_int_equal(c.ns_get_hits, 0);
+	assert_int_equal(cli_stats_parse_counters("{\"namespaces\":{}}", "replay", &c), -EPROTO);
+	assert_int_equal(cli_stats_parse_counters("not json", "replay", &c), -EPROTO);
+	assert_int_equal(c.evictions, 12);
+}
+
+static void test_latency_quantiles(void **state)
+{
+	struct cli_lat l = { 0 }, m = { 0 };
+
+	(void)state;
+	assert_int_equal(cli_lat_quantile(&l, 0.5), 0);
+	for (uint64_t v = 100; v >= 1; v--)
+		assert_int_equal(cli_lat_add(&l, v), 0);
+	assert_int_equal(cli_lat_quantile(&l, 0.50), 50);
+	assert_int_equal(cli_lat_quantile(&l, 0.99), 99);
+	assert_int_equal(cli_lat_quantile(&l, 1.0), 100);
+	assert_int_equal(cli_lat_add(&m, 1ULL << 40), 0);
+	assert_int_equal(cli_lat_merge(&l, &m), 0);
+	assert_int_equal(l.n, 101);
+	assert_int_equal(cli_lat_quantile(&l, 1.0), UINT32_MAX);
+	cli_lat_release(&l);
+	cli_lat_release(&m);
+	cli_lat_release(NULL);
+}
+
+static void test_replay_json_report(void **state)
+{
+	struct cli_replay_report r = {
+		.trace_path = "t.jsonl", .url = "tcp://127.0.0.1:1", .ns = "replay",
+		.block_bytes = 65536, .block_tokens = 512, .concurrency = 1,
+		.ideal_hits = 6, .server_get_hits = 5, .evictions = 2, .wall_s = 0.5,
+	};
+	struct json_object *o, *v;
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	(void)state;
+	r.counts.requests = 3;
+	r.counts.block_refs = 10;
+	r.counts.hits = 5;
+	r.counts.returned = 5;
+	r.counts.bytes_put = 250000000;
+	r.counts.bytes_got = 250000000;
+	cli_replay_count_errno(r.counts.put_errors, -ENOSPC);
+	cli_replay_count_errno(r.counts.put_errors, -ENOSPC);
+	assert_int_equal(cli_lat_add(&r.counts.lat[CLI_REPLAY_GET], 42), 0);
+	f = open_memstream(&text, &len);
+	assert_non_null(f);
+	assert_int_equal(cli_replay_print_json(f, &r), 0);
+	fclose(f);
+	assert_non_null(strchr(text, '\n'));
+	assert_ptr_equal(strchr(text, '\n'), text + len - 1);  /* one line */
+	o = json_tokener_parse(text);
+	assert_non_null(o);
+	assert_true(json_object_object_get_ex(o, "hit_ratio", &v));
+	assert_true(json_object_get_double(v) == 0.5);
+	assert_true(json_object_object_get_ex(o, "ideal_hit_ratio", &v));
+	assert_true(json_object_get_double(v) == 0.6);
+	assert_true(json_object_object_get_ex(o, "gbps", &v));
+	assert_true(json_object_get_double(v) == 1.0);
+	assert_true(json_object_object_get_ex(o, "prefill_tokens_saved", &v));
+	assert_int_equal(json_object_get_int64(v), 2560);
+	assert_true(json_object_object_get_ex(o, "put_errors", &v));
+	assert_true(json_object_object_get_ex(v, "ENOSPC", &v));
+	assert_int_equal(json_object_get_int64(v), 2);
+	assert_true(json_object_object_get_ex(o, "latency_us", &v));
+	assert_true(json_object_object_get_ex(v, "get", &v));
+	assert_true(json_object_object_get_ex(v, "p99", &v));
+	assert_int_equal(json_object_get_int64(v), 42);
+	for (const char *const *k = (const char *const[]){ "requests", "block_refs",
+			"server_get_hits", "client_get_hits", "wrong_blocks", "evictions",
+			"wall_s", NULL }; *k; k++)
+		if (!json_object_object_get_ex(o, *k, NULL))
+			fail_msg("key %s missing", *k);
+	json_object_put(o);
+	free(text);
+	cli_replay_counts_release(&r.counts);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_parse_good_line),
+		cmocka_unit_test(test_parse_timestamp_forms),
+		cmocka_unit_test(test_parse_bad_lines),
+		cmocka_unit_test(test_parse_respects_len),
+		cmocka_unit_test(test_parse_digits_in_strings),
+		cmocka_unit_test(test_read_sorts_stably),
+		cmocka_unit_test(test_read_names_bad_line),
+		cmocka_unit_test(test_chain_matches_sha256),
+		cmocka_unit_test(test_ideal_small_trace),
+		cmocka_unit_test(test_ideal_synthetic_trace),
+		cmocka_unit_test(test_payload_roundtrip_and_damage),
+		cmocka_unit_test(test_payload_torn_block),
+		cmocka_unit_test(test_payload_speed),
+		cmocka_unit_test(test_parse_size),
+		cmocka_unit_test(test_parse_numbers_and_exit_codes),
+		cmocka_unit_test(test_key_parse),
+		cmocka_unit_test(test_stats_counters),
+		cmocka_unit_test(test_latency_quantiles),
+		cmocka_unit_test(test_replay_json_report),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
