@@ -1,0 +1,49 @@
+/*
+ * main.c - kvpoold: parse the settings, then serve (srv_main).
+ *
+ * Exit status: 0 after a clean shutdown (SIGTERM, SIGINT) or --help /
+ * --version; 2 for a bad setting; 1 when start-up fails.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "conf.h"
+#include "proto.h"
+#include "srv_server.h"
+
+/* --version and --help are answered before the settings are parsed, so
+ * they work whatever else is on the command line. */
+static int early_flag(int argc, char **argv, const char *name)
+{
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], name))
+			return 1;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct conf c;
+	char err[512];
+	int help = 0;
+
+	if (early_flag(argc, argv, "--version")) {
+		printf("kvpoold %s (protocol %d)\n", SRV_VERSION, PROTO_VERSION);
+		return 0;
+	}
+	if (early_flag(argc, argv, "--help") || early_flag(argc, argv, "-h")) {
+		conf_usage(stdout);
+		return 0;
+	}
+	conf_defaults(&c);
+	if (conf_from_args(&c, argc, argv, &help, err, sizeof(err)) < 0 ||
+	    (!help && conf_validate(&c, err, sizeof(err)) < 0)) {
+		fprintf(stderr, "kvpoold: %s\n", err);
+		return 2;
+	}
+	if (help) {
+		conf_usage(stdout);
+		return 0;
+	}
+	return srv_main(&c) < 0 ? 1 : 0;
+}

@@ -1,0 +1,577 @@
+/*
+ * srv_conn.c - a client connection: input state machine, output flushing,
+ * backpressure, timeouts and reply framing.
+ */
+#include "srv_conn.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "srv_log.h"
+#include "srv_put.h"
+#include "srv_request.h"
+#include "srv_server.h"
+#include "srv_worker.h"
+#include "store.h"
+
+/* Reads per readiness callback before yielding to other connections. */
+#define PUMP_MAX_READS 64
+/* A body buffer larger than this is freed after its request. */
+#define BODY_KEEP_BYTES (256u * 1024)
+/* How long a connection that got a fatal error reply may linger, draining
+ * input so that the reply is not destroyed by a reset. */
+#define CLOSING_LINGER_MS 1000
+/* Bytes of offending input quoted in a protocol-error log line. */
+#define DUMP_BYTES 64
+
+static void conn_read_cb(evutil_socket_t fd, short what, void *arg);
+static void conn_write_cb(evutil_socket_t fd, short what, void *arg);
+
+static void conn_set_reading(struct srv_conn *c, int on)
+{
+	if (on == c->reading)
+		return;
+	if (on)
+		event_add(c->ev_read, NULL);
+	else
+		event_del(c->ev_read);
+	c->reading = on;
+}
+
+static void conn_set_writing(struct srv_conn *c, int on)
+{
+	if (on == c->writing)
+		return;
+	if (on)
+		event_add(c->ev_write, NULL);
+	else
+		event_del(c->ev_write);
+	c->writing = on;
+}
+
+/* Is the output over the backpressure marks? */
+static int conn_out_full(const struct srv_conn *c)
+{
+	return evbuffer_get_length(c->out) > SRV_OUT_MAX_BYTES ||
+	       c->replies_queued >= SRV_OUT_MAX_REPLIES;
+}
+
+int srv_conn_open(struct srv_worker *w, int fd, uint64_t id, const char *peer)
+{
+	struct srv_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		goto out_close_fd;
+	c->w = w;
+	c->id = id;
+	c->fd = fd;
+	snprintf(c->peer, sizeof(c->peer), "%s", peer);
+	c->out = evbuffer_new();
+	c->ev_read = event_new(w->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
+	c->ev_write = event_new(w->base, fd, EV_WRITE | EV_PERSIST, conn_write_cb, c);
+	if (!c->out || !c->ev_read || !c->ev_write)
+		goto out_free_conn;
+	c->state = SRV_CONN_HEADER;
+	c->last_active_ms = srv_now_ms();
+	c->next = w->conns;
+	if (w->conns)
+		w->conns->prev = c;
+	w->conns = c;
+	w->n_conns++;
+	conn_set_reading(c, 1);
+	srv_debug("conn %" PRIu64 " %s: open on worker %u", id, c->peer, w->index);
+	return 0;
+
+out_free_conn:
+	if (c->ev_write)
+		event_free(c->ev_write);
+	if (c->ev_read)
+		event_free(c->ev_read);
+	if (c->out)
+		evbuffer_free(c->out);
+	free(c);
+out_close_fd:
+	close(fd);
+	__atomic_fetch_sub(&w->srv->conn_current, 1, __ATOMIC_RELAXED);
+	srv_err("conn %" PRIu64 " %s: out of memory, dropped", id, peer);
+	return -ENOMEM;
+}
+
+void srv_conn_close(struct srv_conn *c, int level, const char *reason)
+{
+	struct srv_worker *w = c->w;
+	struct store *s = w->srv->store;
+
+	srv_log(level, "conn %" PRIu64 " %s: closed: %s", c->id, c->peer, reason);
+	srv_put_abort(c);
+	store_lessee_free(s, c->lessee);
+	event_free(c->ev_read);
+	event_free(c->ev_write);
+	/* Dropping queued output runs the GET pins' cleanups (store_release). */
+	evbuffer_free(c->out);
+	close(c->fd);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		w->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	w->n_conns--;
+	__atomic_fetch_sub(&w->srv->conn_current, 1, __ATOMIC_RELAXED);
+	free(c->body);
+	free(c->slots);
+	free(c->gets);
+	free(c);
+}
+
+int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms)
+{
+	const struct conf *cf = &c->w->srv->conf;
+	uint64_t quiet_ms = now_ms > c->last_active_ms ? now_ms - c->last_active_ms : 0;
+	char why[96];
+
+	if (c->state == SRV_CONN_CLOSING) {
+		if (now_ms - c->closing_since_ms < CLOSING_LINGER_MS)
+			return 0;
+		srv_conn_close(c, SRV_LOG_DEBUG, "after fatal error reply");
+		return 1;
+	}
+	/* Mid-frame in either direction: the transfer must keep moving. */
+	if (c->state != SRV_CONN_HEADER || c->hdr_have || evbuffer_get_length(c->out)) {
+		if (!cf->payload_timeout_ms || quiet_ms < cf->payload_timeout_ms)
+			return 0;
+		snprintf(why, sizeof(why), "transfer stalled for %" PRIu64 " ms (payload_timeout_ms %u)",
+			 quiet_ms, cf->payload_timeout_ms);
+		srv_conn_close(c, SRV_LOG_INFO, why);
+		return 1;
+	}
+	if (!cf->idle_timeout_ms || quiet_ms < cf->idle_timeout_ms)
+		return 0;
+	snprintf(why, sizeof(why), "idle for %" PRIu64 " ms (idle_timeout_ms %u)", quiet_ms,
+		 cf->idle_timeout_ms);
+	srv_conn_close(c, SRV_LOG_INFO, why);
+	return 1;
+}
+
+/* ---- replies --------------------------------------------------------- */
+
+int srv_conn_reply_begin(struct srv_conn *c, uint16_t status, uint32_t body_bytes,
+			 uint64_t payload_bytes, uint8_t **body)
+{
+	struct proto_header h = {
+		.magic = PROTO_MAGIC,
+		.version = PROTO_VERSION,
+		.opcode = c->hdr.opcode,
+		.flags = PROTO_FLAG_REPLY,
+		.status = status,
+		.body_bytes = body_bytes,
+		.request_id = c->hdr.request_id,
+		.payload_bytes = payload_bytes,
+	};
+	struct evbuffer_iovec v;
+
+	if (evbuffer_reserve_space(c->out, (ev_ssize_t)PROTO_HEADER_BYTES + body_bytes, &v, 1) < 1)
+		return -ENOMEM;
+	c->reply_base = v.iov_base;
+	proto_header_encode(&h, c->reply_base);
+	*body = body_bytes ? c->reply_base + PROTO_HEADER_BYTES : NULL;
+	return 0;
+}
+
+void srv_conn_reply_commit(struct srv_conn *c, uint32_t body_bytes)
+{
+	struct evbuffer_iovec v = {
+		.iov_base = c->reply_base,
+		.iov_len = (size_t)PROTO_HEADER_BYTES + body_bytes,
+	};
+
+	evbuffer_commit_space(c->out, &v, 1);
+	c->reply_base = NULL;
+	c->replies_queued++;
+}
+
+int srv_conn_reply_buffer(struct srv_conn *c, uint16_t status, struct evbuffer *body)
+{
+	size_t len = evbuffer_get_length(body);
+	uint8_t *none;
+
+	if (len > UINT32_MAX)
+		return -EMSGSIZE;
+	if (srv_conn_reply_begin(c, status, 0, 0, &none) < 0)
+		return -ENOMEM;
+	/* Patch body_bytes into the header just reserved, then move the body. */
+	proto_put_u32(c->reply_base + 12, (uint32_t)len);
+	srv_conn_reply_commit(c, 0);
+	if (evbuffer_add_buffer(c->out, body) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+int srv_conn_reply_error(struct srv_conn *c, uint16_t status, const void *dump,
+			 size_t dump_bytes, const char *fmt, ...)
+{
+	char msg[512], text[4 * DUMP_BYTES + 8];
+	size_t msg_bytes;
+	uint32_t body_bytes;
+	uint8_t *body;
+	va_list ap;
+	int m;
+
+	va_start(ap, fmt);
+	m = vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	msg_bytes = m < 0 ? 0 : ((size_t)m < sizeof(msg) ? (size_t)m : sizeof(msg) - 1);
+	text[0] = '\0';
+	if (dump && dump_bytes)
+		srv_log_sanitize(dump, dump_bytes < DUMP_BYTES ? dump_bytes : DUMP_BYTES, text,
+				 sizeof(text));
+	srv_warn("conn %" PRIu64 " %s: %s request %" PRIu64 ": %s: %s%s%s", c->id, c->peer,
+		 proto_op_name(c->hdr.opcode), c->hdr.request_id, proto_status_name(status), msg,
+		 text[0] ? "; input: " : "", text);
+	srv_stats_count_status(&c->w->stats, status);
+	body_bytes = (uint32_t)proto_error_body_bytes(msg_bytes);
+	if (srv_conn_reply_begin(c, status, body_bytes, 0, &body) < 0)
+		return -ENOMEM;
+	proto_error_encode(msg, msg_bytes, body, body_bytes);
+	srv_conn_reply_commit(c, body_bytes);
+	return 0;
+}
+
+/* Make sure the body buffer holds at least `bytes` (the header decoder
+ * bounded them by max_frame_bytes). Errors: -ENOMEM. */
+static int body_reserve(struct srv_conn *c, uint32_t bytes)
+{
+	uint32_t cap = c->body_cap ? c->body_cap : 4096;
+	uint8_t *p;
+
+	if (bytes <= c->body_cap)
+		return 0;
+	while (cap < bytes)
+		cap = cap > UINT32_MAX / 2 ? bytes : cap * 2;
+	p = realloc(c->body, cap);
+	if (!p)
+		return -ENOMEM;
+	c->body = p;
+	c->body_cap = cap;
+	return 0;
+}
+
+/* ---- input ----------------------------------------------------------- */
+
+/* Limit on payload_bytes the header decoder applies, for messages. */
+static uint64_t payload_limit(const struct proto_limits *l)
+{
+	if (l->max_block_bytes && l->max_batch_blocks > UINT64_MAX / l->max_block_bytes)
+		return UINT64_MAX;
+	return (uint64_t)l->max_batch_blocks * l->max_block_bytes;
+}
+
+/* Which rule of a decoded header (good magic and version) failed with
+ * -EPROTO, for the message. */
+static const char *header_field_error(const struct srv_conn *c)
+{
+	if (proto_get_u16(c->hdr_raw + 10) != 0)
+		return "reserved header field nonzero";
+	if (c->hdr.flags & ~PROTO_FLAG_REPLY)
+		return "unknown flag bits set";
+	if (c->hdr.flags & PROTO_FLAG_REPLY)
+		return "reply flag set on a request";
+	return "nonzero status on a request";
+}
+
+/* Answer a header the decoder refused (rc < 0), per PROTOCOL.md 7.2/7.3:
+ * a bad magic or an unknown version closes the connection; after any
+ * other failure the frame's length is known, so its body and payload are
+ * discarded and the next frame is read. */
+static enum srv_next on_bad_header(struct srv_conn *c, int rc)
+{
+	const struct proto_limits *l = &c->w->srv->limits;
+	const uint8_t *raw = c->hdr_raw;
+	uint64_t frame_bytes = (uint64_t)PROTO_HEADER_BYTES + c->hdr.body_bytes;
+	uint64_t skip = c->hdr.body_bytes + c->hdr.payload_bytes;
+	int err;
+
+	if (rc == -EPROTO && proto_get_u32(raw) != PROTO_MAGIC) {
+		c->hdr.opcode = 0; /* connection-level error reply */
+		c->hdr.request_id = 0;
+		err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, raw, PROTO_HEADER_BYTES,
+					   "bad magic: not a kvpool frame");
+		return err ? SRV_NEXT_ABORT : SRV_NEXT_CLOSE;
+	}
+	if (rc == -EPROTONOSUPPORT) {
+		err = srv_conn_reply_error(c, PROTO_STATUS_UNSUPPORTED, raw, PROTO_HEADER_BYTES,
+					   "protocol version %u not supported; supported versions %d..%d",
+					   c->hdr.version, PROTO_VERSION_MIN, PROTO_VERSION_MAX);
+		return err ? SRV_NEXT_ABORT : SRV_NEXT_CLOSE;
+	}
+	switch (rc) {
+	case -EOPNOTSUPP:
+		err = srv_conn_reply_error(c, PROTO_STATUS_UNSUPPORTED, raw, PROTO_HEADER_BYTES,
+					   "unknown opcode %u", c->hdr.opcode);
+		break;
+	case -EMSGSIZE:
+		if (frame_bytes > l->max_frame_bytes)
+			err = srv_conn_reply_error(c, PROTO_STATUS_TOO_LARGE, raw, PROTO_HEADER_BYTES,
+						   "frame of %" PRIu64 " bytes exceeds max_frame_bytes %u",
+						   frame_bytes, l->max_frame_bytes);
+		else
+			err = srv_conn_reply_error(c, PROTO_STATUS_TOO_LARGE, raw, PROTO_HEADER_BYTES,
+						   "payload of %" PRIu64 " bytes exceeds max_batch_blocks %u"
+						   " * max_block_bytes %" PRIu64 " (%" PRIu64 ")",
+						   c->hdr.payload_bytes, l->max_batch_blocks,
+						   l->max_block_bytes, payload_limit(l));
+		break;
+	case -EBADMSG:
+		err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, raw, PROTO_HEADER_BYTES,
+					   "%s request carries no payload (payload_bytes %" PRIu64 ")",
+					   proto_op_name(c->hdr.opcode), c->hdr.payload_bytes);
+		break;
+	default:
+		err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, raw, PROTO_HEADER_BYTES,
+					   "%s", header_field_error(c));
+		break;
+	}
+	/* A payload length near 2^64 cannot be skipped in practice; saturate
+	 * and let payload_timeout_ms end it once the peer stops sending. */
+	c->skip_bytes = skip < c->hdr.payload_bytes ? UINT64_MAX : skip;
+	return err ? SRV_NEXT_ABORT : SRV_NEXT_SKIP;
+}
+
+/* The header is complete: decode it and start on the body. */
+static enum srv_next on_header(struct srv_conn *c)
+{
+	const struct srv *s = c->w->srv;
+	int rc;
+
+	memset(&c->hdr, 0, sizeof(c->hdr));
+	rc = proto_header_decode(c->hdr_raw, 0, &s->limits, &c->hdr);
+	if (rc < 0)
+		return on_bad_header(c, rc);
+	if (c->hdr.body_bytes == 0) {
+		c->req_start_us = srv_now_us();
+		return srv_request_dispatch(c);
+	}
+	if (body_reserve(c, c->hdr.body_bytes) < 0)
+		return SRV_NEXT_ABORT;
+	c->body_have = 0;
+	return SRV_NEXT_BODY;
+}
+
+/* Move the state machine on after a header or a request. Returns -1 when
+ * the connection must be closed now. */
+static int conn_next(struct srv_conn *c, enum srv_next next)
+{
+	switch (next) {
+	case SRV_NEXT_BODY:
+		c->state = SRV_CONN_BODY;
+		return 0;
+	case SRV_NEXT_PAYLOAD:
+		c->state = SRV_CONN_PAYLOAD;
+		return 0;
+	case SRV_NEXT_SKIP:
+		if (c->skip_bytes) {
+			c->state = SRV_CONN_SKIP;
+			return 0;
+		}
+		break;
+	case SRV_NEXT_HEADER:
+		break;
+	case SRV_NEXT_CLOSE:
+		c->state = SRV_CONN_CLOSING;
+		c->closing_since_ms = srv_now_ms();
+		return 0;
+	case SRV_NEXT_ABORT:
+	default:
+		return -1;
+	}
+	c->state = SRV_CONN_HEADER;
+	c->hdr_have = 0;
+	if (c->body_cap > BODY_KEEP_BYTES) {
+		free(c->body);
+		c->body = NULL;
+		c->body_cap = 0;
+	}
+	/* Between requests is the only place we pause: never mid-frame. */
+	if (conn_out_full(c))
+		conn_set_reading(c, 0);
+	return 0;
+}
+
+/* read(2) returning -errno instead of -1. */
+static long sys_read(int fd, void *buf, size_t len)
+{
+	ssize_t n = read(fd, buf, len);
+
+	return n < 0 ? -errno : (long)n;
+}
+
+/* One read step in the current state, then whatever the bytes complete.
+ * Returns bytes read (> 0), 0 on EOF, or -errno (-EAGAIN: nothing to read;
+ * -ENOMEM: the request could not be answered). *want receives how many
+ * bytes were asked for. */
+static long conn_read_step(struct srv_conn *c, size_t *want)
+{
+	uint8_t *scratch = c->w->scratch;
+	int done = 0;
+	long n;
+
+	switch (c->state) {
+	case SRV_CONN_HEADER:
+		*want = PROTO_HEADER_BYTES - c->hdr_have;
+		n = sys_read(c->fd, c->hdr_raw + c->hdr_have, *want);
+		if (n > 0 && (c->hdr_have += (uint32_t)n) == PROTO_HEADER_BYTES)
+			return conn_next(c, on_header(c)) < 0 ? -ENOMEM : n;
+		return n;
+	case SRV_CONN_BODY:
+		*want = c->hdr.body_bytes - c->body_have;
+		n = sys_read(c->fd, c->body + c->body_have, *want);
+		if (n > 0 && (c->body_have += (uint32_t)n) == c->hdr.body_bytes) {
+			c->req_start_us = srv_now_us();
+			return conn_next(c, srv_request_dispatch(c)) < 0 ? -ENOMEM : n;
+		}
+		return n;
+	case SRV_CONN_PAYLOAD:
+		n = srv_put_read(c, want, &done);
+		if (n > 0 && done)
+			conn_next(c, SRV_NEXT_HEADER);
+		return n;
+	case SRV_CONN_SKIP:
+		*want = c->skip_bytes < SRV_SCRATCH_BYTES ? c->skip_bytes : SRV_SCRATCH_BYTES;
+		n = sys_read(c->fd, scratch, *want);
+		if (n > 0 && (c->skip_bytes -= (uint64_t)n) == 0)
+			conn_next(c, SRV_NEXT_HEADER);
+		return n;
+	case SRV_CONN_CLOSING:
+	default:
+		*want = SRV_SCRATCH_BYTES;
+		return sys_read(c->fd, scratch, *want);
+	}
+}
+
+/* Log level and text for a connection the peer closed. */
+static const char *eof_reason(const struct srv_conn *c, int *level)
+{
+	*level = SRV_LOG_DEBUG;
+	if (c->state == SRV_CONN_CLOSING)
+		return "peer closed after fatal error";
+	if (c->state == SRV_CONN_HEADER && c->hdr_have == 0)
+		return "peer closed";
+	*level = SRV_LOG_INFO;
+	return c->state == SRV_CONN_PAYLOAD ? "peer closed mid-payload" : "peer closed mid-frame";
+}
+
+/* Read and handle input until the socket is drained, reading is paused,
+ * or the per-callback budget is spent. Returns 1 if c was closed. */
+static int conn_pump(struct srv_conn *c)
+{
+	char why[96];
+	const char *reason;
+	int level;
+
+	for (int i = 0; i < PUMP_MAX_READS && c->reading; i++) {
+		size_t want = 0;
+		long n = conn_read_step(c, &want);
+
+		if (n == -EAGAIN || n == -EINTR)
+			return 0;
+		if (n == 0) {
+			reason = eof_reason(c, &level);
+			if (!evbuffer_get_length(c->out)) {
+				srv_conn_close(c, level, reason);
+				return 1;
+			}
+			/* Replies are still queued (a half-closed peer may wait
+			 * for them): stop reading, close once they are out. */
+			srv_log(level, "conn %" PRIu64 " %s: %s; flushing replies", c->id, c->peer,
+				reason);
+			srv_put_abort(c);
+			c->peer_eof = 1;
+			conn_set_reading(c, 0);
+			return 0;
+		}
+		if (n < 0) {
+			snprintf(why, sizeof(why), "%s: %s", n == -ENOMEM ? "aborted" : "read error",
+				 strerror((int)-n));
+			srv_conn_close(c, n == -ENOMEM ? SRV_LOG_WARN : SRV_LOG_INFO, why);
+			return 1;
+		}
+		c->last_active_ms = srv_now_ms();
+		if ((size_t)n < want)
+			return 0; /* the socket is most likely empty now */
+	}
+	return 0;
+}
+
+/* Write what the socket takes, and switch write interest and read
+ * backpressure accordingly. Returns 1 if c was closed. */
+static int conn_flush(struct srv_conn *c)
+{
+	char why[96];
+	size_t len = evbuffer_get_length(c->out);
+
+	if (len) {
+		int n = evbuffer_write(c->out, c->fd);
+
+		if (n < 0 && errno != EAGAIN && errno != EINTR) {
+			snprintf(why, sizeof(why), "write error: %s", strerror(errno));
+			srv_conn_close(c, SRV_LOG_INFO, why);
+			return 1;
+		}
+		if (n > 0)
+			c->last_active_ms = srv_now_ms();
+		len = evbuffer_get_length(c->out);
+	}
+	if (len == 0 && c->peer_eof) {
+		srv_conn_close(c, SRV_LOG_DEBUG, "replies flushed after peer closed");
+		return 1;
+	}
+	if (len == 0) {
+		c->replies_queued = 0;
+		conn_set_writing(c, 0);
+		if (c->state == SRV_CONN_CLOSING && !c->wr_shut) {
+			shutdown(c->fd, SHUT_WR);
+			c->wr_shut = 1;
+		}
+	} else {
+		conn_set_writing(c, 1);
+	}
+	if (c->peer_eof)
+		conn_set_reading(c, 0);
+	else if (c->state == SRV_CONN_CLOSING)
+		conn_set_reading(c, 1); /* drain until the peer closes */
+	else if (c->state == SRV_CONN_HEADER && !c->hdr_have)
+		conn_set_reading(c, !conn_out_full(c));
+	return 0;
+}
+
+static void conn_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct srv_conn *c = arg;
+
+	(void)fd;
+	(void)what;
+	if (conn_pump(c))
+		return;
+	conn_flush(c);
+}
+
+static void conn_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct srv_conn *c = arg;
+
+	(void)fd;
+	(void)what;
+	if (conn_flush(c))
+		return;
+	/* Reading may have resumed: input already buffered in the kernel is
+	 * picked up by the (level-triggered) read event. */
+}

@@ -1,0 +1,139 @@
+/*
+ * srv_conn.h - one client connection on a worker thread: the input state
+ * machine (HEADER -> BODY -> PAYLOAD | SKIP), the output evbuffer,
+ * backpressure, timeouts, and replies.
+ *
+ * Input is read with read()/readv() into a 32-byte header buffer and a
+ * bounded body buffer; PUT payload bytes go straight into the arena (see
+ * srv_put.c). Output is an evbuffer flushed with evbuffer_write; GET
+ * payloads are added by reference. A connection is touched only by the
+ * worker thread that owns it.
+ */
+#ifndef KVPOOL_SRV_CONN_H
+#define KVPOOL_SRV_CONN_H
+
+#include <stdint.h>
+
+#include "proto.h"
+#include "store.h"
+
+struct srv_worker;
+struct store_block;
+struct store_lessee;
+struct event;
+struct evbuffer;
+
+enum srv_conn_state {
+	SRV_CONN_HEADER,  /* reading the 32-byte frame header */
+	SRV_CONN_BODY,    /* reading body_bytes into the body buffer */
+	SRV_CONN_PAYLOAD, /* reading PUT payload into reservations */
+	SRV_CONN_SKIP,    /* discarding skip_bytes, then HEADER */
+	SRV_CONN_CLOSING, /* reply queued; flush, then drain input until EOF */
+};
+
+/* What the input state machine does after a request was handled. */
+enum srv_next {
+	SRV_NEXT_HEADER,  /* the request is done; read the next header */
+	SRV_NEXT_PAYLOAD, /* read the PUT payload (srv_put_read) */
+	SRV_NEXT_SKIP,    /* discard c->skip_bytes, then read the next header */
+	SRV_NEXT_CLOSE,   /* the stream cannot be parsed: flush replies, close */
+	SRV_NEXT_ABORT,   /* close at once (I/O error, no memory) */
+	SRV_NEXT_BODY,    /* header decoded: read body_bytes (srv_conn.c only) */
+};
+
+/* One PUT block of the request being received. */
+struct srv_put_slot {
+	struct proto_put_entry e;
+	struct store_block *block; /* live reservation, or NULL */
+	uint8_t *dst;              /* where its bytes go; NULL: discard */
+	uint16_t status;           /* enum proto_status once known */
+};
+
+/* One GET entry of the request being answered. */
+struct srv_get_slot {
+	struct store_ref ref;      /* ref.block is NULL unless its bytes are sent */
+	uint16_t status;
+};
+
+/* Stop reading requests while the output holds more than this many bytes
+ * or this many replies (counted since the output was last empty). */
+#define SRV_OUT_MAX_BYTES (64ull << 20)
+#define SRV_OUT_MAX_REPLIES 64
+
+struct srv_conn {
+	struct srv_worker *w;
+	struct srv_conn *prev, *next; /* the worker's list */
+	uint64_t id;
+	int fd;
+	char peer[64];                /* "addr:port" or "[addr]:port" */
+	struct event *ev_read;        /* EV_READ | EV_PERSIST */
+	struct event *ev_write;       /* EV_WRITE | EV_PERSIST, while output waits */
+	struct evbuffer *out;
+	enum srv_conn_state state;
+	int reading, writing;         /* whether ev_read / ev_write are added */
+	int wr_shut;                  /* shutdown(SHUT_WR) done (CLOSING) */
+	int peer_eof;                 /* peer closed its side: flush, then close */
+	uint64_t last_active_ms;      /* last byte read or written */
+	uint64_t closing_since_ms;
+	/* Input. */
+	uint8_t hdr_raw[PROTO_HEADER_BYTES];
+	uint32_t hdr_have;
+	struct proto_header hdr;      /* the request being handled */
+	uint8_t *body;
+	uint32_t body_cap, body_have;
+	uint64_t skip_bytes;
+	uint64_t req_start_us;        /* request fully received */
+	/* PUT in progress (SRV_CONN_PAYLOAD). */
+	struct srv_put_slot *slots;
+	uint32_t slots_cap, put_count, put_cur;
+	uint64_t put_off;             /* bytes of slots[put_cur] received */
+	/* GET: pins taken before the reply is queued. */
+	struct srv_get_slot *gets;
+	uint32_t gets_cap;
+	/* Session. */
+	int hello_done;
+	uint32_t ns_id;
+	char ns_name[PROTO_NAME_MAX_BYTES + 1];
+	struct store_lessee *lessee;
+	/* Output accounting. */
+	uint32_t replies_queued;
+	uint8_t *reply_base;          /* space reserved by srv_conn_reply_begin */
+};
+
+/* Worker thread: adopt socket fd as connection `id` and start reading.
+ * On error the fd is closed and the connection count given back.
+ * Errors: -ENOMEM. */
+int srv_conn_open(struct srv_worker *w, int fd, uint64_t id, const char *peer);
+
+/* Close and free the connection now: abort PUT reservations, free the
+ * lessee (ending its leases), drop queued output (releasing GET pins),
+ * close the socket. `reason` is logged at `level`. */
+void srv_conn_close(struct srv_conn *c, int level, const char *reason);
+
+/* Check idle, stalled-transfer and closing-linger deadlines against
+ * now_ms; closes the connection when one has passed. Returns 1 if the
+ * connection was closed (c is then gone), else 0. */
+int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms);
+
+/* Queue a reply header (echoing c->hdr's opcode and request id) and
+ * reserve body_bytes of contiguous space for its body, returned in *body
+ * (NULL when body_bytes is 0). The caller fills the body and calls
+ * srv_conn_reply_commit before touching c->out again. Errors: -ENOMEM. */
+int srv_conn_reply_begin(struct srv_conn *c, uint16_t status, uint32_t body_bytes,
+			 uint64_t payload_bytes, uint8_t **body);
+
+/* Commit the body reserved by srv_conn_reply_begin. */
+void srv_conn_reply_commit(struct srv_conn *c, uint32_t body_bytes);
+
+/* Queue a reply whose body is all of `body` (moved, not copied; e.g. the
+ * STATS document). Errors: -ENOMEM. */
+int srv_conn_reply_buffer(struct srv_conn *c, uint16_t status, struct evbuffer *body);
+
+/* Queue an error reply (status, message formatted from fmt) for the
+ * current request, count it, and log one sanitized line at warn level
+ * with `dump_bytes` of `dump` (may be NULL). Errors: -ENOMEM. */
+int srv_conn_reply_error(struct srv_conn *c, uint16_t status, const void *dump,
+			 size_t dump_bytes, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+#endif /* KVPOOL_SRV_CONN_H */

@@ -1,0 +1,282 @@
+/*
+ * srv_put.c - PUT: reserve, receive straight into the arena, commit.
+ */
+#include "srv_put.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "srv_server.h"
+#include "srv_worker.h"
+#include "store.h"
+
+/* iovecs per readv: enough to take many small blocks in one call. */
+#define PUT_IOV_MAX 64
+
+/* Make room for `count` slots. Errors: -ENOMEM. */
+static int slots_reserve(struct srv_conn *c, uint32_t count)
+{
+	struct srv_put_slot *p;
+
+	if (count <= c->slots_cap)
+		return 0;
+	p = realloc(c->slots, (size_t)count * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	c->slots = p;
+	c->slots_cap = count;
+	return 0;
+}
+
+/* Index of the earlier block of this batch whose key is slot i's parent,
+ * or -1. The parent is usually the block just before, so look there
+ * first. */
+static long parent_in_batch(const struct srv_conn *c, uint32_t i)
+{
+	const uint8_t *parent = c->slots[i].e.parent;
+
+	if (!(c->slots[i].e.flags & PROTO_PUT_HAS_PARENT))
+		return -1;
+	for (uint32_t j = i; j-- > 0;)
+		if (!memcmp(c->slots[j].e.key, parent, PROTO_KEY_BYTES))
+			return j;
+	return -1;
+}
+
+/* Reserve arena space for slot i, or record why it is refused. A block
+ * whose in-batch parent was refused cannot be stored: NO_PARENT without
+ * asking the store. A parent still being received is checked at commit
+ * (STORE_PUT_PARENT_IN_BATCH). */
+static void slot_begin(struct srv_conn *c, uint32_t i)
+{
+	struct srv_put_slot *sl = &c->slots[i];
+	struct store *s = c->w->srv->store;
+	const uint8_t *parent = sl->e.flags & PROTO_PUT_HAS_PARENT ? sl->e.parent : NULL;
+	long j = parent_in_batch(c, i);
+	uint32_t flags = 0;
+	void *dst;
+	int rc;
+
+	sl->block = NULL;
+	sl->dst = NULL;
+	if (j >= 0) {
+		uint16_t ps = c->slots[j].status;
+
+		if (ps != PROTO_STATUS_OK && ps != PROTO_STATUS_EXISTS) {
+			sl->status = PROTO_STATUS_NO_PARENT;
+			return;
+		}
+		if (c->slots[j].block)
+			flags = STORE_PUT_PARENT_IN_BATCH;
+	}
+	rc = store_put_begin(s, c->ns_id, sl->e.key, parent, flags, sl->e.length, sl->e.checksum,
+			     &sl->block, &dst);
+	if (rc == 0) {
+		sl->dst = dst;
+		sl->status = PROTO_STATUS_OK;
+	} else {
+		sl->status = rc == -EEXIST ? PROTO_STATUS_EXISTS : proto_status_from_errno(rc);
+	}
+}
+
+/* Refuse the whole request: error reply, then discard the payload. */
+static enum srv_next put_refuse(struct srv_conn *c, uint16_t status, const char *msg,
+				uint32_t index)
+{
+	int rc;
+
+	if (index != UINT32_MAX)
+		rc = srv_conn_reply_error(c, status, c->body, c->hdr.body_bytes, "block %u: %s",
+					  index, msg);
+	else
+		rc = srv_conn_reply_error(c, status, c->body, c->hdr.body_bytes, "%s", msg);
+	srv_stats_add(&c->w->stats, SRV_C_put_errors, 1);
+	c->skip_bytes = c->hdr.payload_bytes;
+	return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_SKIP;
+}
+
+/* Decode every entry into the slots. Returns UINT32_MAX, or the index of
+ * the first entry that does not decode. */
+static uint32_t put_decode(struct srv_conn *c, const struct proto_batch *b)
+{
+	for (uint32_t i = 0; i < b->count; i++)
+		if (proto_put_entry_decode(b, i, &c->slots[i].e) < 0)
+			return i;
+	return UINT32_MAX;
+}
+
+enum srv_next srv_put_start(struct srv_conn *c)
+{
+	const struct proto_limits *l = &c->w->srv->limits;
+	struct proto_batch b;
+	uint32_t bad = 0;
+	char msg[160];
+	int rc;
+
+	rc = proto_batch_decode(c->body, c->hdr.body_bytes, PROTO_PUT_ENTRY_BYTES, l, &b);
+	if (rc == -EMSGSIZE) {
+		snprintf(msg, sizeof(msg), "batch of %u blocks exceeds max_batch_blocks %u",
+			 proto_get_u32(c->body), l->max_batch_blocks);
+		return put_refuse(c, PROTO_STATUS_TOO_LARGE, msg, UINT32_MAX);
+	}
+	if (rc < 0 || b.aux != 0)
+		return put_refuse(c, PROTO_STATUS_BAD_REQUEST, "malformed put batch", UINT32_MAX);
+	rc = proto_put_batch_check(&b, c->hdr.payload_bytes, l, &bad);
+	if (rc == -EMSGSIZE) {
+		struct proto_put_entry e;
+
+		proto_put_entry_decode(&b, bad, &e);
+		snprintf(msg, sizeof(msg), "block %u of %" PRIu64 " bytes exceeds max_block_bytes %"
+			 PRIu64, bad, e.length, l->max_block_bytes);
+		return put_refuse(c, PROTO_STATUS_TOO_LARGE, msg, UINT32_MAX);
+	}
+	if (rc < 0)
+		return put_refuse(c, PROTO_STATUS_BAD_REQUEST,
+				  "zero length, bad flags, or lengths not adding up to payload_bytes",
+				  bad);
+	if (slots_reserve(c, b.count) < 0)
+		return SRV_NEXT_ABORT;
+	bad = put_decode(c, &b);
+	if (bad != UINT32_MAX)
+		return put_refuse(c, PROTO_STATUS_BAD_REQUEST, "nonzero reserved bytes or unknown flags",
+				  bad);
+	c->put_count = b.count;
+	for (uint32_t i = 0; i < b.count; i++)
+		slot_begin(c, i);
+	c->put_cur = 0;
+	c->put_off = 0;
+	return SRV_NEXT_PAYLOAD;
+}
+
+/* Fill iov with where the next payload bytes go, from the current block
+ * on. Refused blocks point at the scratch buffer (its contents are never
+ * looked at, so several iovecs may share it). Returns the iovec count. */
+static int put_iov(struct srv_conn *c, struct iovec *iov, size_t *want)
+{
+	uint64_t off = c->put_off;
+	int n = 0;
+
+	*want = 0;
+	for (uint32_t i = c->put_cur; i < c->put_count && n < PUT_IOV_MAX; i++, off = 0) {
+		struct srv_put_slot *sl = &c->slots[i];
+		uint64_t left = sl->e.length - off;
+
+		if (sl->dst) {
+			iov[n].iov_base = sl->dst + off;
+		} else {
+			iov[n].iov_base = c->w->scratch;
+			if (left > SRV_SCRATCH_BYTES)
+				left = SRV_SCRATCH_BYTES;
+		}
+		iov[n].iov_len = left;
+		*want += left;
+		n++;
+		if (!sl->dst && left == SRV_SCRATCH_BYTES)
+			break; /* the rest of this block needs another read */
+	}
+	return n;
+}
+
+/* Account n received bytes to the blocks in order. */
+static void put_advance(struct srv_conn *c, uint64_t n)
+{
+	while (n && c->put_cur < c->put_count) {
+		uint64_t left = c->slots[c->put_cur].e.length - c->put_off;
+
+		if (n < left) {
+			c->put_off += n;
+			return;
+		}
+		n -= left;
+		c->put_cur++;
+		c->put_off = 0;
+	}
+}
+
+/* Commit slot i (if it holds a reservation) and write its result. */
+static void put_commit_one(struct srv_conn *c, uint32_t i, uint8_t *body)
+{
+	struct srv_put_slot *sl = &c->slots[i];
+	struct srv_stats *st = &c->w->stats;
+	struct proto_result r = { 0 };
+
+	if (sl->block) {
+		int rc = store_put_commit(c->w->srv->store, sl->block);
+
+		sl->block = NULL;
+		sl->dst = NULL;
+		sl->status = rc == 0 ? PROTO_STATUS_OK :
+			     rc == -EEXIST ? PROTO_STATUS_EXISTS : proto_status_from_errno(rc);
+	}
+	r.status = sl->status;
+	if (sl->status == PROTO_STATUS_OK || sl->status == PROTO_STATUS_EXISTS) {
+		/* PROTOCOL.md 6.2: tier is reported for the copy just stored. */
+		r.tier = sl->status == PROTO_STATUS_OK ? PROTO_TIER_DRAM : PROTO_TIER_NONE;
+		r.length = sl->e.length;
+		r.checksum = sl->e.checksum;
+		srv_stats_add(st, sl->status == PROTO_STATUS_OK ? SRV_C_put_ok : SRV_C_put_exists, 1);
+	} else {
+		srv_stats_add(st, SRV_C_put_errors, 1);
+		srv_stats_count_status(st, sl->status);
+	}
+	proto_result_encode(body, i, &r);
+}
+
+/* Every payload byte is in: commit in block order and queue the reply.
+ * Errors: -ENOMEM (the reservations are then aborted). */
+static int put_finish(struct srv_conn *c, uint64_t start_us)
+{
+	uint32_t body_bytes = (uint32_t)proto_batch_body_bytes(c->put_count,
+							       PROTO_RESULT_ENTRY_BYTES);
+	struct srv_stats *st = &c->w->stats;
+	uint8_t *body;
+
+	if (srv_conn_reply_begin(c, PROTO_STATUS_OK, body_bytes, 0, &body) < 0) {
+		srv_put_abort(c);
+		return -ENOMEM;
+	}
+	proto_batch_encode_prefix(body, c->put_count, 0);
+	for (uint32_t i = 0; i < c->put_count; i++)
+		put_commit_one(c, i, body);
+	srv_conn_reply_commit(c, body_bytes);
+	srv_stats_add(st, SRV_C_put_blocks, c->put_count);
+	c->put_count = 0;
+	srv_hist_record(&st->lat[SRV_LAT_PUT], srv_now_us() - start_us);
+	return 0;
+}
+
+long srv_put_read(struct srv_conn *c, size_t *want, int *done)
+{
+	struct iovec iov[PUT_IOV_MAX];
+	int n_iov = put_iov(c, iov, want);
+	ssize_t n;
+
+	*done = 0;
+	n = readv(c->fd, iov, n_iov);
+	if (n < 0)
+		return -errno;
+	if (n == 0)
+		return 0;
+	put_advance(c, (uint64_t)n);
+	if (c->put_cur < c->put_count)
+		return n;
+	if (put_finish(c, srv_now_us()) < 0)
+		return -ENOMEM;
+	*done = 1;
+	return n;
+}
+
+void srv_put_abort(struct srv_conn *c)
+{
+	struct store *s = c->w->srv->store;
+
+	for (uint32_t i = 0; i < c->put_count; i++) {
+		if (c->slots[i].block)
+			store_put_abort(s, c->slots[i].block);
+		c->slots[i].block = NULL;
+	}
+	c->put_count = 0;
+}

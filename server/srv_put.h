@@ -1,0 +1,33 @@
+/*
+ * srv_put.h - PUT on a worker thread: reserve arena space for every block,
+ * receive the payload straight into it, commit in order, reply.
+ *
+ * Blocks that are refused at reservation (EXISTS, BUSY, FULL, NO_PARENT,
+ * ...) have their bytes read into the worker's scratch buffer and
+ * dropped. Nothing becomes visible before the whole payload has arrived:
+ * commits happen in block order after the last byte, so a connection that
+ * dies half way leaves nothing visible (srv_put_abort).
+ */
+#ifndef KVPOOL_SRV_PUT_H
+#define KVPOOL_SRV_PUT_H
+
+#include "srv_conn.h"
+
+/* The PUT body is in c->body: validate it and reserve every block.
+ * Returns SRV_NEXT_PAYLOAD to receive the payload, or SRV_NEXT_SKIP after
+ * queueing a whole-request error reply (the payload is then discarded),
+ * or SRV_NEXT_ABORT. */
+enum srv_next srv_put_start(struct srv_conn *c);
+
+/* Read what is available of the payload (one readv). *want receives the
+ * bytes asked for. Returns the bytes read (> 0), 0 on EOF, or -errno
+ * (-EAGAIN: nothing to read now; -ENOMEM: the reply could not be queued).
+ * When the last byte has arrived it commits every block, queues the reply
+ * and sets *done to 1 (else 0). */
+long srv_put_read(struct srv_conn *c, size_t *want, int *done);
+
+/* Abort every reservation of the PUT in progress (connection closing).
+ * Safe when no PUT is in progress. */
+void srv_put_abort(struct srv_conn *c);
+
+#endif /* KVPOOL_SRV_PUT_H */

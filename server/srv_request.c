@@ -1,0 +1,585 @@
+/*
+ * srv_request.c - dispatch and every request but PUT: HELLO, GET, EXISTS,
+ * MATCH, DELETE, DROP_NAMESPACE, STATS, PING.
+ */
+#include "srv_request.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+
+#include "srv_log.h"
+#include "srv_put.h"
+#include "srv_server.h"
+#include "srv_worker.h"
+#include "store.h"
+
+bool srv_ns_name_valid(const char *name, size_t len)
+{
+	if (len == 0 || len > PROTO_NAME_MAX_BYTES)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)name[i] < 0x21 || (unsigned char)name[i] > 0x7e)
+			return false;
+	return true;
+}
+
+/* Queue an error reply for the current request (body quoted in the log). */
+#define reply_err(c, status, ...) \
+	srv_conn_reply_error((c), (status), (c)->body, (c)->hdr.body_bytes, __VA_ARGS__)
+
+/* Map an error-reply result to the next state: the request is done. */
+static enum srv_next done(int rc)
+{
+	return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
+}
+
+/* Queue a reply with a fixed body of n bytes from src. */
+static int reply_fixed(struct srv_conn *c, const uint8_t *src, uint32_t n)
+{
+	uint8_t *body;
+
+	if (srv_conn_reply_begin(c, PROTO_STATUS_OK, n, 0, &body) < 0)
+		return -ENOMEM;
+	if (n)
+		memcpy(body, src, n);
+	srv_conn_reply_commit(c, n);
+	return 0;
+}
+
+/* Record the latency of a request from its arrival to now. */
+static void lat_record(struct srv_conn *c, enum srv_lat_op op)
+{
+	srv_hist_record(&c->w->stats.lat[op], srv_now_us() - c->req_start_us);
+}
+
+/* ---- HELLO ---------------------------------------------------------- */
+
+/* Fill the HELLO reply with this server's limits. */
+static void hello_limits(const struct srv *s, uint16_t version, uint8_t out[PROTO_HELLO_REPLY_BYTES])
+{
+	struct proto_hello_reply r = {
+		.version = version,
+		.rdma_port = 0,
+		.max_batch_blocks = s->conf.max_batch_blocks,
+		.max_block_bytes = s->conf.max_block_bytes,
+		.max_frame_bytes = s->conf.max_frame_bytes,
+		.max_lease_ms = s->conf.max_lease_ms,
+		.max_inflight_put_bytes = s->conf.max_inflight_put_bytes,
+		.server_flags = 0,
+	};
+
+	proto_hello_reply_encode(&r, out);
+}
+
+/* Bind the connection to its namespace and create its lessee. */
+static int hello_bind(struct srv_conn *c, const struct proto_hello *h)
+{
+	struct store *st = c->w->srv->store;
+	uint32_t ns_id;
+	int rc;
+
+	rc = store_namespace_id(st, h->ns, h->ns_len, &ns_id);
+	if (rc < 0)
+		return rc;
+	if (!c->lessee) {
+		c->lessee = store_lessee_new(st);
+		if (!c->lessee)
+			return -ENOMEM;
+	}
+	c->ns_id = ns_id;
+	memcpy(c->ns_name, h->ns, h->ns_len);
+	c->ns_name[h->ns_len] = '\0';
+	c->hello_done = 1;
+	return 0;
+}
+
+static enum srv_next op_hello(struct srv_conn *c)
+{
+	const struct srv *s = c->w->srv;
+	uint8_t reply[PROTO_HELLO_REPLY_BYTES];
+	struct proto_hello h;
+	uint16_t version;
+	int rc;
+
+	if (c->hello_done)
+		return done(reply_err(c, PROTO_STATUS_BAD_REQUEST, "hello already done"));
+	if (proto_hello_decode(c->body, c->hdr.body_bytes, &h) < 0) {
+		uint16_t ns_len = c->hdr.body_bytes >= 8 ? proto_get_u16(c->body + 4) : 0;
+
+		if (c->hdr.body_bytes >= 8u + ns_len &&
+		    !srv_ns_name_valid((const char *)c->body + 8, ns_len))
+			return done(reply_err(c, PROTO_STATUS_BAD_REQUEST,
+					      "bad namespace name: 1..255 bytes of 0x21..0x7e"));
+		return done(reply_err(c, PROTO_STATUS_BAD_REQUEST,
+				      "malformed hello: version range, lengths or token"));
+	}
+	if (h.max_version < PROTO_VERSION_MIN || h.min_version > PROTO_VERSION_MAX) {
+		rc = reply_err(c, PROTO_STATUS_UNSUPPORTED,
+			       "no common protocol version: client speaks %u..%u, server %d..%d",
+			       h.min_version, h.max_version, PROTO_VERSION_MIN, PROTO_VERSION_MAX);
+		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_CLOSE;
+	}
+	if (h.token_len)
+		srv_debug("conn %" PRIu64 " %s: token of %u bytes ignored (auth not configured)",
+			  c->id, c->peer, h.token_len);
+	rc = hello_bind(c, &h);
+	if (rc < 0)
+		return done(reply_err(c, proto_status_from_errno(rc), "cannot bind namespace: %s",
+				      strerror(-rc)));
+	version = h.max_version < PROTO_VERSION_MAX ? h.max_version : PROTO_VERSION_MAX;
+	hello_limits(s, version, reply);
+	srv_debug("conn %" PRIu64 " %s: hello namespace %s version %u", c->id, c->peer,
+		  c->ns_name, version);
+	return done(reply_fixed(c, reply, sizeof(reply)));
+}
+
+/* ---- batches ---------------------------------------------------------- */
+
+/* Decode the current request's batch body, answering malformed ones.
+ * Returns 0, or 1 when an error reply was queued, or -ENOMEM. */
+static int batch_decode(struct srv_conn *c, struct proto_batch *b, int aux_allowed)
+{
+	const struct proto_limits *l = &c->w->srv->limits;
+	uint32_t entry_bytes = proto_request_entry_bytes(c->hdr.opcode);
+	int rc = proto_batch_decode(c->body, c->hdr.body_bytes, entry_bytes, l, b);
+
+	if (rc == -EMSGSIZE)
+		rc = reply_err(c, PROTO_STATUS_TOO_LARGE, "batch of %u entries exceeds max_batch_blocks %u",
+			       proto_get_u32(c->body), l->max_batch_blocks);
+	else if (rc < 0)
+		rc = reply_err(c, PROTO_STATUS_BAD_REQUEST,
+			       "malformed %s batch: count 0 or body_bytes not 8 + count * %u",
+			       proto_op_name(c->hdr.opcode), entry_bytes);
+	else if (b->aux && !aux_allowed)
+		rc = reply_err(c, PROTO_STATUS_BAD_REQUEST, "aux must be 0 for %s",
+			       proto_op_name(c->hdr.opcode));
+	else
+		return 0;
+	return rc < 0 ? -ENOMEM : 1;
+}
+
+/* Reply body of `count` result entries; *body points at the batch body. */
+static int results_begin(struct srv_conn *c, uint32_t count, uint64_t payload_bytes,
+			 uint8_t **body, uint32_t *body_bytes)
+{
+	*body_bytes = (uint32_t)proto_batch_body_bytes(count, PROTO_RESULT_ENTRY_BYTES);
+	if (srv_conn_reply_begin(c, PROTO_STATUS_OK, *body_bytes, payload_bytes, body) < 0)
+		return -ENOMEM;
+	proto_batch_encode_prefix(*body, count, 0);
+	return 0;
+}
+
+/* ---- GET ---------------------------------------------------------------- */
+
+/* Make room for `count` GET slots. Errors: -ENOMEM. */
+static int gets_reserve(struct srv_conn *c, uint32_t count)
+{
+	struct srv_get_slot *p;
+
+	if (count <= c->gets_cap)
+		return 0;
+	p = realloc(c->gets, (size_t)count * sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	c->gets = p;
+	c->gets_cap = count;
+	return 0;
+}
+
+/* Look up and pin every entry. A slot keeps its pin only when its bytes
+ * are to be sent (status OK). Returns the payload bytes. */
+static uint64_t get_lookup(struct srv_conn *c, const struct proto_batch *b)
+{
+	struct store *st = c->w->srv->store;
+	struct srv_stats *ss = &c->w->stats;
+	uint64_t payload = 0;
+
+	for (uint32_t i = 0; i < b->count; i++) {
+		struct srv_get_slot *g = &c->gets[i];
+		struct proto_get_entry e;
+		int rc;
+
+		proto_get_entry_decode(b, i, &e);
+		rc = store_get(st, c->ns_id, e.key, c->lessee, &g->ref);
+		if (rc < 0) {
+			memset(&g->ref, 0, sizeof(g->ref));
+			g->status = proto_status_from_errno(rc);
+			srv_stats_add(ss, SRV_C_get_misses, 1);
+			continue;
+		}
+		srv_stats_add(ss, SRV_C_get_hits, 1);
+		if (g->ref.length > e.max_length) {
+			store_release(st, g->ref.block);
+			g->ref.block = NULL;
+			g->status = PROTO_STATUS_TOO_LARGE;
+			srv_stats_count_status(ss, PROTO_STATUS_TOO_LARGE);
+			continue;
+		}
+		g->status = PROTO_STATUS_OK;
+		payload += g->ref.length;
+	}
+	return payload;
+}
+
+/* Release the pins of slots from..count-1 (the reply could not be queued). */
+static void get_release(struct srv_conn *c, uint32_t from, uint32_t count)
+{
+	for (uint32_t i = from; i < count; i++) {
+		if (c->gets[i].ref.block)
+			store_release(c->w->srv->store, c->gets[i].ref.block);
+		c->gets[i].ref.block = NULL;
+	}
+}
+
+/* Encode the GET results and hand the OK blocks' bytes to the output by
+ * reference; each pin is released once its bytes are written (or the
+ * output is dropped). */
+static int get_reply(struct srv_conn *c, uint32_t count, uint64_t payload)
+{
+	uint32_t body_bytes;
+	uint8_t *body;
+	uint32_t i;
+
+	if (results_begin(c, count, payload, &body, &body_bytes) < 0)
+		goto out_release;
+	for (i = 0; i < count; i++) {
+		const struct srv_get_slot *g = &c->gets[i];
+		struct proto_result res = { .status = g->status };
+
+		if (g->status == PROTO_STATUS_OK || g->status == PROTO_STATUS_TOO_LARGE) {
+			res.tier = g->ref.tier;
+			res.length = g->ref.length;
+			res.checksum = g->status == PROTO_STATUS_OK ? g->ref.checksum : 0;
+		}
+		proto_result_encode(body, i, &res);
+	}
+	srv_conn_reply_commit(c, body_bytes);
+	for (i = 0; i < count; i++) {
+		struct store_ref *r = &c->gets[i].ref;
+		struct srv_pin *pin;
+
+		if (!r->block)
+			continue;
+		pin = srv_pin_get(c->w, r->block);
+		if (!pin)
+			goto out_release_from;
+		/* On failure libevent does not call the cleanup: do it here. */
+		if (evbuffer_add_reference(c->out, r->data, r->length, srv_pin_cleanup, pin) < 0) {
+			srv_pin_cleanup(r->data, r->length, pin);
+			r->block = NULL;
+			goto out_release_from;
+		}
+		r->block = NULL;
+	}
+	return 0;
+
+out_release:
+	i = 0;
+out_release_from:
+	/* A half-queued reply breaks the stream: the caller closes. */
+	get_release(c, i, count);
+	return -ENOMEM;
+}
+
+static enum srv_next op_get(struct srv_conn *c)
+{
+	struct proto_batch b;
+	uint64_t payload;
+	int rc = batch_decode(c, &b, 0);
+
+	srv_stats_add(&c->w->stats, SRV_C_get_requests, 1);
+	if (rc)
+		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
+	if (gets_reserve(c, b.count) < 0)
+		return SRV_NEXT_ABORT;
+	payload = get_lookup(c, &b);
+	if (get_reply(c, b.count, payload) < 0)
+		return SRV_NEXT_ABORT;
+	lat_record(c, SRV_LAT_GET);
+	return SRV_NEXT_HEADER;
+}
+
+/* ---- EXISTS, MATCH, DELETE --------------------------------------------- */
+
+static enum srv_next op_exists(struct srv_conn *c)
+{
+	struct store *st = c->w->srv->store;
+	struct srv_stats *ss = &c->w->stats;
+	struct proto_batch b;
+	uint32_t body_bytes;
+	uint8_t *body;
+	int rc = batch_decode(c, &b, 0);
+
+	srv_stats_add(ss, SRV_C_exists_requests, 1);
+	if (rc)
+		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
+	if (results_begin(c, b.count, 0, &body, &body_bytes) < 0)
+		return SRV_NEXT_ABORT;
+	for (uint32_t i = 0; i < b.count; i++) {
+		struct proto_result res = { 0 };
+		uint64_t length;
+
+		rc = store_exists(st, c->ns_id, proto_key_entry(&b, i), &length);
+		res.status = proto_status_from_errno(rc);
+		if (rc == 0) {
+			res.tier = PROTO_TIER_DRAM;
+			res.length = length;
+		}
+		srv_stats_add(ss, rc == 0 ? SRV_C_exists_hits : SRV_C_exists_misses, 1);
+		proto_result_encode(body, i, &res);
+	}
+	srv_conn_reply_commit(c, body_bytes);
+	lat_record(c, SRV_LAT_EXISTS);
+	return SRV_NEXT_HEADER;
+}
+
+static enum srv_next op_match(struct srv_conn *c)
+{
+	struct store *st = c->w->srv->store;
+	struct srv_stats *ss = &c->w->stats;
+	uint8_t reply[PROTO_MATCH_REPLY_BYTES];
+	uint32_t matched = 0, granted = 0;
+	struct proto_batch b;
+	int rc = batch_decode(c, &b, 1);
+
+	srv_stats_add(ss, SRV_C_match_requests, 1);
+	if (rc)
+		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
+	rc = store_match(st, c->ns_id, (const uint8_t(*)[STORE_KEY_BYTES])b.entries, b.count, b.aux,
+			 c->lessee, &matched, &granted);
+	if (rc < 0)
+		return done(reply_err(c, proto_status_from_errno(rc), "match failed: %s",
+				      strerror(-rc)));
+	srv_stats_add(ss, SRV_C_match_blocks_queried, b.count);
+	srv_stats_add(ss, SRV_C_match_blocks_matched, matched);
+	proto_match_reply_encode(matched, granted, reply);
+	rc = reply_fixed(c, reply, sizeof(reply));
+	lat_record(c, SRV_LAT_MATCH);
+	return done(rc);
+}
+
+static enum srv_next op_delete(struct srv_conn *c)
+{
+	struct store *st = c->w->srv->store;
+	struct srv_stats *ss = &c->w->stats;
+	struct proto_batch b;
+	uint32_t body_bytes;
+	uint8_t *body;
+	int rc = batch_decode(c, &b, 0);
+
+	srv_stats_add(ss, SRV_C_delete_requests, 1);
+	if (rc)
+		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
+	if (results_begin(c, b.count, 0, &body, &body_bytes) < 0)
+		return SRV_NEXT_ABORT;
+	for (uint32_t i = 0; i < b.count; i++) {
+		struct proto_result res = { 0 };
+		uint64_t removed = 0;
+
+		rc = store_delete(st, c->ns_id, proto_key_entry(&b, i), &removed);
+		res.status = proto_status_from_errno(rc);
+		srv_stats_add(ss, SRV_C_delete_blocks, rc == 0 ? removed : 0);
+		proto_result_encode(body, i, &res);
+	}
+	srv_conn_reply_commit(c, body_bytes);
+	return SRV_NEXT_HEADER;
+}
+
+/* ---- DROP_NAMESPACE, STATS, PING ---------------------------------------- */
+
+/* Find a namespace by name without creating it. Returns 0 and *ns (its
+ * stats, including ns_id), or -ENOENT. */
+static int ns_find(struct store *st, const char *name, uint16_t len, struct store_ns_stats *ns)
+{
+	struct store_ns_stats n;
+
+	for (uint32_t i = 0; store_ns_stats(st, i, &n) == 0; i++) {
+		if (strlen(n.name) == len && !memcmp(n.name, name, len)) {
+			*ns = n;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+/* Decode a name body; answers malformed ones. Returns 0, 1 when an error
+ * reply was queued, or -ENOMEM. */
+static int name_decode(struct srv_conn *c, const char **name, uint16_t *len)
+{
+	int rc;
+
+	if (proto_name_decode(c->body, c->hdr.body_bytes, name, len) == 0)
+		return 0;
+	rc = reply_err(c, PROTO_STATUS_BAD_REQUEST,
+		       "malformed name body: name of 0..255 bytes of 0x21..0x7e");
+	return rc < 0 ? -ENOMEM : 1;
+}
+
+static enum srv_next op_drop(struct srv_conn *c)
+{
+	struct store *st = c->w->srv->store;
+	uint8_t reply[PROTO_DROP_REPLY_BYTES];
+	uint64_t blocks = 0, bytes = 0;
+	struct store_ns_stats ns;
+	const char *name;
+	uint16_t len;
+	uint32_t ns_id = c->ns_id;
+	int rc = name_decode(c, &name, &len);
+
+	if (rc)
+		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
+	if (len) {
+		rc = ns_find(st, name, len, &ns);
+		if (rc == 0)
+			ns_id = ns.ns_id;
+	}
+	/* A namespace that never existed is dropped trivially: 0 and 0. */
+	if (rc == 0)
+		rc = store_drop_namespace(st, ns_id, &blocks, &bytes);
+	if (rc < 0 && rc != -ENOENT)
+		return done(reply_err(c, proto_status_from_errno(rc), "drop failed: %s",
+				      strerror(-rc)));
+	srv_info("conn %" PRIu64 " %s: dropped namespace %.*s: %" PRIu64 " blocks, %" PRIu64
+		 " bytes", c->id, c->peer, len ? (int)len : (int)strlen(c->ns_name),
+		 len ? name : c->ns_name, blocks, bytes);
+	proto_drop_reply_encode(blocks, bytes, reply);
+	return done(reply_fixed(c, reply, sizeof(reply)));
+}
+
+/* Collect the namespaces to show: all, or the one called name (none if it
+ * does not exist). *out is malloc'd. Errors: -ENOMEM. */
+static int stats_namespaces(struct store *st, const char *name, uint16_t len,
+			    struct store_ns_stats **out, uint32_t *count)
+{
+	struct store_stats ss;
+	struct store_ns_stats *ns;
+	uint32_t n = 0;
+
+	store_stats(st, &ss);
+	ns = calloc(ss.namespaces ? ss.namespaces : 1, sizeof(*ns));
+	if (!ns)
+		return -ENOMEM;
+	if (len) {
+		if (ns_find(st, name, len, &ns[0]) == 0)
+			n = 1;
+	} else {
+		/* Namespaces created since store_stats are left for next time. */
+		while (n < ss.namespaces && store_ns_stats(st, n, &ns[n]) == 0)
+			n++;
+	}
+	*out = ns;
+	*count = n;
+	return 0;
+}
+
+/* Render the STATS document into body. Errors: -ENOMEM. */
+static int stats_render(struct srv_conn *c, const char *name, uint16_t len, struct evbuffer *body)
+{
+	struct srv *s = c->w->srv;
+	struct srv_stats *sum = calloc(1, sizeof(*sum));
+	struct store_ns_stats *ns = NULL;
+	struct store_stats st;
+	struct srv_stats_doc doc = { 0 };
+	int rc = -ENOMEM;
+
+	if (!sum)
+		return -ENOMEM;
+	if (stats_namespaces(s->store, name, len, &ns, &doc.ns_count) < 0)
+		goto out_free_sum;
+	store_stats(s->store, &st);
+	for (uint32_t i = 0; i < s->n_workers; i++)
+		srv_stats_sum(sum, &s->workers[i].stats);
+	doc.version = SRV_VERSION;
+	doc.protocol = PROTO_VERSION;
+	doc.pid = (long)getpid();
+	doc.uptime_s = (srv_now_ms() - s->start_ms) / 1000;
+	doc.conn_current = __atomic_load_n(&s->conn_current, __ATOMIC_RELAXED);
+	doc.conn_total = __atomic_load_n(&s->conn_total, __ATOMIC_RELAXED);
+	doc.conn_rejected = __atomic_load_n(&s->conn_rejected, __ATOMIC_RELAXED);
+	doc.ops = sum;
+	doc.store = &st;
+	doc.ns = ns;
+	rc = srv_stats_json(&doc, body);
+	free(ns);
+out_free_sum:
+	free(sum);
+	return rc;
+}
+
+static enum srv_next op_stats(struct srv_conn *c)
+{
+	uint32_t max_body = c->w->srv->limits.max_frame_bytes - PROTO_HEADER_BYTES;
+	struct evbuffer *body;
+	const char *name;
+	uint16_t len;
+	int rc = name_decode(c, &name, &len);
+
+	/* Counted first, so the document includes this request. */
+	srv_stats_add(&c->w->stats, SRV_C_stats_requests, 1);
+	if (rc)
+		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
+	body = evbuffer_new();
+	if (!body)
+		return SRV_NEXT_ABORT;
+	rc = stats_render(c, name, len, body);
+	if (rc == 0 && evbuffer_get_length(body) > max_body)
+		rc = reply_err(c, PROTO_STATUS_TOO_LARGE,
+			       "stats document of %zu bytes exceeds max_frame_bytes %u; ask per namespace",
+			       evbuffer_get_length(body), max_body + PROTO_HEADER_BYTES);
+	else if (rc == 0)
+		rc = srv_conn_reply_buffer(c, PROTO_STATUS_OK, body);
+	evbuffer_free(body);
+	return done(rc);
+}
+
+static enum srv_next op_ping(struct srv_conn *c)
+{
+	srv_stats_add(&c->w->stats, SRV_C_ping_requests, 1);
+	if (c->hdr.body_bytes)
+		return done(reply_err(c, PROTO_STATUS_BAD_REQUEST, "ping body must be empty"));
+	return done(reply_fixed(c, NULL, 0));
+}
+
+/* ---- dispatch ------------------------------------------------------------- */
+
+enum srv_next srv_request_dispatch(struct srv_conn *c)
+{
+	uint8_t op = c->hdr.opcode;
+
+	if (!c->hello_done && op != PROTO_OP_HELLO && op != PROTO_OP_PING) {
+		if (op == PROTO_OP_PUT)
+			srv_stats_add(&c->w->stats, SRV_C_put_requests, 1);
+		c->skip_bytes = c->hdr.payload_bytes;
+		return reply_err(c, PROTO_STATUS_BAD_REQUEST, "hello required") < 0 ?
+			       SRV_NEXT_ABORT : SRV_NEXT_SKIP;
+	}
+	switch (op) {
+	case PROTO_OP_HELLO:
+		return op_hello(c);
+	case PROTO_OP_PUT:
+		srv_stats_add(&c->w->stats, SRV_C_put_requests, 1);
+		return srv_put_start(c);
+	case PROTO_OP_GET:
+		return op_get(c);
+	case PROTO_OP_EXISTS:
+		return op_exists(c);
+	case PROTO_OP_MATCH:
+		return op_match(c);
+	case PROTO_OP_DELETE:
+		return op_delete(c);
+	case PROTO_OP_DROP_NAMESPACE:
+		return op_drop(c);
+	case PROTO_OP_STATS:
+		return op_stats(c);
+	case PROTO_OP_PING:
+		return op_ping(c);
+	default:
+		/* The header decoder lets only known opcodes through. */
+		return done(reply_err(c, PROTO_STATUS_UNSUPPORTED, "unknown opcode %u", op));
+	}
+}

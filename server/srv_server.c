@@ -1,0 +1,443 @@
+/*
+ * srv_server.c - kvpoold's main thread: start-up, the listener and the
+ * round-robin hand-off to workers, max_connections, signals, the lease
+ * tick, and shutdown.
+ */
+#include "srv_server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "srv_log.h"
+#include "srv_worker.h"
+#include "store.h"
+
+#define TICK_MS 100
+#define LISTEN_BACKLOG 1024
+/* Rejected sockets drained at once before we just close them. */
+#define LINGER_MAX 64
+#define LINGER_MS 1000
+/* Pause after accept fails for lack of descriptors or memory. */
+#define ACCEPT_PAUSE_MS 100
+#define MAX_THREADS 256
+
+/* A rejected socket: the BUSY reply is sent, input is drained until the
+ * peer closes, so the reply is not lost to a reset. */
+struct srv_linger {
+	struct srv_linger *prev, *next;
+	struct srv *s;
+	struct event *ev;
+	int fd;
+};
+
+uint64_t srv_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+uint64_t srv_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* "1.2.3.4:5" or "[::1]:5". */
+static void format_peer(const struct sockaddr *sa, char *buf, size_t cap)
+{
+	char host[INET6_ADDRSTRLEN] = "?";
+
+	if (sa->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
+
+		inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+		snprintf(buf, cap, "[%s]:%u", host, ntohs(a->sin6_port));
+	} else if (sa->sa_family == AF_INET) {
+		const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+
+		inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+		snprintf(buf, cap, "%s:%u", host, ntohs(a->sin_port));
+	} else {
+		snprintf(buf, cap, "unknown");
+	}
+}
+
+/* ---- max_connections: reject with a connection-level BUSY reply ----- */
+
+static void linger_free(struct srv_linger *l)
+{
+	if (l->prev)
+		l->prev->next = l->next;
+	else
+		l->s->lingers = l->next;
+	if (l->next)
+		l->next->prev = l->prev;
+	event_free(l->ev);
+	close(l->fd);
+	l->s->lingering--;
+	free(l);
+}
+
+static void linger_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct srv_linger *l = arg;
+	char buf[4096];
+	ssize_t n;
+
+	if (!(what & EV_TIMEOUT)) {
+		n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
+			return;
+	}
+	linger_free(l);
+}
+
+/* Encode the connection-level BUSY reply into buf; returns its length. */
+static size_t busy_frame(const struct srv *s, uint8_t *buf, size_t cap)
+{
+	char msg[96];
+	int m = snprintf(msg, sizeof(msg), "max_connections (%u) reached", s->conf.max_connections);
+	size_t body = proto_error_body_bytes((size_t)m);
+	struct proto_header h = {
+		.magic = PROTO_MAGIC,
+		.version = PROTO_VERSION,
+		.opcode = PROTO_OP_NONE,
+		.flags = PROTO_FLAG_REPLY,
+		.status = PROTO_STATUS_BUSY,
+		.body_bytes = (uint32_t)body,
+	};
+
+	proto_header_encode(&h, buf);
+	proto_error_encode(msg, (size_t)m, buf + PROTO_HEADER_BYTES, cap - PROTO_HEADER_BYTES);
+	return PROTO_HEADER_BYTES + body;
+}
+
+static void reject(struct srv *s, int fd, const char *peer)
+{
+	uint8_t frame[PROTO_HEADER_BYTES + 128];
+	size_t len = busy_frame(s, frame, sizeof(frame));
+	struct srv_linger *l = NULL;
+	struct timeval tv = { .tv_sec = LINGER_MS / 1000, .tv_usec = (LINGER_MS % 1000) * 1000 };
+
+	__atomic_fetch_add(&s->conn_rejected, 1, __ATOMIC_RELAXED);
+	srv_info("connection from %s rejected: max_connections (%u) reached", peer,
+		 s->conf.max_connections);
+	/* A fresh socket's send buffer takes a few dozen bytes at once. */
+	if (send(fd, frame, len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		goto out_close;
+	if (s->lingering >= LINGER_MAX)
+		goto out_close;
+	shutdown(fd, SHUT_WR);
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		goto out_close;
+	l->s = s;
+	l->fd = fd;
+	l->ev = event_new(s->base, fd, EV_READ | EV_PERSIST, linger_cb, l);
+	if (!l->ev || event_add(l->ev, &tv) < 0)
+		goto out_free;
+	l->next = s->lingers;
+	if (s->lingers)
+		s->lingers->prev = l;
+	s->lingers = l;
+	s->lingering++;
+	return;
+
+out_free:
+	if (l->ev)
+		event_free(l->ev);
+	free(l);
+out_close:
+	close(fd);
+}
+
+/* ---- accepting ----------------------------------------------------------- */
+
+static void accept_cb(struct evconnlistener *lis, evutil_socket_t fd, struct sockaddr *sa,
+		      int socklen, void *arg)
+{
+	struct srv *s = arg;
+	struct srv_worker *w;
+	char peer[64];
+	int one = 1;
+	uint64_t id;
+
+	(void)lis;
+	(void)socklen;
+	format_peer(sa, peer, sizeof(peer));
+	if (__atomic_load_n(&s->conn_current, __ATOMIC_RELAXED) >= s->conf.max_connections) {
+		reject(s, fd, peer);
+		return;
+	}
+	/* Replies are small and latency matters: no Nagle delay. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	__atomic_fetch_add(&s->conn_current, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&s->conn_total, 1, __ATOMIC_RELAXED);
+	id = ++s->next_conn_id;
+	w = &s->workers[s->next_worker++ % s->n_workers];
+	if (srv_worker_hand(w, fd, id, peer) < 0) {
+		srv_err("conn %" PRIu64 " %s: out of memory, dropped", id, peer);
+		close(fd);
+		__atomic_fetch_sub(&s->conn_current, 1, __ATOMIC_RELAXED);
+	}
+}
+
+static void accept_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct srv *s = arg;
+
+	(void)fd;
+	(void)what;
+	evconnlistener_enable(s->listener);
+}
+
+/* accept() failed: out of descriptors or memory would make the listener
+ * spin, so pause it briefly. */
+static void accept_error_cb(struct evconnlistener *lis, void *arg)
+{
+	struct srv *s = arg;
+	struct timeval tv = { .tv_sec = 0, .tv_usec = ACCEPT_PAUSE_MS * 1000 };
+	int err = EVUTIL_SOCKET_ERROR();
+
+	srv_warn("accept failed: %s; pausing %d ms", strerror(err), ACCEPT_PAUSE_MS);
+	evconnlistener_disable(lis);
+	if (!s->ev_accept_resume)
+		s->ev_accept_resume = evtimer_new(s->base, accept_resume_cb, s);
+	if (s->ev_accept_resume)
+		evtimer_add(s->ev_accept_resume, &tv);
+	else
+		evconnlistener_enable(lis);
+}
+
+/* Bind and listen on conf.listen:conf.port (IPv4 or IPv6). */
+static int listen_start(struct srv *s)
+{
+	struct addrinfo hints = { .ai_flags = AI_PASSIVE, .ai_family = AF_UNSPEC,
+				  .ai_socktype = SOCK_STREAM };
+	struct addrinfo *ai = NULL;
+	struct sockaddr_storage bound;
+	socklen_t bound_len = sizeof(bound);
+	char port[16], where[300];
+	int rc;
+
+	snprintf(port, sizeof(port), "%u", s->conf.port);
+	rc = getaddrinfo(s->conf.listen, port, &hints, &ai);
+	if (rc) {
+		srv_err("cannot resolve listen address %s: %s", s->conf.listen, gai_strerror(rc));
+		return -EINVAL;
+	}
+	s->listener = evconnlistener_new_bind(s->base, accept_cb, s,
+					      LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE |
+						      LEV_OPT_CLOSE_ON_EXEC,
+					      LISTEN_BACKLOG, ai->ai_addr, (int)ai->ai_addrlen);
+	rc = s->listener ? 0 : -errno;
+	freeaddrinfo(ai);
+	if (rc < 0) {
+		srv_err("cannot listen on %s port %u: %s", s->conf.listen, s->conf.port,
+			strerror(-rc));
+		return rc;
+	}
+	evconnlistener_set_error_cb(s->listener, accept_error_cb);
+	if (getsockname(evconnlistener_get_fd(s->listener), (struct sockaddr *)&bound,
+			&bound_len) == 0)
+		format_peer((struct sockaddr *)&bound, where, sizeof(where));
+	else
+		snprintf(where, sizeof(where), "%s:%u", s->conf.listen, s->conf.port);
+	srv_info("kvpoold %s listening on %s (%u workers, dram_capacity %" PRIu64 " bytes)",
+		 SRV_VERSION, where, s->n_workers, s->conf.dram_capacity_bytes);
+	return 0;
+}
+
+/* ---- workers ------------------------------------------------------------- */
+
+/* Start every worker and wait until all of them run their loops. */
+static int workers_start(struct srv *s)
+{
+	uint32_t n = s->conf.threads;
+	int rc;
+
+	if (n == 0) {
+		long cores = sysconf(_SC_NPROCESSORS_ONLN);
+
+		n = cores > 0 ? (uint32_t)cores : 1;
+	}
+	if (n > MAX_THREADS)
+		n = MAX_THREADS;
+	s->workers = calloc(n, sizeof(*s->workers));
+	if (!s->workers)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		s->n_workers = i + 1;
+		rc = srv_worker_init(&s->workers[i], s, i);
+		if (rc == 0)
+			rc = srv_worker_start(&s->workers[i]);
+		if (rc < 0) {
+			srv_err("cannot start worker %u: %s", i, strerror(-rc));
+			return rc;
+		}
+	}
+	pthread_mutex_lock(&s->ready_lock);
+	while (s->ready < n)
+		pthread_cond_wait(&s->ready_cond, &s->ready_lock);
+	pthread_mutex_unlock(&s->ready_lock);
+	return 0;
+}
+
+static void workers_stop(struct srv *s)
+{
+	for (uint32_t i = 0; i < s->n_workers; i++)
+		srv_worker_stop(&s->workers[i]);
+	for (uint32_t i = 0; i < s->n_workers; i++)
+		srv_worker_destroy(&s->workers[i]);
+	free(s->workers);
+	s->workers = NULL;
+	s->n_workers = 0;
+}
+
+/* ---- signals and the tick ------------------------------------------------ */
+
+static void signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+	struct srv *s = arg;
+
+	(void)what;
+	s->stop_signal = (int)sig;
+	event_base_loopbreak(s->base);
+}
+
+/* Expire leases that ran out. */
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct srv *s = arg;
+
+	(void)fd;
+	(void)what;
+	store_tick(s->store);
+}
+
+static int events_start(struct srv *s)
+{
+	struct timeval tv = { .tv_sec = 0, .tv_usec = TICK_MS * 1000 };
+
+	s->ev_sigterm = evsignal_new(s->base, SIGTERM, signal_cb, s);
+	s->ev_sigint = evsignal_new(s->base, SIGINT, signal_cb, s);
+	s->ev_tick = event_new(s->base, -1, EV_PERSIST, tick_cb, s);
+	if (!s->ev_sigterm || !s->ev_sigint || !s->ev_tick)
+		return -ENOMEM;
+	if (evsignal_add(s->ev_sigterm, NULL) < 0 || evsignal_add(s->ev_sigint, NULL) < 0 ||
+	    event_add(s->ev_tick, &tv) < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+static void events_free(struct srv *s)
+{
+	if (s->ev_tick)
+		event_free(s->ev_tick);
+	if (s->ev_sigint)
+		event_free(s->ev_sigint);
+	if (s->ev_sigterm)
+		event_free(s->ev_sigterm);
+	if (s->ev_accept_resume)
+		event_free(s->ev_accept_resume);
+	s->ev_accept_resume = NULL;
+	while (s->lingers)
+		linger_free(s->lingers);
+}
+
+/* ---- start and stop -------------------------------------------------------- */
+
+static int pool_open(struct srv *s)
+{
+	struct store_config sc = {
+		.dram_capacity_bytes = s->conf.dram_capacity_bytes,
+		.max_block_bytes = s->conf.max_block_bytes,
+		.max_inflight_put_bytes = s->conf.max_inflight_put_bytes,
+		.max_lease_ms = s->conf.max_lease_ms,
+	};
+	int rc = store_open(&sc, &s->store);
+
+	if (rc < 0)
+		srv_err("cannot open the pool (dram_capacity %" PRIu64 " bytes): %s",
+			sc.dram_capacity_bytes, strerror(-rc));
+	return rc;
+}
+
+/* Serve until a signal: workers first (so the listener never hands a
+ * socket to nobody), then the listener. */
+static int serve(struct srv *s)
+{
+	int rc = workers_start(s);
+
+	if (rc == 0)
+		rc = events_start(s);
+	if (rc == 0)
+		rc = listen_start(s);
+	if (rc < 0)
+		return rc;
+	event_base_dispatch(s->base);
+	srv_info("received %s, shutting down", s->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+	return 0;
+}
+
+int srv_main(const struct conf *c)
+{
+	struct srv *s = calloc(1, sizeof(*s));
+	struct event_config *cfg;
+	int rc = -ENOMEM;
+
+	if (!s)
+		return -ENOMEM;
+	signal(SIGPIPE, SIG_IGN);
+	srv_log_set_level(c->log_level);
+	s->conf = *c;
+	s->limits.max_frame_bytes = c->max_frame_bytes;
+	s->limits.max_batch_blocks = c->max_batch_blocks;
+	s->limits.max_block_bytes = c->max_block_bytes;
+	s->start_ms = srv_now_ms();
+	pthread_mutex_init(&s->ready_lock, NULL);
+	pthread_cond_init(&s->ready_cond, NULL);
+	cfg = event_config_new();
+	if (cfg) {
+		event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK);
+		s->base = event_base_new_with_config(cfg);
+		event_config_free(cfg);
+	}
+	if (!s->base)
+		goto out_free;
+	rc = pool_open(s);
+	if (rc == 0)
+		rc = serve(s);
+	/* Stop accepting, close every connection, then free the pool. */
+	if (s->listener)
+		evconnlistener_free(s->listener);
+	workers_stop(s);
+	events_free(s);
+	store_close(s->store);
+	event_base_free(s->base);
+	if (rc == 0)
+		srv_info("stopped");
+out_free:
+	pthread_cond_destroy(&s->ready_cond);
+	pthread_mutex_destroy(&s->ready_lock);
+	free(s);
+	return rc;
+}

@@ -1,0 +1,186 @@
+/*
+ * srv_stats.c - per-worker counters, their sum, and the STATS JSON writer.
+ */
+#include "srv_stats.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "proto.h"
+
+void srv_stats_count_status(struct srv_stats *s, uint16_t status)
+{
+	switch (status) {
+	case PROTO_STATUS_BAD_REQUEST:
+		srv_stats_add(s, SRV_C_errors_bad_request, 1);
+		break;
+	case PROTO_STATUS_TOO_LARGE:
+		srv_stats_add(s, SRV_C_errors_too_large, 1);
+		break;
+	case PROTO_STATUS_BUSY:
+		srv_stats_add(s, SRV_C_errors_busy, 1);
+		break;
+	case PROTO_STATUS_FULL:
+		srv_stats_add(s, SRV_C_errors_full, 1);
+		break;
+	default:
+		break;
+	}
+}
+
+void srv_stats_sum(struct srv_stats *dst, const struct srv_stats *src)
+{
+	for (int i = 0; i < SRV_C_COUNT; i++)
+		dst->c[i] += __atomic_load_n(&src->c[i], __ATOMIC_RELAXED);
+	for (int i = 0; i < SRV_LAT_COUNT; i++)
+		srv_hist_merge(&dst->lat[i], &src->lat[i]);
+}
+
+/* A JSON writer over an evbuffer that remembers the first failure, so the
+ * document code reads straight through without an error check per line. */
+struct jw {
+	struct evbuffer *out;
+	int err;
+};
+
+static void jw_printf(struct jw *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void jw_printf(struct jw *j, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (j->err)
+		return;
+	va_start(ap, fmt);
+	if (evbuffer_add_vprintf(j->out, fmt, ap) < 0)
+		j->err = -ENOMEM;
+	va_end(ap);
+}
+
+/* A JSON string: quotes and backslashes escaped, bytes outside printable
+ * ASCII as \u00XX (names are validated ASCII; this is belt and braces). */
+static void jw_string(struct jw *j, const char *s)
+{
+	jw_printf(j, "\"");
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			jw_printf(j, "\\%c", *p);
+		else if (*p < 0x20 || *p > 0x7e)
+			jw_printf(j, "\\u%04x", *p);
+		else
+			jw_printf(j, "%c", *p);
+	}
+	jw_printf(j, "\"");
+}
+
+/* A ratio rendered as a JSON number; 0 when the denominator is 0. */
+static double ratio(uint64_t num, uint64_t den)
+{
+	return den ? (double)num / (double)den : 0.0;
+}
+
+static void json_connections(struct jw *j, const struct srv_stats_doc *d)
+{
+	jw_printf(j, "\"connections\":{\"current\":%" PRIu64 ",\"total\":%" PRIu64 ",\"rejected\":%" PRIu64 "},",
+		  d->conn_current, d->conn_total, d->conn_rejected);
+}
+
+static void json_store(struct jw *j, const struct store_stats *st)
+{
+	jw_printf(j,
+		  "\"tiers\":{\"dram\":{\"capacity_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64 ","
+		  "\"payload_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"largest_free_bytes\":%" PRIu64 ","
+		  "\"fragmentation\":%.6f,\"blocks\":%" PRIu64 ",\"inflight_put_bytes\":%" PRIu64 "}},",
+		  st->capacity_bytes, st->used_bytes, st->payload_bytes, st->free_bytes,
+		  st->largest_free_bytes, st->fragmentation, st->blocks, st->inflight_put_bytes);
+	jw_printf(j,
+		  "\"index_bytes\":%" PRIu64 ",\"evictions\":%" PRIu64 ",\"leases_active\":%" PRIu64 ","
+		  "\"checksum_errors\":%" PRIu64 ",",
+		  st->index_bytes, st->evictions, st->leases_active, st->checksum_errors);
+}
+
+static void json_ops(struct jw *j, const uint64_t *c)
+{
+	jw_printf(j,
+		  "\"ops\":{\"put\":{\"requests\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"ok\":%" PRIu64 ","
+		  "\"exists\":%" PRIu64 ",\"errors\":%" PRIu64 "},",
+		  c[SRV_C_put_requests], c[SRV_C_put_blocks], c[SRV_C_put_ok],
+		  c[SRV_C_put_exists], c[SRV_C_put_errors]);
+	jw_printf(j, "\"get\":{\"requests\":%" PRIu64 ",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 "},",
+		  c[SRV_C_get_requests], c[SRV_C_get_hits], c[SRV_C_get_misses]);
+	jw_printf(j, "\"exists\":{\"requests\":%" PRIu64 ",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 "},",
+		  c[SRV_C_exists_requests], c[SRV_C_exists_hits], c[SRV_C_exists_misses]);
+	jw_printf(j,
+		  "\"match\":{\"requests\":%" PRIu64 ",\"blocks_queried\":%" PRIu64 ","
+		  "\"blocks_matched\":%" PRIu64 ",\"hit_ratio\":%.6f},",
+		  c[SRV_C_match_requests], c[SRV_C_match_blocks_queried],
+		  c[SRV_C_match_blocks_matched],
+		  ratio(c[SRV_C_match_blocks_matched], c[SRV_C_match_blocks_queried]));
+	jw_printf(j, "\"delete\":{\"requests\":%" PRIu64 ",\"blocks\":%" PRIu64 "},",
+		  c[SRV_C_delete_requests], c[SRV_C_delete_blocks]);
+	jw_printf(j, "\"ping\":{\"requests\":%" PRIu64 "},\"stats\":{\"requests\":%" PRIu64 "},",
+		  c[SRV_C_ping_requests], c[SRV_C_stats_requests]);
+	jw_printf(j,
+		  "\"errors\":{\"bad_request\":%" PRIu64 ",\"too_large\":%" PRIu64 ",\"busy\":%" PRIu64 ","
+		  "\"full\":%" PRIu64 "}},",
+		  c[SRV_C_errors_bad_request], c[SRV_C_errors_too_large], c[SRV_C_errors_busy],
+		  c[SRV_C_errors_full]);
+}
+
+static void json_latency(struct jw *j, const struct srv_stats *s)
+{
+	static const char *const names[SRV_LAT_COUNT] = { "put", "get", "exists", "match" };
+
+	jw_printf(j, "\"latency_us\":{");
+	for (int i = 0; i < SRV_LAT_COUNT; i++) {
+		const struct srv_hist *h = &s->lat[i];
+
+		jw_printf(j, "%s\"%s\":{\"p50\":%" PRIu64 ",\"p99\":%" PRIu64 ",\"p999\":%" PRIu64 "}", i ? "," : "",
+			  names[i], srv_hist_percentile(h, 0.5), srv_hist_percentile(h, 0.99),
+			  srv_hist_percentile(h, 0.999));
+	}
+	jw_printf(j, "},");
+}
+
+static void json_namespace(struct jw *j, const struct store_ns_stats *n)
+{
+	jw_string(j, n->name);
+	jw_printf(j,
+		  ":{\"blocks\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"puts\":%" PRIu64 ",\"put_exists\":%" PRIu64 ","
+		  "\"put_errors\":%" PRIu64 ",\"get_hits\":%" PRIu64 ",\"get_misses\":%" PRIu64 ",",
+		  n->blocks, n->bytes, n->puts, n->put_exists, n->put_errors, n->get_hits,
+		  n->get_misses);
+	jw_printf(j,
+		  "\"exists_hits\":%" PRIu64 ",\"exists_misses\":%" PRIu64 ",\"match_requests\":%" PRIu64 ","
+		  "\"match_blocks_queried\":%" PRIu64 ",\"match_blocks_matched\":%" PRIu64 ","
+		  "\"match_hit_ratio\":%.6f,\"evictions\":%" PRIu64 ",\"deletes\":%" PRIu64 "}",
+		  n->exists_hits, n->exists_misses, n->match_requests, n->match_blocks_queried,
+		  n->match_blocks_matched, ratio(n->match_blocks_matched, n->match_blocks_queried),
+		  n->evictions, n->deletes);
+}
+
+int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
+{
+	struct jw j = { .out = out, .err = 0 };
+
+	jw_printf(&j, "{\"version\":");
+	jw_string(&j, d->version);
+	jw_printf(&j, ",\"protocol\":%d,\"pid\":%ld,\"uptime_s\":%" PRIu64 ",", d->protocol, d->pid,
+		  d->uptime_s);
+	json_connections(&j, d);
+	json_store(&j, d->store);
+	json_ops(&j, d->ops->c);
+	json_latency(&j, d->ops);
+	jw_printf(&j, "\"namespaces\":{");
+	for (uint32_t i = 0; i < d->ns_count; i++) {
+		if (i)
+			jw_printf(&j, ",");
+		json_namespace(&j, &d->ns[i]);
+	}
+	jw_printf(&j, "}}");
+	return j.err;
+}

@@ -1,0 +1,82 @@
+/*
+ * srv_stats.h - kvpoold's request counters and latency histograms, and the
+ * STATS reply document (JSON).
+ *
+ * Counters are declared once, in SRV_COUNTERS; each worker thread owns one
+ * struct srv_stats and is its only writer. STATS sums every worker's copy
+ * (srv_stats_sum) and renders it with the store's figures (srv_stats_json).
+ * The JSON keys are fixed: the CLI and the replay tool read them.
+ */
+#ifndef KVPOOL_SRV_STATS_H
+#define KVPOOL_SRV_STATS_H
+
+#include <stdint.h>
+
+#include "srv_hist.h"
+#include "store.h"
+
+struct evbuffer;
+
+/* X(name): one counter each, rendered under "ops" in the JSON. */
+#define SRV_COUNTERS(X)                                                         \
+	X(put_requests) X(put_blocks) X(put_ok) X(put_exists) X(put_errors)     \
+	X(get_requests) X(get_hits) X(get_misses)                              \
+	X(exists_requests) X(exists_hits) X(exists_misses)                     \
+	X(match_requests) X(match_blocks_queried) X(match_blocks_matched)      \
+	X(delete_requests) X(delete_blocks)                                    \
+	X(ping_requests) X(stats_requests)                                     \
+	X(errors_bad_request) X(errors_too_large) X(errors_busy) X(errors_full)
+
+enum srv_counter {
+#define SRV_COUNTER_ENUM(name) SRV_C_##name,
+	SRV_COUNTERS(SRV_COUNTER_ENUM)
+#undef SRV_COUNTER_ENUM
+	SRV_C_COUNT
+};
+
+/* Operations with a latency histogram, from request fully received to
+ * reply queued. */
+enum srv_lat_op { SRV_LAT_PUT, SRV_LAT_GET, SRV_LAT_EXISTS, SRV_LAT_MATCH, SRV_LAT_COUNT };
+
+struct srv_stats {
+	uint64_t c[SRV_C_COUNT];
+	struct srv_hist lat[SRV_LAT_COUNT];
+};
+
+/* Add n to counter c. Only the owning thread may call it (relaxed atomic
+ * store, no locked instruction). */
+static inline void srv_stats_add(struct srv_stats *s, enum srv_counter c, uint64_t n)
+{
+	__atomic_store_n(&s->c[c], __atomic_load_n(&s->c[c], __ATOMIC_RELAXED) + n,
+			 __ATOMIC_RELAXED);
+}
+
+/* Count a non-success status (enum proto_status) in the "errors" group:
+ * BAD_REQUEST, TOO_LARGE, BUSY and FULL each have a counter; other
+ * statuses are not counted there. Owning thread only. */
+void srv_stats_count_status(struct srv_stats *s, uint16_t status);
+
+/* Add every counter and histogram of src (owned by another thread, read
+ * with relaxed atomics) into dst (private to the caller). */
+void srv_stats_sum(struct srv_stats *dst, const struct srv_stats *src);
+
+/* Everything the STATS document shows. All pointers are borrowed for the
+ * duration of srv_stats_json. */
+struct srv_stats_doc {
+	const char *version;          /* server version, e.g. "0.1.0" */
+	int protocol;                 /* wire protocol version */
+	long pid;
+	uint64_t uptime_s;
+	uint64_t conn_current, conn_total, conn_rejected;
+	const struct srv_stats *ops;  /* summed over workers */
+	const struct store_stats *store;
+	const struct store_ns_stats *ns; /* ns_count namespaces to list */
+	uint32_t ns_count;
+};
+
+/* Append the STATS JSON document (compact, one line, keys as in
+ * PROTOCOL.md) to out. Namespace names are escaped as JSON strings.
+ * Errors: -ENOMEM (the evbuffer could not grow). */
+int srv_stats_json(const struct srv_stats_doc *doc, struct evbuffer *out);
+
+#endif /* KVPOOL_SRV_STATS_H */

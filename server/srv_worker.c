@@ -1,0 +1,280 @@
+/*
+ * srv_worker.c - worker threads: their event loop, the hand-off queue from
+ * the main thread, the timeout sweep, and GET payload pins.
+ */
+#include "srv_worker.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "srv_conn.h"
+#include "srv_log.h"
+#include "srv_server.h"
+#include "store.h"
+
+/* A socket on its way from the main thread to a worker. */
+struct srv_handoff {
+	struct srv_handoff *next;
+	int fd;
+	uint64_t id;
+	char peer[64];
+};
+
+/* A GET payload reference: releases its block when libevent is done. */
+struct srv_pin {
+	struct srv_pin *next; /* free list */
+	struct srv_worker *w;
+	struct store_block *block;
+};
+
+/* Period of the timeout sweep: fine enough for the shortest timeout. */
+static uint32_t sweep_period_ms(const struct conf *c)
+{
+	uint32_t p = 100;
+
+	if (c->payload_timeout_ms && c->payload_timeout_ms / 4 < p)
+		p = c->payload_timeout_ms / 4;
+	if (c->idle_timeout_ms && c->idle_timeout_ms / 4 < p)
+		p = c->idle_timeout_ms / 4;
+	return p < 10 ? 10 : p;
+}
+
+/* Close every connection (shutdown). */
+static void close_all(struct srv_worker *w, const char *reason)
+{
+	while (w->conns)
+		srv_conn_close(w->conns, SRV_LOG_DEBUG, reason);
+}
+
+/* Take the queued sockets; on stop, close them and leave the loop. */
+static void notify_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct srv_worker *w = arg;
+	struct srv_handoff *h, *next;
+	uint64_t n;
+	int stop;
+
+	(void)what;
+	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+		srv_warn("worker %u: eventfd read: %s", w->index, strerror(errno));
+	pthread_mutex_lock(&w->lock);
+	h = w->queue_head;
+	w->queue_head = w->queue_tail = NULL;
+	stop = w->stop;
+	pthread_mutex_unlock(&w->lock);
+	for (; h; h = next) {
+		next = h->next;
+		if (stop) {
+			close(h->fd);
+			__atomic_fetch_sub(&w->srv->conn_current, 1, __ATOMIC_RELAXED);
+		} else {
+			srv_conn_open(w, h->fd, h->id, h->peer);
+		}
+		free(h);
+	}
+	if (stop) {
+		close_all(w, "server shutting down");
+		event_base_loopbreak(w->base);
+	}
+}
+
+/* Close connections whose idle, payload or linger deadline has passed. */
+static void sweep_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct srv_worker *w = arg;
+	uint64_t now = srv_now_ms();
+	struct srv_conn *c, *next;
+
+	(void)fd;
+	(void)what;
+	for (c = w->conns; c; c = next) {
+		next = c->next;
+		srv_conn_check_timeouts(c, now);
+	}
+}
+
+int srv_worker_init(struct srv_worker *w, struct srv *s, uint32_t index)
+{
+	struct event_config *cfg;
+	struct timeval tv;
+	uint32_t ms = sweep_period_ms(&s->conf);
+
+	memset(w, 0, sizeof(*w));
+	w->srv = s;
+	w->index = index;
+	w->notify_fd = -1;
+	pthread_mutex_init(&w->lock, NULL);
+	w->scratch = malloc(SRV_SCRATCH_BYTES);
+	cfg = event_config_new();
+	if (!w->scratch || !cfg)
+		goto out_nomem;
+	/* One thread per base: no locking inside libevent. */
+	event_config_set_flag(cfg, EVENT_BASE_FLAG_NOLOCK);
+	w->base = event_base_new_with_config(cfg);
+	event_config_free(cfg);
+	if (!w->base)
+		goto out_nomem;
+	w->notify_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (w->notify_fd < 0)
+		return -errno;
+	w->ev_notify = event_new(w->base, w->notify_fd, EV_READ | EV_PERSIST, notify_cb, w);
+	w->ev_sweep = event_new(w->base, -1, EV_PERSIST, sweep_cb, w);
+	if (!w->ev_notify || !w->ev_sweep)
+		goto out_nomem;
+	tv.tv_sec = ms / 1000;
+	tv.tv_usec = (ms % 1000) * 1000;
+	if (event_add(w->ev_notify, NULL) < 0 || event_add(w->ev_sweep, &tv) < 0)
+		goto out_nomem;
+	return 0;
+
+out_nomem:
+	return -ENOMEM;
+}
+
+/* Thread body: count ourselves in, then run the loop until stopped. */
+static void *worker_main(void *arg)
+{
+	struct srv_worker *w = arg;
+	struct srv *s = w->srv;
+	char name[16];
+
+	snprintf(name, sizeof(name), "kvpoold-w%u", w->index);
+	pthread_setname_np(pthread_self(), name);
+	pthread_mutex_lock(&s->ready_lock);
+	s->ready++;
+	pthread_cond_broadcast(&s->ready_cond);
+	pthread_mutex_unlock(&s->ready_lock);
+	event_base_dispatch(w->base);
+	return NULL;
+}
+
+int srv_worker_start(struct srv_worker *w)
+{
+	sigset_t all, old;
+	int rc;
+
+	/* Signals are handled by the main thread's event base only. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	rc = pthread_create(&w->thread, NULL, worker_main, w);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc)
+		return -rc;
+	w->started = 1;
+	return 0;
+}
+
+/* Wake the worker (eventfd counter += 1). */
+static void worker_wake(struct srv_worker *w)
+{
+	uint64_t one = 1;
+
+	if (write(w->notify_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		srv_err("worker %u: eventfd write: %s", w->index, strerror(errno));
+}
+
+int srv_worker_hand(struct srv_worker *w, int fd, uint64_t id, const char *peer)
+{
+	struct srv_handoff *h = malloc(sizeof(*h));
+
+	if (!h)
+		return -ENOMEM;
+	h->next = NULL;
+	h->fd = fd;
+	h->id = id;
+	snprintf(h->peer, sizeof(h->peer), "%s", peer);
+	pthread_mutex_lock(&w->lock);
+	if (w->queue_tail)
+		w->queue_tail->next = h;
+	else
+		w->queue_head = h;
+	w->queue_tail = h;
+	pthread_mutex_unlock(&w->lock);
+	worker_wake(w);
+	return 0;
+}
+
+void srv_worker_stop(struct srv_worker *w)
+{
+	if (!w->started)
+		return;
+	pthread_mutex_lock(&w->lock);
+	w->stop = 1;
+	pthread_mutex_unlock(&w->lock);
+	worker_wake(w);
+	pthread_join(w->thread, NULL);
+	w->started = 0;
+}
+
+void srv_worker_destroy(struct srv_worker *w)
+{
+	struct srv_handoff *h, *next;
+
+	/* A worker that never ran may still hold queued sockets. */
+	for (h = w->queue_head; h; h = next) {
+		next = h->next;
+		close(h->fd);
+		free(h);
+	}
+	w->queue_head = w->queue_tail = NULL;
+	if (w->srv)
+		close_all(w, "server shutting down");
+	if (w->ev_sweep)
+		event_free(w->ev_sweep);
+	if (w->ev_notify)
+		event_free(w->ev_notify);
+	if (w->notify_fd >= 0)
+		close(w->notify_fd);
+	if (w->base)
+		event_base_free(w->base);
+	while (w->free_pins) {
+		struct srv_pin *p = w->free_pins;
+
+		w->free_pins = p->next;
+		free(p);
+	}
+	free(w->scratch);
+	pthread_mutex_destroy(&w->lock);
+	memset(w, 0, sizeof(*w));
+	w->notify_fd = -1;
+}
+
+struct srv_pin *srv_pin_get(struct srv_worker *w, struct store_block *block)
+{
+	struct srv_pin *p = w->free_pins;
+
+	if (!p) {
+		/* Pins are allocated one by one but recycled forever: after
+		 * warm-up, GET allocates nothing. */
+		p = malloc(sizeof(*p));
+		if (!p)
+			return NULL;
+	} else {
+		w->free_pins = p->next;
+	}
+	p->next = NULL;
+	p->w = w;
+	p->block = block;
+	return p;
+}
+
+void srv_pin_cleanup(const void *data, size_t len, void *arg)
+{
+	struct srv_pin *p = arg;
+	struct srv_worker *w = p->w;
+
+	(void)data;
+	(void)len;
+	store_release(w->srv->store, p->block);
+	p->block = NULL;
+	p->next = w->free_pins;
+	w->free_pins = p;
+}

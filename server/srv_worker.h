@@ -1,0 +1,81 @@
+/*
+ * srv_worker.h - a worker thread: one event base (no locking), the
+ * connections handed to it, and its own counters.
+ *
+ * The main thread hands accepted sockets over through a small queue
+ * protected by the worker's mutex and wakes the worker with an eventfd.
+ * Everything else in struct srv_worker belongs to the worker thread,
+ * except `stats`, which other workers read (relaxed atomics) for STATS.
+ */
+#ifndef KVPOOL_SRV_WORKER_H
+#define KVPOOL_SRV_WORKER_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "srv_stats.h"
+
+struct srv;
+struct srv_conn;
+struct srv_pin;
+struct srv_handoff;
+struct event;
+struct event_base;
+
+#define SRV_SCRATCH_BYTES (256u * 1024) /* sink for refused PUT payload bytes */
+
+struct srv_worker {
+	struct srv *srv;
+	uint32_t index;
+	pthread_t thread;
+	int started;
+	struct event_base *base;
+	int notify_fd;                  /* eventfd: the main thread writes, we read */
+	struct event *ev_notify;
+	struct event *ev_sweep;         /* periodic timeout check of connections */
+	/* Shared with the main thread, under `lock`. */
+	pthread_mutex_t lock;
+	struct srv_handoff *queue_head, *queue_tail;
+	int stop;
+	/* Worker thread only. */
+	struct srv_conn *conns;         /* doubly linked list */
+	uint32_t n_conns;
+	uint8_t *scratch;               /* SRV_SCRATCH_BYTES */
+	struct srv_pin *free_pins;      /* recycled GET payload pins */
+	/* Written by this worker only; read by any worker for STATS. */
+	struct srv_stats stats;
+};
+
+/* Set up worker `index` of `s` (base, eventfd, events, scratch) on the
+ * main thread. Errors: -ENOMEM, or -errno from eventfd. On error the
+ * worker holds nothing and srv_worker_destroy is still safe. */
+int srv_worker_init(struct srv_worker *w, struct srv *s, uint32_t index);
+
+/* Start the thread. It counts itself into s->ready before serving.
+ * Errors: -errno from pthread_create. */
+int srv_worker_start(struct srv_worker *w);
+
+/* Main thread: queue socket fd (connection `id`, peer text) for the
+ * worker and wake it. Ownership of fd passes to the worker on success.
+ * Errors: -ENOMEM (fd still the caller's). */
+int srv_worker_hand(struct srv_worker *w, int fd, uint64_t id, const char *peer);
+
+/* Main thread: ask the worker to close every connection and exit, then
+ * wait for it. No-op for a worker that never started. */
+void srv_worker_stop(struct srv_worker *w);
+
+/* Free what srv_worker_init set up (after srv_worker_stop). Accepts a
+ * zeroed or half-initialised worker. */
+void srv_worker_destroy(struct srv_worker *w);
+
+/* Worker thread: a pin that releases `block` of the store when the GET
+ * reply bytes referencing it have been written or dropped. Returns NULL
+ * on allocation failure. Give it to evbuffer_add_reference with
+ * srv_pin_cleanup. */
+struct srv_pin *srv_pin_get(struct srv_worker *w, struct store_block *block);
+
+/* evbuffer_add_reference cleanup: store_release and recycle the pin.
+ * Runs on the worker thread that owns the evbuffer. */
+void srv_pin_cleanup(const void *data, size_t len, void *pin);
+
+#endif /* KVPOOL_SRV_WORKER_H */
