@@ -46,6 +46,10 @@ struct srv {
 	pthread_cond_t ready_cond;
 	uint32_t ready;
 	int stop_signal;              /* the signal that stopped us, 0 if none */
+	/* Background fault-in of the arena at start-up (store_prefault). */
+	pthread_t prefault_thread;
+	int prefault_running;         /* main thread only */
+	int prefault_stop;            /* atomic: main sets, prefault thread reads */
 };
 
 /* Run kvpoold with settings `c` (already validated): open the pool, start

@@ -185,6 +185,19 @@ static int map_meta(struct store_arena *a, uint64_t pages)
 	return 0;
 }
 
+uint64_t store_arena_prefault(struct store_arena *a, uint64_t offset, uint64_t bytes)
+{
+	if (offset >= a->base_bytes)
+		return 0;
+	if (bytes > a->base_bytes - offset)
+		bytes = a->base_bytes - offset;
+#ifdef MADV_POPULATE_WRITE
+	if (madvise(a->base + offset, bytes, MADV_POPULATE_WRITE) == 0)
+		return bytes;
+#endif
+	return 0;
+}
+
 int store_arena_open(uint64_t pages, struct store_arena **out)
 {
 	struct store_arena *a;

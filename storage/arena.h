@@ -31,6 +31,12 @@ struct store_arena;
  * Errors: -EINVAL (pages 0 or > STORE_ARENA_MAX_PAGES), -ENOMEM. */
 int store_arena_open(uint64_t pages, struct store_arena **out);
 
+/* Fault in payload bytes [offset, offset + bytes) (clipped to the arena)
+ * with MADV_POPULATE_WRITE, which never changes their content, so it is
+ * safe while blocks are being written. Returns the bytes populated: 0 past
+ * the end, or where the kernel lacks MADV_POPULATE_WRITE (before 5.14). */
+uint64_t store_arena_prefault(struct store_arena *a, uint64_t offset, uint64_t bytes);
+
 /* Unmap the arena and its metadata. Accepts NULL. */
 void store_arena_close(struct store_arena *a);
 

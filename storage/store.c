@@ -110,6 +110,11 @@ static void free_block_list(struct store_list *h, size_t link_offset)
 	}
 }
 
+uint64_t store_prefault(struct store *s, uint64_t offset, uint64_t bytes)
+{
+	return store_arena_prefault(s->arena, offset, bytes);
+}
+
 void store_close(struct store *s)
 {
 	if (!s)

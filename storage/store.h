@@ -57,6 +57,15 @@ struct store_config {
  *         -ENOMEM (arena or index allocation failed). */
 int store_open(const struct store_config *cfg, struct store **out);
 
+/* Fault in arena bytes [offset, offset + bytes) so that puts landing there
+ * later do not pay for the kernel's page zeroing on the hot path (here
+ * zeroing ran at ~0.4 GB/s, slower than the wire). Safe while the pool
+ * serves: it never changes stored bytes, and takes no lock. A daemon calls
+ * it chunk by chunk from a background thread at start-up; afterwards the
+ * whole arena is committed memory. Returns the bytes populated, 0 when
+ * offset is past the arena or the kernel cannot populate (< 5.14). */
+uint64_t store_prefault(struct store *s, uint64_t offset, uint64_t bytes);
+
 /* Free everything. Accepts NULL. Every reference and reservation must have
  * been released or aborted first; lessees are freed with it. */
 void store_close(struct store *s);

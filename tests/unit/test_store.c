@@ -296,6 +296,32 @@ static void test_put_get_basic(void **state)
 	store_close(s);
 }
 
+/* Prefaulting while blocks are stored leaves their bytes alone, covers the
+ * whole arena, and reports 0 past its end. */
+static void test_prefault_keeps_bytes(void **state)
+{
+	const uint64_t cap = 16 * PAGE * 16;
+	struct store *s = open_store(cap, cap, cap, 1000);
+	uint32_t ns = ns_of(s, "pf");
+	uint8_t key[STORE_KEY_BYTES];
+	struct store_ref ref;
+	uint64_t off = 0, done;
+
+	(void)state;
+	assert_int_equal(put_id(s, ns, 1, 0, 5 * PAGE + 17), 0);
+	while ((done = store_prefault(s, off, 3 * PAGE)) > 0)
+		off += done;
+	if (off != 0)
+		assert_int_equal(off, cap);
+	assert_int_equal(store_prefault(s, cap, PAGE), 0);
+	key_of(1, key);
+	assert_int_equal(store_get(s, ns, key, NULL, &ref), 0);
+	assert_true(payload_ok(ref.data, ref.length, key));
+	store_release(s, ref.block);
+	assert_check(s);
+	store_close(s);
+}
+
 static void test_block_larger_than_arena(void **state)
 {
 	struct store *s = open_store(4 * PAGE, 64 * PAGE, 0, 0);
@@ -1533,6 +1559,7 @@ int main(void)
 		cmocka_unit_test(test_lru_order_among_leaves),
 		cmocka_unit_test(test_chain_evicted_from_tail),
 		cmocka_unit_test(test_fill_98_percent),
+		cmocka_unit_test(test_prefault_keeps_bytes),
 		cmocka_unit_test(test_enospc_when_all_leased),
 		cmocka_unit_test(test_get_pins_block),
 		cmocka_unit_test(test_delete_removes_descendants),
