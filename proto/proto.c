@@ -136,7 +136,8 @@ static int header_check_fields(const uint8_t in[PROTO_HEADER_BYTES], int is_repl
 		return -EPROTO;
 	if (is_reply && h->status > PROTO_STATUS_MAX)
 		return -EPROTO;
-	if (h->opcode > PROTO_OP_MAX)
+	/* An error reply echoes the request's opcode, known to us or not. */
+	if (h->opcode > PROTO_OP_MAX && !(is_reply && !status_is_success(h->status)))
 		return -EOPNOTSUPP;
 	if (h->opcode == PROTO_OP_NONE && (!is_reply || status_is_success(h->status)))
 		return -EOPNOTSUPP;

@@ -136,8 +136,10 @@ void proto_header_encode(const struct proto_header *h, uint8_t out[PROTO_HEADER_
  *                     (is_reply == 0) or missing where a reply was expected
  *                     (is_reply == 1), nonzero status in a request, status
  *                     above PROTO_STATUS_MAX in a reply
- *   -EOPNOTSUPP       opcode unknown (PROTO_OP_NONE is accepted only in a
- *                     reply whose status is neither OK nor EXISTS)
+ *   -EOPNOTSUPP       opcode unknown (PROTO_OP_NONE and unknown opcodes
+ *                     are accepted only in a reply whose status is neither
+ *                     OK nor EXISTS: an error reply echoes the opcode of the
+ *                     request it refuses)
  *   -EMSGSIZE         header + body_bytes > limits->max_frame_bytes, or
  *                     payload_bytes > max_batch_blocks * max_block_bytes
  *   -EBADMSG          payload_bytes nonzero on a frame that carries none

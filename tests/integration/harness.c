@@ -475,12 +475,6 @@ int harness_read_frame(int fd, int timeout_ms, struct harness_frame *f)
 		return err;
 	/* No limits: the tests judge sizes themselves. */
 	err = proto_header_decode(hdr, 1, NULL, &fr.h);
-	/* A reply echoes its request's opcode, even one the decoder does not
-	 * know, as long as it is an error reply. */
-	if (err == -EOPNOTSUPP && (fr.h.flags & PROTO_FLAG_REPLY) &&
-	    fr.h.status != PROTO_STATUS_OK && fr.h.status != PROTO_STATUS_EXISTS &&
-	    !fr.h.payload_bytes)
-		err = 0;
 	if (err)
 		return err;
 	if (fr.h.body_bytes > (64u << 20) || fr.h.payload_bytes > (1ull << 32))

@@ -481,6 +481,122 @@ static void test_op_before_hello(void **state)
 	assert_server_serves();
 }
 
+/* Header fields that are wrong but leave the stream parseable: the
+ * request gets BAD_REQUEST and the connection goes on (section 7.2). */
+static void test_bad_header_fields(void **state)
+{
+	uint8_t pad[16] = { 0 };
+	char msg[1100];
+	int fd;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	fd = connect_hello("bad-fields", NULL);
+	for (int kind = 0; kind < 5; kind++) {
+		struct proto_header h = {
+			.magic = PROTO_MAGIC, .version = PROTO_VERSION, .opcode = PROTO_OP_PING,
+			.request_id = 40 + (uint64_t)kind,
+		};
+		uint8_t hdr[PROTO_HEADER_BYTES];
+
+		if (kind == 2)
+			h.flags = PROTO_FLAG_REPLY;      /* a "reply" sent as a request */
+		if (kind == 3)
+			h.status = PROTO_STATUS_NOT_FOUND; /* status on a request */
+		if (kind == 4)
+			h.body_bytes = sizeof(pad);      /* PING with a body */
+		proto_header_encode(&h, hdr);
+		if (kind == 0)
+			proto_put_u16(hdr + 10, 1);      /* reserved */
+		if (kind == 1)
+			proto_put_u64(hdr + 24, 10);     /* payload on a PING */
+		assert_int_equal(harness_send_all(fd, hdr, sizeof(hdr)), 0);
+		if (kind == 1)
+			assert_int_equal(harness_send_all(fd, pad, 10), 0);
+		if (kind == 4)
+			assert_int_equal(harness_send_all(fd, pad, sizeof(pad)), 0);
+		expect_error(fd, 40 + (uint64_t)kind, PROTO_STATUS_BAD_REQUEST, msg, sizeof(msg));
+		assert_ping_works(fd, 50 + (uint64_t)kind);
+	}
+	close(fd);
+	assert_server_serves();
+}
+
+/* A PUT entry whose parent does not agree with its HAS_PARENT flag. */
+static void test_inconsistent_parent(void **state)
+{
+	uint8_t body[PROTO_BATCH_PREFIX_BYTES + PROTO_PUT_ENTRY_BYTES], data[100], key[32];
+	struct proto_put_entry e = { .length = sizeof(data) };
+	char msg[1100];
+	int fd;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	harness_fill(data, sizeof(data), 8);
+	harness_key(key, "bad-parent", 0);
+	memcpy(e.key, key, 32);
+	e.checksum = harness_xxh3(data, sizeof(data));
+	fd = connect_hello("bad-parent", NULL);
+	for (int kind = 0; kind < 2; kind++) {
+		memset(e.parent, kind ? 0 : 0x11, 32); /* nonzero without flag; zero with */
+		e.flags = kind ? PROTO_PUT_HAS_PARENT : 0;
+		proto_batch_encode_prefix(body, 1, 0);
+		proto_put_entry_encode(body, 0, &e);
+		assert_int_equal(harness_send_frame(fd, PROTO_OP_PUT, 60 + (uint64_t)kind, body,
+						    sizeof(body), data, sizeof(data)),
+				 0);
+		expect_error(fd, 60 + (uint64_t)kind, PROTO_STATUS_BAD_REQUEST, msg, sizeof(msg));
+	}
+	assert_ping_works(fd, 62);
+	close(fd);
+	assert_absent("bad-parent", key);
+	assert_server_serves();
+}
+
+/* A second HELLO is refused and the connection keeps its namespace. */
+static void test_second_hello(void **state)
+{
+	struct proto_hello hello = {
+		.min_version = 1, .max_version = 1, .ns = "bad-hello-2", .ns_len = 11,
+	};
+	uint8_t body[64], key[32], data[300];
+	struct harness_frame f;
+	struct proto_result res;
+	char msg[1100];
+	int fd;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	fd = connect_hello("bad-hello-1", NULL);
+	assert_int_equal(proto_hello_encode(&hello, body, sizeof(body)), 0);
+	assert_int_equal(harness_send_frame(fd, PROTO_OP_HELLO, 70, body,
+					    (uint32_t)proto_hello_body_bytes(&hello), NULL, 0),
+			 0);
+	expect_error(fd, 70, PROTO_STATUS_BAD_REQUEST, msg, sizeof(msg));
+	harness_key(key, "bad-hello", 0);
+	harness_fill(data, sizeof(data), 9);
+	assert_int_equal(harness_raw_put(fd, 71, key, NULL, data, sizeof(data),
+					 harness_xxh3(data, sizeof(data)), sizeof(data)),
+			 0);
+	assert_int_equal(harness_read_frame(fd, REPLY_MS, &f), 0);
+	assert_int_equal(f.h.status, PROTO_STATUS_OK);
+	assert_int_equal(harness_reply_result(&f, 0, &res), 0);
+	assert_int_equal(res.status, PROTO_STATUS_OK);
+	harness_frame_free(&f);
+	close(fd);
+	assert_absent("bad-hello-2", key);
+	{
+		struct kvpool_client *c = NULL;
+		int st = 1;
+
+		assert_int_equal(harness_client(&g.srv, "bad-hello-1", &c), 0);
+		assert_int_equal(kvpool_exists(c, (const uint8_t(*)[32])key, 1, &st), 0);
+		assert_int_equal(st, 0);
+		kvpool_close(c);
+	}
+	assert_server_serves();
+}
+
 /* Namespace names outside printable ASCII 0x21..0x7e are BAD_REQUEST. */
 static void test_bad_namespace(void **state)
 {
@@ -675,6 +791,9 @@ int main(void)
 		cmocka_unit_test(test_absurd_count),
 		cmocka_unit_test(test_op_before_hello),
 		cmocka_unit_test(test_bad_namespace),
+		cmocka_unit_test(test_bad_header_fields),
+		cmocka_unit_test(test_inconsistent_parent),
+		cmocka_unit_test(test_second_hello),
 		cmocka_unit_test(test_bad_checksum),
 		cmocka_unit_test(test_library_refuses_locally),
 		cmocka_unit_test(test_library_splits_batches),

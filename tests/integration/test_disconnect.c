@@ -24,6 +24,7 @@ static struct {
 	struct harness_server srv;
 	struct harness_server srv2; /* test_payload_timeout's own server */
 	struct harness_server srv3; /* test_idle_timeout's own server */
+	struct harness_server srv4; /* test_inflight_busy's own server */
 	struct kvpool_client *c; /* namespace "disc" */
 	uint8_t *payload;        /* BIG_BYTES */
 } g;
@@ -62,6 +63,7 @@ static int group_teardown(void **state)
 	harness_kill(&g.srv);
 	harness_kill(&g.srv2);
 	harness_kill(&g.srv3);
+	harness_kill(&g.srv4);
 	free(g.payload);
 	return 0;
 }
@@ -358,6 +360,69 @@ static void test_idle_timeout(void **state)
 	assert_int_equal(harness_stop(srv), 0);
 }
 
+/* --max-inflight-put-bytes 2MiB: with two 1 MiB payloads half received,
+ * a third PUT gets BUSY (-EAGAIN) and stores nothing; it works once they
+ * are done. */
+static void test_inflight_busy(void **state)
+{
+	static const char *const flags[] = {
+		"--dram-capacity", "16MiB", "--max-block-bytes", "1MiB", "--threads", "2",
+		"--log-level", "warn", "--max-inflight-put-bytes", "2MiB", NULL,
+	};
+	const uint64_t len = 1 << 20;
+	struct harness_server *srv = &g.srv4;
+	struct kvpool_client *c = NULL;
+	uint8_t keys[2][32], key[32], small[4096];
+	uint64_t busy0;
+	int fds[2] = { -1, -1 }, st = 1;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_int_equal(harness_start(srv, flags), 0);
+	assert_int_equal(harness_client(srv, "disc-busy", &c), 0);
+	busy0 = harness_stat_or_fail(c, "ops.errors.busy");
+	for (int i = 0; i < 2; i++) {
+		harness_key(keys[i], "disc-busy-slow", (uint64_t)i);
+		assert_int_equal(harness_raw_connect(srv->port, &fds[i]), 0);
+		assert_int_equal(harness_raw_hello(fds[i], "disc-busy", NULL), 0);
+		assert_int_equal(harness_raw_put(fds[i], 40, keys[i], NULL, g.payload, len,
+						 harness_xxh3(g.payload, len), len / 2),
+				 0);
+	}
+	assert_int_equal(harness_wait_stat_or_fail(c, "tiers.dram.inflight_put_bytes", 2 * len, 3000),
+			 2 * len);
+
+	harness_key(key, "disc-busy", 0);
+	harness_fill(small, sizeof(small), 12);
+	{
+		struct iovec iov = { .iov_base = small, .iov_len = sizeof(small) };
+		struct kvpool_put_block pb = { .key = key, .iov = &iov, .iovcnt = 1 };
+
+		assert_int_equal(kvpool_put(c, &pb, 1, &st), -EAGAIN);
+		assert_int_equal(st, -EAGAIN);
+	}
+	assert_int_equal(kvpool_exists(c, (const uint8_t(*)[32])key, 1, &st), 0);
+	assert_int_equal(st, -ENOENT);
+	assert_int_equal(harness_stat_or_fail(c, "ops.errors.busy") - busy0, 1);
+
+	/* The slow ones finish; then there is budget again. */
+	for (int i = 0; i < 2; i++) {
+		struct harness_frame f;
+		struct proto_result res;
+
+		assert_int_equal(harness_send_all(fds[i], g.payload + len / 2, len - len / 2), 0);
+		assert_int_equal(harness_read_frame(fds[i], 5000, &f), 0);
+		assert_int_equal(harness_reply_result(&f, 0, &res), 0);
+		assert_int_equal(res.status, PROTO_STATUS_OK);
+		harness_frame_free(&f);
+		close(fds[i]);
+	}
+	assert_int_equal(harness_wait_stat_or_fail(c, "tiers.dram.inflight_put_bytes", 0, 3000), 0);
+	assert_int_equal(kvpool_put_bytes(c, key, NULL, small, sizeof(small)), 0);
+	kvpool_close(c);
+	assert_int_equal(harness_stop(srv), 0);
+}
+
 /* SIGTERM while a PUT payload is stalled: the server still exits 0 in
  * time, and the half block does not hold it. */
 static void test_clean_shutdown(void **state)
@@ -384,6 +449,7 @@ int main(void)
 		cmocka_unit_test(test_disconnect_mid_batch),
 		cmocka_unit_test(test_payload_timeout),
 		cmocka_unit_test(test_idle_timeout),
+		cmocka_unit_test(test_inflight_busy),
 		cmocka_unit_test(test_clean_shutdown),
 	};
 

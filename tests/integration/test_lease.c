@@ -211,6 +211,42 @@ static void test_lease_ends_on_close(void **state)
 	assert_int_equal(harness_wait_stat_or_fail(g.a, "leases_active", 0, 2000), 0);
 }
 
+/* DELETE and DROP_NAMESPACE remove leased blocks too, and their lease
+ * pins go with them. */
+static void test_delete_leased(void **state)
+{
+	uint8_t keys[3][32];
+	size_t matched = 0;
+	uint64_t dropped = 0;
+	int st[3];
+
+	(void)state;
+	harness_need_server(&g.srv);
+	put_chain(g.a, "lease-del", 0, 3, keys);
+	assert_int_equal(kvpool_match(g.a, (const uint8_t(*)[32])keys, 3, 5000, &matched), 0);
+	assert_int_equal(matched, 3);
+	assert_int_equal(harness_stat_or_fail(g.a, "leases_active"), 3);
+	/* Deleting the middle block removes it and its child. */
+	assert_int_equal(kvpool_delete(g.a, (const uint8_t(*)[32])keys[1], 1, st), 0);
+	assert_int_equal(st[0], 0);
+	assert_int_equal(kvpool_exists(g.a, (const uint8_t(*)[32])keys, 3, st), 0);
+	assert_int_equal(st[0], 0);
+	assert_int_equal(st[1], -ENOENT);
+	assert_int_equal(st[2], -ENOENT);
+	assert_int_equal(harness_wait_stat_or_fail(g.a, "leases_active", 1, 1000), 1);
+	/* Dropping the namespace removes the last leased one. */
+	assert_int_equal(kvpool_drop_namespace(g.b, "lease-a", &dropped), 0);
+	assert_true(dropped >= 1);
+	assert_int_equal(harness_wait_stat_or_fail(g.a, "leases_active", 0, 1000), 0);
+	assert_int_equal(harness_ns_stat_or_fail(g.a, "lease-a", "blocks"), 0);
+	/* A's GET of the dropped blocks misses cleanly. */
+	{
+		uint64_t len = 0;
+
+		assert_int_equal(kvpool_get_bytes(g.a, keys[0], g.buf, MIB, &len), -ENOENT);
+	}
+}
+
 /* Every block leased: a PUT gets FULL (-ENOSPC), not a silent drop. */
 static void test_full_when_all_leased(void **state)
 {
@@ -269,6 +305,7 @@ int main(void)
 		cmocka_unit_test(test_lease_survives_pressure),
 		cmocka_unit_test(test_lease_expires),
 		cmocka_unit_test(test_lease_ends_on_close),
+		cmocka_unit_test(test_delete_leased),
 		cmocka_unit_test(test_full_when_all_leased),
 		cmocka_unit_test(test_clean_shutdown),
 	};

@@ -243,6 +243,10 @@ static void test_header_unknown_opcode(void **state)
 		assert_int_equal(out.opcode, ops[i]);
 		h = reply_header(ops[i], PROTO_STATUS_OK, 0, 0);
 		assert_int_equal(header_roundtrip(&h, 1, &limits, &out), -EOPNOTSUPP);
+		/* the UNSUPPORTED reply to it echoes the opcode and must decode */
+		h = reply_header(ops[i], PROTO_STATUS_UNSUPPORTED, 8, 0);
+		assert_int_equal(header_roundtrip(&h, 1, &limits, &out), 0);
+		assert_int_equal(out.opcode, ops[i]);
 	}
 
 	/* opcode 0: only a connection-level error reply */
