@@ -3,6 +3,7 @@
 #   make            build kvpoold, libkvpool (.so and .a), kvpool CLI into build/
 #   make test       install missing build deps (Debian), build, run unit + integration tests
 #   make test-san   the same tests built with AddressSanitizer + UBSan (build-san/)
+#   make test-valgrind  integration tests with kvpoold under valgrind (leaks fail)
 #   make demo       start kvpoold, replay the bundled Mooncake trace, print the report
 #   make install PREFIX=/usr/local DESTDIR=
 #   make clean
@@ -61,7 +62,7 @@ LIB_SO    := $(BUILD)/libkvpool.so
 UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
-.PHONY: all deps test test-san test-unit test-integration demo install clean
+.PHONY: all deps test test-san test-valgrind test-unit test-integration demo install clean
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
@@ -123,6 +124,13 @@ $(BUILD)/tests/integ_%: $(call obj,tests/integration/test_%.c) $(INTEG_HOBJ) $(L
 test: deps
 	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN)
 	@BUILD=$(BUILD) tests/run.sh $(UNIT_BIN) $(INTEG_BIN)
+
+# The integration tests with kvpoold under valgrind: a leak or memory error
+# makes the daemon exit 99, which fails the test's clean-shutdown check.
+test-valgrind: deps
+	@command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)"; exit 1; }
+	@$(MAKE) --no-print-directory all $(INTEG_BIN)
+	@KVPOOL_VALGRIND=1 BUILD=$(BUILD) tests/run.sh $(INTEG_BIN)
 
 test-san: deps
 	@$(MAKE) --no-print-directory SAN=1 test
