@@ -369,6 +369,47 @@ int harness_client(const struct harness_server *s, const char *ns, struct kvpool
 	return kvpool_connect(s->url, ns, &opts, out);
 }
 
+/* ---- cmocka group fixtures ------------------------------------------------- */
+
+const char *const harness_default_flags[] = {
+	"--dram-capacity", "64MiB", "--threads", "2", "--log-level", "warn", NULL,
+};
+
+int harness_group_start(struct harness_server *s, const char *const *extra)
+{
+	int err = harness_start(s, extra);
+
+	/* A missing $KVPOOLD is not a setup failure: each test skips. */
+	if (err && err != -ENOENT) {
+		print_error("kvpoold did not start: %s\n", strerror(-err));
+		return -1;
+	}
+	return 0;
+}
+
+int harness_group_client(const struct harness_server *s, const char *ns,
+			 struct kvpool_client **out)
+{
+	int err;
+
+	if (!s->pid)
+		return 0;
+	err = harness_client(s, ns, out);
+	if (err) {
+		print_error("connect: %s\n", kvpool_strerror(err));
+		return -1;
+	}
+	return 0;
+}
+
+void harness_test_clean_shutdown(void **state)
+{
+	struct harness_server *s = *state;
+
+	harness_need_server(s);
+	assert_int_equal(harness_stop(s), 0);
+}
+
 /* ---- raw frames ----------------------------------------------------------- */
 
 int harness_raw_connect(uint16_t port, int *fd_out)
@@ -559,6 +600,15 @@ int harness_raw_hello(int fd, const char *ns, struct proto_hello_reply *out)
 	return err;
 }
 
+int harness_raw_session_or_fail(uint16_t port, const char *ns, struct proto_hello_reply *limits)
+{
+	int fd = -1;
+
+	assert_int_equal(harness_raw_connect(port, &fd), 0);
+	assert_int_equal(harness_raw_hello(fd, ns, limits), 0);
+	return fd;
+}
+
 int harness_error_message(const struct harness_frame *f, char *buf, size_t cap,
 			  uint16_t *min_v, uint16_t *max_v)
 {
@@ -693,6 +743,24 @@ int harness_json_double(struct json_object *doc, const char *path, double *out)
 	return 0;
 }
 
+uint64_t harness_json_u64_or_fail(struct json_object *doc, const char *path)
+{
+	uint64_t v = 0;
+
+	if (harness_json_u64(doc, path, &v))
+		fail_msg("json key %s missing or not an integer", path);
+	return v;
+}
+
+double harness_json_double_or_fail(struct json_object *doc, const char *path)
+{
+	double v = 0;
+
+	if (harness_json_double(doc, path, &v))
+		fail_msg("json key %s missing or not a number", path);
+	return v;
+}
+
 uint64_t harness_stat_or_fail(struct kvpool_client *c, const char *path)
 {
 	struct json_object *doc;
@@ -735,18 +803,55 @@ uint64_t harness_ns_stat_or_fail(struct kvpool_client *c, const char *ns, const 
 	return v;
 }
 
-uint64_t harness_wait_stat_or_fail(struct kvpool_client *c, const char *path, uint64_t want,
-				   int timeout_ms)
+/* Poll STATS every 20 ms until `path` equals want (or, with at_least, is
+ * want or more) or timeout_ms passes; returns the last value read. */
+static uint64_t wait_stat(struct kvpool_client *c, const char *path, uint64_t want, int at_least,
+			  int timeout_ms)
 {
 	uint64_t deadline = harness_now_ms() + (uint64_t)scaled_ms(timeout_ms);
 	uint64_t v;
 
 	for (;;) {
 		v = harness_stat_or_fail(c, path);
-		if (v == want || harness_now_ms() > deadline)
+		if ((at_least ? v >= want : v == want) || harness_now_ms() > deadline)
 			return v;
 		harness_sleep_ms(20);
 	}
+}
+
+uint64_t harness_wait_stat_or_fail(struct kvpool_client *c, const char *path, uint64_t want,
+				   int timeout_ms)
+{
+	return wait_stat(c, path, want, 0, timeout_ms);
+}
+
+uint64_t harness_wait_stat_at_least_or_fail(struct kvpool_client *c, const char *path,
+					    uint64_t min, int timeout_ms)
+{
+	return wait_stat(c, path, min, 1, timeout_ms);
+}
+
+/* ---- blocks ------------------------------------------------------------------ */
+
+void harness_check_block_or_fail(struct kvpool_client *c, const uint8_t key[32], const void *want,
+				 size_t len)
+{
+	uint8_t *got = malloc(len);
+	uint64_t got_len = 0;
+
+	assert_non_null(got);
+	assert_int_equal(kvpool_get_bytes(c, key, got, len, &got_len), 0);
+	assert_int_equal(got_len, len);
+	assert_memory_equal(got, want, len);
+	free(got);
+}
+
+void harness_check_absent_or_fail(struct kvpool_client *c, const uint8_t key[32])
+{
+	int st = 1;
+
+	assert_int_equal(kvpool_exists(c, (const uint8_t(*)[32])key, 1, &st), 0);
+	assert_int_equal(st, -ENOENT);
 }
 
 /* ---- processes ------------------------------------------------------------- */

@@ -78,6 +78,42 @@ int harness_client(const struct harness_server *s, const char *ns, struct kvpool
  * Test thread only; does not return. */
 void harness_skip(const char *why) __attribute__((noreturn));
 
+/* ---- cmocka group fixtures ------------------------------------------------ */
+
+/* The flags of the general-purpose server most groups start: a 64 MiB DRAM
+ * arena, 2 worker threads, warnings only. NULL-terminated; static storage,
+ * so it may be passed to harness_start as is. */
+extern const char *const harness_default_flags[];
+
+/* harness_start for a cmocka group setup. Returns 0 when the server runs,
+ * and also when $KVPOOLD is missing (s->pid stays 0, so every test skips
+ * in harness_need_server); returns -1, the value that fails a cmocka
+ * fixture, after printing why the server did not start. */
+int harness_group_start(struct harness_server *s, const char *const *extra);
+
+/* harness_client for a cmocka group setup, after harness_group_start.
+ * Returns 0 with *out connected, or 0 with *out untouched when s is not
+ * running (the tests skip); returns -1 after printing the connect error. */
+int harness_group_client(const struct harness_server *s, const char *ns,
+			 struct kvpool_client **out);
+
+/* The test body behind HARNESS_CLEAN_SHUTDOWN_TEST: *state is the server.
+ * Skips unless it runs, then asserts that SIGTERM makes it exit 0. */
+void harness_test_clean_shutdown(void **state);
+
+/* A cmocka test entry named test_clean_shutdown that stops the server
+ * `srv` points at (a static struct harness_server) and fails unless the
+ * shutdown is clean. The server reaches the test as its initial state, so
+ * the group setup must leave the group state NULL (cmocka would hand a
+ * group state to every test instead). Put it last: the server is gone
+ * after it. */
+#define HARNESS_CLEAN_SHUTDOWN_TEST(srv)                    \
+	{                                                   \
+		.name = "test_clean_shutdown",              \
+		.test_func = harness_test_clean_shutdown,   \
+		.initial_state = (srv),                     \
+	}
+
 /* ---- raw frames -------------------------------------------------------------- */
 
 /* A frame read from the server. body and payload are malloc'd (NULL when
@@ -118,6 +154,11 @@ int harness_wait_closed(int fd, int timeout_ms);
  * malformed reply. */
 int harness_raw_hello(int fd, const char *ns, struct proto_hello_reply *out);
 
+/* harness_raw_connect to port, then harness_raw_hello for namespace ns
+ * (limits may be NULL); fails the test if either fails. Returns the
+ * connected fd, which the caller closes. Test thread only. */
+int harness_raw_session_or_fail(uint16_t port, const char *ns, struct proto_hello_reply *limits);
+
 /* Decode the error body of a non-OK reply into buf (NUL-terminated,
  * truncated to cap) and the server's versions into *min_v and *max_v (may be
  * NULL). Errors: -EPROTO when the body is not an error body. */
@@ -145,6 +186,12 @@ int harness_stats(struct kvpool_client *c, const char *ns, struct json_object **
 int harness_json_u64(struct json_object *doc, const char *path, uint64_t *out);
 int harness_json_double(struct json_object *doc, const char *path, double *out);
 
+/* harness_json_u64 / harness_json_double that return the value and fail
+ * the test when the field is missing or of the wrong type. Test thread
+ * only. */
+uint64_t harness_json_u64_or_fail(struct json_object *doc, const char *path);
+double harness_json_double_or_fail(struct json_object *doc, const char *path);
+
 /* Fetch STATS and return one integer field; fails the test on any error. */
 uint64_t harness_stat_or_fail(struct kvpool_client *c, const char *path);
 
@@ -156,6 +203,22 @@ uint64_t harness_ns_stat_or_fail(struct kvpool_client *c, const char *ns, const 
  * Returns the last value read; fails the test on a STATS error. */
 uint64_t harness_wait_stat_or_fail(struct kvpool_client *c, const char *path, uint64_t want,
 				   int timeout_ms);
+
+/* Like harness_wait_stat_or_fail, but waits until `path` is at least
+ * `min`. Returns the last value read, which is below min on a timeout. */
+uint64_t harness_wait_stat_at_least_or_fail(struct kvpool_client *c, const char *path,
+					    uint64_t min, int timeout_ms);
+
+/* ---- blocks ------------------------------------------------------------------ */
+
+/* GET key into a buffer of exactly len bytes and fail the test unless the
+ * GET succeeds with the len bytes at want. Test thread only. */
+void harness_check_block_or_fail(struct kvpool_client *c, const uint8_t key[32], const void *want,
+				 size_t len);
+
+/* EXISTS key and fail the test unless the call succeeds and the key is
+ * absent (-ENOENT) in c's namespace. Test thread only. */
+void harness_check_absent_or_fail(struct kvpool_client *c, const uint8_t key[32]);
 
 /* ---- processes, data, time ------------------------------------------------ */
 

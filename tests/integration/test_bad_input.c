@@ -34,22 +34,11 @@ static int group_setup(void **state)
 		"--dram-capacity", "64MiB", "--max-block-bytes", "1MiB", "--max-frame-bytes", "64KiB",
 		"--max-batch-blocks", "64", "--threads", "2", "--log-level", "error", NULL,
 	};
-	int err;
 
 	(void)state;
-	err = harness_start(&g.srv, flags);
-	if (err == -ENOENT)
-		return 0;
-	if (err) {
-		print_error("kvpoold did not start: %s\n", strerror(-err));
+	if (harness_group_start(&g.srv, flags))
 		return -1;
-	}
-	err = harness_client(&g.srv, "good", &g.good);
-	if (err) {
-		print_error("connect: %s\n", kvpool_strerror(err));
-		return -1;
-	}
-	return 0;
+	return harness_group_client(&g.srv, "good", &g.good);
 }
 
 static int group_teardown(void **state)
@@ -63,17 +52,14 @@ static int group_teardown(void **state)
 /* The well-behaved client: a fresh put and a byte-exact get, and a ping. */
 static void assert_server_serves(void)
 {
-	uint8_t key[32], data[5000], got[5000];
-	uint64_t len = 0;
+	uint8_t key[32], data[5000];
 
 	assert_int_equal(kill(g.srv.pid, 0), 0);
 	harness_key(key, "good", g.good_n);
 	harness_fill(data, sizeof(data), 1000 + g.good_n);
 	g.good_n++;
 	assert_int_equal(kvpool_put_bytes(g.good, key, NULL, data, sizeof(data)), 0);
-	assert_int_equal(kvpool_get_bytes(g.good, key, got, sizeof(got), &len), 0);
-	assert_int_equal(len, sizeof(data));
-	assert_memory_equal(got, data, sizeof(data));
+	harness_check_block_or_fail(g.good, key, data, sizeof(data));
 	assert_int_equal(kvpool_ping(g.good, NULL), 0);
 }
 
@@ -119,15 +105,6 @@ static void assert_names_limit(const char *msg, const char *name, uint64_t value
 		fail_msg("message \"%s\" names neither %s nor %s", msg, name, num);
 }
 
-static int connect_hello(const char *ns, struct proto_hello_reply *limits)
-{
-	int fd = -1;
-
-	assert_int_equal(harness_raw_connect(g.srv.port, &fd), 0);
-	assert_int_equal(harness_raw_hello(fd, ns, limits), 0);
-	return fd;
-}
-
 static void assert_ping_works(int fd, uint64_t id)
 {
 	struct harness_frame f;
@@ -143,11 +120,9 @@ static void assert_ping_works(int fd, uint64_t id)
 static void assert_absent(const char *ns, const uint8_t key[32])
 {
 	struct kvpool_client *c = NULL;
-	int st = 1;
 
 	assert_int_equal(harness_client(&g.srv, ns, &c), 0);
-	assert_int_equal(kvpool_exists(c, (const uint8_t(*)[32])key, 1, &st), 0);
-	assert_int_equal(st, -ENOENT);
+	harness_check_absent_or_fail(c, key);
 	kvpool_close(c);
 }
 
@@ -168,7 +143,7 @@ static void test_garbage(void **state)
 		harness_fill(junk, sizeof(junk), 0xBAD0 + (uint64_t)after_hello);
 		junk[0] = 'X'; /* never the magic */
 		if (after_hello) {
-			fd = connect_hello("bad-garbage", NULL);
+			fd = harness_raw_session_or_fail(g.srv.port, "bad-garbage", NULL);
 		} else {
 			fd = -1;
 			assert_int_equal(harness_raw_connect(g.srv.port, &fd), 0);
@@ -193,7 +168,7 @@ static void test_random_frames(void **state)
 	for (uint64_t i = 0; i < 40; i++) {
 		uint8_t junk[PROTO_HEADER_BYTES + 512];
 		struct harness_frame f;
-		int fd = connect_hello("bad-random", NULL);
+		int fd = harness_raw_session_or_fail(g.srv.port, "bad-random", NULL);
 
 		harness_fill(junk, sizeof(junk), 0xF00D + i);
 		proto_put_u32(junk, PROTO_MAGIC);
@@ -295,7 +270,7 @@ static void test_unknown_opcode(void **state)
 
 	(void)state;
 	harness_need_server(&g.srv);
-	fd = connect_hello("bad-opcode", NULL);
+	fd = harness_raw_session_or_fail(g.srv.port, "bad-opcode", NULL);
 	assert_int_equal(harness_send_frame(fd, 200, 77, NULL, 0, NULL, 0), 0);
 	expect_error(fd, 77, PROTO_STATUS_UNSUPPORTED, msg, sizeof(msg));
 	assert_ping_works(fd, 78);
@@ -323,7 +298,7 @@ static void test_frame_too_large(void **state)
 	(void)state;
 	harness_need_server(&g.srv);
 	too_large0 = harness_stat_or_fail(g.good, "ops.errors.too_large");
-	fd = connect_hello("bad-frame", &limits);
+	fd = harness_raw_session_or_fail(g.srv.port, "bad-frame", &limits);
 	assert_int_equal(limits.max_frame_bytes, MAX_FRAME);
 	h.body_bytes = limits.max_frame_bytes; /* + 32 header bytes: over */
 	proto_header_encode(&h, hdr);
@@ -359,7 +334,7 @@ static void test_block_too_large(void **state)
 	assert_non_null(data);
 	harness_fill(data, len, 3);
 	harness_key(key, "bad-block", 0);
-	fd = connect_hello("bad-block", &limits);
+	fd = harness_raw_session_or_fail(g.srv.port, "bad-block", &limits);
 	assert_int_equal(limits.max_block_bytes, MAX_BLOCK);
 	/* Header and body first: the refusal must not wait for the payload. */
 	assert_int_equal(harness_raw_put(fd, 9, key, NULL, data, len, harness_xxh3(data, len), 0),
@@ -395,7 +370,7 @@ static void test_lying_lengths(void **state)
 		e.checksum = harness_xxh3(data + 1000 * i, 1000);
 		proto_put_entry_encode(body, (uint32_t)i, &e);
 	}
-	fd = connect_hello("bad-lie", NULL);
+	fd = harness_raw_session_or_fail(g.srv.port, "bad-lie", NULL);
 	assert_int_equal(harness_send_frame(fd, PROTO_OP_PUT, 10, body, sizeof(body), data,
 					    sizeof(data)),
 			 0);
@@ -417,7 +392,7 @@ static void test_empty_block(void **state)
 	(void)state;
 	harness_need_server(&g.srv);
 	harness_key(key, "bad-empty", 0);
-	fd = connect_hello("bad-empty", NULL);
+	fd = harness_raw_session_or_fail(g.srv.port, "bad-empty", NULL);
 	assert_int_equal(harness_raw_put(fd, 11, key, NULL, NULL, 0, 0, 0), 0);
 	expect_error(fd, 11, PROTO_STATUS_BAD_REQUEST, msg, sizeof(msg));
 	assert_ping_works(fd, 84);
@@ -439,7 +414,7 @@ static void test_absurd_count(void **state)
 		uint8_t body[PROTO_BATCH_PREFIX_BYTES + PROTO_PUT_ENTRY_BYTES] = { 0 };
 		uint32_t body_bytes = PROTO_BATCH_PREFIX_BYTES + proto_request_entry_bytes(ops[i]);
 		struct harness_frame f;
-		int fd = connect_hello("bad-count", NULL);
+		int fd = harness_raw_session_or_fail(g.srv.port, "bad-count", NULL);
 
 		proto_batch_encode_prefix(body, 0xFFFFFFFFu, 0);
 		assert_int_equal(harness_send_frame(fd, ops[i], 12, body, body_bytes, NULL, 0), 0);
@@ -491,7 +466,7 @@ static void test_bad_header_fields(void **state)
 
 	(void)state;
 	harness_need_server(&g.srv);
-	fd = connect_hello("bad-fields", NULL);
+	fd = harness_raw_session_or_fail(g.srv.port, "bad-fields", NULL);
 	for (int kind = 0; kind < 5; kind++) {
 		struct proto_header h = {
 			.magic = PROTO_MAGIC, .version = PROTO_VERSION, .opcode = PROTO_OP_PING,
@@ -536,7 +511,7 @@ static void test_inconsistent_parent(void **state)
 	harness_key(key, "bad-parent", 0);
 	memcpy(e.key, key, 32);
 	e.checksum = harness_xxh3(data, sizeof(data));
-	fd = connect_hello("bad-parent", NULL);
+	fd = harness_raw_session_or_fail(g.srv.port, "bad-parent", NULL);
 	for (int kind = 0; kind < 2; kind++) {
 		memset(e.parent, kind ? 0 : 0x11, 32); /* nonzero without flag; zero with */
 		e.flags = kind ? PROTO_PUT_HAS_PARENT : 0;
@@ -567,7 +542,7 @@ static void test_second_hello(void **state)
 
 	(void)state;
 	harness_need_server(&g.srv);
-	fd = connect_hello("bad-hello-1", NULL);
+	fd = harness_raw_session_or_fail(g.srv.port, "bad-hello-1", NULL);
 	assert_int_equal(proto_hello_encode(&hello, body, sizeof(body)), 0);
 	assert_int_equal(harness_send_frame(fd, PROTO_OP_HELLO, 70, body,
 					    (uint32_t)proto_hello_body_bytes(&hello), NULL, 0),
@@ -660,7 +635,7 @@ static void test_bad_checksum(void **state)
 		e.checksum = harness_xxh3(data + i * LEN, LEN) ^ (i == 1 ? 1 : 0);
 		proto_put_entry_encode(body, (uint32_t)i, &e);
 	}
-	fd = connect_hello("bad-sum", NULL);
+	fd = harness_raw_session_or_fail(g.srv.port, "bad-sum", NULL);
 	assert_int_equal(harness_send_frame(fd, PROTO_OP_PUT, 15, body, sizeof(body), data,
 					    N * LEN),
 			 0);
@@ -769,13 +744,6 @@ static void test_library_splits_batches(void **state)
 	assert_server_serves();
 }
 
-static void test_clean_shutdown(void **state)
-{
-	(void)state;
-	harness_need_server(&g.srv);
-	assert_int_equal(harness_stop(&g.srv), 0);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -797,7 +765,7 @@ int main(void)
 		cmocka_unit_test(test_bad_checksum),
 		cmocka_unit_test(test_library_refuses_locally),
 		cmocka_unit_test(test_library_splits_batches),
-		cmocka_unit_test(test_clean_shutdown),
+		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 
 	return cmocka_run_group_tests_name("integ_bad_input", tests, group_setup, group_teardown);

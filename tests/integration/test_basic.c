@@ -24,25 +24,10 @@ static struct {
 
 static int group_setup(void **state)
 {
-	static const char *const flags[] = {
-		"--dram-capacity", "64MiB", "--threads", "2", "--log-level", "warn", NULL,
-	};
-	int err;
-
 	(void)state;
-	err = harness_start(&g.srv, flags);
-	if (err == -ENOENT)
-		return 0; /* every test skips */
-	if (err) {
-		print_error("kvpoold did not start: %s\n", strerror(-err));
+	if (harness_group_start(&g.srv, harness_default_flags))
 		return -1;
-	}
-	err = harness_client(&g.srv, "basic", &g.c);
-	if (err) {
-		print_error("connect: %s\n", kvpool_strerror(err));
-		return -1;
-	}
-	return 0;
+	return harness_group_client(&g.srv, "basic", &g.c);
 }
 
 static int group_teardown(void **state)
@@ -85,20 +70,6 @@ static void assert_block(struct kvpool_client *c, const uint8_t key[32], size_t 
 	for (size_t i = len; i < len + 64; i++)
 		assert_int_equal(got[i], 0xA5);
 	free(want);
-	free(got);
-}
-
-/* Get a block and compare it with `want`. */
-static void assert_block_bytes(struct kvpool_client *c, const uint8_t key[32], const uint8_t *want,
-			       size_t len)
-{
-	uint8_t *got = malloc(len);
-	uint64_t got_len = 0;
-
-	assert_non_null(got);
-	assert_int_equal(kvpool_get_bytes(c, key, got, len, &got_len), 0);
-	assert_int_equal(got_len, len);
-	assert_memory_equal(got, want, len);
 	free(got);
 }
 
@@ -168,15 +139,13 @@ static void test_get_miss(void **state)
 static void test_no_parent(void **state)
 {
 	uint8_t key[32], parent[32];
-	int st = 1;
 
 	(void)state;
 	harness_need_server(&g.srv);
 	harness_key(parent, "orphan-parent", 0);
 	harness_key(key, "orphan", 0);
 	assert_int_equal(put_filled(g.c, key, parent, 4096, 5), -ENOLINK);
-	assert_int_equal(kvpool_exists(g.c, (const uint8_t(*)[32])key, 1, &st), 0);
-	assert_int_equal(st, -ENOENT);
+	harness_check_absent_or_fail(g.c, key);
 }
 
 /* A chain put in one batch: each block's parent is the one before it in
@@ -255,7 +224,7 @@ static void test_mixed_batches(void **state)
 	assert_int_equal(kvpool_put(g.c, pb, 2, st), 0);
 	assert_int_equal(st[0], 0);
 	assert_int_equal(st[1], 0);
-	assert_block_bytes(g.c, keys[1], data[1], LEN);
+	harness_check_block_or_fail(g.c, keys[1], data[1], LEN);
 }
 
 static void test_exists_match(void **state)
@@ -391,7 +360,6 @@ static void test_namespaces_isolate(void **state)
 {
 	struct kvpool_client *a = NULL, *b = NULL;
 	uint8_t key[32], only_a[32];
-	int st = 1;
 
 	(void)state;
 	harness_need_server(&g.srv);
@@ -404,8 +372,7 @@ static void test_namespaces_isolate(void **state)
 	assert_int_equal(put_filled(a, only_a, key, 3000, 3000), 0);
 	assert_block(a, key, 6000, 1000);
 	assert_block(b, key, 7000, 2000);
-	assert_int_equal(kvpool_exists(b, (const uint8_t(*)[32])only_a, 1, &st), 0);
-	assert_int_equal(st, -ENOENT);
+	harness_check_absent_or_fail(b, only_a);
 	/* The parent is looked up in b's namespace: b's key is there. */
 	assert_int_equal(put_filled(b, only_a, key, 3000, 4000), 0);
 	assert_block(a, only_a, 3000, 3000);
@@ -517,30 +484,24 @@ static void assert_stats_keys(struct json_object *doc, const char *ns)
 	assert_true(json_object_object_get_ex(doc, "version", &v));
 	assert_true(json_object_is_type(v, json_type_string));
 	assert_string_equal(json_object_get_string(v), "0.1.0");
-	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
-		if (harness_json_u64(doc, ints[i], &u))
-			fail_msg("stats key %s missing or not an integer", ints[i]);
-	}
+	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+		harness_json_u64_or_fail(doc, ints[i]);
 	for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
-		if (harness_json_double(doc, nums[i], &d))
-			fail_msg("stats key %s missing or not a number", nums[i]);
+		d = harness_json_double_or_fail(doc, nums[i]);
 		assert_true(d >= 0.0 && d <= 1.0);
 	}
 	for (size_t i = 0; i < 4; i++) {
 		for (size_t j = 0; j < 3; j++) {
 			snprintf(path, sizeof(path), "latency_us.%s.%s", lat_ops[i], lat_pcts[j]);
-			if (harness_json_u64(doc, path, &u))
-				fail_msg("stats key %s missing or not an integer", path);
+			harness_json_u64_or_fail(doc, path);
 		}
 	}
 	for (size_t i = 0; i < sizeof(ns_ints) / sizeof(ns_ints[0]); i++) {
 		snprintf(path, sizeof(path), "namespaces.%s.%s", ns, ns_ints[i]);
-		if (harness_json_u64(doc, path, &u))
-			fail_msg("stats key %s missing or not an integer", path);
+		harness_json_u64_or_fail(doc, path);
 	}
 	snprintf(path, sizeof(path), "namespaces.%s.match_hit_ratio", ns);
-	if (harness_json_double(doc, path, &d))
-		fail_msg("stats key %s missing or not a number", path);
+	harness_json_double_or_fail(doc, path);
 	assert_int_equal(harness_json_u64(doc, "protocol", &u), 0);
 	assert_int_equal(u, 1);
 	assert_int_equal(harness_json_u64(doc, "pid", &u), 0);
@@ -551,18 +512,9 @@ static void assert_stats_keys(struct json_object *doc, const char *ns)
 	assert_true(u >= 2);
 }
 
-static uint64_t get_u64(struct json_object *doc, const char *path)
-{
-	uint64_t v = 0;
-
-	if (harness_json_u64(doc, path, &v))
-		fail_msg("stats key %s missing or not an integer", path);
-	return v;
-}
-
 static uint64_t delta(struct json_object *before, struct json_object *after, const char *path)
 {
-	return get_u64(after, path) - get_u64(before, path);
+	return harness_json_u64_or_fail(after, path) - harness_json_u64_or_fail(before, path);
 }
 
 /* Do a known mix of operations in a fresh namespace; STATS must count
@@ -631,9 +583,9 @@ static void test_stats_counts(void **state)
 	assert_int_equal(delta(before, after, "tiers.dram.payload_bytes"), 5000 + 4096);
 	/* Payloads are 4 KiB aligned: 5000 B takes 8 KiB. */
 	assert_int_equal(delta(before, after, "tiers.dram.used_bytes"), 8192 + 4096);
-	assert_int_equal(get_u64(after, "tiers.dram.used_bytes") +
-				 get_u64(after, "tiers.dram.free_bytes"),
-			 get_u64(after, "tiers.dram.capacity_bytes"));
+	assert_int_equal(harness_json_u64_or_fail(after, "tiers.dram.used_bytes") +
+				 harness_json_u64_or_fail(after, "tiers.dram.free_bytes"),
+			 harness_json_u64_or_fail(after, "tiers.dram.capacity_bytes"));
 	json_object_put(before);
 	json_object_put(after);
 
@@ -674,14 +626,6 @@ static void test_ping(void **state)
 	assert_int_equal(kvpool_ping(g.c, NULL), 0);
 }
 
-/* Last: SIGTERM makes the server exit 0 while a client is connected. */
-static void test_clean_shutdown(void **state)
-{
-	(void)state;
-	harness_need_server(&g.srv);
-	assert_int_equal(harness_stop(&g.srv), 0);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -699,7 +643,8 @@ int main(void)
 		cmocka_unit_test(test_scatter_gather),
 		cmocka_unit_test(test_stats_counts),
 		cmocka_unit_test(test_ping),
-		cmocka_unit_test(test_clean_shutdown),
+		/* Last: SIGTERM makes the server exit 0 while a client is connected. */
+		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 
 	return cmocka_run_group_tests_name("integ_basic", tests, group_setup, group_teardown);

@@ -34,11 +34,6 @@ static struct {
 
 static int group_setup(void **state)
 {
-	static const char *const flags[] = {
-		"--dram-capacity", "64MiB", "--threads", "2", "--log-level", "warn", NULL,
-	};
-	int err;
-
 	(void)state;
 	g.cli = getenv("KVPOOL_CLI");
 	snprintf(g.tmpdir, sizeof(g.tmpdir), "/tmp/kvpool-integ-cli-XXXXXX");
@@ -46,12 +41,7 @@ static int group_setup(void **state)
 		print_error("mkdtemp: %s\n", strerror(errno));
 		return -1;
 	}
-	err = harness_start(&g.srv, flags);
-	if (err && err != -ENOENT) {
-		print_error("kvpoold did not start: %s\n", strerror(-err));
-		return -1;
-	}
-	return 0;
+	return harness_group_start(&g.srv, harness_default_flags);
 }
 
 static int group_teardown(void **state)
@@ -182,7 +172,7 @@ static void test_stats_json(void **state)
 	free(out);
 	assert_non_null(doc);
 	assert_int_equal(harness_json_u64(doc, "tiers.dram.capacity_bytes", &cap), 0);
-	assert_int_equal(cap, 64u << 20);
+	assert_int_equal(cap, 64u << 20); /* as harness_default_flags asks */
 	json_object_put(doc);
 }
 
@@ -279,39 +269,21 @@ static struct json_object *replay(const struct harness_server *srv, const char *
 	return doc;
 }
 
-static uint64_t report_u64(struct json_object *rep, const char *key)
-{
-	uint64_t v = 0;
-
-	if (harness_json_u64(rep, key, &v))
-		fail_msg("replay report: %s missing or not an integer", key);
-	return v;
-}
-
-static double report_double(struct json_object *rep, const char *key)
-{
-	double v = 0;
-
-	if (harness_json_double(rep, key, &v))
-		fail_msg("replay report: %s missing or not a number", key);
-	return v;
-}
-
 /* Checks every replay report passes; returns the hit ratio. */
 static double check_report(struct json_object *rep, struct kvpool_client *c, const char *ns)
 {
 	uint64_t refs = 0, server_hits, client_hits = 0;
 	double ideal = ideal_hit_ratio(g.trace, &refs), hit_ratio;
 
-	assert_int_equal(report_u64(rep, "requests"), TRACE_LINES);
-	assert_int_equal(report_u64(rep, "block_refs"), refs);
-	assert_int_equal(report_u64(rep, "wrong_blocks"), 0);
+	assert_int_equal(harness_json_u64_or_fail(rep, "requests"), TRACE_LINES);
+	assert_int_equal(harness_json_u64_or_fail(rep, "block_refs"), refs);
+	assert_int_equal(harness_json_u64_or_fail(rep, "wrong_blocks"), 0);
 	/* The report rounds ratios to 6 decimals. */
-	assert_true(fabs(report_double(rep, "ideal_hit_ratio") - ideal) < 1e-5);
-	hit_ratio = report_double(rep, "hit_ratio");
+	assert_true(fabs(harness_json_double_or_fail(rep, "ideal_hit_ratio") - ideal) < 1e-5);
+	hit_ratio = harness_json_double_or_fail(rep, "hit_ratio");
 	assert_true(hit_ratio >= 0 && hit_ratio <= ideal + 1e-5);
-	assert_true(report_double(rep, "gbps") > 0);
-	server_hits = report_u64(rep, "server_get_hits");
+	assert_true(harness_json_double_or_fail(rep, "gbps") > 0);
+	server_hits = harness_json_u64_or_fail(rep, "server_get_hits");
 	/* The client's hits: byte-exact GETs, hit_ratio * block_refs. */
 	assert_true(fabs((double)server_hits - hit_ratio * (double)refs) < 0.5);
 	if (harness_json_u64(rep, "client_get_hits", &client_hits) == 0)
@@ -339,7 +311,7 @@ static void test_replay_big_arena(void **state)
 	hit_ratio = check_report(rep, c, "cli-big");
 	if (fabs(hit_ratio - ideal) > 0.005)
 		fail_msg("hit_ratio %.4f is not within 0.005 of the ideal %.4f", hit_ratio, ideal);
-	assert_int_equal(report_u64(rep, "evictions"), 0);
+	assert_int_equal(harness_json_u64_or_fail(rep, "evictions"), 0);
 	json_object_put(rep);
 	kvpool_close(c);
 }
@@ -363,7 +335,7 @@ static void test_replay_small_arena(void **state)
 	rep = replay(&g.small, "cli-small", &status);
 	assert_int_equal(status, 0);
 	check_report(rep, c, "cli-small");
-	assert_true(report_u64(rep, "evictions") > 0);
+	assert_true(harness_json_u64_or_fail(rep, "evictions") > 0);
 	assert_true(harness_stat_or_fail(c, "evictions") > 0);
 	assert_int_equal(harness_stat_or_fail(c, "leases_active"), 0);
 	json_object_put(rep);
@@ -399,13 +371,6 @@ static void test_malformed_trace(void **state)
 			 2);
 }
 
-static void test_clean_shutdown(void **state)
-{
-	(void)state;
-	harness_need_server(&g.srv);
-	assert_int_equal(harness_stop(&g.srv), 0);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -416,7 +381,7 @@ int main(void)
 		cmocka_unit_test(test_replay_big_arena),
 		cmocka_unit_test(test_replay_small_arena),
 		cmocka_unit_test(test_malformed_trace),
-		cmocka_unit_test(test_clean_shutdown),
+		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 
 	return cmocka_run_group_tests_name("integ_cli", tests, group_setup, group_teardown);

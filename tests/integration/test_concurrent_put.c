@@ -27,18 +27,8 @@ static struct {
 
 static int group_setup(void **state)
 {
-	static const char *const flags[] = {
-		"--dram-capacity", "64MiB", "--threads", "2", "--log-level", "warn", NULL,
-	};
-	int err;
-
 	(void)state;
-	err = harness_start(&g.srv, flags);
-	if (err && err != -ENOENT) {
-		print_error("kvpoold did not start: %s\n", strerror(-err));
-		return -1;
-	}
-	return 0;
+	return harness_group_start(&g.srv, harness_default_flags);
 }
 
 static int group_teardown(void **state)
@@ -164,28 +154,19 @@ static void test_put_while_other_stalls(void **state)
 		harness_key(key, "cput-stall", (uint64_t)finish);
 		harness_fill(data, len, harness_key_seed(key));
 		used0 = harness_stat_or_fail(c, "tiers.dram.used_bytes");
-		assert_int_equal(harness_raw_connect(g.srv.port, &fd), 0);
-		assert_int_equal(harness_raw_hello(fd, "cput-stall", NULL), 0);
+		fd = harness_raw_session_or_fail(g.srv.port, "cput-stall", NULL);
 		assert_int_equal(harness_raw_put(fd, 21, key, NULL, data, len,
 						 harness_xxh3(data, len), len / 4),
 				 0);
 		/* Wait until the server has seen the stalled put's header. */
-		{
-			uint64_t deadline = harness_now_ms() + 3000;
-
-			while (harness_stat_or_fail(c, "tiers.dram.inflight_put_bytes") < len &&
-			       harness_now_ms() < deadline)
-				harness_sleep_ms(10);
-		}
+		harness_wait_stat_at_least_or_fail(c, "tiers.dram.inflight_put_bytes", len, 3000);
 		t0 = harness_now_ms();
 		assert_int_equal(kvpool_put_bytes(c, key, NULL, data, len), 0);
 		elapsed = harness_now_ms() - t0;
 		if (elapsed > 2000)
 			fail_msg("put waited %llu ms for another client's stalled put",
 				 (unsigned long long)elapsed);
-		assert_int_equal(kvpool_get_bytes(c, key, got, len, &got_len), 0);
-		assert_int_equal(got_len, len);
-		assert_memory_equal(got, data, len);
+		harness_check_block_or_fail(c, key, data, len);
 
 		if (finish) {
 			assert_int_equal(harness_send_all(fd, data + len / 4, len - len / 4), 0);
@@ -210,19 +191,12 @@ static void test_put_while_other_stalls(void **state)
 	free(got);
 }
 
-static void test_clean_shutdown(void **state)
-{
-	(void)state;
-	harness_need_server(&g.srv);
-	assert_int_equal(harness_stop(&g.srv), 0);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_same_key_at_once),
 		cmocka_unit_test(test_put_while_other_stalls),
-		cmocka_unit_test(test_clean_shutdown),
+		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 
 	return cmocka_run_group_tests_name("integ_concurrent_put", tests, group_setup,

@@ -31,29 +31,14 @@ static struct {
 
 static int group_setup(void **state)
 {
-	static const char *const flags[] = {
-		"--dram-capacity", "64MiB", "--threads", "2", "--log-level", "warn", NULL,
-	};
-	int err;
-
 	(void)state;
 	g.payload = malloc(BIG_BYTES);
 	if (!g.payload)
 		return -1;
 	harness_fill(g.payload, BIG_BYTES, 99);
-	err = harness_start(&g.srv, flags);
-	if (err == -ENOENT)
-		return 0;
-	if (err) {
-		print_error("kvpoold did not start: %s\n", strerror(-err));
+	if (harness_group_start(&g.srv, harness_default_flags))
 		return -1;
-	}
-	err = harness_client(&g.srv, "disc", &g.c);
-	if (err) {
-		print_error("connect: %s\n", kvpool_strerror(err));
-		return -1;
-	}
-	return 0;
+	return harness_group_client(&g.srv, "disc", &g.c);
 }
 
 static int group_teardown(void **state)
@@ -77,14 +62,6 @@ static void close_abortive(int fd)
 	close(fd);
 }
 
-static void assert_absent(struct kvpool_client *c, const uint8_t key[32])
-{
-	int st = 1;
-
-	assert_int_equal(kvpool_exists(c, (const uint8_t(*)[32])key, 1, &st), 0);
-	assert_int_equal(st, -ENOENT);
-}
-
 /* Bytes of payload sent before the connection dies, per round. */
 static int64_t cut_of_round(int round)
 {
@@ -99,10 +76,8 @@ static int64_t cut_of_round(int round)
  * middle of the header). */
 static void put_and_vanish(const uint8_t key[32], int64_t cut, int abortive, int check_inflight)
 {
-	int fd = -1;
+	int fd = harness_raw_session_or_fail(g.srv.port, "disc", NULL);
 
-	assert_int_equal(harness_raw_connect(g.srv.port, &fd), 0);
-	assert_int_equal(harness_raw_hello(fd, "disc", NULL), 0);
 	if (cut < 0) {
 		uint8_t hdr[PROTO_HEADER_BYTES];
 		struct proto_header h = {
@@ -120,16 +95,11 @@ static void put_and_vanish(const uint8_t key[32], int64_t cut, int abortive, int
 	}
 	if (check_inflight) {
 		/* The server reserved the whole block while its bytes arrive. */
-		uint64_t deadline = harness_now_ms() + 3000, inflight = 0;
+		uint64_t inflight = harness_wait_stat_at_least_or_fail(
+			g.c, "tiers.dram.inflight_put_bytes", BIG_BYTES, 3000);
 
-		while (harness_now_ms() < deadline) {
-			inflight = harness_stat_or_fail(g.c, "tiers.dram.inflight_put_bytes");
-			if (inflight >= BIG_BYTES)
-				break;
-			harness_sleep_ms(20);
-		}
 		assert_true(inflight >= BIG_BYTES);
-		assert_absent(g.c, key);
+		harness_check_absent_or_fail(g.c, key);
 	}
 	if (abortive)
 		close_abortive(fd);
@@ -157,7 +127,7 @@ static void test_disconnect_mid_payload(void **state)
 		if (used != used0)
 			fail_msg("round %d: used_bytes %llu, was %llu", round,
 				 (unsigned long long)used, (unsigned long long)used0);
-		assert_absent(g.c, key);
+		harness_check_absent_or_fail(g.c, key);
 	}
 	assert_int_equal(harness_ns_stat_or_fail(g.c, "disc", "blocks"), 0);
 	assert_int_equal(harness_stat_or_fail(g.c, "tiers.dram.blocks"), blocks0);
@@ -166,16 +136,7 @@ static void test_disconnect_mid_payload(void **state)
 	/* And the space is really free: a full put of the same size works. */
 	harness_key(key, "disc-after", 0);
 	assert_int_equal(kvpool_put_bytes(g.c, key, NULL, g.payload, BIG_BYTES), 0);
-	{
-		uint8_t *got = malloc(BIG_BYTES);
-		uint64_t len = 0;
-
-		assert_non_null(got);
-		assert_int_equal(kvpool_get_bytes(g.c, key, got, BIG_BYTES, &len), 0);
-		assert_int_equal(len, BIG_BYTES);
-		assert_memory_equal(got, g.payload, BIG_BYTES);
-		free(got);
-	}
+	harness_check_block_or_fail(g.c, key, g.payload, BIG_BYTES);
 }
 
 /* A batch of three where the connection dies inside the second block:
@@ -185,7 +146,7 @@ static void test_disconnect_mid_batch(void **state)
 	enum { N = 3, LEN = 1 << 20 };
 	uint8_t body[PROTO_BATCH_PREFIX_BYTES + N * PROTO_PUT_ENTRY_BYTES];
 	uint8_t keys[N][32];
-	int fd = -1, st[N];
+	int fd, st[N];
 
 	(void)state;
 	harness_need_server(&g.srv);
@@ -198,8 +159,7 @@ static void test_disconnect_mid_batch(void **state)
 		e.checksum = harness_xxh3(g.payload + (size_t)i * LEN, LEN);
 		proto_put_entry_encode(body, (uint32_t)i, &e);
 	}
-	assert_int_equal(harness_raw_connect(g.srv.port, &fd), 0);
-	assert_int_equal(harness_raw_hello(fd, "disc", NULL), 0);
+	fd = harness_raw_session_or_fail(g.srv.port, "disc", NULL);
 	{
 		/* Announce all three blocks, send one and a half. */
 		struct proto_header h = {
@@ -226,13 +186,7 @@ static void test_disconnect_mid_batch(void **state)
 	assert_int_equal(st[1], -ENOENT);
 	assert_int_equal(st[2], -ENOENT);
 	if (st[0] == 0) {
-		uint8_t *got = malloc(LEN);
-		uint64_t len = 0;
-
-		assert_int_equal(kvpool_get_bytes(g.c, keys[0], got, LEN, &len), 0);
-		assert_int_equal(len, LEN);
-		assert_memory_equal(got, g.payload, LEN);
-		free(got);
+		harness_check_block_or_fail(g.c, keys[0], g.payload, LEN);
 		assert_int_equal(kvpool_delete(g.c, (const uint8_t(*)[32])keys[0], 1, NULL), 0);
 	} else {
 		assert_int_equal(st[0], -ENOENT);
@@ -248,8 +202,8 @@ static void test_payload_timeout(void **state)
 	};
 	struct harness_server *srv = &g.srv2;
 	struct kvpool_client *c = NULL;
-	uint8_t key[32], slow_key[32], *got;
-	uint64_t t0, elapsed, len = 0;
+	uint8_t key[32], slow_key[32];
+	uint64_t t0, elapsed;
 	struct harness_frame f;
 	struct proto_result res;
 	int fd = -1;
@@ -261,8 +215,7 @@ static void test_payload_timeout(void **state)
 
 	/* Half a payload, then silence: the server hangs up. */
 	harness_key(key, "disc-timeout", 0);
-	assert_int_equal(harness_raw_connect(srv->port, &fd), 0);
-	assert_int_equal(harness_raw_hello(fd, "disc-timeout", NULL), 0);
+	fd = harness_raw_session_or_fail(srv->port, "disc-timeout", NULL);
 	assert_int_equal(harness_raw_put(fd, 9, key, NULL, g.payload, BIG_BYTES,
 					 harness_xxh3(g.payload, BIG_BYTES), BIG_BYTES / 2),
 			 0);
@@ -274,13 +227,12 @@ static void test_payload_timeout(void **state)
 	assert_true(elapsed < 5000);
 	assert_int_equal(harness_wait_stat_or_fail(c, "tiers.dram.inflight_put_bytes", 0, 3000), 0);
 	assert_int_equal(harness_stat_or_fail(c, "tiers.dram.used_bytes"), 0);
-	assert_absent(c, key);
+	harness_check_absent_or_fail(c, key);
 
 	/* A slow but steady payload (a chunk every 200 ms, 1.6 s in all) is
 	 * not a stall. */
 	harness_key(slow_key, "disc-slow", 0);
-	assert_int_equal(harness_raw_connect(srv->port, &fd), 0);
-	assert_int_equal(harness_raw_hello(fd, "disc-timeout", NULL), 0);
+	fd = harness_raw_session_or_fail(srv->port, "disc-timeout", NULL);
 	assert_int_equal(harness_raw_put(fd, 10, slow_key, NULL, g.payload, 1 << 20,
 					 harness_xxh3(g.payload, 1 << 20), 0),
 			 0);
@@ -296,11 +248,7 @@ static void test_payload_timeout(void **state)
 	assert_int_equal(res.status, PROTO_STATUS_OK);
 	harness_frame_free(&f);
 	close(fd);
-	got = malloc(1 << 20);
-	assert_int_equal(kvpool_get_bytes(c, slow_key, got, 1 << 20, &len), 0);
-	assert_int_equal(len, 1 << 20);
-	assert_memory_equal(got, g.payload, 1 << 20);
-	free(got);
+	harness_check_block_or_fail(c, slow_key, g.payload, 1 << 20);
 
 	kvpool_close(c);
 	assert_int_equal(harness_stop(srv), 0);
@@ -322,10 +270,8 @@ static void test_idle_timeout(void **state)
 	(void)state;
 	harness_need_server(&g.srv);
 	assert_int_equal(harness_start(srv, flags), 0);
-	assert_int_equal(harness_raw_connect(srv->port, &quiet), 0);
-	assert_int_equal(harness_raw_hello(quiet, "disc-idle", NULL), 0);
-	assert_int_equal(harness_raw_connect(srv->port, &chatty), 0);
-	assert_int_equal(harness_raw_hello(chatty, "disc-idle", NULL), 0);
+	quiet = harness_raw_session_or_fail(srv->port, "disc-idle", NULL);
+	chatty = harness_raw_session_or_fail(srv->port, "disc-idle", NULL);
 	t0 = harness_now_ms();
 	/* chatty pings every 100 ms for 1.2 s: never idle for 400 ms. */
 	for (int i = 0; i < 12; i++) {
@@ -383,8 +329,7 @@ static void test_inflight_busy(void **state)
 	busy0 = harness_stat_or_fail(c, "ops.errors.busy");
 	for (int i = 0; i < 2; i++) {
 		harness_key(keys[i], "disc-busy-slow", (uint64_t)i);
-		assert_int_equal(harness_raw_connect(srv->port, &fds[i]), 0);
-		assert_int_equal(harness_raw_hello(fds[i], "disc-busy", NULL), 0);
+		fds[i] = harness_raw_session_or_fail(srv->port, "disc-busy", NULL);
 		assert_int_equal(harness_raw_put(fds[i], 40, keys[i], NULL, g.payload, len,
 						 harness_xxh3(g.payload, len), len / 2),
 				 0);
@@ -401,8 +346,7 @@ static void test_inflight_busy(void **state)
 		assert_int_equal(kvpool_put(c, &pb, 1, &st), -EAGAIN);
 		assert_int_equal(st, -EAGAIN);
 	}
-	assert_int_equal(kvpool_exists(c, (const uint8_t(*)[32])key, 1, &st), 0);
-	assert_int_equal(st, -ENOENT);
+	harness_check_absent_or_fail(c, key);
 	assert_int_equal(harness_stat_or_fail(c, "ops.errors.busy") - busy0, 1);
 
 	/* The slow ones finish; then there is budget again. */
@@ -428,13 +372,12 @@ static void test_inflight_busy(void **state)
 static void test_clean_shutdown(void **state)
 {
 	uint8_t key[32];
-	int fd = -1;
+	int fd;
 
 	(void)state;
 	harness_need_server(&g.srv);
 	harness_key(key, "disc-shutdown", 0);
-	assert_int_equal(harness_raw_connect(g.srv.port, &fd), 0);
-	assert_int_equal(harness_raw_hello(fd, "disc", NULL), 0);
+	fd = harness_raw_session_or_fail(g.srv.port, "disc", NULL);
 	assert_int_equal(harness_raw_put(fd, 30, key, NULL, g.payload, BIG_BYTES,
 					 harness_xxh3(g.payload, BIG_BYTES), BIG_BYTES / 3),
 			 0);

@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -34,26 +33,15 @@ static int group_setup(void **state)
 		"--max-inflight-put-bytes", "4MiB", "--max-lease-ms", "5000",
 		"--threads", "2", "--log-level", "warn", NULL,
 	};
-	int err;
 
 	(void)state;
 	g.buf = malloc(MIB);
 	if (!g.buf)
 		return -1;
-	err = harness_start(&g.srv, flags);
-	if (err == -ENOENT)
-		return 0;
-	if (err) {
-		print_error("kvpoold did not start: %s\n", strerror(-err));
+	if (harness_group_start(&g.srv, flags) ||
+	    harness_group_client(&g.srv, "lease-a", &g.a) ||
+	    harness_group_client(&g.srv, "lease-b", &g.b))
 		return -1;
-	}
-	err = harness_client(&g.srv, "lease-a", &g.a);
-	if (!err)
-		err = harness_client(&g.srv, "lease-b", &g.b);
-	if (err) {
-		print_error("connect: %s\n", kvpool_strerror(err));
-		return -1;
-	}
 	return 0;
 }
 
@@ -182,7 +170,7 @@ static void test_lease_ends_on_close(void **state)
 	struct harness_frame f;
 	uint32_t matched32 = 0, lease_ms = 0;
 	size_t matched = 0;
-	int fd = -1;
+	int fd;
 
 	(void)state;
 	harness_need_server(&g.srv);
@@ -194,8 +182,7 @@ static void test_lease_ends_on_close(void **state)
 	kvpool_close(c);
 	assert_int_equal(harness_wait_stat_or_fail(g.a, "leases_active", 0, 2000), 0);
 
-	assert_int_equal(harness_raw_connect(g.srv.port, &fd), 0);
-	assert_int_equal(harness_raw_hello(fd, "lease-a", NULL), 0);
+	fd = harness_raw_session_or_fail(g.srv.port, "lease-a", NULL);
 	proto_batch_encode_prefix(body, 2, 60000);
 	proto_key_entry_encode(body, 0, keys[0]);
 	proto_key_entry_encode(body, 1, keys[1]);
@@ -277,12 +264,7 @@ static void test_full_when_all_leased(void **state)
 	assert_int_equal(kvpool_put_bytes(g.b, extra, NULL, g.buf, MIB), -ENOSPC);
 	assert_int_equal(kvpool_put_bytes(g.b, extra, NULL, g.buf, 4096), -ENOSPC);
 	assert_int_equal(harness_stat_or_fail(g.a, "ops.errors.full") - full0, 2);
-	{
-		int st = 1;
-
-		assert_int_equal(kvpool_exists(g.b, (const uint8_t(*)[32])extra, 1, &st), 0);
-		assert_int_equal(st, -ENOENT);
-	}
+	harness_check_absent_or_fail(g.b, extra);
 
 	/* Getting chain 1 ends its leases: now there is room again. */
 	assert_chain(g.a, c1, 4);
@@ -290,13 +272,6 @@ static void test_full_when_all_leased(void **state)
 	assert_int_equal(kvpool_put_bytes(g.b, extra, NULL, g.buf, MIB), 0);
 	assert_chain(g.a, c2, 4);
 	assert_int_equal(harness_wait_stat_or_fail(g.a, "leases_active", 0, 1000), 0);
-}
-
-static void test_clean_shutdown(void **state)
-{
-	(void)state;
-	harness_need_server(&g.srv);
-	assert_int_equal(harness_stop(&g.srv), 0);
 }
 
 int main(void)
@@ -307,7 +282,7 @@ int main(void)
 		cmocka_unit_test(test_lease_ends_on_close),
 		cmocka_unit_test(test_delete_leased),
 		cmocka_unit_test(test_full_when_all_leased),
-		cmocka_unit_test(test_clean_shutdown),
+		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 
 	return cmocka_run_group_tests_name("integ_lease", tests, group_setup, group_teardown);

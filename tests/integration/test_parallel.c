@@ -32,18 +32,8 @@ static struct {
 
 static int group_setup(void **state)
 {
-	static const char *const flags[] = {
-		"--dram-capacity", "64MiB", "--threads", "2", "--log-level", "warn", NULL,
-	};
-	int err;
-
 	(void)state;
-	err = harness_start(&g.srv, flags);
-	if (err && err != -ENOENT) {
-		print_error("kvpoold did not start: %s\n", strerror(-err));
-		return -1;
-	}
-	return 0;
+	return harness_group_start(&g.srv, harness_default_flags);
 }
 
 static int group_teardown(void **state)
@@ -348,8 +338,7 @@ static void test_pipelining(void **state)
 			off += encode_frame(wire + off, PROTO_OP_PING, r->id, NULL, 0, NULL, 0);
 		}
 	}
-	assert_int_equal(harness_raw_connect(g.srv.port, &fd), 0);
-	assert_int_equal(harness_raw_hello(fd, "parallel-pipe", NULL), 0);
+	fd = harness_raw_session_or_fail(g.srv.port, "parallel-pipe", NULL);
 	assert_int_equal(harness_send_all(fd, wire, off), 0);
 	for (int i = 0; i < PIPE_FRAMES; i++) {
 		struct harness_frame f;
@@ -451,11 +440,8 @@ static void test_max_connections(void **state)
 	/* The start-up probe's connection may not be gone yet. */
 	assert_int_equal(harness_wait_stat_or_fail(c, "connections.current", 1, 2000), 1);
 	rejected0 = harness_stat_or_fail(c, "connections.rejected");
-	for (int i = 0; i < 3; i++) {
-		fds[i] = -1;
-		assert_int_equal(harness_raw_connect(g.limited.port, &fds[i]), 0);
-		assert_int_equal(harness_raw_hello(fds[i], "parallel-max", NULL), 0);
-	}
+	for (int i = 0; i < 3; i++)
+		fds[i] = harness_raw_session_or_fail(g.limited.port, "parallel-max", NULL);
 	assert_int_equal(harness_raw_connect(g.limited.port, &extra), 0);
 	assert_int_equal(harness_read_frame(extra, 5000, &f), 0);
 	assert_int_equal(f.h.opcode, 0);
@@ -473,21 +459,12 @@ static void test_max_connections(void **state)
 
 	close(fds[0]);
 	assert_int_equal(harness_wait_stat_or_fail(c, "connections.current", 3, 2000), 3);
-	extra = -1;
-	assert_int_equal(harness_raw_connect(g.limited.port, &extra), 0);
-	assert_int_equal(harness_raw_hello(extra, "parallel-max", NULL), 0);
+	extra = harness_raw_session_or_fail(g.limited.port, "parallel-max", NULL);
 	close(extra);
 	close(fds[1]);
 	close(fds[2]);
 	kvpool_close(c);
 	assert_int_equal(harness_stop(&g.limited), 0);
-}
-
-static void test_clean_shutdown(void **state)
-{
-	(void)state;
-	harness_need_server(&g.srv);
-	assert_int_equal(harness_stop(&g.srv), 0);
 }
 
 int main(void)
@@ -497,7 +474,7 @@ int main(void)
 		cmocka_unit_test(test_pipelining),
 		cmocka_unit_test(test_many_connections),
 		cmocka_unit_test(test_max_connections),
-		cmocka_unit_test(test_clean_shutdown),
+		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 
 	return cmocka_run_group_tests_name("integ_parallel", tests, group_setup, group_teardown);

@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "harness.h"
 
@@ -32,15 +31,8 @@ static struct {
 
 static int group_setup(void **state)
 {
-	int err;
-
 	(void)state;
-	err = harness_start(&g.srv, flags_a);
-	if (err && err != -ENOENT) {
-		print_error("kvpoold did not start: %s\n", strerror(-err));
-		return -1;
-	}
-	return 0;
+	return harness_group_start(&g.srv, flags_a);
 }
 
 static int group_teardown(void **state)
@@ -145,19 +137,12 @@ static void test_restart_while_idle(void **state)
 	kvpool_close(c);
 }
 
-static void test_clean_shutdown(void **state)
-{
-	(void)state;
-	harness_need_server(&g.srv);
-	assert_int_equal(harness_stop(&g.srv), 0);
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fail_fast_then_reconnect),
 		cmocka_unit_test(test_restart_while_idle),
-		cmocka_unit_test(test_clean_shutdown),
+		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 
 	return cmocka_run_group_tests_name("integ_restart", tests, group_setup, group_teardown);
