@@ -70,9 +70,18 @@ uint64_t store_prefault(struct store *s, uint64_t offset, uint64_t bytes);
  * been released or aborted first; lessees are freed with it. */
 void store_close(struct store *s);
 
+/* Namespaces a pool holds at most: each costs index memory, a line in
+ * STATS, and HELLO from any client may create one. */
+#define STORE_MAX_NAMESPACES 4096
+
 /* Find the namespace called name[0..name_len) or create it.
- * Errors: -EINVAL (name_len 0 or > STORE_NAME_MAX_BYTES), -ENOMEM. */
+ * Errors: -EINVAL (name_len 0 or > STORE_NAME_MAX_BYTES), -ENOMEM,
+ *         -EDQUOT (STORE_MAX_NAMESPACES exist and this is a new name). */
 int store_namespace_id(struct store *s, const char *name, size_t name_len, uint32_t *ns_id);
+
+/* Find the namespace called name[0..name_len) without creating it.
+ * Errors: -EINVAL (name_len 0 or > STORE_NAME_MAX_BYTES), -ENOENT. */
+int store_namespace_find(struct store *s, const char *name, size_t name_len, uint32_t *ns_id);
 
 /* Remove every block of a namespace (the namespace itself stays, empty).
  * Blocks still referenced by a GET in flight disappear from the index at
