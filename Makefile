@@ -96,6 +96,7 @@ $(LIB_A): $(CLIENT_OBJ) $(PROTO_OBJ)
 $(LIB_SO): $(CLIENT_OBJ) $(PROTO_OBJ) client/libkvpool.map
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,libkvpool.so.0 -Wl,--version-script=client/libkvpool.map \
 	  -o $@ $(CLIENT_OBJ) $(PROTO_OBJ) $(LIBS_CLIENT)
+	ln -sf libkvpool.so $(BUILD)/libkvpool.so.0
 
 $(KVPOOL): $(CLI_OBJ) $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_CLIENT) -ljson-c
