@@ -125,9 +125,12 @@ void store_block_unpin_locked(struct store *s, struct store_block *b)
 {
 	b->refs--;
 	if (b->state == STORE_BLOCK_REMOVED && b->refs == 0) {
+		uint64_t arena_bytes = (uint64_t)b->pages * STORE_PAGE_BYTES;
+
 		store_list_del(&b->link);
 		s->nzombies--;
-		s->zombie_bytes -= (uint64_t)b->pages * STORE_PAGE_BYTES;
+		s->zombie_bytes -= arena_bytes;
+		s->used_bytes -= arena_bytes; /* the pages are free only now */
 		store_block_free_locked(s, b);
 		return;
 	}
@@ -156,7 +159,6 @@ void store_block_remove_locked(struct store *s, struct store_block *b)
 	b->ns->nblocks--;
 	b->ns->bytes -= b->length;
 	s->blocks--;
-	s->used_bytes -= arena_bytes;
 	s->payload_bytes -= b->length;
 	if (b->heap_idx != STORE_HEAP_NONE)
 		heap_remove(s, b);
@@ -164,9 +166,11 @@ void store_block_remove_locked(struct store *s, struct store_block *b)
 	store_lease_end_block_locked(s, b);
 	unlink_parent(s, b);
 	if (b->refs == 0) {
+		s->used_bytes -= arena_bytes;
 		store_block_free_locked(s, b);
 		return;
 	}
+	/* a GET still sends from these pages: they stay in used_bytes */
 	store_list_add_tail(&s->zombies, &b->link);
 	s->nzombies++;
 	s->zombie_bytes += arena_bytes;

@@ -6,8 +6,10 @@
  * and lists it as a child (no holes), child and lease counts match their
  * lists, heap membership equals evictability and the heap is ordered,
  * reservations and zombies are accounted, leases are ordered and counted,
- * every allocated arena extent belongs to exactly one block, and the bytes
- * add up to the capacity.
+ * every allocated arena extent belongs to exactly one block, the bytes
+ * add up to the capacity (used + in-flight + free, where used counts
+ * removed blocks until their last release), and the namespace name table
+ * holds every namespace once.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -177,8 +179,10 @@ static int check_visible_all(struct checker *c)
 		return fail(c, "visible blocks %llu, counted %llu, indexed %llu",
 			    (unsigned long long)blocks, (unsigned long long)s->blocks,
 			    (unsigned long long)s->index.count);
-	if (used != s->used_bytes || payload != s->payload_bytes)
-		return fail(c, "used or payload bytes wrong");
+	if (used + s->zombie_bytes != s->used_bytes || payload != s->payload_bytes)
+		return fail(c, "used or payload bytes wrong: visible %llu + removed %llu, used %llu",
+			    (unsigned long long)used, (unsigned long long)s->zombie_bytes,
+			    (unsigned long long)s->used_bytes);
 	return 0;
 }
 
@@ -294,16 +298,46 @@ static int check_arena_owners(struct checker *c)
 		return fail(c, "%llu blocks own no arena extent",
 			    (unsigned long long)(c->next_ext - i));
 	free_bytes = store_arena_free_pages(s->arena) * STORE_PAGE_BYTES;
-	if (s->used_bytes + s->inflight_bytes + s->zombie_bytes + free_bytes != s->capacity_bytes)
-		return fail(c, "bytes do not add up to capacity");
+	if (s->used_bytes + s->inflight_bytes + free_bytes != s->capacity_bytes)
+		return fail(c, "used %llu + in-flight %llu + free %llu != capacity %llu",
+			    (unsigned long long)s->used_bytes, (unsigned long long)s->inflight_bytes,
+			    (unsigned long long)free_bytes, (unsigned long long)s->capacity_bytes);
 	if (s->payload_bytes > s->used_bytes || s->used_bytes > s->capacity_bytes)
 		return fail(c, "capacity exceeded");
+	return 0;
+}
+
+/* Every namespace is in the name table once, in its own bucket, and
+ * ids match table positions; no more than STORE_MAX_NAMESPACES. */
+static int check_names(struct checker *c)
+{
+	struct store *s = c->s;
+	uint64_t chained = 0;
+
+	if (s->nns > STORE_MAX_NAMESPACES || s->nns > s->ns_cap)
+		return fail(c, "%u namespaces, table of %u", s->nns, s->ns_cap);
+	for (uint32_t i = 0; i < STORE_NS_BUCKETS; i++) {
+		for (struct store_ns *ns = s->ns_by_name[i]; ns; ns = ns->name_next) {
+			if ((ns->name_hash & (STORE_NS_BUCKETS - 1)) != i)
+				return fail(c, "namespace %s in the wrong name bucket", ns->name);
+			if (ns->ns_id == 0 || ns->ns_id > s->nns || s->ns[ns->ns_id - 1] != ns)
+				return fail(c, "namespace %s has a bad id", ns->name);
+			if (++chained > s->nns)
+				return fail(c, "name table holds more than %u namespaces", s->nns);
+		}
+	}
+	if (chained != s->nns)
+		return fail(c, "name table holds %llu of %u namespaces",
+			    (unsigned long long)chained, s->nns);
 	return 0;
 }
 
 static int check_locked(struct checker *c)
 {
 	int rc = store_arena_check(c->s->arena, c->why, c->why_len);
+
+	if (!rc)
+		rc = check_names(c);
 
 	if (!rc)
 		rc = check_visible_all(c);

@@ -74,12 +74,15 @@ void store_close(struct store *s);
  * STATS, and HELLO from any client may create one. */
 #define STORE_MAX_NAMESPACES 4096
 
-/* Find the namespace called name[0..name_len) or create it.
+/* Find the namespace called name[0..name_len) or create it. Ids are
+ * 1, 2, ... in creation order and never reused. A hash lookup: O(1), the
+ * name is hashed outside the lock.
  * Errors: -EINVAL (name_len 0 or > STORE_NAME_MAX_BYTES), -ENOMEM,
  *         -EDQUOT (STORE_MAX_NAMESPACES exist and this is a new name). */
 int store_namespace_id(struct store *s, const char *name, size_t name_len, uint32_t *ns_id);
 
-/* Find the namespace called name[0..name_len) without creating it.
+/* Find the namespace called name[0..name_len) without creating it (for
+ * a STATS request naming one). Allocates nothing.
  * Errors: -EINVAL (name_len 0 or > STORE_NAME_MAX_BYTES), -ENOENT. */
 int store_namespace_find(struct store *s, const char *name, size_t name_len, uint32_t *ns_id);
 
@@ -183,7 +186,11 @@ uint64_t store_tick(struct store *s);
 
 struct store_stats {
 	uint64_t capacity_bytes;       /* arena size */
-	uint64_t used_bytes;           /* arena bytes held by visible blocks (4 KiB rounded) */
+	/* arena bytes (4 KiB rounded) of committed blocks whose pages are
+	 * not free yet: visible blocks, plus removed blocks a GET still pins
+	 * (pinned_removed_bytes). used + inflight_put + free = capacity. */
+	uint64_t used_bytes;
+	uint64_t pinned_removed_bytes; /* of used_bytes: deleted/evicted, freed at last release */
 	uint64_t payload_bytes;        /* payload bytes of visible blocks */
 	uint64_t inflight_put_bytes;   /* arena bytes reserved by uncommitted puts */
 	uint64_t free_bytes;
@@ -194,7 +201,7 @@ struct store_stats {
 	uint64_t evictions;
 	uint64_t leases_active;        /* lease pins held now */
 	uint64_t checksum_errors;
-	uint32_t namespaces;
+	uint32_t namespaces;           /* created so far, <= STORE_MAX_NAMESPACES */
 };
 
 struct store_ns_stats {
@@ -214,7 +221,8 @@ void store_stats(struct store *s, struct store_stats *out);
 int store_ns_stats(struct store *s, uint32_t index, struct store_ns_stats *out);
 
 /* Verify every invariant: no holes, child counts, LRU membership, arena
- * and byte accounting, capacity. Returns 0, or -EFAULT with a reason in
+ * and byte accounting, used + inflight + free = capacity, the namespace
+ * name table. Returns 0, or -EFAULT with a reason in
  * why[0..why_len) (may be NULL). For tests; takes the lock; O(blocks). */
 int store_check(struct store *s, char *why, size_t why_len);
 

@@ -31,6 +31,10 @@
 
 #define STORE_HEAP_NONE UINT32_MAX
 
+/* Buckets of the namespace name table: at most STORE_MAX_NAMESPACES / 4
+ * names per bucket on average when full, 8 KiB inside struct store. */
+#define STORE_NS_BUCKETS 1024u
+
 #define store_container_of(ptr, type, member) \
 	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
@@ -115,6 +119,8 @@ struct store_ns {
 	char name[STORE_NAME_MAX_BYTES + 1];
 	uint32_t name_len;
 	uint32_t ns_id;
+	uint64_t name_hash;       /* xxh3-64 of the name */
+	struct store_ns *name_next; /* chain in s->ns_by_name */
 	struct store_list blocks; /* visible blocks, struct store_block.link */
 	uint64_t nblocks, bytes;
 	uint64_t puts, put_exists, put_errors;
@@ -134,6 +140,7 @@ struct store {
 	uint64_t clock;               /* use counter for last_use */
 	struct store_ns **ns;         /* ns_id = position + 1 */
 	uint32_t nns, ns_cap;
+	struct store_ns *ns_by_name[STORE_NS_BUCKETS]; /* chained on name_next */
 	struct store_list reserved;   /* RESERVED blocks */
 	struct store_list zombies;    /* REMOVED blocks still referenced */
 	struct store_list lessees;
@@ -142,6 +149,9 @@ struct store {
 	uint64_t nreserved, nzombies, nlessees;
 	uint64_t lease_records;       /* allocated lease records, active or spare */
 	uint64_t lease_spare;
+	/* used_bytes: arena bytes of committed blocks not yet freed, visible
+	 * or REMOVED (zombie_bytes of them), so used + inflight + free =
+	 * capacity at every moment */
 	uint64_t used_bytes, payload_bytes, inflight_bytes, zombie_bytes;
 	uint64_t blocks, evictions, leases_active, checksum_errors;
 };

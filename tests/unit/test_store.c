@@ -234,6 +234,128 @@ static void test_namespaces(void **state)
 	store_close(s);
 }
 
+/* store_namespace_find never creates; it agrees with store_namespace_id. */
+static void test_namespace_find(void **state)
+{
+	struct store *s = open_store(16 * PAGE, PAGE, 0, 0);
+	char long_name[STORE_NAME_MAX_BYTES + 1];
+	uint32_t a, id = 77;
+
+	(void)state;
+	assert_int_equal(store_namespace_find(s, "llama", 5, &id), -ENOENT);
+	assert_int_equal(id, 77);
+	assert_int_equal(stats_of(s).namespaces, 0);
+	a = ns_of(s, "llama");
+	assert_int_equal(store_namespace_find(s, "llama", 5, &id), 0);
+	assert_int_equal(id, a);
+	/* a prefix or an extension is another name */
+	id = 77;
+	assert_int_equal(store_namespace_find(s, "llam", 4, &id), -ENOENT);
+	assert_int_equal(store_namespace_find(s, "llamas", 6, &id), -ENOENT);
+	assert_int_equal(id, 77);
+	assert_int_equal(stats_of(s).namespaces, 1);
+	assert_int_equal(store_namespace_find(s, "x", 0, &id), -EINVAL);
+	memset(long_name, 'n', sizeof(long_name));
+	assert_int_equal(store_namespace_find(s, long_name, STORE_NAME_MAX_BYTES + 1, &id),
+			 -EINVAL);
+	assert_int_equal(store_namespace_find(s, long_name, STORE_NAME_MAX_BYTES, &id), -ENOENT);
+	assert_int_equal(id, 77);
+	assert_int_equal(stats_of(s).namespaces, 1);
+	assert_check(s);
+	store_close(s);
+}
+
+/* Name number i, of varying length so chains mix lengths. */
+static size_t ns_name(uint32_t i, char *buf, size_t len)
+{
+	return (size_t)snprintf(buf, len, "ns-%u%.*s", i, (int)(i % 7), "xxxxxxx");
+}
+
+/* STORE_MAX_NAMESPACES names fit; one more is -EDQUOT; all still resolve. */
+static void test_namespace_cap(void **state)
+{
+	struct store *s = open_store(16 * PAGE, PAGE, 0, 0);
+	struct store_ns_stats nst;
+	char name[64];
+	uint32_t id;
+
+	(void)state;
+	for (uint32_t i = 0; i < STORE_MAX_NAMESPACES; i++) {
+		size_t n = ns_name(i, name, sizeof(name));
+
+		assert_int_equal(store_namespace_id(s, name, n, &id), 0);
+		assert_int_equal(id, i + 1);
+	}
+	assert_int_equal(stats_of(s).namespaces, STORE_MAX_NAMESPACES);
+	id = 0;
+	assert_int_equal(store_namespace_id(s, "one-more", 8, &id), -EDQUOT);
+	assert_int_equal(id, 0);
+	assert_int_equal(store_namespace_find(s, "one-more", 8, &id), -ENOENT);
+	assert_int_equal(stats_of(s).namespaces, STORE_MAX_NAMESPACES);
+	/* at the cap, every existing name still resolves, both ways */
+	for (uint32_t i = 0; i < STORE_MAX_NAMESPACES; i++) {
+		size_t n = ns_name(i, name, sizeof(name));
+
+		assert_int_equal(store_namespace_id(s, name, n, &id), 0);
+		assert_int_equal(id, i + 1);
+		id = 0;
+		assert_int_equal(store_namespace_find(s, name, n, &id), 0);
+		assert_int_equal(id, i + 1);
+	}
+	assert_int_equal(store_ns_stats(s, STORE_MAX_NAMESPACES - 1, &nst), 0);
+	ns_name(STORE_MAX_NAMESPACES - 1, name, sizeof(name));
+	assert_string_equal(nst.name, name);
+	assert_int_equal(store_ns_stats(s, STORE_MAX_NAMESPACES, &nst), -ENOENT);
+	/* the last namespace works */
+	assert_int_equal(put_id(s, STORE_MAX_NAMESPACES, 1, 0, 100), 0);
+	assert_true(stored(s, STORE_MAX_NAMESPACES, 1));
+	assert_check(s);
+	store_close(s);
+}
+
+struct ns_racer {
+	struct store *s;
+	uint32_t ids[64];
+};
+
+static void *ns_race(void *arg)
+{
+	struct ns_racer *r = arg;
+	char name[64];
+
+	for (uint32_t i = 0; i < 64; i++) {
+		size_t n = ns_name(i, name, sizeof(name));
+
+		if (store_namespace_id(r->s, name, n, &r->ids[i]))
+			r->ids[i] = 0;
+	}
+	return NULL;
+}
+
+/* Threads creating the same names at once get one namespace per name. */
+static void test_namespace_race(void **state)
+{
+	struct store *s = open_store(16 * PAGE, PAGE, 0, 0);
+	struct ns_racer r[4];
+	pthread_t t[4];
+
+	(void)state;
+	for (int k = 0; k < 4; k++) {
+		r[k].s = s;
+		assert_int_equal(pthread_create(&t[k], NULL, ns_race, &r[k]), 0);
+	}
+	for (int k = 0; k < 4; k++)
+		pthread_join(t[k], NULL);
+	assert_int_equal(stats_of(s).namespaces, 64);
+	for (uint32_t i = 0; i < 64; i++) {
+		assert_int_not_equal(r[0].ids[i], 0);
+		for (int k = 1; k < 4; k++)
+			assert_int_equal(r[k].ids[i], r[0].ids[i]);
+	}
+	assert_check(s);
+	store_close(s);
+}
+
 static void test_put_get_basic(void **state)
 {
 	struct store *s = open_store(64 * PAGE, 8 * PAGE, 0, 0);
@@ -868,17 +990,72 @@ static void test_delete_while_pinned(void **state)
 	assert_false(stored(s, ns, 2));
 	st = stats_of(s);
 	assert_int_equal(st.blocks, 0);
-	assert_int_equal(st.used_bytes, 0);
-	assert_int_equal(st.free_bytes, 12 * PAGE); /* 4 pages still referenced */
+	assert_int_equal(st.payload_bytes, 0);
+	/* the 4 referenced pages stay in used_bytes until the last release */
+	assert_int_equal(st.used_bytes, 4 * PAGE);
+	assert_int_equal(st.pinned_removed_bytes, 4 * PAGE);
+	assert_int_equal(st.free_bytes, 12 * PAGE);
+	assert_int_equal(st.used_bytes + st.inflight_put_bytes + st.free_bytes, st.capacity_bytes);
+	assert_check(s);
 	/* the space is not reused while referenced */
 	for (uint64_t i = 10; i < 16; i++)
 		assert_int_equal(put_id(s, ns, i, 0, 2 * PAGE), 0);
 	assert_true(payload_ok(r1.data, 2 * PAGE, k1));
 	assert_true(payload_ok(r2.data, 2 * PAGE, k2));
 	assert_check(s);
+	st = stats_of(s);
+	assert_int_equal(st.used_bytes, 16 * PAGE);
+	assert_int_equal(st.free_bytes, 0);
 	store_release(s, r2.block);
+	st = stats_of(s);
+	assert_int_equal(st.used_bytes, 14 * PAGE); /* k2's pages freed */
+	assert_int_equal(st.pinned_removed_bytes, 2 * PAGE);
+	assert_int_equal(st.free_bytes, 2 * PAGE);
+	assert_check(s);
 	store_release(s, r1.block);
-	assert_int_equal(stats_of(s).free_bytes, 4 * PAGE);
+	st = stats_of(s);
+	assert_int_equal(st.free_bytes, 4 * PAGE);
+	assert_int_equal(st.used_bytes, 12 * PAGE);
+	assert_int_equal(st.pinned_removed_bytes, 0);
+	assert_check(s);
+	store_close(s);
+}
+
+/* A pinned block that is dropped with its namespace, and a pinned parent
+ * whose reservation is in flight: used + in-flight + free = capacity at
+ * every step. */
+static void test_bytes_add_up_while_pinned(void **state)
+{
+	struct store *s = open_store(8 * PAGE, 2 * PAGE, 0, 0);
+	uint32_t ns = ns_of(s, "m");
+	uint8_t k1[STORE_KEY_BYTES], k3[STORE_KEY_BYTES];
+	struct store_block *res;
+	struct store_ref r1;
+	struct store_stats st;
+	void *dst;
+
+	(void)state;
+	key_of(1, k1);
+	key_of(3, k3);
+	assert_int_equal(put_id(s, ns, 1, 0, PAGE + 1), 0);
+	assert_int_equal(store_get(s, ns, k1, NULL, &r1), 0);
+	assert_int_equal(store_put_begin(s, ns, k3, k1, 0, PAGE, payload_sum(PAGE, k3), &res,
+					 &dst), 0);
+	assert_int_equal(store_drop_namespace(s, ns, NULL, NULL), 0);
+	st = stats_of(s);
+	assert_int_equal(st.used_bytes, 2 * PAGE);
+	assert_int_equal(st.pinned_removed_bytes, 2 * PAGE);
+	assert_int_equal(st.inflight_put_bytes, PAGE);
+	assert_int_equal(st.free_bytes, 5 * PAGE);
+	assert_int_equal(st.used_bytes + st.inflight_put_bytes + st.free_bytes, st.capacity_bytes);
+	assert_check(s);
+	fill_payload(dst, PAGE, k3);
+	assert_int_equal(store_put_commit(s, res), -ENOLINK); /* its parent is gone */
+	store_release(s, r1.block);
+	st = stats_of(s);
+	assert_int_equal(st.used_bytes, 0);
+	assert_int_equal(st.pinned_removed_bytes, 0);
+	assert_int_equal(st.free_bytes, 8 * PAGE);
 	assert_check(s);
 	store_close(s);
 }
@@ -1416,7 +1593,8 @@ static void r_verify(struct rnd_state *st)
 	struct store_stats ss = stats_of(st->s);
 
 	assert_check(st->s);
-	assert_true(ss.used_bytes + ss.inflight_put_bytes <= ss.capacity_bytes);
+	assert_int_equal(ss.used_bytes + ss.inflight_put_bytes + ss.free_bytes, ss.capacity_bytes);
+	assert_true(ss.pinned_removed_bytes <= ss.used_bytes);
 	assert_int_equal(ss.leases_active, model_leases(st));
 	/* referenced bytes never change (spot check; release checks all) */
 	for (uint32_t i = 0; i < st->nheld; i++) {
@@ -1546,6 +1724,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_open_errors),
 		cmocka_unit_test(test_namespaces),
+		cmocka_unit_test(test_namespace_find),
+		cmocka_unit_test(test_namespace_cap),
+		cmocka_unit_test(test_namespace_race),
 		cmocka_unit_test(test_put_get_basic),
 		cmocka_unit_test(test_block_larger_than_arena),
 		cmocka_unit_test(test_parent_rules),
@@ -1565,6 +1746,7 @@ int main(void)
 		cmocka_unit_test(test_delete_removes_descendants),
 		cmocka_unit_test(test_delete_deep_chain),
 		cmocka_unit_test(test_delete_while_pinned),
+		cmocka_unit_test(test_bytes_add_up_while_pinned),
 		cmocka_unit_test(test_release_other_thread),
 		cmocka_unit_test(test_drop_namespace),
 		cmocka_unit_test(test_match_prefix),
