@@ -1,5 +1,5 @@
 /*
- * conf.c - kvpoold settings: one table, read from defaults, an INI file
+ * conf.c - kvpoold settings: one table, read from defaults, INI files
  * (libinih) and command-line flags.
  *
  * Everything about a setting is said once, in settings[] below: its INI
@@ -30,6 +30,8 @@
 #define TIB (1ull << 40)
 
 #define CONF_THREADS_MAX 256
+/* The store's page: the arena and every block take whole pages of it. */
+#define CONF_PAGE_BYTES 4096ull
 #define CONF_SECTION "kvpoold"
 
 enum conf_type {
@@ -62,14 +64,14 @@ static const struct conf_setting settings[] = {
 	{ "port", CONF_U32, FIELD(port), "7470", 1, 65535, 0, "N",
 	  "TCP port" },
 	{ "threads", CONF_U32, FIELD(threads), "0", 1, CONF_THREADS_MAX, CONF_ZERO_IS_CORES, "N",
-	  "worker threads; 0 = one per online core" },
-	{ "dram_capacity", CONF_SIZE, FIELD(dram_capacity_bytes), "1GiB", MIB, 256 * TIB, 0, "SIZE",
-	  "DRAM arena for block payloads, allocated at start" },
+	  "worker threads, each with its own event loop" },
+	{ "dram_capacity", CONF_SIZE, FIELD(dram_capacity_bytes), "1GiB", MIB, 4 * TIB, 0, "SIZE",
+	  "DRAM arena for block payloads, allocated at start; rounded down to 4KiB pages" },
 	{ "max_block_bytes", CONF_SIZE, FIELD(max_block_bytes), "64MiB", 1, 4 * GIB, 0, "SIZE",
 	  "largest block a PUT may store" },
 	{ "max_batch_blocks", CONF_U32, FIELD(max_batch_blocks), "1024", 1, 65536, 0, "N",
 	  "blocks per batch request" },
-	{ "max_frame_bytes", CONF_SIZE, FIELD(max_frame_bytes), "4MiB", 4 * KIB, GIB, 0, "SIZE",
+	{ "max_frame_bytes", CONF_SIZE, FIELD(max_frame_bytes), "1MiB", 4 * KIB, GIB, 0, "SIZE",
 	  "largest frame header + body (block payload not counted)" },
 	{ "max_lease_ms", CONF_U32, FIELD(max_lease_ms), "5000", 0, 3600000, 0, "MS",
 	  "longest MATCH lease; 0 = MATCH never leases" },
@@ -78,7 +80,7 @@ static const struct conf_setting settings[] = {
 	{ "idle_timeout_ms", CONF_U32, FIELD(idle_timeout_ms), "300000", 0, 86400000, 0, "MS",
 	  "close a connection idle this long; 0 = never" },
 	{ "payload_timeout_ms", CONF_U32, FIELD(payload_timeout_ms), "10000", 10, 3600000, 0, "MS",
-	  "close a connection whose PUT payload stalls this long" },
+	  "close a connection whose frame is not whole this long after its header" },
 	{ "max_inflight_put_bytes", CONF_SIZE, FIELD(max_inflight_put_bytes), "512MiB", 1, 256 * TIB,
 	  0, "SIZE", "PUT payload bytes being received at once; beyond it PUT answers BUSY" },
 	{ "log_level", CONF_LOGLEVEL, FIELD(log_level), "info", CONF_LOG_ERROR, CONF_LOG_DEBUG, 0,
@@ -473,83 +475,190 @@ void conf_defaults(struct conf *c)
 	}
 }
 
-/* ---- INI files ------------------------------------------------------------ */
+/* ---- INI files ------------------------------------------------------------
+ * Parsed by libinih (ini_parse_stream) from the reader below, which hands
+ * inih one whole line per call, so inih's line numbers are the file's, and
+ * cleans it first so that inih's build options do not show through:
+ *   - a UTF-8 byte order mark on line 1 and leading blanks are dropped
+ *     (indented keys are plain keys, not inih continuation lines);
+ *   - a comment line becomes empty, and an inline comment - a '#' or ';'
+ *     after a blank, the same for both (inih knows only ';') - is cut off
+ *     with the blanks before it;
+ *   - a line inih cannot take whole is refused, not split: more bytes
+ *     besides its "\n" or "\r\n" than inih's buffer holds with its NUL
+ *     (199 in Debian's build, INI_MAX_LINE 200). So is a NUL byte, and a
+ *     section line with text after its ']' (inih would ignore the text).
+ * The handler adds the rest: keys only in [kvpoold] or before any section,
+ * each key once per file. The first error found stops the reading.
+ */
 
 struct load_ctx {
-	struct conf *conf;  /* the copy being filled */
+	struct conf *conf;      /* the copy being filled */
 	const char *path;
 	FILE *fp;
-	char *line;         /* getline buffer */
-	size_t line_cap;
-	int lineno;         /* of the line last handed to inih */
-	int err_line;       /* first line with an error, 0 if none */
-	int rc;             /* its error */
-	char err[512];      /* its message */
+	int lineno;             /* of the line last handed to inih */
+	int set_on[N_SETTINGS]; /* line that set each setting, 0 if none */
+	int err_line;           /* first line with an error, 0 if none */
+	int rc;                 /* its error */
+	char err[512];          /* its message */
 };
 
-static void load_fail(struct load_ctx *ctx, int rc, const char *msg)
+/* Record the error of the current line, if it is the first. */
+__attribute__((format(printf, 3, 4)))
+static void load_fail(struct load_ctx *ctx, int rc, const char *fmt, ...)
 {
+	va_list ap;
+
 	if (ctx->err_line)
-		return; /* keep the first */
+		return;
 	ctx->err_line = ctx->lineno;
 	ctx->rc = rc;
-	snprintf(ctx->err, sizeof(ctx->err), "%s", msg);
+	va_start(ap, fmt);
+	vsnprintf(ctx->err, sizeof(ctx->err), fmt, ap);
+	va_end(ap);
 }
 
-/* inih reader: one whole line per call, so inih's line numbers are ours.
- * Leading blanks are dropped, which turns off inih's indented
- * "continuation lines": indented keys are plain keys here. */
+static void load_syntax_error(struct load_ctx *ctx)
+{
+	load_fail(ctx, -EINVAL, "%s:%d: syntax error (expected 'key = value' or '[" CONF_SECTION
+		  "]')", ctx->path, ctx->lineno);
+}
+
+/* Read the next line of fp into buf[0..cap) without its "\n" or "\r\n",
+ * NUL-terminated. Returns its length in bytes, or cap if it does not fit
+ * (the rest of the line is consumed, buf keeps its start), or -1 at the
+ * end of the file or on a read error. Sets *nul if the line holds a NUL. */
+static long read_line(FILE *fp, char *buf, size_t cap, bool *nul)
+{
+	size_t len = 0;
+	int ch, next;
+
+	while ((ch = getc(fp)) != EOF && ch != '\n') {
+		if (ch == '\r') {
+			next = getc(fp);
+			if (next == '\n' || next == EOF)
+				break;
+			ungetc(next, fp);
+		}
+		if (len + 1 < cap)
+			buf[len] = (char)ch;
+		if (len < cap)
+			len++;
+		*nul |= ch == '\0';
+	}
+	if (ch == EOF && len == 0)
+		return -1;
+	buf[len < cap ? len : cap - 1] = '\0';
+	return (long)len;
+}
+
+/* Cut an inline comment ('#' or ';' after a blank) and the blanks before
+ * it, and trailing blanks, off text, which starts with no blank. */
+static void strip_comment(char *text)
+{
+	size_t n;
+
+	for (char *p = text + 1; *text && *p; p++) {
+		if ((*p == '#' || *p == ';') && (p[-1] == ' ' || p[-1] == '\t')) {
+			*p = '\0';
+			break;
+		}
+	}
+	n = strlen(text);
+	while (n && isspace((unsigned char)text[n - 1]))
+		text[--n] = '\0';
+}
+
+/* inih reader: the next line, cleaned (see above), or NULL at the end of
+ * the file or after the first error. */
 static char *load_read_line(char *str, int num, void *stream)
 {
 	struct load_ctx *ctx = stream;
-	ssize_t n = getline(&ctx->line, &ctx->line_cap, ctx->fp);
-	size_t skip = 0, len;
+	bool nul = false;
+	char *text, *close;
+	long len;
 
-	if (n < 0)
+	if (ctx->err_line || num < 2)
+		return NULL;
+	len = read_line(ctx->fp, str, (size_t)num, &nul);
+	if (len < 0)
 		return NULL;
 	ctx->lineno++;
-	while (skip < (size_t)n && (ctx->line[skip] == ' ' || ctx->line[skip] == '\t'))
-		skip++;
-	len = (size_t)n - skip;
-	if (num < 2 || len >= (size_t)num) {
-		char msg[128];
-
-		snprintf(msg, sizeof(msg), "%s:%d: line longer than %d bytes", ctx->path,
-			 ctx->lineno, num - 2);
-		load_fail(ctx, -EINVAL, msg);
-		str[0] = '\0'; /* an empty line for inih */
-		return str;
+	if (len >= num) {
+		load_fail(ctx, -EINVAL, "%s:%d: line longer than %d bytes", ctx->path, ctx->lineno,
+			  num - 1);
+		return NULL;
 	}
-	memcpy(str, ctx->line + skip, len);
-	str[len] = '\0';
+	if (nul) {
+		load_fail(ctx, -EINVAL, "%s:%d: NUL byte in line", ctx->path, ctx->lineno);
+		return NULL;
+	}
+	text = str;
+	if (ctx->lineno == 1 && strncmp(text, "\xef\xbb\xbf", 3) == 0)
+		text += 3; /* UTF-8 byte order mark */
+	text = (char *)skip_space(text);
+	if (*text == '#' || *text == ';')
+		*text = '\0';
+	strip_comment(text);
+	close = strchr(text, ']');
+	if (*text == '[' && (!close || close[1] != '\0')) {
+		load_syntax_error(ctx);
+		return NULL;
+	}
+	memmove(str, text, strlen(text) + 1);
 	return str;
 }
 
+/* "kvpoold" in any case, blanks around it allowed; "" is the top level. */
+static bool section_is_ours(const char *section)
+{
+	const char *p = skip_space(section);
+	size_t n = strlen(p);
+
+	while (n && isspace((unsigned char)p[n - 1]))
+		n--;
+	return n == 0 || (n == strlen(CONF_SECTION) && strncasecmp(p, CONF_SECTION, n) == 0);
+}
+
+/* inih handler: apply one "key = value" of the current line. Returns 1,
+ * or 0 with the error recorded. */
 static int load_handle(void *user, const char *section, const char *name, const char *value)
 {
 	struct load_ctx *ctx = user;
+	const struct conf_setting *s;
 	char source[300], msg[512];
 	int rc;
 
 	if (ctx->err_line)
 		return 1; /* already failed: report the first error only */
+	if (!name[0]) {
+		load_syntax_error(ctx);
+		return 0;
+	}
 	snprintf(source, sizeof(source), "%s:%d", ctx->path, ctx->lineno);
-	if (section[0] && strcasecmp(section, CONF_SECTION) != 0) {
-		snprintf(msg, sizeof(msg), "%s: unknown section [%.64s] (use [" CONF_SECTION
-			 "] or none)", source, section);
-		load_fail(ctx, -ENOENT, msg);
+	if (!section_is_ours(section)) {
+		load_fail(ctx, -ENOENT, "%s: unknown section [%.64s] (use [" CONF_SECTION
+			  "] or none)", source, section);
+		return 0;
+	}
+	s = find_setting(name);
+	if (s && ctx->set_on[s - settings]) {
+		load_fail(ctx, -EINVAL, "%s: %s: already set on line %d (one line per key)", source,
+			  s->name, ctx->set_on[s - settings]);
 		return 0;
 	}
 	rc = conf_set(ctx->conf, name, value, source, msg, sizeof(msg));
 	if (rc) {
-		load_fail(ctx, rc, msg);
+		load_fail(ctx, rc, "%s", msg);
 		return 0;
 	}
+	ctx->set_on[s - settings] = ctx->lineno; /* s is set: conf_set knew the key */
 	return 1;
 }
 
-/* Parse the file into *tmp. inih keeps going after an error and returns
- * the first bad line; ours may be a value error or a syntax error. */
+/* Parse the file into *tmp. inih goes on after a syntax error and returns
+ * the first such line; ours (from the reader or the handler) may come
+ * first or later: the earlier line wins. */
 static int load_into(struct conf *tmp, const char *path, char *err, size_t err_len)
 {
 	struct load_ctx ctx = { .conf = tmp, .path = path };
@@ -576,7 +685,6 @@ static int load_into(struct conf *tmp, const char *path, char *err, size_t err_l
 		rc = ctx.rc;
 		set_err(err, err_len, "%s", ctx.err);
 	}
-	free(ctx.line);
 	fclose(ctx.fp);
 	return rc;
 }
@@ -606,8 +714,15 @@ struct flag {
 	const char *value; /* NULL for --help */
 };
 
+static int unknown_flag(const char *arg, size_t len, char *err, size_t err_len)
+{
+	set_err(err, err_len, "unknown flag %.*s (see --help)", (int)(len > 64 ? 64 : len), arg);
+	return -ENOENT;
+}
+
 /* Read the flag at argv[*i] (and its value, which may be the next
- * argument) and advance *i past them. */
+ * argument) and advance *i past them. Errors: -ENOENT (unknown flag),
+ * -EINVAL (not a flag, a missing value, a value given to --help). */
 static int next_flag(int argc, char **argv, int *i, struct flag *f, char *err, size_t err_len)
 {
 	const char *arg = argv[*i], *eq;
@@ -621,15 +736,20 @@ static int next_flag(int argc, char **argv, int *i, struct flag *f, char *err, s
 	len = eq ? (size_t)(eq - arg) : strlen(arg);
 	f->arg = arg;
 	f->name_len = len;
-	if (len - 2 >= sizeof(f->key) || memchr(arg + 2, '_', len - 2)) {
-		set_err(err, err_len, "%.*s: unknown flag (see --help)", (int)(len > 64 ? 64 : len), arg);
-		return -ENOENT;
-	}
+	if (len - 2 >= sizeof(f->key) || memchr(arg + 2, '_', len - 2))
+		return unknown_flag(arg, len, err, err_len);
 	for (size_t k = 2; k < len; k++)
 		f->key[k - 2] = arg[k] == '-' ? '_' : arg[k];
 	f->key[len - 2] = '\0';
+	/* known before looking for a value: "--bogus" last is unknown, not short */
+	if (strcmp(f->key, "help") && strcmp(f->key, "config") && !find_setting(f->key))
+		return unknown_flag(arg, len, err, err_len);
 	(*i)++;
 	if (strcmp(f->key, "help") == 0) {
+		if (eq) {
+			set_err(err, err_len, "--help takes no value");
+			return -EINVAL;
+		}
 		f->value = NULL;
 		return 0;
 	}
@@ -652,13 +772,16 @@ static int args_load_configs(struct conf *tmp, int argc, char **argv, int *help,
 	struct flag f;
 	int rc;
 
-	*help = 0;
-	for (int i = 1; i < argc;) {
-		rc = next_flag(argc, argv, &i, &f, err, err_len);
-		if (rc == 0 && strcmp(f.key, "help") == 0) {
+	/* a value never starts with "--", so any "--help" is the flag */
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0) {
 			*help = 1;
 			return 0;
 		}
+	}
+	*help = 0;
+	for (int i = 1; i < argc;) {
+		rc = next_flag(argc, argv, &i, &f, err, err_len);
 		if (rc)
 			return rc;
 	}
@@ -689,10 +812,6 @@ static int args_apply_flags(struct conf *tmp, int argc, char **argv, char *err, 
 		if (strcmp(f.key, "config") == 0)
 			continue;
 		snprintf(source, sizeof(source), "%.*s", (int)f.name_len, f.arg);
-		if (!find_setting(f.key)) {
-			set_err(err, err_len, "%s: unknown flag (see --help)", source);
-			return -ENOENT;
-		}
 		rc = conf_set(tmp, f.key, f.value, source, err, err_len);
 		if (rc)
 			return rc;
@@ -756,22 +875,49 @@ static int validate_ranges(const struct conf *c, char *err, size_t err_len)
 	return 0;
 }
 
-int conf_validate(const struct conf *c, char *err, size_t err_len)
+/* value rounded up to whole 4 KiB pages (no overflow below 2^64 - 4 KiB). */
+static uint64_t page_round_up(uint64_t v)
+{
+	return (v + CONF_PAGE_BYTES - 1) / CONF_PAGE_BYTES * CONF_PAGE_BYTES;
+}
+
+/* A block of max_block_bytes takes whole pages of the arena: it must fit
+ * in the capacity, itself rounded down to whole pages. */
+static int validate_block_fits(const struct conf *c, uint64_t capacity, char *err,
+			       size_t err_len)
+{
+	uint64_t block = page_round_up(c->max_block_bytes);
+	char a[32], b[32], pages[64] = "";
+
+	if (block <= capacity)
+		return 0;
+	format_size(c->max_block_bytes, a, sizeof(a));
+	format_size(capacity, b, sizeof(b));
+	if (block != c->max_block_bytes) {
+		char r[32];
+
+		format_size(block, r, sizeof(r));
+		snprintf(pages, sizeof(pages), ", %s in 4KiB pages", r);
+	}
+	set_err(err, err_len, "max_block_bytes (%s%s) must not exceed dram_capacity (%s)", a, pages,
+		b);
+	return -EINVAL;
+}
+
+int conf_validate(struct conf *c, char *err, size_t err_len)
 {
 	uint64_t put_frame = PROTO_HEADER_BYTES + PROTO_BATCH_PREFIX_BYTES +
 			     (uint64_t)PROTO_PUT_ENTRY_BYTES * c->max_batch_blocks;
+	uint64_t capacity = c->dram_capacity_bytes / CONF_PAGE_BYTES * CONF_PAGE_BYTES;
 	char a[32], b[32];
 	int rc;
 
 	rc = validate_ranges(c, err, err_len);
 	if (rc)
 		return rc;
-	if (c->max_block_bytes > c->dram_capacity_bytes) {
-		format_size(c->max_block_bytes, a, sizeof(a));
-		format_size(c->dram_capacity_bytes, b, sizeof(b));
-		set_err(err, err_len, "max_block_bytes (%s) must not exceed dram_capacity (%s)", a, b);
-		return -EINVAL;
-	}
+	rc = validate_block_fits(c, capacity, err, err_len);
+	if (rc)
+		return rc;
 	if (c->max_inflight_put_bytes < c->max_block_bytes) {
 		format_size(c->max_inflight_put_bytes, a, sizeof(a));
 		format_size(c->max_block_bytes, b, sizeof(b));
@@ -787,6 +933,7 @@ int conf_validate(const struct conf *c, char *err, size_t err_len)
 			a, c->max_batch_blocks, put_frame);
 		return -EINVAL;
 	}
+	c->dram_capacity_bytes = capacity;
 	return 0;
 }
 
@@ -825,10 +972,14 @@ void conf_usage(FILE *out)
 		const struct conf_setting *s = &settings[i];
 
 		flag_name(s, flag, sizeof(flag));
-		format_value(&def, s, val, sizeof(val));
+		/* the table's text, not this machine's core count: same help everywhere */
+		if (s->flags & CONF_ZERO_IS_CORES)
+			snprintf(val, sizeof(val), "%s (one per online core)", s->def);
+		else
+			format_value(&def, s, val, sizeof(val));
 		fprintf(out, "  %s %s\n      %s (default %s", flag, s->metavar, s->help, val);
 		if (s->type == CONF_SIZE || s->type == CONF_U32) {
-			format_number(s, s->min, lo, sizeof(lo));
+			format_number(s, s->flags & CONF_ZERO_IS_CORES ? 0 : s->min, lo, sizeof(lo));
 			format_number(s, s->max, hi, sizeof(hi));
 			fprintf(out, "; %s..%s", lo, hi);
 		}

@@ -22,10 +22,11 @@ struct conf {
 	char listen[256];                /* address to bind; default "127.0.0.1" */
 	uint32_t port;                   /* TCP port; default 7470 */
 	uint32_t threads;                /* worker threads; 0 in the file = number of cores */
-	uint64_t dram_capacity_bytes;    /* DRAM arena; default 1 GiB */
+	uint64_t dram_capacity_bytes;    /* DRAM arena; default 1 GiB; 1 MiB..4 TiB;
+					  * conf_validate rounds it down to 4 KiB */
 	uint64_t max_block_bytes;        /* default 64 MiB */
 	uint32_t max_batch_blocks;       /* default 1024 */
-	uint32_t max_frame_bytes;        /* header + body, payload excluded; default 4 MiB */
+	uint32_t max_frame_bytes;        /* header + body, payload excluded; default 1 MiB */
 	uint32_t max_lease_ms;           /* default 5000 */
 	uint32_t max_connections;        /* default 1024 */
 	uint32_t idle_timeout_ms;        /* 0 = never; default 300000 */
@@ -53,13 +54,20 @@ int conf_parse_size(const char *text, uint64_t *out);
 int conf_set(struct conf *c, const char *key, const char *value, const char *source,
 	     char *err, size_t err_len);
 
-/* Parse an INI file (keys at top level or in a [kvpoold] section; lines
- * may be indented; comments on their own line start with # or ;).
- * Later keys override earlier ones. *c is changed only on success.
+/* Parse an INI file with libinih: keys at top level or in a [kvpoold]
+ * section, as "key = value" or "key : value"; lines may be indented and
+ * end in \n or \r\n. Comments: a line whose first non-blank character is
+ * # or ;, and after a value, a # or ; preceded by a blank up to the end of
+ * the line (the same for both characters). A line holds at most 199 bytes
+ * besides its line end (libinih's line buffer, INI_MAX_LINE 200 in the
+ * Debian build, less its NUL): a listen address longer than 192 bytes
+ * must come from --listen. Each key may appear once per file (a later
+ * --config file may set it again). *c is changed only on success.
  * Errors: -errno if the file cannot be opened, -EIO on a read error, or
- * the error of the first bad line: a conf_set error, -ENOENT (a key in
- * another section), -EINVAL (syntax error, a line longer than inih allows:
- * 198 bytes in the Debian build). */
+ * the error of the first bad line, with "file:line:" in the message: a
+ * conf_set error, -ENOENT (a key in another section), -EINVAL (syntax
+ * error, a line longer than 199 bytes or holding a NUL byte, a key set
+ * twice: the message names the earlier line), -ENOMEM. */
 int conf_load_file(struct conf *c, const char *path, char *err, size_t err_len);
 
 /* Parse argv (argv[0] is skipped): every "--config FILE" is loaded first,
@@ -67,19 +75,27 @@ int conf_load_file(struct conf *c, const char *path, char *err, size_t err_len);
  * top, wherever it stands. "--help" anywhere sets *want_help to 1 and
  * applies nothing; otherwise *want_help is set to 0. *c and *want_help are
  * written only on success.
- * Errors: as conf_load_file and conf_set (-ENOENT also for an unknown
- * flag), plus -EINVAL for a flag without a value or a stray argument. */
+ * Errors: as conf_load_file and conf_set, plus -ENOENT for an unknown flag
+ * (even as the last argument: "unknown flag --bogus"), -EINVAL for a flag
+ * without a value, a value given to --help ("--help=1"), or a stray
+ * argument. */
 int conf_from_args(struct conf *c, int argc, char **argv, int *want_help, char *err,
 		   size_t err_len);
 
 /* Check every setting's range (for a struct filled by hand) and the
- * cross-setting rules: max_block_bytes <= dram_capacity,
+ * cross-setting rules, then round dram_capacity_bytes down to a multiple
+ * of 4 KiB (the store's page) and write it back: the one change this makes
+ * to *c, and only on success. Rules: max_block_bytes rounded up to 4 KiB
+ * <= the rounded dram_capacity (a block takes whole pages),
  * max_inflight_put_bytes >= max_block_bytes, and max_frame_bytes >=
  * 32 + 8 + 88 * max_batch_blocks (a full PUT batch fits in a frame).
- * Errors: -EINVAL with a message. */
-int conf_validate(const struct conf *c, char *err, size_t err_len);
+ * Call it once, after conf_from_args, before using the settings.
+ * Errors: -EINVAL with a message (*c unchanged). */
+int conf_validate(struct conf *c, char *err, size_t err_len);
 
-/* Print usage: every setting with its flag, default, range and help. */
+/* Print usage: every setting with its flag, default, range and help. The
+ * text is the same on every machine (threads shows "0 (one per online
+ * core)", not this machine's count). */
 void conf_usage(FILE *out);
 
 /* Print the effective settings, one "name value" line each, in a form

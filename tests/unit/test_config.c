@@ -39,17 +39,22 @@ struct tmpfile {
 	char path[64];
 };
 
-/* Write text to a new temporary file. */
-static void tmp_write(struct tmpfile *t, const char *text)
+/* Write len bytes of text to a new temporary file. */
+static void tmp_write_bytes(struct tmpfile *t, const char *text, size_t len)
 {
 	int fd;
-	size_t len = strlen(text);
 
 	snprintf(t->path, sizeof(t->path), "/tmp/kvpool-conf-XXXXXX");
 	fd = mkstemp(t->path);
 	assert_true(fd >= 0);
 	assert_int_equal(write(fd, text, len), (ssize_t)len);
 	assert_int_equal(close(fd), 0);
+}
+
+/* Write text to a new temporary file. */
+static void tmp_write(struct tmpfile *t, const char *text)
+{
+	tmp_write_bytes(t, text, strlen(text));
 }
 
 static void tmp_remove(struct tmpfile *t)
@@ -115,7 +120,8 @@ static void test_defaults(void **state)
 	assert_true(c.dram_capacity_bytes == GIB);
 	assert_true(c.max_block_bytes == 64 * MIB);
 	assert_int_equal(c.max_batch_blocks, 1024);
-	assert_int_equal(c.max_frame_bytes, 4 * MIB);
+	assert_int_equal(c.max_frame_bytes, MIB);
+	assert_true(c.max_frame_bytes >= 32 + 8 + 88 * c.max_batch_blocks);
 	assert_int_equal(c.max_lease_ms, 5000);
 	assert_int_equal(c.max_connections, 1024);
 	assert_int_equal(c.idle_timeout_ms, 300000);
@@ -262,8 +268,10 @@ static void test_set_rejections(void **state)
 		{ "max_lease_ms", "3600001", -ERANGE, "out of range 0..3600000" },
 		{ "idle_timeout_ms", "86400001", -ERANGE, "out of range" },
 		{ "payload_timeout_ms", "9", -ERANGE, "out of range 10..3600000" },
-		{ "dram_capacity", "1048575", -ERANGE, "out of range 1MiB..256TiB" },
+		{ "dram_capacity", "1048575", -ERANGE, "out of range 1MiB..4TiB" },
 		{ "dram_capacity", "512KiB", -ERANGE, "out of range" },
+		{ "dram_capacity", "4097GiB", -ERANGE, "out of range 1MiB..4TiB" },
+		{ "dram_capacity", "4398046511105", -ERANGE, "out of range" }, /* 4TiB + 1 */
 		{ "dram_capacity", "257TiB", -ERANGE, "out of range" },
 		{ "dram_capacity", "-4GiB", -EINVAL, "negative" },
 		{ "dram_capacity", "4XB", -EINVAL, "unknown unit 'XB'" },
@@ -334,7 +342,8 @@ static void test_set_accepts(void **state)
 	assert_int_equal(c.max_frame_bytes, 4096);
 	assert_int_equal(conf_set(&c, "dram_capacity", "1MiB", "s", err, sizeof(err)), 0);
 	assert_true(c.dram_capacity_bytes == MIB);
-	assert_int_equal(conf_set(&c, "dram_capacity", "256TiB", "s", err, sizeof(err)), 0);
+	assert_int_equal(conf_set(&c, "dram_capacity", "4TiB", "s", err, sizeof(err)), 0);
+	assert_true(c.dram_capacity_bytes == 4 * TIB);
 	assert_int_equal(conf_set(&c, "max_lease_ms", "0", "s", err, sizeof(err)), 0);
 	assert_int_equal(c.max_lease_ms, 0);
 	assert_int_equal(conf_set(&c, "idle_timeout_ms", "0", "s", err, sizeof(err)), 0);
@@ -409,12 +418,61 @@ static void test_validate(void **state)
 	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
 	assert_contains(err, "max_frame_bytes");
 	conf_defaults(&c);
+	c.dram_capacity_bytes = 4 * TIB + 1;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "dram_capacity");
+	conf_defaults(&c);
 	memset(c.listen, 'x', sizeof(c.listen)); /* not NUL-terminated */
 	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
 	assert_contains(err, "listen");
 	conf_defaults(&c);
 	c.listen[0] = '\0';
 	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+}
+
+/* dram_capacity is rounded down to 4 KiB and written back, on success
+ * only; max_block_bytes, rounded up to 4 KiB, must fit in it. */
+static void test_validate_rounding(void **state)
+{
+	struct conf c;
+	char err[512];
+
+	(void)state;
+	conf_defaults(&c);
+	c.max_block_bytes = MIB;
+	c.dram_capacity_bytes = MIB + 100;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	assert_true(c.dram_capacity_bytes == MIB);
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0); /* idempotent */
+	assert_true(c.dram_capacity_bytes == MIB);
+	c.dram_capacity_bytes = 3 * GIB + 4095;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	assert_true(c.dram_capacity_bytes == 3 * GIB);
+	c.dram_capacity_bytes = 4 * TIB - 1; /* the largest, rounded too */
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	assert_true(c.dram_capacity_bytes == 4 * TIB - 4 * KIB);
+
+	/* 1 MiB + 1 byte takes 257 pages: more than 1 MiB + 4095 rounds to */
+	conf_defaults(&c);
+	c.dram_capacity_bytes = MIB + 4095;
+	c.max_block_bytes = MIB + 1;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "max_block_bytes (1048577, 1028KiB in 4KiB pages)");
+	assert_contains(err, "dram_capacity (1MiB)");
+	assert_true(c.dram_capacity_bytes == MIB + 4095); /* unchanged on error */
+	c.dram_capacity_bytes = MIB + 4096;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	assert_true(c.dram_capacity_bytes == MIB + 4096);
+	/* a block of exactly the rounded capacity fits */
+	c.dram_capacity_bytes = 2 * MIB + 10;
+	c.max_block_bytes = 2 * MIB;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	assert_true(c.dram_capacity_bytes == 2 * MIB);
+	/* an error from another rule leaves the capacity as given too */
+	c.dram_capacity_bytes = 2 * MIB + 10;
+	c.max_inflight_put_bytes = 1;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_true(c.dram_capacity_bytes == 2 * MIB + 10);
 }
 
 /* ---- INI files ---------------------------------------------------------- */
@@ -464,6 +522,177 @@ static void test_file_load(void **state)
 	assert_int_equal(conf_load_file(&c, t.path, err, sizeof(err)), 0);
 	assert_int_equal(c.threads, cores());
 	tmp_remove(&t);
+
+	/* '#' and ';' behave alike: whole-line and inline (after a blank) */
+	tmp_write(&t,
+		  "\xef\xbb\xbf# after a byte order mark\n"
+		  "[kvpoold] # section comment\n"
+		  "   ; indented comment\n"
+		  "\t# tab-indented comment\n"
+		  "port = 7471 # hash comment\n"
+		  "threads = 5 ; semicolon comment\n"
+		  "max_lease_ms = 100\t#tab then hash\n"
+		  "max_connections = 99\t;tab then semicolon\n"
+		  "listen = a;b\n"          /* no blank before: part of the value */
+		  "max_batch_blocks = 7 #\n"
+		  "idle_timeout_ms = 5 ;; twice # mixed\n");
+	conf_defaults(&c);
+	assert_int_equal(conf_load_file(&c, t.path, err, sizeof(err)), 0);
+	assert_int_equal(c.port, 7471);
+	assert_int_equal(c.threads, 5);
+	assert_int_equal(c.max_lease_ms, 100);
+	assert_int_equal(c.max_connections, 99);
+	assert_string_equal(c.listen, "a;b");
+	assert_int_equal(c.max_batch_blocks, 7);
+	assert_int_equal(c.idle_timeout_ms, 5);
+	tmp_remove(&t);
+
+	/* the section name in any case, blanks inside the brackets allowed */
+	tmp_write(&t, "[ KvPoold ]\nport = 7472\n");
+	conf_defaults(&c);
+	assert_int_equal(conf_load_file(&c, t.path, err, sizeof(err)), 0);
+	assert_int_equal(c.port, 7472);
+	tmp_remove(&t);
+}
+
+/* Shapes of a long line: each is written at an exact length. */
+enum line_shape {
+	LINE_VALUE,     /* "listen=xxx...": the value fills the line */
+	LINE_COMMENTED, /* "listen = xyz #ccc...": an inline comment fills it */
+	LINE_INDENTED,  /* blanks, then "listen = xyz" */
+	LINE_COMMENT,   /* "; ccc..." */
+	LINE_SECTION,   /* "[kvpoold]\t#ccc..." */
+	N_SHAPES
+};
+
+/* Fill buf with one line of exactly len bytes (no line end) of a shape. */
+static void make_line(char *buf, enum line_shape shape, size_t len)
+{
+	static const char *const heads[] = { "listen=", "listen = xyz #", "", "; ",
+					     "[kvpoold]\t#" };
+	size_t n = strlen(heads[shape]);
+
+	assert_true(len >= n + 12);
+	memcpy(buf, heads[shape], n);
+	memset(buf + n, shape == LINE_VALUE ? 'x' : shape == LINE_INDENTED ? ' ' : 'c', len - n);
+	if (shape == LINE_INDENTED)
+		memcpy(buf + len - 12, "listen = xyz", 12);
+	buf[len] = '\0';
+}
+
+/* The listen a line of that shape and length sets; NULL if none. */
+static const char *line_listen(enum line_shape shape, size_t len, char *buf)
+{
+	if (shape == LINE_VALUE) {
+		memset(buf, 'x', len - 7);
+		buf[len - 7] = '\0';
+		return buf;
+	}
+	return shape == LINE_COMMENTED || shape == LINE_INDENTED ? "xyz" : NULL;
+}
+
+/* Write "port = 1", the line, then "max_lease_ms = 77" (before the line
+ * when it has no line end). Returns the line's number. */
+static int write_long_line(struct tmpfile *t, const char *line, const char *end)
+{
+	char *text = malloc(strlen(line) + 64);
+	int lineno = 2;
+
+	assert_non_null(text);
+	if (end[0]) {
+		sprintf(text, "port = 1\n%s%smax_lease_ms = 77\n", line, end);
+	} else {
+		sprintf(text, "port = 1\nmax_lease_ms = 77\n%s", line);
+		lineno = 3;
+	}
+	tmp_write(t, text);
+	free(text);
+	return lineno;
+}
+
+/* libinih (Debian: INI_MAX_LINE 200) takes lines of up to 199 bytes
+ * besides the line end: they are read whole, whatever their shape, and
+ * the next line is a line of its own. Longer ones are refused with
+ * file:line, not split. The longest listen a file can hold is 192 bytes;
+ * the flag takes up to 255. */
+static void test_file_long_lines(void **state)
+{
+	static const size_t ok_lens[] = { 150, 198, 199 };
+	static const size_t bad_lens[] = { 200, 201, 255, 5000 };
+	static const char *const ends[] = { "\n", "\r\n", "" };
+	static char line[5100], listen[300], flag[320];
+	struct tmpfile t;
+	struct conf c;
+	char err[512], where[128];
+	const char *want;
+	int lineno, help;
+
+	(void)state;
+	for (int shape = 0; shape < N_SHAPES; shape++) {
+		for (size_t i = 0; i < sizeof(ok_lens) / sizeof(ok_lens[0]); i++) {
+			for (size_t e = 0; e < 3; e++) {
+				make_line(line, shape, ok_lens[i]);
+				write_long_line(&t, line, ends[e]);
+				conf_defaults(&c);
+				if (conf_load_file(&c, t.path, err, sizeof(err)) != 0)
+					fail_msg("shape %d, %zu bytes, end %zu: %s", shape, ok_lens[i],
+						 e, err);
+				want = line_listen(shape, ok_lens[i], listen);
+				assert_string_equal(c.listen, want ? want : "127.0.0.1");
+				assert_int_equal(c.port, 1);
+				assert_int_equal(c.max_lease_ms, 77);
+				tmp_remove(&t);
+			}
+		}
+		for (size_t i = 0; i < sizeof(bad_lens) / sizeof(bad_lens[0]); i++) {
+			for (size_t e = 0; e < 3; e++) {
+				make_line(line, shape, bad_lens[i]);
+				lineno = write_long_line(&t, line, ends[e]);
+				conf_defaults(&c);
+				assert_int_equal(conf_load_file(&c, t.path, err, sizeof(err)),
+						 -EINVAL);
+				snprintf(where, sizeof(where), "%s:%d: line longer than 199 bytes",
+					 t.path, lineno);
+				assert_contains(err, where);
+				assert_string_equal(c.listen, "127.0.0.1");
+				assert_int_equal(c.port, 7470);
+				tmp_remove(&t);
+			}
+		}
+	}
+	/* LINE_VALUE at 199 bytes above: a 192-byte listen, the longest */
+	make_line(line, LINE_VALUE, 199);
+	write_long_line(&t, line, "\n");
+	conf_defaults(&c);
+	assert_int_equal(conf_load_file(&c, t.path, err, sizeof(err)), 0);
+	assert_int_equal(strlen(c.listen), 192);
+	tmp_remove(&t);
+
+	/* a listen too long for a file line goes by flag */
+	memset(listen, 'y', 255);
+	listen[255] = '\0';
+	snprintf(flag, sizeof(flag), "--listen=%s", listen);
+	conf_defaults(&c);
+	assert_int_equal(run_args(&c, &help, err, sizeof(err), flag, NULL), 0);
+	assert_string_equal(c.listen, listen);
+}
+
+/* A NUL byte in a line is refused with file:line (inih would stop there). */
+static void test_file_nul_byte(void **state)
+{
+	static const char text[] = "port = 1\nthreads = 2\0junk\nmax_lease_ms = 3\n";
+	struct tmpfile t;
+	struct conf c;
+	char err[512], where[128];
+
+	(void)state;
+	tmp_write_bytes(&t, text, sizeof(text) - 1);
+	conf_defaults(&c);
+	assert_int_equal(conf_load_file(&c, t.path, err, sizeof(err)), -EINVAL);
+	snprintf(where, sizeof(where), "%s:2: NUL byte in line", t.path);
+	assert_contains(err, where);
+	assert_int_equal(c.port, 7470);
+	tmp_remove(&t);
 }
 
 struct file_case {
@@ -475,20 +704,33 @@ struct file_case {
 
 static void test_file_errors(void **state)
 {
-	static char long_line[400];
+	static char long_line[400], long_listen[400];
 	const struct file_case cases[] = {
 		{ "port = 1\nthreads = 2\nbogus = 3\n", -ENOENT, 3, "unknown key 'bogus'" },
-		{ "port = 1\n\n\n\nport = 70000\n", -ERANGE, 5, "port: out of range" },
+		{ "threads = 1\n\n\n\nport = 70000\n", -ERANGE, 5, "port: out of range" },
 		{ "dram_capacity = -1\n", -EINVAL, 1, "dram_capacity: negative" },
 		{ "dram_capacity = 4XB\n", -EINVAL, 1, "unknown unit" },
 		{ "dram_capacity = 99999999999999999999999\n", -ERANGE, 1, "64 bits" },
-		{ "dram_capacity = 4GiB # comment\n", -EINVAL, 1, "trailing" },
+		/* a comment character with no blank before it is part of the value */
+		{ "dram_capacity = 4GiB# comment\n", -EINVAL, 1, "trailing" },
+		{ "dram_capacity = 4GiB; comment\n", -EINVAL, 1, "trailing" },
+		{ "port = 7470;x\n", -EINVAL, 1, "port: not a whole number" },
+		/* each key once per file, naming the earlier line */
+		{ "port = 1\nthreads = 2\n[kvpoold]\nport = 2\n", -EINVAL, 4,
+		  "port: already set on line 1" },
+		{ "# c\nlog_level = info\nlog_level = info\n", -EINVAL, 3,
+		  "log_level: already set on line 2" },
+		{ "[kvpoold] junk\n", -EINVAL, 1, "syntax error" },
+		{ "= 5\n", -EINVAL, 1, "syntax error" },
+		{ "  : 5\n", -EINVAL, 1, "syntax error" },
 		{ "port = 1\nthreads\n", -EINVAL, 2, "syntax error" },
 		{ "[kvpoold\nport = 1\n", -EINVAL, 1, "syntax error" },
 		{ "[other]\nport = 1\n", -ENOENT, 2, "unknown section [other]" },
 		{ "log_level = loud\n", -EINVAL, 1, "log_level: unknown log level" },
 		{ "port =\n", -EINVAL, 1, "port: empty" },
-		{ long_line, -EINVAL, 2, "line longer than" },
+		{ long_line, -EINVAL, 2, "line longer than 199 bytes" },
+		/* a listen too long for a file line: refused as a line */
+		{ long_listen, -EINVAL, 1, "line longer than 199 bytes" },
 		/* the first bad line wins, whatever the kind of error */
 		{ "port = 1\nnonsense\nport = 0\n", -EINVAL, 2, "syntax error" },
 		{ "port = 0\nnonsense\n", -ERANGE, 1, "out of range" },
@@ -496,10 +738,16 @@ static void test_file_errors(void **state)
 	};
 
 	(void)state;
+	/* line 2 is 200 bytes: one too many for libinih */
 	memset(long_line, 0, sizeof(long_line));
-	strcpy(long_line, "port = 1\nlisten = ");
-	memset(long_line + strlen(long_line), 'x', 300);
-	strcat(long_line, "\n");
+	strcpy(long_line, "port = 1\nlisten = x #");
+	memset(long_line + strlen(long_line), 'c', 200 - strlen("listen = x #"));
+	strcat(long_line, "\nport = 2\n");
+	/* a 309-byte line: "listen = " and 300 bytes */
+	memset(long_listen, 0, sizeof(long_listen));
+	strcpy(long_listen, "listen = ");
+	memset(long_listen + strlen(long_listen), 'x', 300);
+	strcat(long_listen, "\n");
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		struct tmpfile t;
@@ -577,9 +825,17 @@ struct args_case {
 static void test_args_errors(void **state)
 {
 	const struct args_case cases[] = {
-		{ { "--bogus", "1" }, -ENOENT, { "--bogus", "unknown flag" } },
-		{ { "--bogus=1" }, -ENOENT, { "--bogus:", "unknown flag" } },
-		{ { "--dram_capacity", "1GiB" }, -ENOENT, { "--dram_capacity", "unknown flag" } },
+		{ { "--bogus", "1" }, -ENOENT, { "unknown flag --bogus " } },
+		{ { "--bogus=1" }, -ENOENT, { "unknown flag --bogus " } },
+		/* last, with no value after it: still unknown, not "missing value" */
+		{ { "--bogus" }, -ENOENT, { "unknown flag --bogus " } },
+		{ { "--port", "1", "--bogus" }, -ENOENT, { "unknown flag --bogus " } },
+		{ { "--bogus", "--port", "1" }, -ENOENT, { "unknown flag --bogus " } },
+		{ { "--config", "/nonexistent/x.conf", "--bogus" }, -ENOENT,
+		  { "unknown flag --bogus " } }, /* before any file is read */
+		{ { "--help=1" }, -EINVAL, { "--help takes no value" } },
+		{ { "--help=" }, -EINVAL, { "--help takes no value" } },
+		{ { "--dram_capacity", "1GiB" }, -ENOENT, { "unknown flag --dram_capacity" } },
 		{ { "--port" }, -EINVAL, { "--port", "missing value" } },
 		{ { "--port", "--threads", "2" }, -EINVAL, { "--port", "missing value" } },
 		{ { "--config" }, -EINVAL, { "--config", "missing value" } },
@@ -635,6 +891,12 @@ static void test_args_help(void **state)
 	help = 0;
 	assert_int_equal(run_args(&c, &help, err, sizeof(err), "--port", "5", "--threads", "abc",
 				  "--help", NULL), 0);
+	assert_int_equal(help, 1);
+	assert_memory_equal(&c, &before, sizeof(c));
+	/* ... and over unknown flags and missing values */
+	help = 0;
+	assert_int_equal(run_args(&c, &help, err, sizeof(err), "--bogus", "--help", "--port",
+				  NULL), 0);
 	assert_int_equal(help, 1);
 	assert_memory_equal(&c, &before, sizeof(c));
 }
@@ -711,7 +973,11 @@ static void test_usage_lists_every_setting(void **state)
 	assert_int_equal(defaults, N_KEYS);
 	assert_contains(buf, "--config FILE");
 	assert_contains(buf, "--help");
-	assert_contains(buf, "(default 1GiB; 1MiB..256TiB)");
+	assert_contains(buf, "(default 1GiB; 1MiB..4TiB)");
+	assert_contains(buf, "(default 1MiB; 4KiB..1GiB)"); /* max_frame_bytes */
+	/* threads: the table's 0, not this machine's core count */
+	assert_contains(buf, "  --threads N\n      worker threads, each with its own event loop "
+			     "(default 0 (one per online core); 0..256)\n");
 	assert_contains(buf, "(default 7470; 1..65535)");
 	assert_contains(buf, "(default info)");
 	assert_contains(buf, "KiB");
@@ -784,6 +1050,9 @@ int main(void)
 		cmocka_unit_test(test_set_rejections),
 		cmocka_unit_test(test_set_accepts),
 		cmocka_unit_test(test_validate),
+		cmocka_unit_test(test_validate_rounding),
+		cmocka_unit_test(test_file_long_lines),
+		cmocka_unit_test(test_file_nul_byte),
 		cmocka_unit_test(test_file_load),
 		cmocka_unit_test(test_file_errors),
 		cmocka_unit_test(test_file_missing),
