@@ -28,7 +28,7 @@ PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
 CFLAGS  ?=
-CFLAGS  += -std=gnu11 -g $(OPT) -Wall -Wextra -Werror -fPIC -D_GNU_SOURCE -pthread \
+CFLAGS  += -std=gnu11 -g $(OPT) -Wall -Wextra -Wpointer-arith -Werror -fPIC -D_GNU_SOURCE -pthread \
            -Iproto -Istorage -Iconfig -Iclient -Iserver $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANLD) -pthread
 
@@ -109,10 +109,11 @@ UNIT_DEPS_arena  := $(BUILD)/libstore.a
 UNIT_DEPS_config := $(BUILD)/libconf.a
 UNIT_DEPS_hash   := $(LIB_A)
 UNIT_LIBS_hash   := -ljson-c
-UNIT_DEPS_client := $(LIB_A)
+UNIT_FAKE        := $(call obj,tests/unit/fake_server.c)
+UNIT_DEPS_client := $(UNIT_FAKE) $(LIB_A)
 UNIT_DEPS_server := $(BUILD)/libserver.a $(BUILD)/libstore.a $(BUILD)/libconf.a $(BUILD)/libproto.a
 UNIT_LIBS_server := $(LIBS_SERVER)
-UNIT_DEPS_cli    := $(filter-out $(call obj,client/cli/main.c),$(CLI_OBJ)) $(LIB_A)
+UNIT_DEPS_cli    := $(filter-out $(call obj,client/cli/main.c),$(CLI_OBJ)) $(UNIT_FAKE) $(LIB_A)
 UNIT_LIBS_cli    := -ljson-c
 $(BUILD)/tests/unit_%: $(call obj,tests/unit/test_%.c) $$(UNIT_DEPS_$$*)
 	@mkdir -p $(dir $@)

@@ -107,7 +107,8 @@ int kvpool_get_limits(struct kvpool_client *c, struct kvpool_limits *out);
 
 /* One block to put. The payload is the concatenation of iov[0..iovcnt):
  * a scatter-gather list, so per-layer KV slices need no staging copy.
- * All pointers are borrowed for the call. */
+ * An entry may be empty ({NULL, 0}); an entry with iov_len > 0 needs a
+ * non-NULL iov_base. All pointers are borrowed for the call. */
 struct kvpool_put_block {
 	const uint8_t *key;    /* KVPOOL_KEY_BYTES */
 	const uint8_t *parent; /* KVPOOL_KEY_BYTES, or NULL for a first block
@@ -119,7 +120,9 @@ struct kvpool_put_block {
 /* Put `count` blocks (any count: batches larger than the server's
  * max_batch_blocks are split into several frames and pipelined). The
  * client computes each block's xxh3-64 checksum; the server verifies it.
- * A key already stored is a success (stored content is never replaced).
+ * A key already stored is a success (stored content is never replaced);
+ * the call cannot tell it from a new store: ask kvpool_exists first if it
+ * matters (another client may still store the key in between).
  * statuses[i] (array of count; may be NULL) receives 0 or -errno per block:
  *   -ENOLINK   parent not stored (nothing stored for that block)
  *   -EMSGSIZE  block larger than the server's max_block_bytes (refused
@@ -130,17 +133,22 @@ struct kvpool_put_block {
  *   -EDQUOT, -EIO, -EACCES
  * Returns 0 if every block succeeded, otherwise the first block's error
  * (or a whole-call error, which is then also in every statuses[i]).
- * Errors: -EINVAL (NULL key, iovcnt < 1), per-block errors, shared errors. */
+ * Errors: -EINVAL (a NULL key or iov, iovcnt < 1, an iovec with a NULL
+ *   iov_base and iov_len > 0, or iovec lengths whose sum overflows 64 bits;
+ *   checked for every block before anything is sent, the connection is
+ *   kept), per-block errors, shared errors. */
 int kvpool_put(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
 	       int *statuses);
 
 /* One block to get into caller memory: the block's bytes are scattered
- * over iov[0..iovcnt) in order. `length` receives the block's size. */
+ * over iov[0..iovcnt) in order (entries with iov_len > 0 need a non-NULL
+ * iov_base). `length` receives the block's size. */
 struct kvpool_get_block {
 	const uint8_t *key;    /* KVPOOL_KEY_BYTES, borrowed */
 	const struct iovec *iov;
 	int iovcnt;            /* >= 1 */
-	uint64_t length;       /* out: bytes written (block size) on success */
+	uint64_t length;       /* out: bytes written (block size) on success;
+				  also written on -EMSGSIZE, see kvpool_get */
 };
 
 /* Get `count` blocks into caller buffers (pipelined like kvpool_put).
@@ -148,11 +156,19 @@ struct kvpool_get_block {
  * and the buffer's content is then undefined (never reported as data).
  * statuses[i] (may be NULL) receives 0 or -errno per block:
  *   -ENOENT    not in the pool (a miss)
- *   -EMSGSIZE  the block is larger than its buffers (nothing written)
+ *   -EMSGSIZE  the block is larger than its buffers: nothing is written to
+ *              the buffers, but (the one exception to convention 2)
+ *              blocks[i].length receives the block's size, so the caller
+ *              can retry with that much room; 0 if the server did not
+ *              report it
  *   -EBADMSG   checksum mismatch on receipt
  *   -EIO
+ * blocks[i].length is left alone for any other error.
  * Returns 0 if every block was returned, else the first block's error.
- * Errors: -EINVAL, per-block errors, shared errors. */
+ * Errors: -EINVAL (a NULL key or iov, iovcnt < 1, an iovec with a NULL
+ *   iov_base and iov_len > 0, or iovec lengths whose sum overflows 64 bits;
+ *   checked for every block before anything is sent, the connection is
+ *   kept), per-block errors, shared errors. */
 int kvpool_get(struct kvpool_client *c, struct kvpool_get_block *blocks, size_t count,
 	       int *statuses);
 
@@ -160,30 +176,37 @@ int kvpool_get(struct kvpool_client *c, struct kvpool_get_block *blocks, size_t 
 int kvpool_put_bytes(struct kvpool_client *c, const uint8_t key[KVPOOL_KEY_BYTES],
 		     const uint8_t *parent, const void *data, size_t length);
 
-/* Convenience: get one block into buf[0..cap); *length receives its size.
- * Same errors as kvpool_get. */
+/* Convenience: get one block into buf[0..cap); *length (may be NULL)
+ * receives its size. On -EMSGSIZE (cap too small) *length also receives
+ * the block's size when the server reported it, so a caller can retry
+ * with a buffer that large; buf = NULL with cap = 0 asks for just that.
+ * Same errors as kvpool_get (-EINVAL also for buf = NULL with cap > 0). */
 int kvpool_get_bytes(struct kvpool_client *c, const uint8_t key[KVPOOL_KEY_BYTES], void *buf,
 		     size_t cap, uint64_t *length);
 
-/* Which of keys[0..count) are stored? statuses[i] (required) receives 0
+/* Which of the count keys are stored? keys: count * KVPOOL_KEY_BYTES
+ * contiguous bytes (e.g. a uint8_t [n][KVPOOL_KEY_BYTES] array: any
+ * pointer converts without a cast). statuses[i] (required) receives 0
  * (present) or -ENOENT. Returns 0 when the call worked, whatever the
  * per-key results. Errors: -EINVAL (NULL arguments), shared errors. */
-int kvpool_exists(struct kvpool_client *c, const uint8_t (*keys)[KVPOOL_KEY_BYTES], size_t count,
+int kvpool_exists(struct kvpool_client *c, const void *keys, size_t count,
 		  int *statuses);
 
-/* Prefix match over a prefix-hash chain: *matched receives the number of
+/* Prefix match over a prefix-hash chain (keys: count * KVPOOL_KEY_BYTES
+ * contiguous bytes, the chain in order): *matched receives the number of
  * leading keys the pool holds (0..count), in one round trip per
  * max_batch_blocks keys. With lease_ms > 0 the matched blocks are pinned
  * for this handle's connection for lease_ms (capped by the server's
  * max_lease_ms) or until a kvpool_get on this handle returns them, so a
  * get that follows cannot miss because of eviction.
  * Errors: -EINVAL, shared errors. */
-int kvpool_match(struct kvpool_client *c, const uint8_t (*keys)[KVPOOL_KEY_BYTES], size_t count,
+int kvpool_match(struct kvpool_client *c, const void *keys, size_t count,
 		 uint32_t lease_ms, size_t *matched);
 
-/* Remove blocks and their descendants. statuses[i] (may be NULL): 0 or
+/* Remove blocks and their descendants (keys: count * KVPOOL_KEY_BYTES
+ * contiguous bytes). statuses[i] (may be NULL): 0 or
  * -ENOENT. Returns 0 when the call worked. Errors: -EINVAL, shared. */
-int kvpool_delete(struct kvpool_client *c, const uint8_t (*keys)[KVPOOL_KEY_BYTES], size_t count,
+int kvpool_delete(struct kvpool_client *c, const void *keys, size_t count,
 		  int *statuses);
 
 /* Drop every block of namespace `ns` (NULL: this handle's namespace).
@@ -215,13 +238,15 @@ void kvpool_free(void *p);
  * tokens: n_tokens token ids; block_tokens: tokens per block (>= 1);
  * parent: NULL, or the 32-byte hash of the block before tokens[0];
  * extra/extra_len: LoRA id, tenant salt... (may be NULL/0);
- * out: room for out_cap hashes; *n_out receives n_tokens / block_tokens.
+ * out: room for out_cap hashes (out_cap * KVPOOL_KEY_BYTES bytes, e.g. a
+ * uint8_t [out_cap][KVPOOL_KEY_BYTES] array); *n_out receives
+ * n_tokens / block_tokens.
  * Errors: -EINVAL (block_tokens 0, NULL pointers with nonzero counts),
  *         -ENOSPC (out_cap < n_tokens / block_tokens; nothing written),
  *         -ENOMEM (the SHA-256 context could not be allocated). */
 int kvpool_block_hashes(const uint32_t *tokens, size_t n_tokens, size_t block_tokens,
 			const uint8_t *parent, const void *extra, size_t extra_len,
-			uint8_t (*out)[KVPOOL_KEY_BYTES], size_t out_cap, size_t *n_out);
+			void *out, size_t out_cap, size_t *n_out);
 
 /* xxh3-64 (seed 0) of the concatenation of iov[0..iovcnt): the checksum the
  * protocol carries. Cannot fail. */

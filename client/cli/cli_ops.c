@@ -121,7 +121,10 @@ static const char put_usage[] =
 	"Store the bytes of FILE (- for standard input) as block KEY. KEY and the\n"
 	"parent are 64 hex digits or text:STRING (SHA-256 of STRING). A block with a\n"
 	"parent is refused unless the parent is stored. A key already stored is a\n"
-	"success that stores nothing. Exit 1 when the server refuses the block.\n"
+	"success that stores nothing: it prints \"already stored\". (That is checked\n"
+	"just before the put; a block another client stores in between is reported\n"
+	"as stored.) Exit 1 when the server refuses the block, e.g. when it is larger\n"
+	"than the server's max_block_bytes.\n"
 	"\n"
 	"  --parent KEY        the block before this one in its prompt\n"
 	CLI_COMMON_HELP;
@@ -166,6 +169,50 @@ static int put_read(const char *prog, const char *path, uint8_t **data, size_t *
 	return CLI_EXIT_OK;
 }
 
+/* Store data[0..len) as block `key` unless the pool holds it already, and
+ * say which. The library's put cannot tell a new block from one already
+ * stored, so EXISTS is asked first; another client may store the key in
+ * between, and then this says "stored" for a block it did not write,
+ * which is harmless: the content under a key never changes. A block
+ * above the server's limit is named with that limit. Returns the exit
+ * code. */
+static int put_checked(const char *prog, struct kvpool_client *c, const uint8_t *key,
+		       const uint8_t *parent, const uint8_t *data, size_t len)
+{
+	char hex[CLI_KEY_HEX_BYTES], nbytes[32];
+	struct kvpool_limits lim;
+	int rc, st;
+
+	cli_key_hex(key, hex);
+	rc = kvpool_get_limits(c, &lim);
+	if (rc)
+		return call_failed(prog, "limits", rc);
+	if (lim.max_block_bytes && len > lim.max_block_bytes) {
+		fprintf(stderr, "%s: %s: block of %zu bytes exceeds the server's max_block_bytes %"
+			PRIu64 "\n", prog, hex, len, lim.max_block_bytes);
+		return cli_exit_code(-EMSGSIZE);
+	}
+	rc = kvpool_exists(c, key, 1, &st);
+	if (rc)
+		return call_failed(prog, hex, rc);
+	if (st == 0) {
+		printf("%s already stored (nothing written)\n", hex);
+		return CLI_EXIT_OK;
+	}
+	rc = kvpool_put_bytes(c, key, parent, data, len);
+	if (rc == -EMSGSIZE) {
+		/* Within max_block_bytes, yet more than the server can hold. */
+		fprintf(stderr, "%s: %s: block of %zu bytes refused as too large by the server "
+			"(its max_block_bytes is %" PRIu64 ", but a block must also fit its "
+			"memory)\n", prog, hex, len, lim.max_block_bytes);
+		return cli_exit_code(rc);
+	}
+	if (rc)
+		return call_failed(prog, hex, rc);
+	printf("%s stored (%s)\n", hex, cli_fmt_bytes(len, nbytes, sizeof(nbytes)));
+	return CLI_EXIT_OK;
+}
+
 int cli_put_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -175,7 +222,6 @@ int cli_put_main(int argc, char **argv)
 	};
 	const char *prog = argv[0];
 	uint8_t key[KVPOOL_KEY_BYTES], parent[KVPOOL_KEY_BYTES], *data = NULL;
-	char hex[CLI_KEY_HEX_BYTES], nbytes[32];
 	struct put_args a = { 0 };
 	struct kvpool_client *c;
 	struct cli_conn conn;
@@ -199,14 +245,10 @@ int cli_put_main(int argc, char **argv)
 		free(data);
 		return CLI_EXIT_ERROR;
 	}
-	rc = kvpool_put_bytes(c, key, a.parent ? parent : NULL, data, len);
+	rc = put_checked(prog, c, key, a.parent ? parent : NULL, data, len);
 	kvpool_close(c);
 	free(data);
-	cli_key_hex(key, hex);
-	if (rc)
-		return call_failed(prog, hex, rc);
-	printf("%s stored (%s)\n", hex, cli_fmt_bytes(len, nbytes, sizeof(nbytes)));
-	return CLI_EXIT_OK;
+	return rc;
 }
 
 /* ---- get --------------------------------------------------------------- */
@@ -328,7 +370,7 @@ static const char delete_usage[] =
 	"\n"
 	CLI_COMMON_HELP;
 
-typedef int (*keys_call_fn)(struct kvpool_client *c, const uint8_t (*keys)[KVPOOL_KEY_BYTES],
+typedef int (*keys_call_fn)(struct kvpool_client *c, const void *keys,
 			    size_t count, int *statuses);
 
 /* Run a per-key call (exists or delete) and print one line per key with
@@ -363,7 +405,7 @@ static int keys_cmd(int argc, char **argv, const char *usage, keys_call_fn call,
 		free(keys);
 		return CLI_EXIT_ERROR;
 	}
-	rc = call(c, (const uint8_t (*)[KVPOOL_KEY_BYTES])keys, n, st);
+	rc = call(c, keys, n, st);
 	kvpool_close(c);
 	if (rc) {
 		exit_code = call_failed(prog, "request failed", rc);
@@ -449,7 +491,7 @@ int cli_match_main(int argc, char **argv)
 		free(keys);
 		return CLI_EXIT_ERROR;
 	}
-	rc = kvpool_match(c, (const uint8_t (*)[KVPOOL_KEY_BYTES])keys, n, lease_ms, &matched);
+	rc = kvpool_match(c, keys, n, lease_ms, &matched);
 	kvpool_close(c);
 	free(keys);
 	if (rc)

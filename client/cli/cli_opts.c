@@ -19,6 +19,18 @@ void cli_conn_init(struct cli_conn *conn, const char *default_ns)
 	conn->timeout_ms = 0;
 }
 
+bool cli_ns_valid(const char *ns)
+{
+	size_t n = ns ? strlen(ns) : 0;
+
+	if (n < 1 || n > 255)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (ns[i] < 0x21 || ns[i] > 0x7e)
+			return false;
+	return true;
+}
+
 int cli_conn_opt(struct cli_conn *conn, const char *prog, int opt, const char *arg)
 {
 	uint64_t v;
@@ -28,6 +40,12 @@ int cli_conn_opt(struct cli_conn *conn, const char *prog, int opt, const char *a
 		conn->url = arg;
 		return 1;
 	case CLI_OPT_NAMESPACE:
+		/* Said now, before any file is read or any server is asked. */
+		if (!cli_ns_valid(arg)) {
+			fprintf(stderr, "%s: bad --namespace \"%.300s\": " CLI_NS_RULE "\n", prog,
+				arg);
+			return -EINVAL;
+		}
 		conn->ns = arg;
 		return 1;
 	case CLI_OPT_TIMEOUT_MS:
@@ -42,15 +60,38 @@ int cli_conn_opt(struct cli_conn *conn, const char *prog, int opt, const char *a
 	return 0;
 }
 
+/* kvpool_connect says -EINVAL for a bad URL or namespace (the CLI sends no
+ * token), -EOPNOTSUPP for a scheme other than tcp:// or a server speaking
+ * another protocol version, and -ENOENT only when the host name does not
+ * resolve: each gets its own words here. */
+char *cli_connect_error(const struct cli_conn *conn, int err, char *buf, size_t len)
+{
+	const char *url = conn->url ? conn->url : "";
+	const char *ns = conn->ns ? conn->ns : "";
+	bool tcp = strncasecmp(url, "tcp://", 6) == 0;
+
+	if (err == -EINVAL && !cli_ns_valid(conn->ns))
+		snprintf(buf, len, "bad namespace \"%.300s\": " CLI_NS_RULE, ns);
+	else if (err == -EINVAL || (err == -EOPNOTSUPP && !tcp))
+		snprintf(buf, len, "bad URL: expected tcp://host:port%s, got '%.300s'",
+			 err == -EOPNOTSUPP ? " (this build speaks tcp:// only)" : "", url);
+	else if (err == -ENOENT)
+		snprintf(buf, len, "cannot connect to %.300s: host name does not resolve", url);
+	else
+		snprintf(buf, len, "cannot connect to %.300s (namespace \"%.300s\"): %s", url, ns,
+			 kvpool_strerror(err));
+	return buf;
+}
+
 int cli_connect(const struct cli_conn *conn, const char *prog, struct kvpool_client **out)
 {
 	struct kvpool_options opts = { .timeout_ms = conn->timeout_ms };
+	char why[768];
 	int rc;
 
 	rc = kvpool_connect(conn->url, conn->ns, &opts, out);
 	if (rc)
-		fprintf(stderr, "%s: cannot connect to %s (namespace \"%s\"): %s\n", prog,
-			conn->url, conn->ns, kvpool_strerror(rc));
+		fprintf(stderr, "%s: %s\n", prog, cli_connect_error(conn, rc, why, sizeof(why)));
 	return rc;
 }
 

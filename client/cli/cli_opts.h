@@ -13,6 +13,7 @@
 #define KVPOOL_CLI_OPTS_H
 
 #include <getopt.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -56,14 +57,32 @@ struct cli_conn {
 /* Defaults: KVPOOL_DEFAULT_URL, namespace `default_ns`, library timeout. */
 void cli_conn_init(struct cli_conn *conn, const char *default_ns);
 
+/* The rule for namespace names, as messages state it. */
+#define CLI_NS_RULE "namespace must be 1..255 printable ASCII characters without spaces"
+
+/* Does `ns` follow CLI_NS_RULE (bytes 0x21..0x7e)? Pure; NULL is not. */
+bool cli_ns_valid(const char *ns);
+
 /* Apply one shared option `opt` with argument `arg` (from getopt_long).
  * Returns 1 if it was a shared option and was applied, 0 if `opt` is not a
- * shared option, or -EINVAL after printing "PROG: reason" for a bad value. */
+ * shared option, or -EINVAL after printing "PROG: reason" for a bad value
+ * (a --namespace that breaks CLI_NS_RULE, a bad --timeout-ms). */
 int cli_conn_opt(struct cli_conn *conn, const char *prog, int opt, const char *arg);
 
-/* Connect as `conn` says. On failure prints "PROG: cannot connect to URL:
- * reason" on stderr and returns the library's -errno (see kvpool_connect);
- * *out is written only on success. */
+/* Say for a person why connecting as `conn` failed with `err` (a result of
+ * kvpool_connect) into buf[0..len), truncated to fit:
+ *   -EINVAL with a bad namespace   "bad namespace \"NS\": " CLI_NS_RULE
+ *   -EINVAL otherwise, and -EOPNOTSUPP for a URL not starting tcp://
+ *                                  "bad URL: expected tcp://host:port..., got 'URL'"
+ *   -ENOENT                        "cannot connect to URL: host name does not resolve"
+ *   anything else                  "cannot connect to URL (namespace \"NS\"): "
+ *                                  and kvpool_strerror(err)
+ * Pure. Returns buf. */
+char *cli_connect_error(const struct cli_conn *conn, int err, char *buf, size_t len);
+
+/* Connect as `conn` says. On failure prints "PROG: " and the reason
+ * (cli_connect_error) on stderr and returns the library's -errno (see
+ * kvpool_connect); *out is written only on success. */
 int cli_connect(const struct cli_conn *conn, const char *prog, struct kvpool_client **out);
 
 /* Parse a size: plain bytes or a number with a unit, decimals allowed:

@@ -34,6 +34,9 @@
 #define REPLAY_MAX_CONCURRENCY 1024
 #define REPLAY_BATCH_BYTES (64ULL << 20)   /* payload per GET/PUT call, at most */
 #define REPLAY_PROGRESS_NS 200000000LL     /* progress redraw period: 5/s */
+#define REPLAY_PUT_RETRIES 5               /* a put refused as BUSY is retried */
+#define REPLAY_PUT_BACKOFF_MS 1            /* after 1, 2, 4, 8, 16 ms */
+#define REPLAY_MAX_WAIT_NS 1e18            /* --time-scale waits: at most ~31 years */
 
 enum {
 	OPT_BLOCK_BYTES = CLI_OPT_FIRST_LOCAL,
@@ -43,6 +46,7 @@ enum {
 	OPT_LEASE_MS,
 	OPT_LIMIT,
 	OPT_JSON,
+	OPT_KEEP_NAMESPACE,
 };
 
 /* What the command line asked for. */
@@ -56,6 +60,7 @@ struct replay_cfg {
 	uint32_t lease_ms;
 	size_t limit;            /* requests; 0: all */
 	bool json;
+	bool keep_namespace;     /* do not drop the namespace first */
 };
 
 /* State shared by the workers and the progress line. */
@@ -212,6 +217,50 @@ static ssize_t replay_get(struct replay_worker *w, const struct cli_trace_req *r
 	return (ssize_t)matched;
 }
 
+/* Sleep for ms milliseconds. */
+static void sleep_ms(unsigned int ms)
+{
+	struct timespec t = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&t, &t) && errno == EINTR)
+		;
+}
+
+/* The first block of w->st[from..n) the server was too busy to take, or n. */
+static size_t first_busy(const struct replay_worker *w, size_t from, size_t n)
+{
+	while (from < n && w->st[from] != -EAGAIN)
+		from++;
+	return from;
+}
+
+/* PUT the batch w->puts[0..n), retrying from the first block the server
+ * turned away as busy (in-flight put bytes at its limit: a moment's wait
+ * fixes it) up to REPLAY_PUT_RETRIES times with a doubling backoff. The
+ * blocks after a busy one are sent again too, as they may have been
+ * refused for want of it as their parent; any that were stored come back
+ * as already there. w->st[0..n) ends with each block's last status.
+ * Returns 0 or -errno when a call failed. */
+static int put_batch(struct replay_worker *w, size_t n)
+{
+	unsigned int backoff_ms = REPLAY_PUT_BACKOFF_MS;
+	size_t from = 0;
+	int rc;
+
+	for (int retry = 0;; retry++) {
+		rc = TIMED(w, CLI_REPLAY_PUT, kvpool_put(w->c, w->puts + from, n - from,
+							 w->st + from));
+		if (rc && !put_block_error(rc))
+			return rc;
+		from = first_busy(w, from, n);
+		if (from == n || retry == REPLAY_PUT_RETRIES)
+			return 0;
+		w->counts.put_retries += n - from;
+		sleep_ms(backoff_ms);
+		backoff_ms *= 2;
+	}
+}
+
 /* PUT blocks [from, n) of a request in batches, each with its parent.
  * Stops after a batch with a refused block (the ones after it could only
  * fail for want of their parent). Returns 0 or -errno when a call failed. */
@@ -238,8 +287,8 @@ static int replay_put(struct replay_worker *w, const struct cli_trace_req *r, si
 				.iovcnt = 1,
 			};
 		}
-		rc = TIMED(w, CLI_REPLAY_PUT, kvpool_put(w->c, w->puts, n, w->st));
-		if (rc && !put_block_error(rc))
+		rc = put_batch(w, n);
+		if (rc)
 			return rc;
 		for (size_t k = 0; k < n; k++) {
 			if (w->st[k]) {
@@ -262,11 +311,14 @@ static void replay_pace(struct replay_worker *w, const struct cli_trace_req *r)
 	const struct replay_shared *sh = w->sh;
 	double offset_ms = r->timestamp_ms - sh->trace->reqs[0].timestamp_ms;
 	struct timespec due = sh->start;
+	double wait_ns;
 	int64_t ns;
 
 	if (sh->cfg->time_scale <= 0 || offset_ms <= 0)
 		return;
-	ns = (int64_t)(offset_ms / sh->cfg->time_scale * 1e6);
+	/* A tiny --time-scale must not overflow the conversion. */
+	wait_ns = offset_ms / sh->cfg->time_scale * 1e6;
+	ns = (int64_t)(wait_ns < REPLAY_MAX_WAIT_NS ? wait_ns : REPLAY_MAX_WAIT_NS);
 	due.tv_sec += ns / 1000000000LL;
 	due.tv_nsec += ns % 1000000000LL;
 	if (due.tv_nsec >= 1000000000L) {
@@ -291,7 +343,7 @@ static int replay_request(struct replay_worker *w, const struct cli_trace_req *r
 	if (r->n_hash_ids) {
 		*op = "match";
 		rc = TIMED(w, CLI_REPLAY_MATCH,
-			   kvpool_match(w->c, (const uint8_t (*)[KVPOOL_KEY_BYTES])r->keys,
+			   kvpool_match(w->c, r->keys,
 					r->n_hash_ids, w->sh->cfg->lease_ms, &matched));
 		if (rc)
 			return rc;
@@ -453,16 +505,27 @@ static const char replay_usage[] =
 	"                      timestamps divided by X\n"
 	"  --lease-ms N        lease on matched blocks (default 5000)\n"
 	"  --limit N           replay only the first N requests\n"
+	"  --keep-namespace    do not drop the namespace first (the figures then\n"
+	"                      include whatever it held before the run)\n"
 	"  --json              print the report as one JSON line on stdout\n"
 	CLI_COMMON_HELP
 	"\n"
-	"Default namespace: replay. The report gives requests, block_refs, hit_ratio\n"
-	"(blocks GET returned byte-exact / block refs), ideal_hit_ratio (infinite\n"
-	"cache), server_get_hits (the namespace's get_hits during the run) beside\n"
-	"client_get_hits, prefill_tokens_saved, wrong_blocks, evictions, put_errors,\n"
-	"gbps (payload bytes put + got / wall seconds / 1e9), wall_s and latency_us\n"
-	"p50/p99 per op. Exit 0 when all went well, 1 when a block came back wrong,\n"
-	"2 on an error.\n";
+	"Default namespace: replay. A replay's figures only mean something on an\n"
+	"empty namespace, so replay first drops every block of its namespace (other\n"
+	"namespaces are untouched) and says how many it dropped, unless\n"
+	"--keep-namespace is given: do not point it at a namespace whose blocks you\n"
+	"want to keep. A put the server turns away as busy is retried 5 times (after\n"
+	"1, 2, 4, 8, 16 ms) before it counts as a put error; put errors are warned\n"
+	"about on stderr.\n"
+	"\n"
+	"The report gives requests, block_refs, hit_ratio (blocks GET returned\n"
+	"byte-exact / block refs), ideal_hit_ratio (infinite cache), server_get_hits\n"
+	"(the namespace's get_hits during the run) beside client_get_hits,\n"
+	"prefill_tokens_saved, wrong_blocks, evictions, blocks_put, put_retries,\n"
+	"put_errors, namespace_dropped and dropped_blocks, gbps (payload bytes put +\n"
+	"got / wall seconds / 1e9), wall_s and latency_us p50/p99 per op. Exit 0\n"
+	"when no block came back wrong (put errors do not change that), 1 when one\n"
+	"did, 2 on an error.\n";
 
 /* Apply one of replay's own options. Returns 1, 0 (not ours) or -EINVAL. */
 static int replay_opt(struct replay_cfg *cfg, const char *prog, int opt, const char *arg)
@@ -501,6 +564,9 @@ static int replay_opt(struct replay_cfg *cfg, const char *prog, int opt, const c
 	case OPT_JSON:
 		cfg->json = true;
 		return 1;
+	case OPT_KEEP_NAMESPACE:
+		cfg->keep_namespace = true;
+		return 1;
 	}
 	return 0;
 bad:
@@ -526,6 +592,7 @@ static int replay_parse(int argc, char **argv, struct replay_cfg *cfg)
 		{ "lease-ms", required_argument, NULL, OPT_LEASE_MS },
 		{ "limit", required_argument, NULL, OPT_LIMIT },
 		{ "json", no_argument, NULL, OPT_JSON },
+		{ "keep-namespace", no_argument, NULL, OPT_KEEP_NAMESPACE },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *prog = argv[0];
@@ -583,6 +650,28 @@ out_close:
 	kvpool_close(*out);
 	*out = NULL;
 	return CLI_EXIT_ERROR;
+}
+
+/* Empty the namespace unless --keep-namespace: what a previous run left
+ * there (perhaps blocks of another size) would make this run's figures
+ * meaningless. Only this namespace is touched. Returns 0 or an exit code. */
+static int replay_empty_namespace(const struct replay_cfg *cfg, const char *prog,
+				  struct kvpool_client *ctl, struct cli_replay_report *rep)
+{
+	int rc;
+
+	rep->namespace_dropped = false;
+	rep->dropped_blocks = 0;
+	if (cfg->keep_namespace)
+		return 0;
+	rc = kvpool_drop_namespace(ctl, NULL, &rep->dropped_blocks);
+	if (rc) {
+		fprintf(stderr, "%s: dropping namespace \"%s\" first: %s\n", prog, cfg->conn.ns,
+			kvpool_strerror(rc));
+		return CLI_EXIT_ERROR;
+	}
+	rep->namespace_dropped = true;
+	return 0;
 }
 
 /* Connect and allocate every worker. Returns 0 or an exit code. */
@@ -650,6 +739,9 @@ static int replay_trace(const struct replay_cfg *cfg, const char *prog, struct c
 	rc = replay_control(cfg, prog, &ctl);
 	if (rc)
 		goto out_workers;
+	rc = replay_empty_namespace(cfg, prog, ctl, rep);
+	if (rc)
+		goto out_workers;
 	rc = workers_setup(&sh, ws, prog);
 	if (rc || read_counters(ctl, prog, cfg->conn.ns, &before)) {
 		rc = CLI_EXIT_ERROR;
@@ -684,6 +776,15 @@ out_mutex:
 static int replay_report(const struct replay_cfg *cfg, const char *prog,
 			 struct cli_replay_report *rep)
 {
+	uint64_t put_errors = cli_replay_errno_total(rep->counts.put_errors);
+
+	/* Not an exit status (the data that came back was right), but the hit
+	 * ratios are lower than the pool would give: say so where a script's
+	 * log shows it. */
+	if (put_errors)
+		fprintf(stderr, "%s: warning: %" PRIu64 " block%s could not be put (see put_errors "
+			"in the report): the hit ratios are lower than the pool could give\n", prog,
+			put_errors, put_errors == 1 ? "" : "s");
 	if (rep->server_get_hits != rep->counts.returned)
 		fprintf(stderr, "%s: warning: the server counted %" PRIu64 " get hits in namespace "
 			"\"%s\" but this client got %" PRIu64 " blocks (another client in the "

@@ -5,6 +5,7 @@
 #ifndef KVPOOL_CLI_REPLAY_H
 #define KVPOOL_CLI_REPLAY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -52,6 +53,7 @@ struct cli_replay_counts {
 	uint64_t blocks_put;    /* blocks PUT accepted (stored or already there) */
 	uint64_t bytes_put;     /* payload bytes of those */
 	uint64_t bytes_got;     /* payload bytes GET returned */
+	uint64_t put_retries;   /* blocks sent again after the server was busy */
 	uint64_t put_errors[CLI_REPLAY_ERRNO_SLOTS];
 	uint64_t get_errors[CLI_REPLAY_ERRNO_SLOTS];  /* besides misses */
 	struct cli_lat lat[CLI_REPLAY_NOPS];
@@ -59,6 +61,9 @@ struct cli_replay_counts {
 
 /* Count one per-block error (a negative errno) in a table. */
 void cli_replay_count_errno(uint64_t *table, int err);
+
+/* The sum of an errno table. */
+uint64_t cli_replay_errno_total(const uint64_t *table);
 
 /* Add `from` to `into` (samples are appended). Returns 0 or -ENOMEM. */
 int cli_replay_counts_add(struct cli_replay_counts *into, const struct cli_replay_counts *from);
@@ -77,6 +82,8 @@ struct cli_replay_report {
 	uint64_t ideal_hits;    /* infinite-cache hits over the same refs */
 	uint64_t server_get_hits; /* namespace get_hits, after - before */
 	uint64_t evictions;     /* server-wide, after - before */
+	bool namespace_dropped; /* the namespace was emptied before the run */
+	uint64_t dropped_blocks; /* blocks that emptying removed */
 	double wall_s;
 	struct cli_replay_counts counts; /* sum over workers */
 };
@@ -85,7 +92,9 @@ struct cli_replay_report {
  * documented in `kvpool replay --help`). Returns 0 or -ENOMEM. */
 int cli_replay_print_json(FILE *f, struct cli_replay_report *r);
 
-/* Print the report for a person. */
+/* Print the report for a person. Its first lines say whether the
+ * namespace was emptied first (and warn when it was not), and warn when
+ * blocks could not be put. */
 void cli_replay_print_text(FILE *f, struct cli_replay_report *r);
 
 #endif /* KVPOOL_CLI_REPLAY_H */

@@ -73,6 +73,15 @@ void cli_replay_count_errno(uint64_t *table, int err)
 	table[e > 0 && e < CLI_REPLAY_ERRNO_SLOTS - 1 ? e : CLI_REPLAY_ERRNO_SLOTS - 1]++;
 }
 
+uint64_t cli_replay_errno_total(const uint64_t *table)
+{
+	uint64_t n = 0;
+
+	for (int e = 0; e < CLI_REPLAY_ERRNO_SLOTS; e++)
+		n += table[e];
+	return n;
+}
+
 int cli_replay_counts_add(struct cli_replay_counts *into, const struct cli_replay_counts *from)
 {
 	into->requests += from->requests;
@@ -82,6 +91,7 @@ int cli_replay_counts_add(struct cli_replay_counts *into, const struct cli_repla
 	into->wrong += from->wrong;
 	into->get_misses += from->get_misses;
 	into->blocks_put += from->blocks_put;
+	into->put_retries += from->put_retries;
 	into->bytes_put += from->bytes_put;
 	into->bytes_got += from->bytes_got;
 	for (int i = 0; i < CLI_REPLAY_ERRNO_SLOTS; i++) {
@@ -182,6 +192,7 @@ int cli_replay_print_json(FILE *f, struct cli_replay_report *r)
 	ADD("get_errors", jerrnos(c->get_errors));
 	ADD("evictions", json_object_new_uint64(r->evictions));
 	ADD("blocks_put", json_object_new_uint64(c->blocks_put));
+	ADD("put_retries", json_object_new_uint64(c->put_retries));
 	ADD("put_errors", jerrnos(c->put_errors));
 	ADD("bytes_put", json_object_new_uint64(c->bytes_put));
 	ADD("bytes_got", json_object_new_uint64(c->bytes_got));
@@ -192,6 +203,8 @@ int cli_replay_print_json(FILE *f, struct cli_replay_report *r)
 	ADD("block_tokens", json_object_new_uint64(r->block_tokens));
 	ADD("concurrency", json_object_new_uint64(r->concurrency));
 	ADD("namespace", json_object_new_string(r->ns));
+	ADD("namespace_dropped", json_object_new_boolean(r->namespace_dropped));
+	ADD("dropped_blocks", json_object_new_uint64(r->dropped_blocks));
 #undef ADD
 	fprintf(f, "%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
 							   JSON_C_TO_STRING_NOSLASHESCAPE));
@@ -199,17 +212,9 @@ int cli_replay_print_json(FILE *f, struct cli_replay_report *r)
 	return 0;
 }
 
-/* Does an errno table count anything? */
-static bool any_errno(const uint64_t *table)
-{
-	for (int e = 0; e < CLI_REPLAY_ERRNO_SLOTS; e++)
-		if (table[e])
-			return true;
-	return false;
-}
-
-/* "ENOSPC 3, ENOLINK 2" or "0". */
-static void print_errnos(FILE *f, const uint64_t *table)
+/* "ENOSPC 3, ENOLINK 2" (nothing when the table is empty). Returns
+ * whether it printed anything. */
+static bool print_errnos_inline(FILE *f, const uint64_t *table)
 {
 	const char *sep = "";
 
@@ -219,7 +224,33 @@ static void print_errnos(FILE *f, const uint64_t *table)
 		fprintf(f, "%s%s %" PRIu64, sep, errno_name(e), table[e]);
 		sep = ", ";
 	}
-	fprintf(f, "%s\n", *sep ? "" : "0");
+	return *sep;
+}
+
+/* "ENOSPC 3, ENOLINK 2" or "0", and the end of the line. */
+static void print_errnos(FILE *f, const uint64_t *table)
+{
+	fprintf(f, "%s\n", print_errnos_inline(f, table) ? "" : "0");
+}
+
+/* The lines under the title that qualify every figure below them: was
+ * the namespace empty, did every block get stored. */
+static void print_caveats(FILE *f, const struct cli_replay_report *r)
+{
+	uint64_t put_errors = cli_replay_errno_total(r->counts.put_errors);
+
+	if (r->namespace_dropped)
+		fprintf(f, "  dropped %" PRIu64 " block%s of namespace \"%s\" first\n",
+			r->dropped_blocks, r->dropped_blocks == 1 ? "" : "s", r->ns);
+	else
+		fprintf(f, "  WARNING: --keep-namespace: the figures include what namespace \"%s\" "
+			"held before the run\n", r->ns);
+	if (put_errors) {
+		fprintf(f, "  WARNING: %" PRIu64 " block%s could not be put: the hit ratios are "
+			"lower than the pool could give (", put_errors, put_errors == 1 ? "" : "s");
+		print_errnos_inline(f, r->counts.put_errors);
+		fprintf(f, ")\n");
+	}
 }
 
 void cli_replay_print_text(FILE *f, struct cli_replay_report *r)
@@ -229,6 +260,7 @@ void cli_replay_print_text(FILE *f, struct cli_replay_report *r)
 
 	fprintf(f, "replay of %s: namespace \"%s\" on %s, %u connection%s\n", r->trace_path,
 		r->ns, r->url, r->concurrency, r->concurrency == 1 ? "" : "s");
+	print_caveats(f, r);
 	fprintf(f, "  requests              %" PRIu64 "\n", c->requests);
 	fprintf(f, "  block references      %" PRIu64 " (%s blocks, %" PRIu64 " tokens each)\n",
 		c->block_refs, cli_fmt_bytes(r->block_bytes, bb, sizeof(bb)), r->block_tokens);
@@ -242,12 +274,13 @@ void cli_replay_print_text(FILE *f, struct cli_replay_report *r)
 	fprintf(f, "  wrong blocks          %" PRIu64 "\n", c->wrong);
 	fprintf(f, "  get misses            %" PRIu64 " (matched, then not returned)\n",
 		c->get_misses);
-	if (any_errno(c->get_errors)) {
+	if (cli_replay_errno_total(c->get_errors)) {
 		fprintf(f, "  get errors            ");
 		print_errnos(f, c->get_errors);
 	}
 	fprintf(f, "  evictions             %" PRIu64 "\n", r->evictions);
-	fprintf(f, "  blocks put            %" PRIu64 "\n", c->blocks_put);
+	fprintf(f, "  blocks put            %" PRIu64 " (%" PRIu64 " sent again after BUSY)\n",
+		c->blocks_put, c->put_retries);
 	fprintf(f, "  put errors            ");
 	print_errnos(f, c->put_errors);
 	fprintf(f, "  throughput            %.3f GB/s (%s put + got in %.3f s)\n",

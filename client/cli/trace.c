@@ -159,7 +159,12 @@ static int get_u64(struct json_object *v, const char *what, uint64_t *out, char 
 	return 0;
 }
 
-/* Read "timestamp": a finite number, or a string holding one. */
+/* Timestamps beyond this (ms, ~31,700 years) are not a trace's times:
+ * they would only overflow the pacing arithmetic. */
+#define TRACE_MAX_TIMESTAMP_MS 1e15
+
+/* Read "timestamp": a number, or a string holding one, in milliseconds
+ * from 0 to TRACE_MAX_TIMESTAMP_MS. */
 static int get_timestamp(struct json_object *v, double *out, char *err, size_t errlen)
 {
 	const char *s;
@@ -188,7 +193,13 @@ static int get_timestamp(struct json_object *v, double *out, char *err, size_t e
 				 type_name(v));
 	}
 	if (!isfinite(d))
-		return trace_err(err, errlen, "timestamp must be finite");
+		return trace_err(err, errlen, "timestamp must be a finite number, not %g", d);
+	if (d < 0)
+		return trace_err(err, errlen, "timestamp %g is negative: want milliseconds "
+				 "from 0 to 1e15", d);
+	if (d > TRACE_MAX_TIMESTAMP_MS)
+		return trace_err(err, errlen, "timestamp %g is absurd: want milliseconds "
+				 "from 0 to 1e15", d);
 	*out = d;
 	return 0;
 }

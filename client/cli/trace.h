@@ -2,10 +2,10 @@
  * trace.h - request traces for `kvpool replay`.
  *
  * A trace is JSON Lines in the format of the Mooncake FAST'25 traces: one
- * object per request with "timestamp" (milliseconds; a number or a numeric
- * string), "input_length" and "output_length" (tokens) and "hash_ids" (an
- * array of integers in 0..2^64-1, one per block of input tokens). Other keys
- * are ignored.
+ * object per request with "timestamp" (milliseconds, 0..1e15; a number or a
+ * numeric string), "input_length" and "output_length" (tokens) and
+ * "hash_ids" (an array of integers in 0..2^64-1, one per block of input
+ * tokens). Other keys are ignored.
  *
  * Hash ids are chained into 32-byte block keys the way prompts chain their
  * block hashes: key_0 = SHA-256(id_0 as uint64 LE) and
@@ -54,7 +54,8 @@ struct cli_trace {
  * Returns 0, or -EINVAL with a one-line reason in err[0..errlen) (truncated
  * JSON, not an object, a missing field, a wrong type, a negative or
  * non-integer length or id, an integer beyond 2^64-1, a timestamp that is no
- * finite number), or -ENOMEM. *out is written only on success. */
+ * finite number, negative, or beyond 1e15 ms), or -ENOMEM. *out is written
+ * only on success. */
 int cli_trace_parse_line(const char *line, size_t len, struct cli_trace_req *out, char *err,
 			 size_t errlen);
 

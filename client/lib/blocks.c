@@ -76,6 +76,27 @@ static int key_is_zero(const uint8_t *key)
 	return 1;
 }
 
+/* A scatter-gather list the library may read or write: at least one
+ * entry, no NULL base under a nonzero length (checked here so that a bad
+ * list is -EINVAL before anything is sent, rather than a crash in the
+ * checksum or a failed recv that costs the connection), and a total that
+ * fits in 64 bits. */
+static int iov_valid(const struct iovec *iov, int iovcnt)
+{
+	uint64_t total = 0;
+
+	if (!iov || iovcnt < 1)
+		return 0;
+	for (int i = 0; i < iovcnt; i++) {
+		if (!iov[i].iov_base && iov[i].iov_len)
+			return 0;
+		if (iov[i].iov_len > UINT64_MAX - total)
+			return 0;
+		total += iov[i].iov_len;
+	}
+	return 1;
+}
+
 /* ---- PUT ---------------------------------------------------------------- */
 
 /* Encode one PUT entry; the checksum is computed here, one frame at a
@@ -158,7 +179,7 @@ static const struct kvc_batch_ops put_ops = {
 static int put_blocks_valid(const struct kvpool_put_block *blocks, size_t count)
 {
 	for (size_t i = 0; i < count; i++)
-		if (!blocks[i].key || !blocks[i].iov || blocks[i].iovcnt < 1)
+		if (!blocks[i].key || !iov_valid(blocks[i].iov, blocks[i].iovcnt))
 			return 0;
 	return 1;
 }
@@ -243,8 +264,10 @@ static void get_encode(void *ctx, size_t i, uint8_t *body, uint32_t j)
 }
 
 /* Check a GET reply's results against the request: OK blocks fit their
- * buffers and their lengths add up to the payload. *iovcnt receives the
- * iovecs needed to scatter the payload. */
+ * buffers and their lengths add up to the payload; a TOO_LARGE block's
+ * reported length (0: not reported) does not fit, so a caller that
+ * retries with that many bytes cannot be told TOO_LARGE forever.
+ * *iovcnt receives the iovecs needed to scatter the payload. */
 static int get_check(struct get_call *gc, size_t first, size_t n, const struct proto_batch *b,
 		     uint64_t payload_bytes, size_t *iovcnt)
 {
@@ -254,6 +277,8 @@ static int get_check(struct get_call *gc, size_t first, size_t n, const struct p
 
 	for (size_t j = 0; j < n; j++) {
 		if (proto_result_decode(b, (uint32_t)j, &r))
+			return -EPROTO;
+		if (r.status == PROTO_STATUS_TOO_LARGE && r.length && r.length <= gc->cap[first + j])
 			return -EPROTO;
 		if (r.status != PROTO_STATUS_OK)
 			continue;
@@ -296,7 +321,8 @@ static size_t get_scatter(struct get_call *gc, size_t first, size_t n, const str
 }
 
 /* Verify each OK block's bytes against the server's checksum and set the
- * per-block statuses of the frame. */
+ * per-block statuses of the frame. A block too large for its buffers
+ * gets its real length, so that the caller can retry with room for it. */
 static void get_verify(struct get_call *gc, struct kvpool_client *c, size_t first, size_t n,
 		       const struct proto_batch *b)
 {
@@ -307,6 +333,8 @@ static void get_verify(struct get_call *gc, struct kvpool_client *c, size_t firs
 		int err;
 
 		proto_result_decode(b, (uint32_t)j, &r);
+		if (r.status == PROTO_STATUS_TOO_LARGE)
+			blk->length = r.length;
 		if (r.status != PROTO_STATUS_OK) {
 			err = proto_status_to_errno(r.status);
 			/* Success without bytes makes no sense for a GET. */
@@ -362,7 +390,7 @@ static const struct kvc_batch_ops get_ops = {
 static int get_blocks_valid(const struct kvpool_get_block *blocks, size_t count)
 {
 	for (size_t i = 0; i < count; i++)
-		if (!blocks[i].key || !blocks[i].iov || blocks[i].iovcnt < 1)
+		if (!blocks[i].key || !iov_valid(blocks[i].iov, blocks[i].iovcnt))
 			return 0;
 	return 1;
 }
@@ -414,7 +442,8 @@ int kvpool_get_bytes(struct kvpool_client *c, const uint8_t key[KVPOOL_KEY_BYTES
 	if (!buf && cap)
 		return -EINVAL;
 	rc = kvpool_get(c, &b, 1, NULL);
-	if (rc == 0 && length)
+	/* b.length is 0 unless the block's size is known (see kvpool.h). */
+	if (length && (rc == 0 || (rc == -EMSGSIZE && b.length)))
 		*length = b.length;
 	return rc;
 }

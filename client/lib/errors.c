@@ -12,7 +12,7 @@ const char *kvpool_strerror(int err)
 	case 0:
 		return "success";
 	case ENOENT:
-		return "not found (a miss, or the host name does not resolve)";
+		return "not found";
 	case ENOLINK:
 		return "parent block not stored; nothing stored";
 	case ENOSPC:

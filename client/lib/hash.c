@@ -52,8 +52,9 @@ static int hash_block(EVP_MD_CTX *ctx, const uint8_t *parent, const uint32_t *to
 
 int kvpool_block_hashes(const uint32_t *tokens, size_t n_tokens, size_t block_tokens,
 			const uint8_t *parent, const void *extra, size_t extra_len,
-			uint8_t (*out)[KVPOOL_KEY_BYTES], size_t out_cap, size_t *n_out)
+			void *out, size_t out_cap, size_t *n_out)
 {
+	uint8_t (*hashes)[KVPOOL_KEY_BYTES] = out;
 	size_t blocks;
 	EVP_MD_CTX *ctx;
 	int rc = 0;
@@ -71,11 +72,11 @@ int kvpool_block_hashes(const uint32_t *tokens, size_t n_tokens, size_t block_to
 	/* Extra bytes go into the first block of a prompt only; a block that
 	 * continues a chain (parent given) carries them through its parent. */
 	for (size_t i = 0; i < blocks && !rc; i++) {
-		const uint8_t *prev = i ? out[i - 1] : parent;
+		const uint8_t *prev = i ? hashes[i - 1] : parent;
 		int first = !prev;
 
 		rc = hash_block(ctx, prev, tokens + i * block_tokens, block_tokens,
-				first ? extra : NULL, first ? extra_len : 0, out[i]);
+				first ? extra : NULL, first ? extra_len : 0, hashes[i]);
 	}
 	EVP_MD_CTX_free(ctx);
 	if (rc)

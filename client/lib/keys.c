@@ -83,7 +83,7 @@ static int keys_batch(struct kvpool_client *c, uint8_t op, const uint8_t (*keys)
 	return kc.refused;
 }
 
-int kvpool_exists(struct kvpool_client *c, const uint8_t (*keys)[KVPOOL_KEY_BYTES], size_t count,
+int kvpool_exists(struct kvpool_client *c, const void *keys, size_t count,
 		  int *statuses)
 {
 	if (!c || (count && (!keys || !statuses)))
@@ -93,7 +93,7 @@ int kvpool_exists(struct kvpool_client *c, const uint8_t (*keys)[KVPOOL_KEY_BYTE
 	return keys_batch(c, PROTO_OP_EXISTS, keys, count, statuses);
 }
 
-int kvpool_delete(struct kvpool_client *c, const uint8_t (*keys)[KVPOOL_KEY_BYTES], size_t count,
+int kvpool_delete(struct kvpool_client *c, const void *keys, size_t count,
 		  int *statuses)
 {
 	int *st = statuses;
@@ -155,9 +155,10 @@ static int match_once(struct kvpool_client *c, const uint8_t (*keys)[KVPOOL_KEY_
 	return 0;
 }
 
-int kvpool_match(struct kvpool_client *c, const uint8_t (*keys)[KVPOOL_KEY_BYTES], size_t count,
+int kvpool_match(struct kvpool_client *c, const void *keys, size_t count,
 		 uint32_t lease_ms, size_t *matched)
 {
+	const uint8_t (*chain)[KVPOOL_KEY_BYTES] = keys;
 	uint64_t deadline_ms;
 	size_t total = 0, chunk;
 	int rc;
@@ -176,7 +177,7 @@ int kvpool_match(struct kvpool_client *c, const uint8_t (*keys)[KVPOOL_KEY_BYTES
 	while (total < count) {
 		size_t n = count - total < chunk ? count - total : chunk, m = 0;
 
-		rc = match_once(c, keys + total, n, lease_ms, deadline_ms, &m);
+		rc = match_once(c, chain + total, n, lease_ms, deadline_ms, &m);
 		if (rc)
 			return rc;
 		total += m;

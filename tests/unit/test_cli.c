@@ -1,29 +1,36 @@
 /*
- * test_cli.c - unit tests of the kvpool CLI's pure parts: trace lines,
+ * test_cli.c - unit tests of the kvpool CLI: its pure parts (trace lines,
  * trace loading and ordering, key chaining, the infinite-cache ideal, the
- * payload generator and checker, size units, keys, STATS counters, latency
- * quantiles and the replay JSON report.
+ * payload generator and checker, size units, keys, connection messages,
+ * STATS counters, latency quantiles and the replay reports), then its
+ * subcommands run in-process against the fake server of fake_server.h
+ * (put's "already stored" and size limit, option messages, replay's
+ * namespace drop and its retries of busy puts).
  */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <json-c/json.h>
 #include <openssl/evp.h>
 
+#include "cli/cli.h"
 #include "cli/cli_key.h"
 #include "cli/cli_opts.h"
 #include "cli/cli_stats.h"
 #include "cli/payload.h"
 #include "cli/replay.h"
 #include "cli/trace.h"
+#include "fake_server.h"
 
 /* Parse a NUL-terminated line; returns the parser's result. */
 static int parse(const char *line, struct cli_trace_req *req, char *err, size_t errlen)
@@ -72,6 +79,15 @@ static void test_parse_timestamp_forms(void **state)
 			       "\"output_length\": 1, \"hash_ids\": [3]}", &r, err, sizeof(err)), 0);
 	assert_true(r.timestamp_ms == 0.25);
 	cli_trace_req_release(&r);
+	/* The ends of the accepted range. */
+	assert_int_equal(parse("{\"timestamp\": 0, \"input_length\": 1, "
+			       "\"output_length\": 1, \"hash_ids\": [3]}", &r, err, sizeof(err)), 0);
+	assert_true(r.timestamp_ms == 0.0);
+	cli_trace_req_release(&r);
+	assert_int_equal(parse("{\"timestamp\": 1e15, \"input_length\": 1, "
+			       "\"output_length\": 1, \"hash_ids\": [3]}", &r, err, sizeof(err)), 0);
+	assert_true(r.timestamp_ms == 1e15);
+	cli_trace_req_release(&r);
 }
 
 /* Every line here must be refused with an error containing `needle`. */
@@ -117,6 +133,22 @@ static const struct bad_line {
 	  "timestamp" },
 	{ "{\"timestamp\": \"nan\", \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}",
 	  "finite" },
+	{ "{\"timestamp\": NaN, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}",
+	  "finite" },
+	{ "{\"timestamp\": -Infinity, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}",
+	  "finite" },
+	{ "{\"timestamp\": \"inf\", \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}",
+	  "finite" },
+	{ "{\"timestamp\": -5, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}",
+	  "timestamp -5 is negative" },
+	{ "{\"timestamp\": \"-0.5\", \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}",
+	  "negative" },
+	{ "{\"timestamp\": 1e16, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}",
+	  "timestamp 1e+16 is absurd" },
+	{ "{\"timestamp\": 18446744073709551615, \"input_length\": 1, \"output_length\": 1, "
+	  "\"hash_ids\": []}", "absurd" },
+	{ "{\"timestamp\": \"1e300\", \"input_length\": 1, \"output_length\": 1, \"hash_ids\": []}",
+	  "absurd" },
 	{ "{\"timestamp\": 1, \"input_length\": 1, \"output_length\": 1, \"hash_ids\": [1, 2",
 	  "truncated" },
 	{ "{\"timestamp\": 1, \"input_le", "truncated" },
@@ -229,10 +261,13 @@ static void test_read_sorts_stably(void **state)
 static void test_read_names_bad_line(void **state)
 {
 	static const char text[] = LINE(1, "[1]") LINE(2, "[2]") "\n" LINE(3, "[-3]");
+	static const char negative[] = LINE(1, "[1]") LINE(-2, "[2]");
 	struct cli_trace t = { .n_reqs = 77 };
 	char err[256] = "";
 
 	(void)state;
+	assert_int_equal(read_mem(negative, 0, &t, err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "mem:2: timestamp -2 is negative: want milliseconds from 0 to 1e15");
 	assert_int_equal(read_mem(text, 0, &t, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "mem:4: "));
 	assert_non_null(strstr(err, "hash_ids[0]"));
@@ -588,12 +623,442 @@ static void test_replay_json_report(void **state)
 	assert_int_equal(json_object_get_int64(v), 42);
 	for (const char *const *k = (const char *const[]){ "requests", "block_refs",
 			"server_get_hits", "client_get_hits", "wrong_blocks", "evictions",
-			"wall_s", NULL }; *k; k++)
+			"wall_s", "put_retries", "namespace_dropped", "dropped_blocks",
+			NULL }; *k; k++)
 		if (!json_object_object_get_ex(o, *k, NULL))
 			fail_msg("key %s missing", *k);
 	json_object_put(o);
 	free(text);
 	cli_replay_counts_release(&r.counts);
+}
+
+/* ---- connection messages ------------------------------------------------ */
+
+static void test_ns_valid(void **state)
+{
+	char name[300];
+
+	(void)state;
+	memset(name, 'n', sizeof(name));
+	name[255] = '\0';
+	assert_true(cli_ns_valid(name));
+	name[255] = 'n';
+	name[256] = '\0';
+	assert_false(cli_ns_valid(name));
+	assert_true(cli_ns_valid("llama3-8b:bf16:tp1/b16"));
+	assert_true(cli_ns_valid("~!"));
+	assert_false(cli_ns_valid(""));
+	assert_false(cli_ns_valid(NULL));
+	assert_false(cli_ns_valid("a b"));
+	assert_false(cli_ns_valid("tab\there"));
+	assert_false(cli_ns_valid("del\x7f"));
+	assert_false(cli_ns_valid("caf\xc3\xa9"));
+}
+
+/* Each failure of kvpool_connect is said in its own words. */
+static void test_connect_error_messages(void **state)
+{
+	struct cli_conn conn = { .url = "tcp://127.0.0.1:7470", .ns = "a b" };
+	char buf[512];
+
+	(void)state;
+	assert_string_equal(cli_connect_error(&conn, -EINVAL, buf, sizeof(buf)),
+			    "bad namespace \"a b\": namespace must be 1..255 printable ASCII "
+			    "characters without spaces");
+	conn = (struct cli_conn){ .url = "notaurl", .ns = "default" };
+	assert_string_equal(cli_connect_error(&conn, -EINVAL, buf, sizeof(buf)),
+			    "bad URL: expected tcp://host:port, got 'notaurl'");
+	conn.url = "udp://127.0.0.1:7470";
+	assert_string_equal(cli_connect_error(&conn, -EOPNOTSUPP, buf, sizeof(buf)),
+			    "bad URL: expected tcp://host:port (this build speaks tcp:// only), "
+			    "got 'udp://127.0.0.1:7470'");
+	/* A tcp:// URL and -EOPNOTSUPP: the server's protocol version. */
+	conn.url = "tcp://h:1";
+	assert_non_null(strstr(cli_connect_error(&conn, -EOPNOTSUPP, buf, sizeof(buf)),
+			       "cannot connect to tcp://h:1 (namespace \"default\"): not supported"));
+	conn.url = "tcp://no-such-host.invalid:1";
+	assert_string_equal(cli_connect_error(&conn, -ENOENT, buf, sizeof(buf)),
+			    "cannot connect to tcp://no-such-host.invalid:1: host name does not "
+			    "resolve");
+	conn.url = "tcp://127.0.0.1:1";
+	assert_string_equal(cli_connect_error(&conn, -ECONNREFUSED, buf, sizeof(buf)),
+			    "cannot connect to tcp://127.0.0.1:1 (namespace \"default\"): "
+			    "connection refused: server not reachable");
+	/* Truncated to the buffer, still a string. */
+	assert_int_equal(strlen(cli_connect_error(&conn, -ECONNREFUSED, buf, 10)), 9);
+}
+
+/* The text report says first whether the figures stand on an empty
+ * namespace, and warns when blocks could not be put. */
+static void test_replay_text_caveats(void **state)
+{
+	struct cli_replay_report r = {
+		.trace_path = "t.jsonl", .url = "tcp://127.0.0.1:1", .ns = "replay",
+		.block_bytes = 4096, .block_tokens = 16, .concurrency = 1,
+		.namespace_dropped = true, .dropped_blocks = 7,
+	};
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	(void)state;
+	f = open_memstream(&text, &len);
+	cli_replay_print_text(f, &r);
+	fclose(f);
+	assert_non_null(strstr(text, "\n  dropped 7 blocks of namespace \"replay\" first\n"));
+	assert_null(strstr(text, "WARNING"));
+	assert_non_null(strstr(text, "  put errors            0\n"));
+	free(text);
+
+	r.namespace_dropped = false;
+	cli_replay_count_errno(r.counts.put_errors, -EAGAIN);
+	cli_replay_count_errno(r.counts.put_errors, -EAGAIN);
+	cli_replay_count_errno(r.counts.put_errors, -ENOSPC);
+	assert_int_equal(cli_replay_errno_total(r.counts.put_errors), 3);
+	f = open_memstream(&text, &len);
+	cli_replay_print_text(f, &r);
+	fclose(f);
+	assert_null(strstr(text, "dropped"));
+	assert_non_null(strstr(text, "\n  WARNING: --keep-namespace: the figures include what "
+				     "namespace \"replay\" held before the run\n"));
+	assert_non_null(strstr(text, "\n  WARNING: 3 blocks could not be put: the hit ratios are "
+				     "lower than the pool could give (EAGAIN 2, ENOSPC 1)\n"));
+	assert_non_null(strstr(text, "  put errors            EAGAIN 2, ENOSPC 1\n"));
+	/* Both warnings come before the figures. */
+	assert_true(strstr(text, "WARNING: 3 blocks") < strstr(text, "hit ratio"));
+	free(text);
+	cli_replay_counts_release(&r.counts);
+}
+
+/* ---- subcommands against the fake server --------------------------------- */
+
+/* What a subcommand printed and returned. */
+struct run {
+	int status;
+	char *out;
+	char *err;
+};
+
+/* The whole of a temporary file, NUL-terminated, malloc'd. */
+static char *slurp(FILE *f)
+{
+	long n;
+	char *buf;
+
+	assert_int_equal(fseek(f, 0, SEEK_END), 0);
+	n = ftell(f);
+	assert_true(n >= 0);
+	rewind(f);
+	buf = malloc((size_t)n + 1);
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+/* Run subcommand `fn` in this process with the arguments after `name`
+ * (NULL-terminated), its stdout and stderr captured. */
+static void run_cmd(struct run *r, int (*fn)(int, char **), const char *name, ...)
+{
+	char *argv[32];
+	FILE *out = tmpfile(), *err = tmpfile();
+	int argc = 0, saved_out, saved_err;
+	va_list ap;
+
+	assert_non_null(out);
+	assert_non_null(err);
+	argv[argc++] = (char *)name;
+	va_start(ap, name);
+	for (char *a = va_arg(ap, char *); a; a = va_arg(ap, char *)) {
+		assert_true(argc < 31);
+		argv[argc++] = a;
+	}
+	va_end(ap);
+	argv[argc] = NULL;
+	fflush(stdout);
+	fflush(stderr);
+	saved_out = dup(STDOUT_FILENO);
+	saved_err = dup(STDERR_FILENO);
+	dup2(fileno(out), STDOUT_FILENO);
+	dup2(fileno(err), STDERR_FILENO);
+	r->status = fn(argc, argv);
+	fflush(stdout);
+	fflush(stderr);
+	dup2(saved_out, STDOUT_FILENO);
+	dup2(saved_err, STDERR_FILENO);
+	close(saved_out);
+	close(saved_err);
+	r->out = slurp(out);
+	r->err = slurp(err);
+}
+
+static void run_free(struct run *r)
+{
+	free(r->out);
+	free(r->err);
+	r->out = r->err = NULL;
+}
+
+/* A fake server and temp files for one test. */
+struct cli_env {
+	struct fake fk;
+	char url[64];
+	char path[64];   /* a temp file: trace or block */
+};
+
+static struct cli_env *cli_env_open(const struct proto_hello_reply *limits)
+{
+	struct cli_env *e = calloc(1, sizeof(*e));
+	int fd;
+
+	assert_non_null(e);
+	e->fk.limits = *limits;
+	fake_start(&e->fk, 0);
+	snprintf(e->url, sizeof(e->url), "tcp://127.0.0.1:%u", (unsigned)e->fk.port);
+	snprintf(e->path, sizeof(e->path), "/tmp/kvpool-test-cli-XXXXXX");
+	fd = mkstemp(e->path);
+	assert_true(fd >= 0);
+	close(fd);
+	return e;
+}
+
+static void cli_env_close(struct cli_env *e)
+{
+	fake_stop(&e->fk);
+	fake_release(&e->fk);
+	unlink(e->path);
+	free(e);
+}
+
+static int cli_setup(void **state)
+{
+	*state = cli_env_open(&fake_default_limits);
+	return 0;
+}
+
+static int cli_teardown(void **state)
+{
+	cli_env_close(*state);
+	return 0;
+}
+
+/* Write text to the env's temp file. */
+static void write_file(struct cli_env *e, const char *text, size_t len)
+{
+	FILE *f = fopen(e->path, "wb");
+
+	assert_non_null(f);
+	assert_int_equal(fwrite(text, 1, len, f), len);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* A second put of a stored key says so, and sends no PUT. */
+static void test_put_already_stored(void **state)
+{
+	struct cli_env *e = *state;
+	struct run r;
+
+	write_file(e, "some kv bytes", 13);
+	run_cmd(&r, cli_put_main, "kvpool put", "text:blk", e->path, "--server", e->url,
+		"--namespace", "t-put", NULL);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, " stored (13 B)\n"));
+	assert_null(strstr(r.out, "already"));
+	run_free(&r);
+	run_cmd(&r, cli_put_main, "kvpool put", "text:blk", e->path, "--server", e->url,
+		"--namespace", "t-put", NULL);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, " already stored (nothing written)\n"));
+	assert_string_equal(r.err, "");
+	run_free(&r);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_PUT]), 1);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_EXISTS]), 2);
+	assert_string_equal(e->fk.hello_ns, "t-put");
+}
+
+/* A block above the server's limit is refused (exit 1) naming that limit. */
+static void test_put_too_large(void **state)
+{
+	struct proto_hello_reply lim = fake_default_limits;
+	static char data[2000];
+	struct cli_env *e;
+	struct run r;
+
+	(void)state;
+	lim.max_block_bytes = 1000;
+	e = cli_env_open(&lim);
+	write_file(e, data, sizeof(data));
+	run_cmd(&r, cli_put_main, "kvpool put", "text:big", e->path, "--server", e->url, NULL);
+	assert_int_equal(r.status, 1);
+	assert_non_null(strstr(r.err, ": block of 2000 bytes exceeds the server's "
+				      "max_block_bytes 1000\n"));
+	assert_string_equal(r.out, "");
+	run_free(&r);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_PUT]), 0);
+	cli_env_close(e);
+}
+
+/* A bad namespace is refused before connecting, a bad URL is named, and
+ * a host that does not resolve is not reported as "not found". */
+static void test_option_messages(void **state)
+{
+	struct cli_env *e = *state;
+	struct run r;
+
+	run_cmd(&r, cli_ping_main, "kvpool ping", "--server", e->url, "--namespace", "a b", NULL);
+	assert_int_equal(r.status, 2);
+	assert_string_equal(r.err, "kvpool ping: bad --namespace \"a b\": namespace must be "
+				   "1..255 printable ASCII characters without spaces\n");
+	run_free(&r);
+	assert_int_equal(atomic_load(&e->fk.connections), 0);
+	run_cmd(&r, cli_ping_main, "kvpool ping", "--server", "notaurl", NULL);
+	assert_int_equal(r.status, 2);
+	assert_string_equal(r.err, "kvpool ping: bad URL: expected tcp://host:port, got "
+				   "'notaurl'\n");
+	run_free(&r);
+	run_cmd(&r, cli_ping_main, "kvpool ping", "--server", "tcp://no-such-host.invalid:1",
+		NULL);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "host name does not resolve"));
+	run_free(&r);
+	run_cmd(&r, cli_ping_main, "kvpool ping", "--server", e->url, NULL);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "pong from "));
+	run_free(&r);
+}
+
+/* Three requests: 5 distinct blocks in 10 references, 5 of them seen
+ * before (ideal 0.5). */
+static const char small_trace[] =
+	LINE(0, "[1, 2, 3]")
+	LINE(1, "[1, 2, 4]")
+	LINE(2, "[1, 2, 3, 5]");
+
+/* Run replay --json on the env's trace with extra arguments (up to 4). */
+static struct json_object *replay_json(struct cli_env *e, struct run *r, const char *a1,
+				       const char *a2, const char *a3)
+{
+	struct json_object *doc;
+
+	run_cmd(r, cli_replay_main, "kvpool replay", "--json", "--server", e->url, "--namespace",
+		"t-replay", e->path, a1, a2, a3, NULL);
+	doc = json_tokener_parse(r->out);
+	if (!doc)
+		fail_msg("replay printed no JSON (exit %d): %s / %s", r->status, r->out, r->err);
+	return doc;
+}
+
+/* A member of a replay report: an integer, or the double times 1e6. */
+static int64_t jget(struct json_object *o, const char *key)
+{
+	struct json_object *v;
+
+	if (!json_object_object_get_ex(o, key, &v))
+		fail_msg("report has no \"%s\"", key);
+	if (json_object_is_type(v, json_type_double))
+		return (int64_t)(json_object_get_double(v) * 1e6 + 0.5);
+	return json_object_get_int64(v);
+}
+
+/* Replay empties its namespace first: a second run with another block
+ * size finds no block of the first (which came back "wrong" before), and
+ * a rerun scores the trace, not what the last run left. --keep-namespace
+ * keeps it, and the report says the figures include it. */
+static void test_replay_drops_namespace(void **state)
+{
+	struct cli_env *e = *state;
+	struct json_object *rep;
+	struct run r;
+
+	write_file(e, small_trace, strlen(small_trace));
+	rep = replay_json(e, &r, "--block-bytes", "4096", NULL);
+	assert_int_equal(r.status, 0);
+	assert_int_equal(jget(rep, "namespace_dropped"), 1);
+	assert_int_equal(jget(rep, "dropped_blocks"), 0);
+	assert_int_equal(jget(rep, "hit_ratio"), 500000);
+	assert_int_equal(jget(rep, "blocks_put"), 5);
+	json_object_put(rep);
+	run_free(&r);
+
+	rep = replay_json(e, &r, "--block-bytes", "8192", NULL);
+	assert_int_equal(r.status, 0);
+	assert_int_equal(jget(rep, "wrong_blocks"), 0);
+	assert_int_equal(jget(rep, "dropped_blocks"), 5);
+	assert_int_equal(jget(rep, "hit_ratio"), 500000);
+	assert_int_equal(jget(rep, "ideal_hit_ratio"), 500000);
+	json_object_put(rep);
+	run_free(&r);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_DROP_NAMESPACE]), 2);
+
+	/* Kept: every block is there already. */
+	run_cmd(&r, cli_replay_main, "kvpool replay", "--keep-namespace", "--block-bytes", "8192",
+		"--server", e->url, "--namespace", "t-replay", e->path, NULL);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "WARNING: --keep-namespace: the figures include what "
+				      "namespace \"t-replay\" held before the run\n"));
+	assert_non_null(strstr(r.out, "  hit ratio             1.0000"));
+	run_free(&r);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_DROP_NAMESPACE]), 2);
+
+	/* And the human report of a dropping run says how much went. */
+	run_cmd(&r, cli_replay_main, "kvpool replay", "--block-bytes", "8192", "--server", e->url,
+		"--namespace", "t-replay", e->path, NULL);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "\n  dropped 5 blocks of namespace \"t-replay\" first\n"));
+	assert_non_null(strstr(r.out, "  hit ratio             0.5000"));
+	assert_null(strstr(r.out, "WARNING"));
+	run_free(&r);
+
+	run_cmd(&r, cli_replay_main, "kvpool replay", "--help", NULL);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "--keep-namespace"));
+	assert_non_null(strstr(r.out, "drops every block of its namespace"));
+	run_free(&r);
+}
+
+/* A put the server turns away as busy is sent again after a short wait:
+ * three BUSY blocks cost no put error and no hit. */
+static void test_replay_retries_busy(void **state)
+{
+	struct cli_env *e = *state;
+	struct json_object *rep, *v;
+	struct run r;
+
+	write_file(e, small_trace, strlen(small_trace));
+	atomic_store(&e->fk.busy_puts, 3);
+	rep = replay_json(e, &r, "--block-bytes", "4096", NULL);
+	assert_int_equal(r.status, 0);
+	assert_true(json_object_object_get_ex(rep, "put_errors", &v));
+	assert_int_equal(json_object_object_length(v), 0);
+	assert_int_equal(jget(rep, "put_retries"), 3);
+	assert_int_equal(jget(rep, "blocks_put"), 5);
+	assert_int_equal(jget(rep, "hit_ratio"), 500000);
+	assert_int_equal(atomic_load(&e->fk.busy_puts), 0);
+	assert_null(strstr(r.err, "warning"));
+	json_object_put(rep);
+	run_free(&r);
+}
+
+/* A server that stays busy: each batch is tried 1 + 5 times, then its
+ * blocks count as put errors, loudly, and the exit status stays 0. */
+static void test_replay_busy_for_good(void **state)
+{
+	struct cli_env *e = *state;
+	struct run r;
+
+	write_file(e, small_trace, strlen(small_trace));
+	atomic_store(&e->fk.busy_puts, 1000000);
+	run_cmd(&r, cli_replay_main, "kvpool replay", "--block-bytes", "4096", "--server", e->url,
+		"--namespace", "t-busy", e->path, NULL);
+	assert_int_equal(r.status, 0);
+	/* 3 + 3 + 4 blocks, 6 times each */
+	assert_int_equal(atomic_load(&e->fk.put_blocks), 60);
+	assert_non_null(strstr(r.err, "kvpool replay: warning: 10 blocks could not be put"));
+	assert_non_null(strstr(r.out, "\n  WARNING: 10 blocks could not be put: the hit ratios "
+				      "are lower than the pool could give (EAGAIN 10)\n"));
+	assert_non_null(strstr(r.out, "  put errors            EAGAIN 10\n"));
+	run_free(&r);
 }
 
 int main(void)
@@ -618,6 +1083,16 @@ int main(void)
 		cmocka_unit_test(test_stats_counters),
 		cmocka_unit_test(test_latency_quantiles),
 		cmocka_unit_test(test_replay_json_report),
+		cmocka_unit_test(test_ns_valid),
+		cmocka_unit_test(test_connect_error_messages),
+		cmocka_unit_test(test_replay_text_caveats),
+		cmocka_unit_test_setup_teardown(test_put_already_stored, cli_setup, cli_teardown),
+		cmocka_unit_test(test_put_too_large),
+		cmocka_unit_test_setup_teardown(test_option_messages, cli_setup, cli_teardown),
+		cmocka_unit_test_setup_teardown(test_replay_drops_namespace, cli_setup,
+						cli_teardown),
+		cmocka_unit_test_setup_teardown(test_replay_retries_busy, cli_setup, cli_teardown),
+		cmocka_unit_test_setup_teardown(test_replay_busy_for_good, cli_setup, cli_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,13 +1,12 @@
 /*
  * test_client.c - libkvpool: URL parsing, kvpool_strerror, checksums, and
- * the client against a small fake server thread speaking protocol v1 on a
- * loopback port (status mapping, splitting and pipelining, protocol
- * errors, checksum mismatch, timeouts, reconnects, local refusals).
+ * the client against the fake server of fake_server.h speaking protocol v1
+ * on a loopback port (status mapping, splitting and pipelining, protocol
+ * errors, checksum mismatch, timeouts, reconnects, local refusals, bad
+ * scatter-gather lists, the length of a block too large for its buffer).
  */
 #include <errno.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -23,477 +22,11 @@
 #include <cmocka.h>
 #include <xxhash.h>
 
+#include "fake_server.h"
 #include "kvpool.h"
 #include "lib/client.h"
 #include "lib/url.h"
 #include "proto.h"
-
-/* ---- fake server ---------------------------------------------------------- */
-
-enum fake_mode {
-	MODE_NORMAL,
-	MODE_STATUSES,      /* PUT/EXISTS results take statuses from a table */
-	MODE_WRONG_ID,      /* replies echo a wrong request id */
-	MODE_TRUNCATE_GET,  /* GET reply stops half way through its payload */
-	MODE_CORRUPT_GET,   /* GET reply flips a payload byte */
-	MODE_SILENT,        /* requests after HELLO get no reply */
-	MODE_CLOSE,         /* the next request closes the connection */
-	MODE_REFUSE,        /* batch requests get a whole-request BUSY */
-	MODE_HOLD,          /* read `hold` requests before answering any */
-	MODE_HELLO_DENIED,  /* HELLO answered DENIED */
-	MODE_HELLO_OLD,     /* HELLO answered UNSUPPORTED */
-};
-
-#define FAKE_MAX_BLOCKS 64
-#define FAKE_MAX_HOLD 8
-#define FAKE_BUSY_MESSAGE "in-flight put bytes at limit"
-
-struct fake_block {
-	uint8_t key[PROTO_KEY_BYTES];
-	uint8_t *data;
-	uint64_t len;
-};
-
-struct fake {
-	int lfd;
-	uint16_t port;
-	pthread_t thr;
-	atomic_int mode;
-	atomic_int conn_fd;
-	atomic_int connections;
-	atomic_int frames[PROTO_OP_MAX + 1];
-	atomic_int put_blocks;
-	int hold;
-	struct proto_hello_reply limits;
-	char hello_ns[PROTO_NAME_MAX_BYTES + 1];
-	char hello_token[64];
-	uint16_t status_table[PROTO_STATUS_MAX + 1];
-	int n_status;
-	int status_next;   /* MODE_STATUSES: next table entry to answer with */
-	struct fake_block blocks[FAKE_MAX_BLOCKS];
-	int n_blocks;
-};
-
-struct frame {
-	struct proto_header h;
-	uint8_t *body;
-	uint8_t *payload;
-};
-
-static int read_full(int fd, void *buf, size_t n)
-{
-	uint8_t *p = buf;
-
-	while (n) {
-		ssize_t r = read(fd, p, n);
-
-		if (r <= 0)
-			return -1;
-		p += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t n)
-{
-	const uint8_t *p = buf;
-
-	while (n) {
-		ssize_t r = send(fd, p, n, MSG_NOSIGNAL);
-
-		if (r <= 0)
-			return -1;
-		p += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
-static void frame_free(struct frame *f)
-{
-	free(f->body);
-	free(f->payload);
-	f->body = f->payload = NULL;
-}
-
-/* Read one request frame; -1 on EOF or garbage. */
-static int read_frame(int fd, struct frame *f)
-{
-	uint8_t hdr[PROTO_HEADER_BYTES];
-
-	memset(f, 0, sizeof(*f));
-	if (read_full(fd, hdr, sizeof(hdr)) || proto_header_decode(hdr, 0, NULL, &f->h))
-		return -1;
-	f->body = malloc(f->h.body_bytes + 1);
-	f->payload = malloc(f->h.payload_bytes + 1);
-	if (!f->body || !f->payload || read_full(fd, f->body, f->h.body_bytes) ||
-	    read_full(fd, f->payload, f->h.payload_bytes)) {
-		frame_free(f);
-		return -1;
-	}
-	return 0;
-}
-
-static int send_reply(int fd, uint8_t op, uint64_t id, uint16_t status, const void *body,
-		      size_t body_bytes, const void *payload, uint64_t payload_bytes)
-{
-	struct proto_header h = {
-		.magic = PROTO_MAGIC,
-		.version = PROTO_VERSION,
-		.opcode = op,
-		.flags = PROTO_FLAG_REPLY,
-		.status = status,
-		.body_bytes = (uint32_t)body_bytes,
-		.request_id = id,
-		.payload_bytes = payload_bytes,
-	};
-	uint8_t hdr[PROTO_HEADER_BYTES];
-
-	proto_header_encode(&h, hdr);
-	if (write_full(fd, hdr, sizeof(hdr)) || write_full(fd, body, body_bytes))
-		return -1;
-	return write_full(fd, payload, payload_bytes);
-}
-
-static int send_error(int fd, uint8_t op, uint64_t id, uint16_t status, const char *msg)
-{
-	uint8_t body[PROTO_ERROR_FIXED_BYTES + 256];
-	size_t n = proto_error_body_bytes(strlen(msg));
-
-	if (proto_error_encode(msg, strlen(msg), body, sizeof(body)))
-		return -1;
-	return send_reply(fd, op, id, status, body, n, NULL, 0);
-}
-
-static struct fake_block *fake_find(struct fake *fk, const uint8_t *key)
-{
-	for (int i = 0; i < fk->n_blocks; i++)
-		if (memcmp(fk->blocks[i].key, key, PROTO_KEY_BYTES) == 0)
-			return &fk->blocks[i];
-	return NULL;
-}
-
-static uint64_t reply_id(struct fake *fk, const struct frame *f)
-{
-	return atomic_load(&fk->mode) == MODE_WRONG_ID ? f->h.request_id + 1 : f->h.request_id;
-}
-
-/* Store one PUT block unless present; returns its result status. */
-static uint16_t fake_store(struct fake *fk, const struct proto_put_entry *e, const uint8_t *data)
-{
-	struct fake_block *b;
-
-	if (XXH3_64bits(data, e->length) != e->checksum)
-		return PROTO_STATUS_BAD_CHECKSUM;
-	if (fake_find(fk, e->key))
-		return PROTO_STATUS_EXISTS;
-	if (fk->n_blocks == FAKE_MAX_BLOCKS)
-		return PROTO_STATUS_FULL;
-	b = &fk->blocks[fk->n_blocks++];
-	memcpy(b->key, e->key, PROTO_KEY_BYTES);
-	b->data = malloc(e->length);
-	memcpy(b->data, data, e->length);
-	b->len = e->length;
-	return PROTO_STATUS_OK;
-}
-
-static int handle_put(struct fake *fk, int fd, const struct frame *f)
-{
-	struct proto_batch b;
-	uint8_t *out;
-	uint64_t off = 0;
-	int rc;
-
-	if (proto_batch_decode(f->body, f->h.body_bytes, PROTO_PUT_ENTRY_BYTES, NULL, &b))
-		return -1;
-	out = calloc(1, proto_batch_body_bytes(b.count, PROTO_RESULT_ENTRY_BYTES));
-	proto_batch_encode_prefix(out, b.count, 0);
-	for (uint32_t i = 0; i < b.count; i++) {
-		struct proto_put_entry e;
-		struct proto_result r = { .tier = PROTO_TIER_DRAM };
-
-		if (proto_put_entry_decode(&b, i, &e) || off + e.length > f->h.payload_bytes)
-			return -1;
-		r.status = fake_store(fk, &e, f->payload + off);
-		if (atomic_load(&fk->mode) == MODE_STATUSES)
-			r.status = fk->status_table[fk->status_next++ % fk->n_status];
-		r.length = e.length;
-		r.checksum = e.checksum;
-		proto_result_encode(out, i, &r);
-		off += e.length;
-		atomic_fetch_add(&fk->put_blocks, 1);
-	}
-	rc = send_reply(fd, PROTO_OP_PUT, reply_id(fk, f), PROTO_STATUS_OK, out,
-			proto_batch_body_bytes(b.count, PROTO_RESULT_ENTRY_BYTES), NULL, 0);
-	free(out);
-	return rc;
-}
-
-/* Answer a GET; modes may corrupt or truncate the payload. */
-static int handle_get(struct fake *fk, int fd, const struct frame *f)
-{
-	int mode = atomic_load(&fk->mode);
-	uint8_t *out, *payload;
-	uint64_t total = 0;
-	struct proto_batch b;
-	int rc;
-
-	if (proto_batch_decode(f->body, f->h.body_bytes, PROTO_GET_ENTRY_BYTES, NULL, &b))
-		return -1;
-	out = calloc(1, proto_batch_body_bytes(b.count, PROTO_RESULT_ENTRY_BYTES));
-	payload = malloc(1 << 20);
-	proto_batch_encode_prefix(out, b.count, 0);
-	for (uint32_t i = 0; i < b.count; i++) {
-		struct proto_result r = { .status = PROTO_STATUS_NOT_FOUND };
-		struct proto_get_entry e;
-		struct fake_block *blk;
-
-		proto_get_entry_decode(&b, i, &e);
-		blk = fake_find(fk, e.key);
-		if (blk && blk->len > e.max_length) {
-			r.status = PROTO_STATUS_TOO_LARGE;
-		} else if (blk) {
-			r = (struct proto_result){ .status = PROTO_STATUS_OK, .tier = PROTO_TIER_DRAM,
-						   .length = blk->len,
-						   .checksum = XXH3_64bits(blk->data, blk->len) };
-			memcpy(payload + total, blk->data, blk->len);
-			total += blk->len;
-		}
-		proto_result_encode(out, i, &r);
-	}
-	if (mode == MODE_CORRUPT_GET && total)
-		payload[0] ^= 0x01;
-	if (mode == MODE_TRUNCATE_GET) {
-		struct proto_header h = { .magic = PROTO_MAGIC, .version = PROTO_VERSION,
-					  .opcode = PROTO_OP_GET, .flags = PROTO_FLAG_REPLY,
-					  .body_bytes = (uint32_t)proto_batch_body_bytes(b.count, PROTO_RESULT_ENTRY_BYTES),
-					  .request_id = f->h.request_id, .payload_bytes = total };
-		uint8_t hdr[PROTO_HEADER_BYTES];
-
-		proto_header_encode(&h, hdr);
-		write_full(fd, hdr, sizeof(hdr));
-		write_full(fd, out, h.body_bytes);
-		write_full(fd, payload, total / 2);
-		rc = -1; /* then close */
-	} else {
-		rc = send_reply(fd, PROTO_OP_GET, reply_id(fk, f), PROTO_STATUS_OK, out,
-				proto_batch_body_bytes(b.count, PROTO_RESULT_ENTRY_BYTES), payload, total);
-	}
-	free(out);
-	free(payload);
-	return rc;
-}
-
-/* EXISTS and DELETE: one result per key. */
-static int handle_keys(struct fake *fk, int fd, const struct frame *f)
-{
-	struct proto_batch b;
-	uint8_t *out;
-	int rc;
-
-	if (proto_batch_decode(f->body, f->h.body_bytes, PROTO_KEY_ENTRY_BYTES, NULL, &b))
-		return -1;
-	out = calloc(1, proto_batch_body_bytes(b.count, PROTO_RESULT_ENTRY_BYTES));
-	proto_batch_encode_prefix(out, b.count, 0);
-	for (uint32_t i = 0; i < b.count; i++) {
-		struct fake_block *blk = fake_find(fk, proto_key_entry(&b, i));
-		struct proto_result r = { .status = blk ? PROTO_STATUS_OK : PROTO_STATUS_NOT_FOUND };
-
-		if (blk) {
-			r.tier = PROTO_TIER_DRAM;
-			r.length = blk->len;
-		}
-		if (f->h.opcode == PROTO_OP_EXISTS && atomic_load(&fk->mode) == MODE_STATUSES)
-			r.status = fk->status_table[fk->status_next++ % fk->n_status];
-		if (blk && f->h.opcode == PROTO_OP_DELETE) {
-			free(blk->data);
-			*blk = fk->blocks[--fk->n_blocks];
-		}
-		proto_result_encode(out, i, &r);
-	}
-	rc = send_reply(fd, f->h.opcode, reply_id(fk, f), PROTO_STATUS_OK, out,
-			proto_batch_body_bytes(b.count, PROTO_RESULT_ENTRY_BYTES), NULL, 0);
-	free(out);
-	return rc;
-}
-
-static int handle_match(struct fake *fk, int fd, const struct frame *f)
-{
-	uint8_t out[PROTO_MATCH_REPLY_BYTES];
-	struct proto_batch b;
-	uint32_t m = 0;
-
-	if (proto_batch_decode(f->body, f->h.body_bytes, PROTO_KEY_ENTRY_BYTES, NULL, &b))
-		return -1;
-	while (m < b.count && fake_find(fk, proto_key_entry(&b, m)))
-		m++;
-	proto_match_reply_encode(m, b.aux, out);
-	return send_reply(fd, PROTO_OP_MATCH, reply_id(fk, f), PROTO_STATUS_OK, out, sizeof(out),
-			  NULL, 0);
-}
-
-static int handle_hello(struct fake *fk, int fd, const struct frame *f)
-{
-	uint8_t out[PROTO_HELLO_REPLY_BYTES];
-	struct proto_hello h;
-	int mode = atomic_load(&fk->mode);
-
-	if (proto_hello_decode(f->body, f->h.body_bytes, &h))
-		return -1;
-	memcpy(fk->hello_ns, h.ns, h.ns_len);
-	fk->hello_ns[h.ns_len] = '\0';
-	snprintf(fk->hello_token, sizeof(fk->hello_token), "%.*s", (int)h.token_len,
-		 h.token ? h.token : "");
-	if (mode == MODE_HELLO_DENIED)
-		return send_error(fd, PROTO_OP_HELLO, f->h.request_id, PROTO_STATUS_DENIED,
-				  "token does not allow this namespace");
-	if (mode == MODE_HELLO_OLD) {
-		send_error(fd, PROTO_OP_HELLO, f->h.request_id, PROTO_STATUS_UNSUPPORTED,
-			   "protocol version not supported");
-		return -1;
-	}
-	proto_hello_reply_encode(&fk->limits, out);
-	return send_reply(fd, PROTO_OP_HELLO, f->h.request_id, PROTO_STATUS_OK, out, sizeof(out),
-			  NULL, 0);
-}
-
-/* Answer one request; -1 closes the connection. */
-static int fake_handle(struct fake *fk, int fd, const struct frame *f)
-{
-	int mode = atomic_load(&fk->mode);
-	uint8_t drop[PROTO_DROP_REPLY_BYTES];
-	const char *stats = "{\"version\":\"0.1.0\",\"protocol\":1}";
-
-	atomic_fetch_add(&fk->frames[f->h.opcode], 1);
-	if (f->h.opcode == PROTO_OP_HELLO)
-		return handle_hello(fk, fd, f);
-	if (mode == MODE_SILENT)
-		return 0;
-	if (mode == MODE_CLOSE) {
-		atomic_store(&fk->mode, MODE_NORMAL);
-		return -1;
-	}
-	if (mode == MODE_REFUSE && proto_request_entry_bytes(f->h.opcode))
-		return send_error(fd, f->h.opcode, f->h.request_id, PROTO_STATUS_BUSY,
-				  FAKE_BUSY_MESSAGE);
-	switch (f->h.opcode) {
-	case PROTO_OP_PUT:
-		return handle_put(fk, fd, f);
-	case PROTO_OP_GET:
-		return handle_get(fk, fd, f);
-	case PROTO_OP_EXISTS:
-	case PROTO_OP_DELETE:
-		return handle_keys(fk, fd, f);
-	case PROTO_OP_MATCH:
-		return handle_match(fk, fd, f);
-	case PROTO_OP_DROP_NAMESPACE:
-		proto_drop_reply_encode((uint64_t)fk->n_blocks, 0, drop);
-		for (int i = 0; i < fk->n_blocks; i++)
-			free(fk->blocks[i].data);
-		fk->n_blocks = 0;
-		return send_reply(fd, PROTO_OP_DROP_NAMESPACE, reply_id(fk, f), PROTO_STATUS_OK,
-				  drop, sizeof(drop), NULL, 0);
-	case PROTO_OP_STATS:
-		return send_reply(fd, PROTO_OP_STATS, reply_id(fk, f), PROTO_STATUS_OK, stats,
-				  strlen(stats), NULL, 0);
-	default:
-		return send_reply(fd, f->h.opcode, reply_id(fk, f), PROTO_STATUS_OK, NULL, 0, NULL, 0);
-	}
-}
-
-/* Serve one connection until EOF or a handler asks to close. */
-static void fake_serve(struct fake *fk, int fd)
-{
-	struct frame held[FAKE_MAX_HOLD];
-	int n_held = 0, rc = 0;
-
-	while (rc == 0) {
-		struct frame f;
-
-		if (read_frame(fd, &f))
-			break;
-		if (atomic_load(&fk->mode) == MODE_HOLD && f.h.opcode != PROTO_OP_HELLO) {
-			held[n_held++] = f;
-			if (n_held < fk->hold)
-				continue;
-			for (int i = 0; i < n_held; i++) {
-				if (rc == 0)
-					rc = fake_handle(fk, fd, &held[i]);
-				frame_free(&held[i]);
-			}
-			n_held = 0;
-			continue;
-		}
-		rc = fake_handle(fk, fd, &f);
-		frame_free(&f);
-	}
-	for (int i = 0; i < n_held; i++)
-		frame_free(&held[i]);
-}
-
-static void *fake_main(void *arg)
-{
-	struct fake *fk = arg;
-	int one = 1;
-
-	for (;;) {
-		int fd = accept(fk->lfd, NULL, NULL);
-
-		if (fd < 0)
-			break;
-		/* Replies go out in several writes: do not let Nagle hold them. */
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		atomic_fetch_add(&fk->connections, 1);
-		atomic_store(&fk->conn_fd, fd);
-		fake_serve(fk, fd);
-		atomic_store(&fk->conn_fd, -1);
-		close(fd);
-	}
-	return NULL;
-}
-
-static const struct proto_hello_reply default_limits = {
-	.version = 1,
-	.max_batch_blocks = 4,
-	.max_block_bytes = 64 * 1024,
-	.max_frame_bytes = 64 * 1024,
-	.max_lease_ms = 5000,
-	.max_inflight_put_bytes = 0,
-};
-
-/* Listen on 127.0.0.1:port (0 = any free port) and serve in a thread. */
-static void fake_start(struct fake *fk, uint16_t port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
-	int one = 1;
-
-	fk->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(fk->lfd >= 0);
-	setsockopt(fk->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	assert_int_equal(bind(fk->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(listen(fk->lfd, 8), 0);
-	assert_int_equal(getsockname(fk->lfd, (struct sockaddr *)&sa, &len), 0);
-	fk->port = ntohs(sa.sin_port);
-	atomic_store(&fk->conn_fd, -1);
-	assert_int_equal(pthread_create(&fk->thr, NULL, fake_main, fk), 0);
-}
-
-/* Stop serving: wake the thread out of accept/read, join, close. */
-static void fake_stop(struct fake *fk)
-{
-	int fd;
-
-	shutdown(fk->lfd, SHUT_RDWR);
-	fd = atomic_load(&fk->conn_fd);
-	if (fd >= 0)
-		shutdown(fd, SHUT_RDWR);
-	pthread_join(fk->thr, NULL);
-	close(fk->lfd);
-	fk->lfd = -1;
-}
 
 /* ---- fixture: a fake server and a client connected to it ------------------ */
 
@@ -519,15 +52,14 @@ static void env_close(struct env *e)
 {
 	kvpool_close(e->c);
 	fake_stop(&e->fk);
-	for (int i = 0; i < e->fk.n_blocks; i++)
-		free(e->fk.blocks[i].data);
+	fake_release(&e->fk);
 }
 
 static int setup(void **state)
 {
 	struct env *e = malloc(sizeof(*e));
 
-	if (!e || env_open(e, &default_limits, MODE_NORMAL)) {
+	if (!e || env_open(e, &fake_default_limits, MODE_NORMAL)) {
 		free(e);
 		return -1;
 	}
@@ -659,6 +191,8 @@ static void test_strerror(void **state)
 					  kvpool_strerror(err)) == 0)
 				fail_msg("statuses %u and %u share a description", t, s);
 	}
+	/* A miss is the common case: it reads as one, nothing more. */
+	assert_string_equal(kvpool_strerror(-ENOENT), "not found");
 	for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) {
 		assert_string_not_equal(kvpool_strerror(-shared[i]), unknown);
 		assert_string_equal(kvpool_strerror(shared[i]), kvpool_strerror(-shared[i]));
@@ -750,10 +284,10 @@ static void test_hello_refused(void **state)
 	struct env e;
 
 	(void)state;
-	assert_int_equal(env_open(&e, &default_limits, MODE_HELLO_DENIED), -EACCES);
+	assert_int_equal(env_open(&e, &fake_default_limits, MODE_HELLO_DENIED), -EACCES);
 	e.c = NULL;
 	env_close(&e);
-	assert_int_equal(env_open(&e, &default_limits, MODE_HELLO_OLD), -EOPNOTSUPP);
+	assert_int_equal(env_open(&e, &fake_default_limits, MODE_HELLO_OLD), -EOPNOTSUPP);
 	e.c = NULL;
 	env_close(&e);
 }
@@ -816,7 +350,7 @@ static void test_pipelining(void **state)
 /* A frame's payload stays within the server's in-flight put bytes. */
 static void test_inflight_split(void **state)
 {
-	struct proto_hello_reply lim = default_limits;
+	struct proto_hello_reply lim = fake_default_limits;
 	struct env e;
 	int st[8];
 
@@ -999,7 +533,7 @@ static void test_server_restart(void **state)
 /* Oversize and empty blocks are refused locally and never sent. */
 static void test_local_refusal(void **state)
 {
-	struct proto_hello_reply lim = default_limits;
+	struct proto_hello_reply lim = fake_default_limits;
 	static uint8_t big[2048], small[100];
 	uint8_t keys[3][KVPOOL_KEY_BYTES];
 	struct iovec iov[3] = { { big, sizeof(big) }, { small, 0 }, { small, sizeof(small) } };
@@ -1026,8 +560,45 @@ static void test_local_refusal(void **state)
 	env_close(&e);
 }
 
-/* Misses and buffers too small for a block. */
+/* A miss leaves the length alone; a buffer too small for a block is
+ * -EMSGSIZE with the block's real length, so the caller can retry. */
 static void test_get_miss_and_small_buffer(void **state)
+{
+	struct env *e = *state;
+	uint8_t keys[2][KVPOOL_KEY_BYTES], buf[2][1000];
+	struct iovec iov[2] = { { buf[0], 1000 }, { buf[1], 10 } };
+	struct kvpool_get_block gb[2] = { { keys[0], &iov[0], 1, 0 }, { keys[1], &iov[1], 1, 0 } };
+	uint64_t len = 7;
+	int st[2];
+
+	assert_int_equal(put_simple(e->c, 0, 2, 1000, st), 0);
+	make_key(keys[0], 5);
+	assert_int_equal(kvpool_get_bytes(e->c, keys[0], buf[0], sizeof(buf[0]), &len), -ENOENT);
+	assert_int_equal(len, 7);
+	make_key(keys[0], 0);
+	assert_int_equal(kvpool_get_bytes(e->c, keys[0], buf[0], 999, &len), -EMSGSIZE);
+	assert_int_equal(len, 1000);
+	/* No buffer at all: just ask for the length. */
+	len = 7;
+	assert_int_equal(kvpool_get_bytes(e->c, keys[0], NULL, 0, &len), -EMSGSIZE);
+	assert_int_equal(len, 1000);
+	assert_int_equal(kvpool_get_bytes(e->c, keys[0], buf[0], len, &len), 0);
+	assert_int_equal(len, 1000);
+	/* In a batch: the block that fits comes back, the other says its size. */
+	make_key(keys[1], 1);
+	assert_int_equal(kvpool_get(e->c, gb, 2, st), -EMSGSIZE);
+	assert_int_equal(st[0], 0);
+	assert_int_equal(st[1], -EMSGSIZE);
+	assert_int_equal(gb[0].length, 1000);
+	assert_int_equal(gb[1].length, 1000);
+	assert_true(kvc_connected(e->c));
+	assert_int_equal(atomic_load(&e->fk.connections), 1);
+}
+
+/* A server that calls a block too large for a buffer it fits in would
+ * send a caller retrying with the reported length round forever: it is a
+ * protocol error. */
+static void test_too_large_that_fits(void **state)
 {
 	struct env *e = *state;
 	uint8_t key[KVPOOL_KEY_BYTES], buf[1000];
@@ -1035,13 +606,15 @@ static void test_get_miss_and_small_buffer(void **state)
 	int st[1];
 
 	assert_int_equal(put_simple(e->c, 0, 1, 1000, st), 0);
-	make_key(key, 5);
-	assert_int_equal(kvpool_get_bytes(e->c, key, buf, sizeof(buf), &len), -ENOENT);
 	make_key(key, 0);
-	assert_int_equal(kvpool_get_bytes(e->c, key, buf, 999, &len), -EMSGSIZE);
+	atomic_store(&e->fk.mode, MODE_GET_TOO_LARGE);
+	assert_int_equal(kvpool_get_bytes(e->c, key, buf, sizeof(buf), &len), -EPROTO);
 	assert_int_equal(len, 7);
-	assert_int_equal(kvpool_get_bytes(e->c, key, buf, sizeof(buf), &len), 0);
+	assert_false(kvc_connected(e->c));
+	/* Told the truth (too large for 999 bytes), it is an ordinary -EMSGSIZE. */
+	assert_int_equal(kvpool_get_bytes(e->c, key, buf, 999, &len), -EMSGSIZE);
 	assert_int_equal(len, 1000);
+	assert_true(kvc_connected(e->c));
 }
 
 /* MATCH goes chunk by chunk and stops after a partial chunk. */
@@ -1092,7 +665,7 @@ static void test_exists_delete_stats_drop(void **state)
 	assert_int_equal(st[1], -ENOENT);
 	assert_int_equal(kvpool_delete(e->c, k + 2, 1, NULL), 0);
 	assert_int_equal(kvpool_stats(e->c, NULL, &json), 0);
-	assert_string_equal(json, "{\"version\":\"0.1.0\",\"protocol\":1}");
+	assert_non_null(strstr(json, "\"test-ns\":{\"blocks\":2,"));
 	kvpool_free(json);
 	assert_int_equal(kvpool_stats(e->c, "bad name", &json), -EINVAL);
 	assert_int_equal(kvpool_drop_namespace(e->c, NULL, &dropped), 0);
@@ -1123,6 +696,46 @@ static void test_invalid_args(void **state)
 	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_PUT]), 0);
 }
 
+/* Scatter-gather lists the library cannot use are -EINVAL before anything
+ * is sent, and the connection is kept: a NULL base under a nonzero
+ * length (which crashed the checksum of a put and cost a get its
+ * connection), and lengths whose sum overflows. */
+static void test_invalid_iovecs(void **state)
+{
+	struct env *e = *state;
+	uint8_t key[KVPOOL_KEY_BYTES], data[64] = { 1, 2, 3 };
+	struct iovec null_base[2] = { { data, sizeof(data) }, { NULL, 100 } };
+	struct iovec overflow[2] = { { data, SIZE_MAX }, { data, 2 } };
+	struct iovec empty_piece[2] = { { data, sizeof(data) }, { NULL, 0 } };
+	struct kvpool_put_block pb = { key, NULL, null_base, 2 };
+	struct kvpool_get_block gb = { key, &null_base[1], 1, 0 };
+	uint64_t len = 7;
+	int st[1] = { 5 };
+
+	make_key(key, 0);
+	assert_int_equal(kvpool_put(e->c, &pb, 1, st), -EINVAL);
+	assert_int_equal(st[0], -EINVAL);
+	pb.iov = overflow;
+	assert_int_equal(kvpool_put(e->c, &pb, 1, NULL), -EINVAL);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_PUT]), 0);
+	/* An empty piece with a NULL base is fine. */
+	pb.iov = empty_piece;
+	assert_int_equal(kvpool_put(e->c, &pb, 1, st), 0);
+	assert_int_equal(kvpool_get(e->c, &gb, 1, st), -EINVAL);
+	assert_int_equal(st[0], -EINVAL);
+	assert_int_equal(gb.length, 0);
+	gb.iov = overflow;
+	gb.iovcnt = 2;
+	assert_int_equal(kvpool_get(e->c, &gb, 1, NULL), -EINVAL);
+	assert_int_equal(kvpool_get_bytes(e->c, key, NULL, 100, &len), -EINVAL);
+	assert_int_equal(len, 7);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_GET]), 0);
+	assert_true(kvc_connected(e->c));
+	assert_int_equal(kvpool_get_bytes(e->c, key, data, sizeof(data), &len), 0);
+	assert_int_equal(len, sizeof(data));
+	assert_int_equal(atomic_load(&e->fk.connections), 1);
+}
+
 #define FAKE_TEST(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -1148,6 +761,8 @@ int main(void)
 		FAKE_TEST(test_server_restart),
 		cmocka_unit_test(test_local_refusal),
 		FAKE_TEST(test_get_miss_and_small_buffer),
+		FAKE_TEST(test_too_large_that_fits),
+		FAKE_TEST(test_invalid_iovecs),
 		FAKE_TEST(test_match_chunks),
 		FAKE_TEST(test_exists_delete_stats_drop),
 		FAKE_TEST(test_invalid_args),
