@@ -27,11 +27,11 @@
 #define PUMP_MAX_READS 64
 /* A body buffer larger than this is freed after its request. */
 #define BODY_KEEP_BYTES (256u * 1024)
+/* The first allocation for a body; it then doubles as bytes arrive. */
+#define BODY_FIRST_BYTES (16u * 1024)
 /* How long a connection that got a fatal error reply may linger, draining
  * input so that the reply is not destroyed by a reset. */
 #define CLOSING_LINGER_MS 1000
-/* Bytes of offending input quoted in a protocol-error log line. */
-#define DUMP_BYTES 64
 
 static void conn_read_cb(evutil_socket_t fd, short what, void *arg);
 static void conn_write_cb(evutil_socket_t fd, short what, void *arg);
@@ -137,7 +137,8 @@ int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms)
 {
 	const struct conf *cf = &c->w->srv->conf;
 	uint64_t quiet_ms = now_ms > c->last_active_ms ? now_ms - c->last_active_ms : 0;
-	char why[96];
+	uint64_t frame_ms = now_ms > c->frame_start_ms ? now_ms - c->frame_start_ms : 0;
+	char why[128];
 
 	if (c->state == SRV_CONN_CLOSING) {
 		if (now_ms - c->closing_since_ms < CLOSING_LINGER_MS)
@@ -145,11 +146,23 @@ int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms)
 		srv_conn_close(c, SRV_LOG_DEBUG, "after fatal error reply");
 		return 1;
 	}
-	/* Mid-frame in either direction: the transfer must keep moving. */
-	if (c->state != SRV_CONN_HEADER || c->hdr_have || evbuffer_get_length(c->out)) {
+	/* A frame being received: a deadline, not an inactivity timer, so a
+	 * peer trickling bytes cannot hold its reservations (or the PUT
+	 * in-flight budget) for longer than payload_timeout_ms. */
+	if (!c->peer_eof && (c->state != SRV_CONN_HEADER || c->hdr_have)) {
+		if (!cf->payload_timeout_ms || frame_ms < cf->payload_timeout_ms)
+			return 0;
+		snprintf(why, sizeof(why),
+			 "frame not received whole %" PRIu64 " ms after its header (payload_timeout_ms %u)",
+			 frame_ms, cf->payload_timeout_ms);
+		srv_conn_close(c, SRV_LOG_INFO, why);
+		return 1;
+	}
+	/* Replies waiting: the peer must keep reading them. */
+	if (evbuffer_get_length(c->out)) {
 		if (!cf->payload_timeout_ms || quiet_ms < cf->payload_timeout_ms)
 			return 0;
-		snprintf(why, sizeof(why), "transfer stalled for %" PRIu64 " ms (payload_timeout_ms %u)",
+		snprintf(why, sizeof(why), "replies unread for %" PRIu64 " ms (payload_timeout_ms %u)",
 			 quiet_ms, cf->payload_timeout_ms);
 		srv_conn_close(c, SRV_LOG_INFO, why);
 		return 1;
@@ -216,10 +229,68 @@ int srv_conn_reply_buffer(struct srv_conn *c, uint16_t status, struct evbuffer *
 	return 0;
 }
 
-int srv_conn_reply_error(struct srv_conn *c, uint16_t status, const void *dump,
-			 size_t dump_bytes, const char *fmt, ...)
+size_t srv_conn_quote_body(const struct proto_header *h, const uint8_t *body, size_t body_bytes,
+			   char *out, size_t cap)
 {
-	char msg[512], text[4 * DUMP_BYTES + 8];
+	static const char prefix[] = "body: ";
+	int m;
+
+	if (cap == 0)
+		return 0;
+	out[0] = '\0';
+	if (h->opcode == PROTO_OP_HELLO) {
+		/* The body holds the auth token: never log it, not even part. */
+		m = snprintf(out, cap, "header only: opcode %u, body_bytes %u, payload_bytes %" PRIu64,
+			     h->opcode, h->body_bytes, h->payload_bytes);
+		return m < 0 ? 0 : ((size_t)m < cap ? (size_t)m : cap - 1);
+	}
+	if (!body || !body_bytes || cap <= sizeof(prefix))
+		return 0;
+	memcpy(out, prefix, sizeof(prefix));
+	return sizeof(prefix) - 1 +
+	       srv_log_sanitize(body, body_bytes < SRV_QUOTE_BODY_BYTES ? body_bytes :
+									 SRV_QUOTE_BODY_BYTES,
+				out + sizeof(prefix) - 1, cap - (sizeof(prefix) - 1));
+}
+
+/* Log the protocol error `msg` of the current request at warn level,
+ * within the worker's per-second budget of such lines. */
+static void conn_log_error(struct srv_conn *c, uint16_t status, enum srv_quote quote,
+			   const char *msg)
+{
+	static const char hprefix[] = "header: ";
+	char text[4 * PROTO_HEADER_BYTES + 4 * SRV_QUOTE_BODY_BYTES + 16];
+	struct srv_worker *w = c->w;
+	uint64_t suppressed;
+	bool ok;
+
+	if (SRV_LOG_WARN > srv_log_level)
+		return;
+	ok = srv_ratelimit_allow(&w->proto_log, srv_now_ms(), &suppressed);
+	if (suppressed)
+		srv_warn("worker %u: %" PRIu64 " protocol error messages suppressed", w->index,
+			 suppressed);
+	if (!ok)
+		return;
+	text[0] = '\0';
+	if (quote == SRV_QUOTE_HEADER && c->hdr_have) {
+		memcpy(text, hprefix, sizeof(hprefix));
+		srv_log_sanitize(c->hdr_raw, c->hdr_have, text + sizeof(hprefix) - 1,
+				 sizeof(text) - (sizeof(hprefix) - 1));
+	} else if (quote == SRV_QUOTE_BODY) {
+		srv_conn_quote_body(&c->hdr, c->body,
+				    c->body_have < c->hdr.body_bytes ? c->body_have : c->hdr.body_bytes,
+				    text, sizeof(text));
+	}
+	srv_warn("conn %" PRIu64 " %s: %s request %" PRIu64 ": %s: %s%s%s", c->id, c->peer,
+		 proto_op_name(c->hdr.opcode), c->hdr.request_id, proto_status_name(status), msg,
+		 text[0] ? "; " : "", text);
+}
+
+int srv_conn_reply_error(struct srv_conn *c, uint16_t status, enum srv_quote quote,
+			 const char *fmt, ...)
+{
+	char msg[512];
 	size_t msg_bytes;
 	uint32_t body_bytes;
 	uint8_t *body;
@@ -230,13 +301,7 @@ int srv_conn_reply_error(struct srv_conn *c, uint16_t status, const void *dump,
 	m = vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	msg_bytes = m < 0 ? 0 : ((size_t)m < sizeof(msg) ? (size_t)m : sizeof(msg) - 1);
-	text[0] = '\0';
-	if (dump && dump_bytes)
-		srv_log_sanitize(dump, dump_bytes < DUMP_BYTES ? dump_bytes : DUMP_BYTES, text,
-				 sizeof(text));
-	srv_warn("conn %" PRIu64 " %s: %s request %" PRIu64 ": %s: %s%s%s", c->id, c->peer,
-		 proto_op_name(c->hdr.opcode), c->hdr.request_id, proto_status_name(status), msg,
-		 text[0] ? "; input: " : "", text);
+	conn_log_error(c, status, quote, msg);
 	srv_stats_count_status(&c->w->stats, status);
 	body_bytes = (uint32_t)proto_error_body_bytes(msg_bytes);
 	if (srv_conn_reply_begin(c, status, body_bytes, 0, &body) < 0)
@@ -246,17 +311,43 @@ int srv_conn_reply_error(struct srv_conn *c, uint16_t status, const void *dump,
 	return 0;
 }
 
-/* Make sure the body buffer holds at least `bytes` (the header decoder
- * bounded them by max_frame_bytes). Errors: -ENOMEM. */
-static int body_reserve(struct srv_conn *c, uint32_t bytes)
+uint32_t srv_conn_body_max(uint8_t opcode, const struct proto_limits *l)
 {
-	uint32_t cap = c->body_cap ? c->body_cap : 4096;
+	uint64_t entry_bytes = proto_request_entry_bytes(opcode), max;
+
+	switch (opcode) {
+	case PROTO_OP_HELLO:
+		max = PROTO_HELLO_FIXED_BYTES + PROTO_NAME_MAX_BYTES + PROTO_TOKEN_MAX_BYTES;
+		break;
+	case PROTO_OP_DROP_NAMESPACE:
+	case PROTO_OP_STATS:
+		max = proto_name_body_bytes(PROTO_NAME_MAX_BYTES);
+		break;
+	default:
+		/* PING, and opcodes without a batch body, carry nothing. */
+		max = entry_bytes ? PROTO_BATCH_PREFIX_BYTES + entry_bytes * l->max_batch_blocks : 0;
+		break;
+	}
+	return max > UINT32_MAX ? UINT32_MAX : (uint32_t)max;
+}
+
+/* Make room for the next body bytes. The buffer grows with what has
+ * arrived (BODY_FIRST_BYTES, then doubling, up to body_bytes), so a peer
+ * that announces a large body and sends little of it costs little memory.
+ * Errors: -ENOMEM. */
+static int body_grow(struct srv_conn *c)
+{
+	uint32_t cap;
 	uint8_t *p;
 
-	if (bytes <= c->body_cap)
+	if (c->body_have < c->body_cap)
 		return 0;
-	while (cap < bytes)
-		cap = cap > UINT32_MAX / 2 ? bytes : cap * 2;
+	if (c->body_cap < BODY_FIRST_BYTES)
+		cap = BODY_FIRST_BYTES;
+	else
+		cap = c->body_cap > UINT32_MAX / 2 ? UINT32_MAX : c->body_cap * 2;
+	if (cap > c->hdr.body_bytes)
+		cap = c->hdr.body_bytes;
 	p = realloc(c->body, cap);
 	if (!p)
 		return -ENOMEM;
@@ -288,81 +379,128 @@ static const char *header_field_error(const struct srv_conn *c)
 	return "nonzero status on a request";
 }
 
+/* The first four bytes are not the magic (checked as soon as they are in,
+ * so that a short probe such as an HTTP request is answered at once): a
+ * connection-level error reply, then close. */
+static enum srv_next on_bad_magic(struct srv_conn *c)
+{
+	int err;
+
+	memset(&c->hdr, 0, sizeof(c->hdr)); /* opcode 0, request_id 0 */
+	err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, SRV_QUOTE_HEADER,
+				   "bad magic: not a kvpool frame");
+	return err ? SRV_NEXT_ABORT : SRV_NEXT_CLOSE;
+}
+
+/* Discard the rest of the current frame (body and payload) after its
+ * error reply was queued with result err. */
+static enum srv_next skip_frame(struct srv_conn *c, int err)
+{
+	uint64_t skip = c->hdr.body_bytes + c->hdr.payload_bytes;
+
+	/* A payload length near 2^64 cannot be skipped in practice; saturate
+	 * and let payload_timeout_ms end it. */
+	c->skip_bytes = skip < c->hdr.payload_bytes ? UINT64_MAX : skip;
+	return err ? SRV_NEXT_ABORT : SRV_NEXT_SKIP;
+}
+
 /* Answer a header the decoder refused (rc < 0), per PROTOCOL.md 7.2/7.3:
- * a bad magic or an unknown version closes the connection; after any
- * other failure the frame's length is known, so its body and payload are
- * discarded and the next frame is read. */
+ * a bad magic, an unknown version or opcode 0 closes the connection;
+ * after any other failure the frame's length is known, so its body and
+ * payload are discarded and the next frame is read. */
 static enum srv_next on_bad_header(struct srv_conn *c, int rc)
 {
 	const struct proto_limits *l = &c->w->srv->limits;
-	const uint8_t *raw = c->hdr_raw;
 	uint64_t frame_bytes = (uint64_t)PROTO_HEADER_BYTES + c->hdr.body_bytes;
-	uint64_t skip = c->hdr.body_bytes + c->hdr.payload_bytes;
 	int err;
 
-	if (rc == -EPROTO && proto_get_u32(raw) != PROTO_MAGIC) {
-		c->hdr.opcode = 0; /* connection-level error reply */
-		c->hdr.request_id = 0;
-		err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, raw, PROTO_HEADER_BYTES,
-					   "bad magic: not a kvpool frame");
-		return err ? SRV_NEXT_ABORT : SRV_NEXT_CLOSE;
-	}
+	if (rc == -EPROTO && proto_get_u32(c->hdr_raw) != PROTO_MAGIC)
+		return on_bad_magic(c);
 	if (rc == -EPROTONOSUPPORT) {
-		err = srv_conn_reply_error(c, PROTO_STATUS_UNSUPPORTED, raw, PROTO_HEADER_BYTES,
+		err = srv_conn_reply_error(c, PROTO_STATUS_UNSUPPORTED, SRV_QUOTE_HEADER,
 					   "protocol version %u not supported; supported versions %d..%d",
 					   c->hdr.version, PROTO_VERSION_MIN, PROTO_VERSION_MAX);
 		return err ? SRV_NEXT_ABORT : SRV_NEXT_CLOSE;
 	}
+	if (rc == -EOPNOTSUPP && c->hdr.opcode == PROTO_OP_NONE) {
+		/* The reply echoes opcode 0, which the client must take as a
+		 * connection-level error: the server closes too. */
+		err = srv_conn_reply_error(c, PROTO_STATUS_UNSUPPORTED, SRV_QUOTE_HEADER,
+					   "opcode 0 is not a request; closing");
+		return err ? SRV_NEXT_ABORT : SRV_NEXT_CLOSE;
+	}
 	switch (rc) {
 	case -EOPNOTSUPP:
-		err = srv_conn_reply_error(c, PROTO_STATUS_UNSUPPORTED, raw, PROTO_HEADER_BYTES,
+		err = srv_conn_reply_error(c, PROTO_STATUS_UNSUPPORTED, SRV_QUOTE_HEADER,
 					   "unknown opcode %u", c->hdr.opcode);
 		break;
 	case -EMSGSIZE:
 		if (frame_bytes > l->max_frame_bytes)
-			err = srv_conn_reply_error(c, PROTO_STATUS_TOO_LARGE, raw, PROTO_HEADER_BYTES,
+			err = srv_conn_reply_error(c, PROTO_STATUS_TOO_LARGE, SRV_QUOTE_HEADER,
 						   "frame of %" PRIu64 " bytes exceeds max_frame_bytes %u",
 						   frame_bytes, l->max_frame_bytes);
 		else
-			err = srv_conn_reply_error(c, PROTO_STATUS_TOO_LARGE, raw, PROTO_HEADER_BYTES,
+			err = srv_conn_reply_error(c, PROTO_STATUS_TOO_LARGE, SRV_QUOTE_HEADER,
 						   "payload of %" PRIu64 " bytes exceeds max_batch_blocks %u"
 						   " * max_block_bytes %" PRIu64 " (%" PRIu64 ")",
 						   c->hdr.payload_bytes, l->max_batch_blocks,
 						   l->max_block_bytes, payload_limit(l));
 		break;
 	case -EBADMSG:
-		err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, raw, PROTO_HEADER_BYTES,
+		err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, SRV_QUOTE_HEADER,
 					   "%s request carries no payload (payload_bytes %" PRIu64 ")",
 					   proto_op_name(c->hdr.opcode), c->hdr.payload_bytes);
 		break;
 	default:
-		err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, raw, PROTO_HEADER_BYTES,
-					   "%s", header_field_error(c));
+		err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, SRV_QUOTE_HEADER, "%s",
+					   header_field_error(c));
 		break;
 	}
-	/* A payload length near 2^64 cannot be skipped in practice; saturate
-	 * and let payload_timeout_ms end it once the peer stops sending. */
-	c->skip_bytes = skip < c->hdr.payload_bytes ? UINT64_MAX : skip;
-	return err ? SRV_NEXT_ABORT : SRV_NEXT_SKIP;
+	return skip_frame(c, err);
+}
+
+/* The header announces more body than its opcode can need: refuse it
+ * before buffering any of it, then discard the frame. */
+static enum srv_next on_body_too_large(struct srv_conn *c, uint32_t max)
+{
+	const struct proto_limits *l = &c->w->srv->limits;
+	const char *op = proto_op_name(c->hdr.opcode);
+	uint32_t entry_bytes = proto_request_entry_bytes(c->hdr.opcode);
+	int err;
+
+	if (c->hdr.opcode == PROTO_OP_PING)
+		err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, SRV_QUOTE_HEADER,
+					   "ping body must be empty");
+	else if (entry_bytes)
+		err = srv_conn_reply_error(c, PROTO_STATUS_TOO_LARGE, SRV_QUOTE_HEADER,
+					   "%s body of %u bytes exceeds 8 + %u * max_batch_blocks %u (%u)",
+					   op, c->hdr.body_bytes, entry_bytes, l->max_batch_blocks, max);
+	else
+		err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, SRV_QUOTE_HEADER,
+					   "%s body of %u bytes exceeds the %u bytes it can need", op,
+					   c->hdr.body_bytes, max);
+	return skip_frame(c, err);
 }
 
 /* The header is complete: decode it and start on the body. */
 static enum srv_next on_header(struct srv_conn *c)
 {
 	const struct srv *s = c->w->srv;
+	uint32_t max;
 	int rc;
 
 	memset(&c->hdr, 0, sizeof(c->hdr));
+	c->body_have = 0;
 	rc = proto_header_decode(c->hdr_raw, 0, &s->limits, &c->hdr);
 	if (rc < 0)
 		return on_bad_header(c, rc);
+	max = srv_conn_body_max(c->hdr.opcode, &s->limits);
+	if (c->hdr.body_bytes > max)
+		return on_body_too_large(c, max);
 	if (c->hdr.body_bytes == 0) {
 		c->req_start_us = srv_now_us();
 		return srv_request_dispatch(c);
 	}
-	if (body_reserve(c, c->hdr.body_bytes) < 0)
-		return SRV_NEXT_ABORT;
-	c->body_have = 0;
 	return SRV_NEXT_BODY;
 }
 
@@ -428,11 +566,21 @@ static long conn_read_step(struct srv_conn *c, size_t *want)
 	case SRV_CONN_HEADER:
 		*want = PROTO_HEADER_BYTES - c->hdr_have;
 		n = sys_read(c->fd, c->hdr_raw + c->hdr_have, *want);
-		if (n > 0 && (c->hdr_have += (uint32_t)n) == PROTO_HEADER_BYTES)
+		if (n <= 0)
+			return n;
+		if (c->hdr_have == 0)
+			c->frame_start_ms = srv_now_ms(); /* the frame's deadline starts */
+		c->hdr_have += (uint32_t)n;
+		if (c->hdr_have == PROTO_HEADER_BYTES)
 			return conn_next(c, on_header(c)) < 0 ? -ENOMEM : n;
+		if (c->hdr_have >= sizeof(uint32_t) && proto_get_u32(c->hdr_raw) != PROTO_MAGIC)
+			return conn_next(c, on_bad_magic(c)) < 0 ? -ENOMEM : n;
 		return n;
 	case SRV_CONN_BODY:
-		*want = c->hdr.body_bytes - c->body_have;
+		if (body_grow(c) < 0)
+			return -ENOMEM;
+		*want = (c->body_cap < c->hdr.body_bytes ? c->body_cap : c->hdr.body_bytes) -
+			c->body_have;
 		n = sys_read(c->fd, c->body + c->body_have, *want);
 		if (n > 0 && (c->body_have += (uint32_t)n) == c->hdr.body_bytes) {
 			c->req_start_us = srv_now_us();

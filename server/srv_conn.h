@@ -4,8 +4,10 @@
  * backpressure, timeouts, and replies.
  *
  * Input is read with read()/readv() into a 32-byte header buffer and a
- * bounded body buffer; PUT payload bytes go straight into the arena (see
- * srv_put.c). Output is an evbuffer flushed with evbuffer_write; GET
+ * body buffer that grows with the bytes that arrive, never past what the
+ * opcode can need (srv_conn_body_max); PUT payload bytes go straight into
+ * the arena (see srv_put.c). A frame must arrive whole within
+ * payload_timeout_ms of its first header byte. Output is an evbuffer flushed with evbuffer_write; GET
  * payloads are added by reference. A connection is touched only by the
  * worker thread that owns it.
  */
@@ -74,12 +76,13 @@ struct srv_conn {
 	int wr_shut;                  /* shutdown(SHUT_WR) done (CLOSING) */
 	int peer_eof;                 /* peer closed its side: flush, then close */
 	uint64_t last_active_ms;      /* last byte read or written */
+	uint64_t frame_start_ms;      /* first header byte of the frame being read */
 	uint64_t closing_since_ms;
 	/* Input. */
 	uint8_t hdr_raw[PROTO_HEADER_BYTES];
 	uint32_t hdr_have;
 	struct proto_header hdr;      /* the request being handled */
-	uint8_t *body;
+	uint8_t *body;                /* body_cap bytes; grows as the body arrives */
 	uint32_t body_cap, body_have;
 	uint64_t skip_bytes;
 	uint64_t req_start_us;        /* request fully received */
@@ -110,8 +113,11 @@ int srv_conn_open(struct srv_worker *w, int fd, uint64_t id, const char *peer);
  * close the socket. `reason` is logged at `level`. */
 void srv_conn_close(struct srv_conn *c, int level, const char *reason);
 
-/* Check idle, stalled-transfer and closing-linger deadlines against
- * now_ms; closes the connection when one has passed. Returns 1 if the
+/* Check deadlines against now_ms and close the connection when one has
+ * passed: a frame not received whole within payload_timeout_ms of its
+ * first header byte (however steadily its bytes trickle in), replies the
+ * peer has not read from for payload_timeout_ms, idle_timeout_ms without
+ * a byte, the linger after a fatal error reply. Returns 1 if the
  * connection was closed (c is then gone), else 0. */
 int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms);
 
@@ -129,11 +135,39 @@ void srv_conn_reply_commit(struct srv_conn *c, uint32_t body_bytes);
  * STATS document). Errors: -ENOMEM. */
 int srv_conn_reply_buffer(struct srv_conn *c, uint16_t status, struct evbuffer *body);
 
+/* What the log line of a protocol error quotes of the offending input. */
+enum srv_quote {
+	SRV_QUOTE_NONE,
+	SRV_QUOTE_HEADER, /* the header bytes received (c->hdr_raw) */
+	SRV_QUOTE_BODY,   /* the body received, as srv_conn_quote_body renders it */
+};
+
 /* Queue an error reply (status, message formatted from fmt) for the
- * current request, count it, and log one sanitized line at warn level
- * with `dump_bytes` of `dump` (may be NULL). Errors: -ENOMEM. */
-int srv_conn_reply_error(struct srv_conn *c, uint16_t status, const void *dump,
-			 size_t dump_bytes, const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
+ * current request and count it. Also logs one line at warn level quoting
+ * the input as `quote` says, unless the worker already wrote
+ * SRV_PROTO_LOG_PER_SEC such lines this second (then the line is counted
+ * and reported as suppressed later). Errors: -ENOMEM. */
+int srv_conn_reply_error(struct srv_conn *c, uint16_t status, enum srv_quote quote,
+			 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Bytes of a request body quoted in a protocol-error log line. */
+#define SRV_QUOTE_BODY_BYTES 64
+
+/* Render into out (capacity cap, always NUL-terminated when cap > 0) what
+ * a protocol-error log line may show of a request with header h whose
+ * received body is body[0..body_bytes): for a HELLO only its header fields
+ * ("header only: ..."), never the body, which carries the auth token; for
+ * any other opcode "body: " and its first SRV_QUOTE_BODY_BYTES bytes,
+ * sanitized (srv_log_sanitize); "" when there is no body. Pure. Returns
+ * the length written. */
+size_t srv_conn_quote_body(const struct proto_header *h, const uint8_t *body, size_t body_bytes,
+			   char *out, size_t cap);
+
+/* The largest body_bytes a request of `opcode` can legitimately have under
+ * limits l: 8 + entry size * max_batch_blocks for batch requests, 8 + 255
+ * + 1024 for HELLO, 4 + 255 for DROP_NAMESPACE and STATS, 0 for PING and
+ * unknown opcodes. A header announcing more is refused before any body
+ * byte is buffered. Pure. */
+uint32_t srv_conn_body_max(uint8_t opcode, const struct proto_limits *l);
 
 #endif /* KVPOOL_SRV_CONN_H */

@@ -107,3 +107,41 @@ size_t srv_log_sanitize(const void *in, size_t in_bytes, char *out, size_t out_c
 	out[n] = '\0';
 	return n;
 }
+
+/* ---- rate limit ---------------------------------------------------------- */
+
+#define RATELIMIT_WINDOW_MS 1000
+
+/* Start a new window at now_ms if the current one is over (or the clock
+ * went backwards); returns what the old window suppressed. */
+static uint64_t ratelimit_roll(struct srv_ratelimit *rl, uint64_t now_ms)
+{
+	uint64_t n;
+
+	if (now_ms >= rl->window_ms && now_ms - rl->window_ms < RATELIMIT_WINDOW_MS)
+		return 0;
+	n = rl->suppressed;
+	rl->window_ms = now_ms;
+	rl->used = 0;
+	rl->suppressed = 0;
+	return n;
+}
+
+bool srv_ratelimit_allow(struct srv_ratelimit *rl, uint64_t now_ms, uint64_t *suppressed)
+{
+	*suppressed = ratelimit_roll(rl, now_ms);
+	if (rl->used < rl->per_sec) {
+		rl->used++;
+		return true;
+	}
+	rl->suppressed++;
+	return false;
+}
+
+uint64_t srv_ratelimit_flush(struct srv_ratelimit *rl, uint64_t now_ms)
+{
+	/* An idle limiter has nothing to report: leave its window alone. */
+	if (!rl->suppressed)
+		return 0;
+	return ratelimit_roll(rl, now_ms);
+}

@@ -14,7 +14,9 @@
 #ifndef KVPOOL_SRV_LOG_H
 #define KVPOOL_SRV_LOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 enum srv_log_level { SRV_LOG_ERROR = 0, SRV_LOG_WARN, SRV_LOG_INFO, SRV_LOG_DEBUG };
 
@@ -45,5 +47,28 @@ void srv_log_write(int level, const char *fmt, ...) __attribute__((format(printf
  * does not fit, it is cut at an escape boundary and ends with "...".
  * Returns the length written (excluding the NUL). Cannot fail. */
 size_t srv_log_sanitize(const void *in, size_t in_bytes, char *out, size_t out_cap);
+
+/* A cap on how many lines of one kind (a worker's protocol errors) are
+ * written per second, so that a hostile client cannot fill the disk with
+ * log. Windows are 1000 ms long and start at the first line after the
+ * previous one ended. Pure: the caller passes the time, so tests can
+ * drive the clock. Not thread-safe: one owner (a worker thread). */
+struct srv_ratelimit {
+	uint32_t per_sec;     /* lines allowed per window; set before use */
+	uint32_t used;        /* lines allowed in the current window */
+	uint64_t window_ms;   /* start of the current window */
+	uint64_t suppressed;  /* lines refused in the current window */
+};
+
+/* May a line be written at now_ms (milliseconds of any monotonic clock)?
+ * When a new window begins, *suppressed receives the number of lines the
+ * window that just ended refused (the caller writes one "N ... messages
+ * suppressed" line for them, before its own); otherwise 0. */
+bool srv_ratelimit_allow(struct srv_ratelimit *rl, uint64_t now_ms, uint64_t *suppressed);
+
+/* End the current window if it is over and return the lines it refused
+ * (0 if none, or if the window is still running). Called from a periodic
+ * timer, so that a burst is reported even when no line follows it. */
+uint64_t srv_ratelimit_flush(struct srv_ratelimit *rl, uint64_t now_ms);
 
 #endif /* KVPOOL_SRV_LOG_H */

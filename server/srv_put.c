@@ -89,10 +89,9 @@ static enum srv_next put_refuse(struct srv_conn *c, uint16_t status, const char 
 	int rc;
 
 	if (index != UINT32_MAX)
-		rc = srv_conn_reply_error(c, status, c->body, c->hdr.body_bytes, "block %u: %s",
-					  index, msg);
+		rc = srv_conn_reply_error(c, status, SRV_QUOTE_BODY, "block %u: %s", index, msg);
 	else
-		rc = srv_conn_reply_error(c, status, c->body, c->hdr.body_bytes, "%s", msg);
+		rc = srv_conn_reply_error(c, status, SRV_QUOTE_BODY, "%s", msg);
 	srv_stats_add(&c->w->stats, SRV_C_put_errors, 1);
 	c->skip_bytes = c->hdr.payload_bytes;
 	return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_SKIP;

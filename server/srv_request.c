@@ -28,9 +28,9 @@ bool srv_ns_name_valid(const char *name, size_t len)
 	return true;
 }
 
-/* Queue an error reply for the current request (body quoted in the log). */
-#define reply_err(c, status, ...) \
-	srv_conn_reply_error((c), (status), (c)->body, (c)->hdr.body_bytes, __VA_ARGS__)
+/* Queue an error reply for the current request. The log line quotes the
+ * body, except a HELLO's (srv_conn_quote_body). */
+#define reply_err(c, status, ...) srv_conn_reply_error((c), (status), SRV_QUOTE_BODY, __VA_ARGS__)
 
 /* Map an error-reply result to the next state: the request is done. */
 static enum srv_next done(int rc)
@@ -128,6 +128,9 @@ static enum srv_next op_hello(struct srv_conn *c)
 		srv_debug("conn %" PRIu64 " %s: token of %u bytes ignored (auth not configured)",
 			  c->id, c->peer, h.token_len);
 	rc = hello_bind(c, &h);
+	if (rc == -EDQUOT)
+		return done(reply_err(c, PROTO_STATUS_QUOTA, "too many namespaces (%d)",
+				      STORE_MAX_NAMESPACES));
 	if (rc < 0)
 		return done(reply_err(c, proto_status_from_errno(rc), "cannot bind namespace: %s",
 				      strerror(-rc)));
@@ -392,14 +395,25 @@ static enum srv_next op_delete(struct srv_conn *c)
 
 /* ---- DROP_NAMESPACE, STATS, PING ---------------------------------------- */
 
-/* Find a namespace by name without creating it. Returns 0 and *ns (its
- * stats, including ns_id), or -ENOENT. */
+/* Find a namespace by name without creating it (a STATS or DROP of a name
+ * nobody said HELLO to must not use up the namespace cap). Returns 0 and
+ * *ns (its stats, including ns_id), or -ENOENT. */
 static int ns_find(struct store *st, const char *name, uint16_t len, struct store_ns_stats *ns)
 {
 	struct store_ns_stats n;
+	uint32_t ns_id;
+	int rc = store_namespace_find(st, name, len, &ns_id);
 
+	if (rc < 0)
+		return rc;
+	/* Namespaces are numbered in creation order from 1: try its slot
+	 * first, and check it, before looking through them all. */
+	if (store_ns_stats(st, ns_id - 1, &n) == 0 && n.ns_id == ns_id) {
+		*ns = n;
+		return 0;
+	}
 	for (uint32_t i = 0; store_ns_stats(st, i, &n) == 0; i++) {
-		if (strlen(n.name) == len && !memcmp(n.name, name, len)) {
+		if (n.ns_id == ns_id) {
 			*ns = n;
 			return 0;
 		}
@@ -425,7 +439,6 @@ static enum srv_next op_drop(struct srv_conn *c)
 	struct store *st = c->w->srv->store;
 	uint8_t reply[PROTO_DROP_REPLY_BYTES];
 	uint64_t blocks = 0, bytes = 0;
-	struct store_ns_stats ns;
 	const char *name;
 	uint16_t len;
 	uint32_t ns_id = c->ns_id;
@@ -433,20 +446,19 @@ static enum srv_next op_drop(struct srv_conn *c)
 
 	if (rc)
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
-	if (len) {
-		rc = ns_find(st, name, len, &ns);
-		if (rc == 0)
-			ns_id = ns.ns_id;
-	}
-	/* A namespace that never existed is dropped trivially: 0 and 0. */
+	/* By name: look it up, never create it (PROTOCOL.md 6.7). */
+	if (len)
+		rc = store_namespace_find(st, name, len, &ns_id);
 	if (rc == 0)
 		rc = store_drop_namespace(st, ns_id, &blocks, &bytes);
 	if (rc < 0 && rc != -ENOENT)
 		return done(reply_err(c, proto_status_from_errno(rc), "drop failed: %s",
 				      strerror(-rc)));
-	srv_info("conn %" PRIu64 " %s: dropped namespace %.*s: %" PRIu64 " blocks, %" PRIu64
-		 " bytes", c->id, c->peer, len ? (int)len : (int)strlen(c->ns_name),
-		 len ? name : c->ns_name, blocks, bytes);
+	/* A namespace that does not exist is dropped trivially: OK, 0 and 0. */
+	srv_log(rc == 0 ? SRV_LOG_INFO : SRV_LOG_DEBUG,
+		"conn %" PRIu64 " %s: dropped namespace %.*s%s: %" PRIu64 " blocks, %" PRIu64 " bytes",
+		c->id, c->peer, len ? (int)len : (int)strlen(c->ns_name), len ? name : c->ns_name,
+		rc == 0 ? "" : " (no such namespace)", blocks, bytes);
 	proto_drop_reply_encode(blocks, bytes, reply);
 	return done(reply_fixed(c, reply, sizeof(reply)));
 }
@@ -511,9 +523,14 @@ out_free_sum:
 	return rc;
 }
 
+/* The STATS document is the server's own text, bounded by the namespace
+ * cap (~260 bytes each, ~1.1 MB at 4096), so it is not held to
+ * max_frame_bytes, which bounds what the server accepts. */
+#define SRV_STATS_MAX_BYTES (16u << 20)
+
 static enum srv_next op_stats(struct srv_conn *c)
 {
-	uint32_t max_body = c->w->srv->limits.max_frame_bytes - PROTO_HEADER_BYTES;
+	uint32_t max_body = SRV_STATS_MAX_BYTES;
 	struct evbuffer *body;
 	const char *name;
 	uint16_t len;
@@ -529,8 +546,8 @@ static enum srv_next op_stats(struct srv_conn *c)
 	rc = stats_render(c, name, len, body);
 	if (rc == 0 && evbuffer_get_length(body) > max_body)
 		rc = reply_err(c, PROTO_STATUS_TOO_LARGE,
-			       "stats document of %zu bytes exceeds max_frame_bytes %u; ask per namespace",
-			       evbuffer_get_length(body), max_body + PROTO_HEADER_BYTES);
+			       "stats document of %zu bytes exceeds %u bytes; ask per namespace",
+			       evbuffer_get_length(body), max_body);
 	else if (rc == 0)
 		rc = srv_conn_reply_buffer(c, PROTO_STATUS_OK, body);
 	evbuffer_free(body);

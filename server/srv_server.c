@@ -60,6 +60,25 @@ uint64_t srv_now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
+int srv_check_dram(uint64_t dram_capacity_bytes, uint64_t phys_bytes, char *err, size_t err_len)
+{
+	if (!phys_bytes || dram_capacity_bytes <= phys_bytes)
+		return 0;
+	snprintf(err, err_len,
+		 "dram_capacity (%" PRIu64 " bytes) exceeds this host's physical memory (%" PRIu64
+		 " bytes)", dram_capacity_bytes, phys_bytes);
+	return -ENOMEM;
+}
+
+uint64_t srv_phys_bytes(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
+
+	if (pages <= 0 || page_bytes <= 0)
+		return 0;
+	return (uint64_t)pages * (uint64_t)page_bytes;
+}
+
 /* "1.2.3.4:5" or "[::1]:5". */
 static void format_peer(const struct sockaddr *sa, char *buf, size_t cap)
 {
@@ -323,6 +342,16 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 	event_base_loopbreak(s->base);
 }
 
+/* SIGHUP conventionally asks a daemon to reload its settings; we cannot
+ * yet, and must not die of it either. */
+static void sighup_cb(evutil_socket_t sig, short what, void *arg)
+{
+	(void)sig;
+	(void)what;
+	(void)arg;
+	srv_warn("sighup: configuration reload is not supported yet; ignoring");
+}
+
 /* Expire leases that ran out. */
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -339,11 +368,12 @@ static int events_start(struct srv *s)
 
 	s->ev_sigterm = evsignal_new(s->base, SIGTERM, signal_cb, s);
 	s->ev_sigint = evsignal_new(s->base, SIGINT, signal_cb, s);
+	s->ev_sighup = evsignal_new(s->base, SIGHUP, sighup_cb, s);
 	s->ev_tick = event_new(s->base, -1, EV_PERSIST, tick_cb, s);
-	if (!s->ev_sigterm || !s->ev_sigint || !s->ev_tick)
+	if (!s->ev_sigterm || !s->ev_sigint || !s->ev_sighup || !s->ev_tick)
 		return -ENOMEM;
 	if (evsignal_add(s->ev_sigterm, NULL) < 0 || evsignal_add(s->ev_sigint, NULL) < 0 ||
-	    event_add(s->ev_tick, &tv) < 0)
+	    evsignal_add(s->ev_sighup, NULL) < 0 || event_add(s->ev_tick, &tv) < 0)
 		return -ENOMEM;
 	return 0;
 }
@@ -352,6 +382,8 @@ static void events_free(struct srv *s)
 {
 	if (s->ev_tick)
 		event_free(s->ev_tick);
+	if (s->ev_sighup)
+		event_free(s->ev_sighup);
 	if (s->ev_sigint)
 		event_free(s->ev_sigint);
 	if (s->ev_sigterm)
@@ -446,7 +478,12 @@ int srv_main(const struct conf *c)
 
 	if (!s)
 		return -ENOMEM;
+	/* Signals whose default action would kill us: ignored from the start
+	 * (SIGHUP gets its logging handler once the loop runs). */
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
+	signal(SIGUSR1, SIG_IGN);
+	signal(SIGUSR2, SIG_IGN);
 	srv_log_set_level(c->log_level);
 	s->conf = *c;
 	s->limits.max_frame_bytes = c->max_frame_bytes;

@@ -10,6 +10,7 @@
 #define KVPOOL_SRV_SERVER_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "conf.h"
@@ -30,7 +31,7 @@ struct srv {
 	struct store *store;          /* thread-safe on its own */
 	struct event_base *base;      /* main thread only */
 	struct evconnlistener *listener;
-	struct event *ev_sigterm, *ev_sigint, *ev_tick;
+	struct event *ev_sigterm, *ev_sigint, *ev_sighup, *ev_tick;
 	struct srv_worker *workers;   /* n_workers of them */
 	uint32_t n_workers;
 	uint32_t next_worker;         /* round robin; main thread only */
@@ -54,11 +55,22 @@ struct srv {
 
 /* Run kvpoold with settings `c` (already validated): open the pool, start
  * the workers, listen, serve until SIGTERM or SIGINT, then shut down
- * cleanly. Called by main() on the main thread; blocks until shutdown.
+ * cleanly. SIGHUP is logged and otherwise ignored (no reload yet);
+ * SIGUSR1 and SIGUSR2 are ignored. Called by main() on the main thread; blocks until shutdown.
  * Returns 0 after a clean shutdown, or a negative errno when start-up
  * failed (the reason is logged): -EADDRINUSE and other bind errors,
  * -ENOMEM, -EINVAL (listen address does not resolve). */
 int srv_main(const struct conf *c);
+
+/* Refuse a dram_capacity larger than the host's physical memory
+ * (phys_bytes; 0 when unknown, which passes): returns 0, or -ENOMEM with a
+ * message naming both in err[0..err_len). The arena is faulted in whole at
+ * start-up, so a larger one would only end in the OOM killer. Pure. */
+int srv_check_dram(uint64_t dram_capacity_bytes, uint64_t phys_bytes, char *err, size_t err_len);
+
+/* The host's physical memory in bytes (sysconf _SC_PHYS_PAGES times the
+ * page size), 0 when unknown. */
+uint64_t srv_phys_bytes(void);
 
 /* Milliseconds of CLOCK_MONOTONIC_COARSE (cheap; ~4 ms resolution). Any
  * thread. */

@@ -86,15 +86,20 @@ static void notify_cb(evutil_socket_t fd, short what, void *arg)
 	}
 }
 
-/* Close connections whose idle, payload or linger deadline has passed. */
+/* Close connections whose idle, frame or linger deadline has passed, and
+ * report protocol-error log lines suppressed in the last second. */
 static void sweep_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct srv_worker *w = arg;
 	uint64_t now = srv_now_ms();
+	uint64_t suppressed = srv_ratelimit_flush(&w->proto_log, now);
 	struct srv_conn *c, *next;
 
 	(void)fd;
 	(void)what;
+	if (suppressed)
+		srv_warn("worker %u: %" PRIu64 " protocol error messages suppressed", w->index,
+			 suppressed);
 	for (c = w->conns; c; c = next) {
 		next = c->next;
 		srv_conn_check_timeouts(c, now);
@@ -111,6 +116,7 @@ int srv_worker_init(struct srv_worker *w, struct srv *s, uint32_t index)
 	w->srv = s;
 	w->index = index;
 	w->notify_fd = -1;
+	w->proto_log.per_sec = SRV_PROTO_LOG_PER_SEC;
 	pthread_mutex_init(&w->lock, NULL);
 	w->scratch = malloc(SRV_SCRATCH_BYTES);
 	cfg = event_config_new();

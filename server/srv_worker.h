@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "srv_log.h"
 #include "srv_stats.h"
 
 struct srv;
@@ -23,6 +24,8 @@ struct event;
 struct event_base;
 
 #define SRV_SCRATCH_BYTES (256u * 1024) /* sink for refused PUT payload bytes */
+/* Protocol-error log lines one worker writes per second at most. */
+#define SRV_PROTO_LOG_PER_SEC 20
 
 struct srv_worker {
 	struct srv *srv;
@@ -42,6 +45,7 @@ struct srv_worker {
 	uint32_t n_conns;
 	uint8_t *scratch;               /* SRV_SCRATCH_BYTES */
 	struct srv_pin *free_pins;      /* recycled GET payload pins */
+	struct srv_ratelimit proto_log; /* protocol-error log lines */
 	/* Written by this worker only; read by any worker for STATS. */
 	struct srv_stats stats;
 };

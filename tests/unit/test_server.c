@@ -1,8 +1,11 @@
 /*
  * test_server.c - unit tests of kvpoold's pure parts: the log sanitizer,
- * namespace name validation, the latency histogram, the counter sum and
- * the STATS JSON document.
+ * the protocol-error log rate limit, what a log line may quote of a
+ * request, the per-opcode body bound, the dram_capacity check against
+ * physical memory, namespace name validation, the latency histogram, the
+ * counter sum and the STATS JSON document.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,9 +18,11 @@
 #include <event2/buffer.h>
 
 #include "proto.h"
+#include "srv_conn.h"
 #include "srv_hist.h"
 #include "srv_log.h"
 #include "srv_request.h"
+#include "srv_server.h"
 #include "srv_stats.h"
 
 /* ---- log sanitizer ------------------------------------------------------ */
@@ -369,6 +374,166 @@ static void test_stats_json_escapes_odd_bytes(void **state)
 	free(ops);
 }
 
+/* ---- protocol-error log rate limit ------------------------------------------ */
+
+/* Lines allowed by srv_ratelimit_allow in `n` calls at now_ms; the
+ * suppressed counts reported along the way are added to *reported. */
+static uint32_t allow_n(struct srv_ratelimit *rl, uint64_t now_ms, uint32_t n, uint64_t *reported)
+{
+	uint32_t allowed = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t sup = 0;
+
+		if (srv_ratelimit_allow(rl, now_ms, &sup))
+			allowed++;
+		*reported += sup;
+	}
+	return allowed;
+}
+
+static void test_ratelimit_caps_a_burst(void **state)
+{
+	struct srv_ratelimit rl = { .per_sec = 20 };
+	uint64_t reported = 0;
+
+	(void)state;
+	/* 50000 bad requests within one second: 20 lines, the rest counted. */
+	assert_int_equal(allow_n(&rl, 5000, 25000, &reported), 20);
+	assert_int_equal(allow_n(&rl, 5999, 25000, &reported), 0);
+	assert_int_equal(reported, 0);
+	/* The next second: its first line comes with the count, once. */
+	assert_int_equal(allow_n(&rl, 6000, 1, &reported), 1);
+	assert_int_equal(reported, 49980);
+	assert_int_equal(allow_n(&rl, 6001, 30, &reported), 19);
+	assert_int_equal(reported, 49980);
+}
+
+static void test_ratelimit_quiet_traffic_passes(void **state)
+{
+	struct srv_ratelimit rl = { .per_sec = 20 };
+	uint64_t reported = 0;
+
+	(void)state;
+	/* Ten lines a second for a minute: never limited, nothing reported. */
+	for (uint64_t t = 0; t < 60000; t += 100)
+		assert_int_equal(allow_n(&rl, 1000 + t, 1, &reported), 1);
+	assert_int_equal(reported, 0);
+	assert_int_equal(srv_ratelimit_flush(&rl, 100000), 0);
+}
+
+static void test_ratelimit_flush_reports_once(void **state)
+{
+	struct srv_ratelimit rl = { .per_sec = 3 };
+	uint64_t reported = 0;
+
+	(void)state;
+	assert_int_equal(allow_n(&rl, 10000, 10, &reported), 3);
+	/* Within the window: nothing to report yet. */
+	assert_int_equal(srv_ratelimit_flush(&rl, 10999), 0);
+	/* The window is over: the timer reports the 7, and only once. */
+	assert_int_equal(srv_ratelimit_flush(&rl, 11000), 7);
+	assert_int_equal(srv_ratelimit_flush(&rl, 12500), 0);
+	assert_int_equal(allow_n(&rl, 12600, 1, &reported), 1);
+	assert_int_equal(reported, 0);
+	/* A clock that goes backwards starts a new window too. */
+	assert_int_equal(allow_n(&rl, 12600, 5, &reported), 2);
+	assert_int_equal(allow_n(&rl, 500, 1, &reported), 1);
+	assert_int_equal(reported, 3);
+}
+
+/* ---- what a protocol-error log line quotes ------------------------------------ */
+
+static void test_quote_never_shows_hello_body(void **state)
+{
+	static const char token[] = "s3cret-token-value";
+	struct proto_hello hello = {
+		.min_version = 1, .max_version = 1, .ns = "tenant", .ns_len = 6,
+		.token = token, .token_len = sizeof(token) - 1,
+	};
+	struct proto_header h = { .opcode = PROTO_OP_HELLO, .request_id = 3 };
+	uint8_t body[64];
+	char out[512];
+	size_t n;
+
+	(void)state;
+	h.body_bytes = (uint32_t)proto_hello_body_bytes(&hello);
+	assert_int_equal(proto_hello_encode(&hello, body, sizeof(body)), 0);
+	/* Make it malformed (min > max), as a refused HELLO would be. */
+	proto_put_u16(body, 9);
+	n = srv_conn_quote_body(&h, body, h.body_bytes, out, sizeof(out));
+	assert_int_equal(n, strlen(out));
+	assert_null(strstr(out, "s3cret"));
+	assert_null(strstr(out, "tenant"));
+	assert_string_equal(out, "header only: opcode 1, body_bytes 32, payload_bytes 0");
+}
+
+static void test_quote_other_bodies_sanitized(void **state)
+{
+	struct proto_header h = { .opcode = PROTO_OP_EXISTS };
+	uint8_t body[200];
+	char out[512];
+
+	(void)state;
+	memset(body, 'k', sizeof(body));
+	body[0] = 0x01;
+	h.body_bytes = sizeof(body);
+	srv_conn_quote_body(&h, body, sizeof(body), out, sizeof(out));
+	/* "body: ", \x01, then 63 of the 'k's: SRV_QUOTE_BODY_BYTES in all. */
+	assert_int_equal(strncmp(out, "body: \\x01kkk", 13), 0);
+	assert_int_equal(strlen(out), 6 + 4 + SRV_QUOTE_BODY_BYTES - 1);
+	/* No body, nothing to quote; a tiny buffer stays terminated. */
+	assert_int_equal(srv_conn_quote_body(&h, NULL, 0, out, sizeof(out)), 0);
+	assert_string_equal(out, "");
+	assert_int_equal(srv_conn_quote_body(&h, body, sizeof(body), out, 4), 0);
+	assert_string_equal(out, "");
+}
+
+/* ---- body bound per opcode ------------------------------------------------------ */
+
+static void test_body_max_per_opcode(void **state)
+{
+	struct proto_limits l = { .max_frame_bytes = 4 << 20, .max_batch_blocks = 1024,
+				  .max_block_bytes = 1 << 20 };
+
+	(void)state;
+	assert_int_equal(srv_conn_body_max(PROTO_OP_EXISTS, &l), 8 + 32 * 1024);
+	assert_int_equal(srv_conn_body_max(PROTO_OP_MATCH, &l), 8 + 32 * 1024);
+	assert_int_equal(srv_conn_body_max(PROTO_OP_DELETE, &l), 8 + 32 * 1024);
+	assert_int_equal(srv_conn_body_max(PROTO_OP_GET, &l), 8 + 40 * 1024);
+	assert_int_equal(srv_conn_body_max(PROTO_OP_PUT, &l), 8 + 88 * 1024);
+	assert_int_equal(srv_conn_body_max(PROTO_OP_HELLO, &l), 8 + 255 + 1024);
+	assert_int_equal(srv_conn_body_max(PROTO_OP_DROP_NAMESPACE, &l), 4 + 255);
+	assert_int_equal(srv_conn_body_max(PROTO_OP_STATS, &l), 4 + 255);
+	assert_int_equal(srv_conn_body_max(PROTO_OP_PING, &l), 0);
+	assert_int_equal(srv_conn_body_max(PROTO_OP_NONE, &l), 0);
+	assert_int_equal(srv_conn_body_max(200, &l), 0);
+	l.max_batch_blocks = 65536;
+	assert_int_equal(srv_conn_body_max(PROTO_OP_PUT, &l), 8 + 88 * 65536);
+	l.max_batch_blocks = UINT32_MAX; /* saturates instead of wrapping */
+	assert_int_equal(srv_conn_body_max(PROTO_OP_PUT, &l), UINT32_MAX);
+}
+
+/* ---- dram_capacity against physical memory ---------------------------------------- */
+
+static void test_check_dram(void **state)
+{
+	char err[256] = "";
+
+	(void)state;
+	assert_int_equal(srv_check_dram(1ull << 30, 16ull << 30, err, sizeof(err)), 0);
+	assert_int_equal(srv_check_dram(16ull << 30, 16ull << 30, err, sizeof(err)), 0);
+	assert_int_equal(srv_check_dram(1ull << 42, 0, err, sizeof(err)), 0); /* unknown */
+	assert_string_equal(err, "");
+	assert_int_equal(srv_check_dram(1ull << 42, 16ull << 30, err, sizeof(err)), -ENOMEM);
+	assert_non_null(strstr(err, "dram_capacity"));
+	assert_non_null(strstr(err, "4398046511104"));
+	assert_non_null(strstr(err, "17179869184"));
+	assert_non_null(strstr(err, "physical memory"));
+	/* This host's figure is known and sane. */
+	assert_true(srv_phys_bytes() >= (64ull << 20));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -387,6 +552,13 @@ int main(void)
 		cmocka_unit_test(test_stats_json_exact),
 		cmocka_unit_test(test_stats_json_no_namespaces),
 		cmocka_unit_test(test_stats_json_escapes_odd_bytes),
+		cmocka_unit_test(test_ratelimit_caps_a_burst),
+		cmocka_unit_test(test_ratelimit_quiet_traffic_passes),
+		cmocka_unit_test(test_ratelimit_flush_reports_once),
+		cmocka_unit_test(test_quote_never_shows_hello_body),
+		cmocka_unit_test(test_quote_other_bodies_sanitized),
+		cmocka_unit_test(test_body_max_per_opcode),
+		cmocka_unit_test(test_check_dram),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

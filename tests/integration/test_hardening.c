@@ -1,0 +1,650 @@
+/*
+ * test_hardening.c - kvpoold against a hostile client: the namespace cap,
+ * the frame deadline, bodies that are announced but not sent, signals
+ * that must not kill it, secrets and floods in its log, opcode 0, short
+ * probes, and a dram_capacity the host cannot hold.
+ *
+ * The group's server writes its log (stderr) to a temporary file, which
+ * the tests read.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define REPLY_MS 5000
+#define PAYLOAD_TIMEOUT_MS 1500
+#define FLOOD_CONNS 100
+#define NS_MAX 4096 /* kvpoold's namespace cap (STORE_MAX_NAMESPACES) */
+
+static struct {
+	struct harness_server srv;    /* the group's server, log in log_path */
+	struct harness_server srv_ns; /* test_namespace_cap's own server */
+	struct kvpool_client *c;      /* namespace "hard" */
+	char log_path[64];
+	int log_fd;
+} g = { .log_fd = -1 };
+
+/* Start `s` with its stderr sent to log_fd (our own stderr is put back). */
+static int start_logged(struct harness_server *s, const char *const *flags, int log_fd)
+{
+	int saved = dup(STDERR_FILENO), rc;
+
+	if (saved < 0)
+		return -1;
+	fflush(stderr);
+	dup2(log_fd, STDERR_FILENO);
+	rc = harness_group_start(s, flags);
+	fflush(stderr);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	return rc;
+}
+
+static int group_setup(void **state)
+{
+	static const char *const flags[] = {
+		"--dram-capacity", "64MiB", "--threads", "2", "--log-level", "warn",
+		"--payload-timeout-ms", "1500", "--max-frame-bytes", "8MiB",
+		"--max-batch-blocks", "65536", NULL,
+	};
+
+	(void)state;
+	snprintf(g.log_path, sizeof(g.log_path), "/tmp/kvpool-hardening-XXXXXX");
+	g.log_fd = mkstemp(g.log_path);
+	if (g.log_fd < 0)
+		return -1;
+	if (start_logged(&g.srv, flags, g.log_fd))
+		return -1;
+	return harness_group_client(&g.srv, "hard", &g.c);
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	kvpool_close(g.c);
+	harness_kill(&g.srv);
+	harness_kill(&g.srv_ns);
+	if (g.log_fd >= 0) {
+		close(g.log_fd);
+		unlink(g.log_path);
+	}
+	return 0;
+}
+
+/* ---- helpers -------------------------------------------------------------- */
+
+/* The server's log from byte `from` on, NUL-terminated (free()). */
+static char *log_read(off_t from)
+{
+	struct stat st;
+	char *buf;
+	ssize_t n;
+
+	assert_int_equal(fstat(g.log_fd, &st), 0);
+	if (st.st_size < from)
+		from = st.st_size;
+	buf = calloc(1, (size_t)(st.st_size - from) + 1);
+	assert_non_null(buf);
+	n = pread(g.log_fd, buf, (size_t)(st.st_size - from), from);
+	assert_true(n >= 0);
+	buf[n] = '\0';
+	return buf;
+}
+
+static off_t log_size(void)
+{
+	struct stat st;
+
+	assert_int_equal(fstat(g.log_fd, &st), 0);
+	return st.st_size;
+}
+
+/* Occurrences of `what` in s. */
+static unsigned count_str(const char *s, const char *what)
+{
+	unsigned n = 0;
+
+	for (const char *p = strstr(s, what); p; p = strstr(p + 1, what))
+		n++;
+	return n;
+}
+
+/* Poll the log (from byte `from`) until it contains `what`, for up to
+ * timeout_ms. Returns the log text (free()), or NULL on a timeout. */
+static char *log_wait_for(off_t from, const char *what, int timeout_ms)
+{
+	uint64_t deadline = harness_now_ms() + (uint64_t)timeout_ms;
+
+	for (;;) {
+		char *text = log_read(from);
+
+		if (strstr(text, what))
+			return text;
+		free(text);
+		if (harness_now_ms() >= deadline)
+			return NULL;
+		harness_sleep_ms(20);
+	}
+}
+
+/* A field of /proc/<pid>/status, in kB ("VmRSS", "VmData"). */
+static uint64_t proc_kb(pid_t pid, const char *field)
+{
+	char path[64], line[256];
+	size_t len = strlen(field);
+	uint64_t kb = 0;
+	int found = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, field, len) && line[len] == ':') {
+			kb = strtoull(line + len + 1, NULL, 10);
+			found = 1;
+			break;
+		}
+	}
+	fclose(f);
+	assert_true(found);
+	return kb;
+}
+
+/* Send a HELLO for `ns` with `token` as request `id`; read the reply. */
+static void hello_frame(int fd, const char *ns, const char *token, uint64_t id,
+			struct harness_frame *f)
+{
+	struct proto_hello h = {
+		.min_version = PROTO_VERSION_MIN, .max_version = PROTO_VERSION_MAX,
+		.ns = ns, .ns_len = (uint16_t)strlen(ns),
+		.token = token, .token_len = token ? (uint16_t)strlen(token) : 0,
+	};
+	uint8_t body[PROTO_HELLO_FIXED_BYTES + PROTO_NAME_MAX_BYTES + PROTO_TOKEN_MAX_BYTES];
+	size_t body_bytes = proto_hello_body_bytes(&h);
+
+	assert_int_equal(proto_hello_encode(&h, body, sizeof(body)), 0);
+	assert_int_equal(harness_send_frame(fd, PROTO_OP_HELLO, id, body, (uint32_t)body_bytes,
+					    NULL, 0),
+			 0);
+	assert_int_equal(harness_read_frame(fd, REPLY_MS, f), 0);
+	assert_int_equal(f->h.request_id, id);
+}
+
+static void assert_ping_works(int fd, uint64_t id)
+{
+	struct harness_frame f;
+
+	assert_int_equal(harness_send_frame(fd, PROTO_OP_PING, id, NULL, 0, NULL, 0), 0);
+	assert_int_equal(harness_read_frame(fd, REPLY_MS, &f), 0);
+	assert_int_equal(f.h.request_id, id);
+	assert_int_equal(f.h.status, PROTO_STATUS_OK);
+	harness_frame_free(&f);
+}
+
+/* The "namespaces" member of a STATS document: its member count, and
+ * whether `name` is one of them. */
+static size_t stats_namespaces(struct kvpool_client *c, const char *ns, const char *name,
+			       int *has_name)
+{
+	struct json_object *doc = NULL, *nss = NULL, *one = NULL;
+	size_t n;
+
+	assert_int_equal(harness_stats(c, ns, &doc), 0);
+	assert_true(json_object_object_get_ex(doc, "namespaces", &nss));
+	assert_true(json_object_is_type(nss, json_type_object));
+	n = (size_t)json_object_object_length(nss);
+	if (has_name)
+		*has_name = name && json_object_object_get_ex(nss, name, &one);
+	json_object_put(doc);
+	return n;
+}
+
+/* ---- 5. secrets in the log ---------------------------------------------------- */
+
+/* A malformed HELLO is logged by its header fields, never its body, which
+ * carries the token. (First in the group: the log rate limit is fresh.) */
+static void test_hello_token_not_logged(void **state)
+{
+	static const char token[] = "hardening-s3cret-token";
+	struct proto_hello h = {
+		.min_version = 1, .max_version = 1, .ns = "hard-tok", .ns_len = 8,
+		.token = token, .token_len = sizeof(token) - 1,
+	};
+	uint8_t body[PROTO_HELLO_FIXED_BYTES + 64];
+	size_t body_bytes = proto_hello_body_bytes(&h);
+	struct harness_frame f;
+	off_t from = log_size();
+	char *text;
+	int fd = -1;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_int_equal(proto_hello_encode(&h, body, sizeof(body)), 0);
+	proto_put_u16(body, 0); /* min_version 0: malformed */
+	assert_int_equal(harness_raw_connect(g.srv.port, &fd), 0);
+	assert_int_equal(harness_send_frame(fd, PROTO_OP_HELLO, 77, body, (uint32_t)body_bytes,
+					    NULL, 0),
+			 0);
+	assert_int_equal(harness_read_frame(fd, REPLY_MS, &f), 0);
+	assert_int_equal(f.h.status, PROTO_STATUS_BAD_REQUEST);
+	harness_frame_free(&f);
+	close(fd);
+	text = log_wait_for(from, "request 77", 3000);
+	assert_non_null(text);
+	assert_non_null(strstr(text, "header only: opcode 1"));
+	assert_null(strstr(text, "s3cret"));
+	assert_null(strstr(text, "hard-tok"));
+	free(text);
+}
+
+/* ---- 4. signals ------------------------------------------------------------------ */
+
+/* SIGHUP is logged and ignored, SIGUSR1 and SIGUSR2 ignored: the server
+ * keeps serving (and test_clean_shutdown, last, sees it exit 0). */
+static void test_signals_do_not_kill(void **state)
+{
+	off_t from = log_size();
+	char *text;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_int_equal(kill(g.srv.pid, SIGHUP), 0);
+	assert_int_equal(kill(g.srv.pid, SIGUSR1), 0);
+	assert_int_equal(kill(g.srv.pid, SIGUSR2), 0);
+	text = log_wait_for(from, "sighup: configuration reload is not supported yet; ignoring",
+			    3000);
+	assert_non_null(text);
+	free(text);
+	harness_sleep_ms(100);
+	assert_int_equal(kill(g.srv.pid, 0), 0);
+	assert_int_equal(kvpool_ping(g.c, NULL), 0);
+	/* Twice, to be sure the handler stays installed. */
+	assert_int_equal(kill(g.srv.pid, SIGHUP), 0);
+	harness_sleep_ms(100);
+	assert_int_equal(kvpool_ping(g.c, NULL), 0);
+}
+
+/* ---- 7, 8. opcode 0 and short probes ----------------------------------------- */
+
+/* A request with opcode 0 gets a reply with opcode 0, which a client must
+ * treat as connection-level: so the server closes as well. */
+static void test_opcode_zero_closes(void **state)
+{
+	struct harness_frame f;
+	char msg[256];
+	int fd;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	fd = harness_raw_session_or_fail(g.srv.port, "hard", NULL);
+	assert_int_equal(harness_send_frame(fd, PROTO_OP_NONE, 5, NULL, 0, NULL, 0), 0);
+	assert_int_equal(harness_read_frame(fd, REPLY_MS, &f), 0);
+	assert_int_equal(f.h.opcode, PROTO_OP_NONE);
+	assert_int_equal(f.h.status, PROTO_STATUS_UNSUPPORTED);
+	assert_int_equal(harness_error_message(&f, msg, sizeof(msg), NULL, NULL), 0);
+	assert_non_null(strstr(msg, "opcode 0"));
+	harness_frame_free(&f);
+	assert_int_equal(harness_wait_closed(fd, 3000), 0);
+	close(fd);
+	assert_int_equal(kvpool_ping(g.c, NULL), 0);
+}
+
+/* A probe shorter than a header ("GET / HTTP/1.0") is answered with the
+ * bad-magic reply at once, not after payload_timeout_ms, then closed. */
+static void test_short_probe_answered(void **state)
+{
+	static const char probe[] = "GET / HTTP/1.0\r\n\r\n";
+	struct harness_frame f;
+	uint64_t t0, elapsed;
+	int fd = -1;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_int_equal(harness_raw_connect(g.srv.port, &fd), 0);
+	assert_int_equal(harness_send_all(fd, probe, sizeof(probe) - 1), 0);
+	t0 = harness_now_ms();
+	assert_int_equal(harness_read_frame(fd, REPLY_MS, &f), 0);
+	elapsed = harness_now_ms() - t0;
+	assert_int_equal(f.h.opcode, PROTO_OP_NONE);
+	assert_int_equal(f.h.request_id, 0);
+	assert_int_equal(f.h.status, PROTO_STATUS_BAD_REQUEST);
+	harness_frame_free(&f);
+	assert_true(elapsed < PAYLOAD_TIMEOUT_MS);
+	assert_int_equal(harness_wait_closed(fd, 3000), 0);
+	close(fd);
+}
+
+/* ---- 2. the frame deadline --------------------------------------------------- */
+
+/* A PUT whose payload trickles in (a byte every 100 ms, never silent for
+ * long) is cut off payload_timeout_ms after its header, and its
+ * reservation goes back to the in-flight budget. */
+static void test_trickled_payload_cut_off(void **state)
+{
+	enum { LEN = 1 << 20 };
+	uint8_t key[32], *data = malloc(LEN);
+	uint64_t t0, elapsed;
+	int fd, closed = 0;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_non_null(data);
+	harness_fill(data, LEN, 5);
+	harness_key(key, "hard-trickle", 0);
+	fd = harness_raw_session_or_fail(g.srv.port, "hard", NULL);
+	assert_int_equal(harness_raw_put(fd, 3, key, NULL, data, LEN, harness_xxh3(data, LEN), 0),
+			 0);
+	t0 = harness_now_ms();
+	assert_true(harness_wait_stat_at_least_or_fail(g.c, "tiers.dram.inflight_put_bytes", LEN,
+						       1000) >= LEN);
+	for (size_t i = 0; !closed && harness_now_ms() - t0 < 4 * PAYLOAD_TIMEOUT_MS; i++) {
+		if (harness_send_all(fd, data + i, 1) < 0)
+			break; /* already gone */
+		closed = harness_wait_closed(fd, 100) == 0;
+	}
+	elapsed = harness_now_ms() - t0;
+	close(fd);
+	free(data);
+	assert_true(elapsed >= PAYLOAD_TIMEOUT_MS - 200);
+	assert_true(elapsed < 3 * PAYLOAD_TIMEOUT_MS);
+	assert_int_equal(harness_wait_stat_or_fail(g.c, "tiers.dram.inflight_put_bytes", 0, 3000),
+			 0);
+	harness_check_absent_or_fail(g.c, key);
+}
+
+/* ---- 3. bodies announced but not sent -------------------------------------------- */
+
+/* Open FLOOD_CONNS sessions; each announces an EXISTS body of body_bytes
+ * and sends `sent` bytes of it. fds receives them. */
+static void flood_bodies(int *fds, uint32_t body_bytes, size_t sent)
+{
+	struct proto_header h = {
+		.magic = PROTO_MAGIC, .version = PROTO_VERSION, .opcode = PROTO_OP_EXISTS,
+		.body_bytes = body_bytes,
+	};
+	uint8_t hdr[PROTO_HEADER_BYTES];
+	uint8_t *part = calloc(1, sent);
+
+	assert_non_null(part);
+	for (int i = 0; i < FLOOD_CONNS; i++) {
+		fds[i] = harness_raw_session_or_fail(g.srv.port, "hard", NULL);
+		h.request_id = 1000 + (uint64_t)i;
+		proto_header_encode(&h, hdr);
+		assert_int_equal(harness_send_all(fds[i], hdr, sizeof(hdr)), 0);
+		assert_int_equal(harness_send_all(fds[i], part, sent), 0);
+	}
+	free(part);
+	harness_sleep_ms(300); /* let the server take what was sent */
+}
+
+/* 100 connections announcing a 4 MiB EXISTS body (more than an EXISTS of
+ * max_batch_blocks keys can need) and sending 1 MiB of it: each is refused
+ * at its header, and the server does not buffer the bytes. */
+static void test_oversized_body_not_buffered(void **state)
+{
+	static int fds[FLOOD_CONNS];
+	const uint32_t body_bytes = 4u << 20;
+	uint64_t rss0, rss1;
+	char msg[1100];
+
+	(void)state;
+	harness_need_server(&g.srv);
+	rss0 = proc_kb(g.srv.pid, "VmRSS");
+	flood_bodies(fds, body_bytes, 1u << 20);
+	rss1 = proc_kb(g.srv.pid, "VmRSS");
+	print_message("VmRSS %" PRIu64 " kB -> %" PRIu64 " kB\n", rss0, rss1);
+	assert_true(rss1 < rss0 + 20 * 1024);
+	for (int i = 0; i < FLOOD_CONNS; i++) {
+		struct harness_frame f;
+
+		assert_int_equal(harness_read_frame(fds[i], REPLY_MS, &f), 0);
+		assert_int_equal(f.h.request_id, 1000 + (uint64_t)i);
+		assert_int_equal(f.h.status, PROTO_STATUS_TOO_LARGE);
+		assert_int_equal(harness_error_message(&f, msg, sizeof(msg), NULL, NULL), 0);
+		assert_non_null(strstr(msg, "max_batch_blocks"));
+		harness_frame_free(&f);
+		close(fds[i]);
+	}
+	assert_int_equal(kvpool_ping(g.c, NULL), 0);
+}
+
+/* 100 connections announcing the largest legitimate EXISTS body (8 + 32 *
+ * 65536 bytes) and sending 64 KiB of it: the server's buffers grow with
+ * the bytes that arrived, not with what was announced. */
+static void test_body_buffer_grows_as_it_arrives(void **state)
+{
+	static int fds[FLOOD_CONNS];
+	const uint32_t body_bytes = PROTO_BATCH_PREFIX_BYTES + PROTO_KEY_ENTRY_BYTES * 65536;
+	uint64_t data0, data1;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	data0 = proc_kb(g.srv.pid, "VmData");
+	flood_bodies(fds, body_bytes, 64u << 10);
+	data1 = proc_kb(g.srv.pid, "VmData");
+	print_message("VmData %" PRIu64 " kB -> %" PRIu64 " kB\n", data0, data1);
+	/* Announced: 200 MiB. Received: 6.4 MiB. */
+	assert_true(data1 < data0 + 64 * 1024);
+	for (int i = 0; i < FLOOD_CONNS; i++)
+		close(fds[i]);
+	assert_int_equal(kvpool_ping(g.c, NULL), 0);
+}
+
+/* ---- 6. log flood ------------------------------------------------------------------- */
+
+/* 2000 bad requests on one connection: at most 20 lines a second about
+ * them, then one line counting the rest. */
+static void test_protocol_errors_rate_limited(void **state)
+{
+	enum { ROUNDS = 40, PER_ROUND = 50 };
+	static const char marker[] = "reserved header field nonzero";
+	uint8_t hdr[PROTO_HEADER_BYTES * PER_ROUND];
+	uint64_t t0, elapsed_s;
+	off_t from;
+	unsigned lines;
+	char *text;
+	int fd;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	harness_sleep_ms(1100); /* a fresh rate-limit window */
+	from = log_size();
+	fd = harness_raw_session_or_fail(g.srv.port, "hard", NULL);
+	for (int i = 0; i < PER_ROUND; i++) {
+		struct proto_header h = {
+			.magic = PROTO_MAGIC, .version = PROTO_VERSION, .opcode = PROTO_OP_PING,
+			.request_id = (uint64_t)i,
+		};
+
+		proto_header_encode(&h, hdr + i * PROTO_HEADER_BYTES);
+		proto_put_u16(hdr + i * PROTO_HEADER_BYTES + 10, 1); /* reserved */
+	}
+	t0 = harness_now_ms();
+	for (int r = 0; r < ROUNDS; r++) {
+		assert_int_equal(harness_send_all(fd, hdr, sizeof(hdr)), 0);
+		for (int i = 0; i < PER_ROUND; i++) {
+			struct harness_frame f;
+
+			assert_int_equal(harness_read_frame(fd, REPLY_MS, &f), 0);
+			assert_int_equal(f.h.status, PROTO_STATUS_BAD_REQUEST);
+			harness_frame_free(&f);
+		}
+	}
+	elapsed_s = (harness_now_ms() - t0) / 1000;
+	assert_ping_works(fd, 999);
+	close(fd);
+	/* The suppressed count comes once the second is over. */
+	text = log_wait_for(from, "protocol error messages suppressed", 3000);
+	assert_non_null(text);
+	lines = count_str(text, marker);
+	print_message("%u lines for %d bad requests in ~%" PRIu64 " s\n", lines,
+		      ROUNDS * PER_ROUND, elapsed_s);
+	assert_true(lines >= 1);
+	assert_true(lines <= 20 * (elapsed_s + 2));
+	free(text);
+}
+
+/* ---- 1. namespaces ------------------------------------------------------------------- */
+
+/* STATS and DROP_NAMESPACE of a name nobody said HELLO to create nothing. */
+static void test_stats_and_drop_create_nothing(void **state)
+{
+	uint64_t blocks = 99;
+	size_t n0, n1;
+	int has;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	n0 = stats_namespaces(g.c, NULL, NULL, NULL);
+	assert_int_equal(stats_namespaces(g.c, "hard-ghost-stats", NULL, NULL), 0);
+	assert_int_equal(kvpool_drop_namespace(g.c, "hard-ghost-drop", &blocks), 0);
+	assert_int_equal(blocks, 0);
+	n1 = stats_namespaces(g.c, NULL, "hard-ghost-stats", &has);
+	assert_false(has);
+	stats_namespaces(g.c, NULL, "hard-ghost-drop", &has);
+	assert_false(has);
+	assert_int_equal(n1, n0);
+}
+
+/* 4096 namespaces fill the server; a HELLO naming one more gets QUOTA
+ * ("too many namespaces (4096)") and the connection stays usable. */
+static void test_namespace_cap(void **state)
+{
+	/* A STATS document of 4096 namespaces needs more than the default
+	 * 1 MiB max_frame_bytes, which binds requests only. */
+	static const char *const flags[] = {
+		"--dram-capacity", "64MiB", "--threads", "2", "--log-level", "error", NULL,
+	};
+	struct harness_server *srv = &g.srv_ns;
+	struct kvpool_client *c = NULL, *extra = NULL;
+	struct harness_frame f;
+	uint64_t blocks = 99;
+	char ns[32], msg[256];
+	size_t have;
+	int fd, has;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_int_equal(harness_start(srv, flags), 0);
+	assert_int_equal(harness_client(srv, "cap-0", &c), 0);
+	/* The harness's readiness probe made one too: fill up what is left. */
+	have = stats_namespaces(c, NULL, NULL, NULL);
+	assert_true(have < 10);
+	for (size_t i = 1; have < NS_MAX; i++, have++) {
+		snprintf(ns, sizeof(ns), "cap-%zu", i);
+		fd = harness_raw_session_or_fail(srv->port, ns, NULL);
+		close(fd);
+	}
+	assert_int_equal(stats_namespaces(c, NULL, NULL, NULL), NS_MAX);
+
+	assert_int_equal(harness_raw_connect(srv->port, &fd), 0);
+	hello_frame(fd, "cap-one-too-many", NULL, 2, &f);
+	assert_int_equal(f.h.opcode, PROTO_OP_HELLO);
+	assert_int_equal(f.h.status, PROTO_STATUS_QUOTA);
+	assert_int_equal(harness_error_message(&f, msg, sizeof(msg), NULL, NULL), 0);
+	assert_string_equal(msg, "too many namespaces (4096)");
+	harness_frame_free(&f);
+	/* Still open and unbound: PING works, HELLO to a known name too. */
+	assert_ping_works(fd, 3);
+	hello_frame(fd, "cap-7", NULL, 4, &f);
+	assert_int_equal(f.h.status, PROTO_STATUS_OK);
+	harness_frame_free(&f);
+	close(fd);
+	assert_int_equal(harness_client(srv, "cap-another", &extra), -EDQUOT);
+	assert_int_equal(harness_client(srv, "cap-4000", &extra), 0);
+	kvpool_close(extra);
+
+	/* Looking up or dropping an unknown name neither fails nor creates. */
+	assert_int_equal(stats_namespaces(c, "cap-ghost", NULL, NULL), 0);
+	assert_int_equal(kvpool_drop_namespace(c, "cap-ghost", &blocks), 0);
+	assert_int_equal(blocks, 0);
+	assert_int_equal(stats_namespaces(c, NULL, "cap-ghost", &has), NS_MAX);
+	assert_false(has);
+	assert_int_equal(stats_namespaces(c, "cap-9", "cap-9", &has), 1);
+	assert_true(has);
+	kvpool_close(c);
+	assert_int_equal(harness_stop(srv), 0);
+}
+
+/* ---- 9. dram_capacity over physical memory --------------------------------------------- */
+
+/* kvpoold refuses, at start and with exit status 2, an arena larger than
+ * the host's memory, naming dram_capacity and the memory it found. */
+static void test_dram_over_physical_memory(void **state)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
+	const char *kvpoold = getenv("KVPOOLD");
+	char size[32], phys_text[32], *out = NULL, *text;
+	uint64_t phys;
+	off_t from;
+	int status = -1, saved, rc;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_true(pages > 0 && page_bytes > 0);
+	phys = (uint64_t)pages * (uint64_t)page_bytes;
+	if (phys + (1ull << 30) > (4ull << 40))
+		harness_skip("this host has more memory than dram_capacity may ask for");
+	snprintf(size, sizeof(size), "%" PRIu64, phys + ((uint64_t)1 << 30));
+	snprintf(phys_text, sizeof(phys_text), "%" PRIu64, phys);
+	{
+		char *const argv[] = {
+			(char *)kvpoold, "--listen", "127.0.0.1", "--port", "1",
+			"--dram-capacity", size, NULL,
+		};
+
+		/* Its stderr goes to our log file, to be read below. */
+		from = log_size();
+		saved = dup(STDERR_FILENO);
+		assert_true(saved >= 0);
+		fflush(stderr);
+		dup2(g.log_fd, STDERR_FILENO);
+		rc = harness_run(argv, 10000, &out, &status);
+		fflush(stderr);
+		dup2(saved, STDERR_FILENO);
+		close(saved);
+	}
+	free(out);
+	assert_int_equal(rc, 0);
+	assert_int_equal(status, 2);
+	text = log_read(from);
+	assert_non_null(strstr(text, "dram_capacity"));
+	assert_non_null(strstr(text, "physical memory"));
+	assert_non_null(strstr(text, phys_text));
+	free(text);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hello_token_not_logged),
+		cmocka_unit_test(test_signals_do_not_kill),
+		cmocka_unit_test(test_opcode_zero_closes),
+		cmocka_unit_test(test_short_probe_answered),
+		cmocka_unit_test(test_trickled_payload_cut_off),
+		cmocka_unit_test(test_oversized_body_not_buffered),
+		cmocka_unit_test(test_body_buffer_grows_as_it_arrives),
+		cmocka_unit_test(test_protocol_errors_rate_limited),
+		cmocka_unit_test(test_stats_and_drop_create_nothing),
+		cmocka_unit_test(test_namespace_cap),
+		cmocka_unit_test(test_dram_over_physical_memory),
+		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
