@@ -54,8 +54,9 @@ static int call_failed(const char *prog, const char *what, int err)
 	return cli_exit_code(err);
 }
 
-/* Read all of f into a malloc'd buffer. Returns 0 or -errno. */
-static int read_all(FILE *f, uint8_t **data, size_t *len)
+/* Read all of f, at most max bytes, into a malloc'd buffer. Returns 0,
+ * -EFBIG when f holds more than max bytes (nothing returned), or -errno. */
+static int read_all(FILE *f, size_t max, uint8_t **data, size_t *len)
 {
 	size_t cap = 1 << 16, n = 0, got;
 	uint8_t *buf = malloc(cap), *nbuf;
@@ -64,6 +65,10 @@ static int read_all(FILE *f, uint8_t **data, size_t *len)
 		return -ENOMEM;
 	while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
 		n += got;
+		if (n > max) {
+			free(buf);
+			return -EFBIG;
+		}
 		if (n < cap)
 			continue;
 		nbuf = realloc(buf, cap * 2);
@@ -75,8 +80,10 @@ static int read_all(FILE *f, uint8_t **data, size_t *len)
 		cap *= 2;
 	}
 	if (ferror(f)) {
+		int err = errno ? errno : EIO;
+
 		free(buf);
-		return -EIO;
+		return -err;
 	}
 	*data = buf;
 	*len = n;
@@ -144,8 +151,10 @@ static int put_opt(int opt, const char *arg, void *ctx)
 	return 1;
 }
 
-/* Read the payload named by `path` ("-": stdin). */
-static int put_read(const char *prog, const char *path, uint8_t **data, size_t *len)
+/* Read the payload named by `path` ("-": stdin), at most max bytes: more
+ * cannot be a block of this server. */
+static int put_read(const char *prog, const char *path, uint64_t max, uint8_t **data,
+		    size_t *len)
 {
 	FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
 	int rc;
@@ -154,9 +163,15 @@ static int put_read(const char *prog, const char *path, uint8_t **data, size_t *
 		fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(errno));
 		return CLI_EXIT_ERROR;
 	}
-	rc = read_all(f, data, len);
+	errno = 0;
+	rc = read_all(f, max < SIZE_MAX ? (size_t)max : SIZE_MAX, data, len);
 	if (f != stdin)
 		fclose(f);
+	if (rc == -EFBIG) {
+		fprintf(stderr, "%s: %s holds more than the server's max_block_bytes %" PRIu64
+			"\n", prog, path, max);
+		return cli_exit_code(-EMSGSIZE);
+	}
 	if (rc) {
 		fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(-rc));
 		return CLI_EXIT_ERROR;
@@ -223,9 +238,10 @@ int cli_put_main(int argc, char **argv)
 	const char *prog = argv[0];
 	uint8_t key[KVPOOL_KEY_BYTES], parent[KVPOOL_KEY_BYTES], *data = NULL;
 	struct put_args a = { 0 };
+	struct kvpool_limits lim;
 	struct kvpool_client *c;
 	struct cli_conn conn;
-	size_t len;
+	size_t len = 0;
 	int rc;
 
 	cli_conn_init(&conn, "default");
@@ -238,12 +254,18 @@ int cli_put_main(int argc, char **argv)
 		return cli_usage_error(prog, "bad key '%s'", argv[optind]);
 	if (a.parent && cli_key_parse(a.parent, parent))
 		return cli_usage_error(prog, "bad parent key '%s'", a.parent);
-	rc = put_read(prog, argv[optind + 1], &data, &len);
-	if (rc)
-		return rc;
-	if (cli_connect(&conn, prog, &c)) {
-		free(data);
+	/* Connect first: the server's max_block_bytes bounds what is read. */
+	if (cli_connect(&conn, prog, &c))
 		return CLI_EXIT_ERROR;
+	rc = kvpool_get_limits(c, &lim);
+	if (rc) {
+		kvpool_close(c);
+		return call_failed(prog, "limits", rc);
+	}
+	rc = put_read(prog, argv[optind + 1], lim.max_block_bytes, &data, &len);
+	if (rc) {
+		kvpool_close(c);
+		return rc;
 	}
 	rc = put_checked(prog, c, key, a.parent ? parent : NULL, data, len);
 	kvpool_close(c);
