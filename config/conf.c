@@ -80,7 +80,7 @@ static const struct conf_setting settings[] = {
 	{ "idle_timeout_ms", CONF_U32, FIELD(idle_timeout_ms), "300000", 0, 86400000, 0, "MS",
 	  "close a connection idle this long; 0 = never" },
 	{ "payload_timeout_ms", CONF_U32, FIELD(payload_timeout_ms), "10000", 10, 3600000, 0, "MS",
-	  "close a connection whose frame is not whole this long after its header" },
+	  "close a connection whose frame is not whole this long after its first byte" },
 	{ "max_inflight_put_bytes", CONF_SIZE, FIELD(max_inflight_put_bytes), "512MiB", 1, 256 * TIB,
 	  0, "SIZE", "PUT payload bytes being received at once; beyond it PUT answers BUSY" },
 	{ "log_level", CONF_LOGLEVEL, FIELD(log_level), "info", CONF_LOG_ERROR, CONF_LOG_DEBUG, 0,
@@ -423,9 +423,11 @@ static int parse_number(const struct conf_setting *s, const char *text, uint64_t
 	if (*v == 0 && (s->flags & CONF_ZERO_IS_CORES))
 		*v = online_cores();
 	if (*v < s->min || *v > s->max) {
-		format_number(s, s->min, lo, sizeof(lo));
+		/* the range --help shows: 0 is accepted here too */
+		format_number(s, s->flags & CONF_ZERO_IS_CORES ? 0 : s->min, lo, sizeof(lo));
 		format_number(s, s->max, hi, sizeof(hi));
-		set_err(why, why_len, "out of range %s..%s", lo, hi);
+		set_err(why, why_len, "out of range %s..%s%s", lo, hi,
+			s->flags & CONF_ZERO_IS_CORES ? " (0 = one per core)" : "");
 		return -ERANGE;
 	}
 	return 0;
@@ -526,8 +528,9 @@ static void load_syntax_error(struct load_ctx *ctx)
 
 /* Read the next line of fp into buf[0..cap) without its "\n" or "\r\n",
  * NUL-terminated. Returns its length in bytes, or cap if it does not fit
- * (the rest of the line is consumed, buf keeps its start), or -1 at the
- * end of the file or on a read error. Sets *nul if the line holds a NUL. */
+ * (reading stops right there, so an endless line such as /dev/zero's
+ * fails at once; buf keeps its start), or -1 at the end of the file or on
+ * a read error. Sets *nul if the line holds a NUL. */
 static long read_line(FILE *fp, char *buf, size_t cap, bool *nul)
 {
 	size_t len = 0;
@@ -542,9 +545,10 @@ static long read_line(FILE *fp, char *buf, size_t cap, bool *nul)
 		}
 		if (len + 1 < cap)
 			buf[len] = (char)ch;
-		if (len < cap)
-			len++;
+		len++;
 		*nul |= ch == '\0';
+		if (len == cap)
+			break; /* too long: the caller refuses the line */
 	}
 	if (ch == EOF && len == 0)
 		return -1;

@@ -3,7 +3,8 @@
  *
  * Exit status: 0 after a clean shutdown (SIGTERM, SIGINT) or --help /
  * --version; 2 for a bad setting (including a dram_capacity larger than
- * the host's physical memory); 1 when start-up fails.
+ * the host's physical memory or its cgroup v2 memory limit); 1 when
+ * start-up fails.
  */
 #include <stdio.h>
 #include <string.h>
@@ -39,8 +40,8 @@ int main(int argc, char **argv)
 	conf_defaults(&c);
 	if (conf_from_args(&c, argc, argv, &help, err, sizeof(err)) < 0 ||
 	    (!help && conf_validate(&c, err, sizeof(err)) < 0) ||
-	    (!help && srv_check_dram(c.dram_capacity_bytes, srv_phys_bytes(), err,
-				     sizeof(err)) < 0)) {
+	    (!help && srv_check_dram(c.dram_capacity_bytes, srv_phys_bytes(),
+				     srv_cgroup_memory_max(), err, sizeof(err)) < 0)) {
 		fprintf(stderr, "kvpoold: %s\n", err);
 		return 2;
 	}

@@ -114,6 +114,9 @@ void srv_conn_close(struct srv_conn *c, int level, const char *reason)
 	srv_log(level, "conn %" PRIu64 " %s: closed: %s", c->id, c->peer, reason);
 	srv_put_abort(c);
 	store_lessee_free(s, c->lessee);
+	/* balances the reference HELLO took on the namespace */
+	if (c->hello_done)
+		store_namespace_release(s, c->ns_id);
 	event_free(c->ev_read);
 	event_free(c->ev_write);
 	/* Dropping queued output runs the GET pins' cleanups (store_release). */
@@ -155,7 +158,7 @@ int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms)
 		snprintf(why, sizeof(why),
 			 "frame not received whole %" PRIu64 " ms after its header (payload_timeout_ms %u)",
 			 frame_ms, cf->payload_timeout_ms);
-		srv_conn_close(c, SRV_LOG_INFO, why);
+		srv_conn_close(c, SRV_LOG_DEBUG, why);
 		return 1;
 	}
 	/* Replies waiting: the peer must keep reading them. */
@@ -164,14 +167,14 @@ int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms)
 			return 0;
 		snprintf(why, sizeof(why), "replies unread for %" PRIu64 " ms (payload_timeout_ms %u)",
 			 quiet_ms, cf->payload_timeout_ms);
-		srv_conn_close(c, SRV_LOG_INFO, why);
+		srv_conn_close(c, SRV_LOG_DEBUG, why);
 		return 1;
 	}
 	if (!cf->idle_timeout_ms || quiet_ms < cf->idle_timeout_ms)
 		return 0;
 	snprintf(why, sizeof(why), "idle for %" PRIu64 " ms (idle_timeout_ms %u)", quiet_ms,
 		 cf->idle_timeout_ms);
-	srv_conn_close(c, SRV_LOG_INFO, why);
+	srv_conn_close(c, SRV_LOG_DEBUG, why);
 	return 1;
 }
 
@@ -381,14 +384,17 @@ static const char *header_field_error(const struct srv_conn *c)
 
 /* The first four bytes are not the magic (checked as soon as they are in,
  * so that a short probe such as an HTTP request is answered at once): a
- * connection-level error reply, then close. */
+ * connection-level error reply, then close. The log line shows those four
+ * bytes only (as a little-endian u32, like PROTO_MAGIC), never the rest of
+ * the header: a client framing bug can put a token there. */
 static enum srv_next on_bad_magic(struct srv_conn *c)
 {
+	uint32_t magic = proto_get_u32(c->hdr_raw);
 	int err;
 
 	memset(&c->hdr, 0, sizeof(c->hdr)); /* opcode 0, request_id 0 */
-	err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, SRV_QUOTE_HEADER,
-				   "bad magic: not a kvpool frame");
+	err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, SRV_QUOTE_NONE,
+				   "bad magic 0x%08" PRIx32 ": not a kvpool frame", magic);
 	return err ? SRV_NEXT_ABORT : SRV_NEXT_CLOSE;
 }
 
@@ -605,7 +611,9 @@ static long conn_read_step(struct srv_conn *c, size_t *want)
 	}
 }
 
-/* Log level and text for a connection the peer closed. */
+/* Log level and text for a connection the peer closed: debug, as every
+ * per-connection open and close line (many short-lived connections must
+ * not flood the log). */
 static const char *eof_reason(const struct srv_conn *c, int *level)
 {
 	*level = SRV_LOG_DEBUG;
@@ -613,7 +621,6 @@ static const char *eof_reason(const struct srv_conn *c, int *level)
 		return "peer closed after fatal error";
 	if (c->state == SRV_CONN_HEADER && c->hdr_have == 0)
 		return "peer closed";
-	*level = SRV_LOG_INFO;
 	return c->state == SRV_CONN_PAYLOAD ? "peer closed mid-payload" : "peer closed mid-frame";
 }
 
@@ -649,7 +656,7 @@ static int conn_pump(struct srv_conn *c)
 		if (n < 0) {
 			snprintf(why, sizeof(why), "%s: %s", n == -ENOMEM ? "aborted" : "read error",
 				 strerror((int)-n));
-			srv_conn_close(c, n == -ENOMEM ? SRV_LOG_WARN : SRV_LOG_INFO, why);
+			srv_conn_close(c, n == -ENOMEM ? SRV_LOG_WARN : SRV_LOG_DEBUG, why);
 			return 1;
 		}
 		c->last_active_ms = srv_now_ms();
@@ -671,7 +678,7 @@ static int conn_flush(struct srv_conn *c)
 
 		if (n < 0 && errno != EAGAIN && errno != EINTR) {
 			snprintf(why, sizeof(why), "write error: %s", strerror(errno));
-			srv_conn_close(c, SRV_LOG_INFO, why);
+			srv_conn_close(c, SRV_LOG_DEBUG, why);
 			return 1;
 		}
 		if (n > 0)

@@ -88,8 +88,10 @@ static int hello_bind(struct srv_conn *c, const struct proto_hello *h)
 		return rc;
 	if (!c->lessee) {
 		c->lessee = store_lessee_new(st);
-		if (!c->lessee)
+		if (!c->lessee) {
+			store_namespace_release(st, ns_id);
 			return -ENOMEM;
+		}
 	}
 	c->ns_id = ns_id;
 	memcpy(c->ns_name, h->ns, h->ns_len);

@@ -12,9 +12,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -60,8 +62,18 @@ uint64_t srv_now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
-int srv_check_dram(uint64_t dram_capacity_bytes, uint64_t phys_bytes, char *err, size_t err_len)
+int srv_check_dram(uint64_t dram_capacity_bytes, uint64_t phys_bytes, uint64_t cgroup_bytes,
+		   char *err, size_t err_len)
 {
+	bool by_cgroup = cgroup_bytes && (!phys_bytes || cgroup_bytes < phys_bytes);
+
+	if (by_cgroup && dram_capacity_bytes > cgroup_bytes) {
+		snprintf(err, err_len,
+			 "dram_capacity (%" PRIu64 " bytes) exceeds the memory limit of %" PRIu64
+			 " bytes (cgroup memory.max %" PRIu64 ")", dram_capacity_bytes,
+			 cgroup_bytes, cgroup_bytes);
+		return -ENOMEM;
+	}
 	if (!phys_bytes || dram_capacity_bytes <= phys_bytes)
 		return 0;
 	snprintf(err, err_len,
@@ -77,6 +89,72 @@ uint64_t srv_phys_bytes(void)
 	if (pages <= 0 || page_bytes <= 0)
 		return 0;
 	return (uint64_t)pages * (uint64_t)page_bytes;
+}
+
+int srv_parse_memory_max(const char *text, uint64_t *bytes)
+{
+	unsigned long long v;
+	char *end;
+
+	if (!strcmp(text, "max") || !strcmp(text, "max\n")) {
+		*bytes = 0;
+		return 0;
+	}
+	if (*text < '0' || *text > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(text, &end, 10);
+	if (errno || (*end && strcmp(end, "\n")))
+		return -EINVAL;
+	*bytes = v;
+	return 0;
+}
+
+uint64_t srv_cgroup_memory_max(void)
+{
+	char text[64];
+	uint64_t bytes;
+	size_t n;
+	FILE *fp = fopen(SRV_CGROUP_MEMORY_MAX, "r");
+
+	if (!fp)
+		return 0;
+	n = fread(text, 1, sizeof(text) - 1, fp);
+	fclose(fp);
+	text[n] = '\0';
+	return srv_parse_memory_max(text, &bytes) ? 0 : bytes;
+}
+
+uint32_t srv_conn_limit(uint32_t max_connections, uint64_t nofile)
+{
+	if (nofile >= (uint64_t)max_connections + SRV_RESERVED_FDS)
+		return max_connections;
+	return nofile > SRV_RESERVED_FDS ? (uint32_t)(nofile - SRV_RESERVED_FDS) : 1;
+}
+
+/* Make room for max_connections descriptors: raise the soft RLIMIT_NOFILE
+ * as far as needed (up to the hard limit); if that is still short, warn
+ * once and serve fewer connections (s->conn_limit). */
+static void nofile_fit(struct srv *s)
+{
+	uint64_t need = (uint64_t)s->conf.max_connections + SRV_RESERVED_FDS;
+	struct rlimit rl;
+
+	s->conn_limit = s->conf.max_connections;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    rl.rlim_cur >= need)
+		return;
+	if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need)
+		rl.rlim_cur = need;
+	else
+		rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) < 0 && getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	s->conn_limit = srv_conn_limit(s->conf.max_connections, rl.rlim_cur);
+	if (s->conn_limit < s->conf.max_connections)
+		srv_warn("max_connections %u needs %" PRIu64 " file descriptors but RLIMIT_NOFILE is %"
+			 PRIu64 "; serving at most %u connections", s->conf.max_connections, need,
+			 (uint64_t)rl.rlim_cur, s->conn_limit);
 }
 
 /* "1.2.3.4:5" or "[::1]:5". */
@@ -133,7 +211,11 @@ static void linger_cb(evutil_socket_t fd, short what, void *arg)
 static size_t busy_frame(const struct srv *s, uint8_t *buf, size_t cap)
 {
 	char msg[96];
-	int m = snprintf(msg, sizeof(msg), "max_connections (%u) reached", s->conf.max_connections);
+	int m = s->conn_limit < s->conf.max_connections ?
+			snprintf(msg, sizeof(msg), "connection limit (%u, RLIMIT_NOFILE) reached",
+				 s->conn_limit) :
+			snprintf(msg, sizeof(msg), "max_connections (%u) reached",
+				 s->conf.max_connections);
 	size_t body = proto_error_body_bytes((size_t)m);
 	struct proto_header h = {
 		.magic = PROTO_MAGIC,
@@ -154,11 +236,14 @@ static void reject(struct srv *s, int fd, const char *peer)
 	uint8_t frame[PROTO_HEADER_BYTES + 128];
 	size_t len = busy_frame(s, frame, sizeof(frame));
 	struct srv_linger *l = NULL;
+	uint64_t suppressed;
 	struct timeval tv = { .tv_sec = LINGER_MS / 1000, .tv_usec = (LINGER_MS % 1000) * 1000 };
 
 	__atomic_fetch_add(&s->conn_rejected, 1, __ATOMIC_RELAXED);
-	srv_info("connection from %s rejected: max_connections (%u) reached", peer,
-		 s->conf.max_connections);
+	/* One line a second: a client storm must not flood the log. */
+	if (srv_ratelimit_allow(&s->reject_log, srv_now_ms(), &suppressed))
+		srv_info("connection from %s rejected: connection limit (%u) reached (%" PRIu64
+			 " more rejections not logged)", peer, s->conn_limit, suppressed);
 	/* A fresh socket's send buffer takes a few dozen bytes at once. */
 	if (send(fd, frame, len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
 		goto out_close;
@@ -202,7 +287,7 @@ static void accept_cb(struct evconnlistener *lis, evutil_socket_t fd, struct soc
 	(void)lis;
 	(void)socklen;
 	format_peer(sa, peer, sizeof(peer));
-	if (__atomic_load_n(&s->conn_current, __ATOMIC_RELAXED) >= s->conf.max_connections) {
+	if (__atomic_load_n(&s->conn_current, __ATOMIC_RELAXED) >= s->conn_limit) {
 		reject(s, fd, peer);
 		return;
 	}
@@ -236,7 +321,12 @@ static void accept_error_cb(struct evconnlistener *lis, void *arg)
 	struct timeval tv = { .tv_sec = 0, .tv_usec = ACCEPT_PAUSE_MS * 1000 };
 	int err = EVUTIL_SOCKET_ERROR();
 
-	srv_warn("accept failed: %s; pausing %d ms", strerror(err), ACCEPT_PAUSE_MS);
+	uint64_t suppressed;
+
+	/* Running out of descriptors repeats every pause: one line a second. */
+	if (srv_ratelimit_allow(&s->accept_log, srv_now_ms(), &suppressed))
+		srv_warn("accept failed: %s; pausing %d ms (%" PRIu64 " more such failures"
+			 " not logged)", strerror(err), ACCEPT_PAUSE_MS, suppressed);
 	evconnlistener_disable(lis);
 	if (!s->ev_accept_resume)
 		s->ev_accept_resume = evtimer_new(s->base, accept_resume_cb, s);
@@ -490,6 +580,9 @@ int srv_main(const struct conf *c)
 	s->limits.max_batch_blocks = c->max_batch_blocks;
 	s->limits.max_block_bytes = c->max_block_bytes;
 	s->start_ms = srv_now_ms();
+	s->accept_log.per_sec = 1;
+	s->reject_log.per_sec = 1;
+	nofile_fit(s);
 	pthread_mutex_init(&s->ready_lock, NULL);
 	pthread_cond_init(&s->ready_cond, NULL);
 	cfg = event_config_new();

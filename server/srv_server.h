@@ -15,6 +15,7 @@
 
 #include "conf.h"
 #include "proto.h"
+#include "srv_log.h"
 
 #define SRV_VERSION "0.1.0"
 
@@ -39,6 +40,9 @@ struct srv {
 	uint32_t lingering;           /* rejected sockets being drained; main thread */
 	struct srv_linger *lingers;   /* their list; main thread */
 	struct event *ev_accept_resume; /* re-enables accept after EMFILE */
+	struct srv_ratelimit accept_log; /* "accept failed" lines; main thread */
+	struct srv_ratelimit reject_log; /* connection rejected lines; main thread */
+	uint32_t conn_limit;          /* max_connections, or fewer for RLIMIT_NOFILE */
 	uint64_t start_ms;            /* CLOCK_MONOTONIC at start */
 	/* Connection counts: atomics (main thread adds, workers subtract). */
 	uint64_t conn_current, conn_total, conn_rejected;
@@ -62,15 +66,41 @@ struct srv {
  * -ENOMEM, -EINVAL (listen address does not resolve). */
 int srv_main(const struct conf *c);
 
-/* Refuse a dram_capacity larger than the host's physical memory
- * (phys_bytes; 0 when unknown, which passes): returns 0, or -ENOMEM with a
- * message naming both in err[0..err_len). The arena is faulted in whole at
+/* Refuse a dram_capacity larger than the memory this process may use: the
+ * smaller of the host's physical memory (phys_bytes) and its cgroup v2
+ * memory limit (cgroup_bytes); 0 for either means unknown or no limit,
+ * which passes. Returns 0, or -ENOMEM with a message in err[0..err_len)
+ * naming dram_capacity, the limit and where it came from ("physical
+ * memory" or "cgroup memory.max N"). The arena is faulted in whole at
  * start-up, so a larger one would only end in the OOM killer. Pure. */
-int srv_check_dram(uint64_t dram_capacity_bytes, uint64_t phys_bytes, char *err, size_t err_len);
+int srv_check_dram(uint64_t dram_capacity_bytes, uint64_t phys_bytes, uint64_t cgroup_bytes,
+		   char *err, size_t err_len);
 
 /* The host's physical memory in bytes (sysconf _SC_PHYS_PAGES times the
  * page size), 0 when unknown. */
 uint64_t srv_phys_bytes(void);
+
+/* Where the cgroup v2 memory limit is read from. */
+#define SRV_CGROUP_MEMORY_MAX "/sys/fs/cgroup/memory.max"
+
+/* Parse the text of a cgroup v2 memory.max file: a decimal byte count or
+ * "max" (no limit: *bytes = 0), optionally followed by one newline.
+ * Returns 0, or -EINVAL for anything else (*bytes untouched). Pure. */
+int srv_parse_memory_max(const char *text, uint64_t *bytes);
+
+/* The cgroup v2 memory limit in bytes from SRV_CGROUP_MEMORY_MAX; 0 when
+ * there is none ("max"), no such file (cgroup v1, no cgroup filesystem) or
+ * it cannot be read or parsed. */
+uint64_t srv_cgroup_memory_max(void);
+
+/* File descriptors kept aside from connections: the listener, eventfds,
+ * the log, and slack. */
+#define SRV_RESERVED_FDS 64
+
+/* Connections that fit in nofile file descriptors (the RLIMIT_NOFILE soft
+ * limit): max_connections when nofile >= max_connections +
+ * SRV_RESERVED_FDS, otherwise nofile - SRV_RESERVED_FDS (at least 1). Pure. */
+uint32_t srv_conn_limit(uint32_t max_connections, uint64_t nofile);
 
 /* Milliseconds of CLOCK_MONOTONIC_COARSE (cheap; ~4 ms resolution). Any
  * thread. */

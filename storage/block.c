@@ -170,7 +170,9 @@ void store_block_remove_locked(struct store *s, struct store_block *b)
 		store_block_free_locked(s, b);
 		return;
 	}
-	/* a GET still sends from these pages: they stay in used_bytes */
+	/* a GET still sends from these pages: they stay in used_bytes; the
+	 * namespace may be reclaimed before the last release */
+	b->ns = NULL;
 	store_list_add_tail(&s->zombies, &b->link);
 	s->nzombies++;
 	s->zombie_bytes += arena_bytes;

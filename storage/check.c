@@ -200,6 +200,9 @@ static int check_hidden(struct checker *c)
 			return fail(c, "reservation in bad state");
 		if (b->parent_blk && b->parent_blk->refs == 0)
 			return fail(c, "reservation's parent not pinned");
+		if (!b->ns || store_ns_find_locked(s, b->node.ns_id) != b->ns ||
+		    b->ns->reservations == 0)
+			return fail(c, "reservation's namespace wrong or not counting it");
 		inflight += (uint64_t)b->pages * STORE_PAGE_BYTES;
 		nres++;
 		rc = add_extent(c, b);
@@ -210,7 +213,7 @@ static int check_hidden(struct checker *c)
 		struct store_block *b = store_container_of(p, struct store_block, link);
 
 		if (b->state != STORE_BLOCK_REMOVED || b->refs == 0 || b->lease_pins ||
-		    b->heap_idx != STORE_HEAP_NONE)
+		    b->heap_idx != STORE_HEAP_NONE || b->ns)
 			return fail(c, "removed block in bad state");
 		zbytes += (uint64_t)b->pages * STORE_PAGE_BYTES;
 		nz++;
@@ -308,11 +311,12 @@ static int check_arena_owners(struct checker *c)
 }
 
 /* Every namespace is in the name table once, in its own bucket, and
- * ids match table positions; no more than STORE_MAX_NAMESPACES. */
+ * found by its id; no more than STORE_MAX_NAMESPACES; the namespaces'
+ * reservation counts add up to the reservations. */
 static int check_names(struct checker *c)
 {
 	struct store *s = c->s;
-	uint64_t chained = 0;
+	uint64_t chained = 0, by_id = 0, reservations = 0;
 
 	if (s->nns > STORE_MAX_NAMESPACES || s->nns > s->ns_cap)
 		return fail(c, "%u namespaces, table of %u", s->nns, s->ns_cap);
@@ -320,15 +324,29 @@ static int check_names(struct checker *c)
 		for (struct store_ns *ns = s->ns_by_name[i]; ns; ns = ns->name_next) {
 			if ((ns->name_hash & (STORE_NS_BUCKETS - 1)) != i)
 				return fail(c, "namespace %s in the wrong name bucket", ns->name);
-			if (ns->ns_id == 0 || ns->ns_id > s->nns || s->ns[ns->ns_id - 1] != ns)
+			if (ns->ns_id == 0 || store_ns_find_locked(s, ns->ns_id) != ns)
 				return fail(c, "namespace %s has a bad id", ns->name);
 			if (++chained > s->nns)
 				return fail(c, "name table holds more than %u namespaces", s->nns);
 		}
+		for (struct store_ns *ns = s->ns_by_id[i]; ns; ns = ns->id_next) {
+			if ((ns->ns_id & (STORE_NS_BUCKETS - 1)) != i)
+				return fail(c, "namespace %s in the wrong id bucket", ns->name);
+			if (++by_id > s->nns)
+				return fail(c, "id table holds more than %u namespaces", s->nns);
+		}
 	}
-	if (chained != s->nns)
-		return fail(c, "name table holds %llu of %u namespaces",
-			    (unsigned long long)chained, s->nns);
+	if (chained != s->nns || by_id != s->nns)
+		return fail(c, "name table holds %llu, id table %llu of %u namespaces",
+			    (unsigned long long)chained, (unsigned long long)by_id, s->nns);
+	for (uint32_t i = 0; i < s->nns; i++) {
+		if (store_ns_find_locked(s, s->ns[i]->ns_id) != s->ns[i])
+			return fail(c, "namespace %u of the table not found by id", i);
+		reservations += s->ns[i]->reservations;
+	}
+	if (reservations != s->nreserved)
+		return fail(c, "namespaces count %llu reservations, pool %llu",
+			    (unsigned long long)reservations, (unsigned long long)s->nreserved);
 	return 0;
 }
 

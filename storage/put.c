@@ -119,6 +119,7 @@ static int begin_locked(struct store *s, struct store_block *b, uint32_t ns_id,
 	b->pages = (uint32_t)pages;
 	b->parent_blk = pin;
 	store_list_add_tail(&s->reserved, &b->link);
+	ns->reservations++;
 	s->nreserved++;
 	s->inflight_bytes += bytes;
 	return 0;
@@ -154,6 +155,7 @@ int store_put_begin(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 static void unreserve_locked(struct store *s, struct store_block *b)
 {
 	store_list_del(&b->link);
+	b->ns->reservations--;
 	s->nreserved--;
 	s->inflight_bytes -= (uint64_t)b->pages * STORE_PAGE_BYTES;
 }

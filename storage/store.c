@@ -24,9 +24,11 @@ uint64_t store_pages_of(uint64_t length)
 
 struct store_ns *store_ns_find_locked(struct store *s, uint32_t ns_id)
 {
-	if (ns_id == 0 || ns_id > s->nns)
-		return NULL;
-	return s->ns[ns_id - 1];
+	struct store_ns *ns = s->ns_by_id[ns_id & (STORE_NS_BUCKETS - 1)];
+
+	while (ns && ns->ns_id != ns_id)
+		ns = ns->id_next;
+	return ns;
 }
 
 struct store_block *store_find_locked(struct store *s, uint32_t ns_id,
@@ -71,6 +73,7 @@ int store_open(const struct store_config *cfg, struct store **out)
 	if (!s)
 		return -ENOMEM;
 	s->cfg = *cfg;
+	s->next_ns_id = 1;
 	s->capacity_bytes = pages * STORE_PAGE_BYTES;
 	init_lists(s);
 	rc = store_arena_open(pages, &s->arena);
@@ -162,14 +165,69 @@ static struct store_ns *ns_by_name_locked(struct store *s, uint64_t hash, const 
 	return NULL;
 }
 
-/* Append namespace `ns` (already filled) to the table and the name
- * hash. Errors: -EDQUOT (table full), -ENOMEM. */
+/* A fresh id: 1, 2, ... and, after 2^32 - 1 of them, the smallest
+ * following id no live namespace holds (0 is never an id). A reclaimed
+ * namespace had no users, blocks or reservations, so its old id is
+ * referred to by nothing. */
+static uint32_t ns_next_id_locked(struct store *s)
+{
+	uint32_t id;
+
+	do {
+		id = s->next_ns_id++;
+	} while (id == 0 || store_ns_find_locked(s, id));
+	return id;
+}
+
+/* Unlink `ns` from the chain starting at *head, where `next` is the offset
+ * of its chain pointer. */
+static void ns_unchain(struct store_ns **head, struct store_ns *ns, size_t next)
+{
+	struct store_ns **pp = head;
+
+	while (*pp != ns)
+		pp = (struct store_ns **)(void *)((char *)*pp + next);
+	*pp = *(struct store_ns **)(void *)((char *)ns + next);
+}
+
+/* Free one namespace with no users, no visible blocks and no reservations
+ * (the oldest such), keeping the creation order of the others.
+ * Errors: -EDQUOT (none qualifies). */
+static int ns_reclaim_locked(struct store *s)
+{
+	struct store_ns *ns = NULL;
+	uint32_t i;
+
+	for (i = 0; i < s->nns; i++) {
+		ns = s->ns[i];
+		if (ns->users == 0 && ns->nblocks == 0 && ns->reservations == 0)
+			break;
+	}
+	if (i == s->nns)
+		return -EDQUOT;
+	ns_unchain(name_bucket(s, ns->name_hash), ns, offsetof(struct store_ns, name_next));
+	ns_unchain(&s->ns_by_id[ns->ns_id & (STORE_NS_BUCKETS - 1)], ns,
+		   offsetof(struct store_ns, id_next));
+	memmove(&s->ns[i], &s->ns[i + 1], (s->nns - i - 1) * sizeof(*s->ns));
+	s->nns--;
+	free(ns);
+	return 0;
+}
+
+/* Append namespace `ns` (already filled) to the table and both hashes,
+ * reclaiming an unused empty namespace at the cap. Errors: -EDQUOT (table
+ * full of namespaces in use), -ENOMEM. */
 static int ns_append_locked(struct store *s, struct store_ns *ns)
 {
 	struct store_ns **bucket = name_bucket(s, ns->name_hash);
+	struct store_ns **by_id;
+	int rc;
 
-	if (s->nns >= STORE_MAX_NAMESPACES)
-		return -EDQUOT;
+	if (s->nns >= STORE_MAX_NAMESPACES) {
+		rc = ns_reclaim_locked(s);
+		if (rc)
+			return rc;
+	}
 	if (s->nns == s->ns_cap) {
 		uint32_t cap = s->ns_cap ? s->ns_cap * 2 : 8;
 		struct store_ns **t = realloc(s->ns, cap * sizeof(*t));
@@ -180,9 +238,12 @@ static int ns_append_locked(struct store *s, struct store_ns *ns)
 		s->ns_cap = cap;
 	}
 	s->ns[s->nns++] = ns;
-	ns->ns_id = s->nns;
+	ns->ns_id = ns_next_id_locked(s);
 	ns->name_next = *bucket;
 	*bucket = ns;
+	by_id = &s->ns_by_id[ns->ns_id & (STORE_NS_BUCKETS - 1)];
+	ns->id_next = *by_id;
+	*by_id = ns;
 	return 0;
 }
 
@@ -221,6 +282,23 @@ static struct store_ns *ns_new(const char *name, size_t len, uint64_t hash)
 	return ns;
 }
 
+/* Take a user reference on an existing name; *ns_id written when found.
+ * Errors: -ENOENT. */
+static int ns_ref(struct store *s, uint64_t hash, const char *name, size_t len,
+		  uint32_t *ns_id)
+{
+	struct store_ns *ns;
+
+	pthread_mutex_lock(&s->lock);
+	ns = ns_by_name_locked(s, hash, name, len);
+	if (ns) {
+		ns->users++;
+		*ns_id = ns->ns_id;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return ns ? 0 : -ENOENT;
+}
+
 /* Existing names are found without allocating; a new one is allocated
  * outside the lock and the name looked up again under it, since another
  * thread may have created it meanwhile. */
@@ -233,7 +311,7 @@ int store_namespace_id(struct store *s, const char *name, size_t name_len, uint3
 	if (name_len == 0 || name_len > STORE_NAME_MAX_BYTES)
 		return -EINVAL;
 	hash = name_hash(name, name_len);
-	if (ns_lookup(s, hash, name, name_len, ns_id) == 0)
+	if (ns_ref(s, hash, name, name_len, ns_id) == 0)
 		return 0;
 	fresh = ns_new(name, name_len, hash);
 	if (!fresh)
@@ -246,11 +324,24 @@ int store_namespace_id(struct store *s, const char *name, size_t name_len, uint3
 		ns = rc ? NULL : fresh;
 		fresh = rc ? fresh : NULL;
 	}
-	if (ns)
+	if (ns) {
+		ns->users++;
 		*ns_id = ns->ns_id;
+	}
 	pthread_mutex_unlock(&s->lock);
 	free(fresh);
 	return rc;
+}
+
+void store_namespace_release(struct store *s, uint32_t ns_id)
+{
+	struct store_ns *ns;
+
+	pthread_mutex_lock(&s->lock);
+	ns = store_ns_find_locked(s, ns_id);
+	if (ns && ns->users)
+		ns->users--;
+	pthread_mutex_unlock(&s->lock);
 }
 
 int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint64_t *bytes)

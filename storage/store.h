@@ -74,15 +74,28 @@ void store_close(struct store *s);
  * STATS, and HELLO from any client may create one. */
 #define STORE_MAX_NAMESPACES 4096
 
-/* Find the namespace called name[0..name_len) or create it. Ids are
- * 1, 2, ... in creation order and never reused. A hash lookup: O(1), the
- * name is hashed outside the lock.
+/* Find the namespace called name[0..name_len) or create it, and take a
+ * user reference on it (one per bound connection), dropped with
+ * store_namespace_release. Ids are 1, 2, ... in creation order and are not
+ * reused while anything refers to the old namespace. A hash lookup: O(1),
+ * the name is hashed outside the lock.
+ * At STORE_MAX_NAMESPACES a new name reclaims the oldest namespace that
+ * has no users, no visible blocks and no uncommitted puts: it is
+ * forgotten (name, id and counters) and the new name gets a fresh id; a
+ * later HELLO of the forgotten name creates a fresh, empty namespace.
  * Errors: -EINVAL (name_len 0 or > STORE_NAME_MAX_BYTES), -ENOMEM,
- *         -EDQUOT (STORE_MAX_NAMESPACES exist and this is a new name). */
+ *         -EDQUOT (STORE_MAX_NAMESPACES exist, none reclaimable, and this
+ *         is a new name). */
 int store_namespace_id(struct store *s, const char *name, size_t name_len, uint32_t *ns_id);
 
+/* Drop one user reference taken by store_namespace_id (the connection
+ * that said HELLO is closing). Call it once per successful
+ * store_namespace_id; an unknown ns_id or one without users is ignored. */
+void store_namespace_release(struct store *s, uint32_t ns_id);
+
 /* Find the namespace called name[0..name_len) without creating it (for
- * a STATS request naming one). Allocates nothing.
+ * a STATS request naming one). Allocates nothing and takes no reference:
+ * the id may stop naming a namespace once it is reclaimed.
  * Errors: -EINVAL (name_len 0 or > STORE_NAME_MAX_BYTES), -ENOENT. */
 int store_namespace_find(struct store *s, const char *name, size_t name_len, uint32_t *ns_id);
 
@@ -201,7 +214,7 @@ struct store_stats {
 	uint64_t evictions;
 	uint64_t leases_active;        /* lease pins held now */
 	uint64_t checksum_errors;
-	uint32_t namespaces;           /* created so far, <= STORE_MAX_NAMESPACES */
+	uint32_t namespaces;           /* held now (not reclaimed), <= STORE_MAX_NAMESPACES */
 };
 
 struct store_ns_stats {
@@ -216,7 +229,8 @@ struct store_ns_stats {
 };
 
 void store_stats(struct store *s, struct store_stats *out);
-/* Namespace number `index` (0 .. stats.namespaces-1, in creation order).
+/* Namespace number `index` (0 .. stats.namespaces-1, in creation order;
+ * indexes shift down when an older namespace is reclaimed).
  * Errors: -ENOENT past the end. */
 int store_ns_stats(struct store *s, uint32_t index, struct store_ns_stats *out);
 

@@ -115,12 +115,19 @@ struct store_lease {
 	struct store_list by_expiry; /* s->expiry (ascending) or s->lease_pool */
 };
 
+/* A namespace lives until it is reclaimed: when a new name arrives at
+ * STORE_MAX_NAMESPACES, one with no users, no visible blocks and no
+ * reservations is freed and the new name gets a fresh id. REMOVED blocks
+ * (zombies) have ns == NULL so nothing points at a reclaimed one. */
 struct store_ns {
 	char name[STORE_NAME_MAX_BYTES + 1];
 	uint32_t name_len;
 	uint32_t ns_id;
 	uint64_t name_hash;       /* xxh3-64 of the name */
 	struct store_ns *name_next; /* chain in s->ns_by_name */
+	struct store_ns *id_next; /* chain in s->ns_by_id */
+	uint32_t users;           /* store_namespace_id refs not yet released */
+	uint32_t reservations;    /* uncommitted puts (RESERVED blocks) */
 	struct store_list blocks; /* visible blocks, struct store_block.link */
 	uint64_t nblocks, bytes;
 	uint64_t puts, put_exists, put_errors;
@@ -138,9 +145,11 @@ struct store {
 	struct store_block **heap;    /* LRU min-heap of evictable blocks */
 	uint64_t heap_len, heap_cap;
 	uint64_t clock;               /* use counter for last_use */
-	struct store_ns **ns;         /* ns_id = position + 1 */
+	struct store_ns **ns;         /* live namespaces in creation order */
 	uint32_t nns, ns_cap;
+	uint32_t next_ns_id;          /* id for the next new namespace */
 	struct store_ns *ns_by_name[STORE_NS_BUCKETS]; /* chained on name_next */
+	struct store_ns *ns_by_id[STORE_NS_BUCKETS];   /* chained on id_next */
 	struct store_list reserved;   /* RESERVED blocks */
 	struct store_list zombies;    /* REMOVED blocks still referenced */
 	struct store_list lessees;

@@ -20,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -33,6 +35,7 @@
 static struct {
 	struct harness_server srv;    /* the group's server, log in log_path */
 	struct harness_server srv_ns; /* test_namespace_cap's own server */
+	struct harness_server srv_fd; /* test_nofile_caps_connections' own server */
 	struct kvpool_client *c;      /* namespace "hard" */
 	char log_path[64];
 	int log_fd;
@@ -78,6 +81,7 @@ static int group_teardown(void **state)
 	kvpool_close(g.c);
 	harness_kill(&g.srv);
 	harness_kill(&g.srv_ns);
+	harness_kill(&g.srv_fd);
 	if (g.log_fd >= 0) {
 		close(g.log_fd);
 		unlink(g.log_path);
@@ -249,6 +253,33 @@ static void test_hello_token_not_logged(void **state)
 	assert_non_null(strstr(text, "header only: opcode 1"));
 	assert_null(strstr(text, "s3cret"));
 	assert_null(strstr(text, "hard-tok"));
+	free(text);
+}
+
+/* A bad magic is logged as those four bytes only: the rest of the header,
+ * where a client framing bug can put a token, never reaches the log. */
+static void test_bad_magic_logs_magic_only(void **state)
+{
+	static const char junk[32] = "S_fh-token=hardening-t0ken-xyz";
+	struct harness_frame f;
+	off_t from = log_size();
+	char *text;
+	int fd = -1;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_int_equal(harness_raw_connect(g.srv.port, &fd), 0);
+	assert_int_equal(harness_send_all(fd, junk, sizeof(junk)), 0);
+	assert_int_equal(harness_read_frame(fd, REPLY_MS, &f), 0);
+	assert_int_equal(f.h.status, PROTO_STATUS_BAD_REQUEST);
+	harness_frame_free(&f);
+	assert_int_equal(harness_wait_closed(fd, 3000), 0);
+	close(fd);
+	text = log_wait_for(from, "bad magic 0x68665f53", 3000);
+	assert_non_null(text);
+	assert_null(strstr(text, "t0ken"));
+	assert_null(strstr(text, "token"));
+	assert_null(strstr(text, "header:"));
 	free(text);
 }
 
@@ -521,28 +552,88 @@ static void test_stats_and_drop_create_nothing(void **state)
 	assert_int_equal(n1, n0);
 }
 
-/* 4096 namespaces fill the server; a HELLO naming one more gets QUOTA
- * ("too many namespaces (4096)") and the connection stays usable. */
+/* Raise our RLIMIT_NOFILE to its hard limit (kvpoold, started later,
+ * inherits it) and return how many raw sessions the test may hold open,
+ * at most NS_MAX, keeping 128 descriptors spare. */
+static size_t sessions_we_may_hold(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return 0;
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0 || getrlimit(RLIMIT_NOFILE, &rl) < 0)
+			return 0;
+	}
+	if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= NS_MAX + 128)
+		return NS_MAX;
+	return rl.rlim_cur > 128 ? (size_t)rl.rlim_cur - 128 : 0;
+}
+
+/* Say HELLO to `ns`, store one block in it and close: a namespace that is
+ * unused but not empty. */
+static void put_one_block(uint16_t port, const char *ns)
+{
+	uint8_t key[32] = { 7 }, data[64];
+	struct harness_frame f;
+	struct proto_result r;
+	int fd = harness_raw_session_or_fail(port, ns, NULL);
+
+	memset(data, 0x5a, sizeof(data));
+	assert_int_equal(harness_raw_put(fd, 2, key, NULL, data, sizeof(data),
+					 harness_xxh3(data, sizeof(data)), sizeof(data)),
+			 0);
+	assert_int_equal(harness_read_frame(fd, REPLY_MS, &f), 0);
+	assert_int_equal(f.h.status, PROTO_STATUS_OK);
+	assert_int_equal(harness_reply_result(&f, 0, &r), 0);
+	assert_int_equal(r.status, PROTO_STATUS_OK);
+	harness_frame_free(&f);
+	close(fd);
+}
+
+/* Connect `ns` through the client library, retrying for up to 5 s while
+ * the server still processes the closes that free a slot. */
+static int client_when_slot_frees(const struct harness_server *srv, const char *ns,
+				  struct kvpool_client **out)
+{
+	int rc = -EDQUOT;
+
+	for (int i = 0; i < 100 && rc == -EDQUOT; i++) {
+		rc = harness_client(srv, ns, out);
+		if (rc == -EDQUOT)
+			usleep(50 * 1000);
+	}
+	return rc;
+}
+
+/* NS_MAX namespaces fit. Unused empty ones are forgotten when a new name
+ * arrives at the cap, so closed sessions never lock "default" out; while
+ * every namespace is bound to an open session or holds a block, a new
+ * name gets QUOTA until one of them is closed. */
 static void test_namespace_cap(void **state)
 {
 	/* A STATS document of 4096 namespaces needs more than the default
 	 * 1 MiB max_frame_bytes, which binds requests only. */
 	static const char *const flags[] = {
-		"--dram-capacity", "64MiB", "--threads", "2", "--log-level", "error", NULL,
+		"--dram-capacity", "64MiB", "--threads", "2", "--log-level", "error",
+		"--max-connections", "8192", NULL,
 	};
 	struct harness_server *srv = &g.srv_ns;
 	struct kvpool_client *c = NULL, *extra = NULL;
+	size_t have, held_max, nheld = 0;
 	struct harness_frame f;
 	uint64_t blocks = 99;
 	char ns[32], msg[256];
-	size_t have;
-	int fd, has;
+	int fd, has, *held;
 
 	(void)state;
 	harness_need_server(&g.srv);
+	held_max = sessions_we_may_hold();
 	assert_int_equal(harness_start(srv, flags), 0);
 	assert_int_equal(harness_client(srv, "cap-0", &c), 0);
-	/* The harness's readiness probe made one too: fill up what is left. */
+	/* The harness's readiness probe made one too: fill up what is left
+	 * with sessions that are closed at once. */
 	have = stats_namespaces(c, NULL, NULL, NULL);
 	assert_true(have < 10);
 	for (size_t i = 1; have < NS_MAX; i++, have++) {
@@ -551,6 +642,26 @@ static void test_namespace_cap(void **state)
 		close(fd);
 	}
 	assert_int_equal(stats_namespaces(c, NULL, NULL, NULL), NS_MAX);
+	/* The cap is reached, but those are unused and empty: a slot frees. */
+	assert_int_equal(client_when_slot_frees(srv, "default", &extra), 0);
+	kvpool_close(extra);
+	assert_int_equal(stats_namespaces(c, NULL, "default", &has), NS_MAX);
+	assert_true(has);
+
+	/* Now make every namespace busy: NS_MAX - 1 new names (cap-0 is c's),
+	 * bound to open sessions as far as descriptors allow, the rest
+	 * holding a block. Each takes the slot of an unused empty one. */
+	held = calloc(NS_MAX, sizeof(*held));
+	assert_non_null(held);
+	for (size_t i = 0; i < NS_MAX - 1; i++) {
+		snprintf(ns, sizeof(ns), "busy-%zu", i);
+		if (nheld < held_max)
+			held[nheld++] = harness_raw_session_or_fail(srv->port, ns, NULL);
+		else
+			put_one_block(srv->port, ns);
+	}
+	assert_int_equal(stats_namespaces(c, NULL, "default", &has), NS_MAX);
+	assert_false(has);
 
 	assert_int_equal(harness_raw_connect(srv->port, &fd), 0);
 	hello_frame(fd, "cap-one-too-many", NULL, 2, &f);
@@ -561,13 +672,28 @@ static void test_namespace_cap(void **state)
 	harness_frame_free(&f);
 	/* Still open and unbound: PING works, HELLO to a known name too. */
 	assert_ping_works(fd, 3);
-	hello_frame(fd, "cap-7", NULL, 4, &f);
+	hello_frame(fd, "busy-7", NULL, 4, &f);
 	assert_int_equal(f.h.status, PROTO_STATUS_OK);
 	harness_frame_free(&f);
 	close(fd);
-	assert_int_equal(harness_client(srv, "cap-another", &extra), -EDQUOT);
-	assert_int_equal(harness_client(srv, "cap-4000", &extra), 0);
-	kvpool_close(extra);
+	assert_int_equal(harness_client(srv, "default", &extra), -EDQUOT);
+
+	/* Closing the open sessions frees their (empty) namespaces: the
+	 * oldest goes to "default"; namespaces holding blocks stay. */
+	for (size_t i = 0; i < nheld; i++)
+		close(held[i]);
+	free(held);
+	if (nheld > 0) {
+		assert_int_equal(client_when_slot_frees(srv, "default", &extra), 0);
+		kvpool_close(extra);
+		assert_int_equal(stats_namespaces(c, NULL, "busy-0", &has), NS_MAX);
+		assert_false(has);
+	}
+	if (nheld < NS_MAX - 1) {
+		snprintf(ns, sizeof(ns), "busy-%d", NS_MAX - 2);
+		assert_int_equal(stats_namespaces(c, ns, ns, &has), 1);
+		assert_true(has);
+	}
 
 	/* Looking up or dropping an unknown name neither fails nor creates. */
 	assert_int_equal(stats_namespaces(c, "cap-ghost", NULL, NULL), 0);
@@ -575,10 +701,86 @@ static void test_namespace_cap(void **state)
 	assert_int_equal(blocks, 0);
 	assert_int_equal(stats_namespaces(c, NULL, "cap-ghost", &has), NS_MAX);
 	assert_false(has);
-	assert_int_equal(stats_namespaces(c, "cap-9", "cap-9", &has), 1);
+	assert_int_equal(stats_namespaces(c, "busy-9", "busy-9", &has), 1);
 	assert_true(has);
 	kvpool_close(c);
 	assert_int_equal(harness_stop(srv), 0);
+}
+
+/* ---- 10. max_connections against RLIMIT_NOFILE ------------------------------------ */
+
+#define NOFILE 80       /* hard and soft limit the server gets */
+#define NOFILE_CONNS 16 /* NOFILE - the 64 descriptors it keeps aside */
+
+/* Start g.srv_fd under "ulimit -n NOFILE" (soft and hard), through a
+ * shell wrapper standing in for $KVPOOLD. */
+static int start_nofile_limited(const char *const *flags)
+{
+	const char *kvpoold = getenv("KVPOOLD");
+	char wrapper[] = "/tmp/kvpool-nofile-XXXXXX", *real;
+	int fd, rc = -1;
+	FILE *fp;
+
+	if (!kvpoold)
+		return -1;
+	real = strdup(kvpoold);
+	fd = mkstemp(wrapper);
+	if (!real || fd < 0)
+		goto out_free;
+	fp = fdopen(fd, "w");
+	if (!fp) {
+		close(fd);
+		goto out_unlink;
+	}
+	fprintf(fp, "#!/bin/sh\nulimit -n %d || exit 3\nexec \"$KVPOOLD_REAL\" \"$@\"\n", NOFILE);
+	fclose(fp);
+	chmod(wrapper, 0700);
+	setenv("KVPOOLD_REAL", real, 1);
+	setenv("KVPOOLD", wrapper, 1);
+	rc = start_logged(&g.srv_fd, flags, g.log_fd);
+	setenv("KVPOOLD", real, 1);
+out_unlink:
+	unlink(wrapper);
+out_free:
+	free(real);
+	return rc;
+}
+
+/* With too few descriptors for max_connections even after raising the
+ * soft limit, kvpoold warns once, naming both numbers, and answers BUSY
+ * beyond what fits (NOFILE - 64 connections). */
+static void test_nofile_caps_connections(void **state)
+{
+	static const char *const flags[] = {
+		"--dram-capacity", "16MiB", "--max-block-bytes", "1MiB", "--threads", "2",
+		"--log-level", "warn", "--max-connections", "100", NULL,
+	};
+	int fds[NOFILE_CONNS], extra = -1;
+	struct harness_frame f;
+	char msg[256], *text;
+	off_t from;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	from = log_size();
+	assert_int_equal(start_nofile_limited(flags), 0);
+	text = log_read(from);
+	assert_non_null(strstr(text, "max_connections 100 needs 164 file descriptors but "
+				     "RLIMIT_NOFILE is 80; serving at most 16 connections"));
+	free(text);
+	usleep(200 * 1000); /* the readiness probe's connection is gone */
+	for (int i = 0; i < NOFILE_CONNS; i++)
+		fds[i] = harness_raw_session_or_fail(g.srv_fd.port, "nofile", NULL);
+	assert_int_equal(harness_raw_connect(g.srv_fd.port, &extra), 0);
+	assert_int_equal(harness_read_frame(extra, REPLY_MS, &f), 0);
+	assert_int_equal(f.h.status, PROTO_STATUS_BUSY);
+	assert_int_equal(harness_error_message(&f, msg, sizeof(msg), NULL, NULL), 0);
+	assert_non_null(strstr(msg, "16"));
+	harness_frame_free(&f);
+	close(extra);
+	for (int i = 0; i < NOFILE_CONNS; i++)
+		close(fds[i]);
+	assert_int_equal(harness_stop(&g.srv_fd), 0);
 }
 
 /* ---- 9. dram_capacity over physical memory --------------------------------------------- */
@@ -633,6 +835,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hello_token_not_logged),
+		cmocka_unit_test(test_bad_magic_logs_magic_only),
 		cmocka_unit_test(test_signals_do_not_kill),
 		cmocka_unit_test(test_opcode_zero_closes),
 		cmocka_unit_test(test_short_probe_answered),
@@ -643,6 +846,7 @@ int main(void)
 		cmocka_unit_test(test_stats_and_drop_create_nothing),
 		cmocka_unit_test(test_namespace_cap),
 		cmocka_unit_test(test_dram_over_physical_memory),
+		cmocka_unit_test(test_nofile_caps_connections),
 		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -261,7 +262,7 @@ static void test_set_rejections(void **state)
 		{ "port", "0", -ERANGE, "out of range 1..65535" },
 		{ "port", "65536", -ERANGE, "out of range 1..65535" },
 		{ "port", "4294967296", -ERANGE, "32 bits" },
-		{ "threads", "257", -ERANGE, "out of range 1..256" },
+		{ "threads", "257", -ERANGE, "out of range 0..256 (0 = one per core)" },
 		{ "max_batch_blocks", "0", -ERANGE, "out of range 1..65536" },
 		{ "max_batch_blocks", "65537", -ERANGE, "out of range" },
 		{ "max_connections", "0", -ERANGE, "out of range" },
@@ -695,6 +696,26 @@ static void test_file_nul_byte(void **state)
 	tmp_remove(&t);
 }
 
+/* An endless line (/dev/zero: NUL bytes, no newline) fails at the line
+ * limit at once, rather than reading on for the end of the line. */
+static void test_file_endless_line(void **state)
+{
+	struct timespec t0, t1;
+	struct conf c;
+	char err[512];
+	long ms;
+
+	(void)state;
+	conf_defaults(&c);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(conf_load_file(&c, "/dev/zero", err, sizeof(err)), -EINVAL);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	assert_true(ms < 1000);
+	assert_contains(err, "/dev/zero:1: line longer than 199 bytes");
+	assert_int_equal(c.port, 7470);
+}
+
 struct file_case {
 	const char *text;
 	int err;
@@ -849,7 +870,7 @@ static void test_args_errors(void **state)
 		{ { "--dram-capacity", "4XB" }, -EINVAL, { "--dram-capacity: ", "dram_capacity",
 							   "unknown unit" } },
 		{ { "--dram-capacity=-1" }, -EINVAL, { "--dram-capacity", "negative" } },
-		{ { "--threads", "300" }, -ERANGE, { "--threads", "out of range 1..256" } },
+		{ { "--threads", "300" }, -ERANGE, { "--threads", "out of range 0..256 (0 = one per core)" } },
 		{ { "--listen=" }, -ERANGE, { "--listen", "length 0" } },
 		{ { "--log-level", "chatty" }, -EINVAL, { "--log-level", "unknown log level" } },
 		{ { "--config", "/nonexistent/x.conf" }, -ENOENT, { "/nonexistent/x.conf", "cannot open" } },
@@ -1053,6 +1074,7 @@ int main(void)
 		cmocka_unit_test(test_validate_rounding),
 		cmocka_unit_test(test_file_long_lines),
 		cmocka_unit_test(test_file_nul_byte),
+		cmocka_unit_test(test_file_endless_line),
 		cmocka_unit_test(test_file_load),
 		cmocka_unit_test(test_file_errors),
 		cmocka_unit_test(test_file_missing),

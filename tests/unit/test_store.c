@@ -313,6 +313,119 @@ static void test_namespace_cap(void **state)
 	store_close(s);
 }
 
+/* Fill the pool with STORE_MAX_NAMESPACES names ns_name(0..), each with
+ * one user reference (as if a connection said HELLO to each). */
+static void fill_namespaces(struct store *s)
+{
+	char name[64];
+	uint32_t id;
+
+	for (uint32_t i = 0; i < STORE_MAX_NAMESPACES; i++) {
+		size_t n = ns_name(i, name, sizeof(name));
+
+		assert_int_equal(store_namespace_id(s, name, n, &id), 0);
+		assert_int_equal(id, i + 1);
+	}
+}
+
+static bool ns_exists(struct store *s, uint32_t i, uint32_t *id)
+{
+	char name[64];
+	size_t n = ns_name(i, name, sizeof(name));
+
+	return store_namespace_find(s, name, n, id) == 0;
+}
+
+/* At the cap, a new name takes the slot of a namespace with no users, no
+ * blocks and no put in flight; one with blocks, a user, or a reservation
+ * is never reclaimed, and reclaimed ids are never handed out again. */
+static void test_namespace_reclaim(void **state)
+{
+	struct store *s = open_store(16 * PAGE, PAGE, 0, 0);
+	uint8_t key[STORE_KEY_BYTES];
+	struct store_ns_stats nst;
+	struct store_block *res;
+	struct store_ref ref;
+	uint32_t id, a, b, c;
+	void *dst;
+
+	(void)state;
+	fill_namespaces(s);
+	/* ns 1: a block, no user; ns 2: a user, empty; ns 3: no user, a put in flight */
+	assert_int_equal(put_id(s, 2, 10, 0, 100), 0);
+	store_namespace_release(s, 2);
+	key_of(30, key);
+	assert_int_equal(store_put_begin(s, 4, key, NULL, 0, 100, payload_sum(100, key), &res,
+					 &dst),
+			 0);
+	fill_payload(dst, 100, key);
+	store_namespace_release(s, 4);
+	store_namespace_release(s, 999999); /* unknown id: ignored */
+	assert_int_equal(store_namespace_id(s, "new-a", 5, &id), -EDQUOT);
+	assert_check(s);
+
+	/* ns-0 released and empty: its slot goes to new-a, with a fresh id */
+	store_namespace_release(s, 1);
+	assert_check(s);
+	assert_int_equal(store_namespace_id(s, "new-a", 5, &a), 0);
+	assert_int_equal(a, STORE_MAX_NAMESPACES + 1);
+	assert_int_equal(stats_of(s).namespaces, STORE_MAX_NAMESPACES);
+	assert_false(ns_exists(s, 0, &id));
+	assert_true(ns_exists(s, 1, &id) && id == 2);
+	assert_true(ns_exists(s, 2, &id) && id == 3);
+	assert_true(ns_exists(s, 3, &id) && id == 4);
+	assert_true(stored(s, 2, 10));
+	/* creation order kept: ns-1 first now, new-a last */
+	assert_int_equal(store_ns_stats(s, 0, &nst), 0);
+	assert_int_equal(nst.ns_id, 2);
+	assert_int_equal(store_ns_stats(s, STORE_MAX_NAMESPACES - 1, &nst), 0);
+	assert_string_equal(nst.name, "new-a");
+	assert_int_equal(nst.ns_id, a);
+	assert_int_equal(store_put_begin(s, 1, key, NULL, 0, 100, 0, &res, &dst), -EINVAL);
+	assert_check(s);
+
+	/* the put in flight keeps ns-3; once aborted, ns-3 is reclaimable */
+	assert_int_equal(store_namespace_id(s, "new-b", 5, &id), -EDQUOT);
+	store_put_abort(s, res);
+	assert_int_equal(store_namespace_id(s, "new-b", 5, &b), 0);
+	assert_int_equal(b, a + 1);
+	assert_false(ns_exists(s, 3, &id));
+	assert_true(ns_exists(s, 1, &id) && id == 2);
+	assert_true(ns_exists(s, 2, &id) && id == 3);
+	/* the old id of ns-3 names nothing now */
+	assert_int_equal(store_put_begin(s, 4, key, NULL, 0, 100, payload_sum(100, key), &res,
+					 &dst),
+			 -EINVAL);
+	assert_int_equal(store_exists(s, 4, key, NULL), -ENOENT);
+	assert_check(s);
+
+	/* a block GET-pinned while its namespace is dropped and reclaimed:
+	 * released afterwards without touching the forgotten namespace */
+	key_of(10, key);
+	assert_int_equal(store_get(s, 2, key, NULL, &ref), 0);
+	assert_int_equal(store_drop_namespace(s, 2, NULL, NULL), 0);
+	assert_int_equal(store_namespace_id(s, "new-c", 5, &c), 0);
+	assert_int_equal(c, b + 1);
+	assert_false(ns_exists(s, 1, &id));
+	assert_check(s);
+	assert_true(payload_ok(ref.data, ref.length, key));
+	store_release(s, ref.block);
+	assert_check(s);
+
+	/* a reclaimed name said again gets a fresh, empty namespace */
+	store_namespace_release(s, b);
+	assert_int_equal(store_namespace_id(s, "ns-0", 4, &id), 0);
+	assert_int_equal(id, c + 1);
+	assert_int_equal(store_ns_stats(s, STORE_MAX_NAMESPACES - 1, &nst), 0);
+	assert_string_equal(nst.name, "ns-0");
+	assert_int_equal(nst.blocks + nst.puts + nst.get_hits, 0);
+	/* the held ns-2 survived it all */
+	assert_true(ns_exists(s, 2, &id) && id == 3);
+	assert_int_equal(store_namespace_id(s, "new-d", 5, &id), -EDQUOT);
+	assert_check(s);
+	store_close(s);
+}
+
 struct ns_racer {
 	struct store *s;
 	uint32_t ids[64];
@@ -1726,6 +1839,7 @@ int main(void)
 		cmocka_unit_test(test_namespaces),
 		cmocka_unit_test(test_namespace_find),
 		cmocka_unit_test(test_namespace_cap),
+		cmocka_unit_test(test_namespace_reclaim),
 		cmocka_unit_test(test_namespace_race),
 		cmocka_unit_test(test_put_get_basic),
 		cmocka_unit_test(test_block_larger_than_arena),
