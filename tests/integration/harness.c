@@ -113,7 +113,7 @@ void harness_skip(const char *why)
 
 /* ---- server lifecycle ------------------------------------------------------- */
 
-static int valgrind_wanted(void)
+int harness_valgrind(void)
 {
 	const char *v = getenv("KVPOOL_VALGRIND");
 
@@ -123,7 +123,7 @@ static int valgrind_wanted(void)
 /* Timeouts grow under valgrind, which runs the daemon many times slower. */
 static int scaled_ms(int ms)
 {
-	return valgrind_wanted() ? ms * HARNESS_VALGRIND_FACTOR : ms;
+	return harness_valgrind() ? ms * HARNESS_VALGRIND_FACTOR : ms;
 }
 
 /* Ask the kernel for a free loopback port: bind port 0, read it, close. */
@@ -152,7 +152,7 @@ static int build_argv(const struct harness_server *s, const char *kvpoold, char 
 {
 	size_t n = 0;
 
-	if (valgrind_wanted()) {
+	if (harness_valgrind()) {
 		argv[n++] = "valgrind";
 		argv[n++] = "--quiet";
 		argv[n++] = "--leak-check=full";

@@ -56,6 +56,9 @@ int harness_start(struct harness_server *s, const char *const *extra);
  * just stopped). Retries for up to 10 s while the start fails. */
 int harness_start_on_port(struct harness_server *s, uint16_t port, const char *const *extra);
 
+/* 1 when KVPOOL_VALGRIND=1 asks for kvpoold under valgrind, else 0. */
+int harness_valgrind(void);
+
 /* Send SIGTERM and wait up to 10 s (30 s under valgrind) for the exit.
  * Returns the exit status (0 = clean shutdown; 128 + signal number if a
  * signal killed it), or -ETIMEDOUT after which the child was SIGKILLed,

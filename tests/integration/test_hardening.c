@@ -849,6 +849,19 @@ int main(void)
 		cmocka_unit_test(test_nofile_caps_connections),
 		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
+	struct CMUnitTest run[sizeof(tests) / sizeof(tests[0])];
+	size_t n = 0;
 
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	/* The descriptor-limit case starts kvpoold through a shell wrapper
+	 * that lowers RLIMIT_NOFILE; under valgrind the wrapper itself would be
+	 * the valgrind guest and valgrind needs descriptors of its own, so that
+	 * case runs in the plain and sanitizer builds only. */
+	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
+		if (harness_valgrind() && tests[i].test_func == test_nofile_caps_connections) {
+			print_message("under valgrind: test_nofile_caps_connections left out\n");
+			continue;
+		}
+		run[n++] = tests[i];
+	}
+	return _cmocka_run_group_tests("test_hardening", run, n, group_setup, group_teardown);
 }
