@@ -311,36 +311,53 @@ static enum srv_next op_get(struct srv_conn *c)
 
 /* ---- EXISTS, MATCH, DELETE --------------------------------------------- */
 
-static enum srv_next op_exists(struct srv_conn *c)
+/* One key of an EXISTS or DELETE batch: ask the store, count, and fill
+ * the key's result. */
+typedef void (*key_op_fn)(struct srv_conn *c, const uint8_t *key, struct proto_result *res);
+
+/* Decode a batch of keys, answer each with `fn`, and queue the results.
+ * `requests` is the op's request counter; the latency of a batch answered
+ * is recorded under `lat` unless it is negative. */
+static enum srv_next keys_op(struct srv_conn *c, enum srv_counter requests, key_op_fn fn, int lat)
 {
-	struct store *st = c->w->srv->store;
-	struct srv_stats *ss = &c->w->stats;
 	struct proto_batch b;
 	uint32_t body_bytes;
 	uint8_t *body;
 	int rc = batch_decode(c, &b, 0);
 
-	srv_stats_add(ss, SRV_C_exists_requests, 1);
+	srv_stats_add(&c->w->stats, requests, 1);
 	if (rc)
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
 	if (results_begin(c, b.count, 0, &body, &body_bytes) < 0)
 		return SRV_NEXT_ABORT;
 	for (uint32_t i = 0; i < b.count; i++) {
 		struct proto_result res = { 0 };
-		uint64_t length;
 
-		rc = store_exists(st, c->ns_id, proto_key_entry(&b, i), &length);
-		res.status = proto_status_from_errno(rc);
-		if (rc == 0) {
-			res.tier = PROTO_TIER_DRAM;
-			res.length = length;
-		}
-		srv_stats_add(ss, rc == 0 ? SRV_C_exists_hits : SRV_C_exists_misses, 1);
+		fn(c, proto_key_entry(&b, i), &res);
 		proto_result_encode(body, i, &res);
 	}
 	srv_conn_reply_commit(c, body_bytes);
-	lat_record(c, SRV_LAT_EXISTS);
+	if (lat >= 0)
+		lat_record(c, (enum srv_lat_op)lat);
 	return SRV_NEXT_HEADER;
+}
+
+static void exists_one(struct srv_conn *c, const uint8_t *key, struct proto_result *res)
+{
+	uint64_t length;
+	int rc = store_exists(c->w->srv->store, c->ns_id, key, &length);
+
+	res->status = proto_status_from_errno(rc);
+	if (rc == 0) {
+		res->tier = PROTO_TIER_DRAM;
+		res->length = length;
+	}
+	srv_stats_add(&c->w->stats, rc == 0 ? SRV_C_exists_hits : SRV_C_exists_misses, 1);
+}
+
+static enum srv_next op_exists(struct srv_conn *c)
+{
+	return keys_op(c, SRV_C_exists_requests, exists_one, SRV_LAT_EXISTS);
 }
 
 static enum srv_next op_match(struct srv_conn *c)
@@ -368,31 +385,18 @@ static enum srv_next op_match(struct srv_conn *c)
 	return done(rc);
 }
 
+static void delete_one(struct srv_conn *c, const uint8_t *key, struct proto_result *res)
+{
+	uint64_t removed = 0;
+	int rc = store_delete(c->w->srv->store, c->ns_id, key, &removed);
+
+	res->status = proto_status_from_errno(rc);
+	srv_stats_add(&c->w->stats, SRV_C_delete_blocks, rc == 0 ? removed : 0);
+}
+
 static enum srv_next op_delete(struct srv_conn *c)
 {
-	struct store *st = c->w->srv->store;
-	struct srv_stats *ss = &c->w->stats;
-	struct proto_batch b;
-	uint32_t body_bytes;
-	uint8_t *body;
-	int rc = batch_decode(c, &b, 0);
-
-	srv_stats_add(ss, SRV_C_delete_requests, 1);
-	if (rc)
-		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
-	if (results_begin(c, b.count, 0, &body, &body_bytes) < 0)
-		return SRV_NEXT_ABORT;
-	for (uint32_t i = 0; i < b.count; i++) {
-		struct proto_result res = { 0 };
-		uint64_t removed = 0;
-
-		rc = store_delete(st, c->ns_id, proto_key_entry(&b, i), &removed);
-		res.status = proto_status_from_errno(rc);
-		srv_stats_add(ss, SRV_C_delete_blocks, rc == 0 ? removed : 0);
-		proto_result_encode(body, i, &res);
-	}
-	srv_conn_reply_commit(c, body_bytes);
-	return SRV_NEXT_HEADER;
+	return keys_op(c, SRV_C_delete_requests, delete_one, -1);
 }
 
 /* ---- DROP_NAMESPACE, STATS, PING ---------------------------------------- */
