@@ -68,6 +68,35 @@ static int first_error(const int *st, size_t count)
 	return 0;
 }
 
+/* Start a put or get call of count blocks: (re)connect and allocate its
+ * scratch. Returns 0, or an error already written to every status. */
+static int call_start(struct kvpool_client *c, size_t count, int *statuses, struct call_mem *m,
+		      uint64_t *deadline_ms)
+{
+	int rc = kvc_begin(c, deadline_ms);
+
+	if (rc)
+		return fill_status(statuses, count, rc);
+	if (call_mem_alloc(m, count, statuses))
+		return fill_status(statuses, count, -ENOMEM);
+	return 0;
+}
+
+/* Run the call's batch, free its scratch, and return 0 or the first
+ * error (a whole-call error goes into every status). */
+static int call_finish(struct kvpool_client *c, struct kvc_batch *b, uint64_t deadline_ms,
+		       struct call_mem *m, size_t count)
+{
+	int rc = kvc_batch_run(c, b, deadline_ms);
+
+	if (rc)
+		fill_status(m->st, count, rc);
+	else
+		rc = first_error(m->st, count);
+	free(m->mem);
+	return rc;
+}
+
 static int key_is_zero(const uint8_t *key)
 {
 	for (int i = 0; i < KVPOOL_KEY_BYTES; i++)
@@ -222,22 +251,14 @@ int kvpool_put(struct kvpool_client *c, const struct kvpool_put_block *blocks, s
 		return fill_status(statuses, count, -EINVAL);
 	if (count == 0)
 		return 0;
-	rc = kvc_begin(c, &deadline_ms);
+	rc = call_start(c, count, statuses, &m, &deadline_ms);
 	if (rc)
-		return fill_status(statuses, count, rc);
-	if (call_mem_alloc(&m, count, statuses))
-		return fill_status(statuses, count, -ENOMEM);
+		return rc;
 	pc.st = m.st;
 	pc.sent = (size_t *)m.a;
 	pc.bytes = m.b;
 	b.count = put_select(&pc, count, c->limits.max_block_bytes);
-	rc = kvc_batch_run(c, &b, deadline_ms);
-	if (rc)
-		fill_status(pc.st, count, rc);
-	else
-		rc = first_error(pc.st, count);
-	free(m.mem);
-	return rc;
+	return call_finish(c, &b, deadline_ms, &m, count);
 }
 
 int kvpool_put_bytes(struct kvpool_client *c, const uint8_t key[KVPOOL_KEY_BYTES],
@@ -414,22 +435,14 @@ int kvpool_get(struct kvpool_client *c, struct kvpool_get_block *blocks, size_t 
 		return fill_status(statuses, count, -EINVAL);
 	if (count == 0)
 		return 0;
-	rc = kvc_begin(c, &deadline_ms);
+	rc = call_start(c, count, statuses, &m, &deadline_ms);
 	if (rc)
-		return fill_status(statuses, count, rc);
-	if (call_mem_alloc(&m, count, statuses))
-		return fill_status(statuses, count, -ENOMEM);
+		return rc;
 	gc.st = m.st;
 	gc.cap = m.a;
 	for (size_t i = 0; i < count; i++)
 		gc.cap[i] = kvc_iov_bytes(blocks[i].iov, blocks[i].iovcnt);
-	rc = kvc_batch_run(c, &b, deadline_ms);
-	if (rc)
-		fill_status(gc.st, count, rc);
-	else
-		rc = first_error(gc.st, count);
-	free(m.mem);
-	return rc;
+	return call_finish(c, &b, deadline_ms, &m, count);
 }
 
 int kvpool_get_bytes(struct kvpool_client *c, const uint8_t key[KVPOOL_KEY_BYTES], void *buf,
