@@ -532,11 +532,12 @@ static int pool_open(struct srv *s)
 		.max_inflight_put_bytes = s->conf.max_inflight_put_bytes,
 		.max_lease_ms = s->conf.max_lease_ms,
 	};
-	int rc = store_open(&sc, &s->store);
+	char why[256] = "";
+	int rc = store_open(&sc, &s->store, why, sizeof(why));
 
 	if (rc < 0) {
 		srv_err("cannot open the pool (dram_capacity %" PRIu64 " bytes): %s",
-			sc.dram_capacity_bytes, strerror(-rc));
+			sc.dram_capacity_bytes, why[0] ? why : strerror(-rc));
 		return rc;
 	}
 	prefault_start(s);

@@ -60,12 +60,14 @@ static void init_lists(struct store *s)
 	store_list_init(&s->lease_pool);
 }
 
-int store_open(const struct store_config *cfg, struct store **out)
+int store_open(const struct store_config *cfg, struct store **out, char *why, size_t why_len)
 {
 	struct store *s;
 	uint64_t pages;
 	int rc;
 
+	(void)why;
+	(void)why_len;
 	rc = check_config(cfg, &pages);
 	if (rc)
 		return rc;

@@ -45,17 +45,65 @@ struct store;         /* the pool */
 struct store_block;   /* one block (reservation or visible); opaque */
 struct store_lessee;  /* lease holder, one per connection */
 
+/* Which blocks the NVMe tier takes when DRAM must make room. */
+enum store_admission {
+	STORE_ADMIT_ALL = 0,    /* every block leaving DRAM is demoted */
+	STORE_ADMIT_REUSED = 1, /* only blocks used (GET or MATCH) at least once after their put;
+				 * the others are evicted (a block with stored children is
+				 * demoted anyway: no holes) */
+};
+
+/* Log levels given to store_config.log. */
+enum store_log_level { STORE_LOG_ERR = 0, STORE_LOG_WARN, STORE_LOG_INFO, STORE_LOG_DEBUG };
+
+/* Where storage/ writes log lines: msg is one line without a newline,
+ * lowercase, valid only during the call. Called from any store thread
+ * (callers' threads and the store's I/O threads), without the store lock.
+ * Repeated I/O errors are rate-limited by the store before they get here. */
+typedef void (*store_log_fn)(void *arg, enum store_log_level level, const char *msg);
+
 struct store_config {
 	uint64_t dram_capacity_bytes;    /* arena; rounded down to 4 KiB; 4 KiB .. ~8 TiB */
 	uint64_t max_block_bytes;        /* largest payload accepted */
 	uint64_t max_inflight_put_bytes; /* reserved by uncommitted puts; 0 = no limit */
 	uint32_t max_lease_ms;           /* lease_ms above this is capped */
+
+	/* NVMe tier (storage/NVME.md). NULL or "" = no NVMe tier, and every
+	 * nvme_* field below is ignored. */
+	const char *nvme_dir;            /* an existing, writable directory; copied at open */
+	uint64_t nvme_capacity_bytes;    /* segment file bytes at most; >= 2 segments */
+	uint64_t nvme_segment_bytes;     /* 0 = 256 MiB, lowered to capacity / 8 when that is
+					  * smaller (4 KiB multiple, >= max_block_bytes rounded up) */
+	uint32_t nvme_io_threads;        /* demotion/promotion threads; 0 = 2 */
+	enum store_admission nvme_admission;
+
+	store_log_fn log;                /* NULL = no log lines */
+	void *log_arg;
 };
 
-/* Allocate the arena and an empty index.
- * Errors: -EINVAL (capacity < 4 KiB or > 2^31 - 1 pages, max_block_bytes == 0),
- *         -ENOMEM (arena or index allocation failed). */
-int store_open(const struct store_config *cfg, struct store **out);
+/* Allocate the arena and an empty index. With an NVMe tier, also lock the
+ * directory, check its format version, open the segment files and the
+ * RocksDB index, rebuild the index of every block on NVMe (dropping and
+ * counting orphans), and start the I/O threads; this can take seconds
+ * (rebuild_ms in store_stats). why[0..why_len) (may be NULL) receives a
+ * one-line reason on failure, naming the path.
+ * Errors: -EINVAL (capacity < 4 KiB or > 2^31 - 1 pages, max_block_bytes == 0,
+ *                  nvme_capacity below two segments),
+ *         -ENOMEM (arena or index allocation failed),
+ *         -ENOENT / -ENOTDIR (nvme_dir missing or not a directory),
+ *         -EACCES (nvme_dir not writable),
+ *         -EBUSY (nvme_dir locked by another process),
+ *         -EPROTONOSUPPORT (nvme_dir holds an on-disk format this build cannot read),
+ *         -EIO (the segment files or the RocksDB index cannot be opened or read). */
+int store_open(const struct store_config *cfg, struct store **out, char *why, size_t why_len);
+
+/* Wait until every promotion started by store_get_async has called its
+ * done callback, and stop starting new ones (store_get_async then answers
+ * from DRAM only; NVMe-only blocks count as misses). Demotions stop at a
+ * block boundary: a block is either fully demoted and indexed or not at
+ * all. For shutdown, before the caller releases its last references and
+ * calls store_close. */
+void store_drain(struct store *s);
 
 /* Fault in arena bytes [offset, offset + bytes) so that puts landing there
  * later do not pay for the kernel's page zeroing on the hot path (here
@@ -66,8 +114,10 @@ int store_open(const struct store_config *cfg, struct store **out);
  * offset is past the arena or the kernel cannot populate (< 5.14). */
 uint64_t store_prefault(struct store *s, uint64_t offset, uint64_t bytes);
 
-/* Free everything. Accepts NULL. Every reference and reservation must have
- * been released or aborted first; lessees are freed with it. */
+/* Stop the I/O threads (as store_drain), close the NVMe tier's files and
+ * free everything. Accepts NULL. Every reference and reservation must have
+ * been released or aborted first; lessees are freed with it. What is on
+ * NVMe stays there for the next open; DRAM-only blocks are gone. */
 void store_close(struct store *s);
 
 /* Namespaces a pool holds at most: each costs index memory, a line in
@@ -99,7 +149,9 @@ void store_namespace_release(struct store *s, uint32_t ns_id);
  * Errors: -EINVAL (name_len 0 or > STORE_NAME_MAX_BYTES), -ENOENT. */
 int store_namespace_find(struct store *s, const char *name, size_t name_len, uint32_t *ns_id);
 
-/* Remove every block of a namespace (the namespace itself stays, empty).
+/* Remove every block of a namespace (the namespace itself stays, empty),
+ * from both tiers; on NVMe the drop is recorded before this returns, so it
+ * holds after a restart or a crash of the process.
  * Blocks still referenced by a GET in flight disappear from the index at
  * once and their bytes are freed at their last store_release.
  * *blocks and *bytes (either may be NULL) receive what was removed.
@@ -150,14 +202,41 @@ struct store_ref {
 	const void *data;          /* length bytes, valid until store_release */
 	uint64_t length;
 	uint64_t checksum;         /* xxh3-64 taken when the block arrived */
-	uint8_t tier;              /* 1 = DRAM (values as enum proto_tier) */
+	uint8_t tier;              /* 1 = DRAM, 2 = NVMe: promoted for this GET (enum proto_tier) */
 };
 
 /* Look up and pin a visible block, count a hit or miss, and mark it used.
  * If `lessee` (may be NULL) holds a lease on it, that lease pin ends.
- * Errors: -ENOENT (miss or unknown ns_id). */
+ * A block only on NVMe is promoted first and this call WAITS for the
+ * read (tools and tests; an event loop uses store_get_async).
+ * Errors: -ENOENT (miss or unknown ns_id, or a failed NVMe read as for
+ * store_get_async), -EAGAIN (no DRAM room to promote into). */
 int store_get(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 	      struct store_lessee *lessee, struct store_ref *out);
+
+/* Called once by store_get_async when a promotion ends, from a store I/O
+ * thread, without the store lock. status 0: the block is in DRAM and
+ * pinned, the caller's store_ref is filled (tier = 2: it came from NVMe).
+ * Otherwise the store_ref is untouched and status is -ENOENT (the block
+ * was removed meanwhile, or its NVMe copy failed its checksum or could not
+ * be read: counted in corrupt_blocks / nvme_read_errors, and the block and
+ * its descendants are gone from both tiers) or -EAGAIN (no DRAM room to
+ * promote into right now: retry). The callback must not block; it may
+ * call store_release. */
+typedef void (*store_get_done_fn)(void *arg, int status);
+
+/* store_get for an event loop: never waits on disk.
+ * Returns 0 when the block is in DRAM (*out filled and pinned, done is
+ * not called), -ENOENT on a miss, or -EINPROGRESS when the block is only
+ * on NVMe: a promotion has started (or joined one already running for
+ * the same block) and done(arg, status) will be called exactly once,
+ * later, from another thread, filling *out first on success. *out must
+ * stay valid until then. Hits, misses and the lease pin are counted and
+ * ended as in store_get. After store_drain it never returns -EINPROGRESS
+ * (an NVMe-only block answers -ENOENT). Errors: -ENOENT, -ENOMEM. */
+int store_get_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+		    struct store_lessee *lessee, struct store_ref *out,
+		    store_get_done_fn done, void *arg);
 
 /* Unpin a block returned by store_get. Any thread; accepts NULL. */
 void store_release(struct store *s, struct store_block *b);
@@ -215,12 +294,37 @@ struct store_stats {
 	uint64_t leases_active;        /* lease pins held now */
 	uint64_t checksum_errors;
 	uint32_t namespaces;           /* held now (not reclaimed), <= STORE_MAX_NAMESPACES */
+
+	/* Tiers. `blocks` above counts visible blocks in either tier. */
+	uint64_t dram_blocks;          /* blocks with a DRAM copy (== blocks without NVMe) */
+	uint8_t nvme_enabled;          /* 0: every nvme_* field and counter below is 0 */
+	uint8_t nvme_direct_io;        /* 1 = O_DIRECT, 0 = buffered fallback */
+	uint8_t nvme_healthy;          /* 0 while writes fail (disk full, I/O errors) */
+	uint64_t nvme_capacity_bytes;  /* segment bytes allowed */
+	uint64_t nvme_segment_bytes;
+	uint64_t nvme_used_bytes;      /* bytes of segments in use (holding blocks or being filled) */
+	uint64_t nvme_payload_bytes;   /* payload bytes of blocks with an NVMe copy */
+	uint64_t nvme_blocks;          /* blocks with an NVMe copy */
+	uint64_t demotions, demoted_bytes;   /* blocks (payload bytes) written to NVMe from DRAM */
+	uint64_t promotions, promoted_bytes; /* blocks (payload bytes) read back into DRAM */
+	uint64_t nvme_bytes_written;   /* all segment bytes written (demotions + rewrites) */
+	uint64_t nvme_bytes_read;
+	uint64_t rewritten_bytes;      /* bytes rewritten by segment reclaim (write amplification) */
+	uint64_t segments_reclaimed;
+	uint64_t admission_rejections; /* blocks evicted from DRAM instead of demoted (nvme_admission) */
+	uint64_t nvme_evictions;       /* blocks dropped from NVMe to make room */
+	uint64_t corrupt_blocks;       /* NVMe copies that failed their checksum */
+	uint64_t nvme_read_errors, nvme_write_errors;
+	uint64_t rebuild_ms;           /* time the open's index rebuild took */
+	uint64_t rebuild_blocks;       /* blocks made matchable again by it */
+	uint64_t orphans_dropped;      /* blocks dropped by it: a stored ancestor did not survive */
 };
 
 struct store_ns_stats {
 	char name[STORE_NAME_MAX_BYTES + 1]; /* NUL-terminated */
 	uint32_t ns_id;
-	uint64_t blocks, bytes;              /* visible blocks and their payload bytes */
+	uint64_t blocks, bytes;              /* visible blocks (either tier) and their payload bytes */
+	uint64_t nvme_blocks;                /* of them, blocks with an NVMe copy */
 	uint64_t puts, put_exists, put_errors; /* blocks stored; -EEXIST; other refusals */
 	uint64_t get_hits, get_misses;
 	uint64_t exists_hits, exists_misses;

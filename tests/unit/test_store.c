@@ -136,7 +136,7 @@ static struct store *open_store(uint64_t capacity, uint64_t max_block, uint64_t 
 	};
 	struct store *s = NULL;
 
-	assert_int_equal(store_open(&cfg, &s), 0);
+	assert_int_equal(store_open(&cfg, &s, NULL, 0), 0);
 	assert_non_null(s);
 	return s;
 }
@@ -189,10 +189,10 @@ static void test_open_errors(void **state)
 	struct store *s = (struct store *)0x1;
 
 	(void)state;
-	assert_int_equal(store_open(&cfg, &s), -EINVAL);
+	assert_int_equal(store_open(&cfg, &s, NULL, 0), -EINVAL);
 	cfg.dram_capacity_bytes = 4 * PAGE;
 	cfg.max_block_bytes = 0;
-	assert_int_equal(store_open(&cfg, &s), -EINVAL);
+	assert_int_equal(store_open(&cfg, &s, NULL, 0), -EINVAL);
 	assert_ptr_equal(s, (struct store *)0x1);
 	store_close(NULL);
 

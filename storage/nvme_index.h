@@ -1,0 +1,95 @@
+/*
+ * nvme_index.h - the NVMe tier's durable index, kept in RocksDB (C API):
+ * one record per block with an NVMe copy, and the namespace table.
+ *
+ * Internal to storage/. RocksDB types, options and error strings never
+ * leave nvme_index.c: errors come back as -errno, and the text RocksDB
+ * gave is logged through the store's log function.
+ *
+ * Durability: the write-ahead log is on and unsynced (a process crash
+ * loses nothing written; a machine crash may lose the last writes, which
+ * is acceptable for a cache). Every function here is one atomic RocksDB
+ * write or a read.
+ *
+ * Namespace ids here are "disk ids": numbered 1, 2, ... by the store,
+ * never reused within a directory (the next one is kept in the index),
+ * independent of the in-memory ids store_namespace_id hands out.
+ *
+ * Threads: every function may be called from any thread (RocksDB's own
+ * locking); open and close from one.
+ */
+#ifndef KVPOOL_NVME_INDEX_H
+#define KVPOOL_NVME_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+struct store_nvme_index;
+
+/* What the index keeps of one block on NVMe. Encoded little-endian in a
+ * fixed-size value (storage/NVME.md); key = disk ns id (big-endian, so a
+ * namespace's blocks sort together) + block hash. */
+struct store_nvme_rec {
+	uint32_t ns_disk_id;
+	uint8_t key[STORE_KEY_BYTES];
+	uint8_t parent[STORE_KEY_BYTES]; /* zeros when has_parent == 0 */
+	uint8_t has_parent;
+	uint32_t segment;                /* segment file number */
+	uint64_t offset;                 /* bytes into the segment, 4 KiB aligned */
+	uint64_t length;                 /* payload bytes (the extent is rounded up to 4 KiB) */
+	uint64_t checksum;               /* xxh3-64 taken when the block entered the pool */
+	uint64_t last_use;               /* store use clock when written (restores LRU order) */
+};
+
+/* Open or create the RocksDB database at `path` (a directory). Creates it
+ * when missing. Errors: -EIO (RocksDB refused: corrupt, wrong options,
+ * locked; the reason goes to why and to the log), -ENOMEM. */
+int store_nvme_index_open(const char *path, store_log_fn log, void *log_arg,
+			  struct store_nvme_index **out, char *why, size_t why_len);
+
+/* Close and free. Accepts NULL. */
+void store_nvme_index_close(struct store_nvme_index *ix);
+
+/* Write `n` block records (n >= 1) and delete `ndel` records named by
+ * (del_ns[i], del_keys[i]) in one atomic batch: a demotion or a segment
+ * reclaim commits its new records and drops the old ones together.
+ * del_ns/del_keys may be NULL when ndel == 0. Errors: -EIO, -ENOMEM. */
+int store_nvme_index_write(struct store_nvme_index *ix, const struct store_nvme_rec *recs,
+			   size_t n, const uint32_t *del_ns,
+			   const uint8_t (*del_keys)[STORE_KEY_BYTES], size_t ndel);
+
+/* Delete one block's record (absent is not an error). Errors: -EIO. */
+int store_nvme_index_delete(struct store_nvme_index *ix, uint32_t ns_disk_id,
+			    const uint8_t key[STORE_KEY_BYTES]);
+
+/* Record namespace `name` (1..255 bytes) under disk id ns_disk_id and set
+ * the next disk id to at least ns_disk_id + 1, atomically. Errors: -EIO. */
+int store_nvme_index_ns_put(struct store_nvme_index *ix, uint32_t ns_disk_id,
+			    const char *name, size_t name_len);
+
+/* Forget namespace ns_disk_id and every block record under it, in one
+ * atomic write (a range delete), so a drop holds after a crash.
+ * Errors: -EIO. */
+int store_nvme_index_ns_drop(struct store_nvme_index *ix, uint32_t ns_disk_id);
+
+/* The next unused disk id (1 for a new index). Errors: -EIO. */
+int store_nvme_index_next_ns_id(struct store_nvme_index *ix, uint32_t *out);
+
+/* Call fn for every namespace, in disk id order. fn's name is not
+ * NUL-terminated and is valid during the call. A non-zero return from fn
+ * stops the scan and is returned. Errors: -EIO, or fn's value. */
+typedef int (*store_nvme_ns_fn)(void *arg, uint32_t ns_disk_id, const char *name,
+				size_t name_len);
+int store_nvme_index_ns_scan(struct store_nvme_index *ix, store_nvme_ns_fn fn, void *arg);
+
+/* Call fn for every block record, in (disk id, key) order. A record that
+ * does not decode (wrong size) is skipped and counted in *bad (may be
+ * NULL). A non-zero return from fn stops the scan and is returned.
+ * Errors: -EIO, or fn's value. */
+typedef int (*store_nvme_rec_fn)(void *arg, const struct store_nvme_rec *rec);
+int store_nvme_index_scan(struct store_nvme_index *ix, store_nvme_rec_fn fn, void *arg,
+			  uint64_t *bad);
+
+#endif /* KVPOOL_NVME_INDEX_H */

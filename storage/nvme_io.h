@@ -1,0 +1,76 @@
+/*
+ * nvme_io.h - the NVMe tier's files: the directory lock, the format
+ * version, and the segment files that hold payload bytes.
+ *
+ * Internal to storage/ (never included outside it). Knows nothing of
+ * blocks: the store decides what goes where; this file only moves
+ * 4 KiB-aligned byte ranges between memory and segment files.
+ *
+ * Directory layout (storage/NVME.md):
+ *   <dir>/LOCK            flock()ed for the life of the process
+ *   <dir>/FORMAT          "kvpool-nvme <version>\n"
+ *   <dir>/segments/NNNNNNNN  segment files, fixed size, numbered 0..count-1
+ *   <dir>/index/          the RocksDB index (nvme_index.h)
+ *
+ * Threads: read and write may run from several threads at once (pread /
+ * pwrite on shared fds); open and close from one.
+ */
+#ifndef KVPOOL_NVME_IO_H
+#define KVPOOL_NVME_IO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "store.h"
+
+#define STORE_NVME_FORMAT_VERSION 1
+#define STORE_NVME_ALIGN_BYTES 4096
+
+struct store_nvme_io;
+
+/* Lock `dir`, check or write its FORMAT file, and open (creating or
+ * resizing as needed) `segment_count` segment files of `segment_bytes`
+ * each. Probes O_DIRECT on a segment; where the filesystem refuses it
+ * (tmpfs, some overlays), uses buffered I/O and logs that once through
+ * log(log_arg, STORE_LOG_WARN, ...). Segment files beyond segment_count
+ * (a smaller capacity than last time) are deleted; the caller drops their
+ * index records. why[0..why_len) (may be NULL) receives a one-line reason
+ * naming the path on failure.
+ * Errors: -EINVAL (segment_bytes not a 4 KiB multiple or 0, count < 2),
+ *   -ENOENT / -ENOTDIR (dir), -EACCES (dir not writable), -EBUSY (LOCK
+ *   held by another process), -EPROTONOSUPPORT (FORMAT names another
+ *   version or is unreadable), -ENOMEM, -EIO / -ENOSPC (creating files). */
+int store_nvme_io_open(const char *dir, uint64_t segment_bytes, uint32_t segment_count,
+		       store_log_fn log, void *log_arg, struct store_nvme_io **out,
+		       char *why, size_t why_len);
+
+/* Close the files and release the lock. Accepts NULL. */
+void store_nvme_io_close(struct store_nvme_io *io);
+
+/* true when O_DIRECT is in use. */
+bool store_nvme_io_direct(const struct store_nvme_io *io);
+
+/* Write iov[0..iovcnt) to segment `segment` at byte `offset`, wholly or
+ * not at all (a short write is retried; a failure leaves the range's old
+ * contents undefined). offset, every iov_base and iov_len are 4 KiB
+ * aligned (O_DIRECT's rule; arena extents satisfy it); the range lies
+ * inside the segment. Does not fsync (a cache: the page cache or the
+ * device's own ordering is enough; metadata is committed after this
+ * returns). Errors: -EINVAL (misaligned or out of range), -ENOSPC, -EIO. */
+int store_nvme_io_writev(struct store_nvme_io *io, uint32_t segment, uint64_t offset,
+			 const struct iovec *iov, int iovcnt);
+
+/* Read `bytes` (4 KiB multiple) at `offset` of segment `segment` into buf
+ * (4 KiB aligned). Errors: -EINVAL (misaligned or out of range), -EIO
+ * (read error or short read). */
+int store_nvme_io_read(struct store_nvme_io *io, uint32_t segment, uint64_t offset,
+		       void *buf, uint64_t bytes);
+
+/* Tell the filesystem a segment's bytes are no longer needed
+ * (fallocate PUNCH_HOLE where supported; nothing otherwise). Best effort:
+ * returns 0 or -errno, and the segment stays usable either way. */
+int store_nvme_io_discard(struct store_nvme_io *io, uint32_t segment);
+
+#endif /* KVPOOL_NVME_IO_H */
