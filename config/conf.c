@@ -38,11 +38,20 @@ enum conf_type {
 	CONF_SIZE,     /* bytes, with optional unit */
 	CONF_U32,      /* plain decimal integer */
 	CONF_STRING,   /* text, no whitespace or control characters */
-	CONF_LOGLEVEL, /* error | warn | info | debug */
+	CONF_CHOICE,   /* one word of a list (struct conf_choices), stored as an int */
 };
 
 /* Setting flags. */
 #define CONF_ZERO_IS_CORES 0x1u /* 0 means "number of online cores" */
+#define CONF_SPACES_OK 0x2u     /* strings: blanks allowed inside (paths) */
+#define CONF_EMPTY_UNSET 0x4u   /* strings: "" means unset; --help says so */
+
+/* The words a CONF_CHOICE setting accepts; word i is stored as i. */
+struct conf_choices {
+	const char *noun;          /* for messages: "unknown log level" */
+	const char *const *names;
+	size_t count;
+};
 
 struct conf_setting {
 	const char *name;    /* INI key; the flag is "--" + name with '-' for '_' */
@@ -54,42 +63,62 @@ struct conf_setting {
 	unsigned int flags;
 	const char *metavar; /* placeholder in --help */
 	const char *help;
+	const struct conf_choices *choices; /* CONF_CHOICE only */
 };
 
 #define FIELD(f) offsetof(struct conf, f), sizeof(((struct conf *)0)->f)
 
+static const char *const log_level_names[] = { "error", "warn", "info", "debug" };
+static const struct conf_choices log_levels = { "log level", log_level_names, 4 };
+/* Indexed by enum conf_admission. */
+static const char *const admission_names[] = { "all", "reused" };
+static const struct conf_choices admissions = { "admission", admission_names, 2 };
+
 static const struct conf_setting settings[] = {
 	{ "listen", CONF_STRING, FIELD(listen), "127.0.0.1", 1, 255, 0, "ADDR",
-	  "address to listen on (IPv4, IPv6 or host name)" },
+	  "address to listen on (IPv4, IPv6 or host name)", NULL },
 	{ "port", CONF_U32, FIELD(port), "7470", 1, 65535, 0, "N",
-	  "TCP port" },
+	  "TCP port", NULL },
 	{ "threads", CONF_U32, FIELD(threads), "0", 1, CONF_THREADS_MAX, CONF_ZERO_IS_CORES, "N",
-	  "worker threads, each with its own event loop" },
+	  "worker threads, each with its own event loop", NULL },
 	{ "dram_capacity", CONF_SIZE, FIELD(dram_capacity_bytes), "1GiB", MIB, 4 * TIB, 0, "SIZE",
-	  "DRAM arena for block payloads, allocated at start; rounded down to 4KiB pages" },
+	  "DRAM arena for block payloads, allocated at start; rounded down to 4KiB pages", NULL },
 	{ "max_block_bytes", CONF_SIZE, FIELD(max_block_bytes), "64MiB", 1, 4 * GIB, 0, "SIZE",
-	  "largest block a PUT may store" },
+	  "largest block a PUT may store", NULL },
 	{ "max_batch_blocks", CONF_U32, FIELD(max_batch_blocks), "1024", 1, 65536, 0, "N",
-	  "blocks per batch request" },
+	  "blocks per batch request", NULL },
 	{ "max_frame_bytes", CONF_SIZE, FIELD(max_frame_bytes), "1MiB", 4 * KIB, GIB, 0, "SIZE",
-	  "largest frame header + body (block payload not counted)" },
+	  "largest frame header + body (block payload not counted)", NULL },
 	{ "max_lease_ms", CONF_U32, FIELD(max_lease_ms), "5000", 0, 3600000, 0, "MS",
-	  "longest MATCH lease; 0 = MATCH never leases" },
+	  "longest MATCH lease; 0 = MATCH never leases", NULL },
 	{ "max_connections", CONF_U32, FIELD(max_connections), "1024", 1, 1048576, 0, "N",
-	  "open client connections; more are refused with BUSY" },
+	  "open client connections; more are refused with BUSY", NULL },
 	{ "idle_timeout_ms", CONF_U32, FIELD(idle_timeout_ms), "300000", 0, 86400000, 0, "MS",
-	  "close a connection idle this long; 0 = never" },
+	  "close a connection idle this long; 0 = never", NULL },
 	{ "payload_timeout_ms", CONF_U32, FIELD(payload_timeout_ms), "10000", 10, 3600000, 0, "MS",
-	  "close a connection whose frame is not whole this long after its first byte" },
+	  "close a connection whose frame is not whole this long after its first byte", NULL },
 	{ "max_inflight_put_bytes", CONF_SIZE, FIELD(max_inflight_put_bytes), "512MiB", 1, 256 * TIB,
-	  0, "SIZE", "PUT payload bytes being received at once; beyond it PUT answers BUSY" },
-	{ "log_level", CONF_LOGLEVEL, FIELD(log_level), "info", CONF_LOG_ERROR, CONF_LOG_DEBUG, 0,
-	  "LEVEL", "error, warn, info or debug" },
+	  0, "SIZE", "PUT payload bytes being received at once; beyond it PUT answers BUSY", NULL },
+	{ "log_level", CONF_CHOICE, FIELD(log_level), "info", CONF_LOG_ERROR, CONF_LOG_DEBUG, 0,
+	  "LEVEL", "error, warn, info or debug", &log_levels },
+	{ "nvme_dir", CONF_STRING, FIELD(nvme_dir), "", 0, CONF_PATH_MAX - 1,
+	  CONF_SPACES_OK | CONF_EMPTY_UNSET, "DIR",
+	  "existing directory for the NVMe tier's segment files and index; unset = no NVMe tier",
+	  NULL },
+	{ "nvme_capacity", CONF_SIZE, FIELD(nvme_capacity_bytes), "0", 0, 1024 * TIB, 0, "SIZE",
+	  "segment file bytes the NVMe tier may use; required with nvme_dir", NULL },
+	{ "nvme_admission", CONF_CHOICE, FIELD(nvme_admission), "all", CONF_ADMIT_ALL,
+	  CONF_ADMIT_REUSED, 0, "WHICH",
+	  "blocks leaving DRAM that go to NVMe: all, or reused (used at least once after their put)",
+	  &admissions },
+	{ "nvme_segment_size", CONF_SIZE, FIELD(nvme_segment_bytes), "0", 0, 16 * GIB, 0, "SIZE",
+	  "NVMe segment file size, a multiple of 4KiB; 0 = automatic (256MiB, or nvme_capacity/8 "
+	  "when smaller)", NULL },
+	{ "nvme_io_threads", CONF_U32, FIELD(nvme_io_threads), "0", 0, 64, 0, "N",
+	  "NVMe demotion and promotion threads; 0 = 2", NULL },
 };
 
 #define N_SETTINGS (sizeof(settings) / sizeof(settings[0]))
-
-static const char *const log_level_names[] = { "error", "warn", "info", "debug" };
 
 static const struct {
 	const char *name;
@@ -302,21 +331,45 @@ static int u32_parse(const char *text, uint64_t *out, char *why, size_t why_len)
 	return 0;
 }
 
-static int loglevel_parse(const char *text, uint64_t *out, char *why, size_t why_len)
+/* "a, b or c" of a choice list, for messages. */
+static void choices_text(const struct conf_choices *ch, char *buf, size_t len)
 {
-	for (size_t i = 0; i < sizeof(log_level_names) / sizeof(log_level_names[0]); i++) {
-		if (strcasecmp(text, log_level_names[i]) == 0) {
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < ch->count && used < len; i++) {
+		const char *sep = i == 0 ? "" : i + 1 == ch->count ? " or " : ", ";
+		int n = snprintf(buf + used, len - used, "%s%s", sep, ch->names[i]);
+
+		if (n < 0)
+			return;
+		used += (size_t)n;
+	}
+}
+
+/* One of the words of ch, case-insensitive; *out receives its index. */
+static int choice_parse(const struct conf_choices *ch, const char *text, uint64_t *out, char *why,
+			size_t why_len)
+{
+	char list[128];
+
+	for (size_t i = 0; i < ch->count; i++) {
+		if (strcasecmp(text, ch->names[i]) == 0) {
 			*out = i;
 			return 0;
 		}
 	}
-	set_err(why, why_len, "unknown log level (use error, warn, info or debug)");
+	choices_text(ch, list, sizeof(list));
+	set_err(why, why_len, "unknown %s (use %s)", ch->noun, list);
 	return -EINVAL;
 }
 
+/* Length within the setting's range; no control characters, and no
+ * blanks either unless the setting allows them (paths). */
 static int string_check(const struct conf_setting *s, const char *text, char *why, size_t why_len)
 {
 	size_t len = strlen(text);
+	bool spaces_ok = s->flags & CONF_SPACES_OK;
 
 	if (len < s->min || len > s->max || len >= s->field_bytes) {
 		set_err(why, why_len, "length %zu is outside %" PRIu64 "..%" PRIu64 " bytes", len,
@@ -324,8 +377,11 @@ static int string_check(const struct conf_setting *s, const char *text, char *wh
 		return -ERANGE;
 	}
 	for (size_t i = 0; i < len; i++) {
-		if (isspace((unsigned char)text[i]) || iscntrl((unsigned char)text[i])) {
-			set_err(why, why_len, "spaces and control characters are not allowed");
+		unsigned char ch = (unsigned char)text[i];
+
+		if (iscntrl(ch) || (!spaces_ok && isspace(ch))) {
+			set_err(why, why_len, spaces_ok ? "control characters are not allowed" :
+							  "spaces and control characters are not allowed");
 			return -EINVAL;
 		}
 	}
@@ -338,7 +394,7 @@ static uint64_t field_get(const struct conf *c, const struct conf_setting *s)
 {
 	const char *p = (const char *)c + s->offset;
 
-	if (s->type == CONF_LOGLEVEL) {
+	if (s->type == CONF_CHOICE) {
 		int v;
 
 		memcpy(&v, p, sizeof(v));
@@ -360,7 +416,7 @@ static void field_set(struct conf *c, const struct conf_setting *s, uint64_t v)
 {
 	char *p = (char *)c + s->offset;
 
-	if (s->type == CONF_LOGLEVEL) {
+	if (s->type == CONF_CHOICE) {
 		int iv = (int)v;
 
 		memcpy(p, &iv, sizeof(iv));
@@ -382,9 +438,9 @@ static void format_value(const struct conf *c, const struct conf_setting *s, cha
 	case CONF_STRING:
 		snprintf(buf, len, "%s", (const char *)c + s->offset);
 		return;
-	case CONF_LOGLEVEL:
+	case CONF_CHOICE:
 		v = field_get(c, s);
-		snprintf(buf, len, "%s", v < 4 ? log_level_names[v] : "?");
+		snprintf(buf, len, "%s", v < s->choices->count ? s->choices->names[v] : "?");
 		return;
 	case CONF_SIZE:
 		format_size(field_get(c, s), buf, len);
@@ -417,7 +473,7 @@ static int parse_number(const struct conf_setting *s, const char *text, uint64_t
 	else if (s->type == CONF_U32)
 		rc = u32_parse(text, v, why, why_len);
 	else
-		rc = loglevel_parse(text, v, why, why_len);
+		rc = choice_parse(s->choices, text, v, why, why_len);
 	if (rc)
 		return rc;
 	if (*v == 0 && (s->flags & CONF_ZERO_IS_CORES))
@@ -872,7 +928,7 @@ static int validate_ranges(const struct conf *c, char *err, size_t err_len)
 			format_number(s, s->min, lo, sizeof(lo));
 			format_number(s, s->max, hi, sizeof(hi));
 			set_err(err, err_len, "%s: %s is out of range %s..%s", s->name,
-				s->type == CONF_LOGLEVEL ? "level" : val, lo, hi);
+				s->type == CONF_CHOICE ? "value" : val, lo, hi);
 			return -EINVAL;
 		}
 	}
@@ -908,6 +964,49 @@ static int validate_block_fits(const struct conf *c, uint64_t capacity, char *er
 	return -EINVAL;
 }
 
+/* The NVMe tier's settings, when it has a directory: a capacity, a
+ * segment size the store can use (whole pages, room for the largest
+ * block), and room for two segments, the least the tier can rotate. */
+static int validate_nvme(const struct conf *c, char *err, size_t err_len)
+{
+	uint64_t block = page_round_up(c->max_block_bytes), segment = c->nvme_segment_bytes;
+	char a[32], b[32], d[32];
+
+	if (!c->nvme_dir[0])
+		return 0;
+	if (!c->nvme_capacity_bytes) {
+		set_err(err, err_len, "nvme_capacity must be set when nvme_dir is set");
+		return -EINVAL;
+	}
+	format_size(c->nvme_capacity_bytes, a, sizeof(a));
+	format_size(block, d, sizeof(d));
+	if (segment && segment % CONF_PAGE_BYTES) {
+		format_size(segment, b, sizeof(b));
+		set_err(err, err_len, "nvme_segment_size (%s) must be a multiple of 4KiB", b);
+		return -EINVAL;
+	}
+	if (segment && segment < block) {
+		format_size(segment, b, sizeof(b));
+		set_err(err, err_len,
+			"nvme_segment_size (%s) must hold a block of max_block_bytes (%s in 4KiB pages)",
+			b, d);
+		return -EINVAL;
+	}
+	if (segment && c->nvme_capacity_bytes / 2 < segment) {
+		format_size(segment, b, sizeof(b));
+		set_err(err, err_len, "nvme_capacity (%s) must hold two segments of nvme_segment_size (%s)",
+			a, b);
+		return -EINVAL;
+	}
+	if (!segment && c->nvme_capacity_bytes / 2 < block) {
+		set_err(err, err_len,
+			"nvme_capacity (%s) must hold two segments, each at least max_block_bytes (%s in 4KiB pages)",
+			a, d);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int conf_validate(struct conf *c, char *err, size_t err_len)
 {
 	uint64_t put_frame = PROTO_HEADER_BYTES + PROTO_BATCH_PREFIX_BYTES +
@@ -937,6 +1036,9 @@ int conf_validate(struct conf *c, char *err, size_t err_len)
 			a, c->max_batch_blocks, put_frame);
 		return -EINVAL;
 	}
+	rc = validate_nvme(c, err, err_len);
+	if (rc)
+		return rc;
 	c->dram_capacity_bytes = capacity;
 	return 0;
 }
@@ -979,6 +1081,8 @@ void conf_usage(FILE *out)
 		/* the table's text, not this machine's core count: same help everywhere */
 		if (s->flags & CONF_ZERO_IS_CORES)
 			snprintf(val, sizeof(val), "%s (one per online core)", s->def);
+		else if ((s->flags & CONF_EMPTY_UNSET) && !s->def[0])
+			snprintf(val, sizeof(val), "unset");
 		else
 			format_value(&def, s, val, sizeof(val));
 		fprintf(out, "  %s %s\n      %s (default %s", flag, s->metavar, s->help, val);

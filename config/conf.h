@@ -18,6 +18,12 @@
 
 enum conf_log_level { CONF_LOG_ERROR = 0, CONF_LOG_WARN, CONF_LOG_INFO, CONF_LOG_DEBUG };
 
+/* nvme_admission: which blocks the NVMe tier takes when DRAM makes room. */
+enum conf_admission { CONF_ADMIT_ALL = 0, CONF_ADMIT_REUSED = 1 };
+
+/* Longest nvme_dir: a path (PATH_MAX with its NUL). */
+#define CONF_PATH_MAX 4096
+
 struct conf {
 	char listen[256];                /* address to bind; default "127.0.0.1" */
 	uint32_t port;                   /* TCP port; default 7470 */
@@ -33,6 +39,13 @@ struct conf {
 	uint32_t payload_timeout_ms;     /* a stalled payload closes the connection; default 10000 */
 	uint64_t max_inflight_put_bytes; /* default 512 MiB */
 	int log_level;                   /* enum conf_log_level; default info */
+	/* NVMe tier: none while nvme_dir is "" (the default). */
+	char nvme_dir[CONF_PATH_MAX];    /* directory of segment files and index */
+	uint64_t nvme_capacity_bytes;    /* segment bytes at most; 0 = unset (required
+					  * with nvme_dir) */
+	int nvme_admission;              /* enum conf_admission; default all */
+	uint64_t nvme_segment_bytes;     /* 0 = automatic (the store picks) */
+	uint32_t nvme_io_threads;        /* 0 = the store's default (2) */
 };
 
 /* Fill *c with every default (threads = number of online cores). */
@@ -89,6 +102,11 @@ int conf_from_args(struct conf *c, int argc, char **argv, int *want_help, char *
  * <= the rounded dram_capacity (a block takes whole pages),
  * max_inflight_put_bytes >= max_block_bytes, and max_frame_bytes >=
  * 32 + 8 + 88 * max_batch_blocks (a full PUT batch fits in a frame).
+ * With nvme_dir set: nvme_capacity set (not 0); a nonzero
+ * nvme_segment_size a multiple of 4 KiB and at least max_block_bytes
+ * rounded up to 4 KiB; nvme_capacity at least two segments (with the
+ * automatic size, two blocks of max_block_bytes in 4 KiB pages). Without
+ * nvme_dir the other nvme_* settings are not checked against each other.
  * Call it once, after conf_from_args, before using the settings.
  * Errors: -EINVAL with a message (*c unchanged). */
 int conf_validate(struct conf *c, char *err, size_t err_len);

@@ -4,7 +4,7 @@
  * Size parsing (good and bad), every rejection path of conf_set, INI files
  * with file:line in their messages, flags in both forms, precedence
  * flag > file > default, cross-setting validation, --help and the shipped
- * example config.
+ * example config; the NVMe tier's settings and their rules.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -30,7 +30,8 @@
 static const char *const keys[] = {
 	"listen", "port", "threads", "dram_capacity", "max_block_bytes", "max_batch_blocks",
 	"max_frame_bytes", "max_lease_ms", "max_connections", "idle_timeout_ms",
-	"payload_timeout_ms", "max_inflight_put_bytes", "log_level",
+	"payload_timeout_ms", "max_inflight_put_bytes", "log_level", "nvme_dir", "nvme_capacity",
+	"nvme_admission", "nvme_segment_size", "nvme_io_threads",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -129,6 +130,12 @@ static void test_defaults(void **state)
 	assert_int_equal(c.payload_timeout_ms, 10000);
 	assert_true(c.max_inflight_put_bytes == 512 * MIB);
 	assert_int_equal(c.log_level, CONF_LOG_INFO);
+	/* no NVMe tier unless asked for */
+	assert_string_equal(c.nvme_dir, "");
+	assert_true(c.nvme_capacity_bytes == 0);
+	assert_int_equal(c.nvme_admission, CONF_ADMIT_ALL);
+	assert_true(c.nvme_segment_bytes == 0);
+	assert_int_equal(c.nvme_io_threads, 0);
 	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
 }
 
@@ -145,8 +152,17 @@ static void test_print_roundtrip(void **state)
 	assert_int_equal(conf_set(&c, "max_block_bytes", "4097", "t", err, sizeof(err)), 0);
 	assert_int_equal(conf_set(&c, "log_level", "debug", "t", err, sizeof(err)), 0);
 	assert_int_equal(conf_set(&c, "listen", "::1", "t", err, sizeof(err)), 0);
+	assert_int_equal(conf_set(&c, "nvme_dir", "/mnt/nvme 0/kv", "t", err, sizeof(err)), 0);
+	assert_int_equal(conf_set(&c, "nvme_capacity", "1.5TiB", "t", err, sizeof(err)), 0);
+	assert_int_equal(conf_set(&c, "nvme_admission", "reused", "t", err, sizeof(err)), 0);
+	assert_int_equal(conf_set(&c, "nvme_segment_size", "64MiB", "t", err, sizeof(err)), 0);
 	text = print_conf(&c);
 	assert_contains(text, "dram_capacity 1536MiB\n");
+	assert_contains(text, "nvme_dir /mnt/nvme 0/kv\n");
+	assert_contains(text, "nvme_capacity 1536GiB\n");
+	assert_contains(text, "nvme_admission reused\n");
+	assert_contains(text, "nvme_segment_size 64MiB\n");
+	assert_contains(text, "nvme_io_threads 0\n");
 	assert_contains(text, "max_block_bytes 4097\n");
 	assert_contains(text, "log_level debug\n");
 	assert_contains(text, "listen ::1\n");
@@ -167,6 +183,8 @@ static void test_print_roundtrip(void **state)
 	again = print_conf(&d);
 	assert_string_equal(text, again);
 	assert_true(d.dram_capacity_bytes == 3 * GIB / 2);
+	assert_string_equal(d.nvme_dir, "/mnt/nvme 0/kv");
+	assert_int_equal(d.nvme_admission, CONF_ADMIT_REUSED);
 	free(text);
 	free(again);
 }
@@ -248,7 +266,7 @@ struct set_case {
 
 static void test_set_rejections(void **state)
 {
-	static char long_name[300];
+	static char long_name[300], long_path[4200];
 	const struct set_case cases[] = {
 		{ "bogus", "1", -ENOENT, "unknown key 'bogus'" },
 		{ "Port", "1", -ENOENT, "unknown key" },
@@ -293,12 +311,26 @@ static void test_set_rejections(void **state)
 		{ "listen", "a\x01", -EINVAL, "control" },
 		{ "listen", long_name, -ERANGE, "length 256" },
 		{ "port", NULL, -EINVAL, "missing value" },
+		{ "nvme_dir", "/a\tb", -EINVAL, "control characters" },
+		{ "nvme_dir", "/a\nb", -EINVAL, "control characters" },
+		{ "nvme_dir", long_path, -ERANGE, "length 4096" },
+		{ "nvme_capacity", "-1GiB", -EINVAL, "negative" },
+		{ "nvme_capacity", "1025TiB", -ERANGE, "out of range 0..1024TiB" },
+		{ "nvme_capacity", "10 GiBs", -EINVAL, "unknown unit" },
+		{ "nvme_admission", "some", -EINVAL, "unknown admission (use all or reused)" },
+		{ "nvme_admission", "", -EINVAL, "unknown admission" },
+		{ "nvme_admission", "1", -EINVAL, "unknown admission" },
+		{ "nvme_segment_size", "17GiB", -ERANGE, "out of range 0..16GiB" },
+		{ "nvme_segment_size", "x", -EINVAL, "not a number" },
+		{ "nvme_io_threads", "65", -ERANGE, "out of range 0..64" },
+		{ "nvme_io_threads", "2k", -EINVAL, "not a whole number" },
 	};
 	struct conf c, before;
 	char err[512];
 
 	(void)state;
 	memset(long_name, 'h', 256);
+	memset(long_path, 'p', 4096);
 	conf_defaults(&c);
 	before = c;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -360,6 +392,33 @@ static void test_set_accepts(void **state)
 	name[255] = '\0';
 	assert_int_equal(conf_set(&c, "listen", name, "s", err, sizeof(err)), 0);
 	assert_int_equal(strlen(c.listen), 255);
+
+	/* the NVMe settings */
+	assert_int_equal(conf_set(&c, "nvme_dir", "/srv/kv pool/nvme", "s", err, sizeof(err)), 0);
+	assert_string_equal(c.nvme_dir, "/srv/kv pool/nvme"); /* blanks inside a path are fine */
+	assert_int_equal(conf_set(&c, "nvme_dir", "", "s", err, sizeof(err)), 0);
+	assert_string_equal(c.nvme_dir, ""); /* unset again */
+	char path[4096];
+	memset(path, 'd', 4095);
+	path[4095] = '\0';
+	assert_int_equal(conf_set(&c, "nvme_dir", path, "s", err, sizeof(err)), 0);
+	assert_int_equal(strlen(c.nvme_dir), 4095);
+	assert_int_equal(conf_set(&c, "nvme_capacity", "2TB", "s", err, sizeof(err)), 0);
+	assert_true(c.nvme_capacity_bytes == 2000000000000ull);
+	assert_int_equal(conf_set(&c, "nvme_capacity", "1024TiB", "s", err, sizeof(err)), 0);
+	assert_true(c.nvme_capacity_bytes == 1024 * TIB);
+	assert_int_equal(conf_set(&c, "nvme_admission", "REUSED", "s", err, sizeof(err)), 0);
+	assert_int_equal(c.nvme_admission, CONF_ADMIT_REUSED);
+	assert_int_equal(conf_set(&c, "nvme_admission", "all", "s", err, sizeof(err)), 0);
+	assert_int_equal(c.nvme_admission, CONF_ADMIT_ALL);
+	assert_int_equal(conf_set(&c, "nvme_segment_size", "16GiB", "s", err, sizeof(err)), 0);
+	assert_true(c.nvme_segment_bytes == 16 * GIB);
+	assert_int_equal(conf_set(&c, "nvme_segment_size", "0", "s", err, sizeof(err)), 0);
+	assert_true(c.nvme_segment_bytes == 0);
+	assert_int_equal(conf_set(&c, "nvme_io_threads", "64", "s", err, sizeof(err)), 0);
+	assert_int_equal(c.nvme_io_threads, 64);
+	assert_int_equal(conf_set(&c, "nvme_io_threads", "0", "s", err, sizeof(err)), 0);
+	assert_int_equal(c.nvme_io_threads, 0); /* 0 stays 0: the store's default */
 }
 
 /* ---- conf_validate ------------------------------------------------------ */
@@ -429,6 +488,112 @@ static void test_validate(void **state)
 	conf_defaults(&c);
 	c.listen[0] = '\0';
 	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+}
+
+/* The NVMe rules apply only with nvme_dir: a capacity, a segment of whole
+ * pages that holds the largest block, and two segments in the capacity. */
+static void test_validate_nvme(void **state)
+{
+	struct conf c;
+	char err[512];
+
+	(void)state;
+	conf_defaults(&c);
+	c.nvme_segment_bytes = 4097; /* ignored: no NVMe tier */
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+
+	conf_defaults(&c);
+	strcpy(c.nvme_dir, "/tmp");
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "nvme_capacity must be set when nvme_dir is set");
+	c.nvme_capacity_bytes = 64 * GIB;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+
+	/* automatic segments: two blocks of max_block_bytes (64MiB) at least */
+	c.nvme_capacity_bytes = 128 * MIB - 1;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "nvme_capacity (134217727) must hold two segments");
+	assert_contains(err, "max_block_bytes (64MiB");
+	c.nvme_capacity_bytes = 128 * MIB;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	c.max_block_bytes = 64 * MIB + 1; /* 64MiB + 4KiB in pages */
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "65540KiB in 4KiB pages");
+
+	/* explicit segments */
+	conf_defaults(&c);
+	strcpy(c.nvme_dir, "/tmp");
+	c.max_block_bytes = MIB;
+	c.nvme_capacity_bytes = 8 * MIB;
+	c.nvme_segment_bytes = 4 * MIB;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	c.nvme_segment_bytes = 4 * MIB + 1;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "nvme_segment_size (4194305) must be a multiple of 4KiB");
+	c.nvme_segment_bytes = MIB - 4 * KIB;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "nvme_segment_size (1020KiB) must hold a block of max_block_bytes (1MiB");
+	c.nvme_segment_bytes = MIB; /* exactly one block */
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	c.nvme_segment_bytes = 4 * MIB + 4 * KIB;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "nvme_capacity (8MiB) must hold two segments of nvme_segment_size (4100KiB)");
+	assert_true(c.dram_capacity_bytes == GIB);
+
+	/* a rejection leaves everything as it was, the capacity too */
+	c.dram_capacity_bytes = GIB + 10;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_true(c.dram_capacity_bytes == GIB + 10);
+
+	/* ranges, for a struct filled by hand */
+	conf_defaults(&c);
+	c.nvme_admission = 2;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "nvme_admission");
+	conf_defaults(&c);
+	c.nvme_io_threads = 65;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "nvme_io_threads");
+	conf_defaults(&c);
+	memset(c.nvme_dir, 'x', sizeof(c.nvme_dir)); /* not NUL-terminated */
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "nvme_dir");
+}
+
+/* The NVMe settings from a file and from flags, flags winning. */
+static void test_nvme_file_and_flags(void **state)
+{
+	struct tmpfile t;
+	struct conf c;
+	char err[512];
+	int help = -1;
+
+	(void)state;
+	tmp_write(&t, "[kvpoold]\nnvme_dir = /var/lib/kv pool   # the SSD\nnvme_capacity = 2TiB\n"
+		      "nvme_admission = reused\nnvme_segment_size = 128MiB\nnvme_io_threads = 4\n");
+	conf_defaults(&c);
+	assert_int_equal(run_args(&c, &help, err, sizeof(err), "--config", t.path,
+				  "--nvme-capacity", "1TiB", "--nvme-io-threads=3", NULL), 0);
+	assert_string_equal(c.nvme_dir, "/var/lib/kv pool");
+	assert_true(c.nvme_capacity_bytes == TIB);
+	assert_int_equal(c.nvme_admission, CONF_ADMIT_REUSED);
+	assert_true(c.nvme_segment_bytes == 128 * MIB);
+	assert_int_equal(c.nvme_io_threads, 3);
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+
+	/* a flag can unset the directory the file set */
+	assert_int_equal(run_args(&c, &help, err, sizeof(err), "--config", t.path, "--nvme-dir=",
+				  NULL), 0);
+	assert_string_equal(c.nvme_dir, "");
+	assert_int_equal(run_args(&c, &help, err, sizeof(err), "--nvme-admission", "most", NULL),
+			 -EINVAL);
+	assert_contains(err, "--nvme-admission: nvme_admission: unknown admission");
+	tmp_remove(&t);
+
+	tmp_write(&t, "nvme_dir = /a\nnvme_dir = /b\n");
+	assert_int_equal(conf_load_file(&c, t.path, err, sizeof(err)), -EINVAL);
+	assert_contains(err, ":2: nvme_dir: already set on line 1");
+	tmp_remove(&t);
 }
 
 /* dram_capacity is rounded down to 4 KiB and written back, on success
@@ -1001,6 +1166,13 @@ static void test_usage_lists_every_setting(void **state)
 			     "(default 0 (one per online core); 0..256)\n");
 	assert_contains(buf, "(default 7470; 1..65535)");
 	assert_contains(buf, "(default info)");
+	assert_contains(buf, "  --nvme-dir DIR\n");
+	assert_contains(buf, "unset = no NVMe tier (default unset)\n");
+	assert_contains(buf, "required with nvme_dir (default 0; 0..1024TiB)\n");
+	assert_contains(buf, "  --nvme-admission WHICH\n");
+	assert_contains(buf, "(default all)\n");
+	assert_contains(buf, "(default 0; 0..16GiB)\n"); /* nvme_segment_size */
+	assert_contains(buf, "0 = 2 (default 0; 0..64)\n"); /* nvme_io_threads */
 	assert_contains(buf, "KiB");
 	free(buf);
 }
@@ -1037,6 +1209,11 @@ static void test_example_config(void **state)
 	c.payload_timeout_ms = 19;
 	c.max_inflight_put_bytes = 23;
 	c.log_level = CONF_LOG_ERROR;
+	strcpy(c.nvme_dir, "/elsewhere");
+	c.nvme_capacity_bytes = 29;
+	c.nvme_admission = CONF_ADMIT_REUSED;
+	c.nvme_segment_bytes = 31;
+	c.nvme_io_threads = 37;
 	if (conf_load_file(&c, path, err, sizeof(err)) != 0)
 		fail_msg("%s", err);
 	conf_defaults(&def);
@@ -1072,6 +1249,8 @@ int main(void)
 		cmocka_unit_test(test_set_accepts),
 		cmocka_unit_test(test_validate),
 		cmocka_unit_test(test_validate_rounding),
+		cmocka_unit_test(test_validate_nvme),
+		cmocka_unit_test(test_nvme_file_and_flags),
 		cmocka_unit_test(test_file_long_lines),
 		cmocka_unit_test(test_file_nul_byte),
 		cmocka_unit_test(test_file_endless_line),
