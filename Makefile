@@ -115,6 +115,9 @@ UNIT_DEPS_server := $(BUILD)/libserver.a $(BUILD)/libstore.a $(BUILD)/libconf.a 
 UNIT_LIBS_server := $(LIBS_SERVER)
 UNIT_DEPS_cli    := $(filter-out $(call obj,client/cli/main.c),$(CLI_OBJ)) $(UNIT_FAKE) $(LIB_A)
 UNIT_LIBS_cli    := -ljson-c
+UNIT_DEPS_nvme_io    := $(call obj,storage/nvme_io.c)
+UNIT_LIBS_nvme_io    := -Wl,--wrap=openat,--wrap=pwritev,--wrap=pread
+UNIT_DEPS_nvme_index := $(call obj,storage/nvme_index.c)
 $(BUILD)/tests/unit_%: $(call obj,tests/unit/test_%.c) $$(UNIT_DEPS_$$*)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(UNIT_LIBS_$*) $(LIBS_CLIENT) $(LIBS_SERVER) $(LIBS_TEST)
