@@ -55,7 +55,9 @@ void store_nvme_index_close(struct store_nvme_index *ix);
 /* Write `n` block records (n >= 1) and delete `ndel` records named by
  * (del_ns[i], del_keys[i]) in one atomic batch: a demotion or a segment
  * reclaim commits its new records and drops the old ones together.
- * del_ns/del_keys may be NULL when ndel == 0. Errors: -EIO, -ENOMEM. */
+ * The deletions apply first, so a key both deleted and written keeps its
+ * new record. del_ns/del_keys may be NULL when ndel == 0.
+ * Errors: -EIO, -ENOMEM, -EINVAL (a NULL array with a non-zero count). */
 int store_nvme_index_write(struct store_nvme_index *ix, const struct store_nvme_rec *recs,
 			   size_t n, const uint32_t *del_ns,
 			   const uint8_t (*del_keys)[STORE_KEY_BYTES], size_t ndel);
@@ -65,7 +67,8 @@ int store_nvme_index_delete(struct store_nvme_index *ix, uint32_t ns_disk_id,
 			    const uint8_t key[STORE_KEY_BYTES]);
 
 /* Record namespace `name` (1..255 bytes) under disk id ns_disk_id and set
- * the next disk id to at least ns_disk_id + 1, atomically. Errors: -EIO. */
+ * the next disk id to at least ns_disk_id + 1, atomically.
+ * Errors: -EIO, -ENOMEM, -EINVAL (name length, or id 0 or UINT32_MAX). */
 int store_nvme_index_ns_put(struct store_nvme_index *ix, uint32_t ns_disk_id,
 			    const char *name, size_t name_len);
 
