@@ -106,34 +106,68 @@ out_close_fd:
 	return -ENOMEM;
 }
 
-void srv_conn_close(struct srv_conn *c, int level, const char *reason)
+/* Unlink c from list *head (the worker's connections or zombies). */
+static void conn_unlink(struct srv_conn **head, struct srv_conn *c)
 {
-	struct srv_worker *w = c->w;
-	struct store *s = w->srv->store;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		*head = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->prev = c->next = NULL;
+}
 
-	srv_log(level, "conn %" PRIu64 " %s: closed: %s", c->id, c->peer, reason);
-	srv_put_abort(c);
+/* What outlives the socket while promotions are pending: the lessee
+ * (the store may still end a lease pin through it), the namespace
+ * reference, the GET slots the store fills, and c itself. */
+static void conn_free_rest(struct srv_conn *c)
+{
+	struct store *s = c->w->srv->store;
+
 	store_lessee_free(s, c->lessee);
 	/* balances the reference HELLO took on the namespace */
 	if (c->hello_done)
 		store_namespace_release(s, c->ns_id);
-	event_free(c->ev_read);
-	event_free(c->ev_write);
-	/* Dropping queued output runs the GET pins' cleanups (store_release). */
-	evbuffer_free(c->out);
-	close(c->fd);
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		w->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	w->n_conns--;
-	__atomic_fetch_sub(&w->srv->conn_current, 1, __ATOMIC_RELAXED);
 	free(c->body);
 	free(c->slots);
 	free(c->gets);
 	free(c);
+}
+
+void srv_conn_close(struct srv_conn *c, int level, const char *reason)
+{
+	struct srv_worker *w = c->w;
+
+	srv_log(level, "conn %" PRIu64 " %s: closed: %s%s", c->id, c->peer, reason,
+		c->get_pending ? " (freed once its nvme reads end)" : "");
+	srv_put_abort(c);
+	event_free(c->ev_read);
+	event_free(c->ev_write);
+	c->ev_read = c->ev_write = NULL;
+	/* Dropping queued output runs the GET pins' cleanups (store_release). */
+	evbuffer_free(c->out);
+	c->out = NULL;
+	close(c->fd);
+	c->fd = -1;
+	conn_unlink(&w->conns, c);
+	w->n_conns--;
+	__atomic_fetch_sub(&w->srv->conn_current, 1, __ATOMIC_RELAXED);
+	if (!c->get_pending) {
+		conn_free_rest(c);
+		return;
+	}
+	c->zombie = 1;
+	c->next = w->zombies;
+	if (w->zombies)
+		w->zombies->prev = c;
+	w->zombies = c;
+}
+
+void srv_conn_zombie_free(struct srv_conn *c)
+{
+	conn_unlink(&c->w->zombies, c);
+	conn_free_rest(c);
 }
 
 int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms)
@@ -151,8 +185,10 @@ int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms)
 	}
 	/* A frame being received: a deadline, not an inactivity timer, so a
 	 * peer trickling bytes cannot hold its reservations (or the PUT
-	 * in-flight budget) for longer than payload_timeout_ms. */
-	if (!c->peer_eof && (c->state != SRV_CONN_HEADER || c->hdr_have)) {
+	 * in-flight budget) for longer than payload_timeout_ms. A GET waiting
+	 * for NVMe reads is the server's wait, not the peer's. */
+	if (!c->peer_eof && c->state != SRV_CONN_WAIT &&
+	    (c->state != SRV_CONN_HEADER || c->hdr_have)) {
 		if (!cf->payload_timeout_ms || frame_ms < cf->payload_timeout_ms)
 			return 0;
 		snprintf(why, sizeof(why),
@@ -533,6 +569,12 @@ static int conn_next(struct srv_conn *c, enum srv_next next)
 		c->state = SRV_CONN_CLOSING;
 		c->closing_since_ms = srv_now_ms();
 		return 0;
+	case SRV_NEXT_WAIT:
+		/* Replies stay in request order: read nothing more until the
+		 * GET's promotions are in (srv_conn_request_done). */
+		c->state = SRV_CONN_WAIT;
+		conn_set_reading(c, 0);
+		return 0;
 	case SRV_NEXT_ABORT:
 	default:
 		return -1;
@@ -604,6 +646,10 @@ static long conn_read_step(struct srv_conn *c, size_t *want)
 		if (n > 0 && (c->skip_bytes -= (uint64_t)n) == 0)
 			conn_next(c, SRV_NEXT_HEADER);
 		return n;
+	case SRV_CONN_WAIT:
+		/* Not reading (conn_next); a level-triggered event already
+		 * dispatched in this round may still land here. */
+		return -EAGAIN;
 	case SRV_CONN_CLOSING:
 	default:
 		*want = SRV_SCRATCH_BYTES;
@@ -716,6 +762,20 @@ static void conn_read_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	if (conn_pump(c))
 		return;
+	conn_flush(c);
+}
+
+void srv_conn_request_done(struct srv_conn *c, enum srv_next next)
+{
+	char why[64];
+
+	if (conn_next(c, next) < 0) {
+		snprintf(why, sizeof(why), "aborted: %s", strerror(ENOMEM));
+		srv_conn_close(c, SRV_LOG_WARN, why);
+		return;
+	}
+	/* Writes the reply and, in state HEADER, reads again: input that
+	 * arrived meanwhile fires the level-triggered read event. */
 	conn_flush(c);
 }
 

@@ -10,6 +10,12 @@
  * payload_timeout_ms of its first header byte. Output is an evbuffer flushed with evbuffer_write; GET
  * payloads are added by reference. A connection is touched only by the
  * worker thread that owns it.
+ *
+ * A GET whose blocks must first be read from NVMe parks the connection
+ * (SRV_CONN_WAIT): no further request is read until every promotion has
+ * reported back through the worker's completion queue, so replies stay in
+ * request order. A connection closed meanwhile becomes a zombie, freed
+ * when its last promotion reports.
  */
 #ifndef KVPOOL_SRV_CONN_H
 #define KVPOOL_SRV_CONN_H
@@ -31,6 +37,7 @@ enum srv_conn_state {
 	SRV_CONN_PAYLOAD, /* reading PUT payload into reservations */
 	SRV_CONN_SKIP,    /* discarding skip_bytes, then HEADER */
 	SRV_CONN_CLOSING, /* reply queued; flush, then drain input until EOF */
+	SRV_CONN_WAIT,    /* a GET waits for NVMe reads; nothing is read meanwhile */
 };
 
 /* What the input state machine does after a request was handled. */
@@ -41,6 +48,8 @@ enum srv_next {
 	SRV_NEXT_CLOSE,   /* the stream cannot be parsed: flush replies, close */
 	SRV_NEXT_ABORT,   /* close at once (I/O error, no memory) */
 	SRV_NEXT_BODY,    /* header decoded: read body_bytes (srv_conn.c only) */
+	SRV_NEXT_WAIT,    /* the reply waits for promotions: stop reading until
+			   * srv_conn_request_done */
 };
 
 /* One PUT block of the request being received. */
@@ -54,7 +63,12 @@ struct srv_put_slot {
 /* One GET entry of the request being answered. */
 struct srv_get_slot {
 	struct store_ref ref;      /* ref.block is NULL unless its bytes are sent */
+	uint64_t max_length;       /* the entry's buffer size */
 	uint16_t status;
+	/* While a promotion runs (store_get_async said -EINPROGRESS): */
+	struct srv_conn *c;        /* the connection the slot belongs to */
+	struct srv_get_slot *done_next; /* link in the worker's completion queue */
+	int done_status;           /* what the store's done callback said */
 };
 
 /* Stop reading requests while the output holds more than this many bytes
@@ -93,6 +107,10 @@ struct srv_conn {
 	/* GET: pins taken before the reply is queued. */
 	struct srv_get_slot *gets;
 	uint32_t gets_cap;
+	uint32_t get_count;           /* entries of the GET being answered */
+	uint32_t get_pending;         /* promotions not yet handled (SRV_CONN_WAIT) */
+	uint64_t get_payload;         /* bytes of the OK entries so far */
+	int zombie;                   /* closed while get_pending > 0 */
 	/* Session. */
 	int hello_done;
 	uint32_t ns_id;
@@ -110,8 +128,22 @@ int srv_conn_open(struct srv_worker *w, int fd, uint64_t id, const char *peer);
 
 /* Close and free the connection now: abort PUT reservations, free the
  * lessee (ending its leases), drop queued output (releasing GET pins),
- * close the socket. `reason` is logged at `level`. */
+ * close the socket. `reason` is logged at `level`. While promotions are
+ * pending (get_pending > 0) the socket is closed and the connection
+ * leaves the worker's list at once, but the connection, its GET slots,
+ * its lessee and its namespace reference stay until the last promotion
+ * is handled (srv_conn_zombie_free). */
 void srv_conn_close(struct srv_conn *c, int level, const char *reason);
+
+/* Free a zombie (closed with promotions pending) once get_pending is 0:
+ * its lessee, namespace reference, buffers and itself. Worker thread, or
+ * the main thread once the worker has stopped. */
+void srv_conn_zombie_free(struct srv_conn *c);
+
+/* The request the connection parked on (SRV_NEXT_WAIT) is answered: move
+ * the state machine on by `next`, as if the request handler had returned
+ * it, flush the output and resume reading. May close c. Worker thread. */
+void srv_conn_request_done(struct srv_conn *c, enum srv_next next);
 
 /* Check deadlines against now_ms and close the connection when one has
  * passed: a frame not received whole within payload_timeout_ms of its

@@ -196,39 +196,62 @@ static int gets_reserve(struct srv_conn *c, uint32_t count)
 	return 0;
 }
 
-/* Look up and pin every entry. A slot keeps its pin only when its bytes
- * are to be sent (status OK). Returns the payload bytes. */
-static uint64_t get_lookup(struct srv_conn *c, const struct proto_batch *b)
+/* Settle slot g with the store's answer rc (0: g->ref is filled and
+ * pinned). A slot keeps its pin only when its bytes are to be sent (OK):
+ * a miss (also a failed NVMe read, which the store counted as corrupt)
+ * is NOT_FOUND, no DRAM room to promote into is BUSY for this block only. */
+static void get_settle(struct srv_conn *c, struct srv_get_slot *g, int rc)
+{
+	struct srv_stats *ss = &c->w->stats;
+
+	if (rc < 0) {
+		memset(&g->ref, 0, sizeof(g->ref));
+		g->status = proto_status_from_errno(rc);
+		if (g->status == PROTO_STATUS_NOT_FOUND)
+			srv_stats_add(ss, SRV_C_get_misses, 1);
+		else
+			srv_stats_count_status(ss, g->status);
+		return;
+	}
+	srv_stats_add(ss, SRV_C_get_hits, 1);
+	if (g->ref.length > g->max_length) {
+		store_release(c->w->srv->store, g->ref.block);
+		g->ref.block = NULL;
+		g->status = PROTO_STATUS_TOO_LARGE;
+		srv_stats_count_status(ss, PROTO_STATUS_TOO_LARGE);
+		return;
+	}
+	g->status = PROTO_STATUS_OK;
+	c->get_payload += g->ref.length;
+}
+
+/* Look up and pin every entry. Blocks in DRAM are settled at once; for a
+ * block only on NVMe the store starts a promotion and reports to
+ * srv_worker_get_done later (c->get_pending counts them). */
+static void get_lookup(struct srv_conn *c, const struct proto_batch *b)
 {
 	struct store *st = c->w->srv->store;
-	struct srv_stats *ss = &c->w->stats;
-	uint64_t payload = 0;
 
+	c->get_count = b->count;
+	c->get_payload = 0;
+	c->get_pending = 0;
 	for (uint32_t i = 0; i < b->count; i++) {
 		struct srv_get_slot *g = &c->gets[i];
 		struct proto_get_entry e;
 		int rc;
 
 		proto_get_entry_decode(b, i, &e);
-		rc = store_get(st, c->ns_id, e.key, c->lessee, &g->ref);
-		if (rc < 0) {
-			memset(&g->ref, 0, sizeof(g->ref));
-			g->status = proto_status_from_errno(rc);
-			srv_stats_add(ss, SRV_C_get_misses, 1);
-			continue;
-		}
-		srv_stats_add(ss, SRV_C_get_hits, 1);
-		if (g->ref.length > e.max_length) {
-			store_release(st, g->ref.block);
-			g->ref.block = NULL;
-			g->status = PROTO_STATUS_TOO_LARGE;
-			srv_stats_count_status(ss, PROTO_STATUS_TOO_LARGE);
-			continue;
-		}
-		g->status = PROTO_STATUS_OK;
-		payload += g->ref.length;
+		/* zeroed first: on a failed promotion the store leaves it alone */
+		memset(g, 0, sizeof(*g));
+		g->max_length = e.max_length;
+		g->c = c;
+		rc = store_get_async(st, c->ns_id, e.key, c->lessee, &g->ref, srv_worker_get_done,
+				     g);
+		if (rc == -EINPROGRESS)
+			c->get_pending++; /* g belongs to the store until its done call */
+		else
+			get_settle(c, g, rc);
 	}
-	return payload;
 }
 
 /* Release the pins of slots from..count-1 (the reply could not be queued). */
@@ -291,10 +314,19 @@ out_release_from:
 	return -ENOMEM;
 }
 
+/* Every slot of the GET is settled: queue the reply, record the latency
+ * (promotions included). */
+static enum srv_next get_finish(struct srv_conn *c)
+{
+	if (get_reply(c, c->get_count, c->get_payload) < 0)
+		return SRV_NEXT_ABORT;
+	lat_record(c, SRV_LAT_GET);
+	return SRV_NEXT_HEADER;
+}
+
 static enum srv_next op_get(struct srv_conn *c)
 {
 	struct proto_batch b;
-	uint64_t payload;
 	int rc = batch_decode(c, &b, 0);
 
 	srv_stats_add(&c->w->stats, SRV_C_get_requests, 1);
@@ -302,11 +334,29 @@ static enum srv_next op_get(struct srv_conn *c)
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
 	if (gets_reserve(c, b.count) < 0)
 		return SRV_NEXT_ABORT;
-	payload = get_lookup(c, &b);
-	if (get_reply(c, b.count, payload) < 0)
-		return SRV_NEXT_ABORT;
-	lat_record(c, SRV_LAT_GET);
-	return SRV_NEXT_HEADER;
+	get_lookup(c, &b);
+	/* The slots the store still owns are settled by srv_request_get_done. */
+	if (c->get_pending)
+		return SRV_NEXT_WAIT;
+	return get_finish(c);
+}
+
+void srv_request_get_done(struct srv_get_slot *g)
+{
+	struct srv_conn *c = g->c;
+
+	if (c->zombie) {
+		/* Nobody to answer: give the promoted block back. */
+		if (g->done_status == 0)
+			store_release(c->w->srv->store, g->ref.block);
+		g->ref.block = NULL;
+		if (--c->get_pending == 0)
+			srv_conn_zombie_free(c);
+		return;
+	}
+	get_settle(c, g, g->done_status);
+	if (--c->get_pending == 0)
+		srv_conn_request_done(c, get_finish(c));
 }
 
 /* ---- EXISTS, MATCH, DELETE --------------------------------------------- */
@@ -349,7 +399,9 @@ static void exists_one(struct srv_conn *c, const uint8_t *key, struct proto_resu
 
 	res->status = proto_status_from_errno(rc);
 	if (rc == 0) {
-		res->tier = PROTO_TIER_DRAM;
+		/* With an NVMe tier the store does not say which tier holds
+		 * the block: "unknown" rather than a guess (PROTOCOL.md 6.4). */
+		res->tier = c->w->srv->conf.nvme_dir[0] ? PROTO_TIER_NONE : PROTO_TIER_DRAM;
 		res->length = length;
 	}
 	srv_stats_add(&c->w->stats, rc == 0 ? SRV_C_exists_hits : SRV_C_exists_misses, 1);

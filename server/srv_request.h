@@ -16,6 +16,14 @@
  * SRV_NEXT_SKIP, c->skip_bytes is set. Worker thread only. */
 enum srv_next srv_request_dispatch(struct srv_conn *c);
 
+/* A promotion started for GET slot g (store_get_async said -EINPROGRESS)
+ * has ended with g->done_status. Fills in the slot's result; once the
+ * last pending slot of its GET is in, queues the whole reply and resumes
+ * the connection (srv_conn_request_done). For a zombie connection it only
+ * releases the block and, at the last slot, frees the connection.
+ * Worker thread (the main thread once the worker has stopped). */
+void srv_request_get_done(struct srv_get_slot *g);
+
 /* Is name[0..len) a valid namespace name: 1..255 bytes of printable ASCII
  * 0x21..0x7e (no spaces, no control bytes)? */
 bool srv_ns_name_valid(const char *name, size_t len);

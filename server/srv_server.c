@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -410,10 +411,18 @@ static int workers_start(struct srv *s)
 	return 0;
 }
 
+/* Stop every worker (each closes its connections), let the store finish
+ * the promotions in flight (their done callbacks land in the workers'
+ * queues), hand those back, which frees the connections that waited for
+ * them, and only then free the workers. */
 static void workers_stop(struct srv *s)
 {
 	for (uint32_t i = 0; i < s->n_workers; i++)
 		srv_worker_stop(&s->workers[i]);
+	if (s->store)
+		store_drain(s->store);
+	for (uint32_t i = 0; i < s->n_workers; i++)
+		srv_worker_drain(&s->workers[i]);
 	for (uint32_t i = 0; i < s->n_workers; i++)
 		srv_worker_destroy(&s->workers[i]);
 	free(s->workers);
@@ -524,22 +533,82 @@ static void prefault_stop(struct srv *s)
 	s->prefault_running = 0;
 }
 
+/* store_log_fn: the store's lines go to our log at the matching level. */
+static void store_log(void *arg, enum store_log_level level, const char *msg)
+{
+	static const int levels[] = {
+		[STORE_LOG_ERR] = SRV_LOG_ERROR, [STORE_LOG_WARN] = SRV_LOG_WARN,
+		[STORE_LOG_INFO] = SRV_LOG_INFO, [STORE_LOG_DEBUG] = SRV_LOG_DEBUG,
+	};
+
+	(void)arg;
+	srv_log((unsigned int)level <= STORE_LOG_DEBUG ? levels[level] : SRV_LOG_DEBUG, "%s", msg);
+}
+
+/* The store's settings from ours. */
+static void pool_config(const struct conf *c, struct store_config *sc)
+{
+	*sc = (struct store_config){
+		.dram_capacity_bytes = c->dram_capacity_bytes,
+		.max_block_bytes = c->max_block_bytes,
+		.max_inflight_put_bytes = c->max_inflight_put_bytes,
+		.max_lease_ms = c->max_lease_ms,
+		.nvme_dir = c->nvme_dir[0] ? c->nvme_dir : NULL,
+		.nvme_capacity_bytes = c->nvme_capacity_bytes,
+		.nvme_segment_bytes = c->nvme_segment_bytes,
+		.nvme_io_threads = c->nvme_io_threads,
+		.nvme_admission = c->nvme_admission == CONF_ADMIT_REUSED ? STORE_ADMIT_REUSED :
+									  STORE_ADMIT_ALL,
+		.log = store_log,
+	};
+}
+
+/* After a warm start: what the rebuild found, and a warning when the
+ * filesystem cannot hold nvme_capacity (the tier would meet ENOSPC and
+ * fall back to DRAM only; better to know at start). */
+static void nvme_report(struct srv *s)
+{
+	struct store_stats st;
+	struct statvfs fs;
+	uint64_t room;
+
+	store_stats(s->store, &st);
+	if (!st.nvme_enabled)
+		return;
+	srv_info("nvme tier: %" PRIu64 " blocks rebuilt in %" PRIu64 " ms (%" PRIu64
+		 " blocks/s), %" PRIu64 " orphans dropped", st.rebuild_blocks, st.rebuild_ms,
+		 st.rebuild_blocks * 1000 / (st.rebuild_ms ? st.rebuild_ms : 1), st.orphans_dropped);
+	if (statvfs(s->conf.nvme_dir, &fs) < 0)
+		return;
+	room = (uint64_t)fs.f_bavail * fs.f_frsize + st.nvme_used_bytes;
+	if (room < st.nvme_capacity_bytes)
+		srv_warn("nvme_capacity (%" PRIu64 " bytes) exceeds the free space of %s plus what "
+			 "the tier holds (%" PRIu64 " bytes): when the disk fills, the tier stops "
+			 "taking blocks and puts fall back to DRAM only", st.nvme_capacity_bytes,
+			 s->conf.nvme_dir, room);
+}
+
+/* Open the pool; with an NVMe tier this rebuilds its index first, which
+ * is why the ports open only afterwards (serve). */
 static int pool_open(struct srv *s)
 {
-	struct store_config sc = {
-		.dram_capacity_bytes = s->conf.dram_capacity_bytes,
-		.max_block_bytes = s->conf.max_block_bytes,
-		.max_inflight_put_bytes = s->conf.max_inflight_put_bytes,
-		.max_lease_ms = s->conf.max_lease_ms,
-	};
-	char why[256] = "";
-	int rc = store_open(&sc, &s->store, why, sizeof(why));
+	struct store_config sc;
+	char why[512] = "";
+	int rc;
 
+	pool_config(&s->conf, &sc);
+	rc = store_open(&sc, &s->store, why, sizeof(why));
 	if (rc < 0) {
-		srv_err("cannot open the pool (dram_capacity %" PRIu64 " bytes): %s",
-			sc.dram_capacity_bytes, why[0] ? why : strerror(-rc));
+		s->store = NULL;
+		if (sc.nvme_dir)
+			srv_err("cannot open the pool (dram_capacity %" PRIu64 " bytes, nvme_dir %s): %s",
+				sc.dram_capacity_bytes, sc.nvme_dir, why[0] ? why : strerror(-rc));
+		else
+			srv_err("cannot open the pool (dram_capacity %" PRIu64 " bytes): %s",
+				sc.dram_capacity_bytes, why[0] ? why : strerror(-rc));
 		return rc;
 	}
+	nvme_report(s);
 	prefault_start(s);
 	return 0;
 }

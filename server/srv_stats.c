@@ -89,14 +89,47 @@ static void json_connections(struct jw *j, const struct srv_stats_doc *d)
 		  d->conn_current, d->conn_total, d->conn_rejected);
 }
 
+/* tiers.nvme: {"enabled":false} without the tier, else every figure. */
+static void json_nvme(struct jw *j, const struct store_stats *st)
+{
+	if (!st->nvme_enabled) {
+		jw_printf(j, "\"nvme\":{\"enabled\":false}");
+		return;
+	}
+	jw_printf(j,
+		  "\"nvme\":{\"enabled\":true,\"direct_io\":%s,\"healthy\":%s,"
+		  "\"capacity_bytes\":%" PRIu64 ",\"segment_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64 ","
+		  "\"payload_bytes\":%" PRIu64 ",\"blocks\":%" PRIu64 ",",
+		  st->nvme_direct_io ? "true" : "false", st->nvme_healthy ? "true" : "false",
+		  st->nvme_capacity_bytes, st->nvme_segment_bytes, st->nvme_used_bytes,
+		  st->nvme_payload_bytes, st->nvme_blocks);
+	jw_printf(j,
+		  "\"demotions\":%" PRIu64 ",\"demoted_bytes\":%" PRIu64 ",\"promotions\":%" PRIu64 ","
+		  "\"promoted_bytes\":%" PRIu64 ",\"bytes_written\":%" PRIu64 ",\"bytes_read\":%" PRIu64 ","
+		  "\"rewritten_bytes\":%" PRIu64 ",\"segments_reclaimed\":%" PRIu64 ","
+		  "\"admission_rejections\":%" PRIu64 ",\"evictions\":%" PRIu64 ",",
+		  st->demotions, st->demoted_bytes, st->promotions, st->promoted_bytes,
+		  st->nvme_bytes_written, st->nvme_bytes_read, st->rewritten_bytes,
+		  st->segments_reclaimed, st->admission_rejections, st->nvme_evictions);
+	jw_printf(j,
+		  "\"corrupt_blocks\":%" PRIu64 ",\"read_errors\":%" PRIu64 ",\"write_errors\":%" PRIu64 ","
+		  "\"rebuild_ms\":%" PRIu64 ",\"rebuild_blocks\":%" PRIu64 ",\"orphans_dropped\":%" PRIu64 "}",
+		  st->corrupt_blocks, st->nvme_read_errors, st->nvme_write_errors, st->rebuild_ms,
+		  st->rebuild_blocks, st->orphans_dropped);
+}
+
 static void json_store(struct jw *j, const struct store_stats *st)
 {
+	/* tiers.dram.blocks: blocks with a DRAM copy; "blocks" (top level,
+	 * after latency_us) counts both tiers. */
 	jw_printf(j,
 		  "\"tiers\":{\"dram\":{\"capacity_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64 ","
 		  "\"payload_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"largest_free_bytes\":%" PRIu64 ","
-		  "\"fragmentation\":%.6f,\"blocks\":%" PRIu64 ",\"inflight_put_bytes\":%" PRIu64 "}},",
+		  "\"fragmentation\":%.6f,\"blocks\":%" PRIu64 ",\"inflight_put_bytes\":%" PRIu64 "},",
 		  st->capacity_bytes, st->used_bytes, st->payload_bytes, st->free_bytes,
-		  st->largest_free_bytes, st->fragmentation, st->blocks, st->inflight_put_bytes);
+		  st->largest_free_bytes, st->fragmentation, st->dram_blocks, st->inflight_put_bytes);
+	json_nvme(j, st);
+	jw_printf(j, "},");
 	jw_printf(j,
 		  "\"index_bytes\":%" PRIu64 ",\"evictions\":%" PRIu64 ",\"leases_active\":%" PRIu64 ","
 		  "\"checksum_errors\":%" PRIu64 ",",
@@ -150,10 +183,11 @@ static void json_namespace(struct jw *j, const struct store_ns_stats *n)
 {
 	jw_string(j, n->name);
 	jw_printf(j,
-		  ":{\"blocks\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"puts\":%" PRIu64 ",\"put_exists\":%" PRIu64 ","
+		  ":{\"blocks\":%" PRIu64 ",\"nvme_blocks\":%" PRIu64 ",\"bytes\":%" PRIu64 ","
+		  "\"puts\":%" PRIu64 ",\"put_exists\":%" PRIu64 ","
 		  "\"put_errors\":%" PRIu64 ",\"get_hits\":%" PRIu64 ",\"get_misses\":%" PRIu64 ",",
-		  n->blocks, n->bytes, n->puts, n->put_exists, n->put_errors, n->get_hits,
-		  n->get_misses);
+		  n->blocks, n->nvme_blocks, n->bytes, n->puts, n->put_exists, n->put_errors,
+		  n->get_hits, n->get_misses);
 	jw_printf(j,
 		  "\"exists_hits\":%" PRIu64 ",\"exists_misses\":%" PRIu64 ",\"match_requests\":%" PRIu64 ","
 		  "\"match_blocks_queried\":%" PRIu64 ",\"match_blocks_matched\":%" PRIu64 ","
@@ -175,6 +209,7 @@ int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 	json_store(&j, d->store);
 	json_ops(&j, d->ops->c);
 	json_latency(&j, d->ops);
+	jw_printf(&j, "\"blocks\":%" PRIu64 ",", d->store->blocks);
 	jw_printf(&j, "\"namespaces\":{");
 	for (uint32_t i = 0; i < d->ns_count; i++) {
 		if (i)

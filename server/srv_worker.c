@@ -1,6 +1,7 @@
 /*
  * srv_worker.c - worker threads: their event loop, the hand-off queue from
- * the main thread, the timeout sweep, and GET payload pins.
+ * the main thread, the completion queue from the store's I/O threads, the
+ * timeout sweep, and GET payload pins.
  */
 #include "srv_worker.h"
 
@@ -17,6 +18,7 @@
 
 #include "srv_conn.h"
 #include "srv_log.h"
+#include "srv_request.h"
 #include "srv_server.h"
 #include "store.h"
 
@@ -54,11 +56,25 @@ static void close_all(struct srv_worker *w, const char *reason)
 		srv_conn_close(w->conns, SRV_LOG_DEBUG, reason);
 }
 
-/* Take the queued sockets; on stop, close them and leave the loop. */
+/* Hand every finished promotion in list g to its connection. */
+static void done_run(struct srv_get_slot *g)
+{
+	struct srv_get_slot *next;
+
+	for (; g; g = next) {
+		next = g->done_next;
+		g->done_next = NULL;
+		srv_request_get_done(g);
+	}
+}
+
+/* Take the queued sockets and finished promotions; on stop, close every
+ * connection and leave the loop. */
 static void notify_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct srv_worker *w = arg;
 	struct srv_handoff *h, *next;
+	struct srv_get_slot *done;
 	uint64_t n;
 	int stop;
 
@@ -68,8 +84,11 @@ static void notify_cb(evutil_socket_t fd, short what, void *arg)
 	pthread_mutex_lock(&w->lock);
 	h = w->queue_head;
 	w->queue_head = w->queue_tail = NULL;
+	done = w->done_head;
+	w->done_head = NULL;
 	stop = w->stop;
 	pthread_mutex_unlock(&w->lock);
+	done_run(done);
 	for (; h; h = next) {
 		next = h->next;
 		if (stop) {
@@ -187,6 +206,35 @@ static void worker_wake(struct srv_worker *w)
 		srv_err("worker %u: eventfd write: %s", w->index, strerror(errno));
 }
 
+void srv_worker_get_done(void *arg, int status)
+{
+	struct srv_get_slot *g = arg;
+	struct srv_worker *w = g->c->w;
+	int was_empty;
+
+	g->done_status = status;
+	pthread_mutex_lock(&w->lock);
+	was_empty = !w->done_head;
+	g->done_next = w->done_head;
+	w->done_head = g;
+	pthread_mutex_unlock(&w->lock);
+	/* The worker takes the whole queue at once: only the first slot of a
+	 * batch needs to wake it. */
+	if (was_empty)
+		worker_wake(w);
+}
+
+void srv_worker_drain(struct srv_worker *w)
+{
+	struct srv_get_slot *done;
+
+	pthread_mutex_lock(&w->lock);
+	done = w->done_head;
+	w->done_head = NULL;
+	pthread_mutex_unlock(&w->lock);
+	done_run(done);
+}
+
 int srv_worker_hand(struct srv_worker *w, int fd, uint64_t id, const char *peer)
 {
 	struct srv_handoff *h = malloc(sizeof(*h));
@@ -233,6 +281,12 @@ void srv_worker_destroy(struct srv_worker *w)
 	w->queue_head = w->queue_tail = NULL;
 	if (w->srv)
 		close_all(w, "server shutting down");
+	/* Only a promotion that never reported (store_drain broke its word)
+	 * leaves a zombie: freeing it could let the store write into freed
+	 * memory, so it is left, and said. */
+	if (w->zombies)
+		srv_err("worker %u: connections still wait for nvme reads at exit; not freed",
+			w->index);
 	if (w->ev_sweep)
 		event_free(w->ev_sweep);
 	if (w->ev_notify)

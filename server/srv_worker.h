@@ -4,8 +4,11 @@
  *
  * The main thread hands accepted sockets over through a small queue
  * protected by the worker's mutex and wakes the worker with an eventfd.
- * Everything else in struct srv_worker belongs to the worker thread,
- * except `stats`, which other workers read (relaxed atomics) for STATS.
+ * The store's I/O threads report finished promotions (GET of a block on
+ * NVMe) the same way: a second queue under the same mutex, the same
+ * eventfd. Everything else in struct srv_worker belongs to the worker
+ * thread, except `stats`, which other workers read (relaxed atomics) for
+ * STATS.
  */
 #ifndef KVPOOL_SRV_WORKER_H
 #define KVPOOL_SRV_WORKER_H
@@ -20,6 +23,7 @@ struct srv;
 struct srv_conn;
 struct srv_pin;
 struct srv_handoff;
+struct srv_get_slot;
 struct event;
 struct event_base;
 
@@ -40,9 +44,13 @@ struct srv_worker {
 	pthread_mutex_t lock;
 	struct srv_handoff *queue_head, *queue_tail;
 	int stop;
+	/* Shared with the store's I/O threads, under `lock`: finished
+	 * promotions (a stack; order does not matter). */
+	struct srv_get_slot *done_head;
 	/* Worker thread only. */
 	struct srv_conn *conns;         /* doubly linked list */
 	uint32_t n_conns;
+	struct srv_conn *zombies;       /* closed, promotions pending; doubly linked */
 	uint8_t *scratch;               /* SRV_SCRATCH_BYTES */
 	struct srv_pin *free_pins;      /* recycled GET payload pins */
 	struct srv_ratelimit proto_log; /* protocol-error log lines */
@@ -65,8 +73,20 @@ int srv_worker_start(struct srv_worker *w);
 int srv_worker_hand(struct srv_worker *w, int fd, uint64_t id, const char *peer);
 
 /* Main thread: ask the worker to close every connection and exit, then
- * wait for it. No-op for a worker that never started. */
+ * wait for it. No-op for a worker that never started. Connections with
+ * promotions pending stay as zombies until srv_worker_drain. */
 void srv_worker_stop(struct srv_worker *w);
+
+/* store_get_done_fn for store_get_async: arg is the struct srv_get_slot
+ * whose promotion ended. Records the status, queues the slot for its
+ * connection's worker and wakes the worker. Any thread; never blocks
+ * beyond the worker's queue mutex. */
+void srv_worker_get_done(void *arg, int status);
+
+/* Main thread, after srv_worker_stop and store_drain (so every promotion
+ * has reported): handle what is left in the completion queue, which
+ * releases the blocks promoted for zombies and frees them. */
+void srv_worker_drain(struct srv_worker *w);
 
 /* Free what srv_worker_init set up (after srv_worker_stop). Accepts a
  * zeroed or half-initialised worker. */

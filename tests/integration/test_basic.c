@@ -466,13 +466,14 @@ static void assert_stats_keys(struct json_object *doc, const char *ns)
 		"ops.match.requests", "ops.match.blocks_queried", "ops.match.blocks_matched",
 		"ops.delete.requests", "ops.delete.blocks", "ops.ping.requests",
 		"ops.stats.requests", "ops.errors.bad_request", "ops.errors.too_large",
-		"ops.errors.busy", "ops.errors.full",
+		"ops.errors.busy", "ops.errors.full", "blocks",
 	};
 	static const char *const nums[] = { "tiers.dram.fragmentation", "ops.match.hit_ratio" };
 	static const char *const lat_ops[] = { "put", "get", "exists", "match" };
 	static const char *const lat_pcts[] = { "p50", "p99", "p999" };
 	static const char *const ns_ints[] = {
-		"blocks", "bytes", "puts", "put_exists", "put_errors", "get_hits", "get_misses",
+		"blocks", "nvme_blocks", "bytes", "puts", "put_exists", "put_errors", "get_hits",
+		"get_misses",
 		"exists_hits", "exists_misses", "match_requests", "match_blocks_queried",
 		"match_blocks_matched", "evictions", "deletes",
 	};
@@ -484,6 +485,13 @@ static void assert_stats_keys(struct json_object *doc, const char *ns)
 	assert_true(json_object_object_get_ex(doc, "version", &v));
 	assert_true(json_object_is_type(v, json_type_string));
 	assert_string_equal(json_object_get_string(v), "0.1.0");
+	/* no NVMe tier here: tiers.nvme says so and nothing else */
+	assert_true(json_object_object_get_ex(doc, "tiers", &v));
+	assert_true(json_object_object_get_ex(v, "nvme", &v));
+	assert_int_equal(json_object_object_length(v), 1);
+	assert_true(json_object_object_get_ex(v, "enabled", &v));
+	assert_true(json_object_is_type(v, json_type_boolean));
+	assert_false(json_object_get_boolean(v));
 	for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
 		harness_json_u64_or_fail(doc, ints[i]);
 	for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
@@ -580,6 +588,7 @@ static void test_stats_counts(void **state)
 	assert_int_equal(delta(before, after, "ops.ping.requests"), 1);
 	assert_true(delta(before, after, "ops.stats.requests") >= 1);
 	assert_int_equal(delta(before, after, "tiers.dram.blocks"), 2);
+	assert_int_equal(delta(before, after, "blocks"), 2); /* DRAM only: the same */
 	assert_int_equal(delta(before, after, "tiers.dram.payload_bytes"), 5000 + 4096);
 	/* Payloads are 4 KiB aligned: 5000 B takes 8 KiB. */
 	assert_int_equal(delta(before, after, "tiers.dram.used_bytes"), 8192 + 4096);

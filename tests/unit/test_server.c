@@ -256,7 +256,8 @@ static const char expected_doc[] =
 	"\"connections\":{\"current\":3,\"total\":10,\"rejected\":1},"
 	"\"tiers\":{\"dram\":{\"capacity_bytes\":1048576,\"used_bytes\":8192,"
 	"\"payload_bytes\":5000,\"free_bytes\":1040384,\"largest_free_bytes\":520192,"
-	"\"fragmentation\":0.500000,\"blocks\":2,\"inflight_put_bytes\":4096}},"
+	"\"fragmentation\":0.500000,\"blocks\":2,\"inflight_put_bytes\":4096},"
+	"\"nvme\":{\"enabled\":false}},"
 	"\"index_bytes\":999,\"evictions\":4,\"leases_active\":1,\"checksum_errors\":2,"
 	"\"ops\":{\"put\":{\"requests\":5,\"blocks\":6,\"ok\":3,\"exists\":2,\"errors\":1},"
 	"\"get\":{\"requests\":8,\"hits\":9,\"misses\":10},"
@@ -270,12 +271,13 @@ static const char expected_doc[] =
 	"\"get\":{\"p50\":0,\"p99\":0,\"p999\":0},"
 	"\"exists\":{\"p50\":0,\"p99\":0,\"p999\":0},"
 	"\"match\":{\"p50\":0,\"p99\":0,\"p999\":0}},"
-	"\"namespaces\":{\"a\\\"b\\\\c\":{\"blocks\":2,\"bytes\":5000,\"puts\":3,"
+	"\"blocks\":2,"
+	"\"namespaces\":{\"a\\\"b\\\\c\":{\"blocks\":2,\"nvme_blocks\":0,\"bytes\":5000,\"puts\":3,"
 	"\"put_exists\":2,\"put_errors\":1,\"get_hits\":9,\"get_misses\":10,"
 	"\"exists_hits\":12,\"exists_misses\":13,\"match_requests\":14,"
 	"\"match_blocks_queried\":0,\"match_blocks_matched\":0,\"match_hit_ratio\":0.000000,"
 	"\"evictions\":4,\"deletes\":16},"
-	"\"m2\":{\"blocks\":0,\"bytes\":0,\"puts\":0,\"put_exists\":0,\"put_errors\":0,"
+	"\"m2\":{\"blocks\":0,\"nvme_blocks\":0,\"bytes\":0,\"puts\":0,\"put_exists\":0,\"put_errors\":0,"
 	"\"get_hits\":0,\"get_misses\":0,\"exists_hits\":0,\"exists_misses\":0,"
 	"\"match_requests\":1,\"match_blocks_queried\":4,\"match_blocks_matched\":3,"
 	"\"match_hit_ratio\":0.750000,\"evictions\":0,\"deletes\":0}}}";
@@ -303,6 +305,7 @@ static void fill_doc(struct srv_stats_doc *doc, struct srv_stats *ops, struct st
 				    .payload_bytes = 5000, .inflight_put_bytes = 4096,
 				    .free_bytes = 1040384, .largest_free_bytes = 520192,
 				    .fragmentation = 0.5, .index_bytes = 999, .blocks = 2,
+				    .dram_blocks = 2,
 				    .evictions = 4, .leases_active = 1, .checksum_errors = 2,
 				    .namespaces = 2 };
 	memset(ns, 0, 2 * sizeof(ns[0]));
@@ -332,6 +335,50 @@ static void test_stats_json_exact(void **state)
 	fill_doc(&doc, ops, &st, ns);
 	s = render(&doc);
 	assert_string_equal(s, expected_doc);
+	free(s);
+	free(ops);
+}
+
+/* With the NVMe tier: top-level blocks counts both tiers, tiers.dram.blocks
+ * the DRAM copies, tiers.nvme every figure, and each namespace its NVMe
+ * blocks. */
+static void test_stats_json_nvme(void **state)
+{
+	struct srv_stats *ops = calloc(1, sizeof(*ops));
+	struct store_ns_stats ns[2];
+	struct store_stats st;
+	struct srv_stats_doc doc;
+	char *s;
+
+	(void)state;
+	assert_non_null(ops);
+	fill_doc(&doc, ops, &st, ns);
+	st.blocks = 9, st.dram_blocks = 2, st.nvme_enabled = 1, st.nvme_direct_io = 0;
+	st.nvme_healthy = 1, st.nvme_capacity_bytes = 1 << 30, st.nvme_segment_bytes = 1 << 27;
+	st.nvme_used_bytes = 1 << 28, st.nvme_payload_bytes = 70000, st.nvme_blocks = 8;
+	st.demotions = 101, st.demoted_bytes = 102, st.promotions = 103, st.promoted_bytes = 104;
+	st.nvme_bytes_written = 105, st.nvme_bytes_read = 106, st.rewritten_bytes = 107;
+	st.segments_reclaimed = 108, st.admission_rejections = 109, st.nvme_evictions = 110;
+	st.corrupt_blocks = 111, st.nvme_read_errors = 112, st.nvme_write_errors = 113;
+	st.rebuild_ms = 114, st.rebuild_blocks = 115, st.orphans_dropped = 116;
+	ns[0].blocks = 9, ns[0].nvme_blocks = 8;
+	s = render(&doc);
+	assert_non_null(strstr(s, "\"blocks\":2,\"inflight_put_bytes\":4096},\"nvme\":{"
+			      "\"enabled\":true,\"direct_io\":false,\"healthy\":true,"
+			      "\"capacity_bytes\":1073741824,\"segment_bytes\":134217728,"
+			      "\"used_bytes\":268435456,\"payload_bytes\":70000,\"blocks\":8,"
+			      "\"demotions\":101,\"demoted_bytes\":102,\"promotions\":103,"
+			      "\"promoted_bytes\":104,\"bytes_written\":105,\"bytes_read\":106,"
+			      "\"rewritten_bytes\":107,\"segments_reclaimed\":108,"
+			      "\"admission_rejections\":109,\"evictions\":110,\"corrupt_blocks\":111,"
+			      "\"read_errors\":112,\"write_errors\":113,\"rebuild_ms\":114,"
+			      "\"rebuild_blocks\":115,\"orphans_dropped\":116}},\"index_bytes\":"));
+	assert_non_null(strstr(s, "\"p999\":0}},\"blocks\":9,\"namespaces\":{"));
+	assert_non_null(strstr(s, "{\"blocks\":9,\"nvme_blocks\":8,\"bytes\":5000,"));
+	st.nvme_direct_io = 1, st.nvme_healthy = 0;
+	free(s);
+	s = render(&doc);
+	assert_non_null(strstr(s, "\"direct_io\":true,\"healthy\":false,"));
 	free(s);
 	free(ops);
 }
@@ -602,6 +649,7 @@ int main(void)
 		cmocka_unit_test(test_hist_tail),
 		cmocka_unit_test(test_stats_sum_adds_workers),
 		cmocka_unit_test(test_stats_json_exact),
+		cmocka_unit_test(test_stats_json_nvme),
 		cmocka_unit_test(test_stats_json_no_namespaces),
 		cmocka_unit_test(test_stats_json_escapes_odd_bytes),
 		cmocka_unit_test(test_ratelimit_caps_a_burst),
