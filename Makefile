@@ -62,7 +62,7 @@ LIB_SO    := $(BUILD)/libkvpool.so
 UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
-.PHONY: all deps test test-san test-valgrind test-unit test-integration demo install clean
+.PHONY: all deps test test-san test-valgrind test-unit test-integration demo install clean nvme-bench
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
@@ -139,6 +139,13 @@ test-valgrind: deps
 
 test-san: deps
 	@$(MAKE) --no-print-directory SAN=1 test
+
+# The NVMe tier benchmark binary (tests/bench/nvme_tier.sh runs it; not in make test).
+NVME_BENCH := $(BUILD)/tests/nvme_bench
+$(NVME_BENCH): $(call obj,tests/bench/nvme_bench.c) $(BUILD)/libstore.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_SERVER)
+nvme-bench: $(NVME_BENCH)
 
 demo: deps
 	@$(MAKE) --no-print-directory all

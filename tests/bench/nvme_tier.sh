@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# NVMe tier throughput next to fio, on the same filesystem, in one run.
+#
+#   tests/bench/nvme_tier.sh [PARENT_DIR]
+#
+# Makes a scratch directory under PARENT_DIR (default ${TMPDIR:-/tmp}) and,
+# in it:
+#   1. nvme_bench: puts GIB GiB of 1 MiB blocks through a DRAM_MIB arena so
+#      they are demoted to the tier, then gets them all back in random order
+#      (promotions), byte-checked;
+#   2. fio, 1 MiB blocks, --direct=1, psync (queue depth 1 per job):
+#      sequential write of GIB GiB, then random reads of that file with one
+#      job and with IO_THREADS jobs (the tier reads with IO_THREADS threads);
+# then prints a table with the ratios tier / fio, and removes the directory.
+# Every step has a time limit, so the script always ends by itself.
+#
+# Environment: BUILD (build), GIB (6), DRAM_MIB (256), IO_THREADS (2),
+# WINDOW (8 asynchronous gets in flight), FIO_READ_S (15 s per read run).
+# Builds $BUILD/tests/nvme_bench with `make nvme-bench` when missing.
+set -euo pipefail
+BUILD=${BUILD:-build}
+GIB=${GIB:-6}
+DRAM_MIB=${DRAM_MIB:-256}
+IO_THREADS=${IO_THREADS:-2}
+WINDOW=${WINDOW:-8}
+FIO_READ_S=${FIO_READ_S:-15}
+parent=${1:-${TMPDIR:-/tmp}}
+bench=$BUILD/tests/nvme_bench
+
+command -v fio >/dev/null || { echo "fio is not installed (apt-get install fio)" >&2; exit 1; }
+[ -x "$bench" ] || make --no-print-directory BUILD="$BUILD" nvme-bench >/dev/null
+[ -d "$parent" ] || { echo "$parent is not a directory" >&2; exit 1; }
+
+# Room for the tier's data (plus four spare segments) and fio's file,
+# which never exist at the same time, plus 1 GiB of slack.
+need_kib=$(( (GIB + 2) * 1024 * 1024 ))
+avail_kib=$(df -Pk "$parent" | awk 'NR == 2 { print $4 }')
+if [ "$avail_kib" -lt "$need_kib" ]; then
+	echo "$parent has $((avail_kib / 1024)) MiB free; this run needs $((need_kib / 1024)) MiB" >&2
+	exit 1
+fi
+
+work=$(mktemp -d "$parent/kvpool-nvme-bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+fs=$(df -PT "$work" | awk 'NR == 2 { print $2 " on " $1 }')
+echo "directory $work ($fs), $GIB GiB, 1 MiB blocks, dram ${DRAM_MIB} MiB, io threads $IO_THREADS"
+
+# 1. the tier
+mkdir "$work/tier"
+out=$(timeout --kill-after=10 1200 "$bench" --dir "$work/tier" --blocks $((GIB * 1024)) \
+	--dram-mib "$DRAM_MIB" --io-threads "$IO_THREADS" --window "$WINDOW") || {
+	echo "$out"
+	echo "nvme_bench failed or timed out" >&2
+	exit 1
+}
+echo "$out" | grep -v '^RESULT'
+result=$(echo "$out" | grep '^RESULT')
+field() { echo "$result" | tr ' ' '\n' | awk -F= -v k="$1" '$1 == k { print $2 }'; }
+tier_w=$(field demote_gbps)
+tier_r=$(field promote_gbps)
+direct=$(field direct_io)
+rm -rf "$work/tier"
+
+# 2. fio. Terse output: field 7 = read KiB/s, field 48 = write KiB/s.
+fio_common=(--filename="$work/fio.dat" --bs=1M --direct=1 --ioengine=psync
+	--group_reporting --output-format=terse --terse-version=3)
+gbps() { awk -F';' -v f="$1" '{ printf "%.3f", $f * 1024 / 1e9 }'; }
+fio_w=$(timeout --kill-after=10 300 fio --name=seqwrite --rw=write --size="${GIB}G" \
+	--runtime=240 "${fio_common[@]}" | gbps 48)
+fio_r1=$(timeout --kill-after=10 $((FIO_READ_S + 60)) fio --name=randread --rw=randread \
+	--size="${GIB}G" --time_based --runtime="$FIO_READ_S" --numjobs=1 "${fio_common[@]}" | gbps 7)
+fio_rn=$(timeout --kill-after=10 $((FIO_READ_S + 60)) fio --name=randread --rw=randread \
+	--size="${GIB}G" --time_based --runtime="$FIO_READ_S" --numjobs="$IO_THREADS" \
+	"${fio_common[@]}" | gbps 7)
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "-" }'; }
+echo
+printf '%-44s %10s %10s\n' "path (1 MiB blocks)" "write GB/s" "read GB/s"
+printf '%-44s %10s %10s\n' "kvpool nvme tier: demotion / promotion" "$tier_w" "$tier_r"
+printf '%-44s %10s %10s\n' "fio seq write / rand read, 1 job" "$fio_w" "$fio_r1"
+printf '%-44s %10s %10s\n' "fio rand read, $IO_THREADS jobs" "" "$fio_rn"
+printf '%-44s %10s %10s\n' "tier / fio (1 job)" "$(ratio "$tier_w" "$fio_w")" "$(ratio "$tier_r" "$fio_r1")"
+printf '%-44s %10s %10s\n' "tier / fio ($IO_THREADS jobs)" "" "$(ratio "$tier_r" "$fio_rn")"
+[ "$direct" = 1 ] || echo "note: the tier fell back to buffered i/o on this filesystem; fio used --direct=1"
+echo "goal: the tier reaches at least 70% of the O_DIRECT figures"
