@@ -147,31 +147,136 @@ static void print_server(FILE *f, struct json_object *doc)
 		fmt_count(JGET(doc, "connections", "rejected"), c, sizeof(c)));
 }
 
-/* One row per tier, then pool-wide memory and eviction figures. */
-static void print_tiers(FILE *f, struct json_object *doc)
+/* A boolean member as yes/no text; "-" when absent. */
+static const char *fmt_bool(struct json_object *v, const char *yes, const char *no)
 {
-	struct json_object *tiers = JGET(doc, "tiers");
+	if (!v || !json_object_is_type(v, json_type_boolean))
+		return "-";
+	return json_object_get_boolean(v) ? yes : no;
+}
+
+/* num / den with two decimals ("-" when either is absent or den is 0). */
+static const char *fmt_ratio(struct json_object *num, struct json_object *den, char *buf,
+			     size_t len)
+{
+	uint64_t n, d;
+
+	if (!jcount(num, &n) || !jcount(den, &d) || !d)
+		return "-";
+	snprintf(buf, len, "%.2f", (double)n / (double)d);
+	return buf;
+}
+
+/* Blocks per second of the rebuild ("-" when unknown). */
+static const char *fmt_rate(struct json_object *blocks, struct json_object *ms, char *buf,
+			    size_t len)
+{
+	uint64_t b, m;
+
+	if (!jcount(blocks, &b) || !jcount(ms, &m))
+		return "-";
+	snprintf(buf, len, "%" PRIu64, b * 1000 / (m ? m : 1));
+	return buf;
+}
+
+/* Is tiers.nvme there and enabled? */
+static bool nvme_enabled(struct json_object *nvme)
+{
+	struct json_object *on = JGET(nvme, "enabled");
+
+	return on && json_object_is_type(on, json_type_boolean) && json_object_get_boolean(on);
+}
+
+#define TIER_ROW "%-6s %12s %12s %12s %12s %12s %13s %10s\n"
+
+/* The DRAM row. */
+static void print_dram_row(FILE *f, struct json_object *t)
+{
 	char a[32], b[32], c[32], d[32], e[32], g[32], h[32];
 
-	fprintf(f, "\n%-6s %12s %12s %12s %12s %12s %13s %10s\n", "tier", "blocks", "used",
-		"payload", "capacity", "free", "largest free", "fragment.");
-	if (tiers && json_object_is_type(tiers, json_type_object)) {
-		json_object_object_foreach(tiers, name, t) {
-			fprintf(f, "%-6s %12s %12s %12s %12s %12s %13s %9s%%\n", name,
-				fmt_count(JGET(t, "blocks"), a, sizeof(a)),
-				fmt_size(JGET(t, "used_bytes"), b, sizeof(b)),
-				fmt_size(JGET(t, "payload_bytes"), c, sizeof(c)),
-				fmt_size(JGET(t, "capacity_bytes"), d, sizeof(d)),
-				fmt_size(JGET(t, "free_bytes"), e, sizeof(e)),
-				fmt_size(JGET(t, "largest_free_bytes"), g, sizeof(g)),
-				fmt_percent(JGET(t, "fragmentation"), h, sizeof(h)));
-		}
-	}
-	fprintf(f, "index %s, evictions %s, leases active %s, checksum errors %s\n",
-		fmt_size(JGET(doc, "index_bytes"), a, sizeof(a)),
-		fmt_count(JGET(doc, "evictions"), b, sizeof(b)),
-		fmt_count(JGET(doc, "leases_active"), c, sizeof(c)),
-		fmt_count(JGET(doc, "checksum_errors"), d, sizeof(d)));
+	fprintf(f, "%-6s %12s %12s %12s %12s %12s %13s %9s%%\n", "dram",
+		fmt_count(JGET(t, "blocks"), a, sizeof(a)),
+		fmt_size(JGET(t, "used_bytes"), b, sizeof(b)),
+		fmt_size(JGET(t, "payload_bytes"), c, sizeof(c)),
+		fmt_size(JGET(t, "capacity_bytes"), d, sizeof(d)),
+		fmt_size(JGET(t, "free_bytes"), e, sizeof(e)),
+		fmt_size(JGET(t, "largest_free_bytes"), g, sizeof(g)),
+		fmt_percent(JGET(t, "fragmentation"), h, sizeof(h)));
+}
+
+/* The NVMe row: free is capacity - used (whole segments); no extents. */
+static void print_nvme_row(FILE *f, struct json_object *t)
+{
+	char a[32], b[32], c[32], d[32], e[32];
+	uint64_t cap, used;
+	const char *free_text = "-";
+
+	if (jcount(JGET(t, "capacity_bytes"), &cap) && jcount(JGET(t, "used_bytes"), &used))
+		free_text = cli_fmt_bytes(cap > used ? cap - used : 0, e, sizeof(e));
+	fprintf(f, TIER_ROW, "nvme", fmt_count(JGET(t, "blocks"), a, sizeof(a)),
+		fmt_size(JGET(t, "used_bytes"), b, sizeof(b)),
+		fmt_size(JGET(t, "payload_bytes"), c, sizeof(c)),
+		fmt_size(JGET(t, "capacity_bytes"), d, sizeof(d)), free_text, "-", "-");
+}
+
+/* What moved between the tiers, what the disk did, and the last rebuild. */
+static void print_nvme_detail(FILE *f, struct json_object *t)
+{
+	char a[32], b[32], c[32], d[32], e[32], g[32];
+
+	fprintf(f, "nvme tier: %s, %s, segments of %s\n",
+		fmt_bool(JGET(t, "direct_io"), "O_DIRECT", "buffered I/O (no O_DIRECT here)"),
+		fmt_bool(JGET(t, "healthy"), "healthy", "UNHEALTHY (writes failing; DRAM only)"),
+		fmt_size(JGET(t, "segment_bytes"), a, sizeof(a)));
+	fprintf(f, "  demotions   %s blocks (%s)   promotions %s blocks (%s)\n",
+		fmt_count(JGET(t, "demotions"), a, sizeof(a)),
+		fmt_size(JGET(t, "demoted_bytes"), b, sizeof(b)),
+		fmt_count(JGET(t, "promotions"), c, sizeof(c)),
+		fmt_size(JGET(t, "promoted_bytes"), d, sizeof(d)));
+	fprintf(f, "  written     %s   read %s   rewritten %s by reclaim of %s segments"
+		" (write amplification %s)\n",
+		fmt_size(JGET(t, "bytes_written"), a, sizeof(a)),
+		fmt_size(JGET(t, "bytes_read"), b, sizeof(b)),
+		fmt_size(JGET(t, "rewritten_bytes"), c, sizeof(c)),
+		fmt_count(JGET(t, "segments_reclaimed"), d, sizeof(d)),
+		fmt_ratio(JGET(t, "bytes_written"), JGET(t, "demoted_bytes"), e, sizeof(e)));
+	fprintf(f, "  admission rejections %s, evictions %s, corrupt blocks %s, read errors %s,"
+		" write errors %s\n",
+		fmt_count(JGET(t, "admission_rejections"), a, sizeof(a)),
+		fmt_count(JGET(t, "evictions"), b, sizeof(b)),
+		fmt_count(JGET(t, "corrupt_blocks"), c, sizeof(c)),
+		fmt_count(JGET(t, "read_errors"), d, sizeof(d)),
+		fmt_count(JGET(t, "write_errors"), e, sizeof(e)));
+	fprintf(f, "  rebuild at start: %s blocks in %s ms (%s blocks/s), %s orphans dropped\n",
+		fmt_count(JGET(t, "rebuild_blocks"), a, sizeof(a)),
+		fmt_count(JGET(t, "rebuild_ms"), b, sizeof(b)),
+		fmt_rate(JGET(t, "rebuild_blocks"), JGET(t, "rebuild_ms"), c, sizeof(c)),
+		fmt_count(JGET(t, "orphans_dropped"), g, sizeof(g)));
+}
+
+/* One row per tier, the NVMe tier's activity, then pool-wide memory and
+ * eviction figures. */
+static void print_tiers(FILE *f, struct json_object *doc)
+{
+	struct json_object *nvme = JGET(doc, "tiers", "nvme");
+	char a[32], b[32], c[32], d[32];
+
+	fprintf(f, "\n" TIER_ROW, "tier", "blocks", "used", "payload", "capacity", "free",
+		"largest free", "fragment.");
+	print_dram_row(f, JGET(doc, "tiers", "dram"));
+	if (nvme_enabled(nvme))
+		print_nvme_row(f, nvme);
+	fprintf(f, "blocks %s (in either tier), index %s, evictions %s, leases active %s, "
+		"checksum errors %s\n",
+		fmt_count(JGET(doc, "blocks"), a, sizeof(a)),
+		fmt_size(JGET(doc, "index_bytes"), b, sizeof(b)),
+		fmt_count(JGET(doc, "evictions"), c, sizeof(c)),
+		fmt_count(JGET(doc, "leases_active"), d, sizeof(d)),
+		fmt_count(JGET(doc, "checksum_errors"), a, sizeof(a)));
+	if (nvme_enabled(nvme))
+		print_nvme_detail(f, nvme);
+	else
+		fprintf(f, "nvme tier: off (no nvme_dir)\n");
 }
 
 /* Per-operation counts, with the prefix-match hit ratio. */
@@ -233,17 +338,18 @@ static void print_latency(FILE *f, struct json_object *doc)
 static void print_namespaces(FILE *f, struct json_object *doc)
 {
 	struct json_object *nss = JGET(doc, "namespaces");
-	char a[32], b[32], c[32], d[32], e[32], g[32], h[32];
+	char a[32], b[32], c[32], d[32], e[32], g[32], h[32], k[32];
 
 	if (!nss || !json_object_is_type(nss, json_type_object))
 		return;
-	fprintf(f, "\n%-20s %10s %11s %10s %10s %10s %11s %10s\n", "namespace", "blocks", "bytes",
-		"puts", "get hits", "get miss", "match ratio", "evictions");
+	fprintf(f, "\n%-20s %10s %10s %11s %10s %10s %10s %11s %10s\n", "namespace", "blocks",
+		"on nvme", "bytes", "puts", "get hits", "get miss", "match ratio", "evictions");
 	if (!json_object_object_length(nss))
 		fprintf(f, "  (none)\n");
 	json_object_object_foreach(nss, name, v) {
-		fprintf(f, "%-20s %10s %11s %10s %10s %10s %11s %10s\n", name,
+		fprintf(f, "%-20s %10s %10s %11s %10s %10s %10s %11s %10s\n", name,
 			fmt_count(JGET(v, "blocks"), a, sizeof(a)),
+			fmt_count(JGET(v, "nvme_blocks"), k, sizeof(k)),
 			fmt_size(JGET(v, "bytes"), b, sizeof(b)),
 			fmt_count(JGET(v, "puts"), c, sizeof(c)),
 			fmt_count(JGET(v, "get_hits"), d, sizeof(d)),
@@ -256,13 +362,30 @@ static void print_namespaces(FILE *f, struct json_object *doc)
 static const char stats_usage[] =
 	"usage: kvpool stats [--json] [--namespace NS] [--server URL] [--timeout-ms N]\n"
 	"\n"
-	"Show the pool server's statistics: per tier blocks, bytes, capacity and\n"
-	"fragmentation; hits and misses per operation; the prefix-match hit ratio;\n"
-	"evictions, leases, connections, uptime, latency percentiles, and a table\n"
-	"of namespaces (only NS with --namespace).\n"
+	"Show the pool server's statistics: per tier (DRAM, and NVMe when the\n"
+	"server has one) blocks, bytes, capacity and fragmentation; the NVMe tier's\n"
+	"demotions, promotions, bytes written, read and rewritten, corrupt blocks\n"
+	"and last rebuild; hits and misses per operation; the prefix-match hit\n"
+	"ratio; evictions, leases, connections, uptime, latency percentiles, and a\n"
+	"table of namespaces (only NS with --namespace).\n"
 	"\n"
 	"  --json              print the server's JSON document on one line\n"
 	CLI_COMMON_HELP;
+
+int cli_stats_report(FILE *f, const char *json)
+{
+	struct json_object *doc = json_tokener_parse(json);
+
+	if (!doc)
+		return -EPROTO;
+	print_server(f, doc);
+	print_tiers(f, doc);
+	print_ops(f, doc);
+	print_latency(f, doc);
+	print_namespaces(f, doc);
+	json_object_put(doc);
+	return 0;
+}
 
 /* Print the document as one line of JSON, or as the report. */
 static int stats_print(const char *json, bool as_json)
@@ -273,16 +396,11 @@ static int stats_print(const char *json, bool as_json)
 		fprintf(stderr, "kvpool stats: the server sent a document that is not JSON\n");
 		return CLI_EXIT_ERROR;
 	}
-	if (as_json) {
+	if (as_json)
 		puts(json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN |
 						    JSON_C_TO_STRING_NOSLASHESCAPE));
-	} else {
-		print_server(stdout, doc);
-		print_tiers(stdout, doc);
-		print_ops(stdout, doc);
-		print_latency(stdout, doc);
-		print_namespaces(stdout, doc);
-	}
+	else
+		cli_stats_report(stdout, json);
 	json_object_put(doc);
 	return CLI_EXIT_OK;
 }

@@ -6,6 +6,7 @@
 #define KVPOOL_CLI_STATS_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kvpool.h"
 
@@ -24,5 +25,11 @@ int cli_stats_parse_counters(const char *json, const char *ns, struct cli_stats_
  * Blocks like every library call. Returns 0, -EPROTO (a document without
  * the counters) or the library's errors (see kvpool_stats). */
 int cli_stats_counters(struct kvpool_client *c, const char *ns, struct cli_stats_counters *out);
+
+/* Write the human report of STATS JSON text to f: server, tiers (the
+ * NVMe row and its activity only when tiers.nvme.enabled), operations,
+ * latency, namespaces. A missing figure shows as "-". Returns 0, or
+ * -EPROTO when json is not JSON (nothing written). */
+int cli_stats_report(FILE *f, const char *json);
 
 #endif /* KVPOOL_CLI_STATS_H */

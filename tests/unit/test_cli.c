@@ -556,6 +556,73 @@ static void test_stats_counters(void **state)
 	assert_int_equal(c.evictions, 12);
 }
 
+/* cli_stats_report into a string (caller frees); asserts it succeeded. */
+static char *stats_report(const char *json)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	assert_non_null(f);
+	assert_int_equal(cli_stats_report(f, json), 0);
+	assert_int_equal(fclose(f), 0);
+	return buf;
+}
+
+static void assert_has(const char *text, const char *needle)
+{
+	if (!strstr(text, needle))
+		fail_msg("report lacks '%s':\n%s", needle, text);
+}
+
+/* The report shows both tiers when the server has an NVMe tier, and says
+ * the tier is off when it has none. */
+static void test_stats_report_tiers(void **state)
+{
+	static const char two[] =
+		"{\"version\":\"0.1.0\",\"protocol\":1,\"pid\":7,\"uptime_s\":3,"
+		"\"tiers\":{\"dram\":{\"capacity_bytes\":67108864,\"used_bytes\":65536,"
+		"\"payload_bytes\":60000,\"free_bytes\":67043328,\"largest_free_bytes\":67043328,"
+		"\"fragmentation\":0.0,\"blocks\":3,\"inflight_put_bytes\":0},"
+		"\"nvme\":{\"enabled\":true,\"direct_io\":false,\"healthy\":true,"
+		"\"capacity_bytes\":1073741824,\"segment_bytes\":134217728,"
+		"\"used_bytes\":268435456,\"payload_bytes\":5000000,\"blocks\":41,"
+		"\"demotions\":45,\"demoted_bytes\":4000000,\"promotions\":6,"
+		"\"promoted_bytes\":600000,\"bytes_written\":5000000,\"bytes_read\":700000,"
+		"\"rewritten_bytes\":1000000,\"segments_reclaimed\":2,"
+		"\"admission_rejections\":9,\"evictions\":4,\"corrupt_blocks\":1,"
+		"\"read_errors\":0,\"write_errors\":0,\"rebuild_ms\":250,"
+		"\"rebuild_blocks\":100000,\"orphans_dropped\":12}},"
+		"\"blocks\":42,\"evictions\":0,"
+		"\"namespaces\":{\"m\":{\"blocks\":42,\"nvme_blocks\":41,\"bytes\":5060000}}}";
+	static const char one[] =
+		"{\"version\":\"0.1.0\",\"tiers\":{\"dram\":{\"blocks\":3},"
+		"\"nvme\":{\"enabled\":false}},\"blocks\":3}";
+	char *r;
+
+	(void)state;
+	r = stats_report(two);
+	assert_non_null(strstr(r, "\ndram "));
+	assert_has(r, "\nnvme             41 ");
+	assert_has(r, "blocks 42 (in either tier)");
+	assert_has(r, "nvme tier: buffered I/O (no O_DIRECT here), healthy");
+	assert_has(r, "demotions   45 blocks");
+	assert_has(r, "promotions 6 blocks");
+	assert_has(r, "of 2 segments (write amplification 1.25)");
+	assert_has(r, "admission rejections 9, evictions 4, corrupt blocks 1");
+	assert_has(r, "rebuild at start: 100000 blocks in 250 ms (400000 blocks/s), "
+		      "12 orphans dropped");
+	assert_has(r, "on nvme");
+	assert_has(r, "m                            42         41 ");
+	free(r);
+
+	r = stats_report(one);
+	assert_null(strstr(r, "\nnvme   ")); /* no NVMe row */
+	assert_has(r, "nvme tier: off (no nvme_dir)");
+	free(r);
+	assert_int_equal(cli_stats_report(stdout, "not json"), -EPROTO);
+}
+
 static void test_latency_quantiles(void **state)
 {
 	struct cli_lat l = { 0 }, m = { 0 };
@@ -1082,6 +1149,7 @@ int main(void)
 		cmocka_unit_test(test_parse_numbers_and_exit_codes),
 		cmocka_unit_test(test_key_parse),
 		cmocka_unit_test(test_stats_counters),
+		cmocka_unit_test(test_stats_report_tiers),
 		cmocka_unit_test(test_latency_quantiles),
 		cmocka_unit_test(test_replay_json_report),
 		cmocka_unit_test(test_ns_valid),
