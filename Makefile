@@ -5,6 +5,8 @@
 #   make test-san   the same tests built with AddressSanitizer + UBSan (build-san/)
 #   make test-valgrind  integration tests with kvpoold under valgrind (leaks fail)
 #   make demo       start kvpoold, replay the bundled Mooncake trace, print the report
+#   make demo-nvme  the same trace on DRAM only, then DRAM + an NVMe tier (both admission
+#                   settings): hit ratios and NVMe bytes written side by side
 #   make install PREFIX=/usr/local DESTDIR=
 #   make clean
 
@@ -62,7 +64,7 @@ LIB_SO    := $(BUILD)/libkvpool.so
 UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
-.PHONY: all deps test test-san test-valgrind test-unit test-integration demo install clean nvme-bench
+.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme install clean nvme-bench
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
@@ -106,6 +108,7 @@ $(KVPOOL): $(CLI_OBJ) $(LIB_A)
 UNIT_DEPS_proto  := $(BUILD)/libproto.a
 UNIT_DEPS_store  := $(BUILD)/libstore.a
 UNIT_DEPS_arena  := $(BUILD)/libstore.a
+UNIT_DEPS_tier   := $(BUILD)/libstore.a
 UNIT_DEPS_config := $(BUILD)/libconf.a
 UNIT_DEPS_hash   := $(LIB_A)
 UNIT_LIBS_hash   := -ljson-c
@@ -150,6 +153,10 @@ nvme-bench: $(NVME_BENCH)
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/demo.sh
+
+demo-nvme: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) tests/demo_nvme.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \

@@ -10,114 +10,159 @@
 
 bool store_block_evictable(const struct store_block *b)
 {
-	return b->state == STORE_BLOCK_VISIBLE && b->children == 0 && b->refs == 0 &&
-	       b->lease_pins == 0;
+	return b->state == STORE_BLOCK_VISIBLE && b->in_dram && b->children == 0 &&
+	       b->refs == 0 && b->lease_pins == 0;
 }
 
-/* ---- LRU heap: min-heap on last_use ---- */
-
-static void heap_place(struct store *s, uint64_t i, struct store_block *b)
+bool store_lru_member(const struct store *s, const struct store_block *b, enum store_lru_kind kind)
 {
-	s->heap[i] = b;
-	b->heap_idx = (uint32_t)i;
+	switch (kind) {
+	case STORE_LRU_EVICT:
+		return store_block_evictable(b);
+	case STORE_LRU_CLEAN:
+		return s->tier && b->state == STORE_BLOCK_VISIBLE && b->in_dram && b->on_nvme &&
+		       b->refs == 0 && b->lease_pins == 0;
+	case STORE_LRU_DIRTY:
+		return s->tier && b->state == STORE_BLOCK_VISIBLE && b->in_dram && !b->on_nvme &&
+		       !b->demoting;
+	default:
+		return false;
+	}
+}
+
+/* ---- LRU heaps: min-heaps on last_use, one slot index per kind ---- */
+
+static void heap_place(struct store_heap *h, int k, uint64_t i, struct store_block *b)
+{
+	h->v[i] = b;
+	b->heap_idx[k] = (uint32_t)i;
 }
 
 /* Move the block at slot i towards the root while it is older than its parent. */
-static void heap_up(struct store *s, uint64_t i)
+static void heap_up(struct store_heap *h, int k, uint64_t i)
 {
-	struct store_block *b = s->heap[i];
+	struct store_block *b = h->v[i];
 
 	while (i > 0) {
 		uint64_t up = (i - 1) / 2;
 
-		if (s->heap[up]->last_use <= b->last_use)
+		if (h->v[up]->last_use <= b->last_use)
 			break;
-		heap_place(s, i, s->heap[up]);
+		heap_place(h, k, i, h->v[up]);
 		i = up;
 	}
-	heap_place(s, i, b);
+	heap_place(h, k, i, b);
 }
 
 /* Move the block at slot i towards the leaves while a child is older. */
-static void heap_down(struct store *s, uint64_t i)
+static void heap_down(struct store_heap *h, int k, uint64_t i)
 {
-	struct store_block *b = s->heap[i];
+	struct store_block *b = h->v[i];
 
 	for (;;) {
 		uint64_t l = 2 * i + 1, r = l + 1, m = l;
 
-		if (l >= s->heap_len)
+		if (l >= h->len)
 			break;
-		if (r < s->heap_len && s->heap[r]->last_use < s->heap[l]->last_use)
+		if (r < h->len && h->v[r]->last_use < h->v[l]->last_use)
 			m = r;
-		if (s->heap[m]->last_use >= b->last_use)
+		if (h->v[m]->last_use >= b->last_use)
 			break;
-		heap_place(s, i, s->heap[m]);
+		heap_place(h, k, i, h->v[m]);
 		i = m;
 	}
-	heap_place(s, i, b);
+	heap_place(h, k, i, b);
 }
 
-static void heap_insert(struct store *s, struct store_block *b)
+static void heap_insert(struct store *s, int k, struct store_block *b)
 {
-	s->heap[s->heap_len] = b;
-	b->heap_idx = (uint32_t)s->heap_len;
-	s->heap_len++;
-	heap_up(s, b->heap_idx);
+	struct store_heap *h = &s->lru[k];
+
+	h->v[h->len] = b;
+	b->heap_idx[k] = (uint32_t)h->len;
+	h->len++;
+	heap_up(h, k, b->heap_idx[k]);
+	if (k == STORE_LRU_CLEAN)
+		s->clean_pages += b->pages;
 }
 
-static void heap_remove(struct store *s, struct store_block *b)
+static void heap_remove(struct store *s, int k, struct store_block *b)
 {
-	uint64_t i = b->heap_idx;
-	struct store_block *last = s->heap[--s->heap_len];
+	struct store_heap *h = &s->lru[k];
+	uint64_t i = b->heap_idx[k];
+	struct store_block *last = h->v[--h->len];
 
-	b->heap_idx = STORE_HEAP_NONE;
-	if (i == s->heap_len)
+	b->heap_idx[k] = STORE_HEAP_NONE;
+	if (k == STORE_LRU_CLEAN)
+		s->clean_pages -= b->pages;
+	if (i == h->len)
 		return;
-	heap_place(s, i, last);
-	heap_up(s, i);
-	heap_down(s, last->heap_idx);
+	heap_place(h, k, i, last);
+	heap_up(h, k, i);
+	heap_down(h, k, last->heap_idx[k]);
 }
 
-int store_lru_reserve_locked(struct store *s, uint64_t count)
+/* Grow heap h to hold `count` blocks. Errors: -ENOMEM. */
+static int heap_reserve(struct store_heap *h, uint64_t count)
 {
-	struct store_block **h;
-	uint64_t cap = s->heap_cap ? s->heap_cap : 64;
+	struct store_block **v;
+	uint64_t cap = h->cap ? h->cap : 64;
 
-	if (count <= s->heap_cap)
+	if (count <= h->cap)
 		return 0;
 	while (cap < count)
 		cap *= 2;
-	h = realloc(s->heap, cap * sizeof(*h));
-	if (!h)
+	v = realloc(h->v, cap * sizeof(*v));
+	if (!v)
 		return -ENOMEM;
-	s->heap = h;
-	s->heap_cap = cap;
+	h->v = v;
+	h->cap = cap;
+	return 0;
+}
+
+/* Without an NVMe tier only the EVICT heap is kept. */
+int store_lru_reserve_locked(struct store *s, uint64_t count)
+{
+	int kinds = s->tier ? STORE_LRU_KINDS : 1;
+
+	for (int k = 0; k < kinds; k++) {
+		int rc = heap_reserve(&s->lru[k], count);
+
+		if (rc)
+			return rc;
+	}
 	return 0;
 }
 
 void store_lru_sync_locked(struct store *s, struct store_block *b)
 {
-	bool in = b->heap_idx != STORE_HEAP_NONE;
+	int kinds = s->tier ? STORE_LRU_KINDS : 1;
 
-	if (store_block_evictable(b) && !in)
-		heap_insert(s, b);
-	else if (!store_block_evictable(b) && in)
-		heap_remove(s, b);
+	for (int k = 0; k < kinds; k++) {
+		bool in = b->heap_idx[k] != STORE_HEAP_NONE;
+		bool want = store_lru_member(s, b, (enum store_lru_kind)k);
+
+		if (want && !in)
+			heap_insert(s, k, b);
+		else if (!want && in)
+			heap_remove(s, k, b);
+	}
 }
 
 void store_lru_touch_locked(struct store *s, struct store_block *b)
 {
 	b->last_use = ++s->clock;
-	if (b->heap_idx != STORE_HEAP_NONE)
-		heap_down(s, b->heap_idx);
+	for (int k = 0; k < STORE_LRU_KINDS; k++)
+		if (b->heap_idx[k] != STORE_HEAP_NONE)
+			heap_down(&s->lru[k], k, b->heap_idx[k]);
 }
 
 /* ---- freeing and removal ---- */
 
 void store_block_free_locked(struct store *s, struct store_block *b)
 {
-	(void)store_arena_free(s->arena, b->first_page);
+	if (b->in_dram)
+		(void)store_arena_free(s->arena, b->first_page);
 	free(b);
 }
 
@@ -125,7 +170,7 @@ void store_block_unpin_locked(struct store *s, struct store_block *b)
 {
 	b->refs--;
 	if (b->state == STORE_BLOCK_REMOVED && b->refs == 0) {
-		uint64_t arena_bytes = (uint64_t)b->pages * STORE_PAGE_BYTES;
+		uint64_t arena_bytes = b->in_dram ? store_extent_bytes(b) : 0;
 
 		store_list_del(&b->link);
 		s->nzombies--;
@@ -150,28 +195,41 @@ static void unlink_parent(struct store *s, struct store_block *b)
 	store_lru_sync_locked(s, p);
 }
 
+/* Take b out of every heap (it is leaving the pool). */
+static void lru_leave_all(struct store *s, struct store_block *b)
+{
+	for (int k = 0; k < STORE_LRU_KINDS; k++)
+		if (b->heap_idx[k] != STORE_HEAP_NONE)
+			heap_remove(s, k, b);
+}
+
 void store_block_remove_locked(struct store *s, struct store_block *b)
 {
-	uint64_t arena_bytes = (uint64_t)b->pages * STORE_PAGE_BYTES;
+	uint64_t arena_bytes = b->in_dram ? store_extent_bytes(b) : 0;
 
 	(void)store_index_remove(&s->index, &b->node);
 	store_list_del(&b->link);
 	b->ns->nblocks--;
 	b->ns->bytes -= b->length;
 	s->blocks--;
-	s->payload_bytes -= b->length;
-	if (b->heap_idx != STORE_HEAP_NONE)
-		heap_remove(s, b);
+	if (b->in_dram) {
+		s->payload_bytes -= b->length;
+		s->dram_blocks--;
+	}
+	lru_leave_all(s, b);
 	b->state = STORE_BLOCK_REMOVED;
 	store_lease_end_block_locked(s, b);
 	unlink_parent(s, b);
+	if (b->on_nvme)
+		store_tier_detach_locked(s, b);
 	if (b->refs == 0) {
 		s->used_bytes -= arena_bytes;
 		store_block_free_locked(s, b);
 		return;
 	}
-	/* a GET still sends from these pages: they stay in used_bytes; the
-	 * namespace may be reclaimed before the last release */
+	/* a GET still sends from these pages (or an I/O thread holds the
+	 * block): they stay in used_bytes; the namespace may be reclaimed
+	 * before the last release */
 	b->ns = NULL;
 	store_list_add_tail(&s->zombies, &b->link);
 	s->nzombies++;
@@ -204,21 +262,56 @@ uint64_t store_block_remove_tree_locked(struct store *s, struct store_block *roo
 	}
 }
 
+void store_block_drop_dram_locked(struct store *s, struct store_block *b)
+{
+	uint64_t arena_bytes = store_extent_bytes(b);
+
+	(void)store_arena_free(s->arena, b->first_page);
+	b->in_dram = 0;
+	s->used_bytes -= arena_bytes;
+	s->payload_bytes -= b->length;
+	s->dram_blocks--;
+	store_lru_sync_locked(s, b);
+}
+
 /* Evict the least recently used evictable block. Errors: -ENOSPC. */
 static int evict_one(struct store *s)
 {
+	struct store_heap *h = &s->lru[STORE_LRU_EVICT];
 	struct store_block *victim;
 
-	if (s->heap_len == 0)
+	if (h->len == 0)
 		return -ENOSPC;
-	victim = s->heap[0];
+	victim = h->v[0];
 	victim->ns->evictions++;
 	s->evictions++;
 	store_block_remove_locked(s, victim);
 	return 0;
 }
 
-int store_alloc_evicting_locked(struct store *s, uint32_t pages, uint32_t *first)
+/* One step towards free DRAM: drop the LRU clean copy, or (without a
+ * working tier) evict the LRU leaf. Errors: -ENOSPC, -EAGAIN. */
+static int make_room_step(struct store *s)
+{
+	struct store_heap *clean = &s->lru[STORE_LRU_CLEAN];
+
+	if (!s->tier)
+		return evict_one(s);
+	if (clean->len) {
+		store_block_drop_dram_locked(s, clean->v[0]);
+		return 0;
+	}
+	if (store_tier_fallback_locked(s))
+		return evict_one(s);
+	if (s->lru[STORE_LRU_DIRTY].len || s->tier->demoter_busy) {
+		s->tier->want_demote = true;
+		store_tier_kick_locked(s);
+		return -EAGAIN;
+	}
+	return -ENOSPC;
+}
+
+int store_alloc_room_locked(struct store *s, uint32_t pages, uint32_t *first)
 {
 	int rc = store_arena_alloc(s->arena, pages, first);
 
@@ -227,7 +320,7 @@ int store_alloc_evicting_locked(struct store *s, uint32_t pages, uint32_t *first
 	/* leases that ran out since the last tick must not keep blocks */
 	store_lease_expire_locked(s, store_now_ms());
 	while ((rc = store_arena_alloc(s->arena, pages, first)) == -ENOSPC) {
-		rc = evict_one(s);
+		rc = make_room_step(s);
 		if (rc)
 			return rc;
 	}

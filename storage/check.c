@@ -6,10 +6,14 @@
  * and lists it as a child (no holes), child and lease counts match their
  * lists, heap membership equals evictability and the heap is ordered,
  * reservations and zombies are accounted, leases are ordered and counted,
- * every allocated arena extent belongs to exactly one block, the bytes
- * add up to the capacity (used + in-flight + free, where used counts
- * removed blocks until their last release), and the namespace name table
- * holds every namespace once.
+ * every allocated arena extent belongs to exactly one block or running
+ * promotion, the bytes add up to the capacity (used + in-flight puts +
+ * promotions + free, where used counts removed blocks until their last
+ * release), and the namespace name table holds every namespace once.
+ * With an NVMe tier, also: every visible block has a copy in some tier,
+ * the CLEAN and DIRTY heaps hold exactly their blocks, per-tier block and
+ * byte totals, and every segment's block list, live bytes and extents
+ * (inside its fill, no overlaps) agree with the blocks that point at it.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -18,13 +22,20 @@
 
 #include "store_debug.h"
 #include "store_impl.h"
+#include "nvme_io.h"
 
 struct extent {
 	uint32_t first, pages;
 };
 
+/* Per-tier totals of the visible blocks. */
+struct tally {
+	uint64_t blocks, payload, dram_blocks, dram_used, dram_payload, nvme_blocks, nvme_payload;
+};
+
 struct checker {
 	struct store *s;
+	struct tally tally;
 	char *why;
 	size_t why_len;
 	struct extent *ext; /* one per block header */
@@ -51,12 +62,12 @@ static const char *hex8(const uint8_t *key, char buf[17])
 	return buf;
 }
 
-static int add_extent(struct checker *c, const struct store_block *b)
+static int add_extent(struct checker *c, uint32_t first, uint32_t pages)
 {
 	if (c->next_ext >= c->ext_cap)
 		return fail(c, "more block headers than counted");
-	c->ext[c->next_ext].first = b->first_page;
-	c->ext[c->next_ext].pages = b->pages;
+	c->ext[c->next_ext].first = first;
+	c->ext[c->next_ext].pages = pages;
 	c->next_ext++;
 	return 0;
 }
@@ -123,10 +134,51 @@ static int check_block_leases(struct checker *c, const struct store_block *b)
 	return 0;
 }
 
+/* Heap membership of b in every heap kept. */
+static int check_membership(struct checker *c, const struct store_block *b)
+{
+	int kinds = c->s->tier ? STORE_LRU_KINDS : 1;
+	char k[17];
+
+	for (int kind = 0; kind < kinds; kind++) {
+		bool in = b->heap_idx[kind] != STORE_HEAP_NONE;
+		bool want = store_lru_member(c->s, b, (enum store_lru_kind)kind);
+
+		if (in != want)
+			return fail(c, "block %s: in LRU heap %d: %d, belongs: %d",
+				    hex8(b->node.key, k), kind, in, want);
+	}
+	return 0;
+}
+
+/* The tier fields of visible block b: a copy somewhere, its NVMe place,
+ * I/O in flight only where it can be. */
+static int check_copies(struct checker *c, const struct store_block *b)
+{
+	const struct store_tier *t = c->s->tier;
+	char k[17];
+
+	if (!b->in_dram && !b->on_nvme)
+		return fail(c, "block %s has no copy in any tier", hex8(b->node.key, k));
+	if (!t && (!b->in_dram || b->on_nvme || b->demoting || b->promo))
+		return fail(c, "block %s: tier state without a tier", hex8(b->node.key, k));
+	if (b->demoting && (!b->in_dram || b->on_nvme || !b->refs))
+		return fail(c, "block %s demoting in bad state", hex8(b->node.key, k));
+	if (b->promo && (b->in_dram || !b->on_nvme || !b->refs || b->promo->block != b))
+		return fail(c, "block %s promoting in bad state", hex8(b->node.key, k));
+	if (!b->on_nvme)
+		return 0;
+	if (b->seg >= t->nseg || t->segs[b->seg].state == STORE_SEG_FREE)
+		return fail(c, "block %s on a free or unknown segment", hex8(b->node.key, k));
+	if (b->seg_off % STORE_PAGE_BYTES ||
+	    b->seg_off + store_extent_bytes(b) > t->segs[b->seg].fill_bytes)
+		return fail(c, "block %s extent beyond its segment's fill", hex8(b->node.key, k));
+	return 0;
+}
+
 /* Everything about one visible block. */
 static int check_visible(struct checker *c, const struct store_ns *ns, const struct store_block *b)
 {
-	bool in_heap = b->heap_idx != STORE_HEAP_NONE;
 	char k[17];
 	int rc;
 
@@ -136,29 +188,46 @@ static int check_visible(struct checker *c, const struct store_ns *ns, const str
 		return fail(c, "block %s not in the index", hex8(b->node.key, k));
 	if (b->pages != store_pages_of(b->length))
 		return fail(c, "block %s extent size wrong", hex8(b->node.key, k));
-	if (in_heap != store_block_evictable(b))
-		return fail(c, "block %s: in LRU heap %d, evictable %d", hex8(b->node.key, k),
-			    in_heap, store_block_evictable(b));
-	rc = check_parent(c, b);
+	rc = check_membership(c, b);
+	if (!rc)
+		rc = check_copies(c, b);
+	if (!rc)
+		rc = check_parent(c, b);
 	if (!rc)
 		rc = check_children(c, b);
 	if (!rc)
 		rc = check_block_leases(c, b);
-	if (!rc)
-		rc = add_extent(c, b);
+	if (!rc && b->in_dram)
+		rc = add_extent(c, b->first_page, b->pages);
 	return rc;
+}
+
+/* Add visible block b to the per-tier totals. */
+static void tally_add(struct tally *t, const struct store_block *b)
+{
+	t->blocks++;
+	t->payload += b->length;
+	if (b->in_dram) {
+		t->dram_blocks++;
+		t->dram_used += store_extent_bytes(b);
+		t->dram_payload += b->length;
+	}
+	if (b->on_nvme) {
+		t->nvme_blocks++;
+		t->nvme_payload += b->length;
+	}
 }
 
 /* Every namespace's blocks, and the pool-wide totals they add up to. */
 static int check_visible_all(struct checker *c)
 {
 	struct store *s = c->s;
-	uint64_t blocks = 0, used = 0, payload = 0;
+	struct tally *t = &c->tally;
 	int rc;
 
 	for (uint32_t i = 0; i < s->nns; i++) {
 		struct store_ns *ns = s->ns[i];
-		uint64_t nb = 0, bytes = 0;
+		uint64_t nb = t->blocks, bytes = t->payload, nvme = t->nvme_blocks;
 
 		for (struct store_list *p = ns->blocks.next; p != &ns->blocks; p = p->next) {
 			struct store_block *b = store_container_of(p, struct store_block, link);
@@ -166,24 +235,37 @@ static int check_visible_all(struct checker *c)
 			rc = check_visible(c, ns, b);
 			if (rc)
 				return rc;
-			nb++;
-			bytes += b->length;
-			used += (uint64_t)b->pages * STORE_PAGE_BYTES;
+			tally_add(t, b);
 		}
-		if (nb != ns->nblocks || bytes != ns->bytes)
+		if (t->blocks - nb != ns->nblocks || t->payload - bytes != ns->bytes ||
+		    t->nvme_blocks - nvme != ns->nvme_blocks)
 			return fail(c, "namespace %s totals wrong", ns->name);
-		blocks += nb;
-		payload += bytes;
 	}
-	if (blocks != s->blocks || blocks != s->index.count)
+	if (t->blocks != s->blocks || t->blocks != s->index.count)
 		return fail(c, "visible blocks %llu, counted %llu, indexed %llu",
-			    (unsigned long long)blocks, (unsigned long long)s->blocks,
+			    (unsigned long long)t->blocks, (unsigned long long)s->blocks,
 			    (unsigned long long)s->index.count);
-	if (used + s->zombie_bytes != s->used_bytes || payload != s->payload_bytes)
+	if (t->dram_blocks != s->dram_blocks)
+		return fail(c, "dram blocks %llu, counted %llu", (unsigned long long)t->dram_blocks,
+			    (unsigned long long)s->dram_blocks);
+	if (t->dram_used + s->zombie_bytes != s->used_bytes || t->dram_payload != s->payload_bytes)
 		return fail(c, "used or payload bytes wrong: visible %llu + removed %llu, used %llu",
-			    (unsigned long long)used, (unsigned long long)s->zombie_bytes,
+			    (unsigned long long)t->dram_used, (unsigned long long)s->zombie_bytes,
 			    (unsigned long long)s->used_bytes);
+	if (s->tier && (t->nvme_blocks != s->tier->nvme_blocks ||
+			t->nvme_payload != s->tier->nvme_payload_bytes))
+		return fail(c, "nvme blocks %llu (counted %llu) or payload bytes wrong",
+			    (unsigned long long)t->nvme_blocks,
+			    (unsigned long long)s->tier->nvme_blocks);
 	return 0;
+}
+
+static bool out_of_heaps(const struct store_block *b)
+{
+	for (int k = 0; k < STORE_LRU_KINDS; k++)
+		if (b->heap_idx[k] != STORE_HEAP_NONE)
+			return false;
+	return true;
 }
 
 /* Reservations and zombies: states, pins, byte totals. */
@@ -196,7 +278,8 @@ static int check_hidden(struct checker *c)
 	for (struct store_list *p = s->reserved.next; p != &s->reserved; p = p->next) {
 		struct store_block *b = store_container_of(p, struct store_block, link);
 
-		if (b->state != STORE_BLOCK_RESERVED || b->heap_idx != STORE_HEAP_NONE)
+		if (b->state != STORE_BLOCK_RESERVED || !out_of_heaps(b) || b->in_dram ||
+		    b->on_nvme)
 			return fail(c, "reservation in bad state");
 		if (b->parent_blk && b->parent_blk->refs == 0)
 			return fail(c, "reservation's parent not pinned");
@@ -205,7 +288,8 @@ static int check_hidden(struct checker *c)
 			return fail(c, "reservation's namespace wrong or not counting it");
 		inflight += (uint64_t)b->pages * STORE_PAGE_BYTES;
 		nres++;
-		rc = add_extent(c, b);
+		rc = b->in_dram || b->state == STORE_BLOCK_RESERVED ?
+			add_extent(c, b->first_page, b->pages) : 0;
 		if (rc)
 			return rc;
 	}
@@ -213,11 +297,12 @@ static int check_hidden(struct checker *c)
 		struct store_block *b = store_container_of(p, struct store_block, link);
 
 		if (b->state != STORE_BLOCK_REMOVED || b->refs == 0 || b->lease_pins ||
-		    b->heap_idx != STORE_HEAP_NONE || b->ns)
+		    !out_of_heaps(b) || b->ns || b->on_nvme)
 			return fail(c, "removed block in bad state");
-		zbytes += (uint64_t)b->pages * STORE_PAGE_BYTES;
+		zbytes += b->in_dram ? store_extent_bytes(b) : 0;
 		nz++;
-		rc = add_extent(c, b);
+		rc = b->in_dram || b->state == STORE_BLOCK_RESERVED ?
+			add_extent(c, b->first_page, b->pages) : 0;
 		if (rc)
 			return rc;
 	}
@@ -229,19 +314,32 @@ static int check_hidden(struct checker *c)
 	return 0;
 }
 
-/* The LRU heap holds only evictable blocks, each at its slot, ordered. */
+/* Each LRU heap holds only its members, each at its slot, ordered; the
+ * CLEAN heap's pages are counted. */
 static int check_heap(struct checker *c)
 {
 	struct store *s = c->s;
+	int kinds = s->tier ? STORE_LRU_KINDS : 1;
+	uint64_t clean_pages = 0;
 
-	for (uint64_t i = 0; i < s->heap_len; i++) {
-		struct store_block *b = s->heap[i];
+	for (int k = 0; k < kinds; k++) {
+		const struct store_heap *h = &s->lru[k];
 
-		if (b->heap_idx != i || !store_block_evictable(b))
-			return fail(c, "LRU heap slot %llu wrong", (unsigned long long)i);
-		if (i && s->heap[(i - 1) / 2]->last_use > b->last_use)
-			return fail(c, "LRU heap out of order at %llu", (unsigned long long)i);
+		for (uint64_t i = 0; i < h->len; i++) {
+			struct store_block *b = h->v[i];
+
+			if (b->heap_idx[k] != i || !store_lru_member(s, b, (enum store_lru_kind)k))
+				return fail(c, "LRU heap %d slot %llu wrong", k, (unsigned long long)i);
+			if (i && h->v[(i - 1) / 2]->last_use > b->last_use)
+				return fail(c, "LRU heap %d out of order at %llu", k,
+					    (unsigned long long)i);
+			if (k == STORE_LRU_CLEAN)
+				clean_pages += b->pages;
+		}
 	}
+	if (clean_pages != s->clean_pages)
+		return fail(c, "clean pages %llu, counted %llu", (unsigned long long)clean_pages,
+			    (unsigned long long)s->clean_pages);
 	return 0;
 }
 
@@ -284,7 +382,7 @@ static int cmp_extent(const void *a, const void *b)
 static int check_arena_owners(struct checker *c)
 {
 	struct store *s = c->s;
-	uint64_t i = 0, free_bytes;
+	uint64_t i = 0, free_bytes, promo;
 	uint32_t page = 0, n;
 	bool is_free;
 
@@ -301,10 +399,13 @@ static int check_arena_owners(struct checker *c)
 		return fail(c, "%llu blocks own no arena extent",
 			    (unsigned long long)(c->next_ext - i));
 	free_bytes = store_arena_free_pages(s->arena) * STORE_PAGE_BYTES;
-	if (s->used_bytes + s->inflight_bytes + free_bytes != s->capacity_bytes)
-		return fail(c, "used %llu + in-flight %llu + free %llu != capacity %llu",
+	promo = s->tier ? s->tier->promo_bytes : 0;
+	if (s->used_bytes + s->inflight_bytes + promo + free_bytes != s->capacity_bytes)
+		return fail(c, "used %llu + in-flight %llu + promoting %llu + free %llu != "
+			    "capacity %llu",
 			    (unsigned long long)s->used_bytes, (unsigned long long)s->inflight_bytes,
-			    (unsigned long long)free_bytes, (unsigned long long)s->capacity_bytes);
+			    (unsigned long long)promo, (unsigned long long)free_bytes,
+			    (unsigned long long)s->capacity_bytes);
 	if (s->payload_bytes > s->used_bytes || s->used_bytes > s->capacity_bytes)
 		return fail(c, "capacity exceeded");
 	return 0;
@@ -350,6 +451,109 @@ static int check_names(struct checker *c)
 	return 0;
 }
 
+/* Running promotions own their arena extents. */
+static int check_promotions(struct checker *c)
+{
+	struct store_tier *t = c->s->tier;
+	uint64_t bytes = 0, n = 0;
+	int rc;
+
+	for (struct store_list *p = t->promo_running.next; p != &t->promo_running; p = p->next) {
+		struct store_promo *pr = store_container_of(p, struct store_promo, link);
+
+		if (!pr->has_pages || pr->block->promo != pr)
+			return fail(c, "running promotion in bad state");
+		rc = add_extent(c, pr->first_page, pr->block->pages);
+		if (rc)
+			return rc;
+		bytes += store_extent_bytes(pr->block);
+		n++;
+	}
+	if (bytes != t->promo_bytes || n > t->promos)
+		return fail(c, "promotion bytes %llu, counted %llu", (unsigned long long)bytes,
+			    (unsigned long long)t->promo_bytes);
+	return 0;
+}
+
+/* Where one NVMe copy lies in its segment. */
+struct place {
+	uint64_t off, ext;
+};
+
+static int cmp_place(const void *a, const void *b)
+{
+	const struct place *x = a, *y = b;
+
+	return (x->off > y->off) - (x->off < y->off);
+}
+
+/* One segment: its blocks point back at it, their extents sum to its live
+ * bytes, lie inside its fill and do not overlap. pl has room for every
+ * block on NVMe. */
+static int check_segment(struct checker *c, uint32_t i, struct place *pl)
+{
+	const struct store_tier *t = c->s->tier;
+	const struct store_seg *sg = &t->segs[i];
+	uint64_t live = 0, n = 0;
+
+	for (const struct store_list *p = sg->blocks.next; p != &sg->blocks; p = p->next) {
+		const struct store_block *b = store_container_of(p, struct store_block, seg_link);
+
+		if (b->state != STORE_BLOCK_VISIBLE || !b->on_nvme || b->seg != i)
+			return fail(c, "segment %u lists a block that is not there", i);
+		if (n >= c->tally.nvme_blocks)
+			return fail(c, "segment %u lists more blocks than exist", i);
+		pl[n].off = b->seg_off;
+		pl[n].ext = store_extent_bytes(b);
+		live += pl[n].ext;
+		n++;
+	}
+	if (live != sg->live_bytes)
+		return fail(c, "segment %u live bytes %llu, counted %llu", i,
+			    (unsigned long long)live, (unsigned long long)sg->live_bytes);
+	if (sg->state == STORE_SEG_FREE && (n || sg->readers || sg->pending_dels))
+		return fail(c, "free segment %u still in use", i);
+	if (sg->fill_bytes > t->segment_bytes)
+		return fail(c, "segment %u filled past its end", i);
+	qsort(pl, n, sizeof(*pl), cmp_place);
+	for (uint64_t k = 0; k + 1 < n; k++)
+		if (pl[k].off + pl[k].ext > pl[k + 1].off)
+			return fail(c, "segment %u: extents overlap at %llu", i,
+				    (unsigned long long)pl[k].off);
+	return 0;
+}
+
+/* Every segment, the free count and the active one. */
+static int check_segments(struct checker *c)
+{
+	const struct store_tier *t = c->s->tier;
+	struct place *pl = malloc((c->tally.nvme_blocks + 1) * sizeof(*pl));
+	uint64_t listed = 0;
+	uint32_t nfree = 0;
+	int rc = 0;
+
+	if (!pl)
+		return fail(c, "no memory to check");
+	for (uint32_t i = 0; i < t->nseg && !rc; i++) {
+		const struct store_seg *sg = &t->segs[i];
+
+		nfree += sg->state == STORE_SEG_FREE;
+		if ((sg->state == STORE_SEG_ACTIVE) != (t->active == i))
+			rc = fail(c, "segment %u active state disagrees", i);
+		if (!rc)
+			rc = check_segment(c, i, pl);
+		for (const struct store_list *p = sg->blocks.next; p != &sg->blocks; p = p->next)
+			listed++;
+	}
+	free(pl);
+	if (!rc && nfree != t->nfree)
+		rc = fail(c, "free segments %u, counted %u", nfree, t->nfree);
+	if (!rc && listed != c->tally.nvme_blocks)
+		rc = fail(c, "segments list %llu blocks, %llu are on nvme",
+			  (unsigned long long)listed, (unsigned long long)c->tally.nvme_blocks);
+	return rc;
+}
+
 static int check_locked(struct checker *c)
 {
 	int rc = store_arena_check(c->s->arena, c->why, c->why_len);
@@ -365,6 +569,10 @@ static int check_locked(struct checker *c)
 		rc = check_heap(c);
 	if (!rc)
 		rc = check_leases(c);
+	if (!rc && c->s->tier)
+		rc = check_promotions(c);
+	if (!rc && c->s->tier)
+		rc = check_segments(c);
 	if (!rc)
 		rc = check_arena_owners(c);
 	return rc;
@@ -376,7 +584,7 @@ int store_check(struct store *s, char *why, size_t why_len)
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
-	c.ext_cap = s->blocks + s->nreserved + s->nzombies;
+	c.ext_cap = s->blocks + s->nreserved + s->nzombies + (s->tier ? s->tier->promos : 0);
 	c.ext = malloc((c.ext_cap + 1) * sizeof(*c.ext));
 	if (!c.ext)
 		rc = fail(&c, "no memory to check");

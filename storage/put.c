@@ -3,6 +3,10 @@
  * let the caller write the payload with no lock held, then verify the
  * checksum outside the lock and make the block visible under it.
  *
+ * With an NVMe tier, room comes from dropping clean DRAM copies; when only
+ * dirty copies are left, begin answers -EAGAIN and wakes the demoter
+ * rather than wait for the disk (block.c, store_alloc_room_locked).
+ *
  * Reservations are not in the index: several puts of one key may each
  * reserve, and the first to commit wins; the others get -EEXIST and their
  * space back.
@@ -74,11 +78,13 @@ static void init_reservation(struct store_block *b, struct store_ns *ns, const u
 	b->state = STORE_BLOCK_RESERVED;
 	b->length = length;
 	b->checksum = checksum;
-	b->heap_idx = STORE_HEAP_NONE;
+	for (int k = 0; k < STORE_LRU_KINDS; k++)
+		b->heap_idx[k] = STORE_HEAP_NONE;
 	b->ns = ns;
 	store_list_init(&b->child_list);
 	store_list_init(&b->sibling);
 	store_list_init(&b->leases);
+	store_list_init(&b->seg_link);
 }
 
 /* Under the lock: check, pin the parent, allocate (evicting), and record
@@ -108,7 +114,7 @@ static int begin_locked(struct store *s, struct store_block *b, uint32_t ns_id,
 		pin->refs++;
 		store_lru_sync_locked(s, pin);
 	}
-	rc = store_alloc_evicting_locked(s, (uint32_t)pages, &b->first_page);
+	rc = store_alloc_room_locked(s, (uint32_t)pages, &b->first_page);
 	if (rc) {
 		if (pin)
 			store_block_unpin_locked(s, pin);
@@ -166,6 +172,7 @@ static void publish_locked(struct store *s, struct store_block *b, struct store_
 	struct store_ns *ns = b->ns;
 
 	b->state = STORE_BLOCK_VISIBLE;
+	b->in_dram = 1;
 	b->parent_blk = p;
 	store_index_insert(&s->index, &b->node);
 	store_list_add_tail(&ns->blocks, &b->link);
@@ -178,6 +185,7 @@ static void publish_locked(struct store *s, struct store_block *b, struct store_
 	ns->bytes += b->length;
 	ns->puts++;
 	s->blocks++;
+	s->dram_blocks++;
 	s->used_bytes += (uint64_t)b->pages * STORE_PAGE_BYTES;
 	s->payload_bytes += b->length;
 	store_lru_touch_locked(s, b);

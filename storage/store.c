@@ -3,13 +3,16 @@
  *
  * The PUT path is in put.c, GET/EXISTS/MATCH/DELETE in lookup.c, removal
  * and eviction in block.c, leases in lease.c, the invariant checker in
- * check.c. store_impl.h describes the structures and the lock rule.
+ * check.c; the NVMe tier in tier.c (life, workers), demote.c, promote.c,
+ * reclaim.c and rebuild.c. store_impl.h describes the structures and the lock rule.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
+#include "nvme_index.h"
+#include "nvme_io.h"
 #include "store_impl.h"
 
 #define INITIAL_BUCKETS 1024u
@@ -60,14 +63,37 @@ static void init_lists(struct store *s)
 	store_list_init(&s->lease_pool);
 }
 
+/* Free every block header on list h (pages go with the arena). */
+static void free_block_list(struct store_list *h, size_t link_offset)
+{
+	while (!store_list_empty(h)) {
+		struct store_list *pos = h->next;
+
+		store_list_del(pos);
+		free((char *)pos - link_offset);
+	}
+}
+
+/* Free every namespace and block header (store_close, failed open). */
+static void free_all_blocks(struct store *s)
+{
+	for (uint32_t i = 0; i < s->nns; i++) {
+		free_block_list(&s->ns[i]->blocks, offsetof(struct store_block, link));
+		free(s->ns[i]);
+	}
+	free_block_list(&s->reserved, offsetof(struct store_block, link));
+	free_block_list(&s->zombies, offsetof(struct store_block, link));
+	free(s->ns);
+	s->ns = NULL;
+	s->nns = 0;
+}
+
 int store_open(const struct store_config *cfg, struct store **out, char *why, size_t why_len)
 {
 	struct store *s;
 	uint64_t pages;
 	int rc;
 
-	(void)why;
-	(void)why_len;
 	rc = check_config(cfg, &pages);
 	if (rc)
 		return rc;
@@ -91,11 +117,20 @@ int store_open(const struct store_config *cfg, struct store **out, char *why, si
 	rc = -pthread_mutex_init(&s->lock, NULL);
 	if (rc)
 		goto out_free_heap;
+	if (cfg->nvme_dir && cfg->nvme_dir[0]) {
+		rc = store_tier_open(s, why, why_len);
+		if (rc)
+			goto out_free_blocks;
+	}
 	*out = s;
 	return 0;
 
+out_free_blocks:
+	free_all_blocks(s);
+	pthread_mutex_destroy(&s->lock);
 out_free_heap:
-	free(s->heap);
+	for (int k = 0; k < STORE_LRU_KINDS; k++)
+		free(s->lru[k].v);
 out_destroy_index:
 	store_index_destroy(&s->index);
 out_close_arena:
@@ -105,15 +140,10 @@ out_free:
 	return rc;
 }
 
-/* Free every block header on list h (pages go with the arena). */
-static void free_block_list(struct store_list *h, size_t link_offset)
+void store_drain(struct store *s)
 {
-	while (!store_list_empty(h)) {
-		struct store_list *pos = h->next;
-
-		store_list_del(pos);
-		free((char *)pos - link_offset);
-	}
+	if (s->tier)
+		store_tier_drain(s);
 }
 
 uint64_t store_prefault(struct store *s, uint64_t offset, uint64_t bytes)
@@ -125,17 +155,14 @@ void store_close(struct store *s)
 {
 	if (!s)
 		return;
+	if (s->tier)
+		store_tier_close(s);
 	pthread_mutex_lock(&s->lock);
 	store_lease_free_all_locked(s);
 	pthread_mutex_unlock(&s->lock);
-	for (uint32_t i = 0; i < s->nns; i++) {
-		free_block_list(&s->ns[i]->blocks, offsetof(struct store_block, link));
-		free(s->ns[i]);
-	}
-	free_block_list(&s->reserved, offsetof(struct store_block, link));
-	free_block_list(&s->zombies, offsetof(struct store_block, link));
-	free(s->ns);
-	free(s->heap);
+	free_all_blocks(s);
+	for (int k = 0; k < STORE_LRU_KINDS; k++)
+		free(s->lru[k].v);
 	store_index_destroy(&s->index);
 	store_arena_close(s->arena);
 	pthread_mutex_destroy(&s->lock);
@@ -284,6 +311,26 @@ static struct store_ns *ns_new(const char *name, size_t len, uint64_t hash)
 	return ns;
 }
 
+int store_ns_get_locked(struct store *s, const char *name, size_t len, struct store_ns **out)
+{
+	uint64_t hash = name_hash(name, len);
+	struct store_ns *ns = ns_by_name_locked(s, hash, name, len);
+	int rc;
+
+	if (!ns) {
+		ns = ns_new(name, len, hash);
+		if (!ns)
+			return -ENOMEM;
+		rc = ns_append_locked(s, ns);
+		if (rc) {
+			free(ns);
+			return rc;
+		}
+	}
+	*out = ns;
+	return 0;
+}
+
 /* Take a user reference on an existing name; *ns_id written when found.
  * Errors: -ENOENT. */
 static int ns_ref(struct store *s, uint64_t hash, const char *name, size_t len,
@@ -350,6 +397,8 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 {
 	struct store_ns *ns;
 	uint64_t nblocks = 0, nbytes = 0;
+	uint32_t disk_id;
+	int rc;
 
 	pthread_mutex_lock(&s->lock);
 	ns = store_ns_find_locked(s, ns_id);
@@ -366,7 +415,18 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 			b = b->parent_blk;
 		nblocks += store_block_remove_tree_locked(s, b, &nbytes);
 	}
+	/* the namespace's next demotion gets a fresh disk id, so records of
+	 * the old one written by a demotion in flight are never read again */
+	disk_id = ns->disk_id;
+	ns->disk_id = 0;
+	ns->disk_named = false;
 	pthread_mutex_unlock(&s->lock);
+	if (disk_id && s->tier) {
+		rc = store_nvme_index_ns_drop(s->tier->ix, disk_id);
+		if (rc)
+			store_log(s, STORE_LOG_ERR, "nvme: dropping namespace %u on disk failed (%d)",
+				  disk_id, rc);
+	}
 	if (blocks)
 		*blocks = nblocks;
 	if (bytes)
@@ -383,11 +443,43 @@ static uint64_t index_bytes_locked(const struct store *s)
 
 	return sizeof(*s) + store_index_bytes(&s->index) +
 	       headers * sizeof(struct store_block) +
-	       s->heap_cap * sizeof(*s->heap) +
+	       (s->lru[0].cap + s->lru[1].cap + s->lru[2].cap) * sizeof(struct store_block *) +
 	       s->lease_records * sizeof(struct store_lease) +
 	       s->nlessees * sizeof(struct store_lessee) +
 	       s->ns_cap * sizeof(*s->ns) + s->nns * sizeof(struct store_ns) +
 	       store_arena_meta_bytes(s->arena);
+}
+
+/* The NVMe tier's part of store_stats. */
+static void tier_stats_locked(const struct store *s, struct store_stats *st)
+{
+	const struct store_tier *t = s->tier;
+	uint64_t segs_used = t->nseg - t->nfree;
+
+	st->nvme_enabled = 1;
+	st->nvme_direct_io = store_nvme_io_direct(t->io);
+	st->nvme_healthy = t->healthy;
+	st->nvme_capacity_bytes = (uint64_t)t->nseg * t->segment_bytes;
+	st->nvme_segment_bytes = t->segment_bytes;
+	st->nvme_used_bytes = segs_used * t->segment_bytes;
+	st->nvme_payload_bytes = t->nvme_payload_bytes;
+	st->nvme_blocks = t->nvme_blocks;
+	st->demotions = t->demotions;
+	st->demoted_bytes = t->demoted_bytes;
+	st->promotions = t->promotions;
+	st->promoted_bytes = t->promoted_bytes;
+	st->nvme_bytes_written = t->bytes_written;
+	st->nvme_bytes_read = t->bytes_read;
+	st->rewritten_bytes = t->rewritten_bytes;
+	st->segments_reclaimed = t->segments_reclaimed;
+	st->admission_rejections = t->admission_rejections;
+	st->nvme_evictions = t->evictions;
+	st->corrupt_blocks = t->corrupt_blocks;
+	st->nvme_read_errors = t->read_errors;
+	st->nvme_write_errors = t->write_errors;
+	st->rebuild_ms = t->rebuild_ms;
+	st->rebuild_blocks = t->rebuild_blocks;
+	st->orphans_dropped = t->orphans_dropped;
 }
 
 void store_stats(struct store *s, struct store_stats *out)
@@ -397,7 +489,7 @@ void store_stats(struct store *s, struct store_stats *out)
 	pthread_mutex_lock(&s->lock);
 	store_lease_expire_locked(s, store_now_ms());
 	st.capacity_bytes = s->capacity_bytes;
-	st.used_bytes = s->used_bytes;
+	st.used_bytes = s->used_bytes + (s->tier ? s->tier->promo_bytes : 0);
 	st.pinned_removed_bytes = s->zombie_bytes;
 	st.payload_bytes = s->payload_bytes;
 	st.inflight_put_bytes = s->inflight_bytes;
@@ -409,6 +501,9 @@ void store_stats(struct store *s, struct store_stats *out)
 	st.leases_active = s->leases_active;
 	st.checksum_errors = s->checksum_errors;
 	st.namespaces = s->nns;
+	st.dram_blocks = s->dram_blocks;
+	if (s->tier)
+		tier_stats_locked(s, &st);
 	pthread_mutex_unlock(&s->lock);
 	if (st.free_bytes)
 		st.fragmentation = 1.0 - (double)st.largest_free_bytes / (double)st.free_bytes;
@@ -442,6 +537,7 @@ int store_ns_stats(struct store *s, uint32_t index, struct store_ns_stats *out)
 	out->match_blocks_matched = ns->match_blocks_matched;
 	out->evictions = ns->evictions;
 	out->deletes = ns->deletes;
+	out->nvme_blocks = ns->nvme_blocks;
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }

@@ -16,4 +16,34 @@
  * Errors: -ENOENT (no such visible block). */
 int store_debug_remove_one(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES]);
 
+/* ---- NVMe tier ---- */
+
+/* Demote every dirty DRAM block now, whatever the watermark, and wait
+ * until none is left. Errors: -ENODEV (no NVMe tier), -EIO (writes fail
+ * or the tier is stalled: blocks stay dirty). */
+int store_debug_nvme_demote_all(struct store *s);
+
+/* Wait (up to 10 s) until the tier's threads have nothing to do: no
+ * promotion queued or running, no demotion round wanted or running, no
+ * record delete queued. No-op without a tier. */
+void store_debug_nvme_wait_idle(struct store *s);
+
+/* Make the next `count` demotion batches fail as a full disk would
+ * (-ENOSPC), before anything is written. */
+void store_debug_nvme_fail_writes(struct store *s, uint32_t count);
+
+/* Back-off after a failed write, in ms (default 1000). */
+void store_debug_nvme_backoff(struct store *s, uint64_t ms);
+
+/* Where the NVMe copy of visible block (ns_id, key) lies; *in_dram (may
+ * be NULL) says whether it also has a DRAM copy.
+ * Errors: -ENOENT (no such visible block, or not on NVMe). */
+int store_debug_nvme_where(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			   uint32_t *segment, uint64_t *offset, int *in_dram);
+
+/* Drop the clean DRAM copy of visible block (ns_id, key), so that the
+ * next GET reads it from NVMe. Errors: -ENOENT (no such block),
+ * -EBUSY (no clean, unpinned, unleased DRAM copy). */
+int store_debug_drop_dram(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES]);
+
 #endif /* KVPOOL_STORE_DEBUG_H */

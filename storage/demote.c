@@ -1,0 +1,356 @@
+/*
+ * demote.c - the demoter: writes dirty DRAM copies, least recently used
+ * first, to the active segment, so that the put path can always make room
+ * by dropping clean copies (block.c).
+ *
+ * A round runs on one I/O thread at a time (tier->demoter_busy) and:
+ *  1. under the lock, picks up to DEMOTE_MAX_BLOCKS dirty blocks (at most
+ *     batch_bytes), reserves consecutive ranges of the active segment for
+ *     them and pins them (a ref keeps their pages; demoting keeps them out
+ *     of the DIRTY heap); blocks that nvme_admission=reused turns away are
+ *     evicted here instead, when they are leaves;
+ *  2. without the lock, names new namespaces in the index, writes the
+ *     extents with one pwritev straight from the arena, then commits their
+ *     records and the queued record deletes in one RocksDB batch (payload
+ *     before metadata: NVME.md);
+ *  3. under the lock, attaches the NVMe copies (now clean), or, for a
+ *     block removed meanwhile, queues the delete of its fresh record.
+ * A failed write marks the tier unhealthy and backs off; the blocks stay
+ * dirty. When the active segment is full it is sealed and a free one
+ * activated; taking the last free segment makes the next round reclaim
+ * the oldest sealed one into it (reclaim.c).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "nvme_index.h"
+#include "nvme_io.h"
+#include "store_impl.h"
+
+#define DEMOTE_MAX_BLOCKS 256u
+#define STALL_RETRY_MS 100u
+
+/* One block of a demotion batch. */
+struct demote_item {
+	struct store_block *b;
+	uint32_t seg;
+	uint64_t off;
+	uint32_t disk_id;
+};
+
+/* A namespace the batch records under a new disk id. */
+struct demote_name {
+	uint32_t disk_id;
+	uint32_t len;
+	char name[STORE_NAME_MAX_BYTES];
+};
+
+/* Everything a batch carries across the unlocked part. */
+struct demote_batch {
+	struct demote_item items[DEMOTE_MAX_BLOCKS];
+	struct store_nvme_rec recs[DEMOTE_MAX_BLOCKS];
+	struct iovec iov[DEMOTE_MAX_BLOCKS];
+	struct demote_name *names;
+	uint32_t n, nnames;
+	uint64_t bytes;
+	struct store_del *dels;
+	size_t ndels;
+	bool fail_write;          /* test hook: this write fails */
+};
+
+bool store_demote_wanted_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+	uint64_t avail;
+
+	if (t->draining || t->stop || store_now_ms() < t->retry_at_ms)
+		return false;
+	if (t->nfree == 0 && t->active != STORE_SEG_NONE && s->lru[STORE_LRU_DIRTY].len)
+		return true;
+	if (s->lru[STORE_LRU_DIRTY].len == 0)
+		return false;
+	if (t->demote_all || t->want_demote)
+		return true;
+	avail = store_arena_free_pages(s->arena) + s->clean_pages;
+	return avail < t->low_pages;
+}
+
+/* ---- segments ---- */
+
+/* Seal the active segment and activate a free one. Returns false when no
+ * segment is free. */
+static bool switch_active_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+
+	if (t->active != STORE_SEG_NONE) {
+		t->segs[t->active].state = STORE_SEG_SEALED;
+		t->active = STORE_SEG_NONE;
+	}
+	for (uint32_t i = 0; i < t->nseg; i++) {
+		struct store_seg *sg = &t->segs[i];
+
+		if (sg->state != STORE_SEG_FREE)
+			continue;
+		sg->state = STORE_SEG_ACTIVE;
+		sg->fill_bytes = 0;
+		sg->seq = ++t->next_seq;
+		t->active = i;
+		t->nfree--;
+		return true;
+	}
+	return false;
+}
+
+/* ---- picking ---- */
+
+/* The disk id of namespace ns, assigning one (and noting that the batch
+ * must record its name) the first time. false without memory. */
+static bool disk_id_locked(struct store *s, struct store_ns *ns, struct demote_batch *db)
+{
+	struct demote_name *nm;
+
+	if (!ns->disk_id) {
+		ns->disk_id = s->tier->next_disk_id++;
+		ns->disk_named = false;
+	}
+	if (ns->disk_named)
+		return true;
+	for (uint32_t i = 0; i < db->nnames; i++)
+		if (db->names[i].disk_id == ns->disk_id)
+			return true;
+	if (!db->names) {
+		db->names = malloc(DEMOTE_MAX_BLOCKS * sizeof(*db->names));
+		if (!db->names)
+			return false;
+	}
+	nm = &db->names[db->nnames++];
+	nm->disk_id = ns->disk_id;
+	nm->len = ns->name_len;
+	memcpy(nm->name, ns->name, ns->name_len);
+	return true;
+}
+
+/* nvme_admission=reused turns away a block not used since its put; a
+ * leaf then leaves the pool, anything else is demoted anyway (no holes).
+ * Returns true when b was evicted. */
+static bool admission_evict_locked(struct store *s, struct store_block *b)
+{
+	if (s->cfg.nvme_admission != STORE_ADMIT_REUSED || b->reused ||
+	    !store_block_evictable(b))
+		return false;
+	s->tier->admission_rejections++;
+	s->evictions++;
+	b->ns->evictions++;
+	store_block_remove_locked(s, b);
+	return true;
+}
+
+/* Add b to the batch at the active segment's fill point and pin it. */
+static void take_locked(struct store *s, struct demote_batch *db, struct store_block *b)
+{
+	struct store_tier *t = s->tier;
+	struct store_seg *sg = &t->segs[t->active];
+	struct demote_item *it = &db->items[db->n];
+	struct store_nvme_rec *r = &db->recs[db->n];
+
+	it->b = b;
+	it->seg = t->active;
+	it->off = sg->fill_bytes;
+	it->disk_id = b->ns->disk_id;
+	memset(r, 0, sizeof(*r));
+	r->ns_disk_id = it->disk_id;
+	memcpy(r->key, b->node.key, STORE_KEY_BYTES);
+	r->has_parent = b->has_parent;
+	if (b->has_parent)
+		memcpy(r->parent, b->parent, STORE_KEY_BYTES);
+	r->segment = it->seg;
+	r->offset = it->off;
+	r->length = b->length;
+	r->checksum = b->checksum;
+	r->last_use = b->last_use;
+	db->iov[db->n].iov_base = store_arena_ptr(s->arena, b->first_page);
+	db->iov[db->n].iov_len = store_extent_bytes(b);
+	sg->fill_bytes += store_extent_bytes(b);
+	db->bytes += store_extent_bytes(b);
+	db->n++;
+	b->demoting = 1;
+	b->refs++;
+	store_lru_sync_locked(s, b);
+}
+
+/* Fill the batch from the DIRTY heap. Returns false when the round must
+ * end without writing (a segment switch took the last free segment, or
+ * no segment is free). */
+static bool pick_locked(struct store *s, struct demote_batch *db)
+{
+	struct store_tier *t = s->tier;
+	struct store_heap *dirty = &s->lru[STORE_LRU_DIRTY];
+
+	while (db->n < DEMOTE_MAX_BLOCKS && db->bytes < t->batch_bytes && dirty->len) {
+		struct store_block *b = dirty->v[0];
+		uint64_t ext = store_extent_bytes(b);
+
+		if (admission_evict_locked(s, b))
+			continue;
+		if (t->active == STORE_SEG_NONE ||
+		    t->segs[t->active].fill_bytes + ext > t->segment_bytes) {
+			if (db->n)
+				break;
+			if (!switch_active_locked(s)) {
+				t->stalled = true;
+				return false;
+			}
+			if (t->nfree == 0)
+				return false; /* reclaim into the fresh segment first */
+			continue;
+		}
+		if (!disk_id_locked(s, b->ns, db))
+			break;
+		take_locked(s, db, b);
+	}
+	return db->n > 0;
+}
+
+/* ---- record deletes ---- */
+
+void store_tier_flush_dels_locked(struct store *s)
+{
+	struct store_del *dels;
+	size_t n;
+	int rc;
+
+	store_tier_take_dels_locked(s, &dels, &n);
+	pthread_mutex_unlock(&s->lock);
+	rc = store_tier_index_commit(s, NULL, 0, dels, n);
+	if (rc)
+		store_log_limited(s, &s->tier->rl_write, STORE_LOG_ERR,
+				  "nvme: deleting %zu index records failed (%d)", n, rc);
+	pthread_mutex_lock(&s->lock);
+	if (rc) {
+		store_tier_dels_requeue_locked(s, dels, n);
+		store_tier_write_failed_locked(s);
+	} else {
+		store_tier_dels_done_locked(s, dels, n);
+	}
+	free(dels);
+}
+
+/* ---- the write ---- */
+
+/* Name new namespaces, write the extents, commit records and deletes.
+ * Called without the lock. Returns 0 or -errno. */
+static int write_batch(struct store *s, struct demote_batch *db)
+{
+	struct store_tier *t = s->tier;
+	int rc = 0;
+
+	for (uint32_t i = 0; i < db->nnames && !rc; i++)
+		rc = store_nvme_index_ns_put(t->ix, db->names[i].disk_id, db->names[i].name,
+					     db->names[i].len);
+	if (rc)
+		return rc;
+	if (db->fail_write)
+		return -ENOSPC;
+	rc = store_nvme_io_writev(t->io, db->items[0].seg, db->items[0].off, db->iov, (int)db->n);
+	if (rc)
+		return rc;
+	return store_tier_index_commit(s, db->recs, db->n, db->dels, db->ndels);
+}
+
+/* A named disk id is recorded: mark its namespace (if still using it). */
+static void mark_named_locked(struct store *s, uint32_t disk_id)
+{
+	for (uint32_t i = 0; i < s->nns; i++)
+		if (s->ns[i]->disk_id == disk_id)
+			s->ns[i]->disk_named = true;
+}
+
+/* Commit the batch under the lock after write_batch returned rc. */
+static void commit_locked(struct store *s, struct demote_batch *db, int rc)
+{
+	struct store_tier *t = s->tier;
+
+	if (rc) {
+		store_tier_dels_requeue_locked(s, db->dels, db->ndels);
+		store_tier_write_failed_locked(s);
+	} else {
+		store_tier_dels_done_locked(s, db->dels, db->ndels);
+		for (uint32_t i = 0; i < db->nnames; i++)
+			mark_named_locked(s, db->names[i].disk_id);
+		t->bytes_written += db->bytes;
+		t->healthy = true;
+		t->stalled = false;
+	}
+	for (uint32_t i = 0; i < db->n; i++) {
+		struct demote_item *it = &db->items[i];
+		struct store_block *b = it->b;
+
+		b->demoting = 0;
+		if (rc == 0 && b->state == STORE_BLOCK_REMOVED) {
+			/* deleted while written: its fresh record must go */
+			store_tier_queue_del_locked(s, it->disk_id, b->node.key, it->seg);
+		} else if (rc == 0) {
+			store_tier_attach_locked(s, b, it->seg, it->off);
+			t->demotions++;
+			t->demoted_bytes += b->length;
+		}
+		store_block_unpin_locked(s, b);
+	}
+}
+
+/* Pick, write and commit one batch. */
+static void demote_batch_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+	struct demote_batch *db = calloc(1, sizeof(*db));
+	int rc;
+
+	if (!db)
+		return;
+	if (!pick_locked(s, db)) {
+		if (t->stalled)
+			t->retry_at_ms = store_now_ms() + STALL_RETRY_MS;
+		goto out_free;
+	}
+	if (t->fail_writes) {
+		t->fail_writes--;
+		db->fail_write = true;
+	}
+	store_tier_take_dels_locked(s, &db->dels, &db->ndels);
+	pthread_mutex_unlock(&s->lock);
+	rc = write_batch(s, db);
+	if (rc)
+		store_log_limited(s, &t->rl_write, STORE_LOG_ERR,
+				  "nvme: demotion of %u blocks to segment %u failed (%d); "
+				  "the tier backs off and dram evicts meanwhile",
+				  db->n, db->items[0].seg, rc);
+	pthread_mutex_lock(&s->lock);
+	commit_locked(s, db, rc);
+out_free:
+	free(db->dels);
+	free(db->names);
+	free(db);
+}
+
+void store_demote_round_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+
+	t->want_demote = false;
+	if (t->nfree == 0 && store_tier_oldest_sealed(t) != STORE_SEG_NONE) {
+		if (store_reclaim_locked(s)) {
+			t->stalled = true;
+			t->retry_at_ms = store_now_ms() + STALL_RETRY_MS;
+		}
+		return;
+	}
+	if (t->nfree == 0 && t->ndels) {
+		/* segments wait for their deletes before they are free */
+		store_tier_flush_dels_locked(s);
+		return;
+	}
+	demote_batch_locked(s);
+}

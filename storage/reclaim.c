@@ -1,0 +1,337 @@
+/*
+ * reclaim.c - NVMe space comes back a segment at a time: the oldest sealed
+ * segment is emptied and becomes free.
+ *
+ * Its blocks are sorted, under the lock, into
+ *  - blocks that must stay: with visible children (no holes), refs (a GET
+ *    or I/O in flight), lease pins, or a promotion pending;
+ *  - blocks used recently (last_use in the newer half of the range from
+ *    the segment's oldest use to now), up to half a segment of them so
+ *    every reclaim frees at least half a segment of room;
+ *  - the rest, which leave NVMe: a block with a DRAM copy becomes dirty
+ *    again, an NVMe-only one (a leaf, by the first rule) leaves the pool.
+ * The first two kinds are rewritten into the active segment (from DRAM
+ * when they have a copy there, else read back and checksum-verified
+ * first); rewritten_bytes counts them. One RocksDB batch then moves their
+ * records and deletes the others' (deletes apply first, NVME.md), and
+ * only after that - and after every read of the segment has ended
+ * (readers) - is the segment free for reuse.
+ *
+ * The demoter reclaims right after it activates the last free segment,
+ * so the target is empty and holds a whole segment's blocks. A block that
+ * does not fit (no active segment, after a restart with none free) stays,
+ * and the segment stays sealed.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <xxhash.h>
+
+#include "nvme_index.h"
+#include "nvme_io.h"
+#include "store_impl.h"
+
+/* One block rewritten by the reclaim. */
+struct move {
+	struct store_block *b;
+	uint64_t old_off, new_off, ext;
+	uint32_t disk_id;
+	bool from_dram;
+	int status;        /* 0 moved; -EBADMSG / -EIO the old copy is bad; 1 not written */
+};
+
+struct reclaim {
+	uint32_t seg, target;
+	struct move *moves;
+	struct store_nvme_rec *recs;
+	size_t n, nrecs;
+	struct store_del *dels;
+	size_t ndels;
+	uint64_t bounce_bytes;
+	bool aborted;      /* a block that must stay found no room */
+	int write_rc;
+};
+
+uint32_t store_tier_oldest_sealed(const struct store_tier *t)
+{
+	uint32_t best = STORE_SEG_NONE;
+
+	for (uint32_t i = 0; i < t->nseg; i++) {
+		const struct store_seg *sg = &t->segs[i];
+
+		if (sg->state == STORE_SEG_SEALED &&
+		    (best == STORE_SEG_NONE || sg->seq < t->segs[best].seq))
+			best = i;
+	}
+	return best;
+}
+
+static bool must_stay(const struct store_block *b)
+{
+	return b->children || b->refs || b->lease_pins || b->promo;
+}
+
+/* The use clock value above which a block of segment sg counts as recent. */
+static uint64_t recent_cut(const struct store *s, const struct store_seg *sg)
+{
+	uint64_t oldest = s->clock;
+
+	for (const struct store_list *p = sg->blocks.next; p != &sg->blocks; p = p->next) {
+		const struct store_block *b =
+			store_container_of(p, struct store_block, seg_link);
+
+		if (b->last_use < oldest)
+			oldest = b->last_use;
+	}
+	return oldest + (s->clock - oldest) / 2;
+}
+
+/* b leaves NVMe: dirty again if it is in DRAM, else out of the pool. */
+static void drop_locked(struct store *s, struct store_block *b)
+{
+	s->tier->evictions++;
+	if (b->in_dram) {
+		store_tier_detach_locked(s, b);
+		return;
+	}
+	s->evictions++;
+	b->ns->evictions++;
+	store_block_remove_locked(s, b);
+}
+
+/* Plan a rewrite of b into the target and pin it. */
+static void plan_move_locked(struct store *s, struct reclaim *rc, struct store_block *b)
+{
+	struct store_seg *tg = &s->tier->segs[rc->target];
+	struct move *m = &rc->moves[rc->n];
+	struct store_nvme_rec *r = &rc->recs[rc->n];
+
+	m->b = b;
+	m->ext = store_extent_bytes(b);
+	m->old_off = b->seg_off;
+	m->new_off = tg->fill_bytes;
+	m->disk_id = b->ns->disk_id;
+	m->from_dram = b->in_dram;
+	m->status = 1;
+	memset(r, 0, sizeof(*r));
+	r->ns_disk_id = m->disk_id;
+	memcpy(r->key, b->node.key, STORE_KEY_BYTES);
+	r->has_parent = b->has_parent;
+	if (b->has_parent)
+		memcpy(r->parent, b->parent, STORE_KEY_BYTES);
+	r->segment = rc->target;
+	r->offset = m->new_off;
+	r->length = b->length;
+	r->checksum = b->checksum;
+	r->last_use = b->last_use;
+	tg->fill_bytes += m->ext;
+	if (!m->from_dram && m->ext > rc->bounce_bytes)
+		rc->bounce_bytes = m->ext;
+	b->refs++;
+	store_lru_sync_locked(s, b);
+	rc->n++;
+}
+
+/* Sort the segment's blocks into moves and drops. Errors: -ENOMEM. */
+static int plan_locked(struct store *s, struct reclaim *rc)
+{
+	struct store_tier *t = s->tier;
+	struct store_seg *sg = &t->segs[rc->seg];
+	uint64_t cut = recent_cut(s, sg), budget = t->segment_bytes / 2, room = 0, count = 0;
+	struct store_list *p, *next;
+
+	for (p = sg->blocks.next; p != &sg->blocks; p = p->next)
+		count++;
+	rc->moves = calloc(count + 1, sizeof(*rc->moves));
+	rc->recs = calloc(count + 1, sizeof(*rc->recs));
+	if (!rc->moves || !rc->recs)
+		return -ENOMEM;
+	if (rc->target != STORE_SEG_NONE)
+		room = t->segment_bytes - t->segs[rc->target].fill_bytes;
+	for (p = sg->blocks.next; p != &sg->blocks; p = next) {
+		struct store_block *b = store_container_of(p, struct store_block, seg_link);
+		uint64_t ext = store_extent_bytes(b);
+		bool stay = must_stay(b);
+		bool recent = !stay && b->last_use > cut && budget >= ext;
+
+		next = p->next;
+		if (!stay && !recent) {
+			drop_locked(s, b);
+			continue;
+		}
+		if (room < ext) {
+			rc->aborted = stay;
+			if (!stay)
+				drop_locked(s, b);
+			continue;
+		}
+		room -= ext;
+		if (recent)
+			budget -= ext;
+		plan_move_locked(s, rc, b);
+	}
+	return 0;
+}
+
+/* Rewrite one block: from DRAM, or read back and verified. Without the lock. */
+static int move_one(struct store *s, struct reclaim *rc, struct move *m, void *bounce)
+{
+	struct store_tier *t = s->tier;
+	struct iovec iov = { .iov_len = m->ext };
+	int err;
+
+	if (m->from_dram) {
+		iov.iov_base = store_arena_ptr(s->arena, m->b->first_page);
+	} else {
+		err = store_nvme_io_read(t->io, rc->seg, m->old_off, bounce, m->ext);
+		if (err) {
+			m->status = -EIO;
+			return 0;
+		}
+		if (XXH3_64bits(bounce, m->b->length) != m->b->checksum) {
+			m->status = -EBADMSG;
+			return 0;
+		}
+		iov.iov_base = bounce;
+	}
+	err = store_nvme_io_writev(t->io, rc->target, m->new_off, &iov, 1);
+	if (err)
+		return err;
+	m->status = 0;
+	return 0;
+}
+
+/* The I/O of a reclaim, without the lock: rewrites, then one index batch
+ * with the moved records and the queued deletes. */
+static void reclaim_io(struct store *s, struct reclaim *rc)
+{
+	void *bounce = NULL;
+	size_t nrecs = 0;
+
+	if (rc->bounce_bytes &&
+	    posix_memalign(&bounce, STORE_NVME_ALIGN_BYTES, rc->bounce_bytes)) {
+		rc->write_rc = -ENOMEM;
+		return;
+	}
+	for (size_t i = 0; i < rc->n && !rc->write_rc; i++)
+		rc->write_rc = move_one(s, rc, &rc->moves[i], bounce);
+	free(bounce);
+	for (size_t i = 0; i < rc->n; i++)
+		if (rc->moves[i].status == 0)
+			rc->recs[nrecs++] = rc->recs[i];
+	if (!rc->write_rc && (nrecs || rc->ndels))
+		rc->write_rc = store_tier_index_commit(s, rc->recs, nrecs, rc->dels, rc->ndels);
+	if (rc->write_rc) {
+		for (size_t i = 0; i < rc->n; i++)
+			if (rc->moves[i].status == 0)
+				rc->moves[i].status = 1;
+	}
+}
+
+/* Log what the I/O found wrong (without the lock). */
+static void log_failures(struct store *s, const struct reclaim *rc)
+{
+	struct store_tier *t = s->tier;
+
+	for (size_t i = 0; i < rc->n; i++) {
+		const struct move *m = &rc->moves[i];
+
+		if (m->status == -EBADMSG)
+			store_log_limited(s, &t->rl_corrupt, STORE_LOG_ERR,
+					  "nvme: block at segment %u offset %llu failed its checksum "
+					  "during reclaim; removed with its descendants",
+					  rc->seg, (unsigned long long)m->old_off);
+		else if (m->status == -EIO)
+			store_log_limited(s, &t->rl_read, STORE_LOG_ERR,
+					  "nvme: read of segment %u offset %llu failed during reclaim; "
+					  "block removed with its descendants",
+					  rc->seg, (unsigned long long)m->old_off);
+	}
+	if (rc->write_rc)
+		store_log_limited(s, &t->rl_write, STORE_LOG_ERR,
+				  "nvme: rewrite into segment %u failed (%d); the tier backs off",
+				  rc->target, rc->write_rc);
+}
+
+/* Commit one move under the lock. */
+static void commit_move_locked(struct store *s, struct reclaim *rc, struct move *m)
+{
+	struct store_tier *t = s->tier;
+	struct store_block *b = m->b;
+
+	if (m->status == 0) {
+		t->rewritten_bytes += m->ext;
+		t->bytes_written += m->ext;
+		if (b->state == STORE_BLOCK_REMOVED) {
+			store_tier_queue_del_locked(s, m->disk_id, b->node.key, rc->target);
+		} else {
+			store_list_del(&b->seg_link);
+			t->segs[rc->seg].live_bytes -= m->ext;
+			b->seg = rc->target;
+			b->seg_off = m->new_off;
+			store_list_add_tail(&t->segs[rc->target].blocks, &b->seg_link);
+			t->segs[rc->target].live_bytes += m->ext;
+		}
+	} else if (m->status < 0) {
+		if (m->status == -EBADMSG)
+			t->corrupt_blocks++;
+		else
+			t->read_errors++;
+		if (b->state == STORE_BLOCK_VISIBLE)
+			store_block_remove_tree_locked(s, b, NULL);
+	} else {
+		rc->aborted = true;
+	}
+	if (!m->from_dram && (m->status == 0 || m->status == -EBADMSG))
+		t->bytes_read += m->ext;
+	store_block_unpin_locked(s, b);
+}
+
+int store_reclaim_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+	struct reclaim rc = { .seg = store_tier_oldest_sealed(t), .target = t->active };
+	struct store_seg *sg;
+	int err;
+
+	if (rc.seg == STORE_SEG_NONE)
+		return -EAGAIN;
+	sg = &t->segs[rc.seg];
+	sg->state = STORE_SEG_FREEING;
+	err = plan_locked(s, &rc);
+	if (err) {
+		/* the planned moves hold pins: give them back */
+		for (size_t i = 0; i < rc.n; i++)
+			store_block_unpin_locked(s, rc.moves[i].b);
+		rc.aborted = true;
+		goto out_done;
+	}
+	store_tier_take_dels_locked(s, &rc.dels, &rc.ndels);
+	sg->readers++;
+	pthread_mutex_unlock(&s->lock);
+	reclaim_io(s, &rc);
+	log_failures(s, &rc);
+	pthread_mutex_lock(&s->lock);
+	sg->readers--;
+	if (rc.write_rc) {
+		store_tier_dels_requeue_locked(s, rc.dels, rc.ndels);
+		store_tier_write_failed_locked(s);
+	} else {
+		store_tier_dels_done_locked(s, rc.dels, rc.ndels);
+	}
+	for (size_t i = 0; i < rc.n; i++)
+		commit_move_locked(s, &rc, &rc.moves[i]);
+out_done:
+	if (rc.aborted || sg->live_bytes) {
+		sg->state = STORE_SEG_SEALED;
+		rc.aborted = true;
+	} else {
+		t->segments_reclaimed++;
+		store_tier_seg_settle_locked(s, rc.seg);
+	}
+	free(rc.moves);
+	free(rc.recs);
+	free(rc.dels);
+	return rc.aborted ? -EAGAIN : 0;
+}

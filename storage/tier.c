@@ -1,0 +1,643 @@
+/*
+ * tier.c - the NVMe tier's life: geometry, opening (files, index, rebuild),
+ * the I/O worker threads, drain and close, attaching and detaching a
+ * block's NVMe copy, the queue of RocksDB record deletes, and rate-limited
+ * logging.
+ *
+ * Workers: nvme_io_threads threads share one loop. Each turn takes, in
+ * order: a queued promotion (promote.c); a demotion round if one is
+ * wanted and no other worker is the demoter (demote.c; only the demoter
+ * writes segments and records, so records are written in one order);
+ * queued record deletes. They sleep on tier->wake otherwise.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "nvme_index.h"
+#include "nvme_io.h"
+#include "store_debug.h"
+#include "store_impl.h"
+
+#define DEFAULT_SEGMENT_BYTES (256ull << 20)
+#define MAX_BATCH_BYTES (16ull << 20)
+#define DEFAULT_IO_THREADS 2u
+#define MAX_IO_THREADS 64u
+#define BACKOFF_MS 1000u
+#define IDLE_WAIT_MS 200u
+#define LOG_INTERVAL_MS 1000u
+
+/* ---- logging ---- */
+
+static void vlog(struct store *s, enum store_log_level level, const char *fmt, va_list ap)
+{
+	char msg[512];
+
+	if (!s->cfg.log)
+		return;
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	s->cfg.log(s->cfg.log_arg, level, msg);
+}
+
+void store_log(struct store *s, enum store_log_level level, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vlog(s, level, fmt, ap);
+	va_end(ap);
+}
+
+/* The limiter's fields are updated without the store lock by whichever
+ * thread logs; a lost update only changes how many lines get through. */
+void store_log_limited(struct store *s, struct store_ratelimit *rl, enum store_log_level level,
+		       const char *fmt, ...)
+{
+	uint64_t now = store_now_ms();
+	char line[448];
+	va_list ap;
+
+	if (rl->last_ms && now - rl->last_ms < LOG_INTERVAL_MS) {
+		__atomic_add_fetch(&rl->suppressed, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	rl->last_ms = now;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	uint64_t n = __atomic_exchange_n(&rl->suppressed, 0, __ATOMIC_RELAXED);
+
+	if (n)
+		store_log(s, level, "%s (%llu more like it suppressed)", line,
+			  (unsigned long long)n);
+	else
+		store_log(s, level, "%s", line);
+}
+
+/* ---- state shared with the put path ---- */
+
+bool store_tier_fallback_locked(const struct store *s)
+{
+	const struct store_tier *t = s->tier;
+
+	return !t || !t->healthy || t->draining || t->stop || t->stalled;
+}
+
+void store_tier_kick_locked(struct store *s)
+{
+	pthread_cond_broadcast(&s->tier->wake);
+}
+
+void store_tier_attach_locked(struct store *s, struct store_block *b, uint32_t seg, uint64_t off)
+{
+	struct store_tier *t = s->tier;
+	struct store_seg *sg = &t->segs[seg];
+
+	b->on_nvme = 1;
+	b->seg = seg;
+	b->seg_off = off;
+	store_list_add_tail(&sg->blocks, &b->seg_link);
+	sg->live_bytes += store_extent_bytes(b);
+	t->nvme_blocks++;
+	t->nvme_payload_bytes += b->length;
+	b->ns->nvme_blocks++;
+	store_lru_sync_locked(s, b);
+}
+
+void store_tier_queue_del_locked(struct store *s, uint32_t disk_id, const uint8_t *key,
+				 uint32_t seg)
+{
+	struct store_tier *t = s->tier;
+	struct store_del *d;
+
+	if (t->ndels == t->dels_cap) {
+		size_t cap = t->dels_cap ? t->dels_cap * 2 : 256;
+		struct store_del *n = realloc(t->dels, cap * sizeof(*n));
+
+		/* without memory the record stays: a later read of the
+		 * reused range fails its checksum, never returns wrong bytes */
+		if (!n)
+			return;
+		t->dels = n;
+		t->dels_cap = cap;
+	}
+	d = &t->dels[t->ndels++];
+	d->disk_id = disk_id;
+	memcpy(d->key, key, STORE_KEY_BYTES);
+	d->seg = seg;
+	if (seg != STORE_SEG_NONE)
+		t->segs[seg].pending_dels++;
+}
+
+void store_tier_detach_locked(struct store *s, struct store_block *b)
+{
+	struct store_tier *t = s->tier;
+	struct store_seg *sg = &t->segs[b->seg];
+
+	store_list_del(&b->seg_link);
+	sg->live_bytes -= store_extent_bytes(b);
+	t->nvme_blocks--;
+	t->nvme_payload_bytes -= b->length;
+	b->ns->nvme_blocks--;
+	b->on_nvme = 0;
+	store_tier_queue_del_locked(s, b->ns->disk_id, b->node.key, b->seg);
+	store_tier_seg_settle_locked(s, b->seg);
+	store_lru_sync_locked(s, b);
+}
+
+void store_tier_seg_settle_locked(struct store *s, uint32_t seg)
+{
+	struct store_tier *t = s->tier;
+	struct store_seg *sg = &t->segs[seg];
+
+	if (sg->state != STORE_SEG_FREEING || sg->readers || sg->pending_dels || sg->live_bytes)
+		return;
+	sg->state = STORE_SEG_FREE;
+	sg->fill_bytes = 0;
+	t->nfree++;
+	pthread_cond_broadcast(&t->idle);
+}
+
+/* ---- record deletes and index commits ---- */
+
+void store_tier_take_dels_locked(struct store *s, struct store_del **dels, size_t *n)
+{
+	struct store_tier *t = s->tier;
+
+	*dels = t->dels;
+	*n = t->ndels;
+	t->dels = NULL;
+	t->ndels = 0;
+	t->dels_cap = 0;
+}
+
+void store_tier_dels_done_locked(struct store *s, const struct store_del *dels, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (dels[i].seg == STORE_SEG_NONE)
+			continue;
+		s->tier->segs[dels[i].seg].pending_dels--;
+		store_tier_seg_settle_locked(s, dels[i].seg);
+	}
+}
+
+void store_tier_dels_requeue_locked(struct store *s, const struct store_del *dels, size_t n)
+{
+	struct store_tier *t = s->tier;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t before = t->ndels;
+
+		/* the segment's pending count moves with the entry */
+		store_tier_queue_del_locked(s, dels[i].disk_id, dels[i].key, STORE_SEG_NONE);
+		if (t->ndels > before) {
+			t->dels[before].seg = dels[i].seg;
+		} else if (dels[i].seg != STORE_SEG_NONE) {
+			t->segs[dels[i].seg].pending_dels--;
+			store_tier_seg_settle_locked(s, dels[i].seg);
+		}
+	}
+}
+
+void store_tier_write_failed_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+
+	t->healthy = false;
+	t->write_errors++;
+	t->retry_at_ms = store_now_ms() + t->backoff_ms;
+}
+
+int store_tier_index_commit(struct store *s, const struct store_nvme_rec *recs, size_t n,
+			    const struct store_del *dels, size_t ndels)
+{
+	struct store_tier *t = s->tier;
+	uint32_t *ns_ids = NULL;
+	uint8_t (*keys)[STORE_KEY_BYTES] = NULL;
+	int rc = 0;
+
+	if (ndels) {
+		ns_ids = malloc(ndels * sizeof(*ns_ids));
+		keys = malloc(ndels * sizeof(*keys));
+		if (!ns_ids || !keys) {
+			rc = -ENOMEM;
+			goto out_free;
+		}
+		for (size_t i = 0; i < ndels; i++) {
+			ns_ids[i] = dels[i].disk_id;
+			memcpy(keys[i], dels[i].key, STORE_KEY_BYTES);
+		}
+	}
+	if (n) {
+		rc = store_nvme_index_write(t->ix, recs, n, ns_ids,
+					    (const uint8_t (*)[STORE_KEY_BYTES])keys, ndels);
+	} else {
+		for (size_t i = 0; i < ndels && !rc; i++)
+			rc = store_nvme_index_delete(t->ix, ns_ids[i], keys[i]);
+	}
+out_free:
+	free(ns_ids);
+	free(keys);
+	return rc;
+}
+
+/* ---- workers ---- */
+
+/* Sleep on tier->wake for at most ms milliseconds (CLOCK_MONOTONIC). */
+static void wait_ms_locked(struct store *s, pthread_cond_t *cv, uint64_t ms)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += (time_t)(ms / 1000);
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(cv, &s->lock, &ts);
+}
+
+/* Take the demoter role for fn (one thread at a time writes to disk). */
+static void as_demoter_locked(struct store *s, void (*fn)(struct store *s))
+{
+	struct store_tier *t = s->tier;
+
+	t->demoter_busy = true;
+	fn(s);
+	t->demoter_busy = false;
+	pthread_cond_broadcast(&t->idle);
+}
+
+static bool dels_due_locked(const struct store *s)
+{
+	const struct store_tier *t = s->tier;
+
+	return t->ndels && !t->demoter_busy && store_now_ms() >= t->retry_at_ms;
+}
+
+static void *worker_main(void *arg)
+{
+	struct store *s = arg;
+	struct store_tier *t = s->tier;
+
+	pthread_mutex_lock(&s->lock);
+	while (!t->stop) {
+		if (!store_list_empty(&t->promo_queue)) {
+			struct store_promo *p = store_container_of(t->promo_queue.next,
+								   struct store_promo, link);
+
+			store_list_del(&p->link);
+			store_promo_run_locked(s, p);
+			continue;
+		}
+		if (!t->demoter_busy && store_demote_wanted_locked(s)) {
+			as_demoter_locked(s, store_demote_round_locked);
+			continue;
+		}
+		if (dels_due_locked(s)) {
+			as_demoter_locked(s, store_tier_flush_dels_locked);
+			continue;
+		}
+		wait_ms_locked(s, &t->wake, IDLE_WAIT_MS);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+/* ---- geometry and opening ---- */
+
+/* Segment size and count from the configuration (store.h rules).
+ * Errors: -EINVAL (fewer than two segments). */
+static int geometry(const struct store_config *cfg, uint64_t *seg_bytes, uint32_t *nseg)
+{
+	uint64_t max_ext = store_pages_of(cfg->max_block_bytes) * STORE_PAGE_BYTES;
+	uint64_t seg = cfg->nvme_segment_bytes, n;
+
+	if (seg == 0) {
+		seg = DEFAULT_SEGMENT_BYTES;
+		if (cfg->nvme_capacity_bytes / 8 < seg)
+			seg = cfg->nvme_capacity_bytes / 8;
+	}
+	seg -= seg % STORE_PAGE_BYTES;
+	if (seg < max_ext)
+		seg = max_ext;
+	if (seg == 0)
+		return -EINVAL;
+	n = cfg->nvme_capacity_bytes / seg;
+	if (n < 2 || n > UINT32_MAX - 1)
+		return -EINVAL;
+	*seg_bytes = seg;
+	*nseg = (uint32_t)n;
+	return 0;
+}
+
+static void set_why(char *why, size_t why_len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void set_why(char *why, size_t why_len, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!why || !why_len)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(why, why_len, fmt, ap);
+	va_end(ap);
+}
+
+/* The tier header with its segments and condition variables. */
+static struct store_tier *tier_new(uint64_t seg_bytes, uint32_t nseg)
+{
+	struct store_tier *t = calloc(1, sizeof(*t));
+	pthread_condattr_t ca;
+
+	if (!t)
+		return NULL;
+	t->segs = calloc(nseg, sizeof(*t->segs));
+	if (!t->segs) {
+		free(t);
+		return NULL;
+	}
+	for (uint32_t i = 0; i < nseg; i++)
+		store_list_init(&t->segs[i].blocks);
+	t->segment_bytes = seg_bytes;
+	t->nseg = nseg;
+	t->nfree = nseg;
+	t->active = STORE_SEG_NONE;
+	t->healthy = true;
+	t->backoff_ms = BACKOFF_MS;
+	store_list_init(&t->promo_queue);
+	store_list_init(&t->promo_running);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&t->wake, &ca);
+	pthread_cond_init(&t->idle, &ca);
+	pthread_condattr_destroy(&ca);
+	return t;
+}
+
+static void tier_free(struct store_tier *t)
+{
+	store_nvme_index_close(t->ix);
+	store_nvme_io_close(t->io);
+	pthread_cond_destroy(&t->wake);
+	pthread_cond_destroy(&t->idle);
+	free(t->threads);
+	free(t->dels);
+	free(t->segs);
+	free(t);
+}
+
+/* Open the segment files and the RocksDB index under cfg.nvme_dir. */
+static int open_files(struct store *s, struct store_tier *t, char *why, size_t why_len)
+{
+	const struct store_config *cfg = &s->cfg;
+	size_t len = strlen(cfg->nvme_dir) + sizeof("/index");
+	char *path;
+	int rc;
+
+	rc = store_nvme_io_open(cfg->nvme_dir, t->segment_bytes, t->nseg, cfg->log, cfg->log_arg,
+				&t->io, why, why_len);
+	if (rc)
+		return rc;
+	path = malloc(len);
+	if (!path)
+		return -ENOMEM;
+	snprintf(path, len, "%s/index", cfg->nvme_dir);
+	rc = store_nvme_index_open(path, cfg->log, cfg->log_arg, &t->ix, why, why_len);
+	free(path);
+	if (rc)
+		return rc;
+	rc = store_nvme_index_next_ns_id(t->ix, &t->next_disk_id);
+	if (rc)
+		set_why(why, why_len, "%s: cannot read the index's next namespace id",
+			cfg->nvme_dir);
+	return rc;
+}
+
+/* Demotion thresholds from the arena size and the largest block. */
+static void set_thresholds(struct store *s, struct store_tier *t)
+{
+	uint64_t pages = store_arena_pages(s->arena);
+	uint64_t max_pages = store_pages_of(s->cfg.max_block_bytes);
+	uint64_t low = pages / 4;
+
+	if (low < 2 * max_pages)
+		low = 2 * max_pages;
+	if (low > pages)
+		low = pages;
+	t->low_pages = low;
+	t->batch_bytes = t->segment_bytes / 4 < MAX_BATCH_BYTES ? t->segment_bytes / 4
+								 : MAX_BATCH_BYTES;
+}
+
+static int start_threads(struct store *s, struct store_tier *t)
+{
+	uint32_t n = s->cfg.nvme_io_threads ? s->cfg.nvme_io_threads : DEFAULT_IO_THREADS;
+
+	if (n > MAX_IO_THREADS)
+		n = MAX_IO_THREADS;
+	t->threads = calloc(n, sizeof(*t->threads));
+	if (!t->threads)
+		return -ENOMEM;
+	for (; t->nthreads < n; t->nthreads++) {
+		int rc = pthread_create(&t->threads[t->nthreads], NULL, worker_main, s);
+
+		if (rc)
+			return -rc;
+	}
+	return 0;
+}
+
+/* Stop and join the worker threads (none may be mid-round: drained). */
+static void stop_threads(struct store *s)
+{
+	struct store_tier *t = s->tier;
+
+	pthread_mutex_lock(&s->lock);
+	t->stop = true;
+	pthread_cond_broadcast(&t->wake);
+	pthread_mutex_unlock(&s->lock);
+	for (uint32_t i = 0; i < t->nthreads; i++)
+		pthread_join(t->threads[i], NULL);
+	t->nthreads = 0;
+}
+
+int store_tier_open(struct store *s, char *why, size_t why_len)
+{
+	struct store_tier *t;
+	uint64_t seg_bytes;
+	uint32_t nseg;
+	int rc;
+
+	rc = geometry(&s->cfg, &seg_bytes, &nseg);
+	if (rc) {
+		set_why(why, why_len, "%s: nvme_capacity holds fewer than two segments",
+			s->cfg.nvme_dir);
+		return rc;
+	}
+	t = tier_new(seg_bytes, nseg);
+	if (!t)
+		return -ENOMEM;
+	rc = open_files(s, t, why, why_len);
+	if (rc)
+		goto out_free;
+	s->tier = t;
+	set_thresholds(s, t);
+	rc = store_lru_reserve_locked(s, 1024);
+	if (rc)
+		goto out_unset;
+	rc = store_rebuild(s, why, why_len);
+	if (rc)
+		goto out_unset;
+	rc = start_threads(s, t);
+	if (rc)
+		goto out_stop;
+	return 0;
+
+out_stop:
+	stop_threads(s);
+out_unset:
+	s->tier = NULL;
+out_free:
+	tier_free(t);
+	return rc;
+}
+
+void store_tier_drain(struct store *s)
+{
+	struct store_tier *t = s->tier;
+
+	pthread_mutex_lock(&s->lock);
+	t->draining = true;
+	pthread_cond_broadcast(&t->wake);
+	while (t->promos || t->demoter_busy)
+		wait_ms_locked(s, &t->idle, IDLE_WAIT_MS);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void store_tier_close(struct store *s)
+{
+	struct store_tier *t = s->tier;
+
+	store_tier_drain(s);
+	stop_threads(s);
+	pthread_mutex_lock(&s->lock);
+	/* what was removed must not come back at the next open */
+	if (t->ndels)
+		store_tier_flush_dels_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	s->tier = NULL;
+	tier_free(t);
+}
+
+/* ---- test hooks (store_debug.h) ---- */
+
+#define DEBUG_WAIT_MAX_MS 10000u
+
+int store_debug_nvme_demote_all(struct store *s)
+{
+	uint64_t deadline = store_now_ms() + DEBUG_WAIT_MAX_MS;
+	struct store_tier *t = s->tier;
+	int rc = 0;
+
+	if (!t)
+		return -ENODEV;
+	pthread_mutex_lock(&s->lock);
+	t->demote_all++;
+	store_tier_kick_locked(s);
+	for (;;) {
+		uint64_t now = store_now_ms();
+
+		if (!t->demoter_busy && s->lru[STORE_LRU_DIRTY].len == 0)
+			break;
+		if ((!t->demoter_busy && now < t->retry_at_ms) || now > deadline) {
+			rc = -EIO;
+			break;
+		}
+		wait_ms_locked(s, &t->idle, 20);
+	}
+	t->demote_all--;
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+/* Is there anything for the workers to do (or being done)? */
+static bool busy_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+
+	return t->promos || t->demoter_busy || store_demote_wanted_locked(s) ||
+	       dels_due_locked(s);
+}
+
+void store_debug_nvme_wait_idle(struct store *s)
+{
+	uint64_t deadline = store_now_ms() + DEBUG_WAIT_MAX_MS;
+
+	if (!s->tier)
+		return;
+	pthread_mutex_lock(&s->lock);
+	while (busy_locked(s) && store_now_ms() < deadline) {
+		store_tier_kick_locked(s);
+		wait_ms_locked(s, &s->tier->idle, 20);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+void store_debug_nvme_fail_writes(struct store *s, uint32_t count)
+{
+	if (!s->tier)
+		return;
+	pthread_mutex_lock(&s->lock);
+	s->tier->fail_writes = count;
+	pthread_mutex_unlock(&s->lock);
+}
+
+void store_debug_nvme_backoff(struct store *s, uint64_t ms)
+{
+	if (!s->tier)
+		return;
+	pthread_mutex_lock(&s->lock);
+	s->tier->backoff_ms = ms;
+	pthread_mutex_unlock(&s->lock);
+}
+
+int store_debug_nvme_where(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			   uint32_t *segment, uint64_t *offset, int *in_dram)
+{
+	struct store_block *b;
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&s->lock);
+	b = store_find_locked(s, ns_id, key);
+	if (b && b->on_nvme) {
+		*segment = b->seg;
+		*offset = b->seg_off;
+		if (in_dram)
+			*in_dram = b->in_dram;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+int store_debug_drop_dram(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES])
+{
+	struct store_block *b;
+	int rc = 0;
+
+	pthread_mutex_lock(&s->lock);
+	b = store_find_locked(s, ns_id, key);
+	if (!b)
+		rc = -ENOENT;
+	else if (b->heap_idx[STORE_LRU_CLEAN] == STORE_HEAP_NONE || !s->tier)
+		rc = -EBUSY;
+	else
+		store_block_drop_dram_locked(s, b);
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
