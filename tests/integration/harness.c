@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
@@ -323,6 +324,72 @@ int harness_start_on_port(struct harness_server *s, uint16_t port, const char *c
 			return -ECHILD;
 		harness_sleep_ms(200);
 	}
+}
+
+/* Read fd until EOF or the deadline into a growing NUL-terminated buffer. */
+static int collect_output(int fd, uint64_t deadline, char **out);
+
+int harness_start_fail(const char *const *extra, int timeout_ms, int *status, char **err_text)
+{
+	const char *argv[HARNESS_MAX_ARGS + 16];
+	const char *kvpoold = getenv("KVPOOLD");
+	struct harness_server s = { 0 };
+	uint64_t deadline;
+	char port_text[16], *text = NULL;
+	int pipefd[2], wstatus, err, answered = 0;
+	uint16_t port = 0;
+	pid_t pid;
+
+	if (!kvpoold || access(kvpoold, X_OK) != 0)
+		return -ENOENT;
+	err = copy_extra(&s, extra);
+	if (!err)
+		err = pick_free_port(&port);
+	if (err)
+		return err;
+	snprintf(port_text, sizeof(port_text), "%u", port);
+	snprintf(s.url, sizeof(s.url), "tcp://127.0.0.1:%u", port);
+	err = build_argv(&s, kvpoold, port_text, argv, sizeof(argv) / sizeof(argv[0]));
+	if (err)
+		return err;
+	if (pipe2(pipefd, O_CLOEXEC) < 0)
+		return -errno;
+	deadline = harness_now_ms() + (uint64_t)scaled_ms(timeout_ms);
+	pid = fork();
+	if (pid < 0) {
+		err = -errno;
+		close(pipefd[0]);
+		close(pipefd[1]);
+		return err;
+	}
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		dup2(pipefd[1], 2);
+		execvp(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	close(pipefd[1]);
+	/* stderr closes when it exits (or hangs on): read it, then reap. */
+	err = collect_output(pipefd[0], deadline, &text);
+	close(pipefd[0]);
+	while (!err && !child_exited(pid, &wstatus)) {
+		if (probe_ready(s.url) == 0)
+			answered = 1;
+		if (answered || harness_now_ms() > deadline) {
+			err = answered ? -EADDRINUSE : -ETIMEDOUT;
+			break;
+		}
+		harness_sleep_ms(10);
+	}
+	if (err) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		free(text);
+		return err;
+	}
+	*status = wstatus_code(wstatus);
+	*err_text = text;
+	return 0;
 }
 
 int harness_stop(struct harness_server *s)
@@ -676,6 +743,35 @@ int harness_raw_put(int fd, uint64_t request_id, const uint8_t key[32], const ui
 	return err;
 }
 
+int harness_raw_get_send(int fd, uint64_t request_id, const uint8_t (*keys)[32], uint32_t count,
+			 uint64_t max_length)
+{
+	size_t body_bytes = proto_batch_body_bytes(count, PROTO_GET_ENTRY_BYTES);
+	uint8_t *body = malloc(body_bytes);
+	int err;
+
+	if (!body)
+		return -ENOMEM;
+	proto_batch_encode_prefix(body, count, 0);
+	for (uint32_t i = 0; i < count; i++) {
+		struct proto_get_entry e = { .max_length = max_length };
+
+		memcpy(e.key, keys[i], 32);
+		proto_get_entry_encode(body, i, &e);
+	}
+	err = harness_send_frame(fd, PROTO_OP_GET, request_id, body, (uint32_t)body_bytes, NULL, 0);
+	free(body);
+	return err;
+}
+
+int harness_raw_get(int fd, uint64_t request_id, const uint8_t (*keys)[32], uint32_t count,
+		    uint64_t max_length, int timeout_ms, struct harness_frame *f)
+{
+	int err = harness_raw_get_send(fd, request_id, keys, count, max_length);
+
+	return err ? err : harness_read_frame(fd, timeout_ms, f);
+}
+
 /* ---- stats ------------------------------------------------------------------ */
 
 int harness_stats(struct kvpool_client *c, const char *ns, struct json_object **doc)
@@ -852,6 +948,40 @@ void harness_check_absent_or_fail(struct kvpool_client *c, const uint8_t key[32]
 
 	assert_int_equal(kvpool_exists(c, (const uint8_t(*)[32])key, 1, &st), 0);
 	assert_int_equal(st, -ENOENT);
+}
+
+/* ---- directories ----------------------------------------------------------- */
+
+int harness_tmpdir(const char *tag, char *buf, size_t cap)
+{
+	const char *base = getenv("TMPDIR");
+	int n;
+
+	if (!base || !*base)
+		base = "/tmp";
+	n = snprintf(buf, cap, "%s/kvpool-%s-XXXXXX", base, tag);
+	if (n < 0 || (size_t)n >= cap)
+		return -ENAMETOOLONG;
+	return mkdtemp(buf) ? 0 : -errno;
+}
+
+/* nftw callback: remove one entry, children first (FTW_DEPTH). */
+static int rm_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if ((type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT)
+		return -errno;
+	return 0;
+}
+
+int harness_rm_rf(const char *path)
+{
+	int rc = nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+
+	if (rc < 0 && errno == ENOENT)
+		return 0;
+	return rc < 0 ? -errno : rc;
 }
 
 /* ---- processes ------------------------------------------------------------- */

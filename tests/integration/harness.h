@@ -56,6 +56,16 @@ int harness_start(struct harness_server *s, const char *const *extra);
  * just stopped). Retries for up to 10 s while the start fails. */
 int harness_start_on_port(struct harness_server *s, uint16_t port, const char *const *extra);
 
+/* Run $KVPOOLD with `extra` on a free port expecting it to refuse to
+ * start: wait up to timeout_ms for it to exit, capturing its stderr.
+ * *status receives the exit code (128 + signal if killed), *err_text
+ * (malloc'd, NUL-terminated; free()) what it wrote to stderr. If it is
+ * still running at the deadline it is killed and -ETIMEDOUT returned; if
+ * it answered a PING meanwhile (it opened its port) -EADDRINUSE is
+ * returned after killing it. Errors: -ENOENT ($KVPOOLD), -E2BIG, -errno
+ * of pipe/fork, -ETIMEDOUT, -EADDRINUSE. */
+int harness_start_fail(const char *const *extra, int timeout_ms, int *status, char **err_text);
+
 /* 1 when KVPOOL_VALGRIND=1 asks for kvpoold under valgrind, else 0. */
 int harness_valgrind(void);
 
@@ -223,6 +233,18 @@ void harness_check_block_or_fail(struct kvpool_client *c, const uint8_t key[32],
  * absent (-ENOENT) in c's namespace. Test thread only. */
 void harness_check_absent_or_fail(struct kvpool_client *c, const uint8_t key[32]);
 
+/* Send one GET request for keys[0..count) (each with max_length) over a
+ * raw connection and read its reply into *f (check f->h.request_id and
+ * decode results with harness_reply_result; OK payloads are concatenated
+ * in f->payload). Errors: as harness_send_frame and harness_read_frame,
+ * -ENOMEM. */
+int harness_raw_get(int fd, uint64_t request_id, const uint8_t (*keys)[32], uint32_t count,
+		    uint64_t max_length, int timeout_ms, struct harness_frame *f);
+
+/* Send (do not read) one GET request for keys[0..count). */
+int harness_raw_get_send(int fd, uint64_t request_id, const uint8_t (*keys)[32], uint32_t count,
+			 uint64_t max_length);
+
 /* ---- processes, data, time ------------------------------------------------ */
 
 /* Run argv[0] with argv, stdout captured into *out (malloc'd, NUL-terminated;
@@ -242,6 +264,15 @@ uint64_t harness_key_seed(const uint8_t key[32]);
 
 /* xxh3-64 (seed 0) of buf, the protocol checksum. */
 uint64_t harness_xxh3(const void *buf, size_t len);
+
+/* Make a fresh empty directory "<$TMPDIR or /tmp>/kvpool-<tag>-XXXXXX" and
+ * write its path into buf[0..cap). Errors: -ENAMETOOLONG, -errno of
+ * mkdtemp. */
+int harness_tmpdir(const char *tag, char *buf, size_t cap);
+
+/* Remove path and everything under it (no symlink is followed). Returns 0
+ * or the first -errno met; a missing path is 0. */
+int harness_rm_rf(const char *path);
 
 /* CLOCK_MONOTONIC in milliseconds. */
 uint64_t harness_now_ms(void);
