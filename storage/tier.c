@@ -51,28 +51,28 @@ void store_log(struct store *s, enum store_log_level level, const char *fmt, ...
 	va_end(ap);
 }
 
-/* The limiter's fields are updated without the store lock by whichever
- * thread logs; a lost update only changes how many lines get through. */
+/* The limiter's fields are updated atomically without the store lock by
+ * whichever thread logs; two threads racing may both print a line. */
 void store_log_limited(struct store *s, struct store_ratelimit *rl, enum store_log_level level,
 		       const char *fmt, ...)
 {
-	uint64_t now = store_now_ms();
+	uint64_t now = store_now_ms(), last = __atomic_load_n(&rl->last_ms, __ATOMIC_RELAXED);
+	uint64_t suppressed;
 	char line[448];
 	va_list ap;
 
-	if (rl->last_ms && now - rl->last_ms < LOG_INTERVAL_MS) {
+	if (last && now - last < LOG_INTERVAL_MS) {
 		__atomic_add_fetch(&rl->suppressed, 1, __ATOMIC_RELAXED);
 		return;
 	}
-	rl->last_ms = now;
+	__atomic_store_n(&rl->last_ms, now, __ATOMIC_RELAXED);
+	suppressed = __atomic_exchange_n(&rl->suppressed, 0, __ATOMIC_RELAXED);
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	uint64_t n = __atomic_exchange_n(&rl->suppressed, 0, __ATOMIC_RELAXED);
-
-	if (n)
+	if (suppressed)
 		store_log(s, level, "%s (%llu more like it suppressed)", line,
-			  (unsigned long long)n);
+			  (unsigned long long)suppressed);
 	else
 		store_log(s, level, "%s", line);
 }
@@ -554,7 +554,8 @@ int store_debug_nvme_demote_all(struct store *s)
 
 		if (!t->demoter_busy && s->lru[STORE_LRU_DIRTY].len == 0)
 			break;
-		if ((!t->demoter_busy && now < t->retry_at_ms) || now > deadline) {
+		/* a failed write backs off: report it rather than wait */
+		if ((!t->demoter_busy && !t->healthy && now < t->retry_at_ms) || now > deadline) {
 			rc = -EIO;
 			break;
 		}
