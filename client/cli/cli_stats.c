@@ -259,7 +259,7 @@ static void print_nvme_detail(FILE *f, struct json_object *t)
 static void print_tiers(FILE *f, struct json_object *doc)
 {
 	struct json_object *nvme = JGET(doc, "tiers", "nvme");
-	char a[32], b[32], c[32], d[32];
+	char a[32], b[32], c[32], d[32], e[32];
 
 	fprintf(f, "\n" TIER_ROW, "tier", "blocks", "used", "payload", "capacity", "free",
 		"largest free", "fragment.");
@@ -272,7 +272,7 @@ static void print_tiers(FILE *f, struct json_object *doc)
 		fmt_size(JGET(doc, "index_bytes"), b, sizeof(b)),
 		fmt_count(JGET(doc, "evictions"), c, sizeof(c)),
 		fmt_count(JGET(doc, "leases_active"), d, sizeof(d)),
-		fmt_count(JGET(doc, "checksum_errors"), a, sizeof(a)));
+		fmt_count(JGET(doc, "checksum_errors"), e, sizeof(e)));
 	if (nvme_enabled(nvme))
 		print_nvme_detail(f, nvme);
 	else

@@ -593,7 +593,7 @@ static void test_stats_report_tiers(void **state)
 		"\"admission_rejections\":9,\"evictions\":4,\"corrupt_blocks\":1,"
 		"\"read_errors\":0,\"write_errors\":0,\"rebuild_ms\":250,"
 		"\"rebuild_blocks\":100000,\"orphans_dropped\":12}},"
-		"\"blocks\":42,\"evictions\":0,"
+		"\"blocks\":42,\"evictions\":0,\"checksum_errors\":5,"
 		"\"namespaces\":{\"m\":{\"blocks\":42,\"nvme_blocks\":41,\"bytes\":5060000}}}";
 	static const char one[] =
 		"{\"version\":\"0.1.0\",\"tiers\":{\"dram\":{\"blocks\":3},"
@@ -605,6 +605,7 @@ static void test_stats_report_tiers(void **state)
 	assert_non_null(strstr(r, "\ndram "));
 	assert_has(r, "\nnvme             41 ");
 	assert_has(r, "blocks 42 (in either tier)");
+	assert_has(r, "checksum errors 5\n");
 	assert_has(r, "nvme tier: buffered I/O (no O_DIRECT here), healthy");
 	assert_has(r, "demotions   45 blocks");
 	assert_has(r, "promotions 6 blocks");
