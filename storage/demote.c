@@ -319,6 +319,13 @@ static void demote_batch_locked(struct store *s)
 		t->fail_writes--;
 		db->fail_write = true;
 	}
+	while (t->hold) {
+		/* test hook: a picked batch waits here, its blocks pinned */
+		t->held = true;
+		pthread_cond_broadcast(&t->idle);
+		pthread_cond_wait(&t->wake, &s->lock);
+	}
+	t->held = false;
 	store_tier_take_dels_locked(s, &db->dels, &db->ndels);
 	pthread_mutex_unlock(&s->lock);
 	rc = write_batch(s, db);

@@ -32,6 +32,12 @@ void store_debug_nvme_wait_idle(struct store *s);
  * (-ENOSPC), before anything is written. */
 void store_debug_nvme_fail_writes(struct store *s, uint32_t count);
 
+/* hold 1: demote every dirty block but park the demoter after it picked
+ * its batch, before it writes, and return once it is parked; hold 0: let
+ * it go on and wait until it is idle. Errors: -ENODEV (no tier),
+ * -ETIMEDOUT (no batch within 10 s). */
+int store_debug_nvme_hold(struct store *s, int hold);
+
 /* Back-off after a failed write, in ms (default 1000). */
 void store_debug_nvme_backoff(struct store *s, uint64_t ms);
 

@@ -253,6 +253,7 @@ struct store_tier {
 	uint64_t retry_at_ms;        /* no demotion before this (back-off) */
 	uint64_t demote_all;         /* test hook: demote every dirty block */
 	uint32_t fail_writes;        /* test hook: fail this many writes */
+	bool hold, held;             /* test hook: park the demoter before its write */
 
 	struct store_list promo_queue;   /* promotions not started */
 	struct store_list promo_running; /* promotions holding arena pages */

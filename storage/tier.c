@@ -566,6 +566,35 @@ int store_debug_nvme_demote_all(struct store *s)
 	return rc;
 }
 
+int store_debug_nvme_hold(struct store *s, int hold)
+{
+	uint64_t deadline = store_now_ms() + DEBUG_WAIT_MAX_MS;
+	struct store_tier *t = s->tier;
+	int rc = 0;
+
+	if (!t)
+		return -ENODEV;
+	pthread_mutex_lock(&s->lock);
+	if (hold) {
+		t->hold = true;
+		t->demote_all++;
+		store_tier_kick_locked(s);
+		while (!t->held && !rc) {
+			wait_ms_locked(s, &t->idle, 20);
+			if (store_now_ms() > deadline)
+				rc = -ETIMEDOUT;
+		}
+	} else {
+		t->hold = false;
+		t->demote_all--;
+		store_tier_kick_locked(s);
+		while ((t->held || t->demoter_busy) && store_now_ms() < deadline)
+			wait_ms_locked(s, &t->idle, 20);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
 /* Is there anything for the workers to do (or being done)? */
 static bool busy_locked(struct store *s)
 {

@@ -616,6 +616,40 @@ static void test_drop_namespace_persists(void **state)
 	assert_true(stored(f, 500));
 }
 
+/* Blocks deleted while their demotion writes them do not come back, now
+ * or after a restart: their fresh records are deleted. */
+static void test_delete_during_demotion(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 8 * MIB);
+	uint8_t key[STORE_KEY_BYTES];
+	uint64_t removed = 0;
+
+	*state = f;
+	for (uint64_t id = 1; id <= 4; id++)
+		assert_int_equal(put_id(f, id, chain_parent(id, 4)), 0);
+	assert_int_equal(put_id(f, 9, 0), 0);
+	assert_int_equal(store_debug_nvme_hold(f->s, 1), 0);
+	key_of(1, key);
+	assert_int_equal(store_delete(f->s, f->ns, key, &removed), 0);
+	assert_int_equal(removed, 4);
+	assert_check(f->s);
+	assert_int_equal(store_debug_nvme_hold(f->s, 0), 0);
+	store_debug_nvme_wait_idle(f->s);
+	assert_check(f->s);
+	for (uint64_t id = 1; id <= 4; id++)
+		assert_false(stored(f, id));
+	assert_int_equal(stats_of(f->s).blocks, 1);
+	assert_int_equal(stats_of(f->s).nvme_blocks, 1);
+	assert_int_equal(stats_of(f->s).demotions, 1);
+	close_fixture(f);
+	open_fixture(f);
+	assert_int_equal(stats_of(f->s).rebuild_blocks, 1);
+	assert_int_equal(stats_of(f->s).orphans_dropped, 0);
+	for (uint64_t id = 1; id <= 4; id++)
+		assert_false(stored(f, id));
+	assert_int_equal(get_id(f, 9, NULL), 0);
+}
+
 /* Writes fail: the tier is unhealthy, puts go on in DRAM (evicting), and
  * the tier resumes when writes succeed again. */
 static void test_write_failure(void **state)
@@ -763,6 +797,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_rebuild_orphans, teardown),
 		cmocka_unit_test_teardown(test_corrupt_block, teardown),
 		cmocka_unit_test_teardown(test_drop_namespace_persists, teardown),
+		cmocka_unit_test_teardown(test_delete_during_demotion, teardown),
 		cmocka_unit_test_teardown(test_write_failure, teardown),
 		cmocka_unit_test_teardown(test_get_async_and_drain, teardown),
 		cmocka_unit_test_teardown(test_open_errors, teardown),
