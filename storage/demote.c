@@ -207,8 +207,10 @@ static bool pick_locked(struct store *s, struct demote_batch *db)
 				return false; /* reclaim into the fresh segment first */
 			continue;
 		}
-		if (!disk_id_locked(s, b->ns, db))
+		if (!disk_id_locked(s, b->ns, db)) {
+			t->retry_at_ms = store_now_ms() + STALL_RETRY_MS;
 			break;
+		}
 		take_locked(s, db, b);
 	}
 	return db->n > 0;

@@ -169,13 +169,16 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
  * reservation and *dst the 4 KiB-aligned place (length bytes) where the
  * caller writes the payload; the reservation counts against
  * max_inflight_put_bytes until commit or abort. The parent (if any) is
- * pinned until then. May evict.
+ * pinned until then. May evict (with an NVMe tier: drops clean DRAM
+ * copies, and evicts only while the tier cannot take blocks).
  * Errors:
  *   -EEXIST    key already stored: success, nothing reserved
  *   -ENOLINK   parent given, not stored, and not STORE_PUT_PARENT_IN_BATCH
  *   -EINVAL    length 0, or unknown ns_id
  *   -EMSGSIZE  length > max_block_bytes or > the arena
- *   -EAGAIN    reserving would exceed max_inflight_put_bytes (retry later)
+ *   -EAGAIN    reserving would exceed max_inflight_put_bytes, or (NVMe tier)
+ *              the room is held by dirty DRAM copies the demoter has yet to
+ *              write (it is woken; retry later)
  *   -ENOSPC    not enough space even after evicting everything evictable
  *              (what was evicted on the way stays evicted)
  *   -ENOMEM    no memory for the block header */
