@@ -269,7 +269,7 @@ static void get_prefix(struct kvpool_client *c, const char *tag, uint32_t chain,
 static void check_chain(struct kvpool_client *c, const char *tag, uint32_t chain, uint32_t n,
 			size_t fixed_len, struct chain_check *out)
 {
-	uint8_t keys[CHAIN_MAX][32];
+	uint8_t keys[CHAIN_MAX][32] = { { 0 } };
 	int st[CHAIN_MAX];
 	size_t matched = 0;
 
