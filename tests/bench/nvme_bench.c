@@ -12,6 +12,12 @@
  *                    to its final value), sampled every 2 ms
  *   promotion GB/s = promoted_bytes / duration of the get phase
  *
+ * Then it closes the store and opens it again: the rebuild's time and
+ * block count (rebuild_ms, rebuild_blocks, orphans_dropped) are reported,
+ * every block is looked up with EXISTS, and a sample is fetched and
+ * byte-checked. --no-get skips the get phase (a rebuild-only run with many
+ * small blocks).
+ *
  * Payloads: 64 random 1 MiB patterns; block i is pattern i % 64 with the
  * first 16 bytes of each 4 KiB page replaced by (magic, i, page), so a
  * block read from the wrong place, or a page from the wrong place, fails
@@ -19,7 +25,8 @@
  *
  * Last line of output, for tests/bench/nvme_tier.sh:
  *   RESULT demote_gbps=F promote_gbps=F put_gbps=F direct_io=B blocks=N
- *          demoted=N promoted=N errors=N
+ *          demoted=N promoted=N rebuild_ms=N rebuild_blocks=N
+ *          rebuild_blocks_per_s=F orphans=N errors=N
  * Exit status 0 only when every block came back byte-exact.
  */
 #include <errno.h>
@@ -44,6 +51,7 @@
 #define STAMP_MAGIC 0x6b76706f6f6c4e56ull /* "kvpoolNV" */
 #define SAMPLE_NS 2000000ull
 #define STALL_LIMIT_NS (60ull * 1000000000ull)
+#define REOPEN_SAMPLE 256u
 
 struct opts {
 	const char *dir;
@@ -54,6 +62,7 @@ struct opts {
 	uint64_t segment_bytes;       /* 0 = store default */
 	uint32_t io_threads;
 	uint32_t window;              /* asynchronous gets in flight */
+	bool no_get;                  /* skip the get phase */
 	bool verbose;
 };
 
@@ -107,10 +116,24 @@ static uint64_t xorshift(uint64_t *x)
 	return *x;
 }
 
+/* splitmix64: a well-mixed 64-bit value from a counter. */
+static uint64_t mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/* Block i's key: 32 uniformly mixed bytes, as real block hashes
+ * (SHA-256) are; the store's index relies on that. */
 static void block_key(uint64_t i, uint8_t key[STORE_KEY_BYTES])
 {
-	uint64_t words[4] = { STAMP_MAGIC, i, i * 0x9e3779b97f4a7c15ull, ~i };
+	uint64_t words[4];
+	int j;
 
+	for (j = 0; j < 4; j++)
+		words[j] = mix64(i * 4 + (uint64_t)j);
 	memcpy(key, words, STORE_KEY_BYTES);
 }
 
@@ -225,6 +248,9 @@ static int put_block(struct bench *b, uint64_t i, uint64_t *retries)
 			return -ETIMEDOUT;
 		sleep_ns(100000);
 	}
+	if (rc == -EEXIST)
+		fprintf(stderr, "nvme_bench: block %" PRIu64 " is already stored: %s is not empty\n",
+			i, b->o.dir);
 	if (rc)
 		return rc;
 	make_block(b, i, dst);
@@ -447,10 +473,11 @@ static void usage(const char *argv0)
 	fprintf(stderr,
 		"usage: %s --dir DIR [--blocks N] [--block-mib N] [--dram-mib N]\n"
 		"          [--nvme-capacity-mib N] [--segment-mib N] [--io-threads N]\n"
-		"          [--window N] [--verbose]\n"
+		"          [--block-kib N] [--window N] [--no-get] [--verbose]\n"
 		"Puts N blocks (default 6144 x 1 MiB) into a store with a small DRAM arena\n"
 		"(default 256 MiB) so they are demoted to DIR, then gets them all back\n"
-		"(promotions) and checks every byte. DIR must exist and should be empty.\n",
+		"(promotions) and checks every byte, then reopens the store and reports\n"
+		"the rebuild. DIR must exist and should be empty.\n",
 		argv0);
 }
 
@@ -460,11 +487,13 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "dir", required_argument, NULL, 'd' },
 		{ "blocks", required_argument, NULL, 'n' },
 		{ "block-mib", required_argument, NULL, 'b' },
+		{ "block-kib", required_argument, NULL, 'k' },
 		{ "dram-mib", required_argument, NULL, 'm' },
 		{ "nvme-capacity-mib", required_argument, NULL, 'c' },
 		{ "segment-mib", required_argument, NULL, 's' },
 		{ "io-threads", required_argument, NULL, 't' },
 		{ "window", required_argument, NULL, 'w' },
+		{ "no-get", no_argument, NULL, 'g' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -481,16 +510,19 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		case 'd': o->dir = optarg; break;
 		case 'n': o->blocks = v; break;
 		case 'b': o->block_bytes = v * MIB; break;
+		case 'k': o->block_bytes = v * 1024; break;
 		case 'm': o->dram_bytes = v * MIB; break;
 		case 'c': o->nvme_capacity_bytes = v * MIB; break;
 		case 's': o->segment_bytes = v * MIB; break;
 		case 't': o->io_threads = (uint32_t)v; break;
 		case 'w': o->window = (uint32_t)v; break;
+		case 'g': o->no_get = true; break;
 		case 'v': o->verbose = true; break;
 		default: return -EINVAL;
 		}
 	}
-	if (!o->dir || !o->blocks || !o->block_bytes || !o->dram_bytes || !o->window)
+	if (!o->dir || !o->blocks || !o->block_bytes || o->block_bytes % STORE_PAGE_BYTES ||
+	    !o->dram_bytes || !o->window)
 		return -EINVAL;
 	if (!o->nvme_capacity_bytes) {
 		uint64_t seg = o->segment_bytes ? o->segment_bytes : 256 * MIB;
@@ -538,15 +570,21 @@ static double demotion_gbps(struct bench *b, uint64_t *demoted)
 	return gbps;
 }
 
-static int run(struct bench *b, struct getter *g)
+struct results {
+	double put_gbps, demote_gbps, promote_gbps;
+	uint64_t demotions, promotions;
+	uint8_t direct_io;
+	uint64_t rebuild_ms, rebuild_blocks, orphans;
+	double rebuild_blocks_per_s;
+};
+
+/* Open the store, put every block, and time the demotions they cause. */
+static int phase_put(struct bench *b, struct results *r)
 {
 	struct store_stats st;
 	uint64_t demoted = 0;
-	double put_gbps = 0, demote = 0, promote = 0, get_secs = 1;
-	char why[256] = "";
-	int rc;
+	int rc = open_store(b);
 
-	rc = open_store(b);
 	if (rc)
 		return rc;
 	store_stats(b->s, &st);
@@ -558,45 +596,153 @@ static int run(struct bench *b, struct getter *g)
 		fprintf(stderr, "nvme_bench: the store opened without its NVMe tier\n");
 		return -EIO;
 	}
+	r->direct_io = st.nvme_direct_io;
 	if (pthread_create(&b->sampler, NULL, sampler_main, b))
 		return -EAGAIN;
-	rc = put_all(b, &put_gbps);
+	rc = put_all(b, &r->put_gbps);
 	if (!rc)
 		wait_demotions(b);
 	atomic_store(&b->sampler_stop, true);
 	pthread_join(b->sampler, NULL);
 	if (rc)
 		return rc;
-	demote = demotion_gbps(b, &demoted);
+	r->demote_gbps = demotion_gbps(b, &demoted);
 	store_stats(b->s, &st);
+	r->demotions = st.demotions;
 	printf("demote:   %" PRIu64 " blocks, %.2f GiB in %.2f s: %.2f GB/s"
 	       " (nvme bytes written %.2f GiB, write errors %" PRIu64 ")\n",
 	       st.demotions, (double)demoted / (double)(1ull << 30),
-	       demote > 0 ? (double)demoted / demote / 1e9 : 0.0, demote,
+	       r->demote_gbps > 0 ? (double)demoted / r->demote_gbps / 1e9 : 0.0, r->demote_gbps,
 	       (double)st.nvme_bytes_written / (double)(1ull << 30), st.nvme_write_errors);
+	return 0;
+}
 
-	rc = get_all(b, g, &get_secs);
+/* Get every block back (promotions) and check every byte. */
+static int phase_get(struct bench *b, struct getter *g, struct results *r)
+{
+	struct store_stats st;
+	double secs = 1;
+	int rc = get_all(b, g, &secs);
+
 	if (rc)
 		return rc;
 	store_stats(b->s, &st);
-	promote = (double)st.promoted_bytes / (get_secs * 1e9);
+	r->promote_gbps = (double)st.promoted_bytes / (secs * 1e9);
+	r->promotions = st.promotions;
 	printf("promote:  %" PRIu64 " blocks, %.2f GiB in %.2f s: %.2f GB/s"
 	       " (%" PRIu64 " dram hits, %" PRIu64 " busy retries, window %u)\n",
-	       st.promotions, (double)st.promoted_bytes / (double)(1ull << 30), get_secs,
-	       promote, g->dram_hits, g->retries, b->o.window);
+	       st.promotions, (double)st.promoted_bytes / (double)(1ull << 30), secs,
+	       r->promote_gbps, g->dram_hits, g->retries, b->o.window);
 	printf("verify:   %" PRIu64 " blocks checked byte for byte, %" PRIu64 " wrong, %" PRIu64
 	       " missing, corrupt %" PRIu64 ", read errors %" PRIu64 "\n",
 	       g->promoted_blocks + g->dram_hits, g->bad, g->missing, st.corrupt_blocks,
 	       st.nvme_read_errors);
+	b->errors += g->bad + g->missing;
+	return 0;
+}
+
+/* store_get of block i, retrying while there is no DRAM room to promote
+ * into; checks the bytes. */
+static int get_and_check(struct bench *b, uint64_t i)
+{
+	uint8_t key[STORE_KEY_BYTES];
+	struct store_ref ref;
+	uint64_t t0 = now_ns();
+	int rc;
+
+	block_key(i, key);
+	while ((rc = store_get(b->s, b->ns, key, NULL, &ref)) == -EAGAIN) {
+		if (now_ns() - t0 > STALL_LIMIT_NS)
+			return -ETIMEDOUT;
+		sleep_ns(100000);
+	}
+	if (rc)
+		return rc;
+	if (ref.checksum != b->checksums[i] || !block_ok(b, i, ref.data, ref.length))
+		rc = -EBADMSG;
+	store_release(b->s, ref.block);
+	return rc;
+}
+
+/* Close the store and open it again: time the rebuild, look every block
+ * up, and fetch a sample of the survivors byte-checked. */
+static int phase_reopen(struct bench *b, struct getter *g, struct results *r)
+{
+	uint8_t key[STORE_KEY_BYTES];
+	struct store_stats st;
+	uint64_t i, present = 0, checked = 0, seed = 7, t0;
+	int rc;
+
+	store_drain(b->s);
+	reap(g, false);
+	store_close(b->s);
+	b->s = NULL;
+	t0 = now_ns();
+	rc = open_store(b);
+	if (rc)
+		return rc;
+	store_stats(b->s, &st);
+	r->rebuild_ms = st.rebuild_ms;
+	r->rebuild_blocks = st.rebuild_blocks;
+	r->orphans = st.orphans_dropped;
+	r->rebuild_blocks_per_s = st.rebuild_blocks * 1000.0 / (double)(st.rebuild_ms ? st.rebuild_ms : 1);
+	for (i = 0; i < b->o.blocks; i++) {
+		block_key(i, key);
+		present += store_exists(b->s, b->ns, key, NULL) == 0;
+	}
+	if (present != st.blocks) {
+		fprintf(stderr, "nvme_bench: %" PRIu64 " blocks found after reopen, stats say %"
+			PRIu64 "\n", present, st.blocks);
+		b->errors++;
+	}
+	for (i = 0; i < REOPEN_SAMPLE * 4 && checked < REOPEN_SAMPLE && present; i++) {
+		uint64_t k = xorshift(&seed) % b->o.blocks;
+
+		block_key(k, key);
+		if (store_exists(b->s, b->ns, key, NULL))
+			continue;
+		rc = get_and_check(b, k);
+		if (rc) {
+			fprintf(stderr, "nvme_bench: block %" PRIu64 " after reopen: %s\n", k,
+				strerror(-rc));
+			b->errors++;
+		}
+		checked++;
+	}
+	printf("reopen:   %.2f s; rebuild %" PRIu64 " blocks in %" PRIu64 " ms (%.0f blocks/s),"
+	       " %" PRIu64 " orphans dropped, %" PRIu64 " of %" PRIu64 " blocks present,"
+	       " %" PRIu64 " fetched and checked\n",
+	       (double)(now_ns() - t0) / 1e9, st.rebuild_blocks, st.rebuild_ms,
+	       r->rebuild_blocks_per_s, st.orphans_dropped, present, b->o.blocks, checked);
+	return 0;
+}
+
+static int run(struct bench *b, struct getter *g)
+{
+	struct results r;
+	char why[256] = "";
+	int rc;
+
+	memset(&r, 0, sizeof(r));
+	rc = phase_put(b, &r);
+	if (!rc && !b->o.no_get)
+		rc = phase_get(b, g, &r);
+	if (rc)
+		return rc;
 	if (store_check(b->s, why, sizeof(why))) {
 		fprintf(stderr, "nvme_bench: store_check: %s\n", why);
 		b->errors++;
 	}
-	b->errors += g->bad + g->missing;
+	rc = phase_reopen(b, g, &r);
+	if (rc)
+		return rc;
 	printf("RESULT demote_gbps=%.3f promote_gbps=%.3f put_gbps=%.3f direct_io=%d"
-	       " blocks=%" PRIu64 " demoted=%" PRIu64 " promoted=%" PRIu64 " errors=%" PRIu64 "\n",
-	       demote, promote, put_gbps, st.nvme_direct_io, b->o.blocks, st.demotions,
-	       st.promotions, b->errors);
+	       " blocks=%" PRIu64 " demoted=%" PRIu64 " promoted=%" PRIu64 " rebuild_ms=%" PRIu64
+	       " rebuild_blocks=%" PRIu64 " rebuild_blocks_per_s=%.0f orphans=%" PRIu64
+	       " errors=%" PRIu64 "\n",
+	       r.demote_gbps, r.promote_gbps, r.put_gbps, r.direct_io, b->o.blocks, r.demotions,
+	       r.promotions, r.rebuild_ms, r.rebuild_blocks, r.rebuild_blocks_per_s, r.orphans,
+	       b->errors);
 	return b->errors ? -EIO : 0;
 }
 
