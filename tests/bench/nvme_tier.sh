@@ -13,6 +13,8 @@
 #   3. fio, 1 MiB blocks, --direct=1, psync (queue depth 1 per job):
 #      sequential write of GIB GiB, then random reads of that file with one
 #      job and with IO_THREADS jobs (the tier reads with IO_THREADS threads);
+#      and both again with libaio at queue depth 16, the device's ceiling
+#      (the tier batches adjacent blocks into one large pwritev);
 # then prints a table with the ratios tier / fio, and removes the directory.
 # Every step has a time limit, so the script always ends by itself.
 #
@@ -96,14 +98,24 @@ fio_rn=$(timeout --kill-after=10 $((FIO_READ_S + 60)) fio --name=randread --rw=r
 	--size="${GIB}G" --time_based --runtime="$FIO_READ_S" --numjobs="$IO_THREADS" \
 	"${fio_common[@]}" | gbps 7)
 
+fio_aio=(--filename="$work/fio.dat" --bs=1M --direct=1 --ioengine=libaio --iodepth=16
+	--output-format=terse --terse-version=3)
+rm -f "$work/fio.dat" # a fresh file, as for the psync write
+fio_wq=$(timeout --kill-after=10 300 fio --name=seqwrite --rw=write --size="${GIB}G" \
+	--runtime=240 "${fio_aio[@]}" | gbps 48)
+fio_rq=$(timeout --kill-after=10 $((FIO_READ_S + 60)) fio --name=randread --rw=randread \
+	--size="${GIB}G" --time_based --runtime="$FIO_READ_S" "${fio_aio[@]}" | gbps 7)
+
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * a / b; else print "-" }'; }
 echo
 printf '%-44s %10s %10s\n' "path (1 MiB blocks)" "write GB/s" "read GB/s"
 printf '%-44s %10s %10s\n' "kvpool nvme tier: demotion / promotion" "$tier_w" "$tier_r"
 printf '%-44s %10s %10s\n' "fio seq write / rand read, 1 job" "$fio_w" "$fio_r1"
 printf '%-44s %10s %10s\n' "fio rand read, $IO_THREADS jobs" "" "$fio_rn"
+printf '%-44s %10s %10s\n' "fio seq write / rand read, libaio qd 16" "$fio_wq" "$fio_rq"
 printf '%-44s %10s %10s\n' "tier / fio (1 job)" "$(ratio "$tier_w" "$fio_w")" "$(ratio "$tier_r" "$fio_r1")"
 printf '%-44s %10s %10s\n' "tier / fio ($IO_THREADS jobs)" "" "$(ratio "$tier_r" "$fio_rn")"
+printf '%-44s %10s %10s\n' "tier / fio (qd 16)" "$(ratio "$tier_w" "$fio_wq")" "$(ratio "$tier_r" "$fio_rq")"
 echo "warm restart: rebuilt $rb_blocks blocks in $rb_ms ms ($rb_rate blocks/s)"
 [ "$direct" = 1 ] || echo "note: the tier fell back to buffered i/o on this filesystem; fio used --direct=1"
 echo "goal: the tier reaches at least 70% of the O_DIRECT figures"
