@@ -109,6 +109,7 @@ UNIT_DEPS_proto  := $(BUILD)/libproto.a
 UNIT_DEPS_store  := $(BUILD)/libstore.a
 UNIT_DEPS_arena  := $(BUILD)/libstore.a
 UNIT_DEPS_tier   := $(BUILD)/libstore.a
+UNIT_DEPS_index  := $(BUILD)/libstore.a
 UNIT_DEPS_config := $(BUILD)/libconf.a
 UNIT_DEPS_hash   := $(LIB_A)
 UNIT_LIBS_hash   := -ljson-c

@@ -6,23 +6,34 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
-/* Bucket of (ns_id, key): the key's first 8 bytes are already uniform
- * (SHA-256); mixing in ns_id with a 64-bit finalizer keeps equal hashes in
- * different namespaces apart. */
+#include <xxhash.h>
+
+/* Bucket of (ns_id, key). Keys come from clients: honest ones send
+ * SHA-256 outputs, but a hostile one can send keys that agree in any
+ * bytes it likes, so the whole key is hashed with a seed drawn at start-up
+ * (xxh3-64), and no chosen key set lands in one bucket. */
 static uint64_t bucket_of(const struct store_index *ix, uint32_t ns_id,
 			  const uint8_t key[STORE_INDEX_KEY_BYTES])
 {
-	uint64_t h;
+	uint64_t seed = ix->seed ^ ((uint64_t)ns_id * 0x9e3779b97f4a7c15ull);
 
-	memcpy(&h, key, sizeof(h));
-	h ^= (uint64_t)ns_id * 0x9e3779b97f4a7c15ull;
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	h *= 0xc4ceb9fe1a85ec53ull;
-	h ^= h >> 33;
-	return h & (ix->nbuckets - 1);
+	return XXH3_64bits_withSeed(key, STORE_INDEX_KEY_BYTES, seed) & (ix->nbuckets - 1);
+}
+
+/* A seed nobody outside the process can guess: getrandom, or the clock and
+ * an address when the kernel has no entropy call. */
+static uint64_t random_seed(void)
+{
+	uint64_t seed;
+	struct timespec ts;
+
+	if (getrandom(&seed, sizeof(seed), GRND_NONBLOCK) == (ssize_t)sizeof(seed))
+		return seed;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ((uint64_t)ts.tv_nsec << 32) ^ (uint64_t)ts.tv_sec ^ (uint64_t)(uintptr_t)&seed;
 }
 
 static uint64_t round_pow2(uint64_t n)
@@ -43,6 +54,7 @@ int store_index_init(struct store_index *ix, uint64_t nbuckets)
 		return -ENOMEM;
 	ix->nbuckets = n;
 	ix->count = 0;
+	ix->seed = random_seed();
 	return 0;
 }
 

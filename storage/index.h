@@ -2,8 +2,10 @@
  * index.h - hash table from (namespace id, 32-byte block hash) to an
  * intrusive node (internal to storage/).
  *
- * Chained buckets, a power of two of them. Keys are SHA-256 outputs, so
- * the first 8 bytes mixed with the namespace id are a good hash. Inserting
+ * Chained buckets, a power of two of them, chosen by a seeded xxh3-64 of
+ * the whole key and the namespace id: keys are chosen by clients, and a
+ * seed drawn at init keeps a hostile key set from filling one chain
+ * (hash flooding). Inserting
  * never fails: growing the bucket array is a separate step
  * (store_index_reserve) that may fail harmlessly, leaving longer chains.
  *
@@ -27,6 +29,7 @@ struct store_index {
 	struct store_index_node **buckets;
 	uint64_t nbuckets; /* power of two */
 	uint64_t count;    /* nodes in the table */
+	uint64_t seed;     /* bucket hash seed, random per table */
 };
 
 /* Empty table with `nbuckets` (rounded up to a power of two, >= 16)
