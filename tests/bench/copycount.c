@@ -25,7 +25,9 @@
  * then "caller ADDRESS SYMBOL calls N bytes N" for up to 32 callers of big
  * copies, most bytes first. Without COPYCOUNT_OUT nothing is written.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdarg.h>

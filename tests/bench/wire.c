@@ -19,7 +19,9 @@
  * counting whole messages received within the measured window; --json
  * prints one JSON object per size instead.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <getopt.h>
 #include <netinet/in.h>
@@ -178,7 +180,7 @@ static void *receiver_main(void *arg)
 	uint64_t slots = o->depth ? (uint64_t)o->depth : 1, slot = 0, got = 0;
 	uint8_t *buf = malloc(slots * p->size);
 	uint8_t ack = 1;
-	int fd = -1;
+	int fd = -1, one = 1;
 
 	if (buf)
 		memset(buf, 0, slots * p->size); /* fault the pages in before the window */
@@ -193,6 +195,8 @@ static void *receiver_main(void *arg)
 		p->err = -errno;
 		goto out_free;
 	}
+	/* The answers are one byte each: Nagle would hold them back. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	for (;;) {
 		ssize_t n = recv(fd, buf + slot * p->size + got, p->size - got, 0);
 
