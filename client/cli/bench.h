@@ -94,8 +94,17 @@ struct cli_bench_src {
 	uint64_t bytes;
 };
 
-/* Allocate and fill a source of `bytes` (>= 64). Returns 0 or -ENOMEM.
- * Not thread-safe for the same src. */
+/* Anonymous memory of `bytes`, zeroed and faulted in, on huge pages where
+ * the kernel gives them (copies to and from 4 KiB pages pay a TLB miss per
+ * page; on some virtual machines that costs several times the copy).
+ * Returns NULL on failure. Free with cli_bench_unmap. */
+void *cli_bench_map(uint64_t bytes);
+
+/* Free what cli_bench_map returned (NULL is ignored). */
+void cli_bench_unmap(void *p, uint64_t bytes);
+
+/* Allocate (cli_bench_map) and fill a source of `bytes` (>= 64). Returns
+ * 0 or -ENOMEM. Not thread-safe for the same src. */
 int cli_bench_src_init(struct cli_bench_src *src, uint64_t bytes);
 
 /* Free the source. Accepts a zeroed one. */

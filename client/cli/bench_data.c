@@ -10,8 +10,8 @@
 #include "bench.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "payload.h"
 
@@ -26,14 +26,34 @@ static uint64_t mix64(uint64_t z)
 	return z ^ (z >> 31);
 }
 
+void *cli_bench_map(uint64_t bytes)
+{
+	void *p;
+
+	if (!bytes || bytes > SIZE_MAX)
+		return NULL;
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	(void)madvise(p, bytes, MADV_HUGEPAGE);
+	memset(p, 0, bytes); /* faulted in now, not while measuring */
+	return p;
+}
+
+void cli_bench_unmap(void *p, uint64_t bytes)
+{
+	if (p)
+		munmap(p, bytes);
+}
+
 int cli_bench_src_init(struct cli_bench_src *src, uint64_t bytes)
 {
 	static const uint8_t seed_key[KVPOOL_KEY_BYTES] = "kvpool bench payload source";
 	uint8_t *buf;
 
-	if (bytes < WINDOW_ALIGN || bytes > SIZE_MAX)
+	if (bytes < WINDOW_ALIGN)
 		return -ENOMEM;
-	buf = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+	buf = cli_bench_map(bytes);
 	if (!buf)
 		return -ENOMEM;
 	cli_payload_fill(seed_key, buf, bytes);
@@ -44,7 +64,7 @@ int cli_bench_src_init(struct cli_bench_src *src, uint64_t bytes)
 
 void cli_bench_src_release(struct cli_bench_src *src)
 {
-	free(src->buf);
+	cli_bench_unmap(src->buf, src->bytes);
 	src->buf = NULL;
 	src->bytes = 0;
 }

@@ -75,6 +75,7 @@ struct bench_worker {
 	struct kvpool_get_block *gets;
 	int *st;
 	uint8_t *buf;                        /* batch * largest size, GET */
+	uint64_t buf_bytes;
 	uint64_t put_seq[CLI_BENCH_MAX_SIZES];  /* keys put so far per size */
 	uint64_t get_cursor;
 	struct counts n;
@@ -673,8 +674,8 @@ static void phase_broadcast(struct bench_shared *sh, const struct phase *ph, uin
 
 /* ---- setup ----------------------------------------------------------- */
 
-/* Allocate a worker's arrays and buffers and touch the GET buffers, so
- * that page faults are not measured. Returns 0 or -ENOMEM. */
+/* Allocate a worker's arrays and its GET buffers (faulted in, so that
+ * page faults are not measured). Returns 0 or -ENOMEM. */
 static int worker_alloc(struct bench_worker *w, uint32_t batch, uint64_t largest)
 {
 	w->keys = calloc(batch, sizeof(*w->keys));
@@ -686,11 +687,9 @@ static int worker_alloc(struct bench_worker *w, uint32_t batch, uint64_t largest
 		return -ENOMEM;
 	if (largest > SIZE_MAX / batch)
 		return -ENOMEM;
-	w->buf = aligned_alloc(4096, ((size_t)batch * largest + 4095) / 4096 * 4096);
-	if (!w->buf)
-		return -ENOMEM;
-	memset(w->buf, 0, (size_t)batch * largest);
-	return 0;
+	w->buf_bytes = (uint64_t)batch * largest;
+	w->buf = cli_bench_map(w->buf_bytes);
+	return w->buf ? 0 : -ENOMEM;
 }
 
 static void worker_release(struct bench_worker *w)
@@ -701,7 +700,7 @@ static void worker_release(struct bench_worker *w)
 	free(w->puts);
 	free(w->gets);
 	free(w->st);
-	free(w->buf);
+	cli_bench_unmap(w->buf, w->buf_bytes);
 	cli_lat_release(&w->n.lat);
 }
 

@@ -14,7 +14,10 @@
 #   redis    redis-server (Debian) with persistence off, driven by
 #            redis-benchmark -t set,get -d SIZE -c C -P P --threads C over a
 #            keyspace of about 256 MiB, after an untimed SET pass that warms
-#            its allocator; STRLEN checks the value size
+#            its allocator; STRLEN checks the value size. Its transparent huge
+#            pages stay on (disable-thp no), as kvpoold's arena and the
+#            benchmark buffers use them: on some virtual machines copies
+#            through 4 KiB pages run several times slower.
 # and once: iperf3 -P C (bits/s converted to bytes/s), memcached via
 # memcaslap (Debian's libmemcached-tools: no pipelining and values of at
 # most 1 MiB, so only a 1 MiB 50/50 set/get mix), MATCH of a 1,000-block
@@ -242,6 +245,7 @@ run_redis() {
 	p=$(port)
 	redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no \
 		--proto-max-bulk-len 1gb --client-query-buffer-limit 1gb --protected-mode no \
+		--disable-thp no \
 		--daemonize no --logfile "$TMP/redis.log" &
 	pid=$!
 	PIDS+=("$pid")
