@@ -7,6 +7,7 @@
 #   make demo       start kvpoold, replay the bundled Mooncake trace, print the report
 #   make demo-nvme  the same trace on DRAM only, then DRAM + an NVMe tier (both admission
 #                   settings): hit ratios and NVMe bytes written side by side
+#   make bench      build the benchmark tools of tests/bench (tests/bench/compare.sh runs them)
 #   make install PREFIX=/usr/local DESTDIR=
 #   make clean
 
@@ -64,7 +65,7 @@ LIB_SO    := $(BUILD)/libkvpool.so
 UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
-.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme install clean nvme-bench
+.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme install clean nvme-bench bench
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
@@ -130,15 +131,35 @@ $(BUILD)/tests/integ_%: $(call obj,tests/integration/test_%.c) $(INTEG_HOBJ) $(L
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_CLIENT) $(LIBS_TEST) -ljson-c
 
+# Benchmarks (tests/bench/): the wire limit, the index size, and the copy
+# counter preloaded into kvpoold by test_copycount. The counter is built
+# without sanitizers: it replaces memcpy in another program.
+BENCH_WIRE  := $(BUILD)/tests/wire
+BENCH_INDEX := $(BUILD)/tests/index_bytes
+COPYCOUNT   := $(BUILD)/tests/libcopycount.so
+bench: all $(BENCH_WIRE) $(BENCH_INDEX) $(COPYCOUNT)
+
+$(BENCH_WIRE): tests/bench/wire.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $<
+
+$(BENCH_INDEX): $(call obj,tests/bench/index_bytes.c) $(BUILD)/libstore.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_SERVER)
+
+$(COPYCOUNT): tests/bench/copycount.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
+
 test: deps
-	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN)
+	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN) $(COPYCOUNT)
 	@BUILD=$(BUILD) tests/run.sh $(UNIT_BIN) $(INTEG_BIN)
 
 # The integration tests with kvpoold under valgrind: a leak or memory error
 # makes the daemon exit 99, which fails the test's clean-shutdown check.
 test-valgrind: deps
 	@command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)"; exit 1; }
-	@$(MAKE) --no-print-directory all $(INTEG_BIN)
+	@$(MAKE) --no-print-directory all $(INTEG_BIN) $(COPYCOUNT)
 	@KVPOOL_VALGRIND=1 BUILD=$(BUILD) tests/run.sh $(INTEG_BIN)
 
 test-san: deps

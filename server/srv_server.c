@@ -391,9 +391,11 @@ static int workers_start(struct srv *s)
 	}
 	if (n > MAX_THREADS)
 		n = MAX_THREADS;
-	s->workers = calloc(n, sizeof(*s->workers));
+	/* Cache-line aligned, so each worker's counters have their lines. */
+	s->workers = aligned_alloc(SRV_CACHE_LINE_BYTES, n * sizeof(*s->workers));
 	if (!s->workers)
 		return -ENOMEM;
+	memset(s->workers, 0, n * sizeof(*s->workers));
 	for (uint32_t i = 0; i < n; i++) {
 		s->n_workers = i + 1;
 		rc = srv_worker_init(&s->workers[i], s, i);

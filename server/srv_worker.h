@@ -27,6 +27,7 @@ struct srv_get_slot;
 struct event;
 struct event_base;
 
+#define SRV_CACHE_LINE_BYTES 64
 #define SRV_SCRATCH_BYTES (256u * 1024) /* sink for refused PUT payload bytes */
 /* Protocol-error log lines one worker writes per second at most. */
 #define SRV_PROTO_LOG_PER_SEC 20
@@ -54,9 +55,12 @@ struct srv_worker {
 	uint8_t *scratch;               /* SRV_SCRATCH_BYTES */
 	struct srv_pin *free_pins;      /* recycled GET payload pins */
 	struct srv_ratelimit proto_log; /* protocol-error log lines */
-	/* Written by this worker only; read by any worker for STATS. */
-	struct srv_stats stats;
-};
+	/* Written by this worker only; read by any worker for STATS. On
+	 * cache lines of their own (the workers array is allocated 64-byte
+	 * aligned), so that counting never invalidates a line that another
+	 * worker reads on its hot path, such as the next worker's srv and base. */
+	struct srv_stats stats __attribute__((aligned(SRV_CACHE_LINE_BYTES)));
+} __attribute__((aligned(SRV_CACHE_LINE_BYTES)));
 
 /* Set up worker `index` of `s` (base, eventfd, events, scratch) on the
  * main thread. Errors: -ENOMEM, or -errno from eventfd. On error the

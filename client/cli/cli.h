@@ -17,5 +17,6 @@ int cli_match_main(int argc, char **argv);
 int cli_delete_main(int argc, char **argv);
 int cli_ping_main(int argc, char **argv);
 int cli_replay_main(int argc, char **argv);  /* cli_replay.c */
+int cli_bench_main(int argc, char **argv);   /* cli_bench.c */
 
 #endif /* KVPOOL_CLI_H */

@@ -23,6 +23,7 @@ static const struct subcommand subcommands[] = {
 	{ "delete", cli_delete_main, "remove blocks and their descendants" },
 	{ "ping", cli_ping_main, "check that the server answers" },
 	{ "replay", cli_replay_main, "replay a request trace and report hit ratios" },
+	{ "bench", cli_bench_main, "measure put/get/exists/match throughput and latency" },
 };
 
 #define N_SUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))

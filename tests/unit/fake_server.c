@@ -400,13 +400,14 @@ static int handle_drop(struct fake *fk, int fd, const struct frame *f)
 			  sizeof(drop), NULL, 0);
 }
 
-/* A STATS document with the few keys the clients read: evictions, and
- * blocks and get_hits of the namespace asked for (or of the last HELLO). */
+/* A STATS document with the few keys the clients read: evictions, the
+ * DRAM capacity, MATCH latency (fixed), and blocks and get_hits of the
+ * namespace asked for (or of the last HELLO). */
 static int handle_stats(struct fake *fk, int fd, const struct frame *f)
 {
 	const char *name = NULL;
 	uint16_t name_len = 0;
-	char doc[512];
+	char doc[768];
 	int n;
 
 	pthread_mutex_lock(&fk->lock);
@@ -415,7 +416,10 @@ static int handle_stats(struct fake *fk, int fd, const struct frame *f)
 		name_len = (uint16_t)strlen(fk->hello_ns);
 	}
 	n = snprintf(doc, sizeof(doc), "{\"version\":\"0.1.0\",\"protocol\":1,\"evictions\":0,"
-		     "\"namespaces\":{\"%.*s\":{\"blocks\":%d,\"get_hits\":%d}}}", (int)name_len,
+		     "\"tiers\":{\"dram\":{\"capacity_bytes\":%d}},"
+		     "\"latency_us\":{\"match\":{\"p50\":1,\"p99\":2,\"p999\":3}},"
+		     "\"namespaces\":{\"%.*s\":{\"blocks\":%d,\"get_hits\":%d}}}",
+		     FAKE_CAPACITY_BYTES, (int)name_len,
 		     name, fk->n_blocks, atomic_load(&fk->get_hits));
 	pthread_mutex_unlock(&fk->lock);
 	return send_reply(fd, PROTO_OP_STATS, reply_id(fk, f), PROTO_STATUS_OK, doc, (size_t)n,

@@ -39,6 +39,7 @@ enum fake_mode {
 #define FAKE_MAX_BLOCKS 1024
 #define FAKE_MAX_CONNS 64
 #define FAKE_MAX_HOLD 8
+#define FAKE_CAPACITY_BYTES (4 << 20) /* tiers.dram.capacity_bytes in STATS */
 #define FAKE_BUSY_MESSAGE "in-flight put bytes at limit"
 
 struct fake_block {

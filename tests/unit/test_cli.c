@@ -5,7 +5,9 @@
  * STATS counters, latency quantiles and the replay reports), then its
  * subcommands run in-process against the fake server of fake_server.h
  * (put's "already stored" and size limit, option messages, replay's
- * namespace drop and its retries of busy puts).
+ * namespace drop and its retries of busy puts), and `kvpool bench`: its
+ * option parsing, keys and payload checks, and short runs against the fake
+ * server (a corrupted GET must fail the run).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -23,6 +25,7 @@
 #include <json-c/json.h>
 #include <openssl/evp.h>
 
+#include "cli/bench.h"
 #include "cli/cli.h"
 #include "cli/cli_key.h"
 #include "cli/cli_opts.h"
@@ -1130,6 +1133,323 @@ static void test_replay_busy_for_good(void **state)
 	run_free(&r);
 }
 
+/* ---- kvpool bench ------------------------------------------------------------ */
+
+static void test_bench_parse_sizes(void **state)
+{
+	static const char *const bad[] = {
+		"", ",", "64KiB,", ",64KiB", "64KiB,,1MiB", "0", "64KiB,0", "2GiB", "1.5B",
+		"64XB", "-1", "64KiB,64KiB", "1MiB,1024KiB", "abc", " 64KiB",
+		"1234567890123456789012345678901234567890123456789012345678901234567890",
+	};
+	uint64_t sizes[CLI_BENCH_MAX_SIZES] = { 7 };
+	size_t n = 99;
+
+	(void)state;
+	assert_int_equal(cli_bench_parse_sizes("64KiB,256KiB,1MiB,4MiB,16MiB", sizes,
+					       CLI_BENCH_MAX_SIZES, &n), 0);
+	assert_int_equal(n, 5);
+	assert_int_equal(sizes[0], 65536);
+	assert_int_equal(sizes[2], 1 << 20);
+	assert_int_equal(sizes[4], 16 << 20);
+	assert_int_equal(cli_bench_parse_sizes("1GiB,1,4096", sizes, CLI_BENCH_MAX_SIZES, &n), 0);
+	assert_int_equal(n, 3);
+	assert_int_equal(sizes[0], 1ULL << 30);
+	assert_int_equal(sizes[1], 1);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		sizes[0] = 7;
+		n = 99;
+		if (cli_bench_parse_sizes(bad[i], sizes, CLI_BENCH_MAX_SIZES, &n) != -EINVAL)
+			fail_msg("'%s' was not refused as -EINVAL", bad[i]);
+		assert_int_equal(sizes[0], 7);  /* nothing written on failure */
+		assert_int_equal(n, 99);
+	}
+	assert_int_equal(cli_bench_parse_sizes("1,2,3", sizes, 2, &n), -E2BIG);
+	assert_int_equal(cli_bench_parse_sizes("1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17", sizes,
+					       CLI_BENCH_MAX_SIZES, &n), -E2BIG);
+	assert_int_equal(cli_bench_parse_sizes(NULL, sizes, CLI_BENCH_MAX_SIZES, &n), -EINVAL);
+}
+
+static void test_bench_parse_ops(void **state)
+{
+	unsigned int m = 12345;
+
+	(void)state;
+	assert_int_equal(cli_bench_parse_ops("get", &m), 0);
+	assert_int_equal(m, 1u << CLI_BENCH_GET);
+	assert_int_equal(cli_bench_parse_ops("match,put", &m), 0);
+	assert_int_equal(m, (1u << CLI_BENCH_MATCH) | (1u << CLI_BENCH_PUT));
+	assert_int_equal(cli_bench_parse_ops("all", &m), 0);
+	assert_int_equal(m, 15);
+	m = 12345;
+	assert_int_equal(cli_bench_parse_ops("", &m), -EINVAL);
+	assert_int_equal(cli_bench_parse_ops("gets", &m), -EINVAL);
+	assert_int_equal(cli_bench_parse_ops("put,", &m), -EINVAL);
+	assert_int_equal(cli_bench_parse_ops("PUT", &m), -EINVAL);
+	assert_int_equal(cli_bench_parse_ops("ge", &m), -EINVAL);
+	assert_int_equal(m, 12345);
+}
+
+/* Parse a bench command line (NULL-terminated, after "kvpool bench"). */
+static int bench_args(struct cli_bench_opts *o, ...)
+{
+	char *argv[32] = { "kvpool bench" };
+	int argc = 1;
+	va_list ap;
+
+	va_start(ap, o);
+	for (char *a = va_arg(ap, char *); a; a = va_arg(ap, char *))
+		argv[argc++] = a;
+	va_end(ap);
+	return cli_bench_parse_args(argc, argv, o);
+}
+
+static void test_bench_parse_args(void **state)
+{
+	struct cli_bench_opts o;
+
+	(void)state;
+	assert_int_equal(bench_args(&o, NULL), -1);
+	assert_int_equal(o.n_sizes, 5);
+	assert_int_equal(o.sizes[3], 4 << 20);
+	assert_int_equal(o.ops, 15);
+	assert_int_equal(o.batch, 1);
+	assert_int_equal(o.connections, 1);
+	assert_true(o.duration_s == 2.0);
+	assert_int_equal(o.count, 0);
+	assert_int_equal(o.chain, 1000);
+	assert_int_equal(o.source_bytes, 1ULL << 30);
+	assert_string_equal(o.conn.ns, "kvpool-bench");
+	assert_false(o.json);
+
+	assert_int_equal(bench_args(&o, "--sizes", "1MiB", "--batch", "8", "--connections", "3",
+				    "--count", "100", "--chain", "7", "--json", "--ops", "get",
+				    "--source-bytes", "2MiB", "--namespace", "b1", NULL), -1);
+	assert_int_equal(o.n_sizes, 1);
+	assert_int_equal(o.batch, 8);
+	assert_int_equal(o.connections, 3);
+	assert_int_equal(o.count, 100);
+	assert_int_equal(o.chain, 7);
+	assert_true(o.json);
+	assert_int_equal(o.ops, 1u << CLI_BENCH_GET);
+	assert_int_equal(o.source_bytes, 2 << 20);
+	assert_string_equal(o.conn.ns, "b1");
+	/* --depth is --batch by another name */
+	assert_int_equal(bench_args(&o, "--depth", "16", "--duration", "0.5", NULL), -1);
+	assert_int_equal(o.batch, 16);
+	assert_true(o.duration_s == 0.5);
+	assert_int_equal(bench_args(&o, "--depth", "4", "--batch", "4", NULL), -1);
+	assert_int_equal(o.batch, 4);
+}
+
+/* Every bad command line: exit 2, a message naming the problem, and no
+ * connection to the server. */
+static void test_bench_bad_options(void **state)
+{
+	static const struct {
+		const char *args[4];
+		const char *needle;
+	} bad[] = {
+		{ { "--sizes", "0" }, "bad value '0' for --sizes" },
+		{ { "--sizes", "2GiB" }, "bad value '2GiB' for --sizes" },
+		{ { "--sizes", "64KiB,64KiB" }, "distinct sizes" },
+		{ { "--sizes", "12parsecs" }, "--sizes" },
+		{ { "--batch", "0" }, "bad value '0' for --batch" },
+		{ { "--batch", "65537" }, "1..65536" },
+		{ { "--depth", "x" }, "for --depth" },
+		{ { "--batch", "4", "--depth", "8" }, "cannot differ" },
+		{ { "--connections", "0" }, "for --connections" },
+		{ { "--connections", "257" }, "1..256" },
+		{ { "--duration", "0" }, "for --duration" },
+		{ { "--duration", "-1" }, "for --duration" },
+		{ { "--duration", "1", "--count", "5" }, "exclude each other" },
+		{ { "--count", "0" }, "for --count" },
+		{ { "--chain", "0" }, "for --chain" },
+		{ { "--ops", "scan" }, "for --ops" },
+		{ { "--source-bytes", "1KiB" }, "for --source-bytes" },
+		{ { "--source-bytes", "1MiB", "--sizes", "2MiB" }, "smaller than the largest block" },
+		{ { "extra" }, "unexpected argument 'extra'" },
+		{ { "--namespace", "a b" }, "bad --namespace" },
+	};
+	struct cli_env *e = *state;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct run r;
+
+		run_cmd(&r, cli_bench_main, "kvpool bench", "--server", e->url, bad[i].args[0],
+			bad[i].args[1], bad[i].args[2], bad[i].args[3], NULL);
+		if (r.status != 2 || !strstr(r.err, bad[i].needle))
+			fail_msg("case %zu (%s %s): exit %d, stderr '%s', want '%s'", i,
+				 bad[i].args[0], bad[i].args[1] ? bad[i].args[1] : "", r.status, r.err,
+				 bad[i].needle);
+		assert_string_equal(r.out, "");
+		run_free(&r);
+	}
+	assert_int_equal(atomic_load(&e->fk.connections), 0);
+}
+
+/* Keys differ for different arguments; a payload checks only against its
+ * own key, whole, at its own length. */
+static void test_bench_keys_and_payloads(void **state)
+{
+	static const uint64_t lens[] = { 1, 31, 32, 33, 4096, 65536 + 7 };
+	struct cli_bench_src src;
+	uint8_t k[64][KVPOOL_KEY_BYTES], other[KVPOOL_KEY_BYTES];
+	size_t nk = 0;
+
+	(void)state;
+	for (uint32_t conn = 0; conn < 2; conn++)
+		for (uint32_t phase = 0; phase < 2; phase++)
+			for (uint64_t seq = 0; seq < 8; seq++)
+				cli_bench_key(1, conn, phase, seq, k[nk++]);
+	for (uint64_t nonce = 2; nonce < 34; nonce++)
+		cli_bench_key(nonce, 0, 0, 0, k[nk++]);
+	for (size_t i = 0; i < nk; i++)
+		for (size_t j = i + 1; j < nk; j++)
+			assert_memory_not_equal(k[i], k[j], 8);  /* even the first 8 bytes */
+	cli_bench_key(1, 0, 0, 3, other);
+	assert_memory_equal(other, k[3], KVPOOL_KEY_BYTES);
+
+	assert_int_equal(cli_bench_src_init(&src, 1 << 20), 0);
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		uint64_t len = lens[i];
+		uint8_t *buf = malloc(len);
+		struct iovec iov[2];
+
+		assert_non_null(buf);
+		cli_bench_block_iov(&src, k[0], len, iov);
+		assert_int_equal(iov[0].iov_len + iov[1].iov_len, len);
+		memcpy(buf, iov[0].iov_base, iov[0].iov_len);
+		if (iov[1].iov_len)
+			memcpy(buf + iov[0].iov_len, iov[1].iov_base, iov[1].iov_len);
+		assert_true(cli_bench_block_check(&src, k[0], buf, len));
+		assert_false(cli_bench_block_check(&src, k[1], buf, len));
+		buf[len - 1] ^= 1;
+		assert_false(cli_bench_block_check(&src, k[0], buf, len));
+		buf[len - 1] ^= 1;
+		buf[len / 2] ^= 0x80;
+		assert_false(cli_bench_block_check(&src, k[0], buf, len));
+		free(buf);
+	}
+	/* A block of another key with the key bytes patched in is still
+	 * wrong: its window starts elsewhere. */
+	{
+		uint8_t *a = malloc(65536);
+		struct iovec iov[2];
+
+		assert_non_null(a);
+		cli_bench_block_iov(&src, k[1], 65536, iov);
+		memcpy(a, k[0], 32);
+		memcpy(a + 32, iov[1].iov_base, iov[1].iov_len);
+		assert_false(cli_bench_block_check(&src, k[0], a, 65536));
+		free(a);
+	}
+	cli_bench_src_release(&src);
+	cli_bench_src_release(&src);
+}
+
+/* A short run against the fake server: every op, JSON out, byte-exact. */
+static void test_bench_run_fake(void **state)
+{
+	struct cli_env *e = *state;
+	struct json_object *doc, *results, *v;
+	struct run r;
+
+	run_cmd(&r, cli_bench_main, "kvpool bench", "--server", e->url, "--sizes", "4KiB,64KiB",
+		"--count", "24", "--batch", "3", "--connections", "2", "--chain", "9",
+		"--source-bytes", "1MiB", "--json", NULL);
+	if (r.status != 0)
+		fail_msg("bench exit %d: %s / %s", r.status, r.out, r.err);
+	doc = json_tokener_parse(r.out);
+	assert_non_null(doc);
+	assert_int_equal(jget(doc, "connections"), 2);
+	assert_int_equal(jget(doc, "batch"), 3);
+	assert_int_equal(jget(doc, "verified_blocks"), 48);
+	assert_int_equal(jget(doc, "verified_bytes"), 24 * 4096 + 24 * 65536);
+	assert_true(json_object_object_get_ex(doc, "results", &results));
+	assert_int_equal(json_object_array_length(results), 6);
+	v = json_object_array_get_idx(results, 0);
+	assert_string_equal(json_object_get_string(json_object_object_get(v, "op")), "put");
+	assert_int_equal(jget(v, "block_bytes"), 4096);
+	assert_int_equal(jget(v, "blocks"), 24);
+	/* 24 blocks over 2 connections, 3 per call */
+	assert_int_equal(jget(v, "calls"), 8);
+	v = json_object_array_get_idx(results, 3);
+	assert_string_equal(json_object_get_string(json_object_object_get(v, "op")), "get");
+	assert_int_equal(jget(v, "blocks"), 24);
+	assert_int_equal(jget(v, "wrong"), 0);
+	assert_int_equal(jget(v, "misses"), 0);
+	v = json_object_array_get_idx(results, 4);
+	assert_string_equal(json_object_get_string(json_object_object_get(v, "op")), "exists");
+	assert_int_equal(jget(v, "blocks"), 24);
+	v = json_object_array_get_idx(results, 5);
+	assert_string_equal(json_object_get_string(json_object_object_get(v, "op")), "match");
+	assert_int_equal(jget(v, "chain_blocks"), 9);
+	assert_int_equal(jget(v, "calls"), 24);
+	assert_int_equal(jget(v, "blocks"), 24 * 9);
+	assert_int_equal(jget(v, "misses"), 0);
+	assert_int_equal(jget(v, "server_p99_us"), 2);
+	json_object_put(doc);
+	run_free(&r);
+	/* emptied before and after */
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_DROP_NAMESPACE]), 2);
+	assert_int_equal(e->fk.n_blocks, 0);
+	assert_string_equal(e->fk.hello_ns, "kvpool-bench");
+
+	/* The table names every op. */
+	run_cmd(&r, cli_bench_main, "kvpool bench", "--server", e->url, "--sizes", "4KiB",
+		"--count", "4", "--chain", "3", "--source-bytes", "1MiB", NULL);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "\nput     4.00 KiB "));
+	assert_non_null(strstr(r.out, "\nget     4.00 KiB "));
+	assert_non_null(strstr(r.out, "\nexists  -  "));
+	assert_non_null(strstr(r.out, "\nmatch   3-block chain: "));
+	assert_non_null(strstr(r.out, "server time (STATS latency_us.match): p50 1 us"));
+	assert_non_null(strstr(r.out, "verified: 4 GET blocks (16.0 KiB) byte by byte\n"));
+	run_free(&r);
+}
+
+/* GET alone puts its blocks first (untimed); a server that corrupts what
+ * it returns fails the run. */
+static void test_bench_get_only_and_corruption(void **state)
+{
+	struct cli_env *e = *state;
+	struct json_object *doc;
+	struct run r;
+
+	run_cmd(&r, cli_bench_main, "kvpool bench", "--server", e->url, "--sizes", "8KiB",
+		"--ops", "get", "--count", "10", "--source-bytes", "1MiB", "--json", NULL);
+	if (r.status != 0)
+		fail_msg("bench exit %d: %s / %s", r.status, r.out, r.err);
+	doc = json_tokener_parse(r.out);
+	assert_non_null(doc);
+	assert_int_equal(jget(doc, "verified_blocks"), 10);
+	json_object_put(doc);
+	run_free(&r);
+	assert_true(atomic_load(&e->fk.frames[PROTO_OP_PUT]) > 0);
+
+	atomic_store(&e->fk.mode, MODE_CORRUPT_GET);
+	run_cmd(&r, cli_bench_main, "kvpool bench", "--server", e->url, "--sizes", "8KiB",
+		"--ops", "put,get", "--count", "5", "--source-bytes", "1MiB", NULL);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "FAILED: 5 blocks came back wrong"));
+	assert_non_null(strstr(r.out, "verified: 0 GET blocks"));
+	run_free(&r);
+}
+
+/* The help says how pipelining is counted. */
+static void test_bench_help(void **state)
+{
+	struct run r;
+
+	(void)state;
+	run_cmd(&r, cli_bench_main, "kvpool bench", "--help", NULL);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "--batch is the number of blocks in\nflight per connection"));
+	assert_non_null(strstr(r.out, "--depth is another name for --batch"));
+	run_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1163,6 +1483,15 @@ int main(void)
 						cli_teardown),
 		cmocka_unit_test_setup_teardown(test_replay_retries_busy, cli_setup, cli_teardown),
 		cmocka_unit_test_setup_teardown(test_replay_busy_for_good, cli_setup, cli_teardown),
+		cmocka_unit_test(test_bench_parse_sizes),
+		cmocka_unit_test(test_bench_parse_ops),
+		cmocka_unit_test(test_bench_parse_args),
+		cmocka_unit_test_setup_teardown(test_bench_bad_options, cli_setup, cli_teardown),
+		cmocka_unit_test(test_bench_keys_and_payloads),
+		cmocka_unit_test_setup_teardown(test_bench_run_fake, cli_setup, cli_teardown),
+		cmocka_unit_test_setup_teardown(test_bench_get_only_and_corruption, cli_setup,
+						cli_teardown),
+		cmocka_unit_test(test_bench_help),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,137 @@
+/*
+ * index_bytes.c - index memory per block: store N blocks (default one
+ * million) in a pool and divide what the index holds by N.
+ *
+ *   index_bytes [N] [--chain LEN]
+ *
+ * Blocks are 1 byte each (one 4 KiB arena page, never written: the arena
+ * is reserved, not touched), so a million fit in a 4 GiB arena of virtual
+ * memory. With --chain LEN the blocks form chains of LEN (each the child
+ * of the one before), which exercises the parent links; without, they are
+ * all first blocks.
+ *
+ * Prints two figures, and the same as one JSON line:
+ *  - the store's own count (store_stats.index_bytes, which adds up the
+ *    sizes of its tables and block headers), per block;
+ *  - the heap the pool allocated while the blocks went in (mallinfo2,
+ *    which includes the allocator's per-allocation overhead and the
+ *    growth of the hash table), per block.
+ */
+#include <errno.h>
+#include <malloc.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "store.h"
+
+static uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+	return z ^ (z >> 31);
+}
+
+/* A well-mixed, distinct key for block i. */
+static void make_key(uint64_t i, uint8_t key[STORE_KEY_BYTES])
+{
+	uint64_t w[4];
+
+	for (int k = 0; k < 4; k++)
+		w[k] = mix64(i * 4 + (uint64_t)k + 1);
+	memcpy(key, w, sizeof(w));
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Store block i (parent: block i-1 when chained). Returns 0 or -errno. */
+static int put_one(struct store *s, uint32_t ns, uint64_t i, uint64_t chain, uint64_t checksum)
+{
+	uint8_t key[STORE_KEY_BYTES], parent[STORE_KEY_BYTES];
+	bool has_parent = chain > 1 && i % chain != 0;
+	struct store_block *b;
+	void *dst;
+	int rc;
+
+	make_key(i, key);
+	if (has_parent)
+		make_key(i - 1, parent);
+	rc = store_put_begin(s, ns, key, has_parent ? parent : NULL, 0, 1, checksum, &b, &dst);
+	if (rc)
+		return rc;
+	return store_put_commit(s, b);
+}
+
+int main(int argc, char **argv)
+{
+	uint64_t n = 1000000, chain = 1, checksum;
+	struct store_config cfg = { .max_block_bytes = 4096, .max_lease_ms = 1000 };
+	struct store_stats empty, full;
+	struct mallinfo2 m0, m1;
+	struct store *s;
+	uint8_t zero = 0;
+	uint32_t ns;
+	double t0, t1;
+	int rc;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--chain") && i + 1 < argc)
+			chain = strtoull(argv[++i], NULL, 10);
+		else
+			n = strtoull(argv[i], NULL, 10);
+	}
+	if (!n || !chain) {
+		fprintf(stderr, "usage: index_bytes [N] [--chain LEN]\n");
+		return 2;
+	}
+	cfg.dram_capacity_bytes = (n + 1024) * STORE_PAGE_BYTES;
+	rc = store_open(&cfg, &s, NULL, 0);
+	if (!rc)
+		rc = store_namespace_id(s, "index-bytes", 11, &ns);
+	if (rc) {
+		fprintf(stderr, "index_bytes: cannot open the pool: %s\n", strerror(-rc));
+		return 1;
+	}
+	store_stats(s, &empty);
+	m0 = mallinfo2();
+	checksum = XXH3_64bits(&zero, 1); /* an untouched arena page reads as zeros */
+	t0 = now_s();
+	for (uint64_t i = 0; i < n; i++) {
+		rc = put_one(s, ns, i, chain, checksum);
+		if (rc) {
+			fprintf(stderr, "index_bytes: block %llu: %s\n", (unsigned long long)i,
+				strerror(-rc));
+			return 1;
+		}
+	}
+	t1 = now_s();
+	store_stats(s, &full);
+	m1 = mallinfo2();
+	printf("blocks %llu (chains of %llu): store index_bytes %llu = %.1f bytes/block "
+	       "(empty pool %llu); heap %.1f bytes/block; %.0f puts/s\n",
+	       (unsigned long long)full.blocks, (unsigned long long)chain,
+	       (unsigned long long)full.index_bytes,
+	       (double)(full.index_bytes - empty.index_bytes) / (double)full.blocks,
+	       (unsigned long long)empty.index_bytes,
+	       (double)(m1.uordblks + m1.hblkhd - m0.uordblks - m0.hblkhd) / (double)full.blocks,
+	       (double)n / (t1 - t0));
+	printf("{\"blocks\":%llu,\"chain\":%llu,\"index_bytes\":%llu,\"index_bytes_empty\":%llu,"
+	       "\"index_bytes_per_block\":%.1f,\"heap_bytes_per_block\":%.1f}\n",
+	       (unsigned long long)full.blocks, (unsigned long long)chain,
+	       (unsigned long long)full.index_bytes, (unsigned long long)empty.index_bytes,
+	       (double)(full.index_bytes - empty.index_bytes) / (double)full.blocks,
+	       (double)(m1.uordblks + m1.hblkhd - m0.uordblks - m0.hblkhd) /
+		       (double)full.blocks);
+	store_close(s);
+	return 0;
+}

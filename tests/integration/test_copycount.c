@@ -1,0 +1,267 @@
+/*
+ * test_copycount.c - kvpoold's hot path copies no payload in user space,
+ * checked from outside the code: kvpoold runs under the LD_PRELOAD copy
+ * counter of tests/bench/copycount.c while whole blocks are put and got,
+ * and the bytes it passed to memcpy/memmove in calls of 4 KiB or more
+ * must stay below 1% of the payload bytes it moved.
+ *
+ * The counter is checked first on a known copy (this binary, run again as
+ * a probe under the same library), so a counter that counts nothing
+ * cannot make the main test pass.
+ *
+ * Environment: KVPOOL_COPYCOUNT is the counter library (tests/run.sh sets
+ * it). Under AddressSanitizer the compiler replaces kvpoold's memcpy calls
+ * with its own, and under valgrind (KVPOOL_VALGRIND=1) valgrind replaces
+ * them too: the kvpoold test is skipped there, the probe still runs.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define PROBE_ARG "--copycount-probe"
+#define PROBE_BIG_BYTES (1u << 20)
+#define PROBE_MOVE_BYTES (64u << 10)
+#define PROBE_SMALL_BYTES 100u
+
+/* What the counter wrote at exit. */
+struct counts {
+	uint64_t big_calls, big_bytes, all_calls, all_bytes, min_bytes;
+	char callers[4096];  /* its "caller ..." lines */
+};
+
+static char out_path[64];
+static const char *self_path;
+
+/* The counter library, or skip (a failure under CI=true). */
+static const char *copycount_lib(void)
+{
+	const char *lib = getenv("KVPOOL_COPYCOUNT");
+
+	if (!lib || access(lib, R_OK))
+		harness_skip("KVPOOL_COPYCOUNT does not name the copy counter library "
+			     "(make bench, or tests/run.sh sets it)");
+	return lib;
+}
+
+/* Read the counter's report. */
+static void counts_read(struct counts *c)
+{
+	FILE *f = fopen(out_path, "r");
+	char line[512], key[32];
+	unsigned long long v;
+	size_t used = 0;
+
+	memset(c, 0, sizeof(*c));
+	if (!f)
+		fail_msg("the copy counter wrote no report to %s", out_path);
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, "caller ", 7)) {
+			size_t n = strlen(line);
+
+			if (used + n < sizeof(c->callers)) {
+				memcpy(c->callers + used, line, n + 1);
+				used += n;
+			}
+			continue;
+		}
+		if (sscanf(line, "%31s %llu", key, &v) != 2)
+			continue;
+		if (!strcmp(key, "big_calls"))
+			c->big_calls = v;
+		else if (!strcmp(key, "big_bytes"))
+			c->big_bytes = v;
+		else if (!strcmp(key, "all_calls"))
+			c->all_calls = v;
+		else if (!strcmp(key, "all_bytes"))
+			c->all_bytes = v;
+		else if (!strcmp(key, "min_bytes"))
+			c->min_bytes = v;
+	}
+	fclose(f);
+}
+
+/* Put the counter in the environment of processes started from now on. */
+static void preload_on(const char *lib)
+{
+	unlink(out_path);
+	setenv("LD_PRELOAD", lib, 1);
+	setenv("COPYCOUNT_OUT", out_path, 1);
+	/* An ASan binary refuses a preload that comes before its runtime. */
+	setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 1);
+}
+
+static void preload_off(void)
+{
+	unsetenv("LD_PRELOAD");
+	unsetenv("COPYCOUNT_OUT");
+	unsetenv("ASAN_OPTIONS");
+}
+
+/* ---- the probe: this binary run again, making known copies ---------------- */
+
+/* Through a volatile pointer, so the compiler cannot inline the copy. */
+static void *(*volatile copy_fn)(void *, const void *, size_t) = memcpy;
+static void *(*volatile move_fn)(void *, const void *, size_t) = memmove;
+
+static int probe_main(void)
+{
+	static char a[PROBE_BIG_BYTES], b[PROBE_BIG_BYTES];
+
+	memset(a, 7, sizeof(a));
+	copy_fn(b, a, PROBE_BIG_BYTES);
+	move_fn(b + 1, b, PROBE_MOVE_BYTES);
+	copy_fn(a, b, PROBE_SMALL_BYTES);
+	return b[PROBE_BIG_BYTES - 1] == 7 && b[1] == 7 ? 0 : 1;
+}
+
+/* The counter counts a known memcpy and memmove as big, a small copy as
+ * a call only, and writes its report at exit. */
+static void test_counter_counts_known_copies(void **state)
+{
+	char *argv[] = { (char *)self_path, PROBE_ARG, NULL };
+	const char *lib = copycount_lib();
+	struct counts c;
+	char *out = NULL;
+	int status = -1, rc;
+
+	(void)state;
+	preload_on(lib);
+	rc = harness_run(argv, 30000, &out, &status);
+	preload_off();
+	free(out);
+	assert_int_equal(rc, 0);
+	assert_int_equal(status, 0);
+	counts_read(&c);
+	assert_int_equal(c.min_bytes, 4096);
+	assert_true(c.big_calls >= 2);
+	assert_true(c.big_bytes >= PROBE_BIG_BYTES + PROBE_MOVE_BYTES);
+	/* ...and nothing near that again: the probe makes no other big copy
+	 * worth 1 MiB. */
+	assert_true(c.big_bytes < 2 * PROBE_BIG_BYTES);
+	assert_true(c.all_calls > c.big_calls);
+	assert_true(c.all_bytes >= c.big_bytes + PROBE_SMALL_BYTES);
+	assert_non_null(strstr(c.callers, "caller "));
+}
+
+/* ---- kvpoold under the counter ------------------------------------------------ */
+
+/* Sizes and counts of the blocks moved: whole blocks, several sizes. */
+static const struct {
+	size_t bytes;
+	int count;
+	int batch;
+} work[] = {
+	{ 64u << 10, 64, 16 },
+	{ 1u << 20, 40, 8 },
+	{ 4u << 20, 10, 2 },
+	{ 16u << 20, 3, 1 },
+};
+
+/* Put then get every block of one size in batches, checking each byte.
+ * Returns the payload bytes moved (put + got). */
+static uint64_t move_blocks(struct kvpool_client *c, size_t bytes, int count, int batch, int tag)
+{
+	uint8_t (*keys)[32] = calloc((size_t)batch, 32);
+	uint8_t *data = malloc(bytes * (size_t)batch), *back = malloc(bytes * (size_t)batch);
+	struct kvpool_put_block *pb = calloc((size_t)batch, sizeof(*pb));
+	struct kvpool_get_block *gb = calloc((size_t)batch, sizeof(*gb));
+	struct iovec *iov = calloc(2 * (size_t)batch, sizeof(*iov));
+	uint64_t moved = 0;
+
+	assert_true(keys && data && back && pb && gb && iov);
+	for (int done = 0; done < count; done += batch) {
+		int n = count - done < batch ? count - done : batch;
+
+		for (int i = 0; i < n; i++) {
+			harness_key(keys[i], "copycount", (uint64_t)tag << 32 | (uint64_t)(done + i));
+			harness_fill(data + i * bytes, bytes, harness_key_seed(keys[i]));
+			iov[i] = (struct iovec){ data + i * bytes, bytes };
+			iov[batch + i] = (struct iovec){ back + i * bytes, bytes };
+			pb[i] = (struct kvpool_put_block){ .key = keys[i], .iov = &iov[i], .iovcnt = 1 };
+			gb[i] = (struct kvpool_get_block){ .key = keys[i], .iov = &iov[batch + i],
+							   .iovcnt = 1 };
+		}
+		assert_int_equal(kvpool_put(c, pb, (size_t)n, NULL), 0);
+		assert_int_equal(kvpool_get(c, gb, (size_t)n, NULL), 0);
+		assert_memory_equal(back, data, (size_t)n * bytes);
+		moved += 2 * (uint64_t)n * bytes;
+	}
+	free(keys);
+	free(data);
+	free(back);
+	free(pb);
+	free(gb);
+	free(iov);
+	return moved;
+}
+
+/* Under PUT/GET of whole blocks, kvpoold's big user-space copies stay
+ * below 1% of the payload bytes it moved. */
+static void test_kvpoold_copies_no_payload(void **state)
+{
+	static const char *const flags[] = { "--dram-capacity", "256MiB", "--threads", "2",
+					     "--log-level", "warn", NULL };
+	struct harness_server srv = { 0 };
+	const char *lib = copycount_lib();
+	struct kvpool_client *c;
+	uint64_t moved = 0;
+	struct counts n;
+	char *json = NULL;
+
+	(void)state;
+#if defined(__SANITIZE_ADDRESS__)
+	skip(); /* the compiler replaced kvpoold's memcpy calls: nothing to count */
+#endif
+	if (harness_valgrind())
+		skip(); /* valgrind replaces memcpy itself */
+	preload_on(lib);
+	assert_int_equal(harness_start(&srv, flags), 0);
+	preload_off();
+	assert_int_equal(harness_client(&srv, "copycount", &c), 0);
+	for (size_t i = 0; i < sizeof(work) / sizeof(work[0]); i++)
+		moved += move_blocks(c, work[i].bytes, work[i].count, work[i].batch, (int)i);
+	assert_int_equal(kvpool_stats(c, NULL, &json), 0);
+	kvpool_free(json);
+	kvpool_close(c);
+	assert_int_equal(harness_stop(&srv), 0);
+	counts_read(&n);
+	print_message("kvpoold moved %" PRIu64 " payload bytes; copied %" PRIu64 " bytes in %"
+		      PRIu64 " calls >= %" PRIu64 " B (%" PRIu64 " calls, %" PRIu64
+		      " bytes in all)\n%s", moved, n.big_bytes, n.big_calls, n.min_bytes,
+		      n.all_calls, n.all_bytes, n.callers);
+	/* The preload was active: kvpoold copies headers and keys. */
+	assert_true(n.all_calls > 0);
+	assert_true(moved >= 256ull << 20);
+	assert_true(n.big_bytes * 100 < moved);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_counter_counts_known_copies),
+		cmocka_unit_test(test_kvpoold_copies_no_payload),
+	};
+
+	static char self[4096];
+	ssize_t n;
+	int rc;
+
+	if (argc == 2 && !strcmp(argv[1], PROBE_ARG))
+		return probe_main();
+	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	self_path = n > 0 ? (self[n] = '\0', self) : argv[0];
+	snprintf(out_path, sizeof(out_path), "/tmp/kvpool-copycount-%d", (int)getpid());
+	rc = cmocka_run_group_tests(tests, NULL, NULL);
+	unlink(out_path);
+	return rc;
+}
