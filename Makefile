@@ -26,24 +26,45 @@ OPT     ?= -O2
 SANLD   :=
 endif
 
-DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev librocksdb-dev
-PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c rocksdb
+DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev librocksdb-dev \
+                librdmacm-dev libibverbs-dev rdma-core
+PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c rocksdb libibverbs librdmacm
+
+# The RDMA transport (rdma/): RDMA=1, the default when the rdma-core headers
+# are installed, builds it and links libibverbs and librdmacm; RDMA=0 builds
+# a stub whose calls answer -EOPNOTSUPP (kvpoold and libkvpool serve TCP).
+# Object files differ between the two: give each its own BUILD directory.
+ifeq ($(words $(wildcard /usr/include/infiniband/verbs.h /usr/include/rdma/rdma_cma.h)),2)
+RDMA    ?= 1
+else
+RDMA    ?= 0
+endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
 CFLAGS  ?=
 CFLAGS  += -std=gnu11 -g $(OPT) -Wall -Wextra -Wpointer-arith -Werror -fPIC -D_GNU_SOURCE -pthread \
-           -Iproto -Istorage -Iconfig -Iclient -Iserver $(PKG_CFLAGS) -MMD -MP
+           -Iproto -Istorage -Iconfig -Iclient -Iserver -Irdma $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANLD) -pthread
 
 LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lm
 LIBS_CLIENT := -lcrypto -lxxhash -lm
 LIBS_TEST   := -lcmocka
+ifeq ($(RDMA),1)
+CFLAGS      += -DKVPOOL_RDMA=1
+LIBS_RDMA   := -lrdmacm -libverbs
+RDMA_SRC    := $(filter-out rdma/rdma_stub.c,$(wildcard rdma/*.c))
+else
+LIBS_RDMA   :=
+RDMA_SRC    := rdma/rdma_stub.c rdma/rdma_desc.c
+endif
+LIBS_SERVER += $(LIBS_RDMA)
+LIBS_CLIENT += $(LIBS_RDMA)
 
 PROTO_SRC  := $(wildcard proto/*.c)
 STORE_SRC  := $(wildcard storage/*.c)
 CONF_SRC   := $(wildcard config/*.c)
-SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
-CLIENT_SRC := $(wildcard client/lib/*.c)
+SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c)) $(RDMA_SRC)
+CLIENT_SRC := $(wildcard client/lib/*.c) $(RDMA_SRC)
 CLI_SRC    := $(wildcard client/cli/*.c)
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 INTEG_SRC  := $(wildcard tests/integration/test_*.c)
@@ -112,6 +133,7 @@ UNIT_DEPS_arena  := $(BUILD)/libstore.a
 UNIT_DEPS_tier   := $(BUILD)/libstore.a
 UNIT_DEPS_index  := $(BUILD)/libstore.a
 UNIT_DEPS_config := $(BUILD)/libconf.a
+UNIT_DEPS_rdma   := $(call obj,$(RDMA_SRC)) $(BUILD)/libproto.a
 UNIT_DEPS_hash   := $(LIB_A)
 UNIT_LIBS_hash   := -ljson-c
 UNIT_FAKE        := $(call obj,tests/unit/fake_server.c)
@@ -191,6 +213,6 @@ install: all
 	install -m 644 config/kvpool.conf $(DESTDIR)$(PREFIX)/share/kvpool/
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-nordma
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

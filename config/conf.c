@@ -116,6 +116,8 @@ static const struct conf_setting settings[] = {
 	  "when smaller)", NULL },
 	{ "nvme_io_threads", CONF_U32, FIELD(nvme_io_threads), "0", 0, 64, 0, "N",
 	  "NVMe demotion and promotion threads; 0 = 2", NULL },
+	{ "rdma_port", CONF_U32, FIELD(rdma_port), "7472", 0, 65535, 0, "N",
+	  "RDMA (rdma_cm) port, served when an RDMA device is usable; 0 = TCP only", NULL },
 };
 
 #define N_SETTINGS (sizeof(settings) / sizeof(settings[0]))
@@ -1034,6 +1036,12 @@ int conf_validate(struct conf *c, char *err, size_t err_len)
 			"max_frame_bytes (%s) cannot hold a PUT of max_batch_blocks (%" PRIu32
 			") entries: it needs at least %" PRIu64 " bytes (32 + 8 + 88 per block)",
 			a, c->max_batch_blocks, put_frame);
+		return -EINVAL;
+	}
+	if (c->rdma_port && c->rdma_port == c->port) {
+		set_err(err, err_len,
+			"rdma_port (%" PRIu32 ") must differ from port: iWARP devices share the TCP "
+			"port space", c->rdma_port);
 		return -EINVAL;
 	}
 	rc = validate_nvme(c, err, err_len);

@@ -46,6 +46,7 @@ struct conf {
 	int nvme_admission;              /* enum conf_admission; default all */
 	uint64_t nvme_segment_bytes;     /* 0 = automatic (the store picks) */
 	uint32_t nvme_io_threads;        /* 0 = the store's default (2) */
+	uint32_t rdma_port;              /* rdma_cm port; default 7472; 0 = no RDMA */
 };
 
 /* Fill *c with every default (threads = number of online cores). */
@@ -102,6 +103,7 @@ int conf_from_args(struct conf *c, int argc, char **argv, int *want_help, char *
  * <= the rounded dram_capacity (a block takes whole pages),
  * max_inflight_put_bytes >= max_block_bytes, and max_frame_bytes >=
  * 32 + 8 + 88 * max_batch_blocks (a full PUT batch fits in a frame).
+ * A nonzero rdma_port differs from port (iWARP shares TCP's port space).
  * With nvme_dir set: nvme_capacity set (not 0); a nonzero
  * nvme_segment_size a multiple of 4 KiB and at least max_block_bytes
  * rounded up to 4 KiB; nvme_capacity at least two segments (with the

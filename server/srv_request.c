@@ -64,7 +64,7 @@ static void hello_limits(const struct srv *s, uint16_t version, uint8_t out[PROT
 {
 	struct proto_hello_reply r = {
 		.version = version,
-		.rdma_port = 0,
+		.rdma_port = s->rdma.port, /* nonzero only while RDMA is served */
 		.max_batch_blocks = s->conf.max_batch_blocks,
 		.max_block_bytes = s->conf.max_block_bytes,
 		.max_frame_bytes = s->conf.max_frame_bytes,
@@ -574,6 +574,7 @@ static int stats_render(struct srv_conn *c, const char *name, uint16_t len, stru
 	doc.ops = sum;
 	doc.store = &st;
 	doc.ns = ns;
+	doc.rdma = &s->rdma;
 	rc = srv_stats_json(&doc, body);
 	free(ns);
 out_free_sum:

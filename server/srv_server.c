@@ -667,11 +667,14 @@ int srv_main(const struct conf *c)
 		goto out_free;
 	rc = pool_open(s);
 	if (rc == 0)
+		srv_rdma_open(s, &s->rdma, NULL);
+	if (rc == 0)
 		rc = serve(s);
 	/* Stop accepting, close every connection, then free the pool. */
 	if (s->listener)
 		evconnlistener_free(s->listener);
 	workers_stop(s);
+	srv_rdma_close(&s->rdma);
 	events_free(s);
 	prefault_stop(s);
 	store_close(s->store);

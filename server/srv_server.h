@@ -16,6 +16,7 @@
 #include "conf.h"
 #include "proto.h"
 #include "srv_log.h"
+#include "srv_rdma.h"
 
 #define SRV_VERSION "0.1.0"
 
@@ -55,6 +56,7 @@ struct srv {
 	pthread_t prefault_thread;
 	int prefault_running;         /* main thread only */
 	int prefault_stop;            /* atomic: main sets, prefault thread reads */
+	struct srv_rdma_state rdma;   /* RDMA transport or why not; fixed before workers start */
 };
 
 /* Run kvpoold with settings `c` (already validated): open the pool, start

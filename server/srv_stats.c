@@ -2,6 +2,7 @@
  * srv_stats.c - per-worker counters, their sum, and the STATS JSON writer.
  */
 #include "srv_stats.h"
+#include "srv_rdma.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -197,6 +198,16 @@ static void json_namespace(struct jw *j, const struct store_ns_stats *n)
 		  n->evictions, n->deletes);
 }
 
+/* "rdma": whether the transport is built and served, on which port, and
+ * why not. */
+static void json_rdma(struct jw *j, const struct srv_rdma_state *r)
+{
+	jw_printf(j, "\"rdma\":{\"built\":%s,\"available\":%s,\"port\":%u,\"reason\":",
+		  r->built ? "true" : "false", r->available ? "true" : "false", r->port);
+	jw_string(j, r->reason);
+	jw_printf(j, "},");
+}
+
 int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 {
 	struct jw j = { .out = out, .err = 0 };
@@ -210,6 +221,8 @@ int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 	json_ops(&j, d->ops->c);
 	json_latency(&j, d->ops);
 	jw_printf(&j, "\"blocks\":%" PRIu64 ",", d->store->blocks);
+	if (d->rdma)
+		json_rdma(&j, d->rdma);
 	jw_printf(&j, "\"namespaces\":{");
 	for (uint32_t i = 0; i < d->ns_count; i++) {
 		if (i)

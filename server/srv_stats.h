@@ -62,6 +62,8 @@ void srv_stats_sum(struct srv_stats *dst, const struct srv_stats *src);
 
 /* Everything the STATS document shows. All pointers are borrowed for the
  * duration of srv_stats_json. */
+struct srv_rdma_state;
+
 struct srv_stats_doc {
 	const char *version;          /* server version, e.g. "0.1.0" */
 	int protocol;                 /* wire protocol version */
@@ -72,6 +74,7 @@ struct srv_stats_doc {
 	const struct store_stats *store;
 	const struct store_ns_stats *ns; /* ns_count namespaces to list */
 	uint32_t ns_count;
+	const struct srv_rdma_state *rdma; /* "rdma" object; NULL leaves it out */
 };
 
 /* Append the STATS JSON document (compact, one line, keys as in

@@ -151,6 +151,12 @@ uint64_t store_prefault(struct store *s, uint64_t offset, uint64_t bytes)
 	return store_arena_prefault(s->arena, offset, bytes);
 }
 
+void store_arena_region(const struct store *s, void **base, uint64_t *bytes)
+{
+	*base = store_arena_ptr(s->arena, 0);
+	*bytes = (uint64_t)store_arena_pages(s->arena) * STORE_PAGE_BYTES;
+}
+
 void store_close(struct store *s)
 {
 	if (!s)

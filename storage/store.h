@@ -114,6 +114,13 @@ void store_drain(struct store *s);
  * offset is past the arena or the kernel cannot populate (< 5.14). */
 uint64_t store_prefault(struct store *s, uint64_t offset, uint64_t bytes);
 
+/* The arena as one region: *base (its first payload byte) and *bytes
+ * (every page of it), fixed from store_open to store_close. For a
+ * transport that registers the whole arena with a NIC once (rdma/).
+ * Every block's bytes (put_begin's dst, a ref's data) lie inside it.
+ * Cannot fail; takes no lock. */
+void store_arena_region(const struct store *s, void **base, uint64_t *bytes);
+
 /* Stop the I/O threads (as store_drain), close the NVMe tier's files and
  * free everything. Accepts NULL. Every reference and reservation must have
  * been released or aborted first; lessees are freed with it. What is on

@@ -254,6 +254,21 @@ static void print_nvme_detail(FILE *f, struct json_object *t)
 		fmt_count(JGET(t, "orphans_dropped"), g, sizeof(g)));
 }
 
+/* The RDMA transport: served on which port, or why not. Nothing when the
+ * server does not report it (an older kvpoold). */
+static void print_rdma(FILE *f, struct json_object *r)
+{
+	struct json_object *avail = JGET(r, "available"), *why = JGET(r, "reason");
+	char a[32];
+
+	if (!r || !avail)
+		return;
+	if (json_object_get_boolean(avail))
+		fprintf(f, "rdma: available on port %s\n", fmt_count(JGET(r, "port"), a, sizeof(a)));
+	else
+		fprintf(f, "rdma: unavailable (%s)\n", why ? json_object_get_string(why) : "-");
+}
+
 /* One row per tier, the NVMe tier's activity, then pool-wide memory and
  * eviction figures. */
 static void print_tiers(FILE *f, struct json_object *doc)
@@ -277,6 +292,7 @@ static void print_tiers(FILE *f, struct json_object *doc)
 		print_nvme_detail(f, nvme);
 	else
 		fprintf(f, "nvme tier: off (no nvme_dir)\n");
+	print_rdma(f, JGET(doc, "rdma"));
 }
 
 /* Per-operation counts, with the prefix-match hit ratio. */

@@ -1,0 +1,287 @@
+/*
+ * rdma_client.c - libkvpool's side of rdma_cm: connect, register caller
+ * memory for the server's READs and WRITEs, and one control message out,
+ * one reply in (the client never posts READ or WRITE itself).
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rdma_impl.h"
+
+struct rdma_client {
+	struct rdma_conn conn;
+	struct rdma_event_channel *ch;
+	struct ibv_context **devices;
+};
+
+struct rdma_client_mr {
+	struct ibv_mr *mr;
+};
+
+/* Milliseconds of CLOCK_MONOTONIC. */
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Wait until fd is readable or deadline_ms passes. */
+static int wait_fd(int fd, uint64_t deadline_ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	uint64_t now = now_ms();
+	int rc;
+
+	if (now >= deadline_ms)
+		return -ETIMEDOUT;
+	rc = poll(&p, 1, (int)(deadline_ms - now));
+	if (rc < 0)
+		return errno == EINTR ? 0 : -errno;
+	return rc == 0 ? -ETIMEDOUT : 0;
+}
+
+/* Wait for CM event `want` on the client's channel. */
+static int wait_cm(struct rdma_client *cl, enum rdma_cm_event_type want, uint64_t deadline_ms)
+{
+	const struct rdma_ops *ops = cl->conn.ops;
+	struct rdma_cm_event *ev;
+	enum rdma_cm_event_type got;
+	int status;
+
+	for (;;) {
+		if (ops->get_cm_event(cl->ch, &ev) == 0)
+			break;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return rdma_errno();
+		int rc = wait_fd(cl->ch->fd, deadline_ms);
+
+		if (rc)
+			return rc;
+	}
+	got = ev->event;
+	status = ev->status;
+	ops->ack_cm_event(ev);
+	if (got == want)
+		return 0;
+	if (got == RDMA_CM_EVENT_REJECTED)
+		return -ECONNREFUSED;
+	if (got == RDMA_CM_EVENT_ADDR_ERROR || got == RDMA_CM_EVENT_ROUTE_ERROR ||
+	    got == RDMA_CM_EVENT_UNREACHABLE)
+		return -EHOSTUNREACH;
+	return status < 0 ? status : -ECONNRESET;
+}
+
+/* Resolve host:port and the route to it. */
+static int resolve(struct rdma_client *cl, const char *host, uint16_t port, uint32_t timeout_ms,
+		   uint64_t deadline_ms)
+{
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+	struct addrinfo *ai = NULL;
+	char service[8];
+	int rc;
+
+	snprintf(service, sizeof(service), "%u", port);
+	if (getaddrinfo(host, service, &hints, &ai) || !ai)
+		return -ENOENT;
+	rc = cl->conn.ops->resolve_addr(cl->conn.id, NULL, ai->ai_addr, (int)timeout_ms) ?
+	     rdma_errno() : 0;
+	freeaddrinfo(ai);
+	if (rc == 0)
+		rc = wait_cm(cl, RDMA_CM_EVENT_ADDR_RESOLVED, deadline_ms);
+	if (rc == 0)
+		rc = cl->conn.ops->resolve_route(cl->conn.id, (int)timeout_ms) ? rdma_errno() : 0;
+	if (rc == 0)
+		rc = wait_cm(cl, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline_ms);
+	return rc;
+}
+
+int rdma_client_connect(const char *host, uint16_t port, uint32_t timeout_ms,
+			const struct rdma_ops *ops, struct rdma_client **out)
+{
+	struct rdma_client *cl = calloc(1, sizeof(*cl));
+	struct rdma_conn_param param = { 0 };
+	uint64_t deadline_ms = now_ms() + timeout_ms;
+	const char *why = NULL;
+	int n = 0, rc;
+
+	if (!cl)
+		return -ENOMEM;
+	cl->conn.ops = ops ? ops : &rdma_ops_real;
+	cl->devices = cl->conn.ops->get_devices(&n);
+	if (!cl->devices || n <= 0) {
+		rc = -ENODEV;
+		goto out_close;
+	}
+	cl->ch = cl->conn.ops->create_event_channel();
+	if (!cl->ch) {
+		rc = rdma_errno();
+		goto out_close;
+	}
+	rc = rdma_set_nonblock(cl->ch->fd);
+	if (rc)
+		goto out_close;
+	if (cl->conn.ops->create_id(cl->ch, &cl->conn.id, cl, RDMA_PS_TCP)) {
+		rc = rdma_errno();
+		cl->conn.id = NULL;
+		goto out_close;
+	}
+	cl->conn.state = RDMA_CONN_RESOLVING;
+	rc = resolve(cl, host, port, timeout_ms, deadline_ms);
+	if (rc)
+		goto out_close;
+	cl->conn.pd = cl->conn.ops->alloc_pd(cl->conn.id->verbs);
+	if (!cl->conn.pd) {
+		rc = rdma_errno();
+		goto out_close;
+	}
+	rc = rdma_conn_setup_qp(&cl->conn, &why);
+	if (rc)
+		goto out_close;
+	/* The server READs from us: let it have reads in flight. */
+	param.responder_resources = 16;
+	param.initiator_depth = 0;
+	param.retry_count = 7;
+	param.rnr_retry_count = 7;
+	cl->conn.state = RDMA_CONN_CONNECTING;
+	if (cl->conn.ops->connect(cl->conn.id, &param)) {
+		rc = rdma_errno();
+		goto out_close;
+	}
+	rc = wait_cm(cl, RDMA_CM_EVENT_ESTABLISHED, deadline_ms);
+	if (rc)
+		goto out_close;
+	cl->conn.state = RDMA_CONN_ESTABLISHED;
+	*out = cl;
+	return 0;
+
+out_close:
+	rdma_client_close(cl);
+	return rc;
+}
+
+void rdma_client_close(struct rdma_client *cl)
+{
+	const struct rdma_ops *ops;
+
+	if (!cl)
+		return;
+	ops = cl->conn.ops;
+	/* QP, buffers, CQ, channel and id; then the PD, which they all used. */
+	rdma_conn_teardown(&cl->conn);
+	if (cl->conn.pd)
+		ops->dealloc_pd(cl->conn.pd);
+	if (cl->ch)
+		ops->destroy_event_channel(cl->ch);
+	if (cl->devices)
+		ops->free_devices(cl->devices);
+	free(cl);
+}
+
+int rdma_client_reg(struct rdma_client *cl, void *buf, size_t len, struct rdma_client_mr **out)
+{
+	struct rdma_client_mr *m;
+
+	if (!cl || !buf || !len)
+		return -EINVAL;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->mr = cl->conn.ops->reg_mr(cl->conn.pd, buf, len,
+				     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+				     IBV_ACCESS_REMOTE_WRITE);
+	if (!m->mr) {
+		int rc = rdma_errno();
+
+		free(m);
+		return rc;
+	}
+	*out = m;
+	return 0;
+}
+
+uint32_t rdma_client_mr_rkey(const struct rdma_client_mr *m)
+{
+	return m->mr->rkey;
+}
+
+void rdma_client_dereg(struct rdma_client *cl, struct rdma_client_mr *m)
+{
+	if (!m)
+		return;
+	cl->conn.ops->dereg_mr(m->mr);
+	free(m);
+}
+
+/* Service the CQ until a reply message is in or the deadline passes. */
+static int wait_reply(struct rdma_client *cl, uint64_t deadline_ms)
+{
+	struct rdma_conn *c = &cl->conn;
+	struct ibv_wc wc[8];
+	struct ibv_cq *cq;
+	void *ctx;
+
+	for (;;) {
+		int n = c->ops->poll_cq(c->cq, 8, wc);
+
+		if (n < 0)
+			return -ECONNRESET;
+		for (int i = 0; i < n; i++)
+			if (rdma_conn_handle_wc(c, &wc[i]))
+				return -ECONNRESET;
+		if (c->recv_ready)
+			return 0;
+		if (n > 0)
+			continue;
+		if (c->ops->req_notify_cq(c->cq, 0))
+			return -ECONNRESET;
+		n = c->ops->poll_cq(c->cq, 8, wc); /* a completion may have raced the arm */
+		if (n < 0)
+			return -ECONNRESET;
+		for (int i = 0; i < n; i++)
+			if (rdma_conn_handle_wc(c, &wc[i]))
+				return -ECONNRESET;
+		if (c->recv_ready)
+			return 0;
+		if (n > 0)
+			continue;
+		int rc = wait_fd(c->comp->fd, deadline_ms);
+
+		if (rc)
+			return rc;
+		if (c->ops->get_cq_event(c->comp, &cq, &ctx) == 0)
+			c->cq_events++;
+	}
+}
+
+int rdma_client_call(struct rdma_client *cl, const void *msg, size_t msg_bytes, void *buf,
+		     size_t cap, size_t *bytes, uint32_t timeout_ms)
+{
+	struct rdma_conn *c = &cl->conn;
+	int rc;
+
+	rc = rdma_conn_send(c, msg, msg_bytes);
+	if (rc)
+		return rc == -ENOTCONN ? -ECONNRESET : rc;
+	rc = wait_reply(cl, now_ms() + timeout_ms);
+	if (rc)
+		return rc;
+	c->recv_ready = 0;
+	if (c->recv_bytes > cap) {
+		rc = -ENOBUFS;
+	} else {
+		memcpy(buf, rdma_recv_buf(c, c->recv_slot), c->recv_bytes);
+		*bytes = c->recv_bytes;
+	}
+	if (rdma_conn_post_recv(c, c->recv_slot)) {
+		c->state = RDMA_CONN_ERROR;
+		return -ECONNRESET;
+	}
+	return rc;
+}
