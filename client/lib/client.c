@@ -269,6 +269,8 @@ int kvc_begin(struct kvpool_client *c, uint64_t *deadline_ms)
 		kvc_disconnect(c);
 	if (c->fd >= 0)
 		return 0;
+	if (c->url.transport == KVC_TRANSPORT_RDMA)
+		return kvc_rdma_open(c, *deadline_ms);
 	rc = kvc_conn_open(c->url.host, c->url.port_str, *deadline_ms, &c->fd);
 	if (rc) {
 		c->fd = -1;
@@ -277,6 +279,8 @@ int kvc_begin(struct kvpool_client *c, uint64_t *deadline_ms)
 	rc = hello(c, *deadline_ms);
 	if (rc)
 		kvc_disconnect(c);
+	else if (c->url.transport == KVC_TRANSPORT_AUTO)
+		kvc_auto_transport(c, *deadline_ms);
 	return rc;
 }
 

@@ -58,6 +58,8 @@ struct kvpool_client {
 	struct kvc_region *regions;     /* kvpool_register'ed memory, sorted by start */
 	size_t n_regions;
 	size_t regions_cap;
+
+	int transport_logged;           /* auto://: the TCP-or-RDMA outcome was logged */
 };
 
 /* A reply read by kvc_recv_reply. body points into the handle's reply
@@ -133,5 +135,16 @@ const struct kvc_region *kvc_region_find(const struct kvpool_client *c, const vo
 
 /* Forget every registered region (kvpool_close). */
 void kvc_regions_free(struct kvpool_client *c);
+
+/* rdma:// (transport.c): connect with rdma_cm to the URL's host and port.
+ * Errors: -EOPNOTSUPP (a build without RDMA, or this library's RDMA data
+ * path, which is not built yet), -ENODEV (no RDMA device), and the errors
+ * of rdma_client_connect. */
+int kvc_rdma_open(struct kvpool_client *c, uint64_t deadline_ms);
+
+/* auto:// (transport.c), after a successful HELLO over TCP: move to RDMA
+ * when the server offers it (rdma_port) and it can be used; otherwise
+ * stay on TCP and say why on stderr, once per handle. Cannot fail. */
+void kvc_auto_transport(struct kvpool_client *c, uint64_t deadline_ms);
 
 #endif /* KVC_CLIENT_H */

@@ -99,16 +99,23 @@ int kvc_url_parse(const char *url, struct kvc_url *out)
 	n = scheme_len(url);
 	if (n == 0)
 		return -EINVAL;
-	if (n != 3 || strncasecmp(url, "tcp", 3) != 0)
-		return -EOPNOTSUPP;
 	memset(&u, 0, sizeof(u));
-	u.transport = KVC_TRANSPORT_TCP;
+	if (n == 3 && strncasecmp(url, "tcp", 3) == 0)
+		u.transport = KVC_TRANSPORT_TCP;
+	else if (n == 4 && strncasecmp(url, "rdma", 4) == 0)
+		u.transport = KVC_TRANSPORT_RDMA;
+	else if (n == 4 && strncasecmp(url, "auto", 4) == 0)
+		u.transport = KVC_TRANSPORT_AUTO;
+	else
+		return -EOPNOTSUPP;
 	rc = parse_host(url + n + 3, u.host, &rest);
 	if (rc)
 		return rc;
 	rc = parse_port(rest, &u.port);
 	if (rc)
 		return rc;
+	if (u.transport == KVC_TRANSPORT_RDMA && *rest == '\0')
+		u.port = KVC_URL_DEFAULT_RDMA_PORT;
 	snprintf(u.port_str, sizeof(u.port_str), "%u", (unsigned)u.port);
 	*out = u;
 	return 0;

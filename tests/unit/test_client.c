@@ -154,7 +154,7 @@ static void test_url_bad(void **state)
 		"//host:7470", "tcp:/host", "tcp://host:99999999999999999999",
 	};
 	static const char *const unsupported[] = {
-		"rdma://10.0.0.1:7470", "auto://host", "http://host:80",
+		"http://host:80", "rdmax://host", "aut://host",
 	};
 	struct kvc_url u = { .port = 4242 };
 
@@ -166,6 +166,25 @@ static void test_url_bad(void **state)
 		assert_int_equal(kvc_url_parse(unsupported[i], &u), -EOPNOTSUPP);
 	assert_int_equal(kvc_url_parse(NULL, &u), -EINVAL);
 	assert_int_equal(u.port, 4242); /* untouched on error */
+}
+
+/* rdma:// defaults to the RDMA port, auto:// to the TCP port. */
+static void test_url_rdma_auto(void **state)
+{
+	struct kvc_url u;
+
+	(void)state;
+	assert_int_equal(kvc_url_parse("rdma://10.0.0.1", &u), 0);
+	assert_int_equal(u.transport, KVC_TRANSPORT_RDMA);
+	assert_int_equal(u.port, KVC_URL_DEFAULT_RDMA_PORT);
+	assert_int_equal(kvc_url_parse("RDMA://[fe80::1]:9000", &u), 0);
+	assert_string_equal(u.host, "fe80::1");
+	assert_int_equal(u.port, 9000);
+	assert_int_equal(kvc_url_parse("auto://host", &u), 0);
+	assert_int_equal(u.transport, KVC_TRANSPORT_AUTO);
+	assert_int_equal(u.port, KVC_URL_DEFAULT_PORT);
+	assert_string_equal(u.port_str, "7470");
+	assert_int_equal(kvc_url_parse("rdma://host:0", &u), -EINVAL);
 }
 
 /* Every errno the library can return has its own description. */
@@ -232,7 +251,7 @@ static void test_connect_errors(void **state)
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t len = sizeof(sa);
 	char url[64];
-	int fd;
+	int fd, rc;
 
 	(void)state;
 	memset(long_ns, 'n', sizeof(long_ns) - 1);
@@ -246,7 +265,10 @@ static void test_connect_errors(void **state)
 	opts.token = long_token;
 	assert_int_equal(kvpool_connect(KVPOOL_DEFAULT_URL, "ns", &opts, &c), -EINVAL);
 	opts.token = NULL;
-	assert_int_equal(kvpool_connect("rdma://127.0.0.1", "ns", &opts, &c), -EOPNOTSUPP);
+	/* rdma:// here: no device (or RDMA=0), so no handle. */
+	rc = kvpool_connect("rdma://127.0.0.1", "ns", &opts, &c);
+	assert_true(rc == -EOPNOTSUPP || rc == -ENODEV);
+	assert_ptr_equal(c, (struct kvpool_client *)0x1);
 	assert_int_equal(kvpool_connect("tcp://", "ns", &opts, &c), -EINVAL);
 	assert_int_equal(kvpool_connect("tcp://no-such-host.invalid:1", "ns", &opts, &c), -ENOENT);
 	/* A port nobody listens on: bind one, note it, close it. */
@@ -832,6 +854,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_url_good),
 		cmocka_unit_test(test_url_bad),
+		cmocka_unit_test(test_url_rdma_auto),
 		cmocka_unit_test(test_strerror),
 		cmocka_unit_test(test_checksum_iov),
 		cmocka_unit_test(test_connect_errors),

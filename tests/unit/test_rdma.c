@@ -1,0 +1,967 @@
+/*
+ * test_rdma.c - rdma/ against fake verbs and rdma_cm (struct rdma_ops):
+ * descriptors, the listener and its arena registration, accepting onto a
+ * worker, the connection state machine, completion handling (status
+ * first), the work-request bounds and pipelining, every failure and
+ * teardown path. No device is needed. In an RDMA=0 build only the
+ * descriptor codec and the stub's -EOPNOTSUPP are tested.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "rdma.h"
+
+/* ---- descriptors (both builds) --------------------------------------- */
+
+static void test_desc_layout(void **state)
+{
+	struct rdma_desc d = { .addr = 0x1122334455667788ull, .rkey = 0xa1b2c3d4, .length = 4096 }, e;
+	uint8_t b[RDMA_DESC_BYTES];
+	static const uint8_t want[RDMA_DESC_BYTES] = { 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
+						       0xd4, 0xc3, 0xb2, 0xa1, 0x00, 0x10, 0x00, 0x00 };
+
+	(void)state;
+	rdma_desc_encode(&d, b);
+	assert_memory_equal(b, want, sizeof(want)); /* little-endian, as PROTOCOL.md 13 */
+	rdma_desc_decode(b, &e);
+	assert_true(e.addr == d.addr && e.rkey == d.rkey && e.length == d.length);
+}
+
+static void test_msg_descs(void **state)
+{
+	static uint8_t msg[RDMA_MSG_MAX_BYTES + 64];
+	struct proto_header h = { .body_bytes = 8 + 2 * PROTO_GET_ENTRY_BYTES };
+	const uint8_t *d = NULL;
+	size_t n = rdma_msg_bytes(&h, 2);
+
+	(void)state;
+	assert_int_equal(n, 32 + 88 + 32);
+	assert_int_equal(rdma_msg_descs(msg, n, &h, 2, &d), 0);
+	assert_ptr_equal(d, msg + 32 + h.body_bytes);
+	assert_int_equal(rdma_msg_descs(msg, n - 1, &h, 2, &d), -EPROTO);
+	assert_int_equal(rdma_msg_descs(msg, n + 16, &h, 2, &d), -EPROTO);
+	h.body_bytes = RDMA_MSG_MAX_BYTES;
+	assert_int_equal(rdma_msg_descs(msg, sizeof(msg), &h, 1, &d), -EMSGSIZE);
+	/* The largest batch fits, one more does not. */
+	uint32_t m = rdma_max_batch(PROTO_PUT_ENTRY_BYTES);
+	h.body_bytes = (uint32_t)proto_batch_body_bytes(m, PROTO_PUT_ENTRY_BYTES);
+	assert_true(rdma_msg_bytes(&h, m) <= RDMA_MSG_MAX_BYTES);
+	h.body_bytes = (uint32_t)proto_batch_body_bytes(m + 1, PROTO_PUT_ENTRY_BYTES);
+	assert_true(rdma_msg_bytes(&h, m + 1) > RDMA_MSG_MAX_BYTES);
+}
+
+#ifndef KVPOOL_RDMA
+
+static void test_stub(void **state)
+{
+	struct rdma_listener_config cfg = { .listen = "127.0.0.1", .port = 7472 };
+	struct rdma_listener *l = NULL;
+	struct rdma_client *c = NULL;
+	char why[RDMA_REASON_BYTES] = "";
+
+	(void)state;
+	assert_false(rdma_built());
+	assert_int_equal(rdma_listener_open(&cfg, &l, why, sizeof(why)), -EOPNOTSUPP);
+	assert_null(l);
+	assert_non_null(strstr(why, "without RDMA"));
+	assert_int_equal(rdma_client_connect("127.0.0.1", 7472, 100, NULL, &c), -EOPNOTSUPP);
+	assert_null(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_desc_layout),
+		cmocka_unit_test(test_msg_descs),
+		cmocka_unit_test(test_stub),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#else /* KVPOOL_RDMA */
+
+#include "rdma_impl.h"
+
+/* ---- the fakes -------------------------------------------------------- */
+
+#define QMAX 512
+
+struct fake_ch {
+	struct rdma_event_channel ch;
+	struct rdma_cm_event *q[16];
+	int n;
+};
+
+struct fake_cq {
+	struct ibv_cq cq;
+	struct ibv_wc q[QMAX];
+	int head, n;
+};
+
+static struct {
+	int calls;        /* ops calls so far */
+	int fail_at;      /* fail the call with this number (0: none) */
+	int live;         /* fake objects alive */
+	int n_devices;
+	struct ibv_context ctx;
+	struct ibv_context *devs[2];
+	int posted_recv, posted_send, posted_xfer, rejects, disconnects;
+	struct ibv_send_wr last_wr;
+	uint64_t xfer_ids[QMAX];
+	int n_xfer_ids;
+	int fail_post_send_at_xfer; /* fail the xfer post with this ordinal (0: none) */
+} F;
+
+/* Count the call; 1 when this one must fail (errno set). */
+static int failing(void)
+{
+	if (++F.calls == F.fail_at) {
+		errno = ENOMEM;
+		return 1;
+	}
+	return 0;
+}
+
+static struct ibv_context **f_get_devices(int *n)
+{
+	if (failing())
+		return NULL;
+	*n = F.n_devices;
+	F.devs[0] = &F.ctx;
+	F.live++;
+	return F.devs;
+}
+static void f_free_devices(struct ibv_context **l) { (void)l; F.live--; }
+
+static struct rdma_event_channel *f_create_event_channel(void)
+{
+	struct fake_ch *c;
+
+	if (failing())
+		return NULL;
+	c = calloc(1, sizeof(*c));
+	c->ch.fd = eventfd(0, 0);
+	F.live++;
+	return &c->ch;
+}
+static void f_destroy_event_channel(struct rdma_event_channel *ch)
+{
+	struct fake_ch *c = (struct fake_ch *)ch;
+
+	for (int i = 0; i < c->n; i++)
+		free(c->q[i]);
+	close(ch->fd);
+	free(c);
+	F.live--;
+}
+
+static struct rdma_cm_id *new_id(struct rdma_event_channel *ch, void *ctx)
+{
+	struct rdma_cm_id *id = calloc(1, sizeof(*id));
+
+	id->channel = ch;
+	id->context = ctx;
+	id->verbs = &F.ctx;
+	F.live++;
+	return id;
+}
+static int f_create_id(struct rdma_event_channel *ch, struct rdma_cm_id **id, void *ctx,
+		       enum rdma_port_space ps)
+{
+	(void)ps;
+	if (failing())
+		return -1;
+	*id = new_id(ch, ctx);
+	(*id)->verbs = NULL; /* as an unbound id */
+	return 0;
+}
+static int f_destroy_id(struct rdma_cm_id *id) { free(id); F.live--; return 0; }
+static int f_bind_addr(struct rdma_cm_id *id, struct sockaddr *a)
+{
+	(void)a;
+	if (failing())
+		return -1;
+	id->verbs = NULL; /* loopback: no device known; the listener takes the first */
+	return 0;
+}
+static int f_listen(struct rdma_cm_id *id, int b) { (void)id; (void)b; return failing() ? -1 : 0; }
+static int f_resolve_addr(struct rdma_cm_id *id, struct sockaddr *s, struct sockaddr *d, int t)
+{
+	(void)s; (void)d; (void)t;
+	if (failing())
+		return -1;
+	id->verbs = &F.ctx;
+	return 0;
+}
+static int f_resolve_route(struct rdma_cm_id *id, int t) { (void)id; (void)t; return failing() ? -1 : 0; }
+static int f_connect(struct rdma_cm_id *id, struct rdma_conn_param *p) { (void)id; (void)p; return failing() ? -1 : 0; }
+static int f_accept(struct rdma_cm_id *id, struct rdma_conn_param *p) { (void)id; (void)p; return failing() ? -1 : 0; }
+static int f_reject(struct rdma_cm_id *id, const void *d, uint8_t l) { (void)id; (void)d; (void)l; F.rejects++; return 0; }
+static int f_disconnect(struct rdma_cm_id *id) { (void)id; F.disconnects++; return 0; }
+static int f_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *ch)
+{
+	if (failing())
+		return -1;
+	id->channel = ch;
+	return 0;
+}
+static int f_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_event **ev)
+{
+	struct fake_ch *c = (struct fake_ch *)ch;
+
+	if (c->n == 0) {
+		errno = EAGAIN;
+		return -1;
+	}
+	*ev = c->q[0];
+	memmove(c->q, c->q + 1, (size_t)--c->n * sizeof(c->q[0]));
+	return 0;
+}
+static int f_ack_cm_event(struct rdma_cm_event *ev) { free(ev); return 0; }
+static int f_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *a)
+{
+	(void)pd;
+	if (failing())
+		return -1;
+	assert_int_equal(a->cap.max_send_wr, RDMA_QP_MAX_XFER + RDMA_MSG_DEPTH);
+	id->qp = calloc(1, sizeof(*id->qp));
+	F.live++;
+	return 0;
+}
+static void f_destroy_qp(struct rdma_cm_id *id) { free(id->qp); id->qp = NULL; F.live--; }
+static struct ibv_pd *f_alloc_pd(struct ibv_context *ctx)
+{
+	struct ibv_pd *pd;
+
+	if (failing())
+		return NULL;
+	pd = calloc(1, sizeof(*pd));
+	pd->context = ctx;
+	F.live++;
+	return pd;
+}
+static int f_dealloc_pd(struct ibv_pd *pd) { free(pd); F.live--; return 0; }
+static struct ibv_mr *f_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+	struct ibv_mr *mr;
+
+	if (failing())
+		return NULL;
+	mr = calloc(1, sizeof(*mr));
+	mr->pd = pd;
+	mr->addr = addr;
+	mr->length = len;
+	mr->lkey = 0x100 + (uint32_t)F.live;
+	/* Only client memory may be remotely accessible. */
+	mr->rkey = (access & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)) ? 0x55 : 0;
+	F.live++;
+	return mr;
+}
+static int f_dereg_mr(struct ibv_mr *mr) { free(mr); F.live--; return 0; }
+static struct ibv_comp_channel *f_create_comp_channel(struct ibv_context *ctx)
+{
+	struct ibv_comp_channel *c;
+
+	if (failing())
+		return NULL;
+	c = calloc(1, sizeof(*c));
+	c->context = ctx;
+	c->fd = eventfd(0, 0);
+	F.live++;
+	return c;
+}
+static int f_destroy_comp_channel(struct ibv_comp_channel *c) { close(c->fd); free(c); F.live--; return 0; }
+static struct ibv_cq *f_create_cq(struct ibv_context *ctx, int cqe, void *cctx,
+				  struct ibv_comp_channel *ch, int v)
+{
+	struct fake_cq *cq;
+
+	(void)cqe; (void)v;
+	if (failing())
+		return NULL;
+	cq = calloc(1, sizeof(*cq));
+	cq->cq.context = ctx;
+	cq->cq.cq_context = cctx;
+	cq->cq.channel = ch;
+	F.live++;
+	return &cq->cq;
+}
+static int f_destroy_cq(struct ibv_cq *cq) { free(cq); F.live--; return 0; }
+static int f_req_notify_cq(struct ibv_cq *cq, int s) { (void)cq; (void)s; return failing() ? ENOMEM : 0; }
+static int f_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **ctx)
+{
+	(void)ch; (void)cq; (void)ctx;
+	errno = EAGAIN;
+	return -1;
+}
+static void f_ack_cq_events(struct ibv_cq *cq, unsigned int n) { (void)cq; (void)n; }
+static int f_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
+{
+	struct fake_cq *f = (struct fake_cq *)cq;
+	int n = 0;
+
+	while (n < num && f->n) {
+		wc[n++] = f->q[f->head];
+		f->head = (f->head + 1) % QMAX;
+		f->n--;
+	}
+	return n;
+}
+static int f_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	(void)qp;
+	if (failing()) {
+		*bad = wr;
+		return ENOMEM;
+	}
+	F.last_wr = *wr;
+	if (wr->opcode == IBV_WR_SEND) {
+		F.posted_send++;
+		return 0;
+	}
+	if (F.fail_post_send_at_xfer && F.posted_xfer + 1 == F.fail_post_send_at_xfer) {
+		*bad = wr;
+		return EINVAL;
+	}
+	F.posted_xfer++;
+	F.xfer_ids[F.n_xfer_ids++ % QMAX] = wr->wr_id;
+	return 0;
+}
+static int f_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	(void)qp;
+	if (failing()) {
+		*bad = wr;
+		return ENOMEM;
+	}
+	F.posted_recv++;
+	return 0;
+}
+
+static const struct rdma_ops fake_ops = {
+	.get_devices = f_get_devices, .free_devices = f_free_devices,
+	.create_event_channel = f_create_event_channel,
+	.destroy_event_channel = f_destroy_event_channel,
+	.create_id = f_create_id, .destroy_id = f_destroy_id, .bind_addr = f_bind_addr,
+	.listen = f_listen, .resolve_addr = f_resolve_addr, .resolve_route = f_resolve_route,
+	.connect = f_connect, .accept = f_accept, .reject = f_reject, .disconnect = f_disconnect,
+	.migrate_id = f_migrate_id, .get_cm_event = f_get_cm_event, .ack_cm_event = f_ack_cm_event,
+	.create_qp = f_create_qp, .destroy_qp = f_destroy_qp, .alloc_pd = f_alloc_pd,
+	.dealloc_pd = f_dealloc_pd, .reg_mr = f_reg_mr, .dereg_mr = f_dereg_mr,
+	.create_comp_channel = f_create_comp_channel,
+	.destroy_comp_channel = f_destroy_comp_channel, .create_cq = f_create_cq,
+	.destroy_cq = f_destroy_cq, .req_notify_cq = f_req_notify_cq,
+	.get_cq_event = f_get_cq_event, .ack_cq_events = f_ack_cq_events, .poll_cq = f_poll_cq,
+	.post_send = f_post_send, .post_recv = f_post_recv,
+};
+
+/* Queue a CM event on channel ch. */
+static void push_cm(struct rdma_event_channel *ch, enum rdma_cm_event_type type, struct rdma_cm_id *id)
+{
+	struct fake_ch *c = (struct fake_ch *)ch;
+	struct rdma_cm_event *ev = calloc(1, sizeof(*ev));
+
+	ev->event = type;
+	ev->id = id;
+	ev->param.conn.responder_resources = 16;
+	c->q[c->n++] = ev;
+}
+
+/* Queue a completion on c's CQ. */
+static void push_wc(struct rdma_conn *c, uint64_t wr_id, enum ibv_wc_status st, uint32_t bytes)
+{
+	struct fake_cq *f = (struct fake_cq *)c->cq;
+	struct ibv_wc *wc = &f->q[(f->head + f->n++) % QMAX];
+
+	memset(wc, 0, sizeof(*wc));
+	wc->wr_id = wr_id;
+	wc->status = st;
+	wc->byte_len = bytes;
+}
+
+/* ---- fixture: a listener over a small arena --------------------------- */
+
+static uint8_t arena[1 << 20];
+
+struct rec {
+	int msgs, xfer_done, closed;
+	size_t last_bytes;
+	char reason[128];
+};
+
+static void cb_msg(struct rdma_conn *c, const uint8_t *m, size_t n, void *arg)
+{
+	struct rec *r = arg;
+
+	(void)c; (void)m;
+	r->msgs++;
+	r->last_bytes = n;
+}
+static void cb_xfer(struct rdma_conn *c, int st, void *arg)
+{
+	(void)c;
+	assert_int_equal(st, 0);
+	((struct rec *)arg)->xfer_done++;
+}
+static void cb_close(struct rdma_conn *c, const char *why, void *arg)
+{
+	struct rec *r = arg;
+
+	(void)c;
+	r->closed++;
+	snprintf(r->reason, sizeof(r->reason), "%s", why);
+}
+static const struct rdma_conn_cbs cbs = { cb_msg, cb_xfer, cb_close };
+
+static int reset(void **state)
+{
+	(void)state;
+	memset(&F, 0, sizeof(F));
+	F.n_devices = 1;
+	return 0;
+}
+
+static int open_listener(struct rdma_listener **l, char *why, size_t len)
+{
+	struct rdma_listener_config cfg = { .listen = "127.0.0.1", .port = 7472, .arena = arena,
+					    .arena_bytes = sizeof(arena), .ops = &fake_ops };
+
+	return rdma_listener_open(&cfg, l, why, len);
+}
+
+/* Listener + worker + one accepted, established connection. */
+static void setup_conn(struct rdma_listener **l, struct rdma_worker **w, struct rdma_conn **c,
+		       struct rec *r)
+{
+	void *req = NULL;
+
+	assert_int_equal(open_listener(l, NULL, 0), 0);
+	assert_int_equal(rdma_worker_open(*l, w), 0);
+	push_cm((*l)->ch, RDMA_CM_EVENT_CONNECT_REQUEST, new_id((*l)->ch, NULL));
+	assert_int_equal(rdma_listener_take(*l, &req), 1);
+	assert_int_equal(rdma_conn_accept(*w, req, &cbs, r, c), 0);
+	assert_int_equal(rdma_conn_state(*c), RDMA_CONN_CONNECTING);
+	push_cm((*w)->ch, RDMA_CM_EVENT_ESTABLISHED, (*c)->id);
+	rdma_worker_cm_events(*w);
+	assert_int_equal(rdma_conn_state(*c), RDMA_CONN_ESTABLISHED);
+}
+
+/* ---- listener --------------------------------------------------------- */
+
+static void test_no_device(void **state)
+{
+	struct rdma_listener *l = NULL;
+	char why[RDMA_REASON_BYTES] = "";
+
+	(void)state;
+	F.n_devices = 0;
+	assert_int_equal(open_listener(&l, why, sizeof(why)), -ENODEV);
+	assert_null(l);
+	assert_non_null(strstr(why, "no RDMA device"));
+	assert_int_equal(F.live, 0);
+}
+
+/* Every call of the listener's setup can fail: each failure is reported
+ * with a reason, leaves nothing allocated, and the arena registration's
+ * failure names RLIMIT_MEMLOCK or the arena. */
+static void test_listener_every_failure(void **state)
+{
+	struct rdma_listener *l;
+	char why[RDMA_REASON_BYTES];
+	int k, rc;
+
+	(void)state;
+	for (k = 1;; k++) {
+		reset(NULL);
+		F.fail_at = k;
+		l = NULL;
+		why[0] = '\0';
+		rc = open_listener(&l, why, sizeof(why));
+		if (rc == 0)
+			break;
+		assert_null(l);
+		assert_true(why[0] != '\0');
+		assert_int_equal(F.live, 0);
+	}
+	assert_true(k > 6); /* devices, channel, id, bind, listen, pd, mr */
+	/* The last step that could fail was the arena registration. */
+	rdma_listener_close(l);
+	reset(NULL);
+	F.fail_at = k - 1;
+	assert_int_equal(open_listener(&l, why, sizeof(why)), -ENOMEM);
+	assert_non_null(strstr(why, "cannot register the 1048576-byte arena"));
+	assert_int_equal(F.live, 0);
+}
+
+static void test_arena_mr_has_no_remote_access(void **state)
+{
+	struct rdma_listener *l;
+
+	(void)state;
+	assert_int_equal(open_listener(&l, NULL, 0), 0);
+	assert_ptr_equal(l->arena_mr->addr, arena);
+	assert_int_equal(l->arena_mr->length, sizeof(arena));
+	assert_int_equal(l->arena_mr->rkey, 0); /* registered without remote access */
+	rdma_listener_close(l);
+	assert_int_equal(F.live, 0);
+}
+
+/* ---- accept and the state machine -------------------------------------- */
+
+static void test_accept_establish_close(void **state)
+{
+	struct rdma_listener *l;
+	struct rdma_worker *w;
+	struct rdma_conn *c;
+	struct rec r = { 0 };
+
+
+	(void)state;
+	setup_conn(&l, &w, &c, &r);
+	assert_int_equal(F.posted_recv, RDMA_MSG_DEPTH);
+	assert_true(rdma_conn_fd(c) >= 0);
+	/* The peer leaves. */
+	push_cm(w->ch, RDMA_CM_EVENT_DISCONNECTED, c->id);
+	rdma_worker_cm_events(w);
+	assert_int_equal(r.closed, 1);
+	assert_string_equal(r.reason, "peer disconnected");
+	assert_null(w->conns);
+	rdma_worker_close(w);
+	rdma_listener_close(l);
+	assert_int_equal(F.live, 0);
+}
+
+/* Every step of accepting can fail: the request is rejected, everything
+ * set up for it is undone, the listener and worker are undisturbed. */
+static void test_accept_every_failure(void **state)
+{
+	struct rdma_listener *l;
+	struct rdma_worker *w;
+	struct rdma_conn *c;
+	struct rec r = { 0 };
+	void *req;
+	int k, rc, base;
+
+	(void)state;
+	assert_int_equal(open_listener(&l, NULL, 0), 0);
+	assert_int_equal(rdma_worker_open(l, &w), 0);
+	base = F.live;
+	for (k = 1;; k++) {
+		push_cm(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, new_id(l->ch, NULL));
+		assert_int_equal(rdma_listener_take(l, &req), 1);
+		F.rejects = 0;
+		F.fail_at = F.calls + k;
+		c = NULL;
+		rc = rdma_conn_accept(w, req, &cbs, &r, &c);
+		F.fail_at = 0;
+		if (rc == 0)
+			break;
+		assert_null(c);
+		assert_int_equal(F.rejects, 1);
+		assert_int_equal(F.live, base);
+		assert_null(w->conns);
+	}
+	assert_true(k > 8); /* migrate, channel, cq, arm, qp, mr, recvs..., accept */
+	assert_int_equal(r.closed, 0); /* a refused request never reports on_close */
+	rdma_conn_close(c, "test");
+	assert_int_equal(r.closed, 1);
+	assert_int_equal(F.live, base);
+	rdma_worker_close(w);
+	rdma_listener_close(l);
+	assert_int_equal(F.live, 0);
+}
+
+/* A request on another device than the arena's is refused. */
+static void test_accept_other_device(void **state)
+{
+	struct rdma_listener *l;
+	struct rdma_worker *w;
+	struct rdma_conn *c = NULL;
+	struct ibv_context other;
+	struct rdma_cm_id *id;
+	void *req;
+
+	(void)state;
+	assert_int_equal(open_listener(&l, NULL, 0), 0);
+	assert_int_equal(rdma_worker_open(l, &w), 0);
+	id = new_id(l->ch, NULL);
+	id->verbs = &other;
+	push_cm(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, id);
+	assert_int_equal(rdma_listener_take(l, &req), 1);
+	assert_int_equal(rdma_conn_accept(w, req, &cbs, NULL, &c), -ENODEV);
+	assert_null(c);
+	assert_int_equal(F.rejects, 1);
+	rdma_worker_close(w);
+	rdma_listener_close(l);
+	assert_int_equal(F.live, 0);
+}
+
+/* Events other than a connection request are acknowledged and skipped. */
+static void test_listener_take(void **state)
+{
+	struct rdma_listener *l;
+	void *req = NULL;
+
+	(void)state;
+	assert_int_equal(open_listener(&l, NULL, 0), 0);
+	assert_int_equal(rdma_listener_take(l, &req), 0);
+	push_cm(l->ch, RDMA_CM_EVENT_TIMEWAIT_EXIT, NULL);
+	push_cm(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, new_id(l->ch, NULL));
+	assert_int_equal(rdma_listener_take(l, &req), 1);
+	assert_non_null(req);
+	rdma_listener_refuse(l, req);
+	assert_int_equal(F.rejects, 1);
+	rdma_listener_close(l);
+	assert_int_equal(F.live, 0);
+}
+
+/* ---- messages and completions ------------------------------------------- */
+
+static void test_recv_and_send(void **state)
+{
+	struct rdma_listener *l;
+	struct rdma_worker *w;
+	struct rdma_conn *c;
+	struct rec r = { 0 };
+	uint8_t big[RDMA_MSG_MAX_BYTES + 1] = { 0 };
+
+	(void)state;
+	setup_conn(&l, &w, &c, &r);
+	push_wc(c, RDMA_WR_ID(RDMA_WR_RECV, 3), IBV_WC_SUCCESS, 72);
+	rdma_conn_completions(c);
+	assert_int_equal(r.msgs, 1);
+	assert_int_equal(r.last_bytes, 72);
+	assert_int_equal(F.posted_recv, RDMA_MSG_DEPTH + 1); /* reposted */
+	/* Sends: bounded by the send buffers, freed by their completions. */
+	assert_int_equal(rdma_conn_send(c, big, sizeof(big)), -EMSGSIZE);
+	for (uint32_t i = 0; i < RDMA_MSG_DEPTH; i++)
+		assert_int_equal(rdma_conn_send(c, big, 100), 0);
+	assert_int_equal(rdma_conn_send(c, big, 100), -EAGAIN);
+	push_wc(c, RDMA_WR_ID(RDMA_WR_SEND, 0), IBV_WC_SUCCESS, 0);
+	rdma_conn_completions(c);
+	assert_int_equal(rdma_conn_send(c, big, 100), 0);
+	rdma_conn_close(c, "done");
+	rdma_worker_close(w);
+	rdma_listener_close(l);
+	assert_int_equal(F.live, 0);
+}
+
+static void test_send_before_established(void **state)
+{
+	struct rdma_listener *l;
+	struct rdma_worker *w;
+	struct rdma_conn *c = NULL;
+	struct rec r = { 0 };
+	void *req;
+	struct rdma_xfer_item it = { arena, 10, 0x1000, 5 };
+
+	(void)state;
+	assert_int_equal(open_listener(&l, NULL, 0), 0);
+	assert_int_equal(rdma_worker_open(l, &w), 0);
+	push_cm(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, new_id(l->ch, NULL));
+	assert_int_equal(rdma_listener_take(l, &req), 1);
+	assert_int_equal(rdma_conn_accept(w, req, &cbs, &r, &c), 0);
+	assert_int_equal(rdma_conn_send(c, "x", 1), -ENOTCONN);
+	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, &it, 1), -ENOTCONN);
+	/* The connection fails before it is established. */
+	push_cm(w->ch, RDMA_CM_EVENT_CONNECT_ERROR, c->id);
+	rdma_worker_cm_events(w);
+	assert_int_equal(r.closed, 1);
+	rdma_worker_close(w);
+	rdma_listener_close(l);
+	assert_int_equal(F.live, 0);
+}
+
+/* An error completion of a RECV or SEND closes the connection; its
+ * status is checked before anything else (the message is not delivered). */
+static void test_error_completion_recv(void **state)
+{
+	struct rdma_listener *l;
+	struct rdma_worker *w;
+	struct rdma_conn *c;
+	struct rec r = { 0 };
+
+	(void)state;
+	setup_conn(&l, &w, &c, &r);
+	push_wc(c, RDMA_WR_ID(RDMA_WR_RECV, 0), IBV_WC_LOC_LEN_ERR, 72);
+	rdma_conn_completions(c);
+	assert_int_equal(r.msgs, 0);
+	assert_int_equal(r.closed, 1);
+	assert_non_null(strstr(r.reason, "length"));
+	rdma_worker_close(w);
+	rdma_listener_close(l);
+	assert_int_equal(F.live, 0);
+}
+
+/* ---- transfers: bounds, pipelining, errors -------------------------------- */
+
+static void fill_items(struct rdma_xfer_item *it, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		it[i] = (struct rdma_xfer_item){ arena + i * 4096, 4096, 0x10000 + i * 4096ull, 0x55 };
+}
+
+/* Complete the first n outstanding transfer WRs (in posting order). */
+static void complete_xfers(struct rdma_conn *c, int *next_id, int n, enum ibv_wc_status st)
+{
+	for (int i = 0; i < n; i++)
+		push_wc(c, F.xfer_ids[(*next_id)++ % QMAX], st, 0);
+	rdma_conn_completions(c);
+}
+
+static void test_xfer_pipelined(void **state)
+{
+	struct rdma_listener *l;
+	struct rdma_worker *w;
+	struct rdma_conn *c;
+	struct rec r = { 0 };
+	struct rdma_xfer_item it[100];
+	int next = 0;
+
+	(void)state;
+	setup_conn(&l, &w, &c, &r);
+	fill_items(it, 100);
+	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, it, 100), 0);
+	assert_int_equal(F.posted_xfer, RDMA_QP_MAX_XFER); /* bounded per QP */
+	assert_int_equal(rdma_conn_outstanding(c), RDMA_QP_MAX_XFER);
+	assert_int_equal(F.last_wr.opcode, IBV_WR_RDMA_READ);
+	assert_int_equal(F.last_wr.wr.rdma.rkey, 0x55);
+	assert_int_equal(F.last_wr.sg_list->lkey, l->arena_mr->lkey);
+	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, it, 1), -EBUSY);
+	complete_xfers(c, &next, 10, IBV_WC_SUCCESS);
+	assert_int_equal(F.posted_xfer, RDMA_QP_MAX_XFER + 10); /* refilled, not refused */
+	assert_int_equal(rdma_conn_outstanding(c), RDMA_QP_MAX_XFER);
+	while (next < 100)
+		complete_xfers(c, &next, (int)rdma_conn_outstanding(c), IBV_WC_SUCCESS);
+	assert_int_equal(r.xfer_done, 1);
+	assert_int_equal(F.posted_xfer, 100);
+	assert_int_equal(rdma_conn_outstanding(c), 0);
+	assert_int_equal(w->budget.outstanding, 0);
+	/* WRITE next, the connection is free again. */
+	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_WRITE, it, 2), 0);
+	assert_int_equal(F.last_wr.opcode, IBV_WR_RDMA_WRITE);
+	complete_xfers(c, &next, 2, IBV_WC_SUCCESS);
+	assert_int_equal(r.xfer_done, 2);
+	rdma_conn_close(c, "done");
+	rdma_worker_close(w);
+	rdma_listener_close(l);
+	assert_int_equal(F.live, 0);
+}
+
+/* The per-worker bound is shared: a second connection waits for the
+ * budget the first gives back, and gets it without a completion of its own. */
+static void test_worker_budget(void **state)
+{
+	struct rdma_listener *l;
+	struct rdma_worker *w;
+	struct rdma_conn *a, *b;
+	struct rec ra = { 0 }, rb = { 0 };
+	struct rdma_xfer_item it[40];
+	void *req;
+	int next = 0;
+
+	(void)state;
+	setup_conn(&l, &w, &a, &ra);
+	push_cm(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, new_id(l->ch, NULL));
+	assert_int_equal(rdma_listener_take(l, &req), 1);
+	assert_int_equal(rdma_conn_accept(w, req, &cbs, &rb, &b), 0);
+	push_cm(w->ch, RDMA_CM_EVENT_ESTABLISHED, b->id);
+	rdma_worker_cm_events(w);
+	w->budget.max = 40;
+	fill_items(it, 40);
+	assert_int_equal(rdma_conn_xfer(a, RDMA_XFER_WRITE, it, 40), 0);
+	assert_int_equal(rdma_conn_outstanding(a), RDMA_QP_MAX_XFER);
+	assert_int_equal(rdma_conn_xfer(b, RDMA_XFER_WRITE, it, 40), 0);
+	assert_int_equal(rdma_conn_outstanding(b), 40 - RDMA_QP_MAX_XFER);
+	assert_int_equal(w->budget.outstanding, 40);
+	complete_xfers(a, &next, 5, IBV_WC_SUCCESS);
+	/* a refilled first (5 back, 5 posted), b got nothing yet. */
+	assert_int_equal(w->budget.outstanding, 40);
+	/* a closes: its budget returns, b is kicked on the next event. */
+	rdma_conn_close(a, "bye");
+	assert_int_equal(w->budget.outstanding, 40 - RDMA_QP_MAX_XFER);
+	rdma_conn_completions(b);
+	assert_int_equal(rdma_conn_outstanding(b), RDMA_QP_MAX_XFER);
+	assert_int_equal(w->budget.outstanding, RDMA_QP_MAX_XFER);
+	rdma_worker_close(w);
+	assert_int_equal(rb.closed, 1);
+	assert_string_equal(rb.reason, "server shutting down");
+	rdma_listener_close(l);
+	assert_int_equal(F.live, 0);
+}
+
+/* A READ that completes in error: no on_xfer_done, the connection is torn
+ * down (QP first) before on_close, every WR's budget is given back, and a
+ * second connection is undisturbed. */
+static void test_xfer_error(void **state)
+{
+	struct rdma_listener *l;
+	struct rdma_worker *w;
+	struct rdma_conn *a, *b;
+	struct rec ra = { 0 }, rb = { 0 };
+	struct rdma_xfer_item it[8];
+	void *req;
+	int next = 0;
+
+	(void)state;
+	setup_conn(&l, &w, &a, &ra);
+	push_cm(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, new_id(l->ch, NULL));
+	assert_int_equal(rdma_listener_take(l, &req), 1);
+	assert_int_equal(rdma_conn_accept(w, req, &cbs, &rb, &b), 0);
+	push_cm(w->ch, RDMA_CM_EVENT_ESTABLISHED, b->id);
+	rdma_worker_cm_events(w);
+	fill_items(it, 8);
+	assert_int_equal(rdma_conn_xfer(a, RDMA_XFER_READ, it, 8), 0);
+	complete_xfers(a, &next, 1, IBV_WC_REM_ACCESS_ERR);
+	assert_int_equal(ra.xfer_done, 0);
+	assert_int_equal(ra.closed, 1);
+	assert_non_null(strstr(ra.reason, "access"));
+	assert_int_equal(w->budget.outstanding, 0);
+	assert_ptr_equal(w->conns, b);
+	assert_int_equal(rdma_conn_state(b), RDMA_CONN_ESTABLISHED);
+	assert_int_equal(rb.closed, 0);
+	assert_int_equal(rdma_conn_send(b, "ok", 2), 0);
+	rdma_worker_close(w);
+	rdma_listener_close(l);
+	assert_int_equal(F.live, 0);
+}
+
+/* Posting fails half way: the caller is told, the connection is failed
+ * and closed on its next event. Items outside the arena MR are refused. */
+static void test_xfer_post_failure(void **state)
+{
+	struct rdma_listener *l;
+	struct rdma_worker *w;
+	struct rdma_conn *c;
+	struct rec r = { 0 };
+	struct rdma_xfer_item it[8];
+	uint8_t outside[16];
+	struct rdma_xfer_item bad = { outside, 16, 0x1000, 1 };
+	struct rdma_xfer_item over = { arena + sizeof(arena) - 8, 16, 0x1000, 1 };
+
+	(void)state;
+	setup_conn(&l, &w, &c, &r);
+	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, &bad, 1), -EINVAL);
+	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, &over, 1), -EINVAL);
+	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, it, 0), -EINVAL);
+	fill_items(it, 8);
+	F.fail_post_send_at_xfer = 3;
+	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, it, 8), -EINVAL);
+	assert_int_equal(rdma_conn_state(c), RDMA_CONN_ERROR);
+	assert_int_equal(w->budget.outstanding, 2);
+	rdma_conn_completions(c);
+	assert_int_equal(r.closed, 1);
+	assert_int_equal(r.xfer_done, 0);
+	assert_int_equal(w->budget.outstanding, 0);
+	rdma_worker_close(w);
+	rdma_listener_close(l);
+	assert_int_equal(F.live, 0);
+}
+
+/* Closing from inside a callback is deferred until the drain ends. */
+static struct rdma_conn *close_me;
+static void cb_msg_close(struct rdma_conn *c, const uint8_t *m, size_t n, void *arg)
+{
+	(void)m; (void)n; (void)arg;
+	close_me = c;
+	rdma_conn_close(c, "closed by the handler");
+}
+static const struct rdma_conn_cbs cbs_close = { cb_msg_close, cb_xfer, cb_close };
+
+static void test_close_in_callback(void **state)
+{
+	struct rdma_listener *l;
+	struct rdma_worker *w;
+	struct rdma_conn *c = NULL;
+	struct rec r = { 0 };
+	void *req;
+
+	(void)state;
+	assert_int_equal(open_listener(&l, NULL, 0), 0);
+	assert_int_equal(rdma_worker_open(l, &w), 0);
+	push_cm(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, new_id(l->ch, NULL));
+	assert_int_equal(rdma_listener_take(l, &req), 1);
+	assert_int_equal(rdma_conn_accept(w, req, &cbs_close, &r, &c), 0);
+	push_cm(w->ch, RDMA_CM_EVENT_ESTABLISHED, c->id);
+	rdma_worker_cm_events(w);
+	push_wc(c, RDMA_WR_ID(RDMA_WR_RECV, 0), IBV_WC_SUCCESS, 8);
+	push_wc(c, RDMA_WR_ID(RDMA_WR_RECV, 1), IBV_WC_SUCCESS, 8);
+	rdma_conn_completions(c);
+	assert_ptr_equal(close_me, c);
+	assert_int_equal(r.closed, 1);
+	assert_string_equal(r.reason, "closed by the handler");
+	rdma_worker_close(w);
+	rdma_listener_close(l);
+	assert_int_equal(F.live, 0);
+}
+
+/* ---- client ------------------------------------------------------------- */
+
+static void test_client_no_device(void **state)
+{
+	struct rdma_client *c = NULL;
+
+	(void)state;
+	F.n_devices = 0;
+	assert_int_equal(rdma_client_connect("127.0.0.1", 7472, 100, &fake_ops, &c), -ENODEV);
+	assert_null(c);
+	assert_int_equal(F.live, 0);
+}
+
+/* The server rejects: -ECONNREFUSED, nothing left. Every earlier step
+ * failing leaves nothing either. */
+static void test_client_connect_paths(void **state)
+{
+	struct rdma_client *c = NULL;
+	int k, rc;
+
+	(void)state;
+	for (k = 1; k < 40; k++) {
+		reset(NULL);
+		F.fail_at = k;
+		rc = rdma_client_connect("127.0.0.1", 7472, 50, &fake_ops, &c);
+		/* Without queued CM events the wait times out once the
+		 * failing step is past the resolve calls. */
+		assert_true(rc < 0);
+		assert_null(c);
+		assert_int_equal(F.live, 0);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_desc_layout),
+		cmocka_unit_test(test_msg_descs),
+		cmocka_unit_test_setup(test_no_device, reset),
+		cmocka_unit_test_setup(test_listener_every_failure, reset),
+		cmocka_unit_test_setup(test_arena_mr_has_no_remote_access, reset),
+		cmocka_unit_test_setup(test_accept_establish_close, reset),
+		cmocka_unit_test_setup(test_accept_every_failure, reset),
+		cmocka_unit_test_setup(test_accept_other_device, reset),
+		cmocka_unit_test_setup(test_listener_take, reset),
+		cmocka_unit_test_setup(test_recv_and_send, reset),
+		cmocka_unit_test_setup(test_send_before_established, reset),
+		cmocka_unit_test_setup(test_error_completion_recv, reset),
+		cmocka_unit_test_setup(test_xfer_pipelined, reset),
+		cmocka_unit_test_setup(test_worker_budget, reset),
+		cmocka_unit_test_setup(test_xfer_error, reset),
+		cmocka_unit_test_setup(test_xfer_post_failure, reset),
+		cmocka_unit_test_setup(test_close_in_callback, reset),
+		cmocka_unit_test_setup(test_client_no_device, reset),
+		cmocka_unit_test_setup(test_client_connect_paths, reset),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#endif /* KVPOOL_RDMA */
