@@ -31,7 +31,7 @@ static const char *const keys[] = {
 	"listen", "port", "threads", "dram_capacity", "max_block_bytes", "max_batch_blocks",
 	"max_frame_bytes", "max_lease_ms", "max_connections", "idle_timeout_ms",
 	"payload_timeout_ms", "max_inflight_put_bytes", "log_level", "nvme_dir", "nvme_capacity",
-	"nvme_admission", "nvme_segment_size", "nvme_io_threads",
+	"nvme_admission", "nvme_segment_size", "nvme_io_threads", "rdma_port",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -437,6 +437,14 @@ static void test_validate(void **state)
 	assert_contains(err, "dram_capacity (1GiB)");
 	c.max_block_bytes = GIB; /* equal is fine */
 	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	/* rdma_port: default 7472, must differ from port, 0 turns RDMA off. */
+	assert_int_equal(c.rdma_port, 7472);
+	c.rdma_port = c.port;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "rdma_port (7470) must differ from port");
+	c.rdma_port = 0;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	c.rdma_port = 7472;
 
 	conf_defaults(&c);
 	c.max_inflight_put_bytes = 64 * MIB - 1;

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Run the RDMA tests on a machine with an RDMA device (a NIC, or SoftRoCE
+# set up as in rdma/README.md): the unit and integration suite, then a
+# throughput run over rdma://. Without a device: "skipped: no RDMA device",
+# exit 0.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD:-build}
+
+has_device() {
+	if command -v ibv_devices >/dev/null 2>&1; then
+		ibv_devices 2>/dev/null | awk 'NR > 2 && NF { found = 1 } END { exit !found }'
+		return
+	fi
+	[ -d /sys/class/infiniband ] && [ -n "$(ls -A /sys/class/infiniband 2>/dev/null)" ]
+}
+
+if ! has_device; then
+	echo "skipped: no RDMA device"
+	exit 0
+fi
+
+make BUILD="$BUILD" RDMA=1 all "$BUILD/tests/unit_rdma"
+"$BUILD/tests/unit_rdma"
+make BUILD="$BUILD" RDMA=1 test
+
+addr=${KVPOOL_RDMA_ADDR:?set KVPOOL_RDMA_ADDR to the address of the RDMA netdev}
+port=${KVPOOL_PORT:-17470}
+rport=${KVPOOL_RDMA_PORT:-17472}
+"$BUILD/kvpoold" --listen "$addr" --port "$port" --rdma-port "$rport" --dram-capacity 2GiB &
+pid=$!
+trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true' EXIT
+sleep 2
+"$BUILD/kvpool" stats --server "tcp://$addr:$port" | grep '^rdma:'
+if "$BUILD/kvpool" stats --server "tcp://$addr:$port" | grep -q '^rdma: available'; then
+	"$BUILD/kvpool" bench --server "rdma://$addr:$rport"
+else
+	echo "rdma not served by kvpoold (see the line above); no rdma:// throughput run"
+fi
