@@ -85,10 +85,17 @@ struct kvpool_limits {
  * IPv4 address or a bracketed IPv6 address) and bind the connection to
  * namespace `ns` (NUL-terminated, 1..255 bytes; copied).
  * `opts` may be NULL. Blocks up to the timeout.
+ * Also "auto://host:port" (the TCP port): TCP first, then RDMA when the
+ * server's HELLO reply offers it and RDMA can be used; otherwise it stays
+ * on TCP and says why once on stderr (today it always stays on TCP: the
+ * library's RDMA data path is not built yet). "rdma://host[:port]"
+ * (default port 7472) uses rdma_cm only.
  * Errors: -EINVAL (bad URL, empty or too long namespace, a namespace byte
  *   outside printable ASCII 0x21..0x7e, token too long),
- *   -EOPNOTSUPP (a scheme other than tcp:// in this build, or the server
- *   speaks no protocol version we do), -ENOENT (host name does not
+ *   -EOPNOTSUPP (a scheme other than tcp://, auto:// or rdma://, rdma://
+ *   in a build without RDMA or (for now) once an RDMA connection could be
+ *   made, or the server speaks no protocol version we do), -ENODEV
+ *   (rdma:// and no RDMA device), -ENOENT (host name does not
  *   resolve), and the shared connection errors above. */
 int kvpool_connect(const char *url, const char *ns, const struct kvpool_options *opts,
 		   struct kvpool_client **out);
