@@ -527,20 +527,56 @@ static int start_put(int fd, uint64_t id, const char *tag, uint64_t n, const uin
 	return harness_raw_put(fd, id, key, NULL, data, len, harness_xxh3(data, len), sent);
 }
 
+/* A libkvpool client that puts an 8 MiB block while the in-flight budget
+ * is taken, retrying BUSY for up to `tries` tries. */
+struct lib_put {
+	pthread_t thr;
+	const char *url;
+	const uint8_t *data;
+	uint32_t tries;
+	int rc;
+	uint64_t ms;
+	struct kvpool_counters counters;
+};
+
+static void *lib_put_main(void *arg)
+{
+	struct kvpool_options opts = { .timeout_ms = (uint32_t)slow(10000) };
+	struct lib_put *p = arg;
+	struct kvpool_client *c = NULL;
+	uint64_t t0 = harness_now_ms();
+	uint8_t key[32];
+
+	p->rc = kvpool_connect(p->url, "hostile-slow-lib", &opts, &c);
+	if (p->rc)
+		return NULL;
+	kvpool_set_busy_tries(c, p->tries);
+	harness_key(key, "hostile-slow-lib", p->tries);
+	p->rc = kvpool_put_bytes(c, key, NULL, p->data, BLOCK_LIMIT);
+	p->ms = harness_now_ms() - t0;
+	kvpool_get_counters(c, &p->counters);
+	kvpool_close(c);
+	return NULL;
+}
+
 /* 200 connections each start an 8 MiB PUT and trickle a byte a second.
  * The in-flight reservations never pass max_inflight_put_bytes (36 MiB:
  * four of them fit), a PUT that arrives whole meanwhile is answered BUSY,
  * a small put from another client still fits, and payload_timeout_ms
- * closes the slow ones and frees everything they held. */
+ * closes the slow ones and frees everything they held. libkvpool retries
+ * BUSY with backoff: with the default tries it gives up (-EAGAIN) in well
+ * under a second; with many tries it gets in once the budget is freed. */
 static void test_slow_uploads(void **state)
 {
 	static int fds[SLOW_CONNS];
 	uint8_t *data = malloc(BLOCK_LIMIT);
 	uint64_t max_inflight = 0, busy0, t0, last_trickle;
 	int closed[SLOW_CONNS] = { 0 }, n_closed = 0, fd;
+	struct lib_put give_up, patient;
 	struct proto_result r;
 	struct harness_frame f;
 	const uint8_t one = 0;
+	uint8_t key[32];
 
 	(void)state;
 	harness_need_server(&g.srv);
@@ -571,6 +607,15 @@ static void test_slow_uploads(void **state)
 	close(fd);
 	/* A 1 MiB put fits in what is left of the budget. */
 	put_get_or_fail(g.c, "hostile-slow-small", 0, MIB);
+	/* The library's own backoff, bounded: it gives up. */
+	give_up = (struct lib_put){ .url = g.srv.url, .data = data, .tries = KVPOOL_BUSY_TRIES };
+	lib_put_main(&give_up);
+	assert_int_equal(give_up.rc, -EAGAIN);
+	assert_int_equal(give_up.counters.busy_retries, KVPOOL_BUSY_TRIES - 1);
+	assert_true(give_up.ms < 2000);
+	/* With many tries, it outlasts the slow uploads. */
+	patient = (struct lib_put){ .url = g.srv.url, .data = data, .tries = 60 };
+	assert_int_equal(pthread_create(&patient.thr, NULL, lib_put_main, &patient), 0);
 
 	while (n_closed < SLOW_CONNS && harness_now_ms() - t0 < (uint64_t)slow(4 * PAYLOAD_TIMEOUT_MS)) {
 		uint64_t v = harness_stat_or_fail(g.c, "tiers.dram.inflight_put_bytes");
@@ -592,10 +637,16 @@ static void test_slow_uploads(void **state)
 	}
 	for (int i = 0; i < SLOW_CONNS; i++)
 		close(fds[i]);
+	assert_int_equal(pthread_join(patient.thr, NULL), 0);
 	print_message("slow uploads: %d connections, in-flight peak %" PRIu64 " of %" PRIu64
-		      " bytes, %" PRIu64 " BUSY, all closed after %" PRIu64 " ms\n", SLOW_CONNS,
-		      max_inflight, (uint64_t)INFLIGHT_LIMIT,
-		      harness_stat_or_fail(g.c, "ops.errors.busy") - busy0, harness_now_ms() - t0);
+		      " bytes, %" PRIu64 " BUSY, all closed after %" PRIu64 " ms; libkvpool gave "
+		      "up after %" PRIu64 " ms (%" PRIu64 " retries), or got in after %" PRIu64
+		      " ms (%" PRIu64 " retries)\n", SLOW_CONNS, max_inflight,
+		      (uint64_t)INFLIGHT_LIMIT, harness_stat_or_fail(g.c, "ops.errors.busy") - busy0,
+		      harness_now_ms() - t0, give_up.ms, give_up.counters.busy_retries, patient.ms,
+		      patient.counters.busy_retries);
+	assert_int_equal(patient.rc, 0);
+	assert_true(patient.counters.busy_retries > 0);
 	assert_int_equal(n_closed, SLOW_CONNS);
 	assert_true(max_inflight <= INFLIGHT_LIMIT);
 	assert_true(harness_stat_or_fail(g.c, "ops.errors.busy") > busy0);
@@ -604,6 +655,16 @@ static void test_slow_uploads(void **state)
 			 0);
 	assert_int_equal(wait_others_gone(3000), 0);
 	assert_int_equal(harness_ns_stat_or_fail(g.c, "hostile-slow", "blocks"), 0);
+	/* The patient client's block is there; the one that gave up is not. */
+	assert_int_equal(harness_ns_stat_or_fail(g.c, "hostile-slow-lib", "blocks"), 1);
+	harness_key(key, "hostile-slow-lib", patient.tries);
+	{
+		struct kvpool_client *c = NULL;
+
+		assert_int_equal(harness_client(&g.srv, "hostile-slow-lib", &c), 0);
+		harness_check_block_or_fail(c, key, data, BLOCK_LIMIT);
+		kvpool_close(c);
+	}
 	/* With the budget back, an 8 MiB block goes in. */
 	put_get_or_fail(g.c, "hostile-slow-after", 0, BLOCK_LIMIT);
 	free(data);
