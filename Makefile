@@ -4,6 +4,8 @@
 #   make test       install missing build deps (Debian), build, run unit + integration tests
 #   make test-san   the same tests built with AddressSanitizer + UBSan (build-san/)
 #   make test-valgrind  integration tests with kvpoold under valgrind (leaks fail)
+#   make fuzz       build the libFuzzer targets with clang, run each FUZZ_SECONDS (60)
+#   make soak       the churn soak for SOAK_SECONDS (600); make test runs it for 30 s
 #   make demo       start kvpoold, replay the bundled Mooncake trace, print the report
 #   make demo-nvme  the same trace on DRAM only, then DRAM + an NVMe tier (both admission
 #                   settings): hit ratios and NVMe bytes written side by side
@@ -65,7 +67,8 @@ LIB_SO    := $(BUILD)/libkvpool.so
 UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
-.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme install clean nvme-bench bench
+.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme install clean \
+	nvme-bench bench fuzz fuzz-seeds soak
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
@@ -151,9 +154,79 @@ $(COPYCOUNT): tests/bench/copycount.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
 
+# Fuzz targets (tests/fuzz/fuzz_<target>.c). make test replays their
+# stored inputs through a driver built like the other tests
+# ($(BUILD)/tests/fuzz_<target>); make fuzz builds them with clang and
+# libFuzzer into $(BUILD)/fuzz/, objects apart from the gcc ones.
+FUZZ_TARGETS := frame config trace
+FUZZ_REPLAY  := $(patsubst %,$(BUILD)/tests/fuzz_%,$(FUZZ_TARGETS))
+FUZZ_DEPS_frame  := proto/proto.c
+FUZZ_DEPS_config := config/conf.c
+FUZZ_DEPS_trace  := client/cli/trace.c
+FUZZ_LIBS := -linih -ljson-c -lcrypto
+
+# A static pattern: a free one would let make chain it into the .d files.
+$(patsubst %,$(BUILD)/obj/tests/fuzz/replay_%.o,$(FUZZ_TARGETS)): $(BUILD)/obj/tests/fuzz/replay_%.o: \
+		tests/fuzz/replay.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DFUZZ_TARGET='"$*"' -c $< -o $@
+
+$(BUILD)/tests/fuzz_%: $(BUILD)/obj/tests/fuzz/replay_%.o $(call obj,tests/fuzz/fuzz_%.c) \
+		       $$(call obj,$$(FUZZ_DEPS_$$*))
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FUZZ_LIBS) $(LIBS_TEST)
+
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_CFLAGS   = -std=gnu11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_SAN) \
+		-Wall -Wextra -Werror -D_GNU_SOURCE -pthread -Iproto -Iconfig -Iclient \
+		$(PKG_CFLAGS) -MMD -MP
+fuzz_obj = $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(1))
+FUZZ_BIN := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
+
+$(BUILD)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+$(BUILD)/fuzz/fuzz_%: $(call fuzz_obj,tests/fuzz/fuzz_%.c) $$(call fuzz_obj,$$(FUZZ_DEPS_$$*))
+	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(FUZZ_LIBS)
+
+fuzz:
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libFuzzer" \
+	  "(apt-get install clang libclang-rt-14-dev)"; exit 1; }
+	@$(MAKE) --no-print-directory $(FUZZ_BIN)
+	@tests/fuzz/run.sh $(BUILD)/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# Rewrite the frame seeds from proto/'s own encoder (after a protocol change).
+fuzz-seeds: $(BUILD)/tests/frame_seeds
+	$(BUILD)/tests/frame_seeds tests/fuzz/corpus/frame
+
+$(BUILD)/tests/frame_seeds: $(call obj,tests/fuzz/frame_seeds.c) $(BUILD)/libproto.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^
+
+# Soaks (tests/soak/soak_<name>.c): long runs on the integration harness.
+SOAK_SRC := $(wildcard tests/soak/soak_*.c)
+SOAK_BIN := $(patsubst tests/soak/soak_%.c,$(BUILD)/tests/soak_%,$(SOAK_SRC))
+SOAK_SECONDS ?= 600
+TEST_SOAK_SECONDS ?= 30
+# make test's soak runs on shared CI machines and under ASan, where a put
+# waits for CPU as much as for eviction: its stall limit is wider.
+TEST_SOAK_MAX_STALL_MS ?= 1000
+
+$(BUILD)/tests/soak_%: $(call obj,tests/soak/soak_%.c) $(INTEG_HOBJ) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_CLIENT) $(LIBS_TEST) -ljson-c
+
+soak: deps
+	@$(MAKE) --no-print-directory all $(SOAK_BIN)
+	@for s in $(SOAK_BIN); do KVPOOLD=$(CURDIR)/$(KVPOOLD) $$s --seconds $(SOAK_SECONDS) || exit 1; done
+
 test: deps
-	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN) $(COPYCOUNT)
-	@BUILD=$(BUILD) tests/run.sh $(UNIT_BIN) $(INTEG_BIN)
+	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(COPYCOUNT)
+	@BUILD=$(BUILD) KVPOOL_SOAK_SECONDS=$(TEST_SOAK_SECONDS) \
+	  KVPOOL_SOAK_MAX_STALL_MS=$(TEST_SOAK_MAX_STALL_MS) tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN)
 
 # The integration tests with kvpoold under valgrind: a leak or memory error
 # makes the daemon exit 99, which fails the test's clean-shutdown check.
@@ -193,4 +266,4 @@ install: all
 clean:
 	rm -rf build build-san
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)
