@@ -10,6 +10,11 @@
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
+# Debian's python3 (the one python3-pytest and python3-numpy serve), and
+# where it looks for packages under PREFIX: /usr/lib/python3/dist-packages,
+# or /usr/local/lib/python3.X/dist-packages.
+PYTHON  ?= /usr/bin/python3
+PYDIR   ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)/dist-packages)
 SAN     ?= 0
 CC      ?= cc
 
@@ -23,7 +28,8 @@ OPT     ?= -O2
 SANLD   :=
 endif
 
-DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev
+DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev \
+                python3-pytest python3-numpy
 PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
@@ -67,7 +73,8 @@ all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
 deps:
-	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null; then \
+	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null || \
+	    ! $(PYTHON) -c 'import pytest, numpy' 2>/dev/null; then \
 	  echo "installing build dependencies: $(DEB_PACKAGES)"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && \
@@ -123,9 +130,13 @@ $(BUILD)/tests/integ_%: $(call obj,tests/integration/test_%.c) $(INTEG_HOBJ) $(L
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_CLIENT) $(LIBS_TEST) -ljson-c
 
+# The Python binding's pytest suite runs as one more test program; not in
+# sanitizer builds (an ASan libkvpool.so cannot be loaded into python3).
+PY_TESTS := $(if $(filter 1,$(SAN)),,tests/python/pytest.sh)
+
 test: deps
 	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN)
-	@BUILD=$(BUILD) tests/run.sh $(UNIT_BIN) $(INTEG_BIN)
+	@BUILD=$(BUILD) tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(PY_TESTS)
 
 # The integration tests with kvpoold under valgrind: a leak or memory error
 # makes the daemon exit 99, which fails the test's clean-shutdown check.
@@ -150,6 +161,10 @@ install: all
 	ln -sf libkvpool.so.0 $(DESTDIR)$(PREFIX)/lib/libkvpool.so
 	install -m 644 client/kvpool.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 config/kvpool.conf $(DESTDIR)$(PREFIX)/share/kvpool/
+	install -d $(DESTDIR)$(PYDIR)/kvpool
+	install -m 644 client/python/kvpool/*.py $(DESTDIR)$(PYDIR)/kvpool/
+	printf '"""Written by make install."""\nLIBDIR = "%s"\n' "$(PREFIX)/lib" \
+	  > $(DESTDIR)$(PYDIR)/kvpool/_installed.py
 
 clean:
 	rm -rf build build-san
