@@ -83,6 +83,42 @@ def test_torch_cpu_tensors(client, torch, np):
         client.put(key("torch-t"), t.t())                 # not contiguous
 
 
+def test_torch_kv_cache_batch(client, torch):
+    """An engine's torch KV cache: blocks put from and loaded into slots."""
+    cache = torch.randn(6, 2, 2, 16, 2, 8).to(torch.float16)   # [slot, layer, K/V, tok, head, dim]
+    keys = kvpool.block_hashes(torch.arange(48, dtype=torch.int64), 16)
+    assert client.put_chain(keys, [cache[i] for i in range(3)]) == [0, 0, 0]
+    client.register(cache)
+    got = client.get_into_many(keys, [cache[5], cache[4], cache[3]])
+    assert got == [cache[0].numel() * 2] * 3
+    assert torch.equal(cache[3:].flip(0), cache[:3])
+    client.unregister(cache)
+
+
+def test_tensor_on_another_device(client):
+    """A tensor that is not on the CPU is refused (duck-typed: no GPU here)."""
+    class Device:
+        type = "cuda"
+
+    class GpuTensor:
+        device = Device()
+
+        def data_ptr(self):
+            return 4096
+
+        def element_size(self):
+            return 2
+
+        def is_contiguous(self):
+            return True
+
+        def numel(self):
+            return 8
+
+    with pytest.raises(TypeError, match="CPU"):
+        client.put(key("gpu"), GpuTensor())
+
+
 def test_scatter_gather(client, np):
     layers = [np.full(1000, i, dtype=np.uint8) for i in range(5)]   # per-layer slices
     client.put(key("sg"), layers)
