@@ -11,9 +11,11 @@ rows interleaved, and prints each row's best round:
   get            one block per call, returned as new bytes
   bare ctypes    kvpool_get_bytes called straight through ctypes into the
                  same array: libkvpool with no binding code around it
-and then the C side: `kvpool bench` when this build has it (its own output,
-printed as is), else `kvpool get` of the same blocks, one process per block
-(which includes process start, connect and HELLO: a floor, not a peer).
+and then the C side: `kvpool bench` GET of the same block size at 1 and B
+blocks per call when the CLI has it (its own output, printed as is), else
+`kvpool get` of the same blocks, one process per block (which includes
+process start, connect and HELLO: a floor, not a peer). The CLI is
+$KVPOOL_CLI, else the source tree's build/kvpool, else kvpool on PATH.
 GB/s means 10**9 bytes per second. The figures are as noisy as the machine.
 """
 import argparse
@@ -49,18 +51,25 @@ def cli_path():
                                             shutil.which("kvpool"))
 
 
-def c_side(args, keys, block_bytes):
+def c_side(args, keys, block_bytes, batch):
+    """The C figures: `kvpool bench` GET at 1 block/call and `batch` blocks/call
+    (its own output, as is), or, in a build without it, `kvpool get`."""
     cli = cli_path()
     if not cli:
         return print("  C: no kvpool CLI found (set KVPOOL_CLI)")
-    common = ["--server", args.server, "--namespace", args.namespace]
     if subprocess.run([cli, "bench", "--help"], capture_output=True).returncode == 0:
-        cmd = [cli, "bench"] + args.c_bench_args.split() + ["--server", args.server]
-        print("  C: " + " ".join(cmd))
-        return subprocess.run(cmd).returncode
+        runs = args.c_bench_args or [
+            "--sizes %d --ops put,get --batch %d --duration %g" % (block_bytes, b, args.seconds)
+            for b in sorted({1, batch})]
+        for extra in runs:
+            cmd = [cli, "bench"] + extra.split() + ["--server", args.server]
+            print("  C: " + " ".join(cmd), flush=True)
+            subprocess.run(cmd)
+        return
     n, t0 = min(len(keys), 64), time.perf_counter()
     for k in keys[:n]:
-        subprocess.run([cli, "get", k.hex(), "-o", os.devnull] + common, check=True)
+        subprocess.run([cli, "get", k.hex(), "-o", os.devnull, "--server", args.server,
+                        "--namespace", args.namespace], check=True)
     gbps = n * block_bytes / (time.perf_counter() - t0) / 1e9
     print("  C: this build has no `kvpool bench`; `kvpool get` of %d blocks, one process "
           "each: %.2f GB/s (process start + connect per block: a floor, not a peer)" % (n, gbps))
@@ -75,8 +84,10 @@ def main():
     p.add_argument("--seconds", type=float, default=1.0)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--c-bench-args", default="--op get --block-bytes 1MiB",
-                   help="arguments for `kvpool bench`, when it exists")
+    p.add_argument("--c-bench-args", action="append",
+                   help="arguments of one `kvpool bench` run, when the CLI has it (may be "
+                        "repeated; default: GET of the same block size at 1 and --batch "
+                        "blocks per call)")
     args = p.parse_args()
     block_bytes = args.block_bytes
 
@@ -118,7 +129,7 @@ def main():
         for name, _, _ in rows:
             print("  %-34s %6.2f GB/s" % (name, best[name]))
         print("  every block written into the array was verified")
-        c_side(args, keys, block_bytes)
+        c_side(args, keys, block_bytes, b)
         c.drop_namespace()
     return 0
 
