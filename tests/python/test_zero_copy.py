@@ -65,3 +65,17 @@ def test_get_allocates_the_payload_once(client, np):
     client.get(k)                               # learns the size: one round trip later
     peak = peak_bytes(lambda: client.get(k))
     assert BLOCK_BYTES <= peak < BLOCK_BYTES + SMALL_BYTES
+
+
+def test_get_many_does_not_over_allocate(client):
+    """After a 4 MiB get, a get_many of 100 small blocks must not allocate
+    100 buffers of 4 MiB: it asks the sizes first."""
+    big = kvpool.block_hashes([1], 1, extra=b"big")[0]
+    client.put(big, bytes(BLOCK_BYTES))
+    client.get(big)                             # the size guess is now 4 MiB
+    keys = [kvpool.block_hashes([i], 1, extra=b"small")[0] for i in range(100)]
+    client.put_many(keys, [bytes([i]) * 100 for i in range(100)])
+    got = []
+    peak = peak_bytes(lambda: got.extend(client.get_many(keys)))
+    assert got == [bytes([i]) * 100 for i in range(100)]
+    assert peak < 4 * BLOCK_BYTES, "get_many allocated %d bytes" % peak

@@ -28,6 +28,11 @@ _CALL_ERRORS = frozenset(-e for e in (
     _errno.ECONNREFUSED, _errno.ECONNRESET, _errno.EPIPE, _errno.ETIMEDOUT,
     _errno.EPROTO, _errno.ENOMEM, _errno.EINVAL, _errno.EOPNOTSUPP))
 
+# get_many receives into buffers of a guessed size only while they add up
+# to at most this much; beyond it, it asks the sizes first (a round trip
+# without payload) rather than risk allocating guess * count bytes.
+_GET_MANY_GUESS_BYTES = 256 << 20
+
 Limits = namedtuple("Limits", "max_block_bytes max_batch_blocks max_frame_bytes max_lease_ms "
                               "rdma_port protocol_version max_inflight_put_bytes")
 Limits.__doc__ = "The server's limits, from its HELLO reply (sizes in bytes)."
@@ -334,11 +339,15 @@ class Client:
         a negative errno where it was not returned (-errno.ENOENT: a miss).
         Blocks are received straight into the returned bytes objects, sized
         by a guess (see get); blocks larger than the guess are fetched again
-        in a second batch (their size came with the first reply).
+        in a second batch (their size came with the first reply). When the
+        guesses would add up to more than 256 MiB the first batch only asks
+        the sizes.
         Raises only for whole-call errors."""
         ks = [_key(k) for k in keys]
         with self._lock:
             guess = self._get_hint_bytes
+        if guess * len(ks) > _GET_MANY_GUESS_BYTES:
+            guess = 0                   # ask the sizes first rather than over-allocate
         outs = [_lib.new_bytes(None, guess) if guess else None for _ in ks]
         statuses, lengths = self._get_batch(ks, [self._bytes_iov(o) for o in outs], "get_many")
         again = [i for i, s in enumerate(statuses)
