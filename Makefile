@@ -130,9 +130,9 @@ $(BUILD)/tests/integ_%: $(call obj,tests/integration/test_%.c) $(INTEG_HOBJ) $(L
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_CLIENT) $(LIBS_TEST) -ljson-c
 
-# The Python binding's pytest suite runs as one more test program; not in
-# sanitizer builds (an ASan libkvpool.so cannot be loaded into python3).
-PY_TESTS := $(if $(filter 1,$(SAN)),,tests/python/pytest.sh)
+# The Python binding's pytest suite runs as one more test program (in a
+# sanitizer build, with the sanitizer runtimes preloaded into python3).
+PY_TESTS := tests/python/pytest.sh
 
 test: deps
 	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Run the Python binding's pytest suite (tests/python) with Debian's
-# /usr/bin/python3, against $BUILD's libkvpool.so and kvpoold, and print
-# its totals the way cmocka does so that tests/run.sh adds them to the C
-# tests' counts. Exit 77 (skipped) when pytest is not installed, except
-# under CI=true, where that is a failure.
+# /usr/bin/python3, against $BUILD's libkvpool.so and kvpoold (sanitizer
+# builds included), and print its totals the way cmocka does so that
+# tests/run.sh adds them to the C tests' counts. Exit 77 (skipped) when
+# pytest is not installed, except under CI=true, where that is a failure.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -16,6 +16,16 @@ export KVPOOL_CLI="${KVPOOL_CLI:-$build_dir/kvpool}"
 export KVPOOL_TEST_DATA="${KVPOOL_TEST_DATA:-$root/tests/data}"
 export PYTHONPATH="$root/client/python${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONDONTWRITEBYTECODE=1
+# A sanitizer build's libkvpool.so (make test-san) needs the ASan and UBSan
+# runtimes loaded before anything else; python3 itself is not instrumented,
+# and its deliberate leaks at exit are not ours, so leak checking is off.
+if nm -D "$KVPOOL_LIB" 2>/dev/null | grep -q ' __asan_init$'; then
+	san_libs="$(${CC:-cc} -print-file-name=libasan.so) $(${CC:-cc} -print-file-name=libubsan.so)"
+	export LD_PRELOAD="$san_libs${LD_PRELOAD:+ $LD_PRELOAD}"
+	export ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+	export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+	echo "sanitizer build: python3 runs with LD_PRELOAD=$LD_PRELOAD"
+fi
 
 if ! "$PY" -c 'import pytest' 2>/dev/null; then
 	echo "$PY has no pytest module (apt-get install python3-pytest python3-numpy, or make deps)"
