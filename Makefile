@@ -1,7 +1,7 @@
 # kvpool - build, test, demo, install.
 #
 #   make            build kvpoold, libkvpool (.so and .a), kvpool CLI into build/
-#   make test       install missing build deps (Debian), build, run unit + integration tests
+#   make test       install missing build deps (Debian), build, run unit + integration + Python tests
 #   make test-san   the same tests built with AddressSanitizer + UBSan (build-san/)
 #   make test-valgrind  integration tests with kvpoold under valgrind (leaks fail)
 #   make demo       start kvpoold, replay the bundled Mooncake trace, print the report
