@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -69,6 +70,7 @@ class Server:
         self.extra = list(extra)
         self.proc = None
         self.port = None
+        self.log = None
 
     @property
     def url(self):
@@ -81,9 +83,10 @@ class Server:
             skip_or_fail("no kvpoold at %s (run make, or set KVPOOLD)" % self.binary)
         for _ in range(5):
             self.port = port or free_port()
+            self.log = tempfile.TemporaryFile()   # never a pipe: a full pipe stalls it
             self.proc = subprocess.Popen(
                 [self.binary, "--listen", "127.0.0.1", "--port", str(self.port)] + self.extra,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                stdout=subprocess.DEVNULL, stderr=self.log)
             if self._wait_ready():
                 return self
             self.kill()
@@ -114,16 +117,22 @@ class Server:
         except subprocess.TimeoutExpired:
             self.kill()
             return "timeout"
-        self.proc.stderr.close()
         self.proc = None
+        if rc != 0:
+            print("kvpoold exited %s; its log:\n%s" % (rc, self.log_text()))
+        self.log.close()
         return rc
+
+    def log_text(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
 
     def kill(self):
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
-            self.proc.stderr.close()
             self.proc = None
+            self.log.close()
 
 
 @pytest.fixture(scope="session")
