@@ -25,7 +25,11 @@ def test_offload(server, np):
 
 
 def test_bench_get_smoke(server, np):
+    """A short run; its C side is `kvpool bench` (small, so that make test
+    stays light) where the CLI has it, else `kvpool get` per block."""
     r = run("bench_get.py", "--server", server.url, "--namespace", "pytest:bench",
-            "--blocks", "8", "--seconds", "0.2", "--rounds", "1")
+            "--blocks", "8", "--seconds", "0.2", "--rounds", "1", "--c-bench-args",
+            "--sizes 65536 --ops put,get --duration 0.2 --source-bytes 1MiB "
+            "--namespace pytest:bench-c")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "get_into" in r.stdout and "GB/s" in r.stdout
+    assert "get_into" in r.stdout and "GB/s" in r.stdout and "  C: " in r.stdout

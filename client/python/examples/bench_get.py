@@ -50,7 +50,7 @@ def timed(fn, seconds, bytes_per_call):
 
 def cli_path():
     here = os.path.dirname(os.path.abspath(__file__))
-    built = os.path.join(here, "..", "..", "..", "build", "kvpool")
+    built = os.path.normpath(os.path.join(here, "..", "..", "..", "build", "kvpool"))
     for path in (os.environ.get("KVPOOL_CLI"), built, shutil.which("kvpool")):
         if path and os.access(path, os.X_OK):
             return path
@@ -62,16 +62,18 @@ def c_side(args, keys, block_bytes, batch):
     (its own output, as is), or, in a build without it, `kvpool get`."""
     cli = cli_path()
     if not cli:
-        return print("  C: no kvpool CLI found (set KVPOOL_CLI)")
+        print("  C: no kvpool CLI found (set KVPOOL_CLI)")
+        return 0
     if subprocess.run([cli, "bench", "--help"], capture_output=True).returncode == 0:
         runs = args.c_bench_args or [
             "--sizes %d --ops put,get --batch %d --duration %g" % (block_bytes, b, args.seconds)
             for b in sorted({1, batch})]
+        failed = 0
         for extra in runs:
             cmd = [cli, "bench"] + extra.split() + ["--server", args.server]
             print("  C: " + " ".join(cmd), flush=True)
-            subprocess.run(cmd)
-        return
+            failed += subprocess.run(cmd).returncode != 0
+        return failed
     n, t0 = min(len(keys), 64), time.perf_counter()
     for k in keys[:n]:
         subprocess.run([cli, "get", k.hex(), "-o", os.devnull, "--server", args.server,
@@ -79,6 +81,7 @@ def c_side(args, keys, block_bytes, batch):
     gbps = n * block_bytes / (time.perf_counter() - t0) / 1e9
     print("  C: this build has no `kvpool bench`; `kvpool get` of %d blocks, one process "
           "each: %.2f GB/s (process start + connect per block: a floor, not a peer)" % (n, gbps))
+    return 0
 
 
 def main():
@@ -139,10 +142,9 @@ def main():
             us = sorted(cpu_us[name])[len(cpu_us[name]) // 2]
             print("  %-34s %6.2f GB/s  %6.0f us" % (name, best[name], us))
         print("  every block written into the array was verified")
-        if not args.no_c:
-            c_side(args, keys, block_bytes, b)
+        failed = 0 if args.no_c else c_side(args, keys, block_bytes, b)
         c.drop_namespace()
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
