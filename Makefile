@@ -1,7 +1,7 @@
 # kvpool - build, test, demo, install.
 #
 #   make            build kvpoold, libkvpool (.so and .a), kvpool CLI into build/
-#   make test       install missing build deps (Debian), build, run unit + integration tests
+#   make test       install missing build deps (Debian), build, run unit + integration + Python tests
 #   make test-san   the same tests built with AddressSanitizer + UBSan (build-san/)
 #   make test-valgrind  integration tests with kvpoold under valgrind (leaks fail)
 #   make fuzz       build the libFuzzer targets with clang, run each FUZZ_SECONDS (60)
@@ -15,6 +15,11 @@
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
+# Debian's python3 (the one python3-pytest and python3-numpy serve), and
+# where it looks for packages under PREFIX: /usr/lib/python3/dist-packages,
+# or /usr/local/lib/python3.X/dist-packages.
+PYTHON  ?= /usr/bin/python3
+PYDIR   ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)/dist-packages)
 SAN     ?= 0
 CC      ?= cc
 
@@ -28,7 +33,8 @@ OPT     ?= -O2
 SANLD   :=
 endif
 
-DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev librocksdb-dev
+DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev \
+                librocksdb-dev python3-pytest python3-numpy
 PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c rocksdb
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
@@ -73,7 +79,8 @@ all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
 deps:
-	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null; then \
+	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null || \
+	    ! $(PYTHON) -c 'import pytest, numpy' 2>/dev/null; then \
 	  echo "installing build dependencies: $(DEB_PACKAGES)"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && \
@@ -223,10 +230,15 @@ soak: deps
 	@$(MAKE) --no-print-directory all $(SOAK_BIN)
 	@for s in $(SOAK_BIN); do KVPOOLD=$(CURDIR)/$(KVPOOLD) $$s --seconds $(SOAK_SECONDS) || exit 1; done
 
+# The Python binding's pytest suite runs as one more test program (in a
+# sanitizer build, with the sanitizer runtimes preloaded into python3).
+PY_TESTS := tests/python/pytest.sh
+
 test: deps
 	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(COPYCOUNT)
 	@BUILD=$(BUILD) KVPOOL_SOAK_SECONDS=$(TEST_SOAK_SECONDS) \
-	  KVPOOL_SOAK_MAX_STALL_MS=$(TEST_SOAK_MAX_STALL_MS) tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN)
+	  KVPOOL_SOAK_MAX_STALL_MS=$(TEST_SOAK_MAX_STALL_MS) \
+	  tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(PY_TESTS)
 
 # The integration tests with kvpoold under valgrind: a leak or memory error
 # makes the daemon exit 99, which fails the test's clean-shutdown check.
@@ -262,6 +274,10 @@ install: all
 	ln -sf libkvpool.so.0 $(DESTDIR)$(PREFIX)/lib/libkvpool.so
 	install -m 644 client/kvpool.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 config/kvpool.conf $(DESTDIR)$(PREFIX)/share/kvpool/
+	install -d $(DESTDIR)$(PYDIR)/kvpool
+	install -m 644 client/python/kvpool/*.py $(DESTDIR)$(PYDIR)/kvpool/
+	printf '"""Written by make install."""\nLIBDIR = "%s"\n' "$(PREFIX)/lib" \
+	  > $(DESTDIR)$(PYDIR)/kvpool/_installed.py
 
 clean:
 	rm -rf build build-san

@@ -267,6 +267,32 @@ int kvpool_ping(struct kvpool_client *c, uint64_t *rtt_us);
 /* Free memory returned by this library. Accepts NULL. */
 void kvpool_free(void *p);
 
+/* ---- memory registration ----------------------------------------------- */
+
+/* Register buf[0..len) with the handle: memory the caller will put from
+ * and get into many times (a KV-cache arena, a staging pool), declared
+ * once up front. With the RDMA transport (not built yet) this is the
+ * memory the NIC will be given access to, registered once so that no
+ * call pays for it; kvpool_put and kvpool_get will then move blocks that
+ * lie inside a registered region without a copy.
+ * On TCP, the only transport today, this call does no more than check
+ * the arguments and record the region in the handle: nothing is pinned
+ * or locked, nothing is sent, and put/get work the same on registered
+ * and unregistered memory (registration is never required).
+ * The memory is borrowed until kvpool_unregister(c, buf) or
+ * kvpool_close(c); the caller keeps it allocated until then. Regions are
+ * kept across reconnects. Does not block; does not talk to the server.
+ * Errors: -EINVAL (c or buf NULL, len 0, or buf + len past the end of
+ *   the address space), -EEXIST (the range overlaps a region already
+ *   registered with this handle, e.g. the same buffer twice),
+ *   -ENOMEM (the region table could not grow). */
+int kvpool_register(struct kvpool_client *c, const void *buf, size_t len);
+
+/* Forget the region registered at `buf` (the exact start address given to
+ * kvpool_register; the whole region goes). Does not block.
+ * Errors: -EINVAL (c or buf NULL), -ENOENT (no region starts at buf). */
+int kvpool_unregister(struct kvpool_client *c, const void *buf);
+
 /* ---- helpers -------------------------------------------------------------- */
 
 /* Chained block hashes of the full blocks of a token sequence:

@@ -355,6 +355,7 @@ void kvpool_close(struct kvpool_client *c)
 	free(c->rbuf);
 	free(c->wbuf);
 	free(c->iov);
+	kvc_regions_free(c);
 	free(c);
 }
 

@@ -25,6 +25,12 @@
 #define KVC_MESSAGE_MAX_BYTES 1024            /* server error messages kept */
 #define KVC_REPLY_BODY_MAX_BYTES (64u << 20) /* largest reply body accepted */
 
+/* One caller memory region given to kvpool_register (borrowed). */
+struct kvc_region {
+	uintptr_t start;
+	size_t len_bytes;
+};
+
 struct kvpool_client {
 	struct kvc_url url;
 	char ns[PROTO_NAME_MAX_BYTES + 1];
@@ -51,6 +57,10 @@ struct kvpool_client {
 	uint32_t busy_tries;            /* tries of a BUSY request; 0 = KVPOOL_BUSY_TRIES */
 	uint64_t busy_retries;          /* tries repeated after BUSY */
 	uint64_t connects;              /* connections that completed HELLO */
+
+	struct kvc_region *regions;     /* kvpool_register'ed memory, sorted by start */
+	size_t n_regions;
+	size_t regions_cap;
 };
 
 /* A reply read by kvc_recv_reply. body points into the handle's reply
@@ -119,5 +129,13 @@ uint64_t kvc_checksum_errors(const struct kvpool_client *c);
 
 /* Is the handle connected now? (For tests and diagnostics.) */
 int kvc_connected(const struct kvpool_client *c);
+
+/* The registered region that holds all of buf[0..len), or NULL (the
+ * lookup a transport uses to pick its zero-copy path). Cannot fail. */
+const struct kvc_region *kvc_region_find(const struct kvpool_client *c, const void *buf,
+					 size_t len);
+
+/* Forget every registered region (kvpool_close). */
+void kvc_regions_free(struct kvpool_client *c);
 
 #endif /* KVC_CLIENT_H */

@@ -45,6 +45,8 @@ const char *kvpool_strerror(int err)
 		return "connection closed by the server";
 	case ETIMEDOUT:
 		return "timed out";
+	case EEXIST:
+		return "memory region overlaps one already registered";
 	case EPROTONOSUPPORT:
 		return "protocol version not supported";
 	default:
