@@ -39,6 +39,7 @@ enum conf_type {
 	CONF_U32,      /* plain decimal integer */
 	CONF_STRING,   /* text, no whitespace or control characters */
 	CONF_CHOICE,   /* one word of a list (struct conf_choices), stored as an int */
+	CONF_BOOL,     /* true/false, yes/no, on/off, 1/0; stored as an int 0 or 1 */
 };
 
 /* Setting flags. */
@@ -116,6 +117,15 @@ static const struct conf_setting settings[] = {
 	  "when smaller)", NULL },
 	{ "nvme_io_threads", CONF_U32, FIELD(nvme_io_threads), "0", 0, 64, 0, "N",
 	  "NVMe demotion and promotion threads; 0 = 2", NULL },
+	{ "admin_port", CONF_U32, FIELD(admin_port), "7471", 0, 65535, 0, "N",
+	  "admin HTTP port (/metrics, /healthz, /stats) on the listen address; 0 = off", NULL },
+	{ "tokens_file", CONF_STRING, FIELD(tokens_file), "", 0, CONF_PATH_MAX - 1,
+	  CONF_SPACES_OK | CONF_EMPTY_UNSET, "FILE",
+	  "auth tokens file (not readable by group or others); unset = no authentication", NULL },
+	{ "allow_unauthenticated", CONF_BOOL, FIELD(allow_unauthenticated), "false", 0, 1, 0,
+	  "BOOL", "serve a non-loopback listen address without tokens_file", NULL },
+	{ "drain_timeout_ms", CONF_U32, FIELD(drain_timeout_ms), "10000", 0, 3600000, 0, "MS",
+	  "on SIGTERM or SIGINT, wait this long at most for requests in flight", NULL },
 };
 
 #define N_SETTINGS (sizeof(settings) / sizeof(settings[0]))
@@ -331,6 +341,26 @@ static int u32_parse(const char *text, uint64_t *out, char *why, size_t why_len)
 	return 0;
 }
 
+/* true/yes/on/1 or false/no/off/0, case-insensitive. */
+static int bool_parse(const char *text, uint64_t *out, char *why, size_t why_len)
+{
+	static const char *const yes[] = { "true", "yes", "on", "1" };
+	static const char *const no[] = { "false", "no", "off", "0" };
+
+	for (size_t i = 0; i < 4; i++) {
+		if (strcasecmp(text, yes[i]) == 0) {
+			*out = 1;
+			return 0;
+		}
+		if (strcasecmp(text, no[i]) == 0) {
+			*out = 0;
+			return 0;
+		}
+	}
+	set_err(why, why_len, "not a boolean (use true or false)");
+	return -EINVAL;
+}
+
 /* "a, b or c" of a choice list, for messages. */
 static void choices_text(const struct conf_choices *ch, char *buf, size_t len)
 {
@@ -394,7 +424,7 @@ static uint64_t field_get(const struct conf *c, const struct conf_setting *s)
 {
 	const char *p = (const char *)c + s->offset;
 
-	if (s->type == CONF_CHOICE) {
+	if (s->type == CONF_CHOICE || s->type == CONF_BOOL) {
 		int v;
 
 		memcpy(&v, p, sizeof(v));
@@ -416,7 +446,7 @@ static void field_set(struct conf *c, const struct conf_setting *s, uint64_t v)
 {
 	char *p = (char *)c + s->offset;
 
-	if (s->type == CONF_CHOICE) {
+	if (s->type == CONF_CHOICE || s->type == CONF_BOOL) {
 		int iv = (int)v;
 
 		memcpy(p, &iv, sizeof(iv));
@@ -441,6 +471,9 @@ static void format_value(const struct conf *c, const struct conf_setting *s, cha
 	case CONF_CHOICE:
 		v = field_get(c, s);
 		snprintf(buf, len, "%s", v < s->choices->count ? s->choices->names[v] : "?");
+		return;
+	case CONF_BOOL:
+		snprintf(buf, len, "%s", field_get(c, s) ? "true" : "false");
 		return;
 	case CONF_SIZE:
 		format_size(field_get(c, s), buf, len);
@@ -472,6 +505,8 @@ static int parse_number(const struct conf_setting *s, const char *text, uint64_t
 		rc = size_parse(text, v, why, why_len);
 	else if (s->type == CONF_U32)
 		rc = u32_parse(text, v, why, why_len);
+	else if (s->type == CONF_BOOL)
+		rc = bool_parse(text, v, why, why_len);
 	else
 		rc = choice_parse(s->choices, text, v, why, why_len);
 	if (rc)
@@ -928,7 +963,8 @@ static int validate_ranges(const struct conf *c, char *err, size_t err_len)
 			format_number(s, s->min, lo, sizeof(lo));
 			format_number(s, s->max, hi, sizeof(hi));
 			set_err(err, err_len, "%s: %s is out of range %s..%s", s->name,
-				s->type == CONF_CHOICE ? "value" : val, lo, hi);
+				s->type == CONF_CHOICE || s->type == CONF_BOOL ? "value" : val,
+				lo, hi);
 			return -EINVAL;
 		}
 	}

@@ -46,6 +46,14 @@ struct conf {
 	int nvme_admission;              /* enum conf_admission; default all */
 	uint64_t nvme_segment_bytes;     /* 0 = automatic (the store picks) */
 	uint32_t nvme_io_threads;        /* 0 = the store's default (2) */
+	/* Operations: admin HTTP, auth, shutdown. */
+	uint32_t admin_port;             /* admin HTTP port on `listen`; default 7471;
+					  * 0 = no admin HTTP */
+	char tokens_file[CONF_PATH_MAX]; /* auth tokens file; "" (default) = no auth */
+	int allow_unauthenticated;       /* bool (0/1): serve a non-loopback `listen`
+					  * without tokens_file; default 0 */
+	uint32_t drain_timeout_ms;       /* SIGTERM/SIGINT: longest wait for requests
+					  * in flight before closing; default 10000 */
 };
 
 /* Fill *c with every default (threads = number of online cores). */

@@ -31,7 +31,8 @@ static const char *const keys[] = {
 	"listen", "port", "threads", "dram_capacity", "max_block_bytes", "max_batch_blocks",
 	"max_frame_bytes", "max_lease_ms", "max_connections", "idle_timeout_ms",
 	"payload_timeout_ms", "max_inflight_put_bytes", "log_level", "nvme_dir", "nvme_capacity",
-	"nvme_admission", "nvme_segment_size", "nvme_io_threads",
+	"nvme_admission", "nvme_segment_size", "nvme_io_threads", "admin_port", "tokens_file",
+	"allow_unauthenticated", "drain_timeout_ms",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -136,6 +137,10 @@ static void test_defaults(void **state)
 	assert_int_equal(c.nvme_admission, CONF_ADMIT_ALL);
 	assert_true(c.nvme_segment_bytes == 0);
 	assert_int_equal(c.nvme_io_threads, 0);
+	assert_int_equal(c.admin_port, 7471);
+	assert_string_equal(c.tokens_file, "");
+	assert_int_equal(c.allow_unauthenticated, 0);
+	assert_int_equal(c.drain_timeout_ms, 10000);
 	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
 }
 
@@ -1214,6 +1219,10 @@ static void test_example_config(void **state)
 	c.nvme_admission = CONF_ADMIT_REUSED;
 	c.nvme_segment_bytes = 31;
 	c.nvme_io_threads = 37;
+	c.admin_port = 41;
+	strcpy(c.tokens_file, "/etc/tokens");
+	c.allow_unauthenticated = 1;
+	c.drain_timeout_ms = 43;
 	if (conf_load_file(&c, path, err, sizeof(err)) != 0)
 		fail_msg("%s", err);
 	conf_defaults(&def);
