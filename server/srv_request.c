@@ -15,6 +15,7 @@
 #include "srv_log.h"
 #include "srv_put.h"
 #include "srv_server.h"
+#include "srv_snapshot.h"
 #include "srv_worker.h"
 #include "store.h"
 
@@ -453,32 +454,6 @@ static enum srv_next op_delete(struct srv_conn *c)
 
 /* ---- DROP_NAMESPACE, STATS, PING ---------------------------------------- */
 
-/* Find a namespace by name without creating it (a STATS or DROP of a name
- * nobody said HELLO to must not use up the namespace cap). Returns 0 and
- * *ns (its stats, including ns_id), or -ENOENT. */
-static int ns_find(struct store *st, const char *name, uint16_t len, struct store_ns_stats *ns)
-{
-	struct store_ns_stats n;
-	uint32_t ns_id;
-	int rc = store_namespace_find(st, name, len, &ns_id);
-
-	if (rc < 0)
-		return rc;
-	/* Namespaces are numbered in creation order from 1: try its slot
-	 * first, and check it, before looking through them all. */
-	if (store_ns_stats(st, ns_id - 1, &n) == 0 && n.ns_id == ns_id) {
-		*ns = n;
-		return 0;
-	}
-	for (uint32_t i = 0; store_ns_stats(st, i, &n) == 0; i++) {
-		if (n.ns_id == ns_id) {
-			*ns = n;
-			return 0;
-		}
-	}
-	return -ENOENT;
-}
-
 /* Decode a name body; answers malformed ones. Returns 0, 1 when an error
  * reply was queued, or -ENOMEM. */
 static int name_decode(struct srv_conn *c, const char **name, uint16_t *len)
@@ -521,63 +496,16 @@ static enum srv_next op_drop(struct srv_conn *c)
 	return done(reply_fixed(c, reply, sizeof(reply)));
 }
 
-/* Collect the namespaces to show: all, or the one called name (none if it
- * does not exist). *out is malloc'd. Errors: -ENOMEM. */
-static int stats_namespaces(struct store *st, const char *name, uint16_t len,
-			    struct store_ns_stats **out, uint32_t *count)
-{
-	struct store_stats ss;
-	struct store_ns_stats *ns;
-	uint32_t n = 0;
-
-	store_stats(st, &ss);
-	ns = calloc(ss.namespaces ? ss.namespaces : 1, sizeof(*ns));
-	if (!ns)
-		return -ENOMEM;
-	if (len) {
-		if (ns_find(st, name, len, &ns[0]) == 0)
-			n = 1;
-	} else {
-		/* Namespaces created since store_stats are left for next time. */
-		while (n < ss.namespaces && store_ns_stats(st, n, &ns[n]) == 0)
-			n++;
-	}
-	*out = ns;
-	*count = n;
-	return 0;
-}
-
 /* Render the STATS document into body. Errors: -ENOMEM. */
 static int stats_render(struct srv_conn *c, const char *name, uint16_t len, struct evbuffer *body)
 {
-	struct srv *s = c->w->srv;
-	struct srv_stats *sum = calloc(1, sizeof(*sum));
-	struct store_ns_stats *ns = NULL;
-	struct store_stats st;
-	struct srv_stats_doc doc = { 0 };
-	int rc = -ENOMEM;
+	struct srv_snapshot *snap;
+	int rc = srv_snapshot_take(c->w->srv, name, len, &snap);
 
-	if (!sum)
-		return -ENOMEM;
-	if (stats_namespaces(s->store, name, len, &ns, &doc.ns_count) < 0)
-		goto out_free_sum;
-	store_stats(s->store, &st);
-	for (uint32_t i = 0; i < s->n_workers; i++)
-		srv_stats_sum(sum, &s->workers[i].stats);
-	doc.version = SRV_VERSION;
-	doc.protocol = PROTO_VERSION;
-	doc.pid = (long)getpid();
-	doc.uptime_s = (srv_now_ms() - s->start_ms) / 1000;
-	doc.conn_current = __atomic_load_n(&s->conn_current, __ATOMIC_RELAXED);
-	doc.conn_total = __atomic_load_n(&s->conn_total, __ATOMIC_RELAXED);
-	doc.conn_rejected = __atomic_load_n(&s->conn_rejected, __ATOMIC_RELAXED);
-	doc.ops = sum;
-	doc.store = &st;
-	doc.ns = ns;
-	rc = srv_stats_json(&doc, body);
-	free(ns);
-out_free_sum:
-	free(sum);
+	if (rc < 0)
+		return rc;
+	rc = srv_stats_json(&snap->doc, body);
+	srv_snapshot_free(snap);
 	return rc;
 }
 
