@@ -8,6 +8,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conf.h"
 #include "proto.h"
@@ -37,9 +38,7 @@ int main(int argc, char **argv)
 		conf_usage(stdout);
 		return 0;
 	}
-	conf_defaults(&c);
-	if (conf_from_args(&c, argc, argv, &help, err, sizeof(err)) < 0 ||
-	    (!help && conf_validate(&c, err, sizeof(err)) < 0) ||
+	if (conf_load(&c, argc, argv, environ, stderr, &help, err, sizeof(err)) < 0 ||
 	    (!help && srv_check_dram(c.dram_capacity_bytes, srv_phys_bytes(),
 				     srv_cgroup_memory_max(), err, sizeof(err)) < 0)) {
 		fprintf(stderr, "kvpoold: %s\n", err);
