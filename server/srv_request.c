@@ -224,6 +224,7 @@ static void get_settle(struct srv_conn *c, struct srv_get_slot *g, int rc)
 	}
 	g->status = PROTO_STATUS_OK;
 	c->get_payload += g->ref.length;
+	srv_stats_add(ss, SRV_C_get_bytes, g->ref.length);
 }
 
 /* Look up and pin every entry. Blocks in DRAM are settled at once; for a
