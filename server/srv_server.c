@@ -25,6 +25,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "srv_admin.h"
 #include "srv_log.h"
 #include "srv_worker.h"
 #include "store.h"
@@ -627,7 +628,9 @@ static int serve(struct srv *s)
 		rc = listen_start(s);
 	if (rc < 0)
 		return rc;
+	srv_admin_set_state(s->admin, SRV_ADMIN_SERVING);
 	event_base_dispatch(s->base);
+	srv_admin_set_state(s->admin, SRV_ADMIN_DRAINING);
 	srv_info("received %s, shutting down", s->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
 	return 0;
 }
@@ -665,16 +668,22 @@ int srv_main(const struct conf *c)
 	}
 	if (!s->base)
 		goto out_free;
+	/* The admin port answers (503 "starting") while the pool opens. */
+	rc = srv_admin_start(s, s->conf.listen, (uint16_t)s->conf.admin_port, &s->admin);
+	if (rc < 0)
+		goto out_base;
 	rc = pool_open(s);
 	if (rc == 0)
 		rc = serve(s);
 	/* Stop accepting, close every connection, then free the pool. */
 	if (s->listener)
 		evconnlistener_free(s->listener);
+	srv_admin_stop(s->admin);
 	workers_stop(s);
 	events_free(s);
 	prefault_stop(s);
 	store_close(s->store);
+out_base:
 	event_base_free(s->base);
 	if (rc == 0)
 		srv_info("stopped");

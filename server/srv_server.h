@@ -23,6 +23,7 @@ struct event_base;
 struct evconnlistener;
 struct event;
 struct store;
+struct srv_admin;
 struct srv_worker;
 struct srv_linger;
 
@@ -30,6 +31,7 @@ struct srv {
 	struct conf conf;             /* read-only once workers run */
 	struct proto_limits limits;   /* decoder limits from conf */
 	struct store *store;          /* thread-safe on its own */
+	struct srv_admin *admin;      /* admin HTTP (srv_admin.h), NULL when off */
 	struct event_base *base;      /* main thread only */
 	struct evconnlistener *listener;
 	struct event *ev_sigterm, *ev_sigint, *ev_sighup, *ev_tick;

@@ -147,7 +147,8 @@ static int pick_free_port(uint16_t *port)
 	return err;
 }
 
-/* Build argv: [valgrind flags] kvpoold --listen 127.0.0.1 --port P extra... */
+/* Build argv: [valgrind flags] kvpoold --listen 127.0.0.1 --port P
+ * --admin-port 0 extra... */
 static int build_argv(const struct harness_server *s, const char *kvpoold, char *port_text,
 		      const char **argv, size_t cap)
 {
@@ -164,6 +165,10 @@ static int build_argv(const struct harness_server *s, const char *kvpoold, char 
 	argv[n++] = "127.0.0.1";
 	argv[n++] = "--port";
 	argv[n++] = port_text;
+	/* No admin HTTP unless a test asks (a later --admin-port wins): the
+	 * default port 7471 would be shared by every server of every test. */
+	argv[n++] = "--admin-port";
+	argv[n++] = "0";
 	for (size_t i = 0; s->extra[i]; i++) {
 		if (n + 1 >= cap)
 			return -E2BIG;
