@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -360,7 +362,8 @@ static void print_namespaces(FILE *f, struct json_object *doc)
 }
 
 static const char stats_usage[] =
-	"usage: kvpool stats [--json] [--namespace NS] [--server URL] [--timeout-ms N]\n"
+	"usage: kvpool stats [--json] [--watch SECONDS] [--namespace NS] [--server URL]\n"
+	"                    [--timeout-ms N]\n"
 	"\n"
 	"Show the pool server's statistics: per tier (DRAM, and NVMe when the\n"
 	"server has one) blocks, bytes, capacity and fragmentation; the NVMe tier's\n"
@@ -370,6 +373,8 @@ static const char stats_usage[] =
 	"table of namespaces (only NS with --namespace).\n"
 	"\n"
 	"  --json              print the server's JSON document on one line\n"
+	"  --watch SECONDS     print again every SECONDS (decimals allowed) until\n"
+	"                      interrupted; the report clears a terminal first\n"
 	CLI_COMMON_HELP;
 
 int cli_stats_report(FILE *f, const char *json)
@@ -405,17 +410,69 @@ static int stats_print(const char *json, bool as_json)
 	return CLI_EXIT_OK;
 }
 
+/* Seconds between two --watch rounds: a sane window, no busy loop. */
+#define WATCH_MIN_S 0.1
+#define WATCH_MAX_S 86400.0
+
+/* Sleep s seconds (EINTR ends it early, which is fine: SIGINT exits). */
+static void sleep_s(double s)
+{
+	struct timespec ts = { .tv_sec = (time_t)s,
+			       .tv_nsec = (long)((s - (double)(time_t)s) * 1e9) };
+
+	nanosleep(&ts, NULL);
+}
+
+/* --watch: print every `every_s` seconds until killed, reconnecting after
+ * an error (the server may be restarting: say so and keep watching). */
+static int stats_watch(const struct cli_conn *conn, const char *prog, const char *ns,
+		       bool as_json, double every_s)
+{
+	bool tty = isatty(STDOUT_FILENO);
+	struct kvpool_client *c = NULL;
+	char *json = NULL, when[32];
+	int rc;
+
+	for (;;) {
+		time_t t = time(NULL);
+
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&t));
+		if (!c && cli_connect(conn, prog, &c))
+			c = NULL;
+		rc = c ? kvpool_stats(c, ns, &json) : -ENOTCONN;
+		if (rc && c) {
+			fprintf(stderr, "%s: %s\n", prog, kvpool_strerror(rc));
+			kvpool_close(c);
+			c = NULL;
+		}
+		if (rc == 0) {
+			if (tty && !as_json)
+				printf("\033[H\033[2J");
+			if (!as_json)
+				printf("%s every %.1f s: %s\n\n", conn->url, every_s, when);
+			stats_print(json, as_json);
+			fflush(stdout);
+			kvpool_free(json);
+			json = NULL;
+		}
+		sleep_s(every_s);
+	}
+	return CLI_EXIT_OK;
+}
+
 int cli_stats_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		CLI_COMMON_LONGOPTS,
 		{ "json", no_argument, NULL, 'j' },
+		{ "watch", required_argument, NULL, 'w' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *prog = argv[0];
 	struct kvpool_client *c;
 	struct cli_conn conn;
 	bool as_json = false, one_ns = false;
+	double watch_s = 0;
 	char *json = NULL;
 	int opt, rc;
 
@@ -433,6 +490,12 @@ int cli_stats_main(int argc, char **argv)
 		case 'j':
 			as_json = true;
 			break;
+		case 'w':
+			if (cli_parse_nonneg_double(optarg, &watch_s) || watch_s < WATCH_MIN_S ||
+			    watch_s > WATCH_MAX_S)
+				return cli_usage_error(prog, "--watch wants seconds in %g..%g, not '%s'",
+						       WATCH_MIN_S, WATCH_MAX_S, optarg);
+			break;
 		case 'h':
 			fputs(stats_usage, stdout);
 			return CLI_EXIT_OK;
@@ -442,6 +505,8 @@ int cli_stats_main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return cli_usage_error(prog, "unexpected argument '%s'", argv[optind]);
+	if (watch_s > 0)
+		return stats_watch(&conn, prog, one_ns ? conn.ns : NULL, as_json, watch_s);
 	if (cli_connect(&conn, prog, &c))
 		return CLI_EXIT_ERROR;
 	rc = kvpool_stats(c, one_ns ? conn.ns : NULL, &json);
