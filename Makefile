@@ -26,8 +26,8 @@ OPT     ?= -O2
 SANLD   :=
 endif
 
-DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev librocksdb-dev
-PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c rocksdb
+DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev librocksdb-dev libsystemd-dev
+PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c rocksdb libsystemd
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
 CFLAGS  ?=
@@ -35,7 +35,7 @@ CFLAGS  += -std=gnu11 -g $(OPT) -Wall -Wextra -Wpointer-arith -Werror -fPIC -D_G
            -Iproto -Istorage -Iconfig -Iclient -Iserver $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANLD) -pthread
 
-LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lm
+LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lsystemd -lm
 LIBS_CLIENT := -lcrypto -lxxhash -lm
 LIBS_TEST   := -lcmocka
 

@@ -26,6 +26,7 @@
 #include <event2/listener.h>
 
 #include "srv_admin.h"
+#include "srv_lifecycle.h"
 #include "srv_log.h"
 #include "srv_worker.h"
 #include "store.h"
@@ -157,6 +158,11 @@ static void nofile_fit(struct srv *s)
 		srv_warn("max_connections %u needs %" PRIu64 " file descriptors but RLIMIT_NOFILE is %"
 			 PRIu64 "; serving at most %u connections", s->conf.max_connections, need,
 			 (uint64_t)rl.rlim_cur, s->conn_limit);
+}
+
+void srv_conn_limit_update(struct srv *s)
+{
+	nofile_fit(s);
 }
 
 /* "1.2.3.4:5" or "[::1]:5". */
@@ -435,23 +441,19 @@ static void workers_stop(struct srv *s)
 
 /* ---- signals and the tick ------------------------------------------------ */
 
+/* SIGTERM, SIGINT: drain, then stop (srv_lifecycle_stop). */
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
-	struct srv *s = arg;
-
 	(void)what;
-	s->stop_signal = (int)sig;
-	event_base_loopbreak(s->base);
+	srv_lifecycle_stop(arg, (int)sig);
 }
 
-/* SIGHUP conventionally asks a daemon to reload its settings; we cannot
- * yet, and must not die of it either. */
+/* SIGHUP: reload the reloadable settings. */
 static void sighup_cb(evutil_socket_t sig, short what, void *arg)
 {
 	(void)sig;
 	(void)what;
-	(void)arg;
-	srv_warn("sighup: configuration reload is not supported yet; ignoring");
+	srv_lifecycle_reload(arg);
 }
 
 /* Expire leases that ran out. */
@@ -626,16 +628,23 @@ static int serve(struct srv *s)
 		rc = events_start(s);
 	if (rc == 0)
 		rc = listen_start(s);
+	if (rc == 0)
+		rc = srv_lifecycle_ready(s);
 	if (rc < 0)
 		return rc;
 	srv_admin_set_state(s->admin, SRV_ADMIN_SERVING);
 	event_base_dispatch(s->base);
 	srv_admin_set_state(s->admin, SRV_ADMIN_DRAINING);
-	srv_info("received %s, shutting down", s->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+	srv_info("shutting down (%s)", s->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
 	return 0;
 }
 
 int srv_main(const struct conf *c)
+{
+	return srv_run(c, 0, NULL);
+}
+
+int srv_run(const struct conf *c, int argc, char **argv)
 {
 	struct srv *s = calloc(1, sizeof(*s));
 	struct event_config *cfg;
@@ -651,6 +660,9 @@ int srv_main(const struct conf *c)
 	signal(SIGUSR2, SIG_IGN);
 	srv_log_set_level(c->log_level);
 	s->conf = *c;
+	s->argc = argc;
+	s->argv = argv;
+	pthread_mutex_init(&s->conf_lock, NULL);
 	s->limits.max_frame_bytes = c->max_frame_bytes;
 	s->limits.max_batch_blocks = c->max_batch_blocks;
 	s->limits.max_block_bytes = c->max_block_bytes;
@@ -681,6 +693,7 @@ int srv_main(const struct conf *c)
 	srv_admin_stop(s->admin);
 	workers_stop(s);
 	events_free(s);
+	srv_lifecycle_free(s);
 	prefault_stop(s);
 	store_close(s->store);
 out_base:
@@ -690,6 +703,7 @@ out_base:
 out_free:
 	pthread_cond_destroy(&s->ready_cond);
 	pthread_mutex_destroy(&s->ready_lock);
+	pthread_mutex_destroy(&s->conf_lock);
 	free(s);
 	return rc;
 }
