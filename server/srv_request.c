@@ -12,6 +12,7 @@
 
 #include <event2/buffer.h>
 
+#include "srv_auth.h"
 #include "srv_log.h"
 #include "srv_put.h"
 #include "srv_server.h"
@@ -94,11 +95,54 @@ static int hello_bind(struct srv_conn *c, const struct proto_hello *h)
 			return -ENOMEM;
 		}
 	}
+	/* With auth, the namespace's quota as the tokens file says now. */
+	if (c->w->srv->auth)
+		(void)store_namespace_quota(st, ns_id,
+					    srv_auth_quota(c->w->srv->auth, h->ns, h->ns_len));
 	c->ns_id = ns_id;
 	memcpy(c->ns_name, h->ns, h->ns_len);
 	c->ns_name[h->ns_len] = '\0';
 	c->hello_done = 1;
 	return 0;
+}
+
+/* With a tokens file: check the token and what it grants in the
+ * namespace; remember both for later requests. Without one every
+ * connection may write. Returns 0 (go on), 1 (a DENIED reply is queued;
+ * the connection stays open and unbound, PROTOCOL.md 6.1) or -ENOMEM. */
+static int hello_auth(struct srv_conn *c, const struct proto_hello *h)
+{
+	struct srv_auth *a = c->w->srv->auth;
+	enum srv_access access;
+	int rc;
+
+	if (!a) {
+		if (h->token_len)
+			srv_debug("conn %" PRIu64 " %s: token of %u bytes ignored (auth not configured)",
+				  c->id, c->peer, h->token_len);
+		c->may_write = 1;
+		return 0;
+	}
+	srv_auth_digest(h->token, h->token_len, c->token_digest);
+	access = srv_auth_access(a, c->token_digest, h->ns, h->ns_len);
+	if (access != SRV_ACCESS_NONE) {
+		c->may_write = access == SRV_ACCESS_RW;
+		return 0;
+	}
+	if (h->token_len == 0 || !srv_auth_known(a, c->token_digest))
+		rc = reply_err(c, PROTO_STATUS_DENIED, "hello refused: %s",
+			       h->token_len ? "unknown token" : "this server requires a token");
+	else
+		rc = reply_err(c, PROTO_STATUS_DENIED, "hello refused: the token does not grant "
+			       "namespace %.*s", (int)h->ns_len, h->ns);
+	return rc < 0 ? -ENOMEM : 1;
+}
+
+/* Refuse a write (PUT, DELETE, DROP_NAMESPACE) on a read-only session. */
+static int deny_write(struct srv_conn *c, const char *ns, size_t ns_len)
+{
+	return reply_err(c, PROTO_STATUS_DENIED, "%s refused: the token is read-only in namespace %.*s",
+			 proto_op_name(c->hdr.opcode), (int)ns_len, ns);
 }
 
 static enum srv_next op_hello(struct srv_conn *c)
@@ -127,9 +171,9 @@ static enum srv_next op_hello(struct srv_conn *c)
 			       h.min_version, h.max_version, PROTO_VERSION_MIN, PROTO_VERSION_MAX);
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_CLOSE;
 	}
-	if (h.token_len)
-		srv_debug("conn %" PRIu64 " %s: token of %u bytes ignored (auth not configured)",
-			  c->id, c->peer, h.token_len);
+	rc = hello_auth(c, &h);
+	if (rc)
+		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
 	rc = hello_bind(c, &h);
 	if (rc == -EDQUOT)
 		return done(reply_err(c, PROTO_STATUS_QUOTA, "too many namespaces (%d)",
@@ -450,6 +494,10 @@ static void delete_one(struct srv_conn *c, const uint8_t *key, struct proto_resu
 
 static enum srv_next op_delete(struct srv_conn *c)
 {
+	if (!c->may_write) {
+		srv_stats_add(&c->w->stats, SRV_C_delete_requests, 1);
+		return done(deny_write(c, c->ns_name, strlen(c->ns_name)));
+	}
 	return keys_op(c, SRV_C_delete_requests, delete_one, -1);
 }
 
@@ -468,6 +516,20 @@ static int name_decode(struct srv_conn *c, const char **name, uint16_t *len)
 	return rc < 0 ? -ENOMEM : 1;
 }
 
+/* May this session drop namespace name[0..len) (len 0: its own)? Its
+ * own needs a read-write token; another one needs a token that grants
+ * that namespace read-write. */
+static bool drop_allowed(struct srv_conn *c, const char *name, uint16_t len)
+{
+	struct srv_auth *a = c->w->srv->auth;
+
+	if (!c->may_write)
+		return false;
+	if (!a || len == 0)
+		return true;
+	return srv_auth_access(a, c->token_digest, name, len) == SRV_ACCESS_RW;
+}
+
 static enum srv_next op_drop(struct srv_conn *c)
 {
 	struct store *st = c->w->srv->store;
@@ -480,6 +542,8 @@ static enum srv_next op_drop(struct srv_conn *c)
 
 	if (rc)
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
+	if (!drop_allowed(c, name, len))
+		return done(deny_write(c, len ? name : c->ns_name, len ? len : strlen(c->ns_name)));
 	/* By name: look it up, never create it (PROTOCOL.md 6.7). */
 	if (len)
 		rc = store_namespace_find(st, name, len, &ns_id);
@@ -527,6 +591,12 @@ static enum srv_next op_stats(struct srv_conn *c)
 	srv_stats_add(&c->w->stats, SRV_C_stats_requests, 1);
 	if (rc)
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
+	/* With auth, one namespace's figures only if the token grants it. */
+	if (len && c->w->srv->auth &&
+	    srv_auth_access(c->w->srv->auth, c->token_digest, name, len) == SRV_ACCESS_NONE)
+		return done(reply_err(c, PROTO_STATUS_DENIED,
+				      "stats refused: the token does not grant namespace %.*s",
+				      (int)len, name));
 	body = evbuffer_new();
 	if (!body)
 		return SRV_NEXT_ABORT;
@@ -567,6 +637,12 @@ enum srv_next srv_request_dispatch(struct srv_conn *c)
 		return op_hello(c);
 	case PROTO_OP_PUT:
 		srv_stats_add(&c->w->stats, SRV_C_put_requests, 1);
+		if (!c->may_write) {
+			srv_stats_add(&c->w->stats, SRV_C_put_errors, 1);
+			c->skip_bytes = c->hdr.payload_bytes;
+			return deny_write(c, c->ns_name, strlen(c->ns_name)) < 0 ? SRV_NEXT_ABORT :
+										   SRV_NEXT_SKIP;
+		}
 		return srv_put_start(c);
 	case PROTO_OP_GET:
 		return op_get(c);

@@ -25,6 +25,7 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "srv_auth.h"
 #include "srv_admin.h"
 #include "srv_lifecycle.h"
 #include "srv_log.h"
@@ -593,6 +594,26 @@ static void nvme_report(struct srv *s)
 			 s->conf.nvme_dir, room);
 }
 
+/* Load tokens_file, if set: from then on HELLO needs a valid token
+ * (srv_auth.h). A bad file stops the start, naming the file and line. */
+static int auth_open(struct srv *s)
+{
+	uint32_t tokens = 0, quotas = 0;
+	char err[512] = "";
+	int rc;
+
+	if (!s->conf.tokens_file[0])
+		return 0;
+	rc = srv_auth_load(s->conf.tokens_file, &s->auth, err, sizeof(err));
+	if (rc < 0) {
+		srv_err("%s", err[0] ? err : strerror(-rc));
+		return rc;
+	}
+	srv_auth_counts(s->auth, &tokens, &quotas);
+	srv_info("auth: %u tokens and %u quotas from %s", tokens, quotas, s->conf.tokens_file);
+	return 0;
+}
+
 /* Open the pool; with an NVMe tier this rebuilds its index first, which
  * is why the ports open only afterwards (serve). */
 static int pool_open(struct srv *s)
@@ -684,7 +705,9 @@ int srv_run(const struct conf *c, int argc, char **argv)
 	rc = srv_admin_start(s, s->conf.listen, (uint16_t)s->conf.admin_port, &s->admin);
 	if (rc < 0)
 		goto out_base;
-	rc = pool_open(s);
+	rc = auth_open(s);
+	if (rc == 0)
+		rc = pool_open(s);
 	if (rc == 0)
 		rc = serve(s);
 	/* Stop accepting, close every connection, then free the pool. */
@@ -696,6 +719,7 @@ int srv_run(const struct conf *c, int argc, char **argv)
 	srv_lifecycle_free(s);
 	prefault_stop(s);
 	store_close(s->store);
+	srv_auth_free(s->auth);
 out_base:
 	event_base_free(s->base);
 	if (rc == 0)

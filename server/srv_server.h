@@ -23,6 +23,7 @@ struct event_base;
 struct evconnlistener;
 struct event;
 struct store;
+struct srv_auth;
 struct srv_admin;
 struct srv_worker;
 struct srv_linger;
@@ -42,6 +43,7 @@ struct srv {
 	uint64_t drain_start_ms, drain_timeout_ms;
 	struct proto_limits limits;   /* decoder limits from conf */
 	struct store *store;          /* thread-safe on its own */
+	struct srv_auth *auth;        /* tokens_file, NULL without; thread-safe on its own */
 	struct srv_admin *admin;      /* admin HTTP (srv_admin.h), NULL when off */
 	struct event_base *base;      /* main thread only */
 	struct evconnlistener *listener;
