@@ -8,11 +8,15 @@
 #   make demo-nvme  the same trace on DRAM only, then DRAM + an NVMe tier (both admission
 #                   settings): hit ratios and NVMe bytes written side by side
 #   make bench      build the benchmark tools of tests/bench (tests/bench/compare.sh runs them)
-#   make install PREFIX=/usr/local DESTDIR=
+#   make install PREFIX=/usr/local DESTDIR=   binaries, library, header, the
+#                   systemd unit and sysusers entry, /etc/kvpool/kvpool.conf (kept if present)
 #   make clean
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
+SYSCONFDIR ?= /etc
+SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERS_DIR ?= $(PREFIX)/lib/sysusers.d
 SAN     ?= 0
 CC      ?= cc
 
@@ -189,6 +193,14 @@ install: all
 	ln -sf libkvpool.so.0 $(DESTDIR)$(PREFIX)/lib/libkvpool.so
 	install -m 644 client/kvpool.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 config/kvpool.conf $(DESTDIR)$(PREFIX)/share/kvpool/
+	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(SYSCONFDIR)/kvpool
+	sed -e 's|/usr/local/bin/kvpoold|$(PREFIX)/bin/kvpoold|' -e 's|/etc/kvpool/|$(SYSCONFDIR)/kvpool/|' \
+	  config/kvpoold.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/kvpoold.service
+	chmod 644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/kvpoold.service
+	install -m 644 config/kvpool.sysusers $(DESTDIR)$(SYSUSERS_DIR)/kvpool.conf
+	@# an operator's configuration is never overwritten
+	[ -e $(DESTDIR)$(SYSCONFDIR)/kvpool/kvpool.conf ] || \
+	  install -m 644 config/kvpool.conf $(DESTDIR)$(SYSCONFDIR)/kvpool/kvpool.conf
 
 clean:
 	rm -rf build build-san
