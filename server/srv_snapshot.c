@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "srv_lifecycle.h"
 #include "srv_server.h"
 #include "srv_worker.h"
 
@@ -87,6 +88,8 @@ int srv_snapshot_take(struct srv *s, const char *name, uint16_t len, struct srv_
 	doc->ops = &snap->ops;
 	doc->store = &snap->store;
 	doc->ns = snap->ns;
+	snap->settings = srv_settings_json(s);
+	doc->settings = snap->settings;
 	*out = snap;
 	return 0;
 }
@@ -96,5 +99,6 @@ void srv_snapshot_free(struct srv_snapshot *snap)
 	if (!snap)
 		return;
 	free(snap->ns);
+	free(snap->settings);
 	free(snap);
 }

@@ -218,6 +218,9 @@ int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 			jw_printf(&j, ",");
 		json_namespace(&j, &d->ns[i]);
 	}
-	jw_printf(&j, "}}");
+	jw_printf(&j, "}");
+	if (d->settings)
+		jw_printf(&j, ",\"settings\":%s", d->settings);
+	jw_printf(&j, "}");
 	return j.err;
 }

@@ -73,6 +73,9 @@ struct srv_stats_doc {
 	const struct store_stats *store;
 	const struct store_ns_stats *ns; /* ns_count namespaces to list */
 	uint32_t ns_count;
+	const char *settings;         /* the effective settings as a JSON object
+				       * (conf_json), shown as "settings"; NULL
+				       * leaves the key out */
 };
 
 /* Append the STATS JSON document (compact, one line, keys as in

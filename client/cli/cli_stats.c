@@ -364,6 +364,7 @@ static void print_namespaces(FILE *f, struct json_object *doc)
 static const char stats_usage[] =
 	"usage: kvpool stats [--json] [--watch SECONDS] [--namespace NS] [--server URL]\n"
 	"                    [--timeout-ms N]\n"
+	"       kvpool stats settings [--json] [--server URL] [--timeout-ms N]\n"
 	"\n"
 	"Show the pool server's statistics: per tier (DRAM, and NVMe when the\n"
 	"server has one) blocks, bytes, capacity and fragmentation; the NVMe tier's\n"
@@ -371,6 +372,9 @@ static const char stats_usage[] =
 	"and last rebuild; hits and misses per operation; the prefix-match hit\n"
 	"ratio; evictions, leases, connections, uptime, latency percentiles, and a\n"
 	"table of namespaces (only NS with --namespace).\n"
+	"\n"
+	"'kvpool stats settings' prints the server's effective settings instead, one\n"
+	"'key = value' line each (sizes in bytes, times in ms): a valid kvpool.conf.\n"
 	"\n"
 	"  --json              print the server's JSON document on one line\n"
 	"  --watch SECONDS     print again every SECONDS (decimals allowed) until\n"
@@ -390,6 +394,35 @@ int cli_stats_report(FILE *f, const char *json)
 	print_namespaces(f, doc);
 	json_object_put(doc);
 	return 0;
+}
+
+/* `kvpool stats settings`: the document's "settings" object as INI lines
+ * (or as one line of JSON). */
+static int settings_print(const char *json, bool as_json)
+{
+	struct json_object *doc = json_tokener_parse(json), *set;
+	int rc = CLI_EXIT_OK;
+
+	if (!doc || !json_object_object_get_ex(doc, "settings", &set) ||
+	    !json_object_is_type(set, json_type_object)) {
+		fprintf(stderr, "kvpool stats settings: the server sent no settings (older server?)\n");
+		rc = CLI_EXIT_ERROR;
+		goto out_put;
+	}
+	if (as_json) {
+		puts(json_object_to_json_string_ext(set, JSON_C_TO_STRING_PLAIN |
+						    JSON_C_TO_STRING_NOSLASHESCAPE));
+		goto out_put;
+	}
+	json_object_object_foreach(set, key, val) {
+		if (json_object_is_type(val, json_type_string))
+			printf("%s = %s\n", key, json_object_get_string(val));
+		else
+			printf("%s = %s\n", key, json_object_to_json_string(val));
+	}
+out_put:
+	json_object_put(doc);
+	return rc;
 }
 
 /* Print the document as one line of JSON, or as the report. */
@@ -471,7 +504,7 @@ int cli_stats_main(int argc, char **argv)
 	const char *prog = argv[0];
 	struct kvpool_client *c;
 	struct cli_conn conn;
-	bool as_json = false, one_ns = false;
+	bool as_json = false, one_ns = false, settings = false;
 	double watch_s = 0;
 	char *json = NULL;
 	int opt, rc;
@@ -503,6 +536,12 @@ int cli_stats_main(int argc, char **argv)
 			return cli_try_help(prog);
 		}
 	}
+	if (optind < argc && strcmp(argv[optind], "settings") == 0) {
+		settings = true;
+		optind++;
+		if (watch_s > 0 || one_ns)
+			return cli_usage_error(prog, "settings takes neither --watch nor --namespace");
+	}
 	if (optind < argc)
 		return cli_usage_error(prog, "unexpected argument '%s'", argv[optind]);
 	if (watch_s > 0)
@@ -515,7 +554,7 @@ int cli_stats_main(int argc, char **argv)
 		fprintf(stderr, "%s: %s\n", prog, kvpool_strerror(rc));
 		return CLI_EXIT_ERROR;
 	}
-	rc = stats_print(json, as_json);
+	rc = settings ? settings_print(json, as_json) : stats_print(json, as_json);
 	kvpool_free(json);
 	return rc;
 }

@@ -2,7 +2,8 @@
  * test_lifecycle.c - kvpoold as a service: systemd readiness (READY=1 only
  * once the port accepts, STOPPING=1, watchdog pings) through a
  * NOTIFY_SOCKET of our own, SIGHUP reload, the SIGTERM drain with a
- * request in flight (and its timeout), and protected mode.
+ * request in flight (and its timeout), protected mode, and the effective
+ * settings in STATS (`kvpool stats settings`).
  *
  * Each test starts its own kvpoold with stderr in a file, so that it can
  * read what was logged.
@@ -448,6 +449,71 @@ static void test_protected_mode(void **state)
 	daemon_stop(&d);
 }
 
+/* ---- kvpool stats settings ------------------------------------------------ */
+
+/* Output of `$KVPOOL_CLI stats settings [--json]` against d (caller frees). */
+static char *cli_settings(const struct daemon *d, int json)
+{
+	const char *cli = getenv("KVPOOL_CLI");
+	char cmd[512], *buf = calloc(1, 65536);
+	size_t n;
+	FILE *p;
+
+	if (!cli)
+		harness_skip("KVPOOL_CLI not set");
+	assert_non_null(buf);
+	snprintf(cmd, sizeof(cmd), "'%s' stats settings %s--server tcp://127.0.0.1:%u", cli,
+		 json ? "--json " : "", d->port);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	n = fread(buf, 1, 65535, p);
+	buf[n] = '\0';
+	assert_int_equal(pclose(p), 0);
+	return buf;
+}
+
+/* The effective settings from every source, and after a SIGHUP. */
+static void test_stats_settings(void **state)
+{
+	char conf[64] = "/tmp/kvpool-life-conf-XXXXXX", want[64];
+	const char *args[] = { "--config", conf, "--idle-timeout-ms", "1234", NULL };
+	const char *env[] = { "KVPOOL_MAX_CONNECTIONS=77", NULL };
+	struct daemon d;
+	char *out;
+	int fd;
+
+	(void)state;
+	fd = mkstemp(conf);
+	assert_true(fd >= 0);
+	close(fd);
+	write_file(conf, "payload_timeout_ms = 4321\nidle_timeout_ms = 5\n");
+	daemon_spawn(&d, args, env);
+	daemon_wait_port(&d);
+	out = cli_settings(&d, 0);
+	snprintf(want, sizeof(want), "\nport = %u\n", d.port);
+	assert_non_null(strstr(out, want));
+	assert_non_null(strstr(out, "\nidle_timeout_ms = 1234\n"));    /* flag over file */
+	assert_non_null(strstr(out, "\nmax_connections = 77\n"));      /* env */
+	assert_non_null(strstr(out, "\npayload_timeout_ms = 4321\n")); /* file */
+	assert_non_null(strstr(out, "\ndram_capacity = 67108864\n"));
+	assert_non_null(strstr(out, "\nallow_unauthenticated = false\n"));
+	assert_non_null(strstr(out, "\ntokens_file = \n"));
+	assert_true(strncmp(out, "listen = 127.0.0.1\n", 19) == 0);
+	free(out);
+	out = cli_settings(&d, 1);
+	assert_non_null(strstr(out, "\"drain_timeout_ms\":10000"));
+	free(out);
+
+	write_file(conf, "payload_timeout_ms = 999\n");
+	assert_int_equal(kill(d.pid, SIGHUP), 0);
+	wait_log(&d, "sighup: 1 settings applied", 5000);
+	out = cli_settings(&d, 0);
+	assert_non_null(strstr(out, "\npayload_timeout_ms = 999\n"));
+	free(out);
+	daemon_stop(&d);
+	unlink(conf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -456,6 +522,7 @@ int main(void)
 		cmocka_unit_test(test_sigterm_drain),
 		cmocka_unit_test(test_drain_timeout),
 		cmocka_unit_test(test_protected_mode),
+		cmocka_unit_test(test_stats_settings),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
