@@ -326,6 +326,59 @@ static void test_quota_prefix(void **state)
 	free(data);
 }
 
+/* Run the CLI with KVPOOL_TOKEN set to token (NULL: unset); returns its
+ * exit status. */
+static int cli_with_token(const char *token, char *const argv[])
+{
+	char *out = NULL;
+	int status = -1;
+
+	if (token)
+		setenv("KVPOOL_TOKEN", token, 1);
+	else
+		unsetenv("KVPOOL_TOKEN");
+	assert_int_equal(harness_run(argv, 20000, &out, &status), 0);
+	free(out);
+	unsetenv("KVPOOL_TOKEN");
+	return status;
+}
+
+/* The kvpool CLI takes its token from KVPOOL_TOKEN. */
+static void test_cli_token(void **state)
+{
+	const char *cli = getenv("KVPOOL_CLI");
+	char data[300], got[300];
+
+	(void)state;
+	harness_need_server(&g.srv);
+	if (!cli || access(cli, X_OK) != 0)
+		harness_skip("KVPOOL_CLI is not set to the kvpool binary");
+	snprintf(data, sizeof(data), "%s/cli-data", g.dir);
+	snprintf(got, sizeof(got), "%s/cli-got", g.dir);
+	assert_int_equal(write_file(data, "cli block bytes", 0600), 0);
+	{
+		char *put[] = { (char *)cli, "put", "text:cli-auth", data, "--server", g.srv.url,
+				"--namespace", "team-a/cli", NULL };
+		char *get[] = { (char *)cli, "get", "text:cli-auth", "-o", got, "--server",
+				g.srv.url, "--namespace", "team-a/cli", NULL };
+
+		assert_int_not_equal(cli_with_token(NULL, put), 0);
+		assert_int_not_equal(cli_with_token(TOK_RO, put), 0);
+		assert_int_equal(cli_with_token(TOK_RW, put), 0);
+		assert_int_equal(cli_with_token(TOK_RO, get), 0);
+		assert_int_not_equal(cli_with_token("wrong-token-0123456789", get), 0);
+	}
+	{
+		FILE *f = fopen(got, "r");
+		char buf[64] = "";
+
+		assert_non_null(f);
+		assert_non_null(fgets(buf, sizeof(buf), f));
+		fclose(f);
+		assert_string_equal(buf, "cli block bytes");
+	}
+}
+
 /* Run kvpoold with a tokens file of `text` and `mode`; it must refuse to
  * start with `want` in its error output. */
 static void check_start_refused(const char *text, mode_t mode, const char *want)
@@ -373,6 +426,7 @@ int main(void)
 		cmocka_unit_test(test_rw_and_ro),
 		cmocka_unit_test(test_quota),
 		cmocka_unit_test(test_quota_prefix),
+		cmocka_unit_test(test_cli_token),
 		cmocka_unit_test(test_start_refusals),
 		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
