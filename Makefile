@@ -30,7 +30,7 @@ OPT     ?= -O2
 SANLD   :=
 endif
 
-DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev librocksdb-dev libsystemd-dev
+DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev librocksdb-dev prometheus libsystemd-dev
 PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c rocksdb libsystemd
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
@@ -74,7 +74,8 @@ all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
 deps:
-	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null; then \
+	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null || \
+	    ! command -v promtool >/dev/null; then \
 	  echo "installing build dependencies: $(DEB_PACKAGES)"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && \
@@ -122,6 +123,8 @@ UNIT_FAKE        := $(call obj,tests/unit/fake_server.c)
 UNIT_DEPS_client := $(UNIT_FAKE) $(LIB_A)
 UNIT_DEPS_server := $(BUILD)/libserver.a $(BUILD)/libstore.a $(BUILD)/libconf.a $(BUILD)/libproto.a
 UNIT_LIBS_server := $(LIBS_SERVER)
+UNIT_DEPS_admin  := $(UNIT_DEPS_server)
+UNIT_LIBS_admin  := $(LIBS_SERVER)
 UNIT_DEPS_cli    := $(filter-out $(call obj,client/cli/main.c),$(CLI_OBJ)) $(UNIT_FAKE) $(LIB_A)
 UNIT_LIBS_cli    := -ljson-c
 UNIT_DEPS_nvme_io    := $(call obj,storage/nvme_io.c)

@@ -23,6 +23,7 @@
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 
+#include "srv_lifecycle.h"
 #include "srv_log.h"
 #include "srv_metrics.h"
 #include "srv_server.h"
@@ -37,7 +38,6 @@
 
 struct srv_admin {
 	struct srv *s;
-	int state;                  /* enum srv_admin_state; atomic (main writes) */
 	struct event_base *base;    /* admin thread only, once it runs */
 	struct evhttp *http;
 	int stop_fd;                /* eventfd: the main thread asks the thread to end */
@@ -46,17 +46,12 @@ struct srv_admin {
 	int started;
 };
 
-static enum srv_admin_state admin_state(const struct srv_admin *a)
-{
-	return (enum srv_admin_state)__atomic_load_n(&a->state, __ATOMIC_ACQUIRE);
-}
-
-static const char *state_name(enum srv_admin_state st)
+static const char *state_name(int st)
 {
 	switch (st) {
-	case SRV_ADMIN_SERVING:
+	case SRV_STATE_SERVING:
 		return "serving";
-	case SRV_ADMIN_DRAINING:
+	case SRV_STATE_DRAINING:
 		return "draining";
 	default:
 		return "starting";
@@ -102,9 +97,9 @@ static void reply_text(struct evhttp_request *req, int code, const char *reason,
  * server serves. Returns 1 when a 503 went out. */
 static int not_ready(struct srv_admin *a, struct evhttp_request *req)
 {
-	enum srv_admin_state st = admin_state(a);
+	int st = srv_state(a->s);
 
-	if (st != SRV_ADMIN_STARTING)
+	if (st != SRV_STATE_STARTING)
 		return 0;
 	reply_text(req, HTTP_SERVUNAVAIL, "Service Unavailable", "%s\n", state_name(st));
 	return 1;
@@ -116,10 +111,10 @@ static int not_ready(struct srv_admin *a, struct evhttp_request *req)
  * pool still serves, from DRAM alone), 503 "starting" or "draining". */
 static void get_healthz(struct srv_admin *a, struct evhttp_request *req)
 {
-	enum srv_admin_state st = admin_state(a);
+	int st = srv_state(a->s);
 	struct store_stats ss;
 
-	if (st != SRV_ADMIN_SERVING) {
+	if (st != SRV_STATE_SERVING) {
 		reply_text(req, HTTP_SERVUNAVAIL, "Service Unavailable", "%s\n", state_name(st));
 		return;
 	}
@@ -354,7 +349,6 @@ int srv_admin_start(struct srv *s, const char *listen, uint16_t port, struct srv
 		return -ENOMEM;
 	a->s = s;
 	a->stop_fd = -1;
-	a->state = SRV_ADMIN_STARTING;
 	rc = admin_init(a);
 	if (rc == 0) {
 		/* admin_bind logs its own failures, naming the address. */
@@ -373,12 +367,6 @@ int srv_admin_start(struct srv *s, const char *listen, uint16_t port, struct srv
 out_stop:
 	srv_admin_stop(a);
 	return rc;
-}
-
-void srv_admin_set_state(struct srv_admin *a, enum srv_admin_state state)
-{
-	if (a)
-		__atomic_store_n(&a->state, (int)state, __ATOMIC_RELEASE);
 }
 
 void srv_admin_stop(struct srv_admin *a)

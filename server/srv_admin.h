@@ -12,12 +12,13 @@
  * It runs on a thread of its own with its own event base, so it answers
  * while the main thread is still opening the pool (an NVMe rebuild can
  * take seconds: /healthz says 503 "starting" meanwhile) and while the
- * server drains. /metrics and /stats answer 503 until the server serves.
+ * server drains. The state is the server's (srv_state, srv_lifecycle.h);
+ * /metrics and /stats answer 503 while it is STARTING.
  *
- * Threads: srv_admin_start, srv_admin_set_state and srv_admin_stop are
- * called by the main thread. The admin thread reads struct srv only in
+ * Threads: srv_admin_start and srv_admin_stop are called by the main
+ * thread. The admin thread reads struct srv beyond its state only in
  * states SERVING and DRAINING, which the main thread enters after the
- * store is open and the workers run, and leaves (srv_admin_stop) before
+ * store is open and the workers run, and calls srv_admin_stop before
  * they are freed.
  */
 #ifndef KVPOOL_SRV_ADMIN_H
@@ -28,12 +29,6 @@
 struct srv;
 struct srv_admin;
 
-enum srv_admin_state {
-	SRV_ADMIN_STARTING = 0, /* /healthz 503, /metrics and /stats 503 */
-	SRV_ADMIN_SERVING,      /* everything answers; /healthz 200 */
-	SRV_ADMIN_DRAINING,     /* /healthz 503; /metrics and /stats answer */
-};
-
 /* Bind the admin HTTP server to listen:port (the data port's address,
  * with SO_REUSEADDR like it) and start its thread, in state STARTING.
  * port 0 turns the admin server off: *out = NULL and 0 is returned.
@@ -41,10 +36,6 @@ enum srv_admin_state {
  * does not resolve), -EADDRINUSE and other bind errors, -ENOMEM, -errno
  * of eventfd or pthread_create. *out is written only on success. */
 int srv_admin_start(struct srv *s, const char *listen, uint16_t port, struct srv_admin **out);
-
-/* Move to `state` (the admin thread sees it at its next request).
- * Accepts a NULL admin (no admin server). */
-void srv_admin_set_state(struct srv_admin *a, enum srv_admin_state state);
 
 /* Stop the thread, close the port and free everything; requests in
  * progress are cut. Accepts NULL. */

@@ -653,9 +653,7 @@ static int serve(struct srv *s)
 		rc = srv_lifecycle_ready(s);
 	if (rc < 0)
 		return rc;
-	srv_admin_set_state(s->admin, SRV_ADMIN_SERVING);
 	event_base_dispatch(s->base);
-	srv_admin_set_state(s->admin, SRV_ADMIN_DRAINING);
 	srv_info("shutting down (%s)", s->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
 	return 0;
 }

@@ -2,12 +2,13 @@
  * test_admin.c - the admin HTTP server of a real kvpoold (with an NVMe
  * tier, so every metric family shows): /healthz, /stats and /metrics
  * after a scripted workload, promtool accepting /metrics, exact agreement
- * of `kvpool stats --json`, /stats and /metrics, and the health and
- * drop-namespace subcommands.
+ * of `kvpool stats --json`, /stats and /metrics, the health and
+ * drop-namespace subcommands, and /healthz while the server drains.
  */
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -694,6 +695,46 @@ static void test_cli_drop_namespace(void **state)
 	json_object_put(doc);
 }
 
+/* SIGTERM while a PUT's payload is still arriving: the server drains
+ * (the admin port says 503 "draining"), the PUT completes, and the
+ * server exits 0. Last: the server is gone after it. */
+static void test_healthz_draining(void **state)
+{
+	static uint8_t data[4096];
+	struct harness_frame f = { 0 };
+	struct proto_result res;
+	struct http_reply r = { 0 };
+	uint8_t key[32];
+	int fd, draining = 0;
+
+	(void)state;
+	harness_need_server(&srv);
+	fd = harness_raw_session_or_fail(srv.port, "drain", NULL);
+	harness_key(key, "drain", 0);
+	harness_fill(data, sizeof(data), 7);
+	assert_int_equal(harness_raw_put(fd, 1, key, NULL, data, sizeof(data),
+					 harness_xxh3(data, sizeof(data)), 100), 0);
+	harness_sleep_ms(100);
+	assert_int_equal(kill(srv.pid, SIGTERM), 0);
+	for (int i = 0; i < 100 && !draining; i++) {
+		memset(&r, 0, sizeof(r));
+		assert_int_equal(http_request("GET", "/healthz", &r), 0);
+		draining = r.status == 503 && !strcmp(r.body, "draining\n");
+		free(r.body);
+		if (!draining)
+			harness_sleep_ms(20);
+	}
+	assert_true(draining);
+	assert_int_equal(harness_send_all(fd, data + 100, sizeof(data) - 100), 0);
+	assert_int_equal(harness_read_frame(fd, 5000, &f), 0);
+	assert_int_equal(f.h.status, PROTO_STATUS_OK);
+	assert_int_equal(harness_reply_result(&f, 0, &res), 0);
+	assert_int_equal(res.status, PROTO_STATUS_OK);
+	harness_frame_free(&f);
+	close(fd);
+	assert_int_equal(harness_stop(&srv), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -703,7 +744,7 @@ int main(void)
 		cmocka_unit_test(test_promtool),
 		cmocka_unit_test(test_cli_health),
 		cmocka_unit_test(test_cli_drop_namespace),
-		HARNESS_CLEAN_SHUTDOWN_TEST(&srv),
+		cmocka_unit_test(test_healthz_draining),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
