@@ -21,6 +21,7 @@
 #include <event2/listener.h>
 #include <systemd/sd-daemon.h>
 
+#include "srv_auth.h"
 #include "srv_log.h"
 #include "srv_server.h"
 #include "srv_worker.h"
@@ -216,11 +217,21 @@ static void log_change(void *arg, const char *name, const char *old_value,
  * path (the file did not load, or auth would be switched). */
 static int reload_tokens(struct srv *s, const char *path)
 {
+	uint32_t tokens = 0, quotas = 0;
+	char err[512] = "";
+
 	if (!!s->conf.tokens_file[0] != !!path[0]) {
 		srv_warn("sighup: tokens_file changed from '%s' to '%s' but turning authentication "
 			 "%s needs a restart", s->conf.tokens_file, path, path[0] ? "on" : "off");
 		return -1;
 	}
+	if (!path[0] || !s->auth)
+		return 0;
+	if (srv_auth_reload(s->auth, path, &tokens, &quotas, err, sizeof(err)) < 0) {
+		srv_err("sighup: tokens not reloaded, the old ones stay: %s", err);
+		return -1;
+	}
+	srv_info("sighup: auth: %u tokens and %u quotas from %s", tokens, quotas, path);
 	return 0;
 }
 

@@ -514,6 +514,61 @@ static void test_stats_settings(void **state)
 	unlink(conf);
 }
 
+/* ---- SIGHUP and the tokens file --------------------------------------------- */
+
+#define TOKEN_OLD "old-token-0123456789abcdef"
+#define TOKEN_NEW "new-token-0123456789abcdef"
+
+/* Exit status of `kvpool stats` against d with KVPOOL_TOKEN = token. */
+static int cli_stats_with(const struct daemon *d, const char *token)
+{
+	const char *cli = getenv("KVPOOL_CLI");
+	char cmd[512];
+	int status;
+
+	if (!cli)
+		harness_skip("KVPOOL_CLI not set");
+	snprintf(cmd, sizeof(cmd), "KVPOOL_TOKEN=%s '%s' stats --server tcp://127.0.0.1:%u "
+		 ">/dev/null 2>&1", token, cli, d->port);
+	status = system(cmd);
+	assert_true(WIFEXITED(status));
+	return WEXITSTATUS(status);
+}
+
+/* SIGHUP reads the tokens file again: the new token works, the old one
+ * no longer does. */
+static void test_sighup_tokens(void **state)
+{
+	char tokens[64] = "/tmp/kvpool-life-tok-XXXXXX";
+	const char *args[] = { "--tokens-file", tokens, NULL };
+	struct daemon d;
+	int fd;
+
+	(void)state;
+	fd = mkstemp(tokens); /* mode 0600 */
+	assert_true(fd >= 0);
+	close(fd);
+	write_file(tokens, TOKEN_OLD " rw *\n");
+	daemon_spawn(&d, args, NULL);
+	daemon_wait_port(&d);
+	assert_int_equal(cli_stats_with(&d, TOKEN_OLD), 0);
+	assert_true(cli_stats_with(&d, TOKEN_NEW) != 0);
+
+	write_file(tokens, TOKEN_NEW " rw *\n");
+	assert_int_equal(kill(d.pid, SIGHUP), 0);
+	wait_log(&d, "sighup: auth: 1 tokens", 5000);
+	assert_int_equal(cli_stats_with(&d, TOKEN_NEW), 0);
+	assert_true(cli_stats_with(&d, TOKEN_OLD) != 0);
+
+	/* a broken file keeps the tokens that work */
+	write_file(tokens, "short rw *\n");
+	assert_int_equal(kill(d.pid, SIGHUP), 0);
+	wait_log(&d, "sighup: tokens not reloaded, the old ones stay", 5000);
+	assert_int_equal(cli_stats_with(&d, TOKEN_NEW), 0);
+	daemon_stop(&d);
+	unlink(tokens);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -523,6 +578,7 @@ int main(void)
 		cmocka_unit_test(test_drain_timeout),
 		cmocka_unit_test(test_protected_mode),
 		cmocka_unit_test(test_stats_settings),
+		cmocka_unit_test(test_sighup_tokens),
 	};
 
 	signal(SIGPIPE, SIG_IGN);
