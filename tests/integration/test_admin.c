@@ -622,6 +622,56 @@ static void test_promtool(void **state)
 	unlink(path);
 }
 
+/* Every kvpool_ name in a query of docker/grafana-dashboard.json is a
+ * family /metrics serves (with an NVMe tier, so all of them show). */
+static void test_dashboard_metrics(void **state)
+{
+	const char *data = getenv("KVPOOL_TEST_DATA");
+	char path[512], name[128];
+	struct json_object *dash;
+	struct http_reply r;
+	FILE *f;
+	char *text;
+	long len;
+	int names = 0;
+
+	(void)state;
+	harness_need_server(&srv);
+	if (!data)
+		harness_skip("KVPOOL_TEST_DATA is not set");
+	snprintf(path, sizeof(path), "%s/../../docker/grafana-dashboard.json", data);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	rewind(f);
+	text = calloc(1, (size_t)len + 1);
+	assert_non_null(text);
+	assert_int_equal(fread(text, 1, (size_t)len, f), (size_t)len);
+	fclose(f);
+	dash = json_tokener_parse(text);
+	assert_non_null(dash);
+	json_object_put(dash);
+	r = get_or_fail("/metrics");
+	assert_int_equal(r.status, 200);
+	for (const char *p = strstr(text, "kvpool_"); p; p = strstr(p + 1, "kvpool_")) {
+		size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz_");
+		char line[160];
+
+		if (n >= sizeof(name) || p[n] == '-')
+			continue; /* the dashboard's uid, not a metric */
+		memcpy(name, p, n);
+		name[n] = '\0';
+		snprintf(line, sizeof(line), "\n%s", name);
+		if (!strstr(r.body, line))
+			fail_msg("dashboard uses %s, which /metrics does not serve", name);
+		names++;
+	}
+	assert_true(names >= 10);
+	free(r.body);
+	free(text);
+}
+
 /* Run the CLI with args; returns its exit status. */
 static int run_cli(char *const *args, char **out)
 {
@@ -742,6 +792,7 @@ int main(void)
 		cmocka_unit_test(test_http_errors),
 		cmocka_unit_test(test_agreement),
 		cmocka_unit_test(test_promtool),
+		cmocka_unit_test(test_dashboard_metrics),
 		cmocka_unit_test(test_cli_health),
 		cmocka_unit_test(test_cli_drop_namespace),
 		cmocka_unit_test(test_healthz_draining),
