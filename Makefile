@@ -8,6 +8,8 @@
 #   make demo-nvme  the same trace on DRAM only, then DRAM + an NVMe tier (both admission
 #                   settings): hit ratios and NVMe bytes written side by side
 #   make bench      build the benchmark tools of tests/bench (tests/bench/compare.sh runs them)
+#   make container-test  build docker/Dockerfile with buildah (no Docker engine), run kvpoold
+#                   from the image, check it from the host (~10 min; not in make test)
 #   make install PREFIX=/usr/local DESTDIR=   binaries, library, header, the
 #                   systemd unit and sysusers entry, /etc/kvpool/kvpool.conf (kept if present)
 #   make clean
@@ -69,7 +71,7 @@ LIB_SO    := $(BUILD)/libkvpool.so
 UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
-.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme install clean nvme-bench bench
+.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme install clean nvme-bench bench container-test
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
@@ -182,6 +184,12 @@ nvme-bench: $(NVME_BENCH)
 demo: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/demo.sh
+
+# The image, built and started the way tests/container/run.sh describes;
+# skips (fails under CI=true) without root, buildah, podman or debootstrap.
+container-test: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) tests/container/run.sh
 
 demo-nvme: deps
 	@$(MAKE) --no-print-directory all
