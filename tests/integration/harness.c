@@ -447,7 +447,9 @@ int harness_client(const struct harness_server *s, const char *ns, struct kvpool
 /* ---- cmocka group fixtures ------------------------------------------------- */
 
 const char *const harness_default_flags[] = {
-	"--dram-capacity", "64MiB", "--threads", "2", "--log-level", "warn", NULL,
+	"--dram-capacity", "64MiB", "--threads", "2", "--log-level", "warn",
+	/* a client left mid-frame must not hold every stop for the default 10 s */
+	"--drain-timeout-ms", "2000", NULL,
 };
 
 int harness_group_start(struct harness_server *s, const char *const *extra)
