@@ -163,10 +163,12 @@ check_server() {
 		"$KVPOOL" ping --server "$url" >/dev/null || fail "kvpool ping failed"
 		log "kvpool ping: ok (this CLI has no health command)"
 	fi
+	# the same environment as the server, as the HEALTHCHECK would have
 	buildah run --isolation chroot --network host --env KVPOOL_PORT="$port" \
-		"$ctr" -- /usr/local/bin/kvpool-entrypoint health >/dev/null ||
+		--env KVPOOL_ADMIN_PORT="$((port + 1))" \
+		"$ctr" -- /usr/local/bin/kvpool-entrypoint health ||
 		fail "the image's HEALTHCHECK command failed"
-	log "HEALTHCHECK command in the container: ok"
+	log "HEALTHCHECK command in the container (admin /healthz): ok"
 	data=$(mktemp) got=$(mktemp)
 	head -c 1048576 /dev/urandom >"$data"
 	"$KVPOOL" put text:container-test "$data" --server "$url" --namespace container ||
