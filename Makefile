@@ -10,7 +10,10 @@
 #   make demo-nvme  the same trace on DRAM only, then DRAM + an NVMe tier (both admission
 #                   settings): hit ratios and NVMe bytes written side by side
 #   make bench      build the benchmark tools of tests/bench (tests/bench/compare.sh runs them)
-#   make install PREFIX=/usr/local DESTDIR=
+#   make container-test  build docker/Dockerfile with buildah (no Docker engine), run kvpoold
+#                   from the image, check it from the host (~10 min; not in make test)
+#   make install PREFIX=/usr/local DESTDIR=   binaries, library, header, the
+#                   systemd unit and sysusers entry, /etc/kvpool/kvpool.conf (kept if present)
 #   make clean
 
 PREFIX  ?= /usr/local
@@ -20,6 +23,9 @@ DESTDIR ?=
 # or /usr/local/lib/python3.X/dist-packages.
 PYTHON  ?= /usr/bin/python3
 PYDIR   ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)/dist-packages)
+SYSCONFDIR ?= /etc
+SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERS_DIR ?= $(PREFIX)/lib/sysusers.d
 SAN     ?= 0
 CC      ?= cc
 
@@ -34,8 +40,8 @@ SANLD   :=
 endif
 
 DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev \
-                librocksdb-dev python3-pytest python3-numpy
-PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c rocksdb
+                librocksdb-dev libsystemd-dev prometheus python3-pytest python3-numpy
+PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c rocksdb libsystemd
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
 CFLAGS  ?=
@@ -43,7 +49,7 @@ CFLAGS  += -std=gnu11 -g $(OPT) -Wall -Wextra -Wpointer-arith -Werror -fPIC -D_G
            -Iproto -Istorage -Iconfig -Iclient -Iserver $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANLD) -pthread
 
-LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lm
+LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lcrypto -lsystemd -lm
 LIBS_CLIENT := -lcrypto -lxxhash -lm
 LIBS_TEST   := -lcmocka
 
@@ -74,13 +80,13 @@ UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
 .PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme install clean \
-	nvme-bench bench fuzz fuzz-seeds soak
+	nvme-bench bench fuzz fuzz-seeds soak container-test
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
 deps:
 	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null || \
-	    ! $(PYTHON) -c 'import pytest, numpy' 2>/dev/null; then \
+	    ! $(PYTHON) -c 'import pytest, numpy' 2>/dev/null || ! command -v promtool >/dev/null; then \
 	  echo "installing build dependencies: $(DEB_PACKAGES)"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && \
@@ -128,6 +134,8 @@ UNIT_FAKE        := $(call obj,tests/unit/fake_server.c)
 UNIT_DEPS_client := $(UNIT_FAKE) $(LIB_A)
 UNIT_DEPS_server := $(BUILD)/libserver.a $(BUILD)/libstore.a $(BUILD)/libconf.a $(BUILD)/libproto.a
 UNIT_LIBS_server := $(LIBS_SERVER)
+UNIT_DEPS_admin  := $(UNIT_DEPS_server)
+UNIT_LIBS_admin  := $(LIBS_SERVER)
 UNIT_DEPS_cli    := $(filter-out $(call obj,client/cli/main.c),$(CLI_OBJ)) $(UNIT_FAKE) $(LIB_A)
 UNIT_LIBS_cli    := -ljson-c
 UNIT_DEPS_nvme_io    := $(call obj,storage/nvme_io.c)
@@ -261,6 +269,12 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/demo.sh
 
+# The image, built and started the way tests/container/run.sh describes;
+# skips (fails under CI=true) without root, buildah, podman or debootstrap.
+container-test: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) tests/container/run.sh
+
 demo-nvme: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/demo_nvme.sh
@@ -278,6 +292,14 @@ install: all
 	install -m 644 client/python/kvpool/*.py $(DESTDIR)$(PYDIR)/kvpool/
 	printf '"""Written by make install."""\nLIBDIR = "%s"\n' "$(PREFIX)/lib" \
 	  > $(DESTDIR)$(PYDIR)/kvpool/_installed.py
+	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(SYSCONFDIR)/kvpool
+	sed -e 's|/usr/local/bin/kvpoold|$(PREFIX)/bin/kvpoold|' -e 's|/etc/kvpool/|$(SYSCONFDIR)/kvpool/|' \
+	  config/kvpoold.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/kvpoold.service
+	chmod 644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/kvpoold.service
+	install -m 644 config/kvpool.sysusers $(DESTDIR)$(SYSUSERS_DIR)/kvpool.conf
+	@# an operator's configuration is never overwritten
+	[ -e $(DESTDIR)$(SYSCONFDIR)/kvpool/kvpool.conf ] || \
+	  install -m 644 config/kvpool.conf $(DESTDIR)$(SYSCONFDIR)/kvpool/kvpool.conf
 
 clean:
 	rm -rf build build-san

@@ -83,12 +83,22 @@ char *cli_connect_error(const struct cli_conn *conn, int err, char *buf, size_t 
 	return buf;
 }
 
+/* The auth token comes from the environment (KVPOOL_TOKEN), not from a
+ * flag, so that it never shows in ps or a shell history. */
 int cli_connect(const struct cli_conn *conn, const char *prog, struct kvpool_client **out)
 {
 	struct kvpool_options opts = { .timeout_ms = conn->timeout_ms };
+	const char *token = getenv("KVPOOL_TOKEN");
 	char why[768];
 	int rc;
 
+	if (token && *token) {
+		if (strlen(token) > 1024) {
+			fprintf(stderr, "%s: KVPOOL_TOKEN is longer than 1024 bytes\n", prog);
+			return -EINVAL;
+		}
+		opts.token = token;
+	}
 	rc = kvpool_connect(conn->url, conn->ns, &opts, out);
 	if (rc)
 		fprintf(stderr, "%s: %s\n", prog, cli_connect_error(conn, rc, why, sizeof(why)));
