@@ -85,7 +85,8 @@ class Server:
             self.port = port or free_port()
             self.log = tempfile.TemporaryFile()   # never a pipe: a full pipe stalls it
             self.proc = subprocess.Popen(
-                [self.binary, "--listen", "127.0.0.1", "--port", str(self.port)] + self.extra,
+                [self.binary, "--listen", "127.0.0.1", "--port", str(self.port),
+                 "--admin-port", "0"] + self.extra,
                 stdout=subprocess.DEVNULL, stderr=self.log)
             if self._wait_ready():
                 return self
