@@ -1,18 +1,32 @@
 # kvpool - build, test, demo, install.
 #
 #   make            build kvpoold, libkvpool (.so and .a), kvpool CLI into build/
-#   make test       install missing build deps (Debian), build, run unit + integration tests
+#   make test       install missing build deps (Debian), build, run unit + integration + Python tests
 #   make test-san   the same tests built with AddressSanitizer + UBSan (build-san/)
+#   make RDMA=0 BUILD=build-nordma test   the tests with the RDMA stub (TCP only, no rdma-core)
 #   make test-valgrind  integration tests with kvpoold under valgrind (leaks fail)
+#   make fuzz       build the libFuzzer targets with clang, run each FUZZ_SECONDS (60)
+#   make soak       the churn soak for SOAK_SECONDS (600); make test runs it for 30 s
 #   make demo       start kvpoold, replay the bundled Mooncake trace, print the report
 #   make demo-nvme  the same trace on DRAM only, then DRAM + an NVMe tier (both admission
 #                   settings): hit ratios and NVMe bytes written side by side
 #   make bench      build the benchmark tools of tests/bench (tests/bench/compare.sh runs them)
-#   make install PREFIX=/usr/local DESTDIR=
+#   make container-test  build docker/Dockerfile with buildah (no Docker engine), run kvpoold
+#                   from the image, check it from the host (~10 min; not in make test)
+#   make install PREFIX=/usr/local DESTDIR=   binaries, library, header, the
+#                   systemd unit and sysusers entry, /etc/kvpool/kvpool.conf (kept if present)
 #   make clean
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
+# Debian's python3 (the one python3-pytest and python3-numpy serve), and
+# where it looks for packages under PREFIX: /usr/lib/python3/dist-packages,
+# or /usr/local/lib/python3.X/dist-packages.
+PYTHON  ?= /usr/bin/python3
+PYDIR   ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)/dist-packages)
+SYSCONFDIR ?= /etc
+SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERS_DIR ?= $(PREFIX)/lib/sysusers.d
 SAN     ?= 0
 CC      ?= cc
 
@@ -26,9 +40,10 @@ OPT     ?= -O2
 SANLD   :=
 endif
 
-DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev librocksdb-dev \
+DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev \
+                librocksdb-dev libsystemd-dev prometheus python3-pytest python3-numpy \
                 librdmacm-dev libibverbs-dev rdma-core
-PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c rocksdb libibverbs librdmacm
+PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c rocksdb libsystemd libibverbs librdmacm
 
 # The RDMA transport (rdma/): RDMA=1, the default when the rdma-core headers
 # are installed, builds it and links libibverbs and librdmacm; RDMA=0 builds
@@ -46,7 +61,7 @@ CFLAGS  += -std=gnu11 -g $(OPT) -Wall -Wextra -Wpointer-arith -Werror -fPIC -D_G
            -Iproto -Istorage -Iconfig -Iclient -Iserver -Irdma $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANLD) -pthread
 
-LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lm
+LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lcrypto -lsystemd -lm
 LIBS_CLIENT := -lcrypto -lxxhash -lm
 LIBS_TEST   := -lcmocka
 ifeq ($(RDMA),1)
@@ -86,12 +101,14 @@ LIB_SO    := $(BUILD)/libkvpool.so
 UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
-.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme install clean nvme-bench bench
+.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme install clean \
+	nvme-bench bench fuzz fuzz-seeds soak container-test
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
 deps:
-	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null; then \
+	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null || \
+	    ! $(PYTHON) -c 'import pytest, numpy' 2>/dev/null || ! command -v promtool >/dev/null; then \
 	  echo "installing build dependencies: $(DEB_PACKAGES)"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && \
@@ -140,6 +157,8 @@ UNIT_FAKE        := $(call obj,tests/unit/fake_server.c)
 UNIT_DEPS_client := $(UNIT_FAKE) $(LIB_A)
 UNIT_DEPS_server := $(BUILD)/libserver.a $(BUILD)/libstore.a $(BUILD)/libconf.a $(BUILD)/libproto.a
 UNIT_LIBS_server := $(LIBS_SERVER)
+UNIT_DEPS_admin  := $(UNIT_DEPS_server)
+UNIT_LIBS_admin  := $(LIBS_SERVER)
 UNIT_DEPS_cli    := $(filter-out $(call obj,client/cli/main.c),$(CLI_OBJ)) $(UNIT_FAKE) $(LIB_A)
 UNIT_LIBS_cli    := -ljson-c
 UNIT_DEPS_nvme_io    := $(call obj,storage/nvme_io.c)
@@ -173,9 +192,84 @@ $(COPYCOUNT): tests/bench/copycount.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
 
+# Fuzz targets (tests/fuzz/fuzz_<target>.c). make test replays their
+# stored inputs through a driver built like the other tests
+# ($(BUILD)/tests/fuzz_<target>); make fuzz builds them with clang and
+# libFuzzer into $(BUILD)/fuzz/, objects apart from the gcc ones.
+FUZZ_TARGETS := frame config trace
+FUZZ_REPLAY  := $(patsubst %,$(BUILD)/tests/fuzz_%,$(FUZZ_TARGETS))
+FUZZ_DEPS_frame  := proto/proto.c
+FUZZ_DEPS_config := config/conf.c
+FUZZ_DEPS_trace  := client/cli/trace.c
+FUZZ_LIBS := -linih -ljson-c -lcrypto
+
+# A static pattern: a free one would let make chain it into the .d files.
+$(patsubst %,$(BUILD)/obj/tests/fuzz/replay_%.o,$(FUZZ_TARGETS)): $(BUILD)/obj/tests/fuzz/replay_%.o: \
+		tests/fuzz/replay.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DFUZZ_TARGET='"$*"' -c $< -o $@
+
+$(BUILD)/tests/fuzz_%: $(BUILD)/obj/tests/fuzz/replay_%.o $(call obj,tests/fuzz/fuzz_%.c) \
+		       $$(call obj,$$(FUZZ_DEPS_$$*))
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(FUZZ_LIBS) $(LIBS_TEST)
+
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_CFLAGS   = -std=gnu11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_SAN) \
+		-Wall -Wextra -Werror -D_GNU_SOURCE -pthread -Iproto -Iconfig -Iclient \
+		$(PKG_CFLAGS) -MMD -MP
+fuzz_obj = $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(1))
+FUZZ_BIN := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
+
+$(BUILD)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+$(BUILD)/fuzz/fuzz_%: $(call fuzz_obj,tests/fuzz/fuzz_%.c) $$(call fuzz_obj,$$(FUZZ_DEPS_$$*))
+	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(FUZZ_LIBS)
+
+fuzz:
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libFuzzer" \
+	  "(apt-get install clang libclang-rt-14-dev)"; exit 1; }
+	@$(MAKE) --no-print-directory $(FUZZ_BIN)
+	@tests/fuzz/run.sh $(BUILD)/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# Rewrite the frame seeds from proto/'s own encoder (after a protocol change).
+fuzz-seeds: $(BUILD)/tests/frame_seeds
+	$(BUILD)/tests/frame_seeds tests/fuzz/corpus/frame
+
+$(BUILD)/tests/frame_seeds: $(call obj,tests/fuzz/frame_seeds.c) $(BUILD)/libproto.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^
+
+# Soaks (tests/soak/soak_<name>.c): long runs on the integration harness.
+SOAK_SRC := $(wildcard tests/soak/soak_*.c)
+SOAK_BIN := $(patsubst tests/soak/soak_%.c,$(BUILD)/tests/soak_%,$(SOAK_SRC))
+SOAK_SECONDS ?= 600
+TEST_SOAK_SECONDS ?= 30
+# make test's soak runs on shared CI machines and under ASan, where a put
+# waits for CPU as much as for eviction: its stall limit is wider.
+TEST_SOAK_MAX_STALL_MS ?= 1000
+
+$(BUILD)/tests/soak_%: $(call obj,tests/soak/soak_%.c) $(INTEG_HOBJ) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_CLIENT) $(LIBS_TEST) -ljson-c
+
+soak: deps
+	@$(MAKE) --no-print-directory all $(SOAK_BIN)
+	@for s in $(SOAK_BIN); do KVPOOLD=$(CURDIR)/$(KVPOOLD) $$s --seconds $(SOAK_SECONDS) || exit 1; done
+
+# The Python binding's pytest suite runs as one more test program (in a
+# sanitizer build, with the sanitizer runtimes preloaded into python3).
+PY_TESTS := tests/python/pytest.sh
+
 test: deps
-	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN) $(COPYCOUNT)
-	@BUILD=$(BUILD) tests/run.sh $(UNIT_BIN) $(INTEG_BIN)
+	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(COPYCOUNT)
+	@BUILD=$(BUILD) KVPOOL_SOAK_SECONDS=$(TEST_SOAK_SECONDS) \
+	  KVPOOL_SOAK_MAX_STALL_MS=$(TEST_SOAK_MAX_STALL_MS) \
+	  tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(PY_TESTS)
 
 # The integration tests with kvpoold under valgrind: a leak or memory error
 # makes the daemon exit 99, which fails the test's clean-shutdown check.
@@ -198,6 +292,12 @@ demo: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/demo.sh
 
+# The image, built and started the way tests/container/run.sh describes;
+# skips (fails under CI=true) without root, buildah, podman or debootstrap.
+container-test: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) tests/container/run.sh
+
 demo-nvme: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/demo_nvme.sh
@@ -211,8 +311,20 @@ install: all
 	ln -sf libkvpool.so.0 $(DESTDIR)$(PREFIX)/lib/libkvpool.so
 	install -m 644 client/kvpool.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 config/kvpool.conf $(DESTDIR)$(PREFIX)/share/kvpool/
+	install -d $(DESTDIR)$(PYDIR)/kvpool
+	install -m 644 client/python/kvpool/*.py $(DESTDIR)$(PYDIR)/kvpool/
+	printf '"""Written by make install."""\nLIBDIR = "%s"\n' "$(PREFIX)/lib" \
+	  > $(DESTDIR)$(PYDIR)/kvpool/_installed.py
+	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(SYSCONFDIR)/kvpool
+	sed -e 's|/usr/local/bin/kvpoold|$(PREFIX)/bin/kvpoold|' -e 's|/etc/kvpool/|$(SYSCONFDIR)/kvpool/|' \
+	  config/kvpoold.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/kvpoold.service
+	chmod 644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/kvpoold.service
+	install -m 644 config/kvpool.sysusers $(DESTDIR)$(SYSUSERS_DIR)/kvpool.conf
+	@# an operator's configuration is never overwritten
+	[ -e $(DESTDIR)$(SYSCONFDIR)/kvpool/kvpool.conf ] || \
+	  install -m 644 config/kvpool.conf $(DESTDIR)$(SYSCONFDIR)/kvpool/kvpool.conf
 
 clean:
 	rm -rf build build-san build-nordma
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)

@@ -39,13 +39,29 @@
  *   -EACCES        the token does not allow the namespace (DENIED)
  *   -ENOMEM        allocation failed
  *   -EAGAIN        the server turned the connection away as busy (e.g. at
- *                  its connection limit); retry later
+ *                  its connection limit) on every try (see Backpressure)
  *
  * Wire status -> errno (per block, and for whole requests):
  *   OK, EXISTS -> 0; NOT_FOUND -> -ENOENT; NO_PARENT -> -ENOLINK;
  *   FULL -> -ENOSPC; QUOTA -> -EDQUOT; BUSY -> -EAGAIN;
  *   TOO_LARGE -> -EMSGSIZE; DENIED -> -EACCES; BAD_REQUEST -> -EPROTO;
  *   IO -> -EIO; UNSUPPORTED -> -EOPNOTSUPP; BAD_CHECKSUM -> -EBADMSG.
+ *
+ * Backpressure. The server says BUSY when it cannot take a request now
+ * but will soon: a PUT block over its in-flight put bytes, a connection
+ * over its connection limit (later servers: full I/O queues). Every call
+ * retries by itself whatever was answered BUSY - only those blocks or
+ * keys, with the in-call children of a BUSY block that came back -ENOLINK
+ * because of it - after a wait that starts at KVPOOL_BUSY_FIRST_WAIT_MS
+ * and doubles up to KVPOOL_BUSY_MAX_WAIT_MS, each wait drawn uniformly
+ * from its upper half (jitter, so that clients refused together do not
+ * return together). It stops after KVPOOL_BUSY_TRIES tries in all
+ * (kvpool_set_busy_tries) or when the next wait would end past the call's
+ * timeout, and then reports -EAGAIN for what is left. With the defaults a
+ * call waits at most 5 + 10 + 20 + 40 + 80 + 160 + 250 = 565 ms for BUSY.
+ * Every other status goes to the caller at once: FULL (-ENOSPC: nothing
+ * evictable; retrying soon will not help), TOO_LARGE (-EMSGSIZE), DENIED
+ * (-EACCES), QUOTA (-EDQUOT)...
  */
 #ifndef KVPOOL_H
 #define KVPOOL_H
@@ -61,6 +77,9 @@ extern "C" {
 #define KVPOOL_KEY_BYTES 32
 #define KVPOOL_DEFAULT_URL "tcp://127.0.0.1:7470"
 #define KVPOOL_DEFAULT_TIMEOUT_MS 10000
+#define KVPOOL_BUSY_TRIES 8           /* tries of what the server answers BUSY, in all */
+#define KVPOOL_BUSY_FIRST_WAIT_MS 5   /* wait before the second try */
+#define KVPOOL_BUSY_MAX_WAIT_MS 250   /* longest wait between two tries */
 
 struct kvpool_client;
 
@@ -110,6 +129,25 @@ void kvpool_set_timeout(struct kvpool_client *c, uint32_t timeout_ms);
  * needed. Errors: the shared connection errors. */
 int kvpool_get_limits(struct kvpool_client *c, struct kvpool_limits *out);
 
+/* How many tries a call gives what the server answers BUSY (see
+ * Backpressure): 1 = never retry (BUSY comes back as -EAGAIN at once),
+ * 0 = KVPOOL_BUSY_TRIES. Cannot fail. */
+void kvpool_set_busy_tries(struct kvpool_client *c, uint32_t tries);
+
+/* What a handle has been through since kvpool_connect. */
+struct kvpool_counters {
+	uint64_t connects;        /* connections that completed HELLO */
+	uint64_t reconnects;      /* of those, the ones after the first (after a
+				     connection error, a server restart, an
+				     idle connection the server closed) */
+	uint64_t busy_retries;    /* tries repeated because of BUSY */
+	uint64_t checksum_errors; /* GET blocks whose bytes failed verification */
+};
+
+/* Copy the handle's counters into *out. Does not talk to the server.
+ * Errors: -EINVAL (NULL arguments). */
+int kvpool_get_counters(const struct kvpool_client *c, struct kvpool_counters *out);
+
 /* ---- blocks ------------------------------------------------------------- */
 
 /* One block to put. The payload is the concatenation of iov[0..iovcnt):
@@ -135,7 +173,8 @@ struct kvpool_put_block {
  *   -EMSGSIZE  block larger than the server's max_block_bytes (refused
  *              locally, not sent) or an empty block
  *   -ENOSPC    pool full, nothing evictable
- *   -EAGAIN    server busy (in-flight put bytes at limit): retry
+ *   -EAGAIN    server busy (in-flight put bytes at limit) on every try
+ *              (see Backpressure)
  *   -EBADMSG   the server received bytes that do not match the checksum
  *   -EDQUOT, -EIO, -EACCES
  * Returns 0 if every block succeeded, otherwise the first block's error
@@ -169,6 +208,7 @@ struct kvpool_get_block {
  *              can retry with that much room; 0 if the server did not
  *              report it
  *   -EBADMSG   checksum mismatch on receipt
+ *   -EAGAIN    the server was busy on every try (see Backpressure)
  *   -EIO
  * blocks[i].length is left alone for any other error.
  * Returns 0 if every block was returned, else the first block's error.

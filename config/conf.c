@@ -39,12 +39,14 @@ enum conf_type {
 	CONF_U32,      /* plain decimal integer */
 	CONF_STRING,   /* text, no whitespace or control characters */
 	CONF_CHOICE,   /* one word of a list (struct conf_choices), stored as an int */
+	CONF_BOOL,     /* true/false, yes/no, on/off, 1/0; stored as an int 0 or 1 */
 };
 
 /* Setting flags. */
 #define CONF_ZERO_IS_CORES 0x1u /* 0 means "number of online cores" */
 #define CONF_SPACES_OK 0x2u     /* strings: blanks allowed inside (paths) */
 #define CONF_EMPTY_UNSET 0x4u   /* strings: "" means unset; --help says so */
+#define CONF_RELOAD 0x8u        /* SIGHUP applies a new value to the running server */
 
 /* The words a CONF_CHOICE setting accepts; word i is stored as i. */
 struct conf_choices {
@@ -64,6 +66,7 @@ struct conf_setting {
 	const char *metavar; /* placeholder in --help */
 	const char *help;
 	const struct conf_choices *choices; /* CONF_CHOICE only */
+	const char *unit;    /* of a number, for --help and docs: "bytes", "ms"; NULL if none */
 };
 
 #define FIELD(f) offsetof(struct conf, f), sizeof(((struct conf *)0)->f)
@@ -76,48 +79,67 @@ static const struct conf_choices admissions = { "admission", admission_names, 2 
 
 static const struct conf_setting settings[] = {
 	{ "listen", CONF_STRING, FIELD(listen), "127.0.0.1", 1, 255, 0, "ADDR",
-	  "address to listen on (IPv4, IPv6 or host name)", NULL },
+	  "address to listen on (IPv4, IPv6 or host name)", NULL, NULL },
 	{ "port", CONF_U32, FIELD(port), "7470", 1, 65535, 0, "N",
-	  "TCP port", NULL },
+	  "TCP port", NULL, NULL },
 	{ "threads", CONF_U32, FIELD(threads), "0", 1, CONF_THREADS_MAX, CONF_ZERO_IS_CORES, "N",
-	  "worker threads, each with its own event loop", NULL },
+	  "worker threads, each with its own event loop", NULL, "threads" },
 	{ "dram_capacity", CONF_SIZE, FIELD(dram_capacity_bytes), "1GiB", MIB, 4 * TIB, 0, "SIZE",
-	  "DRAM arena for block payloads, allocated at start; rounded down to 4KiB pages", NULL },
+	  "DRAM arena for block payloads, allocated at start; rounded down to 4KiB pages", NULL,
+	  "bytes" },
 	{ "max_block_bytes", CONF_SIZE, FIELD(max_block_bytes), "64MiB", 1, 4 * GIB, 0, "SIZE",
-	  "largest block a PUT may store", NULL },
+	  "largest block a PUT may store", NULL, "bytes" },
 	{ "max_batch_blocks", CONF_U32, FIELD(max_batch_blocks), "1024", 1, 65536, 0, "N",
-	  "blocks per batch request", NULL },
+	  "blocks per batch request", NULL, "blocks" },
 	{ "max_frame_bytes", CONF_SIZE, FIELD(max_frame_bytes), "1MiB", 4 * KIB, GIB, 0, "SIZE",
-	  "largest frame header + body (block payload not counted)", NULL },
+	  "largest frame header + body (block payload not counted)", NULL, "bytes" },
 	{ "max_lease_ms", CONF_U32, FIELD(max_lease_ms), "5000", 0, 3600000, 0, "MS",
-	  "longest MATCH lease; 0 = MATCH never leases", NULL },
-	{ "max_connections", CONF_U32, FIELD(max_connections), "1024", 1, 1048576, 0, "N",
-	  "open client connections; more are refused with BUSY", NULL },
-	{ "idle_timeout_ms", CONF_U32, FIELD(idle_timeout_ms), "300000", 0, 86400000, 0, "MS",
-	  "close a connection idle this long; 0 = never", NULL },
-	{ "payload_timeout_ms", CONF_U32, FIELD(payload_timeout_ms), "10000", 10, 3600000, 0, "MS",
-	  "close a connection whose frame is not whole this long after its first byte", NULL },
+	  "longest MATCH lease; 0 = MATCH never leases", NULL, "ms" },
+	{ "max_connections", CONF_U32, FIELD(max_connections), "1024", 1, 1048576, CONF_RELOAD,
+	  "N",
+	  "open client connections; more are refused with BUSY", NULL, "connections" },
+	{ "idle_timeout_ms", CONF_U32, FIELD(idle_timeout_ms), "300000", 0, 86400000, CONF_RELOAD,
+	  "MS",
+	  "close a connection idle this long; 0 = never", NULL, "ms" },
+	{ "payload_timeout_ms", CONF_U32, FIELD(payload_timeout_ms), "10000", 10, 3600000,
+	  CONF_RELOAD, "MS",
+	  "close a connection whose frame is not whole this long after its first byte", NULL,
+	  "ms" },
 	{ "max_inflight_put_bytes", CONF_SIZE, FIELD(max_inflight_put_bytes), "512MiB", 1, 256 * TIB,
-	  0, "SIZE", "PUT payload bytes being received at once; beyond it PUT answers BUSY", NULL },
-	{ "log_level", CONF_CHOICE, FIELD(log_level), "info", CONF_LOG_ERROR, CONF_LOG_DEBUG, 0,
-	  "LEVEL", "error, warn, info or debug", &log_levels },
+	  0, "SIZE", "PUT payload bytes being received at once; beyond it PUT answers BUSY", NULL,
+	  "bytes" },
+	{ "log_level", CONF_CHOICE, FIELD(log_level), "info", CONF_LOG_ERROR, CONF_LOG_DEBUG,
+	  CONF_RELOAD, "LEVEL", "error, warn, info or debug", &log_levels, NULL },
 	{ "nvme_dir", CONF_STRING, FIELD(nvme_dir), "", 0, CONF_PATH_MAX - 1,
 	  CONF_SPACES_OK | CONF_EMPTY_UNSET, "DIR",
 	  "existing directory for the NVMe tier's segment files and index; unset = no NVMe tier",
-	  NULL },
+	  NULL, NULL },
 	{ "nvme_capacity", CONF_SIZE, FIELD(nvme_capacity_bytes), "0", 0, 1024 * TIB, 0, "SIZE",
-	  "segment file bytes the NVMe tier may use; required with nvme_dir", NULL },
+	  "segment file bytes the NVMe tier may use; required with nvme_dir", NULL, "bytes" },
 	{ "nvme_admission", CONF_CHOICE, FIELD(nvme_admission), "all", CONF_ADMIT_ALL,
 	  CONF_ADMIT_REUSED, 0, "WHICH",
 	  "blocks leaving DRAM that go to NVMe: all, or reused (used at least once after their put)",
-	  &admissions },
+	  &admissions, NULL },
 	{ "nvme_segment_size", CONF_SIZE, FIELD(nvme_segment_bytes), "0", 0, 16 * GIB, 0, "SIZE",
 	  "NVMe segment file size, a multiple of 4KiB; 0 = automatic (256MiB, or nvme_capacity/8 "
-	  "when smaller)", NULL },
+	  "when smaller)", NULL, "bytes" },
 	{ "nvme_io_threads", CONF_U32, FIELD(nvme_io_threads), "0", 0, 64, 0, "N",
-	  "NVMe demotion and promotion threads; 0 = 2", NULL },
+	  "NVMe demotion and promotion threads; 0 = 2", NULL, "threads" },
 	{ "rdma_port", CONF_U32, FIELD(rdma_port), "7472", 0, 65535, 0, "N",
-	  "RDMA (rdma_cm) port, served when an RDMA device is usable; 0 = TCP only", NULL },
+	  "RDMA (rdma_cm) port, served when an RDMA device is usable; 0 = TCP only", NULL,
+	  NULL },
+	{ "admin_port", CONF_U32, FIELD(admin_port), "7471", 0, 65535, 0, "N",
+	  "admin HTTP port (/metrics, /healthz, /stats) on the listen address; 0 = off", NULL,
+	  NULL },
+	{ "tokens_file", CONF_STRING, FIELD(tokens_file), "", 0, CONF_PATH_MAX - 1,
+	  CONF_SPACES_OK | CONF_EMPTY_UNSET | CONF_RELOAD, "FILE",
+	  "auth tokens file (not readable by group or others); unset = no authentication", NULL,
+	  NULL },
+	{ "allow_unauthenticated", CONF_BOOL, FIELD(allow_unauthenticated), "false", 0, 1, 0,
+	  "BOOL", "serve a non-loopback listen address without tokens_file", NULL, NULL },
+	{ "drain_timeout_ms", CONF_U32, FIELD(drain_timeout_ms), "10000", 0, 3600000, CONF_RELOAD,
+	  "MS",
+	  "on SIGTERM or SIGINT, wait this long at most for requests in flight", NULL, "ms" },
 };
 
 #define N_SETTINGS (sizeof(settings) / sizeof(settings[0]))
@@ -333,6 +355,26 @@ static int u32_parse(const char *text, uint64_t *out, char *why, size_t why_len)
 	return 0;
 }
 
+/* true/yes/on/1 or false/no/off/0, case-insensitive. */
+static int bool_parse(const char *text, uint64_t *out, char *why, size_t why_len)
+{
+	static const char *const yes[] = { "true", "yes", "on", "1" };
+	static const char *const no[] = { "false", "no", "off", "0" };
+
+	for (size_t i = 0; i < 4; i++) {
+		if (strcasecmp(text, yes[i]) == 0) {
+			*out = 1;
+			return 0;
+		}
+		if (strcasecmp(text, no[i]) == 0) {
+			*out = 0;
+			return 0;
+		}
+	}
+	set_err(why, why_len, "not a boolean (use true or false)");
+	return -EINVAL;
+}
+
 /* "a, b or c" of a choice list, for messages. */
 static void choices_text(const struct conf_choices *ch, char *buf, size_t len)
 {
@@ -396,7 +438,7 @@ static uint64_t field_get(const struct conf *c, const struct conf_setting *s)
 {
 	const char *p = (const char *)c + s->offset;
 
-	if (s->type == CONF_CHOICE) {
+	if (s->type == CONF_CHOICE || s->type == CONF_BOOL) {
 		int v;
 
 		memcpy(&v, p, sizeof(v));
@@ -418,7 +460,7 @@ static void field_set(struct conf *c, const struct conf_setting *s, uint64_t v)
 {
 	char *p = (char *)c + s->offset;
 
-	if (s->type == CONF_CHOICE) {
+	if (s->type == CONF_CHOICE || s->type == CONF_BOOL) {
 		int iv = (int)v;
 
 		memcpy(p, &iv, sizeof(iv));
@@ -443,6 +485,9 @@ static void format_value(const struct conf *c, const struct conf_setting *s, cha
 	case CONF_CHOICE:
 		v = field_get(c, s);
 		snprintf(buf, len, "%s", v < s->choices->count ? s->choices->names[v] : "?");
+		return;
+	case CONF_BOOL:
+		snprintf(buf, len, "%s", field_get(c, s) ? "true" : "false");
 		return;
 	case CONF_SIZE:
 		format_size(field_get(c, s), buf, len);
@@ -474,6 +519,8 @@ static int parse_number(const struct conf_setting *s, const char *text, uint64_t
 		rc = size_parse(text, v, why, why_len);
 	else if (s->type == CONF_U32)
 		rc = u32_parse(text, v, why, why_len);
+	else if (s->type == CONF_BOOL)
+		rc = bool_parse(text, v, why, why_len);
 	else
 		rc = choice_parse(s->choices, text, v, why, why_len);
 	if (rc)
@@ -902,6 +949,122 @@ int conf_from_args(struct conf *c, int argc, char **argv, int *want_help, char *
 	return 0;
 }
 
+/* ---- environment ------------------------------------------------------------
+ * KVPOOL_<NAME>, the name in capitals ("KVPOOL_DRAM_CAPACITY"), for
+ * containers. KVPOOL_CONFIG names a file read when no --config is given.
+ * Other KVPOOL_ variables are not settings (the CLI and the tests use a
+ * few): they are reported on `warn`, so that a misspelt setting is seen,
+ * and otherwise ignored. */
+
+#define ENV_PREFIX "KVPOOL_"
+#define ENV_CONFIG ENV_PREFIX "CONFIG"
+
+/* The setting whose variable is name[0..len) (the part after KVPOOL_):
+ * capitals, digits and '_' only. */
+static const struct conf_setting *env_setting(const char *name, size_t len)
+{
+	char key[64];
+
+	if (len == 0 || len >= sizeof(key))
+		return NULL;
+	for (size_t i = 0; i < len; i++) {
+		if (islower((unsigned char)name[i]))
+			return NULL;
+		key[i] = (char)tolower((unsigned char)name[i]);
+	}
+	key[len] = '\0';
+	return find_setting(key);
+}
+
+int conf_from_env(struct conf *c, char *const *envp, FILE *warn, char *err, size_t err_len)
+{
+	struct conf tmp = *c;
+	char source[96];
+	int rc;
+
+	if (!envp)
+		return 0;
+	for (char *const *e = envp; *e; e++) {
+		const char *var = *e, *eq = strchr(var, '=');
+		const struct conf_setting *s;
+		size_t len;
+
+		if (!eq || strncmp(var, ENV_PREFIX, strlen(ENV_PREFIX)) != 0)
+			continue;
+		len = (size_t)(eq - var);
+		if (len == strlen(ENV_CONFIG) && strncmp(var, ENV_CONFIG, len) == 0)
+			continue;
+		s = env_setting(var + strlen(ENV_PREFIX), len - strlen(ENV_PREFIX));
+		if (!s) {
+			if (warn)
+				fprintf(warn, "kvpoold: ignoring environment variable %.*s: not a "
+					"setting (see --help)\n", (int)(len > 64 ? 64 : len), var);
+			continue;
+		}
+		snprintf(source, sizeof(source), "env %.*s", (int)(len > 64 ? 64 : len), var);
+		rc = conf_set(&tmp, s->name, eq + 1, source, err, err_len);
+		if (rc)
+			return rc;
+	}
+	*c = tmp;
+	return 0;
+}
+
+/* The value of KVPOOL_CONFIG in envp, NULL if unset or empty. */
+static const char *env_config(char *const *envp)
+{
+	size_t n = strlen(ENV_CONFIG);
+
+	for (char *const *e = envp; e && *e; e++)
+		if (strncmp(*e, ENV_CONFIG, n) == 0 && (*e)[n] == '=' && (*e)[n + 1])
+			return *e + n + 1;
+	return NULL;
+}
+
+/* Is there a --config flag in argv (either form)? */
+static bool args_have_config(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (strcmp(argv[i], "--config") == 0 || strncmp(argv[i], "--config=", 9) == 0)
+			return true;
+	return false;
+}
+
+int conf_load(struct conf *c, int argc, char **argv, char *const *envp, FILE *warn,
+	      int *want_help, char *err, size_t err_len)
+{
+	struct conf tmp;
+	const char *file;
+	int help, rc;
+
+	conf_defaults(&tmp);
+	rc = args_load_configs(&tmp, argc, argv, &help, err, err_len);
+	if (rc)
+		return rc;
+	if (help) {
+		*want_help = 1;
+		return 0;
+	}
+	file = env_config(envp);
+	if (file && !args_have_config(argc, argv)) {
+		rc = load_into(&tmp, file, err, err_len);
+		if (rc)
+			return rc;
+	}
+	rc = conf_from_env(&tmp, envp, warn, err, err_len);
+	if (rc)
+		return rc;
+	rc = args_apply_flags(&tmp, argc, argv, err, err_len);
+	if (rc)
+		return rc;
+	rc = conf_validate(&tmp, err, err_len);
+	if (rc)
+		return rc;
+	*c = tmp;
+	*want_help = 0;
+	return 0;
+}
+
 /* ---- validation ------------------------------------------------------------ */
 
 /* Every numeric setting within its table range (for a struct filled by
@@ -930,7 +1093,8 @@ static int validate_ranges(const struct conf *c, char *err, size_t err_len)
 			format_number(s, s->min, lo, sizeof(lo));
 			format_number(s, s->max, hi, sizeof(hi));
 			set_err(err, err_len, "%s: %s is out of range %s..%s", s->name,
-				s->type == CONF_CHOICE ? "value" : val, lo, hi);
+				s->type == CONF_CHOICE || s->type == CONF_BOOL ? "value" : val,
+				lo, hi);
 			return -EINVAL;
 		}
 	}
@@ -1044,6 +1208,12 @@ int conf_validate(struct conf *c, char *err, size_t err_len)
 			"port space", c->rdma_port);
 		return -EINVAL;
 	}
+	if (c->rdma_port && c->rdma_port == c->admin_port) {
+		set_err(err, err_len,
+			"rdma_port (%" PRIu32 ") must differ from admin_port: iWARP devices share the "
+			"TCP port space", c->rdma_port);
+		return -EINVAL;
+	}
 	rc = validate_nvme(c, err, err_len);
 	if (rc)
 		return rc;
@@ -1065,41 +1235,74 @@ static void flag_name(const struct conf_setting *s, char *buf, size_t len)
 	buf[2 + n] = '\0';
 }
 
+/* "KVPOOL_" + the name in capitals. */
+static void env_var_name(const struct conf_setting *s, char *buf, size_t len)
+{
+	size_t n = strlen(s->name), p = strlen(ENV_PREFIX);
+
+	if (p + n + 1 > len)
+		n = len - p - 1;
+	memcpy(buf, ENV_PREFIX, p);
+	for (size_t i = 0; i < n; i++)
+		buf[p + i] = (char)toupper((unsigned char)s->name[i]);
+	buf[p + n] = '\0';
+}
+
+/* The "(default ...; range unit; reloaded by SIGHUP)" of one setting. */
+static void usage_tail(const struct conf *def, const struct conf_setting *s, FILE *out)
+{
+	char val[300], lo[32], hi[32];
+
+	/* the table's text, not this machine's core count: same help everywhere */
+	if (s->flags & CONF_ZERO_IS_CORES)
+		snprintf(val, sizeof(val), "%s (one per online core)", s->def);
+	else if ((s->flags & CONF_EMPTY_UNSET) && !s->def[0])
+		snprintf(val, sizeof(val), "unset");
+	else
+		format_value(def, s, val, sizeof(val));
+	fprintf(out, "(default %s", val);
+	if (s->type == CONF_SIZE || s->type == CONF_U32) {
+		format_number(s, s->flags & CONF_ZERO_IS_CORES ? 0 : s->min, lo, sizeof(lo));
+		format_number(s, s->max, hi, sizeof(hi));
+		fprintf(out, "; %s..%s", lo, hi);
+		if (s->unit && s->type != CONF_SIZE)
+			fprintf(out, " %s", s->unit);
+	}
+	if (s->flags & CONF_RELOAD)
+		fprintf(out, "; SIGHUP reloads it");
+	fprintf(out, ")\n");
+}
+
 void conf_usage(FILE *out)
 {
 	struct conf def;
-	char flag[64], val[300], lo[32], hi[32];
+	char flag[64], env[80];
 
 	conf_defaults(&def);
 	fprintf(out,
 		"usage: kvpoold [--config FILE] [--SETTING VALUE | --SETTING=VALUE]... [--help]\n"
 		"\n"
-		"Settings come from their defaults, then the INI file given with --config\n"
-		"(keys at top level or in a [" CONF_SECTION "] section), then flags: a flag wins\n"
-		"over the file. The INI key is the flag without \"--\" and with \"_\" for \"-\".\n"
+		"Each setting comes from, the first that has it: a flag, an environment\n"
+		"variable, the INI file given with --config (or by " ENV_CONFIG " when there\n"
+		"is no --config; keys at top level or in a [" CONF_SECTION "] section), its default.\n"
+		"The INI key is the flag without \"--\" and with \"_\" for \"-\"; the variable\n"
+		"is " ENV_PREFIX " and the key in capitals. Other " ENV_PREFIX "* variables are\n"
+		"reported and ignored.\n"
 		"Sizes are bytes or a number with a unit: B, KB, MB, GB, TB (powers of 1000)\n"
-		"or KiB, MiB, GiB, TiB (powers of 1024), e.g. 4GiB or 1.5GB.\n"
+		"or KiB, MiB, GiB, TiB (powers of 1024), case-insensitive, e.g. 4GiB or 1.5GB.\n"
+		"SIGHUP reads every source again and applies the settings marked so; a\n"
+		"change to any other setting is logged and waits for a restart.\n"
 		"\n"
-		"  --config FILE\n      INI file to read before applying flags\n"
-		"  --help\n      print this help and exit\n");
+		"  --config FILE, " ENV_CONFIG "\n      INI file to read before applying flags\n"
+		"  --help\n      print this help and exit\n"
+		"  --version\n      print the version and exit\n");
 	for (size_t i = 0; i < N_SETTINGS; i++) {
 		const struct conf_setting *s = &settings[i];
 
 		flag_name(s, flag, sizeof(flag));
-		/* the table's text, not this machine's core count: same help everywhere */
-		if (s->flags & CONF_ZERO_IS_CORES)
-			snprintf(val, sizeof(val), "%s (one per online core)", s->def);
-		else if ((s->flags & CONF_EMPTY_UNSET) && !s->def[0])
-			snprintf(val, sizeof(val), "unset");
-		else
-			format_value(&def, s, val, sizeof(val));
-		fprintf(out, "  %s %s\n      %s (default %s", flag, s->metavar, s->help, val);
-		if (s->type == CONF_SIZE || s->type == CONF_U32) {
-			format_number(s, s->flags & CONF_ZERO_IS_CORES ? 0 : s->min, lo, sizeof(lo));
-			format_number(s, s->max, hi, sizeof(hi));
-			fprintf(out, "; %s..%s", lo, hi);
-		}
-		fprintf(out, ")\n");
+		env_var_name(s, env, sizeof(env));
+		fprintf(out, "  %s %s, %s\n      %s ", flag, s->metavar, env, s->help);
+		usage_tail(&def, s, out);
 	}
 }
 
@@ -1111,4 +1314,102 @@ void conf_print(const struct conf *c, FILE *out)
 		format_value(c, &settings[i], val, sizeof(val));
 		fprintf(out, "%s %s\n", settings[i].name, val);
 	}
+}
+
+/* ---- reload -------------------------------------------------------------- */
+
+int conf_is_reloadable(const char *name)
+{
+	const struct conf_setting *s = name ? find_setting(name) : NULL;
+
+	if (!s)
+		return -ENOENT;
+	return (s->flags & CONF_RELOAD) ? 1 : 0;
+}
+
+int conf_reload(struct conf *cur, const struct conf *next, conf_change_fn *fn, void *arg)
+{
+	char old[CONF_PATH_MAX + 16], now[CONF_PATH_MAX + 16];
+	int applied = 0;
+
+	for (size_t i = 0; i < N_SETTINGS; i++) {
+		const struct conf_setting *s = &settings[i];
+		bool reload = s->flags & CONF_RELOAD;
+
+		format_value(cur, s, old, sizeof(old));
+		format_value(next, s, now, sizeof(now));
+		if (strcmp(old, now) == 0)
+			continue;
+		if (reload) {
+			memcpy((char *)cur + s->offset, (const char *)next + s->offset,
+			       s->field_bytes);
+			applied++;
+		}
+		if (fn)
+			fn(arg, s->name, old, now, reload);
+	}
+	return applied;
+}
+
+/* ---- JSON ------------------------------------------------------------------- */
+
+/* Append to buf[0..len) at *used, counting what does not fit. */
+__attribute__((format(printf, 4, 5)))
+static void json_add(char *buf, size_t len, size_t *used, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(*used < len ? buf + *used : NULL, *used < len ? len - *used : 0, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		*used += (size_t)n;
+}
+
+/* A JSON string: strings settings hold no control characters
+ * (string_check), so only '"' and '\\' need escaping. */
+static void json_string(char *buf, size_t len, size_t *used, const char *str)
+{
+	json_add(buf, len, used, "\"");
+	for (const char *p = str; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			json_add(buf, len, used, "\\%c", *p);
+		else
+			json_add(buf, len, used, "%c", *p);
+	}
+	json_add(buf, len, used, "\"");
+}
+
+size_t conf_json(const struct conf *c, char *buf, size_t len)
+{
+	char val[CONF_PATH_MAX + 16];
+	size_t used = 0;
+
+	if (buf && len)
+		buf[0] = '\0';
+	else
+		len = 0;
+	json_add(buf, len, &used, "{");
+	for (size_t i = 0; i < N_SETTINGS; i++) {
+		const struct conf_setting *s = &settings[i];
+
+		json_add(buf, len, &used, "%s\"%s\":", i ? "," : "", s->name);
+		switch (s->type) {
+		case CONF_SIZE:
+		case CONF_U32:
+			json_add(buf, len, &used, "%" PRIu64, field_get(c, s));
+			break;
+		case CONF_BOOL:
+			json_add(buf, len, &used, "%s", field_get(c, s) ? "true" : "false");
+			break;
+		case CONF_CHOICE:
+		case CONF_STRING:
+			format_value(c, s, val, sizeof(val));
+			json_string(buf, len, &used, val);
+			break;
+		}
+	}
+	json_add(buf, len, &used, "}");
+	return used;
 }

@@ -3,11 +3,16 @@
  * command-line flags, size parsing.
  *
  * Every setting is one entry of the table in conf.c (name, type, default,
- * min, max, help). The INI key is the name; the flag is the name with
- * dashes ("dram_capacity" -> "--dram-capacity"). Precedence: flag > file >
+ * min, max, unit, whether SIGHUP reloads it, help). The INI key is the
+ * name; the flag is the name with dashes ("dram_capacity" ->
+ * "--dram-capacity"); the environment variable is KVPOOL_ and the name in
+ * capitals ("KVPOOL_DRAM_CAPACITY"). Precedence: flag > env > file >
  * default. Functions return 0 or a negative errno; on error they write a
- * one-line message naming the key, the source and the reason into
- * err[0..err_len).
+ * one-line message naming the key, the source (file:line, --flag or
+ * "env KVPOOL_NAME") and the reason into err[0..err_len).
+ *
+ * Threads: none of these functions keeps state; any thread may call them
+ * on structs it owns.
  */
 #ifndef KVPOOL_CONF_H
 #define KVPOOL_CONF_H
@@ -47,6 +52,14 @@ struct conf {
 	uint64_t nvme_segment_bytes;     /* 0 = automatic (the store picks) */
 	uint32_t nvme_io_threads;        /* 0 = the store's default (2) */
 	uint32_t rdma_port;              /* rdma_cm port; default 7472; 0 = no RDMA */
+	/* Operations: admin HTTP, auth, shutdown. */
+	uint32_t admin_port;             /* admin HTTP port on `listen`; default 7471;
+					  * 0 = no admin HTTP */
+	char tokens_file[CONF_PATH_MAX]; /* auth tokens file; "" (default) = no auth */
+	int allow_unauthenticated;       /* bool (0/1): serve a non-loopback `listen`
+					  * without tokens_file; default 0 */
+	uint32_t drain_timeout_ms;       /* SIGTERM/SIGINT: longest wait for requests
+					  * in flight before closing; default 10000 */
 };
 
 /* Fill *c with every default (threads = number of online cores). */
@@ -96,6 +109,49 @@ int conf_load_file(struct conf *c, const char *path, char *err, size_t err_len);
 int conf_from_args(struct conf *c, int argc, char **argv, int *want_help, char *err,
 		   size_t err_len);
 
+/* Apply every KVPOOL_<NAME> variable of envp (a NULL-terminated
+ * "NAME=value" array, such as environ; NULL = none) on top of *c, with
+ * "env KVPOOL_NAME" as the source. KVPOOL_CONFIG is skipped (conf_load
+ * reads it). Any other KVPOOL_ variable that names no setting (the name
+ * must be in capitals) gets a one-line notice on `warn` (NULL: silence)
+ * and is ignored: the CLI and tests use such variables too. *c is changed
+ * only on success. Errors: as conf_set. */
+int conf_from_env(struct conf *c, char *const *envp, FILE *warn, char *err, size_t err_len);
+
+/* Everything kvpoold does to get its settings, in precedence order:
+ * defaults, the --config files (or, when argv has no --config, the file
+ * named by KVPOOL_CONFIG in envp), the environment (conf_from_env), the
+ * flags, then conf_validate. "--help" anywhere sets *want_help to 1 and
+ * returns 0 with *c untouched; otherwise *want_help is set to 0. Used at
+ * start and again on SIGHUP. *c is written only on success.
+ * Errors: as conf_from_args, conf_from_env and conf_validate. */
+int conf_load(struct conf *c, int argc, char **argv, char *const *envp, FILE *warn,
+	      int *want_help, char *err, size_t err_len);
+
+/* Is the setting `name` applied by SIGHUP to a running server? Returns 1
+ * or 0, or -ENOENT for an unknown name. */
+int conf_is_reloadable(const char *name);
+
+/* Called by conf_reload for each setting whose value differs: its name,
+ * the old and new values as conf_print writes them, and whether it was
+ * applied (1, reloadable) or kept (0: takes a restart). */
+typedef void conf_change_fn(void *arg, const char *name, const char *old_value,
+			    const char *new_value, int applied);
+
+/* Compare *cur with *next (both validated) setting by setting: copy every
+ * reloadable setting that differs into *cur and report every difference
+ * to fn (may be NULL), in table order. Settings that need a restart keep
+ * their value in *cur. Returns the number of settings copied. */
+int conf_reload(struct conf *cur, const struct conf *next, conf_change_fn *fn, void *arg);
+
+/* Write the settings of *c as one JSON object, {"name": value, ...} in
+ * table order: sizes and counts as numbers (bytes, ms), booleans as
+ * true/false, strings and choices as strings ("" when unset). Writes at
+ * most len bytes with a NUL (nothing when buf is NULL or len 0) and
+ * returns the length of the whole document without its NUL, like
+ * snprintf: a return >= len means it was cut. */
+size_t conf_json(const struct conf *c, char *buf, size_t len);
+
 /* Check every setting's range (for a struct filled by hand) and the
  * cross-setting rules, then round dram_capacity_bytes down to a multiple
  * of 4 KiB (the store's page) and write it back: the one change this makes
@@ -103,7 +159,8 @@ int conf_from_args(struct conf *c, int argc, char **argv, int *want_help, char *
  * <= the rounded dram_capacity (a block takes whole pages),
  * max_inflight_put_bytes >= max_block_bytes, and max_frame_bytes >=
  * 32 + 8 + 88 * max_batch_blocks (a full PUT batch fits in a frame).
- * A nonzero rdma_port differs from port (iWARP shares TCP's port space).
+ * A nonzero rdma_port differs from port and admin_port (iWARP shares
+ * TCP's port space).
  * With nvme_dir set: nvme_capacity set (not 0); a nonzero
  * nvme_segment_size a multiple of 4 KiB and at least max_block_bytes
  * rounded up to 4 KiB; nvme_capacity at least two segments (with the
@@ -113,7 +170,8 @@ int conf_from_args(struct conf *c, int argc, char **argv, int *want_help, char *
  * Errors: -EINVAL with a message (*c unchanged). */
 int conf_validate(struct conf *c, char *err, size_t err_len);
 
-/* Print usage: every setting with its flag, default, range and help. The
+/* Print usage: every setting with its flag, environment variable,
+ * default, range, unit, whether SIGHUP reloads it, and help. The
  * text is the same on every machine (threads shows "0 (one per online
  * core)", not this machine's count). */
 void conf_usage(FILE *out);

@@ -3,14 +3,18 @@
  *
  * Exit status: 0 after a clean shutdown (SIGTERM, SIGINT) or --help /
  * --version; 2 for a bad setting (including a dram_capacity larger than
- * the host's physical memory or its cgroup v2 memory limit); 1 when
- * start-up fails.
+ * the host's physical memory or its cgroup v2 memory limit, and a
+ * non-loopback listen address with neither tokens_file nor
+ * allow_unauthenticated: protected mode); 1 when start-up fails.
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conf.h"
 #include "proto.h"
+#include "srv_lifecycle.h"
+#include "srv_log.h"
 #include "srv_server.h"
 
 /* --version and --help are answered before the settings are parsed, so
@@ -27,7 +31,7 @@ int main(int argc, char **argv)
 {
 	struct conf c;
 	char err[512];
-	int help = 0;
+	int help = 0, unprotected = 0;
 
 	if (early_flag(argc, argv, "--version")) {
 		printf("kvpoold %s (protocol %d)\n", SRV_VERSION, PROTO_VERSION);
@@ -37,11 +41,10 @@ int main(int argc, char **argv)
 		conf_usage(stdout);
 		return 0;
 	}
-	conf_defaults(&c);
-	if (conf_from_args(&c, argc, argv, &help, err, sizeof(err)) < 0 ||
-	    (!help && conf_validate(&c, err, sizeof(err)) < 0) ||
+	if (conf_load(&c, argc, argv, environ, stderr, &help, err, sizeof(err)) < 0 ||
 	    (!help && srv_check_dram(c.dram_capacity_bytes, srv_phys_bytes(),
-				     srv_cgroup_memory_max(), err, sizeof(err)) < 0)) {
+				     srv_cgroup_memory_max(), err, sizeof(err)) < 0) ||
+	    (!help && srv_protected_check(&c, &unprotected, err, sizeof(err)) < 0)) {
 		fprintf(stderr, "kvpoold: %s\n", err);
 		return 2;
 	}
@@ -49,5 +52,10 @@ int main(int argc, char **argv)
 		conf_usage(stdout);
 		return 0;
 	}
-	return srv_main(&c) < 0 ? 1 : 0;
+	srv_log_set_level(c.log_level);
+	if (unprotected)
+		srv_warn("listening on %s without authentication (allow_unauthenticated = true, no "
+			 "tokens_file): every client that reaches port %u may read and write every "
+			 "namespace", c.listen, c.port);
+	return srv_run(&c, argc, argv) < 0 ? 1 : 0;
 }

@@ -173,6 +173,9 @@ void srv_conn_zombie_free(struct srv_conn *c)
 int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms)
 {
 	const struct conf *cf = &c->w->srv->conf;
+	/* SIGHUP may change these while workers run: atomic loads */
+	uint32_t payload_ms = __atomic_load_n(&cf->payload_timeout_ms, __ATOMIC_RELAXED);
+	uint32_t idle_ms = __atomic_load_n(&cf->idle_timeout_ms, __ATOMIC_RELAXED);
 	uint64_t quiet_ms = now_ms > c->last_active_ms ? now_ms - c->last_active_ms : 0;
 	uint64_t frame_ms = now_ms > c->frame_start_ms ? now_ms - c->frame_start_ms : 0;
 	char why[128];
@@ -189,27 +192,27 @@ int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms)
 	 * for NVMe reads is the server's wait, not the peer's. */
 	if (!c->peer_eof && c->state != SRV_CONN_WAIT &&
 	    (c->state != SRV_CONN_HEADER || c->hdr_have)) {
-		if (!cf->payload_timeout_ms || frame_ms < cf->payload_timeout_ms)
+		if (!payload_ms || frame_ms < payload_ms)
 			return 0;
 		snprintf(why, sizeof(why),
 			 "frame not received whole %" PRIu64 " ms after its header (payload_timeout_ms %u)",
-			 frame_ms, cf->payload_timeout_ms);
+			 frame_ms, payload_ms);
 		srv_conn_close(c, SRV_LOG_DEBUG, why);
 		return 1;
 	}
 	/* Replies waiting: the peer must keep reading them. */
 	if (evbuffer_get_length(c->out)) {
-		if (!cf->payload_timeout_ms || quiet_ms < cf->payload_timeout_ms)
+		if (!payload_ms || quiet_ms < payload_ms)
 			return 0;
 		snprintf(why, sizeof(why), "replies unread for %" PRIu64 " ms (payload_timeout_ms %u)",
-			 quiet_ms, cf->payload_timeout_ms);
+			 quiet_ms, payload_ms);
 		srv_conn_close(c, SRV_LOG_DEBUG, why);
 		return 1;
 	}
-	if (!cf->idle_timeout_ms || quiet_ms < cf->idle_timeout_ms)
+	if (!idle_ms || quiet_ms < idle_ms)
 		return 0;
 	snprintf(why, sizeof(why), "idle for %" PRIu64 " ms (idle_timeout_ms %u)", quiet_ms,
-		 cf->idle_timeout_ms);
+		 idle_ms);
 	srv_conn_close(c, SRV_LOG_DEBUG, why);
 	return 1;
 }
@@ -303,7 +306,7 @@ static void conn_log_error(struct srv_conn *c, uint16_t status, enum srv_quote q
 	uint64_t suppressed;
 	bool ok;
 
-	if (SRV_LOG_WARN > srv_log_level)
+	if (SRV_LOG_WARN > __atomic_load_n(&srv_log_level, __ATOMIC_RELAXED))
 		return;
 	ok = srv_ratelimit_allow(&w->proto_log, srv_now_ms(), &suppressed);
 	if (suppressed)

@@ -115,6 +115,8 @@ struct srv_conn {
 	int hello_done;
 	uint32_t ns_id;
 	char ns_name[PROTO_NAME_MAX_BYTES + 1];
+	uint8_t may_write;            /* PUT/DELETE/DROP allowed (rw token, or no auth) */
+	uint8_t token_digest[32];     /* SHA-256 of the HELLO token (with auth) */
 	struct store_lessee *lessee;
 	/* Output accounting. */
 	uint32_t replies_queued;

@@ -52,6 +52,7 @@ void srv_hist_record(struct srv_hist *h, uint64_t value_us)
 
 	store(&h->buckets[b], load(&h->buckets[b]) + 1);
 	store(&h->count, load(&h->count) + 1);
+	store(&h->sum_us, load(&h->sum_us) + value_us);
 	if (value_us > load(&h->max_us))
 		store(&h->max_us, value_us);
 }
@@ -69,6 +70,7 @@ void srv_hist_merge(struct srv_hist *dst, const struct srv_hist *src)
 	/* Count from the buckets, so the total matches what was summed even
 	 * while the owner keeps recording. */
 	dst->count += count;
+	dst->sum_us += load(&src->sum_us);
 	m = load(&src->max_us);
 	if (m > dst->max_us)
 		dst->max_us = m;

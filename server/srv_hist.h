@@ -25,6 +25,7 @@ struct srv_hist {
 	uint64_t buckets[SRV_HIST_BUCKETS];
 	uint64_t count;
 	uint64_t max_us;
+	uint64_t sum_us;              /* of every value recorded (Prometheus _sum) */
 };
 
 /* Bucket index of value_us. Cannot fail. */

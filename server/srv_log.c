@@ -21,7 +21,7 @@ void srv_log_set_level(int level)
 		level = SRV_LOG_ERROR;
 	if (level > SRV_LOG_DEBUG)
 		level = SRV_LOG_DEBUG;
-	srv_log_level = level;
+	__atomic_store_n(&srv_log_level, level, __ATOMIC_RELAXED);
 }
 
 /* Write the UTC wall-clock time with milliseconds into buf. */

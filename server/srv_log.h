@@ -6,8 +6,9 @@
  * The level is checked before any formatting happens (the macro below), so
  * a disabled debug line costs one comparison.
  *
- * Threads: srv_log_set_level is called once by the main thread before any
- * other thread starts; everything else may be called from any thread. Each
+ * Threads: srv_log_set_level is called by the main thread, at start and on
+ * SIGHUP (the level is an atomic); everything else may be called from any
+ * thread. Each
  * line is written with one write(2), so lines from different threads do not
  * interleave.
  */
@@ -20,7 +21,8 @@
 
 enum srv_log_level { SRV_LOG_ERROR = 0, SRV_LOG_WARN, SRV_LOG_INFO, SRV_LOG_DEBUG };
 
-/* The current level; lines above it are dropped. Set once at start. */
+/* The current level; lines above it are dropped. Read and written with
+ * relaxed atomics (SIGHUP changes it while workers log). */
 extern int srv_log_level;
 
 /* Set the level (enum srv_log_level; values out of range are clamped). */
@@ -32,7 +34,7 @@ void srv_log_write(int level, const char *fmt, ...) __attribute__((format(printf
 
 #define srv_log(level, ...)                                                     \
 	do {                                                                    \
-		if ((level) <= srv_log_level)                                   \
+		if ((level) <= __atomic_load_n(&srv_log_level, __ATOMIC_RELAXED)) \
 			srv_log_write((level), __VA_ARGS__);                    \
 	} while (0)
 

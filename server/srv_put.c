@@ -211,6 +211,8 @@ static void put_commit_one(struct srv_conn *c, uint32_t i, uint8_t *body)
 			     rc == -EEXIST ? PROTO_STATUS_EXISTS : proto_status_from_errno(rc);
 	}
 	r.status = sl->status;
+	/* Bytes in from the network, whatever became of the block. */
+	srv_stats_add(st, SRV_C_put_bytes, sl->e.length);
 	if (sl->status == PROTO_STATUS_OK || sl->status == PROTO_STATUS_EXISTS) {
 		/* PROTOCOL.md 6.2: tier is reported for the copy just stored. */
 		r.tier = sl->status == PROTO_STATUS_OK ? PROTO_TIER_DRAM : PROTO_TIER_NONE;

@@ -12,9 +12,11 @@
 
 #include <event2/buffer.h>
 
+#include "srv_auth.h"
 #include "srv_log.h"
 #include "srv_put.h"
 #include "srv_server.h"
+#include "srv_snapshot.h"
 #include "srv_worker.h"
 #include "store.h"
 
@@ -93,11 +95,54 @@ static int hello_bind(struct srv_conn *c, const struct proto_hello *h)
 			return -ENOMEM;
 		}
 	}
+	/* With auth, the namespace's quota as the tokens file says now. */
+	if (c->w->srv->auth)
+		(void)store_namespace_quota(st, ns_id,
+					    srv_auth_quota(c->w->srv->auth, h->ns, h->ns_len));
 	c->ns_id = ns_id;
 	memcpy(c->ns_name, h->ns, h->ns_len);
 	c->ns_name[h->ns_len] = '\0';
 	c->hello_done = 1;
 	return 0;
+}
+
+/* With a tokens file: check the token and what it grants in the
+ * namespace; remember both for later requests. Without one every
+ * connection may write. Returns 0 (go on), 1 (a DENIED reply is queued;
+ * the connection stays open and unbound, PROTOCOL.md 6.1) or -ENOMEM. */
+static int hello_auth(struct srv_conn *c, const struct proto_hello *h)
+{
+	struct srv_auth *a = c->w->srv->auth;
+	enum srv_access access;
+	int rc;
+
+	if (!a) {
+		if (h->token_len)
+			srv_debug("conn %" PRIu64 " %s: token of %u bytes ignored (auth not configured)",
+				  c->id, c->peer, h->token_len);
+		c->may_write = 1;
+		return 0;
+	}
+	srv_auth_digest(h->token, h->token_len, c->token_digest);
+	access = srv_auth_access(a, c->token_digest, h->ns, h->ns_len);
+	if (access != SRV_ACCESS_NONE) {
+		c->may_write = access == SRV_ACCESS_RW;
+		return 0;
+	}
+	if (h->token_len == 0 || !srv_auth_known(a, c->token_digest))
+		rc = reply_err(c, PROTO_STATUS_DENIED, "hello refused: %s",
+			       h->token_len ? "unknown token" : "this server requires a token");
+	else
+		rc = reply_err(c, PROTO_STATUS_DENIED, "hello refused: the token does not grant "
+			       "namespace %.*s", (int)h->ns_len, h->ns);
+	return rc < 0 ? -ENOMEM : 1;
+}
+
+/* Refuse a write (PUT, DELETE, DROP_NAMESPACE) on a read-only session. */
+static int deny_write(struct srv_conn *c, const char *ns, size_t ns_len)
+{
+	return reply_err(c, PROTO_STATUS_DENIED, "%s refused: the token is read-only in namespace %.*s",
+			 proto_op_name(c->hdr.opcode), (int)ns_len, ns);
 }
 
 static enum srv_next op_hello(struct srv_conn *c)
@@ -126,9 +171,9 @@ static enum srv_next op_hello(struct srv_conn *c)
 			       h.min_version, h.max_version, PROTO_VERSION_MIN, PROTO_VERSION_MAX);
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_CLOSE;
 	}
-	if (h.token_len)
-		srv_debug("conn %" PRIu64 " %s: token of %u bytes ignored (auth not configured)",
-			  c->id, c->peer, h.token_len);
+	rc = hello_auth(c, &h);
+	if (rc)
+		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
 	rc = hello_bind(c, &h);
 	if (rc == -EDQUOT)
 		return done(reply_err(c, PROTO_STATUS_QUOTA, "too many namespaces (%d)",
@@ -223,6 +268,7 @@ static void get_settle(struct srv_conn *c, struct srv_get_slot *g, int rc)
 	}
 	g->status = PROTO_STATUS_OK;
 	c->get_payload += g->ref.length;
+	srv_stats_add(ss, SRV_C_get_bytes, g->ref.length);
 }
 
 /* Look up and pin every entry. Blocks in DRAM are settled at once; for a
@@ -448,36 +494,14 @@ static void delete_one(struct srv_conn *c, const uint8_t *key, struct proto_resu
 
 static enum srv_next op_delete(struct srv_conn *c)
 {
+	if (!c->may_write) {
+		srv_stats_add(&c->w->stats, SRV_C_delete_requests, 1);
+		return done(deny_write(c, c->ns_name, strlen(c->ns_name)));
+	}
 	return keys_op(c, SRV_C_delete_requests, delete_one, -1);
 }
 
 /* ---- DROP_NAMESPACE, STATS, PING ---------------------------------------- */
-
-/* Find a namespace by name without creating it (a STATS or DROP of a name
- * nobody said HELLO to must not use up the namespace cap). Returns 0 and
- * *ns (its stats, including ns_id), or -ENOENT. */
-static int ns_find(struct store *st, const char *name, uint16_t len, struct store_ns_stats *ns)
-{
-	struct store_ns_stats n;
-	uint32_t ns_id;
-	int rc = store_namespace_find(st, name, len, &ns_id);
-
-	if (rc < 0)
-		return rc;
-	/* Namespaces are numbered in creation order from 1: try its slot
-	 * first, and check it, before looking through them all. */
-	if (store_ns_stats(st, ns_id - 1, &n) == 0 && n.ns_id == ns_id) {
-		*ns = n;
-		return 0;
-	}
-	for (uint32_t i = 0; store_ns_stats(st, i, &n) == 0; i++) {
-		if (n.ns_id == ns_id) {
-			*ns = n;
-			return 0;
-		}
-	}
-	return -ENOENT;
-}
 
 /* Decode a name body; answers malformed ones. Returns 0, 1 when an error
  * reply was queued, or -ENOMEM. */
@@ -492,6 +516,20 @@ static int name_decode(struct srv_conn *c, const char **name, uint16_t *len)
 	return rc < 0 ? -ENOMEM : 1;
 }
 
+/* May this session drop namespace name[0..len) (len 0: its own)? Its
+ * own needs a read-write token; another one needs a token that grants
+ * that namespace read-write. */
+static bool drop_allowed(struct srv_conn *c, const char *name, uint16_t len)
+{
+	struct srv_auth *a = c->w->srv->auth;
+
+	if (!c->may_write)
+		return false;
+	if (!a || len == 0)
+		return true;
+	return srv_auth_access(a, c->token_digest, name, len) == SRV_ACCESS_RW;
+}
+
 static enum srv_next op_drop(struct srv_conn *c)
 {
 	struct store *st = c->w->srv->store;
@@ -504,6 +542,8 @@ static enum srv_next op_drop(struct srv_conn *c)
 
 	if (rc)
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
+	if (!drop_allowed(c, name, len))
+		return done(deny_write(c, len ? name : c->ns_name, len ? len : strlen(c->ns_name)));
 	/* By name: look it up, never create it (PROTOCOL.md 6.7). */
 	if (len)
 		rc = store_namespace_find(st, name, len, &ns_id);
@@ -521,64 +561,16 @@ static enum srv_next op_drop(struct srv_conn *c)
 	return done(reply_fixed(c, reply, sizeof(reply)));
 }
 
-/* Collect the namespaces to show: all, or the one called name (none if it
- * does not exist). *out is malloc'd. Errors: -ENOMEM. */
-static int stats_namespaces(struct store *st, const char *name, uint16_t len,
-			    struct store_ns_stats **out, uint32_t *count)
-{
-	struct store_stats ss;
-	struct store_ns_stats *ns;
-	uint32_t n = 0;
-
-	store_stats(st, &ss);
-	ns = calloc(ss.namespaces ? ss.namespaces : 1, sizeof(*ns));
-	if (!ns)
-		return -ENOMEM;
-	if (len) {
-		if (ns_find(st, name, len, &ns[0]) == 0)
-			n = 1;
-	} else {
-		/* Namespaces created since store_stats are left for next time. */
-		while (n < ss.namespaces && store_ns_stats(st, n, &ns[n]) == 0)
-			n++;
-	}
-	*out = ns;
-	*count = n;
-	return 0;
-}
-
 /* Render the STATS document into body. Errors: -ENOMEM. */
 static int stats_render(struct srv_conn *c, const char *name, uint16_t len, struct evbuffer *body)
 {
-	struct srv *s = c->w->srv;
-	struct srv_stats *sum = calloc(1, sizeof(*sum));
-	struct store_ns_stats *ns = NULL;
-	struct store_stats st;
-	struct srv_stats_doc doc = { 0 };
-	int rc = -ENOMEM;
+	struct srv_snapshot *snap;
+	int rc = srv_snapshot_take(c->w->srv, name, len, &snap);
 
-	if (!sum)
-		return -ENOMEM;
-	if (stats_namespaces(s->store, name, len, &ns, &doc.ns_count) < 0)
-		goto out_free_sum;
-	store_stats(s->store, &st);
-	for (uint32_t i = 0; i < s->n_workers; i++)
-		srv_stats_sum(sum, &s->workers[i].stats);
-	doc.version = SRV_VERSION;
-	doc.protocol = PROTO_VERSION;
-	doc.pid = (long)getpid();
-	doc.uptime_s = (srv_now_ms() - s->start_ms) / 1000;
-	doc.conn_current = __atomic_load_n(&s->conn_current, __ATOMIC_RELAXED);
-	doc.conn_total = __atomic_load_n(&s->conn_total, __ATOMIC_RELAXED);
-	doc.conn_rejected = __atomic_load_n(&s->conn_rejected, __ATOMIC_RELAXED);
-	doc.ops = sum;
-	doc.store = &st;
-	doc.ns = ns;
-	doc.rdma = &s->rdma;
-	rc = srv_stats_json(&doc, body);
-	free(ns);
-out_free_sum:
-	free(sum);
+	if (rc < 0)
+		return rc;
+	rc = srv_stats_json(&snap->doc, body);
+	srv_snapshot_free(snap);
 	return rc;
 }
 
@@ -599,6 +591,12 @@ static enum srv_next op_stats(struct srv_conn *c)
 	srv_stats_add(&c->w->stats, SRV_C_stats_requests, 1);
 	if (rc)
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
+	/* With auth, one namespace's figures only if the token grants it. */
+	if (len && c->w->srv->auth &&
+	    srv_auth_access(c->w->srv->auth, c->token_digest, name, len) == SRV_ACCESS_NONE)
+		return done(reply_err(c, PROTO_STATUS_DENIED,
+				      "stats refused: the token does not grant namespace %.*s",
+				      (int)len, name));
 	body = evbuffer_new();
 	if (!body)
 		return SRV_NEXT_ABORT;
@@ -639,6 +637,12 @@ enum srv_next srv_request_dispatch(struct srv_conn *c)
 		return op_hello(c);
 	case PROTO_OP_PUT:
 		srv_stats_add(&c->w->stats, SRV_C_put_requests, 1);
+		if (!c->may_write) {
+			srv_stats_add(&c->w->stats, SRV_C_put_errors, 1);
+			c->skip_bytes = c->hdr.payload_bytes;
+			return deny_write(c, c->ns_name, strlen(c->ns_name)) < 0 ? SRV_NEXT_ABORT :
+										   SRV_NEXT_SKIP;
+		}
 		return srv_put_start(c);
 	case PROTO_OP_GET:
 		return op_get(c);

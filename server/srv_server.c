@@ -25,6 +25,9 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "srv_auth.h"
+#include "srv_admin.h"
+#include "srv_lifecycle.h"
 #include "srv_log.h"
 #include "srv_worker.h"
 #include "store.h"
@@ -156,6 +159,11 @@ static void nofile_fit(struct srv *s)
 		srv_warn("max_connections %u needs %" PRIu64 " file descriptors but RLIMIT_NOFILE is %"
 			 PRIu64 "; serving at most %u connections", s->conf.max_connections, need,
 			 (uint64_t)rl.rlim_cur, s->conn_limit);
+}
+
+void srv_conn_limit_update(struct srv *s)
+{
+	nofile_fit(s);
 }
 
 /* "1.2.3.4:5" or "[::1]:5". */
@@ -434,23 +442,19 @@ static void workers_stop(struct srv *s)
 
 /* ---- signals and the tick ------------------------------------------------ */
 
+/* SIGTERM, SIGINT: drain, then stop (srv_lifecycle_stop). */
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
-	struct srv *s = arg;
-
 	(void)what;
-	s->stop_signal = (int)sig;
-	event_base_loopbreak(s->base);
+	srv_lifecycle_stop(arg, (int)sig);
 }
 
-/* SIGHUP conventionally asks a daemon to reload its settings; we cannot
- * yet, and must not die of it either. */
+/* SIGHUP: reload the reloadable settings. */
 static void sighup_cb(evutil_socket_t sig, short what, void *arg)
 {
 	(void)sig;
 	(void)what;
-	(void)arg;
-	srv_warn("sighup: configuration reload is not supported yet; ignoring");
+	srv_lifecycle_reload(arg);
 }
 
 /* Expire leases that ran out. */
@@ -590,6 +594,26 @@ static void nvme_report(struct srv *s)
 			 s->conf.nvme_dir, room);
 }
 
+/* Load tokens_file, if set: from then on HELLO needs a valid token
+ * (srv_auth.h). A bad file stops the start, naming the file and line. */
+static int auth_open(struct srv *s)
+{
+	uint32_t tokens = 0, quotas = 0;
+	char err[512] = "";
+	int rc;
+
+	if (!s->conf.tokens_file[0])
+		return 0;
+	rc = srv_auth_load(s->conf.tokens_file, &s->auth, err, sizeof(err));
+	if (rc < 0) {
+		srv_err("%s", err[0] ? err : strerror(-rc));
+		return rc;
+	}
+	srv_auth_counts(s->auth, &tokens, &quotas);
+	srv_info("auth: %u tokens and %u quotas from %s", tokens, quotas, s->conf.tokens_file);
+	return 0;
+}
+
 /* Open the pool; with an NVMe tier this rebuilds its index first, which
  * is why the ports open only afterwards (serve). */
 static int pool_open(struct srv *s)
@@ -625,14 +649,21 @@ static int serve(struct srv *s)
 		rc = events_start(s);
 	if (rc == 0)
 		rc = listen_start(s);
+	if (rc == 0)
+		rc = srv_lifecycle_ready(s);
 	if (rc < 0)
 		return rc;
 	event_base_dispatch(s->base);
-	srv_info("received %s, shutting down", s->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+	srv_info("shutting down (%s)", s->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
 	return 0;
 }
 
 int srv_main(const struct conf *c)
+{
+	return srv_run(c, 0, NULL);
+}
+
+int srv_run(const struct conf *c, int argc, char **argv)
 {
 	struct srv *s = calloc(1, sizeof(*s));
 	struct event_config *cfg;
@@ -648,6 +679,9 @@ int srv_main(const struct conf *c)
 	signal(SIGUSR2, SIG_IGN);
 	srv_log_set_level(c->log_level);
 	s->conf = *c;
+	s->argc = argc;
+	s->argv = argv;
+	pthread_mutex_init(&s->conf_lock, NULL);
 	s->limits.max_frame_bytes = c->max_frame_bytes;
 	s->limits.max_batch_blocks = c->max_batch_blocks;
 	s->limits.max_block_bytes = c->max_block_bytes;
@@ -665,7 +699,13 @@ int srv_main(const struct conf *c)
 	}
 	if (!s->base)
 		goto out_free;
-	rc = pool_open(s);
+	/* The admin port answers (503 "starting") while the pool opens. */
+	rc = srv_admin_start(s, s->conf.listen, (uint16_t)s->conf.admin_port, &s->admin);
+	if (rc < 0)
+		goto out_base;
+	rc = auth_open(s);
+	if (rc == 0)
+		rc = pool_open(s);
 	if (rc == 0)
 		srv_rdma_open(s, &s->rdma, NULL);
 	if (rc == 0)
@@ -673,17 +713,22 @@ int srv_main(const struct conf *c)
 	/* Stop accepting, close every connection, then free the pool. */
 	if (s->listener)
 		evconnlistener_free(s->listener);
+	srv_admin_stop(s->admin);
 	workers_stop(s);
 	srv_rdma_close(&s->rdma);
 	events_free(s);
+	srv_lifecycle_free(s);
 	prefault_stop(s);
 	store_close(s->store);
+	srv_auth_free(s->auth);
+out_base:
 	event_base_free(s->base);
 	if (rc == 0)
 		srv_info("stopped");
 out_free:
 	pthread_cond_destroy(&s->ready_cond);
 	pthread_mutex_destroy(&s->ready_lock);
+	pthread_mutex_destroy(&s->conf_lock);
 	free(s);
 	return rc;
 }

@@ -24,13 +24,28 @@ struct event_base;
 struct evconnlistener;
 struct event;
 struct store;
+struct srv_auth;
+struct srv_admin;
 struct srv_worker;
 struct srv_linger;
 
 struct srv {
-	struct conf conf;             /* read-only once workers run */
+	struct conf conf;             /* written by the main thread only: SIGHUP
+				       * changes the reloadable settings under
+				       * conf_lock with atomic stores; other threads
+				       * read those with atomic loads, or copy the
+				       * struct under conf_lock */
+	pthread_mutex_t conf_lock;
+	int argc;                     /* kvpoold's arguments, read again on SIGHUP */
+	char **argv;
+	int state;                    /* enum srv_state (srv_lifecycle.h); atomic */
+	struct event *ev_drain;       /* SIGTERM/SIGINT drain check; main thread */
+	struct event *ev_watchdog;    /* systemd WATCHDOG=1 pings; main thread */
+	uint64_t drain_start_ms, drain_timeout_ms;
 	struct proto_limits limits;   /* decoder limits from conf */
 	struct store *store;          /* thread-safe on its own */
+	struct srv_auth *auth;        /* tokens_file, NULL without; thread-safe on its own */
+	struct srv_admin *admin;      /* admin HTTP (srv_admin.h), NULL when off */
 	struct event_base *base;      /* main thread only */
 	struct evconnlistener *listener;
 	struct event *ev_sigterm, *ev_sigint, *ev_sighup, *ev_tick;
@@ -59,14 +74,25 @@ struct srv {
 	struct srv_rdma_state rdma;   /* RDMA transport or why not; fixed before workers start */
 };
 
-/* Run kvpoold with settings `c` (already validated): open the pool, start
- * the workers, listen, serve until SIGTERM or SIGINT, then shut down
- * cleanly. SIGHUP is logged and otherwise ignored (no reload yet);
- * SIGUSR1 and SIGUSR2 are ignored. Called by main() on the main thread; blocks until shutdown.
- * Returns 0 after a clean shutdown, or a negative errno when start-up
- * failed (the reason is logged): -EADDRINUSE and other bind errors,
- * -ENOMEM, -EINVAL (listen address does not resolve). */
+/* Run kvpoold with settings `c` (already validated), which came from
+ * argv[0..argc) and the environment (conf_load): open the pool, start the
+ * workers, listen, tell systemd READY=1, serve until SIGTERM or SIGINT,
+ * drain (srv_lifecycle.h), then shut down cleanly. SIGHUP reloads the
+ * reloadable settings from the same arguments and environment; SIGUSR1
+ * and SIGUSR2 are ignored. argv must outlive the call. Called by main()
+ * on the main thread; blocks until shutdown. Returns 0 after a clean
+ * shutdown, or a negative errno when start-up failed (the reason is
+ * logged): -EADDRINUSE and other bind errors, -ENOMEM, -EINVAL (listen
+ * address does not resolve). */
+int srv_run(const struct conf *c, int argc, char **argv);
+
+/* srv_run without arguments: SIGHUP then reads defaults and environment
+ * only. */
 int srv_main(const struct conf *c);
+
+/* Main thread: recompute conn_limit from conf.max_connections and the
+ * RLIMIT_NOFILE limit (raising the soft limit if it can), after SIGHUP. */
+void srv_conn_limit_update(struct srv *s);
 
 /* Refuse a dram_capacity larger than the memory this process may use: the
  * smaller of the host's physical memory (phys_bytes) and its cgroup v2

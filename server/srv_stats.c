@@ -141,11 +141,13 @@ static void json_ops(struct jw *j, const uint64_t *c)
 {
 	jw_printf(j,
 		  "\"ops\":{\"put\":{\"requests\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"ok\":%" PRIu64 ","
-		  "\"exists\":%" PRIu64 ",\"errors\":%" PRIu64 "},",
+		  "\"exists\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"bytes\":%" PRIu64 "},",
 		  c[SRV_C_put_requests], c[SRV_C_put_blocks], c[SRV_C_put_ok],
-		  c[SRV_C_put_exists], c[SRV_C_put_errors]);
-	jw_printf(j, "\"get\":{\"requests\":%" PRIu64 ",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 "},",
-		  c[SRV_C_get_requests], c[SRV_C_get_hits], c[SRV_C_get_misses]);
+		  c[SRV_C_put_exists], c[SRV_C_put_errors], c[SRV_C_put_bytes]);
+	jw_printf(j,
+		  "\"get\":{\"requests\":%" PRIu64 ",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 ","
+		  "\"bytes\":%" PRIu64 "},",
+		  c[SRV_C_get_requests], c[SRV_C_get_hits], c[SRV_C_get_misses], c[SRV_C_get_bytes]);
 	jw_printf(j, "\"exists\":{\"requests\":%" PRIu64 ",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64 "},",
 		  c[SRV_C_exists_requests], c[SRV_C_exists_hits], c[SRV_C_exists_misses]);
 	jw_printf(j,
@@ -229,6 +231,9 @@ int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 			jw_printf(&j, ",");
 		json_namespace(&j, &d->ns[i]);
 	}
-	jw_printf(&j, "}}");
+	jw_printf(&j, "}");
+	if (d->settings)
+		jw_printf(&j, ",\"settings\":%s", d->settings);
+	jw_printf(&j, "}");
 	return j.err;
 }

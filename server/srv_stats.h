@@ -20,7 +20,8 @@ struct evbuffer;
 /* X(name): one counter each, rendered under "ops" in the JSON. */
 #define SRV_COUNTERS(X)                                                         \
 	X(put_requests) X(put_blocks) X(put_ok) X(put_exists) X(put_errors)     \
-	X(get_requests) X(get_hits) X(get_misses)                              \
+	X(put_bytes)                                                            \
+	X(get_requests) X(get_hits) X(get_misses) X(get_bytes)                 \
 	X(exists_requests) X(exists_hits) X(exists_misses)                     \
 	X(match_requests) X(match_blocks_queried) X(match_blocks_matched)      \
 	X(delete_requests) X(delete_blocks)                                    \
@@ -75,6 +76,9 @@ struct srv_stats_doc {
 	const struct store_ns_stats *ns; /* ns_count namespaces to list */
 	uint32_t ns_count;
 	const struct srv_rdma_state *rdma; /* "rdma" object; NULL leaves it out */
+	const char *settings;         /* the effective settings as a JSON object
+				       * (conf_json), shown as "settings"; NULL
+				       * leaves the key out */
 };
 
 /* Append the STATS JSON document (compact, one line, keys as in

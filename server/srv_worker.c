@@ -14,6 +14,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 
 #include "srv_conn.h"
@@ -49,6 +50,54 @@ static uint32_t sweep_period_ms(const struct conf *c)
 	return p < 10 ? 10 : p;
 }
 
+/* Draining: is c between requests with nothing left to send? A
+ * connection closing after a fatal reply counts once its output is out. */
+static int conn_idle(const struct srv_conn *c)
+{
+	if (c->state == SRV_CONN_WAIT || evbuffer_get_length(c->out))
+		return 0;
+	if (c->state == SRV_CONN_CLOSING)
+		return 1;
+	return c->state == SRV_CONN_HEADER && c->hdr_have == 0;
+}
+
+/* Draining: close the idle connections and publish how many are left. */
+static void drain_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct srv_worker *w = arg;
+	struct srv_conn *c, *next;
+	uint32_t busy = 0;
+
+	(void)fd;
+	(void)what;
+	for (c = w->conns; c; c = next) {
+		next = c->next;
+		if (conn_idle(c))
+			srv_conn_close(c, SRV_LOG_DEBUG, "server draining");
+		else
+			busy++;
+	}
+	__atomic_store_n(&w->busy, busy, __ATOMIC_RELEASE);
+}
+
+/* Start the drain timer (every 5 ms) and look once right now. */
+static void drain_start(struct srv_worker *w)
+{
+	struct timeval tv = { .tv_sec = 0, .tv_usec = 5000 };
+
+	if (w->ev_drain)
+		return;
+	w->ev_drain = event_new(w->base, -1, EV_PERSIST, drain_cb, w);
+	if (!w->ev_drain || event_add(w->ev_drain, &tv) < 0) {
+		/* no timer: close everything now rather than never */
+		while (w->conns)
+			srv_conn_close(w->conns, SRV_LOG_DEBUG, "server draining");
+		__atomic_store_n(&w->busy, 0, __ATOMIC_RELEASE);
+		return;
+	}
+	drain_cb(-1, 0, w);
+}
+
 /* Close every connection (shutdown). */
 static void close_all(struct srv_worker *w, const char *reason)
 {
@@ -76,7 +125,7 @@ static void notify_cb(evutil_socket_t fd, short what, void *arg)
 	struct srv_handoff *h, *next;
 	struct srv_get_slot *done;
 	uint64_t n;
-	int stop;
+	int stop, drain;
 
 	(void)what;
 	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
@@ -87,6 +136,7 @@ static void notify_cb(evutil_socket_t fd, short what, void *arg)
 	done = w->done_head;
 	w->done_head = NULL;
 	stop = w->stop;
+	drain = w->drain;
 	pthread_mutex_unlock(&w->lock);
 	done_run(done);
 	for (; h; h = next) {
@@ -102,6 +152,8 @@ static void notify_cb(evutil_socket_t fd, short what, void *arg)
 	if (stop) {
 		close_all(w, "server shutting down");
 		event_base_loopbreak(w->base);
+	} else if (drain) {
+		drain_start(w);
 	}
 }
 
@@ -135,6 +187,7 @@ int srv_worker_init(struct srv_worker *w, struct srv *s, uint32_t index)
 	w->srv = s;
 	w->index = index;
 	w->notify_fd = -1;
+	w->busy = UINT32_MAX;
 	w->proto_log.per_sec = SRV_PROTO_LOG_PER_SEC;
 	pthread_mutex_init(&w->lock, NULL);
 	w->scratch = malloc(SRV_SCRATCH_BYTES);
@@ -268,6 +321,23 @@ void srv_worker_stop(struct srv_worker *w)
 	w->started = 0;
 }
 
+void srv_worker_drain_begin(struct srv_worker *w)
+{
+	if (!w->started)
+		return;
+	pthread_mutex_lock(&w->lock);
+	w->drain = 1;
+	pthread_mutex_unlock(&w->lock);
+	worker_wake(w);
+}
+
+uint32_t srv_worker_busy(struct srv_worker *w)
+{
+	if (!w->started)
+		return 0;
+	return __atomic_load_n(&w->busy, __ATOMIC_ACQUIRE);
+}
+
 void srv_worker_destroy(struct srv_worker *w)
 {
 	struct srv_handoff *h, *next;
@@ -287,6 +357,8 @@ void srv_worker_destroy(struct srv_worker *w)
 	if (w->zombies)
 		srv_err("worker %u: connections still wait for nvme reads at exit; not freed",
 			w->index);
+	if (w->ev_drain)
+		event_free(w->ev_drain);
 	if (w->ev_sweep)
 		event_free(w->ev_sweep);
 	if (w->ev_notify)

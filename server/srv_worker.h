@@ -45,6 +45,10 @@ struct srv_worker {
 	pthread_mutex_t lock;
 	struct srv_handoff *queue_head, *queue_tail;
 	int stop;
+	int drain;                      /* SIGTERM: close connections once idle */
+	/* Written by this worker, read by main (atomic): connections still
+	 * busy while draining; UINT32_MAX until the worker has looked. */
+	uint32_t busy;
 	/* Shared with the store's I/O threads, under `lock`: finished
 	 * promotions (a stack; order does not matter). */
 	struct srv_get_slot *done_head;
@@ -52,6 +56,7 @@ struct srv_worker {
 	struct srv_conn *conns;         /* doubly linked list */
 	uint32_t n_conns;
 	struct srv_conn *zombies;       /* closed, promotions pending; doubly linked */
+	struct event *ev_drain;         /* while draining: close idle connections */
 	uint8_t *scratch;               /* SRV_SCRATCH_BYTES */
 	struct srv_pin *free_pins;      /* recycled GET payload pins */
 	struct srv_ratelimit proto_log; /* protocol-error log lines */
@@ -80,6 +85,16 @@ int srv_worker_hand(struct srv_worker *w, int fd, uint64_t id, const char *peer)
  * wait for it. No-op for a worker that never started. Connections with
  * promotions pending stay as zombies until srv_worker_drain. */
 void srv_worker_stop(struct srv_worker *w);
+
+/* Main thread: ask the worker to drain: from now on it closes each
+ * connection as soon as it is idle (no frame partly received, no reply
+ * waiting for NVMe or unsent), and publishes how many are still busy
+ * (srv_worker_busy). New sockets handed to it are closed when idle too. */
+void srv_worker_drain_begin(struct srv_worker *w);
+
+/* Any thread: connections of w still busy after srv_worker_drain_begin,
+ * or UINT32_MAX until the worker has counted them once. */
+uint32_t srv_worker_busy(struct srv_worker *w);
 
 /* store_get_done_fn for store_get_async: arg is the struct srv_get_slot
  * whose promotion ended. Records the status, queues the slot for its

@@ -87,6 +87,48 @@ static void init_reservation(struct store_block *b, struct store_ns *ns, const u
 	store_list_init(&b->seg_link);
 }
 
+/* The least recently used block of ns that can leave the pool now: no
+ * visible children, no refs (GET, child reservation, I/O), no lease pins.
+ * A scan of the namespace's blocks. NULL when there is none. */
+static struct store_block *ns_victim_locked(struct store_ns *ns)
+{
+	struct store_block *best = NULL;
+	struct store_list *it;
+
+	for (it = ns->blocks.next; it != &ns->blocks; it = it->next) {
+		struct store_block *b = store_container_of(it, struct store_block, link);
+
+		if (b->children || b->refs || b->lease_pins)
+			continue;
+		if (!best || b->last_use < best->last_use)
+			best = b;
+	}
+	return best;
+}
+
+/* Keep ns within its quota with length more payload bytes: evict its own
+ * least recently used leaves until they fit. Errors: -EDQUOT (they do not
+ * fit even then; what was evicted stays evicted). */
+static int quota_room_locked(struct store *s, struct store_ns *ns, uint64_t length)
+{
+	uint64_t quota = ns->quota_bytes;
+
+	if (!quota)
+		return 0;
+	if (length > quota)
+		return -EDQUOT;
+	while (ns->bytes + ns->reserved_bytes > quota - length) {
+		struct store_block *victim = ns_victim_locked(ns);
+
+		if (!victim)
+			return -EDQUOT;
+		ns->evictions++;
+		s->evictions++;
+		store_block_remove_locked(s, victim);
+	}
+	return 0;
+}
+
 /* Under the lock: check, pin the parent, allocate (evicting), and record
  * the reservation in b. */
 static int begin_locked(struct store *s, struct store_block *b, uint32_t ns_id,
@@ -110,11 +152,14 @@ static int begin_locked(struct store *s, struct store_block *b, uint32_t ns_id,
 			ns->put_errors++;
 		return rc;
 	}
+	/* pinned first, so that making room under the quota spares it */
 	if (pin) {
 		pin->refs++;
 		store_lru_sync_locked(s, pin);
 	}
-	rc = store_alloc_room_locked(s, (uint32_t)pages, &b->first_page);
+	rc = quota_room_locked(s, ns, length);
+	if (rc == 0)
+		rc = store_alloc_room_locked(s, (uint32_t)pages, &b->first_page);
 	if (rc) {
 		if (pin)
 			store_block_unpin_locked(s, pin);
@@ -126,6 +171,7 @@ static int begin_locked(struct store *s, struct store_block *b, uint32_t ns_id,
 	b->parent_blk = pin;
 	store_list_add_tail(&s->reserved, &b->link);
 	ns->reservations++;
+	ns->reserved_bytes += length;
 	s->nreserved++;
 	s->inflight_bytes += bytes;
 	return 0;
@@ -162,6 +208,7 @@ static void unreserve_locked(struct store *s, struct store_block *b)
 {
 	store_list_del(&b->link);
 	b->ns->reservations--;
+	b->ns->reserved_bytes -= b->length;
 	s->nreserved--;
 	s->inflight_bytes -= (uint64_t)b->pages * STORE_PAGE_BYTES;
 }

@@ -399,6 +399,18 @@ void store_namespace_release(struct store *s, uint32_t ns_id)
 	pthread_mutex_unlock(&s->lock);
 }
 
+int store_namespace_quota(struct store *s, uint32_t ns_id, uint64_t quota_bytes)
+{
+	struct store_ns *ns;
+
+	pthread_mutex_lock(&s->lock);
+	ns = store_ns_find_locked(s, ns_id);
+	if (ns)
+		ns->quota_bytes = quota_bytes;
+	pthread_mutex_unlock(&s->lock);
+	return ns ? 0 : -ENOENT;
+}
+
 int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint64_t *bytes)
 {
 	struct store_ns *ns;

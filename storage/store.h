@@ -156,6 +156,17 @@ void store_namespace_release(struct store *s, uint32_t ns_id);
  * Errors: -EINVAL (name_len 0 or > STORE_NAME_MAX_BYTES), -ENOENT. */
 int store_namespace_find(struct store *s, const char *name, size_t name_len, uint32_t *ns_id);
 
+/* Limit namespace ns_id to quota_bytes of payload: its visible blocks
+ * (either tier) plus its uncommitted puts; 0 = no limit (the default).
+ * A store_put_begin that would go over first evicts the namespace's own
+ * least recently used blocks that nothing depends on (no stored children,
+ * no GET in flight, no lease), from both tiers, and answers -EDQUOT only
+ * when that is not enough. Each such eviction scans the namespace's
+ * blocks: O(blocks of the namespace). Lowering a quota evicts nothing by
+ * itself; the next put does. The quota is forgotten if the namespace is
+ * reclaimed. Errors: -ENOENT (unknown ns_id). */
+int store_namespace_quota(struct store *s, uint32_t ns_id, uint64_t quota_bytes);
+
 /* Remove every block of a namespace (the namespace itself stays, empty),
  * from both tiers; on NVMe the drop is recorded before this returns, so it
  * holds after a restart or a crash of the process.
@@ -188,6 +199,9 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
  *              write (it is woken; retry later)
  *   -ENOSPC    not enough space even after evicting everything evictable
  *              (what was evicted on the way stays evicted)
+ *   -EDQUOT    length more bytes would exceed the namespace's quota even
+ *              after evicting within it (store_namespace_quota; what was
+ *              evicted on the way stays evicted)
  *   -ENOMEM    no memory for the block header */
 int store_put_begin(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		    const uint8_t *parent, uint32_t flags, uint64_t length, uint64_t checksum,

@@ -164,6 +164,8 @@ struct store_ns {
 	struct store_ns *id_next; /* chain in s->ns_by_id */
 	uint32_t users;           /* store_namespace_id refs not yet released */
 	uint32_t reservations;    /* uncommitted puts (RESERVED blocks) */
+	uint64_t reserved_bytes;  /* their payload bytes (quota) */
+	uint64_t quota_bytes;     /* payload bytes allowed (visible + reserved); 0 = no limit */
 	struct store_list blocks; /* visible blocks, struct store_block.link */
 	uint64_t nblocks, bytes;
 	uint64_t puts, put_exists, put_errors;

@@ -17,7 +17,7 @@ cleanup() { [ -n "$pid" ] && { kill -TERM "$pid" 2>/dev/null || true; wait "$pid
 trap cleanup EXIT
 for _ in 1 2 3 4 5 6 7 8; do
 	port=$((20000 + RANDOM % 40000))
-	"$BUILD/kvpoold" --listen 127.0.0.1 --port "$port" --dram-capacity "$DRAM" --log-level warn 2>"$log" &
+	"$BUILD/kvpoold" --listen 127.0.0.1 --port "$port" --admin-port 0 --dram-capacity "$DRAM" --log-level warn 2>"$log" &
 	pid=$!
 	for _ in $(seq 1 100); do
 		if "$BUILD/kvpool" ping --server "tcp://127.0.0.1:$port" >/dev/null 2>&1; then

@@ -43,7 +43,7 @@ start_server() {
 	url=
 	for _ in 1 2 3 4 5 6 7 8; do
 		port=$((20000 + RANDOM % 40000))
-		"$BUILD/kvpoold" --listen 127.0.0.1 --port "$port" --dram-capacity "$DRAM" \
+		"$BUILD/kvpoold" --listen 127.0.0.1 --port "$port" --admin-port 0 --dram-capacity "$DRAM" \
 			--log-level warn "$@" 2>>"$log" &
 		pid=$!
 		for _ in $(seq 1 300); do

@@ -61,18 +61,20 @@ int cli_conn_opt(struct cli_conn *conn, const char *prog, int opt, const char *a
 }
 
 /* kvpool_connect says -EINVAL for a bad URL or namespace (the CLI sends no
- * token), -EOPNOTSUPP for a scheme other than tcp:// or a server speaking
- * another protocol version, and -ENOENT only when the host name does not
- * resolve: each gets its own words here. */
+ * token), -EOPNOTSUPP for an unknown scheme, a server speaking another
+ * protocol version or an rdma:// connection this build cannot make, and
+ * -ENOENT only when the host name does not resolve: each gets its own
+ * words here. */
 char *cli_connect_error(const struct cli_conn *conn, int err, char *buf, size_t len)
 {
 	const char *url = conn->url ? conn->url : "";
 	const char *ns = conn->ns ? conn->ns : "";
-	bool tcp = strncasecmp(url, "tcp://", 6) == 0;
+	bool known = strncasecmp(url, "tcp://", 6) == 0 || strncasecmp(url, "rdma://", 7) == 0 ||
+		     strncasecmp(url, "auto://", 7) == 0;
 
 	if (err == -EINVAL && !cli_ns_valid(conn->ns))
 		snprintf(buf, len, "bad namespace \"%.300s\": " CLI_NS_RULE, ns);
-	else if (err == -EINVAL || (err == -EOPNOTSUPP && !tcp))
+	else if (err == -EINVAL || (err == -EOPNOTSUPP && !known))
 		snprintf(buf, len, "bad URL: expected tcp://host:port%s, got '%.300s'",
 			 err == -EOPNOTSUPP ? " (this build speaks tcp:// only)" : "", url);
 	else if (err == -ENOENT)
@@ -83,12 +85,22 @@ char *cli_connect_error(const struct cli_conn *conn, int err, char *buf, size_t 
 	return buf;
 }
 
+/* The auth token comes from the environment (KVPOOL_TOKEN), not from a
+ * flag, so that it never shows in ps or a shell history. */
 int cli_connect(const struct cli_conn *conn, const char *prog, struct kvpool_client **out)
 {
 	struct kvpool_options opts = { .timeout_ms = conn->timeout_ms };
+	const char *token = getenv("KVPOOL_TOKEN");
 	char why[768];
 	int rc;
 
+	if (token && *token) {
+		if (strlen(token) > 1024) {
+			fprintf(stderr, "%s: KVPOOL_TOKEN is longer than 1024 bytes\n", prog);
+			return -EINVAL;
+		}
+		opts.token = token;
+	}
 	rc = kvpool_connect(conn->url, conn->ns, &opts, out);
 	if (rc)
 		fprintf(stderr, "%s: %s\n", prog, cli_connect_error(conn, rc, why, sizeof(why)));

@@ -80,9 +80,11 @@ int cli_conn_opt(struct cli_conn *conn, const char *prog, int opt, const char *a
  * Pure. Returns buf. */
 char *cli_connect_error(const struct cli_conn *conn, int err, char *buf, size_t len);
 
-/* Connect as `conn` says. On failure prints "PROG: " and the reason
+/* Connect as `conn` says, with the auth token in $KVPOOL_TOKEN if set
+ * and not empty. On failure prints "PROG: " and the reason
  * (cli_connect_error) on stderr and returns the library's -errno (see
- * kvpool_connect); *out is written only on success. */
+ * kvpool_connect), or -EINVAL for a KVPOOL_TOKEN over 1024 bytes; *out is
+ * written only on success. */
 int cli_connect(const struct cli_conn *conn, const char *prog, struct kvpool_client **out);
 
 /* Parse a size: plain bytes or a number with a unit, decimals allowed:

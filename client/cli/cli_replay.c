@@ -689,6 +689,8 @@ static int workers_setup(struct replay_shared *sh, struct replay_worker *ws, con
 		}
 		if (cli_connect(&cfg->conn, prog, &ws[i].c))
 			return CLI_EXIT_ERROR;
+		/* put_batch retries BUSY itself and counts it (put_retries). */
+		kvpool_set_busy_tries(ws[i].c, 1);
 	}
 	return 0;
 }

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <json-c/json.h>
 
@@ -376,7 +378,9 @@ static void print_namespaces(FILE *f, struct json_object *doc)
 }
 
 static const char stats_usage[] =
-	"usage: kvpool stats [--json] [--namespace NS] [--server URL] [--timeout-ms N]\n"
+	"usage: kvpool stats [--json] [--watch SECONDS] [--namespace NS] [--server URL]\n"
+	"                    [--timeout-ms N]\n"
+	"       kvpool stats settings [--json] [--server URL] [--timeout-ms N]\n"
 	"\n"
 	"Show the pool server's statistics: per tier (DRAM, and NVMe when the\n"
 	"server has one) blocks, bytes, capacity and fragmentation; the NVMe tier's\n"
@@ -385,7 +389,12 @@ static const char stats_usage[] =
 	"ratio; evictions, leases, connections, uptime, latency percentiles, and a\n"
 	"table of namespaces (only NS with --namespace).\n"
 	"\n"
+	"'kvpool stats settings' prints the server's effective settings instead, one\n"
+	"'key = value' line each (sizes in bytes, times in ms): a valid kvpool.conf.\n"
+	"\n"
 	"  --json              print the server's JSON document on one line\n"
+	"  --watch SECONDS     print again every SECONDS (decimals allowed) until\n"
+	"                      interrupted; the report clears a terminal first\n"
 	CLI_COMMON_HELP;
 
 int cli_stats_report(FILE *f, const char *json)
@@ -401,6 +410,35 @@ int cli_stats_report(FILE *f, const char *json)
 	print_namespaces(f, doc);
 	json_object_put(doc);
 	return 0;
+}
+
+/* `kvpool stats settings`: the document's "settings" object as INI lines
+ * (or as one line of JSON). */
+static int settings_print(const char *json, bool as_json)
+{
+	struct json_object *doc = json_tokener_parse(json), *set;
+	int rc = CLI_EXIT_OK;
+
+	if (!doc || !json_object_object_get_ex(doc, "settings", &set) ||
+	    !json_object_is_type(set, json_type_object)) {
+		fprintf(stderr, "kvpool stats settings: the server sent no settings (older server?)\n");
+		rc = CLI_EXIT_ERROR;
+		goto out_put;
+	}
+	if (as_json) {
+		puts(json_object_to_json_string_ext(set, JSON_C_TO_STRING_PLAIN |
+						    JSON_C_TO_STRING_NOSLASHESCAPE));
+		goto out_put;
+	}
+	json_object_object_foreach(set, key, val) {
+		if (json_object_is_type(val, json_type_string))
+			printf("%s = %s\n", key, json_object_get_string(val));
+		else
+			printf("%s = %s\n", key, json_object_to_json_string(val));
+	}
+out_put:
+	json_object_put(doc);
+	return rc;
 }
 
 /* Print the document as one line of JSON, or as the report. */
@@ -421,17 +459,69 @@ static int stats_print(const char *json, bool as_json)
 	return CLI_EXIT_OK;
 }
 
+/* Seconds between two --watch rounds: a sane window, no busy loop. */
+#define WATCH_MIN_S 0.1
+#define WATCH_MAX_S 86400.0
+
+/* Sleep s seconds (EINTR ends it early, which is fine: SIGINT exits). */
+static void sleep_s(double s)
+{
+	struct timespec ts = { .tv_sec = (time_t)s,
+			       .tv_nsec = (long)((s - (double)(time_t)s) * 1e9) };
+
+	nanosleep(&ts, NULL);
+}
+
+/* --watch: print every `every_s` seconds until killed, reconnecting after
+ * an error (the server may be restarting: say so and keep watching). */
+static int stats_watch(const struct cli_conn *conn, const char *prog, const char *ns,
+		       bool as_json, double every_s)
+{
+	bool tty = isatty(STDOUT_FILENO);
+	struct kvpool_client *c = NULL;
+	char *json = NULL, when[32];
+	int rc;
+
+	for (;;) {
+		time_t t = time(NULL);
+
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", localtime(&t));
+		if (!c && cli_connect(conn, prog, &c))
+			c = NULL;
+		rc = c ? kvpool_stats(c, ns, &json) : -ENOTCONN;
+		if (rc && c) {
+			fprintf(stderr, "%s: %s\n", prog, kvpool_strerror(rc));
+			kvpool_close(c);
+			c = NULL;
+		}
+		if (rc == 0) {
+			if (tty && !as_json)
+				printf("\033[H\033[2J");
+			if (!as_json)
+				printf("%s every %.1f s: %s\n\n", conn->url, every_s, when);
+			stats_print(json, as_json);
+			fflush(stdout);
+			kvpool_free(json);
+			json = NULL;
+		}
+		sleep_s(every_s);
+	}
+	return CLI_EXIT_OK;
+}
+
 int cli_stats_main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		CLI_COMMON_LONGOPTS,
 		{ "json", no_argument, NULL, 'j' },
+		{ "watch", required_argument, NULL, 'w' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *prog = argv[0];
 	struct kvpool_client *c;
 	struct cli_conn conn;
-	bool as_json = false, one_ns = false;
+	bool as_json = false, one_ns = false, settings = false;
+	double watch_s = 0;
 	char *json = NULL;
 	int opt, rc;
 
@@ -449,6 +539,12 @@ int cli_stats_main(int argc, char **argv)
 		case 'j':
 			as_json = true;
 			break;
+		case 'w':
+			if (cli_parse_nonneg_double(optarg, &watch_s) || watch_s < WATCH_MIN_S ||
+			    watch_s > WATCH_MAX_S)
+				return cli_usage_error(prog, "--watch wants seconds in %g..%g, not '%s'",
+						       WATCH_MIN_S, WATCH_MAX_S, optarg);
+			break;
 		case 'h':
 			fputs(stats_usage, stdout);
 			return CLI_EXIT_OK;
@@ -456,8 +552,16 @@ int cli_stats_main(int argc, char **argv)
 			return cli_try_help(prog);
 		}
 	}
+	if (optind < argc && strcmp(argv[optind], "settings") == 0) {
+		settings = true;
+		optind++;
+		if (watch_s > 0 || one_ns)
+			return cli_usage_error(prog, "settings takes neither --watch nor --namespace");
+	}
 	if (optind < argc)
 		return cli_usage_error(prog, "unexpected argument '%s'", argv[optind]);
+	if (watch_s > 0)
+		return stats_watch(&conn, prog, one_ns ? conn.ns : NULL, as_json, watch_s);
 	if (cli_connect(&conn, prog, &c))
 		return CLI_EXIT_ERROR;
 	rc = kvpool_stats(c, one_ns ? conn.ns : NULL, &json);
@@ -466,7 +570,7 @@ int cli_stats_main(int argc, char **argv)
 		fprintf(stderr, "%s: %s\n", prog, kvpool_strerror(rc));
 		return CLI_EXIT_ERROR;
 	}
-	rc = stats_print(json, as_json);
+	rc = settings ? settings_print(json, as_json) : stats_print(json, as_json);
 	kvpool_free(json);
 	return rc;
 }

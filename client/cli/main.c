@@ -24,6 +24,8 @@ static const struct subcommand subcommands[] = {
 	{ "ping", cli_ping_main, "check that the server answers" },
 	{ "replay", cli_replay_main, "replay a request trace and report hit ratios" },
 	{ "bench", cli_bench_main, "measure put/get/exists/match throughput and latency" },
+	{ "health", cli_health_main, "exit 0 if the pool serves, 1 otherwise" },
+	{ "drop-namespace", cli_drop_main, "remove every block of a namespace" },
 };
 
 #define N_SUBCOMMANDS (sizeof(subcommands) / sizeof(subcommands[0]))
@@ -33,7 +35,7 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: kvpool COMMAND [options] [arguments]\n\ncommands:\n");
 	for (size_t i = 0; i < N_SUBCOMMANDS; i++)
-		fprintf(f, "  %-8s %s\n", subcommands[i].name, subcommands[i].summary);
+		fprintf(f, "  %-14s %s\n", subcommands[i].name, subcommands[i].summary);
 	fprintf(f, "\nEvery command takes --server URL (default " KVPOOL_DEFAULT_URL "),\n"
 		   "--namespace NS and --timeout-ms N. KEYs are 64 hex digits or text:STRING\n"
 		   "(SHA-256 of STRING). Exit status: 0 success, 1 a miss or a refusal,\n"

@@ -395,6 +395,10 @@ static int chain_all(struct cli_trace *t)
 			return -ENOMEM;
 	}
 	for (size_t i = 0; i < t->n_reqs; i++) {
+		/* A request without ids keeps keys NULL: t->keys may be NULL,
+		 * and even NULL + 0 is undefined behaviour. */
+		if (!t->reqs[i].n_hash_ids)
+			continue;
 		t->reqs[i].keys = t->keys + off;
 		rc = cli_trace_chain_keys(t->reqs[i].hash_ids, t->reqs[i].n_hash_ids,
 					  t->reqs[i].keys);
@@ -414,7 +418,8 @@ int cli_trace_read(FILE *f, const char *name, size_t limit, struct cli_trace *ou
 	rc = read_lines(f, name, &t, err, errlen);
 	if (rc)
 		goto out_destroy;
-	qsort(t.reqs, t.n_reqs, sizeof(*t.reqs), cmp_req);
+	if (t.n_reqs) /* an empty trace has reqs NULL, which qsort may not take */
+		qsort(t.reqs, t.n_reqs, sizeof(*t.reqs), cmp_req);
 	if (limit && limit < t.n_reqs) {
 		for (size_t i = limit; i < t.n_reqs; i++)
 			cli_trace_req_release(&t.reqs[i]);

@@ -34,8 +34,9 @@ struct cli_trace_req {
 	size_t n_hash_ids;
 	size_t line;                   /* 1-based line number in its file (0: none) */
 	uint8_t (*keys)[KVPOOL_KEY_BYTES]; /* chained keys, n_hash_ids of them;
-					    * points into its cli_trace, NULL
-					    * until the trace is built */
+					    * points into its cli_trace; NULL
+					    * until the trace is built, and
+					    * when n_hash_ids is 0 */
 };
 
 /* A whole trace, sorted by timestamp (stable: equal timestamps keep file

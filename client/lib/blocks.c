@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backoff.h"
 #include "batch.h"
 #include "checksum.h"
 #include "client.h"
@@ -19,11 +20,13 @@ struct put_call {
 	uint64_t *bytes;  /* per block payload bytes */
 };
 
-/* Per-call state of a GET. */
+/* Per-call state of a GET. Entries sent are a subset of the blocks: all
+ * of them at first, then those answered BUSY. */
 struct get_call {
 	struct kvpool_get_block *blocks;
 	int *st;          /* per block */
 	uint64_t *cap;    /* per block buffer bytes */
+	size_t *sent;     /* entry -> block index */
 };
 
 /* Scratch arrays of a call in one allocation: two arrays of `count`
@@ -82,13 +85,28 @@ static int call_start(struct kvpool_client *c, size_t count, int *statuses, stru
 	return 0;
 }
 
-/* Run the call's batch, free its scratch, and return 0 or the first
- * error (a whole-call error goes into every status). */
-static int call_finish(struct kvpool_client *c, struct kvc_batch *b, uint64_t deadline_ms,
-		       struct call_mem *m, size_t count)
-{
-	int rc = kvc_batch_run(c, b, deadline_ms);
+/* List for another pass the blocks of a call answered BUSY (into the
+ * call's entry -> block map); returns how many. */
+typedef size_t (*busy_select_fn)(void *ctx, size_t count);
 
+/* Run the call's batch, and again over what was answered BUSY with
+ * backoff (kvpool.h, Backpressure); free its scratch, and return 0 or the
+ * first error (a whole-call error goes into every status). */
+static int call_finish(struct kvpool_client *c, struct kvc_batch *b, uint64_t deadline_ms,
+		       struct call_mem *m, size_t count, busy_select_fn busy_select)
+{
+	struct kvc_backoff bo;
+	int rc;
+
+	kvc_backoff_start(&bo, c);
+	for (;;) {
+		rc = kvc_batch_run(c, b, deadline_ms);
+		if (rc)
+			break;
+		b->count = busy_select(b->ctx, count);
+		if (!b->count || !kvc_backoff_again(&bo, c, deadline_ms))
+			break;
+	}
 	if (rc)
 		fill_status(m->st, count, rc);
 	else
@@ -233,6 +251,33 @@ static size_t put_select(struct put_call *pc, size_t count, uint64_t max_block_b
 	return n;
 }
 
+/* Is `parent` the key of one of the first n blocks listed in pc->sent? */
+static int parent_listed(const struct put_call *pc, size_t n, const uint8_t *parent)
+{
+	if (!parent || key_is_zero(parent))
+		return 0;
+	for (size_t j = 0; j < n; j++)
+		if (!memcmp(pc->blocks[pc->sent[j]].key, parent, KVPOOL_KEY_BYTES))
+			return 1;
+	return 0;
+}
+
+/* After a pass: list the blocks answered BUSY, and the blocks refused
+ * NO_PARENT whose parent is one of those (in the same call, it was not
+ * stored only because it was busy), in call order so parents go first.
+ * Their statuses stay as they are until a next pass answers them. */
+static size_t put_busy_select(void *ctx, size_t count)
+{
+	struct put_call *pc = ctx;
+	size_t n = 0;
+
+	for (size_t k = 0; k < count; k++)
+		if (pc->st[k] == -EAGAIN ||
+		    (pc->st[k] == -ENOLINK && n && parent_listed(pc, n, pc->blocks[k].parent)))
+			pc->sent[n++] = k;
+	return n;
+}
+
 int kvpool_put(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
 	       int *statuses)
 {
@@ -258,7 +303,7 @@ int kvpool_put(struct kvpool_client *c, const struct kvpool_put_block *blocks, s
 	pc.sent = (size_t *)m.a;
 	pc.bytes = m.b;
 	b.count = put_select(&pc, count, c->limits.max_block_bytes);
-	return call_finish(c, &b, deadline_ms, &m, count);
+	return call_finish(c, &b, deadline_ms, &m, count, put_busy_select);
 }
 
 int kvpool_put_bytes(struct kvpool_client *c, const uint8_t key[KVPOOL_KEY_BYTES],
@@ -279,8 +324,8 @@ static void get_encode(void *ctx, size_t i, uint8_t *body, uint32_t j)
 	struct get_call *gc = ctx;
 	struct proto_get_entry e;
 
-	memcpy(e.key, gc->blocks[i].key, PROTO_KEY_BYTES);
-	e.max_length = gc->cap[i];
+	memcpy(e.key, gc->blocks[gc->sent[i]].key, PROTO_KEY_BYTES);
+	e.max_length = gc->cap[gc->sent[i]];
 	proto_get_entry_encode(body, j, &e);
 }
 
@@ -297,16 +342,18 @@ static int get_check(struct get_call *gc, size_t first, size_t n, const struct p
 	size_t iov = 0;
 
 	for (size_t j = 0; j < n; j++) {
+		size_t k = gc->sent[first + j];
+
 		if (proto_result_decode(b, (uint32_t)j, &r))
 			return -EPROTO;
-		if (r.status == PROTO_STATUS_TOO_LARGE && r.length && r.length <= gc->cap[first + j])
+		if (r.status == PROTO_STATUS_TOO_LARGE && r.length && r.length <= gc->cap[k])
 			return -EPROTO;
 		if (r.status != PROTO_STATUS_OK)
 			continue;
-		if (r.length == 0 || r.length > gc->cap[first + j] || r.length > payload_bytes - total)
+		if (r.length == 0 || r.length > gc->cap[k] || r.length > payload_bytes - total)
 			return -EPROTO;
 		total += r.length;
-		iov += (size_t)gc->blocks[first + j].iovcnt;
+		iov += (size_t)gc->blocks[k].iovcnt;
 	}
 	if (total != payload_bytes)
 		return -EPROTO;
@@ -323,7 +370,7 @@ static size_t get_scatter(struct get_call *gc, size_t first, size_t n, const str
 	size_t k = 0;
 
 	for (size_t j = 0; j < n; j++) {
-		const struct kvpool_get_block *blk = &gc->blocks[first + j];
+		const struct kvpool_get_block *blk = &gc->blocks[gc->sent[first + j]];
 		uint64_t left;
 
 		proto_result_decode(b, (uint32_t)j, &r);
@@ -350,7 +397,8 @@ static void get_verify(struct get_call *gc, struct kvpool_client *c, size_t firs
 	struct proto_result r;
 
 	for (size_t j = 0; j < n; j++) {
-		struct kvpool_get_block *blk = &gc->blocks[first + j];
+		size_t k = gc->sent[first + j];
+		struct kvpool_get_block *blk = &gc->blocks[k];
 		int err;
 
 		proto_result_decode(b, (uint32_t)j, &r);
@@ -359,16 +407,16 @@ static void get_verify(struct get_call *gc, struct kvpool_client *c, size_t firs
 		if (r.status != PROTO_STATUS_OK) {
 			err = proto_status_to_errno(r.status);
 			/* Success without bytes makes no sense for a GET. */
-			gc->st[first + j] = err ? err : -EPROTO;
+			gc->st[k] = err ? err : -EPROTO;
 			continue;
 		}
 		if (kvc_checksum_prefix(blk->iov, blk->iovcnt, r.length) != r.checksum) {
 			c->checksum_errors++;
-			gc->st[first + j] = -EBADMSG;
+			gc->st[k] = -EBADMSG;
 			continue;
 		}
 		blk->length = r.length;
-		gc->st[first + j] = 0;
+		gc->st[k] = 0;
 	}
 }
 
@@ -399,7 +447,20 @@ static void get_refused(void *ctx, size_t first, size_t n, int err)
 	struct get_call *gc = ctx;
 
 	for (size_t j = 0; j < n; j++)
-		gc->st[first + j] = err;
+		gc->st[gc->sent[first + j]] = err;
+}
+
+/* After a pass: list the blocks answered BUSY (a whole frame refused
+ * BUSY, or a block the server could not read now). */
+static size_t get_busy_select(void *ctx, size_t count)
+{
+	struct get_call *gc = ctx;
+	size_t n = 0;
+
+	for (size_t k = 0; k < count; k++)
+		if (gc->st[k] == -EAGAIN)
+			gc->sent[n++] = k;
+	return n;
 }
 
 static const struct kvc_batch_ops get_ops = {
@@ -440,9 +501,12 @@ int kvpool_get(struct kvpool_client *c, struct kvpool_get_block *blocks, size_t 
 		return rc;
 	gc.st = m.st;
 	gc.cap = m.a;
-	for (size_t i = 0; i < count; i++)
+	gc.sent = (size_t *)m.b;
+	for (size_t i = 0; i < count; i++) {
 		gc.cap[i] = kvc_iov_bytes(blocks[i].iov, blocks[i].iovcnt);
-	return call_finish(c, &b, deadline_ms, &m, count);
+		gc.sent[i] = i;
+	}
+	return call_finish(c, &b, deadline_ms, &m, count, get_busy_select);
 }
 
 int kvpool_get_bytes(struct kvpool_client *c, const uint8_t key[KVPOOL_KEY_BYTES], void *buf,

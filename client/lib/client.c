@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backoff.h"
 #include "conn.h"
 
 /* Limits used to read the HELLO reply, before the server has told us its own. */
@@ -259,8 +260,28 @@ static int hello(struct kvpool_client *c, uint64_t deadline_ms)
 	return adopt_limits(c, &hr);
 }
 
+/* Connect and say HELLO once. On error the handle is left disconnected. */
+static int connect_once(struct kvpool_client *c, uint64_t deadline_ms)
+{
+	int rc;
+
+	rc = kvc_conn_open(c->url.host, c->url.port_str, deadline_ms, &c->fd);
+	if (rc) {
+		c->fd = -1;
+		return rc;
+	}
+	rc = hello(c, deadline_ms);
+	if (rc) {
+		kvc_disconnect(c);
+		return rc;
+	}
+	c->connects++;
+	return 0;
+}
+
 int kvc_begin(struct kvpool_client *c, uint64_t *deadline_ms)
 {
+	struct kvc_backoff bo;
 	int rc;
 
 	*deadline_ms = kvc_deadline_ms(call_timeout_ms(c));
@@ -271,15 +292,12 @@ int kvc_begin(struct kvpool_client *c, uint64_t *deadline_ms)
 		return 0;
 	if (c->url.transport == KVC_TRANSPORT_RDMA)
 		return kvc_rdma_open(c, *deadline_ms);
-	rc = kvc_conn_open(c->url.host, c->url.port_str, *deadline_ms, &c->fd);
-	if (rc) {
-		c->fd = -1;
-		return rc;
-	}
-	rc = hello(c, *deadline_ms);
-	if (rc)
-		kvc_disconnect(c);
-	else if (c->url.transport == KVC_TRANSPORT_AUTO)
+	/* -EAGAIN: turned away BUSY (at its connection limit). */
+	kvc_backoff_start(&bo, c);
+	do
+		rc = connect_once(c, *deadline_ms);
+	while (rc == -EAGAIN && kvc_backoff_again(&bo, c, *deadline_ms));
+	if (rc == 0 && c->url.transport == KVC_TRANSPORT_AUTO)
 		kvc_auto_transport(c, *deadline_ms);
 	return rc;
 }
@@ -373,6 +391,25 @@ const char *kvc_server_message(const struct kvpool_client *c)
 uint64_t kvc_checksum_errors(const struct kvpool_client *c)
 {
 	return c->checksum_errors;
+}
+
+void kvpool_set_busy_tries(struct kvpool_client *c, uint32_t tries)
+{
+	if (c)
+		c->busy_tries = tries;
+}
+
+int kvpool_get_counters(const struct kvpool_client *c, struct kvpool_counters *out)
+{
+	if (!c || !out)
+		return -EINVAL;
+	*out = (struct kvpool_counters){
+		.connects = c->connects,
+		.reconnects = c->connects ? c->connects - 1 : 0,
+		.busy_retries = c->busy_retries,
+		.checksum_errors = c->checksum_errors,
+	};
+	return 0;
 }
 
 int kvc_connected(const struct kvpool_client *c)

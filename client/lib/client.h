@@ -54,6 +54,9 @@ struct kvpool_client {
 
 	char server_message[KVC_MESSAGE_MAX_BYTES + 1];
 	uint64_t checksum_errors;       /* GET blocks that failed verification */
+	uint32_t busy_tries;            /* tries of a BUSY request; 0 = KVPOOL_BUSY_TRIES */
+	uint64_t busy_retries;          /* tries repeated after BUSY */
+	uint64_t connects;              /* connections that completed HELLO */
 
 	struct kvc_region *regions;     /* kvpool_register'ed memory, sorted by start */
 	size_t n_regions;
@@ -72,7 +75,8 @@ struct kvc_reply {
 };
 
 /* Start a call: compute its absolute deadline from the handle's timeout
- * and make sure the handle is connected and has said HELLO.
+ * and make sure the handle is connected and has said HELLO. A server that
+ * turns the connection away BUSY is tried again with backoff (backoff.h).
  * Errors: the shared connection errors of kvpool.h, -EOPNOTSUPP and
  * -EACCES from HELLO. */
 int kvc_begin(struct kvpool_client *c, uint64_t *deadline_ms);

@@ -30,7 +30,9 @@ const char *kvpool_strerror(int err)
 	case EIO:
 		return "server I/O error";
 	case EOPNOTSUPP:
-		return "not supported (URL scheme or protocol version)";
+		return "not supported (URL scheme, protocol version, or rdma:// in this build)";
+	case ENODEV:
+		return "no RDMA device (rdma:// needs one)";
 	case EBADMSG:
 		return "checksum mismatch: block bytes corrupted";
 	case EINVAL:

@@ -5,21 +5,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backoff.h"
 #include "batch.h"
 #include "client.h"
 
-/* Per-call state of EXISTS and DELETE. */
+/* Per-call state of EXISTS and DELETE. Entries sent are a subset of the
+ * keys: all of them at first, then those answered BUSY. */
 struct keys_call {
 	const uint8_t (*keys)[KVPOOL_KEY_BYTES];
 	int *st;
-	int refused;  /* first whole-request error, 0 if none */
+	size_t *sent; /* entry -> key index */
+	int refused;  /* first whole-request error other than BUSY, 0 if none */
+	int busy;     /* a frame of the last pass was refused BUSY */
 };
 
 static void keys_encode(void *ctx, size_t i, uint8_t *body, uint32_t j)
 {
 	struct keys_call *kc = ctx;
 
-	proto_key_entry_encode(body, j, kc->keys[i]);
+	proto_key_entry_encode(body, j, kc->keys[kc->sent[i]]);
 }
 
 static int keys_results(void *ctx, struct kvpool_client *c, size_t first, size_t n,
@@ -34,7 +38,7 @@ static int keys_results(void *ctx, struct kvpool_client *c, size_t first, size_t
 	for (size_t j = 0; j < n; j++) {
 		if (proto_result_decode(b, (uint32_t)j, &r))
 			return kvc_stream_error(c, -EPROTO);
-		kc->st[first + j] = proto_status_to_errno(r.status);
+		kc->st[kc->sent[first + j]] = proto_status_to_errno(r.status);
 	}
 	return 0;
 }
@@ -44,9 +48,22 @@ static void keys_refused(void *ctx, size_t first, size_t n, int err)
 	struct keys_call *kc = ctx;
 
 	for (size_t j = 0; j < n; j++)
-		kc->st[first + j] = err;
-	if (!kc->refused)
+		kc->st[kc->sent[first + j]] = err;
+	if (err == -EAGAIN)
+		kc->busy = 1;
+	else if (!kc->refused)
 		kc->refused = err;
+}
+
+/* List the keys answered BUSY for another pass; returns how many. */
+static size_t keys_busy_select(struct keys_call *kc, size_t count)
+{
+	size_t n = 0;
+
+	for (size_t k = 0; k < count; k++)
+		if (kc->st[k] == -EAGAIN)
+			kc->sent[n++] = k;
+	return n;
 }
 
 static const struct kvc_batch_ops keys_ops = {
@@ -55,9 +72,11 @@ static const struct kvc_batch_ops keys_ops = {
 	.refused = keys_refused,
 };
 
-/* Run an EXISTS or DELETE batch. statuses must hold count ints.
- * Returns 0 when every frame was answered with results, else the first
- * whole-request error or the connection error (then in every status). */
+/* Run an EXISTS or DELETE batch, and again over the keys answered BUSY
+ * (a whole frame refused, or one key) with backoff. statuses must hold
+ * count ints. Returns 0 when every frame was answered with results, else
+ * the first whole-request error (-EAGAIN when a frame was still refused
+ * BUSY at the last try) or the connection error (then in every status). */
 static int keys_batch(struct kvpool_client *c, uint8_t op, const uint8_t (*keys)[KVPOOL_KEY_BYTES],
 		      size_t count, int *statuses)
 {
@@ -69,18 +88,37 @@ static int keys_batch(struct kvpool_client *c, uint8_t op, const uint8_t (*keys)
 		.ops = &keys_ops,
 		.ctx = &kc,
 	};
+	struct kvc_backoff bo;
 	uint64_t deadline_ms;
 	int rc;
 
+	if (count > SIZE_MAX / sizeof(*kc.sent))
+		return -ENOMEM;
+	kc.sent = malloc(count * sizeof(*kc.sent));
+	if (!kc.sent)
+		return -ENOMEM;
+	for (size_t i = 0; i < count; i++)
+		kc.sent[i] = i;
 	rc = kvc_begin(c, &deadline_ms);
-	if (!rc)
+	kvc_backoff_start(&bo, c);
+	while (!rc) {
+		kc.busy = 0;
 		rc = kvc_batch_run(c, &b, deadline_ms);
+		if (rc)
+			break;
+		b.count = keys_busy_select(&kc, count);
+		if (!b.count || !kvc_backoff_again(&bo, c, deadline_ms))
+			break;
+	}
+	free(kc.sent);
 	if (rc) {
 		for (size_t i = 0; i < count; i++)
 			statuses[i] = rc;
 		return rc;
 	}
-	return kc.refused;
+	if (kc.refused)
+		return kc.refused;
+	return kc.busy ? -EAGAIN : 0; /* keys still refused BUSY after the last try */
 }
 
 int kvpool_exists(struct kvpool_client *c, const void *keys, size_t count,
@@ -159,6 +197,7 @@ int kvpool_match(struct kvpool_client *c, const void *keys, size_t count,
 		 uint32_t lease_ms, size_t *matched)
 {
 	const uint8_t (*chain)[KVPOOL_KEY_BYTES] = keys;
+	struct kvc_backoff bo;
 	uint64_t deadline_ms;
 	size_t total = 0, chunk;
 	int rc;
@@ -173,11 +212,14 @@ int kvpool_match(struct kvpool_client *c, const void *keys, size_t count,
 	if (rc)
 		return rc;
 	chunk = match_chunk(c);
+	kvc_backoff_start(&bo, c);
 	/* A later chunk can only extend the prefix if this one matched whole. */
 	while (total < count) {
 		size_t n = count - total < chunk ? count - total : chunk, m = 0;
 
 		rc = match_once(c, chain + total, n, lease_ms, deadline_ms, &m);
+		if (rc == -EAGAIN && kvc_backoff_again(&bo, c, deadline_ms))
+			continue;
 		if (rc)
 			return rc;
 		total += m;

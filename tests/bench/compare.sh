@@ -152,7 +152,7 @@ start_kvpoold() {
 	arena_kb=$(( $(bytes_of "$ARENA") / 1024 ))
 	for _ in 1 2 3; do
 		p=$(port)
-		"$BUILD/kvpoold" --port "$p" --threads "$threads" --dram-capacity "$ARENA" \
+		"$BUILD/kvpoold" --port "$p" --admin-port 0 --threads "$threads" --dram-capacity "$ARENA" \
 			--max-inflight-put-bytes 1GiB --log-level warn 2>>"$TMP/kvpoold.err" &
 		KV_PID=$!
 		KV_URL="tcp://127.0.0.1:$p"

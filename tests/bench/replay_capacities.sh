@@ -17,7 +17,7 @@ run_one() { # $1 = capacity in blocks
 	cap=$((blocks * slot))
 	[ "$cap" -lt 1048576 ] && cap=1048576
 	port=$((20000 + RANDOM % 40000))
-	"$BUILD/kvpoold" --port "$port" --dram-capacity "$cap" --max-inflight-put-bytes "$cap" \
+	"$BUILD/kvpoold" --port "$port" --admin-port 0 --dram-capacity "$cap" --max-inflight-put-bytes "$cap" \
 		--log-level error &
 	pid=$!
 	for _ in $(seq 1 50); do "$BUILD/kvpool" ping --server "tcp://127.0.0.1:$port" >/dev/null 2>&1 && break; sleep 0.1; done

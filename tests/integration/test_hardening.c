@@ -285,23 +285,19 @@ static void test_bad_magic_logs_magic_only(void **state)
 
 /* ---- 4. signals ------------------------------------------------------------------ */
 
-/* SIGHUP is logged and ignored, SIGUSR1 and SIGUSR2 ignored: the server
- * keeps serving (and test_clean_shutdown, last, sees it exit 0). */
+/* SIGHUP reloads (nothing changed, so nothing applied), SIGUSR1 and
+ * SIGUSR2 are ignored: the server keeps serving (and test_clean_shutdown,
+ * last, sees it exit 0). */
 static void test_signals_do_not_kill(void **state)
 {
-	off_t from = log_size();
-	char *text;
-
 	(void)state;
 	harness_need_server(&g.srv);
 	assert_int_equal(kill(g.srv.pid, SIGHUP), 0);
 	assert_int_equal(kill(g.srv.pid, SIGUSR1), 0);
 	assert_int_equal(kill(g.srv.pid, SIGUSR2), 0);
-	text = log_wait_for(from, "sighup: configuration reload is not supported yet; ignoring",
-			    3000);
-	assert_non_null(text);
-	free(text);
-	harness_sleep_ms(100);
+	/* the reload's lines are info, below this server's log level; what
+	 * the reload does is tested in test_lifecycle */
+	harness_sleep_ms(300);
 	assert_int_equal(kill(g.srv.pid, 0), 0);
 	assert_int_equal(kvpool_ping(g.c, NULL), 0);
 	/* Twice, to be sure the handler stays installed. */

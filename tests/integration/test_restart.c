@@ -1,7 +1,8 @@
 /*
  * test_restart.c - the server goes away and comes back on the same port:
  * calls fail fast while it is gone, and the next call after it is back
- * reconnects, says HELLO again (new limits) and works.
+ * reconnects, says HELLO again (new limits) and works; also while a client
+ * loop runs and kvpoold is killed with SIGKILL.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,8 +10,11 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "harness.h"
 
@@ -137,11 +141,166 @@ static void test_restart_while_idle(void **state)
 	kvpool_close(c);
 }
 
+/* ---- kill -9 under load ---------------------------------------------------- */
+
+#define KILL_ROUNDS 2
+#define KILL_CALL_TIMEOUT_MS 1000
+#define KILL_SLACK_MS 500
+#define KILL_MAX_CALLS 100000
+
+/* One call of the client loop. */
+struct kill_call {
+	uint64_t start_ms, end_ms;
+	int rc;
+	int is_get;
+};
+
+/* The client loop: one handle, put then get of a fresh block, again and
+ * again, until told to stop. epoch goes up at every kill, so that a get
+ * that misses a block put before the kill is known to be a clean miss. */
+static struct {
+	struct kvpool_client *c;
+	volatile int stop;
+	volatile int epoch;
+	struct kill_call *calls;
+	size_t n_calls;
+	int false_success; /* a get that returned other bytes */
+	int unexplained_miss; /* a get that missed a block put in the same epoch */
+} kl;
+
+static void kill_record(uint64_t t0, int rc, int is_get)
+{
+	if (kl.n_calls < KILL_MAX_CALLS)
+		kl.calls[kl.n_calls++] = (struct kill_call){ t0, harness_now_ms(), rc, is_get };
+}
+
+static void *kill_loop_main(void *arg)
+{
+	static uint8_t data[32768], got[32768];
+	uint8_t key[32];
+
+	(void)arg;
+	for (uint64_t i = 0; !kl.stop; i++) {
+		uint64_t t0 = harness_now_ms(), len = 0;
+		int epoch = kl.epoch, rc;
+
+		harness_key(key, "restart-kill", i);
+		harness_fill(data, sizeof(data), i);
+		rc = kvpool_put_bytes(kl.c, key, NULL, data, sizeof(data));
+		kill_record(t0, rc, 0);
+		if (rc)
+			continue;
+		t0 = harness_now_ms();
+		rc = kvpool_get_bytes(kl.c, key, got, sizeof(got), &len);
+		kill_record(t0, rc, 1);
+		if (rc == 0 && (len != sizeof(data) || memcmp(got, data, sizeof(data))))
+			kl.false_success++;
+		if (rc == -ENOENT && kl.epoch == epoch)
+			kl.unexplained_miss++;
+	}
+	return NULL;
+}
+
+/* Calls that started after `from` and ended before `to`: how many, how
+ * many succeeded, the slowest. */
+static void kill_window(uint64_t from, uint64_t to, size_t *n, size_t *ok, uint64_t *slowest)
+{
+	*n = *ok = 0;
+	*slowest = 0;
+	for (size_t i = 0; i < kl.n_calls; i++) {
+		const struct kill_call *k = &kl.calls[i];
+
+		if (k->start_ms < from || k->end_ms > to)
+			continue;
+		(*n)++;
+		*ok += k->rc == 0;
+		if (k->end_ms - k->start_ms > *slowest)
+			*slowest = k->end_ms - k->start_ms;
+	}
+}
+
+/* The first successful call that started at or after `from`, or 0. */
+static uint64_t kill_first_success(uint64_t from)
+{
+	for (size_t i = 0; i < kl.n_calls; i++)
+		if (kl.calls[i].start_ms >= from && kl.calls[i].rc == 0)
+			return kl.calls[i].end_ms;
+	return 0;
+}
+
+/* A client loop of put/get on one handle while kvpoold is killed with
+ * SIGKILL and started again on the same port, twice. During each outage
+ * every call fails (no false success) within its timeout; after each
+ * restart the same handle works again without being reopened, and its
+ * reconnect counter goes up. Prints the recovery times. */
+static void test_kill9_under_load(void **state)
+{
+	struct kvpool_options opts = { .timeout_ms = KILL_CALL_TIMEOUT_MS };
+	uint64_t killed[KILL_ROUNDS], started[KILL_ROUNDS], ready[KILL_ROUNDS], back[KILL_ROUNDS];
+	struct kvpool_counters k0, k1;
+	uint16_t port = g.srv.port;
+	pthread_t thr;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	kl.calls = calloc(KILL_MAX_CALLS, sizeof(*kl.calls));
+	assert_non_null(kl.calls);
+	assert_int_equal(kvpool_connect(g.srv.url, "restart-kill", &opts, &kl.c), 0);
+	assert_int_equal(kvpool_get_counters(kl.c, &k0), 0);
+	assert_int_equal(pthread_create(&thr, NULL, kill_loop_main, NULL), 0);
+	for (int r = 0; r < KILL_ROUNDS; r++) {
+		harness_sleep_ms(300);
+		killed[r] = harness_now_ms();
+		kl.epoch++;
+		harness_kill(&g.srv); /* SIGKILL */
+		harness_sleep_ms(500);
+		started[r] = harness_now_ms();
+		assert_int_equal(harness_start_on_port(&g.srv, port, flags_a), 0);
+		ready[r] = harness_now_ms();
+		while (!(back[r] = kill_first_success(started[r])) &&
+		       harness_now_ms() - ready[r] < 5000)
+			harness_sleep_ms(5);
+		assert_true(back[r] != 0);
+	}
+	harness_sleep_ms(200);
+	kl.stop = 1;
+	assert_int_equal(pthread_join(thr, NULL), 0);
+
+	for (int r = 0; r < KILL_ROUNDS; r++) {
+		size_t n, ok;
+		uint64_t slowest;
+
+		/* The outage: from the kill to the new kvpoold's start. */
+		kill_window(killed[r] + 1, started[r], &n, &ok, &slowest);
+		print_message("kill -9 #%d: %zu calls during the outage, %zu succeeded, slowest %"
+			      PRIu64 " ms; kvpoold answered %" PRIu64 " ms after its start; the "
+			      "client's first success %" PRIu64 " ms after the start, %" PRIu64
+			      " ms after the kill\n", r + 1, n, ok, slowest, ready[r] - started[r],
+			      back[r] - started[r], back[r] - killed[r]);
+		assert_true(n > 0);
+		assert_int_equal(ok, 0);
+		assert_true(slowest < KILL_CALL_TIMEOUT_MS + KILL_SLACK_MS);
+		assert_true(back[r] < ready[r] + 2000);
+	}
+	/* No call ever hung, and no get returned other bytes. */
+	for (size_t i = 0; i < kl.n_calls; i++)
+		assert_true(kl.calls[i].end_ms - kl.calls[i].start_ms <
+			    KILL_CALL_TIMEOUT_MS + KILL_SLACK_MS);
+	assert_int_equal(kl.false_success, 0);
+	assert_int_equal(kl.unexplained_miss, 0);
+	assert_int_equal(kvpool_get_counters(kl.c, &k1), 0);
+	assert_true(k1.reconnects >= k0.reconnects + KILL_ROUNDS);
+	assert_int_equal(kvpool_ping(kl.c, NULL), 0);
+	kvpool_close(kl.c);
+	free(kl.calls);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fail_fast_then_reconnect),
 		cmocka_unit_test(test_restart_while_idle),
+		cmocka_unit_test(test_kill9_under_load),
 		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 

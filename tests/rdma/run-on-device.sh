@@ -24,10 +24,15 @@ make BUILD="$BUILD" RDMA=1 all "$BUILD/tests/unit_rdma"
 "$BUILD/tests/unit_rdma"
 make BUILD="$BUILD" RDMA=1 test
 
-addr=${KVPOOL_RDMA_ADDR:?set KVPOOL_RDMA_ADDR to the address of the RDMA netdev}
-port=${KVPOOL_PORT:-17470}
-rport=${KVPOOL_RDMA_PORT:-17472}
-"$BUILD/kvpoold" --listen "$addr" --port "$port" --rdma-port "$rport" --dram-capacity 2GiB &
+# Not KVPOOL_* names: kvpoold reads KVPOOL_<SETTING> from its environment,
+# and make test above would hand them to every server it starts.
+addr=${RDMA_TEST_ADDR:?set RDMA_TEST_ADDR to the address of the RDMA netdev}
+port=${RDMA_TEST_PORT:-17470}
+rport=${RDMA_TEST_RDMA_PORT:-17472}
+# Not loopback and no tokens file: a test server on a lab network opts out
+# of protected mode; no admin HTTP (its default port may be taken).
+"$BUILD/kvpoold" --listen "$addr" --port "$port" --rdma-port "$rport" --dram-capacity 2GiB \
+	--admin-port 0 --allow-unauthenticated true &
 pid=$!
 trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true' EXIT
 sleep 2

@@ -143,6 +143,9 @@ static uint16_t fake_store(struct fake *fk, const struct proto_put_entry *e, con
 		return PROTO_STATUS_BAD_CHECKSUM;
 	if (fake_find(fk, e->key))
 		return PROTO_STATUS_EXISTS;
+	if (atomic_load(&fk->check_parents) && (e->flags & PROTO_PUT_HAS_PARENT) &&
+	    !fake_find(fk, e->parent))
+		return PROTO_STATUS_NO_PARENT;
 	if (busy > 0) {
 		atomic_store(&fk->busy_puts, busy - 1);
 		return PROTO_STATUS_BUSY;
@@ -443,6 +446,11 @@ static int fake_handle(struct fake *fk, int fd, const struct frame *f)
 	if (mode == MODE_REFUSE && proto_request_entry_bytes(f->h.opcode))
 		return send_error(fd, f->h.opcode, f->h.request_id, PROTO_STATUS_BUSY,
 				  FAKE_BUSY_MESSAGE);
+	if (proto_request_entry_bytes(f->h.opcode) && atomic_load(&fk->refuse_next) > 0) {
+		atomic_fetch_sub(&fk->refuse_next, 1);
+		return send_error(fd, f->h.opcode, f->h.request_id, PROTO_STATUS_BUSY,
+				  FAKE_BUSY_MESSAGE);
+	}
 	switch (f->h.opcode) {
 	case PROTO_OP_PUT:
 		return handle_put(fk, fd, f);
@@ -499,7 +507,19 @@ static void *conn_main(void *arg)
 	struct fake_conn *fc = arg;
 	struct fake *fk = fc->fk;
 
-	fake_serve(fk, fc->fd);
+	/* As kvpoold at its connection limit: a connection-level BUSY reply,
+	 * then close. The HELLO is read first, so that closing does not
+	 * reset the connection before the client has read the reply. */
+	if (atomic_load(&fk->busy_connects) > 0) {
+		struct frame f;
+
+		atomic_fetch_sub(&fk->busy_connects, 1);
+		if (read_frame(fc->fd, &f) == 0)
+			frame_free(&f);
+		send_error(fc->fd, PROTO_OP_NONE, 0, PROTO_STATUS_BUSY, "max_connections reached");
+	} else {
+		fake_serve(fk, fc->fd);
+	}
 	pthread_mutex_lock(&fk->lock);
 	close(fc->fd);
 	fc->fd = -1;

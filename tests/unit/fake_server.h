@@ -67,6 +67,9 @@ struct fake {
 	atomic_int frames[PROTO_OP_MAX + 1];/* requests received, per opcode */
 	atomic_int put_blocks;              /* PUT entries received */
 	atomic_int busy_puts;               /* answer the next N PUT entries BUSY */
+	atomic_int refuse_next;             /* refuse the next N batch requests BUSY */
+	atomic_int busy_connects;           /* turn the next N connections away BUSY */
+	atomic_int check_parents;           /* PUT: NO_PARENT when the parent is not stored */
 	atomic_int get_hits;                /* GET entries found (as the server counts) */
 	int hold;                           /* MODE_HOLD: requests to read first */
 	struct proto_hello_reply limits;    /* sent in HELLO replies */

@@ -191,7 +191,7 @@ static void test_url_rdma_auto(void **state)
 static void test_strerror(void **state)
 {
 	static const int shared[] = { ECONNREFUSED, ECONNRESET, ETIMEDOUT, EPIPE, EPROTO,
-				      EACCES, ENOMEM, EINVAL, EOPNOTSUPP, ENOENT };
+				      EACCES, ENOMEM, EINVAL, EOPNOTSUPP, ENOENT, ENODEV };
 	const char *unknown = kvpool_strerror(-123456);
 
 	(void)state;
@@ -397,6 +397,8 @@ static void test_status_mapping(void **state)
 	uint8_t keys[N][KVPOOL_KEY_BYTES];
 	int st[N];
 
+	/* Mapping only: BUSY is not retried here (test_busy_* do that). */
+	kvpool_set_busy_tries(e->c, 1);
 	for (int i = 0; i < N; i++) {
 		e->fk.status_table[i] = (uint16_t)i;
 		make_key(keys[i], i);
@@ -431,6 +433,195 @@ static void test_whole_request_error(void **state)
 	atomic_store(&e->fk.mode, MODE_NORMAL);
 	assert_int_equal(kvpool_ping(e->c, NULL), 0);
 	assert_int_equal(atomic_load(&e->fk.connections), 1);
+}
+
+/* ---- backpressure: BUSY is retried with backoff, the rest is not -------- */
+
+static struct kvpool_counters counters(struct kvpool_client *c)
+{
+	struct kvpool_counters k;
+
+	assert_int_equal(kvpool_get_counters(c, &k), 0);
+	return k;
+}
+
+/* A block answered BUSY three times is sent a fourth time and stored; the
+ * call succeeds and the handle counts three retries. */
+static void test_busy_put_retried(void **state)
+{
+	struct env *e = *state;
+	int st[1] = { 1 };
+
+	atomic_store(&e->fk.busy_puts, 3);
+	assert_int_equal(put_simple(e->c, 0, 1, 500, st), 0);
+	assert_int_equal(st[0], 0);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_PUT]), 4);
+	assert_int_equal(e->fk.n_blocks, 1);
+	assert_int_equal(counters(e->c).busy_retries, 3);
+	assert_int_equal(atomic_load(&e->fk.connections), 1);
+}
+
+/* Only what was BUSY is sent again, with the in-call children that came
+ * back NO_PARENT because of it; blocks already stored are not resent. */
+static void test_busy_retries_children(void **state)
+{
+	struct env *e = *state;
+	int st[6];
+
+	atomic_store(&e->fk.check_parents, 1);
+	assert_int_equal(put_simple(e->c, 0, 2, 300, st), 0); /* blocks 0, 1 stored */
+	/* Blocks 0..5: 0 and 1 are there; 2 is BUSY, so 3..5 are NO_PARENT. */
+	atomic_store(&e->fk.busy_puts, 1);
+	assert_int_equal(put_simple(e->c, 0, 6, 300, st), 0);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(st[i], 0);
+	/* 2 + 6 entries, then 2..5 again. */
+	assert_int_equal(atomic_load(&e->fk.put_blocks), 2 + 6 + 4);
+	assert_int_equal(e->fk.n_blocks, 6);
+	assert_int_equal(counters(e->c).busy_retries, 1);
+}
+
+/* A server busy for good: KVPOOL_BUSY_TRIES tries with growing waits
+ * (each in the upper half of 5, 10, ... 250 ms), then -EAGAIN; with
+ * kvpool_set_busy_tries(1), -EAGAIN at once. */
+static void test_busy_gives_up(void **state)
+{
+	struct env *e = *state;
+	struct timespec t0;
+	int st[2];
+	double ms;
+
+	atomic_store(&e->fk.busy_puts, 1000000);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(put_simple(e->c, 0, 2, 100, st), -EAGAIN);
+	ms = elapsed_ms(&t0);
+	assert_int_equal(st[0], -EAGAIN);
+	assert_int_equal(st[1], -EAGAIN);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_PUT]), KVPOOL_BUSY_TRIES);
+	assert_int_equal(counters(e->c).busy_retries, KVPOOL_BUSY_TRIES - 1);
+	/* Waits of at least 2+5+10+20+40+80+125 ms, at most 565 ms. */
+	assert_true(ms >= 280 && ms < 2000);
+
+	kvpool_set_busy_tries(e->c, 1);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(put_simple(e->c, 0, 2, 100, st), -EAGAIN);
+	assert_true(elapsed_ms(&t0) < 200);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_PUT]), KVPOOL_BUSY_TRIES + 1);
+	assert_int_equal(counters(e->c).busy_retries, KVPOOL_BUSY_TRIES - 1);
+	assert_true(kvc_connected(e->c));
+}
+
+/* Retries never take a call past its timeout. */
+static void test_busy_within_timeout(void **state)
+{
+	struct env *e = *state;
+	struct timespec t0;
+	int st[1];
+
+	kvpool_set_timeout(e->c, 60);
+	atomic_store(&e->fk.busy_puts, 1000000);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	assert_int_equal(put_simple(e->c, 0, 1, 100, st), -EAGAIN);
+	assert_true(elapsed_ms(&t0) < 60 + 100);
+	assert_true(atomic_load(&e->fk.frames[PROTO_OP_PUT]) < KVPOOL_BUSY_TRIES);
+	assert_true(atomic_load(&e->fk.frames[PROTO_OP_PUT]) >= 2);
+}
+
+/* A whole request refused BUSY is sent again, for every batch call:
+ * GET, EXISTS, MATCH and DELETE. */
+static void test_busy_whole_requests_retried(void **state)
+{
+	struct env *e = *state;
+	uint8_t keys[3][KVPOOL_KEY_BYTES], buf[3][400];
+	struct kvpool_get_block gb[3];
+	struct iovec iov[3];
+	int st[3];
+	size_t m = 0;
+
+	assert_int_equal(put_simple(e->c, 0, 3, 400, st), 0);
+	for (int i = 0; i < 3; i++) {
+		make_key(keys[i], i);
+		iov[i] = (struct iovec){ buf[i], sizeof(buf[i]) };
+		gb[i] = (struct kvpool_get_block){ keys[i], &iov[i], 1, 0 };
+	}
+	atomic_store(&e->fk.refuse_next, 2);
+	assert_int_equal(kvpool_get(e->c, gb, 3, st), 0);
+	for (int i = 0; i < 3; i++) {
+		uint8_t want[400];
+
+		fill_payload(want, sizeof(want), i);
+		assert_int_equal(st[i], 0);
+		assert_memory_equal(buf[i], want, sizeof(want));
+	}
+	atomic_store(&e->fk.refuse_next, 1);
+	assert_int_equal(kvpool_exists(e->c, keys, 3, st), 0);
+	assert_int_equal(st[2], 0);
+	atomic_store(&e->fk.refuse_next, 1);
+	assert_int_equal(kvpool_match(e->c, keys, 3, 0, &m), 0);
+	assert_int_equal(m, 3);
+	atomic_store(&e->fk.refuse_next, 1);
+	assert_int_equal(kvpool_delete(e->c, keys, 3, st), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(st[i], 0); /* not NOT_FOUND: each deleted once */
+	assert_int_equal(e->fk.n_blocks, 0);
+	assert_int_equal(counters(e->c).busy_retries, 5);
+	/* Busy for good: -EAGAIN for the call and each key. */
+	atomic_store(&e->fk.refuse_next, 1000000);
+	assert_int_equal(kvpool_exists(e->c, keys, 3, st), -EAGAIN);
+	assert_int_equal(st[0], -EAGAIN);
+	assert_int_equal(kvpool_match(e->c, keys, 3, 0, &m), -EAGAIN);
+	atomic_store(&e->fk.refuse_next, 0);
+}
+
+/* FULL, TOO_LARGE, DENIED and QUOTA go to the caller at once. */
+static void test_busy_only_is_retried(void **state)
+{
+	static const uint16_t table[4] = { PROTO_STATUS_FULL, PROTO_STATUS_TOO_LARGE,
+					   PROTO_STATUS_DENIED, PROTO_STATUS_QUOTA };
+	struct env *e = *state;
+	int st[4];
+
+	memcpy(e->fk.status_table, table, sizeof(table));
+	e->fk.n_status = 4;
+	atomic_store(&e->fk.mode, MODE_STATUSES);
+	assert_int_equal(put_simple(e->c, 0, 4, 64, st), -ENOSPC);
+	assert_int_equal(st[0], -ENOSPC);
+	assert_int_equal(st[1], -EMSGSIZE);
+	assert_int_equal(st[2], -EACCES);
+	assert_int_equal(st[3], -EDQUOT);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_PUT]), 1);
+	assert_int_equal(counters(e->c).busy_retries, 0);
+}
+
+/* A server at its connection limit (connection-level BUSY, then close)
+ * is dialled again with backoff; the handle ends up connected once. */
+static void test_busy_connect_retried(void **state)
+{
+	struct kvpool_options opts = { .timeout_ms = 3000 };
+	struct kvpool_counters k;
+	struct kvpool_client *c = NULL;
+	struct env e;
+
+	(void)state;
+	assert_int_equal(env_open(&e, &fake_default_limits, MODE_NORMAL), 0);
+	atomic_store(&e.fk.busy_connects, 2);
+	assert_int_equal(kvpool_connect(e.url, "busy-ns", &opts, &c), 0);
+	assert_int_equal(kvpool_ping(c, NULL), 0);
+	assert_int_equal(kvpool_get_counters(c, &k), 0);
+	assert_int_equal(k.connects, 1);
+	assert_int_equal(k.reconnects, 0);
+	assert_int_equal(k.busy_retries, 2);
+	assert_int_equal(atomic_load(&e.fk.connections), 1 + 3);
+	kvpool_close(c);
+	/* Turned away every time: -EAGAIN, within the timeout. */
+	atomic_store(&e.fk.busy_connects, 1000);
+	kvpool_set_busy_tries(e.c, 3);
+	kvpool_set_timeout(e.c, 3000);
+	atomic_store(&e.fk.mode, MODE_CLOSE);
+	assert_true(kvpool_ping(e.c, NULL) < 0); /* the old connection is closed */
+	assert_int_equal(kvpool_ping(e.c, NULL), -EAGAIN);
+	assert_int_equal(kvpool_get_counters(NULL, &k), -EINVAL);
+	env_close(&e);
 }
 
 /* A reply with the wrong request id is a protocol error; the handle
@@ -524,12 +715,15 @@ static void test_reconnect_after_close(void **state)
 	struct env *e = *state;
 	int rc;
 
+	assert_int_equal(counters(e->c).reconnects, 0);
 	atomic_store(&e->fk.mode, MODE_CLOSE);
 	rc = kvpool_ping(e->c, NULL);
 	assert_true(rc == -ECONNRESET || rc == -EPIPE);
 	assert_int_equal(kvpool_ping(e->c, NULL), 0);
 	assert_int_equal(atomic_load(&e->fk.connections), 2);
 	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_HELLO]), 2);
+	assert_int_equal(counters(e->c).connects, 2);
+	assert_int_equal(counters(e->c).reconnects, 1);
 }
 
 /* After a server restart a call fails fast and a later one reconnects. */
@@ -803,7 +997,7 @@ static void test_register_table(void **state)
 	assert_int_equal(kvpool_register(e->c, a, 4096), 0);
 	assert_int_equal(e->c->n_regions, 3);
 	assert_non_null(kvc_region_find(e->c, b + 10, 100));
-	assert_ptr_equal(kvc_region_find(e->c, c, 4096)->start, (uintptr_t)c);
+	assert_true(kvc_region_find(e->c, c, 4096)->start == (uintptr_t)c);
 	assert_null(kvc_region_find(e->c, c + 4000, 200)); /* runs past the region */
 
 	assert_int_equal(kvpool_unregister(e->c, b + 1), -ENOENT); /* not a start */
@@ -865,6 +1059,13 @@ int main(void)
 		cmocka_unit_test(test_inflight_split),
 		FAKE_TEST(test_status_mapping),
 		FAKE_TEST(test_whole_request_error),
+		FAKE_TEST(test_busy_put_retried),
+		FAKE_TEST(test_busy_retries_children),
+		FAKE_TEST(test_busy_gives_up),
+		FAKE_TEST(test_busy_within_timeout),
+		FAKE_TEST(test_busy_whole_requests_retried),
+		FAKE_TEST(test_busy_only_is_retried),
+		cmocka_unit_test(test_busy_connect_retried),
 		FAKE_TEST(test_wrong_request_id),
 		FAKE_TEST(test_truncated_reply),
 		FAKE_TEST(test_checksum_mismatch),

@@ -3,8 +3,9 @@
  *
  * Size parsing (good and bad), every rejection path of conf_set, INI files
  * with file:line in their messages, flags in both forms, precedence
- * flag > file > default, cross-setting validation, --help and the shipped
- * example config; the NVMe tier's settings and their rules.
+ * flag > env > file > default, cross-setting validation, --help and the
+ * shipped example config; the NVMe tier's settings and their rules;
+ * booleans, KVPOOL_* variables, SIGHUP reload and the JSON of STATS.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -31,7 +32,8 @@ static const char *const keys[] = {
 	"listen", "port", "threads", "dram_capacity", "max_block_bytes", "max_batch_blocks",
 	"max_frame_bytes", "max_lease_ms", "max_connections", "idle_timeout_ms",
 	"payload_timeout_ms", "max_inflight_put_bytes", "log_level", "nvme_dir", "nvme_capacity",
-	"nvme_admission", "nvme_segment_size", "nvme_io_threads", "rdma_port",
+	"nvme_admission", "nvme_segment_size", "nvme_io_threads", "rdma_port", "admin_port",
+	"tokens_file", "allow_unauthenticated", "drain_timeout_ms",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -136,6 +138,10 @@ static void test_defaults(void **state)
 	assert_int_equal(c.nvme_admission, CONF_ADMIT_ALL);
 	assert_true(c.nvme_segment_bytes == 0);
 	assert_int_equal(c.nvme_io_threads, 0);
+	assert_int_equal(c.admin_port, 7471);
+	assert_string_equal(c.tokens_file, "");
+	assert_int_equal(c.allow_unauthenticated, 0);
+	assert_int_equal(c.drain_timeout_ms, 10000);
 	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
 }
 
@@ -442,7 +448,13 @@ static void test_validate(void **state)
 	c.rdma_port = c.port;
 	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
 	assert_contains(err, "rdma_port (7470) must differ from port");
+	c.rdma_port = c.admin_port;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "rdma_port (7471) must differ from admin_port");
 	c.rdma_port = 0;
+	c.admin_port = 0;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	c.admin_port = 7471;
 	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
 	c.rdma_port = 7472;
 
@@ -1140,6 +1152,269 @@ static void test_precedence(void **state)
 	tmp_remove(&bad);
 }
 
+/* ---- booleans, environment, conf_load, reload, JSON ----------------------- */
+
+static void test_bool(void **state)
+{
+	static const char *const yes[] = { "true", "TRUE", "yes", "On", "1" };
+	static const char *const no[] = { "false", "False", "no", "OFF", "0" };
+	static const char *const bad[] = { "", "2", "y", "truth", "-1", " true" };
+	struct conf c;
+	char err[256];
+
+	(void)state;
+	conf_defaults(&c);
+	for (size_t i = 0; i < 5; i++) {
+		c.allow_unauthenticated = 0;
+		assert_int_equal(conf_set(&c, "allow_unauthenticated", yes[i], "t", err,
+					  sizeof(err)), 0);
+		assert_int_equal(c.allow_unauthenticated, 1);
+		assert_int_equal(conf_set(&c, "allow_unauthenticated", no[i], "t", err,
+					  sizeof(err)), 0);
+		assert_int_equal(c.allow_unauthenticated, 0);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(conf_set(&c, "allow_unauthenticated", bad[i], "x.conf:4", err,
+					  sizeof(err)), -EINVAL);
+		assert_contains(err, "x.conf:4: allow_unauthenticated: not a boolean");
+		assert_int_equal(c.allow_unauthenticated, 0);
+	}
+	/* a struct filled by hand with another value is refused */
+	c.allow_unauthenticated = 2;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "allow_unauthenticated");
+}
+
+static void test_env(void **state)
+{
+	char *env[] = {
+		"PATH=/bin", "KVPOOL_PORT=7600", "KVPOOL_DRAM_CAPACITY=2GiB",
+		"KVPOOL_NVME_DIR=/srv/kv pool", "KVPOOL_ALLOW_UNAUTHENTICATED=yes",
+		"KVPOOL_CLI=/usr/bin/kvpool", "KVPOOL_port=1", "KVPOOL_CONFIG=/nonexistent",
+		"KVPOOL_=x", "KVPOOLD=/bin/kvpoold", NULL,
+	};
+	char *bad_range[] = { "KVPOOL_PORT=7600", "KVPOOL_MAX_CONNECTIONS=0", NULL };
+	char *bad_unit[] = { "KVPOOL_DRAM_CAPACITY=4 GiBs", NULL };
+	char *bad_neg[] = { "KVPOOL_MAX_BLOCK_BYTES=-1", NULL };
+	char *notes = NULL;
+	size_t notes_len = 0;
+	FILE *warn = open_memstream(&notes, &notes_len);
+	struct conf c;
+	char err[256];
+
+	(void)state;
+	assert_non_null(warn);
+	conf_defaults(&c);
+	assert_int_equal(conf_from_env(&c, env, warn, err, sizeof(err)), 0);
+	assert_int_equal(fclose(warn), 0);
+	assert_int_equal(c.port, 7600);
+	assert_true(c.dram_capacity_bytes == 2 * GIB);
+	assert_string_equal(c.nvme_dir, "/srv/kv pool");
+	assert_int_equal(c.allow_unauthenticated, 1);
+	/* not settings: reported (lower case included), never applied */
+	assert_contains(notes, "ignoring environment variable KVPOOL_CLI: not a setting");
+	assert_contains(notes, "ignoring environment variable KVPOOL_port:");
+	assert_contains(notes, "ignoring environment variable KVPOOL_:");
+	assert_null(strstr(notes, "KVPOOL_CONFIG"));
+	assert_null(strstr(notes, "KVPOOLD"));
+	assert_null(strstr(notes, "PATH"));
+	free(notes);
+
+	/* errors name the variable; nothing is applied */
+	conf_defaults(&c);
+	assert_int_equal(conf_from_env(&c, bad_range, NULL, err, sizeof(err)), -ERANGE);
+	assert_contains(err, "env KVPOOL_MAX_CONNECTIONS: max_connections: out of range");
+	assert_int_equal(c.port, 7470);
+	assert_int_equal(conf_from_env(&c, bad_unit, NULL, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "env KVPOOL_DRAM_CAPACITY: dram_capacity: unknown unit 'GiBs'");
+	assert_int_equal(conf_from_env(&c, bad_neg, NULL, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "env KVPOOL_MAX_BLOCK_BYTES: max_block_bytes: negative");
+	assert_int_equal(conf_from_env(&c, NULL, NULL, err, sizeof(err)), 0);
+}
+
+/* conf_load: flag > env > file > default, KVPOOL_CONFIG, validation. */
+static void test_load_precedence(void **state)
+{
+	struct tmpfile t, t2;
+	char cfg[128];
+	struct conf c;
+	char err[512];
+	int help = 7;
+
+	(void)state;
+	tmp_write(&t, "port = 8000\nthreads = 3\nidle_timeout_ms = 5\nlog_level = warn\n");
+	tmp_write(&t2, "threads = 5\n");
+	snprintf(cfg, sizeof(cfg), "KVPOOL_CONFIG=%s", t2.path);
+	{
+		char *argv[] = { "kvpoold", "--config", t.path, "--port", "9000", NULL };
+		char *env[] = { "KVPOOL_PORT=8500", "KVPOOL_THREADS=2", cfg, NULL };
+
+		memset(&c, 0, sizeof(c));
+		assert_int_equal(conf_load(&c, 5, argv, env, NULL, &help, err, sizeof(err)), 0);
+		assert_int_equal(help, 0);
+		assert_int_equal(c.port, 9000);             /* flag over env and file */
+		assert_int_equal(c.threads, 2);             /* env over file */
+		assert_int_equal(c.idle_timeout_ms, 5);     /* file over default */
+		assert_int_equal(c.log_level, CONF_LOG_WARN);
+		assert_int_equal(c.max_batch_blocks, 1024); /* default */
+	}
+	{
+		/* no --config: KVPOOL_CONFIG names the file */
+		char *argv[] = { "kvpoold", NULL };
+		char *env[] = { cfg, NULL };
+
+		assert_int_equal(conf_load(&c, 1, argv, env, NULL, &help, err, sizeof(err)), 0);
+		assert_int_equal(c.threads, 5);
+		assert_int_equal(c.port, 7470);
+	}
+	{
+		/* a bad variable stops the load and names its source */
+		char *argv[] = { "kvpoold", "--port", "9000", NULL };
+		char *env[] = { "KVPOOL_IDLE_TIMEOUT_MS=soon", NULL };
+
+		c.port = 1;
+		assert_int_equal(conf_load(&c, 3, argv, env, NULL, &help, err, sizeof(err)),
+				 -EINVAL);
+		assert_contains(err, "env KVPOOL_IDLE_TIMEOUT_MS: idle_timeout_ms: not a whole number");
+		assert_int_equal(c.port, 1);
+	}
+	{
+		/* and so does a cross-setting rule broken by the sum of sources */
+		char *argv[] = { "kvpoold", "--max-block-bytes", "2GiB", NULL };
+		char *env[] = { "KVPOOL_DRAM_CAPACITY=1GiB", NULL };
+
+		assert_int_equal(conf_load(&c, 3, argv, env, NULL, &help, err, sizeof(err)),
+				 -EINVAL);
+		assert_contains(err, "max_block_bytes (2GiB) must not exceed dram_capacity (1GiB)");
+	}
+	{
+		/* --help wins and applies nothing */
+		char *argv[] = { "kvpoold", "--port", "1", "--help", NULL };
+
+		c.port = 3;
+		assert_int_equal(conf_load(&c, 4, argv, NULL, NULL, &help, err, sizeof(err)), 0);
+		assert_int_equal(help, 1);
+		assert_int_equal(c.port, 3);
+	}
+	{
+		/* a missing KVPOOL_CONFIG file is an error with its name */
+		char *argv[] = { "kvpoold", NULL };
+		char *env[] = { "KVPOOL_CONFIG=/nonexistent/kvpool.conf", NULL };
+
+		assert_int_equal(conf_load(&c, 1, argv, env, NULL, &help, err, sizeof(err)),
+				 -ENOENT);
+		assert_contains(err, "/nonexistent/kvpool.conf: cannot open");
+	}
+	tmp_remove(&t);
+	tmp_remove(&t2);
+}
+
+struct change {
+	char line[6][128];
+	int n;
+};
+
+static void record_change(void *arg, const char *name, const char *old_value,
+			  const char *new_value, int applied)
+{
+	struct change *ch = arg;
+
+	assert_true(ch->n < 6);
+	snprintf(ch->line[ch->n++], sizeof(ch->line[0]), "%s %s->%s %d", name, old_value,
+		 new_value, applied);
+}
+
+static void test_reload(void **state)
+{
+	static const char *const reloadable[] = {
+		"max_connections", "idle_timeout_ms", "payload_timeout_ms", "log_level",
+		"tokens_file", "drain_timeout_ms",
+	};
+	struct conf cur, next;
+	struct change ch = { .n = 0 };
+	char err[256];
+	size_t n = 0;
+
+	(void)state;
+	for (size_t i = 0; i < N_KEYS; i++) {
+		int r = conf_is_reloadable(keys[i]);
+
+		assert_true(r == 0 || r == 1);
+		n += (size_t)r;
+	}
+	assert_int_equal(n, 6);
+	for (size_t i = 0; i < 6; i++)
+		assert_int_equal(conf_is_reloadable(reloadable[i]), 1);
+	assert_int_equal(conf_is_reloadable("port"), 0);
+	assert_int_equal(conf_is_reloadable("bogus"), -ENOENT);
+	assert_int_equal(conf_is_reloadable(NULL), -ENOENT);
+
+	conf_defaults(&cur);
+	next = cur;
+	assert_int_equal(conf_reload(&cur, &next, record_change, &ch), 0);
+	assert_int_equal(ch.n, 0);
+
+	assert_int_equal(conf_set(&next, "port", "7600", "t", err, sizeof(err)), 0);
+	assert_int_equal(conf_set(&next, "log_level", "debug", "t", err, sizeof(err)), 0);
+	assert_int_equal(conf_set(&next, "idle_timeout_ms", "1000", "t", err, sizeof(err)), 0);
+	assert_int_equal(conf_set(&next, "tokens_file", "/etc/kvpool/tokens", "t", err,
+				  sizeof(err)), 0);
+	assert_int_equal(conf_set(&next, "dram_capacity", "2GiB", "t", err, sizeof(err)), 0);
+	assert_int_equal(conf_reload(&cur, &next, record_change, &ch), 3);
+	assert_int_equal(ch.n, 5);
+	/* table order */
+	assert_string_equal(ch.line[0], "port 7470->7600 0");
+	assert_string_equal(ch.line[1], "dram_capacity 1GiB->2GiB 0");
+	assert_string_equal(ch.line[2], "idle_timeout_ms 300000->1000 1");
+	assert_string_equal(ch.line[3], "log_level info->debug 1");
+	assert_string_equal(ch.line[4], "tokens_file ->/etc/kvpool/tokens 1");
+	assert_int_equal(cur.port, 7470);
+	assert_true(cur.dram_capacity_bytes == GIB);
+	assert_int_equal(cur.idle_timeout_ms, 1000);
+	assert_int_equal(cur.log_level, CONF_LOG_DEBUG);
+	assert_string_equal(cur.tokens_file, "/etc/kvpool/tokens");
+	/* a second reload finds only what needs a restart; fn may be NULL */
+	assert_int_equal(conf_reload(&cur, &next, NULL, NULL), 0);
+}
+
+static void test_json(void **state)
+{
+	static const char json_head[] = "{\"listen\":\"127.0.0.1\",\"port\":7470,\"threads\":3,"
+					"\"dram_capacity\":1073741824,";
+	struct conf c;
+	char err[256], small[16], *buf;
+	size_t need;
+
+	(void)state;
+	conf_defaults(&c);
+	assert_int_equal(conf_set(&c, "tokens_file", "/etc/a \"b\"\\c", "t", err, sizeof(err)), 0);
+	assert_int_equal(conf_set(&c, "threads", "3", "t", err, sizeof(err)), 0);
+	need = conf_json(&c, NULL, 0);
+	assert_true(need > 100);
+	buf = malloc(need + 1);
+	assert_non_null(buf);
+	assert_int_equal(conf_json(&c, buf, need + 1), need);
+	assert_int_equal(strlen(buf), need);
+	assert_true(strncmp(buf, json_head, strlen(json_head)) == 0);
+	assert_contains(buf, "\"log_level\":\"info\"");
+	assert_contains(buf, "\"nvme_dir\":\"\"");
+	assert_contains(buf, "\"nvme_admission\":\"all\"");
+	assert_contains(buf, "\"admin_port\":7471");
+	assert_contains(buf, "\"tokens_file\":\"/etc/a \\\"b\\\"\\\\c\"");
+	assert_contains(buf, "\"allow_unauthenticated\":false,\"drain_timeout_ms\":10000}");
+	for (size_t i = 0; i < N_KEYS; i++) {
+		char key[64];
+
+		snprintf(key, sizeof(key), "\"%s\":", keys[i]);
+		assert_contains(buf, key);
+	}
+	/* cut short: NUL-terminated, same length returned */
+	memset(small, 'x', sizeof(small));
+	assert_int_equal(conf_json(&c, small, sizeof(small)), need);
+	assert_string_equal(small, "{\"listen\":\"127.");
+	free(buf);
+}
+
 /* ---- output and the shipped example ------------------------------------- */
 
 static void test_usage_lists_every_setting(void **state)
@@ -1147,40 +1422,57 @@ static void test_usage_lists_every_setting(void **state)
 	char *buf = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&buf, &len);
-	size_t defaults = 0;
+	size_t defaults = 0, reloads = 0;
 
 	(void)state;
 	assert_non_null(f);
 	conf_usage(f);
 	assert_int_equal(fclose(f), 0);
 	for (size_t i = 0; i < N_KEYS; i++) {
-		char flag[64];
+		char flag[64], env[64];
 
 		snprintf(flag, sizeof(flag), "  --%s ", keys[i]);
 		for (char *p = flag; *p; p++)
 			if (*p == '_')
 				*p = '-';
 		assert_contains(buf, flag);
+		/* the variable follows the metavar on the flag's line */
+		snprintf(env, sizeof(env), ", KVPOOL_%s\n", keys[i]);
+		for (char *p = env; *p; p++)
+			if (*p >= 'a' && *p <= 'z')
+				*p = (char)(*p - 'a' + 'A');
+		assert_contains(buf, env);
 	}
 	for (const char *p = buf; (p = strstr(p, "(default ")) != NULL; p++)
 		defaults++;
 	assert_int_equal(defaults, N_KEYS);
-	assert_contains(buf, "--config FILE");
+	for (const char *p = buf; (p = strstr(p, "; SIGHUP reloads it)")) != NULL; p++)
+		reloads++;
+	assert_int_equal(reloads, 6);
+	assert_contains(buf, "--config FILE, KVPOOL_CONFIG\n");
 	assert_contains(buf, "--help");
 	assert_contains(buf, "(default 1GiB; 1MiB..4TiB)");
 	assert_contains(buf, "(default 1MiB; 4KiB..1GiB)"); /* max_frame_bytes */
 	/* threads: the table's 0, not this machine's core count */
-	assert_contains(buf, "  --threads N\n      worker threads, each with its own event loop "
-			     "(default 0 (one per online core); 0..256)\n");
+	assert_contains(buf, "  --threads N, KVPOOL_THREADS\n      worker threads, each with its own "
+			     "event loop (default 0 (one per online core); 0..256 threads)\n");
 	assert_contains(buf, "(default 7470; 1..65535)");
-	assert_contains(buf, "(default info)");
-	assert_contains(buf, "  --nvme-dir DIR\n");
+	assert_contains(buf, "(default info; SIGHUP reloads it)");
+	assert_contains(buf, "  --nvme-dir DIR, KVPOOL_NVME_DIR\n");
 	assert_contains(buf, "unset = no NVMe tier (default unset)\n");
 	assert_contains(buf, "required with nvme_dir (default 0; 0..1024TiB)\n");
-	assert_contains(buf, "  --nvme-admission WHICH\n");
+	assert_contains(buf, "  --nvme-admission WHICH, KVPOOL_NVME_ADMISSION\n");
 	assert_contains(buf, "(default all)\n");
 	assert_contains(buf, "(default 0; 0..16GiB)\n"); /* nvme_segment_size */
-	assert_contains(buf, "0 = 2 (default 0; 0..64)\n"); /* nvme_io_threads */
+	assert_contains(buf, "0 = 2 (default 0; 0..64 threads)\n"); /* nvme_io_threads */
+	assert_contains(buf, "0 = off (default 7471; 0..65535)\n"); /* admin_port */
+	/* rdma_port: a restart applies it (the listener registers the arena once) */
+	assert_contains(buf, "  --rdma-port N, KVPOOL_RDMA_PORT\n");
+	assert_contains(buf, "0 = TCP only (default 7472; 0..65535)\n");
+	assert_contains(buf, "  --allow-unauthenticated BOOL, KVPOOL_ALLOW_UNAUTHENTICATED\n");
+	assert_contains(buf, "(default false)\n");
+	assert_contains(buf, "(default 10000; 0..3600000 ms; SIGHUP reloads it)\n");
+	assert_contains(buf, "(default unset; SIGHUP reloads it)\n"); /* tokens_file */
 	assert_contains(buf, "KiB");
 	free(buf);
 }
@@ -1222,6 +1514,10 @@ static void test_example_config(void **state)
 	c.nvme_admission = CONF_ADMIT_REUSED;
 	c.nvme_segment_bytes = 31;
 	c.nvme_io_threads = 37;
+	c.admin_port = 41;
+	strcpy(c.tokens_file, "/etc/tokens");
+	c.allow_unauthenticated = 1;
+	c.drain_timeout_ms = 43;
 	if (conf_load_file(&c, path, err, sizeof(err)) != 0)
 		fail_msg("%s", err);
 	conf_defaults(&def);
@@ -1269,6 +1565,11 @@ int main(void)
 		cmocka_unit_test(test_args_errors),
 		cmocka_unit_test(test_args_help),
 		cmocka_unit_test(test_precedence),
+		cmocka_unit_test(test_bool),
+		cmocka_unit_test(test_env),
+		cmocka_unit_test(test_load_precedence),
+		cmocka_unit_test(test_reload),
+		cmocka_unit_test(test_json),
 		cmocka_unit_test(test_usage_lists_every_setting),
 		cmocka_unit_test(test_example_config),
 	};

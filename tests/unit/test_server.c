@@ -259,8 +259,9 @@ static const char expected_doc[] =
 	"\"fragmentation\":0.500000,\"blocks\":2,\"inflight_put_bytes\":4096},"
 	"\"nvme\":{\"enabled\":false}},"
 	"\"index_bytes\":999,\"evictions\":4,\"leases_active\":1,\"checksum_errors\":2,"
-	"\"ops\":{\"put\":{\"requests\":5,\"blocks\":6,\"ok\":3,\"exists\":2,\"errors\":1},"
-	"\"get\":{\"requests\":8,\"hits\":9,\"misses\":10},"
+	"\"ops\":{\"put\":{\"requests\":5,\"blocks\":6,\"ok\":3,\"exists\":2,\"errors\":1,"
+	"\"bytes\":393216},"
+	"\"get\":{\"requests\":8,\"hits\":9,\"misses\":10,\"bytes\":589824},"
 	"\"exists\":{\"requests\":11,\"hits\":12,\"misses\":13},"
 	"\"match\":{\"requests\":14,\"blocks_queried\":20,\"blocks_matched\":5,"
 	"\"hit_ratio\":0.250000},"
@@ -300,6 +301,8 @@ static void fill_doc(struct srv_stats_doc *doc, struct srv_stats *ops, struct st
 		ops->c[order[i]] = values[i];
 	ops->c[SRV_C_match_blocks_queried] = 20;
 	ops->c[SRV_C_match_blocks_matched] = 5;
+	ops->c[SRV_C_put_bytes] = 6 * 65536;
+	ops->c[SRV_C_get_bytes] = 9 * 65536;
 	srv_hist_record(&ops->lat[SRV_LAT_PUT], 12);
 	*st = (struct store_stats){ .capacity_bytes = 1048576, .used_bytes = 8192,
 				    .payload_bytes = 5000, .inflight_put_bytes = 4096,

@@ -889,6 +889,81 @@ static void test_lru_order_among_leaves(void **state)
 	store_close(s);
 }
 
+/* A namespace over its quota evicts its own LRU leaves, never another
+ * namespace's blocks, never a block a child or a GET depends on, and
+ * answers -EDQUOT when its own blocks cannot make room. */
+static void test_namespace_quota(void **state)
+{
+	struct store *s = open_store(64 * PAGE, 4 * PAGE, 0, 0);
+	uint32_t a = ns_of(s, "tenant-a"), b = ns_of(s, "tenant-b");
+	uint8_t key[STORE_KEY_BYTES];
+	struct store_ref ref;
+
+	(void)state;
+	assert_int_equal(store_namespace_quota(s, 999, PAGE), -ENOENT);
+	assert_int_equal(store_namespace_quota(s, a, 3 * PAGE), 0);
+	for (uint64_t i = 1; i <= 4; i++)
+		assert_int_equal(put_id(s, b, 50 + i, 0, PAGE), 0); /* b has no quota */
+	/* a: chain 1 <- 2, and 3 alone: exactly 3 pages */
+	assert_int_equal(put_id(s, a, 1, 0, PAGE), 0);
+	assert_int_equal(put_id(s, a, 2, 1, PAGE), 0);
+	assert_int_equal(put_id(s, a, 3, 0, PAGE), 0);
+	assert_int_equal(ns_stats_of(s, a).bytes, 3 * PAGE);
+	/* 4 takes the LRU leaf: 2 (1 has a child, so 1 stays) */
+	assert_int_equal(put_id(s, a, 4, 0, PAGE), 0);
+	assert_false(stored(s, a, 2));
+	assert_true(stored(s, a, 1) && stored(s, a, 3) && stored(s, a, 4));
+	assert_int_equal(ns_stats_of(s, a).evictions, 1);
+	/* bigger than the whole quota: refused without evicting */
+	assert_int_equal(put_id(s, a, 5, 0, 4 * PAGE), -EDQUOT);
+	assert_int_equal(ns_stats_of(s, a).blocks, 3);
+	/* the parent of the block being put is spared even when it is the
+	 * LRU leaf: 1 is older than 3 and 4 */
+	assert_int_equal(put_id(s, a, 6, 1, PAGE), 0);
+	assert_true(stored(s, a, 1) && stored(s, a, 6));
+	assert_false(stored(s, a, 3));
+	/* pinned by a GET, leased or with children: nothing can go */
+	key_of(4, key);
+	assert_int_equal(store_get(s, a, key, NULL, &ref), 0);
+	assert_int_equal(put_id(s, a, 7, 6, PAGE), -EDQUOT);
+	assert_true(stored(s, a, 1) && stored(s, a, 4) && stored(s, a, 6));
+	store_release(s, ref.block);
+	assert_int_equal(put_id(s, a, 7, 6, PAGE), 0);
+	assert_false(stored(s, a, 4));
+	/* uncommitted puts count too */
+	{
+		struct store_block *res;
+		uint8_t k[STORE_KEY_BYTES];
+		void *dst;
+
+		key_of(8, k);
+		assert_int_equal(store_put_begin(s, a, k, NULL, 0, 2 * PAGE,
+						 payload_sum(2 * PAGE, k), &res, &dst), 0);
+		/* 1 <- 6 <- 7 is one chain: evicted from its tail, 7 then 6 */
+		assert_false(stored(s, a, 7) || stored(s, a, 6));
+		assert_int_equal(ns_stats_of(s, a).bytes, 1 * PAGE);
+		/* 1 page: 1 goes, 2 reserved + 1 = 3 fits */
+		assert_int_equal(put_id(s, a, 9, 0, PAGE), 0);
+		assert_false(stored(s, a, 1));
+		/* 2 pages: 9 goes, 2 reserved + 2 > 3 still: refused */
+		assert_int_equal(put_id(s, a, 10, 0, 2 * PAGE), -EDQUOT);
+		assert_false(stored(s, a, 9));
+		assert_int_equal(ns_stats_of(s, a).blocks, 0);
+		store_put_abort(s, res);
+		assert_int_equal(put_id(s, a, 10, 0, 2 * PAGE), 0);
+	}
+	/* the other namespace never lost a block, and the totals add up */
+	for (uint64_t i = 1; i <= 4; i++)
+		assert_true(stored(s, b, 50 + i));
+	assert_int_equal(ns_stats_of(s, b).evictions, 0);
+	/* no quota: back to the pool-wide rules */
+	assert_int_equal(store_namespace_quota(s, a, 0), 0);
+	for (uint64_t i = 20; i < 30; i++)
+		assert_int_equal(put_id(s, a, i, 0, PAGE), 0);
+	assert_check(s);
+	store_close(s);
+}
+
 /* A chain is evicted from its tail, never leaving a hole. */
 static void test_chain_evicted_from_tail(void **state)
 {
@@ -1853,6 +1928,7 @@ int main(void)
 		cmocka_unit_test(test_inflight_limit),
 		cmocka_unit_test(test_lru_order_among_leaves),
 		cmocka_unit_test(test_chain_evicted_from_tail),
+		cmocka_unit_test(test_namespace_quota),
 		cmocka_unit_test(test_fill_98_percent),
 		cmocka_unit_test(test_prefault_keeps_bytes),
 		cmocka_unit_test(test_enospc_when_all_leased),

@@ -1,0 +1,34 @@
+"""kvpool: Python binding of libkvpool, the client of the kvpool KV-cache pool.
+
+    import kvpool
+    keys = kvpool.block_hashes(token_ids, block_size=16)
+    with kvpool.Client("tcp://127.0.0.1:7470", "llama3-8b:bf16:tp1:b16") as c:
+        c.put_chain(keys, [kv[i] for i in range(len(keys))])   # numpy blocks
+        n = c.match(keys, lease_ms=1000)
+        c.get_into_many(keys[:n], [kv[i] for i in range(n)])   # no copies
+
+Keys are 32-byte bytes (block hashes). Payloads are buffer-protocol objects
+(bytes, bytearray, memoryview, numpy arrays) or contiguous torch CPU
+tensors. Errors raise subclasses of kvpool.Error (see kvpool.errors).
+The C library is found through $KVPOOL_LIB, the source tree's
+build/libkvpool.so, or the installed libkvpool.so.0.
+"""
+
+from ._lib import DEFAULT_URL, KEY_BYTES
+from ._lib import path as library_path
+from .client import Client, Limits
+from .errors import (AlreadyRegistered, Busy, ChecksumError, ConnectionError, Denied, Error,
+                     Full, InvalidArgument, Miss, NoParent, NotRegistered, OutOfMemory,
+                     ProtocolError, QuotaExceeded, ServerIOError, Timeout, TooLarge,
+                     Unsupported, error_class, strerror)
+from .hashes import block_hashes
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "Limits", "block_hashes", "strerror", "error_class", "DEFAULT_URL", "KEY_BYTES",
+    "library_path", "Error", "Miss", "NoParent", "Full", "QuotaExceeded", "Busy", "TooLarge",
+    "Denied", "ChecksumError", "ServerIOError", "ProtocolError", "Unsupported",
+    "InvalidArgument", "AlreadyRegistered", "NotRegistered", "OutOfMemory", "ConnectionError",
+    "Timeout",
+]

@@ -1,0 +1,207 @@
+"""ctypes declarations of libkvpool (client/kvpool.h) and the few CPython
+C-API calls the binding uses to reach caller memory without copying it.
+
+The library is looked for, in order:
+  1. $KVPOOL_LIB, the path of the library file itself (any build dir);
+  2. build/libkvpool.so of the source tree this package sits in
+     (client/python/kvpool -> ../../../build), after `make`;
+  3. the lib directory `make install` put it in (recorded in _installed.py);
+  4. libkvpool.so.0 on the dynamic linker's search path.
+"""
+
+import ctypes
+import os
+from ctypes import (POINTER, Structure, c_char_p, c_int, c_size_t, c_ssize_t,
+                    c_uint16, c_uint32, c_uint64, c_void_p, py_object)
+
+KEY_BYTES = 32
+DEFAULT_URL = "tcp://127.0.0.1:7470"
+DEFAULT_TIMEOUT_MS = 10000
+
+
+class iovec(Structure):
+    _fields_ = [("iov_base", c_void_p), ("iov_len", c_size_t)]
+
+
+class put_block(Structure):
+    _fields_ = [("key", c_char_p), ("parent", c_char_p),
+                ("iov", POINTER(iovec)), ("iovcnt", c_int)]
+
+
+class get_block(Structure):
+    _fields_ = [("key", c_char_p), ("iov", POINTER(iovec)),
+                ("iovcnt", c_int), ("length", c_uint64)]
+
+
+class options(Structure):
+    _fields_ = [("token", c_char_p), ("timeout_ms", c_uint32)]
+
+
+class limits(Structure):
+    _fields_ = [("max_block_bytes", c_uint64), ("max_batch_blocks", c_uint32),
+                ("max_frame_bytes", c_uint32), ("max_lease_ms", c_uint32),
+                ("rdma_port", c_uint16), ("protocol_version", c_uint16),
+                ("max_inflight_put_bytes", c_uint64)]
+
+
+def _candidates():
+    env = os.environ.get("KVPOOL_LIB")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
+    found = [os.path.join(root, "build", "libkvpool.so")]
+    try:
+        from . import _installed
+        found.append(os.path.join(_installed.LIBDIR, "libkvpool.so.0"))
+    except ImportError:
+        pass
+    found.append("libkvpool.so.0")
+    return found
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append("%s (no such file)" % path)
+            continue
+        try:
+            return ctypes.CDLL(path)
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+    raise ImportError("kvpool: cannot load libkvpool; run `make` in the source tree "
+                      "or set KVPOOL_LIB to the library file. Tried: " + "; ".join(tried))
+
+
+def _declare(lib):
+    """Give every function its prototype (ctypes would guess int otherwise)."""
+    h = c_void_p
+    protos = {
+        "kvpool_connect": (c_int, [c_char_p, c_char_p, POINTER(options), POINTER(c_void_p)]),
+        "kvpool_close": (None, [h]),
+        "kvpool_set_timeout": (None, [h, c_uint32]),
+        "kvpool_get_limits": (c_int, [h, POINTER(limits)]),
+        "kvpool_put": (c_int, [h, POINTER(put_block), c_size_t, POINTER(c_int)]),
+        "kvpool_get": (c_int, [h, POINTER(get_block), c_size_t, POINTER(c_int)]),
+        "kvpool_put_bytes": (c_int, [h, c_char_p, c_char_p, c_void_p, c_size_t]),
+        "kvpool_get_bytes": (c_int, [h, c_char_p, c_void_p, c_size_t, POINTER(c_uint64)]),
+        "kvpool_exists": (c_int, [h, c_char_p, c_size_t, POINTER(c_int)]),
+        "kvpool_match": (c_int, [h, c_char_p, c_size_t, c_uint32, POINTER(c_size_t)]),
+        "kvpool_delete": (c_int, [h, c_char_p, c_size_t, POINTER(c_int)]),
+        "kvpool_drop_namespace": (c_int, [h, c_char_p, POINTER(c_uint64)]),
+        "kvpool_stats": (c_int, [h, c_char_p, POINTER(c_void_p)]),
+        "kvpool_ping": (c_int, [h, POINTER(c_uint64)]),
+        "kvpool_free": (None, [c_void_p]),
+        "kvpool_register": (c_int, [h, c_void_p, c_size_t]),
+        "kvpool_unregister": (c_int, [h, c_void_p]),
+        "kvpool_block_hashes": (c_int, [c_void_p, c_size_t, c_size_t, c_char_p, c_char_p,
+                                        c_size_t, c_void_p, c_size_t, POINTER(c_size_t)]),
+        "kvpool_strerror": (c_char_p, [c_int]),
+    }
+    for name, (restype, argtypes) in protos.items():
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+
+
+lib = _load()
+_declare(lib)
+path = lib._name
+
+# ---- caller memory through the buffer protocol ------------------------------
+
+
+class Py_buffer(Structure):
+    """CPython's Py_buffer (part of the stable ABI since 3.11, unchanged since 3.3)."""
+    _fields_ = [("buf", c_void_p), ("obj", c_void_p), ("len", c_ssize_t),
+                ("itemsize", c_ssize_t), ("readonly", c_int), ("ndim", c_int),
+                ("format", c_char_p), ("shape", c_void_p), ("strides", c_void_p),
+                ("suboffsets", c_void_p), ("internal", c_void_p)]
+
+
+PyBUF_SIMPLE = 0   # contiguous bytes, no format: what a block payload is
+PyBUF_WRITABLE = 1
+
+_api = ctypes.pythonapi
+_get_buffer = _api.PyObject_GetBuffer
+_get_buffer.restype = c_int
+_get_buffer.argtypes = [py_object, POINTER(Py_buffer), c_int]
+_release_buffer = _api.PyBuffer_Release
+_release_buffer.restype = None
+_release_buffer.argtypes = [POINTER(Py_buffer)]
+
+# A new bytes object whose contents the binding fills in before anyone else
+# sees it: the documented way C code builds bytes (PyBytes_FromStringAndSize
+# with NULL). Lets get() return bytes with no copy after the receive.
+new_bytes = _api.PyBytes_FromStringAndSize
+new_bytes.restype = py_object
+new_bytes.argtypes = [c_void_p, c_ssize_t]
+bytes_address = _api.PyBytes_AsString
+bytes_address.restype = c_void_p
+bytes_address.argtypes = [py_object]
+
+
+def _is_tensor(obj):
+    """A torch tensor (duck-typed: the binding does not import torch)."""
+    return all(hasattr(obj, a) for a in ("data_ptr", "element_size", "is_contiguous"))
+
+
+class Pin:
+    """The address and size of a caller buffer, held for as long as this
+    object is not released: a buffer-protocol export (so a bytearray cannot
+    be resized under us) or a reference to a torch tensor."""
+
+    __slots__ = ("address", "nbytes", "_view", "_obj")
+
+    def __init__(self, obj, writable):
+        self._view = None
+        self._obj = obj
+        if _is_tensor(obj):
+            self._pin_tensor(obj)
+            return
+        view = Py_buffer()
+        _get_buffer(obj, ctypes.byref(view), PyBUF_WRITABLE if writable else PyBUF_SIMPLE)
+        self._view = view
+        self.address = view.buf
+        self.nbytes = view.len
+
+    def _pin_tensor(self, t):
+        """torch tensors have no buffer protocol; a contiguous CPU tensor's
+        memory is data_ptr() .. + numel() * element_size()."""
+        device = getattr(t, "device", None)
+        if device is not None and getattr(device, "type", "cpu") != "cpu":
+            raise TypeError("kvpool: only CPU tensors can be used over TCP (got %s)" % device)
+        if not t.is_contiguous():
+            raise BufferError("kvpool: tensor is not contiguous")
+        self.address = t.data_ptr()
+        self.nbytes = t.numel() * t.element_size()
+
+    def release(self):
+        if self._view is not None:
+            _release_buffer(ctypes.byref(self._view))
+            self._view = None
+        self._obj = None
+
+    def __del__(self):
+        self.release()
+
+
+class Pins:
+    """A list of Pin, released together (a context manager)."""
+
+    def __init__(self):
+        self.pins = []
+
+    def add(self, obj, writable):
+        p = Pin(obj, writable)
+        self.pins.append(p)
+        return p
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.pins:
+            p.release()
+        self.pins = []

@@ -1,0 +1,531 @@
+"""kvpool.Client: one libkvpool handle (one TCP connection) as a Python
+object.
+
+Payloads are any object with the buffer protocol (bytes, bytearray,
+memoryview, array.array, numpy arrays) or a contiguous torch CPU tensor,
+or a list/tuple of such pieces (a scatter-gather list: per-layer slices of
+one block need no staging copy). The binding passes their addresses to
+libkvpool: put sends from them and get_into receives into them with no copy
+in Python. The GIL is released while libkvpool waits for the network.
+"""
+
+import ctypes
+import errno as _errno
+import json
+import threading
+from collections import namedtuple
+
+from . import _lib
+from .errors import ConnectionError as _ConnectionError
+from .errors import InvalidArgument, NotRegistered, TooLarge, make_error
+
+_lib_fns = _lib.lib
+_KEY = _lib.KEY_BYTES
+
+# Errors after which a batch call did nothing per block: they are raised
+# rather than returned as per-block statuses.
+_CALL_ERRORS = frozenset(-e for e in (
+    _errno.ECONNREFUSED, _errno.ECONNRESET, _errno.EPIPE, _errno.ETIMEDOUT,
+    _errno.EPROTO, _errno.ENOMEM, _errno.EINVAL, _errno.EOPNOTSUPP))
+
+# get_many receives into buffers of a guessed size only while they add up
+# to at most this much; beyond it, it asks the sizes first (a round trip
+# without payload) rather than risk allocating guess * count bytes.
+_GET_MANY_GUESS_BYTES = 256 << 20
+
+Limits = namedtuple("Limits", "max_block_bytes max_batch_blocks max_frame_bytes max_lease_ms "
+                              "rdma_port protocol_version max_inflight_put_bytes")
+Limits.__doc__ = "The server's limits, from its HELLO reply (sizes in bytes)."
+
+
+def _key(key, what="key"):
+    """A key as 32 bytes; TypeError or InvalidArgument otherwise."""
+    if isinstance(key, bytes):
+        k = key
+    elif isinstance(key, (bytearray, memoryview)):
+        k = bytes(key)
+    else:
+        raise TypeError("kvpool: %s must be bytes, not %s" % (what, type(key).__name__))
+    if len(k) != _KEY:
+        raise InvalidArgument(-_errno.EINVAL, "kvpool: %s must be %d bytes, got %d"
+                              % (what, _KEY, len(k)))
+    return k
+
+
+def _keys(keys):
+    """A list of keys as one contiguous bytes object, and their count."""
+    ks = [_key(k) for k in keys]
+    return b"".join(ks), len(ks)
+
+
+def _short(key):
+    return key.hex()[:16]
+
+
+def _timeout_ms(timeout):
+    """Seconds (int or float, > 0) -> libkvpool milliseconds; None -> default."""
+    if timeout is None:
+        return 0
+    ms = int(round(float(timeout) * 1000))
+    if ms < 1 or ms > 0xFFFFFFFF:
+        raise InvalidArgument(-_errno.EINVAL, "kvpool: timeout must be 0.001 .. 4294967 s")
+    return ms
+
+
+def _pieces(data):
+    """data as a list of buffer objects (a list/tuple is a scatter-gather list)."""
+    if isinstance(data, (list, tuple)):
+        if not data:
+            raise InvalidArgument(-_errno.EINVAL, "kvpool: empty list of buffers")
+        return list(data)
+    return [data]
+
+
+def _iovecs(pins, data, writable):
+    """Pin every piece of data; returns (iovec array, piece count, total bytes)."""
+    parts = _pieces(data)
+    iov = (_lib.iovec * len(parts))()
+    total = 0
+    for i, part in enumerate(parts):
+        p = pins.add(part, writable)
+        iov[i].iov_base = p.address
+        iov[i].iov_len = p.nbytes
+        total += p.nbytes
+    return iov, len(parts), total
+
+
+class Client:
+    """A connection to a kvpool server, bound to one namespace.
+
+    Client(url="tcp://127.0.0.1:7470", namespace="default", token=None,
+           timeout=10.0)
+
+    url        "tcp://host:port" (host: a name, IPv4, or [IPv6])
+    namespace  1..255 printable ASCII bytes, no spaces (e.g.
+               "llama3-8b:bf16:tp1:b16": blocks of different models or
+               layouts must not share one)
+    token      auth token (str or bytes) or None
+    timeout    seconds allowed for each call, reconnect included (float)
+
+    Connects at once (raises ConnectionError, Denied, InvalidArgument ...).
+    Use it as a context manager, or call close(). A Client may be shared by
+    threads: its calls are serialised (one connection, replies in order);
+    for parallel transfers use one Client per thread.
+    """
+
+    def __init__(self, url=_lib.DEFAULT_URL, namespace="default", token=None, timeout=10.0):
+        self._handle = None
+        self._lock = threading.Lock()
+        self._get_hint_bytes = 0      # size of the last block get() returned
+        self._registered = {}         # address -> Pin of register()ed buffers
+        if isinstance(token, str):
+            token = token.encode()
+        opts = _lib.options(token=token, timeout_ms=_timeout_ms(timeout))
+        handle = ctypes.c_void_p()
+        rc = _lib_fns.kvpool_connect(str(url).encode(), str(namespace).encode(),
+                                     ctypes.byref(opts), ctypes.byref(handle))
+        if rc:
+            if rc == -_errno.ENOENT:  # at connect: the host name does not resolve
+                raise _ConnectionError(rc, "connect %s: host name does not resolve" % url)
+            raise make_error(rc, "connect %s namespace %r" % (url, namespace))
+        self._handle = handle
+        self._timeout_s = opts.timeout_ms / 1000 if opts.timeout_ms else \
+            _lib.DEFAULT_TIMEOUT_MS / 1000
+        self.url = url
+        self.namespace = namespace
+
+    # ---- lifetime -----------------------------------------------------------
+
+    def close(self):
+        """Close the connection and forget registered buffers. Idempotent."""
+        with self._lock:
+            h, self._handle = self._handle, None
+            if h:
+                _lib_fns.kvpool_close(h)
+            for pin in self._registered.values():
+                pin.release()
+            self._registered.clear()
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            self.close()
+
+    def __repr__(self):
+        state = "closed" if self.closed else "open"
+        return "<kvpool.Client %s namespace=%r %s>" % (getattr(self, "url", "?"),
+                                                       getattr(self, "namespace", "?"), state)
+
+    def _h(self):
+        """The handle; the caller holds self._lock."""
+        if self._handle is None:
+            raise ValueError("kvpool: operation on a closed Client")
+        return self._handle
+
+    # ---- settings -----------------------------------------------------------
+
+    @property
+    def timeout(self):
+        """Seconds allowed for each call (settable)."""
+        return self._timeout_s
+
+    @timeout.setter
+    def timeout(self, seconds):
+        ms = _timeout_ms(seconds)
+        with self._lock:
+            _lib_fns.kvpool_set_timeout(self._h(), ms)
+            self._timeout_s = ms / 1000 if ms else _lib.DEFAULT_TIMEOUT_MS / 1000
+
+    @property
+    def limits(self):
+        """The server's Limits (reconnects if needed)."""
+        out = _lib.limits()
+        with self._lock:
+            rc = _lib_fns.kvpool_get_limits(self._h(), ctypes.byref(out))
+        if rc:
+            raise make_error(rc, "limits")
+        return Limits(*(getattr(out, f) for f, _ in _lib.limits._fields_))
+
+    # ---- single blocks --------------------------------------------------------
+
+    def put(self, key, data, parent=None):
+        """Store one block: `data` is a buffer or a list of buffers (their
+        concatenation is the block). `parent` is the key of the block
+        before it in its prompt, or None for a prompt's first block.
+        A key already stored is a success (content is never replaced).
+        Raises NoParent, TooLarge, Full, Busy, ChecksumError, ... ."""
+        k = _key(key)
+        p = None if parent is None else _key(parent, "parent")
+        with _lib.Pins() as pins:
+            if isinstance(data, (list, tuple)):
+                iov, n, _ = _iovecs(pins, data, False)
+                block = _lib.put_block(k, p, iov, n)
+                with self._lock:
+                    rc = _lib_fns.kvpool_put(self._h(), ctypes.byref(block), 1, None)
+            else:
+                pin = pins.add(data, False)
+                with self._lock:
+                    rc = _lib_fns.kvpool_put_bytes(self._h(), k, p, pin.address, pin.nbytes)
+        if rc:
+            raise make_error(rc, "put %s" % _short(k))
+
+    def get_into(self, key, buffer):
+        """Receive one block straight into `buffer` (a writable buffer or a
+        list of them, filled in order), with no intermediate copy. Returns
+        the block's size in bytes (bytes past it are left alone).
+        Raises Miss, TooLarge (the buffer is too small; .block_bytes says
+        how large the block is), ChecksumError, ... ."""
+        k = _key(key)
+        length = ctypes.c_uint64(0)
+        with _lib.Pins() as pins:
+            if isinstance(buffer, (list, tuple)):
+                iov, n, _ = _iovecs(pins, buffer, True)
+                block = _lib.get_block(k, iov, n, 0)
+                with self._lock:
+                    rc = _lib_fns.kvpool_get(self._h(), ctypes.byref(block), 1, None)
+                length.value = block.length
+            else:
+                pin = pins.add(buffer, True)
+                with self._lock:
+                    rc = _lib_fns.kvpool_get_bytes(self._h(), k, pin.address, pin.nbytes,
+                                                   ctypes.byref(length))
+        if rc:
+            raise self._get_error(rc, k, length.value)
+        return length.value
+
+    def get(self, key):
+        """Return one block as new bytes. Raises Miss, ChecksumError, ... .
+
+        The block's bytes are received straight into the returned object.
+        Its size is guessed from the last block get() returned; a first
+        get, or a block larger than the guess, costs one more round trip
+        (ask the size, then fetch), and a smaller one a copy of its bytes."""
+        k = _key(key)
+        length = ctypes.c_uint64(0)
+        with self._lock:
+            h = self._h()
+            guess = self._get_hint_bytes
+            out = None
+            if guess:
+                out = _lib.new_bytes(None, guess)
+                rc = _lib_fns.kvpool_get_bytes(h, k, _lib.bytes_address(out), guess,
+                                               ctypes.byref(length))
+            else:
+                rc = _lib_fns.kvpool_get_bytes(h, k, None, 0, ctypes.byref(length))
+            if rc == -_errno.EMSGSIZE and length.value > guess:
+                guess = length.value
+                out = _lib.new_bytes(None, guess)
+                rc = _lib_fns.kvpool_get_bytes(h, k, _lib.bytes_address(out), guess,
+                                               ctypes.byref(length))
+            if rc == 0:
+                self._get_hint_bytes = length.value
+        if rc:
+            raise self._get_error(rc, k, length.value)
+        return out if length.value == len(out) else out[:length.value]
+
+    def exists(self, key):
+        """True if the pool holds the block."""
+        return self.exists_many([key])[0]
+
+    def delete(self, key):
+        """Remove a block and its descendants; True if it was there."""
+        return self.delete_many([key])[0]
+
+    # ---- batches --------------------------------------------------------------
+
+    def put_many(self, keys, buffers, parents=None):
+        """Store len(keys) blocks in pipelined batches. buffers[i] is a
+        buffer or a list of buffers; parents[i] (parents=None: all None) the
+        parent key of block i or None. Returns a list of statuses: 0 for a
+        block stored (or already there), else a negative errno (kvpool.
+        strerror(s) describes it, kvpool.error_class(s) is its exception).
+        Raises only for errors that fail the whole call (ConnectionError,
+        Timeout, ProtocolError ...)."""
+        ks = [_key(k) for k in keys]
+        if len(buffers) != len(ks):
+            raise InvalidArgument(-_errno.EINVAL, "put_many: %d keys but %d buffers"
+                                  % (len(ks), len(buffers)))
+        if parents is None:
+            ps = [None] * len(ks)
+        else:
+            if len(parents) != len(ks):
+                raise InvalidArgument(-_errno.EINVAL, "put_many: %d keys but %d parents"
+                                      % (len(ks), len(parents)))
+            ps = [None if p is None else _key(p, "parent") for p in parents]
+        if not ks:
+            return []
+        blocks = (_lib.put_block * len(ks))()
+        st = (ctypes.c_int * len(ks))()
+        with _lib.Pins() as pins:
+            for i, k in enumerate(ks):
+                iov, n, _ = _iovecs(pins, buffers[i], False)
+                blocks[i] = _lib.put_block(k, ps[i], iov, n)  # blocks keeps iov alive
+            with self._lock:
+                rc = _lib_fns.kvpool_put(self._h(), blocks, len(ks), st)
+        return self._statuses(rc, st, "put_many")
+
+    def put_chain(self, keys, buffers, parent=None):
+        """put_many for one prompt's consecutive blocks: block i's parent is
+        keys[i-1], block 0's is `parent` (None: the prompt's first block)."""
+        ks = list(keys)
+        return self.put_many(ks, buffers, [parent] + ks[:-1] if ks else [])
+
+    def get_into_many(self, keys, buffers):
+        """Receive len(keys) blocks into buffers[i] (each a writable buffer
+        or a list of them), pipelined, with no intermediate copy. Returns a
+        list: the block's size in bytes (> 0) where it was received, else a
+        negative errno (-errno.ENOENT for a miss, -errno.EMSGSIZE when the
+        buffer is too small). Raises only for whole-call errors."""
+        ks = [_key(k) for k in keys]
+        if len(buffers) != len(ks):
+            raise InvalidArgument(-_errno.EINVAL, "get_into_many: %d keys but %d buffers"
+                                  % (len(ks), len(buffers)))
+        with _lib.Pins() as pins:
+            iovs = [_iovecs(pins, b, True)[:2] for b in buffers]
+            statuses, lengths = self._get_batch(ks, iovs, "get_into_many")
+        return [lengths[i] if s == 0 else s for i, s in enumerate(statuses)]
+
+    def get_many(self, keys):
+        """Return len(keys) blocks: a list holding, per block, its bytes, or
+        a negative errno where it was not returned (-errno.ENOENT: a miss).
+        Blocks are received straight into the returned bytes objects, sized
+        by a guess (see get); blocks larger than the guess are fetched again
+        in a second batch (their size came with the first reply). When the
+        guesses would add up to more than 256 MiB the first batch only asks
+        the sizes.
+        Raises only for whole-call errors."""
+        ks = [_key(k) for k in keys]
+        with self._lock:
+            guess = self._get_hint_bytes
+        if guess * len(ks) > _GET_MANY_GUESS_BYTES:
+            guess = 0                   # ask the sizes first rather than over-allocate
+        outs = [_lib.new_bytes(None, guess) if guess else None for _ in ks]
+        statuses, lengths = self._get_batch(ks, [self._bytes_iov(o) for o in outs], "get_many")
+        again = [i for i, s in enumerate(statuses)
+                 if s == -_errno.EMSGSIZE and lengths[i] > guess]
+        if again:
+            for i in again:
+                outs[i] = _lib.new_bytes(None, lengths[i])
+            st2, len2 = self._get_batch([ks[i] for i in again],
+                                        [self._bytes_iov(outs[i]) for i in again], "get_many")
+            for j, i in enumerate(again):
+                statuses[i], lengths[i] = st2[j], len2[j]
+        got = [lengths[i] for i, s in enumerate(statuses) if s == 0]
+        if got:
+            with self._lock:
+                self._get_hint_bytes = got[-1]
+        return [s if s else (o if lengths[i] == len(o) else o[:lengths[i]])
+                for i, (o, s) in enumerate(zip(outs, statuses))]
+
+    @staticmethod
+    def _bytes_iov(out):
+        """(iovec array, 1) over a fresh bytes object (None: no room)."""
+        iov = (_lib.iovec * 1)()
+        if out is not None:
+            iov[0].iov_base = _lib.bytes_address(out)
+            iov[0].iov_len = len(out)
+        return iov, 1
+
+    def _get_batch(self, ks, iovs, what):
+        """kvpool_get of blocks ks[i] into iovs[i] = (iovec array, count).
+        Returns (statuses, lengths); lengths[i] is the block size when
+        statuses[i] is 0 or -EMSGSIZE (0 if unknown)."""
+        n = len(ks)
+        if not n:
+            return [], []
+        blocks = (_lib.get_block * n)()
+        st = (ctypes.c_int * n)()
+        for i, k in enumerate(ks):
+            blocks[i] = _lib.get_block(k, iovs[i][0], iovs[i][1], 0)
+        with self._lock:
+            rc = _lib_fns.kvpool_get(self._h(), blocks, n, st)
+        statuses = self._statuses(rc, st, what)
+        return statuses, [blocks[i].length if statuses[i] in (0, -_errno.EMSGSIZE) else 0
+                          for i in range(n)]
+
+    def exists_many(self, keys):
+        """Which blocks the pool holds: a list of bools, one per key."""
+        raw, n = _keys(keys)
+        if not n:
+            return []
+        st = (ctypes.c_int * n)()
+        with self._lock:
+            rc = _lib_fns.kvpool_exists(self._h(), raw, n, st)
+        if rc:
+            raise make_error(rc, "exists")
+        return [s == 0 for s in st]
+
+    def delete_many(self, keys):
+        """Remove blocks and their descendants: a list of bools, True where
+        the block was there."""
+        raw, n = _keys(keys)
+        if not n:
+            return []
+        st = (ctypes.c_int * n)()
+        with self._lock:
+            rc = _lib_fns.kvpool_delete(self._h(), raw, n, st)
+        if rc:
+            raise make_error(rc, "delete")
+        return [s == 0 for s in st]
+
+    def match(self, keys, lease_ms=0):
+        """How many leading keys of the chain `keys` the pool holds (an int).
+        With lease_ms > 0 those blocks stay pinned for this connection for
+        lease_ms (capped by the server's max_lease_ms) or until a get on this
+        Client returns them, so the gets that follow cannot miss."""
+        raw, n = _keys(keys)
+        if not isinstance(lease_ms, int) or not 0 <= lease_ms <= 0xFFFFFFFF:
+            raise InvalidArgument(-_errno.EINVAL, "match: lease_ms must be an int >= 0")
+        matched = ctypes.c_size_t(0)
+        if not n:
+            return 0
+        with self._lock:
+            rc = _lib_fns.kvpool_match(self._h(), raw, n, lease_ms, ctypes.byref(matched))
+        if rc:
+            raise make_error(rc, "match")
+        return matched.value
+
+    # ---- whole pool -------------------------------------------------------------
+
+    def stats(self, namespace=None):
+        """The server's statistics as a dict (keys in proto/PROTOCOL.md);
+        namespace=None for every namespace, else only that one's entry."""
+        out = ctypes.c_void_p()
+        ns = None if namespace is None else str(namespace).encode()
+        with self._lock:
+            rc = _lib_fns.kvpool_stats(self._h(), ns, ctypes.byref(out))
+        if rc:
+            raise make_error(rc, "stats")
+        try:
+            text = ctypes.string_at(out.value)
+        finally:
+            _lib_fns.kvpool_free(out)
+        return json.loads(text)
+
+    def drop_namespace(self, namespace=None):
+        """Drop every block of a namespace (None: this Client's); returns
+        how many blocks were dropped."""
+        n = ctypes.c_uint64(0)
+        ns = None if namespace is None else str(namespace).encode()
+        with self._lock:
+            rc = _lib_fns.kvpool_drop_namespace(self._h(), ns, ctypes.byref(n))
+        if rc:
+            raise make_error(rc, "drop_namespace")
+        return n.value
+
+    def ping(self):
+        """One round trip; returns its time in microseconds."""
+        rtt_us = ctypes.c_uint64(0)
+        with self._lock:
+            rc = _lib_fns.kvpool_ping(self._h(), ctypes.byref(rtt_us))
+        if rc:
+            raise make_error(rc, "ping")
+        return rtt_us.value
+
+    # ---- registered memory ------------------------------------------------------
+
+    def register(self, buffer):
+        """Declare a buffer that will be put from and got into many times
+        (a KV-cache arena). With the RDMA transport (not built yet) it
+        becomes memory the NIC may access, registered once; over TCP it is
+        only checked and recorded, and puts/gets work the same with or
+        without it. The buffer stays exported (a bytearray cannot be
+        resized) until unregister(buffer) or close().
+        Raises AlreadyRegistered if it overlaps a registered buffer."""
+        pin = _lib.Pin(buffer, False)
+        try:
+            with self._lock:
+                rc = _lib_fns.kvpool_register(self._h(), pin.address, pin.nbytes)
+                if rc == 0:
+                    self._registered[pin.address] = pin
+        except BaseException:
+            pin.release()
+            raise
+        if rc:
+            pin.release()
+            raise make_error(rc, "register")
+
+    def unregister(self, buffer):
+        """Forget a buffer given to register(). Raises NotRegistered (a
+        KeyError) if it was not registered."""
+        pin = _lib.Pin(buffer, False)
+        address = pin.address
+        pin.release()
+        with self._lock:
+            rc = _lib_fns.kvpool_unregister(self._h(), address)
+            held = self._registered.pop(address, None) if rc == 0 else None
+        if held is not None:
+            held.release()
+        if rc == -_errno.ENOENT:
+            raise NotRegistered(rc, "unregister: no buffer registered with this Client "
+                                "starts at this address")
+        if rc:
+            raise make_error(rc, "unregister")
+
+    # ---- helpers ----------------------------------------------------------------
+
+    @staticmethod
+    def _get_error(rc, key, length):
+        if rc == -_errno.EMSGSIZE:
+            size = length or None
+            what = "get %s" % _short(key)
+            if size:
+                what += " (block is %d bytes)" % size
+            return make_error(rc, what, cls=TooLarge, block_bytes=size)
+        return make_error(rc, "get %s" % _short(key))
+
+    @staticmethod
+    def _statuses(rc, st, what):
+        """Per-block statuses of a batch call, or raise its whole-call error."""
+        if rc in _CALL_ERRORS and all(s == rc for s in st):
+            raise make_error(rc, what)
+        return list(st)

@@ -1,0 +1,497 @@
+/*
+ * srv_auth.c - the tokens file: load, check, look up (srv_auth.h).
+ */
+#include "srv_auth.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include "conf.h"
+#include "proto.h"
+
+#define AUTH_FILE_MAX_BYTES (16u << 20)
+
+struct auth_prefix {
+	char *text; /* NUL-terminated; "" matches every namespace ("*") */
+	size_t len;
+};
+
+struct auth_token {
+	uint8_t digest[SRV_AUTH_DIGEST_BYTES];
+	enum srv_access access;
+	struct auth_prefix *prefixes;
+	uint32_t nprefixes;
+};
+
+struct auth_quota {
+	char *name; /* exact name, or the prefix without its '*' */
+	size_t len;
+	bool is_prefix;
+	uint64_t bytes;
+};
+
+/* One loaded file: immutable once built, swapped whole by a reload. */
+struct auth_table {
+	struct auth_token *tokens;
+	uint32_t ntokens, tokens_cap;
+	struct auth_quota *quotas;
+	uint32_t nquotas, quotas_cap;
+};
+
+struct srv_auth {
+	pthread_rwlock_t lock; /* guards t against srv_auth_reload */
+	struct auth_table *t;
+};
+
+/* Where the parser is, for messages. */
+struct auth_parse {
+	const char *path;
+	unsigned line;
+	char *err;
+	size_t err_len;
+	struct auth_table *t;
+};
+
+static int perr(struct auth_parse *p, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Write "path:line: message" into p->err and return rc. */
+static int perr(struct auth_parse *p, int rc, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (p->err_len)
+		snprintf(p->err, p->err_len, "%s:%u: %s", p->path, p->line, msg);
+	return rc;
+}
+
+static void table_free(struct auth_table *t)
+{
+	if (!t)
+		return;
+	for (uint32_t i = 0; i < t->ntokens; i++) {
+		for (uint32_t j = 0; j < t->tokens[i].nprefixes; j++)
+			free(t->tokens[i].prefixes[j].text);
+		free(t->tokens[i].prefixes);
+	}
+	free(t->tokens);
+	for (uint32_t i = 0; i < t->nquotas; i++)
+		free(t->quotas[i].name);
+	free(t->quotas);
+	free(t);
+}
+
+void srv_auth_digest(const void *token, size_t len, uint8_t digest[SRV_AUTH_DIGEST_BYTES])
+{
+	unsigned int n = 0;
+
+	if (!EVP_Digest(token, len, digest, &n, EVP_sha256(), NULL) || n != SRV_AUTH_DIGEST_BYTES)
+		abort(); /* libcrypto without SHA-256: nothing sensible to do */
+}
+
+/* Is every byte of s[0..len) printable ASCII without blanks? */
+static bool printable(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
+			return false;
+	return true;
+}
+
+/* The token with this digest, or NULL. Compares with every token, each
+ * comparison constant time, and never stops early. */
+static const struct auth_token *token_find(const struct auth_table *t, const uint8_t *digest)
+{
+	const struct auth_token *found = NULL;
+
+	for (uint32_t i = 0; i < t->ntokens; i++)
+		if (CRYPTO_memcmp(t->tokens[i].digest, digest, SRV_AUTH_DIGEST_BYTES) == 0)
+			found = &t->tokens[i];
+	return found;
+}
+
+/* Split the next blank-separated word off *cur; NULL at the end. */
+static char *next_word(char **cur)
+{
+	char *s = *cur, *w;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	if (!*s) {
+		*cur = s;
+		return NULL;
+	}
+	w = s;
+	while (*s && *s != ' ' && *s != '\t')
+		s++;
+	if (*s)
+		*s++ = '\0';
+	*cur = s;
+	return w;
+}
+
+/* Append one prefix to token tk. Errors: -ENOMEM. */
+static int token_add_prefix(struct auth_token *tk, const char *text)
+{
+	struct auth_prefix *p = realloc(tk->prefixes, (tk->nprefixes + 1) * sizeof(*p));
+	const char *src = strcmp(text, "*") == 0 ? "" : text;
+
+	if (!p)
+		return -ENOMEM;
+	tk->prefixes = p;
+	p[tk->nprefixes].text = strdup(src);
+	if (!p[tk->nprefixes].text)
+		return -ENOMEM;
+	p[tk->nprefixes].len = strlen(src);
+	tk->nprefixes++;
+	return 0;
+}
+
+/* Room for one more token in t. Errors: -ENOMEM. */
+static int tokens_grow(struct auth_table *t)
+{
+	struct auth_token *v;
+	uint32_t cap = t->tokens_cap ? 2 * t->tokens_cap : 8;
+
+	if (t->ntokens < t->tokens_cap)
+		return 0;
+	v = realloc(t->tokens, cap * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	t->tokens = v;
+	t->tokens_cap = cap;
+	return 0;
+}
+
+/* "TOKEN ACCESS PREFIX [PREFIX...]" (already cut into words at *cur). */
+static int parse_token_line(struct auth_parse *p, char *line)
+{
+	char *cur = line, *tok = next_word(&cur), *acc = next_word(&cur), *w;
+	size_t len = strlen(tok);
+	struct auth_token *tk;
+
+	if (len < SRV_AUTH_TOKEN_MIN_BYTES || len > PROTO_TOKEN_MAX_BYTES)
+		return perr(p, -EINVAL, "token of %zu bytes: tokens have %d..%d bytes", len,
+			    SRV_AUTH_TOKEN_MIN_BYTES, PROTO_TOKEN_MAX_BYTES);
+	if (!acc || (strcmp(acc, "ro") && strcmp(acc, "rw")))
+		return perr(p, -EINVAL, "expected \"TOKEN ro|rw PREFIX...\": access must be ro or rw");
+	if (tokens_grow(p->t) < 0)
+		return perr(p, -ENOMEM, "out of memory");
+	tk = &p->t->tokens[p->t->ntokens];
+	memset(tk, 0, sizeof(*tk));
+	srv_auth_digest(tok, len, tk->digest);
+	if (token_find(p->t, tk->digest))
+		return perr(p, -EINVAL, "token given twice");
+	tk->access = acc[1] == 'w' ? SRV_ACCESS_RW : SRV_ACCESS_RO;
+	p->t->ntokens++; /* owned by the table from here, freed with it */
+	while ((w = next_word(&cur))) {
+		if (strlen(w) > PROTO_NAME_MAX_BYTES)
+			return perr(p, -EINVAL, "prefix longer than %d bytes", PROTO_NAME_MAX_BYTES);
+		if (token_add_prefix(tk, w) < 0)
+			return perr(p, -ENOMEM, "out of memory");
+	}
+	if (!tk->nprefixes)
+		return perr(p, -EINVAL, "token without a namespace prefix (\"*\" grants every namespace)");
+	return 0;
+}
+
+/* Trim blanks at both ends of s in place. */
+static char *trim(char *s)
+{
+	size_t n;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	n = strlen(s);
+	while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+		s[--n] = '\0';
+	return s;
+}
+
+/* "NAME = SIZE" or "PREFIX* = SIZE". */
+static int parse_quota_line(struct auth_parse *p, char *line)
+{
+	char *eq = strrchr(line, '='), *name, *size;
+	struct auth_table *t = p->t;
+	struct auth_quota *q;
+	uint64_t bytes;
+	size_t len;
+
+	if (!eq)
+		return perr(p, -EINVAL, "expected \"NAMESPACE = SIZE\" or \"PREFIX* = SIZE\"");
+	*eq = '\0';
+	name = trim(line);
+	size = trim(eq + 1);
+	len = strlen(name);
+	if (len == 0 || len > PROTO_NAME_MAX_BYTES || !printable(name, len))
+		return perr(p, -EINVAL, "bad namespace name: 1..255 bytes of 0x21..0x7e");
+	if (conf_parse_size(size, &bytes) < 0)
+		return perr(p, -EINVAL, "bad quota size \"%s\" (bytes, or a number with KB, MiB, GiB...)",
+			    size);
+	if (t->nquotas == t->quotas_cap) {
+		uint32_t cap = t->quotas_cap ? 2 * t->quotas_cap : 8;
+
+		q = realloc(t->quotas, cap * sizeof(*q));
+		if (!q)
+			return perr(p, -ENOMEM, "out of memory");
+		t->quotas = q;
+		t->quotas_cap = cap;
+	}
+	q = &t->quotas[t->nquotas];
+	q->is_prefix = name[len - 1] == '*';
+	q->len = q->is_prefix ? len - 1 : len;
+	q->name = strndup(name, q->len);
+	if (!q->name)
+		return perr(p, -ENOMEM, "out of memory");
+	q->bytes = bytes;
+	t->nquotas++;
+	return 0;
+}
+
+/* One line of the file (NUL-terminated, line end removed). */
+static int parse_line(struct auth_parse *p, char *line, bool *in_quota)
+{
+	char *s = trim(line);
+
+	if (!*s || *s == '#')
+		return 0;
+	if (*s == '[') {
+		if (!strcmp(s, "[tokens]"))
+			*in_quota = false;
+		else if (!strcmp(s, "[quota]"))
+			*in_quota = true;
+		else
+			return perr(p, -EINVAL, "unknown section %s: [tokens] or [quota]", s);
+		return 0;
+	}
+	return *in_quota ? parse_quota_line(p, s) : parse_token_line(p, s);
+}
+
+/* Parse text[0..len) (NUL-terminated) into p->t. */
+static int parse_text(struct auth_parse *p, char *text, size_t len)
+{
+	bool in_quota = false;
+	char *line = text;
+	int rc;
+
+	if (memchr(text, '\0', len))
+		return perr(p, -EINVAL, "NUL byte in the file");
+	while (line && *line) {
+		char *nl = strchr(line, '\n');
+
+		p->line++;
+		if (nl)
+			*nl = '\0';
+		if (nl && nl > line && nl[-1] == '\r')
+			nl[-1] = '\0';
+		rc = parse_line(p, line, &in_quota);
+		if (rc < 0)
+			return rc;
+		line = nl ? nl + 1 : NULL;
+	}
+	return 0;
+}
+
+/* Check the open file's type and mode; read it whole into *text. */
+static int read_checked(int fd, const char *path, char **text, size_t *len, char *err,
+			size_t err_len)
+{
+	struct stat st;
+	size_t have = 0;
+	char *buf;
+
+	if (fstat(fd, &st) < 0) {
+		snprintf(err, err_len, "tokens_file %s: %s", path, strerror(errno));
+		return -errno;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, err_len, "tokens_file %s is not a regular file", path);
+		return -EPERM;
+	}
+	if (st.st_mode & (S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH)) {
+		snprintf(err, err_len,
+			 "tokens_file %s has mode %04o: group and others must not read or write it "
+			 "(chmod 600)", path, (unsigned)(st.st_mode & 07777));
+		return -EPERM;
+	}
+	if (st.st_size > AUTH_FILE_MAX_BYTES) {
+		snprintf(err, err_len, "tokens_file %s is larger than 16 MiB", path);
+		return -EFBIG;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf)
+		return -ENOMEM;
+	while (have < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + have, (size_t)st.st_size - have);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break; /* shrank meanwhile: parse what is there */
+		have += (size_t)n;
+	}
+	buf[have] = '\0';
+	*text = buf;
+	*len = have;
+	return 0;
+}
+
+/* Load path into a new table. */
+static int table_load(const char *path, struct auth_table **out, char *err, size_t err_len)
+{
+	struct auth_parse p = { .path = path, .err = err, .err_len = err_len };
+	char *text = NULL;
+	size_t len = 0;
+	int fd, rc;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(err, err_len, "cannot open tokens_file %s: %s", path, strerror(-rc));
+		return rc;
+	}
+	rc = read_checked(fd, path, &text, &len, err, err_len);
+	close(fd);
+	if (rc < 0)
+		return rc;
+	p.t = calloc(1, sizeof(*p.t));
+	if (!p.t) {
+		free(text);
+		return -ENOMEM;
+	}
+	rc = parse_text(&p, text, len);
+	free(text);
+	if (rc < 0) {
+		table_free(p.t);
+		return rc;
+	}
+	*out = p.t;
+	return 0;
+}
+
+int srv_auth_load(const char *path, struct srv_auth **out, char *err, size_t err_len)
+{
+	struct srv_auth *a = calloc(1, sizeof(*a));
+	int rc;
+
+	if (!a)
+		return -ENOMEM;
+	rc = table_load(path, &a->t, err, err_len);
+	if (rc < 0) {
+		free(a);
+		return rc;
+	}
+	pthread_rwlock_init(&a->lock, NULL);
+	*out = a;
+	return 0;
+}
+
+int srv_auth_reload(struct srv_auth *a, const char *path, uint32_t *tokens, uint32_t *quotas,
+		    char *err, size_t err_len)
+{
+	struct auth_table *t, *old;
+	int rc = table_load(path, &t, err, err_len);
+
+	if (rc < 0)
+		return rc;
+	pthread_rwlock_wrlock(&a->lock);
+	old = a->t;
+	a->t = t;
+	pthread_rwlock_unlock(&a->lock);
+	table_free(old);
+	if (tokens)
+		*tokens = t->ntokens;
+	if (quotas)
+		*quotas = t->nquotas;
+	return 0;
+}
+
+void srv_auth_free(struct srv_auth *a)
+{
+	if (!a)
+		return;
+	table_free(a->t);
+	pthread_rwlock_destroy(&a->lock);
+	free(a);
+}
+
+int srv_auth_known(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTES])
+{
+	int known;
+
+	pthread_rwlock_rdlock(&a->lock);
+	known = token_find(a->t, digest) != NULL;
+	pthread_rwlock_unlock(&a->lock);
+	return known;
+}
+
+/* Does name start with prefix p? */
+static bool prefix_of(const char *p, size_t plen, const char *name, size_t len)
+{
+	return plen <= len && memcmp(p, name, plen) == 0;
+}
+
+enum srv_access srv_auth_access(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTES],
+				const char *ns, size_t ns_len)
+{
+	enum srv_access access = SRV_ACCESS_NONE;
+	const struct auth_token *tk;
+
+	pthread_rwlock_rdlock(&a->lock);
+	tk = token_find(a->t, digest);
+	for (uint32_t i = 0; tk && i < tk->nprefixes; i++) {
+		if (prefix_of(tk->prefixes[i].text, tk->prefixes[i].len, ns, ns_len)) {
+			access = tk->access;
+			break;
+		}
+	}
+	pthread_rwlock_unlock(&a->lock);
+	return access;
+}
+
+uint64_t srv_auth_quota(struct srv_auth *a, const char *ns, size_t ns_len)
+{
+	const struct auth_quota *best = NULL;
+	uint64_t bytes;
+
+	pthread_rwlock_rdlock(&a->lock);
+	for (uint32_t i = 0; i < a->t->nquotas; i++) {
+		const struct auth_quota *q = &a->t->quotas[i];
+
+		if (!q->is_prefix && q->len == ns_len && !memcmp(q->name, ns, ns_len)) {
+			best = q;
+			break;
+		}
+		if (q->is_prefix && prefix_of(q->name, q->len, ns, ns_len) &&
+		    (!best || q->len > best->len))
+			best = q;
+	}
+	bytes = best ? best->bytes : 0;
+	pthread_rwlock_unlock(&a->lock);
+	return bytes;
+}
+
+void srv_auth_counts(struct srv_auth *a, uint32_t *tokens, uint32_t *quotas)
+{
+	pthread_rwlock_rdlock(&a->lock);
+	if (tokens)
+		*tokens = a->t->ntokens;
+	if (quotas)
+		*quotas = a->t->nquotas;
+	pthread_rwlock_unlock(&a->lock);
+}

@@ -1,0 +1,90 @@
+/*
+ * srv_auth.h - tokens and tenants: which token may bind which namespaces,
+ * read-only or read-write, and the byte quota of each namespace.
+ *
+ * The tokens file (setting tokens_file) is a text file that group and
+ * others may neither read nor write (mode 0600 or 0400; anything else is
+ * refused, like ssh refuses a readable private key). Format:
+ *
+ *   # comment lines and blank lines are ignored
+ *   [tokens]                      (the section lines start with; optional)
+ *   TOKEN  ACCESS  PREFIX [PREFIX ...]
+ *   [quota]
+ *   NAMESPACE = SIZE              (exact name)
+ *   PREFIX* = SIZE                (each namespace starting with PREFIX)
+ *
+ * TOKEN: 16..1024 bytes of printable ASCII 0x21..0x7e, each token on one
+ * line only. ACCESS: "rw" (every request) or "ro" (no PUT, DELETE or
+ * DROP_NAMESPACE), for every prefix of the line. PREFIX: a namespace may
+ * be bound when its name starts with PREFIX; "*" alone matches every
+ * namespace. SIZE: bytes with an optional unit as every size setting
+ * (64MiB, 2GB), 0 for no quota; the quota counts the payload bytes a
+ * namespace holds in either tier. For a name matched by several quota
+ * lines the exact line wins, then the longest prefix.
+ *
+ * Tokens are kept only as SHA-256 digests and looked up by comparing the
+ * digest of the offered token with every stored digest (CRYPTO_memcmp, no
+ * early exit), so the time taken says nothing about which bytes matched.
+ *
+ * Threads: srv_auth_load/free on the main thread; srv_auth_reload on the
+ * main thread while workers run; every other function from any thread
+ * (a read lock guards the table against a concurrent reload).
+ */
+#ifndef KVPOOL_SRV_AUTH_H
+#define KVPOOL_SRV_AUTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SRV_AUTH_DIGEST_BYTES 32
+#define SRV_AUTH_TOKEN_MIN_BYTES 16
+
+/* What a token may do in one namespace. */
+enum srv_access {
+	SRV_ACCESS_NONE = 0, /* namespace not granted (or unknown token) */
+	SRV_ACCESS_RO = 1,   /* GET, EXISTS, MATCH, STATS, PING */
+	SRV_ACCESS_RW = 2,   /* everything */
+};
+
+struct srv_auth;
+
+/* Read and check the tokens file at path; *out is freed with
+ * srv_auth_free. err[0..err_len) receives a one-line reason on failure,
+ * naming the file (and "file:line" for a bad line).
+ * Errors: -errno of open/fstat/read (-ENOENT, -EACCES, ...),
+ *   -EPERM (not a regular file, or group/others may read or write it),
+ *   -EINVAL (a bad line: unknown section, token too short/long or with a
+ *   byte outside 0x21..0x7e, a token given twice, ACCESS not ro/rw, no
+ *   prefix, a bad prefix or quota name, a bad size), -EFBIG (file over
+ *   16 MiB), -ENOMEM. */
+int srv_auth_load(const char *path, struct srv_auth **out, char *err, size_t err_len);
+
+/* Read path again and, only if it loads, replace a's table with it (the
+ * old table stays on error). *tokens and *quotas (may be NULL) receive the
+ * counts of the new table. Errors: as srv_auth_load. */
+int srv_auth_reload(struct srv_auth *a, const char *path, uint32_t *tokens, uint32_t *quotas,
+		    char *err, size_t err_len);
+
+/* Destructor. Accepts NULL. */
+void srv_auth_free(struct srv_auth *a);
+
+/* SHA-256 of token[0..len) into digest (the form a connection keeps).
+ * Cannot fail (aborts only if libcrypto cannot compute SHA-256 at all). */
+void srv_auth_digest(const void *token, size_t len, uint8_t digest[SRV_AUTH_DIGEST_BYTES]);
+
+/* Is digest the digest of a known token? Constant time in the digest. */
+int srv_auth_known(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTES]);
+
+/* What the token with this digest may do in namespace ns[0..ns_len):
+ * SRV_ACCESS_NONE for an unknown token or a namespace none of its
+ * prefixes covers. Constant time in the digest. */
+enum srv_access srv_auth_access(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTES],
+				const char *ns, size_t ns_len);
+
+/* The quota of namespace ns[0..ns_len) in bytes, 0 for none. */
+uint64_t srv_auth_quota(struct srv_auth *a, const char *ns, size_t ns_len);
+
+/* Number of tokens and quota lines in the current table. */
+void srv_auth_counts(struct srv_auth *a, uint32_t *tokens, uint32_t *quotas);
+
+#endif /* KVPOOL_SRV_AUTH_H */

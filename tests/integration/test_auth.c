@@ -1,0 +1,435 @@
+/*
+ * test_auth.c - tokens and tenants against a real kvpoold with a tokens
+ * file: HELLO without a valid token is DENIED and closed, a token binds
+ * only its namespace prefixes, a read-only token cannot PUT, DELETE or
+ * DROP, and a namespace over its quota evicts its own blocks first, then
+ * answers QUOTA. Also the start-up refusals: a tokens file others may
+ * read, a bad line (named by file:line), a missing file.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <json-c/json.h>
+
+#include "harness.h"
+
+#define TOK_RW "team-a-rw-0123456789abcdef"
+#define TOK_RO "team-a-ro-0123456789abcdef"
+#define TOK_ALL "admin-all-0123456789abcdef"
+
+static const char tokens_text[] =
+	"# kvpool tokens for test_auth\n"
+	"[tokens]\n"
+	TOK_RW "  rw  team-a/ shared/\n"
+	TOK_RO "\tro\tteam-a/\r\n"
+	TOK_ALL " rw *\n"
+	"\n"
+	"[quota]\n"
+	"team-a/quota = 64KiB\n"
+	"pfx/* = 32 KiB\n"
+	"pfx/big = 0\n";
+
+static struct {
+	struct harness_server srv;
+	char dir[256];
+	char tokens[300];
+	const char *flags[16];
+} g;
+
+/* Write text to path with mode (exactly: umask does not apply). */
+static int write_file(const char *path, const char *text, mode_t mode)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		return -errno;
+	fputs(text, f);
+	if (fclose(f) != 0 || chmod(path, mode) != 0)
+		return -errno;
+	return 0;
+}
+
+static int group_setup(void **state)
+{
+	const char *const *d = harness_default_flags;
+	int n = 0;
+
+	(void)state;
+	if (harness_tmpdir("auth", g.dir, sizeof(g.dir)) < 0)
+		return -1;
+	snprintf(g.tokens, sizeof(g.tokens), "%s/tokens", g.dir);
+	if (write_file(g.tokens, tokens_text, 0600) < 0)
+		return -1;
+	while (*d && n < 12)
+		g.flags[n++] = *d++;
+	g.flags[n++] = "--tokens-file";
+	g.flags[n++] = g.tokens;
+	g.flags[n] = NULL;
+	return harness_group_start(&g.srv, g.flags);
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	harness_kill(&g.srv);
+	harness_rm_rf(g.dir);
+	return 0;
+}
+
+/* Connect with a token (NULL for none). */
+static int connect_tok(const char *ns, const char *token, struct kvpool_client **out)
+{
+	struct kvpool_options o = { .token = token, .timeout_ms = 10000 };
+
+	return kvpool_connect(g.srv.url, ns, &o, out);
+}
+
+static struct kvpool_client *client_or_fail(const char *ns, const char *token)
+{
+	struct kvpool_client *c = NULL;
+
+	assert_int_equal(connect_tok(ns, token, &c), 0);
+	return c;
+}
+
+/* Raw HELLO with a token; returns the reply (the caller frees it). */
+static void raw_hello(int fd, const char *ns, const char *token, struct harness_frame *f)
+{
+	struct proto_hello h = {
+		.min_version = PROTO_VERSION_MIN, .max_version = PROTO_VERSION_MAX,
+		.ns = ns, .ns_len = (uint16_t)strlen(ns),
+		.token = token, .token_len = token ? (uint16_t)strlen(token) : 0,
+	};
+	uint8_t body[PROTO_HELLO_FIXED_BYTES + PROTO_NAME_MAX_BYTES + PROTO_TOKEN_MAX_BYTES];
+
+	assert_int_equal(proto_hello_encode(&h, body, sizeof(body)), 0);
+	assert_int_equal(harness_send_frame(fd, PROTO_OP_HELLO, 7, body,
+					    (uint32_t)proto_hello_body_bytes(&h), NULL, 0), 0);
+	assert_int_equal(harness_read_frame(fd, 5000, f), 0);
+}
+
+/* A HELLO refused: DENIED with `want` in its message; the connection
+ * stays open and unbound: a request other than HELLO or PING still gets
+ * "hello required", and a good HELLO then works. */
+static void check_hello_denied(const char *ns, const char *token, const char *want)
+{
+	struct harness_frame f;
+	char msg[512];
+	int fd = -1;
+
+	assert_int_equal(harness_raw_connect(g.srv.port, &fd), 0);
+	raw_hello(fd, ns, token, &f);
+	assert_int_equal(f.h.status, PROTO_STATUS_DENIED);
+	assert_int_equal(f.h.request_id, 7);
+	assert_int_equal(harness_error_message(&f, msg, sizeof(msg), NULL, NULL), 0);
+	if (!strstr(msg, want))
+		fail_msg("denial message \"%s\" lacks \"%s\"", msg, want);
+	harness_frame_free(&f);
+	assert_int_equal(harness_send_frame(fd, PROTO_OP_STATS, 8, "\0\0\0\0", 4, NULL, 0), 0);
+	assert_int_equal(harness_read_frame(fd, 5000, &f), 0);
+	assert_int_equal(f.h.status, PROTO_STATUS_BAD_REQUEST);
+	harness_frame_free(&f);
+	raw_hello(fd, "team-a/m", TOK_RW, &f);
+	assert_int_equal(f.h.status, PROTO_STATUS_OK);
+	harness_frame_free(&f);
+	close(fd);
+}
+
+static void test_hello_needs_token(void **state)
+{
+	struct kvpool_client *c = NULL;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	check_hello_denied("team-a/m", NULL, "requires a token");
+	assert_int_equal(connect_tok("team-a/m", NULL, &c), -EACCES);
+	assert_null(c);
+	/* PING needs no HELLO, so health checks work without a token */
+	{
+		struct harness_frame f;
+		int fd = -1;
+
+		assert_int_equal(harness_raw_connect(g.srv.port, &fd), 0);
+		assert_int_equal(harness_send_frame(fd, PROTO_OP_PING, 3, NULL, 0, NULL, 0), 0);
+		assert_int_equal(harness_read_frame(fd, 5000, &f), 0);
+		assert_int_equal(f.h.status, PROTO_STATUS_OK);
+		harness_frame_free(&f);
+		close(fd);
+	}
+}
+
+static void test_unknown_token(void **state)
+{
+	struct kvpool_client *c = NULL;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	check_hello_denied("team-a/m", "team-a-rw-0123456789abcdeX", "unknown token");
+	/* a prefix of a real token is no token */
+	check_hello_denied("team-a/m", "team-a-rw-0123456789abcde", "unknown token");
+	assert_int_equal(connect_tok("team-a/m", TOK_RW "x", &c), -EACCES);
+}
+
+static void test_namespace_denied(void **state)
+{
+	struct kvpool_client *c = NULL;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	check_hello_denied("team-b/m", TOK_RW, "does not grant namespace team-b/m");
+	/* "team-a" without the slash is not under the prefix "team-a/" */
+	check_hello_denied("team-a", TOK_RW, "does not grant");
+	check_hello_denied("shared/x", TOK_RO, "does not grant");
+	assert_int_equal(connect_tok("team-b/m", TOK_RW, &c), -EACCES);
+	c = client_or_fail("shared/x", TOK_RW);
+	/* STATS of one namespace: only of a granted one */
+	{
+		char *json = NULL;
+
+		assert_int_equal(kvpool_stats(c, "team-b/m", &json), -EACCES);
+		assert_null(json);
+		assert_int_equal(kvpool_stats(c, "team-a/m", &json), 0);
+		kvpool_free(json);
+	}
+	kvpool_close(c);
+	c = client_or_fail("team-b/anything", TOK_ALL);
+	kvpool_close(c);
+}
+
+static void test_rw_and_ro(void **state)
+{
+	struct kvpool_client *rw, *ro;
+	uint8_t key[32], key2[32], data[5000], got[5000];
+	uint64_t len = 0, dropped = 0;
+	int st = 0;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	rw = client_or_fail("team-a/m", TOK_RW);
+	ro = client_or_fail("team-a/m", TOK_RO);
+	harness_key(key, "ro", 1);
+	harness_key(key2, "ro", 2);
+	harness_fill(data, sizeof(data), 1);
+	assert_int_equal(kvpool_put_bytes(rw, key, NULL, data, sizeof(data)), 0);
+	/* ro reads */
+	assert_int_equal(kvpool_get_bytes(ro, key, got, sizeof(got), &len), 0);
+	assert_int_equal(len, sizeof(data));
+	assert_memory_equal(got, data, sizeof(data));
+	/* ro cannot write, delete or drop; the connection stays usable */
+	assert_int_equal(kvpool_put_bytes(ro, key2, key, data, sizeof(data)), -EACCES);
+	assert_int_equal(kvpool_delete(ro, key, 1, &st), -EACCES);
+	assert_int_equal(kvpool_drop_namespace(ro, NULL, NULL), -EACCES);
+	assert_int_equal(kvpool_drop_namespace(ro, "team-a/m", NULL), -EACCES);
+	assert_int_equal(kvpool_exists(ro, key, 1, &st), 0);
+	assert_int_equal(st, 0);
+	assert_int_equal(kvpool_exists(ro, key2, 1, &st), 0);
+	assert_int_equal(st, -ENOENT);
+	harness_check_block_or_fail(rw, key, data, sizeof(data));
+	/* rw drops by name only what its token grants read-write */
+	assert_int_equal(kvpool_drop_namespace(rw, "team-b/m", NULL), -EACCES);
+	assert_int_equal(kvpool_drop_namespace(rw, "team-a/m", &dropped), 0);
+	assert_int_equal(dropped, 1);
+	assert_int_equal(kvpool_get_bytes(ro, key, got, sizeof(got), &len), -ENOENT);
+	kvpool_close(ro);
+	kvpool_close(rw);
+}
+
+/* Put n blocks of `bytes` each (tag, 1..n) as first blocks; statuses of
+ * every put into st[]. */
+static void put_many(struct kvpool_client *c, const char *tag, int n, size_t bytes, int *st)
+{
+	uint8_t key[32];
+	uint8_t *data = malloc(bytes);
+
+	assert_non_null(data);
+	for (int i = 0; i < n; i++) {
+		harness_key(key, tag, (uint64_t)i + 1);
+		harness_fill(data, bytes, (uint64_t)i + 1);
+		st[i] = kvpool_put_bytes(c, key, NULL, data, bytes);
+	}
+	free(data);
+}
+
+static void test_quota(void **state)
+{
+	struct kvpool_client *q, *other;
+	uint8_t key[32], data[8192];
+	int st[16];
+
+	(void)state;
+	harness_need_server(&g.srv);
+	q = client_or_fail("team-a/quota", TOK_RW);
+	other = client_or_fail("team-a/other", TOK_RW);
+	put_many(other, "other", 4, 8192, st);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(st[i], 0);
+	/* 16 x 8 KiB into 64 KiB: every put succeeds by evicting older ones
+	 * of the same namespace */
+	put_many(q, "q", 16, 8192, st);
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(st[i], 0);
+	assert_true(harness_ns_stat_or_fail(q, "team-a/quota", "bytes") <= 64 * 1024);
+	assert_int_equal(harness_ns_stat_or_fail(q, "team-a/quota", "blocks"), 8);
+	assert_int_equal(harness_ns_stat_or_fail(q, "team-a/quota", "evictions"), 8);
+	/* the newest stayed, the oldest went */
+	harness_key(key, "q", 16);
+	harness_fill(data, sizeof(data), 16);
+	harness_check_block_or_fail(q, key, data, sizeof(data));
+	harness_key(key, "q", 1);
+	harness_check_absent_or_fail(q, key);
+	/* the neighbour namespace lost nothing */
+	assert_int_equal(harness_ns_stat_or_fail(other, "team-a/other", "blocks"), 4);
+	assert_int_equal(harness_ns_stat_or_fail(other, "team-a/other", "evictions"), 0);
+	/* a block larger than the quota: QUOTA, and nothing was evicted for it */
+	{
+		size_t big = 80 * 1024;
+		uint8_t *b = calloc(1, big);
+
+		assert_non_null(b);
+		harness_key(key, "q", 100);
+		assert_int_equal(kvpool_put_bytes(q, key, NULL, b, big), -EDQUOT);
+		free(b);
+	}
+	assert_int_equal(harness_ns_stat_or_fail(q, "team-a/quota", "blocks"), 8);
+	kvpool_close(other);
+	kvpool_close(q);
+}
+
+/* A namespace under a quota prefix gets that quota; an exact line of 0
+ * takes it away again. */
+static void test_quota_prefix(void **state)
+{
+	struct kvpool_client *c;
+	uint8_t key[32];
+	size_t bytes = 40 * 1024;
+	uint8_t *data = calloc(1, bytes);
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_non_null(data);
+	harness_key(key, "pfx", 1);
+	c = client_or_fail("pfx/small", TOK_ALL);
+	assert_int_equal(kvpool_put_bytes(c, key, NULL, data, bytes), -EDQUOT);
+	kvpool_close(c);
+	c = client_or_fail("pfx/big", TOK_ALL);
+	assert_int_equal(kvpool_put_bytes(c, key, NULL, data, bytes), 0);
+	kvpool_close(c);
+	free(data);
+}
+
+/* Run the CLI with KVPOOL_TOKEN set to token (NULL: unset); returns its
+ * exit status. */
+static int cli_with_token(const char *token, char *const argv[])
+{
+	char *out = NULL;
+	int status = -1;
+
+	if (token)
+		setenv("KVPOOL_TOKEN", token, 1);
+	else
+		unsetenv("KVPOOL_TOKEN");
+	assert_int_equal(harness_run(argv, 20000, &out, &status), 0);
+	free(out);
+	unsetenv("KVPOOL_TOKEN");
+	return status;
+}
+
+/* The kvpool CLI takes its token from KVPOOL_TOKEN. */
+static void test_cli_token(void **state)
+{
+	const char *cli = getenv("KVPOOL_CLI");
+	char data[300], got[300];
+
+	(void)state;
+	harness_need_server(&g.srv);
+	if (!cli || access(cli, X_OK) != 0)
+		harness_skip("KVPOOL_CLI is not set to the kvpool binary");
+	snprintf(data, sizeof(data), "%s/cli-data", g.dir);
+	snprintf(got, sizeof(got), "%s/cli-got", g.dir);
+	assert_int_equal(write_file(data, "cli block bytes", 0600), 0);
+	{
+		char *put[] = { (char *)cli, "put", "text:cli-auth", data, "--server", g.srv.url,
+				"--namespace", "team-a/cli", NULL };
+		char *get[] = { (char *)cli, "get", "text:cli-auth", "-o", got, "--server",
+				g.srv.url, "--namespace", "team-a/cli", NULL };
+
+		assert_int_not_equal(cli_with_token(NULL, put), 0);
+		assert_int_not_equal(cli_with_token(TOK_RO, put), 0);
+		assert_int_equal(cli_with_token(TOK_RW, put), 0);
+		assert_int_equal(cli_with_token(TOK_RO, get), 0);
+		assert_int_not_equal(cli_with_token("wrong-token-0123456789", get), 0);
+	}
+	{
+		FILE *f = fopen(got, "r");
+		char buf[64] = "";
+
+		assert_non_null(f);
+		assert_non_null(fgets(buf, sizeof(buf), f));
+		fclose(f);
+		assert_string_equal(buf, "cli block bytes");
+	}
+}
+
+/* Run kvpoold with a tokens file of `text` and `mode`; it must refuse to
+ * start with `want` in its error output. */
+static void check_start_refused(const char *text, mode_t mode, const char *want)
+{
+	char path[300], *err = NULL;
+	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "1MiB", "--threads", "1",
+				"--tokens-file", path, NULL };
+	int status = 0;
+
+	snprintf(path, sizeof(path), "%s/bad-tokens", g.dir);
+	if (text)
+		assert_int_equal(write_file(path, text, mode), 0);
+	else
+		unlink(path);
+	assert_int_equal(harness_start_fail(flags, 10000, &status, &err), 0);
+	assert_int_not_equal(status, 0);
+	assert_non_null(err);
+	if (!strstr(err, want))
+		fail_msg("kvpoold said \"%s\", expected \"%s\"", err, want);
+	free(err);
+}
+
+static void test_start_refusals(void **state)
+{
+	(void)state;
+	harness_need_server(&g.srv);
+	check_start_refused(TOK_RW " rw a/\n", 0644, "mode 0644");
+	check_start_refused(TOK_RW " rw a/\n", 0660, "chmod 600");
+	check_start_refused(TOK_RW " rw a/\n", 0602, "group and others");
+	check_start_refused("# ok\n" "short rw a/\n", 0600, "bad-tokens:2: token of 5 bytes");
+	check_start_refused(TOK_RW " rx a/\n", 0600, "ro or rw");
+	check_start_refused(TOK_RW " rw\n", 0600, "without a namespace prefix");
+	check_start_refused(TOK_RW " rw a/\n" TOK_RW " ro b/\n", 0600, "bad-tokens:2: token given twice");
+	check_start_refused("[quota]\nns = lots\n", 0600, "bad quota size");
+	check_start_refused("[quotas]\n", 0600, "unknown section");
+	check_start_refused(NULL, 0, "cannot open tokens_file");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hello_needs_token),
+		cmocka_unit_test(test_unknown_token),
+		cmocka_unit_test(test_namespace_denied),
+		cmocka_unit_test(test_rw_and_ro),
+		cmocka_unit_test(test_quota),
+		cmocka_unit_test(test_quota_prefix),
+		cmocka_unit_test(test_cli_token),
+		cmocka_unit_test(test_start_refusals),
+		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

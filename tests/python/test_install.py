@@ -1,0 +1,32 @@
+"""make install puts a package the system python3 imports, and it loads
+the installed libkvpool without $KVPOOL_LIB or the source tree."""
+
+import os
+import subprocess
+import sys
+
+from conftest import ROOT, skip_or_fail
+
+
+def test_make_install(tmp_path):
+    lib = os.environ.get("KVPOOL_LIB", "")
+    build = os.path.dirname(lib) if lib.endswith("libkvpool.so") else os.path.join(ROOT, "build")
+    if not os.path.exists(os.path.join(build, "libkvpool.so")):
+        skip_or_fail("no built libkvpool.so in %s" % build)
+    prefix = tmp_path / "prefix"
+    r = subprocess.run(["make", "-s", "-C", ROOT, "BUILD=" + build, "PREFIX=" + str(prefix),
+                        "install"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pydir = prefix / "lib" / ("python%d.%d" % sys.version_info[:2]) / "dist-packages"
+    assert (pydir / "kvpool" / "__init__.py").exists()
+    env = {k: v for k, v in os.environ.items() if k not in ("KVPOOL_LIB", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(pydir)
+    r = subprocess.run([sys.executable, "-c",
+                        "import kvpool; print(kvpool.__file__); print(kvpool.library_path); "
+                        "print(kvpool.block_hashes(range(16), 16)[0].hex())"],
+                       env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    mod, libpath, h = r.stdout.split()
+    assert mod.startswith(str(pydir))
+    assert libpath == str(prefix / "lib" / "libkvpool.so.0")
+    assert h == "5d85718ec594b982c252d0279e5966ffca33a5eaf2a455038d3ab331fde70cea"

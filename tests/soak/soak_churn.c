@@ -1,0 +1,532 @@
+/*
+ * soak_churn.c - a bounded churn soak of kvpoold: a small DRAM tier under
+ * continuous MATCH / GET / PUT / DELETE of prompt chains with block sizes
+ * from 4 KiB to 4 MiB, so that eviction never stops. It checks, and prints:
+ *   - every GET of a block MATCH reported under a lease succeeds with the
+ *     block's own bytes (unless a DELETE, which leases do not hold off,
+ *     ran in between);
+ *   - the server's RSS, sampled twice a second, stays below its idle RSS
+ *     (arena included) plus the index's bytes plus a little, and plateaus:
+ *     the second half of the run does not climb over the first;
+ *   - the worst stall of a small put (a 4 KiB probe every 10 ms, each one
+ *     needing an eviction) stays under --max-stall-ms;
+ *   - at the end, leases, in-flight reservations and pinned bytes return
+ *     exactly to 0 (STATS), and nothing is left connected.
+ *
+ * Usage: soak_churn [--seconds N] [--max-stall-ms N]
+ * Defaults: 600 s (a 10-minute soak) and 50 ms; KVPOOL_SOAK_SECONDS and
+ * KVPOOL_SOAK_MAX_STALL_MS override them (make test runs 30 s, with a
+ * stall limit that allows for the sanitizers and a shared machine: the
+ * probe's latency then measures CPU scheduling as much as eviction).
+ * Needs KVPOOLD like the integration tests, whose harness it uses.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../integration/harness.h"
+
+#define KIB 1024u
+#define MIB (1024u * 1024u)
+#define CAPACITY_BYTES (64ull * MIB)
+#define LEASE_MS 1000
+#define WORKERS 3
+#define PROMPTS 96
+#define MAX_CHAIN 12
+#define TOKENS_PER_BLOCK 16
+#define PROBE_PERIOD_MS 10
+#define MAX_SAMPLES 4096
+/* RSS allowed over idle + index: buffers, stacks, allocator slack; with
+ * ASan also its allocator's caches, shadow and (small) quarantine. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_SLACK_KB (48u * 1024u)
+#else
+#define RSS_SLACK_KB (24u * 1024u)
+#endif
+#define PLATEAU_SLACK_KB (8u * 1024u)
+
+static const char *const flags[] = {
+	"--dram-capacity", "64MiB", "--max-block-bytes", "4MiB", "--max-lease-ms", "2000",
+	"--threads", "2", "--log-level", "warn", NULL,
+};
+
+static struct {
+	unsigned seconds;
+	unsigned max_stall_ms;
+	struct harness_server srv;
+	struct kvpool_client *c;  /* STATS */
+	uint8_t keys[PROMPTS][MAX_CHAIN][32];
+	size_t chain_len[PROMPTS];
+	volatile int stop;
+	/* Deletes started and done: a leased block may still be deleted
+	 * (leases only hold off eviction), so a miss is a violation only if
+	 * no delete ran between the MATCH and the GET. */
+	uint64_t deletes_started, deletes_done;
+} g;
+
+/* ---- the workload ------------------------------------------------------------- */
+
+/* Block sizes, 4 KiB to 4 MiB, the small ones more often. */
+static const uint32_t sizes[16] = {
+	4 * KIB, 4 * KIB, 4 * KIB, 16 * KIB, 16 * KIB, 16 * KIB, 64 * KIB, 64 * KIB,
+	64 * KIB, 256 * KIB, 256 * KIB, 512 * KIB, 1 * MIB, 1 * MIB, 2 * MIB, 4 * MIB,
+};
+
+/* A block's size and bytes follow from its key, so whoever puts it, it is
+ * the same block, and a GET can check what it got. */
+static uint32_t block_bytes(const uint8_t key[32])
+{
+	return sizes[key[0] % 16];
+}
+
+/* 256 bytes drawn from the key, repeated: distinct per key and cheap, so
+ * that filling and checking megabytes takes little of the CPU kvpoold
+ * needs (the put-stall probe would measure the test otherwise). */
+static void block_fill(uint8_t *buf, const uint8_t key[32])
+{
+	size_t len = block_bytes(key), have = 256;
+
+	harness_fill(buf, have, harness_key_seed(key));
+	for (; have < len; have *= 2)
+		memcpy(buf + have, buf, have * 2 <= len ? have : len - have);
+}
+
+/* The prompts: chains of 4..MAX_CHAIN blocks that share prefixes the way
+ * prompts do. Block 0 comes from one of 8 system prompts, blocks 1-2 from
+ * one of 24 conversation starts, the rest is the prompt's own. */
+static void make_prompts(void)
+{
+	static uint32_t tokens[MAX_CHAIN * TOKENS_PER_BLOCK];
+
+	for (size_t p = 0; p < PROMPTS; p++) {
+		size_t n = 0, len = 4 + p % (MAX_CHAIN - 3);
+
+		for (size_t b = 0; b < len; b++) {
+			uint64_t group = b == 0 ? p % 8 : b < 3 ? p % 24 : 1000 + p;
+
+			for (size_t t = 0; t < TOKENS_PER_BLOCK; t++)
+				tokens[b * TOKENS_PER_BLOCK + t] =
+					(uint32_t)((group * 131 + b * 17 + t) * 2654435761u % 151643u);
+		}
+		assert_int_equal(kvpool_block_hashes(tokens, len * TOKENS_PER_BLOCK,
+						     TOKENS_PER_BLOCK, NULL, NULL, 0, g.keys[p],
+						     MAX_CHAIN, &n),
+				 0);
+		assert_int_equal(n, len);
+		g.chain_len[p] = len;
+	}
+}
+
+struct worker {
+	pthread_t thr;
+	int id;
+	uint64_t rounds, matched, got, put_blocks, refused, deletes, deleted_misses;
+	uint64_t violations;
+	char first_violation[200];
+	uint8_t *buf;   /* MAX_CHAIN * 4 MiB */
+	uint8_t *want;  /* 4 MiB */
+};
+
+static void violation(struct worker *w, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (w->violations++)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(w->first_violation, sizeof(w->first_violation), fmt, ap);
+	va_end(ap);
+}
+
+/* GET the m blocks MATCH leased: each must come back with its bytes.
+ * done0 is deletes_done read before the MATCH. */
+static void get_matched(struct worker *w, struct kvpool_client *c, size_t p, size_t m,
+			uint64_t done0)
+{
+	struct kvpool_get_block gb[MAX_CHAIN];
+	struct iovec iov[MAX_CHAIN];
+	int st[MAX_CHAIN];
+
+	for (size_t i = 0; i < m; i++) {
+		iov[i] = (struct iovec){ w->buf + i * 4 * MIB, block_bytes(g.keys[p][i]) };
+		gb[i] = (struct kvpool_get_block){ .key = g.keys[p][i], .iov = &iov[i], .iovcnt = 1 };
+	}
+	kvpool_get(c, gb, m, st);
+	for (size_t i = 0; i < m; i++) {
+		if (st[i] == -ENOENT &&
+		    __atomic_load_n(&g.deletes_started, __ATOMIC_SEQ_CST) > done0) {
+			w->deleted_misses++;
+			continue;
+		}
+		if (st[i]) {
+			violation(w, "prompt %zu block %zu of %zu leased: %s", p, i, m,
+				  kvpool_strerror(st[i]));
+			continue;
+		}
+		block_fill(w->want, g.keys[p][i]);
+		if (gb[i].length != iov[i].iov_len || memcmp(w->want, iov[i].iov_base, iov[i].iov_len))
+			violation(w, "prompt %zu block %zu: other bytes", p, i);
+		w->got++;
+	}
+}
+
+/* PUT blocks from..len-1 of prompt p, chained. */
+static void put_rest(struct worker *w, struct kvpool_client *c, size_t p, size_t from)
+{
+	struct kvpool_put_block pb[MAX_CHAIN];
+	struct iovec iov[MAX_CHAIN];
+	int st[MAX_CHAIN];
+	size_t n = 0;
+
+	for (size_t i = from; i < g.chain_len[p]; i++, n++) {
+		uint8_t *b = w->buf + n * 4 * MIB;
+
+		block_fill(b, g.keys[p][i]);
+		iov[n] = (struct iovec){ b, block_bytes(g.keys[p][i]) };
+		pb[n] = (struct kvpool_put_block){ .key = g.keys[p][i],
+						   .parent = i ? g.keys[p][i - 1] : NULL,
+						   .iov = &iov[n], .iovcnt = 1 };
+	}
+	if (!n)
+		return;
+	kvpool_put(c, pb, n, st);
+	for (size_t k = 0; k < n; k++) {
+		if (st[k] == 0)
+			w->put_blocks++;
+		else if (st[k] == -ENOSPC || st[k] == -EAGAIN || st[k] == -ENOLINK)
+			w->refused++;
+		else
+			violation(w, "prompt %zu put block %zu: %s", p, from + k,
+				  kvpool_strerror(st[k]));
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct kvpool_options opts = { .timeout_ms = 30000 };
+	struct worker *w = arg;
+	struct kvpool_client *c = NULL;
+	unsigned seed = 7919u * (unsigned)(w->id + 1);
+	int rc;
+
+	rc = kvpool_connect(g.srv.url, "soak", &opts, &c);
+	if (rc) {
+		violation(w, "connect: %s", kvpool_strerror(rc));
+		return NULL;
+	}
+	while (!g.stop) {
+		size_t p = (size_t)rand_r(&seed) % PROMPTS, m = 0;
+		uint64_t done0 = __atomic_load_n(&g.deletes_done, __ATOMIC_SEQ_CST);
+
+		rc = kvpool_match(c, g.keys[p], g.chain_len[p], LEASE_MS, &m);
+		if (rc) {
+			violation(w, "match: %s", kvpool_strerror(rc));
+			break;
+		}
+		w->rounds++;
+		w->matched += m;
+		get_matched(w, c, p, m, done0);
+		put_rest(w, c, p, m);
+		/* Now and then a prompt goes away: delete its tail. */
+		if (rand_r(&seed) % 50 == 0) {
+			int st = 0;
+
+			__atomic_add_fetch(&g.deletes_started, 1, __ATOMIC_SEQ_CST);
+			kvpool_delete(c, g.keys[p][g.chain_len[p] - 1], 1, &st);
+			__atomic_add_fetch(&g.deletes_done, 1, __ATOMIC_SEQ_CST);
+			w->deletes += st == 0;
+		}
+	}
+	kvpool_close(c);
+	return NULL;
+}
+
+/* ---- the put-stall probe --------------------------------------------------------------- */
+
+struct probe {
+	pthread_t thr;
+	uint64_t n, worst_us, over_10ms, failed;
+	uint64_t *lat_us;
+	size_t cap;
+};
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return (x > y) - (x < y);
+}
+
+/* Every PROBE_PERIOD_MS, put one new 4 KiB block: with the pool full,
+ * each one waits for an eviction. Its latency is the put stall. */
+static void *probe_main(void *arg)
+{
+	struct kvpool_options opts = { .timeout_ms = 30000 };
+	struct probe *pr = arg;
+	struct kvpool_client *c = NULL;
+	uint8_t key[32], data[4096];
+
+	if (kvpool_connect(g.srv.url, "soak-probe", &opts, &c))
+		return NULL;
+	for (uint64_t i = 0; !g.stop; i++) {
+		struct timespec t0, t1;
+		uint64_t us;
+
+		harness_key(key, "soak-probe", i);
+		harness_fill(data, sizeof(data), i);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		if (kvpool_put_bytes(c, key, NULL, data, sizeof(data)))
+			pr->failed++;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		us = (uint64_t)(((int64_t)t1.tv_sec - t0.tv_sec) * 1000000 +
+				((int64_t)t1.tv_nsec - t0.tv_nsec) / 1000);
+		pr->worst_us = us > pr->worst_us ? us : pr->worst_us;
+		pr->over_10ms += us > 10000;
+		if (pr->n < pr->cap)
+			pr->lat_us[pr->n] = us;
+		pr->n++;
+		harness_sleep_ms(PROBE_PERIOD_MS);
+	}
+	kvpool_close(c);
+	return NULL;
+}
+
+/* ---- RSS ------------------------------------------------------------------------------- */
+
+static uint64_t rss_kb(pid_t pid)
+{
+	char path[64], line[256];
+	uint64_t kb = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "VmRSS:", 6) == 0)
+			kb = strtoull(line + 6, NULL, 10);
+	fclose(f);
+	return kb;
+}
+
+/* RSS once the arena has been faulted in: three samples 100 ms apart
+ * within 256 kB, or whatever it is after 10 s. */
+static uint64_t rss_settled_kb(pid_t pid)
+{
+	uint64_t deadline = harness_now_ms() + 10000, prev = rss_kb(pid), cur;
+	int stable = 0;
+
+	while (stable < 3 && harness_now_ms() < deadline) {
+		harness_sleep_ms(100);
+		cur = rss_kb(pid);
+		stable = (cur > prev ? cur - prev : prev - cur) < 256 ? stable + 1 : 0;
+		prev = cur;
+	}
+	return prev;
+}
+
+static uint64_t max_of(const uint64_t *v, size_t from, size_t to)
+{
+	uint64_t m = 0;
+
+	for (size_t i = from; i < to; i++)
+		m = v[i] > m ? v[i] : m;
+	return m;
+}
+
+/* ---- the test ------------------------------------------------------------------------------ */
+
+/* A kvpoold built with AddressSanitizer (as this binary is, in the same
+ * build) keeps freed memory in a quarantine of 256 MiB, which would show
+ * as RSS growing all through the run: keep it small, so that RSS measures
+ * kvpoold rather than ASan. Only the child reads the variable: ASan
+ * parsed ours at start. */
+static void small_asan_quarantine(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+	const char *old = getenv("ASAN_OPTIONS");
+	char opts[1024];
+
+	snprintf(opts, sizeof(opts), "%s%squarantine_size_mb=4", old ? old : "",
+		 old && *old ? ":" : "");
+	setenv("ASAN_OPTIONS", opts, 1);
+#endif
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	small_asan_quarantine();
+	return harness_group_start(&g.srv, flags) ? -1 : harness_group_client(&g.srv, "soak", &g.c);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	kvpool_close(g.c);
+	harness_kill(&g.srv);
+	return 0;
+}
+
+/* Wait until STATS `path` is 0; fail naming it otherwise. */
+static void expect_zero(const char *path, int timeout_ms)
+{
+	uint64_t v = harness_wait_stat_or_fail(g.c, path, 0, timeout_ms);
+
+	if (v)
+		fail_msg("%s is %" PRIu64 " after the soak, want 0", path, v);
+}
+
+static void test_churn_soak(void **state)
+{
+	static uint64_t rss[MAX_SAMPLES], index_bytes[MAX_SAMPLES];
+	static struct worker ws[WORKERS];
+	struct probe pr = { .cap = 1u << 20 };
+	uint64_t rss0, t0, bound, peak, index_max, first_half, second_half, p99_us = 0;
+	uint64_t rounds = 0, got = 0, put = 0, refused = 0, deletes = 0, deleted_misses = 0;
+	uint64_t evictions;
+	size_t n = 0, warm;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	make_prompts();
+	rss0 = rss_settled_kb(g.srv.pid);
+	pr.lat_us = calloc(pr.cap, sizeof(*pr.lat_us));
+	assert_non_null(pr.lat_us);
+	for (int i = 0; i < WORKERS; i++) {
+		ws[i] = (struct worker){ .id = i, .buf = malloc((size_t)MAX_CHAIN * 4 * MIB),
+					 .want = malloc(4 * MIB) };
+		assert_non_null(ws[i].buf);
+		assert_non_null(ws[i].want);
+		assert_int_equal(pthread_create(&ws[i].thr, NULL, worker_main, &ws[i]), 0);
+	}
+	assert_int_equal(pthread_create(&pr.thr, NULL, probe_main, &pr), 0);
+
+	t0 = harness_now_ms();
+	while (harness_now_ms() - t0 < (uint64_t)g.seconds * 1000 && n < MAX_SAMPLES) {
+		harness_sleep_ms(500);
+		rss[n] = rss_kb(g.srv.pid);
+		index_bytes[n] = harness_stat_or_fail(g.c, "index_bytes");
+		n++;
+	}
+	g.stop = 1;
+	for (int i = 0; i < WORKERS; i++) {
+		assert_int_equal(pthread_join(ws[i].thr, NULL), 0);
+		rounds += ws[i].rounds;
+		got += ws[i].got;
+		put += ws[i].put_blocks;
+		refused += ws[i].refused;
+		deletes += ws[i].deletes;
+		deleted_misses += ws[i].deleted_misses;
+	}
+	assert_int_equal(pthread_join(pr.thr, NULL), 0);
+	evictions = harness_stat_or_fail(g.c, "evictions");
+
+	/* The figures. */
+	index_max = max_of(index_bytes, 0, n) / 1024;
+	peak = max_of(rss, 0, n);
+	bound = rss0 + index_max + RSS_SLACK_KB;
+	warm = n / 5;
+	first_half = max_of(rss, warm, warm + (n - warm) / 2);
+	second_half = max_of(rss, warm + (n - warm) / 2, n);
+	if (pr.n) {
+		size_t k = pr.n < pr.cap ? pr.n : pr.cap;
+
+		qsort(pr.lat_us, k, sizeof(*pr.lat_us), cmp_u64);
+		p99_us = pr.lat_us[k * 99 / 100];
+	}
+	print_message("soak: %u s, %u workers: %" PRIu64 " rounds, %" PRIu64 " blocks got, %" PRIu64
+		      " put, %" PRIu64 " refused (full/busy/no parent), %" PRIu64 " deletes (%"
+		      PRIu64 " leased blocks deleted before their GET), %" PRIu64 " evictions\n",
+		      g.seconds, WORKERS, rounds, got, put, refused, deletes, deleted_misses,
+		      evictions);
+	print_message("soak: kvpoold VmRSS kB: idle %" PRIu64 ", at 25%% %" PRIu64 ", 50%% %" PRIu64
+		      ", 75%% %" PRIu64 ", end %" PRIu64 ", peak %" PRIu64 " (bound %" PRIu64
+		      " = idle + index %" PRIu64 " + slack); after warm-up: first half max %"
+		      PRIu64 ", second half max %" PRIu64 "\n", rss0, rss[n / 4], rss[n / 2],
+		      rss[3 * n / 4], rss[n - 1], peak, bound, index_max, first_half, second_half);
+	print_message("soak: put stall (4 KiB probe every %d ms): %" PRIu64 " puts, p99 %.2f ms, "
+		      "worst %.2f ms (limit %u ms), %" PRIu64 " over 10 ms, %" PRIu64 " failed; "
+		      "server-side put latency p99 %" PRIu64 " us, p999 %" PRIu64 " us\n",
+		      PROBE_PERIOD_MS, pr.n, (double)p99_us / 1000, (double)pr.worst_us / 1000,
+		      g.max_stall_ms, pr.over_10ms, pr.failed,
+		      harness_stat_or_fail(g.c, "latency_us.put.p99"),
+		      harness_stat_or_fail(g.c, "latency_us.put.p999"));
+
+	for (int i = 0; i < WORKERS; i++) {
+		if (ws[i].violations)
+			fail_msg("worker %d: %" PRIu64 " violations; first: %s", i, ws[i].violations,
+				 ws[i].first_violation);
+		free(ws[i].buf);
+		free(ws[i].want);
+	}
+	free(pr.lat_us);
+	assert_true(n >= 4);
+	assert_true(evictions > 0);
+	assert_true(got > 0 && put > 0);
+	assert_true(peak <= bound);
+	assert_true(second_half <= first_half + PLATEAU_SLACK_KB);
+	assert_int_equal(pr.failed, 0);
+	if (pr.worst_us > (uint64_t)g.max_stall_ms * 1000)
+		fail_msg("worst put stall %.2f ms, over --max-stall-ms %u",
+			 (double)pr.worst_us / 1000, g.max_stall_ms);
+
+	/* Everything returns exactly to 0: leases (they end within
+	 * max_lease_ms), reservations, and pinned bytes (once every block is
+	 * dropped, the arena is all free). */
+	expect_zero("leases_active", 2000 + 2000);
+	expect_zero("tiers.dram.inflight_put_bytes", 2000);
+	assert_int_equal(harness_wait_stat_or_fail(g.c, "connections.current", 1, 3000), 1);
+	assert_int_equal(kvpool_drop_namespace(g.c, "soak", NULL), 0);
+	assert_int_equal(kvpool_drop_namespace(g.c, "soak-probe", NULL), 0);
+	expect_zero("tiers.dram.blocks", 2000);
+	expect_zero("tiers.dram.used_bytes", 2000);
+	assert_int_equal(harness_stat_or_fail(g.c, "tiers.dram.free_bytes"), CAPACITY_BYTES);
+	assert_int_equal(harness_stat_or_fail(g.c, "tiers.dram.largest_free_bytes"),
+			 CAPACITY_BYTES);
+}
+
+static unsigned parse_uint(const char *s, const char *what)
+{
+	char *end;
+	unsigned long v = strtoul(s, &end, 10);
+
+	if (!*s || *end || v == 0 || v > 86400) {
+		fprintf(stderr, "soak_churn: bad %s '%s'\n", what, s);
+		exit(2);
+	}
+	return (unsigned)v;
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_churn_soak),
+		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
+	};
+	const char *env = getenv("KVPOOL_SOAK_SECONDS");
+
+	g.seconds = env && *env ? parse_uint(env, "KVPOOL_SOAK_SECONDS") : 600;
+	env = getenv("KVPOOL_SOAK_MAX_STALL_MS");
+	g.max_stall_ms = env && *env ? parse_uint(env, "KVPOOL_SOAK_MAX_STALL_MS") : 50;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--seconds") && i + 1 < argc) {
+			g.seconds = parse_uint(argv[++i], "--seconds");
+		} else if (!strcmp(argv[i], "--max-stall-ms") && i + 1 < argc) {
+			g.max_stall_ms = parse_uint(argv[++i], "--max-stall-ms");
+		} else {
+			fprintf(stderr, "usage: soak_churn [--seconds N] [--max-stall-ms N]\n");
+			return 2;
+		}
+	}
+	return cmocka_run_group_tests_name("soak_churn", tests, setup, teardown);
+}
