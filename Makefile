@@ -164,6 +164,16 @@ UNIT_LIBS_cli    := -ljson-c
 UNIT_DEPS_nvme_io    := $(call obj,storage/nvme_io.c)
 UNIT_LIBS_nvme_io    := -Wl,--wrap=openat,--wrap=pwritev,--wrap=pread
 UNIT_DEPS_nvme_index := $(call obj,storage/nvme_index.c)
+# Fault injection: storage/'s allocations, thread creation, RocksDB calls and
+# segment I/O go through the test's __wrap_ functions (test_store_faults.c).
+UNIT_DEPS_store_faults := $(BUILD)/libstore.a
+UNIT_LIBS_store_faults := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign \
+	-Wl,--wrap=mmap,--wrap=strdup,--wrap=pthread_create \
+	-Wl,--wrap=rocksdb_open,--wrap=rocksdb_write,--wrap=rocksdb_delete,--wrap=rocksdb_get \
+	-Wl,--wrap=rocksdb_create_iterator,--wrap=rocksdb_iter_get_error \
+	-Wl,--wrap=rocksdb_writebatch_create,--wrap=rocksdb_options_create \
+	-Wl,--wrap=rocksdb_writeoptions_create,--wrap=rocksdb_readoptions_create \
+	-Wl,--wrap=store_nvme_io_writev,--wrap=store_nvme_io_read
 $(BUILD)/tests/unit_%: $(call obj,tests/unit/test_%.c) $$(UNIT_DEPS_$$*)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(UNIT_LIBS_$*) $(LIBS_CLIENT) $(LIBS_SERVER) $(LIBS_TEST)

@@ -350,7 +350,16 @@ void store_demote_round_locked(struct store *s)
 
 	t->want_demote = false;
 	if (t->nfree == 0 && store_tier_oldest_sealed(t) != STORE_SEG_NONE) {
-		if (store_reclaim_locked(s)) {
+		uint64_t rewritten = t->rewritten_bytes;
+
+		/* A reclaim that had to rewrite most of its segment (blocks whose
+		 * children are still stored, in a prefix tree most of them) freed
+		 * little: the tier is full of blocks the chain rule keeps. Until
+		 * DRAM evicts some leaves (the stalled fallback) and so turns
+		 * NVMe blocks into evictable leaves, demoting would only rewrite
+		 * segments while puts wait. */
+		if (store_reclaim_locked(s) ||
+		    t->rewritten_bytes - rewritten > t->segment_bytes / 4 * 3) {
 			t->stalled = true;
 			t->retry_at_ms = store_now_ms() + STALL_RETRY_MS;
 		}

@@ -213,14 +213,21 @@ static struct store_block *block_of(const struct store_nvme_rec *r, struct store
 	return b;
 }
 
-/* The in-memory namespace of table entry e, created at its first block. */
-static struct store_ns *live_ns_locked(struct store *s, struct rb_ns *e)
+/* The in-memory namespace of table entry e, created at its first block.
+ * Errors: -ENOMEM, -EDQUOT (store_ns_get_locked). */
+static int live_ns_locked(struct store *s, struct rb_ns *e, struct store_ns **out)
 {
-	if (!e->ns && store_ns_get_locked(s, e->name, e->len, &e->ns) == 0) {
+	int rc;
+
+	if (!e->ns) {
+		rc = store_ns_get_locked(s, e->name, e->len, &e->ns);
+		if (rc)
+			return rc;
 		e->ns->disk_id = e->disk_id;
 		e->ns->disk_named = true;
 	}
-	return e->ns;
+	*out = e->ns;
+	return 0;
 }
 
 /* Index a block for every valid record. Errors: -ENOMEM. */
@@ -239,8 +246,13 @@ static int make_blocks_locked(struct rebuild *rb)
 
 		if (rb->bad[i])
 			continue;
-		ns = live_ns_locked(s, ns_of(rb, r->ns_disk_id));
-		if (!ns || store_find_locked(s, ns->ns_id, r->key)) {
+		/* check_places dropped records of unknown namespaces. Without
+		 * memory the open fails: dropping (deleting) the records of a
+		 * namespace that could not be created would lose them for good */
+		rc = live_ns_locked(s, ns_of(rb, r->ns_disk_id), &ns);
+		if (rc == -ENOMEM)
+			return rc;
+		if (rc || store_find_locked(s, ns->ns_id, r->key)) {
 			rb->bad[i] = 1;
 			rb->invalid++;
 			continue;

@@ -446,8 +446,9 @@ static int start_threads(struct store *s, struct store_tier *t)
 	for (; t->nthreads < n; t->nthreads++) {
 		int rc = pthread_create(&t->threads[t->nthreads], NULL, worker_main, s);
 
+		/* EAGAIN: out of threads or memory for a stack (store_open's -ENOMEM) */
 		if (rc)
-			return -rc;
+			return -ENOMEM;
 	}
 	return 0;
 }
@@ -494,8 +495,10 @@ int store_tier_open(struct store *s, char *why, size_t why_len)
 	if (rc)
 		goto out_unset;
 	rc = start_threads(s, t);
-	if (rc)
+	if (rc) {
+		set_why(why, why_len, "%s: cannot start the nvme i/o threads", s->cfg.nvme_dir);
 		goto out_stop;
+	}
 	return 0;
 
 out_stop:

@@ -155,6 +155,15 @@ static bool put_block_error(int err)
 		rc_;                                                           \
 	})
 
+/* Sleep for ms milliseconds. */
+static void sleep_ms(unsigned int ms)
+{
+	struct timespec t = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&t, &t) && errno == EINTR)
+		;
+}
+
 /* Score one returned (or failed) GET block; true if the GET must stop here
  * (the block is missing and is to be put again). */
 static bool get_score(struct replay_worker *w, const struct kvpool_get_block *g, int st)
@@ -184,6 +193,32 @@ static bool get_score(struct replay_worker *w, const struct kvpool_get_block *g,
 	return true;
 }
 
+/* GET the batch w->gets[0..n). Blocks the server answers BUSY (a block
+ * on NVMe only, with no DRAM room yet to read it into: the demoter is
+ * making some) are asked again, the whole batch, up to REPLAY_PUT_RETRIES
+ * times with a doubling backoff; a block still BUSY after that counts as
+ * a get error. Returns kvpool_get's value for the last try. */
+static int get_batch(struct replay_worker *w, size_t n)
+{
+	unsigned int backoff_ms = REPLAY_PUT_BACKOFF_MS;
+	int rc;
+
+	for (int retry = 0;; retry++) {
+		size_t busy = 0;
+
+		rc = TIMED(w, CLI_REPLAY_GET, kvpool_get(w->c, w->gets, n, w->st));
+		if (rc && rc != -EAGAIN && !get_block_error(rc))
+			return rc;
+		for (size_t k = 0; k < n; k++)
+			busy += w->st[k] == -EAGAIN;
+		if (!busy || retry == REPLAY_PUT_RETRIES)
+			return rc == -EAGAIN ? 0 : rc;
+		w->counts.get_retries += busy;
+		sleep_ms(backoff_ms);
+		backoff_ms *= 2;
+	}
+}
+
 /* GET the first `matched` blocks of a request in batches. Returns the index
  * of the first block to put (matched, or the first miss), or -errno when a
  * call failed. */
@@ -202,7 +237,7 @@ static ssize_t replay_get(struct replay_worker *w, const struct cli_trace_req *r
 								.iov = &w->iov[k],
 								.iovcnt = 1 };
 		}
-		rc = TIMED(w, CLI_REPLAY_GET, kvpool_get(w->c, w->gets, n, w->st));
+		rc = get_batch(w, n);
 		if (rc && !get_block_error(rc))
 			return rc;
 		for (size_t k = 0; k < n; k++) {
@@ -215,15 +250,6 @@ static ssize_t replay_get(struct replay_worker *w, const struct cli_trace_req *r
 		}
 	}
 	return (ssize_t)matched;
-}
-
-/* Sleep for ms milliseconds. */
-static void sleep_ms(unsigned int ms)
-{
-	struct timespec t = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&t, &t) && errno == EINTR)
-		;
 }
 
 /* The first block of w->st[from..n) the server was too busy to take, or n. */

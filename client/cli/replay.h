@@ -54,6 +54,8 @@ struct cli_replay_counts {
 	uint64_t bytes_put;     /* payload bytes of those */
 	uint64_t bytes_got;     /* payload bytes GET returned */
 	uint64_t put_retries;   /* blocks sent again after the server was busy */
+	uint64_t get_retries;   /* blocks asked again after the server was busy
+				 * (no DRAM room yet to read them back from NVMe) */
 	uint64_t put_errors[CLI_REPLAY_ERRNO_SLOTS];
 	uint64_t get_errors[CLI_REPLAY_ERRNO_SLOTS];  /* besides misses */
 	struct cli_lat lat[CLI_REPLAY_NOPS];

@@ -92,6 +92,7 @@ int cli_replay_counts_add(struct cli_replay_counts *into, const struct cli_repla
 	into->get_misses += from->get_misses;
 	into->blocks_put += from->blocks_put;
 	into->put_retries += from->put_retries;
+	into->get_retries += from->get_retries;
 	into->bytes_put += from->bytes_put;
 	into->bytes_got += from->bytes_got;
 	for (int i = 0; i < CLI_REPLAY_ERRNO_SLOTS; i++) {
@@ -189,6 +190,7 @@ int cli_replay_print_json(FILE *f, struct cli_replay_report *r)
 	ADD("prefill_tokens_saved", json_object_new_uint64(c->hits * r->block_tokens));
 	ADD("wrong_blocks", json_object_new_uint64(c->wrong));
 	ADD("get_misses", json_object_new_uint64(c->get_misses));
+	ADD("get_retries", json_object_new_uint64(c->get_retries));
 	ADD("get_errors", jerrnos(c->get_errors));
 	ADD("evictions", json_object_new_uint64(r->evictions));
 	ADD("blocks_put", json_object_new_uint64(c->blocks_put));
@@ -274,6 +276,9 @@ void cli_replay_print_text(FILE *f, struct cli_replay_report *r)
 	fprintf(f, "  wrong blocks          %" PRIu64 "\n", c->wrong);
 	fprintf(f, "  get misses            %" PRIu64 " (matched, then not returned)\n",
 		c->get_misses);
+	if (c->get_retries)
+		fprintf(f, "  get retries           %" PRIu64 " (blocks asked again after BUSY)\n",
+			c->get_retries);
 	if (cli_replay_errno_total(c->get_errors)) {
 		fprintf(f, "  get errors            ");
 		print_errnos(f, c->get_errors);
