@@ -976,6 +976,19 @@ static const struct conf_setting *env_setting(const char *name, size_t len)
 	return find_setting(key);
 }
 
+/* Variables of the client side that share the prefix: the CLI's token
+ * and the Python binding's library path. A container or a unit that sets
+ * them for its health check must not see a warning at every start. */
+static bool env_is_client_var(const char *var, size_t len)
+{
+	static const char *const client_vars[] = { "KVPOOL_TOKEN", "KVPOOL_LIB" };
+
+	for (size_t i = 0; i < sizeof(client_vars) / sizeof(client_vars[0]); i++)
+		if (len == strlen(client_vars[i]) && strncmp(var, client_vars[i], len) == 0)
+			return true;
+	return false;
+}
+
 int conf_from_env(struct conf *c, char *const *envp, FILE *warn, char *err, size_t err_len)
 {
 	struct conf tmp = *c;
@@ -993,6 +1006,8 @@ int conf_from_env(struct conf *c, char *const *envp, FILE *warn, char *err, size
 			continue;
 		len = (size_t)(eq - var);
 		if (len == strlen(ENV_CONFIG) && strncmp(var, ENV_CONFIG, len) == 0)
+			continue;
+		if (env_is_client_var(var, len))
 			continue;
 		s = env_setting(var + strlen(ENV_PREFIX), len - strlen(ENV_PREFIX));
 		if (!s) {

@@ -1191,7 +1191,7 @@ static void test_env(void **state)
 		"PATH=/bin", "KVPOOL_PORT=7600", "KVPOOL_DRAM_CAPACITY=2GiB",
 		"KVPOOL_NVME_DIR=/srv/kv pool", "KVPOOL_ALLOW_UNAUTHENTICATED=yes",
 		"KVPOOL_CLI=/usr/bin/kvpool", "KVPOOL_port=1", "KVPOOL_CONFIG=/nonexistent",
-		"KVPOOL_=x", "KVPOOLD=/bin/kvpoold", NULL,
+		"KVPOOL_=x", "KVPOOLD=/bin/kvpoold", "KVPOOL_TOKEN=secret", NULL,
 	};
 	char *bad_range[] = { "KVPOOL_PORT=7600", "KVPOOL_MAX_CONNECTIONS=0", NULL };
 	char *bad_unit[] = { "KVPOOL_DRAM_CAPACITY=4 GiBs", NULL };
@@ -1216,6 +1216,7 @@ static void test_env(void **state)
 	assert_contains(notes, "ignoring environment variable KVPOOL_port:");
 	assert_contains(notes, "ignoring environment variable KVPOOL_:");
 	assert_null(strstr(notes, "KVPOOL_CONFIG"));
+	assert_null(strstr(notes, "KVPOOL_TOKEN"));
 	assert_null(strstr(notes, "KVPOOLD"));
 	assert_null(strstr(notes, "PATH"));
 	free(notes);
