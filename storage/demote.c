@@ -247,7 +247,7 @@ void store_tier_flush_dels_locked(struct store *s)
 static int write_batch(struct store *s, struct demote_batch *db)
 {
 	struct store_tier *t = s->tier;
-	int rc = 0;
+	int rc = store_tier_room_for(s, db->bytes);
 
 	for (uint32_t i = 0; i < db->nnames && !rc; i++)
 		rc = store_nvme_index_ns_put(t->ix, db->names[i].disk_id, db->names[i].name,
@@ -349,6 +349,8 @@ void store_demote_round_locked(struct store *s)
 	struct store_tier *t = s->tier;
 
 	t->want_demote = false;
+	if (!s->lru[STORE_LRU_DIRTY].len && !t->demote_all)
+		return; /* nothing waits to be demoted: no reclaim either */
 	if (t->nfree == 0 && store_tier_oldest_sealed(t) != STORE_SEG_NONE) {
 		uint64_t rewritten = t->rewritten_bytes;
 

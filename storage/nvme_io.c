@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define FORMAT_PREFIX "kvpool-nvme "
@@ -680,5 +681,15 @@ int store_nvme_io_discard(struct store_nvme_io *io, uint32_t segment)
 	if (fallocate(io->seg_fd[segment], FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
 		      (off_t)io->segment_bytes) < 0)
 		return -errno;
+	return 0;
+}
+
+int store_nvme_io_free_bytes(struct store_nvme_io *io, uint64_t *out)
+{
+	struct statvfs sv;
+
+	if (fstatvfs(io->dir_fd, &sv) < 0)
+		return -EIO;
+	*out = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
 	return 0;
 }

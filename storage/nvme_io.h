@@ -68,6 +68,13 @@ int store_nvme_io_writev(struct store_nvme_io *io, uint32_t segment, uint64_t of
 int store_nvme_io_read(struct store_nvme_io *io, uint32_t segment, uint64_t offset,
 		       void *buf, uint64_t bytes);
 
+/* Bytes the filesystem holding the directory has free for us (statvfs
+ * f_bavail * f_frsize). Segment files are sparse, so a write may need
+ * new space; the store checks this before writing so that a full disk is
+ * met here, not inside RocksDB (whose write-ahead log, once a write failed
+ * for want of space, cannot be closed cleanly). Errors: -EIO. */
+int store_nvme_io_free_bytes(struct store_nvme_io *io, uint64_t *out);
+
 /* Tell the filesystem a segment's bytes are no longer needed
  * (fallocate PUNCH_HOLE where supported; nothing otherwise). Best effort:
  * returns 0 or -errno, and the segment stays usable either way. */

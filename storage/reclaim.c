@@ -72,6 +72,24 @@ static bool must_stay(const struct store_block *b)
 	return b->children || b->refs || b->lease_pins || b->promo;
 }
 
+/* Bytes of segment sg whose blocks the chain rule (or a pin) keeps. When
+ * they fill most of it, a reclaim would rewrite nearly a whole segment to
+ * gain little (in a prefix tree most blocks have children): the caller
+ * then stalls the tier instead, DRAM evicts leaves meanwhile, and that
+ * turns blocks here into evictable leaves for a later try. */
+static uint64_t stay_bytes_locked(struct store_seg *sg)
+{
+	uint64_t bytes = 0;
+
+	for (struct store_list *p = sg->blocks.next; p != &sg->blocks; p = p->next) {
+		const struct store_block *b = store_container_of(p, struct store_block, seg_link);
+
+		if (must_stay(b))
+			bytes += store_extent_bytes(b);
+	}
+	return bytes;
+}
+
 /* The use clock value above which a block of segment sg counts as recent. */
 static uint64_t recent_cut(const struct store *s, const struct store_seg *sg)
 {
@@ -195,7 +213,9 @@ static int move_one(struct store *s, struct reclaim *rc, struct move *m, void *b
 		}
 		iov.iov_base = bounce;
 	}
-	err = store_nvme_io_writev(t->io, rc->target, m->new_off, &iov, 1);
+	err = store_tier_room_for(s, m->ext);
+	if (!err)
+		err = store_nvme_io_writev(t->io, rc->target, m->new_off, &iov, 1);
 	if (err)
 		return err;
 	m->status = 0;
@@ -298,6 +318,8 @@ int store_reclaim_locked(struct store *s)
 	if (rc.seg == STORE_SEG_NONE)
 		return -EAGAIN;
 	sg = &t->segs[rc.seg];
+	if (stay_bytes_locked(sg) > t->segment_bytes / 4 * 3)
+		return -EAGAIN; /* rewriting it would free little: not now */
 	sg->state = STORE_SEG_FREEING;
 	err = plan_locked(s, &rc);
 	if (err) {

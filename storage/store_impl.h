@@ -277,6 +277,15 @@ struct store_tier {
 
 #define STORE_SEG_NONE UINT32_MAX
 
+/* Filesystem space a segment write must leave free: room for RocksDB's
+ * log and flushes, which must never meet a full disk (nvme_io.h). */
+#define STORE_TIER_FS_RESERVE_BYTES (64ull << 20)
+
+/* tier.c: may `bytes` more be written to the segment files and still leave
+ * STORE_TIER_FS_RESERVE_BYTES free? 0, -ENOSPC, or -EIO (statvfs failed).
+ * Without the lock. */
+int store_tier_room_for(struct store *s, uint64_t bytes);
+
 struct store {
 	pthread_mutex_t lock;
 	struct store_config cfg;

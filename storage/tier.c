@@ -211,6 +211,15 @@ void store_tier_write_failed_locked(struct store *s)
 	t->retry_at_ms = store_now_ms() + t->backoff_ms;
 }
 
+int store_tier_room_for(struct store *s, uint64_t bytes)
+{
+	uint64_t free_bytes;
+
+	if (store_nvme_io_free_bytes(s->tier->io, &free_bytes))
+		return -EIO;
+	return free_bytes < bytes + STORE_TIER_FS_RESERVE_BYTES ? -ENOSPC : 0;
+}
+
 int store_tier_index_commit(struct store *s, const struct store_nvme_rec *recs, size_t n,
 			    const struct store_del *dels, size_t ndels)
 {
