@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -90,303 +91,21 @@ int main(void)
 
 #else /* KVPOOL_RDMA */
 
+#include "fake_verbs.h"
 #include "rdma_impl.h"
 
-/* ---- the fakes -------------------------------------------------------- */
+/* ---- the fakes (fake_verbs.c, recording mode) ---------------------- */
 
-#define QMAX 512
-
-struct fake_ch {
-	struct rdma_event_channel ch;
-	struct rdma_cm_event *q[16];
-	int n;
-};
-
-struct fake_cq {
-	struct ibv_cq cq;
-	struct ibv_wc q[QMAX];
-	int head, n;
-};
-
-static struct {
-	int calls;        /* ops calls so far */
-	int fail_at;      /* fail the call with this number (0: none) */
-	int live;         /* fake objects alive */
-	int n_devices;
-	struct ibv_context ctx;
-	struct ibv_context *devs[2];
-	int posted_recv, posted_send, posted_xfer, rejects, disconnects;
-	struct ibv_send_wr last_wr;
-	uint64_t xfer_ids[QMAX];
-	int n_xfer_ids;
-	int fail_post_send_at_xfer; /* fail the xfer post with this ordinal (0: none) */
-} F;
-
-/* Count the call; 1 when this one must fail (errno set). */
-static int failing(void)
-{
-	if (++F.calls == F.fail_at) {
-		errno = ENOMEM;
-		return 1;
-	}
-	return 0;
-}
-
-static struct ibv_context **f_get_devices(int *n)
-{
-	if (failing())
-		return NULL;
-	*n = F.n_devices;
-	F.devs[0] = &F.ctx;
-	F.live++;
-	return F.devs;
-}
-static void f_free_devices(struct ibv_context **l) { (void)l; F.live--; }
-
-static struct rdma_event_channel *f_create_event_channel(void)
-{
-	struct fake_ch *c;
-
-	if (failing())
-		return NULL;
-	c = calloc(1, sizeof(*c));
-	c->ch.fd = eventfd(0, 0);
-	F.live++;
-	return &c->ch;
-}
-static void f_destroy_event_channel(struct rdma_event_channel *ch)
-{
-	struct fake_ch *c = (struct fake_ch *)ch;
-
-	for (int i = 0; i < c->n; i++)
-		free(c->q[i]);
-	close(ch->fd);
-	free(c);
-	F.live--;
-}
-
-static struct rdma_cm_id *new_id(struct rdma_event_channel *ch, void *ctx)
-{
-	struct rdma_cm_id *id = calloc(1, sizeof(*id));
-
-	id->channel = ch;
-	id->context = ctx;
-	id->verbs = &F.ctx;
-	F.live++;
-	return id;
-}
-static int f_create_id(struct rdma_event_channel *ch, struct rdma_cm_id **id, void *ctx,
-		       enum rdma_port_space ps)
-{
-	(void)ps;
-	if (failing())
-		return -1;
-	*id = new_id(ch, ctx);
-	(*id)->verbs = NULL; /* as an unbound id */
-	return 0;
-}
-static int f_destroy_id(struct rdma_cm_id *id) { free(id); F.live--; return 0; }
-static int f_bind_addr(struct rdma_cm_id *id, struct sockaddr *a)
-{
-	(void)a;
-	if (failing())
-		return -1;
-	id->verbs = NULL; /* loopback: no device known; the listener takes the first */
-	return 0;
-}
-static int f_listen(struct rdma_cm_id *id, int b) { (void)id; (void)b; return failing() ? -1 : 0; }
-static int f_resolve_addr(struct rdma_cm_id *id, struct sockaddr *s, struct sockaddr *d, int t)
-{
-	(void)s; (void)d; (void)t;
-	if (failing())
-		return -1;
-	id->verbs = &F.ctx;
-	return 0;
-}
-static int f_resolve_route(struct rdma_cm_id *id, int t) { (void)id; (void)t; return failing() ? -1 : 0; }
-static int f_connect(struct rdma_cm_id *id, struct rdma_conn_param *p) { (void)id; (void)p; return failing() ? -1 : 0; }
-static int f_accept(struct rdma_cm_id *id, struct rdma_conn_param *p) { (void)id; (void)p; return failing() ? -1 : 0; }
-static int f_reject(struct rdma_cm_id *id, const void *d, uint8_t l) { (void)id; (void)d; (void)l; F.rejects++; return 0; }
-static int f_disconnect(struct rdma_cm_id *id) { (void)id; F.disconnects++; return 0; }
-static int f_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *ch)
-{
-	if (failing())
-		return -1;
-	id->channel = ch;
-	return 0;
-}
-static int f_get_cm_event(struct rdma_event_channel *ch, struct rdma_cm_event **ev)
-{
-	struct fake_ch *c = (struct fake_ch *)ch;
-
-	if (c->n == 0) {
-		errno = EAGAIN;
-		return -1;
-	}
-	*ev = c->q[0];
-	memmove(c->q, c->q + 1, (size_t)--c->n * sizeof(c->q[0]));
-	return 0;
-}
-static int f_ack_cm_event(struct rdma_cm_event *ev) { free(ev); return 0; }
-static int f_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *a)
-{
-	(void)pd;
-	if (failing())
-		return -1;
-	assert_int_equal(a->cap.max_send_wr, RDMA_QP_MAX_XFER + RDMA_MSG_DEPTH);
-	id->qp = calloc(1, sizeof(*id->qp));
-	F.live++;
-	return 0;
-}
-static void f_destroy_qp(struct rdma_cm_id *id) { free(id->qp); id->qp = NULL; F.live--; }
-static struct ibv_pd *f_alloc_pd(struct ibv_context *ctx)
-{
-	struct ibv_pd *pd;
-
-	if (failing())
-		return NULL;
-	pd = calloc(1, sizeof(*pd));
-	pd->context = ctx;
-	F.live++;
-	return pd;
-}
-static int f_dealloc_pd(struct ibv_pd *pd) { free(pd); F.live--; return 0; }
-static struct ibv_mr *f_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
-{
-	struct ibv_mr *mr;
-
-	if (failing())
-		return NULL;
-	mr = calloc(1, sizeof(*mr));
-	mr->pd = pd;
-	mr->addr = addr;
-	mr->length = len;
-	mr->lkey = 0x100 + (uint32_t)F.live;
-	/* Only client memory may be remotely accessible. */
-	mr->rkey = (access & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE)) ? 0x55 : 0;
-	F.live++;
-	return mr;
-}
-static int f_dereg_mr(struct ibv_mr *mr) { free(mr); F.live--; return 0; }
-static struct ibv_comp_channel *f_create_comp_channel(struct ibv_context *ctx)
-{
-	struct ibv_comp_channel *c;
-
-	if (failing())
-		return NULL;
-	c = calloc(1, sizeof(*c));
-	c->context = ctx;
-	c->fd = eventfd(0, 0);
-	F.live++;
-	return c;
-}
-static int f_destroy_comp_channel(struct ibv_comp_channel *c) { close(c->fd); free(c); F.live--; return 0; }
-static struct ibv_cq *f_create_cq(struct ibv_context *ctx, int cqe, void *cctx,
-				  struct ibv_comp_channel *ch, int v)
-{
-	struct fake_cq *cq;
-
-	(void)cqe; (void)v;
-	if (failing())
-		return NULL;
-	cq = calloc(1, sizeof(*cq));
-	cq->cq.context = ctx;
-	cq->cq.cq_context = cctx;
-	cq->cq.channel = ch;
-	F.live++;
-	return &cq->cq;
-}
-static int f_destroy_cq(struct ibv_cq *cq) { free(cq); F.live--; return 0; }
-static int f_req_notify_cq(struct ibv_cq *cq, int s) { (void)cq; (void)s; return failing() ? ENOMEM : 0; }
-static int f_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **ctx)
-{
-	(void)ch; (void)cq; (void)ctx;
-	errno = EAGAIN;
-	return -1;
-}
-static void f_ack_cq_events(struct ibv_cq *cq, unsigned int n) { (void)cq; (void)n; }
-static int f_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
-{
-	struct fake_cq *f = (struct fake_cq *)cq;
-	int n = 0;
-
-	while (n < num && f->n) {
-		wc[n++] = f->q[f->head];
-		f->head = (f->head + 1) % QMAX;
-		f->n--;
-	}
-	return n;
-}
-static int f_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
-{
-	(void)qp;
-	if (failing()) {
-		*bad = wr;
-		return ENOMEM;
-	}
-	F.last_wr = *wr;
-	if (wr->opcode == IBV_WR_SEND) {
-		F.posted_send++;
-		return 0;
-	}
-	if (F.fail_post_send_at_xfer && F.posted_xfer + 1 == F.fail_post_send_at_xfer) {
-		*bad = wr;
-		return EINVAL;
-	}
-	F.posted_xfer++;
-	F.xfer_ids[F.n_xfer_ids++ % QMAX] = wr->wr_id;
-	return 0;
-}
-static int f_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
-{
-	(void)qp;
-	if (failing()) {
-		*bad = wr;
-		return ENOMEM;
-	}
-	F.posted_recv++;
-	return 0;
-}
-
-static const struct rdma_ops fake_ops = {
-	.get_devices = f_get_devices, .free_devices = f_free_devices,
-	.create_event_channel = f_create_event_channel,
-	.destroy_event_channel = f_destroy_event_channel,
-	.create_id = f_create_id, .destroy_id = f_destroy_id, .bind_addr = f_bind_addr,
-	.listen = f_listen, .resolve_addr = f_resolve_addr, .resolve_route = f_resolve_route,
-	.connect = f_connect, .accept = f_accept, .reject = f_reject, .disconnect = f_disconnect,
-	.migrate_id = f_migrate_id, .get_cm_event = f_get_cm_event, .ack_cm_event = f_ack_cm_event,
-	.create_qp = f_create_qp, .destroy_qp = f_destroy_qp, .alloc_pd = f_alloc_pd,
-	.dealloc_pd = f_dealloc_pd, .reg_mr = f_reg_mr, .dereg_mr = f_dereg_mr,
-	.create_comp_channel = f_create_comp_channel,
-	.destroy_comp_channel = f_destroy_comp_channel, .create_cq = f_create_cq,
-	.destroy_cq = f_destroy_cq, .req_notify_cq = f_req_notify_cq,
-	.get_cq_event = f_get_cq_event, .ack_cq_events = f_ack_cq_events, .poll_cq = f_poll_cq,
-	.post_send = f_post_send, .post_recv = f_post_recv,
-};
-
-/* Queue a CM event on channel ch. */
-static void push_cm(struct rdma_event_channel *ch, enum rdma_cm_event_type type, struct rdma_cm_id *id)
-{
-	struct fake_ch *c = (struct fake_ch *)ch;
-	struct rdma_cm_event *ev = calloc(1, sizeof(*ev));
-
-	ev->event = type;
-	ev->id = id;
-	ev->param.conn.responder_resources = 16;
-	c->q[c->n++] = ev;
-}
+#define F fake_verbs
+#define QMAX FAKE_VERBS_QMAX
+#define fake_ops fake_verbs_ops
+#define new_id fake_verbs_new_id
+#define push_cm fake_verbs_push_cm
 
 /* Queue a completion on c's CQ. */
 static void push_wc(struct rdma_conn *c, uint64_t wr_id, enum ibv_wc_status st, uint32_t bytes)
 {
-	struct fake_cq *f = (struct fake_cq *)c->cq;
-	struct ibv_wc *wc = &f->q[(f->head + f->n++) % QMAX];
-
-	memset(wc, 0, sizeof(*wc));
-	wc->wr_id = wr_id;
-	wc->status = st;
-	wc->byte_len = bytes;
+	fake_verbs_push_wc(c->cq, wr_id, st, bytes);
 }
 
 /* ---- fixture: a listener over a small arena --------------------------- */
@@ -426,8 +145,7 @@ static const struct rdma_conn_cbs cbs = { cb_msg, cb_xfer, cb_close };
 static int reset(void **state)
 {
 	(void)state;
-	memset(&F, 0, sizeof(F));
-	F.n_devices = 1;
+	fake_verbs_reset();
 	return 0;
 }
 
@@ -525,10 +243,10 @@ static void test_accept_establish_close(void **state)
 	struct rdma_conn *c;
 	struct rec r = { 0 };
 
-
 	(void)state;
 	setup_conn(&l, &w, &c, &r);
 	assert_int_equal(F.posted_recv, RDMA_MSG_DEPTH);
+	assert_int_equal(F.last_qp_cap.max_send_wr, RDMA_QP_MAX_XFER + RDMA_MSG_DEPTH);
 	assert_true(rdma_conn_fd(c) >= 0);
 	/* The peer leaves. */
 	push_cm(w->ch, RDMA_CM_EVENT_DISCONNECTED, c->id);
@@ -938,6 +656,115 @@ static void test_client_connect_paths(void **state)
 	}
 }
 
+
+/* ---- loopback: client and server through the in-process fake fabric ---- */
+
+struct loop_srv {
+	struct rdma_listener *l;
+	struct rdma_worker *w;
+	struct rdma_conn *c;
+	int xfer_status, closed;
+	volatile int stop;
+};
+
+/* Server side: a READ of the described client buffer into the arena,
+ * then a one-byte reply carrying the transfer's status. */
+static void loop_msg(struct rdma_conn *c, const uint8_t *m, size_t n, void *arg)
+{
+	struct rdma_desc d;
+	struct rdma_xfer_item it;
+
+	(void)arg;
+	assert_int_equal(n, RDMA_DESC_BYTES);
+	rdma_desc_decode(m, &d);
+	it = (struct rdma_xfer_item){ arena, d.length, d.addr, d.rkey };
+	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, &it, 1), 0);
+}
+static void loop_xfer(struct rdma_conn *c, int st, void *arg)
+{
+	uint8_t reply = st == 0 ? 'k' : 'e';
+
+	((struct loop_srv *)arg)->xfer_status = st;
+	assert_int_equal(rdma_conn_send(c, &reply, 1), 0);
+}
+static void loop_close(struct rdma_conn *c, const char *why, void *arg)
+{
+	struct loop_srv *ls = arg;
+
+	(void)c; (void)why;
+	ls->closed++;
+	ls->c = NULL;
+}
+static const struct rdma_conn_cbs loop_cbs = { loop_msg, loop_xfer, loop_close };
+
+static void *loop_server(void *arg)
+{
+	struct loop_srv *ls = arg;
+	void *req;
+
+	while (!ls->stop) {
+		if (rdma_listener_take(ls->l, &req) == 1)
+			assert_int_equal(rdma_conn_accept(ls->w, req, &loop_cbs, ls, &ls->c), 0);
+		rdma_worker_cm_events(ls->w);
+		if (ls->c)
+			rdma_conn_completions(ls->c);
+		usleep(200);
+	}
+	return NULL;
+}
+
+/* A client connects, registers a buffer and describes it; the server pulls
+ * it with RDMA READ into the arena and replies; a wrong rkey fails the
+ * READ and the server's connection goes down, the client's call fails,
+ * and nothing is left allocated. */
+static void test_loopback_read(void **state)
+{
+	static uint8_t block[64 * 1024];
+	struct loop_srv ls = { 0 };
+	struct rdma_client *cl = NULL;
+	struct rdma_client_mr *mr = NULL;
+	struct rdma_desc d;
+	uint8_t msg[RDMA_DESC_BYTES], reply[8];
+	size_t got = 0;
+	pthread_t th;
+
+	(void)state;
+	F.loopback = 1;
+	for (size_t i = 0; i < sizeof(block); i++)
+		block[i] = (uint8_t)(i * 7 + 3);
+	memset(arena, 0, sizeof(block));
+	assert_int_equal(open_listener(&ls.l, NULL, 0), 0);
+	assert_int_equal(rdma_worker_open(ls.l, &ls.w), 0);
+	assert_int_equal(pthread_create(&th, NULL, loop_server, &ls), 0);
+
+	assert_int_equal(rdma_client_connect("127.0.0.1", 7472, 2000, &fake_ops, &cl), 0);
+	assert_int_equal(rdma_client_reg(cl, block, sizeof(block), &mr), 0);
+	d = (struct rdma_desc){ (uint64_t)(uintptr_t)block, rdma_client_mr_rkey(mr), sizeof(block) };
+	rdma_desc_encode(&d, msg);
+	assert_int_equal(rdma_client_call(cl, msg, sizeof(msg), reply, sizeof(reply), &got, 2000), 0);
+	assert_int_equal(got, 1);
+	assert_int_equal(reply[0], 'k');
+	assert_memory_equal(arena, block, sizeof(block));
+	assert_int_equal(F.xfer_bytes, sizeof(block));
+
+	/* A descriptor whose rkey is not the region's: remote access error. */
+	d.rkey ^= 0x7;
+	rdma_desc_encode(&d, msg);
+	assert_true(rdma_client_call(cl, msg, sizeof(msg), reply, sizeof(reply), &got, 500) < 0);
+	for (int i = 0; i < 2000 && !ls.closed; i++)
+		usleep(1000);
+	assert_int_equal(ls.closed, 1);
+	assert_int_equal(ls.xfer_status, 0); /* failures reach on_close, not on_xfer_done */
+
+	ls.stop = 1;
+	pthread_join(th, NULL);
+	rdma_client_dereg(cl, mr);
+	rdma_client_close(cl);
+	rdma_worker_close(ls.w);
+	rdma_listener_close(ls.l);
+	assert_int_equal(F.live, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -960,6 +787,7 @@ int main(void)
 		cmocka_unit_test_setup(test_close_in_callback, reset),
 		cmocka_unit_test_setup(test_client_no_device, reset),
 		cmocka_unit_test_setup(test_client_connect_paths, reset),
+		cmocka_unit_test_setup(test_loopback_read, reset),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
