@@ -34,8 +34,8 @@
 #define REPLAY_MAX_CONCURRENCY 1024
 #define REPLAY_BATCH_BYTES (64ULL << 20)   /* payload per GET/PUT call, at most */
 #define REPLAY_PROGRESS_NS 200000000LL     /* progress redraw period: 5/s */
-#define REPLAY_PUT_RETRIES 5               /* a put refused as BUSY is retried */
-#define REPLAY_PUT_BACKOFF_MS 1            /* after 1, 2, 4, 8, 16 ms */
+#define REPLAY_BUSY_RETRIES 5              /* a put or get answered BUSY is retried */
+#define REPLAY_BUSY_BACKOFF_MS 1           /* after 1, 2, 4, 8, 16 ms */
 #define REPLAY_MAX_WAIT_NS 1e18            /* --time-scale waits: at most ~31 years */
 
 enum {
@@ -195,12 +195,12 @@ static bool get_score(struct replay_worker *w, const struct kvpool_get_block *g,
 
 /* GET the batch w->gets[0..n). Blocks the server answers BUSY (a block
  * on NVMe only, with no DRAM room yet to read it into: the demoter is
- * making some) are asked again, the whole batch, up to REPLAY_PUT_RETRIES
+ * making some) are asked again, the whole batch, up to REPLAY_BUSY_RETRIES
  * times with a doubling backoff; a block still BUSY after that counts as
  * a get error. Returns kvpool_get's value for the last try. */
 static int get_batch(struct replay_worker *w, size_t n)
 {
-	unsigned int backoff_ms = REPLAY_PUT_BACKOFF_MS;
+	unsigned int backoff_ms = REPLAY_BUSY_BACKOFF_MS;
 	int rc;
 
 	for (int retry = 0;; retry++) {
@@ -211,7 +211,7 @@ static int get_batch(struct replay_worker *w, size_t n)
 			return rc;
 		for (size_t k = 0; k < n; k++)
 			busy += w->st[k] == -EAGAIN;
-		if (!busy || retry == REPLAY_PUT_RETRIES)
+		if (!busy || retry == REPLAY_BUSY_RETRIES)
 			return rc == -EAGAIN ? 0 : rc;
 		w->counts.get_retries += busy;
 		sleep_ms(backoff_ms);
@@ -262,14 +262,14 @@ static size_t first_busy(const struct replay_worker *w, size_t from, size_t n)
 
 /* PUT the batch w->puts[0..n), retrying from the first block the server
  * turned away as busy (in-flight put bytes at its limit: a moment's wait
- * fixes it) up to REPLAY_PUT_RETRIES times with a doubling backoff. The
+ * fixes it) up to REPLAY_BUSY_RETRIES times with a doubling backoff. The
  * blocks after a busy one are sent again too, as they may have been
  * refused for want of it as their parent; any that were stored come back
  * as already there. w->st[0..n) ends with each block's last status.
  * Returns 0 or -errno when a call failed. */
 static int put_batch(struct replay_worker *w, size_t n)
 {
-	unsigned int backoff_ms = REPLAY_PUT_BACKOFF_MS;
+	unsigned int backoff_ms = REPLAY_BUSY_BACKOFF_MS;
 	size_t from = 0;
 	int rc;
 
@@ -279,7 +279,7 @@ static int put_batch(struct replay_worker *w, size_t n)
 		if (rc && !put_block_error(rc))
 			return rc;
 		from = first_busy(w, from, n);
-		if (from == n || retry == REPLAY_PUT_RETRIES)
+		if (from == n || retry == REPLAY_BUSY_RETRIES)
 			return 0;
 		w->counts.put_retries += n - from;
 		sleep_ms(backoff_ms);
