@@ -106,14 +106,6 @@ static inline size_t min_size(size_t a, size_t b)
 	return a < b ? a : b;
 }
 
-/* Monotonic now. */
-static struct timespec now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t;
-}
 
 /* Record the first worker error and make every worker stop. */
 __attribute__((format(printf, 2, 3)))
@@ -143,17 +135,6 @@ static bool put_block_error(int err)
 	return err == -ENOLINK || err == -EMSGSIZE || err == -ENOSPC || err == -EAGAIN ||
 	       err == -EBADMSG || err == -EDQUOT || err == -EIO;
 }
-
-/* Time one library call into the op's latency samples. */
-#define TIMED(w, op, call)                                                     \
-	({                                                                     \
-		struct timespec t0_ = now(), t1_;                              \
-		int rc_ = (call);                                              \
-		t1_ = now();                                                   \
-		if (cli_lat_add(&(w)->counts.lat[op], ns_between(&t0_, &t1_) / 1000)) \
-			rc_ = -ENOMEM;                                         \
-		rc_;                                                           \
-	})
 
 /* Sleep for ms milliseconds. */
 static void sleep_ms(unsigned int ms)
@@ -206,7 +187,8 @@ static int get_batch(struct replay_worker *w, size_t n)
 	for (int retry = 0;; retry++) {
 		size_t busy = 0;
 
-		rc = TIMED(w, CLI_REPLAY_GET, kvpool_get(w->c, w->gets, n, w->st));
+		rc = CLI_LAT_TIMED(&w->counts.lat[CLI_REPLAY_GET],
+				   kvpool_get(w->c, w->gets, n, w->st));
 		if (rc && rc != -EAGAIN && !get_block_error(rc))
 			return rc;
 		for (size_t k = 0; k < n; k++)
@@ -274,8 +256,8 @@ static int put_batch(struct replay_worker *w, size_t n)
 	int rc;
 
 	for (int retry = 0;; retry++) {
-		rc = TIMED(w, CLI_REPLAY_PUT, kvpool_put(w->c, w->puts + from, n - from,
-							 w->st + from));
+		rc = CLI_LAT_TIMED(&w->counts.lat[CLI_REPLAY_PUT],
+				   kvpool_put(w->c, w->puts + from, n - from, w->st + from));
 		if (rc && !put_block_error(rc))
 			return rc;
 		from = first_busy(w, from, n);
@@ -368,9 +350,9 @@ static int replay_request(struct replay_worker *w, const struct cli_trace_req *r
 
 	if (r->n_hash_ids) {
 		*op = "match";
-		rc = TIMED(w, CLI_REPLAY_MATCH,
-			   kvpool_match(w->c, r->keys,
-					r->n_hash_ids, w->sh->cfg->lease_ms, &matched));
+		rc = CLI_LAT_TIMED(&w->counts.lat[CLI_REPLAY_MATCH],
+				   kvpool_match(w->c, r->keys, r->n_hash_ids,
+						w->sh->cfg->lease_ms, &matched));
 		if (rc)
 			return rc;
 		*op = "get";
@@ -413,7 +395,7 @@ static void *replay_worker_main(void *arg)
 			replay_fail(sh, "request at line %zu: %s: %s", r->line, op,
 				    kvpool_strerror(rc));
 	}
-	end = now();
+	end = cli_now();
 	w->end_s = (double)ns_between(&sh->start, &end) / 1e9;
 	atomic_fetch_sub(&sh->running, 1);
 	return NULL;
@@ -468,7 +450,7 @@ static void progress_draw(struct replay_shared *sh)
 {
 	uint64_t done = atomic_load(&sh->done), refs = atomic_load(&sh->refs);
 	uint64_t total = sh->trace->n_reqs;
-	struct timespec t = now();
+	struct timespec t = cli_now();
 	double el = (double)ns_between(&sh->start, &t) / 1e9;
 	double eta = done ? el * (double)(total - done) / (double)done : 0;
 
@@ -491,7 +473,7 @@ static int replay_run(struct replay_shared *sh, struct replay_worker *ws, unsign
 	unsigned int started;
 	int rc = 0;
 
-	sh->start = now();
+	sh->start = cli_now();
 	atomic_store(&sh->running, n);
 	for (started = 0; started < n; started++) {
 		rc = -pthread_create(&ws[started].thread, NULL, replay_worker_main, &ws[started]);

@@ -589,6 +589,29 @@ static void test_stats_report_tiers(void **state)
 	assert_int_equal(cli_stats_report(stdout, "not json"), -EPROTO);
 }
 
+static int slow_call(int rc)
+{
+	struct timespec t = { 0, 2000000 }; /* 2 ms */
+
+	nanosleep(&t, NULL);
+	return rc;
+}
+
+/* CLI_LAT_TIMED (replay's and bench's call timer) yields the call's value
+ * and records how long the call took, in microseconds. */
+static void test_lat_timed(void **state)
+{
+	struct cli_lat l = { 0 };
+
+	(void)state;
+	assert_int_equal(CLI_LAT_TIMED(&l, slow_call(-EAGAIN)), -EAGAIN);
+	assert_int_equal(CLI_LAT_TIMED(&l, slow_call(0)), 0);
+	assert_int_equal(l.n, 2);
+	assert_true(l.us[0] >= 2000 && l.us[1] >= 2000);
+	assert_true(l.us[0] < 10000000);
+	cli_lat_release(&l);
+}
+
 static void test_latency_quantiles(void **state)
 {
 	struct cli_lat l = { 0 }, m = { 0 };
@@ -1437,6 +1460,7 @@ int main(void)
 		cmocka_unit_test(test_stats_counters),
 		cmocka_unit_test(test_stats_report_tiers),
 		cmocka_unit_test(test_latency_quantiles),
+		cmocka_unit_test(test_lat_timed),
 		cmocka_unit_test(test_replay_json_report),
 		cmocka_unit_test(test_ns_valid),
 		cmocka_unit_test(test_connect_error_messages),
