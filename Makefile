@@ -330,7 +330,9 @@ install: all
 	[ -e $(DESTDIR)$(SYSCONFDIR)/kvpool/kvpool.conf ] || \
 	  install -m 644 config/kvpool.conf $(DESTDIR)$(SYSCONFDIR)/kvpool/kvpool.conf
 
+# build/ and every top-level build-*/ directory (BUILD=build-<name> ones);
+# a file called build-something is not a build directory and stays.
 clean:
-	rm -rf build build-san build-nordma
+	rm -rf build $(wildcard build-*/)
 
 -include $(shell find $(BUILD)/obj $(BUILD)/fuzz/obj -name '*.d' 2>/dev/null)
