@@ -26,6 +26,12 @@ static uint64_t payload_cap(const struct kvpool_client *c)
 	return c->limits.max_inflight_put_bytes ? c->limits.max_inflight_put_bytes : UINT64_MAX;
 }
 
+/* Does the batch carry descriptors (a PUT or GET on RDMA)? */
+static int with_descs(const struct kvpool_client *c, const struct kvc_batch *b)
+{
+	return c->rdma && b->ops->describe;
+}
+
 /* Plan the frame that starts at entry `first`: how many entries it takes
  * (at least one), its payload bytes and its iovec count (with the two
  * iovecs of header and body). */
@@ -34,9 +40,11 @@ static size_t plan_frame(const struct kvpool_client *c, const struct kvc_batch *
 {
 	size_t cap = (c->limits.max_frame_bytes - PROTO_HEADER_BYTES - PROTO_BATCH_PREFIX_BYTES) /
 		     b->entry_bytes;
-	uint64_t pay = 0, pay_cap = payload_cap(c);
+	uint64_t pay = 0, pay_cap = payload_cap(c), staged = 0;
 	size_t n = 0, iov = 2;
 
+	if (c->rdma && cap > rdma_max_batch(b->entry_bytes))
+		cap = rdma_max_batch(b->entry_bytes);
 	if (cap > c->limits.max_batch_blocks)
 		cap = c->limits.max_batch_blocks;
 	if (cap > b->count - first)
@@ -48,6 +56,13 @@ static size_t plan_frame(const struct kvpool_client *c, const struct kvc_batch *
 
 		if (n > 0 && (pay >= pay_cap || pb > pay_cap - pay))
 			break;
+		if (with_descs(c, b)) {
+			uint64_t sb = b->ops->stage_bytes(b->ctx, c, first + n);
+
+			if (n > 0 && sb > c->stage_bytes - staged)
+				break;
+			staged += sb;
+		}
 		pay += pb;
 		if (b->ops->payload_iovcnt)
 			iov += b->ops->payload_iovcnt(b->ctx, first + n);
@@ -58,6 +73,46 @@ static size_t plan_frame(const struct kvpool_client *c, const struct kvc_batch *
 	return n;
 }
 
+/* RDMA: encode the frame of entries f->first..+f->n with one descriptor
+ * per entry after the body, staging what is not in a registered region,
+ * and send it as one message. */
+static int send_frame_descs(struct kvpool_client *c, const struct kvc_batch *b,
+			    const struct frame *f, uint64_t deadline_ms)
+{
+	size_t body_bytes = proto_batch_body_bytes((uint32_t)f->n, b->entry_bytes);
+	uint8_t *descs;
+	uint64_t off = 0;
+	struct rdma_desc d;
+	int rc;
+
+	rc = kvc_wbuf_reserve(c, body_bytes + f->n * RDMA_DESC_BYTES);
+	if (!rc)
+		rc = kvc_iov_reserve(c, 3);
+	if (rc)
+		return kvc_stream_error(c, rc);
+	descs = c->wbuf + body_bytes;
+	proto_batch_encode_prefix(c->wbuf, (uint32_t)f->n, b->aux);
+	for (size_t i = 0; i < f->n; i++) {
+		b->ops->encode(b->ctx, f->first + i, c->wbuf, (uint32_t)i);
+		b->ops->describe(b->ctx, c, f->first + i, off, &d);
+		rdma_desc_encode(&d, descs + i * RDMA_DESC_BYTES);
+		off += b->ops->stage_bytes(b->ctx, c, f->first + i);
+	}
+	c->iov[2].iov_base = descs;
+	c->iov[2].iov_len = f->n * RDMA_DESC_BYTES;
+	return kvc_send_request(c, b->op, f->request_id, c->wbuf, body_bytes, c->iov, 3,
+				f->payload_bytes, deadline_ms);
+}
+
+/* RDMA: set up the staging buffer if some entry of the batch needs it. */
+static int stage_if_needed(struct kvpool_client *c, const struct kvc_batch *b)
+{
+	for (size_t i = 0; i < b->count; i++)
+		if (b->ops->stage_bytes(b->ctx, c, i))
+			return kvc_rdma_stage(c);
+	return 0;
+}
+
 /* Encode and send the frame of entries f->first..+f->n. */
 static int send_frame(struct kvpool_client *c, const struct kvc_batch *b, const struct frame *f,
 		      size_t iovcnt, uint64_t deadline_ms)
@@ -66,6 +121,8 @@ static int send_frame(struct kvpool_client *c, const struct kvc_batch *b, const 
 	size_t k = 2;
 	int rc;
 
+	if (with_descs(c, b))
+		return send_frame_descs(c, b, f, deadline_ms);
 	rc = kvc_wbuf_reserve(c, body_bytes);
 	if (!rc)
 		rc = kvc_iov_reserve(c, iovcnt);
@@ -109,11 +166,16 @@ int kvc_batch_run(struct kvpool_client *c, const struct kvc_batch *b, uint64_t d
 {
 	struct pipeline p = { .len = 0 };
 	uint64_t cap = payload_cap(c);
-	size_t next = 0;
+	size_t next = 0, depth = c->rdma ? 1 : KVC_PIPELINE_FRAMES;
 	int rc;
 
+	if (with_descs(c, b)) {
+		rc = stage_if_needed(c, b);
+		if (rc)
+			return rc;
+	}
 	while (next < b->count || p.len) {
-		if (next < b->count && p.len < KVC_PIPELINE_FRAMES) {
+		if (next < b->count && p.len < depth) {
 			struct frame f = { .first = next };
 			size_t iovcnt;
 
