@@ -272,8 +272,10 @@ int rdma_client_send(struct rdma_client *c, const void *msg, size_t msg_bytes);
 int rdma_client_recv(struct rdma_client *c, void *buf, size_t cap, size_t *bytes,
 		     uint32_t timeout_ms);
 
-/* Whether the connection is established and has seen no error. */
-bool rdma_client_ok(const struct rdma_client *c);
+/* Whether the connection is established and has seen no error; takes the
+ * CM events pending first (never blocks), so a server that left between
+ * calls is noticed here (as a TCP client notices a closed socket). */
+bool rdma_client_ok(struct rdma_client *c);
 
 /* Send one control message and wait for the next reply message into
  * buf[0..cap); *bytes receives its length. Blocks up to timeout_ms.

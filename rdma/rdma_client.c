@@ -371,7 +371,7 @@ int rdma_client_call(struct rdma_client *cl, const void *msg, size_t msg_bytes, 
 	return rdma_client_recv(cl, buf, cap, bytes, timeout_ms);
 }
 
-bool rdma_client_ok(const struct rdma_client *cl)
+bool rdma_client_ok(struct rdma_client *cl)
 {
-	return cl && cl->conn.state == RDMA_CONN_ESTABLISHED;
+	return cl && check_cm(cl) == 0;
 }

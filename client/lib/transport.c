@@ -48,8 +48,9 @@ void kvc_rdma_close(struct kvpool_client *c)
 {
 	if (!c->rdma)
 		return;
-	/* Memory registrations first: the protection domain goes with the
-	 * connection. */
+	/* Memory registrations first: once they are gone no late READ or
+	 * WRITE of the server (after a timeout) can reach the caller's
+	 * memory, and the protection domain can go with the connection. */
 	for (size_t i = 0; i < c->n_regions; i++) {
 		rdma_client_dereg(c->rdma, c->regions[i].mr);
 		c->regions[i].mr = NULL;

@@ -287,6 +287,10 @@ static void *serve(void *arg)
 		while (rdma_listener_take(fs->l, &req) == 1)
 			take(fs, req);
 		rdma_worker_cm_events(fs->w);
+		if (atomic_exchange(&fs->drop_idle, 0))
+			for (int i = 0; i < FRS_MAX_CONNS; i++)
+				if (fs->conns[i])
+					rdma_conn_close(fs->conns[i]->c, "dropped by the test");
 		for (int i = 0; i < FRS_MAX_CONNS; i++)
 			if (fs->conns[i])
 				rdma_conn_completions(fs->conns[i]->c);

@@ -44,6 +44,7 @@ struct fake_rdma_server {
 	/* Misbehaviour (any time). */
 	atomic_int corrupt_get;             /* GET results carry a wrong checksum */
 	atomic_int drop_next;               /* close the connection at the next PUT/GET */
+	atomic_int drop_idle;               /* close every connection now, between requests */
 
 	/* Observations. */
 	atomic_int accepted, closed;        /* connections */

@@ -332,6 +332,30 @@ static void test_drop_mid_request(void **state)
 	check_recovers(e, t0, kvpool_get_bytes(e->c, key, back, sizeof(back), &len));
 }
 
+/* The server closes the connection between two calls: the next call
+ * notices before sending (as a TCP client notices a closed socket),
+ * reconnects and works, without an error. */
+static void test_drop_between_calls(void **state)
+{
+	struct env *e = *state;
+	uint8_t data[700], back[700], key[KVPOOL_KEY_BYTES];
+	struct kvpool_counters k;
+	uint64_t len = 0;
+
+	fill(data, sizeof(data), 13);
+	key_of(key, 31);
+	assert_int_equal(kvpool_put_bytes(e->c, key, NULL, data, sizeof(data)), 0);
+	e->fs.drop_idle = 1;
+	for (int i = 0; i < 2000 && e->fs.closed == 0; i++)
+		usleep(1000);
+	assert_int_equal(e->fs.closed, 1);
+	assert_int_equal(kvpool_get_bytes(e->c, key, back, sizeof(back), &len), 0);
+	assert_memory_equal(back, data, sizeof(data));
+	assert_int_equal(kvpool_get_counters(e->c, &k), 0);
+	assert_int_equal(k.reconnects, 1);
+	assert_int_equal(e->fs.accepted, 2);
+}
+
 /* kvpool_register/unregister keep their errors on RDMA; each region is a
  * memory registration of the connection while it is registered. */
 static void test_register_errors(void **state)
@@ -511,6 +535,7 @@ int main(void)
 		RDMA_TEST(test_corrupt_get),
 		RDMA_TEST(test_read_fails),
 		RDMA_TEST(test_drop_mid_request),
+		RDMA_TEST(test_drop_between_calls),
 		RDMA_TEST(test_register_errors),
 		cmocka_unit_test(test_auto_moves_to_rdma),
 		cmocka_unit_test(test_auto_registration_fails),
