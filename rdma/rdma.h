@@ -256,8 +256,9 @@ int rdma_client_reg(struct rdma_client *c, void *buf, size_t len, struct rdma_cl
 uint32_t rdma_client_mr_rkey(const struct rdma_client_mr *mr);
 void rdma_client_dereg(struct rdma_client *c, struct rdma_client_mr *mr); /* accepts NULL */
 
-/* Send one control message (copied: msg may be reused at once). A reply
- * is then taken with rdma_client_recv. Fails with -ECONNRESET when the
+/* Send one control message (copied: msg may be reused at once). Replies
+ * are taken with rdma_client_recv, in order; up to RDMA_MSG_DEPTH
+ * messages may be outstanding. Fails with -ECONNRESET when the
  * server has left (a DISCONNECTED event is pending) or the send could not
  * be posted; the connection is then unusable (rdma_client_ok is false).
  * Errors: -EMSGSIZE (over RDMA_MSG_MAX_BYTES), -EAGAIN (every send buffer

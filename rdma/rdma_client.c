@@ -239,21 +239,30 @@ static int check_cm(struct rdma_client *cl)
 	return cl->conn.state == RDMA_CONN_ESTABLISHED ? 0 : -ECONNRESET;
 }
 
-/* Poll the CQ once and handle what it gives. Returns the number of
- * completions, or -ECONNRESET (an error completion or a verbs failure). */
+/* Take completions from the CQ one at a time until it is empty or a
+ * message is in: with several requests outstanding, later replies stay
+ * in the CQ until the caller has taken this one (the connection keeps
+ * one received message at a time). Returns the number of completions
+ * handled, or -ECONNRESET (an error completion or a verbs failure). */
 static int drain_cq(struct rdma_conn *c)
 {
-	struct ibv_wc wc[8];
-	int n = c->ops->poll_cq(c->cq, 8, wc);
+	struct ibv_wc wc;
+	int handled = 0;
 
-	if (n < 0) {
-		c->state = RDMA_CONN_ERROR;
-		return -ECONNRESET;
-	}
-	for (int i = 0; i < n; i++)
-		if (rdma_conn_handle_wc(c, &wc[i]))
+	while (!c->recv_ready) {
+		int n = c->ops->poll_cq(c->cq, 1, &wc);
+
+		if (n < 0) {
+			c->state = RDMA_CONN_ERROR;
 			return -ECONNRESET;
-	return n;
+		}
+		if (n == 0)
+			break;
+		if (rdma_conn_handle_wc(c, &wc))
+			return -ECONNRESET;
+		handled++;
+	}
+	return handled;
 }
 
 /* Wait until the completion channel or the CM channel is readable, or

@@ -10,6 +10,7 @@ struct frame {
 	uint64_t request_id;
 	size_t first, n;
 	uint64_t payload_bytes;
+	int staged;             /* RDMA: uses the staging buffer */
 };
 
 /* Frames in flight, oldest first (a ring). */
@@ -17,6 +18,7 @@ struct pipeline {
 	struct frame q[KVC_PIPELINE_FRAMES];
 	size_t head, len;
 	uint64_t payload_bytes; /* PUT payload of the frames in flight */
+	int staged;             /* RDMA: a frame in flight uses the staging buffer */
 };
 
 /* Most bytes of payload one frame (and the frames in flight together)
@@ -33,14 +35,14 @@ static int with_descs(const struct kvpool_client *c, const struct kvc_batch *b)
 }
 
 /* Plan the frame that starts at entry `first`: how many entries it takes
- * (at least one), its payload bytes and its iovec count (with the two
- * iovecs of header and body). */
+ * (at least one), its payload bytes, its iovec count (with the two
+ * iovecs of header and body) and (RDMA) whether it uses staging. */
 static size_t plan_frame(const struct kvpool_client *c, const struct kvc_batch *b, size_t first,
-			 uint64_t *payload_bytes, size_t *iovcnt)
+			 uint64_t *payload_bytes, size_t *iovcnt, int *staged)
 {
 	size_t cap = (c->limits.max_frame_bytes - PROTO_HEADER_BYTES - PROTO_BATCH_PREFIX_BYTES) /
 		     b->entry_bytes;
-	uint64_t pay = 0, pay_cap = payload_cap(c), staged = 0;
+	uint64_t pay = 0, pay_cap = payload_cap(c), stage_used = 0;
 	size_t n = 0, iov = 2;
 
 	if (c->rdma && cap > rdma_max_batch(b->entry_bytes))
@@ -59,9 +61,9 @@ static size_t plan_frame(const struct kvpool_client *c, const struct kvc_batch *
 		if (with_descs(c, b)) {
 			uint64_t sb = b->ops->stage_bytes(b->ctx, c, first + n);
 
-			if (n > 0 && sb > c->stage_bytes - staged)
+			if (n > 0 && sb > c->stage_bytes - stage_used)
 				break;
-			staged += sb;
+			stage_used += sb;
 		}
 		pay += pb;
 		if (b->ops->payload_iovcnt)
@@ -70,6 +72,7 @@ static size_t plan_frame(const struct kvpool_client *c, const struct kvc_batch *
 	}
 	*payload_bytes = pay;
 	*iovcnt = iov;
+	*staged = stage_used > 0;
 	return n;
 }
 
@@ -166,7 +169,7 @@ int kvc_batch_run(struct kvpool_client *c, const struct kvc_batch *b, uint64_t d
 {
 	struct pipeline p = { .len = 0 };
 	uint64_t cap = payload_cap(c);
-	size_t next = 0, depth = c->rdma ? 1 : KVC_PIPELINE_FRAMES;
+	size_t next = 0;
 	int rc;
 
 	if (with_descs(c, b)) {
@@ -175,13 +178,14 @@ int kvc_batch_run(struct kvpool_client *c, const struct kvc_batch *b, uint64_t d
 			return rc;
 	}
 	while (next < b->count || p.len) {
-		if (next < b->count && p.len < depth) {
+		if (next < b->count && p.len < KVC_PIPELINE_FRAMES) {
 			struct frame f = { .first = next };
 			size_t iovcnt;
 
-			f.n = plan_frame(c, b, next, &f.payload_bytes, &iovcnt);
+			f.n = plan_frame(c, b, next, &f.payload_bytes, &iovcnt, &f.staged);
 			if (p.len == 0 ||
-			    (p.payload_bytes <= cap && f.payload_bytes <= cap - p.payload_bytes)) {
+			    (p.payload_bytes <= cap && f.payload_bytes <= cap - p.payload_bytes &&
+			     !f.staged && !p.staged)) {
 				f.request_id = kvc_next_request_id(c);
 				rc = send_frame(c, b, &f, iovcnt, deadline_ms);
 				if (rc)
@@ -189,6 +193,9 @@ int kvc_batch_run(struct kvpool_client *c, const struct kvc_batch *b, uint64_t d
 				p.q[(p.head + p.len) % KVC_PIPELINE_FRAMES] = f;
 				p.len++;
 				p.payload_bytes += f.payload_bytes;
+				p.staged = f.staged;
+				if (p.len > c->max_frames_in_flight)
+					c->max_frames_in_flight = p.len;
 				next += f.n;
 				continue;
 			}
@@ -197,6 +204,7 @@ int kvc_batch_run(struct kvpool_client *c, const struct kvc_batch *b, uint64_t d
 		if (rc)
 			return rc;
 		p.payload_bytes -= p.q[p.head].payload_bytes;
+		p.staged = 0; /* a staging frame is always alone in flight */
 		p.head = (p.head + 1) % KVC_PIPELINE_FRAMES;
 		p.len--;
 	}

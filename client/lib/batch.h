@@ -10,11 +10,13 @@
  * The opcode-specific parts (entry encoding, payload, reply handling) are
  * callbacks.
  *
- * On RDMA (c->rdma) frames go one at a time, at most rdma_max_batch()
- * entries each, and a PUT or GET frame carries one remote-buffer
- * descriptor per entry instead of a payload (PROTOCOL.md section 13):
- * entries whose buffer is not in a registered region are staged, and a
- * frame takes no more of them than the staging buffer holds.
+ * On RDMA (c->rdma) a frame takes at most rdma_max_batch() entries, and a
+ * PUT or GET frame carries one remote-buffer descriptor per entry instead
+ * of a payload (PROTOCOL.md section 13). Entries whose buffer is not in a
+ * registered region are staged; a frame takes no more of them than the
+ * staging buffer holds, and a frame that stages goes alone (nothing else
+ * in flight), so that it has the whole staging buffer. Frames without
+ * staging are pipelined as on TCP.
  */
 #ifndef KVC_BATCH_H
 #define KVC_BATCH_H
@@ -26,7 +28,7 @@
 #include "client.h"
 #include "rdma.h"
 
-#define KVC_PIPELINE_FRAMES 4
+#define KVC_PIPELINE_FRAMES 4 /* TCP and RDMA (<= RDMA_MSG_DEPTH) */
 
 struct kvc_batch_ops {
 	/* Write entry i as entry j of the batch body that starts at `body`. */

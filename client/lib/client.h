@@ -81,6 +81,7 @@ struct kvpool_client {
 	size_t stage_bytes;
 	struct rdma_client_mr *stage_mr;
 	uint64_t rdma_connects;         /* RDMA connections that completed HELLO */
+	size_t max_frames_in_flight;    /* most batch frames seen in flight (diagnostics) */
 };
 
 /* A reply read by kvc_recv_reply. body points into the handle's reply

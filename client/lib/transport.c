@@ -18,8 +18,9 @@
  * 64 MiB, but never less than the server's max_block_bytes, so that one
  * block always fits; batches that need more are sent in pieces).
  *
- * Requests on RDMA are sent one at a time (the next one after the reply
- * to the previous), well inside the protocol's 8 outstanding messages.
+ * Batch frames on RDMA are pipelined like TCP's, up to KVC_PIPELINE_FRAMES
+ * (4, inside the protocol's 8 outstanding messages), except that a frame
+ * using the staging buffer goes alone (batch.c).
  */
 #include <errno.h>
 #include <stdio.h>

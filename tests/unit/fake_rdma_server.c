@@ -31,7 +31,13 @@ struct frs_conn {
 	uint64_t off[FRS_MAX_DESCS];
 	struct proto_result res[FRS_MAX_DESCS];
 	struct rdma_xfer_item items[FRS_MAX_DESCS];
+	int busy;                                /* a request is being answered */
+	uint8_t q[RDMA_MSG_DEPTH][RDMA_MSG_MAX_BYTES]; /* requests waiting, oldest first */
+	size_t q_bytes[RDMA_MSG_DEPTH];
+	int q_len;
 };
+
+static void handle(struct frs_conn *fc, const uint8_t *msg, size_t bytes);
 
 static struct proto_limits limits_of(const struct fake_rdma_server *fs)
 {
@@ -52,8 +58,22 @@ static void reply(struct frs_conn *fc, uint16_t status, const void *body, uint32
 
 	proto_header_encode(&h, msg);
 	memcpy(msg + PROTO_HEADER_BYTES, body, body_bytes);
-	if (rdma_conn_send(fc->c, msg, PROTO_HEADER_BYTES + body_bytes))
+	fc->busy = 0;
+	if (rdma_conn_send(fc->c, msg, PROTO_HEADER_BYTES + body_bytes)) {
 		rdma_conn_close(fc->c, "reply could not be sent");
+		return;
+	}
+	/* Answer what queued up behind this one, until one starts a transfer. */
+	while (fc->q_len && !fc->busy && rdma_conn_state(fc->c) == RDMA_CONN_ESTABLISHED) {
+		static uint8_t m[RDMA_MSG_MAX_BYTES];
+		size_t n = fc->q_bytes[0];
+
+		memcpy(m, fc->q[0], n);
+		fc->q_len--;
+		memmove(fc->q[0], fc->q[1], (size_t)fc->q_len * RDMA_MSG_MAX_BYTES);
+		memmove(&fc->q_bytes[0], &fc->q_bytes[1], (size_t)fc->q_len * sizeof(size_t));
+		handle(fc, m, n);
+	}
 }
 
 /* Reply with the per-entry results of the request in progress. */
@@ -194,10 +214,29 @@ static void on_hello(struct frs_conn *fc, const uint8_t *body, uint32_t body_byt
 	reply(fc, PROTO_STATUS_OK, out, sizeof(out), 0);
 }
 
-/* A request message: decode with proto/, dispatch on the opcode. */
+/* A request message: queue it behind the one being answered, if any. */
 static void on_msg(struct rdma_conn *c, const uint8_t *msg, size_t bytes, void *arg)
 {
 	struct frs_conn *fc = arg;
+	int q;
+
+	(void)c;
+	if (!fc->busy) {
+		handle(fc, msg, bytes);
+		return;
+	}
+	assert_true(fc->q_len < (int)RDMA_MSG_DEPTH);
+	memcpy(fc->q[fc->q_len], msg, bytes);
+	fc->q_bytes[fc->q_len++] = bytes;
+	q = atomic_load(&fc->fs->max_queued);
+	if (fc->q_len > q)
+		atomic_store(&fc->fs->max_queued, fc->q_len);
+}
+
+/* Answer one request: decode with proto/, dispatch on the opcode. */
+static void handle(struct frs_conn *fc, const uint8_t *msg, size_t bytes)
+{
+	struct rdma_conn *c = fc->c;
 	struct proto_limits lim = limits_of(fc->fs);
 	struct proto_header h;
 	struct proto_batch b;
@@ -208,6 +247,7 @@ static void on_msg(struct rdma_conn *c, const uint8_t *msg, size_t bytes, void *
 	atomic_fetch_add(&fc->fs->msgs[h.opcode], 1);
 	fc->op = h.opcode;
 	fc->request_id = h.request_id;
+	fc->busy = 1;
 	if (h.opcode == PROTO_OP_HELLO) {
 		on_hello(fc, msg + PROTO_HEADER_BYTES, h.body_bytes);
 		return;

@@ -9,6 +9,8 @@
  * arena, and are checked and stored only once the READ has completed; a
  * GET's bytes are pushed with RDMA WRITE into the client's descriptors
  * before the reply is sent. Other requests are answered UNSUPPORTED.
+ * Requests that arrive while a transfer runs are queued (up to
+ * RDMA_MSG_DEPTH, the client's credit) and answered in order.
  *
  * Threads: the test thread starts and stops it; the counters are atomics,
  * read after the client call under test has returned.
@@ -53,6 +55,7 @@ struct fake_rdma_server {
 	atomic_uint_fast64_t read_bytes, write_bytes; /* moved by completed transfers */
 	uint64_t desc_addr[FRS_MAX_DESCS];  /* addresses of the descriptors received, */
 	atomic_int n_desc;                  /* ... in order (the first FRS_MAX_DESCS) */
+	atomic_int max_queued;              /* most requests waiting behind a transfer */
 	char hello_ns[PROTO_NAME_MAX_BYTES + 1];
 
 	/* Internal. */

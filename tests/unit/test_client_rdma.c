@@ -5,7 +5,8 @@
  * given the caller's addresses) and from unregistered ones (staging),
  * batches split at rdma_max_batch and at the staging buffer's size, a
  * corrupted GET, a failed READ and a dropped connection (an error within
- * the timeout, then a reconnect), kvpool_register/unregister on RDMA, and
+ * the timeout, then a reconnect), pipelining (zero-copy frames) and its
+ * absence (staged frames), kvpool_register/unregister on RDMA, and
  * auto:// moving to RDMA or staying on TCP (said once). In an RDMA=0
  * build only the stub's answer to rdma:// is tested.
  */
@@ -224,6 +225,7 @@ static void test_batch_split(void **state)
 	assert_int_equal(kvpool_register(e->c, dst, g * bytes), 0);
 	assert_int_equal(put_n(e->c, src, n, bytes, 1000), 0);
 	assert_int_equal(e->fs.msgs[PROTO_OP_PUT], 2);
+	assert_int_equal(e->c->max_frames_in_flight, 2); /* zero copy: pipelined */
 	assert_int_equal(put_n(e->c, src + n * bytes, g - n, bytes, 1000 + (unsigned int)n), 0);
 	assert_int_equal(get_n(e->c, dst, g, bytes, 1000), 0);
 	assert_int_equal(e->fs.msgs[PROTO_OP_GET], 2);
@@ -253,6 +255,7 @@ static void test_staging_pieces(void **state)
 	assert_int_equal(get_n(e->c, dst, n, bytes, 2000), 0);
 	assert_int_equal(e->fs.msgs[PROTO_OP_GET], 3);
 	assert_memory_equal(src, dst, n * bytes);
+	assert_int_equal(e->c->max_frames_in_flight, 1); /* staged frames go alone */
 	free(src);
 	free(dst);
 }
