@@ -48,7 +48,7 @@ struct kvpool_client {
 	uint16_t token_len;
 	uint32_t timeout_ms;            /* 0 = KVPOOL_DEFAULT_TIMEOUT_MS */
 
-	int fd;                         /* -1 when disconnected */
+	int fd;                         /* -1 when disconnected or on RDMA */
 	int reconnect_next;             /* drop the connection at the next call */
 	uint64_t next_request_id;
 	struct kvpool_limits limits;    /* from the last HELLO reply */
@@ -117,7 +117,8 @@ uint64_t kvc_next_request_id(struct kvpool_client *c);
  * payload_bytes is only announced (PROTOCOL.md section 13).
  * iov[0] and iov[1] are filled in here; the whole array is scratch
  * afterwards.
- * Errors (connection closed): -ETIMEDOUT, -EPIPE, -ECONNRESET, -ENOMEM. */
+ * Errors (connection closed): -ETIMEDOUT, -EPIPE, -ECONNRESET, -ENOMEM,
+ * and on RDMA -EMSGSIZE (the message would exceed RDMA_MSG_MAX_BYTES). */
 int kvc_send_request(struct kvpool_client *c, uint8_t op, uint64_t request_id, const void *body,
 		     size_t body_bytes, struct iovec *iov, size_t iovcnt, uint64_t payload_bytes,
 		     uint64_t deadline_ms);
@@ -216,10 +217,5 @@ int kvc_rdma_reg_regions(struct kvpool_client *c);
 /* Make sure the staging buffer exists on this RDMA connection (allocated
  * and registered once per connection). Errors: -ENOMEM, rdma_client_reg's. */
 int kvc_rdma_stage(struct kvpool_client *c);
-
-/* The rkey covering buf[0..len) in a registered region, or 0 when no
- * region registered on the RDMA connection holds all of it. */
-uint32_t kvc_rdma_rkey(const struct kvpool_client *c, const void *buf, size_t len);
-uint32_t kvc_rdma_stage_rkey(const struct kvpool_client *c);
 
 #endif /* KVC_CLIENT_H */
