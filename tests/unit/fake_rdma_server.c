@@ -256,6 +256,8 @@ static void handle(struct frs_conn *fc, const uint8_t *msg, size_t bytes)
 		reply(fc, PROTO_STATUS_UNSUPPORTED, NULL, 0, 0);
 		return;
 	}
+	if (fc->fs->silent)
+		return; /* busy for good: later requests queue behind it */
 	if (atomic_exchange(&fc->fs->drop_next, 0)) {
 		rdma_conn_close(c, "dropped by the test");
 		return;

@@ -47,6 +47,7 @@ struct fake_rdma_server {
 	atomic_int corrupt_get;             /* GET results carry a wrong checksum */
 	atomic_int drop_next;               /* close the connection at the next PUT/GET */
 	atomic_int drop_idle;               /* close every connection now, between requests */
+	atomic_int silent;                  /* PUT/GET requests get no answer at all */
 
 	/* Observations. */
 	atomic_int accepted, closed;        /* connections */

@@ -4,7 +4,8 @@
  * and get byte-exact from registered buffers (zero copy: the server is
  * given the caller's addresses) and from unregistered ones (staging),
  * batches split at rdma_max_batch and at the staging buffer's size, a
- * corrupted GET, a failed READ and a dropped connection (an error within
+ * corrupted GET, a block too large for its buffer, a silent server
+ * (timeout), a failed READ and a dropped connection (an error within
  * the timeout, then a reconnect), pipelining (zero-copy frames) and its
  * absence (staged frames), kvpool_register/unregister on RDMA, and
  * auto:// moving to RDMA or staying on TCP (said once). In an RDMA=0
@@ -335,6 +336,48 @@ static void test_drop_mid_request(void **state)
 	check_recovers(e, t0, kvpool_get_bytes(e->c, key, back, sizeof(back), &len));
 }
 
+/* A block larger than the GET buffer: -EMSGSIZE with its real length,
+ * nothing written past the buffer, as on TCP. */
+static void test_get_too_large(void **state)
+{
+	struct env *e = *state;
+	uint8_t data[3000], back[1000 + 16], key[KVPOOL_KEY_BYTES];
+	uint64_t len = 0;
+
+	fill(data, sizeof(data), 14);
+	memset(back, 0xee, sizeof(back));
+	key_of(key, 40);
+	assert_int_equal(kvpool_register(e->c, back, sizeof(back)), 0);
+	assert_int_equal(kvpool_put_bytes(e->c, key, NULL, data, sizeof(data)), 0);
+	assert_int_equal(kvpool_get_bytes(e->c, key, back, 1000, &len), -EMSGSIZE);
+	assert_int_equal(len, sizeof(data));
+	for (size_t i = 0; i < sizeof(back); i++)
+		assert_int_equal(back[i], 0xee);
+}
+
+/* A server that never answers: -ETIMEDOUT after the handle's timeout,
+ * not before and not much after; the next call reconnects. */
+static void test_timeout(void **state)
+{
+	struct env *e = *state;
+	uint8_t data[500], key[KVPOOL_KEY_BYTES];
+	uint64_t t0, took;
+
+	fill(data, sizeof(data), 15);
+	key_of(key, 41);
+	kvpool_set_timeout(e->c, 300);
+	e->fs.silent = 1;
+	t0 = kvc_now_ms();
+	assert_int_equal(kvpool_put_bytes(e->c, key, NULL, data, sizeof(data)), -ETIMEDOUT);
+	took = kvc_now_ms() - t0;
+	assert_true(took >= 290 && took < 1500);
+	assert_false(kvc_connected(e->c));
+	e->fs.silent = 0;
+	assert_int_equal(kvpool_put_bytes(e->c, key, NULL, data, sizeof(data)), 0);
+	assert_true(frs_has(&e->fs, key, data, sizeof(data)));
+	assert_int_equal(e->fs.accepted, 2);
+}
+
 /* The server closes the connection between two calls: the next call
  * notices before sending (as a TCP client notices a closed socket),
  * reconnects and works, without an error. */
@@ -539,6 +582,8 @@ int main(void)
 		RDMA_TEST(test_read_fails),
 		RDMA_TEST(test_drop_mid_request),
 		RDMA_TEST(test_drop_between_calls),
+		RDMA_TEST(test_get_too_large),
+		RDMA_TEST(test_timeout),
 		RDMA_TEST(test_register_errors),
 		cmocka_unit_test(test_auto_moves_to_rdma),
 		cmocka_unit_test(test_auto_registration_fails),
