@@ -246,7 +246,8 @@ struct rdma_client_mr;
 int rdma_client_connect(const char *host, uint16_t port, uint32_t timeout_ms,
 			const struct rdma_ops *ops, struct rdma_client **out);
 
-/* Disconnect and free (deregisters remaining memory). Accepts NULL. */
+/* Disconnect and free. Deregister every rdma_client_reg region first
+ * (the protection domain is freed here). Accepts NULL. */
 void rdma_client_close(struct rdma_client *c);
 
 /* Register buf[0..len) for remote read and write by the server (the
