@@ -90,10 +90,13 @@ static int check_parent(struct checker *c, const struct store_block *b)
 	if (!b->has_parent)
 		return b->parent_blk ? fail(c, "first block %s has a parent link",
 					    hex8(b->node.key, k)) : 0;
-	p = store_find_locked(c->s, b->node.ns_id, b->parent);
+	p = b->parent_blk;
 	if (!p)
 		return fail(c, "hole: parent of block %s is not stored", hex8(b->node.key, k));
-	if (p != b->parent_blk || p->state != STORE_BLOCK_VISIBLE)
+	/* the parent key is parent_blk's: it must be the stored block of
+	 * that key in the same namespace */
+	if (p->state != STORE_BLOCK_VISIBLE || p->node.ns_id != b->node.ns_id ||
+	    store_find_locked(c->s, p->node.ns_id, p->node.key) != p)
 		return fail(c, "block %s linked to the wrong parent", hex8(b->node.key, k));
 	return 0;
 }

@@ -73,16 +73,12 @@ static void init_reservation(struct store_block *b, struct store_ns *ns, const u
 	b->node.ns_id = ns->ns_id;
 	memcpy(b->node.key, key, STORE_KEY_BYTES);
 	b->has_parent = has_parent(parent);
-	if (b->has_parent)
-		memcpy(b->parent, parent, STORE_KEY_BYTES);
 	b->state = STORE_BLOCK_RESERVED;
 	b->length = length;
 	b->checksum = checksum;
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
 		b->heap_idx[k] = STORE_HEAP_NONE;
 	b->ns = ns;
-	store_list_init(&b->child_list);
-	store_list_init(&b->sibling);
 	store_list_init(&b->leases);
 	store_list_init(&b->seg_link);
 }
@@ -169,6 +165,8 @@ static int begin_locked(struct store *s, struct store_block *b, uint32_t ns_id,
 	init_reservation(b, ns, key, parent, length, checksum);
 	b->pages = (uint32_t)pages;
 	b->parent_blk = pin;
+	if (b->has_parent && !pin)
+		memcpy(b->pending_parent, parent, STORE_KEY_BYTES);
 	store_list_add_tail(&s->reserved, &b->link);
 	ns->reservations++;
 	ns->reserved_bytes += length;
@@ -221,6 +219,8 @@ static void publish_locked(struct store *s, struct store_block *b, struct store_
 	b->state = STORE_BLOCK_VISIBLE;
 	b->in_dram = 1;
 	b->parent_blk = p;
+	store_list_init(&b->child_list); /* over pending_parent, read already */
+	store_list_init(&b->sibling);
 	store_index_insert(&s->index, &b->node);
 	store_list_add_tail(&ns->blocks, &b->link);
 	if (p) {
@@ -255,7 +255,9 @@ static int commit_locked(struct store *s, struct store_block *b, uint64_t sum)
 		return -EEXIST;
 	}
 	if (b->has_parent) {
-		p = store_find_locked(s, ns->ns_id, b->parent);
+		/* the pinned parent may have been removed (and put again) */
+		p = store_find_locked(s, ns->ns_id, b->parent_blk ? b->parent_blk->node.key :
+								 b->pending_parent);
 		if (!p) {
 			ns->put_errors++;
 			return -ENOLINK;

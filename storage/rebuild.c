@@ -194,9 +194,7 @@ static struct store_block *block_of(const struct store_nvme_rec *r, struct store
 		return NULL;
 	b->node.ns_id = ns->ns_id;
 	memcpy(b->node.key, r->key, STORE_KEY_BYTES);
-	b->has_parent = r->has_parent;
-	if (b->has_parent)
-		memcpy(b->parent, r->parent, STORE_KEY_BYTES);
+	b->has_parent = r->has_parent; /* resolved from r->parent by mark_reachable_locked */
 	b->state = STORE_BLOCK_VISIBLE;
 	b->pages = (uint32_t)store_pages_of(r->length);
 	b->length = r->length;
@@ -286,7 +284,7 @@ static int mark_reachable_locked(struct rebuild *rb)
 			stack[top++] = b;
 			continue;
 		}
-		p = store_find_locked(s, b->node.ns_id, b->parent);
+		p = store_find_locked(s, b->node.ns_id, rb->recs[i].parent);
 		if (p) {
 			b->parent_blk = p;
 			store_list_add_tail(&p->child_list, &b->sibling);

@@ -135,9 +135,10 @@ static void plan_move_locked(struct store *s, struct reclaim *rc, struct store_b
 	memset(r, 0, sizeof(*r));
 	r->ns_disk_id = m->disk_id;
 	memcpy(r->key, b->node.key, STORE_KEY_BYTES);
-	r->has_parent = b->has_parent;
-	if (b->has_parent)
-		memcpy(r->parent, b->parent, STORE_KEY_BYTES);
+	if (b->parent_blk) { /* a visible block's parent is its parent_blk */
+		r->has_parent = 1;
+		memcpy(r->parent, b->parent_blk->node.key, STORE_KEY_BYTES);
+	}
 	r->segment = rc->target;
 	r->offset = m->new_off;
 	r->length = b->length;

@@ -10,10 +10,14 @@
  *
  * Block life cycle:
  *   RESERVED  store_put_begin made it; on s->reserved; not in the index;
- *             parent_blk is the parent it pins (a ref), if any.
+ *             parent_blk is the parent it pins (a ref), if any; a
+ *             parent not stored yet (same batch) is kept by key in
+ *             pending_parent.
  *   VISIBLE   committed; in the index, on its namespace's list, on its
  *             parent's child list; in each LRU heap exactly when it
- *             qualifies (below).
+ *             qualifies (below). A block that is not a first block
+ *             (has_parent) always has its visible parent in parent_blk:
+ *             removal takes whole subtrees, so no child outlives it.
  *   REMOVED   deleted/dropped/evicted while refs were held; on
  *             s->zombies until the last store_release frees its pages.
  * A visible block has a DRAM copy (in_dram: arena extent first_page,
@@ -107,8 +111,7 @@ struct store_heap {
 
 struct store_block {
 	struct store_index_node node;     /* ns_id, key, hash chain */
-	uint8_t parent[STORE_KEY_BYTES];  /* zeros for a first block */
-	uint8_t has_parent;
+	uint8_t has_parent;               /* not a first block: parent_blk is its parent */
 	uint8_t state;                    /* enum store_block_state */
 	uint8_t in_dram;                  /* first_page holds a copy */
 	uint8_t on_nvme;                  /* seg/seg_off hold a copy with a committed record */
@@ -128,8 +131,16 @@ struct store_block {
 	struct store_promo *promo;        /* promotion in flight, or NULL */
 	struct store_ns *ns;
 	struct store_block *parent_blk;   /* visible parent; for a reservation the pinned one */
-	struct store_list child_list;     /* visible children (their sibling links) */
-	struct store_list sibling;        /* in parent_blk->child_list */
+	union {
+		struct {
+			struct store_list child_list; /* visible children (their sibling links) */
+			struct store_list sibling;    /* in parent_blk->child_list */
+		};
+		/* RESERVED with has_parent and no parent_blk (its parent was
+		 * to come in the same batch): the parent's key, looked up at
+		 * commit. Every other parent key is parent_blk->node.key. */
+		uint8_t pending_parent[STORE_KEY_BYTES];
+	};
 	struct store_list link;           /* ns->blocks, s->reserved or s->zombies */
 	struct store_list leases;         /* struct store_lease.by_block */
 	struct store_list seg_link;       /* tier->segs[seg].blocks when on_nvme */
