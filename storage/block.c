@@ -10,7 +10,7 @@
 
 bool store_block_evictable(const struct store_block *b)
 {
-	return b->state == STORE_BLOCK_VISIBLE && b->in_dram && b->children == 0 &&
+	return b->state == STORE_BLOCK_VISIBLE && b->in_dram && !store_has_children(b) &&
 	       b->refs == 0 && b->lease_pins == 0;
 }
 
@@ -189,8 +189,7 @@ static void unlink_parent(struct store *s, struct store_block *b)
 
 	if (!p)
 		return;
-	store_list_del(&b->sibling);
-	p->children--;
+	store_child_del(p, b);
 	b->parent_blk = NULL;
 	store_lru_sync_locked(s, p);
 }
@@ -247,8 +246,8 @@ uint64_t store_block_remove_tree_locked(struct store *s, struct store_block *roo
 	for (;;) {
 		struct store_block *up;
 
-		while (!store_list_empty(&cur->child_list))
-			cur = store_container_of(cur->child_list.next, struct store_block, sibling);
+		while (cur->first_child)
+			cur = cur->first_child;
 		up = cur->parent_blk;
 		if (bytes)
 			*bytes += cur->length;

@@ -3,7 +3,8 @@
  * test hook that breaks an invariant on purpose (store_debug.h).
  *
  * Checked: every visible block is indexed, its stored parent is visible
- * and lists it as a child (no holes), child and lease counts match their
+ * and lists it as a child (no holes), every block with a parent link is on
+ * that parent's child ring and nothing else is, lease counts match their
  * lists, heap membership equals evictability and the heap is ordered,
  * reservations and zombies are accounted, leases are ordered and counted,
  * every allocated arena extent belongs to exactly one block or running
@@ -31,6 +32,7 @@ struct extent {
 /* Per-tier totals of the visible blocks. */
 struct tally {
 	uint64_t blocks, payload, dram_blocks, dram_used, dram_payload, nvme_blocks, nvme_payload;
+	uint64_t children, linked; /* on their parents' rings; with a parent_blk */
 };
 
 struct checker {
@@ -101,22 +103,22 @@ static int check_parent(struct checker *c, const struct store_block *b)
 	return 0;
 }
 
-/* Children of visible block b point back at it and match its count. */
+/* Children of visible block b point back at it; they are counted, so
+ * that check_visible_all can see every linked child is on a ring. */
 static int check_children(struct checker *c, const struct store_block *b)
 {
-	uint64_t n = 0;
+	const struct store_block *ch = b->first_child;
 	char k[17];
 
-	for (const struct store_list *p = b->child_list.next; p != &b->child_list; p = p->next) {
-		const struct store_block *ch = store_container_of(p, struct store_block, sibling);
-
+	if (!ch)
+		return 0;
+	do {
 		if (ch->parent_blk != b || ch->state != STORE_BLOCK_VISIBLE)
 			return fail(c, "child list of %s holds a stranger", hex8(b->node.key, k));
-		n++;
-	}
-	if (n != b->children)
-		return fail(c, "block %s counts %u children, has %llu", hex8(b->node.key, k),
-			    b->children, (unsigned long long)n);
+		if (++c->tally.children > c->s->blocks)
+			return fail(c, "child list of %s does not end", hex8(b->node.key, k));
+		ch = store_next_sibling(ch);
+	} while (ch != b->first_child);
 	return 0;
 }
 
@@ -209,6 +211,7 @@ static int check_visible(struct checker *c, const struct store_ns *ns, const str
 static void tally_add(struct tally *t, const struct store_block *b)
 {
 	t->blocks++;
+	t->linked += b->parent_blk != NULL;
 	t->payload += b->length;
 	if (b->in_dram) {
 		t->dram_blocks++;
@@ -248,6 +251,9 @@ static int check_visible_all(struct checker *c)
 		return fail(c, "visible blocks %llu, counted %llu, indexed %llu",
 			    (unsigned long long)t->blocks, (unsigned long long)s->blocks,
 			    (unsigned long long)s->index.count);
+	if (t->children != t->linked)
+		return fail(c, "%llu blocks have a parent, %llu are on their parents' child lists",
+			    (unsigned long long)t->linked, (unsigned long long)t->children);
 	if (t->dram_blocks != s->dram_blocks)
 		return fail(c, "dram blocks %llu, counted %llu", (unsigned long long)t->dram_blocks,
 			    (unsigned long long)s->dram_blocks);
@@ -611,13 +617,11 @@ int store_debug_remove_one(struct store *s, uint32_t ns_id, const uint8_t key[ST
 		return -ENOENT;
 	}
 	/* orphan the children: they keep their parent hash but lose the link */
-	while (!store_list_empty(&b->child_list)) {
-		struct store_block *ch =
-			store_container_of(b->child_list.next, struct store_block, sibling);
+	while (b->first_child) {
+		struct store_block *ch = b->first_child;
 
-		store_list_del(&ch->sibling);
+		store_child_del(b, ch);
 		ch->parent_blk = NULL;
-		b->children--;
 	}
 	store_block_remove_locked(s, b);
 	pthread_mutex_unlock(&s->lock);

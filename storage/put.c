@@ -80,7 +80,6 @@ static void init_reservation(struct store_block *b, struct store_ns *ns, const u
 		b->heap_idx[k] = STORE_HEAP_NONE;
 	b->ns = ns;
 	store_list_init(&b->leases);
-	store_list_init(&b->seg_link);
 }
 
 /* The least recently used block of ns that can leave the pool now: no
@@ -94,7 +93,7 @@ static struct store_block *ns_victim_locked(struct store_ns *ns)
 	for (it = ns->blocks.next; it != &ns->blocks; it = it->next) {
 		struct store_block *b = store_container_of(it, struct store_block, link);
 
-		if (b->children || b->refs || b->lease_pins)
+		if (store_has_children(b) || b->refs || b->lease_pins)
 			continue;
 		if (!best || b->last_use < best->last_use)
 			best = b;
@@ -219,13 +218,14 @@ static void publish_locked(struct store *s, struct store_block *b, struct store_
 	b->state = STORE_BLOCK_VISIBLE;
 	b->in_dram = 1;
 	b->parent_blk = p;
-	store_list_init(&b->child_list); /* over pending_parent, read already */
+	/* over pending_parent, read already */
+	b->first_child = NULL;
 	store_list_init(&b->sibling);
+	store_list_init(&b->seg_link);
 	store_index_insert(&s->index, &b->node);
 	store_list_add_tail(&ns->blocks, &b->link);
 	if (p) {
-		store_list_add_tail(&p->child_list, &b->sibling);
-		p->children++;
+		store_child_add(p, b);
 		store_lru_sync_locked(s, p);
 	}
 	ns->nblocks++;

@@ -203,7 +203,6 @@ static struct store_block *block_of(const struct store_nvme_rec *r, struct store
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
 		b->heap_idx[k] = STORE_HEAP_NONE;
 	b->ns = ns;
-	store_list_init(&b->child_list);
 	store_list_init(&b->sibling);
 	store_list_init(&b->link);
 	store_list_init(&b->leases);
@@ -287,21 +286,23 @@ static int mark_reachable_locked(struct rebuild *rb)
 		p = store_find_locked(s, b->node.ns_id, rb->recs[i].parent);
 		if (p) {
 			b->parent_blk = p;
-			store_list_add_tail(&p->child_list, &b->sibling);
-			p->children++;
+			store_child_add(p, b);
 		}
 	}
 	while (top) {
 		struct store_block *b = stack[--top];
 
-		for (struct store_list *c = b->child_list.next; c != &b->child_list; c = c->next) {
-			struct store_block *ch = store_container_of(c, struct store_block, sibling);
+		struct store_block *ch = b->first_child;
 
+		if (!ch)
+			continue;
+		do {
 			if (!ch->mark) {
 				ch->mark = 1;
 				stack[top++] = ch;
 			}
-		}
+			ch = store_next_sibling(ch);
+		} while (ch != b->first_child);
 	}
 	free(stack);
 	return 0;

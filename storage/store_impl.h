@@ -123,7 +123,6 @@ struct store_block {
 	uint64_t checksum;                /* xxh3-64 given by the client */
 	uint32_t refs;                    /* GET pins + pins by child reservations + I/O */
 	uint32_t lease_pins;              /* leases held on it */
-	uint32_t children;                /* visible children (either tier) */
 	uint32_t heap_idx[STORE_LRU_KINDS]; /* slot per heap, STORE_HEAP_NONE if not in it */
 	uint64_t last_use;                /* s->clock at last put, GET or MATCH */
 	uint32_t seg;                     /* NVMe segment (when on_nvme) */
@@ -131,20 +130,54 @@ struct store_block {
 	struct store_promo *promo;        /* promotion in flight, or NULL */
 	struct store_ns *ns;
 	struct store_block *parent_blk;   /* visible parent; for a reservation the pinned one */
+	struct store_list link;           /* ns->blocks, s->reserved or s->zombies */
+	struct store_list leases;         /* struct store_lease.by_block */
 	union {
+		/* VISIBLE and REMOVED */
 		struct {
-			struct store_list child_list; /* visible children (their sibling links) */
-			struct store_list sibling;    /* in parent_blk->child_list */
+			/* visible children (either tier): one of them, the
+			 * others on its sibling ring; NULL when there are none */
+			struct store_block *first_child;
+			struct store_list sibling;  /* ring of parent_blk's children */
+			struct store_list seg_link; /* tier->segs[seg].blocks when on_nvme */
 		};
 		/* RESERVED with has_parent and no parent_blk (its parent was
 		 * to come in the same batch): the parent's key, looked up at
 		 * commit. Every other parent key is parent_blk->node.key. */
 		uint8_t pending_parent[STORE_KEY_BYTES];
 	};
-	struct store_list link;           /* ns->blocks, s->reserved or s->zombies */
-	struct store_list leases;         /* struct store_lease.by_block */
-	struct store_list seg_link;       /* tier->segs[seg].blocks when on_nvme */
 };
+
+/* Has b visible children? */
+static inline bool store_has_children(const struct store_block *b)
+{
+	return b->first_child != NULL;
+}
+
+/* The child after ch on its parent's ring (first_child again at the end). */
+static inline struct store_block *store_next_sibling(const struct store_block *ch)
+{
+	return store_container_of(ch->sibling.next, struct store_block, sibling);
+}
+
+/* Put b on p's children (b->sibling is free). */
+static inline void store_child_add(struct store_block *p, struct store_block *b)
+{
+	if (!p->first_child) {
+		store_list_init(&b->sibling);
+		p->first_child = b;
+	} else {
+		store_list_add_tail(&p->first_child->sibling, &b->sibling);
+	}
+}
+
+/* Take b off p's children. */
+static inline void store_child_del(struct store_block *p, struct store_block *b)
+{
+	if (p->first_child == b)
+		p->first_child = store_list_empty(&b->sibling) ? NULL : store_next_sibling(b);
+	store_list_del(&b->sibling);
+}
 
 struct store_lessee {
 	struct store_list link;   /* s->lessees */

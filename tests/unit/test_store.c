@@ -1136,6 +1136,42 @@ static void test_delete_removes_descendants(void **state)
 	store_close(s);
 }
 
+/* Siblings of one parent leave in any order (first, middle, last of its
+ * child ring): the parent stays pinned as a non-leaf until the last one
+ * goes, and store_check sees every child on the ring at each step. */
+static void test_delete_siblings_any_order(void **state)
+{
+	static const uint64_t order[] = { 2, 5, 7, 3, 6, 4 };
+	struct store *s = open_store(64 * PAGE, PAGE, 0, 0);
+	uint32_t ns = ns_of(s, "m");
+	uint8_t key[STORE_KEY_BYTES];
+	uint64_t removed = 0;
+
+	(void)state;
+	assert_int_equal(put_id(s, ns, 1, 0, 10), 0);
+	for (uint64_t id = 2; id <= 7; id++)
+		assert_int_equal(put_id(s, ns, id, 1, 10), 0);
+	assert_int_equal(put_id(s, ns, 8, 5, 10), 0); /* a grandchild under 5 */
+	assert_check(s);
+	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+		key_of(order[i], key);
+		assert_int_equal(store_delete(s, ns, key, &removed), 0);
+		assert_int_equal(removed, order[i] == 5 ? 2 : 1);
+		assert_false(stored(s, ns, order[i]));
+		assert_true(stored(s, ns, 1));
+		assert_check(s);
+	}
+	assert_false(stored(s, ns, 8));
+	assert_int_equal(stats_of(s).blocks, 1);
+	/* a leaf now: the parent is the LRU eviction victim when room runs out */
+	for (uint64_t id = 100; id < 164; id++)
+		assert_int_equal(put_id(s, ns, id, 0, 10), 0);
+	assert_false(stored(s, ns, 1));
+	assert_true(stored(s, ns, 100));
+	assert_check(s);
+	store_close(s);
+}
+
 /* A deep chain is removed without recursion trouble. */
 static void test_delete_deep_chain(void **state)
 {
@@ -1934,6 +1970,7 @@ int main(void)
 		cmocka_unit_test(test_enospc_when_all_leased),
 		cmocka_unit_test(test_get_pins_block),
 		cmocka_unit_test(test_delete_removes_descendants),
+		cmocka_unit_test(test_delete_siblings_any_order),
 		cmocka_unit_test(test_delete_deep_chain),
 		cmocka_unit_test(test_delete_while_pinned),
 		cmocka_unit_test(test_bytes_add_up_while_pinned),
