@@ -165,11 +165,12 @@ static int check_copies(struct checker *c, const struct store_block *b)
 
 	if (!b->in_dram && !b->on_nvme)
 		return fail(c, "block %s has no copy in any tier", hex8(b->node.key, k));
-	if (!t && (!b->in_dram || b->on_nvme || b->demoting || b->promo))
+	if (!t && (!b->in_dram || b->on_nvme || b->demoting || b->promoting))
 		return fail(c, "block %s: tier state without a tier", hex8(b->node.key, k));
 	if (b->demoting && (!b->in_dram || b->on_nvme || !b->refs))
 		return fail(c, "block %s demoting in bad state", hex8(b->node.key, k));
-	if (b->promo && (b->in_dram || !b->on_nvme || !b->refs || b->promo->block != b))
+	if (b->promoting && (b->in_dram || !b->on_nvme || !b->refs ||
+			     !store_promo_find_locked(t, b)))
 		return fail(c, "block %s promoting in bad state", hex8(b->node.key, k));
 	if (!b->on_nvme)
 		return 0;
@@ -470,7 +471,8 @@ static int check_promotions(struct checker *c)
 	for (struct store_list *p = t->promo_running.next; p != &t->promo_running; p = p->next) {
 		struct store_promo *pr = store_container_of(p, struct store_promo, link);
 
-		if (!pr->has_pages || pr->block->promo != pr)
+		if (!pr->has_pages || !pr->block->promoting ||
+		    store_promo_find_locked(t, pr->block) != pr)
 			return fail(c, "running promotion in bad state");
 		rc = add_extent(c, pr->first_page, pr->block->pages);
 		if (rc)

@@ -24,7 +24,7 @@ static int promo_join_locked(struct store *s, struct store_block *b, uint32_t ns
 			     struct store_ref *out, store_get_done_fn done, void *arg)
 {
 	struct store_waiter *w = malloc(sizeof(*w));
-	struct store_promo *p = b->promo;
+	struct store_promo *p = b->promoting ? store_promo_find_locked(s->tier, b) : NULL;
 
 	if (!w)
 		return -ENOMEM;
@@ -35,7 +35,7 @@ static int promo_join_locked(struct store *s, struct store_block *b, uint32_t ns
 			return -ENOMEM;
 		}
 		p->block = b;
-		b->promo = p;
+		store_promo_add_locked(s->tier, p);
 		b->refs++;
 		store_lru_sync_locked(s, b);
 		store_list_add_tail(&s->tier->promo_queue, &p->link);

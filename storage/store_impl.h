@@ -116,6 +116,7 @@ struct store_block {
 	uint8_t in_dram;                  /* first_page holds a copy */
 	uint8_t on_nvme;                  /* seg/seg_off hold a copy with a committed record */
 	uint8_t demoting;                 /* a demotion is writing it (holds a ref) */
+	uint8_t promoting;                /* a promotion is in flight (store_promo_find_locked) */
 	uint8_t reused;                   /* GET or MATCH since its put (admission) */
 	uint8_t mark;                     /* scratch for rebuild and checks */
 	uint32_t first_page, pages;       /* arena extent (first_page valid when in_dram) */
@@ -127,7 +128,6 @@ struct store_block {
 	uint64_t last_use;                /* s->clock at last put, GET or MATCH */
 	uint32_t seg;                     /* NVMe segment (when on_nvme) */
 	uint64_t seg_off;                 /* byte offset in it */
-	struct store_promo *promo;        /* promotion in flight, or NULL */
 	struct store_ns *ns;
 	struct store_block *parent_blk;   /* visible parent; for a reservation the pinned one */
 	struct store_list link;           /* ns->blocks, s->reserved or s->zombies */
@@ -264,11 +264,15 @@ struct store_waiter {
 /* A promotion: NVMe -> DRAM for one block, shared by its waiters. */
 struct store_promo {
 	struct store_block *block;   /* holds a ref on it */
+	struct store_promo *hnext;   /* chain in tier->promo_by_block */
 	struct store_list link;      /* tier->promo_queue, then tier->promo_running */
 	struct store_waiter *waiters;
 	uint32_t first_page;         /* arena extent being filled (when has_pages) */
 	bool has_pages;
 };
+
+/* Buckets of the promotions-in-flight table (struct store_tier). */
+#define STORE_PROMO_BUCKETS 256u
 
 /* Rate limit for repeated error log lines: one per interval. */
 struct store_ratelimit {
@@ -301,6 +305,9 @@ struct store_tier {
 	uint32_t fail_writes;        /* test hook: fail this many writes */
 	bool hold, held;             /* test hook: park the demoter before its write */
 
+	/* promotions in flight by block (few: a table in the tier rather
+	 * than a pointer in every block header) */
+	struct store_promo *promo_by_block[STORE_PROMO_BUCKETS];
 	struct store_list promo_queue;   /* promotions not started */
 	struct store_list promo_running; /* promotions holding arena pages */
 	uint64_t promos;                 /* queued + running */
@@ -485,6 +492,11 @@ uint32_t store_tier_oldest_sealed(const struct store_tier *t);
 int store_reclaim_locked(struct store *s);
 
 /* ---- promote.c ---- */
+/* The promotion in flight for b, or NULL (look only when b->promoting). */
+struct store_promo *store_promo_find_locked(const struct store_tier *t,
+					    const struct store_block *b);
+/* Start promotion p of p->block: in the table, the block marked. */
+void store_promo_add_locked(struct store_tier *t, struct store_promo *p);
 /* Run one queued promotion (I/O thread). Drops and retakes the lock. */
 void store_promo_run_locked(struct store *s, struct store_promo *p);
 
