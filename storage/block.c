@@ -205,11 +205,12 @@ static void lru_leave_all(struct store *s, struct store_block *b)
 void store_block_remove_locked(struct store *s, struct store_block *b)
 {
 	uint64_t arena_bytes = b->in_dram ? store_extent_bytes(b) : 0;
+	struct store_ns *ns = store_block_ns(s, b);
 
 	(void)store_index_remove(&s->index, &b->node);
 	store_list_del(&b->link);
-	b->ns->nblocks--;
-	b->ns->bytes -= b->length;
+	ns->nblocks--;
+	ns->bytes -= b->length;
 	s->blocks--;
 	if (b->in_dram) {
 		s->payload_bytes -= b->length;
@@ -229,7 +230,6 @@ void store_block_remove_locked(struct store *s, struct store_block *b)
 	/* a GET still sends from these pages (or an I/O thread holds the
 	 * block): they stay in used_bytes; the namespace may be reclaimed
 	 * before the last release */
-	b->ns = NULL;
 	store_list_add_tail(&s->zombies, &b->link);
 	s->nzombies++;
 	s->zombie_bytes += arena_bytes;
@@ -282,7 +282,7 @@ static int evict_one(struct store *s)
 	if (h->len == 0)
 		return -ENOSPC;
 	victim = h->v[0];
-	victim->ns->evictions++;
+	store_block_ns(s, victim)->evictions++;
 	s->evictions++;
 	store_block_remove_locked(s, victim);
 	return 0;

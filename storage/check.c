@@ -188,7 +188,7 @@ static int check_visible(struct checker *c, const struct store_ns *ns, const str
 	char k[17];
 	int rc;
 
-	if (b->state != STORE_BLOCK_VISIBLE || b->ns != ns || b->node.ns_id != ns->ns_id)
+	if (b->state != STORE_BLOCK_VISIBLE || b->node.ns_id != ns->ns_id)
 		return fail(c, "block %s on namespace list in bad state", hex8(b->node.key, k));
 	if (store_find_locked(c->s, ns->ns_id, b->node.key) != b)
 		return fail(c, "block %s not in the index", hex8(b->node.key, k));
@@ -293,8 +293,7 @@ static int check_hidden(struct checker *c)
 			return fail(c, "reservation in bad state");
 		if (b->parent_blk && b->parent_blk->refs == 0)
 			return fail(c, "reservation's parent not pinned");
-		if (!b->ns || store_ns_find_locked(s, b->node.ns_id) != b->ns ||
-		    b->ns->reservations == 0)
+		if (!store_block_ns(s, b) || store_block_ns(s, b)->reservations == 0)
 			return fail(c, "reservation's namespace wrong or not counting it");
 		inflight += (uint64_t)b->pages * STORE_PAGE_BYTES;
 		nres++;
@@ -307,7 +306,7 @@ static int check_hidden(struct checker *c)
 		struct store_block *b = store_container_of(p, struct store_block, link);
 
 		if (b->state != STORE_BLOCK_REMOVED || b->refs == 0 || b->lease_pins ||
-		    !out_of_heaps(b) || b->ns || b->on_nvme)
+		    !out_of_heaps(b) || b->on_nvme)
 			return fail(c, "removed block in bad state");
 		zbytes += b->in_dram ? store_extent_bytes(b) : 0;
 		nz++;

@@ -143,7 +143,7 @@ static bool admission_evict_locked(struct store *s, struct store_block *b)
 		return false;
 	s->tier->admission_rejections++;
 	s->evictions++;
-	b->ns->evictions++;
+	store_block_ns(s, b)->evictions++;
 	store_block_remove_locked(s, b);
 	return true;
 }
@@ -159,7 +159,7 @@ static void take_locked(struct store *s, struct demote_batch *db, struct store_b
 	it->b = b;
 	it->seg = t->active;
 	it->off = sg->fill_bytes;
-	it->disk_id = b->ns->disk_id;
+	it->disk_id = store_block_ns(s, b)->disk_id;
 	memset(r, 0, sizeof(*r));
 	r->ns_disk_id = it->disk_id;
 	memcpy(r->key, b->node.key, STORE_KEY_BYTES);
@@ -208,7 +208,7 @@ static bool pick_locked(struct store *s, struct demote_batch *db)
 				return false; /* reclaim into the fresh segment first */
 			continue;
 		}
-		if (!disk_id_locked(s, b->ns, db)) {
+		if (!disk_id_locked(s, store_block_ns(s, b), db)) {
 			t->retry_at_ms = store_now_ms() + STALL_RETRY_MS;
 			break;
 		}

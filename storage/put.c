@@ -78,7 +78,6 @@ static void init_reservation(struct store_block *b, struct store_ns *ns, const u
 	b->checksum = checksum;
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
 		b->heap_idx[k] = STORE_HEAP_NONE;
-	b->ns = ns;
 	store_list_init(&b->leases);
 }
 
@@ -203,9 +202,11 @@ int store_put_begin(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 /* Take reservation b off the reserved list and the in-flight total. */
 static void unreserve_locked(struct store *s, struct store_block *b)
 {
+	struct store_ns *ns = store_block_ns(s, b);
+
 	store_list_del(&b->link);
-	b->ns->reservations--;
-	b->ns->reserved_bytes -= b->length;
+	ns->reservations--;
+	ns->reserved_bytes -= b->length;
 	s->nreserved--;
 	s->inflight_bytes -= (uint64_t)b->pages * STORE_PAGE_BYTES;
 }
@@ -213,7 +214,7 @@ static void unreserve_locked(struct store *s, struct store_block *b)
 /* Make reservation b visible below parent p (may be NULL). */
 static void publish_locked(struct store *s, struct store_block *b, struct store_block *p)
 {
-	struct store_ns *ns = b->ns;
+	struct store_ns *ns = store_block_ns(s, b);
 
 	b->state = STORE_BLOCK_VISIBLE;
 	b->in_dram = 1;
@@ -242,7 +243,7 @@ static void publish_locked(struct store *s, struct store_block *b, struct store_
 /* Decide the fate of reservation b whose payload hashed to `sum`. */
 static int commit_locked(struct store *s, struct store_block *b, uint64_t sum)
 {
-	struct store_ns *ns = b->ns;
+	struct store_ns *ns = store_block_ns(s, b);
 	struct store_block *p = NULL;
 
 	if (sum != b->checksum) {

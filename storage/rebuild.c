@@ -202,7 +202,6 @@ static struct store_block *block_of(const struct store_nvme_rec *r, struct store
 	b->last_use = r->last_use;
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
 		b->heap_idx[k] = STORE_HEAP_NONE;
-	b->ns = ns;
 	store_list_init(&b->sibling);
 	store_list_init(&b->link);
 	store_list_init(&b->leases);
@@ -330,13 +329,15 @@ static void publish_locked(struct rebuild *rb)
 		struct store_block *b = rb->blocks[i];
 		const struct store_nvme_rec *r = &rb->recs[i];
 		struct store_seg *sg;
+		struct store_ns *ns;
 
 		if (!b)
 			continue;
+		ns = store_block_ns(s, b);
 		b->mark = 0;
-		store_list_add_tail(&b->ns->blocks, &b->link);
-		b->ns->nblocks++;
-		b->ns->bytes += b->length;
+		store_list_add_tail(&ns->blocks, &b->link);
+		ns->nblocks++;
+		ns->bytes += b->length;
 		s->blocks++;
 		store_tier_attach_locked(s, b, r->segment, r->offset);
 		sg = &t->segs[r->segment];

@@ -114,7 +114,7 @@ static void drop_locked(struct store *s, struct store_block *b)
 		return;
 	}
 	s->evictions++;
-	b->ns->evictions++;
+	store_block_ns(s, b)->evictions++;
 	store_block_remove_locked(s, b);
 }
 
@@ -129,7 +129,7 @@ static void plan_move_locked(struct store *s, struct reclaim *rc, struct store_b
 	m->ext = store_extent_bytes(b);
 	m->old_off = b->seg_off;
 	m->new_off = tg->fill_bytes;
-	m->disk_id = b->ns->disk_id;
+	m->disk_id = store_block_ns(s, b)->disk_id;
 	m->from_dram = b->in_dram;
 	m->status = 1;
 	memset(r, 0, sizeof(*r));

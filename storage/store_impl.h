@@ -128,7 +128,6 @@ struct store_block {
 	uint64_t last_use;                /* s->clock at last put, GET or MATCH */
 	uint32_t seg;                     /* NVMe segment (when on_nvme) */
 	uint64_t seg_off;                 /* byte offset in it */
-	struct store_ns *ns;
 	struct store_block *parent_blk;   /* visible parent; for a reservation the pinned one */
 	struct store_list link;           /* ns->blocks, s->reserved or s->zombies */
 	struct store_list leases;         /* struct store_lease.by_block */
@@ -197,8 +196,9 @@ struct store_lease {
 
 /* A namespace lives until it is reclaimed: when a new name arrives at
  * STORE_MAX_NAMESPACES, one with no users, no visible blocks and no
- * reservations is freed and the new name gets a fresh id. REMOVED blocks
- * (zombies) have ns == NULL so nothing points at a reclaimed one. */
+ * reservations is freed and the new name gets a fresh id. Blocks hold
+ * only its id (node.ns_id); REMOVED blocks (zombies) never look theirs up,
+ * as it may be reclaimed before their last release. */
 struct store_ns {
 	char name[STORE_NAME_MAX_BYTES + 1];
 	uint32_t name_len;
@@ -371,6 +371,11 @@ struct store {
 /* ---- store.c ---- */
 /* The namespace with this id, or NULL. */
 struct store_ns *store_ns_find_locked(struct store *s, uint32_t ns_id);
+/* The namespace of visible or reserved block b (it exists while b does). */
+static inline struct store_ns *store_block_ns(struct store *s, const struct store_block *b)
+{
+	return store_ns_find_locked(s, b->node.ns_id);
+}
 /* The visible block (ns_id, key), or NULL. */
 struct store_block *store_find_locked(struct store *s, uint32_t ns_id,
 				      const uint8_t key[STORE_KEY_BYTES]);

@@ -103,7 +103,7 @@ void store_tier_attach_locked(struct store *s, struct store_block *b, uint32_t s
 	sg->live_bytes += store_extent_bytes(b);
 	t->nvme_blocks++;
 	t->nvme_payload_bytes += b->length;
-	b->ns->nvme_blocks++;
+	store_block_ns(s, b)->nvme_blocks++;
 	store_lru_sync_locked(s, b);
 }
 
@@ -136,14 +136,15 @@ void store_tier_detach_locked(struct store *s, struct store_block *b)
 {
 	struct store_tier *t = s->tier;
 	struct store_seg *sg = &t->segs[b->seg];
+	struct store_ns *ns = store_block_ns(s, b);
 
 	store_list_del(&b->seg_link);
 	sg->live_bytes -= store_extent_bytes(b);
 	t->nvme_blocks--;
 	t->nvme_payload_bytes -= b->length;
-	b->ns->nvme_blocks--;
+	ns->nvme_blocks--;
 	b->on_nvme = 0;
-	store_tier_queue_del_locked(s, b->ns->disk_id, b->node.key, b->seg);
+	store_tier_queue_del_locked(s, ns->disk_id, b->node.key, b->seg);
 	store_tier_seg_settle_locked(s, b->seg);
 	store_lru_sync_locked(s, b);
 }
