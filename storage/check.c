@@ -122,17 +122,16 @@ static int check_children(struct checker *c, const struct store_block *b)
 	return 0;
 }
 
-/* Leases on b name it, and lease_pins matches their number. */
+/* b's lease_pins matches the leases on it in the table of leases by block
+ * (check_leases sees that every lease there is in its bucket). */
 static int check_block_leases(struct checker *c, const struct store_block *b)
 {
 	uint64_t n = 0;
 	char k[17];
 
-	for (const struct store_list *p = b->leases.next; p != &b->leases; p = p->next) {
-		if (store_container_of(p, struct store_lease, by_block)->block != b)
-			return fail(c, "lease list of %s holds a stranger", hex8(b->node.key, k));
-		n++;
-	}
+	if (c->s->lease_buckets)
+		for (const struct store_lease *r = *store_lease_bucket(c->s, b); r; r = r->by_block)
+			n += r->block == b;
 	if (n != b->lease_pins)
 		return fail(c, "block %s lease pins %u, leases %llu", hex8(b->node.key, k),
 			    b->lease_pins, (unsigned long long)n);
@@ -352,11 +351,26 @@ static int check_heap(struct checker *c)
 	return 0;
 }
 
-/* Expiry list ascending over live blocks; counts agree with lessees. */
+/* Expiry list ascending over live blocks; counts agree with lessees and
+ * with the table of leases by block, where each lease is in its block's
+ * bucket. */
 static int check_leases(struct checker *c)
 {
 	struct store *s = c->s;
-	uint64_t n = 0, by_lessee = 0, prev = 0;
+	uint64_t n = 0, by_lessee = 0, prev = 0, by_block = 0;
+
+	for (uint64_t i = 0; i < s->lease_buckets; i++) {
+		for (struct store_lease *r = s->lease_by_block[i]; r; r = r->by_block) {
+			if (store_lease_bucket(s, r->block) != &s->lease_by_block[i])
+				return fail(c, "lease in the wrong bucket of the table by block");
+			if (++by_block > s->leases_active)
+				return fail(c, "table of leases by block holds more than %llu",
+					    (unsigned long long)s->leases_active);
+		}
+	}
+	if (by_block != s->leases_active)
+		return fail(c, "table of leases by block holds %llu of %llu",
+			    (unsigned long long)by_block, (unsigned long long)s->leases_active);
 
 	for (struct store_list *p = s->expiry.next; p != &s->expiry; p = p->next) {
 		struct store_lease *r = store_container_of(p, struct store_lease, by_expiry);

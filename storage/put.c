@@ -78,7 +78,6 @@ static void init_reservation(struct store_block *b, struct store_ns *ns, const u
 	b->checksum = checksum;
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
 		b->heap_idx[k] = STORE_HEAP_NONE;
-	store_list_init(&b->leases);
 }
 
 /* The least recently used block of ns that can leave the pool now: no

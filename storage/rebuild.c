@@ -204,7 +204,6 @@ static struct store_block *block_of(const struct store_nvme_rec *r, struct store
 		b->heap_idx[k] = STORE_HEAP_NONE;
 	store_list_init(&b->sibling);
 	store_list_init(&b->link);
-	store_list_init(&b->leases);
 	store_list_init(&b->seg_link);
 	return b;
 }

@@ -463,6 +463,7 @@ static uint64_t index_bytes_locked(const struct store *s)
 	       headers * sizeof(struct store_block) +
 	       (s->lru[0].cap + s->lru[1].cap + s->lru[2].cap) * sizeof(struct store_block *) +
 	       s->lease_records * sizeof(struct store_lease) +
+	       s->lease_buckets * sizeof(*s->lease_by_block) +
 	       s->nlessees * sizeof(struct store_lessee) +
 	       s->ns_cap * sizeof(*s->ns) + s->nns * sizeof(struct store_ns) +
 	       store_arena_meta_bytes(s->arena);

@@ -123,14 +123,13 @@ struct store_block {
 	uint64_t length;                  /* payload bytes */
 	uint64_t checksum;                /* xxh3-64 given by the client */
 	uint32_t refs;                    /* GET pins + pins by child reservations + I/O */
-	uint32_t lease_pins;              /* leases held on it */
+	uint32_t lease_pins;              /* leases held on it (s->lease_by_block) */
 	uint32_t heap_idx[STORE_LRU_KINDS]; /* slot per heap, STORE_HEAP_NONE if not in it */
 	uint64_t last_use;                /* s->clock at last put, GET or MATCH */
 	uint32_t seg;                     /* NVMe segment (when on_nvme) */
 	uint64_t seg_off;                 /* byte offset in it */
 	struct store_block *parent_blk;   /* visible parent; for a reservation the pinned one */
 	struct store_list link;           /* ns->blocks, s->reserved or s->zombies */
-	struct store_list leases;         /* struct store_lease.by_block */
 	union {
 		/* VISIBLE and REMOVED */
 		struct {
@@ -189,7 +188,7 @@ struct store_lease {
 	struct store_block *block;
 	struct store_lessee *lessee;
 	uint64_t expiry_ms;          /* CLOCK_MONOTONIC ms */
-	struct store_list by_block;
+	struct store_lease *by_block; /* chain in s->lease_by_block (active leases) */
 	struct store_list by_lessee;
 	struct store_list by_expiry; /* s->expiry (ascending) or s->lease_pool */
 };
@@ -359,6 +358,10 @@ struct store {
 	uint64_t nreserved, nzombies, nlessees;
 	uint64_t lease_records;       /* allocated lease records, active or spare */
 	uint64_t lease_spare;
+	/* active leases by block: a table sized with the lease records
+	 * rather than a list head in every block header */
+	struct store_lease **lease_by_block;
+	uint64_t lease_buckets;       /* power of two, >= lease_records; 0 before the first */
 	/* used_bytes: arena bytes of committed DRAM copies not yet freed,
 	 * visible or REMOVED (zombie_bytes of them), so used + inflight +
 	 * promotions' bytes + free = capacity at every moment. payload_bytes:
@@ -417,6 +420,8 @@ int store_alloc_room_locked(struct store *s, uint32_t pages, uint32_t *first);
 /* ---- lease.c ---- */
 /* CLOCK_MONOTONIC in milliseconds. */
 uint64_t store_now_ms(void);
+/* The bucket of block b in s->lease_by_block (lease_buckets not 0). */
+struct store_lease **store_lease_bucket(const struct store *s, const struct store_block *b);
 /* Have at least n spare lease records. Errors: -ENOMEM. */
 int store_lease_reserve_locked(struct store *s, uint64_t n);
 /* Pin b for lessee until expiry_ms (or extend); needs a spare record. */

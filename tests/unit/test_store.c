@@ -1447,6 +1447,56 @@ static void test_lease_lifecycle(void **state)
 	store_close(s);
 }
 
+/* Many leases from several lessees on one long chain: the table of leases
+ * by block grows while leases are active and keeps every pin findable -
+ * by the lessee's GET, by DELETE of a subtree and by freeing a lessee. */
+static void test_many_leases(void **state)
+{
+	enum { N = 600, LESSEES = 3 };
+	struct store *s = open_store((N + 8) * PAGE, PAGE, 0, 60000);
+	uint32_t ns = ns_of(s, "m"), matched, granted;
+	struct store_lessee *l[LESSEES];
+	uint64_t ids[N];
+	uint8_t (*keys)[STORE_KEY_BYTES] = malloc(N * STORE_KEY_BYTES);
+	struct store_ref ref;
+
+	(void)state;
+	assert_non_null(keys);
+	for (uint64_t i = 0; i < N; i++) {
+		ids[i] = i + 1;
+		assert_int_equal(put_id(s, ns, i + 1, i, 10), 0);
+	}
+	keys_of(ids, N, keys);
+	for (int k = 0; k < LESSEES; k++) {
+		l[k] = store_lessee_new(s);
+		assert_non_null(l[k]);
+		/* lessee k leases a longer prefix each: N/3, 2N/3, N */
+		assert_int_equal(store_match(s, ns, keys, (uint32_t)(N * (k + 1) / LESSEES), 60000,
+					     l[k], &matched, &granted), 0);
+		assert_int_equal(matched, N * (k + 1) / LESSEES);
+		assert_check(s);
+	}
+	assert_int_equal(stats_of(s).leases_active, N / 3 + 2 * N / 3 + N);
+	/* lessee 0's GET ends only its own pin */
+	assert_int_equal(store_get(s, ns, keys[0], l[0], &ref), 0);
+	store_release(s, ref.block);
+	assert_int_equal(stats_of(s).leases_active, N / 3 + 2 * N / 3 + N - 1);
+	assert_check(s);
+	/* DELETE of the second half ends every lease on it */
+	assert_int_equal(store_delete(s, ns, keys[N / 2], NULL), 0);
+	assert_int_equal(stats_of(s).leases_active, N / 3 - 1 + N / 2 + N / 2);
+	assert_check(s);
+	store_lessee_free(s, l[1]);
+	assert_int_equal(stats_of(s).leases_active, N / 3 - 1 + N / 2);
+	assert_check(s);
+	store_lessee_free(s, l[0]);
+	store_lessee_free(s, l[2]);
+	assert_int_equal(stats_of(s).leases_active, 0);
+	assert_check(s);
+	free(keys);
+	store_close(s);
+}
+
 /* Leases run out: store_tick ends them, and so does a PUT needing space.
  * Sleeps are generous multiples of the lease so load cannot flip them. */
 static void test_lease_expiry(void **state)
@@ -1979,6 +2029,7 @@ int main(void)
 		cmocka_unit_test(test_match_prefix),
 		cmocka_unit_test(test_lease_lifecycle),
 		cmocka_unit_test(test_lease_expiry),
+		cmocka_unit_test(test_many_leases),
 		cmocka_unit_test(test_close_with_leases),
 		cmocka_unit_test(test_check_detects_hole),
 		cmocka_unit_test(test_random_sequences),
