@@ -30,12 +30,25 @@ bool store_lru_member(const struct store *s, const struct store_block *b, enum s
 	}
 }
 
-/* ---- LRU heaps: min-heaps on last_use, one slot index per kind ---- */
+/* ---- LRU heaps: min-heaps on last_use ----
+ * A block has two slot indexes: EVICT's, and one shared by CLEAN and
+ * DIRTY, which never hold the same block (store_lru_slot). */
+
+/* Record that b sits at slot i of heap k. */
+static void slot_set(struct store_block *b, int k, uint32_t i)
+{
+	if (k == STORE_LRU_EVICT) {
+		b->heap_idx[0] = i;
+		return;
+	}
+	b->heap_idx[1] = i;
+	b->slot1_clean = k == STORE_LRU_CLEAN;
+}
 
 static void heap_place(struct store_heap *h, int k, uint64_t i, struct store_block *b)
 {
 	h->v[i] = b;
-	b->heap_idx[k] = (uint32_t)i;
+	slot_set(b, k, (uint32_t)i);
 }
 
 /* Move the block at slot i towards the root while it is older than its parent. */
@@ -78,10 +91,10 @@ static void heap_insert(struct store *s, int k, struct store_block *b)
 {
 	struct store_heap *h = &s->lru[k];
 
-	h->v[h->len] = b;
-	b->heap_idx[k] = (uint32_t)h->len;
-	h->len++;
-	heap_up(h, k, b->heap_idx[k]);
+	uint64_t i = h->len++;
+
+	heap_place(h, k, i, b);
+	heap_up(h, k, i);
 	if (k == STORE_LRU_CLEAN)
 		s->clean_pages += b->pages;
 }
@@ -89,17 +102,17 @@ static void heap_insert(struct store *s, int k, struct store_block *b)
 static void heap_remove(struct store *s, int k, struct store_block *b)
 {
 	struct store_heap *h = &s->lru[k];
-	uint64_t i = b->heap_idx[k];
+	uint64_t i = store_lru_slot(b, k);
 	struct store_block *last = h->v[--h->len];
 
-	b->heap_idx[k] = STORE_HEAP_NONE;
+	slot_set(b, k, STORE_HEAP_NONE);
 	if (k == STORE_LRU_CLEAN)
 		s->clean_pages -= b->pages;
 	if (i == h->len)
 		return;
 	heap_place(h, k, i, last);
 	heap_up(h, k, i);
-	heap_down(h, k, last->heap_idx[k]);
+	heap_down(h, k, store_lru_slot(last, k));
 }
 
 /* Grow heap h to hold `count` blocks. Errors: -ENOMEM. */
@@ -134,27 +147,32 @@ int store_lru_reserve_locked(struct store *s, uint64_t count)
 	return 0;
 }
 
+/* Leaving heaps first, then joining: a block moving from DIRTY to CLEAN
+ * (or back) frees the slot the two share before taking it. */
 void store_lru_sync_locked(struct store *s, struct store_block *b)
 {
 	int kinds = s->tier ? STORE_LRU_KINDS : 1;
+	bool want[STORE_LRU_KINDS];
 
 	for (int k = 0; k < kinds; k++) {
-		bool in = b->heap_idx[k] != STORE_HEAP_NONE;
-		bool want = store_lru_member(s, b, (enum store_lru_kind)k);
-
-		if (want && !in)
-			heap_insert(s, k, b);
-		else if (!want && in)
+		want[k] = store_lru_member(s, b, (enum store_lru_kind)k);
+		if (!want[k] && store_lru_slot(b, k) != STORE_HEAP_NONE)
 			heap_remove(s, k, b);
 	}
+	for (int k = 0; k < kinds; k++)
+		if (want[k] && store_lru_slot(b, k) == STORE_HEAP_NONE)
+			heap_insert(s, k, b);
 }
 
 void store_lru_touch_locked(struct store *s, struct store_block *b)
 {
 	b->last_use = ++s->clock;
-	for (int k = 0; k < STORE_LRU_KINDS; k++)
-		if (b->heap_idx[k] != STORE_HEAP_NONE)
-			heap_down(&s->lru[k], k, b->heap_idx[k]);
+	for (int k = 0; k < STORE_LRU_KINDS; k++) {
+		uint32_t i = store_lru_slot(b, k);
+
+		if (i != STORE_HEAP_NONE)
+			heap_down(&s->lru[k], k, i);
+	}
 }
 
 /* ---- freeing and removal ---- */
@@ -198,7 +216,7 @@ static void unlink_parent(struct store *s, struct store_block *b)
 static void lru_leave_all(struct store *s, struct store_block *b)
 {
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
-		if (b->heap_idx[k] != STORE_HEAP_NONE)
+		if (store_lru_slot(b, k) != STORE_HEAP_NONE)
 			heap_remove(s, k, b);
 }
 
@@ -210,10 +228,10 @@ void store_block_remove_locked(struct store *s, struct store_block *b)
 	(void)store_index_remove(&s->index, &b->node);
 	store_list_del(&b->link);
 	ns->nblocks--;
-	ns->bytes -= b->length;
+	ns->bytes -= store_block_length(b);
 	s->blocks--;
 	if (b->in_dram) {
-		s->payload_bytes -= b->length;
+		s->payload_bytes -= store_block_length(b);
 		s->dram_blocks--;
 	}
 	lru_leave_all(s, b);
@@ -250,7 +268,7 @@ uint64_t store_block_remove_tree_locked(struct store *s, struct store_block *roo
 			cur = cur->first_child;
 		up = cur->parent_blk;
 		if (bytes)
-			*bytes += cur->length;
+			*bytes += store_block_length(cur);
 		n++;
 		if (cur == root) {
 			store_block_remove_locked(s, cur);
@@ -268,7 +286,7 @@ void store_block_drop_dram_locked(struct store *s, struct store_block *b)
 	(void)store_arena_free(s->arena, b->first_page);
 	b->in_dram = 0;
 	s->used_bytes -= arena_bytes;
-	s->payload_bytes -= b->length;
+	s->payload_bytes -= store_block_length(b);
 	s->dram_blocks--;
 	store_lru_sync_locked(s, b);
 }

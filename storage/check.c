@@ -145,7 +145,7 @@ static int check_membership(struct checker *c, const struct store_block *b)
 	char k[17];
 
 	for (int kind = 0; kind < kinds; kind++) {
-		bool in = b->heap_idx[kind] != STORE_HEAP_NONE;
+		bool in = store_lru_slot(b, kind) != STORE_HEAP_NONE;
 		bool want = store_lru_member(c->s, b, (enum store_lru_kind)kind);
 
 		if (in != want)
@@ -175,8 +175,7 @@ static int check_copies(struct checker *c, const struct store_block *b)
 		return 0;
 	if (b->seg >= t->nseg || t->segs[b->seg].state == STORE_SEG_FREE)
 		return fail(c, "block %s on a free or unknown segment", hex8(b->node.key, k));
-	if (b->seg_off % STORE_PAGE_BYTES ||
-	    b->seg_off + store_extent_bytes(b) > t->segs[b->seg].fill_bytes)
+	if (store_seg_off(b) + store_extent_bytes(b) > t->segs[b->seg].fill_bytes)
 		return fail(c, "block %s extent beyond its segment's fill", hex8(b->node.key, k));
 	return 0;
 }
@@ -191,7 +190,7 @@ static int check_visible(struct checker *c, const struct store_ns *ns, const str
 		return fail(c, "block %s on namespace list in bad state", hex8(b->node.key, k));
 	if (store_find_locked(c->s, ns->ns_id, b->node.key) != b)
 		return fail(c, "block %s not in the index", hex8(b->node.key, k));
-	if (b->pages != store_pages_of(b->length))
+	if (b->pages == 0 || b->pad_bytes >= STORE_PAGE_BYTES)
 		return fail(c, "block %s extent size wrong", hex8(b->node.key, k));
 	rc = check_membership(c, b);
 	if (!rc)
@@ -212,15 +211,15 @@ static void tally_add(struct tally *t, const struct store_block *b)
 {
 	t->blocks++;
 	t->linked += b->parent_blk != NULL;
-	t->payload += b->length;
+	t->payload += store_block_length(b);
 	if (b->in_dram) {
 		t->dram_blocks++;
 		t->dram_used += store_extent_bytes(b);
-		t->dram_payload += b->length;
+		t->dram_payload += store_block_length(b);
 	}
 	if (b->on_nvme) {
 		t->nvme_blocks++;
-		t->nvme_payload += b->length;
+		t->nvme_payload += store_block_length(b);
 	}
 }
 
@@ -272,7 +271,7 @@ static int check_visible_all(struct checker *c)
 static bool out_of_heaps(const struct store_block *b)
 {
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
-		if (b->heap_idx[k] != STORE_HEAP_NONE)
+		if (store_lru_slot(b, k) != STORE_HEAP_NONE)
 			return false;
 	return true;
 }
@@ -336,7 +335,7 @@ static int check_heap(struct checker *c)
 		for (uint64_t i = 0; i < h->len; i++) {
 			struct store_block *b = h->v[i];
 
-			if (b->heap_idx[k] != i || !store_lru_member(s, b, (enum store_lru_kind)k))
+			if (store_lru_slot(b, k) != i || !store_lru_member(s, b, (enum store_lru_kind)k))
 				return fail(c, "LRU heap %d slot %llu wrong", k, (unsigned long long)i);
 			if (i && h->v[(i - 1) / 2]->last_use > b->last_use)
 				return fail(c, "LRU heap %d out of order at %llu", k,
@@ -527,7 +526,7 @@ static int check_segment(struct checker *c, uint32_t i, struct place *pl)
 			return fail(c, "segment %u lists a block that is not there", i);
 		if (n >= c->tally.nvme_blocks)
 			return fail(c, "segment %u lists more blocks than exist", i);
-		pl[n].off = b->seg_off;
+		pl[n].off = store_seg_off(b);
 		pl[n].ext = store_extent_bytes(b);
 		live += pl[n].ext;
 		n++;

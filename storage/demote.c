@@ -169,7 +169,7 @@ static void take_locked(struct store *s, struct demote_batch *db, struct store_b
 	}
 	r->segment = it->seg;
 	r->offset = it->off;
-	r->length = b->length;
+	r->length = store_block_length(b);
 	r->checksum = b->checksum;
 	r->last_use = b->last_use;
 	db->iov[db->n].iov_base = store_arena_ptr(s->arena, b->first_page);
@@ -298,7 +298,7 @@ static void commit_locked(struct store *s, struct demote_batch *db, int rc)
 		} else if (rc == 0) {
 			store_tier_attach_locked(s, b, it->seg, it->off);
 			t->demotions++;
-			t->demoted_bytes += b->length;
+			t->demoted_bytes += store_block_length(b);
 		}
 		store_block_unpin_locked(s, b);
 	}

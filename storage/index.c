@@ -88,17 +88,22 @@ void store_index_insert(struct store_index *ix, struct store_index_node *n)
 
 int store_index_remove(struct store_index *ix, struct store_index_node *n)
 {
-	struct store_index_node **pp = &ix->buckets[bucket_of(ix, n->ns_id, n->key)];
+	struct store_index_node **head = &ix->buckets[bucket_of(ix, n->ns_id, n->key)];
+	struct store_index_node *prev = NULL, *cur = *head;
 
-	for (; *pp; pp = &(*pp)->next) {
-		if (*pp == n) {
-			*pp = n->next;
-			n->next = NULL;
-			ix->count--;
-			return 0;
-		}
+	while (cur && cur != n) {
+		prev = cur;
+		cur = cur->next;
 	}
-	return -ENOENT;
+	if (!cur)
+		return -ENOENT;
+	if (prev)
+		prev->next = n->next;
+	else
+		*head = n->next;
+	n->next = NULL;
+	ix->count--;
+	return 0;
 }
 
 int store_index_reserve(struct store_index *ix, uint64_t count)

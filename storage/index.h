@@ -18,12 +18,15 @@
 
 #define STORE_INDEX_KEY_BYTES 32
 
-/* Embedded in the indexed object; ns_id and key are set by the owner. */
+/* Embedded in the indexed object; ns_id and key are set by the owner.
+ * Packed to 44 bytes (4-byte aligned) so that the owner's next 4-byte
+ * field fills what would be padding: one million blocks, 4 MB. Never take
+ * the address of `next` or `ns_id`. */
 struct store_index_node {
 	struct store_index_node *next;
 	uint32_t ns_id;
 	uint8_t key[STORE_INDEX_KEY_BYTES];
-};
+} __attribute__((packed, aligned(4)));
 
 struct store_index {
 	struct store_index_node **buckets;

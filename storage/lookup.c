@@ -13,7 +13,7 @@ static void fill_ref(const struct store *s, struct store_block *b, struct store_
 {
 	out->block = b;
 	out->data = store_arena_ptr(s->arena, b->first_page);
-	out->length = b->length;
+	out->length = store_block_length(b);
 	out->checksum = b->checksum;
 	out->tier = tier;
 }
@@ -164,7 +164,7 @@ int store_exists(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BY
 			ns->exists_misses++;
 	}
 	if (b)
-		len = b->length;
+		len = store_block_length(b);
 	pthread_mutex_unlock(&s->lock);
 	if (!b)
 		return -ENOENT;

@@ -99,7 +99,7 @@ static void finish_locked(struct store *s, struct store_promo *p, int status)
 		if (status == 0) {
 			w->out->block = b;
 			w->out->data = store_arena_ptr(s->arena, b->first_page);
-			w->out->length = b->length;
+			w->out->length = store_block_length(b);
 			w->out->checksum = b->checksum;
 			w->out->tier = 2;
 		}
@@ -123,10 +123,10 @@ static void install_locked(struct store *s, struct store_promo *p)
 	b->first_page = p->first_page;
 	b->in_dram = 1;
 	s->used_bytes += store_extent_bytes(b);
-	s->payload_bytes += b->length;
+	s->payload_bytes += store_block_length(b);
 	s->dram_blocks++;
 	t->promotions++;
-	t->promoted_bytes += b->length;
+	t->promoted_bytes += store_block_length(b);
 	store_lru_sync_locked(s, b);
 }
 
@@ -174,7 +174,7 @@ void store_promo_run_locked(struct store *s, struct store_promo *p)
 {
 	struct store_tier *t = s->tier;
 	struct store_block *b = p->block;
-	uint64_t ext = store_extent_bytes(b), length = b->length, checksum = b->checksum, off;
+	uint64_t ext = store_extent_bytes(b), length = store_block_length(b), checksum = b->checksum, off;
 	uint32_t seg;
 	int err;
 
@@ -191,7 +191,7 @@ void store_promo_run_locked(struct store *s, struct store_promo *p)
 	t->promo_bytes += ext;
 	store_list_add_tail(&t->promo_running, &p->link);
 	seg = b->seg;
-	off = b->seg_off;
+	off = store_seg_off(b);
 	t->segs[seg].readers++;
 	pthread_mutex_unlock(&s->lock);
 

@@ -74,10 +74,10 @@ static void init_reservation(struct store_block *b, struct store_ns *ns, const u
 	memcpy(b->node.key, key, STORE_KEY_BYTES);
 	b->has_parent = has_parent(parent);
 	b->state = STORE_BLOCK_RESERVED;
-	b->length = length;
+	store_block_set_length(b, length);
 	b->checksum = checksum;
-	for (int k = 0; k < STORE_LRU_KINDS; k++)
-		b->heap_idx[k] = STORE_HEAP_NONE;
+	b->heap_idx[0] = STORE_HEAP_NONE;
+	b->heap_idx[1] = STORE_HEAP_NONE;
 }
 
 /* The least recently used block of ns that can leave the pool now: no
@@ -160,7 +160,6 @@ static int begin_locked(struct store *s, struct store_block *b, uint32_t ns_id,
 		return rc;
 	}
 	init_reservation(b, ns, key, parent, length, checksum);
-	b->pages = (uint32_t)pages;
 	b->parent_blk = pin;
 	if (b->has_parent && !pin)
 		memcpy(b->pending_parent, parent, STORE_KEY_BYTES);
@@ -205,7 +204,7 @@ static void unreserve_locked(struct store *s, struct store_block *b)
 
 	store_list_del(&b->link);
 	ns->reservations--;
-	ns->reserved_bytes -= b->length;
+	ns->reserved_bytes -= store_block_length(b);
 	s->nreserved--;
 	s->inflight_bytes -= (uint64_t)b->pages * STORE_PAGE_BYTES;
 }
@@ -229,12 +228,12 @@ static void publish_locked(struct store *s, struct store_block *b, struct store_
 		store_lru_sync_locked(s, p);
 	}
 	ns->nblocks++;
-	ns->bytes += b->length;
+	ns->bytes += store_block_length(b);
 	ns->puts++;
 	s->blocks++;
 	s->dram_blocks++;
 	s->used_bytes += (uint64_t)b->pages * STORE_PAGE_BYTES;
-	s->payload_bytes += b->length;
+	s->payload_bytes += store_block_length(b);
 	store_lru_touch_locked(s, b);
 	store_lru_sync_locked(s, b);
 }
@@ -269,7 +268,7 @@ static int commit_locked(struct store *s, struct store_block *b, uint64_t sum)
 
 int store_put_commit(struct store *s, struct store_block *b)
 {
-	uint64_t sum = XXH3_64bits(store_arena_ptr(s->arena, b->first_page), b->length);
+	uint64_t sum = XXH3_64bits(store_arena_ptr(s->arena, b->first_page), store_block_length(b));
 	struct store_block *pin = b->parent_blk;
 	int rc;
 

@@ -196,12 +196,11 @@ static struct store_block *block_of(const struct store_nvme_rec *r, struct store
 	memcpy(b->node.key, r->key, STORE_KEY_BYTES);
 	b->has_parent = r->has_parent; /* resolved from r->parent by mark_reachable_locked */
 	b->state = STORE_BLOCK_VISIBLE;
-	b->pages = (uint32_t)store_pages_of(r->length);
-	b->length = r->length;
+	store_block_set_length(b, r->length);
 	b->checksum = r->checksum;
 	b->last_use = r->last_use;
-	for (int k = 0; k < STORE_LRU_KINDS; k++)
-		b->heap_idx[k] = STORE_HEAP_NONE;
+	b->heap_idx[0] = STORE_HEAP_NONE;
+	b->heap_idx[1] = STORE_HEAP_NONE;
 	store_list_init(&b->sibling);
 	store_list_init(&b->link);
 	store_list_init(&b->seg_link);
@@ -336,7 +335,7 @@ static void publish_locked(struct rebuild *rb)
 		b->mark = 0;
 		store_list_add_tail(&ns->blocks, &b->link);
 		ns->nblocks++;
-		ns->bytes += b->length;
+		ns->bytes += store_block_length(b);
 		s->blocks++;
 		store_tier_attach_locked(s, b, r->segment, r->offset);
 		sg = &t->segs[r->segment];

@@ -127,7 +127,7 @@ static void plan_move_locked(struct store *s, struct reclaim *rc, struct store_b
 
 	m->b = b;
 	m->ext = store_extent_bytes(b);
-	m->old_off = b->seg_off;
+	m->old_off = store_seg_off(b);
 	m->new_off = tg->fill_bytes;
 	m->disk_id = store_block_ns(s, b)->disk_id;
 	m->from_dram = b->in_dram;
@@ -141,7 +141,7 @@ static void plan_move_locked(struct store *s, struct reclaim *rc, struct store_b
 	}
 	r->segment = rc->target;
 	r->offset = m->new_off;
-	r->length = b->length;
+	r->length = store_block_length(b);
 	r->checksum = b->checksum;
 	r->last_use = b->last_use;
 	tg->fill_bytes += m->ext;
@@ -208,7 +208,7 @@ static int move_one(struct store *s, struct reclaim *rc, struct move *m, void *b
 			m->status = -EIO;
 			return 0;
 		}
-		if (XXH3_64bits(bounce, m->b->length) != m->b->checksum) {
+		if (XXH3_64bits(bounce, store_block_length(m->b)) != m->b->checksum) {
 			m->status = -EBADMSG;
 			return 0;
 		}
@@ -290,7 +290,7 @@ static void commit_move_locked(struct store *s, struct reclaim *rc, struct move 
 			store_list_del(&b->seg_link);
 			t->segs[rc->seg].live_bytes -= m->ext;
 			b->seg = rc->target;
-			b->seg_off = m->new_off;
+			b->seg_page = (uint32_t)(m->new_off / STORE_PAGE_BYTES);
 			store_list_add_tail(&t->segs[rc->target].blocks, &b->seg_link);
 			t->segs[rc->target].live_bytes += m->ext;
 		}

@@ -37,7 +37,8 @@ struct store_ns *store_ns_find_locked(struct store *s, uint32_t ns_id)
 struct store_block *store_find_locked(struct store *s, uint32_t ns_id,
 				      const uint8_t key[STORE_KEY_BYTES])
 {
-	struct store_index_node *n = store_index_find(&s->index, ns_id, key);
+	/* the node is packed (4-byte aligned) but lies in a block header */
+	void *n = store_index_find(&s->index, ns_id, key);
 
 	return n ? store_container_of(n, struct store_block, node) : NULL;
 }

@@ -110,24 +110,29 @@ struct store_heap {
 };
 
 struct store_block {
-	struct store_index_node node;     /* ns_id, key, hash chain */
-	uint8_t has_parent;               /* not a first block: parent_blk is its parent */
-	uint8_t state;                    /* enum store_block_state */
-	uint8_t in_dram;                  /* first_page holds a copy */
-	uint8_t on_nvme;                  /* seg/seg_off hold a copy with a committed record */
-	uint8_t demoting;                 /* a demotion is writing it (holds a ref) */
-	uint8_t promoting;                /* a promotion is in flight (store_promo_find_locked) */
-	uint8_t reused;                   /* GET or MATCH since its put (admission) */
-	uint8_t mark;                     /* scratch for rebuild and checks */
-	uint32_t first_page, pages;       /* arena extent (first_page valid when in_dram) */
-	uint64_t length;                  /* payload bytes */
+	struct store_index_node node;     /* ns_id, key, hash chain (44 bytes) */
+	uint32_t first_page;              /* arena extent start (valid when in_dram) */
 	uint64_t checksum;                /* xxh3-64 given by the client */
+	uint64_t last_use;                /* s->clock at last put, GET or MATCH */
+	uint32_t pages;                   /* extent: 4 KiB pages of the payload */
 	uint32_t refs;                    /* GET pins + pins by child reservations + I/O */
 	uint32_t lease_pins;              /* leases held on it (s->lease_by_block) */
-	uint32_t heap_idx[STORE_LRU_KINDS]; /* slot per heap, STORE_HEAP_NONE if not in it */
-	uint64_t last_use;                /* s->clock at last put, GET or MATCH */
+	/* slots in the LRU heaps, STORE_HEAP_NONE if not in one: [0] EVICT,
+	 * [1] CLEAN or DIRTY (never both: on_nvme or not), which one is
+	 * slot1_clean (store_lru_slot) */
+	uint32_t heap_idx[2];
 	uint32_t seg;                     /* NVMe segment (when on_nvme) */
-	uint64_t seg_off;                 /* byte offset in it */
+	uint32_t seg_page;                /* offset in it in 4 KiB pages (store_seg_off) */
+	uint16_t pad_bytes;               /* pages * 4 KiB - payload bytes (store_block_length) */
+	uint16_t state : 2;               /* enum store_block_state */
+	uint16_t has_parent : 1;          /* not a first block: parent_blk is its parent */
+	uint16_t in_dram : 1;             /* first_page holds a copy */
+	uint16_t on_nvme : 1;             /* seg/seg_page hold a copy with a committed record */
+	uint16_t demoting : 1;            /* a demotion is writing it (holds a ref) */
+	uint16_t promoting : 1;           /* a promotion is in flight (store_promo_find_locked) */
+	uint16_t reused : 1;              /* GET or MATCH since its put (admission) */
+	uint16_t mark : 1;                /* scratch for rebuild and checks */
+	uint16_t slot1_clean : 1;         /* heap_idx[1] is a CLEAN slot, not DIRTY */
 	struct store_block *parent_blk;   /* visible parent; for a reservation the pinned one */
 	struct store_list link;           /* ns->blocks, s->reserved or s->zombies */
 	union {
@@ -145,6 +150,37 @@ struct store_block {
 		uint8_t pending_parent[STORE_KEY_BYTES];
 	};
 };
+
+/* Payload bytes of b. */
+static inline uint64_t store_block_length(const struct store_block *b)
+{
+	return (uint64_t)b->pages * STORE_PAGE_BYTES - b->pad_bytes;
+}
+
+/* Set b's payload bytes (1 .. 2^32 pages of 4 KiB) and extent pages. */
+static inline void store_block_set_length(struct store_block *b, uint64_t length)
+{
+	uint64_t pages = length / STORE_PAGE_BYTES + (length % STORE_PAGE_BYTES != 0);
+
+	b->pages = (uint32_t)pages;
+	b->pad_bytes = (uint16_t)(pages * STORE_PAGE_BYTES - length);
+}
+
+/* Byte offset of b's NVMe copy in its segment. */
+static inline uint64_t store_seg_off(const struct store_block *b)
+{
+	return (uint64_t)b->seg_page * STORE_PAGE_BYTES;
+}
+
+/* b's slot in LRU heap `kind`, or STORE_HEAP_NONE if it is not in it. */
+static inline uint32_t store_lru_slot(const struct store_block *b, int kind)
+{
+	if (kind == 0)
+		return b->heap_idx[0];
+	if (b->heap_idx[1] == STORE_HEAP_NONE || b->slot1_clean != (kind == STORE_LRU_CLEAN))
+		return STORE_HEAP_NONE;
+	return b->heap_idx[1];
+}
 
 /* Has b visible children? */
 static inline bool store_has_children(const struct store_block *b)
