@@ -181,7 +181,7 @@ void store_block_free_locked(struct store *s, struct store_block *b)
 {
 	if (b->in_dram)
 		(void)store_arena_free(s->arena, b->first_page);
-	free(b);
+	store_slab_free(&s->slab, b);
 }
 
 void store_block_unpin_locked(struct store *s, struct store_block *b)

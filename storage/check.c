@@ -318,6 +318,10 @@ static int check_hidden(struct checker *c)
 			    (unsigned long long)s->inflight_bytes, (unsigned long long)inflight);
 	if (nz != s->nzombies || zbytes != s->zombie_bytes)
 		return fail(c, "removed-but-referenced totals wrong");
+	if (s->slab.live != s->blocks + nres + nz)
+		return fail(c, "%llu block headers in use, %llu visible, reserved or removed",
+			    (unsigned long long)s->slab.live,
+			    (unsigned long long)(s->blocks + nres + nz));
 	return 0;
 }
 

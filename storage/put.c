@@ -122,15 +122,15 @@ static int quota_room_locked(struct store *s, struct store_ns *ns, uint64_t leng
 	return 0;
 }
 
-/* Under the lock: check, pin the parent, allocate (evicting), and record
- * the reservation in b. */
-static int begin_locked(struct store *s, struct store_block *b, uint32_t ns_id,
+/* Under the lock: check, take a header, pin the parent, allocate
+ * (evicting), and record the reservation in *out. */
+static int begin_locked(struct store *s, struct store_block **out, uint32_t ns_id,
 			const uint8_t *key, const uint8_t *parent, uint32_t flags,
 			uint64_t length, uint64_t checksum)
 {
 	uint64_t pages = store_pages_of(length), bytes = pages * STORE_PAGE_BYTES;
 	struct store_ns *ns = store_ns_find_locked(s, ns_id);
-	struct store_block *pin = NULL;
+	struct store_block *pin = NULL, *b = NULL;
 	int rc;
 
 	if (!ns)
@@ -138,6 +138,11 @@ static int begin_locked(struct store *s, struct store_block *b, uint32_t ns_id,
 	rc = begin_checks_locked(s, ns, key, parent, flags, bytes, &pin);
 	if (rc == 0)
 		rc = reserve_room_locked(s);
+	if (rc == 0) {
+		/* before anything is evicted for it */
+		b = store_slab_alloc(&s->slab);
+		rc = b ? 0 : -ENOMEM;
+	}
 	if (rc) {
 		if (rc == -EEXIST)
 			ns->put_exists++;
@@ -156,6 +161,7 @@ static int begin_locked(struct store *s, struct store_block *b, uint32_t ns_id,
 	if (rc) {
 		if (pin)
 			store_block_unpin_locked(s, pin);
+		store_slab_free(&s->slab, b);
 		ns->put_errors++;
 		return rc;
 	}
@@ -168,6 +174,7 @@ static int begin_locked(struct store *s, struct store_block *b, uint32_t ns_id,
 	ns->reserved_bytes += length;
 	s->nreserved++;
 	s->inflight_bytes += bytes;
+	*out = b;
 	return 0;
 }
 
@@ -182,16 +189,11 @@ int store_put_begin(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 		return -EINVAL;
 	if (length > s->cfg.max_block_bytes || store_pages_of(length) > store_arena_pages(s->arena))
 		return -EMSGSIZE;
-	b = calloc(1, sizeof(*b));
-	if (!b)
-		return -ENOMEM;
 	pthread_mutex_lock(&s->lock);
-	rc = begin_locked(s, b, ns_id, key, parent, flags, length, checksum);
+	rc = begin_locked(s, &b, ns_id, key, parent, flags, length, checksum);
 	pthread_mutex_unlock(&s->lock);
-	if (rc) {
-		free(b);
+	if (rc)
 		return rc;
-	}
 	*out = b;
 	*dst = store_arena_ptr(s->arena, b->first_page);
 	return 0;
@@ -275,13 +277,13 @@ int store_put_commit(struct store *s, struct store_block *b)
 	pthread_mutex_lock(&s->lock);
 	unreserve_locked(s, b);
 	rc = commit_locked(s, b, sum);
-	if (rc)
+	if (rc) {
 		(void)store_arena_free(s->arena, b->first_page);
+		store_slab_free(&s->slab, b);
+	}
 	if (pin)
 		store_block_unpin_locked(s, pin);
 	pthread_mutex_unlock(&s->lock);
-	if (rc)
-		free(b);
 	return rc;
 }
 
@@ -292,8 +294,8 @@ void store_put_abort(struct store *s, struct store_block *b)
 	pthread_mutex_lock(&s->lock);
 	unreserve_locked(s, b);
 	(void)store_arena_free(s->arena, b->first_page);
+	store_slab_free(&s->slab, b);
 	if (pin)
 		store_block_unpin_locked(s, pin);
 	pthread_mutex_unlock(&s->lock);
-	free(b);
 }

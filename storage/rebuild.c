@@ -186,9 +186,10 @@ static int check_places(struct rebuild *rb)
 }
 
 /* A new NVMe-only block for record r in namespace ns (not linked yet). */
-static struct store_block *block_of(const struct store_nvme_rec *r, struct store_ns *ns)
+static struct store_block *block_of_locked(struct store *s, const struct store_nvme_rec *r,
+					   struct store_ns *ns)
 {
-	struct store_block *b = calloc(1, sizeof(*b));
+	struct store_block *b = store_slab_alloc(&s->slab);
 
 	if (!b)
 		return NULL;
@@ -251,7 +252,7 @@ static int make_blocks_locked(struct rebuild *rb)
 			rb->invalid++;
 			continue;
 		}
-		b = block_of(r, ns);
+		b = block_of_locked(s, r, ns);
 		if (!b)
 			return -ENOMEM;
 		store_index_insert(&s->index, &b->node);
@@ -319,7 +320,7 @@ static void publish_locked(struct rebuild *rb)
 		/* an orphan's parent, if any, is an orphan too: nothing kept
 		 * points at it */
 		(void)store_index_remove(&s->index, &b->node);
-		free(b);
+		store_slab_free(&s->slab, b);
 		rb->blocks[i] = NULL;
 		rb->orphans++;
 	}
@@ -400,7 +401,7 @@ static void unbuild_locked(struct rebuild *rb)
 		if (!rb->blocks[i])
 			continue;
 		(void)store_index_remove(&rb->s->index, &rb->blocks[i]->node);
-		free(rb->blocks[i]);
+		store_slab_free(&rb->s->slab, rb->blocks[i]);
 		rb->blocks[i] = NULL;
 	}
 }

@@ -64,26 +64,15 @@ static void init_lists(struct store *s)
 	store_list_init(&s->lease_pool);
 }
 
-/* Free every block header on list h (pages go with the arena). */
-static void free_block_list(struct store_list *h, size_t link_offset)
-{
-	while (!store_list_empty(h)) {
-		struct store_list *pos = h->next;
-
-		store_list_del(pos);
-		free((char *)pos - link_offset);
-	}
-}
-
-/* Free every namespace and block header (store_close, failed open). */
+/* Free every namespace and block header (store_close, failed open);
+ * pages go with the arena. */
 static void free_all_blocks(struct store *s)
 {
-	for (uint32_t i = 0; i < s->nns; i++) {
-		free_block_list(&s->ns[i]->blocks, offsetof(struct store_block, link));
+	for (uint32_t i = 0; i < s->nns; i++)
 		free(s->ns[i]);
-	}
-	free_block_list(&s->reserved, offsetof(struct store_block, link));
-	free_block_list(&s->zombies, offsetof(struct store_block, link));
+	store_list_init(&s->reserved);
+	store_list_init(&s->zombies);
+	store_slab_destroy(&s->slab);
 	free(s->ns);
 	s->ns = NULL;
 	s->nns = 0;
@@ -112,9 +101,12 @@ int store_open(const struct store_config *cfg, struct store **out, char *why, si
 					 pages / PAGES_PER_BUCKET : INITIAL_BUCKETS);
 	if (rc)
 		goto out_close_arena;
-	rc = store_lru_reserve_locked(s, INITIAL_BUCKETS);
+	rc = store_slab_init(&s->slab);
 	if (rc)
 		goto out_destroy_index;
+	rc = store_lru_reserve_locked(s, INITIAL_BUCKETS);
+	if (rc)
+		goto out_free_heap;
 	rc = -pthread_mutex_init(&s->lock, NULL);
 	if (rc)
 		goto out_free_heap;
@@ -127,11 +119,12 @@ int store_open(const struct store_config *cfg, struct store **out, char *why, si
 	return 0;
 
 out_free_blocks:
-	free_all_blocks(s);
+	free_all_blocks(s); /* the slab too */
 	pthread_mutex_destroy(&s->lock);
 out_free_heap:
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
 		free(s->lru[k].v);
+	store_slab_destroy(&s->slab);
 out_destroy_index:
 	store_index_destroy(&s->index);
 out_close_arena:
@@ -458,10 +451,7 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 /* Memory held outside the arena: index, headers, heap, leases, tables. */
 static uint64_t index_bytes_locked(const struct store *s)
 {
-	uint64_t headers = s->blocks + s->nreserved + s->nzombies;
-
-	return sizeof(*s) + store_index_bytes(&s->index) +
-	       headers * sizeof(struct store_block) +
+	return sizeof(*s) + store_index_bytes(&s->index) + store_slab_bytes(&s->slab) +
 	       (s->lru[0].cap + s->lru[1].cap + s->lru[2].cap) * sizeof(struct store_block *) +
 	       s->lease_records * sizeof(struct store_lease) +
 	       s->lease_buckets * sizeof(*s->lease_by_block) +

@@ -151,6 +151,55 @@ struct store_block {
 	};
 };
 
+/* ---- slab.c: block headers ---- */
+
+#define STORE_SLAB_CHUNK_BYTES (1u << 20)  /* one mapping, aligned to its size */
+#define STORE_SLAB_HDR_BYTES 64u           /* the chunk's number, then headers */
+#define STORE_SLAB_PER_CHUNK \
+	((uint32_t)((STORE_SLAB_CHUNK_BYTES - STORE_SLAB_HDR_BYTES) / sizeof(struct store_block)))
+
+/* Every block header of a pool (slab.c). */
+struct store_slab {
+	char **chunks;
+	uint32_t nchunks, cap;
+	uint32_t fresh;      /* headers of the last chunk handed out at least once */
+	uint32_t free_head;  /* id of the first freed header, 0 = none */
+	uint64_t live;       /* headers handed out and not freed */
+};
+
+/* An empty slab with room for 16 chunks in its table. Errors: -ENOMEM. */
+int store_slab_init(struct store_slab *sl);
+/* A zeroed header, or NULL without memory. */
+struct store_block *store_slab_alloc(struct store_slab *sl);
+/* Give header b back (it is on no list any more). */
+void store_slab_free(struct store_slab *sl, struct store_block *b);
+/* Bytes held: chunks and the chunk table. */
+uint64_t store_slab_bytes(const struct store_slab *sl);
+/* Unmap every chunk (every header goes). */
+void store_slab_destroy(struct store_slab *sl);
+
+/* The 32-bit id of header b (never 0). */
+static inline uint32_t store_slab_id(const struct store_block *b)
+{
+	uintptr_t base = (uintptr_t)b & ~(uintptr_t)(STORE_SLAB_CHUNK_BYTES - 1);
+	uint32_t chunk = *(const uint32_t *)base;
+	uint32_t slot = (uint32_t)(((uintptr_t)b - base - STORE_SLAB_HDR_BYTES) /
+				   sizeof(struct store_block));
+
+	return chunk * STORE_SLAB_PER_CHUNK + slot + 1;
+}
+
+/* The header with id `id` (not 0). */
+static inline struct store_block *store_slab_ptr(const struct store_slab *sl, uint32_t id)
+{
+	uint32_t i = id - 1;
+
+	return (struct store_block *)(void *)(sl->chunks[i / STORE_SLAB_PER_CHUNK] +
+					      STORE_SLAB_HDR_BYTES +
+					      (size_t)(i % STORE_SLAB_PER_CHUNK) *
+						      sizeof(struct store_block));
+}
+
 /* Payload bytes of b. */
 static inline uint64_t store_block_length(const struct store_block *b)
 {
@@ -377,6 +426,7 @@ struct store {
 	struct store_config cfg;
 	struct store_arena *arena;
 	uint64_t capacity_bytes;
+	struct store_slab slab;       /* every block header (visible, reserved, removed) */
 	struct store_index index;     /* visible blocks only (either tier) */
 	struct store_heap lru[STORE_LRU_KINDS];
 	uint64_t clean_pages;         /* pages of the blocks in lru[STORE_LRU_CLEAN] */
