@@ -11,7 +11,7 @@
 bool store_block_evictable(const struct store_block *b)
 {
 	return b->state == STORE_BLOCK_VISIBLE && b->in_dram && !store_has_children(b) &&
-	       b->refs == 0 && b->lease_pins == 0;
+	       b->refs == 0 && !b->leased;
 }
 
 bool store_lru_member(const struct store *s, const struct store_block *b, enum store_lru_kind kind)
@@ -21,7 +21,7 @@ bool store_lru_member(const struct store *s, const struct store_block *b, enum s
 		return store_block_evictable(b);
 	case STORE_LRU_CLEAN:
 		return s->tier && b->state == STORE_BLOCK_VISIBLE && b->in_dram && b->on_nvme &&
-		       b->refs == 0 && b->lease_pins == 0;
+		       b->refs == 0 && !b->leased;
 	case STORE_LRU_DIRTY:
 		return s->tier && b->state == STORE_BLOCK_VISIBLE && b->in_dram && !b->on_nvme &&
 		       !b->demoting;

@@ -122,8 +122,8 @@ static int check_children(struct checker *c, const struct store_block *b)
 	return 0;
 }
 
-/* b's lease_pins matches the leases on it in the table of leases by block
- * (check_leases sees that every lease there is in its bucket). */
+/* b is marked leased exactly when the table of leases by block holds a
+ * lease on it (check_leases sees that every lease there is in its bucket). */
 static int check_block_leases(struct checker *c, const struct store_block *b)
 {
 	uint64_t n = 0;
@@ -132,9 +132,9 @@ static int check_block_leases(struct checker *c, const struct store_block *b)
 	if (c->s->lease_buckets)
 		for (const struct store_lease *r = *store_lease_bucket(c->s, b); r; r = r->by_block)
 			n += r->block == b;
-	if (n != b->lease_pins)
-		return fail(c, "block %s lease pins %u, leases %llu", hex8(b->node.key, k),
-			    b->lease_pins, (unsigned long long)n);
+	if ((n != 0) != b->leased)
+		return fail(c, "block %s marked leased %d, leases %llu", hex8(b->node.key, k),
+			    b->leased, (unsigned long long)n);
 	return 0;
 }
 
@@ -303,7 +303,7 @@ static int check_hidden(struct checker *c)
 	for (struct store_list *p = s->zombies.next; p != &s->zombies; p = p->next) {
 		struct store_block *b = store_container_of(p, struct store_block, link);
 
-		if (b->state != STORE_BLOCK_REMOVED || b->refs == 0 || b->lease_pins ||
+		if (b->state != STORE_BLOCK_REMOVED || b->refs == 0 || b->leased ||
 		    !out_of_heaps(b) || b->on_nvme)
 			return fail(c, "removed block in bad state");
 		zbytes += b->in_dram ? store_extent_bytes(b) : 0;

@@ -97,7 +97,7 @@ static struct store_lease *find_lease(const struct store *s, const struct store_
 {
 	struct store_lease *r;
 
-	if (!b->lease_pins)
+	if (!b->leased)
 		return NULL;
 	for (r = *store_lease_bucket(s, b); r; r = r->by_block)
 		if (r->block == b && (!l || r->lessee == l))
@@ -130,7 +130,7 @@ void store_lease_grant_locked(struct store *s, struct store_lessee *l, struct st
 	*head = r;
 	store_list_add_tail(&l->leases, &r->by_lessee);
 	expiry_insert(s, r);
-	b->lease_pins++;
+	b->leased = 1;
 	s->leases_active++;
 	store_lru_sync_locked(s, b);
 }
@@ -148,7 +148,7 @@ static void lease_end(struct store *s, struct store_lease *r)
 	store_list_del(&r->by_expiry);
 	store_list_add_tail(&s->lease_pool, &r->by_expiry);
 	s->lease_spare++;
-	b->lease_pins--;
+	b->leased = find_lease(s, NULL, b) != NULL; /* r is out of the table */
 	s->leases_active--;
 	store_lru_sync_locked(s, b);
 }

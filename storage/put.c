@@ -91,7 +91,7 @@ static struct store_block *ns_victim_locked(struct store_ns *ns)
 	for (it = ns->blocks.next; it != &ns->blocks; it = it->next) {
 		struct store_block *b = store_container_of(it, struct store_block, link);
 
-		if (store_has_children(b) || b->refs || b->lease_pins)
+		if (store_has_children(b) || b->refs || b->leased)
 			continue;
 		if (!best || b->last_use < best->last_use)
 			best = b;

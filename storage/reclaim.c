@@ -69,7 +69,7 @@ uint32_t store_tier_oldest_sealed(const struct store_tier *t)
 
 static bool must_stay(const struct store_block *b)
 {
-	return store_has_children(b) || b->refs || b->lease_pins || b->promoting;
+	return store_has_children(b) || b->refs || b->leased || b->promoting;
 }
 
 /* Bytes of segment sg whose blocks the chain rule (or a pin) keeps. When

@@ -37,11 +37,24 @@ struct store_ns *store_ns_find_locked(struct store *s, uint32_t ns_id)
 struct store_block *store_find_locked(struct store *s, uint32_t ns_id,
 				      const uint8_t key[STORE_KEY_BYTES])
 {
-	/* the node is packed (4-byte aligned) but lies in a block header */
-	void *n = store_index_find(&s->index, ns_id, key);
+	struct store_index_node *n = store_index_find(&s->index, ns_id, key);
 
 	return n ? store_container_of(n, struct store_block, node) : NULL;
 }
+
+/* The index names blocks by their header ids (32 bits, not 64). */
+static struct store_index_node *index_node(void *arg, uint32_t id)
+{
+	return &store_slab_ptr(&((struct store *)arg)->slab, id)->node;
+}
+
+static uint32_t index_id(void *arg, const struct store_index_node *n)
+{
+	(void)arg;
+	return store_slab_id(store_container_of(n, struct store_block, node));
+}
+
+static const struct store_index_ops index_ops = { .node = index_node, .id = index_id };
 
 /* Validate the configuration; the arena gets whole pages only. */
 static int check_config(const struct store_config *cfg, uint64_t *pages)
@@ -98,7 +111,8 @@ int store_open(const struct store_config *cfg, struct store **out, char *why, si
 	if (rc)
 		goto out_free;
 	rc = store_index_init(&s->index, pages / PAGES_PER_BUCKET > INITIAL_BUCKETS ?
-					 pages / PAGES_PER_BUCKET : INITIAL_BUCKETS);
+					 pages / PAGES_PER_BUCKET : INITIAL_BUCKETS,
+			      &index_ops, s);
 	if (rc)
 		goto out_close_arena;
 	rc = store_slab_init(&s->slab);

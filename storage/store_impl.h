@@ -110,13 +110,12 @@ struct store_heap {
 };
 
 struct store_block {
-	struct store_index_node node;     /* ns_id, key, hash chain (44 bytes) */
+	struct store_index_node node;     /* ns_id, key, hash chain (40 bytes) */
 	uint32_t first_page;              /* arena extent start (valid when in_dram) */
+	uint32_t pages;                   /* extent: 4 KiB pages of the payload */
 	uint64_t checksum;                /* xxh3-64 given by the client */
 	uint64_t last_use;                /* s->clock at last put, GET or MATCH */
-	uint32_t pages;                   /* extent: 4 KiB pages of the payload */
 	uint32_t refs;                    /* GET pins + pins by child reservations + I/O */
-	uint32_t lease_pins;              /* leases held on it (s->lease_by_block) */
 	/* slots in the LRU heaps, STORE_HEAP_NONE if not in one: [0] EVICT,
 	 * [1] CLEAN or DIRTY (never both: on_nvme or not), which one is
 	 * slot1_clean (store_lru_slot) */
@@ -133,6 +132,7 @@ struct store_block {
 	uint16_t reused : 1;              /* GET or MATCH since its put (admission) */
 	uint16_t mark : 1;                /* scratch for rebuild and checks */
 	uint16_t slot1_clean : 1;         /* heap_idx[1] is a CLEAN slot, not DIRTY */
+	uint16_t leased : 1;              /* a lease pins it (in s->lease_by_block) */
 	struct store_block *parent_blk;   /* visible parent; for a reservation the pinned one */
 	struct store_list link;           /* ns->blocks, s->reserved or s->zombies */
 	union {
