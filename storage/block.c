@@ -45,56 +45,68 @@ static void slot_set(struct store_block *b, int k, uint32_t i)
 	b->slot1_clean = k == STORE_LRU_CLEAN;
 }
 
-static void heap_place(struct store_heap *h, int k, uint64_t i, struct store_block *b)
+/* The block at slot i of heap h. */
+static struct store_block *heap_at(const struct store *s, const struct store_heap *h, uint64_t i)
 {
-	h->v[i] = b;
+	return store_slab_ptr(&s->slab, h->v[i]);
+}
+
+static void heap_place(struct store *s, int k, uint64_t i, struct store_block *b)
+{
+	s->lru[k].v[i] = store_slab_id(b);
 	slot_set(b, k, (uint32_t)i);
 }
 
 /* Move the block at slot i towards the root while it is older than its parent. */
-static void heap_up(struct store_heap *h, int k, uint64_t i)
+static void heap_up(struct store *s, int k, uint64_t i)
 {
-	struct store_block *b = h->v[i];
+	struct store_heap *h = &s->lru[k];
+	struct store_block *b = heap_at(s, h, i);
 
 	while (i > 0) {
 		uint64_t up = (i - 1) / 2;
+		struct store_block *p = heap_at(s, h, up);
 
-		if (h->v[up]->last_use <= b->last_use)
+		if (p->last_use <= b->last_use)
 			break;
-		heap_place(h, k, i, h->v[up]);
+		heap_place(s, k, i, p);
 		i = up;
 	}
-	heap_place(h, k, i, b);
+	heap_place(s, k, i, b);
 }
 
 /* Move the block at slot i towards the leaves while a child is older. */
-static void heap_down(struct store_heap *h, int k, uint64_t i)
+static void heap_down(struct store *s, int k, uint64_t i)
 {
-	struct store_block *b = h->v[i];
+	struct store_heap *h = &s->lru[k];
+	struct store_block *b = heap_at(s, h, i);
 
 	for (;;) {
-		uint64_t l = 2 * i + 1, r = l + 1, m = l;
+		uint64_t l = 2 * i + 1, r = l + 1;
+		struct store_block *m;
 
 		if (l >= h->len)
 			break;
-		if (r < h->len && h->v[r]->last_use < h->v[l]->last_use)
-			m = r;
-		if (h->v[m]->last_use >= b->last_use)
+		m = heap_at(s, h, l);
+		if (r < h->len && heap_at(s, h, r)->last_use < m->last_use) {
+			m = heap_at(s, h, r);
+			l = r;
+		}
+		if (m->last_use >= b->last_use)
 			break;
-		heap_place(h, k, i, h->v[m]);
-		i = m;
+		heap_place(s, k, i, m);
+		i = l;
 	}
-	heap_place(h, k, i, b);
+	heap_place(s, k, i, b);
 }
 
 static void heap_insert(struct store *s, int k, struct store_block *b)
 {
 	struct store_heap *h = &s->lru[k];
-
 	uint64_t i = h->len++;
 
-	heap_place(h, k, i, b);
-	heap_up(h, k, i);
+	heap_place(s, k, i, b);
+	heap_up(s, k, i);
 	if (k == STORE_LRU_CLEAN)
 		s->clean_pages += b->pages;
 }
@@ -103,22 +115,22 @@ static void heap_remove(struct store *s, int k, struct store_block *b)
 {
 	struct store_heap *h = &s->lru[k];
 	uint64_t i = store_lru_slot(b, k);
-	struct store_block *last = h->v[--h->len];
+	struct store_block *last = heap_at(s, h, --h->len);
 
 	slot_set(b, k, STORE_HEAP_NONE);
 	if (k == STORE_LRU_CLEAN)
 		s->clean_pages -= b->pages;
 	if (i == h->len)
 		return;
-	heap_place(h, k, i, last);
-	heap_up(h, k, i);
-	heap_down(h, k, store_lru_slot(last, k));
+	heap_place(s, k, i, last);
+	heap_up(s, k, i);
+	heap_down(s, k, store_lru_slot(last, k));
 }
 
 /* Grow heap h to hold `count` blocks. Errors: -ENOMEM. */
 static int heap_reserve(struct store_heap *h, uint64_t count)
 {
-	struct store_block **v;
+	uint32_t *v;
 	uint64_t cap = h->cap ? h->cap : 64;
 
 	if (count <= h->cap)
@@ -171,7 +183,7 @@ void store_lru_touch_locked(struct store *s, struct store_block *b)
 		uint32_t i = store_lru_slot(b, k);
 
 		if (i != STORE_HEAP_NONE)
-			heap_down(&s->lru[k], k, i);
+			heap_down(s, k, i);
 	}
 }
 
@@ -299,7 +311,7 @@ static int evict_one(struct store *s)
 
 	if (h->len == 0)
 		return -ENOSPC;
-	victim = h->v[0];
+	victim = heap_at(s, h, 0);
 	store_block_ns(s, victim)->evictions++;
 	s->evictions++;
 	store_block_remove_locked(s, victim);
@@ -315,7 +327,7 @@ static int make_room_step(struct store *s)
 	if (!s->tier)
 		return evict_one(s);
 	if (clean->len) {
-		store_block_drop_dram_locked(s, clean->v[0]);
+		store_block_drop_dram_locked(s, heap_at(s, clean, 0));
 		return 0;
 	}
 	if (store_tier_fallback_locked(s))

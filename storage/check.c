@@ -337,11 +337,11 @@ static int check_heap(struct checker *c)
 		const struct store_heap *h = &s->lru[k];
 
 		for (uint64_t i = 0; i < h->len; i++) {
-			struct store_block *b = h->v[i];
+			struct store_block *b = store_slab_ptr(&s->slab, h->v[i]);
 
 			if (store_lru_slot(b, k) != i || !store_lru_member(s, b, (enum store_lru_kind)k))
 				return fail(c, "LRU heap %d slot %llu wrong", k, (unsigned long long)i);
-			if (i && h->v[(i - 1) / 2]->last_use > b->last_use)
+			if (i && store_slab_ptr(&s->slab, h->v[(i - 1) / 2])->last_use > b->last_use)
 				return fail(c, "LRU heap %d out of order at %llu", k,
 					    (unsigned long long)i);
 			if (k == STORE_LRU_CLEAN)

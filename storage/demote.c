@@ -191,7 +191,7 @@ static bool pick_locked(struct store *s, struct demote_batch *db)
 	struct store_heap *dirty = &s->lru[STORE_LRU_DIRTY];
 
 	while (db->n < DEMOTE_MAX_BLOCKS && db->bytes < t->batch_bytes && dirty->len) {
-		struct store_block *b = dirty->v[0];
+		struct store_block *b = store_slab_ptr(&s->slab, dirty->v[0]);
 		uint64_t ext = store_extent_bytes(b);
 
 		if (admission_evict_locked(s, b))

@@ -466,7 +466,7 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 static uint64_t index_bytes_locked(const struct store *s)
 {
 	return sizeof(*s) + store_index_bytes(&s->index) + store_slab_bytes(&s->slab) +
-	       (s->lru[0].cap + s->lru[1].cap + s->lru[2].cap) * sizeof(struct store_block *) +
+	       (s->lru[0].cap + s->lru[1].cap + s->lru[2].cap) * sizeof(*s->lru[0].v) +
 	       s->lease_records * sizeof(struct store_lease) +
 	       s->lease_buckets * sizeof(*s->lease_by_block) +
 	       s->nlessees * sizeof(struct store_lessee) +

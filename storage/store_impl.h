@@ -103,9 +103,10 @@ enum store_lru_kind {
 	STORE_LRU_KINDS,
 };
 
-/* A min-heap of blocks on last_use; a block's slot is heap_idx[kind]. */
+/* A min-heap of blocks (their header ids) on last_use; a block's slot is
+ * store_lru_slot(b, kind). */
 struct store_heap {
-	struct store_block **v;
+	uint32_t *v;
 	uint64_t len, cap;
 };
 
