@@ -202,7 +202,7 @@ void store_block_unpin_locked(struct store *s, struct store_block *b)
 	if (b->state == STORE_BLOCK_REMOVED && b->refs == 0) {
 		uint64_t arena_bytes = b->in_dram ? store_extent_bytes(b) : 0;
 
-		store_list_del(&b->link);
+		store_ring_del(s, &s->zombies, b, STORE_RING_LINK);
 		s->nzombies--;
 		s->zombie_bytes -= arena_bytes;
 		s->used_bytes -= arena_bytes; /* the pages are free only now */
@@ -215,12 +215,12 @@ void store_block_unpin_locked(struct store *s, struct store_block *b)
 /* Detach b from its parent's child list; the parent may become evictable. */
 static void unlink_parent(struct store *s, struct store_block *b)
 {
-	struct store_block *p = b->parent_blk;
+	struct store_block *p = store_parent(s, b);
 
 	if (!p)
 		return;
-	store_child_del(p, b);
-	b->parent_blk = NULL;
+	store_child_del(s, p, b);
+	b->parent_id = 0;
 	store_lru_sync_locked(s, p);
 }
 
@@ -238,7 +238,7 @@ void store_block_remove_locked(struct store *s, struct store_block *b)
 	struct store_ns *ns = store_block_ns(s, b);
 
 	(void)store_index_remove(&s->index, &b->node);
-	store_list_del(&b->link);
+	store_ring_del(s, &ns->blocks, b, STORE_RING_LINK);
 	ns->nblocks--;
 	ns->bytes -= store_block_length(b);
 	s->blocks--;
@@ -260,7 +260,7 @@ void store_block_remove_locked(struct store *s, struct store_block *b)
 	/* a GET still sends from these pages (or an I/O thread holds the
 	 * block): they stay in used_bytes; the namespace may be reclaimed
 	 * before the last release */
-	store_list_add_tail(&s->zombies, &b->link);
+	store_ring_add_tail(s, &s->zombies, b, STORE_RING_LINK);
 	s->nzombies++;
 	s->zombie_bytes += arena_bytes;
 }
@@ -277,8 +277,8 @@ uint64_t store_block_remove_tree_locked(struct store *s, struct store_block *roo
 		struct store_block *up;
 
 		while (cur->first_child)
-			cur = cur->first_child;
-		up = cur->parent_blk;
+			cur = store_blk(s, cur->first_child);
+		up = store_parent(s, cur);
 		if (bytes)
 			*bytes += store_block_length(cur);
 		n++;

@@ -32,7 +32,7 @@ struct extent {
 /* Per-tier totals of the visible blocks. */
 struct tally {
 	uint64_t blocks, payload, dram_blocks, dram_used, dram_payload, nvme_blocks, nvme_payload;
-	uint64_t children, linked; /* on their parents' rings; with a parent_blk */
+	uint64_t children, linked; /* on their parents' rings; with a parent_id */
 };
 
 struct checker {
@@ -74,6 +74,29 @@ static int add_extent(struct checker *c, uint32_t first, uint32_t pages)
 	return 0;
 }
 
+/* Ring `head` of headers linked at `off` is well formed - each member's
+ * neighbours point back at it, at most `limit` members, all headers in
+ * use - and has *count members. */
+static int ring_ok(struct checker *c, uint32_t head, size_t off, uint64_t limit,
+		   const char *what, uint64_t *count)
+{
+	const struct store *s = c->s;
+	uint64_t n = 0;
+
+	for (uint32_t id = head; id; id = store_ring_next(s, head, id, off)) {
+		const struct store_ring *r = store_ring_at(s, id, off);
+
+		if (++n > limit)
+			return fail(c, "%s ring holds more than %llu blocks", what,
+				    (unsigned long long)limit);
+		if (!r->next || !r->prev || store_ring_at(s, r->next, off)->prev != id ||
+		    store_ring_at(s, r->prev, off)->next != id)
+			return fail(c, "%s ring broken", what);
+	}
+	*count = n;
+	return 0;
+}
+
 static uint64_t list_len(const struct store_list *h)
 {
 	uint64_t n = 0;
@@ -90,12 +113,12 @@ static int check_parent(struct checker *c, const struct store_block *b)
 	char k[17];
 
 	if (!b->has_parent)
-		return b->parent_blk ? fail(c, "first block %s has a parent link",
-					    hex8(b->node.key, k)) : 0;
-	p = b->parent_blk;
+		return b->parent_id ? fail(c, "first block %s has a parent link",
+					   hex8(b->node.key, k)) : 0;
+	p = store_parent(c->s, b);
 	if (!p)
 		return fail(c, "hole: parent of block %s is not stored", hex8(b->node.key, k));
-	/* the parent key is parent_blk's: it must be the stored block of
+	/* the parent key is the parent's node.key: it must be the stored block of
 	 * that key in the same namespace */
 	if (p->state != STORE_BLOCK_VISIBLE || p->node.ns_id != b->node.ns_id ||
 	    store_find_locked(c->s, p->node.ns_id, p->node.key) != p)
@@ -107,18 +130,21 @@ static int check_parent(struct checker *c, const struct store_block *b)
  * that check_visible_all can see every linked child is on a ring. */
 static int check_children(struct checker *c, const struct store_block *b)
 {
-	const struct store_block *ch = b->first_child;
+	const struct store *s = c->s;
+	uint64_t n;
 	char k[17];
+	int rc = ring_ok(c, b->first_child, STORE_RING_SIBLING, s->blocks, "child", &n);
 
-	if (!ch)
-		return 0;
-	do {
-		if (ch->parent_blk != b || ch->state != STORE_BLOCK_VISIBLE)
+	if (rc)
+		return rc;
+	for (uint32_t id = b->first_child; id;
+	     id = store_ring_next(s, b->first_child, id, STORE_RING_SIBLING)) {
+		const struct store_block *ch = store_blk(s, id);
+
+		if (store_parent(s, ch) != b || ch->state != STORE_BLOCK_VISIBLE)
 			return fail(c, "child list of %s holds a stranger", hex8(b->node.key, k));
-		if (++c->tally.children > c->s->blocks)
-			return fail(c, "child list of %s does not end", hex8(b->node.key, k));
-		ch = store_next_sibling(ch);
-	} while (ch != b->first_child);
+	}
+	c->tally.children += n;
 	return 0;
 }
 
@@ -210,7 +236,7 @@ static int check_visible(struct checker *c, const struct store_ns *ns, const str
 static void tally_add(struct tally *t, const struct store_block *b)
 {
 	t->blocks++;
-	t->linked += b->parent_blk != NULL;
+	t->linked += b->parent_id != 0;
 	t->payload += store_block_length(b);
 	if (b->in_dram) {
 		t->dram_blocks++;
@@ -232,10 +258,14 @@ static int check_visible_all(struct checker *c)
 
 	for (uint32_t i = 0; i < s->nns; i++) {
 		struct store_ns *ns = s->ns[i];
-		uint64_t nb = t->blocks, bytes = t->payload, nvme = t->nvme_blocks;
+		uint64_t nb = t->blocks, bytes = t->payload, nvme = t->nvme_blocks, n;
 
-		for (struct store_list *p = ns->blocks.next; p != &ns->blocks; p = p->next) {
-			struct store_block *b = store_container_of(p, struct store_block, link);
+		rc = ring_ok(c, ns->blocks, STORE_RING_LINK, s->blocks, "namespace", &n);
+		if (rc)
+			return rc;
+		for (uint32_t id = ns->blocks; id;
+		     id = store_ring_next(s, ns->blocks, id, STORE_RING_LINK)) {
+			struct store_block *b = store_blk(s, id);
 
 			rc = check_visible(c, ns, b);
 			if (rc)
@@ -280,16 +310,22 @@ static bool out_of_heaps(const struct store_block *b)
 static int check_hidden(struct checker *c)
 {
 	struct store *s = c->s;
-	uint64_t nres = 0, nz = 0, inflight = 0, zbytes = 0;
+	uint64_t nres = 0, nz = 0, inflight = 0, zbytes = 0, n;
 	int rc;
 
-	for (struct store_list *p = s->reserved.next; p != &s->reserved; p = p->next) {
-		struct store_block *b = store_container_of(p, struct store_block, link);
+	rc = ring_ok(c, s->reserved, STORE_RING_LINK, s->nreserved, "reservation", &n);
+	if (!rc)
+		rc = ring_ok(c, s->zombies, STORE_RING_LINK, s->nzombies, "removed block", &n);
+	if (rc)
+		return rc;
+	for (uint32_t id = s->reserved; id;
+	     id = store_ring_next(s, s->reserved, id, STORE_RING_LINK)) {
+		struct store_block *b = store_blk(s, id);
 
 		if (b->state != STORE_BLOCK_RESERVED || !out_of_heaps(b) || b->in_dram ||
 		    b->on_nvme)
 			return fail(c, "reservation in bad state");
-		if (b->parent_blk && b->parent_blk->refs == 0)
+		if (b->parent_id && store_parent(s, b)->refs == 0)
 			return fail(c, "reservation's parent not pinned");
 		if (!store_block_ns(s, b) || store_block_ns(s, b)->reservations == 0)
 			return fail(c, "reservation's namespace wrong or not counting it");
@@ -300,8 +336,8 @@ static int check_hidden(struct checker *c)
 		if (rc)
 			return rc;
 	}
-	for (struct store_list *p = s->zombies.next; p != &s->zombies; p = p->next) {
-		struct store_block *b = store_container_of(p, struct store_block, link);
+	for (uint32_t id = s->zombies; id; id = store_ring_next(s, s->zombies, id, STORE_RING_LINK)) {
+		struct store_block *b = store_blk(s, id);
 
 		if (b->state != STORE_BLOCK_REMOVED || b->refs == 0 || b->leased ||
 		    !out_of_heaps(b) || b->on_nvme)
@@ -519,12 +555,16 @@ static int cmp_place(const void *a, const void *b)
  * block on NVMe. */
 static int check_segment(struct checker *c, uint32_t i, struct place *pl)
 {
-	const struct store_tier *t = c->s->tier;
+	const struct store *s = c->s;
+	const struct store_tier *t = s->tier;
 	const struct store_seg *sg = &t->segs[i];
-	uint64_t live = 0, n = 0;
+	uint64_t live = 0, n = 0, len;
+	int rc = ring_ok(c, sg->blocks, STORE_RING_SEG, c->tally.nvme_blocks, "segment", &len);
 
-	for (const struct store_list *p = sg->blocks.next; p != &sg->blocks; p = p->next) {
-		const struct store_block *b = store_container_of(p, struct store_block, seg_link);
+	if (rc)
+		return rc;
+	for (uint32_t id = sg->blocks; id; id = store_ring_next(s, sg->blocks, id, STORE_RING_SEG)) {
+		const struct store_block *b = store_blk(s, id);
 
 		if (b->state != STORE_BLOCK_VISIBLE || !b->on_nvme || b->seg != i)
 			return fail(c, "segment %u lists a block that is not there", i);
@@ -569,7 +609,8 @@ static int check_segments(struct checker *c)
 			rc = fail(c, "segment %u active state disagrees", i);
 		if (!rc)
 			rc = check_segment(c, i, pl);
-		for (const struct store_list *p = sg->blocks.next; p != &sg->blocks; p = p->next)
+		for (uint32_t id = sg->blocks; !rc && id;
+		     id = store_ring_next(c->s, sg->blocks, id, STORE_RING_SEG))
 			listed++;
 	}
 	free(pl);
@@ -636,10 +677,10 @@ int store_debug_remove_one(struct store *s, uint32_t ns_id, const uint8_t key[ST
 	}
 	/* orphan the children: they keep their parent hash but lose the link */
 	while (b->first_child) {
-		struct store_block *ch = b->first_child;
+		struct store_block *ch = store_blk(s, b->first_child);
 
-		store_child_del(b, ch);
-		ch->parent_blk = NULL;
+		store_child_del(s, b, ch);
+		ch->parent_id = 0;
 	}
 	store_block_remove_locked(s, b);
 	pthread_mutex_unlock(&s->lock);

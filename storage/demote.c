@@ -163,9 +163,9 @@ static void take_locked(struct store *s, struct demote_batch *db, struct store_b
 	memset(r, 0, sizeof(*r));
 	r->ns_disk_id = it->disk_id;
 	memcpy(r->key, b->node.key, STORE_KEY_BYTES);
-	if (b->parent_blk) { /* a visible block's parent is its parent_blk */
+	if (b->parent_id) { /* a visible block's parent is its parent_id */
 		r->has_parent = 1;
-		memcpy(r->parent, b->parent_blk->node.key, STORE_KEY_BYTES);
+		memcpy(r->parent, store_parent(s, b)->node.key, STORE_KEY_BYTES);
 	}
 	r->segment = it->seg;
 	r->offset = it->off;

@@ -83,13 +83,12 @@ static void init_reservation(struct store_block *b, struct store_ns *ns, const u
 /* The least recently used block of ns that can leave the pool now: no
  * visible children, no refs (GET, child reservation, I/O), no lease pins.
  * A scan of the namespace's blocks. NULL when there is none. */
-static struct store_block *ns_victim_locked(struct store_ns *ns)
+static struct store_block *ns_victim_locked(struct store *s, struct store_ns *ns)
 {
 	struct store_block *best = NULL;
-	struct store_list *it;
 
-	for (it = ns->blocks.next; it != &ns->blocks; it = it->next) {
-		struct store_block *b = store_container_of(it, struct store_block, link);
+	for (uint32_t id = ns->blocks; id; id = store_ring_next(s, ns->blocks, id, STORE_RING_LINK)) {
+		struct store_block *b = store_blk(s, id);
 
 		if (store_has_children(b) || b->refs || b->leased)
 			continue;
@@ -111,7 +110,7 @@ static int quota_room_locked(struct store *s, struct store_ns *ns, uint64_t leng
 	if (length > quota)
 		return -EDQUOT;
 	while (ns->bytes + ns->reserved_bytes > quota - length) {
-		struct store_block *victim = ns_victim_locked(ns);
+		struct store_block *victim = ns_victim_locked(s, ns);
 
 		if (!victim)
 			return -EDQUOT;
@@ -166,10 +165,10 @@ static int begin_locked(struct store *s, struct store_block **out, uint32_t ns_i
 		return rc;
 	}
 	init_reservation(b, ns, key, parent, length, checksum);
-	b->parent_blk = pin;
+	store_set_parent(b, pin);
 	if (b->has_parent && !pin)
 		memcpy(b->pending_parent, parent, STORE_KEY_BYTES);
-	store_list_add_tail(&s->reserved, &b->link);
+	store_ring_add_tail(s, &s->reserved, b, STORE_RING_LINK);
 	ns->reservations++;
 	ns->reserved_bytes += length;
 	s->nreserved++;
@@ -204,7 +203,7 @@ static void unreserve_locked(struct store *s, struct store_block *b)
 {
 	struct store_ns *ns = store_block_ns(s, b);
 
-	store_list_del(&b->link);
+	store_ring_del(s, &s->reserved, b, STORE_RING_LINK);
 	ns->reservations--;
 	ns->reserved_bytes -= store_block_length(b);
 	s->nreserved--;
@@ -218,15 +217,13 @@ static void publish_locked(struct store *s, struct store_block *b, struct store_
 
 	b->state = STORE_BLOCK_VISIBLE;
 	b->in_dram = 1;
-	b->parent_blk = p;
-	/* over pending_parent, read already */
-	b->first_child = NULL;
-	store_list_init(&b->sibling);
-	store_list_init(&b->seg_link);
+	store_set_parent(b, p);
+	/* the fields of a visible block, over pending_parent (read already) */
+	memset(&b->last_use, 0, sizeof(*b) - offsetof(struct store_block, last_use));
 	store_index_insert(&s->index, &b->node);
-	store_list_add_tail(&ns->blocks, &b->link);
+	store_ring_add_tail(s, &ns->blocks, b, STORE_RING_LINK);
 	if (p) {
-		store_child_add(p, b);
+		store_child_add(s, p, b);
 		store_lru_sync_locked(s, p);
 	}
 	ns->nblocks++;
@@ -257,8 +254,9 @@ static int commit_locked(struct store *s, struct store_block *b, uint64_t sum)
 	}
 	if (b->has_parent) {
 		/* the pinned parent may have been removed (and put again) */
-		p = store_find_locked(s, ns->ns_id, b->parent_blk ? b->parent_blk->node.key :
-								 b->pending_parent);
+		struct store_block *pin = store_parent(s, b);
+
+		p = store_find_locked(s, ns->ns_id, pin ? pin->node.key : b->pending_parent);
 		if (!p) {
 			ns->put_errors++;
 			return -ENOLINK;
@@ -271,10 +269,11 @@ static int commit_locked(struct store *s, struct store_block *b, uint64_t sum)
 int store_put_commit(struct store *s, struct store_block *b)
 {
 	uint64_t sum = XXH3_64bits(store_arena_ptr(s->arena, b->first_page), store_block_length(b));
-	struct store_block *pin = b->parent_blk;
+	struct store_block *pin;
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
+	pin = store_parent(s, b); /* the slab's chunk table only under the lock */
 	unreserve_locked(s, b);
 	rc = commit_locked(s, b, sum);
 	if (rc) {
@@ -289,9 +288,10 @@ int store_put_commit(struct store *s, struct store_block *b)
 
 void store_put_abort(struct store *s, struct store_block *b)
 {
-	struct store_block *pin = b->parent_blk;
+	struct store_block *pin;
 
 	pthread_mutex_lock(&s->lock);
+	pin = store_parent(s, b);
 	unreserve_locked(s, b);
 	(void)store_arena_free(s->arena, b->first_page);
 	store_slab_free(&s->slab, b);

@@ -202,9 +202,6 @@ static struct store_block *block_of_locked(struct store *s, const struct store_n
 	b->last_use = r->last_use;
 	b->heap_idx[0] = STORE_HEAP_NONE;
 	b->heap_idx[1] = STORE_HEAP_NONE;
-	store_list_init(&b->sibling);
-	store_list_init(&b->link);
-	store_list_init(&b->seg_link);
 	return b;
 }
 
@@ -283,24 +280,22 @@ static int mark_reachable_locked(struct rebuild *rb)
 		}
 		p = store_find_locked(s, b->node.ns_id, rb->recs[i].parent);
 		if (p) {
-			b->parent_blk = p;
-			store_child_add(p, b);
+			store_set_parent(b, p);
+			store_child_add(s, p, b);
 		}
 	}
 	while (top) {
 		struct store_block *b = stack[--top];
 
-		struct store_block *ch = b->first_child;
+		for (uint32_t id = b->first_child; id;
+		     id = store_ring_next(s, b->first_child, id, STORE_RING_SIBLING)) {
+			struct store_block *ch = store_blk(s, id);
 
-		if (!ch)
-			continue;
-		do {
 			if (!ch->mark) {
 				ch->mark = 1;
 				stack[top++] = ch;
 			}
-			ch = store_next_sibling(ch);
-		} while (ch != b->first_child);
+		}
 	}
 	free(stack);
 	return 0;
@@ -334,7 +329,7 @@ static void publish_locked(struct rebuild *rb)
 			continue;
 		ns = store_block_ns(s, b);
 		b->mark = 0;
-		store_list_add_tail(&ns->blocks, &b->link);
+		store_ring_add_tail(s, &ns->blocks, b, STORE_RING_LINK);
 		ns->nblocks++;
 		ns->bytes += store_block_length(b);
 		s->blocks++;

@@ -70,8 +70,6 @@ static int check_config(const struct store_config *cfg, uint64_t *pages)
 /* Empty lists and counters of a new pool. */
 static void init_lists(struct store *s)
 {
-	store_list_init(&s->reserved);
-	store_list_init(&s->zombies);
 	store_list_init(&s->lessees);
 	store_list_init(&s->expiry);
 	store_list_init(&s->lease_pool);
@@ -83,8 +81,8 @@ static void free_all_blocks(struct store *s)
 {
 	for (uint32_t i = 0; i < s->nns; i++)
 		free(s->ns[i]);
-	store_list_init(&s->reserved);
-	store_list_init(&s->zombies);
+	s->reserved = 0;
+	s->zombies = 0;
 	store_slab_destroy(&s->slab);
 	free(s->ns);
 	s->ns = NULL;
@@ -321,7 +319,6 @@ static struct store_ns *ns_new(const char *name, size_t len, uint64_t hash)
 	memcpy(ns->name, name, len);
 	ns->name_len = (uint32_t)len;
 	ns->name_hash = hash;
-	store_list_init(&ns->blocks);
 	return ns;
 }
 
@@ -433,12 +430,11 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 		return -ENOENT;
 	}
 	/* remove whole trees from their roots: each tree is walked once */
-	while (!store_list_empty(&ns->blocks)) {
-		struct store_block *b =
-			store_container_of(ns->blocks.next, struct store_block, link);
+	while (ns->blocks) {
+		struct store_block *b = store_blk(s, ns->blocks);
 
-		while (b->parent_blk)
-			b = b->parent_blk;
+		while (b->parent_id)
+			b = store_parent(s, b);
 		nblocks += store_block_remove_tree_locked(s, b, &nbytes);
 	}
 	/* the namespace's next demotion gets a fresh disk id, so records of

@@ -10,13 +10,13 @@
  *
  * Block life cycle:
  *   RESERVED  store_put_begin made it; on s->reserved; not in the index;
- *             parent_blk is the parent it pins (a ref), if any; a
+ *             parent_id is the parent it pins (a ref), if any; a
  *             parent not stored yet (same batch) is kept by key in
  *             pending_parent.
  *   VISIBLE   committed; in the index, on its namespace's list, on its
  *             parent's child list; in each LRU heap exactly when it
  *             qualifies (below). A block that is not a first block
- *             (has_parent) always has its visible parent in parent_blk:
+ *             (has_parent) always has its visible parent in parent_id:
  *             removal takes whole subtrees, so no child outlives it.
  *   REMOVED   deleted/dropped/evicted while refs were held; on
  *             s->zombies until the last store_release frees its pages.
@@ -110,22 +110,24 @@ struct store_heap {
 	uint64_t len, cap;
 };
 
+/* A link in a ring of block headers, by slab id; a ring's head is the id
+ * of its first member (0 = empty). Half the size of two pointers. */
+struct store_ring {
+	uint32_t next, prev; /* 0, 0 when on no ring */
+};
+
 struct store_block {
 	struct store_index_node node;     /* ns_id, key, hash chain (40 bytes) */
 	uint32_t first_page;              /* arena extent start (valid when in_dram) */
 	uint32_t pages;                   /* extent: 4 KiB pages of the payload */
 	uint64_t checksum;                /* xxh3-64 given by the client */
-	uint64_t last_use;                /* s->clock at last put, GET or MATCH */
-	uint32_t refs;                    /* GET pins + pins by child reservations + I/O */
 	/* slots in the LRU heaps, STORE_HEAP_NONE if not in one: [0] EVICT,
 	 * [1] CLEAN or DIRTY (never both: on_nvme or not), which one is
 	 * slot1_clean (store_lru_slot) */
 	uint32_t heap_idx[2];
-	uint32_t seg;                     /* NVMe segment (when on_nvme) */
-	uint32_t seg_page;                /* offset in it in 4 KiB pages (store_seg_off) */
 	uint16_t pad_bytes;               /* pages * 4 KiB - payload bytes (store_block_length) */
 	uint16_t state : 2;               /* enum store_block_state */
-	uint16_t has_parent : 1;          /* not a first block: parent_blk is its parent */
+	uint16_t has_parent : 1;          /* not a first block: parent_id is its parent */
 	uint16_t in_dram : 1;             /* first_page holds a copy */
 	uint16_t on_nvme : 1;             /* seg/seg_page hold a copy with a committed record */
 	uint16_t demoting : 1;            /* a demotion is writing it (holds a ref) */
@@ -134,20 +136,26 @@ struct store_block {
 	uint16_t mark : 1;                /* scratch for rebuild and checks */
 	uint16_t slot1_clean : 1;         /* heap_idx[1] is a CLEAN slot, not DIRTY */
 	uint16_t leased : 1;              /* a lease pins it (in s->lease_by_block) */
-	struct store_block *parent_blk;   /* visible parent; for a reservation the pinned one */
-	struct store_list link;           /* ns->blocks, s->reserved or s->zombies */
+	/* visible parent; for a reservation the pinned one (store_parent) */
+	uint32_t parent_id;
+	struct store_ring link;           /* ns->blocks, s->reserved or s->zombies */
 	union {
-		/* VISIBLE and REMOVED */
+		/* VISIBLE and REMOVED (zeroed when a reservation is published;
+		 * nobody finds a reservation, so it holds no refs) */
 		struct {
-			/* visible children (either tier): one of them, the
-			 * others on its sibling ring; NULL when there are none */
-			struct store_block *first_child;
-			struct store_list sibling;  /* ring of parent_blk's children */
-			struct store_list seg_link; /* tier->segs[seg].blocks when on_nvme */
+			uint64_t last_use;        /* s->clock at last put, GET or MATCH */
+			uint32_t refs;            /* GET pins + pins by child reservations + I/O */
+			uint32_t seg;             /* NVMe segment (when on_nvme) */
+			uint32_t seg_page;        /* offset in it in 4 KiB pages (store_seg_off) */
+			/* visible children (either tier): the head of their
+			 * sibling ring, 0 when there are none */
+			uint32_t first_child;
+			struct store_ring sibling;  /* ring of the parent's children */
+			struct store_ring seg_link; /* tier->segs[seg].blocks when on_nvme */
 		};
-		/* RESERVED with has_parent and no parent_blk (its parent was
+		/* RESERVED with has_parent and no parent_id (its parent was
 		 * to come in the same batch): the parent's key, looked up at
-		 * commit. Every other parent key is parent_blk->node.key. */
+		 * commit. Every other parent key is the parent's node.key. */
 		uint8_t pending_parent[STORE_KEY_BYTES];
 	};
 };
@@ -232,37 +240,6 @@ static inline uint32_t store_lru_slot(const struct store_block *b, int kind)
 	return b->heap_idx[1];
 }
 
-/* Has b visible children? */
-static inline bool store_has_children(const struct store_block *b)
-{
-	return b->first_child != NULL;
-}
-
-/* The child after ch on its parent's ring (first_child again at the end). */
-static inline struct store_block *store_next_sibling(const struct store_block *ch)
-{
-	return store_container_of(ch->sibling.next, struct store_block, sibling);
-}
-
-/* Put b on p's children (b->sibling is free). */
-static inline void store_child_add(struct store_block *p, struct store_block *b)
-{
-	if (!p->first_child) {
-		store_list_init(&b->sibling);
-		p->first_child = b;
-	} else {
-		store_list_add_tail(&p->first_child->sibling, &b->sibling);
-	}
-}
-
-/* Take b off p's children. */
-static inline void store_child_del(struct store_block *p, struct store_block *b)
-{
-	if (p->first_child == b)
-		p->first_child = store_list_empty(&b->sibling) ? NULL : store_next_sibling(b);
-	store_list_del(&b->sibling);
-}
-
 struct store_lessee {
 	struct store_list link;   /* s->lessees */
 	struct store_list leases; /* struct store_lease.by_lessee */
@@ -295,7 +272,7 @@ struct store_ns {
 	uint32_t reservations;    /* uncommitted puts (RESERVED blocks) */
 	uint64_t reserved_bytes;  /* their payload bytes (quota) */
 	uint64_t quota_bytes;     /* payload bytes allowed (visible + reserved); 0 = no limit */
-	struct store_list blocks; /* visible blocks, struct store_block.link */
+	uint32_t blocks;          /* ring of its visible blocks (struct store_block.link) */
 	uint64_t nblocks, bytes;
 	uint64_t puts, put_exists, put_errors;
 	uint64_t get_hits, get_misses, exists_hits, exists_misses;
@@ -326,7 +303,7 @@ struct store_seg {
 	uint64_t seq;             /* age: higher = activated later */
 	uint32_t readers;         /* reads in flight (promotions, reclaim) */
 	uint32_t pending_dels;    /* queued record deletes of ranges here */
-	struct store_list blocks; /* struct store_block.seg_link */
+	uint32_t blocks;          /* ring of the blocks here (struct store_block.seg_link) */
 };
 
 /* A RocksDB record to delete: the block left NVMe (or never should have
@@ -437,8 +414,8 @@ struct store {
 	uint32_t next_ns_id;          /* id for the next new namespace */
 	struct store_ns *ns_by_name[STORE_NS_BUCKETS]; /* chained on name_next */
 	struct store_ns *ns_by_id[STORE_NS_BUCKETS];   /* chained on id_next */
-	struct store_list reserved;   /* RESERVED blocks */
-	struct store_list zombies;    /* REMOVED blocks still referenced */
+	uint32_t reserved;            /* ring of RESERVED blocks (their link) */
+	uint32_t zombies;             /* ring of REMOVED blocks still referenced */
 	struct store_list lessees;
 	struct store_list expiry;     /* active leases, ascending expiry_ms */
 	struct store_list lease_pool; /* spare lease records */
@@ -457,6 +434,103 @@ struct store {
 	uint64_t blocks, dram_blocks, evictions, leases_active, checksum_errors;
 	struct store_tier *tier;      /* NULL without an NVMe tier */
 };
+
+/* ---- block headers by id: parents, children, rings ---- */
+
+/* The header with id `id`, or NULL for 0. */
+static inline struct store_block *store_blk(const struct store *s, uint32_t id)
+{
+	return id ? store_slab_ptr(&s->slab, id) : NULL;
+}
+
+/* b's parent (visible, or pinned by reservation b), or NULL. */
+static inline struct store_block *store_parent(const struct store *s, const struct store_block *b)
+{
+	return store_blk(s, b->parent_id);
+}
+
+static inline void store_set_parent(struct store_block *b, const struct store_block *p)
+{
+	b->parent_id = p ? store_slab_id(p) : 0;
+}
+
+#define STORE_RING_LINK offsetof(struct store_block, link)
+#define STORE_RING_SIBLING offsetof(struct store_block, sibling)
+#define STORE_RING_SEG offsetof(struct store_block, seg_link)
+
+/* The ring link at offset `off` of header `id`. */
+static inline struct store_ring *store_ring_at(const struct store *s, uint32_t id, size_t off)
+{
+	return (struct store_ring *)(void *)((char *)store_slab_ptr(&s->slab, id) + off);
+}
+
+/* Put b last on the ring whose head is *head (its link at `off` is free). */
+static inline void store_ring_add_tail(struct store *s, uint32_t *head, struct store_block *b,
+				       size_t off)
+{
+	uint32_t id = store_slab_id(b);
+	struct store_ring *n = (struct store_ring *)(void *)((char *)b + off), *first;
+
+	if (!*head) {
+		n->next = id;
+		n->prev = id;
+		*head = id;
+		return;
+	}
+	first = store_ring_at(s, *head, off);
+	n->next = *head;
+	n->prev = first->prev;
+	store_ring_at(s, first->prev, off)->next = id;
+	first->prev = id;
+}
+
+/* Take b off the ring whose head is *head (no-op if b is on no ring). */
+static inline void store_ring_del(struct store *s, uint32_t *head, struct store_block *b,
+				  size_t off)
+{
+	uint32_t id = store_slab_id(b);
+	struct store_ring *n = (struct store_ring *)(void *)((char *)b + off);
+
+	if (!n->next)
+		return;
+	if (n->next == id) {
+		*head = 0;
+	} else {
+		store_ring_at(s, n->prev, off)->next = n->next;
+		store_ring_at(s, n->next, off)->prev = n->prev;
+		if (*head == id)
+			*head = n->next;
+	}
+	n->next = 0;
+	n->prev = 0;
+}
+
+/* The member after `id` on the ring with head `head`, 0 after the last. */
+static inline uint32_t store_ring_next(const struct store *s, uint32_t head, uint32_t id,
+				       size_t off)
+{
+	uint32_t next = store_ring_at(s, id, off)->next;
+
+	return next == head ? 0 : next;
+}
+
+/* Has b visible children? */
+static inline bool store_has_children(const struct store_block *b)
+{
+	return b->first_child != 0;
+}
+
+/* Put b on p's children (b->sibling is free). */
+static inline void store_child_add(struct store *s, struct store_block *p, struct store_block *b)
+{
+	store_ring_add_tail(s, &p->first_child, b, STORE_RING_SIBLING);
+}
+
+/* Take b off p's children. */
+static inline void store_child_del(struct store *s, struct store_block *p, struct store_block *b)
+{
+	store_ring_del(s, &p->first_child, b, STORE_RING_SIBLING);
+}
 
 /* ---- store.c ---- */
 /* The namespace with this id, or NULL. */

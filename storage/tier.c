@@ -99,7 +99,7 @@ void store_tier_attach_locked(struct store *s, struct store_block *b, uint32_t s
 	b->on_nvme = 1;
 	b->seg = seg;
 	b->seg_page = (uint32_t)(off / STORE_PAGE_BYTES); /* 4 KiB aligned */
-	store_list_add_tail(&sg->blocks, &b->seg_link);
+	store_ring_add_tail(s, &sg->blocks, b, STORE_RING_SEG);
 	sg->live_bytes += store_extent_bytes(b);
 	t->nvme_blocks++;
 	t->nvme_payload_bytes += store_block_length(b);
@@ -138,7 +138,7 @@ void store_tier_detach_locked(struct store *s, struct store_block *b)
 	struct store_seg *sg = &t->segs[b->seg];
 	struct store_ns *ns = store_block_ns(s, b);
 
-	store_list_del(&b->seg_link);
+	store_ring_del(s, &sg->blocks, b, STORE_RING_SEG);
 	sg->live_bytes -= store_extent_bytes(b);
 	t->nvme_blocks--;
 	t->nvme_payload_bytes -= store_block_length(b);
@@ -372,7 +372,6 @@ static struct store_tier *tier_new(uint64_t seg_bytes, uint32_t nseg)
 		return NULL;
 	}
 	for (uint32_t i = 0; i < nseg; i++)
-		store_list_init(&t->segs[i].blocks);
 	t->segment_bytes = seg_bytes;
 	t->nseg = nseg;
 	t->nfree = nseg;
