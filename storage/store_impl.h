@@ -21,7 +21,7 @@
  *   REMOVED   deleted/dropped/evicted while refs were held; on
  *             s->zombies until the last store_release frees its pages.
  * A visible block has a DRAM copy (in_dram: arena extent first_page,
- * pages), an NVMe copy (on_nvme: segment seg at seg_off, with a committed
+ * pages), an NVMe copy (on_nvme: segment seg at page seg_page, with a committed
  * RocksDB record), or both. A DRAM copy is clean when the block is also
  * on NVMe, dirty otherwise.
  *
@@ -33,6 +33,13 @@
  *          pins: DRAM copies dropped instantly on the put path.
  *   DIRTY  NVMe tier only: VISIBLE, in DRAM, not on NVMe, not being
  *          demoted: what the demoter writes next.
+ *
+ * Memory per block (index_bytes): a 120-byte header from the slab
+ * (slab.c), named by a 32-bit id; the hash table, the heaps, parent and
+ * child links and the block lists hold ids, not pointers (a 4-byte bucket
+ * and a 4-byte EVICT heap slot per block). Leases, promotions in flight
+ * and namespaces live in their own tables, found by block or by id, so a
+ * block pays nothing for them.
  */
 #ifndef KVPOOL_STORE_IMPL_H
 #define KVPOOL_STORE_IMPL_H
