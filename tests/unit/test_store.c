@@ -1172,6 +1172,36 @@ static void test_delete_siblings_any_order(void **state)
 	store_close(s);
 }
 
+/* Block headers come from the pool's slab and go back to it: filling,
+ * emptying and filling again reuses them, so index_bytes does not grow;
+ * headers are never given back to the system while the pool is open. */
+static void test_headers_reused(void **state)
+{
+	enum { N = 20000 };
+	struct store *s = open_store((N + 64) * PAGE, PAGE, 0, 0);
+	uint32_t ns = ns_of(s, "m");
+	uint8_t key[STORE_KEY_BYTES];
+	uint64_t full, empty;
+
+	(void)state;
+	for (uint64_t id = 1; id <= N; id++)
+		assert_int_equal(put_id(s, ns, id, id % 100 == 1 ? 0 : id - 1, 10), 0);
+	full = stats_of(s).index_bytes;
+	for (uint64_t id = 1; id <= N; id += 100) {
+		key_of(id, key);
+		assert_int_equal(store_delete(s, ns, key, NULL), 0);
+	}
+	assert_int_equal(stats_of(s).blocks, 0);
+	empty = stats_of(s).index_bytes;
+	assert_int_equal(empty, full); /* kept for the next fill */
+	assert_check(s);
+	for (uint64_t id = N + 1; id <= 2 * N; id++)
+		assert_int_equal(put_id(s, ns, id, 0, 10), 0);
+	assert_int_equal(stats_of(s).index_bytes, full);
+	assert_check(s);
+	store_close(s);
+}
+
 /* A deep chain is removed without recursion trouble. */
 static void test_delete_deep_chain(void **state)
 {
@@ -2022,6 +2052,7 @@ int main(void)
 		cmocka_unit_test(test_delete_removes_descendants),
 		cmocka_unit_test(test_delete_siblings_any_order),
 		cmocka_unit_test(test_delete_deep_chain),
+		cmocka_unit_test(test_headers_reused),
 		cmocka_unit_test(test_delete_while_pinned),
 		cmocka_unit_test(test_bytes_add_up_while_pinned),
 		cmocka_unit_test(test_release_other_thread),
