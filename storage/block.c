@@ -11,8 +11,8 @@
 
 bool store_block_evictable(const struct store_block *b)
 {
-	return b->state == STORE_BLOCK_VISIBLE && b->in_dram && b->children == 0 &&
-	       b->refs == 0 && b->lease_pins == 0;
+	return b->state == STORE_BLOCK_VISIBLE && b->in_dram && !store_has_children(b) &&
+	       b->refs == 0 && !b->leased;
 }
 
 bool store_lru_member(const struct store *s, const struct store_block *b, enum store_lru_kind kind)
@@ -22,7 +22,7 @@ bool store_lru_member(const struct store *s, const struct store_block *b, enum s
 		return store_block_evictable(b);
 	case STORE_LRU_CLEAN:
 		return s->tier && b->state == STORE_BLOCK_VISIBLE && b->in_dram && b->on_nvme &&
-		       b->refs == 0 && b->lease_pins == 0;
+		       b->refs == 0 && !b->leased;
 	case STORE_LRU_DIRTY:
 		return s->tier && b->state == STORE_BLOCK_VISIBLE && b->in_dram && !b->on_nvme &&
 		       !b->demoting;
@@ -31,58 +31,83 @@ bool store_lru_member(const struct store *s, const struct store_block *b, enum s
 	}
 }
 
-/* ---- LRU heaps: min-heaps on last_use, one slot index per kind ---- */
+/* ---- LRU heaps: min-heaps on last_use ----
+ * A block has two slot indexes: EVICT's, and one shared by CLEAN and
+ * DIRTY, which never hold the same block (store_lru_slot). */
 
-static void heap_place(struct store_heap *h, int k, uint64_t i, struct store_block *b)
+/* Record that b sits at slot i of heap k. */
+static void slot_set(struct store_block *b, int k, uint32_t i)
 {
-	h->v[i] = b;
-	b->heap_idx[k] = (uint32_t)i;
+	if (k == STORE_LRU_EVICT) {
+		b->heap_idx[0] = i;
+		return;
+	}
+	b->heap_idx[1] = i;
+	b->slot1_clean = k == STORE_LRU_CLEAN;
+}
+
+/* The block at slot i of heap h. */
+static struct store_block *heap_at(const struct store *s, const struct store_heap *h, uint64_t i)
+{
+	return store_slab_ptr(&s->slab, h->v[i]);
+}
+
+static void heap_place(struct store *s, int k, uint64_t i, struct store_block *b)
+{
+	s->lru[k].v[i] = store_slab_id(b);
+	slot_set(b, k, (uint32_t)i);
 }
 
 /* Move the block at slot i towards the root while it is older than its parent. */
-static void heap_up(struct store_heap *h, int k, uint64_t i)
+static void heap_up(struct store *s, int k, uint64_t i)
 {
-	struct store_block *b = h->v[i];
+	struct store_heap *h = &s->lru[k];
+	struct store_block *b = heap_at(s, h, i);
 
 	while (i > 0) {
 		uint64_t up = (i - 1) / 2;
+		struct store_block *p = heap_at(s, h, up);
 
-		if (h->v[up]->last_use <= b->last_use)
+		if (p->last_use <= b->last_use)
 			break;
-		heap_place(h, k, i, h->v[up]);
+		heap_place(s, k, i, p);
 		i = up;
 	}
-	heap_place(h, k, i, b);
+	heap_place(s, k, i, b);
 }
 
 /* Move the block at slot i towards the leaves while a child is older. */
-static void heap_down(struct store_heap *h, int k, uint64_t i)
+static void heap_down(struct store *s, int k, uint64_t i)
 {
-	struct store_block *b = h->v[i];
+	struct store_heap *h = &s->lru[k];
+	struct store_block *b = heap_at(s, h, i);
 
 	for (;;) {
-		uint64_t l = 2 * i + 1, r = l + 1, m = l;
+		uint64_t l = 2 * i + 1, r = l + 1;
+		struct store_block *m;
 
 		if (l >= h->len)
 			break;
-		if (r < h->len && h->v[r]->last_use < h->v[l]->last_use)
-			m = r;
-		if (h->v[m]->last_use >= b->last_use)
+		m = heap_at(s, h, l);
+		if (r < h->len && heap_at(s, h, r)->last_use < m->last_use) {
+			m = heap_at(s, h, r);
+			l = r;
+		}
+		if (m->last_use >= b->last_use)
 			break;
-		heap_place(h, k, i, h->v[m]);
-		i = m;
+		heap_place(s, k, i, m);
+		i = l;
 	}
-	heap_place(h, k, i, b);
+	heap_place(s, k, i, b);
 }
 
 static void heap_insert(struct store *s, int k, struct store_block *b)
 {
 	struct store_heap *h = &s->lru[k];
+	uint64_t i = h->len++;
 
-	h->v[h->len] = b;
-	b->heap_idx[k] = (uint32_t)h->len;
-	h->len++;
-	heap_up(h, k, b->heap_idx[k]);
+	heap_place(s, k, i, b);
+	heap_up(s, k, i);
 	if (k == STORE_LRU_CLEAN)
 		s->clean_pages += b->pages;
 }
@@ -90,23 +115,23 @@ static void heap_insert(struct store *s, int k, struct store_block *b)
 static void heap_remove(struct store *s, int k, struct store_block *b)
 {
 	struct store_heap *h = &s->lru[k];
-	uint64_t i = b->heap_idx[k];
-	struct store_block *last = h->v[--h->len];
+	uint64_t i = store_lru_slot(b, k);
+	struct store_block *last = heap_at(s, h, --h->len);
 
-	b->heap_idx[k] = STORE_HEAP_NONE;
+	slot_set(b, k, STORE_HEAP_NONE);
 	if (k == STORE_LRU_CLEAN)
 		s->clean_pages -= b->pages;
 	if (i == h->len)
 		return;
-	heap_place(h, k, i, last);
-	heap_up(h, k, i);
-	heap_down(h, k, last->heap_idx[k]);
+	heap_place(s, k, i, last);
+	heap_up(s, k, i);
+	heap_down(s, k, store_lru_slot(last, k));
 }
 
 /* Grow heap h to hold `count` blocks. Errors: -ENOMEM. */
 static int heap_reserve(struct store_heap *h, uint64_t count)
 {
-	struct store_block **v;
+	uint32_t *v;
 	uint64_t cap = h->cap ? h->cap : 64;
 
 	if (count <= h->cap)
@@ -135,27 +160,32 @@ int store_lru_reserve_locked(struct store *s, uint64_t count)
 	return 0;
 }
 
+/* Leaving heaps first, then joining: a block moving from DIRTY to CLEAN
+ * (or back) frees the slot the two share before taking it. */
 void store_lru_sync_locked(struct store *s, struct store_block *b)
 {
 	int kinds = s->tier ? STORE_LRU_KINDS : 1;
+	bool want[STORE_LRU_KINDS];
 
 	for (int k = 0; k < kinds; k++) {
-		bool in = b->heap_idx[k] != STORE_HEAP_NONE;
-		bool want = store_lru_member(s, b, (enum store_lru_kind)k);
-
-		if (want && !in)
-			heap_insert(s, k, b);
-		else if (!want && in)
+		want[k] = store_lru_member(s, b, (enum store_lru_kind)k);
+		if (!want[k] && store_lru_slot(b, k) != STORE_HEAP_NONE)
 			heap_remove(s, k, b);
 	}
+	for (int k = 0; k < kinds; k++)
+		if (want[k] && store_lru_slot(b, k) == STORE_HEAP_NONE)
+			heap_insert(s, k, b);
 }
 
 void store_lru_touch_locked(struct store *s, struct store_block *b)
 {
 	b->last_use = ++s->clock;
-	for (int k = 0; k < STORE_LRU_KINDS; k++)
-		if (b->heap_idx[k] != STORE_HEAP_NONE)
-			heap_down(&s->lru[k], k, b->heap_idx[k]);
+	for (int k = 0; k < STORE_LRU_KINDS; k++) {
+		uint32_t i = store_lru_slot(b, k);
+
+		if (i != STORE_HEAP_NONE)
+			heap_down(s, k, i);
+	}
 }
 
 /* ---- freeing and removal ---- */
@@ -164,7 +194,7 @@ void store_block_free_locked(struct store *s, struct store_block *b)
 {
 	if (b->in_dram)
 		(void)store_arena_free(s->arena, b->first_page);
-	free(b);
+	store_slab_free(&s->slab, b);
 }
 
 void store_block_unpin_locked(struct store *s, struct store_block *b)
@@ -173,7 +203,7 @@ void store_block_unpin_locked(struct store *s, struct store_block *b)
 	if (b->state == STORE_BLOCK_REMOVED && b->refs == 0) {
 		uint64_t arena_bytes = b->in_dram ? store_extent_bytes(b) : 0;
 
-		store_list_del(&b->link);
+		store_ring_del(s, &s->zombies, b, STORE_RING_LINK);
 		s->nzombies--;
 		s->zombie_bytes -= arena_bytes;
 		s->used_bytes -= arena_bytes; /* the pages are free only now */
@@ -186,13 +216,12 @@ void store_block_unpin_locked(struct store *s, struct store_block *b)
 /* Detach b from its parent's child list; the parent may become evictable. */
 static void unlink_parent(struct store *s, struct store_block *b)
 {
-	struct store_block *p = b->parent_blk;
+	struct store_block *p = store_parent(s, b);
 
 	if (!p)
 		return;
-	store_list_del(&b->sibling);
-	p->children--;
-	b->parent_blk = NULL;
+	store_child_del(s, p, b);
+	b->parent_id = 0;
 	store_lru_sync_locked(s, p);
 }
 
@@ -200,21 +229,22 @@ static void unlink_parent(struct store *s, struct store_block *b)
 static void lru_leave_all(struct store *s, struct store_block *b)
 {
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
-		if (b->heap_idx[k] != STORE_HEAP_NONE)
+		if (store_lru_slot(b, k) != STORE_HEAP_NONE)
 			heap_remove(s, k, b);
 }
 
 void store_block_remove_locked(struct store *s, struct store_block *b)
 {
 	uint64_t arena_bytes = b->in_dram ? store_extent_bytes(b) : 0;
+	struct store_ns *ns = store_block_ns(s, b);
 
 	(void)store_index_remove(&s->index, &b->node);
-	store_list_del(&b->link);
-	b->ns->nblocks--;
-	b->ns->bytes -= b->length;
+	store_ring_del(s, &ns->blocks, b, STORE_RING_LINK);
+	ns->nblocks--;
+	ns->bytes -= store_block_length(b);
 	s->blocks--;
 	if (b->in_dram) {
-		s->payload_bytes -= b->length;
+		s->payload_bytes -= store_block_length(b);
 		s->dram_blocks--;
 	}
 	lru_leave_all(s, b);
@@ -231,8 +261,7 @@ void store_block_remove_locked(struct store *s, struct store_block *b)
 	/* a GET still sends from these pages (or an I/O thread holds the
 	 * block): they stay in used_bytes; the namespace may be reclaimed
 	 * before the last release */
-	b->ns = NULL;
-	store_list_add_tail(&s->zombies, &b->link);
+	store_ring_add_tail(s, &s->zombies, b, STORE_RING_LINK);
 	s->nzombies++;
 	s->zombie_bytes += arena_bytes;
 }
@@ -248,11 +277,11 @@ uint64_t store_block_remove_tree_locked(struct store *s, struct store_block *roo
 	for (;;) {
 		struct store_block *up;
 
-		while (!store_list_empty(&cur->child_list))
-			cur = store_container_of(cur->child_list.next, struct store_block, sibling);
-		up = cur->parent_blk;
+		while (cur->first_child)
+			cur = store_blk(s, cur->first_child);
+		up = store_parent(s, cur);
 		if (bytes)
-			*bytes += cur->length;
+			*bytes += store_block_length(cur);
 		n++;
 		if (cur == root) {
 			store_block_remove_locked(s, cur);
@@ -270,7 +299,7 @@ void store_block_drop_dram_locked(struct store *s, struct store_block *b)
 	(void)store_arena_free(s->arena, b->first_page);
 	b->in_dram = 0;
 	s->used_bytes -= arena_bytes;
-	s->payload_bytes -= b->length;
+	s->payload_bytes -= store_block_length(b);
 	s->dram_blocks--;
 	store_lru_sync_locked(s, b);
 }
@@ -283,8 +312,8 @@ static int evict_one(struct store *s)
 
 	if (h->len == 0)
 		return -ENOSPC;
-	victim = h->v[0];
-	victim->ns->evictions++;
+	victim = heap_at(s, h, 0);
+	store_block_ns(s, victim)->evictions++;
 	s->evictions++;
 	store_block_remove_locked(s, victim);
 	return 0;
@@ -299,7 +328,7 @@ static int make_room_step(struct store *s)
 	if (!s->tier)
 		return evict_one(s);
 	if (clean->len) {
-		store_block_drop_dram_locked(s, clean->v[0]);
+		store_block_drop_dram_locked(s, heap_at(s, clean, 0));
 		return 0;
 	}
 	if (store_tier_fallback_locked(s))

@@ -3,7 +3,8 @@
  * test hook that breaks an invariant on purpose (store_debug.h).
  *
  * Checked: every visible block is indexed, its stored parent is visible
- * and lists it as a child (no holes), child and lease counts match their
+ * and lists it as a child (no holes), every block with a parent link is on
+ * that parent's child ring and nothing else is, lease counts match their
  * lists, heap membership equals evictability and the heap is ordered,
  * reservations and zombies are accounted, leases are ordered and counted,
  * every allocated arena extent belongs to exactly one block or running
@@ -31,6 +32,7 @@ struct extent {
 /* Per-tier totals of the visible blocks. */
 struct tally {
 	uint64_t blocks, payload, dram_blocks, dram_used, dram_payload, nvme_blocks, nvme_payload;
+	uint64_t children, linked; /* on their parents' rings; with a parent_id */
 };
 
 struct checker {
@@ -72,6 +74,29 @@ static int add_extent(struct checker *c, uint32_t first, uint32_t pages)
 	return 0;
 }
 
+/* Ring `head` of headers linked at `off` is well formed - each member's
+ * neighbours point back at it, at most `limit` members, all headers in
+ * use - and has *count members. */
+static int ring_ok(struct checker *c, uint32_t head, size_t off, uint64_t limit,
+		   const char *what, uint64_t *count)
+{
+	const struct store *s = c->s;
+	uint64_t n = 0;
+
+	for (uint32_t id = head; id; id = store_ring_next(s, head, id, off)) {
+		const struct store_ring *r = store_ring_at(s, id, off);
+
+		if (++n > limit)
+			return fail(c, "%s ring holds more than %llu blocks", what,
+				    (unsigned long long)limit);
+		if (!r->next || !r->prev || store_ring_at(s, r->next, off)->prev != id ||
+		    store_ring_at(s, r->prev, off)->next != id)
+			return fail(c, "%s ring broken", what);
+	}
+	*count = n;
+	return 0;
+}
+
 static uint64_t list_len(const struct store_list *h)
 {
 	uint64_t n = 0;
@@ -88,49 +113,54 @@ static int check_parent(struct checker *c, const struct store_block *b)
 	char k[17];
 
 	if (!b->has_parent)
-		return b->parent_blk ? fail(c, "first block %s has a parent link",
-					    hex8(b->node.key, k)) : 0;
-	p = store_find_locked(c->s, b->node.ns_id, b->parent);
+		return b->parent_id ? fail(c, "first block %s has a parent link",
+					   hex8(b->node.key, k)) : 0;
+	p = store_parent(c->s, b);
 	if (!p)
 		return fail(c, "hole: parent of block %s is not stored", hex8(b->node.key, k));
-	if (p != b->parent_blk || p->state != STORE_BLOCK_VISIBLE)
+	/* the parent key is the parent's node.key: it must be the stored block of
+	 * that key in the same namespace */
+	if (p->state != STORE_BLOCK_VISIBLE || p->node.ns_id != b->node.ns_id ||
+	    store_find_locked(c->s, p->node.ns_id, p->node.key) != p)
 		return fail(c, "block %s linked to the wrong parent", hex8(b->node.key, k));
 	return 0;
 }
 
-/* Children of visible block b point back at it and match its count. */
+/* Children of visible block b point back at it; they are counted, so
+ * that check_visible_all can see every linked child is on a ring. */
 static int check_children(struct checker *c, const struct store_block *b)
 {
-	uint64_t n = 0;
+	const struct store *s = c->s;
+	uint64_t n;
 	char k[17];
+	int rc = ring_ok(c, b->first_child, STORE_RING_SIBLING, s->blocks, "child", &n);
 
-	for (const struct store_list *p = b->child_list.next; p != &b->child_list; p = p->next) {
-		const struct store_block *ch = store_container_of(p, struct store_block, sibling);
+	if (rc)
+		return rc;
+	for (uint32_t id = b->first_child; id;
+	     id = store_ring_next(s, b->first_child, id, STORE_RING_SIBLING)) {
+		const struct store_block *ch = store_blk(s, id);
 
-		if (ch->parent_blk != b || ch->state != STORE_BLOCK_VISIBLE)
+		if (store_parent(s, ch) != b || ch->state != STORE_BLOCK_VISIBLE)
 			return fail(c, "child list of %s holds a stranger", hex8(b->node.key, k));
-		n++;
 	}
-	if (n != b->children)
-		return fail(c, "block %s counts %u children, has %llu", hex8(b->node.key, k),
-			    b->children, (unsigned long long)n);
+	c->tally.children += n;
 	return 0;
 }
 
-/* Leases on b name it, and lease_pins matches their number. */
+/* b is marked leased exactly when the table of leases by block holds a
+ * lease on it (check_leases sees that every lease there is in its bucket). */
 static int check_block_leases(struct checker *c, const struct store_block *b)
 {
 	uint64_t n = 0;
 	char k[17];
 
-	for (const struct store_list *p = b->leases.next; p != &b->leases; p = p->next) {
-		if (store_container_of(p, struct store_lease, by_block)->block != b)
-			return fail(c, "lease list of %s holds a stranger", hex8(b->node.key, k));
-		n++;
-	}
-	if (n != b->lease_pins)
-		return fail(c, "block %s lease pins %u, leases %llu", hex8(b->node.key, k),
-			    b->lease_pins, (unsigned long long)n);
+	if (c->s->lease_buckets)
+		for (const struct store_lease *r = *store_lease_bucket(c->s, b); r; r = r->by_block)
+			n += r->block == b;
+	if ((n != 0) != b->leased)
+		return fail(c, "block %s marked leased %d, leases %llu", hex8(b->node.key, k),
+			    b->leased, (unsigned long long)n);
 	return 0;
 }
 
@@ -141,7 +171,7 @@ static int check_membership(struct checker *c, const struct store_block *b)
 	char k[17];
 
 	for (int kind = 0; kind < kinds; kind++) {
-		bool in = b->heap_idx[kind] != STORE_HEAP_NONE;
+		bool in = store_lru_slot(b, kind) != STORE_HEAP_NONE;
 		bool want = store_lru_member(c->s, b, (enum store_lru_kind)kind);
 
 		if (in != want)
@@ -160,18 +190,18 @@ static int check_copies(struct checker *c, const struct store_block *b)
 
 	if (!b->in_dram && !b->on_nvme)
 		return fail(c, "block %s has no copy in any tier", hex8(b->node.key, k));
-	if (!t && (!b->in_dram || b->on_nvme || b->demoting || b->promo))
+	if (!t && (!b->in_dram || b->on_nvme || b->demoting || b->promoting))
 		return fail(c, "block %s: tier state without a tier", hex8(b->node.key, k));
 	if (b->demoting && (!b->in_dram || b->on_nvme || !b->refs))
 		return fail(c, "block %s demoting in bad state", hex8(b->node.key, k));
-	if (b->promo && (b->in_dram || !b->on_nvme || !b->refs || b->promo->block != b))
+	if (b->promoting && (b->in_dram || !b->on_nvme || !b->refs ||
+			     !store_promo_find_locked(t, b)))
 		return fail(c, "block %s promoting in bad state", hex8(b->node.key, k));
 	if (!b->on_nvme)
 		return 0;
 	if (b->seg >= t->nseg || t->segs[b->seg].state == STORE_SEG_FREE)
 		return fail(c, "block %s on a free or unknown segment", hex8(b->node.key, k));
-	if (b->seg_off % STORE_PAGE_BYTES ||
-	    b->seg_off + store_extent_bytes(b) > t->segs[b->seg].fill_bytes)
+	if (store_seg_off(b) + store_extent_bytes(b) > t->segs[b->seg].fill_bytes)
 		return fail(c, "block %s extent beyond its segment's fill", hex8(b->node.key, k));
 	return 0;
 }
@@ -182,11 +212,11 @@ static int check_visible(struct checker *c, const struct store_ns *ns, const str
 	char k[17];
 	int rc;
 
-	if (b->state != STORE_BLOCK_VISIBLE || b->ns != ns || b->node.ns_id != ns->ns_id)
+	if (b->state != STORE_BLOCK_VISIBLE || b->node.ns_id != ns->ns_id)
 		return fail(c, "block %s on namespace list in bad state", hex8(b->node.key, k));
 	if (store_find_locked(c->s, ns->ns_id, b->node.key) != b)
 		return fail(c, "block %s not in the index", hex8(b->node.key, k));
-	if (b->pages != store_pages_of(b->length))
+	if (b->pages == 0 || b->pad_bytes >= STORE_PAGE_BYTES)
 		return fail(c, "block %s extent size wrong", hex8(b->node.key, k));
 	rc = check_membership(c, b);
 	if (!rc)
@@ -206,15 +236,16 @@ static int check_visible(struct checker *c, const struct store_ns *ns, const str
 static void tally_add(struct tally *t, const struct store_block *b)
 {
 	t->blocks++;
-	t->payload += b->length;
+	t->linked += b->parent_id != 0;
+	t->payload += store_block_length(b);
 	if (b->in_dram) {
 		t->dram_blocks++;
 		t->dram_used += store_extent_bytes(b);
-		t->dram_payload += b->length;
+		t->dram_payload += store_block_length(b);
 	}
 	if (b->on_nvme) {
 		t->nvme_blocks++;
-		t->nvme_payload += b->length;
+		t->nvme_payload += store_block_length(b);
 	}
 }
 
@@ -227,10 +258,14 @@ static int check_visible_all(struct checker *c)
 
 	for (uint32_t i = 0; i < s->nns; i++) {
 		struct store_ns *ns = s->ns[i];
-		uint64_t nb = t->blocks, bytes = t->payload, nvme = t->nvme_blocks;
+		uint64_t nb = t->blocks, bytes = t->payload, nvme = t->nvme_blocks, n;
 
-		for (struct store_list *p = ns->blocks.next; p != &ns->blocks; p = p->next) {
-			struct store_block *b = store_container_of(p, struct store_block, link);
+		rc = ring_ok(c, ns->blocks, STORE_RING_LINK, s->blocks, "namespace", &n);
+		if (rc)
+			return rc;
+		for (uint32_t id = ns->blocks; id;
+		     id = store_ring_next(s, ns->blocks, id, STORE_RING_LINK)) {
+			struct store_block *b = store_blk(s, id);
 
 			rc = check_visible(c, ns, b);
 			if (rc)
@@ -245,6 +280,9 @@ static int check_visible_all(struct checker *c)
 		return fail(c, "visible blocks %llu, counted %llu, indexed %llu",
 			    (unsigned long long)t->blocks, (unsigned long long)s->blocks,
 			    (unsigned long long)s->index.count);
+	if (t->children != t->linked)
+		return fail(c, "%llu blocks have a parent, %llu are on their parents' child lists",
+			    (unsigned long long)t->linked, (unsigned long long)t->children);
 	if (t->dram_blocks != s->dram_blocks)
 		return fail(c, "dram blocks %llu, counted %llu", (unsigned long long)t->dram_blocks,
 			    (unsigned long long)s->dram_blocks);
@@ -263,7 +301,7 @@ static int check_visible_all(struct checker *c)
 static bool out_of_heaps(const struct store_block *b)
 {
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
-		if (b->heap_idx[k] != STORE_HEAP_NONE)
+		if (store_lru_slot(b, k) != STORE_HEAP_NONE)
 			return false;
 	return true;
 }
@@ -272,19 +310,24 @@ static bool out_of_heaps(const struct store_block *b)
 static int check_hidden(struct checker *c)
 {
 	struct store *s = c->s;
-	uint64_t nres = 0, nz = 0, inflight = 0, zbytes = 0;
+	uint64_t nres = 0, nz = 0, inflight = 0, zbytes = 0, n;
 	int rc;
 
-	for (struct store_list *p = s->reserved.next; p != &s->reserved; p = p->next) {
-		struct store_block *b = store_container_of(p, struct store_block, link);
+	rc = ring_ok(c, s->reserved, STORE_RING_LINK, s->nreserved, "reservation", &n);
+	if (!rc)
+		rc = ring_ok(c, s->zombies, STORE_RING_LINK, s->nzombies, "removed block", &n);
+	if (rc)
+		return rc;
+	for (uint32_t id = s->reserved; id;
+	     id = store_ring_next(s, s->reserved, id, STORE_RING_LINK)) {
+		struct store_block *b = store_blk(s, id);
 
 		if (b->state != STORE_BLOCK_RESERVED || !out_of_heaps(b) || b->in_dram ||
 		    b->on_nvme)
 			return fail(c, "reservation in bad state");
-		if (b->parent_blk && b->parent_blk->refs == 0)
+		if (b->parent_id && store_parent(s, b)->refs == 0)
 			return fail(c, "reservation's parent not pinned");
-		if (!b->ns || store_ns_find_locked(s, b->node.ns_id) != b->ns ||
-		    b->ns->reservations == 0)
+		if (!store_block_ns(s, b) || store_block_ns(s, b)->reservations == 0)
 			return fail(c, "reservation's namespace wrong or not counting it");
 		inflight += (uint64_t)b->pages * STORE_PAGE_BYTES;
 		nres++;
@@ -293,11 +336,11 @@ static int check_hidden(struct checker *c)
 		if (rc)
 			return rc;
 	}
-	for (struct store_list *p = s->zombies.next; p != &s->zombies; p = p->next) {
-		struct store_block *b = store_container_of(p, struct store_block, link);
+	for (uint32_t id = s->zombies; id; id = store_ring_next(s, s->zombies, id, STORE_RING_LINK)) {
+		struct store_block *b = store_blk(s, id);
 
-		if (b->state != STORE_BLOCK_REMOVED || b->refs == 0 || b->lease_pins ||
-		    !out_of_heaps(b) || b->ns || b->on_nvme)
+		if (b->state != STORE_BLOCK_REMOVED || b->refs == 0 || b->leased ||
+		    !out_of_heaps(b) || b->on_nvme)
 			return fail(c, "removed block in bad state");
 		zbytes += b->in_dram ? store_extent_bytes(b) : 0;
 		nz++;
@@ -311,6 +354,10 @@ static int check_hidden(struct checker *c)
 			    (unsigned long long)s->inflight_bytes, (unsigned long long)inflight);
 	if (nz != s->nzombies || zbytes != s->zombie_bytes)
 		return fail(c, "removed-but-referenced totals wrong");
+	if (s->slab.live != s->blocks + nres + nz)
+		return fail(c, "%llu block headers in use, %llu visible, reserved or removed",
+			    (unsigned long long)s->slab.live,
+			    (unsigned long long)(s->blocks + nres + nz));
 	return 0;
 }
 
@@ -326,11 +373,11 @@ static int check_heap(struct checker *c)
 		const struct store_heap *h = &s->lru[k];
 
 		for (uint64_t i = 0; i < h->len; i++) {
-			struct store_block *b = h->v[i];
+			struct store_block *b = store_slab_ptr(&s->slab, h->v[i]);
 
-			if (b->heap_idx[k] != i || !store_lru_member(s, b, (enum store_lru_kind)k))
+			if (store_lru_slot(b, k) != i || !store_lru_member(s, b, (enum store_lru_kind)k))
 				return fail(c, "LRU heap %d slot %llu wrong", k, (unsigned long long)i);
-			if (i && h->v[(i - 1) / 2]->last_use > b->last_use)
+			if (i && store_slab_ptr(&s->slab, h->v[(i - 1) / 2])->last_use > b->last_use)
 				return fail(c, "LRU heap %d out of order at %llu", k,
 					    (unsigned long long)i);
 			if (k == STORE_LRU_CLEAN)
@@ -343,11 +390,26 @@ static int check_heap(struct checker *c)
 	return 0;
 }
 
-/* Expiry list ascending over live blocks; counts agree with lessees. */
+/* Expiry list ascending over live blocks; counts agree with lessees and
+ * with the table of leases by block, where each lease is in its block's
+ * bucket. */
 static int check_leases(struct checker *c)
 {
 	struct store *s = c->s;
-	uint64_t n = 0, by_lessee = 0, prev = 0;
+	uint64_t n = 0, by_lessee = 0, prev = 0, by_block = 0;
+
+	for (uint64_t i = 0; i < s->lease_buckets; i++) {
+		for (struct store_lease *r = s->lease_by_block[i]; r; r = r->by_block) {
+			if (store_lease_bucket(s, r->block) != &s->lease_by_block[i])
+				return fail(c, "lease in the wrong bucket of the table by block");
+			if (++by_block > s->leases_active)
+				return fail(c, "table of leases by block holds more than %llu",
+					    (unsigned long long)s->leases_active);
+		}
+	}
+	if (by_block != s->leases_active)
+		return fail(c, "table of leases by block holds %llu of %llu",
+			    (unsigned long long)by_block, (unsigned long long)s->leases_active);
 
 	for (struct store_list *p = s->expiry.next; p != &s->expiry; p = p->next) {
 		struct store_lease *r = store_container_of(p, struct store_lease, by_expiry);
@@ -461,7 +523,8 @@ static int check_promotions(struct checker *c)
 	for (struct store_list *p = t->promo_running.next; p != &t->promo_running; p = p->next) {
 		struct store_promo *pr = store_container_of(p, struct store_promo, link);
 
-		if (!pr->has_pages || pr->block->promo != pr)
+		if (!pr->has_pages || !pr->block->promoting ||
+		    store_promo_find_locked(t, pr->block) != pr)
 			return fail(c, "running promotion in bad state");
 		rc = add_extent(c, pr->first_page, pr->block->pages);
 		if (rc)
@@ -492,18 +555,22 @@ static int cmp_place(const void *a, const void *b)
  * block on NVMe. */
 static int check_segment(struct checker *c, uint32_t i, struct place *pl)
 {
-	const struct store_tier *t = c->s->tier;
+	const struct store *s = c->s;
+	const struct store_tier *t = s->tier;
 	const struct store_seg *sg = &t->segs[i];
-	uint64_t live = 0, n = 0;
+	uint64_t live = 0, n = 0, len;
+	int rc = ring_ok(c, sg->blocks, STORE_RING_SEG, c->tally.nvme_blocks, "segment", &len);
 
-	for (const struct store_list *p = sg->blocks.next; p != &sg->blocks; p = p->next) {
-		const struct store_block *b = store_container_of(p, struct store_block, seg_link);
+	if (rc)
+		return rc;
+	for (uint32_t id = sg->blocks; id; id = store_ring_next(s, sg->blocks, id, STORE_RING_SEG)) {
+		const struct store_block *b = store_blk(s, id);
 
 		if (b->state != STORE_BLOCK_VISIBLE || !b->on_nvme || b->seg != i)
 			return fail(c, "segment %u lists a block that is not there", i);
 		if (n >= c->tally.nvme_blocks)
 			return fail(c, "segment %u lists more blocks than exist", i);
-		pl[n].off = b->seg_off;
+		pl[n].off = store_seg_off(b);
 		pl[n].ext = store_extent_bytes(b);
 		live += pl[n].ext;
 		n++;
@@ -542,7 +609,8 @@ static int check_segments(struct checker *c)
 			rc = fail(c, "segment %u active state disagrees", i);
 		if (!rc)
 			rc = check_segment(c, i, pl);
-		for (const struct store_list *p = sg->blocks.next; p != &sg->blocks; p = p->next)
+		for (uint32_t id = sg->blocks; !rc && id;
+		     id = store_ring_next(c->s, sg->blocks, id, STORE_RING_SEG))
 			listed++;
 	}
 	free(pl);
@@ -608,13 +676,11 @@ int store_debug_remove_one(struct store *s, uint32_t ns_id, const uint8_t key[ST
 		return -ENOENT;
 	}
 	/* orphan the children: they keep their parent hash but lose the link */
-	while (!store_list_empty(&b->child_list)) {
-		struct store_block *ch =
-			store_container_of(b->child_list.next, struct store_block, sibling);
+	while (b->first_child) {
+		struct store_block *ch = store_blk(s, b->first_child);
 
-		store_list_del(&ch->sibling);
-		ch->parent_blk = NULL;
-		b->children--;
+		store_child_del(s, b, ch);
+		ch->parent_id = 0;
 	}
 	store_block_remove_locked(s, b);
 	pthread_mutex_unlock(&s->lock);

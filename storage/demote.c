@@ -143,7 +143,7 @@ static bool admission_evict_locked(struct store *s, struct store_block *b)
 		return false;
 	s->tier->admission_rejections++;
 	s->evictions++;
-	b->ns->evictions++;
+	store_block_ns(s, b)->evictions++;
 	store_block_remove_locked(s, b);
 	return true;
 }
@@ -159,16 +159,17 @@ static void take_locked(struct store *s, struct demote_batch *db, struct store_b
 	it->b = b;
 	it->seg = t->active;
 	it->off = sg->fill_bytes;
-	it->disk_id = b->ns->disk_id;
+	it->disk_id = store_block_ns(s, b)->disk_id;
 	memset(r, 0, sizeof(*r));
 	r->ns_disk_id = it->disk_id;
 	memcpy(r->key, b->node.key, STORE_KEY_BYTES);
-	r->has_parent = b->has_parent;
-	if (b->has_parent)
-		memcpy(r->parent, b->parent, STORE_KEY_BYTES);
+	if (b->parent_id) { /* a visible block's parent is its parent_id */
+		r->has_parent = 1;
+		memcpy(r->parent, store_parent(s, b)->node.key, STORE_KEY_BYTES);
+	}
 	r->segment = it->seg;
 	r->offset = it->off;
-	r->length = b->length;
+	r->length = store_block_length(b);
 	r->checksum = b->checksum;
 	r->last_use = b->last_use;
 	db->iov[db->n].iov_base = store_arena_ptr(s->arena, b->first_page);
@@ -190,7 +191,7 @@ static bool pick_locked(struct store *s, struct demote_batch *db)
 	struct store_heap *dirty = &s->lru[STORE_LRU_DIRTY];
 
 	while (db->n < DEMOTE_MAX_BLOCKS && db->bytes < t->batch_bytes && dirty->len) {
-		struct store_block *b = dirty->v[0];
+		struct store_block *b = store_slab_ptr(&s->slab, dirty->v[0]);
 		uint64_t ext = store_extent_bytes(b);
 
 		if (admission_evict_locked(s, b))
@@ -207,7 +208,7 @@ static bool pick_locked(struct store *s, struct demote_batch *db)
 				return false; /* reclaim into the fresh segment first */
 			continue;
 		}
-		if (!disk_id_locked(s, b->ns, db)) {
+		if (!disk_id_locked(s, store_block_ns(s, b), db)) {
 			t->retry_at_ms = store_now_ms() + STALL_RETRY_MS;
 			break;
 		}
@@ -297,7 +298,7 @@ static void commit_locked(struct store *s, struct demote_batch *db, int rc)
 		} else if (rc == 0) {
 			store_tier_attach_locked(s, b, it->seg, it->off);
 			t->demotions++;
-			t->demoted_bytes += b->length;
+			t->demoted_bytes += store_block_length(b);
 		}
 		store_block_unpin_locked(s, b);
 	}

@@ -45,7 +45,8 @@ static uint64_t round_pow2(uint64_t n)
 	return p;
 }
 
-int store_index_init(struct store_index *ix, uint64_t nbuckets)
+int store_index_init(struct store_index *ix, uint64_t nbuckets,
+		     const struct store_index_ops *ops, void *arg)
 {
 	uint64_t n = round_pow2(nbuckets);
 
@@ -55,7 +56,14 @@ int store_index_init(struct store_index *ix, uint64_t nbuckets)
 	ix->nbuckets = n;
 	ix->count = 0;
 	ix->seed = random_seed();
+	ix->ops = ops;
+	ix->arg = arg;
 	return 0;
+}
+
+static struct store_index_node *node_of(const struct store_index *ix, uint32_t id)
+{
+	return ix->ops->node(ix->arg, id);
 }
 
 void store_index_destroy(struct store_index *ix)
@@ -69,36 +77,40 @@ void store_index_destroy(struct store_index *ix)
 struct store_index_node *store_index_find(const struct store_index *ix, uint32_t ns_id,
 					  const uint8_t key[STORE_INDEX_KEY_BYTES])
 {
-	struct store_index_node *n = ix->buckets[bucket_of(ix, ns_id, key)];
+	uint32_t id = ix->buckets[bucket_of(ix, ns_id, key)];
 
-	for (; n; n = n->next)
+	while (id) {
+		struct store_index_node *n = node_of(ix, id);
+
 		if (n->ns_id == ns_id && memcmp(n->key, key, STORE_INDEX_KEY_BYTES) == 0)
 			return n;
+		id = n->next;
+	}
 	return NULL;
 }
 
 void store_index_insert(struct store_index *ix, struct store_index_node *n)
 {
-	struct store_index_node **head = &ix->buckets[bucket_of(ix, n->ns_id, n->key)];
+	uint32_t *head = &ix->buckets[bucket_of(ix, n->ns_id, n->key)];
 
 	n->next = *head;
-	*head = n;
+	*head = ix->ops->id(ix->arg, n);
 	ix->count++;
 }
 
 int store_index_remove(struct store_index *ix, struct store_index_node *n)
 {
-	struct store_index_node **pp = &ix->buckets[bucket_of(ix, n->ns_id, n->key)];
+	uint32_t *pp = &ix->buckets[bucket_of(ix, n->ns_id, n->key)];
+	uint32_t id = ix->ops->id(ix->arg, n);
 
-	for (; *pp; pp = &(*pp)->next) {
-		if (*pp == n) {
-			*pp = n->next;
-			n->next = NULL;
-			ix->count--;
-			return 0;
-		}
-	}
-	return -ENOENT;
+	while (*pp && *pp != id)
+		pp = &node_of(ix, *pp)->next;
+	if (!*pp)
+		return -ENOENT;
+	*pp = n->next;
+	n->next = 0;
+	ix->count--;
+	return 0;
 }
 
 int store_index_reserve(struct store_index *ix, uint64_t count)
@@ -117,10 +129,12 @@ int store_index_reserve(struct store_index *ix, uint64_t count)
 	ix->nbuckets = n;
 	ix->count = 0;
 	for (uint64_t i = 0; i < old.nbuckets; i++) {
-		struct store_index_node *node = old.buckets[i], *next;
+		uint32_t id = old.buckets[i];
 
-		for (; node; node = next) {
-			next = node->next;
+		while (id) {
+			struct store_index_node *node = node_of(ix, id);
+
+			id = node->next;
 			store_index_insert(ix, node);
 		}
 	}

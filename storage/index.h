@@ -9,6 +9,10 @@
  * never fails: growing the bucket array is a separate step
  * (store_index_reserve) that may fail harmlessly, leaving longer chains.
  *
+ * Buckets and chains hold 32-bit node ids rather than pointers (half the
+ * memory per node); the owner maps ids to nodes and back through the
+ * store_index_ops given at init. Id 0 is never a node's.
+ *
  * Threads: no locking; the caller serialises calls on one index.
  */
 #ifndef KVPOOL_STORE_INDEX_H
@@ -20,21 +24,31 @@
 
 /* Embedded in the indexed object; ns_id and key are set by the owner. */
 struct store_index_node {
-	struct store_index_node *next;
+	uint32_t next;     /* id of the next node in the chain, 0 at the end */
 	uint32_t ns_id;
 	uint8_t key[STORE_INDEX_KEY_BYTES];
 };
 
+/* How the owner names its nodes: both calls are cheap and never fail. */
+struct store_index_ops {
+	struct store_index_node *(*node)(void *arg, uint32_t id); /* id (not 0) -> node */
+	uint32_t (*id)(void *arg, const struct store_index_node *n); /* node -> id */
+};
+
 struct store_index {
-	struct store_index_node **buckets;
+	uint32_t *buckets; /* node ids, 0 = empty */
 	uint64_t nbuckets; /* power of two */
 	uint64_t count;    /* nodes in the table */
 	uint64_t seed;     /* bucket hash seed, random per table */
+	const struct store_index_ops *ops;
+	void *arg;         /* passed to ops */
 };
 
 /* Empty table with `nbuckets` (rounded up to a power of two, >= 16)
- * buckets. Errors: -ENOMEM. */
-int store_index_init(struct store_index *ix, uint64_t nbuckets);
+ * buckets, whose nodes are named through ops (kept, with arg).
+ * Errors: -ENOMEM. */
+int store_index_init(struct store_index *ix, uint64_t nbuckets,
+		     const struct store_index_ops *ops, void *arg);
 
 /* Free the bucket array (not the nodes). Accepts an index never inited
  * if it was zeroed. */

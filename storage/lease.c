@@ -1,10 +1,11 @@
 /*
  * lease.c - lessees and lease pins.
  *
- * A lease record pins one block for one lessee until expiry_ms. It sits on
- * three lists: its block's (so removing a block ends its leases), its
- * lessee's (so freeing a lessee ends them) and the store's expiry list,
- * kept in ascending expiry order. Leases mostly share one lease_ms, so a
+ * A lease record pins one block for one lessee until expiry_ms. It sits in
+ * the store's table of leases by block (so removing a block ends its
+ * leases; a table sized with the lease records costs nothing per block),
+ * on its lessee's list (so freeing a lessee ends them) and on the store's
+ * expiry list, kept in ascending expiry order. Leases mostly share one lease_ms, so a
  * new expiry belongs at or near the tail and insertion walks back from
  * there. Spare records are kept on a pool so MATCH rarely allocates.
  */
@@ -22,6 +23,45 @@ uint64_t store_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+struct store_lease **store_lease_bucket(const struct store *s, const struct store_block *b)
+{
+	uint64_t h = (uint64_t)(uintptr_t)b * 0x9e3779b97f4a7c15ull;
+
+	return &s->lease_by_block[(h >> 20) & (s->lease_buckets - 1)];
+}
+
+/* Grow the table of leases by block to at least `records` buckets, so
+ * chains stay short however many leases are active. Errors: -ENOMEM. */
+static int lease_table_grow(struct store *s, uint64_t records)
+{
+	struct store_lease **old = s->lease_by_block;
+	uint64_t nold = s->lease_buckets, n = nold ? nold : 64;
+
+	while (n < records)
+		n *= 2;
+	if (n == nold)
+		return 0;
+	s->lease_by_block = calloc(n, sizeof(*s->lease_by_block));
+	if (!s->lease_by_block) {
+		s->lease_by_block = old;
+		return -ENOMEM;
+	}
+	s->lease_buckets = n;
+	for (uint64_t i = 0; i < nold; i++) {
+		struct store_lease *r = old[i], *next;
+
+		for (; r; r = next) {
+			struct store_lease **head = store_lease_bucket(s, r->block);
+
+			next = r->by_block;
+			r->by_block = *head;
+			*head = r;
+		}
+	}
+	free(old);
+	return 0;
+}
+
 int store_lease_reserve_locked(struct store *s, uint64_t n)
 {
 	while (s->lease_spare < n) {
@@ -33,7 +73,7 @@ int store_lease_reserve_locked(struct store *s, uint64_t n)
 		s->lease_spare++;
 		s->lease_records++;
 	}
-	return 0;
+	return lease_table_grow(s, s->lease_records);
 }
 
 /* Link lease r into the expiry list at its place (ascending). */
@@ -51,23 +91,25 @@ static void expiry_insert(struct store *s, struct store_lease *r)
 	pos->next = &r->by_expiry;
 }
 
-static struct store_lease *find_lease(struct store_lessee *l, struct store_block *b)
+/* The lease of lessee l on b, or NULL; any lease on b when l is NULL. */
+static struct store_lease *find_lease(const struct store *s, const struct store_lessee *l,
+				      const struct store_block *b)
 {
-	struct store_list *pos;
+	struct store_lease *r;
 
-	for (pos = b->leases.next; pos != &b->leases; pos = pos->next) {
-		struct store_lease *r = store_container_of(pos, struct store_lease, by_block);
-
-		if (r->lessee == l)
+	if (!b->leased)
+		return NULL;
+	for (r = *store_lease_bucket(s, b); r; r = r->by_block)
+		if (r->block == b && (!l || r->lessee == l))
 			return r;
-	}
 	return NULL;
 }
 
 void store_lease_grant_locked(struct store *s, struct store_lessee *l, struct store_block *b,
 			      uint64_t expiry_ms)
 {
-	struct store_lease *r = find_lease(l, b);
+	struct store_lease *r = find_lease(s, l, b);
+	struct store_lease **head;
 
 	if (r) {
 		if (expiry_ms > r->expiry_ms) {
@@ -83,10 +125,12 @@ void store_lease_grant_locked(struct store *s, struct store_lessee *l, struct st
 	r->block = b;
 	r->lessee = l;
 	r->expiry_ms = expiry_ms;
-	store_list_add_tail(&b->leases, &r->by_block);
+	head = store_lease_bucket(s, b);
+	r->by_block = *head;
+	*head = r;
 	store_list_add_tail(&l->leases, &r->by_lessee);
 	expiry_insert(s, r);
-	b->lease_pins++;
+	b->leased = 1;
 	s->leases_active++;
 	store_lru_sync_locked(s, b);
 }
@@ -95,20 +139,23 @@ void store_lease_grant_locked(struct store *s, struct store_lessee *l, struct st
 static void lease_end(struct store *s, struct store_lease *r)
 {
 	struct store_block *b = r->block;
+	struct store_lease **pp = store_lease_bucket(s, b);
 
-	store_list_del(&r->by_block);
+	while (*pp != r)
+		pp = &(*pp)->by_block;
+	*pp = r->by_block;
 	store_list_del(&r->by_lessee);
 	store_list_del(&r->by_expiry);
 	store_list_add_tail(&s->lease_pool, &r->by_expiry);
 	s->lease_spare++;
-	b->lease_pins--;
+	b->leased = find_lease(s, NULL, b) != NULL; /* r is out of the table */
 	s->leases_active--;
 	store_lru_sync_locked(s, b);
 }
 
 void store_lease_end_for_locked(struct store *s, struct store_lessee *l, struct store_block *b)
 {
-	struct store_lease *r = find_lease(l, b);
+	struct store_lease *r = find_lease(s, l, b);
 
 	if (r)
 		lease_end(s, r);
@@ -116,8 +163,10 @@ void store_lease_end_for_locked(struct store *s, struct store_lessee *l, struct 
 
 void store_lease_end_block_locked(struct store *s, struct store_block *b)
 {
-	while (!store_list_empty(&b->leases))
-		lease_end(s, store_container_of(b->leases.next, struct store_lease, by_block));
+	struct store_lease *r;
+
+	while ((r = find_lease(s, NULL, b)))
+		lease_end(s, r);
 }
 
 uint64_t store_lease_expire_locked(struct store *s, uint64_t now_ms)
@@ -197,4 +246,7 @@ void store_lease_free_all_locked(struct store *s)
 	}
 	s->lease_spare = 0;
 	s->lease_records = 0;
+	free(s->lease_by_block);
+	s->lease_by_block = NULL;
+	s->lease_buckets = 0;
 }

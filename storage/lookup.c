@@ -13,7 +13,7 @@ static void fill_ref(const struct store *s, struct store_block *b, struct store_
 {
 	out->block = b;
 	out->data = store_arena_ptr(s->arena, b->first_page);
-	out->length = b->length;
+	out->length = store_block_length(b);
 	out->checksum = b->checksum;
 	out->tier = tier;
 }
@@ -24,7 +24,7 @@ static int promo_join_locked(struct store *s, struct store_block *b, uint32_t ns
 			     struct store_ref *out, store_get_done_fn done, void *arg)
 {
 	struct store_waiter *w = malloc(sizeof(*w));
-	struct store_promo *p = b->promo;
+	struct store_promo *p = b->promoting ? store_promo_find_locked(s->tier, b) : NULL;
 
 	if (!w)
 		return -ENOMEM;
@@ -35,7 +35,7 @@ static int promo_join_locked(struct store *s, struct store_block *b, uint32_t ns
 			return -ENOMEM;
 		}
 		p->block = b;
-		b->promo = p;
+		store_promo_add_locked(s->tier, p);
 		b->refs++;
 		store_lru_sync_locked(s, b);
 		store_list_add_tail(&s->tier->promo_queue, &p->link);
@@ -164,7 +164,7 @@ int store_exists(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BY
 			ns->exists_misses++;
 	}
 	if (b)
-		len = b->length;
+		len = store_block_length(b);
 	pthread_mutex_unlock(&s->lock);
 	if (!b)
 		return -ENOENT;

@@ -23,6 +23,44 @@
 #include "nvme_io.h"
 #include "store_impl.h"
 
+/* Bucket of block b in the promotions-in-flight table. */
+static struct store_promo **promo_bucket(const struct store_tier *t, const struct store_block *b)
+{
+	uint64_t h = (uint64_t)(uintptr_t)b * 0x9e3779b97f4a7c15ull;
+
+	return (struct store_promo **)&t->promo_by_block[(h >> 40) % STORE_PROMO_BUCKETS];
+}
+
+struct store_promo *store_promo_find_locked(const struct store_tier *t,
+					    const struct store_block *b)
+{
+	struct store_promo *p = *promo_bucket(t, b);
+
+	while (p && p->block != b)
+		p = p->hnext;
+	return p;
+}
+
+void store_promo_add_locked(struct store_tier *t, struct store_promo *p)
+{
+	struct store_promo **head = promo_bucket(t, p->block);
+
+	p->hnext = *head;
+	*head = p;
+	p->block->promoting = 1;
+}
+
+/* Promotion p has ended: out of the table, its block unmarked. */
+static void promo_del_locked(struct store_tier *t, struct store_promo *p)
+{
+	struct store_promo **pp = promo_bucket(t, p->block);
+
+	while (*pp != p)
+		pp = &(*pp)->hnext;
+	*pp = p->hnext;
+	p->block->promoting = 0;
+}
+
 /* Count the outcome for each waiter and pin the block once per waiter
  * when it succeeded. Returns the waiter list (now the caller's). */
 static struct store_waiter *settle_waiters_locked(struct store *s, struct store_promo *p,
@@ -52,7 +90,7 @@ static void finish_locked(struct store *s, struct store_promo *p, int status)
 	struct store_block *b = p->block;
 	struct store_waiter *w = settle_waiters_locked(s, p, status);
 
-	b->promo = NULL;
+	promo_del_locked(t, p);
 	store_block_unpin_locked(s, b);
 	pthread_mutex_unlock(&s->lock);
 	while (w) {
@@ -61,7 +99,7 @@ static void finish_locked(struct store *s, struct store_promo *p, int status)
 		if (status == 0) {
 			w->out->block = b;
 			w->out->data = store_arena_ptr(s->arena, b->first_page);
-			w->out->length = b->length;
+			w->out->length = store_block_length(b);
 			w->out->checksum = b->checksum;
 			w->out->tier = 2;
 		}
@@ -85,10 +123,10 @@ static void install_locked(struct store *s, struct store_promo *p)
 	b->first_page = p->first_page;
 	b->in_dram = 1;
 	s->used_bytes += store_extent_bytes(b);
-	s->payload_bytes += b->length;
+	s->payload_bytes += store_block_length(b);
 	s->dram_blocks++;
 	t->promotions++;
-	t->promoted_bytes += b->length;
+	t->promoted_bytes += store_block_length(b);
 	store_lru_sync_locked(s, b);
 }
 
@@ -136,7 +174,7 @@ void store_promo_run_locked(struct store *s, struct store_promo *p)
 {
 	struct store_tier *t = s->tier;
 	struct store_block *b = p->block;
-	uint64_t ext = store_extent_bytes(b), length = b->length, checksum = b->checksum, off;
+	uint64_t ext = store_extent_bytes(b), length = store_block_length(b), checksum = b->checksum, off;
 	uint32_t seg;
 	int err;
 
@@ -153,7 +191,7 @@ void store_promo_run_locked(struct store *s, struct store_promo *p)
 	t->promo_bytes += ext;
 	store_list_add_tail(&t->promo_running, &p->link);
 	seg = b->seg;
-	off = b->seg_off;
+	off = store_seg_off(b);
 	t->segs[seg].readers++;
 	pthread_mutex_unlock(&s->lock);
 

@@ -73,32 +73,24 @@ static void init_reservation(struct store_block *b, struct store_ns *ns, const u
 	b->node.ns_id = ns->ns_id;
 	memcpy(b->node.key, key, STORE_KEY_BYTES);
 	b->has_parent = has_parent(parent);
-	if (b->has_parent)
-		memcpy(b->parent, parent, STORE_KEY_BYTES);
 	b->state = STORE_BLOCK_RESERVED;
-	b->length = length;
+	store_block_set_length(b, length);
 	b->checksum = checksum;
-	for (int k = 0; k < STORE_LRU_KINDS; k++)
-		b->heap_idx[k] = STORE_HEAP_NONE;
-	b->ns = ns;
-	store_list_init(&b->child_list);
-	store_list_init(&b->sibling);
-	store_list_init(&b->leases);
-	store_list_init(&b->seg_link);
+	b->heap_idx[0] = STORE_HEAP_NONE;
+	b->heap_idx[1] = STORE_HEAP_NONE;
 }
 
 /* The least recently used block of ns that can leave the pool now: no
  * visible children, no refs (GET, child reservation, I/O), no lease pins.
  * A scan of the namespace's blocks. NULL when there is none. */
-static struct store_block *ns_victim_locked(struct store_ns *ns)
+static struct store_block *ns_victim_locked(struct store *s, struct store_ns *ns)
 {
 	struct store_block *best = NULL;
-	struct store_list *it;
 
-	for (it = ns->blocks.next; it != &ns->blocks; it = it->next) {
-		struct store_block *b = store_container_of(it, struct store_block, link);
+	for (uint32_t id = ns->blocks; id; id = store_ring_next(s, ns->blocks, id, STORE_RING_LINK)) {
+		struct store_block *b = store_blk(s, id);
 
-		if (b->children || b->refs || b->lease_pins)
+		if (store_has_children(b) || b->refs || b->leased)
 			continue;
 		if (!best || b->last_use < best->last_use)
 			best = b;
@@ -118,7 +110,7 @@ static int quota_room_locked(struct store *s, struct store_ns *ns, uint64_t leng
 	if (length > quota)
 		return -EDQUOT;
 	while (ns->bytes + ns->reserved_bytes > quota - length) {
-		struct store_block *victim = ns_victim_locked(ns);
+		struct store_block *victim = ns_victim_locked(s, ns);
 
 		if (!victim)
 			return -EDQUOT;
@@ -129,15 +121,15 @@ static int quota_room_locked(struct store *s, struct store_ns *ns, uint64_t leng
 	return 0;
 }
 
-/* Under the lock: check, pin the parent, allocate (evicting), and record
- * the reservation in b. */
-static int begin_locked(struct store *s, struct store_block *b, uint32_t ns_id,
+/* Under the lock: check, take a header, pin the parent, allocate
+ * (evicting), and record the reservation in *out. */
+static int begin_locked(struct store *s, struct store_block **out, uint32_t ns_id,
 			const uint8_t *key, const uint8_t *parent, uint32_t flags,
 			uint64_t length, uint64_t checksum)
 {
 	uint64_t pages = store_pages_of(length), bytes = pages * STORE_PAGE_BYTES;
 	struct store_ns *ns = store_ns_find_locked(s, ns_id);
-	struct store_block *pin = NULL;
+	struct store_block *pin = NULL, *b = NULL;
 	int rc;
 
 	if (!ns)
@@ -145,6 +137,11 @@ static int begin_locked(struct store *s, struct store_block *b, uint32_t ns_id,
 	rc = begin_checks_locked(s, ns, key, parent, flags, bytes, &pin);
 	if (rc == 0)
 		rc = reserve_room_locked(s);
+	if (rc == 0) {
+		/* before anything is evicted for it */
+		b = store_slab_alloc(&s->slab);
+		rc = b ? 0 : -ENOMEM;
+	}
 	if (rc) {
 		if (rc == -EEXIST)
 			ns->put_exists++;
@@ -163,17 +160,20 @@ static int begin_locked(struct store *s, struct store_block *b, uint32_t ns_id,
 	if (rc) {
 		if (pin)
 			store_block_unpin_locked(s, pin);
+		store_slab_free(&s->slab, b);
 		ns->put_errors++;
 		return rc;
 	}
 	init_reservation(b, ns, key, parent, length, checksum);
-	b->pages = (uint32_t)pages;
-	b->parent_blk = pin;
-	store_list_add_tail(&s->reserved, &b->link);
+	store_set_parent(b, pin);
+	if (b->has_parent && !pin)
+		memcpy(b->pending_parent, parent, STORE_KEY_BYTES);
+	store_ring_add_tail(s, &s->reserved, b, STORE_RING_LINK);
 	ns->reservations++;
 	ns->reserved_bytes += length;
 	s->nreserved++;
 	s->inflight_bytes += bytes;
+	*out = b;
 	return 0;
 }
 
@@ -188,16 +188,11 @@ int store_put_begin(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 		return -EINVAL;
 	if (length > s->cfg.max_block_bytes || store_pages_of(length) > store_arena_pages(s->arena))
 		return -EMSGSIZE;
-	b = calloc(1, sizeof(*b));
-	if (!b)
-		return -ENOMEM;
 	pthread_mutex_lock(&s->lock);
-	rc = begin_locked(s, b, ns_id, key, parent, flags, length, checksum);
+	rc = begin_locked(s, &b, ns_id, key, parent, flags, length, checksum);
 	pthread_mutex_unlock(&s->lock);
-	if (rc) {
-		free(b);
+	if (rc)
 		return rc;
-	}
 	*out = b;
 	*dst = store_arena_ptr(s->arena, b->first_page);
 	return 0;
@@ -206,9 +201,11 @@ int store_put_begin(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 /* Take reservation b off the reserved list and the in-flight total. */
 static void unreserve_locked(struct store *s, struct store_block *b)
 {
-	store_list_del(&b->link);
-	b->ns->reservations--;
-	b->ns->reserved_bytes -= b->length;
+	struct store_ns *ns = store_block_ns(s, b);
+
+	store_ring_del(s, &s->reserved, b, STORE_RING_LINK);
+	ns->reservations--;
+	ns->reserved_bytes -= store_block_length(b);
 	s->nreserved--;
 	s->inflight_bytes -= (uint64_t)b->pages * STORE_PAGE_BYTES;
 }
@@ -216,25 +213,26 @@ static void unreserve_locked(struct store *s, struct store_block *b)
 /* Make reservation b visible below parent p (may be NULL). */
 static void publish_locked(struct store *s, struct store_block *b, struct store_block *p)
 {
-	struct store_ns *ns = b->ns;
+	struct store_ns *ns = store_block_ns(s, b);
 
 	b->state = STORE_BLOCK_VISIBLE;
 	b->in_dram = 1;
-	b->parent_blk = p;
+	store_set_parent(b, p);
+	/* the fields of a visible block, over pending_parent (read already) */
+	memset(&b->last_use, 0, sizeof(*b) - offsetof(struct store_block, last_use));
 	store_index_insert(&s->index, &b->node);
-	store_list_add_tail(&ns->blocks, &b->link);
+	store_ring_add_tail(s, &ns->blocks, b, STORE_RING_LINK);
 	if (p) {
-		store_list_add_tail(&p->child_list, &b->sibling);
-		p->children++;
+		store_child_add(s, p, b);
 		store_lru_sync_locked(s, p);
 	}
 	ns->nblocks++;
-	ns->bytes += b->length;
+	ns->bytes += store_block_length(b);
 	ns->puts++;
 	s->blocks++;
 	s->dram_blocks++;
 	s->used_bytes += (uint64_t)b->pages * STORE_PAGE_BYTES;
-	s->payload_bytes += b->length;
+	s->payload_bytes += store_block_length(b);
 	store_lru_touch_locked(s, b);
 	store_lru_sync_locked(s, b);
 }
@@ -242,7 +240,7 @@ static void publish_locked(struct store *s, struct store_block *b, struct store_
 /* Decide the fate of reservation b whose payload hashed to `sum`. */
 static int commit_locked(struct store *s, struct store_block *b, uint64_t sum)
 {
-	struct store_ns *ns = b->ns;
+	struct store_ns *ns = store_block_ns(s, b);
 	struct store_block *p = NULL;
 
 	if (sum != b->checksum) {
@@ -255,7 +253,10 @@ static int commit_locked(struct store *s, struct store_block *b, uint64_t sum)
 		return -EEXIST;
 	}
 	if (b->has_parent) {
-		p = store_find_locked(s, ns->ns_id, b->parent);
+		/* the pinned parent may have been removed (and put again) */
+		struct store_block *pin = store_parent(s, b);
+
+		p = store_find_locked(s, ns->ns_id, pin ? pin->node.key : b->pending_parent);
 		if (!p) {
 			ns->put_errors++;
 			return -ENOLINK;
@@ -267,32 +268,34 @@ static int commit_locked(struct store *s, struct store_block *b, uint64_t sum)
 
 int store_put_commit(struct store *s, struct store_block *b)
 {
-	uint64_t sum = XXH3_64bits(store_arena_ptr(s->arena, b->first_page), b->length);
-	struct store_block *pin = b->parent_blk;
+	uint64_t sum = XXH3_64bits(store_arena_ptr(s->arena, b->first_page), store_block_length(b));
+	struct store_block *pin;
 	int rc;
 
 	pthread_mutex_lock(&s->lock);
+	pin = store_parent(s, b); /* the slab's chunk table only under the lock */
 	unreserve_locked(s, b);
 	rc = commit_locked(s, b, sum);
-	if (rc)
+	if (rc) {
 		(void)store_arena_free(s->arena, b->first_page);
+		store_slab_free(&s->slab, b);
+	}
 	if (pin)
 		store_block_unpin_locked(s, pin);
 	pthread_mutex_unlock(&s->lock);
-	if (rc)
-		free(b);
 	return rc;
 }
 
 void store_put_abort(struct store *s, struct store_block *b)
 {
-	struct store_block *pin = b->parent_blk;
+	struct store_block *pin;
 
 	pthread_mutex_lock(&s->lock);
+	pin = store_parent(s, b);
 	unreserve_locked(s, b);
 	(void)store_arena_free(s->arena, b->first_page);
+	store_slab_free(&s->slab, b);
 	if (pin)
 		store_block_unpin_locked(s, pin);
 	pthread_mutex_unlock(&s->lock);
-	free(b);
 }

@@ -197,30 +197,22 @@ static int check_places(struct rebuild *rb)
 }
 
 /* A new NVMe-only block for record r in namespace ns (not linked yet). */
-static struct store_block *block_of(const struct store_nvme_rec *r, struct store_ns *ns)
+static struct store_block *block_of_locked(struct store *s, const struct store_nvme_rec *r,
+					   struct store_ns *ns)
 {
-	struct store_block *b = calloc(1, sizeof(*b));
+	struct store_block *b = store_slab_alloc(&s->slab);
 
 	if (!b)
 		return NULL;
 	b->node.ns_id = ns->ns_id;
 	memcpy(b->node.key, r->key, STORE_KEY_BYTES);
-	b->has_parent = r->has_parent;
-	if (b->has_parent)
-		memcpy(b->parent, r->parent, STORE_KEY_BYTES);
+	b->has_parent = r->has_parent; /* resolved from r->parent by mark_reachable_locked */
 	b->state = STORE_BLOCK_VISIBLE;
-	b->pages = (uint32_t)store_pages_of(r->length);
-	b->length = r->length;
+	store_block_set_length(b, r->length);
 	b->checksum = r->checksum;
 	b->last_use = r->last_use;
-	for (int k = 0; k < STORE_LRU_KINDS; k++)
-		b->heap_idx[k] = STORE_HEAP_NONE;
-	b->ns = ns;
-	store_list_init(&b->child_list);
-	store_list_init(&b->sibling);
-	store_list_init(&b->link);
-	store_list_init(&b->leases);
-	store_list_init(&b->seg_link);
+	b->heap_idx[0] = STORE_HEAP_NONE;
+	b->heap_idx[1] = STORE_HEAP_NONE;
 	return b;
 }
 
@@ -268,7 +260,7 @@ static int make_blocks_locked(struct rebuild *rb)
 			rb->invalid++;
 			continue;
 		}
-		b = block_of(r, ns);
+		b = block_of_locked(s, r, ns);
 		if (!b)
 			return -ENOMEM;
 		store_index_insert(&s->index, &b->node);
@@ -297,18 +289,18 @@ static int mark_reachable_locked(struct rebuild *rb)
 			stack[top++] = b;
 			continue;
 		}
-		p = store_find_locked(s, b->node.ns_id, b->parent);
+		p = store_find_locked(s, b->node.ns_id, rb->recs[i].parent);
 		if (p) {
-			b->parent_blk = p;
-			store_list_add_tail(&p->child_list, &b->sibling);
-			p->children++;
+			store_set_parent(b, p);
+			store_child_add(s, p, b);
 		}
 	}
 	while (top) {
 		struct store_block *b = stack[--top];
 
-		for (struct store_list *c = b->child_list.next; c != &b->child_list; c = c->next) {
-			struct store_block *ch = store_container_of(c, struct store_block, sibling);
+		for (uint32_t id = b->first_child; id;
+		     id = store_ring_next(s, b->first_child, id, STORE_RING_SIBLING)) {
+			struct store_block *ch = store_blk(s, id);
 
 			if (!ch->mark) {
 				ch->mark = 1;
@@ -334,7 +326,7 @@ static void publish_locked(struct rebuild *rb)
 		/* an orphan's parent, if any, is an orphan too: nothing kept
 		 * points at it */
 		(void)store_index_remove(&s->index, &b->node);
-		free(b);
+		store_slab_free(&s->slab, b);
 		rb->blocks[i] = NULL;
 		rb->orphans++;
 	}
@@ -342,13 +334,15 @@ static void publish_locked(struct rebuild *rb)
 		struct store_block *b = rb->blocks[i];
 		const struct store_nvme_rec *r = &rb->recs[i];
 		struct store_seg *sg;
+		struct store_ns *ns;
 
 		if (!b)
 			continue;
+		ns = store_block_ns(s, b);
 		b->mark = 0;
-		store_list_add_tail(&b->ns->blocks, &b->link);
-		b->ns->nblocks++;
-		b->ns->bytes += b->length;
+		store_ring_add_tail(s, &ns->blocks, b, STORE_RING_LINK);
+		ns->nblocks++;
+		ns->bytes += store_block_length(b);
 		s->blocks++;
 		store_tier_attach_locked(s, b, r->segment, r->offset);
 		sg = &t->segs[r->segment];
@@ -413,7 +407,7 @@ static void unbuild_locked(struct rebuild *rb)
 		if (!rb->blocks[i])
 			continue;
 		(void)store_index_remove(&rb->s->index, &rb->blocks[i]->node);
-		free(rb->blocks[i]);
+		store_slab_free(&rb->s->slab, rb->blocks[i]);
 		rb->blocks[i] = NULL;
 	}
 }

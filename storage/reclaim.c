@@ -69,7 +69,7 @@ uint32_t store_tier_oldest_sealed(const struct store_tier *t)
 
 static bool must_stay(const struct store_block *b)
 {
-	return b->children || b->refs || b->lease_pins || b->promo;
+	return store_has_children(b) || b->refs || b->leased || b->promoting;
 }
 
 /* Bytes of segment sg whose blocks the chain rule (or a pin) keeps. When
@@ -77,12 +77,12 @@ static bool must_stay(const struct store_block *b)
  * gain little (in a prefix tree most blocks have children): the caller
  * then stalls the tier instead, DRAM evicts leaves meanwhile, and that
  * turns blocks here into evictable leaves for a later try. */
-static uint64_t stay_bytes_locked(struct store_seg *sg)
+static uint64_t stay_bytes_locked(const struct store *s, const struct store_seg *sg)
 {
 	uint64_t bytes = 0;
 
-	for (struct store_list *p = sg->blocks.next; p != &sg->blocks; p = p->next) {
-		const struct store_block *b = store_container_of(p, struct store_block, seg_link);
+	for (uint32_t id = sg->blocks; id; id = store_ring_next(s, sg->blocks, id, STORE_RING_SEG)) {
+		const struct store_block *b = store_blk(s, id);
 
 		if (must_stay(b))
 			bytes += store_extent_bytes(b);
@@ -95,9 +95,8 @@ static uint64_t recent_cut(const struct store *s, const struct store_seg *sg)
 {
 	uint64_t oldest = s->clock;
 
-	for (const struct store_list *p = sg->blocks.next; p != &sg->blocks; p = p->next) {
-		const struct store_block *b =
-			store_container_of(p, struct store_block, seg_link);
+	for (uint32_t id = sg->blocks; id; id = store_ring_next(s, sg->blocks, id, STORE_RING_SEG)) {
+		const struct store_block *b = store_blk(s, id);
 
 		if (b->last_use < oldest)
 			oldest = b->last_use;
@@ -114,7 +113,7 @@ static void drop_locked(struct store *s, struct store_block *b)
 		return;
 	}
 	s->evictions++;
-	b->ns->evictions++;
+	store_block_ns(s, b)->evictions++;
 	store_block_remove_locked(s, b);
 }
 
@@ -127,20 +126,21 @@ static void plan_move_locked(struct store *s, struct reclaim *rc, struct store_b
 
 	m->b = b;
 	m->ext = store_extent_bytes(b);
-	m->old_off = b->seg_off;
+	m->old_off = store_seg_off(b);
 	m->new_off = tg->fill_bytes;
-	m->disk_id = b->ns->disk_id;
+	m->disk_id = store_block_ns(s, b)->disk_id;
 	m->from_dram = b->in_dram;
 	m->status = 1;
 	memset(r, 0, sizeof(*r));
 	r->ns_disk_id = m->disk_id;
 	memcpy(r->key, b->node.key, STORE_KEY_BYTES);
-	r->has_parent = b->has_parent;
-	if (b->has_parent)
-		memcpy(r->parent, b->parent, STORE_KEY_BYTES);
+	if (b->parent_id) { /* a visible block's parent is its parent_id */
+		r->has_parent = 1;
+		memcpy(r->parent, store_parent(s, b)->node.key, STORE_KEY_BYTES);
+	}
 	r->segment = rc->target;
 	r->offset = m->new_off;
-	r->length = b->length;
+	r->length = store_block_length(b);
 	r->checksum = b->checksum;
 	r->last_use = b->last_use;
 	tg->fill_bytes += m->ext;
@@ -157,9 +157,9 @@ static int plan_locked(struct store *s, struct reclaim *rc)
 	struct store_tier *t = s->tier;
 	struct store_seg *sg = &t->segs[rc->seg];
 	uint64_t cut = recent_cut(s, sg), budget = t->segment_bytes / 2, room = 0, count = 0;
-	struct store_list *p, *next;
+	uint32_t id, next;
 
-	for (p = sg->blocks.next; p != &sg->blocks; p = p->next)
+	for (id = sg->blocks; id; id = store_ring_next(s, sg->blocks, id, STORE_RING_SEG))
 		count++;
 	rc->moves = calloc(count + 1, sizeof(*rc->moves));
 	rc->recs = calloc(count + 1, sizeof(*rc->recs));
@@ -167,13 +167,14 @@ static int plan_locked(struct store *s, struct reclaim *rc)
 		return -ENOMEM;
 	if (rc->target != STORE_SEG_NONE)
 		room = t->segment_bytes - t->segs[rc->target].fill_bytes;
-	for (p = sg->blocks.next; p != &sg->blocks; p = next) {
-		struct store_block *b = store_container_of(p, struct store_block, seg_link);
+	/* by count: dropping b takes it off the ring (maybe its head) */
+	for (id = sg->blocks; count; id = next, count--) {
+		struct store_block *b = store_blk(s, id);
 		uint64_t ext = store_extent_bytes(b);
 		bool stay = must_stay(b);
 		bool recent = !stay && b->last_use > cut && budget >= ext;
 
-		next = p->next;
+		next = store_ring_at(s, id, STORE_RING_SEG)->next;
 		if (!stay && !recent) {
 			drop_locked(s, b);
 			continue;
@@ -207,7 +208,7 @@ static int move_one(struct store *s, struct reclaim *rc, struct move *m, void *b
 			m->status = -EIO;
 			return 0;
 		}
-		if (XXH3_64bits(bounce, m->b->length) != m->b->checksum) {
+		if (XXH3_64bits(bounce, store_block_length(m->b)) != m->b->checksum) {
 			m->status = -EBADMSG;
 			return 0;
 		}
@@ -286,11 +287,11 @@ static void commit_move_locked(struct store *s, struct reclaim *rc, struct move 
 		if (b->state == STORE_BLOCK_REMOVED) {
 			store_tier_queue_del_locked(s, m->disk_id, b->node.key, rc->target);
 		} else {
-			store_list_del(&b->seg_link);
+			store_ring_del(s, &t->segs[rc->seg].blocks, b, STORE_RING_SEG);
 			t->segs[rc->seg].live_bytes -= m->ext;
 			b->seg = rc->target;
-			b->seg_off = m->new_off;
-			store_list_add_tail(&t->segs[rc->target].blocks, &b->seg_link);
+			b->seg_page = (uint32_t)(m->new_off / STORE_PAGE_BYTES);
+			store_ring_add_tail(s, &t->segs[rc->target].blocks, b, STORE_RING_SEG);
 			t->segs[rc->target].live_bytes += m->ext;
 		}
 	} else if (m->status < 0) {
@@ -318,7 +319,7 @@ int store_reclaim_locked(struct store *s)
 	if (rc.seg == STORE_SEG_NONE)
 		return -EAGAIN;
 	sg = &t->segs[rc.seg];
-	if (stay_bytes_locked(sg) > t->segment_bytes / 4 * 3)
+	if (stay_bytes_locked(s, sg) > t->segment_bytes / 4 * 3)
 		return -EAGAIN; /* rewriting it would free little: not now */
 	sg->state = STORE_SEG_FREEING;
 	err = plan_locked(s, &rc);

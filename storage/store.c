@@ -42,6 +42,20 @@ struct store_block *store_find_locked(struct store *s, uint32_t ns_id,
 	return n ? store_container_of(n, struct store_block, node) : NULL;
 }
 
+/* The index names blocks by their header ids (32 bits, not 64). */
+static struct store_index_node *index_node(void *arg, uint32_t id)
+{
+	return &store_slab_ptr(&((struct store *)arg)->slab, id)->node;
+}
+
+static uint32_t index_id(void *arg, const struct store_index_node *n)
+{
+	(void)arg;
+	return store_slab_id(store_container_of(n, struct store_block, node));
+}
+
+static const struct store_index_ops index_ops = { .node = index_node, .id = index_id };
+
 /* Validate the configuration; the arena gets whole pages only. */
 static int check_config(const struct store_config *cfg, uint64_t *pages)
 {
@@ -56,33 +70,20 @@ static int check_config(const struct store_config *cfg, uint64_t *pages)
 /* Empty lists and counters of a new pool. */
 static void init_lists(struct store *s)
 {
-	store_list_init(&s->reserved);
-	store_list_init(&s->zombies);
 	store_list_init(&s->lessees);
 	store_list_init(&s->expiry);
 	store_list_init(&s->lease_pool);
 }
 
-/* Free every block header on list h (pages go with the arena). */
-static void free_block_list(struct store_list *h, size_t link_offset)
-{
-	while (!store_list_empty(h)) {
-		struct store_list *pos = h->next;
-
-		store_list_del(pos);
-		free((char *)pos - link_offset);
-	}
-}
-
-/* Free every namespace and block header (store_close, failed open). */
+/* Free every namespace and block header (store_close, failed open);
+ * pages go with the arena. */
 static void free_all_blocks(struct store *s)
 {
-	for (uint32_t i = 0; i < s->nns; i++) {
-		free_block_list(&s->ns[i]->blocks, offsetof(struct store_block, link));
+	for (uint32_t i = 0; i < s->nns; i++)
 		free(s->ns[i]);
-	}
-	free_block_list(&s->reserved, offsetof(struct store_block, link));
-	free_block_list(&s->zombies, offsetof(struct store_block, link));
+	s->reserved = 0;
+	s->zombies = 0;
+	store_slab_destroy(&s->slab);
 	free(s->ns);
 	s->ns = NULL;
 	s->nns = 0;
@@ -108,12 +109,16 @@ int store_open(const struct store_config *cfg, struct store **out, char *why, si
 	if (rc)
 		goto out_free;
 	rc = store_index_init(&s->index, pages / PAGES_PER_BUCKET > INITIAL_BUCKETS ?
-					 pages / PAGES_PER_BUCKET : INITIAL_BUCKETS);
+					 pages / PAGES_PER_BUCKET : INITIAL_BUCKETS,
+			      &index_ops, s);
 	if (rc)
 		goto out_close_arena;
-	rc = store_lru_reserve_locked(s, INITIAL_BUCKETS);
+	rc = store_slab_init(&s->slab);
 	if (rc)
 		goto out_destroy_index;
+	rc = store_lru_reserve_locked(s, INITIAL_BUCKETS);
+	if (rc)
+		goto out_free_heap;
 	rc = -pthread_mutex_init(&s->lock, NULL);
 	if (rc)
 		goto out_free_heap;
@@ -126,11 +131,12 @@ int store_open(const struct store_config *cfg, struct store **out, char *why, si
 	return 0;
 
 out_free_blocks:
-	free_all_blocks(s);
+	free_all_blocks(s); /* the slab too */
 	pthread_mutex_destroy(&s->lock);
 out_free_heap:
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
 		free(s->lru[k].v);
+	store_slab_destroy(&s->slab);
 out_destroy_index:
 	store_index_destroy(&s->index);
 out_close_arena:
@@ -313,7 +319,6 @@ static struct store_ns *ns_new(const char *name, size_t len, uint64_t hash)
 	memcpy(ns->name, name, len);
 	ns->name_len = (uint32_t)len;
 	ns->name_hash = hash;
-	store_list_init(&ns->blocks);
 	return ns;
 }
 
@@ -425,12 +430,11 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 		return -ENOENT;
 	}
 	/* remove whole trees from their roots: each tree is walked once */
-	while (!store_list_empty(&ns->blocks)) {
-		struct store_block *b =
-			store_container_of(ns->blocks.next, struct store_block, link);
+	while (ns->blocks) {
+		struct store_block *b = store_blk(s, ns->blocks);
 
-		while (b->parent_blk)
-			b = b->parent_blk;
+		while (b->parent_id)
+			b = store_parent(s, b);
 		nblocks += store_block_remove_tree_locked(s, b, &nbytes);
 	}
 	/* the namespace's next demotion gets a fresh disk id, so records of
@@ -457,12 +461,10 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 /* Memory held outside the arena: index, headers, heap, leases, tables. */
 static uint64_t index_bytes_locked(const struct store *s)
 {
-	uint64_t headers = s->blocks + s->nreserved + s->nzombies;
-
-	return sizeof(*s) + store_index_bytes(&s->index) +
-	       headers * sizeof(struct store_block) +
-	       (s->lru[0].cap + s->lru[1].cap + s->lru[2].cap) * sizeof(struct store_block *) +
+	return sizeof(*s) + store_index_bytes(&s->index) + store_slab_bytes(&s->slab) +
+	       (s->lru[0].cap + s->lru[1].cap + s->lru[2].cap) * sizeof(*s->lru[0].v) +
 	       s->lease_records * sizeof(struct store_lease) +
+	       s->lease_buckets * sizeof(*s->lease_by_block) +
 	       s->nlessees * sizeof(struct store_lessee) +
 	       s->ns_cap * sizeof(*s->ns) + s->nns * sizeof(struct store_ns) +
 	       store_arena_meta_bytes(s->arena);

@@ -73,7 +73,8 @@ struct store_config {
 	const char *nvme_dir;            /* an existing, writable directory; copied at open */
 	uint64_t nvme_capacity_bytes;    /* segment file bytes at most; >= 2 segments */
 	uint64_t nvme_segment_bytes;     /* 0 = 256 MiB, lowered to capacity / 8 when that is
-					  * smaller (4 KiB multiple, >= max_block_bytes rounded up) */
+					  * smaller (4 KiB multiple, >= max_block_bytes rounded up,
+					  * < 16 TiB) */
 	uint32_t nvme_io_threads;        /* demotion/promotion threads; 0 = 2 */
 	enum store_admission nvme_admission;
 

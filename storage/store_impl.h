@@ -10,14 +10,18 @@
  *
  * Block life cycle:
  *   RESERVED  store_put_begin made it; on s->reserved; not in the index;
- *             parent_blk is the parent it pins (a ref), if any.
+ *             parent_id is the parent it pins (a ref), if any; a
+ *             parent not stored yet (same batch) is kept by key in
+ *             pending_parent.
  *   VISIBLE   committed; in the index, on its namespace's list, on its
  *             parent's child list; in each LRU heap exactly when it
- *             qualifies (below).
+ *             qualifies (below). A block that is not a first block
+ *             (has_parent) always has its visible parent in parent_id:
+ *             removal takes whole subtrees, so no child outlives it.
  *   REMOVED   deleted/dropped/evicted while refs were held; on
  *             s->zombies until the last store_release frees its pages.
  * A visible block has a DRAM copy (in_dram: arena extent first_page,
- * pages), an NVMe copy (on_nvme: segment seg at seg_off, with a committed
+ * pages), an NVMe copy (on_nvme: segment seg at page seg_page, with a committed
  * RocksDB record), or both. A DRAM copy is clean when the block is also
  * on NVMe, dirty otherwise.
  *
@@ -29,6 +33,13 @@
  *          pins: DRAM copies dropped instantly on the put path.
  *   DIRTY  NVMe tier only: VISIBLE, in DRAM, not on NVMe, not being
  *          demoted: what the demoter writes next.
+ *
+ * Memory per block (index_bytes): a 120-byte header from the slab
+ * (slab.c), named by a 32-bit id; the hash table, the heaps, parent and
+ * child links and the block lists hold ids, not pointers (a 4-byte bucket
+ * and a 4-byte EVICT heap slot per block). Leases, promotions in flight
+ * and namespaces live in their own tables, found by block or by id, so a
+ * block pays nothing for them.
  */
 #ifndef KVPOOL_STORE_IMPL_H
 #define KVPOOL_STORE_IMPL_H
@@ -99,41 +110,142 @@ enum store_lru_kind {
 	STORE_LRU_KINDS,
 };
 
-/* A min-heap of blocks on last_use; a block's slot is heap_idx[kind]. */
+/* A min-heap of blocks (their header ids) on last_use; a block's slot is
+ * store_lru_slot(b, kind). */
 struct store_heap {
-	struct store_block **v;
+	uint32_t *v;
 	uint64_t len, cap;
 };
 
-struct store_block {
-	struct store_index_node node;     /* ns_id, key, hash chain */
-	uint8_t parent[STORE_KEY_BYTES];  /* zeros for a first block */
-	uint8_t has_parent;
-	uint8_t state;                    /* enum store_block_state */
-	uint8_t in_dram;                  /* first_page holds a copy */
-	uint8_t on_nvme;                  /* seg/seg_off hold a copy with a committed record */
-	uint8_t demoting;                 /* a demotion is writing it (holds a ref) */
-	uint8_t reused;                   /* GET or MATCH since its put (admission) */
-	uint8_t mark;                     /* scratch for rebuild and checks */
-	uint32_t first_page, pages;       /* arena extent (first_page valid when in_dram) */
-	uint64_t length;                  /* payload bytes */
-	uint64_t checksum;                /* xxh3-64 given by the client */
-	uint32_t refs;                    /* GET pins + pins by child reservations + I/O */
-	uint32_t lease_pins;              /* leases held on it */
-	uint32_t children;                /* visible children (either tier) */
-	uint32_t heap_idx[STORE_LRU_KINDS]; /* slot per heap, STORE_HEAP_NONE if not in it */
-	uint64_t last_use;                /* s->clock at last put, GET or MATCH */
-	uint32_t seg;                     /* NVMe segment (when on_nvme) */
-	uint64_t seg_off;                 /* byte offset in it */
-	struct store_promo *promo;        /* promotion in flight, or NULL */
-	struct store_ns *ns;
-	struct store_block *parent_blk;   /* visible parent; for a reservation the pinned one */
-	struct store_list child_list;     /* visible children (their sibling links) */
-	struct store_list sibling;        /* in parent_blk->child_list */
-	struct store_list link;           /* ns->blocks, s->reserved or s->zombies */
-	struct store_list leases;         /* struct store_lease.by_block */
-	struct store_list seg_link;       /* tier->segs[seg].blocks when on_nvme */
+/* A link in a ring of block headers, by slab id; a ring's head is the id
+ * of its first member (0 = empty). Half the size of two pointers. */
+struct store_ring {
+	uint32_t next, prev; /* 0, 0 when on no ring */
 };
+
+struct store_block {
+	struct store_index_node node;     /* ns_id, key, hash chain (40 bytes) */
+	uint32_t first_page;              /* arena extent start (valid when in_dram) */
+	uint32_t pages;                   /* extent: 4 KiB pages of the payload */
+	uint64_t checksum;                /* xxh3-64 given by the client */
+	/* slots in the LRU heaps, STORE_HEAP_NONE if not in one: [0] EVICT,
+	 * [1] CLEAN or DIRTY (never both: on_nvme or not), which one is
+	 * slot1_clean (store_lru_slot) */
+	uint32_t heap_idx[2];
+	uint16_t pad_bytes;               /* pages * 4 KiB - payload bytes (store_block_length) */
+	uint16_t state : 2;               /* enum store_block_state */
+	uint16_t has_parent : 1;          /* not a first block: parent_id is its parent */
+	uint16_t in_dram : 1;             /* first_page holds a copy */
+	uint16_t on_nvme : 1;             /* seg/seg_page hold a copy with a committed record */
+	uint16_t demoting : 1;            /* a demotion is writing it (holds a ref) */
+	uint16_t promoting : 1;           /* a promotion is in flight (store_promo_find_locked) */
+	uint16_t reused : 1;              /* GET or MATCH since its put (admission) */
+	uint16_t mark : 1;                /* scratch for rebuild and checks */
+	uint16_t slot1_clean : 1;         /* heap_idx[1] is a CLEAN slot, not DIRTY */
+	uint16_t leased : 1;              /* a lease pins it (in s->lease_by_block) */
+	/* visible parent; for a reservation the pinned one (store_parent) */
+	uint32_t parent_id;
+	struct store_ring link;           /* ns->blocks, s->reserved or s->zombies */
+	union {
+		/* VISIBLE and REMOVED (zeroed when a reservation is published;
+		 * nobody finds a reservation, so it holds no refs) */
+		struct {
+			uint64_t last_use;        /* s->clock at last put, GET or MATCH */
+			uint32_t refs;            /* GET pins + pins by child reservations + I/O */
+			uint32_t seg;             /* NVMe segment (when on_nvme) */
+			uint32_t seg_page;        /* offset in it in 4 KiB pages (store_seg_off) */
+			/* visible children (either tier): the head of their
+			 * sibling ring, 0 when there are none */
+			uint32_t first_child;
+			struct store_ring sibling;  /* ring of the parent's children */
+			struct store_ring seg_link; /* tier->segs[seg].blocks when on_nvme */
+		};
+		/* RESERVED with has_parent and no parent_id (its parent was
+		 * to come in the same batch): the parent's key, looked up at
+		 * commit. Every other parent key is the parent's node.key. */
+		uint8_t pending_parent[STORE_KEY_BYTES];
+	};
+};
+
+/* ---- slab.c: block headers ---- */
+
+#define STORE_SLAB_CHUNK_BYTES (1u << 20)  /* one mapping, aligned to its size */
+#define STORE_SLAB_HDR_BYTES 64u           /* the chunk's number, then headers */
+#define STORE_SLAB_PER_CHUNK \
+	((uint32_t)((STORE_SLAB_CHUNK_BYTES - STORE_SLAB_HDR_BYTES) / sizeof(struct store_block)))
+
+/* Every block header of a pool (slab.c). */
+struct store_slab {
+	char **chunks;
+	uint32_t nchunks, cap;
+	uint32_t fresh;      /* headers of the last chunk handed out at least once */
+	uint32_t free_head;  /* id of the first freed header, 0 = none */
+	uint64_t live;       /* headers handed out and not freed */
+};
+
+/* An empty slab with room for 16 chunks in its table. Errors: -ENOMEM. */
+int store_slab_init(struct store_slab *sl);
+/* A zeroed header, or NULL without memory. */
+struct store_block *store_slab_alloc(struct store_slab *sl);
+/* Give header b back (it is on no list any more). */
+void store_slab_free(struct store_slab *sl, struct store_block *b);
+/* Bytes held: chunks and the chunk table. */
+uint64_t store_slab_bytes(const struct store_slab *sl);
+/* Unmap every chunk (every header goes). */
+void store_slab_destroy(struct store_slab *sl);
+
+/* The 32-bit id of header b (never 0). */
+static inline uint32_t store_slab_id(const struct store_block *b)
+{
+	uintptr_t base = (uintptr_t)b & ~(uintptr_t)(STORE_SLAB_CHUNK_BYTES - 1);
+	uint32_t chunk = *(const uint32_t *)base;
+	uint32_t slot = (uint32_t)(((uintptr_t)b - base - STORE_SLAB_HDR_BYTES) /
+				   sizeof(struct store_block));
+
+	return chunk * STORE_SLAB_PER_CHUNK + slot + 1;
+}
+
+/* The header with id `id` (not 0). */
+static inline struct store_block *store_slab_ptr(const struct store_slab *sl, uint32_t id)
+{
+	uint32_t i = id - 1;
+
+	return (struct store_block *)(void *)(sl->chunks[i / STORE_SLAB_PER_CHUNK] +
+					      STORE_SLAB_HDR_BYTES +
+					      (size_t)(i % STORE_SLAB_PER_CHUNK) *
+						      sizeof(struct store_block));
+}
+
+/* Payload bytes of b. */
+static inline uint64_t store_block_length(const struct store_block *b)
+{
+	return (uint64_t)b->pages * STORE_PAGE_BYTES - b->pad_bytes;
+}
+
+/* Set b's payload bytes (1 .. 2^32 pages of 4 KiB) and extent pages. */
+static inline void store_block_set_length(struct store_block *b, uint64_t length)
+{
+	uint64_t pages = length / STORE_PAGE_BYTES + (length % STORE_PAGE_BYTES != 0);
+
+	b->pages = (uint32_t)pages;
+	b->pad_bytes = (uint16_t)(pages * STORE_PAGE_BYTES - length);
+}
+
+/* Byte offset of b's NVMe copy in its segment. */
+static inline uint64_t store_seg_off(const struct store_block *b)
+{
+	return (uint64_t)b->seg_page * STORE_PAGE_BYTES;
+}
+
+/* b's slot in LRU heap `kind`, or STORE_HEAP_NONE if it is not in it. */
+static inline uint32_t store_lru_slot(const struct store_block *b, int kind)
+{
+	if (kind == 0)
+		return b->heap_idx[0];
+	if (b->heap_idx[1] == STORE_HEAP_NONE || b->slot1_clean != (kind == STORE_LRU_CLEAN))
+		return STORE_HEAP_NONE;
+	return b->heap_idx[1];
+}
 
 struct store_lessee {
 	struct store_list link;   /* s->lessees */
@@ -146,15 +258,16 @@ struct store_lease {
 	struct store_block *block;
 	struct store_lessee *lessee;
 	uint64_t expiry_ms;          /* CLOCK_MONOTONIC ms */
-	struct store_list by_block;
+	struct store_lease *by_block; /* chain in s->lease_by_block (active leases) */
 	struct store_list by_lessee;
 	struct store_list by_expiry; /* s->expiry (ascending) or s->lease_pool */
 };
 
 /* A namespace lives until it is reclaimed: when a new name arrives at
  * STORE_MAX_NAMESPACES, one with no users, no visible blocks and no
- * reservations is freed and the new name gets a fresh id. REMOVED blocks
- * (zombies) have ns == NULL so nothing points at a reclaimed one. */
+ * reservations is freed and the new name gets a fresh id. Blocks hold
+ * only its id (node.ns_id); REMOVED blocks (zombies) never look theirs up,
+ * as it may be reclaimed before their last release. */
 struct store_ns {
 	char name[STORE_NAME_MAX_BYTES + 1];
 	uint32_t name_len;
@@ -166,7 +279,7 @@ struct store_ns {
 	uint32_t reservations;    /* uncommitted puts (RESERVED blocks) */
 	uint64_t reserved_bytes;  /* their payload bytes (quota) */
 	uint64_t quota_bytes;     /* payload bytes allowed (visible + reserved); 0 = no limit */
-	struct store_list blocks; /* visible blocks, struct store_block.link */
+	uint32_t blocks;          /* ring of its visible blocks (struct store_block.link) */
 	uint64_t nblocks, bytes;
 	uint64_t puts, put_exists, put_errors;
 	uint64_t get_hits, get_misses, exists_hits, exists_misses;
@@ -197,7 +310,7 @@ struct store_seg {
 	uint64_t seq;             /* age: higher = activated later */
 	uint32_t readers;         /* reads in flight (promotions, reclaim) */
 	uint32_t pending_dels;    /* queued record deletes of ranges here */
-	struct store_list blocks; /* struct store_block.seg_link */
+	uint32_t blocks;          /* ring of the blocks here (struct store_block.seg_link) */
 };
 
 /* A RocksDB record to delete: the block left NVMe (or never should have
@@ -220,11 +333,15 @@ struct store_waiter {
 /* A promotion: NVMe -> DRAM for one block, shared by its waiters. */
 struct store_promo {
 	struct store_block *block;   /* holds a ref on it */
+	struct store_promo *hnext;   /* chain in tier->promo_by_block */
 	struct store_list link;      /* tier->promo_queue, then tier->promo_running */
 	struct store_waiter *waiters;
 	uint32_t first_page;         /* arena extent being filled (when has_pages) */
 	bool has_pages;
 };
+
+/* Buckets of the promotions-in-flight table (struct store_tier). */
+#define STORE_PROMO_BUCKETS 256u
 
 /* Rate limit for repeated error log lines: one per interval. */
 struct store_ratelimit {
@@ -257,6 +374,9 @@ struct store_tier {
 	uint32_t fail_writes;        /* test hook: fail this many writes */
 	bool hold, held;             /* test hook: park the demoter before its write */
 
+	/* promotions in flight by block (few: a table in the tier rather
+	 * than a pointer in every block header) */
+	struct store_promo *promo_by_block[STORE_PROMO_BUCKETS];
 	struct store_list promo_queue;   /* promotions not started */
 	struct store_list promo_running; /* promotions holding arena pages */
 	uint64_t promos;                 /* queued + running */
@@ -291,6 +411,7 @@ struct store {
 	struct store_config cfg;
 	struct store_arena *arena;
 	uint64_t capacity_bytes;
+	struct store_slab slab;       /* every block header (visible, reserved, removed) */
 	struct store_index index;     /* visible blocks only (either tier) */
 	struct store_heap lru[STORE_LRU_KINDS];
 	uint64_t clean_pages;         /* pages of the blocks in lru[STORE_LRU_CLEAN] */
@@ -300,14 +421,18 @@ struct store {
 	uint32_t next_ns_id;          /* id for the next new namespace */
 	struct store_ns *ns_by_name[STORE_NS_BUCKETS]; /* chained on name_next */
 	struct store_ns *ns_by_id[STORE_NS_BUCKETS];   /* chained on id_next */
-	struct store_list reserved;   /* RESERVED blocks */
-	struct store_list zombies;    /* REMOVED blocks still referenced */
+	uint32_t reserved;            /* ring of RESERVED blocks (their link) */
+	uint32_t zombies;             /* ring of REMOVED blocks still referenced */
 	struct store_list lessees;
 	struct store_list expiry;     /* active leases, ascending expiry_ms */
 	struct store_list lease_pool; /* spare lease records */
 	uint64_t nreserved, nzombies, nlessees;
 	uint64_t lease_records;       /* allocated lease records, active or spare */
 	uint64_t lease_spare;
+	/* active leases by block: a table sized with the lease records
+	 * rather than a list head in every block header */
+	struct store_lease **lease_by_block;
+	uint64_t lease_buckets;       /* power of two, >= lease_records; 0 before the first */
 	/* used_bytes: arena bytes of committed DRAM copies not yet freed,
 	 * visible or REMOVED (zombie_bytes of them), so used + inflight +
 	 * promotions' bytes + free = capacity at every moment. payload_bytes:
@@ -321,9 +446,111 @@ struct store {
 	struct store_tier *tier;      /* NULL without an NVMe tier */
 };
 
+/* ---- block headers by id: parents, children, rings ---- */
+
+/* The header with id `id`, or NULL for 0. */
+static inline struct store_block *store_blk(const struct store *s, uint32_t id)
+{
+	return id ? store_slab_ptr(&s->slab, id) : NULL;
+}
+
+/* b's parent (visible, or pinned by reservation b), or NULL. */
+static inline struct store_block *store_parent(const struct store *s, const struct store_block *b)
+{
+	return store_blk(s, b->parent_id);
+}
+
+static inline void store_set_parent(struct store_block *b, const struct store_block *p)
+{
+	b->parent_id = p ? store_slab_id(p) : 0;
+}
+
+#define STORE_RING_LINK offsetof(struct store_block, link)
+#define STORE_RING_SIBLING offsetof(struct store_block, sibling)
+#define STORE_RING_SEG offsetof(struct store_block, seg_link)
+
+/* The ring link at offset `off` of header `id`. */
+static inline struct store_ring *store_ring_at(const struct store *s, uint32_t id, size_t off)
+{
+	return (struct store_ring *)(void *)((char *)store_slab_ptr(&s->slab, id) + off);
+}
+
+/* Put b last on the ring whose head is *head (its link at `off` is free). */
+static inline void store_ring_add_tail(struct store *s, uint32_t *head, struct store_block *b,
+				       size_t off)
+{
+	uint32_t id = store_slab_id(b);
+	struct store_ring *n = (struct store_ring *)(void *)((char *)b + off), *first;
+
+	if (!*head) {
+		n->next = id;
+		n->prev = id;
+		*head = id;
+		return;
+	}
+	first = store_ring_at(s, *head, off);
+	n->next = *head;
+	n->prev = first->prev;
+	store_ring_at(s, first->prev, off)->next = id;
+	first->prev = id;
+}
+
+/* Take b off the ring whose head is *head (no-op if b is on no ring). */
+static inline void store_ring_del(struct store *s, uint32_t *head, struct store_block *b,
+				  size_t off)
+{
+	uint32_t id = store_slab_id(b);
+	struct store_ring *n = (struct store_ring *)(void *)((char *)b + off);
+
+	if (!n->next)
+		return;
+	if (n->next == id) {
+		*head = 0;
+	} else {
+		store_ring_at(s, n->prev, off)->next = n->next;
+		store_ring_at(s, n->next, off)->prev = n->prev;
+		if (*head == id)
+			*head = n->next;
+	}
+	n->next = 0;
+	n->prev = 0;
+}
+
+/* The member after `id` on the ring with head `head`, 0 after the last. */
+static inline uint32_t store_ring_next(const struct store *s, uint32_t head, uint32_t id,
+				       size_t off)
+{
+	uint32_t next = store_ring_at(s, id, off)->next;
+
+	return next == head ? 0 : next;
+}
+
+/* Has b visible children? */
+static inline bool store_has_children(const struct store_block *b)
+{
+	return b->first_child != 0;
+}
+
+/* Put b on p's children (b->sibling is free). */
+static inline void store_child_add(struct store *s, struct store_block *p, struct store_block *b)
+{
+	store_ring_add_tail(s, &p->first_child, b, STORE_RING_SIBLING);
+}
+
+/* Take b off p's children. */
+static inline void store_child_del(struct store *s, struct store_block *p, struct store_block *b)
+{
+	store_ring_del(s, &p->first_child, b, STORE_RING_SIBLING);
+}
+
 /* ---- store.c ---- */
 /* The namespace with this id, or NULL. */
 struct store_ns *store_ns_find_locked(struct store *s, uint32_t ns_id);
+/* The namespace of visible or reserved block b (it exists while b does). */
+static inline struct store_ns *store_block_ns(struct store *s, const struct store_block *b)
+{
+	return store_ns_find_locked(s, b->node.ns_id);
+}
 /* The visible block (ns_id, key), or NULL. */
 struct store_block *store_find_locked(struct store *s, uint32_t ns_id,
 				      const uint8_t key[STORE_KEY_BYTES]);
@@ -365,6 +592,8 @@ int store_alloc_room_locked(struct store *s, uint32_t pages, uint32_t *first);
 /* ---- lease.c ---- */
 /* CLOCK_MONOTONIC in milliseconds. */
 uint64_t store_now_ms(void);
+/* The bucket of block b in s->lease_by_block (lease_buckets not 0). */
+struct store_lease **store_lease_bucket(const struct store *s, const struct store_block *b);
 /* Have at least n spare lease records. Errors: -ENOMEM. */
 int store_lease_reserve_locked(struct store *s, uint64_t n);
 /* Pin b for lessee until expiry_ms (or extend); needs a spare record. */
@@ -445,6 +674,11 @@ uint32_t store_tier_oldest_sealed(const struct store_tier *t);
 int store_reclaim_locked(struct store *s);
 
 /* ---- promote.c ---- */
+/* The promotion in flight for b, or NULL (look only when b->promoting). */
+struct store_promo *store_promo_find_locked(const struct store_tier *t,
+					    const struct store_block *b);
+/* Start promotion p of p->block: in the table, the block marked. */
+void store_promo_add_locked(struct store_tier *t, struct store_promo *p);
 /* Run one queued promotion (I/O thread). Drops and retakes the lock. */
 void store_promo_run_locked(struct store *s, struct store_promo *p);
 

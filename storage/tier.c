@@ -98,12 +98,12 @@ void store_tier_attach_locked(struct store *s, struct store_block *b, uint32_t s
 
 	b->on_nvme = 1;
 	b->seg = seg;
-	b->seg_off = off;
-	store_list_add_tail(&sg->blocks, &b->seg_link);
+	b->seg_page = (uint32_t)(off / STORE_PAGE_BYTES); /* 4 KiB aligned */
+	store_ring_add_tail(s, &sg->blocks, b, STORE_RING_SEG);
 	sg->live_bytes += store_extent_bytes(b);
 	t->nvme_blocks++;
-	t->nvme_payload_bytes += b->length;
-	b->ns->nvme_blocks++;
+	t->nvme_payload_bytes += store_block_length(b);
+	store_block_ns(s, b)->nvme_blocks++;
 	store_lru_sync_locked(s, b);
 }
 
@@ -136,14 +136,15 @@ void store_tier_detach_locked(struct store *s, struct store_block *b)
 {
 	struct store_tier *t = s->tier;
 	struct store_seg *sg = &t->segs[b->seg];
+	struct store_ns *ns = store_block_ns(s, b);
 
-	store_list_del(&b->seg_link);
+	store_ring_del(s, &sg->blocks, b, STORE_RING_SEG);
 	sg->live_bytes -= store_extent_bytes(b);
 	t->nvme_blocks--;
-	t->nvme_payload_bytes -= b->length;
-	b->ns->nvme_blocks--;
+	t->nvme_payload_bytes -= store_block_length(b);
+	ns->nvme_blocks--;
 	b->on_nvme = 0;
-	store_tier_queue_del_locked(s, b->ns->disk_id, b->node.key, b->seg);
+	store_tier_queue_del_locked(s, ns->disk_id, b->node.key, b->seg);
 	store_tier_seg_settle_locked(s, b->seg);
 	store_lru_sync_locked(s, b);
 }
@@ -320,7 +321,7 @@ static void *worker_main(void *arg)
 /* ---- geometry and opening ---- */
 
 /* Segment size and count from the configuration (store.h rules).
- * Errors: -EINVAL (fewer than two segments). */
+ * Errors: -EINVAL (fewer than two segments, or segments of 16 TiB or more). */
 static int geometry(const struct store_config *cfg, uint64_t *seg_bytes, uint32_t *nseg)
 {
 	uint64_t max_ext = store_pages_of(cfg->max_block_bytes) * STORE_PAGE_BYTES;
@@ -334,8 +335,8 @@ static int geometry(const struct store_config *cfg, uint64_t *seg_bytes, uint32_
 	seg -= seg % STORE_PAGE_BYTES;
 	if (seg < max_ext)
 		seg = max_ext;
-	if (seg == 0)
-		return -EINVAL;
+	if (seg == 0 || seg / STORE_PAGE_BYTES > UINT32_MAX)
+		return -EINVAL; /* block headers hold offsets in 32-bit pages */
 	n = cfg->nvme_capacity_bytes / seg;
 	if (n < 2 || n > UINT32_MAX - 1)
 		return -EINVAL;
@@ -371,7 +372,6 @@ static struct store_tier *tier_new(uint64_t seg_bytes, uint32_t nseg)
 		return NULL;
 	}
 	for (uint32_t i = 0; i < nseg; i++)
-		store_list_init(&t->segs[i].blocks);
 	t->segment_bytes = seg_bytes;
 	t->nseg = nseg;
 	t->nfree = nseg;
@@ -658,7 +658,7 @@ int store_debug_nvme_where(struct store *s, uint32_t ns_id, const uint8_t key[ST
 	b = store_find_locked(s, ns_id, key);
 	if (b && b->on_nvme) {
 		*segment = b->seg;
-		*offset = b->seg_off;
+		*offset = store_seg_off(b);
 		if (in_dram)
 			*in_dram = b->in_dram;
 		rc = 0;
@@ -676,7 +676,7 @@ int store_debug_drop_dram(struct store *s, uint32_t ns_id, const uint8_t key[STO
 	b = store_find_locked(s, ns_id, key);
 	if (!b)
 		rc = -ENOENT;
-	else if (b->heap_idx[STORE_LRU_CLEAN] == STORE_HEAP_NONE || !s->tier)
+	else if (store_lru_slot(b, STORE_LRU_CLEAN) == STORE_HEAP_NONE || !s->tier)
 		rc = -EBUSY;
 	else
 		store_block_drop_dram_locked(s, b);

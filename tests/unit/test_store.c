@@ -1140,6 +1140,72 @@ static void test_delete_removes_descendants(void **state)
 	store_close(s);
 }
 
+/* Siblings of one parent leave in any order (first, middle, last of its
+ * child ring): the parent stays pinned as a non-leaf until the last one
+ * goes, and store_check sees every child on the ring at each step. */
+static void test_delete_siblings_any_order(void **state)
+{
+	static const uint64_t order[] = { 2, 5, 7, 3, 6, 4 };
+	struct store *s = open_store(64 * PAGE, PAGE, 0, 0);
+	uint32_t ns = ns_of(s, "m");
+	uint8_t key[STORE_KEY_BYTES];
+	uint64_t removed = 0;
+
+	(void)state;
+	assert_int_equal(put_id(s, ns, 1, 0, 10), 0);
+	for (uint64_t id = 2; id <= 7; id++)
+		assert_int_equal(put_id(s, ns, id, 1, 10), 0);
+	assert_int_equal(put_id(s, ns, 8, 5, 10), 0); /* a grandchild under 5 */
+	assert_check(s);
+	for (size_t i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+		key_of(order[i], key);
+		assert_int_equal(store_delete(s, ns, key, &removed), 0);
+		assert_int_equal(removed, order[i] == 5 ? 2 : 1);
+		assert_false(stored(s, ns, order[i]));
+		assert_true(stored(s, ns, 1));
+		assert_check(s);
+	}
+	assert_false(stored(s, ns, 8));
+	assert_int_equal(stats_of(s).blocks, 1);
+	/* a leaf now: the parent is the LRU eviction victim when room runs out */
+	for (uint64_t id = 100; id < 164; id++)
+		assert_int_equal(put_id(s, ns, id, 0, 10), 0);
+	assert_false(stored(s, ns, 1));
+	assert_true(stored(s, ns, 100));
+	assert_check(s);
+	store_close(s);
+}
+
+/* Block headers come from the pool's slab and go back to it: filling,
+ * emptying and filling again reuses them, so index_bytes does not grow;
+ * headers are never given back to the system while the pool is open. */
+static void test_headers_reused(void **state)
+{
+	enum { N = 20000 };
+	struct store *s = open_store((N + 64) * PAGE, PAGE, 0, 0);
+	uint32_t ns = ns_of(s, "m");
+	uint8_t key[STORE_KEY_BYTES];
+	uint64_t full, empty;
+
+	(void)state;
+	for (uint64_t id = 1; id <= N; id++)
+		assert_int_equal(put_id(s, ns, id, id % 100 == 1 ? 0 : id - 1, 10), 0);
+	full = stats_of(s).index_bytes;
+	for (uint64_t id = 1; id <= N; id += 100) {
+		key_of(id, key);
+		assert_int_equal(store_delete(s, ns, key, NULL), 0);
+	}
+	assert_int_equal(stats_of(s).blocks, 0);
+	empty = stats_of(s).index_bytes;
+	assert_int_equal(empty, full); /* kept for the next fill */
+	assert_check(s);
+	for (uint64_t id = N + 1; id <= 2 * N; id++)
+		assert_int_equal(put_id(s, ns, id, 0, 10), 0);
+	assert_int_equal(stats_of(s).index_bytes, full);
+	assert_check(s);
+	store_close(s);
+}
+
 /* A deep chain is removed without recursion trouble. */
 static void test_delete_deep_chain(void **state)
 {
@@ -1412,6 +1478,56 @@ static void test_lease_lifecycle(void **state)
 	store_lessee_free(s, NULL);
 	assert_int_equal(stats_of(s).leases_active, 0);
 	assert_check(s);
+	store_close(s);
+}
+
+/* Many leases from several lessees on one long chain: the table of leases
+ * by block grows while leases are active and keeps every pin findable -
+ * by the lessee's GET, by DELETE of a subtree and by freeing a lessee. */
+static void test_many_leases(void **state)
+{
+	enum { N = 600, LESSEES = 3 };
+	struct store *s = open_store((N + 8) * PAGE, PAGE, 0, 60000);
+	uint32_t ns = ns_of(s, "m"), matched, granted;
+	struct store_lessee *l[LESSEES];
+	uint64_t ids[N];
+	uint8_t (*keys)[STORE_KEY_BYTES] = malloc(N * STORE_KEY_BYTES);
+	struct store_ref ref;
+
+	(void)state;
+	assert_non_null(keys);
+	for (uint64_t i = 0; i < N; i++) {
+		ids[i] = i + 1;
+		assert_int_equal(put_id(s, ns, i + 1, i, 10), 0);
+	}
+	keys_of(ids, N, keys);
+	for (int k = 0; k < LESSEES; k++) {
+		l[k] = store_lessee_new(s);
+		assert_non_null(l[k]);
+		/* lessee k leases a longer prefix each: N/3, 2N/3, N */
+		assert_int_equal(store_match(s, ns, keys, (uint32_t)(N * (k + 1) / LESSEES), 60000,
+					     l[k], &matched, &granted), 0);
+		assert_int_equal(matched, N * (k + 1) / LESSEES);
+		assert_check(s);
+	}
+	assert_int_equal(stats_of(s).leases_active, N / 3 + 2 * N / 3 + N);
+	/* lessee 0's GET ends only its own pin */
+	assert_int_equal(store_get(s, ns, keys[0], l[0], &ref), 0);
+	store_release(s, ref.block);
+	assert_int_equal(stats_of(s).leases_active, N / 3 + 2 * N / 3 + N - 1);
+	assert_check(s);
+	/* DELETE of the second half ends every lease on it */
+	assert_int_equal(store_delete(s, ns, keys[N / 2], NULL), 0);
+	assert_int_equal(stats_of(s).leases_active, N / 3 - 1 + N / 2 + N / 2);
+	assert_check(s);
+	store_lessee_free(s, l[1]);
+	assert_int_equal(stats_of(s).leases_active, N / 3 - 1 + N / 2);
+	assert_check(s);
+	store_lessee_free(s, l[0]);
+	store_lessee_free(s, l[2]);
+	assert_int_equal(stats_of(s).leases_active, 0);
+	assert_check(s);
+	free(keys);
 	store_close(s);
 }
 
@@ -1938,7 +2054,9 @@ int main(void)
 		cmocka_unit_test(test_enospc_when_all_leased),
 		cmocka_unit_test(test_get_pins_block),
 		cmocka_unit_test(test_delete_removes_descendants),
+		cmocka_unit_test(test_delete_siblings_any_order),
 		cmocka_unit_test(test_delete_deep_chain),
+		cmocka_unit_test(test_headers_reused),
 		cmocka_unit_test(test_delete_while_pinned),
 		cmocka_unit_test(test_bytes_add_up_while_pinned),
 		cmocka_unit_test(test_release_other_thread),
@@ -1946,6 +2064,7 @@ int main(void)
 		cmocka_unit_test(test_match_prefix),
 		cmocka_unit_test(test_lease_lifecycle),
 		cmocka_unit_test(test_lease_expiry),
+		cmocka_unit_test(test_many_leases),
 		cmocka_unit_test(test_close_with_leases),
 		cmocka_unit_test(test_check_detects_hole),
 		cmocka_unit_test(test_random_sequences),
