@@ -331,8 +331,18 @@ static int make_room_step(struct store *s)
 		store_block_drop_dram_locked(s, heap_at(s, clean, 0));
 		return 0;
 	}
-	if (store_tier_fallback_locked(s))
-		return evict_one(s);
+	if (store_tier_fallback_locked(s)) {
+		const struct store_tier *t = s->tier;
+		int rc = evict_one(s);
+
+		/* A tier that is only stalled (reclaim freed too little) tries
+		 * again soon, and its dirty blocks are room to come: BUSY, not
+		 * FULL, when no leaf can go meanwhile. */
+		if (rc == -ENOSPC && t->healthy && !t->draining && !t->stop &&
+		    s->lru[STORE_LRU_DIRTY].len)
+			return -EAGAIN;
+		return rc;
+	}
 	if (s->lru[STORE_LRU_DIRTY].len || s->tier->demoter_busy) {
 		s->tier->want_demote = true;
 		store_tier_kick_locked(s);

@@ -356,11 +356,11 @@ void store_demote_round_locked(struct store *s)
 		uint64_t rewritten = t->rewritten_bytes;
 
 		/* A reclaim that had to rewrite most of its segment (blocks whose
-		 * children are still stored, in a prefix tree most of them) freed
-		 * little: the tier is full of blocks the chain rule keeps. Until
-		 * DRAM evicts some leaves (the stalled fallback) and so turns
-		 * NVMe blocks into evictable leaves, demoting would only rewrite
-		 * segments while puts wait. */
+		 * children are still stored and were used recently, or pinned)
+		 * freed little: stall for a moment rather than keep rewriting
+		 * segments while puts wait. Cold subtrees already went inside
+		 * the reclaim; DRAM evicts leaves meanwhile (the stalled
+		 * fallback), and puts that find no leaf get BUSY. */
 		if (store_reclaim_locked(s) ||
 		    t->rewritten_bytes - rewritten > t->segment_bytes / 4 * 3) {
 			t->stalled = true;

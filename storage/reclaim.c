@@ -17,6 +17,11 @@
  * only after that - and after every read of the segment has ended
  * (readers) - is the segment free for reuse.
  *
+ * A segment whose kept blocks would fill most of it - interior blocks of
+ * long chains whose children live in later segments - first loses its
+ * cold subtrees (evict_cold_subtrees_locked): without that, a tier full
+ * of chain interiors could never be reclaimed and would stall for good.
+ *
  * The demoter reclaims right after it activates the last free segment,
  * so the target is empty and holds a whole segment's blocks. A block that
  * does not fit (no active segment, after a restart with none free) stays,
@@ -74,9 +79,9 @@ static bool must_stay(const struct store_block *b)
 
 /* Bytes of segment sg whose blocks the chain rule (or a pin) keeps. When
  * they fill most of it, a reclaim would rewrite nearly a whole segment to
- * gain little (in a prefix tree most blocks have children): the caller
- * then stalls the tier instead, DRAM evicts leaves meanwhile, and that
- * turns blocks here into evictable leaves for a later try. */
+ * gain little (in a prefix tree most blocks have children): its cold
+ * subtrees go first, and if what stays still fills most of it the caller
+ * stalls the tier for a moment (puts get BUSY, DRAM evicts leaves). */
 static uint64_t stay_bytes_locked(const struct store *s, const struct store_seg *sg)
 {
 	uint64_t bytes = 0;
@@ -102,6 +107,97 @@ static uint64_t recent_cut(const struct store *s, const struct store_seg *sg)
 			oldest = b->last_use;
 	}
 	return oldest + (s->clock - oldest) / 2;
+}
+
+/* Whether the subtree rooted at root may leave the pool now: no block in
+ * it is pinned (a GET, an I/O, a child reservation, a lease, a
+ * promotion) or was used after `cut`. Iterative pre-order walk: chains
+ * are thousands deep. */
+static bool subtree_cold_locked(const struct store *s, const struct store_block *root,
+				uint64_t cut)
+{
+	const struct store_block *cur = root;
+
+	for (;;) {
+		if (cur->refs || cur->leased || cur->promoting || cur->last_use > cut)
+			return false;
+		if (cur->first_child) {
+			cur = store_blk(s, cur->first_child);
+			continue;
+		}
+		/* climb to the first ancestor (below root) with a next sibling */
+		for (;;) {
+			const struct store_block *p;
+			uint32_t next;
+
+			if (cur == root)
+				return true;
+			p = store_parent(s, cur);
+			next = store_ring_next(s, p->first_child, store_slab_id(cur),
+					       STORE_RING_SIBLING);
+			if (next) {
+				cur = store_blk(s, next);
+				break;
+			}
+			cur = p;
+		}
+	}
+}
+
+/* Is b kept in segment sg by its children alone, and cold? */
+static bool cold_interior(const struct store_block *b, uint64_t cut)
+{
+	return store_has_children(b) && !b->refs && !b->leased && !b->promoting &&
+	       b->last_use <= cut;
+}
+
+/* A segment that the chain rule fills (interior blocks whose children
+ * live elsewhere) would never be reclaimed: evict its cold subtrees
+ * instead - each a block of sg that only its children keep, taken with
+ * every descendant, when nothing in the subtree is pinned or was used in
+ * the newer half of sg's use range. Prefix trees are used from the root
+ * down (MATCH touches every matched block), so a cold interior block
+ * heads a cold subtree. Only the topmost such block of a path is taken,
+ * so subtrees never overlap. Returns the blocks evicted (0 also when
+ * out of memory: the segment then stays as it was). */
+static uint64_t evict_cold_subtrees_locked(struct store *s, struct store_seg *sg)
+{
+	uint64_t cut = recent_cut(s, sg), n = 0, evicted = 0;
+	uint32_t id, *roots, nroots = 0;
+
+	for (id = sg->blocks; id; id = store_ring_next(s, sg->blocks, id, STORE_RING_SEG))
+		n++;
+	roots = malloc((n + 1) * sizeof(*roots));
+	if (!roots)
+		return 0;
+	for (id = sg->blocks; id; id = store_ring_next(s, sg->blocks, id, STORE_RING_SEG))
+		store_blk(s, id)->mark = cold_interior(store_blk(s, id), cut);
+	for (id = sg->blocks; id; id = store_ring_next(s, sg->blocks, id, STORE_RING_SEG)) {
+		struct store_block *b = store_blk(s, id), *up;
+
+		if (!b->mark)
+			continue;
+		for (up = store_parent(s, b); up && !(up->mark && up->on_nvme && up->seg ==
+						      (uint32_t)(sg - s->tier->segs));
+		     up = store_parent(s, up))
+			;
+		if (!up && subtree_cold_locked(s, b, cut))
+			roots[nroots++] = id;
+	}
+	for (id = sg->blocks; id; id = store_ring_next(s, sg->blocks, id, STORE_RING_SEG))
+		store_blk(s, id)->mark = 0;
+	for (uint32_t i = 0; i < nroots; i++) {
+		struct store_block *b = store_blk(s, roots[i]);
+		struct store_ns *ns = store_block_ns(s, b);
+		uint64_t k = store_block_remove_tree_locked(s, b, NULL);
+
+		s->evictions += k;
+		ns->evictions += k;
+		s->tier->evictions += k;
+		evicted += k;
+	}
+	free(roots);
+	return evicted;
 }
 
 /* b leaves NVMe: dirty again if it is in DRAM, else out of the pool. */
@@ -319,7 +415,9 @@ int store_reclaim_locked(struct store *s)
 	if (rc.seg == STORE_SEG_NONE)
 		return -EAGAIN;
 	sg = &t->segs[rc.seg];
-	if (stay_bytes_locked(s, sg) > t->segment_bytes / 4 * 3)
+	if (stay_bytes_locked(s, sg) > t->segment_bytes / 4 * 3 &&
+	    (evict_cold_subtrees_locked(s, sg) == 0 ||
+	     stay_bytes_locked(s, sg) > t->segment_bytes / 4 * 3))
 		return -EAGAIN; /* rewriting it would free little: not now */
 	sg->state = STORE_SEG_FREEING;
 	err = plan_locked(s, &rc);

@@ -472,6 +472,45 @@ static void test_reclaim_rewrites(void **state)
 	assert_int_equal(f->errors, 0);
 }
 
+/* Long chains fill the tier with interior blocks whose children live in
+ * later segments: no segment could be reclaimed by moving blocks, and
+ * the tier used to stall for good. Reclaim now evicts cold subtrees
+ * whole (never leaving a hole), so old chains leave and new ones stay. */
+static void test_reclaim_cold_subtrees(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 8 * MIB);
+	const uint64_t len = 200, total = 2000;
+	struct store_stats st;
+
+	*state = f;
+	for (uint64_t id = 1; id <= total; id++) {
+		int rc = put_id(f, id, chain_parent(id, len));
+
+		if (rc) {
+			st = stats_of(f->s);
+			fail_msg("put %llu: %d (reclaimed %llu, blocks %llu dram %llu nvme %llu used %llu "
+				 "healthy %d evict %llu)", (unsigned long long)id, rc,
+				 (unsigned long long)st.segments_reclaimed, (unsigned long long)st.blocks,
+				 (unsigned long long)st.dram_blocks, (unsigned long long)st.nvme_blocks,
+				 (unsigned long long)st.nvme_used_bytes, st.nvme_healthy,
+				 (unsigned long long)st.nvme_evictions);
+		}
+	}
+	assert_int_equal(store_debug_nvme_demote_all(f->s), 0);
+	store_debug_nvme_wait_idle(f->s);
+	assert_check(f->s);
+	st = stats_of(f->s);
+	assert_true(st.segments_reclaimed >= 4);
+	assert_true(st.nvme_evictions >= len);
+	assert_true(st.nvme_healthy);
+	/* the first chain is gone whole; the last one is all there */
+	for (uint64_t id = 1; id <= len; id++)
+		assert_false(stored(f, id));
+	for (uint64_t id = total - len + 1; id <= total; id++)
+		assert_int_equal(get_id(f, id, NULL), 0);
+	assert_int_equal(f->errors, 0);
+}
+
 /* Close and reopen: every block on NVMe is back, byte-exact. */
 static void test_rebuild(void **state)
 {
@@ -831,6 +870,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_admission_reused, teardown),
 		cmocka_unit_test_teardown(test_churn_no_holes, teardown),
 		cmocka_unit_test_teardown(test_reclaim_rewrites, teardown),
+		cmocka_unit_test_teardown(test_reclaim_cold_subtrees, teardown),
 		cmocka_unit_test_teardown(test_rebuild, teardown),
 		cmocka_unit_test_teardown(test_rebuild_orphans, teardown),
 		cmocka_unit_test_teardown(test_rebuild_lost_segment, teardown),
