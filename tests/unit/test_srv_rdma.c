@@ -1,0 +1,603 @@
+/*
+ * test_srv_rdma.c - kvpoold serving requests over RDMA, in process: the
+ * server (srv_main) runs on a thread with srv_rdma_test_ops set to the
+ * loopback fake fabric (fake_verbs.h), and a raw client made of
+ * rdma_client_connect / reg / call sends protocol frames with their
+ * remote-buffer descriptors (PROTOCOL.md section 13). Covers HELLO's
+ * rdma_port, PUT by RDMA READ and GET by RDMA WRITE byte for byte, failed
+ * READs and WRITEs (nothing visible, reservations and pins released,
+ * other connections served), malformed messages, and a client leaving in
+ * the middle of a READ. In an RDMA=0 build there is nothing to run.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "rdma.h"
+
+#ifndef KVPOOL_RDMA
+
+static void test_not_built(void **state)
+{
+	(void)state;
+	assert_false(rdma_built());
+	skip();
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = { cmocka_unit_test(test_not_built) };
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#else /* KVPOOL_RDMA */
+
+#include <xxhash.h>
+
+#include "conf.h"
+#include "fake_verbs.h"
+#include "proto.h"
+#include "srv_rdma.h"
+#include "srv_server.h"
+
+#define F fake_verbs
+#define CALL_MS 3000
+#define BIG_BYTES (1u << 20)
+
+static const struct proto_limits lim = {
+	.max_frame_bytes = 1u << 30, .max_batch_blocks = 1u << 20, .max_block_bytes = 1ull << 40,
+};
+
+static pthread_t srv_thread;
+static int srv_rc = -1;
+static uint64_t next_req_id = 1;
+
+static void *srv_thread_main(void *arg)
+{
+	const struct conf *c = arg;
+
+	srv_rc = srv_main(c);
+	return NULL;
+}
+
+/* Start kvpoold on a thread: TCP on an ephemeral port, no admin port,
+ * RDMA through the loopback fake. */
+static int group_setup(void **state)
+{
+	static struct conf c;
+
+	(void)state;
+	fake_verbs_reset();
+	F.loopback = 1;
+	srv_rdma_test_ops = &fake_verbs_ops;
+	conf_defaults(&c);
+	snprintf(c.listen, sizeof(c.listen), "127.0.0.1");
+	c.port = 0;
+	c.admin_port = 0;
+	c.threads = 2;
+	c.dram_capacity_bytes = 64ull << 20;
+	c.log_level = SRV_LOG_ERROR;
+	if (pthread_create(&srv_thread, NULL, srv_thread_main, &c))
+		return -1;
+	return 0;
+}
+
+/* SIGTERM: kvpoold drains, closes its RDMA connections, the workers'
+ * contexts and the listener, and returns 0 with every fake object freed. */
+static int group_teardown(void **state)
+{
+	(void)state;
+	kill(getpid(), SIGTERM);
+	pthread_join(srv_thread, NULL);
+	srv_rdma_test_ops = NULL;
+	if (srv_rc != 0 || F.live != 0) {
+		fprintf(stderr, "srv_main returned %d, %d fake objects alive\n", srv_rc, F.live);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- a raw client ----------------------------------------------------- */
+
+struct cli {
+	struct rdma_client *rc;
+	struct rdma_client_mr *mr;
+	uint8_t *buf;          /* registered: PUT sources, GET destinations */
+	size_t buf_bytes;
+	uint8_t reply[RDMA_MSG_MAX_BYTES];
+	size_t reply_bytes;
+	struct proto_header rh; /* the last reply's header */
+};
+
+/* Connect (retrying while kvpoold starts) and register buf_bytes. */
+static void cli_open(struct cli *c, size_t buf_bytes)
+{
+	int rc = -1;
+
+	memset(c, 0, sizeof(*c));
+	for (int i = 0; i < 500 && rc; i++) {
+		rc = rdma_client_connect("127.0.0.1", RDMA_DEFAULT_PORT, 1000, &fake_verbs_ops,
+					 &c->rc);
+		if (rc)
+			usleep(10000);
+	}
+	assert_int_equal(rc, 0);
+	c->buf = calloc(1, buf_bytes);
+	assert_non_null(c->buf);
+	c->buf_bytes = buf_bytes;
+	assert_int_equal(rdma_client_reg(c->rc, c->buf, buf_bytes, &c->mr), 0);
+}
+
+static void cli_close(struct cli *c)
+{
+	rdma_client_dereg(c->rc, c->mr);
+	rdma_client_close(c->rc);
+	free(c->buf);
+	c->rc = NULL;
+}
+
+/* Send one message: header (opcode, body, payload_bytes), then the body,
+ * then n descriptors. Returns rdma_client_call's result; the reply's
+ * header is decoded into c->rh. */
+static int cli_call(struct cli *c, uint8_t op, const uint8_t *body, uint32_t body_bytes,
+		    uint64_t payload_bytes, const struct rdma_desc *d, uint32_t n, size_t extra)
+{
+	static uint8_t msg[RDMA_MSG_MAX_BYTES];
+	struct proto_header h = {
+		.magic = PROTO_MAGIC, .version = PROTO_VERSION, .opcode = op,
+		.body_bytes = body_bytes, .request_id = next_req_id++, .payload_bytes = payload_bytes,
+	};
+	size_t len = PROTO_HEADER_BYTES + body_bytes;
+	int rc;
+
+	proto_header_encode(&h, msg);
+	memcpy(msg + PROTO_HEADER_BYTES, body, body_bytes);
+	for (uint32_t i = 0; i < n; i++, len += RDMA_DESC_BYTES)
+		rdma_desc_encode(&d[i], msg + len);
+	memset(msg + len, 0, extra);
+	len += extra;
+	rc = rdma_client_call(c->rc, msg, len, c->reply, sizeof(c->reply), &c->reply_bytes,
+			      CALL_MS);
+	if (rc == 0) {
+		assert_true(c->reply_bytes >= PROTO_HEADER_BYTES);
+		assert_int_equal(proto_header_decode(c->reply, 1, &lim, &c->rh), 0);
+		assert_int_equal(c->rh.request_id, h.request_id);
+		assert_int_equal(c->reply_bytes, PROTO_HEADER_BYTES + c->rh.body_bytes);
+	}
+	return rc;
+}
+
+static void cli_hello(struct cli *c, const char *ns, uint16_t *rdma_port)
+{
+	struct proto_hello h = { .min_version = 1, .max_version = 1, .ns = ns,
+				 .ns_len = (uint16_t)strlen(ns) };
+	struct proto_hello_reply r;
+	uint8_t body[512];
+	size_t n = proto_hello_body_bytes(&h);
+
+	assert_int_equal(proto_hello_encode(&h, body, sizeof(body)), 0);
+	assert_int_equal(cli_call(c, PROTO_OP_HELLO, body, (uint32_t)n, 0, NULL, 0, 0), 0);
+	assert_int_equal(c->rh.status, PROTO_STATUS_OK);
+	assert_int_equal(proto_hello_reply_decode(c->reply + PROTO_HEADER_BYTES, c->rh.body_bytes,
+						  &r), 0);
+	if (rdma_port)
+		*rdma_port = r.rdma_port;
+}
+
+/* Status of result i of the last reply (a batch of results). */
+static uint16_t result_status(struct cli *c, uint32_t i, struct proto_result *out)
+{
+	struct proto_batch b;
+	struct proto_result r;
+
+	assert_int_equal(c->rh.status, PROTO_STATUS_OK);
+	assert_int_equal(proto_batch_decode(c->reply + PROTO_HEADER_BYTES, c->rh.body_bytes,
+					    PROTO_RESULT_ENTRY_BYTES, &lim, &b), 0);
+	assert_true(i < b.count);
+	assert_int_equal(proto_result_decode(&b, i, &r), 0);
+	if (out)
+		*out = r;
+	return r.status;
+}
+
+static void key_of(uint8_t key[PROTO_KEY_BYTES], uint32_t seed)
+{
+	for (int i = 0; i < PROTO_KEY_BYTES; i++)
+		key[i] = (uint8_t)(seed * 131 + i * 7 + 1);
+}
+
+/* Fill src[i] with a pattern of seed. */
+static void fill(uint8_t *p, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(i * 31 + seed * 17 + (i >> 9));
+}
+
+/* PUT n blocks: block i is `len[i]` bytes at c->buf + off[i], key seed
+ * keys[i]. desc_len_delta changes descriptor 0's length (0: right). */
+static int cli_put(struct cli *c, uint32_t n, const uint32_t *keys, const size_t *off,
+		   const uint32_t *len, int desc_len_delta, uint32_t rkey_xor)
+{
+	uint8_t body[8 + 8 * PROTO_PUT_ENTRY_BYTES];
+	struct rdma_desc d[8];
+	uint64_t payload = 0;
+
+	assert_true(n <= 8);
+	proto_batch_encode_prefix(body, n, 0);
+	for (uint32_t i = 0; i < n; i++) {
+		struct proto_put_entry e = { .length = len[i] };
+
+		key_of(e.key, keys[i]);
+		e.checksum = XXH3_64bits(c->buf + off[i], len[i]);
+		proto_put_entry_encode(body, i, &e);
+		d[i] = (struct rdma_desc){ (uint64_t)(uintptr_t)(c->buf + off[i]),
+					   rdma_client_mr_rkey(c->mr) ^ rkey_xor, len[i] };
+		payload += len[i];
+	}
+	d[0].length = (uint32_t)((int)d[0].length + desc_len_delta);
+	return cli_call(c, PROTO_OP_PUT, body, (uint32_t)proto_batch_body_bytes(n, PROTO_PUT_ENTRY_BYTES),
+			payload, d, n, 0);
+}
+
+/* GET n blocks into c->buf + off[i], buffers of cap[i] bytes. */
+static int cli_get(struct cli *c, uint32_t n, const uint32_t *keys, const size_t *off,
+		   const uint32_t *cap)
+{
+	uint8_t body[8 + 8 * PROTO_GET_ENTRY_BYTES];
+	struct rdma_desc d[8];
+
+	proto_batch_encode_prefix(body, n, 0);
+	for (uint32_t i = 0; i < n; i++) {
+		struct proto_get_entry e = { .max_length = cap[i] };
+
+		key_of(e.key, keys[i]);
+		proto_get_entry_encode(body, i, &e);
+		d[i] = (struct rdma_desc){ (uint64_t)(uintptr_t)(c->buf + off[i]),
+					   rdma_client_mr_rkey(c->mr), cap[i] };
+	}
+	return cli_call(c, PROTO_OP_GET, body, (uint32_t)proto_batch_body_bytes(n, PROTO_GET_ENTRY_BYTES),
+			0, d, n, 0);
+}
+
+/* EXISTS or DELETE of one key: its result status. */
+static uint16_t cli_key_op(struct cli *c, uint8_t op, uint32_t key)
+{
+	uint8_t body[8 + PROTO_KEY_ENTRY_BYTES], k[PROTO_KEY_BYTES];
+
+	proto_batch_encode_prefix(body, 1, 0);
+	key_of(k, key);
+	proto_key_entry_encode(body, 0, k);
+	assert_int_equal(cli_call(c, op, body, sizeof(body), 0, NULL, 0, 0), 0);
+	return result_status(c, 0, NULL);
+}
+
+/* A number from the STATS document: the value after `key` (e.g.
+ * "\"inflight_put_bytes\":"), first occurrence. */
+static uint64_t cli_stat(struct cli *c, const char *key)
+{
+	uint8_t body[4];
+	char *doc, *p;
+	uint64_t v;
+
+	assert_int_equal(proto_name_encode("", 0, body, sizeof(body)), 0);
+	assert_int_equal(cli_call(c, PROTO_OP_STATS, body, (uint32_t)proto_name_body_bytes(0), 0,
+				  NULL, 0, 0), 0);
+	assert_int_equal(c->rh.status, PROTO_STATUS_OK);
+	doc = strndup((const char *)c->reply + PROTO_HEADER_BYTES, c->rh.body_bytes);
+	assert_non_null(doc);
+	p = strstr(doc, key);
+	assert_non_null(p);
+	v = strtoull(p + strlen(key), NULL, 10);
+	free(doc);
+	return v;
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+/* HELLO over RDMA says RDMA is served, on which port; STATS agrees. */
+static void test_hello_rdma_port(void **state)
+{
+	struct cli c;
+	uint16_t port = 0;
+
+	(void)state;
+	cli_open(&c, 4096);
+	cli_hello(&c, "hello", &port);
+	assert_int_equal(port, RDMA_DEFAULT_PORT);
+	assert_true(cli_stat(&c, "\"connections\":{\"current\":") >= 1);
+	assert_true(cli_stat(&c, "\"rdma\":{\"built\":true,\"available\":true,\"port\":") ==
+		    RDMA_DEFAULT_PORT);
+	cli_close(&c);
+}
+
+/* PUT of 3 blocks (one of 1 MiB) pulled by READ, then GET pushed by WRITE
+ * into other buffers: byte for byte the same, checksums as sent. */
+static void test_put_get_roundtrip(void **state)
+{
+	const uint32_t keys[3] = { 101, 102, 103 }, len[3] = { 4096, BIG_BYTES, 777 };
+	const size_t off[3] = { 0, 4096, 4096 + BIG_BYTES };
+	const size_t goff[3] = { 2 * BIG_BYTES, 2 * BIG_BYTES + 8192, 4 * BIG_BYTES };
+	const uint32_t gcap[3] = { 8192, 2 * BIG_BYTES, 4096 };
+	uint64_t read0, written0;
+	struct proto_result r;
+	struct cli c;
+
+	(void)state;
+	cli_open(&c, 5 * BIG_BYTES);
+	cli_hello(&c, "rt", NULL);
+	for (int i = 0; i < 3; i++)
+		fill(c.buf + off[i], len[i], (uint32_t)i + 1);
+	read0 = cli_stat(&c, "\"bytes_read\":");
+	written0 = cli_stat(&c, "\"bytes_written\":");
+
+	assert_int_equal(cli_put(&c, 3, keys, off, len, 0, 0), 0);
+	for (uint32_t i = 0; i < 3; i++)
+		assert_int_equal(result_status(&c, i, NULL), PROTO_STATUS_OK);
+	assert_int_equal(cli_stat(&c, "\"bytes_read\":") - read0, 4096 + BIG_BYTES + 777);
+	/* The same again: EXISTS, and nothing is read. */
+	assert_int_equal(cli_put(&c, 3, keys, off, len, 0, 0), 0);
+	assert_int_equal(result_status(&c, 1, NULL), PROTO_STATUS_EXISTS);
+	assert_int_equal(cli_stat(&c, "\"bytes_read\":") - read0, 4096 + BIG_BYTES + 777);
+
+	assert_int_equal(cli_get(&c, 3, keys, goff, gcap), 0);
+	assert_int_equal(c.rh.payload_bytes, 4096 + BIG_BYTES + 777);
+	for (uint32_t i = 0; i < 3; i++) {
+		assert_int_equal(result_status(&c, i, &r), PROTO_STATUS_OK);
+		assert_int_equal(r.length, len[i]);
+		assert_true(r.checksum == XXH3_64bits(c.buf + off[i], len[i]));
+		assert_memory_equal(c.buf + goff[i], c.buf + off[i], len[i]);
+	}
+	assert_int_equal(cli_stat(&c, "\"bytes_written\":") - written0, 4096 + BIG_BYTES + 777);
+	cli_close(&c);
+}
+
+/* A GET whose buffer is smaller than the block: TOO_LARGE for that block
+ * only, nothing written into it; a missing key is NOT_FOUND. */
+static void test_get_small_buffer(void **state)
+{
+	const uint32_t keys[2] = { 201, 299 }, len[1] = { 3000 };
+	const size_t off[1] = { 0 }, goff[2] = { 8192, 16384 };
+	const uint32_t gcap[2] = { 2999, 4096 };
+	struct cli c;
+
+	(void)state;
+	cli_open(&c, 32768);
+	cli_hello(&c, "small", NULL);
+	fill(c.buf, 3000, 9);
+	assert_int_equal(cli_put(&c, 1, keys, off, len, 0, 0), 0);
+	assert_int_equal(result_status(&c, 0, NULL), PROTO_STATUS_OK);
+	assert_int_equal(cli_get(&c, 2, keys, goff, gcap), 0);
+	assert_int_equal(result_status(&c, 0, NULL), PROTO_STATUS_TOO_LARGE);
+	assert_int_equal(result_status(&c, 1, NULL), PROTO_STATUS_NOT_FOUND);
+	assert_int_equal(c.rh.payload_bytes, 0);
+	for (int i = 0; i < 3000; i++)
+		assert_int_equal(c.buf[8192 + i], 0);
+	cli_close(&c);
+}
+
+/* A READ that completes with an error: the connection goes, nothing of
+ * the PUT is visible, no reservation is left, and the server serves a
+ * new connection. `how`: 0 an error completion, 1 a wrong rkey. */
+static void put_read_fails(int how, uint32_t key0)
+{
+	const uint32_t keys[2] = { key0, key0 + 1 }, len[2] = { 65536, 100 };
+	const size_t off[2] = { 0, 65536 };
+	uint64_t errs0;
+	struct cli c, d;
+
+	cli_open(&d, 4096);
+	cli_hello(&d, "readfail", NULL);
+	errs0 = cli_stat(&d, "\"transfer_errors\":");
+
+	cli_open(&c, 131072);
+	cli_hello(&c, "readfail", NULL);
+	fill(c.buf, 65536 + 100, key0);
+	if (how == 0) {
+		F.xfer_status = IBV_WC_REM_OP_ERR;
+		F.xfer_status_at = F.posted_xfer + 2; /* the second block's READ */
+	}
+	assert_true(cli_put(&c, 2, keys, off, len, 0, how == 1 ? 0x5a : 0) < 0);
+	F.xfer_status_at = 0;
+	cli_close(&c);
+
+	/* The other connection was not disturbed. */
+	assert_int_equal(cli_key_op(&d, PROTO_OP_EXISTS, keys[0]), PROTO_STATUS_NOT_FOUND);
+	assert_int_equal(cli_key_op(&d, PROTO_OP_EXISTS, keys[1]), PROTO_STATUS_NOT_FOUND);
+	assert_int_equal(cli_stat(&d, "\"inflight_put_bytes\":"), 0);
+	assert_int_equal(cli_stat(&d, "\"transfer_errors\":"), errs0 + 1);
+	/* And the same PUT works on a new connection. */
+	cli_open(&c, 131072);
+	cli_hello(&c, "readfail", NULL);
+	fill(c.buf, 65536 + 100, key0);
+	assert_int_equal(cli_put(&c, 2, keys, off, len, 0, 0), 0);
+	assert_int_equal(result_status(&c, 0, NULL), PROTO_STATUS_OK);
+	assert_int_equal(result_status(&c, 1, NULL), PROTO_STATUS_OK);
+	assert_int_equal(cli_key_op(&d, PROTO_OP_EXISTS, keys[1]), PROTO_STATUS_OK);
+	cli_close(&c);
+	cli_close(&d);
+}
+
+static void test_put_read_error(void **state)
+{
+	(void)state;
+	put_read_fails(0, 300);
+}
+
+static void test_put_wrong_rkey(void **state)
+{
+	(void)state;
+	put_read_fails(1, 400);
+}
+
+/* A GET whose WRITE fails: the connection goes and the pins are released:
+ * once the block is deleted, the arena bytes it used are free again. */
+static void test_get_write_fails_releases_pins(void **state)
+{
+	const uint32_t keys[1] = { 501 }, len[1] = { 200000 };
+	const size_t off[1] = { 0 }, goff[1] = { 262144 };
+	const uint32_t gcap[1] = { 262144 };
+	uint64_t used0;
+	struct cli c, d;
+
+	(void)state;
+	cli_open(&d, 4096);
+	cli_hello(&d, "pins", NULL);
+	used0 = cli_stat(&d, "\"used_bytes\":");
+
+	cli_open(&c, 524288);
+	cli_hello(&c, "pins", NULL);
+	fill(c.buf, len[0], 5);
+	assert_int_equal(cli_put(&c, 1, keys, off, len, 0, 0), 0);
+	assert_int_equal(result_status(&c, 0, NULL), PROTO_STATUS_OK);
+	F.xfer_status = IBV_WC_REM_ACCESS_ERR;
+	F.xfer_status_at = F.posted_xfer + 1;
+	assert_true(cli_get(&c, 1, keys, goff, gcap) < 0);
+	F.xfer_status_at = 0;
+	cli_close(&c);
+
+	assert_true(cli_stat(&d, "\"used_bytes\":") > used0);
+	assert_int_equal(cli_key_op(&d, PROTO_OP_DELETE, keys[0]), PROTO_STATUS_OK);
+	assert_int_equal(cli_key_op(&d, PROTO_OP_EXISTS, keys[0]), PROTO_STATUS_NOT_FOUND);
+	/* A pin still held would keep the deleted block's bytes in use. */
+	for (int i = 0; i < 100 && cli_stat(&d, "\"used_bytes\":") != used0; i++)
+		usleep(10000);
+	assert_int_equal(cli_stat(&d, "\"used_bytes\":"), used0);
+	cli_close(&d);
+}
+
+/* Descriptor count or length not matching the entries: BAD_REQUEST,
+ * nothing reserved, the connection stays usable. */
+static void test_desc_mismatch(void **state)
+{
+	const uint32_t keys[2] = { 601, 602 }, len[2] = { 1000, 2000 };
+	const size_t off[2] = { 0, 4096 };
+	uint8_t body[8 + PROTO_GET_ENTRY_BYTES];
+	struct proto_get_entry e = { .max_length = 100 };
+	struct rdma_desc dd = { 0 };
+	struct cli c;
+
+	(void)state;
+	cli_open(&c, 8192);
+	cli_hello(&c, "mismatch", NULL);
+	fill(c.buf, 8192, 6);
+	/* Descriptor length one byte short of the block. */
+	assert_int_equal(cli_put(&c, 2, keys, off, len, -1, 0), 0);
+	assert_int_equal(c.rh.status, PROTO_STATUS_BAD_REQUEST);
+	assert_int_equal(cli_key_op(&c, PROTO_OP_EXISTS, keys[1]), PROTO_STATUS_NOT_FOUND);
+	assert_int_equal(cli_stat(&c, "\"inflight_put_bytes\":"), 0);
+	/* A GET with one descriptor too few (and one too many). */
+	proto_batch_encode_prefix(body, 1, 0);
+	key_of(e.key, 601);
+	proto_get_entry_encode(body, 0, &e);
+	assert_int_equal(cli_call(&c, PROTO_OP_GET, body, sizeof(body), 0, NULL, 0, 0), 0);
+	assert_int_equal(c.rh.status, PROTO_STATUS_BAD_REQUEST);
+	assert_int_equal(cli_call(&c, PROTO_OP_GET, body, sizeof(body), 0, &dd, 1, RDMA_DESC_BYTES), 0);
+	assert_int_equal(c.rh.status, PROTO_STATUS_BAD_REQUEST);
+	/* A PING with trailing bytes. */
+	assert_int_equal(cli_call(&c, PROTO_OP_PING, NULL, 0, 0, NULL, 0, 4), 0);
+	assert_int_equal(c.rh.status, PROTO_STATUS_BAD_REQUEST);
+	/* Still serving this connection. */
+	assert_int_equal(cli_put(&c, 2, keys, off, len, 0, 0), 0);
+	assert_int_equal(result_status(&c, 1, NULL), PROTO_STATUS_OK);
+	cli_close(&c);
+}
+
+/* The client goes away while the server's READ of its PUT is in flight
+ * (held in the fake fabric): the reservation is aborted once the QP is
+ * gone, nothing is visible, and the server serves others. */
+static void test_disconnect_mid_read(void **state)
+{
+	const uint32_t keys[1] = { 701 }, len[1] = { 300000 };
+	const size_t off[1] = { 0 };
+	uint8_t body[8 + PROTO_PUT_ENTRY_BYTES];
+	struct proto_put_entry e = { .length = 300000 };
+	struct rdma_desc d;
+	uint8_t msg[32 + sizeof(body) + RDMA_DESC_BYTES], reply[256];
+	struct proto_header h = { .magic = PROTO_MAGIC, .version = PROTO_VERSION,
+				  .opcode = PROTO_OP_PUT, .body_bytes = sizeof(body),
+				  .request_id = 77, .payload_bytes = 300000 };
+	size_t got;
+	int held;
+	struct cli c, o;
+
+	(void)state;
+	cli_open(&c, 300000);
+	cli_hello(&c, "gone", NULL);
+	fill(c.buf, len[0], 7);
+	key_of(e.key, keys[0]);
+	e.checksum = XXH3_64bits(c.buf, len[0]);
+	proto_batch_encode_prefix(body, 1, 0);
+	proto_put_entry_encode(body, 0, &e);
+	d = (struct rdma_desc){ (uint64_t)(uintptr_t)c.buf, rdma_client_mr_rkey(c.mr), len[0] };
+	proto_header_encode(&h, msg);
+	memcpy(msg + 32, body, sizeof(body));
+	rdma_desc_encode(&d, msg + 32 + sizeof(body));
+	held = F.held_xfers;
+	F.xfer_hold = 1;
+	assert_int_equal(rdma_client_call(c.rc, msg, sizeof(msg), reply, sizeof(reply), &got, 300),
+			 -ETIMEDOUT);
+	assert_int_equal(F.held_xfers, held + 1);
+	cli_close(&c);
+	F.xfer_hold = 0;
+	(void)off;
+
+	cli_open(&o, 4096);
+	cli_hello(&o, "gone", NULL);
+	for (int i = 0; i < 100 && cli_stat(&o, "\"inflight_put_bytes\":"); i++)
+		usleep(10000);
+	assert_int_equal(cli_stat(&o, "\"inflight_put_bytes\":"), 0);
+	assert_int_equal(cli_key_op(&o, PROTO_OP_EXISTS, keys[0]), PROTO_STATUS_NOT_FOUND);
+	cli_close(&o);
+}
+
+/* Without HELLO a PUT is refused and nothing is read; other requests work
+ * as over TCP (PING, EXISTS, DELETE). */
+static void test_hello_required(void **state)
+{
+	const uint32_t keys[1] = { 801 }, len[1] = { 64 };
+	const size_t off[1] = { 0 };
+	int xfers;
+	struct cli c;
+
+	(void)state;
+	cli_open(&c, 4096);
+	xfers = F.posted_xfer;
+	assert_int_equal(cli_put(&c, 1, keys, off, len, 0, 0), 0);
+	assert_int_equal(c.rh.status, PROTO_STATUS_BAD_REQUEST);
+	assert_int_equal(F.posted_xfer, xfers);
+	assert_int_equal(cli_call(&c, PROTO_OP_PING, NULL, 0, 0, NULL, 0, 0), 0);
+	assert_int_equal(c.rh.status, PROTO_STATUS_OK);
+	cli_hello(&c, "late", NULL);
+	assert_int_equal(cli_key_op(&c, PROTO_OP_DELETE, keys[0]), PROTO_STATUS_NOT_FOUND);
+	cli_close(&c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hello_rdma_port),
+		cmocka_unit_test(test_put_get_roundtrip),
+		cmocka_unit_test(test_get_small_buffer),
+		cmocka_unit_test(test_put_read_error),
+		cmocka_unit_test(test_put_wrong_rkey),
+		cmocka_unit_test(test_get_write_fails_releases_pins),
+		cmocka_unit_test(test_desc_mismatch),
+		cmocka_unit_test(test_disconnect_mid_read),
+		cmocka_unit_test(test_hello_required),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
+
+#endif /* KVPOOL_RDMA */
