@@ -172,6 +172,13 @@ void srv_conn_close(struct srv_conn *c, int level, const char *reason)
 
 void srv_conn_zombie_free(struct srv_conn *c)
 {
+	/* The GET's blocks that were in DRAM at once are still pinned in
+	 * their slots (the promoted ones were released as they reported). */
+	for (uint32_t i = 0; i < c->get_count; i++) {
+		if (c->gets[i].ref.block)
+			store_release(c->w->srv->store, c->gets[i].ref.block);
+		c->gets[i].ref.block = NULL;
+	}
 	conn_unlink(&c->w->zombies, c);
 	conn_free_rest(c);
 }

@@ -494,7 +494,10 @@ void srv_rconn_request_done(struct srv_conn *c, enum srv_next next)
 	int nested = r->in_cb;
 
 	r->in_cb = 1;
-	r->stage = RCONN_IDLE;
+	/* get_finish ran before this call: it may have started the WRITE
+	 * (stage GET_WRITE), which must not be forgotten. */
+	if (r->stage == RCONN_PROMOTE)
+		r->stage = RCONN_IDLE;
 	if (rconn_next(c, next) >= 0)
 		rconn_pump(c);
 	r->in_cb = nested;

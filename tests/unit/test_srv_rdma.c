@@ -20,6 +20,9 @@
 #include <string.h>
 #include <pthread.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cmocka.h>
 
@@ -32,6 +35,98 @@ static void test_not_built(void **state)
 	(void)state;
 	assert_false(rdma_built());
 	skip();
+}
+
+/* ---- with an NVMe tier: GETs that wait for promotions --------------------- */
+
+#define SPILL_BLOCK (64u << 10)
+#define SPILL_BATCH 8u
+#define SPILL_BLOCKS 384u /* 24 MiB through an 8 MiB DRAM tier */
+
+/* Block k's bytes (the same whenever asked). */
+static void spill_fill(uint8_t *p, uint32_t k)
+{
+	fill(p, SPILL_BLOCK, 1000 + k);
+}
+
+/* PUT blocks first..first+SPILL_BATCH-1, retrying while DRAM is BUSY
+ * (waiting for the demoter). */
+static void spill_put(struct cli *c, uint32_t first)
+{
+	uint32_t keys[SPILL_BATCH], len[SPILL_BATCH];
+	size_t off[SPILL_BATCH];
+	int done = 0;
+
+	for (uint32_t i = 0; i < SPILL_BATCH; i++) {
+		keys[i] = 1000 + first + i;
+		len[i] = SPILL_BLOCK;
+		off[i] = (size_t)i * SPILL_BLOCK;
+		spill_fill(c->buf + off[i], first + i);
+	}
+	for (int tries = 0; tries < 3000 && !done; tries++) {
+		assert_int_equal(cli_put(c, SPILL_BATCH, keys, off, len, 0, 0), 0);
+		done = 1;
+		for (uint32_t i = 0; i < SPILL_BATCH; i++) {
+			uint16_t st = result_status(c, i, NULL);
+
+			assert_true(st == PROTO_STATUS_OK || st == PROTO_STATUS_EXISTS ||
+				    st == PROTO_STATUS_BUSY);
+			done &= st != PROTO_STATUS_BUSY;
+		}
+		if (!done)
+			usleep(10000);
+	}
+	assert_true(done);
+}
+
+/* Blocks spilled to NVMe come back by RDMA WRITE after their promotion,
+ * byte for byte, mixed in one GET with blocks still in DRAM; no pin or
+ * reservation is left behind. */
+static void test_get_after_promotion(void **state)
+{
+	uint32_t keys[SPILL_BATCH], cap[SPILL_BATCH];
+	size_t goff[SPILL_BATCH];
+	uint32_t from_nvme = 0, ok = 0;
+	uint8_t *want;
+	struct cli c;
+
+	(void)state;
+	cli_open(&c, 2 * SPILL_BATCH * SPILL_BLOCK);
+	cli_hello(&c, "spill", NULL);
+	for (uint32_t k = 0; k < SPILL_BLOCKS; k += SPILL_BATCH)
+		spill_put(&c, k);
+	assert_true(cli_stat(&c, "\"demotions\":") > 0);
+	want = malloc(SPILL_BLOCK);
+	assert_non_null(want);
+	for (uint32_t round = 0; round < 4; round++) {
+		for (uint32_t i = 0; i < SPILL_BATCH; i++) {
+			/* the oldest blocks (on NVMe only) and the newest (in DRAM) */
+			keys[i] = 1000 + (i < SPILL_BATCH - 2 ? round * SPILL_BATCH + i :
+							      SPILL_BLOCKS - 1 - i);
+			cap[i] = SPILL_BLOCK;
+			goff[i] = (size_t)(SPILL_BATCH + i) * SPILL_BLOCK;
+		}
+		memset(c.buf + SPILL_BATCH * SPILL_BLOCK, 0, SPILL_BATCH * SPILL_BLOCK);
+		assert_int_equal(cli_get(&c, SPILL_BATCH, keys, goff, cap), 0);
+		for (uint32_t i = 0; i < SPILL_BATCH; i++) {
+			struct proto_result r;
+			uint16_t st = result_status(&c, i, &r);
+
+			if (st == PROTO_STATUS_BUSY)
+				continue; /* no DRAM room to promote into right now */
+			assert_int_equal(st, PROTO_STATUS_OK);
+			spill_fill(want, keys[i] - 1000);
+			assert_memory_equal(c.buf + goff[i], want, SPILL_BLOCK);
+			from_nvme += r.tier == PROTO_TIER_NVME;
+			ok++;
+		}
+	}
+	free(want);
+	assert_true(ok > 0);
+	assert_true(from_nvme > 0);
+	assert_true(cli_stat(&c, "\"promotions\":") >= from_nvme);
+	assert_int_equal(cli_stat(&c, "\"inflight_put_bytes\":"), 0);
+	cli_close(&c);
 }
 
 int main(void)
@@ -61,6 +156,7 @@ static const struct proto_limits lim = {
 
 static pthread_t srv_thread;
 static int srv_rc = -1;
+static uint16_t tcp_port;
 static uint64_t next_req_id = 1;
 
 static void *srv_thread_main(void *arg)
@@ -71,26 +167,70 @@ static void *srv_thread_main(void *arg)
 	return NULL;
 }
 
-/* Start kvpoold on a thread: TCP on an ephemeral port, no admin port,
- * RDMA through the loopback fake. */
-static int group_setup(void **state)
+/* A TCP port nobody listens on now (the kernel's pick). */
+static uint16_t free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	uint16_t port = 0;
+
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+static char nvme_dir[64];
+
+/* Start kvpoold on a thread: TCP on a free port, no admin port, RDMA
+ * through the loopback fake; with_nvme: a small DRAM tier over an NVMe
+ * tier in a temporary directory, so that GETs wait for promotions. */
+static int server_start(int with_nvme)
 {
 	static struct conf c;
 
-	(void)state;
 	fake_verbs_reset();
 	F.loopback = 1;
 	srv_rdma_test_ops = &fake_verbs_ops;
 	conf_defaults(&c);
 	snprintf(c.listen, sizeof(c.listen), "127.0.0.1");
-	c.port = 0;
+	tcp_port = free_port();
+	if (!tcp_port)
+		return -1;
+	c.port = tcp_port;
 	c.admin_port = 0;
 	c.threads = 2;
 	c.dram_capacity_bytes = 64ull << 20;
 	c.log_level = SRV_LOG_ERROR;
+	if (with_nvme) {
+		snprintf(nvme_dir, sizeof(nvme_dir), "/tmp/kvpool-srv-rdma-XXXXXX");
+		if (!mkdtemp(nvme_dir))
+			return -1;
+		snprintf(c.nvme_dir, sizeof(c.nvme_dir), "%s", nvme_dir);
+		c.dram_capacity_bytes = 8ull << 20;
+		c.max_block_bytes = 256 << 10;
+		c.nvme_capacity_bytes = 64ull << 20;
+		c.nvme_segment_bytes = 2ull << 20;
+		c.nvme_io_threads = 2;
+	}
 	if (pthread_create(&srv_thread, NULL, srv_thread_main, &c))
 		return -1;
 	return 0;
+}
+
+static int group_setup(void **state)
+{
+	(void)state;
+	return server_start(0);
+}
+
+static int nvme_group_setup(void **state)
+{
+	(void)state;
+	return server_start(1);
 }
 
 /* SIGTERM: kvpoold drains, closes its RDMA connections, the workers'
@@ -101,10 +241,19 @@ static int group_teardown(void **state)
 	kill(getpid(), SIGTERM);
 	pthread_join(srv_thread, NULL);
 	srv_rdma_test_ops = NULL;
+	if (nvme_dir[0]) {
+		char cmd[128];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", nvme_dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "cannot remove %s\n", nvme_dir);
+		nvme_dir[0] = '\0';
+	}
 	if (srv_rc != 0 || F.live != 0) {
 		fprintf(stderr, "srv_main returned %d, %d fake objects alive\n", srv_rc, F.live);
 		return -1;
 	}
+	srv_rc = -1;
 	return 0;
 }
 
@@ -583,6 +732,181 @@ static void test_hello_required(void **state)
 	cli_close(&c);
 }
 
+/* HELLO for namespace ns over TCP on a new socket (closed again): the
+ * reply's rdma_port. */
+static uint16_t tcp_hello(const char *ns)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(tcp_port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct proto_hello h = { .min_version = 1, .max_version = 1, .ns = ns,
+				 .ns_len = (uint16_t)strlen(ns) };
+	struct proto_header ph = { .magic = PROTO_MAGIC, .version = PROTO_VERSION,
+				   .opcode = PROTO_OP_HELLO, .request_id = 1 };
+	uint8_t msg[32 + 512], in[32 + PROTO_HELLO_REPLY_BYTES];
+	struct proto_hello_reply r;
+	size_t got = 0;
+	int fd = -1;
+
+	ph.body_bytes = (uint32_t)proto_hello_body_bytes(&h);
+	proto_header_encode(&ph, msg);
+	assert_int_equal(proto_hello_encode(&h, msg + 32, sizeof(msg) - 32), 0);
+	for (int i = 0; i < 500; i++) {
+		fd = socket(AF_INET, SOCK_STREAM, 0);
+		assert_true(fd >= 0);
+		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+			break;
+		close(fd);
+		fd = -1;
+		usleep(10000);
+	}
+	assert_true(fd >= 0);
+	assert_int_equal(send(fd, msg, 32 + ph.body_bytes, 0), (ssize_t)(32 + ph.body_bytes));
+	while (got < sizeof(in)) {
+		ssize_t n = recv(fd, in + got, sizeof(in) - got, 0);
+
+		assert_true(n > 0);
+		got += (size_t)n;
+	}
+	close(fd);
+	assert_int_equal(proto_header_decode(in, 1, &lim, &ph), 0);
+	assert_int_equal(ph.status, PROTO_STATUS_OK);
+	assert_int_equal(proto_hello_reply_decode(in + 32, ph.body_bytes, &r), 0);
+	return r.rdma_port;
+}
+
+/* HELLO over TCP offers the RDMA port too. Then a STATS document over
+ * 65536 bytes (many long namespace names) is refused TOO_LARGE over RDMA,
+ * naming the limit, while one namespace's STATS still fits. Runs last: it
+ * leaves the server's STATS too large for RDMA. */
+static void test_tcp_hello_and_large_stats(void **state)
+{
+	char ns[201];
+	uint8_t body[4 + 255];
+	uint16_t min_v, max_v;
+	const char *msg;
+	uint32_t msg_bytes;
+	char text[1100];
+	struct cli c;
+
+	(void)state;
+	assert_int_equal(tcp_hello("tcp"), RDMA_DEFAULT_PORT);
+	memset(ns, 'n', 200);
+	ns[200] = '\0';
+	for (int i = 0; i < 200; i++) {
+		snprintf(ns, 8, "%07d", i);
+		ns[7] = 'n';
+		tcp_hello(ns);
+	}
+	cli_open(&c, 4096);
+	cli_hello(&c, "big", NULL);
+	assert_int_equal(proto_name_encode("", 0, body, sizeof(body)), 0);
+	assert_int_equal(cli_call(&c, PROTO_OP_STATS, body, (uint32_t)proto_name_body_bytes(0), 0,
+				  NULL, 0, 0), 0);
+	assert_int_equal(c.rh.status, PROTO_STATUS_TOO_LARGE);
+	assert_int_equal(proto_error_decode(c.reply + 32, c.rh.body_bytes, &min_v, &max_v, &msg,
+					    &msg_bytes), 0);
+	snprintf(text, sizeof(text), "%.*s", (int)msg_bytes, msg);
+	assert_non_null(strstr(text, "65536"));
+	/* One namespace's figures fit; the connection still serves. */
+	assert_int_equal(proto_name_encode("big", 3, body, sizeof(body)), 0);
+	assert_int_equal(cli_call(&c, PROTO_OP_STATS, body, (uint32_t)proto_name_body_bytes(3), 0,
+				  NULL, 0, 0), 0);
+	assert_int_equal(c.rh.status, PROTO_STATUS_OK);
+	cli_close(&c);
+}
+
+/* ---- with an NVMe tier: GETs that wait for promotions --------------------- */
+
+#define SPILL_BLOCK (64u << 10)
+#define SPILL_BATCH 8u
+#define SPILL_BLOCKS 384u /* 24 MiB through an 8 MiB DRAM tier */
+
+/* Block k's bytes (the same whenever asked). */
+static void spill_fill(uint8_t *p, uint32_t k)
+{
+	fill(p, SPILL_BLOCK, 1000 + k);
+}
+
+/* PUT blocks first..first+SPILL_BATCH-1, retrying while DRAM is BUSY
+ * (waiting for the demoter). */
+static void spill_put(struct cli *c, uint32_t first)
+{
+	uint32_t keys[SPILL_BATCH], len[SPILL_BATCH];
+	size_t off[SPILL_BATCH];
+	int done = 0;
+
+	for (uint32_t i = 0; i < SPILL_BATCH; i++) {
+		keys[i] = 1000 + first + i;
+		len[i] = SPILL_BLOCK;
+		off[i] = (size_t)i * SPILL_BLOCK;
+		spill_fill(c->buf + off[i], first + i);
+	}
+	for (int tries = 0; tries < 3000 && !done; tries++) {
+		assert_int_equal(cli_put(c, SPILL_BATCH, keys, off, len, 0, 0), 0);
+		done = 1;
+		for (uint32_t i = 0; i < SPILL_BATCH; i++) {
+			uint16_t st = result_status(c, i, NULL);
+
+			assert_true(st == PROTO_STATUS_OK || st == PROTO_STATUS_EXISTS ||
+				    st == PROTO_STATUS_BUSY);
+			done &= st != PROTO_STATUS_BUSY;
+		}
+		if (!done)
+			usleep(10000);
+	}
+	assert_true(done);
+}
+
+/* Blocks spilled to NVMe come back by RDMA WRITE after their promotion,
+ * byte for byte, mixed in one GET with blocks still in DRAM; no pin or
+ * reservation is left behind. */
+static void test_get_after_promotion(void **state)
+{
+	uint32_t keys[SPILL_BATCH], cap[SPILL_BATCH];
+	size_t goff[SPILL_BATCH];
+	uint32_t from_nvme = 0, ok = 0;
+	uint8_t *want;
+	struct cli c;
+
+	(void)state;
+	cli_open(&c, 2 * SPILL_BATCH * SPILL_BLOCK);
+	cli_hello(&c, "spill", NULL);
+	for (uint32_t k = 0; k < SPILL_BLOCKS; k += SPILL_BATCH)
+		spill_put(&c, k);
+	assert_true(cli_stat(&c, "\"demotions\":") > 0);
+	want = malloc(SPILL_BLOCK);
+	assert_non_null(want);
+	for (uint32_t round = 0; round < 4; round++) {
+		for (uint32_t i = 0; i < SPILL_BATCH; i++) {
+			/* the oldest blocks (on NVMe only) and the newest (in DRAM) */
+			keys[i] = 1000 + (i < SPILL_BATCH - 2 ? round * SPILL_BATCH + i :
+							      SPILL_BLOCKS - 1 - i);
+			cap[i] = SPILL_BLOCK;
+			goff[i] = (size_t)(SPILL_BATCH + i) * SPILL_BLOCK;
+		}
+		memset(c.buf + SPILL_BATCH * SPILL_BLOCK, 0, SPILL_BATCH * SPILL_BLOCK);
+		assert_int_equal(cli_get(&c, SPILL_BATCH, keys, goff, cap), 0);
+		for (uint32_t i = 0; i < SPILL_BATCH; i++) {
+			struct proto_result r;
+			uint16_t st = result_status(&c, i, &r);
+
+			if (st == PROTO_STATUS_BUSY)
+				continue; /* no DRAM room to promote into right now */
+			assert_int_equal(st, PROTO_STATUS_OK);
+			spill_fill(want, keys[i] - 1000);
+			assert_memory_equal(c.buf + goff[i], want, SPILL_BLOCK);
+			from_nvme += r.tier == PROTO_TIER_NVME;
+			ok++;
+		}
+	}
+	free(want);
+	assert_true(ok > 0);
+	assert_true(from_nvme > 0);
+	assert_true(cli_stat(&c, "\"promotions\":") >= from_nvme);
+	assert_int_equal(cli_stat(&c, "\"inflight_put_bytes\":"), 0);
+	cli_close(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -595,9 +919,17 @@ int main(void)
 		cmocka_unit_test(test_desc_mismatch),
 		cmocka_unit_test(test_disconnect_mid_read),
 		cmocka_unit_test(test_hello_required),
+		cmocka_unit_test(test_tcp_hello_and_large_stats),
 	};
 
-	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+	const struct CMUnitTest nvme_tests[] = {
+		cmocka_unit_test(test_get_after_promotion),
+	};
+	int failed = cmocka_run_group_tests_name("rdma", tests, group_setup, group_teardown);
+
+	failed += cmocka_run_group_tests_name("rdma_nvme", nvme_tests, nvme_group_setup,
+					      group_teardown);
+	return failed;
 }
 
 #endif /* KVPOOL_RDMA */
