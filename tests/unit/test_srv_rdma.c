@@ -95,6 +95,8 @@ static uint16_t free_port(void)
 }
 
 static char nvme_dir[64];
+static uint32_t max_conns;        /* 0: the default */
+static struct cli *leftover;      /* open while kvpoold shuts down */
 
 /* Start kvpoold on a thread: TCP on a free port, no admin port, RDMA
  * through the loopback fake; with_nvme: a small DRAM tier over an NVMe
@@ -116,6 +118,8 @@ static int server_start(int with_nvme)
 	c.threads = 2;
 	c.dram_capacity_bytes = 64ull << 20;
 	c.log_level = SRV_LOG_ERROR;
+	if (max_conns)
+		c.max_connections = max_conns;
 	if (with_nvme) {
 		snprintf(nvme_dir, sizeof(nvme_dir), "/tmp/kvpool-srv-rdma-XXXXXX");
 		if (!mkdtemp(nvme_dir))
@@ -142,30 +146,6 @@ static int nvme_group_setup(void **state)
 {
 	(void)state;
 	return server_start(1);
-}
-
-/* SIGTERM: kvpoold drains, closes its RDMA connections, the workers'
- * contexts and the listener, and returns 0 with every fake object freed. */
-static int group_teardown(void **state)
-{
-	(void)state;
-	kill(getpid(), SIGTERM);
-	pthread_join(srv_thread, NULL);
-	srv_rdma_test_ops = NULL;
-	if (nvme_dir[0]) {
-		char cmd[128];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf %s", nvme_dir);
-		if (system(cmd) != 0)
-			fprintf(stderr, "cannot remove %s\n", nvme_dir);
-		nvme_dir[0] = '\0';
-	}
-	if (srv_rc != 0 || F.live != 0) {
-		fprintf(stderr, "srv_main returned %d, %d fake objects alive\n", srv_rc, F.live);
-		return -1;
-	}
-	srv_rc = -1;
-	return 0;
 }
 
 /* ---- a raw client ----------------------------------------------------- */
@@ -361,6 +341,47 @@ static uint64_t cli_stat(struct cli *c, const char *key)
 	v = strtoull(p + strlen(key), NULL, 10);
 	free(doc);
 	return v;
+}
+
+/* SIGTERM: kvpoold drains, closes its RDMA connections, the workers'
+ * contexts and the listener, and returns 0 with every fake object freed. */
+static int group_teardown(void **state)
+{
+	(void)state;
+	kill(getpid(), SIGTERM);
+	pthread_join(srv_thread, NULL);
+	srv_rdma_test_ops = NULL;
+	if (leftover) {
+		/* kvpoold closed its side: the client's call now fails. */
+		uint8_t ping[PROTO_HEADER_BYTES], reply[64];
+		struct proto_header h = { .magic = PROTO_MAGIC, .version = PROTO_VERSION,
+					  .opcode = PROTO_OP_PING, .request_id = 9 };
+		size_t got;
+
+		proto_header_encode(&h, ping);
+		if (rdma_client_call(leftover->rc, ping, sizeof(ping), reply, sizeof(reply), &got,
+				     500) == 0) {
+			fprintf(stderr, "a connection outlived kvpoold\n");
+			return -1;
+		}
+		cli_close(leftover);
+		free(leftover);
+		leftover = NULL;
+	}
+	if (nvme_dir[0]) {
+		char cmd[128];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", nvme_dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "cannot remove %s\n", nvme_dir);
+		nvme_dir[0] = '\0';
+	}
+	if (srv_rc != 0 || F.live != 0) {
+		fprintf(stderr, "srv_main returned %d, %d fake objects alive\n", srv_rc, F.live);
+		return -1;
+	}
+	srv_rc = -1;
+	return 0;
 }
 
 /* ---- tests ---------------------------------------------------------------- */
@@ -818,6 +839,55 @@ static void test_get_after_promotion(void **state)
 	cli_close(&c);
 }
 
+/* ---- max_connections and shutdown ---------------------------------------- */
+
+static int limit_group_setup(void **state)
+{
+	(void)state;
+	max_conns = 2;
+	return server_start(0);
+}
+
+/* RDMA connections count against max_connections like TCP ones: over the
+ * limit a connection request is refused and counted as rejected; once one
+ * closes, a new one is taken. One connection stays open while kvpoold
+ * shuts down (group_teardown): it is closed and everything freed. */
+static void test_max_connections(void **state)
+{
+	struct cli a, b, *c;
+	struct rdma_client *x = NULL;
+	int rc = 0;
+
+	(void)state;
+	cli_open(&a, 4096);
+	cli_hello(&a, "limit", NULL);
+	cli_open(&b, 4096);
+	cli_hello(&b, "limit", NULL);
+	assert_int_equal(cli_stat(&a, "\"connections\":{\"current\":"), 2);
+	assert_int_equal(cli_stat(&a, "\"rdma\":{\"built\":true,\"available\":true,\"port\":7472,"
+				  "\"reason\":\"\",\"connections\":{\"current\":"), 2);
+	assert_true(rdma_client_connect("127.0.0.1", RDMA_DEFAULT_PORT, 1000, &fake_verbs_ops, &x) < 0);
+	assert_true(cli_stat(&a, "\"rejected\":") >= 1);
+	cli_close(&b);
+	/* The worker gives the slot back when it sees the disconnect. */
+	for (int i = 0; i < 200; i++) {
+		rc = rdma_client_connect("127.0.0.1", RDMA_DEFAULT_PORT, 1000, &fake_verbs_ops, &x);
+		if (rc == 0)
+			break;
+		usleep(10000);
+	}
+	assert_int_equal(rc, 0);
+	rdma_client_close(x);
+	c = malloc(sizeof(*c));
+	assert_non_null(c);
+	for (int i = 0; i < 200 && cli_stat(&a, "\"connections\":{\"current\":") != 1; i++)
+		usleep(10000);
+	cli_close(&a);
+	cli_open(c, 4096);
+	cli_hello(c, "limit", NULL);
+	leftover = c;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -838,7 +908,12 @@ int main(void)
 	};
 	int failed = cmocka_run_group_tests_name("rdma", tests, group_setup, group_teardown);
 
+	const struct CMUnitTest limit_tests[] = {
+		cmocka_unit_test(test_max_connections),
+	};
 	failed += cmocka_run_group_tests_name("rdma_nvme", nvme_tests, nvme_group_setup,
+					      group_teardown);
+	failed += cmocka_run_group_tests_name("rdma_limit", limit_tests, limit_group_setup,
 					      group_teardown);
 	return failed;
 }
