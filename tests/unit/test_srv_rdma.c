@@ -724,9 +724,11 @@ static void test_tcp_hello_and_large_stats(void **state)
 	assert_int_equal(tcp_hello("tcp"), RDMA_DEFAULT_PORT);
 	memset(ns, 'n', 200);
 	ns[200] = '\0';
-	for (int i = 0; i < 200; i++) {
-		snprintf(ns, 8, "%07d", i);
-		ns[7] = 'n';
+	for (unsigned int i = 0; i < 200; i++) {
+		char tag[16];
+
+		snprintf(tag, sizeof(tag), "%07u", i);
+		memcpy(ns, tag, 7);
 		tcp_hello(ns);
 	}
 	cli_open(&c, 4096);
