@@ -202,7 +202,8 @@ static int cli_call(struct cli *c, uint8_t op, const uint8_t *body, uint32_t bod
 	int rc;
 
 	proto_header_encode(&h, msg);
-	memcpy(msg + PROTO_HEADER_BYTES, body, body_bytes);
+	if (body_bytes)
+		memcpy(msg + PROTO_HEADER_BYTES, body, body_bytes);
 	for (uint32_t i = 0; i < n; i++, len += RDMA_DESC_BYTES)
 		rdma_desc_encode(&d[i], msg + len);
 	memset(msg + len, 0, extra);
