@@ -60,6 +60,7 @@ int main(void)
 #define F fake_verbs
 #define CALL_MS 3000
 #define BIG_BYTES (1u << 20)
+#define MAX_BATCH 128u /* entries per PUT/GET the helpers send */
 
 static const struct proto_limits lim = {
 	.max_frame_bytes = 1u << 30, .max_batch_blocks = 1u << 20, .max_block_bytes = 1ull << 40,
@@ -270,11 +271,11 @@ static void fill(uint8_t *p, size_t n, uint32_t seed)
 static int cli_put(struct cli *c, uint32_t n, const uint32_t *keys, const size_t *off,
 		   const uint32_t *len, int desc_len_delta, uint32_t rkey_xor)
 {
-	uint8_t body[8 + 8 * PROTO_PUT_ENTRY_BYTES];
-	struct rdma_desc d[8];
+	static uint8_t body[8 + MAX_BATCH * PROTO_PUT_ENTRY_BYTES];
+	static struct rdma_desc d[MAX_BATCH];
 	uint64_t payload = 0;
 
-	assert_true(n <= 8);
+	assert_true(n <= MAX_BATCH);
 	proto_batch_encode_prefix(body, n, 0);
 	for (uint32_t i = 0; i < n; i++) {
 		struct proto_put_entry e = { .length = len[i] };
@@ -295,9 +296,10 @@ static int cli_put(struct cli *c, uint32_t n, const uint32_t *keys, const size_t
 static int cli_get(struct cli *c, uint32_t n, const uint32_t *keys, const size_t *off,
 		   const uint32_t *cap)
 {
-	uint8_t body[8 + 8 * PROTO_GET_ENTRY_BYTES];
-	struct rdma_desc d[8];
+	static uint8_t body[8 + MAX_BATCH * PROTO_GET_ENTRY_BYTES];
+	static struct rdma_desc d[MAX_BATCH];
 
+	assert_true(n <= MAX_BATCH);
 	proto_batch_encode_prefix(body, n, 0);
 	for (uint32_t i = 0; i < n; i++) {
 		struct proto_get_entry e = { .max_length = cap[i] };
@@ -441,6 +443,40 @@ static void test_put_get_roundtrip(void **state)
 		assert_memory_equal(c.buf + goff[i], c.buf + off[i], len[i]);
 	}
 	assert_int_equal(cli_stat(&c, "\"bytes_written\":") - written0, 4096 + BIG_BYTES + 777);
+	cli_close(&c);
+}
+
+/* A batch of 100 blocks, more than a QP may have in flight
+ * (RDMA_QP_MAX_XFER): the READs and then the WRITEs are pipelined, and
+ * every block arrives intact. */
+static void test_pipelined_batch(void **state)
+{
+	enum { N = 100, LEN = 4096 };
+	static uint32_t keys[N], len[N], cap[N];
+	static size_t off[N], goff[N];
+	int xfers;
+	struct cli c;
+
+	(void)state;
+	assert_true(N > RDMA_QP_MAX_XFER);
+	cli_open(&c, 2 * N * LEN);
+	cli_hello(&c, "pipe", NULL);
+	for (uint32_t i = 0; i < N; i++) {
+		keys[i] = 2000 + i;
+		len[i] = cap[i] = LEN;
+		off[i] = (size_t)i * LEN;
+		goff[i] = (size_t)(N + i) * LEN;
+		fill(c.buf + off[i], LEN, 2000 + i);
+	}
+	xfers = F.posted_xfer;
+	assert_int_equal(cli_put(&c, N, keys, off, len, 0, 0), 0);
+	for (uint32_t i = 0; i < N; i++)
+		assert_int_equal(result_status(&c, i, NULL), PROTO_STATUS_OK);
+	assert_int_equal(cli_get(&c, N, keys, goff, cap), 0);
+	for (uint32_t i = 0; i < N; i++)
+		assert_int_equal(result_status(&c, i, NULL), PROTO_STATUS_OK);
+	assert_memory_equal(c.buf + N * LEN, c.buf, N * LEN);
+	assert_int_equal(F.posted_xfer - xfers, 2 * N);
 	cli_close(&c);
 }
 
@@ -897,6 +933,7 @@ int main(void)
 		cmocka_unit_test(test_hello_rdma_port),
 		cmocka_unit_test(test_put_get_roundtrip),
 		cmocka_unit_test(test_get_small_buffer),
+		cmocka_unit_test(test_pipelined_batch),
 		cmocka_unit_test(test_put_read_error),
 		cmocka_unit_test(test_put_wrong_rkey),
 		cmocka_unit_test(test_get_write_fails_releases_pins),
