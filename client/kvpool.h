@@ -105,15 +105,20 @@ struct kvpool_limits {
  * namespace `ns` (NUL-terminated, 1..255 bytes; copied).
  * `opts` may be NULL. Blocks up to the timeout.
  * Also "auto://host:port" (the TCP port): TCP first, then RDMA when the
- * server's HELLO reply offers it and RDMA can be used; otherwise it stays
- * on TCP and says why once on stderr (today it always stays on TCP: the
- * library's RDMA data path is not built yet). "rdma://host[:port]"
- * (default port 7472) uses rdma_cm only.
+ * server's HELLO reply offers it (rdma_port) and an RDMA connection, its
+ * memory registrations and a HELLO over it all work; otherwise it stays
+ * on TCP. Which one it uses is said on stderr, once (again only if it
+ * changes at a later reconnect). "rdma://host[:port]" (default port 7472)
+ * uses rdma_cm only. On RDMA, put/get behave as on TCP: the server moves
+ * the bytes with RDMA READ/WRITE, in place for buffers inside a
+ * registered region (kvpool_register), through a staging buffer the
+ * handle registers once per connection otherwise.
  * Errors: -EINVAL (bad URL, empty or too long namespace, a namespace byte
  *   outside printable ASCII 0x21..0x7e, token too long),
  *   -EOPNOTSUPP (a scheme other than tcp://, auto:// or rdma://, rdma://
- *   in a build without RDMA or (for now) once an RDMA connection could be
- *   made, or the server speaks no protocol version we do), -ENODEV
+ *   in a build without RDMA, or the server speaks no protocol version we
+ *   do), -EPERM / -ENOMEM (rdma://: memory registration refused, e.g. a
+ *   too small RLIMIT_MEMLOCK), -ENODEV
  *   (rdma:// and no RDMA device), -ENOENT (host name does not
  *   resolve), and the shared connection errors above. */
 int kvpool_connect(const char *url, const char *ns, const struct kvpool_options *opts,
@@ -278,25 +283,30 @@ void kvpool_free(void *p);
 
 /* Register buf[0..len) with the handle: memory the caller will put from
  * and get into many times (a KV-cache arena, a staging pool), declared
- * once up front. With the RDMA transport (not built yet) this is the
- * memory the NIC will be given access to, registered once so that no
- * call pays for it; kvpool_put and kvpool_get will then move blocks that
- * lie inside a registered region without a copy.
- * On TCP, the only transport today, this call does no more than check
- * the arguments and record the region in the handle: nothing is pinned
- * or locked, nothing is sent, and put/get work the same on registered
- * and unregistered memory (registration is never required).
+ * once up front. On RDMA this is memory the NIC is given access to (the
+ * server may READ and WRITE it, only where a put/get describes it),
+ * registered once so that no call pays for it: a put or get whose block
+ * is one iovec inside a registered region moves without a copy; other
+ * buffers go through the handle's staging buffer.
+ * On TCP this call does no more than check the arguments and record the
+ * region: nothing is pinned, nothing is sent. Regions recorded on TCP, or
+ * kept across a reconnect, are registered when an RDMA connection is
+ * made. Put/get work the same on registered and unregistered memory
+ * (registration is never required).
  * The memory is borrowed until kvpool_unregister(c, buf) or
- * kvpool_close(c); the caller keeps it allocated until then. Regions are
- * kept across reconnects. Does not block; does not talk to the server.
+ * kvpool_close(c); the caller keeps it allocated until then. Does not
+ * block; does not talk to the server.
  * Errors: -EINVAL (c or buf NULL, len 0, or buf + len past the end of
  *   the address space), -EEXIST (the range overlaps a region already
  *   registered with this handle, e.g. the same buffer twice),
- *   -ENOMEM (the region table could not grow). */
+ *   -ENOMEM (the region table could not grow), and on RDMA the
+ *   registration's -ENOMEM / -EPERM (RLIMIT_MEMLOCK too small); the
+ *   region is then not recorded. */
 int kvpool_register(struct kvpool_client *c, const void *buf, size_t len);
 
 /* Forget the region registered at `buf` (the exact start address given to
- * kvpool_register; the whole region goes). Does not block.
+ * kvpool_register; the whole region goes; on RDMA it is deregistered).
+ * Does not block.
  * Errors: -EINVAL (c or buf NULL), -ENOENT (no region starts at buf). */
 int kvpool_unregister(struct kvpool_client *c, const void *buf);
 

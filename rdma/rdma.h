@@ -246,7 +246,8 @@ struct rdma_client_mr;
 int rdma_client_connect(const char *host, uint16_t port, uint32_t timeout_ms,
 			const struct rdma_ops *ops, struct rdma_client **out);
 
-/* Disconnect and free (deregisters remaining memory). Accepts NULL. */
+/* Disconnect and free. Deregister every rdma_client_reg region first
+ * (the protection domain is freed here). Accepts NULL. */
 void rdma_client_close(struct rdma_client *c);
 
 /* Register buf[0..len) for remote read and write by the server (the
@@ -255,6 +256,28 @@ void rdma_client_close(struct rdma_client *c);
 int rdma_client_reg(struct rdma_client *c, void *buf, size_t len, struct rdma_client_mr **out);
 uint32_t rdma_client_mr_rkey(const struct rdma_client_mr *mr);
 void rdma_client_dereg(struct rdma_client *c, struct rdma_client_mr *mr); /* accepts NULL */
+
+/* Send one control message (copied: msg may be reused at once). Replies
+ * are taken with rdma_client_recv, in order; up to RDMA_MSG_DEPTH
+ * messages may be outstanding. Fails with -ECONNRESET when the
+ * server has left (a DISCONNECTED event is pending) or the send could not
+ * be posted; the connection is then unusable (rdma_client_ok is false).
+ * Errors: -EMSGSIZE (over RDMA_MSG_MAX_BYTES), -EAGAIN (every send buffer
+ * still in flight), -ECONNRESET. */
+int rdma_client_send(struct rdma_client *c, const void *msg, size_t msg_bytes);
+
+/* Wait up to timeout_ms for the next message from the server and copy it
+ * into buf[0..cap); *bytes receives its length. Watches the CM channel
+ * too, so a server that disconnects fails the wait at once.
+ * Errors: -ETIMEDOUT, -ECONNRESET (error completion, or the server left),
+ * -ENOBUFS (message larger than cap; it is dropped). */
+int rdma_client_recv(struct rdma_client *c, void *buf, size_t cap, size_t *bytes,
+		     uint32_t timeout_ms);
+
+/* Whether the connection is established and has seen no error; takes the
+ * CM events pending first (never blocks), so a server that left between
+ * calls is noticed here (as a TCP client notices a closed socket). */
+bool rdma_client_ok(struct rdma_client *c);
 
 /* Send one control message and wait for the next reply message into
  * buf[0..cap); *bytes receives its length. Blocks up to timeout_ms.

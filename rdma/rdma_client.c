@@ -219,56 +219,140 @@ void rdma_client_dereg(struct rdma_client *cl, struct rdma_client_mr *m)
 	free(m);
 }
 
-/* Service the CQ until a reply message is in or the deadline passes. */
+/* Take the CM events pending on the client's channel (never blocks): a
+ * DISCONNECTED (the server left or dropped us) or any error event fails
+ * the connection. Returns 0 or -ECONNRESET. */
+static int check_cm(struct rdma_client *cl)
+{
+	const struct rdma_ops *ops = cl->conn.ops;
+	struct rdma_cm_event *ev;
+
+	while (ops->get_cm_event(cl->ch, &ev) == 0) {
+		enum rdma_cm_event_type got = ev->event;
+
+		ops->ack_cm_event(ev);
+		if (got == RDMA_CM_EVENT_DISCONNECTED || got == RDMA_CM_EVENT_DEVICE_REMOVAL ||
+		    got == RDMA_CM_EVENT_TIMEWAIT_EXIT || got == RDMA_CM_EVENT_CONNECT_ERROR ||
+		    got == RDMA_CM_EVENT_UNREACHABLE)
+			cl->conn.state = RDMA_CONN_ERROR;
+	}
+	return cl->conn.state == RDMA_CONN_ESTABLISHED ? 0 : -ECONNRESET;
+}
+
+/* Take completions from the CQ one at a time until it is empty or a
+ * message is in: with several requests outstanding, later replies stay
+ * in the CQ until the caller has taken this one (the connection keeps
+ * one received message at a time). Returns the number of completions
+ * handled, or -ECONNRESET (an error completion or a verbs failure). */
+static int drain_cq(struct rdma_conn *c)
+{
+	struct ibv_wc wc;
+	int handled = 0;
+
+	while (!c->recv_ready) {
+		int n = c->ops->poll_cq(c->cq, 1, &wc);
+
+		if (n < 0) {
+			c->state = RDMA_CONN_ERROR;
+			return -ECONNRESET;
+		}
+		if (n == 0)
+			break;
+		if (rdma_conn_handle_wc(c, &wc))
+			return -ECONNRESET;
+		handled++;
+	}
+	return handled;
+}
+
+/* Wait until the completion channel or the CM channel is readable, or
+ * the deadline passes. */
+static int wait_either(struct rdma_client *cl, uint64_t deadline_ms)
+{
+	struct pollfd p[2] = { { .fd = cl->conn.comp->fd, .events = POLLIN },
+			       { .fd = cl->ch->fd, .events = POLLIN } };
+	uint64_t now = now_ms();
+	int rc;
+
+	if (now >= deadline_ms)
+		return -ETIMEDOUT;
+	rc = poll(p, 2, (int)(deadline_ms - now));
+	if (rc < 0)
+		return errno == EINTR ? 0 : -errno;
+	return rc == 0 ? -ETIMEDOUT : 0;
+}
+
+/* Service the CQ (and watch the CM channel for the server leaving) until
+ * a reply message is in or the deadline passes. */
 static int wait_reply(struct rdma_client *cl, uint64_t deadline_ms)
 {
 	struct rdma_conn *c = &cl->conn;
-	struct ibv_wc wc[8];
 	struct ibv_cq *cq;
 	void *ctx;
+	int n, rc;
 
 	for (;;) {
-		int n = c->ops->poll_cq(c->cq, 8, wc);
-
+		n = drain_cq(c);
 		if (n < 0)
-			return -ECONNRESET;
-		for (int i = 0; i < n; i++)
-			if (rdma_conn_handle_wc(c, &wc[i]))
-				return -ECONNRESET;
+			return n;
 		if (c->recv_ready)
 			return 0;
 		if (n > 0)
 			continue;
-		if (c->ops->req_notify_cq(c->cq, 0))
+		rc = check_cm(cl);
+		if (rc)
+			return rc;
+		if (c->ops->req_notify_cq(c->cq, 0)) {
+			c->state = RDMA_CONN_ERROR;
 			return -ECONNRESET;
-		n = c->ops->poll_cq(c->cq, 8, wc); /* a completion may have raced the arm */
+		}
+		n = drain_cq(c); /* a completion may have raced the arm */
 		if (n < 0)
-			return -ECONNRESET;
-		for (int i = 0; i < n; i++)
-			if (rdma_conn_handle_wc(c, &wc[i]))
-				return -ECONNRESET;
+			return n;
 		if (c->recv_ready)
 			return 0;
 		if (n > 0)
 			continue;
-		int rc = wait_fd(c->comp->fd, deadline_ms);
-
+		rc = wait_either(cl, deadline_ms);
 		if (rc)
 			return rc;
 		if (c->ops->get_cq_event(c->comp, &cq, &ctx) == 0)
 			c->cq_events++;
+		if (c->cq_events >= 16) {
+			c->ops->ack_cq_events(c->cq, c->cq_events);
+			c->cq_events = 0;
+		}
 	}
 }
 
-int rdma_client_call(struct rdma_client *cl, const void *msg, size_t msg_bytes, void *buf,
-		     size_t cap, size_t *bytes, uint32_t timeout_ms)
+int rdma_client_send(struct rdma_client *cl, const void *msg, size_t msg_bytes)
+{
+	struct rdma_conn *c = &cl->conn;
+	int rc = check_cm(cl);
+
+	if (rc)
+		return rc;
+	rc = rdma_conn_send(c, msg, msg_bytes);
+	if (rc == -EAGAIN) {
+		/* Every send buffer in flight: reap SEND completions and retry. */
+		rc = drain_cq(c);
+		if (rc < 0)
+			return rc;
+		rc = rdma_conn_send(c, msg, msg_bytes);
+	}
+	if (rc == -ENOTCONN || (rc < 0 && rc != -EMSGSIZE && rc != -EAGAIN)) {
+		c->state = RDMA_CONN_ERROR;
+		return -ECONNRESET;
+	}
+	return rc;
+}
+
+int rdma_client_recv(struct rdma_client *cl, void *buf, size_t cap, size_t *bytes,
+		     uint32_t timeout_ms)
 {
 	struct rdma_conn *c = &cl->conn;
 	int rc;
 
-	rc = rdma_conn_send(c, msg, msg_bytes);
-	if (rc)
-		return rc == -ENOTCONN ? -ECONNRESET : rc;
 	rc = wait_reply(cl, now_ms() + timeout_ms);
 	if (rc)
 		return rc;
@@ -284,4 +368,19 @@ int rdma_client_call(struct rdma_client *cl, const void *msg, size_t msg_bytes, 
 		return -ECONNRESET;
 	}
 	return rc;
+}
+
+int rdma_client_call(struct rdma_client *cl, const void *msg, size_t msg_bytes, void *buf,
+		     size_t cap, size_t *bytes, uint32_t timeout_ms)
+{
+	int rc = rdma_client_send(cl, msg, msg_bytes);
+
+	if (rc)
+		return rc;
+	return rdma_client_recv(cl, buf, cap, bytes, timeout_ms);
+}
+
+bool rdma_client_ok(struct rdma_client *cl)
+{
+	return cl && check_cm(cl) == 0;
 }

@@ -185,3 +185,28 @@ int rdma_client_call(struct rdma_client *c, const void *msg, size_t msg_bytes, v
 	(void)timeout_ms;
 	return -EOPNOTSUPP;
 }
+
+int rdma_client_send(struct rdma_client *c, const void *msg, size_t msg_bytes)
+{
+	(void)c;
+	(void)msg;
+	(void)msg_bytes;
+	return -EOPNOTSUPP;
+}
+
+int rdma_client_recv(struct rdma_client *c, void *buf, size_t cap, size_t *bytes,
+		     uint32_t timeout_ms)
+{
+	(void)c;
+	(void)buf;
+	(void)cap;
+	(void)bytes;
+	(void)timeout_ms;
+	return -EOPNOTSUPP;
+}
+
+bool rdma_client_ok(struct rdma_client *c)
+{
+	(void)c;
+	return false;
+}

@@ -117,6 +117,14 @@ static void write_tiers(struct mw *m, const struct store_stats *st)
 	mw_printf(m, "kvpool_dram_fragmentation_ratio %.6f\n", st->fragmentation);
 	single(m, "kvpool_dram_inflight_put_bytes", "gauge",
 	       "DRAM bytes reserved by PUTs whose payload is still arriving.", st->inflight_put_bytes);
+	single(m, "kvpool_dram_evict_passes_total", "counter",
+	       "Passes that evicted or dropped DRAM copies to make room for a put or a promotion.",
+	       st->evict_passes);
+	family(m, "kvpool_dram_evict_pass_max_seconds", "gauge",
+	       "Longest such pass since start, measured under the store lock.");
+	mw_printf(m, "kvpool_dram_evict_pass_max_seconds ");
+	seconds(m, st->evict_pass_max_us);
+	mw_printf(m, "\n");
 	single(m, "kvpool_blocks", "gauge", "Visible blocks in either tier, each once.", st->blocks);
 	single(m, "kvpool_index_bytes", "gauge", "Memory of the index and block headers.", st->index_bytes);
 	single(m, "kvpool_namespaces", "gauge", "Namespaces held now.", st->namespaces);

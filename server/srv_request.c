@@ -265,7 +265,10 @@ static void get_settle(struct srv_conn *c, struct srv_get_slot *g, int rc)
 		store_release(c->w->srv->store, g->ref.block);
 		g->ref.block = NULL;
 		g->status = PROTO_STATUS_TOO_LARGE;
-		srv_stats_count_status(ss, PROTO_STATUS_TOO_LARGE);
+		/* max_length 0 only asks the block's size (a client with no
+		 * buffer yet, e.g. the Python get_many): not a refusal */
+		if (g->max_length)
+			srv_stats_count_status(ss, PROTO_STATUS_TOO_LARGE);
 		return;
 	}
 	g->status = PROTO_STATUS_OK;

@@ -126,9 +126,11 @@ static void json_store(struct jw *j, const struct store_stats *st)
 	jw_printf(j,
 		  "\"tiers\":{\"dram\":{\"capacity_bytes\":%" PRIu64 ",\"used_bytes\":%" PRIu64 ","
 		  "\"payload_bytes\":%" PRIu64 ",\"free_bytes\":%" PRIu64 ",\"largest_free_bytes\":%" PRIu64 ","
-		  "\"fragmentation\":%.6f,\"blocks\":%" PRIu64 ",\"inflight_put_bytes\":%" PRIu64 "},",
+		  "\"fragmentation\":%.6f,\"blocks\":%" PRIu64 ",\"inflight_put_bytes\":%" PRIu64 ","
+		  "\"evict_passes\":%" PRIu64 ",\"evict_pass_max_us\":%" PRIu64 "},",
 		  st->capacity_bytes, st->used_bytes, st->payload_bytes, st->free_bytes,
-		  st->largest_free_bytes, st->fragmentation, st->dram_blocks, st->inflight_put_bytes);
+		  st->largest_free_bytes, st->fragmentation, st->dram_blocks, st->inflight_put_bytes,
+		  st->evict_passes, st->evict_pass_max_us);
 	json_nvme(j, st);
 	jw_printf(j, "},");
 	jw_printf(j,

@@ -43,6 +43,8 @@ struct store_nvme_io {
 	int dir_fd;
 	int lock_fd;               /* holds the flock */
 	int *seg_fd;               /* segment_count fds */
+	uint64_t *seg_had;         /* per segment: bytes its file held at open */
+	bool fresh;                /* FORMAT was written by this open: nothing to lose */
 	uint32_t segment_count;
 	uint64_t segment_bytes;
 	bool direct;
@@ -323,6 +325,7 @@ static int open_format(struct store_nvme_io *io, char *why, size_t why_len)
 			io->dir, STORE_NVME_FORMAT_VERSION);
 		return -EPROTONOSUPPORT;
 	}
+	io->fresh = true;
 	return write_format(io, why, why_len);
 }
 
@@ -344,22 +347,30 @@ static int create_error(int err)
 }
 
 /* Open segment n, creating it, and make it exactly segment_bytes long
- * (ftruncate: sparse, no space is taken until written). */
+ * (ftruncate: sparse, no space is taken until written). Remembers how many
+ * bytes the file held before (0 when it was missing), so that index
+ * records pointing past them are known to name bytes that are gone. */
 static int open_segment(struct store_nvme_io *io, uint32_t n, char *why, size_t why_len)
 {
 	char name[32];
 	struct stat st;
-	int fd, err, flags = O_RDWR | O_CREAT | O_CLOEXEC | (io->direct ? O_DIRECT : 0);
+	int fd, err, flags = O_RDWR | O_CLOEXEC | (io->direct ? O_DIRECT : 0);
 
 	segment_name(name, sizeof(name), n);
-	fd = openat(io->dir_fd, name, flags, 0644);
+	fd = openat(io->dir_fd, name, flags);
+	if (fd < 0 && errno == ENOENT)
+		fd = openat(io->dir_fd, name, flags | O_CREAT, 0644);
 	if (fd < 0) {
 		err = errno;
 		goto out_why;
 	}
-	if (fstat(fd, &st) < 0 ||
-	    ((uint64_t)st.st_size != io->segment_bytes &&
-	     ftruncate(fd, (off_t)io->segment_bytes) < 0)) {
+	if (fstat(fd, &st) < 0) {
+		err = errno;
+		goto out_close;
+	}
+	io->seg_had[n] = (uint64_t)st.st_size;
+	if ((uint64_t)st.st_size != io->segment_bytes &&
+	    ftruncate(fd, (off_t)io->segment_bytes) < 0) {
 		err = errno;
 		goto out_close;
 	}
@@ -372,6 +383,13 @@ out_why:
 		strerror(err), err == EMFILE || err == ENFILE ?
 		" (one file per segment is kept open: raise the fd limit or the segment size)" : "");
 	return create_error(err);
+}
+
+uint64_t store_nvme_io_segment_had(const struct store_nvme_io *io, uint32_t n)
+{
+	if (n >= io->segment_count)
+		return 0;
+	return io->fresh ? io->segment_bytes : io->seg_had[n];
 }
 
 /* Parse a segment file name; false for anything else in segments/. */
@@ -398,7 +416,7 @@ static int trim_segments(struct store_nvme_io *io, int seg_dir_fd)
 	int fd = dup(seg_dir_fd);
 	struct dirent *de;
 	DIR *d;
-	uint32_t n;
+	uint32_t n, removed = 0;
 
 	if (fd < 0)
 		return -errno;
@@ -410,11 +428,13 @@ static int trim_segments(struct store_nvme_io *io, int seg_dir_fd)
 	while ((de = readdir(d)) != NULL) {
 		if (!parse_segment_name(de->d_name, &n) || n < io->segment_count)
 			continue;
-		if (unlinkat(seg_dir_fd, de->d_name, 0) == 0)
-			io_log(io, STORE_LOG_INFO, "nvme dir %s: removed segment %s beyond the capacity",
-			       io->dir, de->d_name);
+		removed += unlinkat(seg_dir_fd, de->d_name, 0) == 0;
 	}
 	closedir(d);
+	if (removed)
+		io_log(io, STORE_LOG_INFO,
+		       "nvme dir %s: removed %u segment files beyond the capacity (%u segments)",
+		       io->dir, removed, io->segment_count);
 	return 0;
 }
 
@@ -459,9 +479,11 @@ static struct store_nvme_io *io_new(const char *dir, uint64_t segment_bytes,
 		return NULL;
 	io->dir = strdup(dir);
 	io->seg_fd = malloc(sizeof(*io->seg_fd) * segment_count);
-	if (!io->dir || !io->seg_fd) {
+	io->seg_had = calloc(segment_count, sizeof(*io->seg_had));
+	if (!io->dir || !io->seg_fd || !io->seg_had) {
 		free(io->dir);
 		free(io->seg_fd);
+		free(io->seg_had);
 		free(io);
 		return NULL;
 	}
@@ -535,6 +557,7 @@ void store_nvme_io_close(struct store_nvme_io *io)
 	if (io->dir_fd >= 0)
 		close(io->dir_fd);
 	free(io->seg_fd);
+	free(io->seg_had);
 	free(io->dir);
 	free(io);
 }

@@ -46,6 +46,12 @@ int store_nvme_io_open(const char *dir, uint64_t segment_bytes, uint32_t segment
 		       store_log_fn log, void *log_arg, struct store_nvme_io **out,
 		       char *why, size_t why_len);
 
+/* Bytes segment n's file held when the directory was opened: 0 when the
+ * file was missing, less than a segment when it had been truncated, the
+ * segment size for a directory this open wrote fresh. An index record
+ * reaching past it names bytes that are gone. 0 for n out of range. */
+uint64_t store_nvme_io_segment_had(const struct store_nvme_io *io, uint32_t n);
+
 /* Close the files and release the lock. Accepts NULL. */
 void store_nvme_io_close(struct store_nvme_io *io);
 

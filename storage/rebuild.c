@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "nvme_index.h"
+#include "nvme_io.h"
 #include "store_impl.h"
 
 /* A namespace of the disk table. */
@@ -46,6 +47,8 @@ struct rebuild {
 	uint8_t *bad;            /* per record: dropped */
 	struct store_block **blocks; /* per record: its block, or NULL */
 	uint64_t invalid, orphans, kept;
+	uint64_t lost;               /* records in segment files missing or short at open */
+	uint32_t first_lost_seg;
 };
 
 /* Grow *arr (elements of size `size`) to hold one more. */
@@ -158,6 +161,14 @@ static int check_places(struct rebuild *rb)
 		return -ENOMEM;
 	for (size_t i = 0; i < rb->nrecs; i++) {
 		if (!ns_of(rb, rb->recs[i].ns_disk_id) || !rec_fits(rb->s, &rb->recs[i])) {
+			rb->bad[i] = 1;
+			rb->invalid++;
+			continue;
+		}
+		if (rb->recs[i].offset + store_pages_of(rb->recs[i].length) * STORE_PAGE_BYTES >
+		    store_nvme_io_segment_had(rb->s->tier->io, rb->recs[i].segment)) {
+			if (rb->lost++ == 0)
+				rb->first_lost_seg = rb->recs[i].segment;
 			rb->bad[i] = 1;
 			rb->invalid++;
 			continue;
@@ -474,6 +485,11 @@ int store_rebuild(struct store *s, char *why, size_t why_len)
 		  (unsigned long long)rb.kept, (unsigned long long)ms,
 		  (unsigned long long)(ms ? rb.kept * 1000 / ms : rb.kept),
 		  (unsigned long long)rb.orphans, (unsigned long long)rb.invalid);
+	if (rb.lost)
+		store_log(s, STORE_LOG_WARN,
+			  "nvme rebuild: %llu records point into segment files that were missing or "
+			  "truncated at start (first: segment %u); those blocks are dropped",
+			  (unsigned long long)rb.lost, rb.first_lost_seg);
 	rebuild_free(&rb);
 	return 0;
 }

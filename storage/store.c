@@ -516,6 +516,8 @@ void store_stats(struct store *s, struct store_stats *out)
 	st.index_bytes = index_bytes_locked(s);
 	st.blocks = s->blocks;
 	st.evictions = s->evictions;
+	st.evict_passes = s->evict_passes;
+	st.evict_pass_max_us = s->evict_pass_max_us;
 	st.leases_active = s->leases_active;
 	st.checksum_errors = s->checksum_errors;
 	st.namespaces = s->nns;

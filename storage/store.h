@@ -315,6 +315,12 @@ struct store_stats {
 	uint64_t index_bytes;          /* memory of index and block headers, outside the arena */
 	uint64_t blocks;               /* visible blocks */
 	uint64_t evictions;
+	/* Passes that made room in DRAM for a put reservation or a promotion
+	 * (expiring leases, then evicting or dropping clean copies until the
+	 * allocation fits), and the longest one in microseconds, measured
+	 * under the store lock: how long such a pass holds up other puts. */
+	uint64_t evict_passes;
+	uint64_t evict_pass_max_us;
 	uint64_t leases_active;        /* lease pins held now */
 	uint64_t checksum_errors;
 	uint32_t namespaces;           /* held now (not reclaimed), <= STORE_MAX_NAMESPACES */

@@ -314,6 +314,10 @@ struct store {
 	 * payload of visible blocks in DRAM. */
 	uint64_t used_bytes, payload_bytes, inflight_bytes, zombie_bytes;
 	uint64_t blocks, dram_blocks, evictions, leases_active, checksum_errors;
+	/* Passes of store_alloc_room_locked that had to free DRAM (the arena
+	 * had no room at first), and the longest one in microseconds: the
+	 * time puts wait behind the lock for an eviction. */
+	uint64_t evict_passes, evict_pass_max_us;
 	struct store_tier *tier;      /* NULL without an NVMe tier */
 };
 

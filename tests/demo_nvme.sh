@@ -76,6 +76,26 @@ json_errnos() {
 	echo "${o:-none}"
 }
 
+# stats_busy: STATS ops.put.errors and ops.errors.busy of the last run
+# ($stats), as "put errors N, busy N".
+stats_busy() {
+	local put
+	put=$(grep -o '"put":{"requests":[^}]*}' <<<"$stats" | head -n 1)
+	echo "put errors $(json_num errors "$put"), busy $(json_num busy "$stats")"
+}
+
+# outcome: what happened to the last run's puts and gets. A block the
+# server answers BUSY (in-flight bytes at the limit, DRAM waiting for NVMe
+# writes) is sent again by the replay; STATS counts every such answer in
+# ops.put.errors and ops.errors.busy even when the retry succeeds, so the
+# retries are shown next to those counts, then what still failed.
+outcome() {
+	echo "puts retried after BUSY $(json_num put_retries "$report") blocks" \
+		"(server STATS: $(stats_busy)), put failures $(json_errnos put_errors "$report");" \
+		"gets retried after BUSY $(json_num get_retries "$report") blocks," \
+		"get failures $(json_errnos get_errors "$report")"
+}
+
 # replay_run LABEL FLAGS...: start, replay, remember the figures, stop.
 # Leaves the report in $report and the stats in $stats.
 replay_run() {
@@ -99,7 +119,7 @@ fresh_dir() {
 replay_run "DRAM only (dram_capacity $DRAM)"
 dram_ratio=$(json_num hit_ratio "$report")
 ideal_ratio=$(json_num ideal_hit_ratio "$report")
-dram_errors="put errors $(json_errnos put_errors "$report"), get errors $(json_errnos get_errors "$report")"
+dram_errors=$(outcome)
 stop_server
 
 fresh_dir
@@ -109,7 +129,7 @@ all_ratio=$(json_num hit_ratio "$report")
 all_written=$(json_num bytes_written "$stats")
 all_demotions=$(json_num demotions "$stats")
 all_rewritten=$(json_num rewritten_bytes "$stats")
-all_errors="put errors $(json_errnos put_errors "$report"), get errors $(json_errnos get_errors "$report")"
+all_errors=$(outcome)
 echo
 echo "== kvpool stats after the two-tier replay (nvme_admission all)"
 "$BUILD/kvpool" stats --server "$url"
@@ -123,7 +143,7 @@ reused_written=$(json_num bytes_written "$stats")
 reused_demotions=$(json_num demotions "$stats")
 reused_rejections=$(json_num admission_rejections "$stats")
 reused_rewritten=$(json_num rewritten_bytes "$stats")
-reused_errors="put errors $(json_errnos put_errors "$report"), get errors $(json_errnos get_errors "$report")"
+reused_errors=$(outcome)
 cleanup
 
 gib() { awk -v b="$1" 'BEGIN { printf "%.2f GiB", b / 1073741824 }'; }

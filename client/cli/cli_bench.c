@@ -363,14 +363,6 @@ int cli_bench_parse_args(int argc, char **argv, struct cli_bench_opts *o)
 
 /* ---- the workers ---------------------------------------------------------- */
 
-static struct timespec now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t;
-}
-
 /* Seconds from a to b. */
 static double secs_between(const struct timespec *a, const struct timespec *b)
 {
@@ -410,17 +402,9 @@ static bool call_error(int err)
 	return false;
 }
 
-/* Time one library call: record its latency in microseconds. */
-#define TIMED(w, call)                                                         \
-	({                                                                     \
-		struct timespec t0_ = now(), t1_;                              \
-		int rc_ = (call);                                              \
-		t1_ = now();                                                   \
-		if (cli_lat_add(&(w)->n.lat, (uint64_t)(secs_between(&t0_, &t1_) * 1e6))) \
-			bench_fail((w)->sh, "out of memory");                  \
-		(w)->n.calls++;                                                \
-		rc_;                                                           \
-	})
+/* Time one library call into the worker's latency samples, and count it
+ * (a sample that cannot be stored yields -ENOMEM, a call error). */
+#define TIMED(w, call) ((w)->n.calls++, CLI_LAT_TIMED(&(w)->n.lat, call))
 
 /* Put blocks seq .. seq+n-1 of size index s. Blocks refused as BUSY are
  * sent again (the in-flight limit is shared by every connection). */
@@ -615,7 +599,7 @@ static void phase_run(struct bench_worker *w)
 	bool timed = !sh->ph.per_worker && !o->count;
 	double limit_s = o->duration_s;
 
-	w->n.start = now();
+	w->n.start = cli_now();
 	while (left && !atomic_load_explicit(&sh->failed, memory_order_relaxed)) {
 		uint64_t done = phase_step(w, left);
 
@@ -624,13 +608,13 @@ static void phase_run(struct bench_worker *w)
 		if (!timed) {
 			left -= done;
 		} else {
-			struct timespec t = now();
+			struct timespec t = cli_now();
 
 			if (secs_between(&w->n.start, &t) >= limit_s)
 				break;
 		}
 	}
-	w->n.end = now();
+	w->n.end = cli_now();
 }
 
 static void *bench_worker_main(void *arg)
@@ -717,7 +701,7 @@ static uint64_t largest_size(const struct cli_bench_opts *o)
 /* A random tag for this run's keys: runs never see each other's blocks. */
 static uint64_t run_nonce(void)
 {
-	struct timespec t = now();
+	struct timespec t = cli_now();
 	uint64_t v;
 
 	if (getrandom(&v, sizeof(v), 0) != sizeof(v))

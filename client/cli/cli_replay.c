@@ -34,8 +34,8 @@
 #define REPLAY_MAX_CONCURRENCY 1024
 #define REPLAY_BATCH_BYTES (64ULL << 20)   /* payload per GET/PUT call, at most */
 #define REPLAY_PROGRESS_NS 200000000LL     /* progress redraw period: 5/s */
-#define REPLAY_PUT_RETRIES 5               /* a put refused as BUSY is retried */
-#define REPLAY_PUT_BACKOFF_MS 1            /* after 1, 2, 4, 8, 16 ms */
+#define REPLAY_BUSY_RETRIES 5              /* a put or get answered BUSY is retried */
+#define REPLAY_BUSY_BACKOFF_MS 1           /* after 1, 2, 4, 8, 16 ms */
 #define REPLAY_MAX_WAIT_NS 1e18            /* --time-scale waits: at most ~31 years */
 
 enum {
@@ -106,14 +106,6 @@ static inline size_t min_size(size_t a, size_t b)
 	return a < b ? a : b;
 }
 
-/* Monotonic now. */
-static struct timespec now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t;
-}
 
 /* Record the first worker error and make every worker stop. */
 __attribute__((format(printf, 2, 3)))
@@ -143,17 +135,6 @@ static bool put_block_error(int err)
 	return err == -ENOLINK || err == -EMSGSIZE || err == -ENOSPC || err == -EAGAIN ||
 	       err == -EBADMSG || err == -EDQUOT || err == -EIO;
 }
-
-/* Time one library call into the op's latency samples. */
-#define TIMED(w, op, call)                                                     \
-	({                                                                     \
-		struct timespec t0_ = now(), t1_;                              \
-		int rc_ = (call);                                              \
-		t1_ = now();                                                   \
-		if (cli_lat_add(&(w)->counts.lat[op], ns_between(&t0_, &t1_) / 1000)) \
-			rc_ = -ENOMEM;                                         \
-		rc_;                                                           \
-	})
 
 /* Sleep for ms milliseconds. */
 static void sleep_ms(unsigned int ms)
@@ -195,23 +176,24 @@ static bool get_score(struct replay_worker *w, const struct kvpool_get_block *g,
 
 /* GET the batch w->gets[0..n). Blocks the server answers BUSY (a block
  * on NVMe only, with no DRAM room yet to read it into: the demoter is
- * making some) are asked again, the whole batch, up to REPLAY_PUT_RETRIES
+ * making some) are asked again, the whole batch, up to REPLAY_BUSY_RETRIES
  * times with a doubling backoff; a block still BUSY after that counts as
  * a get error. Returns kvpool_get's value for the last try. */
 static int get_batch(struct replay_worker *w, size_t n)
 {
-	unsigned int backoff_ms = REPLAY_PUT_BACKOFF_MS;
+	unsigned int backoff_ms = REPLAY_BUSY_BACKOFF_MS;
 	int rc;
 
 	for (int retry = 0;; retry++) {
 		size_t busy = 0;
 
-		rc = TIMED(w, CLI_REPLAY_GET, kvpool_get(w->c, w->gets, n, w->st));
+		rc = CLI_LAT_TIMED(&w->counts.lat[CLI_REPLAY_GET],
+				   kvpool_get(w->c, w->gets, n, w->st));
 		if (rc && rc != -EAGAIN && !get_block_error(rc))
 			return rc;
 		for (size_t k = 0; k < n; k++)
 			busy += w->st[k] == -EAGAIN;
-		if (!busy || retry == REPLAY_PUT_RETRIES)
+		if (!busy || retry == REPLAY_BUSY_RETRIES)
 			return rc == -EAGAIN ? 0 : rc;
 		w->counts.get_retries += busy;
 		sleep_ms(backoff_ms);
@@ -262,24 +244,24 @@ static size_t first_busy(const struct replay_worker *w, size_t from, size_t n)
 
 /* PUT the batch w->puts[0..n), retrying from the first block the server
  * turned away as busy (in-flight put bytes at its limit: a moment's wait
- * fixes it) up to REPLAY_PUT_RETRIES times with a doubling backoff. The
+ * fixes it) up to REPLAY_BUSY_RETRIES times with a doubling backoff. The
  * blocks after a busy one are sent again too, as they may have been
  * refused for want of it as their parent; any that were stored come back
  * as already there. w->st[0..n) ends with each block's last status.
  * Returns 0 or -errno when a call failed. */
 static int put_batch(struct replay_worker *w, size_t n)
 {
-	unsigned int backoff_ms = REPLAY_PUT_BACKOFF_MS;
+	unsigned int backoff_ms = REPLAY_BUSY_BACKOFF_MS;
 	size_t from = 0;
 	int rc;
 
 	for (int retry = 0;; retry++) {
-		rc = TIMED(w, CLI_REPLAY_PUT, kvpool_put(w->c, w->puts + from, n - from,
-							 w->st + from));
+		rc = CLI_LAT_TIMED(&w->counts.lat[CLI_REPLAY_PUT],
+				   kvpool_put(w->c, w->puts + from, n - from, w->st + from));
 		if (rc && !put_block_error(rc))
 			return rc;
 		from = first_busy(w, from, n);
-		if (from == n || retry == REPLAY_PUT_RETRIES)
+		if (from == n || retry == REPLAY_BUSY_RETRIES)
 			return 0;
 		w->counts.put_retries += n - from;
 		sleep_ms(backoff_ms);
@@ -368,9 +350,9 @@ static int replay_request(struct replay_worker *w, const struct cli_trace_req *r
 
 	if (r->n_hash_ids) {
 		*op = "match";
-		rc = TIMED(w, CLI_REPLAY_MATCH,
-			   kvpool_match(w->c, r->keys,
-					r->n_hash_ids, w->sh->cfg->lease_ms, &matched));
+		rc = CLI_LAT_TIMED(&w->counts.lat[CLI_REPLAY_MATCH],
+				   kvpool_match(w->c, r->keys, r->n_hash_ids,
+						w->sh->cfg->lease_ms, &matched));
 		if (rc)
 			return rc;
 		*op = "get";
@@ -413,7 +395,7 @@ static void *replay_worker_main(void *arg)
 			replay_fail(sh, "request at line %zu: %s: %s", r->line, op,
 				    kvpool_strerror(rc));
 	}
-	end = now();
+	end = cli_now();
 	w->end_s = (double)ns_between(&sh->start, &end) / 1e9;
 	atomic_fetch_sub(&sh->running, 1);
 	return NULL;
@@ -468,7 +450,7 @@ static void progress_draw(struct replay_shared *sh)
 {
 	uint64_t done = atomic_load(&sh->done), refs = atomic_load(&sh->refs);
 	uint64_t total = sh->trace->n_reqs;
-	struct timespec t = now();
+	struct timespec t = cli_now();
 	double el = (double)ns_between(&sh->start, &t) / 1e9;
 	double eta = done ? el * (double)(total - done) / (double)done : 0;
 
@@ -491,7 +473,7 @@ static int replay_run(struct replay_shared *sh, struct replay_worker *ws, unsign
 	unsigned int started;
 	int rc = 0;
 
-	sh->start = now();
+	sh->start = cli_now();
 	atomic_store(&sh->running, n);
 	for (started = 0; started < n; started++) {
 		rc = -pthread_create(&ws[started].thread, NULL, replay_worker_main, &ws[started]);

@@ -290,6 +290,11 @@ static void print_tiers(FILE *f, struct json_object *doc)
 		fmt_count(JGET(doc, "evictions"), c, sizeof(c)),
 		fmt_count(JGET(doc, "leases_active"), d, sizeof(d)),
 		fmt_count(JGET(doc, "checksum_errors"), e, sizeof(e)));
+	/* servers before the eviction-pass counters do not send them */
+	if (JGET(doc, "tiers", "dram", "evict_passes"))
+		fprintf(f, "dram eviction passes %s, longest %s us\n",
+			fmt_count(JGET(doc, "tiers", "dram", "evict_passes"), a, sizeof(a)),
+			fmt_count(JGET(doc, "tiers", "dram", "evict_pass_max_us"), b, sizeof(b)));
 	if (nvme_enabled(nvme))
 		print_nvme_detail(f, nvme);
 	else

@@ -5,10 +5,12 @@
 #ifndef KVPOOL_CLI_REPLAY_H
 #define KVPOOL_CLI_REPLAY_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 /* Operations whose latency is measured, one call each. */
 enum cli_replay_op {
@@ -36,6 +38,25 @@ uint64_t cli_lat_quantile(struct cli_lat *l, double p);
 
 /* Free the samples. Accepts NULL. */
 void cli_lat_release(struct cli_lat *l);
+
+/* CLOCK_MONOTONIC now (kvpool replay and kvpool bench time with it). */
+struct timespec cli_now(void);
+
+/* Record the microseconds from t0 (a cli_now) to now as one sample.
+ * Returns 0 or -ENOMEM. */
+int cli_lat_since(struct cli_lat *l, struct timespec t0);
+
+/* Evaluate `call` (an int expression: a libkvpool call), record how long
+ * it took in *lat, and yield its value, or -ENOMEM when the sample could
+ * not be stored. One definition for replay and bench. */
+#define CLI_LAT_TIMED(lat, call)                                               \
+	({                                                                     \
+		struct timespec t0_ = cli_now();                               \
+		int rc_ = (call);                                              \
+		if (cli_lat_since((lat), t0_))                                 \
+			rc_ = -ENOMEM;                                         \
+		rc_;                                                           \
+	})
 
 /* Per-errno counters, indexed by the positive errno (last slot: others). */
 #define CLI_REPLAY_ERRNO_SLOTS 160

@@ -31,6 +31,22 @@ int cli_lat_add(struct cli_lat *l, uint64_t us)
 	return 0;
 }
 
+struct timespec cli_now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t;
+}
+
+int cli_lat_since(struct cli_lat *l, struct timespec t0)
+{
+	struct timespec t1 = cli_now();
+	int64_t ns = (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+
+	return cli_lat_add(l, ns > 0 ? (uint64_t)ns / 1000 : 0);
+}
+
 int cli_lat_merge(struct cli_lat *into, const struct cli_lat *from)
 {
 	for (size_t i = 0; i < from->n; i++)

@@ -10,6 +10,7 @@ struct frame {
 	uint64_t request_id;
 	size_t first, n;
 	uint64_t payload_bytes;
+	int staged;             /* RDMA: uses the staging buffer */
 };
 
 /* Frames in flight, oldest first (a ring). */
@@ -17,6 +18,7 @@ struct pipeline {
 	struct frame q[KVC_PIPELINE_FRAMES];
 	size_t head, len;
 	uint64_t payload_bytes; /* PUT payload of the frames in flight */
+	int staged;             /* RDMA: a frame in flight uses the staging buffer */
 };
 
 /* Most bytes of payload one frame (and the frames in flight together)
@@ -26,17 +28,25 @@ static uint64_t payload_cap(const struct kvpool_client *c)
 	return c->limits.max_inflight_put_bytes ? c->limits.max_inflight_put_bytes : UINT64_MAX;
 }
 
+/* Does the batch carry descriptors (a PUT or GET on RDMA)? */
+static int with_descs(const struct kvpool_client *c, const struct kvc_batch *b)
+{
+	return c->rdma && b->ops->describe;
+}
+
 /* Plan the frame that starts at entry `first`: how many entries it takes
- * (at least one), its payload bytes and its iovec count (with the two
- * iovecs of header and body). */
+ * (at least one), its payload bytes, its iovec count (with the two
+ * iovecs of header and body) and (RDMA) whether it uses staging. */
 static size_t plan_frame(const struct kvpool_client *c, const struct kvc_batch *b, size_t first,
-			 uint64_t *payload_bytes, size_t *iovcnt)
+			 uint64_t *payload_bytes, size_t *iovcnt, int *staged)
 {
 	size_t cap = (c->limits.max_frame_bytes - PROTO_HEADER_BYTES - PROTO_BATCH_PREFIX_BYTES) /
 		     b->entry_bytes;
-	uint64_t pay = 0, pay_cap = payload_cap(c);
+	uint64_t pay = 0, pay_cap = payload_cap(c), stage_used = 0;
 	size_t n = 0, iov = 2;
 
+	if (c->rdma && cap > rdma_max_batch(b->entry_bytes))
+		cap = rdma_max_batch(b->entry_bytes);
 	if (cap > c->limits.max_batch_blocks)
 		cap = c->limits.max_batch_blocks;
 	if (cap > b->count - first)
@@ -48,6 +58,13 @@ static size_t plan_frame(const struct kvpool_client *c, const struct kvc_batch *
 
 		if (n > 0 && (pay >= pay_cap || pb > pay_cap - pay))
 			break;
+		if (with_descs(c, b)) {
+			uint64_t sb = b->ops->stage_bytes(b->ctx, c, first + n);
+
+			if (n > 0 && sb > c->stage_bytes - stage_used)
+				break;
+			stage_used += sb;
+		}
 		pay += pb;
 		if (b->ops->payload_iovcnt)
 			iov += b->ops->payload_iovcnt(b->ctx, first + n);
@@ -55,7 +72,48 @@ static size_t plan_frame(const struct kvpool_client *c, const struct kvc_batch *
 	}
 	*payload_bytes = pay;
 	*iovcnt = iov;
+	*staged = stage_used > 0;
 	return n;
+}
+
+/* RDMA: encode the frame of entries f->first..+f->n with one descriptor
+ * per entry after the body, staging what is not in a registered region,
+ * and send it as one message. */
+static int send_frame_descs(struct kvpool_client *c, const struct kvc_batch *b,
+			    const struct frame *f, uint64_t deadline_ms)
+{
+	size_t body_bytes = proto_batch_body_bytes((uint32_t)f->n, b->entry_bytes);
+	uint8_t *descs;
+	uint64_t off = 0;
+	struct rdma_desc d;
+	int rc;
+
+	rc = kvc_wbuf_reserve(c, body_bytes + f->n * RDMA_DESC_BYTES);
+	if (!rc)
+		rc = kvc_iov_reserve(c, 3);
+	if (rc)
+		return kvc_stream_error(c, rc);
+	descs = c->wbuf + body_bytes;
+	proto_batch_encode_prefix(c->wbuf, (uint32_t)f->n, b->aux);
+	for (size_t i = 0; i < f->n; i++) {
+		b->ops->encode(b->ctx, f->first + i, c->wbuf, (uint32_t)i);
+		b->ops->describe(b->ctx, c, f->first + i, off, &d);
+		rdma_desc_encode(&d, descs + i * RDMA_DESC_BYTES);
+		off += b->ops->stage_bytes(b->ctx, c, f->first + i);
+	}
+	c->iov[2].iov_base = descs;
+	c->iov[2].iov_len = f->n * RDMA_DESC_BYTES;
+	return kvc_send_request(c, b->op, f->request_id, c->wbuf, body_bytes, c->iov, 3,
+				f->payload_bytes, deadline_ms);
+}
+
+/* RDMA: set up the staging buffer if some entry of the batch needs it. */
+static int stage_if_needed(struct kvpool_client *c, const struct kvc_batch *b)
+{
+	for (size_t i = 0; i < b->count; i++)
+		if (b->ops->stage_bytes(b->ctx, c, i))
+			return kvc_rdma_stage(c);
+	return 0;
 }
 
 /* Encode and send the frame of entries f->first..+f->n. */
@@ -66,6 +124,8 @@ static int send_frame(struct kvpool_client *c, const struct kvc_batch *b, const 
 	size_t k = 2;
 	int rc;
 
+	if (with_descs(c, b))
+		return send_frame_descs(c, b, f, deadline_ms);
 	rc = kvc_wbuf_reserve(c, body_bytes);
 	if (!rc)
 		rc = kvc_iov_reserve(c, iovcnt);
@@ -112,14 +172,20 @@ int kvc_batch_run(struct kvpool_client *c, const struct kvc_batch *b, uint64_t d
 	size_t next = 0;
 	int rc;
 
+	if (with_descs(c, b)) {
+		rc = stage_if_needed(c, b);
+		if (rc)
+			return rc;
+	}
 	while (next < b->count || p.len) {
 		if (next < b->count && p.len < KVC_PIPELINE_FRAMES) {
 			struct frame f = { .first = next };
 			size_t iovcnt;
 
-			f.n = plan_frame(c, b, next, &f.payload_bytes, &iovcnt);
+			f.n = plan_frame(c, b, next, &f.payload_bytes, &iovcnt, &f.staged);
 			if (p.len == 0 ||
-			    (p.payload_bytes <= cap && f.payload_bytes <= cap - p.payload_bytes)) {
+			    (p.payload_bytes <= cap && f.payload_bytes <= cap - p.payload_bytes &&
+			     !f.staged && !p.staged)) {
 				f.request_id = kvc_next_request_id(c);
 				rc = send_frame(c, b, &f, iovcnt, deadline_ms);
 				if (rc)
@@ -127,6 +193,9 @@ int kvc_batch_run(struct kvpool_client *c, const struct kvc_batch *b, uint64_t d
 				p.q[(p.head + p.len) % KVC_PIPELINE_FRAMES] = f;
 				p.len++;
 				p.payload_bytes += f.payload_bytes;
+				p.staged = f.staged;
+				if (p.len > c->max_frames_in_flight)
+					c->max_frames_in_flight = p.len;
 				next += f.n;
 				continue;
 			}
@@ -135,6 +204,7 @@ int kvc_batch_run(struct kvpool_client *c, const struct kvc_batch *b, uint64_t d
 		if (rc)
 			return rc;
 		p.payload_bytes -= p.q[p.head].payload_bytes;
+		p.staged = 0; /* a staging frame is always alone in flight */
 		p.head = (p.head + 1) % KVC_PIPELINE_FRAMES;
 		p.len--;
 	}

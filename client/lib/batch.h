@@ -9,6 +9,14 @@
  * replies are read in request order and each must echo its request id.
  * The opcode-specific parts (entry encoding, payload, reply handling) are
  * callbacks.
+ *
+ * On RDMA (c->rdma) a frame takes at most rdma_max_batch() entries, and a
+ * PUT or GET frame carries one remote-buffer descriptor per entry instead
+ * of a payload (PROTOCOL.md section 13). Entries whose buffer is not in a
+ * registered region are staged; a frame takes no more of them than the
+ * staging buffer holds, and a frame that stages goes alone (nothing else
+ * in flight), so that it has the whole staging buffer. Frames without
+ * staging are pipelined as on TCP.
  */
 #ifndef KVC_BATCH_H
 #define KVC_BATCH_H
@@ -18,8 +26,9 @@
 #include <sys/uio.h>
 
 #include "client.h"
+#include "rdma.h"
 
-#define KVC_PIPELINE_FRAMES 4
+#define KVC_PIPELINE_FRAMES 4 /* TCP and RDMA (<= RDMA_MSG_DEPTH) */
 
 struct kvc_batch_ops {
 	/* Write entry i as entry j of the batch body that starts at `body`. */
@@ -36,6 +45,13 @@ struct kvc_batch_ops {
 		       const struct proto_batch *b, uint64_t payload_bytes, uint64_t deadline_ms);
 	/* The server refused the whole frame first..first+n-1 with `err`. */
 	void (*refused)(void *ctx, size_t first, size_t n, int err);
+	/* RDMA (NULL: the opcode has no descriptors): bytes of the staging
+	 * buffer entry i needs (0: its buffer is described as it is). */
+	uint64_t (*stage_bytes)(void *ctx, const struct kvpool_client *c, size_t i);
+	/* RDMA: write entry i's descriptor; a staged entry uses the staging
+	 * buffer from byte stage_off on (a PUT copies its bytes there). */
+	void (*describe)(void *ctx, struct kvpool_client *c, size_t i, uint64_t stage_off,
+			 struct rdma_desc *d);
 };
 
 struct kvc_batch {
@@ -50,7 +66,9 @@ struct kvc_batch {
 /* Send every entry of `b` and hand every reply to its callbacks.
  * The handle must be connected (kvc_begin).
  * Errors (connection closed; some frames may have been answered):
- *   -EPROTO, -ETIMEDOUT, -ECONNRESET, -EPIPE, -ENOMEM, -EOPNOTSUPP. */
+ *   -EPROTO, -ETIMEDOUT, -ECONNRESET, -EPIPE, -ENOMEM, -EOPNOTSUPP;
+ *   on RDMA also the staging buffer's -ENOMEM / registration errors
+ *   (connection kept, nothing sent). */
 int kvc_batch_run(struct kvpool_client *c, const struct kvc_batch *b, uint64_t deadline_ms);
 
 #endif /* KVC_BATCH_H */

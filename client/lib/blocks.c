@@ -1,6 +1,9 @@
 /*
  * blocks.c - kvpool_put and kvpool_get: batched, pipelined block transfer
- * straight between the socket and the caller's scatter-gather lists.
+ * straight between the socket and the caller's scatter-gather lists (TCP),
+ * or described to the server, which moves the bytes with RDMA READ/WRITE:
+ * in place when the buffer is one iovec inside a registered region, else
+ * through the handle's staging buffer (RDMA; see transport.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -10,6 +13,7 @@
 #include "batch.h"
 #include "checksum.h"
 #include "client.h"
+#include "rdma.h"
 
 /* Per-call state of a PUT. Entries sent are a subset of the blocks:
  * blocks refused locally (empty or too large) are not sent. */
@@ -214,7 +218,76 @@ static void put_refused(void *ctx, size_t first, size_t n, int err)
 		pc->st[pc->sent[first + j]] = err;
 }
 
+/* RDMA: the registered region holding buffer iov[0..iovcnt) of `bytes`
+ * bytes when it can be described as it is (one iovec, all of it inside a
+ * region registered on the connection), else NULL. */
+static const struct kvc_region *direct_region(const struct kvpool_client *c,
+					      const struct iovec *iov, int iovcnt, uint64_t bytes)
+{
+	const struct kvc_region *r;
+
+	if (iovcnt != 1 || bytes > UINT32_MAX || bytes > iov[0].iov_len)
+		return NULL;
+	r = kvc_region_find(c, iov[0].iov_base, (size_t)bytes);
+	return r && r->mr ? r : NULL;
+}
+
+/* Copy the first `bytes` bytes of iov[0..iovcnt) into dst. */
+static void gather(uint8_t *dst, const struct iovec *iov, int iovcnt, uint64_t bytes)
+{
+	for (int i = 0; i < iovcnt && bytes; i++) {
+		size_t n = iov[i].iov_len < bytes ? iov[i].iov_len : (size_t)bytes;
+
+		memcpy(dst, iov[i].iov_base, n);
+		dst += n;
+		bytes -= n;
+	}
+}
+
+/* Copy `bytes` bytes of src into the first bytes of iov[0..iovcnt). */
+static void scatter(const uint8_t *src, const struct iovec *iov, int iovcnt, uint64_t bytes)
+{
+	for (int i = 0; i < iovcnt && bytes; i++) {
+		size_t n = iov[i].iov_len < bytes ? iov[i].iov_len : (size_t)bytes;
+
+		memcpy(iov[i].iov_base, src, n);
+		src += n;
+		bytes -= n;
+	}
+}
+
+static uint64_t put_stage_bytes(void *ctx, const struct kvpool_client *c, size_t i)
+{
+	struct put_call *pc = ctx;
+	const struct kvpool_put_block *b = &pc->blocks[pc->sent[i]];
+	uint64_t bytes = pc->bytes[pc->sent[i]];
+
+	return direct_region(c, b->iov, b->iovcnt, bytes) ? 0 : bytes;
+}
+
+/* The server READs the block from where it is, or from the staging copy. */
+static void put_describe(void *ctx, struct kvpool_client *c, size_t i, uint64_t stage_off,
+			 struct rdma_desc *d)
+{
+	struct put_call *pc = ctx;
+	const struct kvpool_put_block *b = &pc->blocks[pc->sent[i]];
+	uint64_t bytes = pc->bytes[pc->sent[i]];
+	const struct kvc_region *r = direct_region(c, b->iov, b->iovcnt, bytes);
+
+	d->length = (uint32_t)bytes;
+	if (r) {
+		d->addr = (uint64_t)(uintptr_t)b->iov[0].iov_base;
+		d->rkey = rdma_client_mr_rkey(r->mr);
+		return;
+	}
+	gather(c->stage + stage_off, b->iov, b->iovcnt, bytes);
+	d->addr = (uint64_t)(uintptr_t)(c->stage + stage_off);
+	d->rkey = rdma_client_mr_rkey(c->stage_mr);
+}
+
 static const struct kvc_batch_ops put_ops = {
+	.stage_bytes = put_stage_bytes,
+	.describe = put_describe,
 	.encode = put_encode,
 	.payload_bytes = put_payload_bytes,
 	.payload_iovcnt = put_payload_iovcnt,
@@ -420,7 +493,55 @@ static void get_verify(struct get_call *gc, struct kvpool_client *c, size_t firs
 	}
 }
 
-/* Read a GET reply's payload straight into the caller's buffers. */
+static uint64_t get_stage_bytes(void *ctx, const struct kvpool_client *c, size_t i)
+{
+	struct get_call *gc = ctx;
+	const struct kvpool_get_block *b = &gc->blocks[gc->sent[i]];
+	uint64_t cap = gc->cap[gc->sent[i]];
+
+	return direct_region(c, b->iov, b->iovcnt, cap) ? 0 : cap;
+}
+
+/* The server WRITEs the block into the caller's buffer, or into staging. */
+static void get_describe(void *ctx, struct kvpool_client *c, size_t i, uint64_t stage_off,
+			 struct rdma_desc *d)
+{
+	struct get_call *gc = ctx;
+	const struct kvpool_get_block *b = &gc->blocks[gc->sent[i]];
+	uint64_t cap = gc->cap[gc->sent[i]];
+	const struct kvc_region *r = direct_region(c, b->iov, b->iovcnt, cap);
+
+	d->length = (uint32_t)cap;
+	if (r) {
+		d->addr = (uint64_t)(uintptr_t)b->iov[0].iov_base;
+		d->rkey = rdma_client_mr_rkey(r->mr);
+		return;
+	}
+	d->addr = (uint64_t)(uintptr_t)(c->stage + stage_off);
+	d->rkey = rdma_client_mr_rkey(c->stage_mr);
+}
+
+/* RDMA: the OK blocks' bytes are in place; copy the staged ones out to
+ * the caller's buffers (same staging offsets as when described). */
+static void get_unstage(struct get_call *gc, struct kvpool_client *c, size_t first, size_t n,
+			const struct proto_batch *b)
+{
+	struct proto_result r;
+	uint64_t off = 0;
+
+	for (size_t j = 0; j < n; j++) {
+		const struct kvpool_get_block *blk = &gc->blocks[gc->sent[first + j]];
+		uint64_t sb = get_stage_bytes(gc, c, first + j);
+
+		proto_result_decode(b, (uint32_t)j, &r);
+		if (sb && r.status == PROTO_STATUS_OK)
+			scatter(c->stage + off, blk->iov, blk->iovcnt, r.length);
+		off += sb;
+	}
+}
+
+/* Read a GET reply's payload straight into the caller's buffers (TCP),
+ * or take the bytes the server wrote (RDMA). */
 static int get_results(void *ctx, struct kvpool_client *c, size_t first, size_t n,
 		       const struct proto_batch *b, uint64_t payload_bytes, uint64_t deadline_ms)
 {
@@ -431,6 +552,11 @@ static int get_results(void *ctx, struct kvpool_client *c, size_t first, size_t 
 	rc = get_check(gc, first, n, b, payload_bytes, &iovcnt);
 	if (rc)
 		return kvc_stream_error(c, rc);
+	if (c->rdma) {
+		get_unstage(gc, c, first, n, b);
+		get_verify(gc, c, first, n, b);
+		return 0;
+	}
 	rc = kvc_iov_reserve(c, iovcnt ? iovcnt : 1);
 	if (rc)
 		return kvc_stream_error(c, rc);
@@ -464,6 +590,8 @@ static size_t get_busy_select(void *ctx, size_t count)
 }
 
 static const struct kvc_batch_ops get_ops = {
+	.stage_bytes = get_stage_bytes,
+	.describe = get_describe,
 	.encode = get_encode,
 	.results = get_results,
 	.refused = get_refused,
@@ -504,6 +632,10 @@ int kvpool_get(struct kvpool_client *c, struct kvpool_get_block *blocks, size_t 
 	gc.sent = (size_t *)m.b;
 	for (size_t i = 0; i < count; i++) {
 		gc.cap[i] = kvc_iov_bytes(blocks[i].iov, blocks[i].iovcnt);
+		/* RDMA: a descriptor (and a staging slot) holds no more than
+		 * the largest block the server stores. */
+		if (c->rdma && gc.cap[i] > c->limits.max_block_bytes)
+			gc.cap[i] = c->limits.max_block_bytes;
 		gc.sent[i] = i;
 	}
 	return call_finish(c, &b, deadline_ms, &m, count, get_busy_select);

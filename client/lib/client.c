@@ -11,6 +11,7 @@
 
 #include "backoff.h"
 #include "conn.h"
+#include "rdma.h"
 
 /* Limits used to read the HELLO reply, before the server has told us its own. */
 static const struct proto_limits bootstrap_limits = {
@@ -44,6 +45,7 @@ void kvc_disconnect(struct kvpool_client *c)
 	if (c->fd >= 0)
 		close(c->fd);
 	c->fd = -1;
+	kvc_rdma_close(c);
 	c->reconnect_next = 0;
 }
 
@@ -108,6 +110,10 @@ int kvc_send_request(struct kvpool_client *c, uint8_t op, uint64_t request_id, c
 	uint8_t hdr[PROTO_HEADER_BYTES];
 	int rc;
 
+	if (c->rdma) {
+		proto_header_encode(&h, hdr);
+		return kvc_rdma_send(c, hdr, body, body_bytes, iov + 2, iovcnt - 2);
+	}
 	if (c->fd < 0)
 		return -ECONNRESET;
 	proto_header_encode(&h, hdr);
@@ -147,8 +153,46 @@ static int error_reply(struct kvpool_client *c, struct kvc_reply *r)
 	return 0;
 }
 
-int kvc_recv_reply(struct kvpool_client *c, uint8_t op, uint64_t request_id,
-		   uint64_t deadline_ms, struct kvc_reply *r)
+/* Check a reply header against the request it should answer. */
+static int check_reply_header(struct kvpool_client *c, const uint8_t *hdr, uint8_t op,
+			      uint64_t request_id, struct kvc_reply *r)
+{
+	int rc = proto_header_decode(hdr, 1, &c->reply_limits, &r->h);
+
+	if (rc)
+		return rc == -EPROTONOSUPPORT ? -EOPNOTSUPP : -EPROTO;
+	if (r->h.opcode != PROTO_OP_NONE &&
+	    (r->h.opcode != op || r->h.request_id != request_id))
+		return -EPROTO;
+	if (r->h.body_bytes > KVC_REPLY_BODY_MAX_BYTES)
+		return -EPROTO;
+	return 0;
+}
+
+/* RDMA: the reply is one message, header then body (a GET's bytes are
+ * already in the buffers described to the server: no payload follows). */
+static int recv_reply_rdma(struct kvpool_client *c, uint8_t op, uint64_t request_id,
+			   uint64_t deadline_ms, struct kvc_reply *r)
+{
+	const uint8_t *msg;
+	size_t bytes;
+	int rc;
+
+	rc = kvc_rdma_recv(c, deadline_ms, &msg, &bytes);
+	if (rc)
+		return rc;
+	rc = check_reply_header(c, msg, op, request_id, r);
+	if (!rc && bytes != PROTO_HEADER_BYTES + (size_t)r->h.body_bytes)
+		rc = -EPROTO;
+	if (rc)
+		return kvc_stream_error(c, rc);
+	r->body = msg + PROTO_HEADER_BYTES;
+	return 0;
+}
+
+/* TCP: the header, then the body (the payload is left unread). */
+static int recv_reply_tcp(struct kvpool_client *c, uint8_t op, uint64_t request_id,
+			  uint64_t deadline_ms, struct kvc_reply *r)
 {
 	uint8_t hdr[PROTO_HEADER_BYTES];
 	int rc;
@@ -158,14 +202,9 @@ int kvc_recv_reply(struct kvpool_client *c, uint8_t op, uint64_t request_id,
 	rc = kvc_conn_recv(c->fd, hdr, sizeof(hdr), deadline_ms);
 	if (rc)
 		return kvc_stream_error(c, rc);
-	rc = proto_header_decode(hdr, 1, &c->reply_limits, &r->h);
+	rc = check_reply_header(c, hdr, op, request_id, r);
 	if (rc)
-		return kvc_stream_error(c, rc == -EPROTONOSUPPORT ? -EOPNOTSUPP : -EPROTO);
-	if (r->h.opcode != PROTO_OP_NONE &&
-	    (r->h.opcode != op || r->h.request_id != request_id))
-		return kvc_stream_error(c, -EPROTO);
-	if (r->h.body_bytes > KVC_REPLY_BODY_MAX_BYTES)
-		return kvc_stream_error(c, -EPROTO);
+		return kvc_stream_error(c, rc);
 	rc = rbuf_reserve(c, r->h.body_bytes ? r->h.body_bytes : 1);
 	if (rc)
 		return kvc_stream_error(c, rc);
@@ -173,6 +212,20 @@ int kvc_recv_reply(struct kvpool_client *c, uint8_t op, uint64_t request_id,
 	if (rc)
 		return kvc_stream_error(c, rc);
 	r->body = c->rbuf;
+	return 0;
+}
+
+int kvc_recv_reply(struct kvpool_client *c, uint8_t op, uint64_t request_id,
+		   uint64_t deadline_ms, struct kvc_reply *r)
+{
+	int rc;
+
+	if (c->rdma)
+		rc = recv_reply_rdma(c, op, request_id, deadline_ms, r);
+	else
+		rc = recv_reply_tcp(c, op, request_id, deadline_ms, r);
+	if (rc)
+		return rc;
 	r->body_bytes = r->h.body_bytes;
 	r->err = 0;
 	if (r->h.status != PROTO_STATUS_OK && r->h.status != PROTO_STATUS_EXISTS &&
@@ -189,6 +242,8 @@ int kvc_recv_payload(struct kvpool_client *c, struct iovec *iov, size_t iovcnt,
 {
 	int rc;
 
+	if (c->rdma) /* RDMA replies carry no payload: a caller's mistake */
+		return kvc_stream_error(c, -EPROTO);
 	if (c->fd < 0)
 		return -ECONNRESET;
 	rc = kvc_conn_recvv(c->fd, iov, iovcnt, deadline_ms);
@@ -221,9 +276,7 @@ static int adopt_limits(struct kvpool_client *c, const struct proto_hello_reply 
 	return 0;
 }
 
-/* Say HELLO on a fresh connection and learn the server's limits.
- * On error the caller closes the connection. */
-static int hello(struct kvpool_client *c, uint64_t deadline_ms)
+int kvc_hello(struct kvpool_client *c, uint64_t deadline_ms)
 {
 	struct proto_hello h = {
 		.min_version = PROTO_VERSION_MIN,
@@ -260,17 +313,24 @@ static int hello(struct kvpool_client *c, uint64_t deadline_ms)
 	return adopt_limits(c, &hr);
 }
 
-/* Connect and say HELLO once. On error the handle is left disconnected. */
+/* Connect and say HELLO once (rdma://: over rdma_cm; otherwise TCP). On
+ * error the handle is left disconnected. */
 static int connect_once(struct kvpool_client *c, uint64_t deadline_ms)
 {
 	int rc;
 
+	if (c->url.transport == KVC_TRANSPORT_RDMA) {
+		rc = kvc_rdma_open(c, c->url.host, c->url.port, deadline_ms);
+		if (rc == 0)
+			c->connects++;
+		return rc;
+	}
 	rc = kvc_conn_open(c->url.host, c->url.port_str, deadline_ms, &c->fd);
 	if (rc) {
 		c->fd = -1;
 		return rc;
 	}
-	rc = hello(c, deadline_ms);
+	rc = kvc_hello(c, deadline_ms);
 	if (rc) {
 		kvc_disconnect(c);
 		return rc;
@@ -286,12 +346,11 @@ int kvc_begin(struct kvpool_client *c, uint64_t *deadline_ms)
 
 	*deadline_ms = kvc_deadline_ms(call_timeout_ms(c));
 	c->server_message[0] = '\0';
-	if (c->reconnect_next || (c->fd >= 0 && kvc_conn_stale(c->fd)))
+	if (c->reconnect_next || (c->fd >= 0 && kvc_conn_stale(c->fd)) ||
+	    (c->rdma && !rdma_client_ok(c->rdma)))
 		kvc_disconnect(c);
-	if (c->fd >= 0)
+	if (kvc_connected(c))
 		return 0;
-	if (c->url.transport == KVC_TRANSPORT_RDMA)
-		return kvc_rdma_open(c, *deadline_ms);
 	/* -EAGAIN: turned away BUSY (at its connection limit). */
 	kvc_backoff_start(&bo, c);
 	do
@@ -359,6 +418,7 @@ void kvpool_close(struct kvpool_client *c)
 	free(c->rbuf);
 	free(c->wbuf);
 	free(c->iov);
+	free(c->rmsg);
 	kvc_regions_free(c);
 	free(c);
 }
@@ -414,5 +474,5 @@ int kvpool_get_counters(const struct kvpool_client *c, struct kvpool_counters *o
 
 int kvc_connected(const struct kvpool_client *c)
 {
-	return c->fd >= 0;
+	return c->fd >= 0 || c->rdma != NULL;
 }

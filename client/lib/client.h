@@ -2,7 +2,9 @@
  * client.h - the libkvpool handle and its request/reply plumbing
  * (internal to libkvpool; the public API is kvpool.h).
  *
- * A handle owns at most one TCP connection. Every public call starts with
+ * A handle owns at most one connection: TCP, or RDMA (rdma://, or auto://
+ * once the server offered RDMA and it worked; see transport.c). Every
+ * public call starts with
  * kvc_begin(), which fixes the call's deadline and (re)connects and says
  * HELLO when the handle is disconnected. The rule for errors is simple:
  * any function here that returns a stream error (the bytes on the
@@ -25,10 +27,17 @@
 #define KVC_MESSAGE_MAX_BYTES 1024            /* server error messages kept */
 #define KVC_REPLY_BODY_MAX_BYTES (64u << 20) /* largest reply body accepted */
 
+#define KVC_RDMA_STAGE_BYTES (64u << 20) /* largest RDMA staging buffer (see transport.c) */
+
+struct rdma_client;
+struct rdma_client_mr;
+struct rdma_ops;
+
 /* One caller memory region given to kvpool_register (borrowed). */
 struct kvc_region {
 	uintptr_t start;
 	size_t len_bytes;
+	struct rdma_client_mr *mr; /* its registration on the RDMA connection, or NULL */
 };
 
 struct kvpool_client {
@@ -39,7 +48,7 @@ struct kvpool_client {
 	uint16_t token_len;
 	uint32_t timeout_ms;            /* 0 = KVPOOL_DEFAULT_TIMEOUT_MS */
 
-	int fd;                         /* -1 when disconnected */
+	int fd;                         /* -1 when disconnected or on RDMA */
 	int reconnect_next;             /* drop the connection at the next call */
 	uint64_t next_request_id;
 	struct kvpool_limits limits;    /* from the last HELLO reply */
@@ -62,7 +71,17 @@ struct kvpool_client {
 	size_t n_regions;
 	size_t regions_cap;
 
-	int transport_logged;           /* auto://: the TCP-or-RDMA outcome was logged */
+	int transport_logged;           /* auto://: last outcome logged (0, KVC_TRANSPORT_TCP/_RDMA) */
+
+	/* RDMA (rdma://, or auto:// after moving): requests go by SEND over
+	 * rdma instead of fd (fd is then -1). */
+	struct rdma_client *rdma;       /* NULL unless the handle is on RDMA */
+	uint8_t *rmsg;                  /* one request message (RDMA_MSG_MAX_BYTES) */
+	uint8_t *stage;                 /* staging for unregistered buffers, or NULL */
+	size_t stage_bytes;
+	struct rdma_client_mr *stage_mr;
+	uint64_t rdma_connects;         /* RDMA connections that completed HELLO */
+	size_t max_frames_in_flight;    /* most batch frames seen in flight (diagnostics) */
 };
 
 /* A reply read by kvc_recv_reply. body points into the handle's reply
@@ -92,10 +111,14 @@ int kvc_stream_error(struct kvpool_client *c, int err);
 uint64_t kvc_next_request_id(struct kvpool_client *c);
 
 /* Send one request frame: header (op, request_id, body_bytes,
- * payload_bytes), the body, then the payload described by
- * iov[2..iovcnt). iov[0] and iov[1] are filled in here; the whole array is
- * scratch afterwards. payload_bytes must equal the bytes of iov[2..).
- * Errors (connection closed): -ETIMEDOUT, -EPIPE, -ECONNRESET, -ENOMEM. */
+ * payload_bytes), the body, then the bytes described by iov[2..iovcnt).
+ * On TCP those are the payload and payload_bytes must equal them; on
+ * RDMA they are the PUT/GET descriptors, sent in the same message, and
+ * payload_bytes is only announced (PROTOCOL.md section 13).
+ * iov[0] and iov[1] are filled in here; the whole array is scratch
+ * afterwards.
+ * Errors (connection closed): -ETIMEDOUT, -EPIPE, -ECONNRESET, -ENOMEM,
+ * and on RDMA -EMSGSIZE (the message would exceed RDMA_MSG_MAX_BYTES). */
 int kvc_send_request(struct kvpool_client *c, uint8_t op, uint64_t request_id, const void *body,
 		     size_t body_bytes, struct iovec *iov, size_t iovcnt, uint64_t payload_bytes,
 		     uint64_t deadline_ms);
@@ -129,7 +152,7 @@ const char *kvc_server_message(const struct kvpool_client *c);
 /* GET blocks whose bytes failed checksum verification on this handle. */
 uint64_t kvc_checksum_errors(const struct kvpool_client *c);
 
-/* Is the handle connected now? (For tests and diagnostics.) */
+/* Is the handle connected now (TCP or RDMA)? (For tests and diagnostics.) */
 int kvc_connected(const struct kvpool_client *c);
 
 /* The registered region that holds all of buf[0..len), or NULL (the
@@ -140,15 +163,59 @@ const struct kvc_region *kvc_region_find(const struct kvpool_client *c, const vo
 /* Forget every registered region (kvpool_close). */
 void kvc_regions_free(struct kvpool_client *c);
 
-/* rdma:// (transport.c): connect with rdma_cm to the URL's host and port.
- * Errors: -EOPNOTSUPP (a build without RDMA, or this library's RDMA data
- * path, which is not built yet), -ENODEV (no RDMA device), and the errors
- * of rdma_client_connect. */
-int kvc_rdma_open(struct kvpool_client *c, uint64_t deadline_ms);
+/* Say HELLO on the handle's fresh connection (TCP or RDMA) and adopt the
+ * server's limits. On error the caller closes the connection. */
+int kvc_hello(struct kvpool_client *c, uint64_t deadline_ms);
+
+/* ---- RDMA (transport.c) -------------------------------------------------- */
+
+/* Test hook: the verbs/rdma_cm table libkvpool's RDMA connections use.
+ * NULL (the default) means the real library; unit tests point it at the
+ * loopback fake. Not exported by libkvpool.so. */
+extern const struct rdma_ops *kvc_rdma_test_ops;
+
+/* Largest staging buffer a handle registers per RDMA connection (bytes;
+ * KVC_RDMA_STAGE_BYTES unless a test lowers it). The buffer actually used
+ * is this, but never less than the server's max_block_bytes. */
+extern size_t kvc_rdma_stage_max_bytes;
+
+/* rdma:// (and auto:// after a TCP HELLO): connect with rdma_cm to
+ * host:port, register every region of the handle, say HELLO over it;
+ * on success the handle's requests go over RDMA. On error nothing of the
+ * RDMA connection is left and the handle is as before.
+ * Errors: -EOPNOTSUPP (a build without RDMA), -ENODEV (no RDMA device),
+ * the errors of rdma_client_connect and rdma_client_reg, and HELLO's. */
+int kvc_rdma_open(struct kvpool_client *c, const char *host, uint16_t port,
+		  uint64_t deadline_ms);
+
+/* Close the RDMA connection: deregister the regions and the staging
+ * buffer, then disconnect. Accepts a handle not on RDMA. */
+void kvc_rdma_close(struct kvpool_client *c);
 
 /* auto:// (transport.c), after a successful HELLO over TCP: move to RDMA
  * when the server offers it (rdma_port) and it can be used; otherwise
- * stay on TCP and say why on stderr, once per handle. Cannot fail. */
+ * stay on TCP. The outcome is said on stderr when it differs from the one
+ * said last (so once, as long as it does not change). Cannot fail. */
 void kvc_auto_transport(struct kvpool_client *c, uint64_t deadline_ms);
+
+/* Send a request message over RDMA: header (as kvc_send_request), body,
+ * then the bytes of iov[0..iovcnt) (a PUT/GET request's descriptors).
+ * Errors (connection closed): -EMSGSIZE, -ECONNRESET, -ENOMEM. */
+int kvc_rdma_send(struct kvpool_client *c, const uint8_t *hdr, const void *body,
+		  size_t body_bytes, const struct iovec *iov, size_t iovcnt);
+
+/* Receive the next reply message over RDMA into the reply buffer: its
+ * header is decoded by the caller from (*msg)[0..32), its body follows.
+ * Errors (connection closed): -ETIMEDOUT, -ECONNRESET, -ENOMEM, -EPROTO. */
+int kvc_rdma_recv(struct kvpool_client *c, uint64_t deadline_ms, const uint8_t **msg,
+		  size_t *msg_bytes);
+
+/* Register every region of the handle on its RDMA connection (those not
+ * registered yet). Errors: those of rdma_client_reg. */
+int kvc_rdma_reg_regions(struct kvpool_client *c);
+
+/* Make sure the staging buffer exists on this RDMA connection (allocated
+ * and registered once per connection). Errors: -ENOMEM, rdma_client_reg's. */
+int kvc_rdma_stage(struct kvpool_client *c);
 
 #endif /* KVC_CLIENT_H */

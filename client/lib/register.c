@@ -3,10 +3,12 @@
  * memory regions a handle was told about.
  *
  * On TCP the table is only bookkeeping: it checks the caller's promises
- * (no overlap, unregister what was registered) now, so that code written
- * against TCP keeps working when the RDMA transport turns each region into
- * a memory registration. The table is sorted by start address; regions do
- * not overlap, so a lookup is one binary search.
+ * (no overlap, unregister what was registered). On RDMA each region is
+ * also a memory registration (rdma_client_reg, remote read and write) on
+ * the handle's RDMA connection, made here or, for regions registered
+ * before it, when the connection is made (transport.c); buffers inside a
+ * region then move without a copy. The table is sorted by start address;
+ * regions do not overlap, so a lookup is one binary search.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -14,6 +16,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "rdma.h"
 
 /* Index of the first region whose start is >= addr (n_regions if none). */
 static size_t lower_bound(const struct kvpool_client *c, uintptr_t addr)
@@ -58,6 +61,7 @@ static int regions_reserve(struct kvpool_client *c)
 int kvpool_register(struct kvpool_client *c, const void *buf, size_t len)
 {
 	uintptr_t start = (uintptr_t)buf;
+	struct rdma_client_mr *mr = NULL;
 	size_t i;
 	int rc;
 
@@ -71,8 +75,13 @@ int kvpool_register(struct kvpool_client *c, const void *buf, size_t len)
 	rc = regions_reserve(c);
 	if (rc)
 		return rc;
+	if (c->rdma) {
+		rc = rdma_client_reg(c->rdma, (void *)buf, len, &mr);
+		if (rc)
+			return rc;
+	}
 	memmove(&c->regions[i + 1], &c->regions[i], (c->n_regions - i) * sizeof(c->regions[0]));
-	c->regions[i] = (struct kvc_region){ .start = start, .len_bytes = len };
+	c->regions[i] = (struct kvc_region){ .start = start, .len_bytes = len, .mr = mr };
 	c->n_regions++;
 	return 0;
 }
@@ -87,6 +96,8 @@ int kvpool_unregister(struct kvpool_client *c, const void *buf)
 	i = lower_bound(c, start);
 	if (i == c->n_regions || c->regions[i].start != start)
 		return -ENOENT;
+	if (c->regions[i].mr)
+		rdma_client_dereg(c->rdma, c->regions[i].mr);
 	memmove(&c->regions[i], &c->regions[i + 1],
 		(c->n_regions - i - 1) * sizeof(c->regions[0]));
 	c->n_regions--;

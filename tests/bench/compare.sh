@@ -3,7 +3,13 @@
 # run on this machine, over loopback TCP, at the same connection count and
 # pipelining depth.
 #
-#   tests/bench/compare.sh [--quick] [--connections C] [--depth P]
+#   tests/bench/compare.sh [--quick] [--connections C] [--depth P] [--sizes LIST]
+#
+# C: 1..256 (default 2); P: blocks in flight per connection, 1..1024 (the
+# server's max_batch_blocks; default 4); LIST: comma-separated, from
+# 64KiB,256KiB,1MiB,4MiB,16MiB. C x P x the largest size must be at most
+# 1 GiB (the in-flight PUT bytes the kvpoold started here accepts). A bad
+# option prints the usage and exits 2 before anything runs.
 #
 # Measures, per block size (64KiB 256KiB 1MiB 4MiB 16MiB; --quick: 1MiB):
 #   wire     tests/bench/wire: no protocol, C connections, P messages in
@@ -40,24 +46,67 @@ BUILD=${BUILD:-build}
 QUICK=0
 CONNS=2
 DEPTH=4
+SIZES=
+ALL_SIZES="64KiB 256KiB 1MiB 4MiB 16MiB"
+MAX_INFLIGHT_BYTES=$((1 << 30))   # kvpoold's --max-inflight-put-bytes below
+
+usage() {
+	echo "usage: compare.sh [--quick] [--connections C] [--depth P] [--sizes LIST] (--help for more)"
+}
+# A bad command line: say what is wrong, the usage, exit 2.
+bad_usage() {
+	echo "compare.sh: $*" >&2
+	usage >&2
+	exit 2
+}
+# The value of option $1, which must be there ($# counts it): else exit 2.
+need_value() {
+	[ "$2" -ge 2 ] || bad_usage "$1 needs a value"
+}
+# Check that $2 (the value of option $1) is an integer in $3..$4.
+check_int() {
+	[[ "$2" =~ ^[0-9]{1,7}$ ]] && [ $((10#$2)) -ge "$3" ] && [ $((10#$2)) -le "$4" ] ||
+		bad_usage "$1 must be an integer in $3..$4, not '$2'"
+}
+# Check a --sizes list: comma-separated known sizes, each at most once.
+check_sizes() {
+	local s seen=" "
+	[ -n "$1" ] || bad_usage "--sizes needs at least one of ${ALL_SIZES// /,}"
+	for s in ${1//,/ }; do
+		[[ " $ALL_SIZES " == *" $s "* ]] || bad_usage "unknown block size '$s' (known: ${ALL_SIZES// /,})"
+		[[ "$seen" == *" $s "* ]] && bad_usage "block size $s given twice"
+		seen+="$s "
+	done
+	[[ "$1" != *,,* && "$1" != ,* && "$1" != *, ]] || bad_usage "empty item in --sizes '$1'"
+}
+
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--quick) QUICK=1 ;;
-	--connections) CONNS=$2; shift ;;
-	--depth) DEPTH=$2; shift ;;
+	--connections) need_value "$1" $#; check_int "$1" "$2" 1 256; CONNS=$((10#$2)); shift ;;
+	--depth) need_value "$1" $#; check_int "$1" "$2" 1 1024; DEPTH=$((10#$2)); shift ;;
+	--sizes) need_value "$1" $#; check_sizes "$2"; SIZES=${2//,/ }; shift ;;
 	-h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-	*) echo "compare.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
+	*) bad_usage "unknown argument '$1'" ;;
 	esac
 	shift
 done
+# Every block in flight at once must fit kvpoold's in-flight PUT bound.
+largest=0
+for s in ${SIZES:-$ALL_SIZES}; do
+	case "$s" in *KiB) b=$((${s%KiB} << 10)) ;; *) b=$((${s%MiB} << 20)) ;; esac
+	[ "$b" -gt "$largest" ] && largest=$b
+done
+[ $((CONNS * DEPTH * largest)) -le "$MAX_INFLIGHT_BYTES" ] ||
+	bad_usage "--connections $CONNS x --depth $DEPTH blocks of $((largest >> 10)) KiB exceed the 1 GiB in flight kvpoold accepts here"
 
 if [ "$QUICK" = 1 ]; then
-	SIZES="1MiB"
+	SIZES=${SIZES:-1MiB}
 	DUR=1.5          # seconds per kvpool phase and per wire size
 	ARENA=1GiB
 	LIMIT_S=100
 else
-	SIZES="64KiB 256KiB 1MiB 4MiB 16MiB"
+	SIZES=${SIZES:-$ALL_SIZES}
 	DUR=2
 	ARENA=2GiB
 	LIMIT_S=285
@@ -153,7 +202,7 @@ start_kvpoold() {
 	for _ in 1 2 3; do
 		p=$(port)
 		"$BUILD/kvpoold" --port "$p" --admin-port 0 --threads "$threads" --dram-capacity "$ARENA" \
-			--max-inflight-put-bytes 1GiB --log-level warn 2>>"$TMP/kvpoold.err" &
+			--max-inflight-put-bytes "$MAX_INFLIGHT_BYTES" --log-level warn 2>>"$TMP/kvpoold.err" &
 		KV_PID=$!
 		KV_URL="tcp://127.0.0.1:$p"
 		for _ in $(seq 1 50); do

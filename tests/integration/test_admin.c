@@ -335,6 +335,7 @@ static void metrics_agree_or_fail(struct samples *m, struct json_object *doc)
 		{ "kvpool_dram_largest_free_bytes", "tiers.dram.largest_free_bytes" },
 		{ "kvpool_dram_fragmentation_ratio", "tiers.dram.fragmentation" },
 		{ "kvpool_dram_inflight_put_bytes", "tiers.dram.inflight_put_bytes" },
+		{ "kvpool_dram_evict_passes_total", "tiers.dram.evict_passes" },
 		{ "kvpool_blocks", "blocks" },
 		{ "kvpool_index_bytes", "index_bytes" },
 		{ "kvpool_evictions_total", "evictions" },
@@ -402,6 +403,7 @@ static void metrics_agree_or_fail(struct samples *m, struct json_object *doc)
 	for (size_t i = 0; i < sizeof(top) / sizeof(top[0]); i++)
 		agree(m, doc, top[i][0], top[i][1], 1);
 	agree(m, doc, "kvpool_nvme_rebuild_seconds", "tiers.nvme.rebuild_ms", 1000);
+	agree(m, doc, "kvpool_dram_evict_pass_max_seconds", "tiers.dram.evict_pass_max_us", 1000000);
 	for (size_t i = 0; i < 4; i++) {
 		static const char *const t[] = { "dram", "nvme" };
 

@@ -700,6 +700,31 @@ static void test_library_refuses_locally(void **state)
 	assert_server_serves();
 }
 
+/* A GET with no buffer (max_length 0) asks the block's size: the server
+ * answers TOO_LARGE with the length but does not count a refusal; a GET
+ * whose buffer is one byte short is a refusal and counts once. */
+static void test_get_size_query_is_not_refused(void **state)
+{
+	uint8_t key[32], data[1000], buf[999];
+	uint64_t too_large0, len = 0;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	harness_key(key, "size-query", 0);
+	harness_fill(data, sizeof(data), 7);
+	assert_int_equal(kvpool_put_bytes(g.good, key, NULL, data, sizeof(data)), 0);
+	too_large0 = harness_stat_or_fail(g.good, "ops.errors.too_large");
+
+	assert_int_equal(kvpool_get_bytes(g.good, key, NULL, 0, &len), -EMSGSIZE);
+	assert_int_equal(len, sizeof(data));
+	assert_int_equal(harness_stat_or_fail(g.good, "ops.errors.too_large"), too_large0);
+
+	len = 0;
+	assert_int_equal(kvpool_get_bytes(g.good, key, buf, sizeof(buf), &len), -EMSGSIZE);
+	assert_int_equal(len, sizeof(data));
+	assert_int_equal(harness_stat_or_fail(g.good, "ops.errors.too_large"), too_large0 + 1);
+}
+
 /* Batches bigger than max_batch_blocks (64 here) are split by the library
  * into pipelined frames; a chain crossing frame boundaries still links. */
 static void test_library_splits_batches(void **state)
@@ -753,6 +778,7 @@ int main(void)
 		cmocka_unit_test(test_wrong_version),
 		cmocka_unit_test(test_unknown_opcode),
 		cmocka_unit_test(test_frame_too_large),
+		cmocka_unit_test(test_get_size_query_is_not_refused),
 		cmocka_unit_test(test_block_too_large),
 		cmocka_unit_test(test_lying_lengths),
 		cmocka_unit_test(test_empty_block),

@@ -64,13 +64,69 @@ def test_too_large(client):
     with pytest.raises(kvpool.TooLarge) as ei:
         client.put(K, bytearray(limit + 1))                   # refused before sending
     assert ei.value.code == -errno.EMSGSIZE
-    with pytest.raises(kvpool.TooLarge):
-        client.put(K, b"")                                    # empty block
     client.put(K, bytes(1000))
     with pytest.raises(kvpool.TooLarge) as ei:
         client.get_into(K, bytearray(999))                    # buffer too small
     assert ei.value.block_bytes == 1000 and "1000 bytes" in str(ei.value)
     assert client.put_many([K, K], [bytearray(limit + 1), b"x"]) == [-errno.EMSGSIZE, 0]
+
+
+def test_empty_block(client):
+    """kvpool stores blocks of 1 byte or more: an empty one is a bad
+    argument (a ValueError saying so), refused before anything is sent,
+    not "too large"."""
+    for empty in (b"", bytearray(), [b"", memoryview(b"")]):
+        with pytest.raises(kvpool.InvalidArgument) as ei:
+            client.put(K, empty)
+        assert isinstance(ei.value, ValueError) and ei.value.code == -errno.EINVAL
+        assert "empty block (0 bytes)" in str(ei.value), str(ei.value)
+    with pytest.raises(kvpool.InvalidArgument) as ei:
+        client.put_many([K, K], [b"x", b""])
+    assert "put_many block 1" in str(ei.value) and "empty block" in str(ei.value)
+    assert not client.exists(K)                               # nothing was sent
+    client.put(K, [b"", b"x"])                                # empty pieces are fine
+    assert client.get(K) == b"x"
+
+
+def test_bad_namespace_says_why(server):
+    cases = {
+        "has space": "byte 3 is a space",
+        "": "it is empty",
+        "x" * 256: "it is 256 bytes, over 255",
+        "caf\u00e9": "byte 3 is 0xc3",
+        "tab\there": "byte 3 is 0x09",
+    }
+    for ns, why in cases.items():
+        with pytest.raises(kvpool.InvalidArgument) as ei:
+            kvpool.Client(server.url, ns)
+        msg = str(ei.value)
+        assert why in msg and "printable ASCII 0x21..0x7e" in msg, msg
+        assert ei.value.code == -errno.EINVAL
+    with kvpool.Client(server.url, "ok-ns") as c:
+        with pytest.raises(kvpool.InvalidArgument) as ei:
+            c.stats("a b")
+        assert "stats: namespace 'a b' is not valid: byte 1 is a space" in str(ei.value)
+        with pytest.raises(kvpool.InvalidArgument):
+            c.drop_namespace("")
+
+
+def test_get_many_is_no_refusal(server, namespace):
+    """get_many and get on a new Client (no size guess yet) ask the sizes
+    with an empty buffer: the server must not count that as too_large."""
+    keys = kvpool.block_hashes(list(range(64)), 16)
+    with kvpool.Client(server.url, namespace) as c:
+        c.drop_namespace()
+        assert c.put_chain(keys, [bytes([i]) * 5000 for i in range(4)]) == [0] * 4
+    with kvpool.Client(server.url, namespace) as c:
+        before = c.stats()["ops"]["errors"]["too_large"]
+        assert c.get_many(keys) == [bytes([i]) * 5000 for i in range(4)]
+    with kvpool.Client(server.url, namespace) as c:
+        assert c.get(keys[2]) == bytes([2]) * 5000
+        assert c.get_many(keys[:2]) == [bytes([0]) * 5000, bytes([1]) * 5000]
+        assert c.stats()["ops"]["errors"]["too_large"] == before
+        with pytest.raises(kvpool.TooLarge):
+            c.get_into(keys[0], bytearray(4999))              # a real refusal counts
+        assert c.stats()["ops"]["errors"]["too_large"] == before + 1
 
 
 def test_no_parent(client):

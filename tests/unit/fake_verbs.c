@@ -546,7 +546,10 @@ static struct ibv_mr *f_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int ac
 	struct fake_mr *m = NULL;
 
 	fv_lock();
-	if (!failing()) {
+	if (F.reg_mr_errno) {
+		F.calls++;
+		errno = F.reg_mr_errno;
+	} else if (!failing()) {
 		m = calloc(1, sizeof(*m));
 		m->mr.pd = pd;
 		m->mr.addr = addr;

@@ -27,6 +27,9 @@
  * xfer_status (loopback: the N-th READ/WRITE completes with that status
  * and moves no bytes), xfer_hold (loopback: READ/WRITEs never complete).
  *
+ * reg_mr_errno (both modes): every memory registration fails with that
+ * errno, as with a too small RLIMIT_MEMLOCK.
+ *
  * Built only with KVPOOL_RDMA (rdma-core headers present).
  */
 #ifndef KVPOOL_FAKE_VERBS_H
@@ -43,6 +46,8 @@
 struct fake_verbs {
 	/* Settings (tests write them after fake_verbs_reset). */
 	int fail_at;                /* fail the call with this number (0: none) */
+	int reg_mr_errno;           /* nonzero: every ibv_reg_mr fails with this errno
+				     * (e.g. EPERM, as a too small RLIMIT_MEMLOCK does) */
 	int n_devices;              /* devices rdma_get_devices reports (1 after reset) */
 	int loopback;               /* 1: loopback mode (above) */
 	int fail_post_send_at_xfer; /* fail the READ/WRITE post with this ordinal */

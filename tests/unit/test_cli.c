@@ -545,7 +545,8 @@ static void test_stats_report_tiers(void **state)
 		"{\"version\":\"0.1.0\",\"protocol\":1,\"pid\":7,\"uptime_s\":3,"
 		"\"tiers\":{\"dram\":{\"capacity_bytes\":67108864,\"used_bytes\":65536,"
 		"\"payload_bytes\":60000,\"free_bytes\":67043328,\"largest_free_bytes\":67043328,"
-		"\"fragmentation\":0.0,\"blocks\":3,\"inflight_put_bytes\":0},"
+		"\"fragmentation\":0.0,\"blocks\":3,\"inflight_put_bytes\":0,"
+		"\"evict_passes\":17,\"evict_pass_max_us\":2345},"
 		"\"nvme\":{\"enabled\":true,\"direct_io\":false,\"healthy\":true,"
 		"\"capacity_bytes\":1073741824,\"segment_bytes\":134217728,"
 		"\"used_bytes\":268435456,\"payload_bytes\":5000000,\"blocks\":41,"
@@ -568,6 +569,7 @@ static void test_stats_report_tiers(void **state)
 	assert_has(r, "\nnvme             41 ");
 	assert_has(r, "blocks 42 (in either tier)");
 	assert_has(r, "checksum errors 5\n");
+	assert_has(r, "dram eviction passes 17, longest 2345 us\n");
 	assert_has(r, "nvme tier: buffered I/O (no O_DIRECT here), healthy");
 	assert_has(r, "demotions   45 blocks");
 	assert_has(r, "promotions 6 blocks");
@@ -582,8 +584,32 @@ static void test_stats_report_tiers(void **state)
 	r = stats_report(one);
 	assert_null(strstr(r, "\nnvme   ")); /* no NVMe row */
 	assert_has(r, "nvme tier: off (no nvme_dir)");
+	assert_null(strstr(r, "eviction passes")); /* an older server's document */
 	free(r);
 	assert_int_equal(cli_stats_report(stdout, "not json"), -EPROTO);
+}
+
+static int slow_call(int rc)
+{
+	struct timespec t = { 0, 2000000 }; /* 2 ms */
+
+	nanosleep(&t, NULL);
+	return rc;
+}
+
+/* CLI_LAT_TIMED (replay's and bench's call timer) yields the call's value
+ * and records how long the call took, in microseconds. */
+static void test_lat_timed(void **state)
+{
+	struct cli_lat l = { 0 };
+
+	(void)state;
+	assert_int_equal(CLI_LAT_TIMED(&l, slow_call(-EAGAIN)), -EAGAIN);
+	assert_int_equal(CLI_LAT_TIMED(&l, slow_call(0)), 0);
+	assert_int_equal(l.n, 2);
+	assert_true(l.us[0] >= 2000 && l.us[1] >= 2000);
+	assert_true(l.us[0] < 10000000);
+	cli_lat_release(&l);
 }
 
 static void test_latency_quantiles(void **state)
@@ -1434,6 +1460,7 @@ int main(void)
 		cmocka_unit_test(test_stats_counters),
 		cmocka_unit_test(test_stats_report_tiers),
 		cmocka_unit_test(test_latency_quantiles),
+		cmocka_unit_test(test_lat_timed),
 		cmocka_unit_test(test_replay_json_report),
 		cmocka_unit_test(test_ns_valid),
 		cmocka_unit_test(test_connect_error_messages),

@@ -599,6 +599,33 @@ static void test_reopen_keeps_data(void **state)
 	store_nvme_io_close(io);
 }
 
+/* What each segment file held at open: everything in a fresh directory;
+ * later, 0 for a deleted file and its length for a truncated one. */
+static void test_segment_had(void **state)
+{
+	struct fixture *f = *state;
+	struct store_nvme_io *io = open_ok(f, SEG_BYTES, SEG_COUNT);
+	char path[256];
+
+	assert_int_equal(store_nvme_io_segment_had(io, 1), SEG_BYTES);
+	assert_int_equal(write_pattern(io, 0, 0, 4 * PAGE), 0);
+	store_nvme_io_close(io);
+	assert_int_equal(unlink(path_in(f, "segments/00000001", path, sizeof(path))), 0);
+	assert_int_equal(truncate(path_in(f, "segments/00000002", path, sizeof(path)), 8 * PAGE), 0);
+	io = open_ok(f, SEG_BYTES, SEG_COUNT);
+	assert_int_equal(store_nvme_io_segment_had(io, 0), SEG_BYTES);
+	assert_int_equal(store_nvme_io_segment_had(io, 1), 0);
+	assert_int_equal(store_nvme_io_segment_had(io, 2), 8 * PAGE);
+	assert_int_equal(store_nvme_io_segment_had(io, 3), SEG_BYTES);
+	assert_int_equal(store_nvme_io_segment_had(io, SEG_COUNT), 0);
+	check_pattern(io, 0, 0, 4 * PAGE);
+	store_nvme_io_close(io);
+	/* and the recreated files are full-size again */
+	io = open_ok(f, SEG_BYTES, SEG_COUNT);
+	assert_int_equal(store_nvme_io_segment_had(io, 1), SEG_BYTES);
+	store_nvme_io_close(io);
+}
+
 static void test_capacity_change(void **state)
 {
 	struct fixture *f = *state;
@@ -738,6 +765,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_misaligned_args, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reopen_keeps_data, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_segment_had, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_capacity_change, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_discard, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_retry_eintr_and_short, setup, teardown),

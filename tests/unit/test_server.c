@@ -256,7 +256,8 @@ static const char expected_doc[] =
 	"\"connections\":{\"current\":3,\"total\":10,\"rejected\":1},"
 	"\"tiers\":{\"dram\":{\"capacity_bytes\":1048576,\"used_bytes\":8192,"
 	"\"payload_bytes\":5000,\"free_bytes\":1040384,\"largest_free_bytes\":520192,"
-	"\"fragmentation\":0.500000,\"blocks\":2,\"inflight_put_bytes\":4096},"
+	"\"fragmentation\":0.500000,\"blocks\":2,\"inflight_put_bytes\":4096,"
+	"\"evict_passes\":6,\"evict_pass_max_us\":1234},"
 	"\"nvme\":{\"enabled\":false}},"
 	"\"index_bytes\":999,\"evictions\":4,\"leases_active\":1,\"checksum_errors\":2,"
 	"\"ops\":{\"put\":{\"requests\":5,\"blocks\":6,\"ok\":3,\"exists\":2,\"errors\":1,"
@@ -309,7 +310,8 @@ static void fill_doc(struct srv_stats_doc *doc, struct srv_stats *ops, struct st
 				    .free_bytes = 1040384, .largest_free_bytes = 520192,
 				    .fragmentation = 0.5, .index_bytes = 999, .blocks = 2,
 				    .dram_blocks = 2,
-				    .evictions = 4, .leases_active = 1, .checksum_errors = 2,
+				    .evictions = 4, .evict_passes = 6, .evict_pass_max_us = 1234,
+				    .leases_active = 1, .checksum_errors = 2,
 				    .namespaces = 2 };
 	memset(ns, 0, 2 * sizeof(ns[0]));
 	strcpy(ns[0].name, "a\"b\\c");
@@ -366,7 +368,8 @@ static void test_stats_json_nvme(void **state)
 	st.rebuild_ms = 114, st.rebuild_blocks = 115, st.orphans_dropped = 116;
 	ns[0].blocks = 9, ns[0].nvme_blocks = 8;
 	s = render(&doc);
-	assert_non_null(strstr(s, "\"blocks\":2,\"inflight_put_bytes\":4096},\"nvme\":{"
+	assert_non_null(strstr(s, "\"blocks\":2,\"inflight_put_bytes\":4096,\"evict_passes\":6,"
+			      "\"evict_pass_max_us\":1234},\"nvme\":{"
 			      "\"enabled\":true,\"direct_io\":false,\"healthy\":true,"
 			      "\"capacity_bytes\":1073741824,\"segment_bytes\":134217728,"
 			      "\"used_bytes\":268435456,\"payload_bytes\":70000,\"blocks\":8,"

@@ -867,12 +867,16 @@ static void test_lru_order_among_leaves(void **state)
 	assert_int_equal(matched, 1);
 	/* eviction order: E (oldest leaf), D (its own age), B, C, then A */
 	static const uint64_t order[] = { 2, 1, 4, 5, 3 };
+	assert_int_equal(stats_of(s).evict_passes, 0); /* filling took no pass */
 	for (int i = 0; i < 5; i++) {
 		assert_int_equal(put_id(s, ns, 100 + (uint64_t)i, 0, PAGE), 0);
 		assert_false(stored(s, ns, order[i]));
 		for (int j = i + 1; j < 5; j++)
 			assert_true(stored(s, ns, order[j]));
 		assert_int_equal(stats_of(s).evictions, (uint64_t)i + 1);
+		/* each put into the full arena is one timed pass (one page each) */
+		assert_int_equal(stats_of(s).evict_passes, (uint64_t)i + 1);
+		assert_true(stats_of(s).evict_pass_max_us < 1000000);
 		assert_check(s);
 	}
 	/* a GET is a use too: 101 now outlives 100 and 102 */

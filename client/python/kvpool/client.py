@@ -52,6 +52,36 @@ def _key(key, what="key"):
     return k
 
 
+def _namespace(namespace, what):
+    """A namespace name as bytes: 1..255 bytes of printable ASCII 0x21..0x7e
+    (no spaces). InvalidArgument saying what is wrong otherwise (libkvpool
+    would only say "invalid argument")."""
+    raw = namespace if isinstance(namespace, bytes) else str(namespace).encode()
+    bad = None
+    if not raw:
+        bad = "it is empty"
+    elif len(raw) > 255:
+        bad = "it is %d bytes, over 255" % len(raw)
+    else:
+        for i, b in enumerate(raw):
+            if b < 0x21 or b > 0x7e:
+                bad = "byte %d is %s" % (i, "a space" if b == 0x20 else "0x%02x" % b)
+                break
+    if bad:
+        raise InvalidArgument(-_errno.EINVAL, "%s: namespace %r is not valid: %s (a name is "
+                              "1..255 bytes of printable ASCII 0x21..0x7e, no spaces)"
+                              % (what, namespace, bad))
+    return raw
+
+
+def _not_empty(total, what):
+    """Refuse a block of 0 bytes before anything is sent (libkvpool would
+    answer -EMSGSIZE, which reads as "too large")."""
+    if total == 0:
+        raise InvalidArgument(-_errno.EINVAL, "%s: empty block (0 bytes): kvpool stores "
+                              "blocks of 1 byte or more" % what)
+
+
 def _keys(keys):
     """A list of keys as one contiguous bytes object, and their count."""
     ks = [_key(k) for k in keys]
@@ -121,8 +151,9 @@ class Client:
         if isinstance(token, str):
             token = token.encode()
         opts = _lib.options(token=token, timeout_ms=_timeout_ms(timeout))
+        ns = _namespace(namespace, "connect %s" % url)
         handle = ctypes.c_void_p()
-        rc = _lib_fns.kvpool_connect(str(url).encode(), str(namespace).encode(),
+        rc = _lib_fns.kvpool_connect(str(url).encode(), ns,
                                      ctypes.byref(opts), ctypes.byref(handle))
         if rc:
             if rc == -_errno.ENOENT:  # at connect: the host name does not resolve
@@ -202,17 +233,20 @@ class Client:
         concatenation is the block). `parent` is the key of the block
         before it in its prompt, or None for a prompt's first block.
         A key already stored is a success (content is never replaced).
-        Raises NoParent, TooLarge, Full, Busy, ChecksumError, ... ."""
+        Raises InvalidArgument for an empty block (0 bytes), NoParent,
+        TooLarge, Full, Busy, ChecksumError, ... ."""
         k = _key(key)
         p = None if parent is None else _key(parent, "parent")
         with _lib.Pins() as pins:
             if isinstance(data, (list, tuple)):
-                iov, n, _ = _iovecs(pins, data, False)
+                iov, n, total = _iovecs(pins, data, False)
+                _not_empty(total, "put %s" % _short(k))
                 block = _lib.put_block(k, p, iov, n)
                 with self._lock:
                     rc = _lib_fns.kvpool_put(self._h(), ctypes.byref(block), 1, None)
             else:
                 pin = pins.add(data, False)
+                _not_empty(pin.nbytes, "put %s" % _short(k))
                 with self._lock:
                     rc = _lib_fns.kvpool_put_bytes(self._h(), k, p, pin.address, pin.nbytes)
         if rc:
@@ -289,7 +323,8 @@ class Client:
         block stored (or already there), else a negative errno (kvpool.
         strerror(s) describes it, kvpool.error_class(s) is its exception).
         Raises only for errors that fail the whole call (ConnectionError,
-        Timeout, ProtocolError ...)."""
+        Timeout, ProtocolError ...) and, before anything is sent, for bad
+        arguments (InvalidArgument: an empty block, lengths that differ)."""
         ks = [_key(k) for k in keys]
         if len(buffers) != len(ks):
             raise InvalidArgument(-_errno.EINVAL, "put_many: %d keys but %d buffers"
@@ -307,7 +342,8 @@ class Client:
         st = (ctypes.c_int * len(ks))()
         with _lib.Pins() as pins:
             for i, k in enumerate(ks):
-                iov, n, _ = _iovecs(pins, buffers[i], False)
+                iov, n, total = _iovecs(pins, buffers[i], False)
+                _not_empty(total, "put_many block %d (%s)" % (i, _short(k)))
                 blocks[i] = _lib.put_block(k, ps[i], iov, n)  # blocks keeps iov alive
             with self._lock:
                 rc = _lib_fns.kvpool_put(self._h(), blocks, len(ks), st)
@@ -440,7 +476,7 @@ class Client:
         """The server's statistics as a dict (keys in proto/PROTOCOL.md);
         namespace=None for every namespace, else only that one's entry."""
         out = ctypes.c_void_p()
-        ns = None if namespace is None else str(namespace).encode()
+        ns = None if namespace is None else _namespace(namespace, "stats")
         with self._lock:
             rc = _lib_fns.kvpool_stats(self._h(), ns, ctypes.byref(out))
         if rc:
@@ -455,7 +491,7 @@ class Client:
         """Drop every block of a namespace (None: this Client's); returns
         how many blocks were dropped."""
         n = ctypes.c_uint64(0)
-        ns = None if namespace is None else str(namespace).encode()
+        ns = None if namespace is None else _namespace(namespace, "drop_namespace")
         with self._lock:
             rc = _lib_fns.kvpool_drop_namespace(self._h(), ns, ctypes.byref(n))
         if rc:
