@@ -161,6 +161,12 @@ UNIT_DEPS_server := $(BUILD)/libserver.a $(BUILD)/libstore.a $(BUILD)/libconf.a 
 UNIT_LIBS_server := $(LIBS_SERVER)
 UNIT_DEPS_admin  := $(UNIT_DEPS_server)
 UNIT_LIBS_admin  := $(LIBS_SERVER)
+# kvpoold in process over the loopback fake fabric (test_srv_rdma.c).
+UNIT_DEPS_srv_rdma := $(UNIT_FAKE_VERBS) $(UNIT_DEPS_server)
+UNIT_LIBS_srv_rdma := $(LIBS_SERVER)
+# libkvpool against that kvpoold over the same fake fabric (test_rdma_e2e.c).
+UNIT_DEPS_rdma_e2e := $(UNIT_FAKE_VERBS) $(LIB_A) $(UNIT_DEPS_server)
+UNIT_LIBS_rdma_e2e := $(LIBS_SERVER)
 UNIT_DEPS_cli    := $(filter-out $(call obj,client/cli/main.c),$(CLI_OBJ)) $(UNIT_FAKE) $(LIB_A)
 UNIT_LIBS_cli    := -ljson-c
 UNIT_DEPS_nvme_io    := $(call obj,storage/nvme_io.c)

@@ -306,6 +306,11 @@ static int handle_recv(struct rdma_conn *c, uint32_t slot, uint32_t bytes)
 		c->recv_bytes = bytes;
 		return 0;
 	}
+	/* A message can complete before the ESTABLISHED event is read from
+	 * the CM channel (the two are not ordered): a successful receive
+	 * proves the connection is up, so it is not dropped. */
+	if (c->state == RDMA_CONN_CONNECTING)
+		c->state = RDMA_CONN_ESTABLISHED;
 	if (c->state == RDMA_CONN_ESTABLISHED)
 		c->cbs->on_msg(c, rdma_recv_buf(c, slot), bytes, c->arg);
 	if (c->state == RDMA_CONN_CLOSED || c->state == RDMA_CONN_ERROR)

@@ -18,6 +18,7 @@
 
 #include "srv_log.h"
 #include "srv_put.h"
+#include "srv_rdma_conn.h"
 #include "srv_request.h"
 #include "srv_server.h"
 #include "srv_worker.h"
@@ -139,6 +140,11 @@ void srv_conn_close(struct srv_conn *c, int level, const char *reason)
 {
 	struct srv_worker *w = c->w;
 
+	if (c->rdma) {
+		srv_rconn_close(c, level, reason);
+		return;
+	}
+
 	srv_log(level, "conn %" PRIu64 " %s: closed: %s%s", c->id, c->peer, reason,
 		c->get_pending ? " (freed once its nvme reads end)" : "");
 	srv_put_abort(c);
@@ -166,8 +172,33 @@ void srv_conn_close(struct srv_conn *c, int level, const char *reason)
 
 void srv_conn_zombie_free(struct srv_conn *c)
 {
+	/* The GET's blocks that were in DRAM at once are still pinned in
+	 * their slots (the promoted ones were released as they reported). */
+	for (uint32_t i = 0; i < c->get_count; i++) {
+		if (c->gets[i].ref.block)
+			store_release(c->w->srv->store, c->gets[i].ref.block);
+		c->gets[i].ref.block = NULL;
+	}
 	conn_unlink(&c->w->zombies, c);
 	conn_free_rest(c);
+}
+
+void srv_conn_release(struct srv_conn *c)
+{
+	struct srv_worker *w = c->w;
+
+	conn_unlink(&w->conns, c);
+	w->n_conns--;
+	__atomic_fetch_sub(&w->srv->conn_current, 1, __ATOMIC_RELAXED);
+	if (!c->get_pending) {
+		conn_free_rest(c);
+		return;
+	}
+	c->zombie = 1;
+	c->next = w->zombies;
+	if (w->zombies)
+		w->zombies->prev = c;
+	w->zombies = c;
 }
 
 int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms)
@@ -549,6 +580,34 @@ static enum srv_next on_header(struct srv_conn *c)
 	return SRV_NEXT_BODY;
 }
 
+enum srv_next srv_conn_frame(struct srv_conn *c, const uint8_t *frame, size_t bytes)
+{
+	enum srv_next next;
+
+	memcpy(c->hdr_raw, frame, PROTO_HEADER_BYTES);
+	c->hdr_have = PROTO_HEADER_BYTES;
+	c->frame_start_ms = srv_now_ms();
+	next = on_header(c);
+	if (next != SRV_NEXT_BODY)
+		return next;
+	if (bytes - PROTO_HEADER_BYTES < c->hdr.body_bytes)
+		return srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, SRV_QUOTE_HEADER,
+					    "message shorter than its body") < 0 ? SRV_NEXT_ABORT :
+										   SRV_NEXT_SKIP;
+	if (c->body_cap < c->hdr.body_bytes) {
+		uint8_t *p = realloc(c->body, c->hdr.body_bytes);
+
+		if (!p)
+			return SRV_NEXT_ABORT;
+		c->body = p;
+		c->body_cap = c->hdr.body_bytes;
+	}
+	memcpy(c->body, frame + PROTO_HEADER_BYTES, c->hdr.body_bytes);
+	c->body_have = c->hdr.body_bytes;
+	c->req_start_us = srv_now_us();
+	return srv_request_dispatch(c);
+}
+
 /* Move the state machine on after a header or a request. Returns -1 when
  * the connection must be closed now. */
 static int conn_next(struct srv_conn *c, enum srv_next next)
@@ -772,6 +831,10 @@ void srv_conn_request_done(struct srv_conn *c, enum srv_next next)
 {
 	char why[64];
 
+	if (c->rdma) {
+		srv_rconn_request_done(c, next);
+		return;
+	}
 	if (conn_next(c, next) < 0) {
 		snprintf(why, sizeof(why), "aborted: %s", strerror(ENOMEM));
 		srv_conn_close(c, SRV_LOG_WARN, why);

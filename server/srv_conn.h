@@ -26,6 +26,7 @@
 #include "store.h"
 
 struct srv_worker;
+struct srv_rconn;
 struct store_block;
 struct store_lessee;
 struct event;
@@ -121,6 +122,13 @@ struct srv_conn {
 	/* Output accounting. */
 	uint32_t replies_queued;
 	uint8_t *reply_base;          /* space reserved by srv_conn_reply_begin */
+	/* Transport: NULL over TCP. Over RDMA (srv_rdma_conn.c) there is no
+	 * socket (fd -1, no events): each request is one control message,
+	 * each reply is sent from `out` as one message, PUT bytes come by
+	 * RDMA READ and GET bytes go by RDMA WRITE. */
+	struct srv_rconn *rdma;
+	const uint8_t *rdma_descs;    /* the PUT/GET request's descriptors (16 B
+				       * each, one per entry), or NULL */
 };
 
 /* Worker thread: adopt socket fd as connection `id` and start reading.
@@ -142,10 +150,26 @@ void srv_conn_close(struct srv_conn *c, int level, const char *reason);
  * the main thread once the worker has stopped. */
 void srv_conn_zombie_free(struct srv_conn *c);
 
+/* The last step of closing a connection without a socket (RDMA, whose
+ * transport, output and reservations the caller has already released):
+ * leave the worker's list, give the connection count back, and free c,
+ * or keep it as a zombie while promotions are pending (as
+ * srv_conn_close). Worker thread. */
+void srv_conn_release(struct srv_conn *c);
+
 /* The request the connection parked on (SRV_NEXT_WAIT) is answered: move
  * the state machine on by `next`, as if the request handler had returned
  * it, flush the output and resume reading. May close c. Worker thread. */
 void srv_conn_request_done(struct srv_conn *c, enum srv_next next);
+
+/* Handle one whole request frame already in memory (an RDMA control
+ * message without its descriptors): frame[0..bytes), bytes >= 32. Decodes
+ * and checks the header exactly as for a frame read from a socket
+ * (answering a bad one), then copies body_bytes of body (the caller made
+ * sure they are there) and dispatches. Returns what the TCP input state
+ * machine would do next (SRV_NEXT_SKIP and SRV_NEXT_PAYLOAD mean nothing
+ * is read: the caller decides). Worker thread. */
+enum srv_next srv_conn_frame(struct srv_conn *c, const uint8_t *frame, size_t bytes);
 
 /* Check deadlines against now_ms and close the connection when one has
  * passed: a frame not received whole within payload_timeout_ms of its

@@ -186,6 +186,7 @@ void srv_lifecycle_stop(struct srv *s, int sig)
 		evconnlistener_free(s->listener);
 		s->listener = NULL;
 	}
+	srv_rdma_stop_accepting(s);
 	srv_info("received %s: no longer accepting; draining requests in flight "
 		 "(drain_timeout_ms %" PRIu64 ")", name, s->drain_timeout_ms);
 	for (uint32_t i = 0; i < s->n_workers; i++)

@@ -233,6 +233,17 @@ static void write_ops(struct mw *m, const uint64_t *c)
 	single(m, "kvpool_delete_blocks_total", "counter", "Blocks removed by DELETE (descendants included).",
 	       c[SRV_C_delete_blocks]);
 	labelled(m, "kvpool_errors_total", "Error results, by status.", "status", err, err_c, 4, c);
+	single(m, "kvpool_rdma_connections", "gauge", "RDMA connections open now.",
+	       c[SRV_C_rdma_conns_current]);
+	single(m, "kvpool_rdma_connections_total", "counter", "RDMA connections accepted.",
+	       c[SRV_C_rdma_conns_total]);
+	single(m, "kvpool_rdma_read_bytes_total", "counter",
+	       "Bytes pulled from clients by RDMA READ (PUT).", c[SRV_C_rdma_bytes_read]);
+	single(m, "kvpool_rdma_written_bytes_total", "counter",
+	       "Bytes pushed to clients by RDMA WRITE (GET).", c[SRV_C_rdma_bytes_written]);
+	single(m, "kvpool_rdma_transfer_errors_total", "counter",
+	       "RDMA READ or WRITE transfers that failed (the connection closed).",
+	       c[SRV_C_rdma_xfer_errors]);
 }
 
 uint64_t srv_metrics_hist_below(const struct srv_hist *h, uint64_t bound_us)

@@ -5,10 +5,12 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 
+#include "rdma.h"
 #include "srv_server.h"
 #include "srv_worker.h"
 #include "store.h"
@@ -107,6 +109,26 @@ static uint32_t put_decode(struct srv_conn *c, const struct proto_batch *b)
 	return UINT32_MAX;
 }
 
+/* RDMA: every descriptor's length must be its block's length (PROTOCOL.md
+ * section 13), checked before anything is reserved. Returns UINT32_MAX, or
+ * the index of the first mismatch with the reason in msg. */
+static uint32_t put_descs_check(const struct srv_conn *c, uint32_t count, char *msg, size_t cap)
+{
+	struct rdma_desc d;
+
+	if (!c->rdma_descs)
+		return UINT32_MAX;
+	for (uint32_t i = 0; i < count; i++) {
+		rdma_desc_decode(c->rdma_descs + (size_t)i * RDMA_DESC_BYTES, &d);
+		if (d.length != c->slots[i].e.length) {
+			snprintf(msg, cap, "descriptor length %u is not the block length %" PRIu64,
+				 d.length, c->slots[i].e.length);
+			return i;
+		}
+	}
+	return UINT32_MAX;
+}
+
 enum srv_next srv_put_start(struct srv_conn *c)
 {
 	const struct proto_limits *l = &c->w->srv->limits;
@@ -142,6 +164,9 @@ enum srv_next srv_put_start(struct srv_conn *c)
 	if (bad != UINT32_MAX)
 		return put_refuse(c, PROTO_STATUS_BAD_REQUEST, "nonzero reserved bytes or unknown flags",
 				  bad);
+	bad = put_descs_check(c, b.count, msg, sizeof(msg));
+	if (bad != UINT32_MAX)
+		return put_refuse(c, PROTO_STATUS_BAD_REQUEST, msg, bad);
 	c->put_count = b.count;
 	for (uint32_t i = 0; i < b.count; i++)
 		slot_begin(c, i);
@@ -226,9 +251,7 @@ static void put_commit_one(struct srv_conn *c, uint32_t i, uint8_t *body)
 	proto_result_encode(body, i, &r);
 }
 
-/* Every payload byte is in: commit in block order and queue the reply.
- * Errors: -ENOMEM (the reservations are then aborted). */
-static int put_finish(struct srv_conn *c, uint64_t start_us)
+int srv_put_finish(struct srv_conn *c, uint64_t start_us)
 {
 	uint32_t body_bytes = (uint32_t)proto_batch_body_bytes(c->put_count,
 							       PROTO_RESULT_ENTRY_BYTES);
@@ -264,7 +287,7 @@ long srv_put_read(struct srv_conn *c, size_t *want, int *done)
 	put_advance(c, (uint64_t)n);
 	if (c->put_cur < c->put_count)
 		return n;
-	if (put_finish(c, srv_now_us()) < 0)
+	if (srv_put_finish(c, srv_now_us()) < 0)
 		return -ENOMEM;
 	*done = 1;
 	return n;

@@ -13,11 +13,20 @@
 
 #include "srv_conn.h"
 
-/* The PUT body is in c->body: validate it and reserve every block.
+/* The PUT body is in c->body: validate it and reserve every block. Over
+ * RDMA (c->rdma_descs set) each descriptor's length must equal its
+ * block's length, else BAD_REQUEST and nothing is reserved.
  * Returns SRV_NEXT_PAYLOAD to receive the payload, or SRV_NEXT_SKIP after
  * queueing a whole-request error reply (the payload is then discarded),
  * or SRV_NEXT_ABORT. */
 enum srv_next srv_put_start(struct srv_conn *c);
+
+/* Every byte of the PUT in progress is in its reservation (the payload
+ * was read, or an RDMA READ completed): commit the blocks in order (each
+ * commit verifies the checksum) and queue the reply with per-block
+ * results; the latency counted is from start_us. Errors: -ENOMEM (the
+ * reply could not be queued; the reservations are then aborted). */
+int srv_put_finish(struct srv_conn *c, uint64_t start_us);
 
 /* Read what is available of the payload (one readv). *want receives the
  * bytes asked for. Returns the bytes read (> 0), 0 on EOF, or -errno

@@ -12,9 +12,11 @@
 
 #include <event2/buffer.h>
 
+#include "rdma.h"
 #include "srv_auth.h"
 #include "srv_log.h"
 #include "srv_put.h"
+#include "srv_rdma_conn.h"
 #include "srv_server.h"
 #include "srv_snapshot.h"
 #include "srv_worker.h"
@@ -293,6 +295,14 @@ static void get_lookup(struct srv_conn *c, const struct proto_batch *b)
 		/* zeroed first: on a failed promotion the store leaves it alone */
 		memset(g, 0, sizeof(*g));
 		g->max_length = e.max_length;
+		if (c->rdma_descs) {
+			/* RDMA: the bytes go into the described buffer. */
+			struct rdma_desc d;
+
+			rdma_desc_decode(c->rdma_descs + (size_t)i * RDMA_DESC_BYTES, &d);
+			if (d.length < g->max_length)
+				g->max_length = d.length;
+		}
 		g->c = c;
 		rc = store_get_async(st, c->ns_id, e.key, c->lessee, &g->ref, srv_worker_get_done,
 				     g);
@@ -313,18 +323,16 @@ static void get_release(struct srv_conn *c, uint32_t from, uint32_t count)
 	}
 }
 
-/* Encode the GET results and hand the OK blocks' bytes to the output by
- * reference; each pin is released once its bytes are written (or the
- * output is dropped). */
-static int get_reply(struct srv_conn *c, uint32_t count, uint64_t payload)
+/* Queue the GET's result entries (payload_bytes = payload), no payload.
+ * Errors: -ENOMEM. */
+static int get_results(struct srv_conn *c, uint32_t count, uint64_t payload)
 {
 	uint32_t body_bytes;
 	uint8_t *body;
-	uint32_t i;
 
 	if (results_begin(c, count, payload, &body, &body_bytes) < 0)
-		goto out_release;
-	for (i = 0; i < count; i++) {
+		return -ENOMEM;
+	for (uint32_t i = 0; i < count; i++) {
 		const struct srv_get_slot *g = &c->gets[i];
 		struct proto_result res = { .status = g->status };
 
@@ -336,6 +344,18 @@ static int get_reply(struct srv_conn *c, uint32_t count, uint64_t payload)
 		proto_result_encode(body, i, &res);
 	}
 	srv_conn_reply_commit(c, body_bytes);
+	return 0;
+}
+
+/* Encode the GET results and hand the OK blocks' bytes to the output by
+ * reference; each pin is released once its bytes are written (or the
+ * output is dropped). */
+static int get_reply(struct srv_conn *c, uint32_t count, uint64_t payload)
+{
+	uint32_t i;
+
+	if (get_results(c, count, payload) < 0)
+		goto out_release;
 	for (i = 0; i < count; i++) {
 		struct store_ref *r = &c->gets[i].ref;
 		struct srv_pin *pin;
@@ -367,6 +387,10 @@ out_release_from:
  * (promotions included). */
 static enum srv_next get_finish(struct srv_conn *c)
 {
+	/* RDMA: WRITE the OK blocks first; the reply follows their completion
+	 * (srv_request_get_answer). */
+	if (c->rdma)
+		return srv_rconn_get_write(c);
 	if (get_reply(c, c->get_count, c->get_payload) < 0)
 		return SRV_NEXT_ABORT;
 	lat_record(c, SRV_LAT_GET);
@@ -388,6 +412,21 @@ static enum srv_next op_get(struct srv_conn *c)
 	if (c->get_pending)
 		return SRV_NEXT_WAIT;
 	return get_finish(c);
+}
+
+int srv_request_get_answer(struct srv_conn *c)
+{
+	int rc = get_results(c, c->get_count, c->get_payload);
+
+	srv_request_get_release(c);
+	if (rc == 0)
+		lat_record(c, SRV_LAT_GET);
+	return rc;
+}
+
+void srv_request_get_release(struct srv_conn *c)
+{
+	get_release(c, 0, c->get_count);
 }
 
 void srv_request_get_done(struct srv_get_slot *g)

@@ -24,6 +24,16 @@ enum srv_next srv_request_dispatch(struct srv_conn *c);
  * Worker thread (the main thread once the worker has stopped). */
 void srv_request_get_done(struct srv_get_slot *g);
 
+/* RDMA: every OK block of the GET being answered has been written into
+ * its client buffer: queue the results (payload_bytes = the OK lengths,
+ * no payload bytes follow), release every pin and record the latency.
+ * Errors: -ENOMEM (the pins are released all the same). Worker thread. */
+int srv_request_get_answer(struct srv_conn *c);
+
+/* Release every pin still held by the GET being answered (its WRITE
+ * failed or the connection closed). Worker thread. */
+void srv_request_get_release(struct srv_conn *c);
+
 /* Is name[0..len) a valid namespace name: 1..255 bytes of printable ASCII
  * 0x21..0x7e (no spaces, no control bytes)? */
 bool srv_ns_name_valid(const char *name, size_t len);

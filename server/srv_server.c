@@ -407,8 +407,15 @@ static int workers_start(struct srv *s)
 	for (uint32_t i = 0; i < n; i++) {
 		s->n_workers = i + 1;
 		rc = srv_worker_init(&s->workers[i], s, i);
-		if (rc == 0)
-			rc = srv_worker_start(&s->workers[i]);
+		if (rc < 0) {
+			srv_err("cannot start worker %u: %s", i, strerror(-rc));
+			return rc;
+		}
+	}
+	/* Every worker's RDMA context, before any worker reads s->rdma. */
+	srv_rdma_workers_open(s);
+	for (uint32_t i = 0; i < n; i++) {
+		rc = srv_worker_start(&s->workers[i]);
 		if (rc < 0) {
 			srv_err("cannot start worker %u: %s", i, strerror(-rc));
 			return rc;
@@ -650,6 +657,8 @@ static int serve(struct srv *s)
 	if (rc == 0)
 		rc = listen_start(s);
 	if (rc == 0)
+		rc = srv_rdma_start(s);
+	if (rc == 0)
 		rc = srv_lifecycle_ready(s);
 	if (rc < 0)
 		return rc;
@@ -707,12 +716,13 @@ int srv_run(const struct conf *c, int argc, char **argv)
 	if (rc == 0)
 		rc = pool_open(s);
 	if (rc == 0)
-		srv_rdma_open(s, &s->rdma, NULL);
+		srv_rdma_open(s, &s->rdma, srv_rdma_test_ops);
 	if (rc == 0)
 		rc = serve(s);
 	/* Stop accepting, close every connection, then free the pool. */
 	if (s->listener)
 		evconnlistener_free(s->listener);
+	srv_rdma_stop_accepting(s);
 	srv_admin_stop(s->admin);
 	workers_stop(s);
 	srv_rdma_close(&s->rdma);

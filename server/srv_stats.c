@@ -204,12 +204,16 @@ static void json_namespace(struct jw *j, const struct store_ns_stats *n)
 
 /* "rdma": whether the transport is built and served, on which port, and
  * why not. */
-static void json_rdma(struct jw *j, const struct srv_rdma_state *r)
+static void json_rdma(struct jw *j, const struct srv_rdma_state *r, const uint64_t *c)
 {
 	jw_printf(j, "\"rdma\":{\"built\":%s,\"available\":%s,\"port\":%u,\"reason\":",
 		  r->built ? "true" : "false", r->available ? "true" : "false", r->port);
 	jw_string(j, r->reason);
-	jw_printf(j, "},");
+	jw_printf(j,
+		  ",\"connections\":{\"current\":%" PRIu64 ",\"total\":%" PRIu64 "},"
+		  "\"bytes_read\":%" PRIu64 ",\"bytes_written\":%" PRIu64 ",\"transfer_errors\":%" PRIu64
+		  "},", c[SRV_C_rdma_conns_current], c[SRV_C_rdma_conns_total],
+		  c[SRV_C_rdma_bytes_read], c[SRV_C_rdma_bytes_written], c[SRV_C_rdma_xfer_errors]);
 }
 
 int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
@@ -226,7 +230,7 @@ int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 	json_latency(&j, d->ops);
 	jw_printf(&j, "\"blocks\":%" PRIu64 ",", d->store->blocks);
 	if (d->rdma)
-		json_rdma(&j, d->rdma);
+		json_rdma(&j, d->rdma, d->ops->c);
 	jw_printf(&j, "\"namespaces\":{");
 	for (uint32_t i = 0; i < d->ns_count; i++) {
 		if (i)

@@ -17,7 +17,9 @@
 
 struct evbuffer;
 
-/* X(name): one counter each, rendered under "ops" in the JSON. */
+/* X(name): one counter each, rendered under "ops" in the JSON; the rdma_
+ * ones under "rdma" (rdma_conns_current goes down too: it wraps as an
+ * unsigned and sums right over workers). */
 #define SRV_COUNTERS(X)                                                         \
 	X(put_requests) X(put_blocks) X(put_ok) X(put_exists) X(put_errors)     \
 	X(put_bytes)                                                            \
@@ -26,7 +28,9 @@ struct evbuffer;
 	X(match_requests) X(match_blocks_queried) X(match_blocks_matched)      \
 	X(delete_requests) X(delete_blocks)                                    \
 	X(ping_requests) X(stats_requests)                                     \
-	X(errors_bad_request) X(errors_too_large) X(errors_busy) X(errors_full)
+	X(errors_bad_request) X(errors_too_large) X(errors_busy) X(errors_full) \
+	X(rdma_conns_current) X(rdma_conns_total) X(rdma_bytes_read)            \
+	X(rdma_bytes_written) X(rdma_xfer_errors)
 
 enum srv_counter {
 #define SRV_COUNTER_ENUM(name) SRV_C_##name,

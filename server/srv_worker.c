@@ -19,6 +19,7 @@
 
 #include "srv_conn.h"
 #include "srv_log.h"
+#include "srv_rdma_conn.h"
 #include "srv_request.h"
 #include "srv_server.h"
 #include "store.h"
@@ -26,6 +27,7 @@
 /* A socket on its way from the main thread to a worker. */
 struct srv_handoff {
 	struct srv_handoff *next;
+	void *rdma_req;   /* an RDMA connection request (fd is then -1), or NULL */
 	int fd;
 	uint64_t id;
 	char peer[64];
@@ -54,6 +56,8 @@ static uint32_t sweep_period_ms(const struct conf *c)
  * connection closing after a fatal reply counts once its output is out. */
 static int conn_idle(const struct srv_conn *c)
 {
+	if (c->rdma)
+		return srv_rconn_idle(c);
 	if (c->state == SRV_CONN_WAIT || evbuffer_get_length(c->out))
 		return 0;
 	if (c->state == SRV_CONN_CLOSING)
@@ -117,6 +121,17 @@ static void done_run(struct srv_get_slot *g)
 	}
 }
 
+/* A queued socket or RDMA request nobody will serve (shutdown): close or
+ * refuse it and give its connection count back. */
+static void handoff_drop(struct srv_worker *w, struct srv_handoff *h)
+{
+	if (h->rdma_req)
+		rdma_listener_refuse(w->srv->rdma.listener, h->rdma_req);
+	else
+		close(h->fd);
+	__atomic_fetch_sub(&w->srv->conn_current, 1, __ATOMIC_RELAXED);
+}
+
 /* Take the queued sockets and finished promotions; on stop, close every
  * connection and leave the loop. */
 static void notify_cb(evutil_socket_t fd, short what, void *arg)
@@ -141,12 +156,12 @@ static void notify_cb(evutil_socket_t fd, short what, void *arg)
 	done_run(done);
 	for (; h; h = next) {
 		next = h->next;
-		if (stop) {
-			close(h->fd);
-			__atomic_fetch_sub(&w->srv->conn_current, 1, __ATOMIC_RELAXED);
-		} else {
+		if (stop)
+			handoff_drop(w, h);
+		else if (h->rdma_req)
+			srv_rconn_open(w, h->rdma_req, h->id);
+		else
 			srv_conn_open(w, h->fd, h->id, h->peer);
-		}
 		free(h);
 	}
 	if (stop) {
@@ -288,16 +303,9 @@ void srv_worker_drain(struct srv_worker *w)
 	done_run(done);
 }
 
-int srv_worker_hand(struct srv_worker *w, int fd, uint64_t id, const char *peer)
+/* Link h at the tail of w's hand-off queue and wake the worker. */
+static void handoff_push(struct srv_worker *w, struct srv_handoff *h)
 {
-	struct srv_handoff *h = malloc(sizeof(*h));
-
-	if (!h)
-		return -ENOMEM;
-	h->next = NULL;
-	h->fd = fd;
-	h->id = id;
-	snprintf(h->peer, sizeof(h->peer), "%s", peer);
 	pthread_mutex_lock(&w->lock);
 	if (w->queue_tail)
 		w->queue_tail->next = h;
@@ -306,6 +314,34 @@ int srv_worker_hand(struct srv_worker *w, int fd, uint64_t id, const char *peer)
 	w->queue_tail = h;
 	pthread_mutex_unlock(&w->lock);
 	worker_wake(w);
+}
+
+int srv_worker_hand_rdma(struct srv_worker *w, void *req, uint64_t id)
+{
+	struct srv_handoff *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return -ENOMEM;
+	h->rdma_req = req;
+	h->fd = -1;
+	h->id = id;
+	snprintf(h->peer, sizeof(h->peer), "rdma");
+	handoff_push(w, h);
+	return 0;
+}
+
+int srv_worker_hand(struct srv_worker *w, int fd, uint64_t id, const char *peer)
+{
+	struct srv_handoff *h = malloc(sizeof(*h));
+
+	if (!h)
+		return -ENOMEM;
+	h->next = NULL;
+	h->rdma_req = NULL;
+	h->fd = fd;
+	h->id = id;
+	snprintf(h->peer, sizeof(h->peer), "%s", peer);
+	handoff_push(w, h);
 	return 0;
 }
 
@@ -345,12 +381,14 @@ void srv_worker_destroy(struct srv_worker *w)
 	/* A worker that never ran may still hold queued sockets. */
 	for (h = w->queue_head; h; h = next) {
 		next = h->next;
-		close(h->fd);
+		handoff_drop(w, h);
 		free(h);
 	}
 	w->queue_head = w->queue_tail = NULL;
 	if (w->srv)
 		close_all(w, "server shutting down");
+	/* Its connections are gone: now the worker's rdma_cm channel. */
+	srv_rdma_worker_close(w);
 	/* Only a promotion that never reported (store_drain broke its word)
 	 * leaves a zombie: freeing it could let the store write into freed
 	 * memory, so it is left, and said. */

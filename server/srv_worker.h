@@ -26,6 +26,7 @@ struct srv_handoff;
 struct srv_get_slot;
 struct event;
 struct event_base;
+struct rdma_worker;
 
 #define SRV_CACHE_LINE_BYTES 64
 #define SRV_SCRATCH_BYTES (256u * 1024) /* sink for refused PUT payload bytes */
@@ -58,6 +59,11 @@ struct srv_worker {
 	struct srv_conn *zombies;       /* closed, promotions pending; doubly linked */
 	struct event *ev_drain;         /* while draining: close idle connections */
 	uint8_t *scratch;               /* SRV_SCRATCH_BYTES */
+	/* RDMA (srv_rdma.c): this worker's rdma_cm channel and WR budget,
+	 * opened on the main thread before the worker starts; NULL when RDMA
+	 * is not served. Its connections are in `conns` (c->rdma set). */
+	struct rdma_worker *rdma;
+	struct event *ev_rdma_cm;       /* rdma_worker_fd, EV_READ */
 	struct srv_pin *free_pins;      /* recycled GET payload pins */
 	struct srv_ratelimit proto_log; /* protocol-error log lines */
 	/* Written by this worker only; read by any worker for STATS. On
@@ -80,6 +86,13 @@ int srv_worker_start(struct srv_worker *w);
  * worker and wake it. Ownership of fd passes to the worker on success.
  * Errors: -ENOMEM (fd still the caller's). */
 int srv_worker_hand(struct srv_worker *w, int fd, uint64_t id, const char *peer);
+
+/* Main thread: queue RDMA connection request `req` (from
+ * rdma_listener_take; the worker must have w->rdma) as connection `id`
+ * and wake the worker, which accepts it (srv_rconn_open). Ownership of
+ * req passes to the worker on success. Errors: -ENOMEM (req still the
+ * caller's). */
+int srv_worker_hand_rdma(struct srv_worker *w, void *req, uint64_t id);
 
 /* Main thread: ask the worker to close every connection and exit, then
  * wait for it. No-op for a worker that never started. Connections with

@@ -373,6 +373,11 @@ static void metrics_agree_or_fail(struct samples *m, struct json_object *doc)
 		{ "kvpool_nvme_write_errors_total", "tiers.nvme.write_errors" },
 		{ "kvpool_nvme_rebuild_blocks", "tiers.nvme.rebuild_blocks" },
 		{ "kvpool_nvme_rebuild_orphans_dropped", "tiers.nvme.orphans_dropped" },
+		{ "kvpool_rdma_connections", "rdma.connections.current" },
+		{ "kvpool_rdma_connections_total", "rdma.connections.total" },
+		{ "kvpool_rdma_read_bytes_total", "rdma.bytes_read" },
+		{ "kvpool_rdma_written_bytes_total", "rdma.bytes_written" },
+		{ "kvpool_rdma_transfer_errors_total", "rdma.transfer_errors" },
 	};
 	static const char *const tiers[] = { "capacity_bytes", "used_bytes", "payload_bytes", "blocks" };
 	static const char *const ops[] = { "put", "get", "exists", "match", "delete", "ping", "stats" };

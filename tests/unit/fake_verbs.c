@@ -770,6 +770,10 @@ static void loop_xfer(struct fake_qp *q, const struct ibv_send_wr *wr)
 		complete(q, wr, (enum ibv_wc_status)F.xfer_status, op, 0);
 		return;
 	}
+	if (F.xfer_hold) {
+		F.held_xfers++;
+		return;
+	}
 	if (!find_remote(raddr, bytes, wr->wr.rdma.rkey,
 			 read ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE)) {
 		complete(q, wr, IBV_WC_REM_ACCESS_ERR, op, 0);

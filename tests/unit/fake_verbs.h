@@ -25,7 +25,7 @@
  * Fault injection in both modes: fail_at (above), fail_post_send_at_xfer
  * (the N-th READ/WRITE post returns EINVAL), xfer_status_at /
  * xfer_status (loopback: the N-th READ/WRITE completes with that status
- * and moves no bytes).
+ * and moves no bytes), xfer_hold (loopback: READ/WRITEs never complete).
  *
  * reg_mr_errno (both modes): every memory registration fails with that
  * errno, as with a too small RLIMIT_MEMLOCK.
@@ -53,12 +53,15 @@ struct fake_verbs {
 	int fail_post_send_at_xfer; /* fail the READ/WRITE post with this ordinal */
 	int xfer_status_at;         /* loopback: complete this READ/WRITE ordinal with ... */
 	int xfer_status;            /* ... this enum ibv_wc_status */
+	int xfer_hold;              /* loopback: READ/WRITEs posted while set never
+				     * complete (a transfer stuck in the fabric) */
 
 	/* Observations. */
 	int calls;                  /* ops calls so far */
 	int live;                   /* fake objects alive (0 when all are freed) */
 	int posted_recv, posted_send, posted_xfer, rejects, disconnects;
 	uint64_t xfer_bytes;        /* loopback: bytes moved by READ/WRITE */
+	int held_xfers;             /* loopback: READ/WRITEs swallowed by xfer_hold */
 	struct ibv_send_wr last_wr; /* the last work request posted (sg_list not kept) */
 	struct ibv_qp_cap last_qp_cap; /* capabilities asked of the last QP created */
 	uint64_t xfer_ids[FAKE_VERBS_QMAX]; /* wr_ids of READ/WRITEs, in post order */
