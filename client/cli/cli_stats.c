@@ -256,19 +256,29 @@ static void print_nvme_detail(FILE *f, struct json_object *t)
 		fmt_count(JGET(t, "orphans_dropped"), g, sizeof(g)));
 }
 
-/* The RDMA transport: served on which port, or why not. Nothing when the
- * server does not report it (an older kvpoold). */
+/* The RDMA transport: served on which port and what it carried, or why
+ * not. Nothing when the server does not report it (an older kvpoold). */
 static void print_rdma(FILE *f, struct json_object *r)
 {
 	struct json_object *avail = JGET(r, "available"), *why = JGET(r, "reason");
-	char a[32];
+	char a[32], b[32], c[32], d[32], e[32];
 
 	if (!r || !avail)
 		return;
-	if (json_object_get_boolean(avail))
-		fprintf(f, "rdma: available on port %s\n", fmt_count(JGET(r, "port"), a, sizeof(a)));
-	else
+	if (!json_object_get_boolean(avail)) {
 		fprintf(f, "rdma: unavailable (%s)\n", why ? json_object_get_string(why) : "-");
+		return;
+	}
+	fprintf(f, "rdma: available on port %s\n", fmt_count(JGET(r, "port"), a, sizeof(a)));
+	if (!JGET(r, "connections"))
+		return;
+	fprintf(f, "  connections %s now, %s total; read %s (puts), written %s (gets); "
+		"transfer errors %s\n",
+		fmt_count(JGET(r, "connections", "current"), a, sizeof(a)),
+		fmt_count(JGET(r, "connections", "total"), b, sizeof(b)),
+		fmt_size(JGET(r, "bytes_read"), c, sizeof(c)),
+		fmt_size(JGET(r, "bytes_written"), d, sizeof(d)),
+		fmt_count(JGET(r, "transfer_errors"), e, sizeof(e)));
 }
 
 /* One row per tier, the NVMe tier's activity, then pool-wide memory and

@@ -557,6 +557,9 @@ static void test_stats_report_tiers(void **state)
 		"\"read_errors\":0,\"write_errors\":0,\"rebuild_ms\":250,"
 		"\"rebuild_blocks\":100000,\"orphans_dropped\":12}},"
 		"\"blocks\":42,\"evictions\":0,\"checksum_errors\":5,"
+		"\"rdma\":{\"built\":true,\"available\":true,\"port\":7472,\"reason\":\"\","
+		"\"connections\":{\"current\":2,\"total\":9},\"bytes_read\":3145728,"
+		"\"bytes_written\":1048576,\"transfer_errors\":1},"
 		"\"namespaces\":{\"m\":{\"blocks\":42,\"nvme_blocks\":41,\"bytes\":5060000}}}";
 	static const char one[] =
 		"{\"version\":\"0.1.0\",\"tiers\":{\"dram\":{\"blocks\":3},"
@@ -579,6 +582,8 @@ static void test_stats_report_tiers(void **state)
 		      "12 orphans dropped");
 	assert_has(r, "on nvme");
 	assert_has(r, "m                            42         41 ");
+	assert_has(r, "rdma: available on port 7472\n  connections 2 now, 9 total; read 3");
+	assert_has(r, "; transfer errors 1\n");
 	free(r);
 
 	r = stats_report(one);
