@@ -335,11 +335,14 @@ static int make_room_step(struct store *s)
 		const struct store_tier *t = s->tier;
 		int rc = evict_one(s);
 
-		/* A tier that is only stalled (reclaim freed too little) tries
-		 * again soon, and its dirty blocks are room to come: BUSY, not
-		 * FULL, when no leaf can go meanwhile. */
+		/* A tier that is only stalled (its last reclaim freed too
+		 * little, but did free something) tries again soon, and its
+		 * dirty blocks are room to come: BUSY, not FULL, when no leaf
+		 * can go meanwhile. A reclaim that could free nothing at all
+		 * (every block kept, e.g. one chain longer than both tiers)
+		 * will not do better by waiting: FULL. */
 		if (rc == -ENOSPC && t->healthy && !t->draining && !t->stop &&
-		    s->lru[STORE_LRU_DIRTY].len)
+		    !t->reclaim_stuck && s->lru[STORE_LRU_DIRTY].len)
 			return -EAGAIN;
 		return rc;
 	}

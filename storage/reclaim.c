@@ -415,10 +415,15 @@ int store_reclaim_locked(struct store *s)
 	if (rc.seg == STORE_SEG_NONE)
 		return -EAGAIN;
 	sg = &t->segs[rc.seg];
-	if (stay_bytes_locked(s, sg) > t->segment_bytes / 4 * 3 &&
-	    (evict_cold_subtrees_locked(s, sg) == 0 ||
-	     stay_bytes_locked(s, sg) > t->segment_bytes / 4 * 3))
-		return -EAGAIN; /* rewriting it would free little: not now */
+	t->reclaim_stuck = false;
+	if (stay_bytes_locked(s, sg) > t->segment_bytes / 4 * 3) {
+		uint64_t evicted = evict_cold_subtrees_locked(s, sg);
+
+		if (evicted == 0 || stay_bytes_locked(s, sg) > t->segment_bytes / 4 * 3) {
+			t->reclaim_stuck = evicted == 0;
+			return -EAGAIN; /* rewriting it would free little: not now */
+		}
+	}
 	sg->state = STORE_SEG_FREEING;
 	err = plan_locked(s, &rc);
 	if (err) {

@@ -368,6 +368,10 @@ struct store_tier {
 	pthread_cond_t wake;         /* workers sleep on it */
 	pthread_cond_t idle;         /* drain and test hooks wait on it */
 	bool stop, draining, demoter_busy, want_demote, stalled;
+	/* The last reclaim found its segment full of blocks that must stay
+	 * and could evict no cold subtree: nothing will change by waiting, so
+	 * a put that finds no leaf gets FULL, not BUSY. */
+	bool reclaim_stuck;
 	bool healthy;
 	uint64_t retry_at_ms;        /* no demotion before this (back-off) */
 	uint64_t demote_all;         /* test hook: demote every dirty block */

@@ -511,6 +511,28 @@ static void test_reclaim_cold_subtrees(void **state)
 	assert_int_equal(f->errors, 0);
 }
 
+/* One chain longer than both tiers: every stored block is an ancestor of
+ * the next put, so nothing can go. The pool answers FULL (after BUSY
+ * while the tier still had room to reclaim), never BUSY for good. */
+static void test_chain_longer_than_pool(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 8 * MIB);
+	uint64_t id;
+	int rc = 0;
+
+	*state = f;
+	for (id = 1; id <= 2000; id++) {
+		rc = put_id(f, id, id - 1); /* put_id retries BUSY for up to ~5 s */
+		if (rc)
+			break;
+	}
+	assert_int_equal(rc, -ENOSPC);
+	assert_true(id > 400); /* past DRAM: the tier took part of the chain */
+	assert_true(stored(f, 1) && stored(f, id - 1));
+	assert_check(f->s);
+	assert_int_equal(f->errors, 0);
+}
+
 /* Close and reopen: every block on NVMe is back, byte-exact. */
 static void test_rebuild(void **state)
 {
@@ -871,6 +893,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_churn_no_holes, teardown),
 		cmocka_unit_test_teardown(test_reclaim_rewrites, teardown),
 		cmocka_unit_test_teardown(test_reclaim_cold_subtrees, teardown),
+		cmocka_unit_test_teardown(test_chain_longer_than_pool, teardown),
 		cmocka_unit_test_teardown(test_rebuild, teardown),
 		cmocka_unit_test_teardown(test_rebuild_orphans, teardown),
 		cmocka_unit_test_teardown(test_rebuild_lost_segment, teardown),
