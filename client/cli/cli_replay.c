@@ -176,29 +176,43 @@ static bool get_score(struct replay_worker *w, const struct kvpool_get_block *g,
 
 /* GET the batch w->gets[0..n). Blocks the server answers BUSY (a block
  * on NVMe only, with no DRAM room yet to read it into: the demoter is
- * making some) are asked again, the whole batch, up to REPLAY_BUSY_RETRIES
- * times with a doubling backoff; a block still BUSY after that counts as
- * a get error. Returns kvpool_get's value for the last try. */
+ * making some) are asked again - only they, each run of consecutive BUSY
+ * blocks in one call, so a block already received is never fetched (and
+ * counted by the server) twice - up to REPLAY_BUSY_RETRIES times with a
+ * doubling backoff; a block still BUSY after that counts as a get error.
+ * Returns 0 or the -errno of a call that failed as a whole. */
 static int get_batch(struct replay_worker *w, size_t n)
 {
 	unsigned int backoff_ms = REPLAY_BUSY_BACKOFF_MS;
 	int rc;
 
-	for (int retry = 0;; retry++) {
+	rc = CLI_LAT_TIMED(&w->counts.lat[CLI_REPLAY_GET], kvpool_get(w->c, w->gets, n, w->st));
+	if (rc && rc != -EAGAIN && !get_block_error(rc))
+		return rc;
+	for (int retry = 0; retry < REPLAY_BUSY_RETRIES; retry++) {
 		size_t busy = 0;
 
-		rc = CLI_LAT_TIMED(&w->counts.lat[CLI_REPLAY_GET],
-				   kvpool_get(w->c, w->gets, n, w->st));
-		if (rc && rc != -EAGAIN && !get_block_error(rc))
-			return rc;
 		for (size_t k = 0; k < n; k++)
 			busy += w->st[k] == -EAGAIN;
-		if (!busy || retry == REPLAY_BUSY_RETRIES)
-			return rc == -EAGAIN ? 0 : rc;
+		if (!busy)
+			return 0;
 		w->counts.get_retries += busy;
 		sleep_ms(backoff_ms);
 		backoff_ms *= 2;
+		for (size_t k = 0, e; k < n; k = e) {
+			if (w->st[k] != -EAGAIN) {
+				e = k + 1;
+				continue;
+			}
+			for (e = k; e < n && w->st[e] == -EAGAIN; e++)
+				;
+			rc = CLI_LAT_TIMED(&w->counts.lat[CLI_REPLAY_GET],
+					   kvpool_get(w->c, w->gets + k, e - k, w->st + k));
+			if (rc && rc != -EAGAIN && !get_block_error(rc))
+				return rc;
+		}
 	}
+	return 0;
 }
 
 /* GET the first `matched` blocks of a request in batches. Returns the index
