@@ -260,7 +260,6 @@ static void get_settle(struct srv_conn *c, struct srv_get_slot *g, int rc)
 			srv_stats_count_status(ss, g->status);
 		return;
 	}
-	srv_stats_add(ss, SRV_C_get_hits, 1);
 	if (g->ref.length > g->max_length) {
 		store_release(c->w->srv->store, g->ref.block);
 		g->ref.block = NULL;
@@ -271,6 +270,9 @@ static void get_settle(struct srv_conn *c, struct srv_get_slot *g, int rc)
 			srv_stats_count_status(ss, PROTO_STATUS_TOO_LARGE);
 		return;
 	}
+	/* a hit is a block sent: a size query or a too small buffer is
+	 * answered without the bytes, and the client asks again */
+	srv_stats_add(ss, SRV_C_get_hits, 1);
 	g->status = PROTO_STATUS_OK;
 	c->get_payload += g->ref.length;
 	srv_stats_add(ss, SRV_C_get_bytes, g->ref.length);
