@@ -108,7 +108,8 @@ struct kvpool_limits {
  * server's HELLO reply offers it (rdma_port) and an RDMA connection, its
  * memory registrations and a HELLO over it all work; otherwise it stays
  * on TCP. Which one it uses is said on stderr, once (again only if it
- * changes at a later reconnect). "rdma://host[:port]" (default port 7472)
+ * changes at a later reconnect; handles of one process that would print
+ * the same line print it once). "rdma://host[:port]" (default port 7472)
  * uses rdma_cm only. On RDMA, put/get behave as on TCP: the server moves
  * the bytes with RDMA READ/WRITE, in place for buffers inside a
  * registered region (kvpool_register), through a staging buffer the

@@ -75,8 +75,9 @@ char *cli_connect_error(const struct cli_conn *conn, int err, char *buf, size_t 
 	if (err == -EINVAL && !cli_ns_valid(conn->ns))
 		snprintf(buf, len, "bad namespace \"%.300s\": " CLI_NS_RULE, ns);
 	else if (err == -EINVAL || (err == -EOPNOTSUPP && !known))
-		snprintf(buf, len, "bad URL: expected tcp://host:port%s, got '%.300s'",
-			 err == -EOPNOTSUPP ? " (this build speaks tcp:// only)" : "", url);
+		snprintf(buf, len,
+			 "bad URL: expected tcp://, rdma:// or auto:// then host[:port]%s, got '%.300s'",
+			 err == -EOPNOTSUPP ? " (unknown scheme)" : "", url);
 	else if (err == -ENOENT)
 		snprintf(buf, len, "cannot connect to %.300s: host name does not resolve", url);
 	else

@@ -73,7 +73,7 @@ int cli_conn_opt(struct cli_conn *conn, const char *prog, int opt, const char *a
  * kvpool_connect) into buf[0..len), truncated to fit:
  *   -EINVAL with a bad namespace   "bad namespace \"NS\": " CLI_NS_RULE
  *   -EINVAL otherwise, and -EOPNOTSUPP for a URL not starting tcp://
- *                                  "bad URL: expected tcp://host:port..., got 'URL'"
+ *                                  "bad URL: expected tcp://, rdma:// or auto://..., got 'URL'"
  *   -ENOENT                        "cannot connect to URL: host name does not resolve"
  *   anything else                  "cannot connect to URL (namespace \"NS\"): "
  *                                  and kvpool_strerror(err)

@@ -36,7 +36,9 @@ static void usage(FILE *f)
 	fprintf(f, "usage: kvpool COMMAND [options] [arguments]\n\ncommands:\n");
 	for (size_t i = 0; i < N_SUBCOMMANDS; i++)
 		fprintf(f, "  %-14s %s\n", subcommands[i].name, subcommands[i].summary);
-	fprintf(f, "\nEvery command takes --server URL (default " KVPOOL_DEFAULT_URL "),\n"
+	fprintf(f, "\nEvery command takes --server URL (default " KVPOOL_DEFAULT_URL
+		   "; also rdma://host:port,\n"
+		   "or auto://host:port: TCP, moving to RDMA when the server offers it),\n"
 		   "--namespace NS and --timeout-ms N. KEYs are 64 hex digits or text:STRING\n"
 		   "(SHA-256 of STRING). Exit status: 0 success, 1 a miss or a refusal,\n"
 		   "2 an error. 'kvpool COMMAND --help' describes a command.\n");

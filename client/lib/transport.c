@@ -23,10 +23,12 @@
  * using the staging buffer goes alone (batch.c).
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "client.h"
 #include "conn.h"
@@ -147,10 +149,23 @@ int kvc_rdma_open(struct kvpool_client *c, const char *host, uint16_t port,
 	return 0;
 }
 
+/* Print line on stderr unless it is the line this process printed last:
+ * many handles to one server (kvpool bench --connections 8, a process's
+ * worker threads) say the same thing once, not once each. */
+static void say_once(const char *line)
+{
+	static _Atomic uint64_t last;
+	uint64_t h = XXH3_64bits(line, strlen(line));
+
+	if (atomic_exchange(&last, h) != h)
+		fputs(line, stderr);
+}
+
 void kvc_auto_transport(struct kvpool_client *c, uint64_t deadline_ms)
 {
 	uint16_t port = c->limits.rdma_port;
 	int rc = 0, outcome;
+	char line[512];
 
 	if (port)
 		rc = kvc_rdma_open(c, c->url.host, port, deadline_ms);
@@ -159,14 +174,17 @@ void kvc_auto_transport(struct kvpool_client *c, uint64_t deadline_ms)
 		return;
 	c->transport_logged = outcome;
 	if (outcome == KVC_TRANSPORT_RDMA)
-		fprintf(stderr, "libkvpool: auto://%s:%u: using rdma on port %u\n", c->url.host,
-			c->url.port, port);
+		snprintf(line, sizeof(line), "libkvpool: auto://%s:%u: using rdma on port %u\n",
+			 c->url.host, c->url.port, port);
 	else if (port == 0)
-		fprintf(stderr, "libkvpool: auto://%s:%u: the server does not serve rdma; using tcp\n",
-			c->url.host, c->url.port);
+		snprintf(line, sizeof(line),
+			 "libkvpool: auto://%s:%u: the server does not serve rdma; using tcp\n",
+			 c->url.host, c->url.port);
 	else
-		fprintf(stderr, "libkvpool: auto://%s:%u: rdma port %u unusable (%s); using tcp\n",
-			c->url.host, c->url.port, port, kvpool_strerror(rc));
+		snprintf(line, sizeof(line),
+			 "libkvpool: auto://%s:%u: rdma port %u unusable (%s); using tcp\n",
+			 c->url.host, c->url.port, port, kvpool_strerror(rc));
+	say_once(line);
 }
 
 int kvc_rdma_send(struct kvpool_client *c, const uint8_t *hdr, const void *body,

@@ -728,11 +728,12 @@ static void test_connect_error_messages(void **state)
 			    "characters without spaces");
 	conn = (struct cli_conn){ .url = "notaurl", .ns = "default" };
 	assert_string_equal(cli_connect_error(&conn, -EINVAL, buf, sizeof(buf)),
-			    "bad URL: expected tcp://host:port, got 'notaurl'");
+			    "bad URL: expected tcp://, rdma:// or auto:// then host[:port], got "
+			    "'notaurl'");
 	conn.url = "udp://127.0.0.1:7470";
 	assert_string_equal(cli_connect_error(&conn, -EOPNOTSUPP, buf, sizeof(buf)),
-			    "bad URL: expected tcp://host:port (this build speaks tcp:// only), "
-			    "got 'udp://127.0.0.1:7470'");
+			    "bad URL: expected tcp://, rdma:// or auto:// then host[:port] "
+			    "(unknown scheme), got 'udp://127.0.0.1:7470'");
 	/* A tcp:// URL and -EOPNOTSUPP: the server's protocol version. */
 	conn.url = "tcp://h:1";
 	assert_non_null(strstr(cli_connect_error(&conn, -EOPNOTSUPP, buf, sizeof(buf)),
@@ -980,8 +981,8 @@ static void test_option_messages(void **state)
 	assert_int_equal(atomic_load(&e->fk.connections), 0);
 	run_cmd(&r, cli_ping_main, "kvpool ping", "--server", "notaurl", NULL);
 	assert_int_equal(r.status, 2);
-	assert_string_equal(r.err, "kvpool ping: bad URL: expected tcp://host:port, got "
-				   "'notaurl'\n");
+	assert_string_equal(r.err, "kvpool ping: bad URL: expected tcp://, rdma:// or auto:// "
+				   "then host[:port], got 'notaurl'\n");
 	run_free(&r);
 	run_cmd(&r, cli_ping_main, "kvpool ping", "--server", "tcp://no-such-host.invalid:1",
 		NULL);
