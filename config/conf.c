@@ -1153,6 +1153,15 @@ static int validate_nvme(const struct conf *c, char *err, size_t err_len)
 	uint64_t block = page_round_up(c->max_block_bytes), segment = c->nvme_segment_bytes;
 	char a[32], b[32], d[32];
 
+	/* nvme_capacity defaults to 0, so a nonzero one was set by the user:
+	 * without a directory it would be ignored and the pool DRAM only. */
+	if (!c->nvme_dir[0] && c->nvme_capacity_bytes) {
+		format_size(c->nvme_capacity_bytes, a, sizeof(a));
+		set_err(err, err_len,
+			"nvme_capacity (%s) needs nvme_dir: set nvme_dir to use the nvme tier, or "
+			"leave nvme_capacity unset (0) for dram only", a);
+		return -EINVAL;
+	}
 	if (!c->nvme_dir[0])
 		return 0;
 	if (!c->nvme_capacity_bytes) {
@@ -1227,6 +1236,12 @@ int conf_validate(struct conf *c, char *err, size_t err_len)
 		set_err(err, err_len,
 			"rdma_port (%" PRIu32 ") must differ from admin_port: iWARP devices share the "
 			"TCP port space", c->rdma_port);
+		return -EINVAL;
+	}
+	if (c->admin_port && c->admin_port == c->port) {
+		set_err(err, err_len,
+			"admin_port (%" PRIu32 ") must differ from port: both listen on the listen "
+			"address (admin_port 0 turns admin http off)", c->admin_port);
 		return -EINVAL;
 	}
 	rc = validate_nvme(c, err, err_len);

@@ -160,7 +160,8 @@ size_t conf_json(const struct conf *c, char *buf, size_t len);
  * max_inflight_put_bytes >= max_block_bytes, and max_frame_bytes >=
  * 32 + 8 + 88 * max_batch_blocks (a full PUT batch fits in a frame).
  * A nonzero rdma_port differs from port and admin_port (iWARP shares
- * TCP's port space).
+ * TCP's port space); a nonzero admin_port differs from port.
+ * A nonzero nvme_capacity needs nvme_dir (it would be ignored).
  * With nvme_dir set: nvme_capacity set (not 0); a nonzero
  * nvme_segment_size a multiple of 4 KiB and at least max_block_bytes
  * rounded up to 4 KiB; nvme_capacity at least two segments (with the

@@ -5,7 +5,11 @@
  * --version; 2 for a bad setting (including a dram_capacity larger than
  * the host's physical memory or its cgroup v2 memory limit, and a
  * non-loopback listen address with neither tokens_file nor
- * allow_unauthenticated: protected mode); 1 when start-up fails.
+ * allow_unauthenticated: protected mode; a listen address that does not
+ * resolve; an nvme_dir that is missing, not a directory or not writable;
+ * a tokens_file that is missing or does not load); 1 when start-up fails
+ * (a port in use, an nvme_dir locked by another kvpoold or holding an
+ * unknown format, out of memory).
  */
 #include <stdio.h>
 #include <string.h>
@@ -44,6 +48,7 @@ int main(int argc, char **argv)
 	if (conf_load(&c, argc, argv, environ, stderr, &help, err, sizeof(err)) < 0 ||
 	    (!help && srv_check_dram(c.dram_capacity_bytes, srv_phys_bytes(),
 				     srv_cgroup_memory_max(), err, sizeof(err)) < 0) ||
+	    (!help && srv_check_paths(&c, err, sizeof(err)) < 0) ||
 	    (!help && srv_protected_check(&c, &unprotected, err, sizeof(err)) < 0)) {
 		fprintf(stderr, "kvpoold: %s\n", err);
 		return 2;

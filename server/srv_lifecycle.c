@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -86,6 +87,84 @@ int srv_protected_check(const struct conf *c, int *warn, char *err, size_t err_l
 		 "set tokens_file, or allow_unauthenticated = true to serve every client "
 		 "without authentication", c->listen);
 	return -EPERM;
+}
+
+/* ---- what the settings name must exist -------------------------------------- */
+
+/* listen must resolve, as listen_start will resolve it (passive, TCP). */
+static int check_listen(const struct conf *c, char *err, size_t err_len)
+{
+	struct addrinfo hints = { .ai_flags = AI_PASSIVE, .ai_family = AF_UNSPEC,
+				  .ai_socktype = SOCK_STREAM };
+	struct addrinfo *ai = NULL;
+	int rc = getaddrinfo(c->listen, NULL, &hints, &ai);
+
+	if (rc) {
+		snprintf(err, err_len, "listen: %s is not an address or a host name that resolves "
+			 "(%s)", c->listen, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		return -EINVAL;
+	}
+	freeaddrinfo(ai);
+	return 0;
+}
+
+/* nvme_dir, when set, must be an existing directory this process may
+ * write in (the store creates its files there). */
+static int check_nvme_dir(const struct conf *c, char *err, size_t err_len)
+{
+	struct stat st;
+
+	if (!c->nvme_dir[0])
+		return 0;
+	if (stat(c->nvme_dir, &st) < 0) {
+		int e = errno;
+
+		snprintf(err, err_len, "nvme_dir: %s: %s", c->nvme_dir,
+			 e == ENOENT ? "does not exist (create it first)" : "cannot be read");
+		return -e;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, err_len, "nvme_dir: %s: is not a directory", c->nvme_dir);
+		return -ENOTDIR;
+	}
+	if (access(c->nvme_dir, W_OK | X_OK) < 0) {
+		snprintf(err, err_len, "nvme_dir: %s: is not writable by this user", c->nvme_dir);
+		return -EACCES;
+	}
+	return 0;
+}
+
+/* tokens_file, when set, must load: read it once here and drop it, so
+ * that a missing or bad file is a bad setting, not a failed start. */
+static int check_tokens_file(const struct conf *c, char *err, size_t err_len)
+{
+	struct srv_auth *auth = NULL;
+	char why[400] = "";
+	int rc;
+
+	if (!c->tokens_file[0])
+		return 0;
+	rc = srv_auth_load(c->tokens_file, &auth, why, sizeof(why));
+	if (rc < 0) {
+		if (rc == -ENOENT)
+			snprintf(err, err_len, "tokens_file: %s: does not exist", c->tokens_file);
+		else
+			snprintf(err, err_len, "tokens_file: %s", why[0] ? why : strerror(-rc));
+		return rc;
+	}
+	srv_auth_free(auth);
+	return 0;
+}
+
+int srv_check_paths(const struct conf *c, char *err, size_t err_len)
+{
+	int rc = check_listen(c, err, err_len);
+
+	if (!rc)
+		rc = check_nvme_dir(c, err, err_len);
+	if (!rc)
+		rc = check_tokens_file(c, err, err_len);
+	return rc;
 }
 
 /* ---- readiness and watchdog ---------------------------------------------- */

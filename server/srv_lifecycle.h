@@ -37,6 +37,16 @@ int srv_listen_is_loopback(const char *listen);
  * a warning), else 0. Resolves c->listen (srv_listen_is_loopback). */
 int srv_protected_check(const struct conf *c, int *warn, char *err, size_t err_len);
 
+/* What the settings name must exist before start-up begins, so that it
+ * is reported as a bad setting: listen resolves (as the listener will
+ * resolve it), nvme_dir (if set) is an existing directory this user may
+ * write in, tokens_file (if set) loads (srv_auth_load, then freed).
+ * Returns 0, or a negative errno with a lowercase message naming the
+ * setting in err[0..err_len): -EINVAL (listen), -ENOENT, -ENOTDIR,
+ * -EACCES or another stat errno (nvme_dir), srv_auth_load's errors
+ * (tokens_file). Main thread; it may block on name resolution. */
+int srv_check_paths(const struct conf *c, char *err, size_t err_len);
+
 /* Main thread, once the ports listen (after the NVMe rebuild, which
  * store_open does): state SERVING, sd_notify READY=1 with a STATUS line,
  * and, when systemd asks for it (WATCHDOG_USEC), a timer that sends

@@ -449,6 +449,51 @@ static void test_protected_mode(void **state)
 	daemon_stop(&d);
 }
 
+/* ---- bad settings found before start-up ----------------------------------- */
+
+/* kvpoold with `args` exits 2 at once, its message holding `want`. */
+static void expect_bad_setting(const char *const *args, const char *want)
+{
+	struct daemon d;
+	int status;
+
+	daemon_spawn(&d, args, NULL);
+	status = daemon_wait_exit(&d, 10000);
+	assert_true(status != -1 && WIFEXITED(status));
+	if (WEXITSTATUS(status) != 2) {
+		char *log = daemon_log(&d);
+
+		fail_msg("%s: exit %d, want 2: %s", args[1], WEXITSTATUS(status), log);
+	}
+	assert_log_contains(&d, want);
+	unlink(d.log);
+}
+
+/* What the settings name (an address, files, ports) is checked before
+ * the pool opens, so each mistake is a bad setting: exit 2, not 1. */
+static void test_bad_settings_exit_2(void **state)
+{
+	const char *bad_listen[] = { "--listen", "999.1.1.1", NULL };
+	const char *bad_listen_open[] = { "--listen", "999.1.1.1", "--allow-unauthenticated",
+					  "true", NULL };
+	const char *no_tokens[] = { "--tokens-file", "/nonexistent/kvpool-tokens", NULL };
+	const char *no_dir[] = { "--nvme-dir", "/nonexistent/kvpool-nvme", "--nvme-capacity",
+				 "1GiB", NULL };
+	const char *file_dir[] = { "--nvme-dir", "/dev/null", "--nvme-capacity", "1GiB", NULL };
+	const char *no_dir_cap[] = { "--nvme-capacity", "1GiB", NULL };
+	const char *admin_same[] = { "--port", "7470", "--admin-port", "7470", NULL };
+
+	(void)state;
+	/* a bad address, not protected mode, is what is reported */
+	expect_bad_setting(bad_listen, "listen: 999.1.1.1 is not an address or a host name");
+	expect_bad_setting(bad_listen_open, "listen: 999.1.1.1 is not an address or a host name");
+	expect_bad_setting(no_tokens, "tokens_file: /nonexistent/kvpool-tokens: does not exist");
+	expect_bad_setting(no_dir, "nvme_dir: /nonexistent/kvpool-nvme: does not exist");
+	expect_bad_setting(file_dir, "nvme_dir: /dev/null: is not a directory");
+	expect_bad_setting(no_dir_cap, "nvme_capacity (1GiB) needs nvme_dir");
+	expect_bad_setting(admin_same, "admin_port (7470) must differ from port");
+}
+
 /* ---- kvpool stats settings ------------------------------------------------ */
 
 /* Output of `$KVPOOL_CLI stats settings [--json]` against d (caller frees). */
@@ -577,6 +622,7 @@ int main(void)
 		cmocka_unit_test(test_sigterm_drain),
 		cmocka_unit_test(test_drain_timeout),
 		cmocka_unit_test(test_protected_mode),
+		cmocka_unit_test(test_bad_settings_exit_2),
 		cmocka_unit_test(test_stats_settings),
 		cmocka_unit_test(test_sighup_tokens),
 	};

@@ -889,10 +889,11 @@ static void test_missing_dir_refused(void **state)
 	(void)state;
 	assert_int_equal(harness_tmpdir("nvme-missing", g_dir, sizeof(g_dir)), 0);
 	snprintf(missing, sizeof(missing), "%s/nope", dir);
-	expect_refusal(missing, 1, missing, "No such file or directory", NULL);
+	/* a bad setting, found before the store opens: exit 2 */
+	expect_refusal(missing, 2, missing, "does not exist", NULL);
 	snprintf(file, sizeof(file), "%s/a-file", dir);
 	write_file(dir, "a-file", "x");
-	expect_refusal(file, 1, file, "not a directory", NULL);
+	expect_refusal(file, 2, file, "is not a directory", NULL);
 }
 
 /* A bad combination of settings stops kvpoold before the store: exit 2. */

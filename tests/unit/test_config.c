@@ -457,6 +457,16 @@ static void test_validate(void **state)
 	c.admin_port = 7471;
 	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
 	c.rdma_port = 7472;
+	/* admin_port shares the listen address with port; 0 turns it off */
+	c.admin_port = c.port;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "admin_port (7470) must differ from port");
+	c.admin_port = c.rdma_port;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "rdma_port (7472) must differ from admin_port");
+	c.admin_port = 0;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	c.admin_port = 7471;
 
 	conf_defaults(&c);
 	c.max_inflight_put_bytes = 64 * MIB - 1;
@@ -520,6 +530,12 @@ static void test_validate_nvme(void **state)
 	(void)state;
 	conf_defaults(&c);
 	c.nvme_segment_bytes = 4097; /* ignored: no NVMe tier */
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	/* a capacity without a directory would silently serve DRAM only */
+	c.nvme_capacity_bytes = GIB;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "nvme_capacity (1GiB) needs nvme_dir");
+	c.nvme_capacity_bytes = 0;
 	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
 
 	conf_defaults(&c);
@@ -1287,6 +1303,20 @@ static void test_load_precedence(void **state)
 		assert_int_equal(conf_load(&c, 3, argv, env, NULL, &help, err, sizeof(err)),
 				 -EINVAL);
 		assert_contains(err, "max_block_bytes (2GiB) must not exceed dram_capacity (1GiB)");
+	}
+	{
+		/* an nvme_capacity with nvme_dir left empty in the file is refused */
+		struct tmpfile t3;
+		char *argv[] = { "kvpoold", "--config", NULL, NULL };
+
+		tmp_write(&t3, "nvme_dir =\nnvme_capacity = 1GiB\n");
+		argv[2] = t3.path;
+		c.port = 4;
+		assert_int_equal(conf_load(&c, 3, argv, NULL, NULL, &help, err, sizeof(err)),
+				 -EINVAL);
+		assert_contains(err, "nvme_capacity (1GiB) needs nvme_dir");
+		assert_int_equal(c.port, 4);
+		tmp_remove(&t3);
 	}
 	{
 		/* --help wins and applies nothing */
