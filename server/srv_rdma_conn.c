@@ -144,8 +144,10 @@ static void rconn_on_msg(struct rdma_conn *rc, const uint8_t *msg, size_t bytes,
 	c->last_active_ms = srv_now_ms();
 	if (c->state == SRV_CONN_CLOSING)
 		return; /* after a fatal error reply: drained, never answered */
-	if (r->q_count == RDMA_MSG_DEPTH) {
-		/* The peer ignored its credit (PROTOCOL.md section 13). */
+	if (r->q_count + (r->cur.data != NULL) >= RDMA_MSG_DEPTH) {
+		/* The peer ignored its credit (PROTOCOL.md section 13): the
+		 * request in hand is outstanding too, so this is one more
+		 * than RDMA_MSG_DEPTH. */
 		snprintf(r->close_reason, sizeof(r->close_reason),
 			 "more than %u requests outstanding", RDMA_MSG_DEPTH);
 		r->close_level = SRV_LOG_WARN;

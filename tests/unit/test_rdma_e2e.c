@@ -5,7 +5,9 @@
  * rdma:// and auto:// (TCP HELLO, then RDMA) put and get byte for byte
  * from registered memory (zero copy) and from other memory (staging),
  * the server's RDMA counters agree, and a failed RDMA READ makes nothing
- * visible while the handle reconnects and goes on. No device is used;
+ * visible while the handle reconnects and goes on; a failed WRITE fails
+ * the get and releases the server's pins; a too-small GET buffer, MATCH
+ * with a lease, and a PUT batch split at rdma_max_batch. No device is used;
  * this is not a hardware test. In an RDMA=0 build there is nothing to run.
  */
 #include <errno.h>
@@ -278,12 +280,171 @@ static void test_failed_read_nothing_visible(void **state)
 	kvpool_close(c);
 }
 
+/* A GET into a buffer one byte too small: -EMSGSIZE with the block's real
+ * length (the server's TOO_LARGE), nothing written; then with room, the
+ * bytes. */
+static void test_get_small_buffer(void **state)
+{
+	static uint8_t data[5000], out[5000];
+	uint8_t key[KVPOOL_KEY_BYTES];
+	struct kvpool_client *c;
+	uint64_t len = 0;
+
+	(void)state;
+	c = connect_or_fail("rdma://127.0.0.1:7472", "e2e-small");
+	fill(data, sizeof(data), 11);
+	key_of(key, 1100);
+	assert_int_equal(kvpool_put_bytes(c, key, NULL, data, sizeof(data)), 0);
+	memset(out, 0xee, sizeof(out));
+	assert_int_equal(kvpool_get_bytes(c, key, out, sizeof(out) - 1, &len), -EMSGSIZE);
+	assert_int_equal(len, sizeof(data));
+	for (size_t i = 0; i < sizeof(out); i++)
+		assert_int_equal(out[i], 0xee);
+	len = 0;
+	assert_int_equal(kvpool_get_bytes(c, key, out, sizeof(out), &len), 0);
+	assert_int_equal(len, sizeof(data));
+	assert_memory_equal(out, data, sizeof(data));
+	kvpool_close(c);
+}
+
+/* MATCH with a lease over RDMA: the leading stored keys of a chain match,
+ * their lease pins are counted, and a GET on the handle returns them. */
+static void test_match_lease(void **state)
+{
+	static uint8_t data[3][3000], out[3000];
+	uint8_t keys[4][KVPOOL_KEY_BYTES];
+	struct kvpool_client *c;
+	size_t matched = 99;
+	uint64_t leases0;
+
+	(void)state;
+	c = connect_or_fail("rdma://127.0.0.1:7472", "e2e-match");
+	for (uint32_t i = 0; i < 4; i++)
+		key_of(keys[i], 1200 + i);
+	for (uint32_t i = 0; i < 3; i++) {
+		fill(data[i], sizeof(data[i]), 1200 + i);
+		assert_int_equal(kvpool_put_bytes(c, keys[i], i ? keys[i - 1] : NULL, data[i],
+						  sizeof(data[i])), 0);
+	}
+	leases0 = stat_of(c, "\"leases_active\":");
+	assert_int_equal(kvpool_match(c, keys, 4, 2000, &matched), 0);
+	assert_int_equal(matched, 3);
+	assert_int_equal(stat_of(c, "\"leases_active\":"), leases0 + 3);
+	for (uint32_t i = 0; i < 3; i++) {
+		uint64_t len = 0;
+
+		assert_int_equal(kvpool_get_bytes(c, keys[i], out, sizeof(out), &len), 0);
+		assert_int_equal(len, sizeof(data[i]));
+		assert_memory_equal(out, data[i], sizeof(data[i]));
+	}
+	assert_int_equal(stat_of(c, "\"leases_active\":"), leases0);
+	/* Nothing of the chain past its third key. */
+	assert_int_equal(kvpool_match(c, keys[3], 1, 0, &matched), 0);
+	assert_int_equal(matched, 0);
+	kvpool_close(c);
+}
+
+/* The server's WRITE of a GET fails: the get fails, the server releases
+ * its pins (once the block is deleted its arena bytes are free again),
+ * and the handle reconnects for the next call. */
+static void test_failed_write_releases_pins(void **state)
+{
+	static uint8_t data[150000], out[150000];
+	uint8_t key[KVPOOL_KEY_BYTES];
+	struct kvpool_client *c;
+	uint64_t used0, errs0, len = 0;
+	int st = 1;
+
+	(void)state;
+	c = connect_or_fail("rdma://127.0.0.1:7472", "e2e-wfail");
+	fill(data, sizeof(data), 13);
+	key_of(key, 1300);
+	used0 = stat_of(c, "\"used_bytes\":");
+	errs0 = stat_of(c, "\"transfer_errors\":");
+	assert_int_equal(kvpool_put_bytes(c, key, NULL, data, sizeof(data)), 0);
+	assert_true(stat_of(c, "\"used_bytes\":") > used0);
+	F.xfer_status = IBV_WC_REM_ACCESS_ERR;
+	F.xfer_status_at = F.posted_xfer + 1;
+	assert_true(kvpool_get_bytes(c, key, out, sizeof(out), &len) < 0);
+	F.xfer_status_at = 0;
+	/* The next call reconnects. */
+	assert_int_equal(stat_of(c, "\"transfer_errors\":"), errs0 + 1);
+	assert_int_equal(kvpool_delete(c, key, 1, &st), 0);
+	assert_int_equal(st, 0);
+	/* A pin still held would keep the deleted block's bytes in use. */
+	for (int i = 0; i < 100 && stat_of(c, "\"used_bytes\":") != used0; i++)
+		usleep(10000);
+	assert_int_equal(stat_of(c, "\"used_bytes\":"), used0);
+	assert_int_equal(kvpool_put_bytes(c, key, NULL, data, sizeof(data)), 0);
+	memset(out, 0, sizeof(out));
+	assert_int_equal(kvpool_get_bytes(c, key, out, sizeof(out), &len), 0);
+	assert_memory_equal(out, data, sizeof(data));
+	assert_non_null(c->rdma);
+	kvpool_close(c);
+}
+
+/* A PUT of more blocks than one RDMA message can describe (629 PUT
+ * entries) is split into two requests; every block reads back exact. */
+static void test_put_batch_split(void **state)
+{
+	enum { BLK = 200 };
+	uint32_t n = rdma_max_batch(PROTO_PUT_ENTRY_BYTES) + 11;
+	uint8_t (*keys)[KVPOOL_KEY_BYTES] = calloc(n, KVPOOL_KEY_BYTES);
+	struct kvpool_put_block *pb = calloc(n, sizeof(*pb));
+	struct kvpool_get_block *gb = calloc(n, sizeof(*gb));
+	struct iovec *piov = calloc(n, sizeof(*piov)), *giov = calloc(n, sizeof(*giov));
+	uint8_t *src = malloc((size_t)n * BLK), *dst = calloc(n, BLK);
+	int *st = calloc(n, sizeof(*st));
+	struct kvpool_client *c;
+	uint64_t puts0, gets0;
+
+	(void)state;
+	assert_int_equal(rdma_max_batch(PROTO_PUT_ENTRY_BYTES), 629);
+	assert_true(keys && pb && gb && piov && giov && src && dst && st);
+	c = connect_or_fail("rdma://127.0.0.1:7472", "e2e-split");
+	for (uint32_t i = 0; i < n; i++) {
+		size_t len = 1 + (i * 7u) % BLK;
+
+		key_of(keys[i], 5000 + i);
+		memcpy(keys[i], &i, sizeof(i)); /* key_of repeats every 256 seeds */
+		fill(src + (size_t)i * BLK, len, 5000 + i);
+		piov[i] = (struct iovec){ src + (size_t)i * BLK, len };
+		giov[i] = (struct iovec){ dst + (size_t)i * BLK, BLK };
+		pb[i] = (struct kvpool_put_block){ .key = keys[i], .iov = &piov[i], .iovcnt = 1 };
+		gb[i] = (struct kvpool_get_block){ .key = keys[i], .iov = &giov[i], .iovcnt = 1 };
+	}
+	puts0 = stat_of(c, "\"put\":{\"requests\":");
+	gets0 = stat_of(c, "\"get\":{\"requests\":");
+	assert_int_equal(kvpool_put(c, pb, n, st), 0);
+	assert_int_equal(stat_of(c, "\"put\":{\"requests\":") - puts0, 2);
+	assert_int_equal(kvpool_get(c, gb, n, st), 0);
+	assert_int_equal(stat_of(c, "\"get\":{\"requests\":") - gets0, 1);
+	for (uint32_t i = 0; i < n; i++) {
+		assert_int_equal(st[i], 0);
+		assert_int_equal(gb[i].length, piov[i].iov_len);
+		assert_memory_equal(dst + (size_t)i * BLK, src + (size_t)i * BLK, piov[i].iov_len);
+	}
+	kvpool_close(c);
+	free(keys);
+	free(pb);
+	free(gb);
+	free(piov);
+	free(giov);
+	free(src);
+	free(dst);
+	free(st);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rdma_url),
 		cmocka_unit_test(test_auto_moves_to_rdma),
 		cmocka_unit_test(test_failed_read_nothing_visible),
+		cmocka_unit_test(test_get_small_buffer),
+		cmocka_unit_test(test_match_lease),
+		cmocka_unit_test(test_failed_write_releases_pins),
+		cmocka_unit_test(test_put_batch_split),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

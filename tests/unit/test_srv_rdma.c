@@ -7,7 +7,8 @@
  * rdma_port, PUT by RDMA READ and GET by RDMA WRITE byte for byte, failed
  * READs and WRITEs (nothing visible, reservations and pins released,
  * other connections served), malformed messages, and a client leaving in
- * the middle of a READ. In an RDMA=0 build there is nothing to run.
+ * the middle of a READ, more than RDMA_MSG_DEPTH requests outstanding, and
+ * messages that do not decode as a header. In an RDMA=0 build there is nothing to run.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -936,6 +937,187 @@ static void test_max_connections(void **state)
 	leftover = c;
 }
 
+/* Send a message of `bytes` bytes without waiting for its reply. */
+static void cli_send_raw(struct cli *c, const uint8_t *msg, size_t bytes)
+{
+	assert_int_equal(rdma_client_send(c->rc, msg, bytes), 0);
+}
+
+/* Wait for kvpoold to take `n` more messages: it reposts a receive for
+ * each (the client posts none while it is not receiving). */
+static void wait_taken(int posted0, int n)
+{
+	for (int i = 0; i < 300 && F.posted_recv < posted0 + n; i++)
+		usleep(10000);
+	assert_int_equal(F.posted_recv, posted0 + n);
+}
+
+/* Wait until the server has left connection c: true if it did within
+ * ms milliseconds. */
+static int server_left(struct cli *c, int ms)
+{
+	for (int i = 0; i < ms / 10; i++) {
+		if (!rdma_client_ok(c->rc))
+			return 1;
+		usleep(10000);
+	}
+	return !rdma_client_ok(c->rc);
+}
+
+/* A PING message with request id `id`. */
+static void ping_msg(uint8_t msg[PROTO_HEADER_BYTES], uint64_t id)
+{
+	struct proto_header h = { .magic = PROTO_MAGIC, .version = PROTO_VERSION,
+				  .opcode = PROTO_OP_PING, .request_id = id };
+
+	proto_header_encode(&h, msg);
+}
+
+/* PROTOCOL.md section 13: a client with more than RDMA_MSG_DEPTH requests
+ * outstanding is disconnected. A PUT whose READ is held keeps the server
+ * busy; with it and 7 PINGs (8 outstanding) the connection stays, the 9th
+ * request closes it, the PUT's reservation is aborted, and another
+ * connection is served throughout. */
+static void test_too_many_outstanding(void **state)
+{
+	const uint32_t keys[1] = { 1501 }, len[1] = { 100000 };
+	const size_t off[1] = { 0 };
+	uint8_t body[8 + PROTO_PUT_ENTRY_BYTES], msg[32 + sizeof(body) + RDMA_DESC_BYTES];
+	uint8_t ping[PROTO_HEADER_BYTES], reply[256];
+	struct proto_put_entry e = { .length = 100000 };
+	struct proto_header h = { .magic = PROTO_MAGIC, .version = PROTO_VERSION,
+				  .opcode = PROTO_OP_PUT, .body_bytes = sizeof(body),
+				  .request_id = 1, .payload_bytes = 100000 };
+	uint64_t conns0;
+	struct rdma_desc d;
+	struct cli c, o;
+	size_t got;
+	int posted0;
+
+	(void)state;
+	cli_open(&o, 4096);
+	cli_hello(&o, "credit", NULL);
+	cli_open(&c, 100000);
+	cli_hello(&c, "credit", NULL);
+	conns0 = cli_stat(&o, "\"connections\":{\"current\":");
+	fill(c.buf, len[0], 15);
+	key_of(e.key, keys[0]);
+	e.checksum = XXH3_64bits(c.buf, len[0]);
+	proto_batch_encode_prefix(body, 1, 0);
+	proto_put_entry_encode(body, 0, &e);
+	d = (struct rdma_desc){ (uint64_t)(uintptr_t)c.buf, rdma_client_mr_rkey(c.mr), len[0] };
+	proto_header_encode(&h, msg);
+	memcpy(msg + 32, body, sizeof(body));
+	rdma_desc_encode(&d, msg + 32 + sizeof(body));
+
+	F.xfer_hold = 1;
+	posted0 = F.posted_recv;
+	cli_send_raw(&c, msg, sizeof(msg));
+	for (uint64_t i = 0; i < RDMA_MSG_DEPTH - 1; i++) {
+		ping_msg(ping, 2 + i);
+		cli_send_raw(&c, ping, sizeof(ping));
+		wait_taken(posted0, (int)i + 2);
+	}
+	/* 8 outstanding: allowed, nothing answered yet (the PUT waits). */
+	assert_false(server_left(&c, 200));
+	assert_int_equal(rdma_client_recv(c.rc, reply, sizeof(reply), &got, 100), -ETIMEDOUT);
+	assert_int_equal(cli_key_op(&o, PROTO_OP_EXISTS, keys[0]), PROTO_STATUS_NOT_FOUND);
+	assert_true(cli_stat(&o, "\"inflight_put_bytes\":") >= len[0]);
+	/* The 9th: disconnected. */
+	ping_msg(ping, 100);
+	cli_send_raw(&c, ping, sizeof(ping));
+	assert_true(server_left(&c, 3000));
+	cli_close(&c);
+	F.xfer_hold = 0;
+
+	for (int i = 0; i < 100 && cli_stat(&o, "\"inflight_put_bytes\":"); i++)
+		usleep(10000);
+	assert_int_equal(cli_stat(&o, "\"inflight_put_bytes\":"), 0);
+	for (int i = 0; i < 100 && cli_stat(&o, "\"connections\":{\"current\":") != conns0 - 1; i++)
+		usleep(10000);
+	assert_int_equal(cli_stat(&o, "\"connections\":{\"current\":"), conns0 - 1);
+	assert_int_equal(cli_key_op(&o, PROTO_OP_EXISTS, keys[0]), PROTO_STATUS_NOT_FOUND);
+	assert_int_equal(cli_call(&o, PROTO_OP_PING, NULL, 0, 0, NULL, 0, 0), 0);
+	assert_int_equal(o.rh.status, PROTO_STATUS_OK);
+	(void)off;
+	cli_close(&o);
+}
+
+/* Send msg[0..bytes) on a new connection and take the reply, decoded
+ * into *rh; then the server closes the connection (section 7.3). */
+static void fatal_reply(const uint8_t *msg, size_t bytes, struct proto_header *rh)
+{
+	uint8_t reply[2048];
+	struct cli c;
+	size_t got = 0;
+
+	cli_open(&c, 4096);
+	cli_hello(&c, "fatal", NULL);
+	cli_send_raw(&c, msg, bytes);
+	assert_int_equal(rdma_client_recv(c.rc, reply, sizeof(reply), &got, CALL_MS), 0);
+	assert_true(got >= PROTO_HEADER_BYTES);
+	assert_int_equal(proto_header_decode(reply, 1, &lim, rh), 0);
+	assert_int_equal(got, PROTO_HEADER_BYTES + rh->body_bytes);
+	/* The connection closes shortly after the reply. */
+	assert_true(server_left(&c, 3000));
+	cli_close(&c);
+}
+
+/* Messages that do not decode as a header, or announce an unknown
+ * version, are answered as over TCP (PROTOCOL.md sections 7.3 and 13):
+ * wrong magic, a connection-level BAD_REQUEST (opcode 0, request_id 0);
+ * an unknown version, UNSUPPORTED echoing opcode and request_id, naming
+ * the versions spoken; opcode 0, UNSUPPORTED; each then closes. An
+ * unknown opcode is UNSUPPORTED and the connection stays. */
+static void test_undecodable_messages(void **state)
+{
+	uint8_t msg[PROTO_HEADER_BYTES];
+	struct proto_header rh;
+	uint16_t min_v = 0, max_v = 0;
+	const char *text;
+	uint32_t text_bytes;
+	struct cli c;
+
+	(void)state;
+	ping_msg(msg, 4242);
+	memcpy(msg, "GET ", 4);
+	fatal_reply(msg, sizeof(msg), &rh);
+	assert_int_equal(rh.opcode, PROTO_OP_NONE);
+	assert_int_equal(rh.request_id, 0);
+	assert_int_equal(rh.status, PROTO_STATUS_BAD_REQUEST);
+
+	ping_msg(msg, 4243);
+	msg[4] = PROTO_VERSION + 1;
+	fatal_reply(msg, sizeof(msg), &rh);
+	assert_int_equal(rh.opcode, PROTO_OP_PING);
+	assert_int_equal(rh.request_id, 4243);
+	assert_int_equal(rh.status, PROTO_STATUS_UNSUPPORTED);
+
+	ping_msg(msg, 4244);
+	msg[5] = PROTO_OP_NONE;
+	fatal_reply(msg, sizeof(msg), &rh);
+	assert_int_equal(rh.request_id, 4244);
+	assert_int_equal(rh.status, PROTO_STATUS_UNSUPPORTED);
+
+	/* An unknown opcode: UNSUPPORTED, the connection goes on. */
+	cli_open(&c, 4096);
+	cli_hello(&c, "fatal", NULL);
+	ping_msg(msg, 4245);
+	msg[5] = 0x7e;
+	cli_send_raw(&c, msg, sizeof(msg));
+	assert_int_equal(rdma_client_recv(c.rc, c.reply, sizeof(c.reply), &c.reply_bytes, CALL_MS), 0);
+	assert_int_equal(proto_header_decode(c.reply, 1, &lim, &rh), 0);
+	assert_int_equal(rh.status, PROTO_STATUS_UNSUPPORTED);
+	assert_int_equal(rh.request_id, 4245);
+	assert_int_equal(proto_error_decode(c.reply + 32, rh.body_bytes, &min_v, &max_v, &text,
+					    &text_bytes), 0);
+	assert_true(text_bytes > 0);
+	assert_false(server_left(&c, 100));
+	assert_int_equal(cli_call(&c, PROTO_OP_PING, NULL, 0, 0, NULL, 0, 0), 0);
+	assert_int_equal(c.rh.status, PROTO_STATUS_OK);
+	cli_close(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -949,6 +1131,8 @@ int main(void)
 		cmocka_unit_test(test_desc_mismatch),
 		cmocka_unit_test(test_disconnect_mid_read),
 		cmocka_unit_test(test_hello_required),
+		cmocka_unit_test(test_too_many_outstanding),
+		cmocka_unit_test(test_undecodable_messages),
 		cmocka_unit_test(test_tcp_hello_and_large_stats),
 	};
 
