@@ -138,8 +138,6 @@ static void conn_free_rest(struct srv_conn *c)
 
 void srv_conn_close(struct srv_conn *c, int level, const char *reason)
 {
-	struct srv_worker *w = c->w;
-
 	if (c->rdma) {
 		srv_rconn_close(c, level, reason);
 		return;
@@ -156,18 +154,7 @@ void srv_conn_close(struct srv_conn *c, int level, const char *reason)
 	c->out = NULL;
 	close(c->fd);
 	c->fd = -1;
-	conn_unlink(&w->conns, c);
-	w->n_conns--;
-	__atomic_fetch_sub(&w->srv->conn_current, 1, __ATOMIC_RELAXED);
-	if (!c->get_pending) {
-		conn_free_rest(c);
-		return;
-	}
-	c->zombie = 1;
-	c->next = w->zombies;
-	if (w->zombies)
-		w->zombies->prev = c;
-	w->zombies = c;
+	srv_conn_release(c);
 }
 
 void srv_conn_zombie_free(struct srv_conn *c)
