@@ -62,6 +62,15 @@ static int lease_table_grow(struct store *s, uint64_t records)
 	return 0;
 }
 
+void store_lease_adopt_locked(struct store *s, struct store_lease *r)
+{
+	store_list_add_tail(&s->lease_pool, &r->by_expiry);
+	s->lease_spare++;
+	s->lease_records++;
+	/* best effort: a table that cannot grow has longer chains */
+	(void)lease_table_grow(s, s->lease_records);
+}
+
 int store_lease_reserve_locked(struct store *s, uint64_t n)
 {
 	while (s->lease_spare < n) {
@@ -189,7 +198,7 @@ uint64_t store_tick(struct store *s)
 {
 	uint64_t n;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	n = store_lease_expire_locked(s, store_now_ms());
 	pthread_mutex_unlock(&s->lock);
 	return n;
@@ -202,7 +211,7 @@ struct store_lessee *store_lessee_new(struct store *s)
 	if (!l)
 		return NULL;
 	store_list_init(&l->leases);
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	store_list_add_tail(&s->lessees, &l->link);
 	s->nlessees++;
 	pthread_mutex_unlock(&s->lock);
@@ -222,7 +231,7 @@ void store_lessee_free(struct store *s, struct store_lessee *l)
 {
 	if (!l)
 		return;
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	lessee_drop_locked(s, l);
 	pthread_mutex_unlock(&s->lock);
 	free(l);
