@@ -42,8 +42,10 @@
  * few tens of microseconds, longer than a PUT's commit, shorter than an
  * eviction pass of many blocks. */
 #define READ_SPINS 2000u
-/* Read sections one key may restart before the MATCH takes the lock. */
+/* Times one read section may restart before the MATCH takes the lock. */
 #define KEY_RETRIES 64u
+/* Keys looked up in one read section (one validation each). */
+#define SECTION_KEYS 32u
 
 /* The pool and log this thread used last: a thread matches on one pool
  * almost always (a kvpoold worker); tests that switch pools pay a scan. */
@@ -89,9 +91,9 @@ static uint64_t mlog_room(const struct store_mlog *log)
 	return STORE_MLOG_ENTRIES - (log->tail - __atomic_load_n(&log->head, __ATOMIC_ACQUIRE));
 }
 
-/* Append one intent; the caller checked the room. Published with a
- * sequentially consistent store so that a writer whose store_wr_begin
- * comes after the reader's validation finds it (see the top). */
+/* Append one intent; the caller checked the room. A writer whose
+ * store_wr_begin comes after the reader's validation finds it (see the
+ * top). */
 static void mlog_append(struct store_mlog *log, uint32_t id, uint32_t ns_id, uint64_t key8,
 			struct store_lease *lease, uint64_t matched)
 {
@@ -104,13 +106,27 @@ static void mlog_append(struct store_mlog *log, uint32_t id, uint32_t ns_id, uin
 		e->lease = lease;
 	else
 		e->matched = matched;
-	__atomic_store_n(&log->tail, log->tail + 1, __ATOMIC_SEQ_CST);
+	/* release: the full barrier of store_index_read_retry orders this
+	 * store before the reader's validation (store-buffering pattern
+	 * against the writer's seq increment, then its tail load) */
+	__atomic_store_n(&log->tail, log->tail + 1, __ATOMIC_RELEASE);
 }
 
 /* Have at least n lease records in the owner's stock (allocated without
  * the lock). Errors: -ENOMEM (what was allocated stays in the stock). */
 static int stock_fill(struct store_mlog *log, uint32_t n)
 {
+	struct store_lease *r = log->nstock < n ?
+		__atomic_exchange_n(&log->returned, NULL, __ATOMIC_ACQUIRE) : NULL;
+
+	while (r) {
+		struct store_lease *next = r->by_block;
+
+		r->by_block = log->stock;
+		log->stock = r;
+		log->nstock++;
+		r = next;
+	}
 	while (log->nstock < n) {
 		struct store_lease *r = malloc(sizeof(*r));
 
@@ -148,25 +164,31 @@ static uint64_t key8_of(const uint8_t *key)
 	return k;
 }
 
-/* Apply one matched-block intent (lock held). */
-static void apply_block(struct store *s, const struct store_intent *e)
+/* Give lease record r back to the log it came from (lock held). */
+static void stock_return(struct store_mlog *log, struct store_lease *r)
+{
+	r->by_block = __atomic_load_n(&log->returned, __ATOMIC_RELAXED);
+	while (!__atomic_compare_exchange_n(&log->returned, &r->by_block, r, true,
+					    __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+		;
+}
+
+/* Apply one matched-block intent of log (lock held). */
+static void apply_block(struct store *s, struct store_mlog *log, const struct store_intent *e)
 {
 	struct store_block *b = store_slab_ptr_racy(&s->slab, e->id);
 
-	struct store_lessee *l = e->lease ? e->lease->lessee : NULL;
-	uint64_t expiry_ms = e->lease ? e->lease->expiry_ms : 0;
-
-	/* the record joins the spares whatever happens: granted from there
-	 * (or left spare when the lessee's lease is only extended) */
-	if (e->lease)
-		store_lease_adopt_locked(s, e->lease);
 	if (!b || b->state != STORE_BLOCK_VISIBLE || b->node.ns_id != e->ns_id ||
-	    key8_of(b->node.key) != e->key8)
-		return; /* gone, or its header now holds another block */
+	    key8_of(b->node.key) != e->key8) {
+		/* gone, or its header now holds another block */
+		if (e->lease)
+			stock_return(log, e->lease);
+		return;
+	}
 	store_lru_touch_locked(s, b);
 	b->reused = 1;
-	if (l)
-		store_lease_grant_locked(s, l, b, expiry_ms);
+	if (e->lease && !store_lease_grant_rec_locked(s, e->lease, b))
+		stock_return(log, e->lease); /* an existing lease was extended */
 }
 
 /* Apply a MATCH's namespace counters (lock held). */
@@ -195,7 +217,7 @@ void store_match_drain_locked(struct store *s)
 			const struct store_intent *e = &log->e[head & (STORE_MLOG_ENTRIES - 1)];
 
 			if (e->id)
-				apply_block(s, e);
+				apply_block(s, log, e);
 			else
 				apply_counts(s, e);
 		}
@@ -224,11 +246,15 @@ void store_match_free_logs(struct store *s)
 	for (uint32_t i = 0; i < s->nmlogs; i++) {
 		struct store_mlog *log = s->mlogs[i];
 
-		while (log->stock) {
-			struct store_lease *r = log->stock;
+		struct store_lease *lists[2] = { log->stock, log->returned };
 
-			log->stock = r->by_block;
-			free(r);
+		for (int k = 0; k < 2; k++) {
+			while (lists[k]) {
+				struct store_lease *r = lists[k];
+
+				lists[k] = r->by_block;
+				free(r);
+			}
 		}
 		free(log);
 	}
@@ -268,26 +294,39 @@ static int match_racy(struct store *s, struct store_mlog *log, uint32_t ns_id,
 	uint32_t n = 0;
 	int exists;
 
-	for (; n < count; n++) {
-		uint32_t id = 0, tries = 0;
+	bool miss = false;
+
+	/* Keys are looked up in read sections of up to SECTION_KEYS: one
+	 * validation (a full barrier) per section, not per key. A section
+	 * that fails is looked up again; its intents stay logged (repeats). */
+	while (n < count && !miss) {
+		uint32_t tries = 0, done;
 		int64_t seq;
 
 		for (;;) {
+			uint32_t id = 0;
+
 			seq = store_index_read_begin(&s->index, READ_SPINS);
-			if (seq < 0 || ++tries > KEY_RETRIES || mlog_room(log) < 2 ||
-			    (lessee && !log->stock))
+			if (seq < 0 || ++tries > KEY_RETRIES)
 				return -EAGAIN;
-			if (store_index_find_racy(&s->index, seq, ns_id, keys[n], &id) == 0) {
-				if (id)
-					mlog_append(log, id, ns_id, key8_of(keys[n]),
-						    lessee ? stock_take(log, lessee, expiry_ms) :
-							     NULL, 0);
-				if (!store_index_read_retry(&s->index, seq))
+			miss = false;
+			for (done = 0; done < SECTION_KEYS && n + done < count; done++) {
+				if (mlog_room(log) < 2 || (lessee && !log->stock))
+					return -EAGAIN;
+				if (store_index_find_racy(&s->index, seq, ns_id, keys[n + done],
+							  &id) < 0)
+					break; /* invalid: the retry below will say so */
+				if (!id) {
+					miss = true;
 					break;
+				}
+				mlog_append(log, id, ns_id, key8_of(keys[n + done]),
+					    lessee ? stock_take(log, lessee, expiry_ms) : NULL, 0);
 			}
+			if (!store_index_read_retry(&s->index, seq))
+				break;
 		}
-		if (!id)
-			break;
+		n += done;
 	}
 	if (n == 0) {
 		/* a visible block implies its namespace; none found: ask */
@@ -304,7 +343,7 @@ static int match_racy(struct store *s, struct store_mlog *log, uint32_t ns_id,
 
 /* Lease records a MATCH of `count` keys takes from the stock: one per
  * key, and some spare for keys whose read section restarts. */
-#define STOCK_SLACK 8u
+#define STOCK_SLACK (2 * SECTION_KEYS)
 
 /* MATCH under the lock: one probe per key; lease records reserved first,
  * so a failure leaves nothing done. Errors: -EINVAL, -ENOMEM. */

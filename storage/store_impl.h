@@ -211,9 +211,12 @@ struct store_mlog {
 	uint64_t epoch __attribute__((aligned(64)));
 	pthread_t owner;
 	/* lease records the owner allocated without the lock for its next
-	 * MATCH (chained on by_block), so applying a lease never allocates */
+	 * MATCH (chained on by_block), so applying a lease never allocates;
+	 * records its intents did not use come back on `returned` (pushed
+	 * under the store lock, taken whole by the owner) */
 	struct store_lease *stock;
 	uint32_t nstock;
+	struct store_lease *returned;
 	uint64_t tail __attribute__((aligned(64)));
 	uint64_t head __attribute__((aligned(64)));
 	struct store_intent e[STORE_MLOG_ENTRIES];
@@ -706,8 +709,11 @@ int store_alloc_room_locked(struct store *s, uint32_t pages, uint32_t *first);
 uint64_t store_now_ms(void);
 /* The bucket of block b in s->lease_by_block (lease_buckets not 0). */
 struct store_lease **store_lease_bucket(const struct store *s, const struct store_block *b);
-/* Take record r, allocated outside the lock, into the spare records. */
-void store_lease_adopt_locked(struct store *s, struct store_lease *r);
+/* Lease b to r->lessee until r->expiry_ms with record r, allocated
+ * outside the lock (match.c). Returns true when r became the lease (the
+ * pool owns it now), false when that lessee's lease on b was extended
+ * instead (r stays the caller's). */
+bool store_lease_grant_rec_locked(struct store *s, struct store_lease *r, struct store_block *b);
 /* Have at least n spare lease records. Errors: -ENOMEM. */
 int store_lease_reserve_locked(struct store *s, uint64_t n);
 /* Pin b for lessee until expiry_ms (or extend); needs a spare record. */

@@ -1636,6 +1636,39 @@ static void test_match_lease_in_eviction_window(void **state)
 	store_close(s);
 }
 
+/* A lessee that matches the same chain again only extends its leases:
+ * the lease records its MATCHes took are reused, not piled up. */
+static void test_match_lease_records_reused(void **state)
+{
+	struct store *s = open_store(64 * PAGE, PAGE, 0, 60000);
+	uint32_t ns = ns_of(s, "again"), n = 0, granted = 0;
+	struct store_lessee *l = store_lessee_new(s);
+	uint64_t ids[16];
+	uint8_t keys[16][STORE_KEY_BYTES];
+	uint64_t bytes_after_two = 0;
+
+	(void)state;
+	assert_non_null(l);
+	for (uint64_t i = 0; i < 16; i++) {
+		ids[i] = i + 1;
+		assert_int_equal(put_id(s, ns, i + 1, i, PAGE), 0);
+	}
+	keys_of(ids, 16, keys);
+	for (int round = 0; round < 200; round++) {
+		assert_int_equal(store_match(s, ns, keys, 16, 5000, l, &n, &granted), 0);
+		assert_int_equal(n, 16);
+		assert_int_equal(granted, 5000);
+		if (round == 1)
+			bytes_after_two = stats_of(s).index_bytes;
+	}
+	assert_int_equal(stats_of(s).leases_active, 16);
+	assert_int_equal(stats_of(s).index_bytes, bytes_after_two);
+	assert_check(s);
+	store_lessee_free(s, l);
+	assert_int_equal(stats_of(s).leases_active, 0);
+	store_close(s);
+}
+
 static void test_lease_lifecycle(void **state)
 {
 	struct store *s = open_store(64 * PAGE, PAGE, 0, 1000);
@@ -2278,6 +2311,7 @@ int main(void)
 		cmocka_unit_test(test_check_detects_hole),
 		cmocka_unit_test(test_random_sequences),
 		cmocka_unit_test(test_match_races_evictions),
+		cmocka_unit_test(test_match_lease_records_reused),
 		cmocka_unit_test(test_match_lease_in_eviction_window),
 		cmocka_unit_test(test_print_figures),
 	};
