@@ -238,7 +238,9 @@ void store_block_remove_locked(struct store *s, struct store_block *b)
 	uint64_t arena_bytes = b->in_dram ? store_extent_bytes(b) : 0;
 	struct store_ns *ns = store_block_ns(s, b);
 
+	store_wr_begin(s);
 	(void)store_index_remove(&s->index, &b->node);
+	store_wr_end(s);
 	store_ring_del(s, &ns->blocks, b, STORE_RING_LINK);
 	ns->nblocks--;
 	ns->bytes -= store_block_length(b);
@@ -370,8 +372,12 @@ int store_alloc_room_locked(struct store *s, uint32_t pages, uint32_t *first)
 
 	if (rc != -ENOSPC)
 		return rc;
-	/* An eviction pass: timed, since every other put waits for it. */
+	/* An eviction pass: timed, since every other put waits for it.
+	 * A write section: leases and recency that MATCHes logged count. */
 	t0 = now_us();
+	if (s->evict_hook)
+		s->evict_hook(s->evict_hook_arg);
+	store_wr_begin(s);
 	/* leases that ran out since the last tick must not keep blocks */
 	store_lease_expire_locked(s, t0 / 1000);
 	while ((rc = store_arena_alloc(s->arena, pages, first)) == -ENOSPC) {
@@ -379,6 +385,7 @@ int store_alloc_room_locked(struct store *s, uint32_t pages, uint32_t *first)
 		if (rc)
 			break;
 	}
+	store_wr_end(s);
 	us = now_us() - t0;
 	s->evict_passes++;
 	if (us > s->evict_pass_max_us)

@@ -651,7 +651,7 @@ int store_check(struct store *s, char *why, size_t why_len)
 	struct checker c = { .s = s, .why = why, .why_len = why_len };
 	int rc;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	c.ext_cap = s->blocks + s->nreserved + s->nzombies + (s->tier ? s->tier->promos : 0);
 	c.ext = malloc((c.ext_cap + 1) * sizeof(*c.ext));
 	if (!c.ext)
@@ -669,7 +669,7 @@ int store_debug_remove_one(struct store *s, uint32_t ns_id, const uint8_t key[ST
 {
 	struct store_block *b;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	b = store_find_locked(s, ns_id, key);
 	if (!b) {
 		pthread_mutex_unlock(&s->lock);
@@ -685,4 +685,12 @@ int store_debug_remove_one(struct store *s, uint32_t ns_id, const uint8_t key[ST
 	store_block_remove_locked(s, b);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
+}
+
+void store_debug_evict_hook(struct store *s, void (*fn)(void *arg), void *arg)
+{
+	store_lock(s);
+	s->evict_hook = fn;
+	s->evict_hook_arg = arg;
+	pthread_mutex_unlock(&s->lock);
 }

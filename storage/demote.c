@@ -138,13 +138,18 @@ static bool disk_id_locked(struct store *s, struct store_ns *ns, struct demote_b
  * Returns true when b was evicted. */
 static bool admission_evict_locked(struct store *s, struct store_block *b)
 {
-	if (s->cfg.nvme_admission != STORE_ADMIT_REUSED || b->reused ||
-	    !store_block_evictable(b))
+	if (s->cfg.nvme_admission != STORE_ADMIT_REUSED)
 		return false;
+	store_wr_begin(s); /* a MATCH may have used or leased b meanwhile */
+	if (b->reused || !store_block_evictable(b)) {
+		store_wr_end(s);
+		return false;
+	}
 	s->tier->admission_rejections++;
 	s->evictions++;
 	store_block_ns(s, b)->evictions++;
 	store_block_remove_locked(s, b);
+	store_wr_end(s);
 	return true;
 }
 
@@ -231,7 +236,7 @@ void store_tier_flush_dels_locked(struct store *s)
 	if (rc)
 		store_log_limited(s, &s->tier->rl_write, STORE_LOG_ERR,
 				  "nvme: deleting %zu index records failed (%d)", n, rc);
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	if (rc) {
 		store_tier_dels_requeue_locked(s, dels, n);
 		store_tier_write_failed_locked(s);
@@ -337,7 +342,7 @@ static void demote_batch_locked(struct store *s)
 				  "nvme: demotion of %u blocks to segment %u failed (%d); "
 				  "the tier backs off and dram evicts meanwhile",
 				  db->n, db->items[0].seg, rc);
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	commit_locked(s, db, rc);
 out_free:
 	free(db->dels);

@@ -3,7 +3,9 @@
  */
 #include "index.h"
 
+#include <assert.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -15,12 +17,12 @@
  * SHA-256 outputs, but a hostile one can send keys that agree in any
  * bytes it likes, so the whole key is hashed with a seed drawn at start-up
  * (xxh3-64), and no chosen key set lands in one bucket. */
-static uint64_t bucket_of(const struct store_index *ix, uint32_t ns_id,
-			  const uint8_t key[STORE_INDEX_KEY_BYTES])
+static uint64_t bucket_of(const struct store_index *ix, const struct store_index_table *t,
+			  uint32_t ns_id, const uint8_t key[STORE_INDEX_KEY_BYTES])
 {
 	uint64_t seed = ix->seed ^ ((uint64_t)ns_id * 0x9e3779b97f4a7c15ull);
 
-	return XXH3_64bits_withSeed(key, STORE_INDEX_KEY_BYTES, seed) & (ix->nbuckets - 1);
+	return XXH3_64bits_withSeed(key, STORE_INDEX_KEY_BYTES, seed) & t->mask;
 }
 
 /* A seed nobody outside the process can guess: getrandom, or the clock and
@@ -45,16 +47,29 @@ static uint64_t round_pow2(uint64_t n)
 	return p;
 }
 
+/* A zeroed table of n (a power of two) buckets, or NULL. */
+static struct store_index_table *table_new(uint64_t n)
+{
+	struct store_index_table *t;
+
+	if (n > (SIZE_MAX - sizeof(*t)) / sizeof(t->buckets[0]))
+		return NULL;
+	t = calloc(1, sizeof(*t) + n * sizeof(t->buckets[0]));
+	if (t)
+		t->mask = n - 1;
+	return t;
+}
+
 int store_index_init(struct store_index *ix, uint64_t nbuckets,
 		     const struct store_index_ops *ops, void *arg)
 {
-	uint64_t n = round_pow2(nbuckets);
+	struct store_index_table *t = table_new(round_pow2(nbuckets));
 
-	ix->buckets = calloc(n, sizeof(*ix->buckets));
-	if (!ix->buckets)
+	if (!t)
 		return -ENOMEM;
-	ix->nbuckets = n;
+	ix->table = t;
 	ix->count = 0;
+	ix->seq = 0;
 	ix->seed = random_seed();
 	ix->ops = ops;
 	ix->arg = arg;
@@ -68,16 +83,15 @@ static struct store_index_node *node_of(const struct store_index *ix, uint32_t i
 
 void store_index_destroy(struct store_index *ix)
 {
-	free(ix->buckets);
-	ix->buckets = NULL;
-	ix->nbuckets = 0;
+	free(ix->table);
+	ix->table = NULL;
 	ix->count = 0;
 }
 
 struct store_index_node *store_index_find(const struct store_index *ix, uint32_t ns_id,
 					  const uint8_t key[STORE_INDEX_KEY_BYTES])
 {
-	uint32_t id = ix->buckets[bucket_of(ix, ns_id, key)];
+	uint32_t id = ix->table->buckets[bucket_of(ix, ix->table, ns_id, key)];
 
 	while (id) {
 		struct store_index_node *n = node_of(ix, id);
@@ -89,25 +103,87 @@ struct store_index_node *store_index_find(const struct store_index *ix, uint32_t
 	return NULL;
 }
 
+/* Steps of a racy walk between two looks at seq: honest chains are about
+ * one node long (load factor <= 1, seeded hash), so a walk this long is
+ * almost surely one that a concurrent change sent astray. */
+#define RACY_STEPS 64u
+
+int store_index_find_racy(const struct store_index *ix, int64_t seq, uint32_t ns_id,
+			  const uint8_t key[STORE_INDEX_KEY_BYTES], uint32_t *id_out)
+{
+	const struct store_index_table *t = __atomic_load_n(&ix->table, __ATOMIC_ACQUIRE);
+	uint32_t id = __atomic_load_n(&t->buckets[bucket_of(ix, t, ns_id, key)], __ATOMIC_RELAXED);
+	uint32_t steps = 0;
+
+	while (id) {
+		struct store_index_node *n = ix->ops->node_racy(ix->arg, id);
+
+		if (!n)
+			return -EAGAIN;
+		if (__atomic_load_n(&n->ns_id, __ATOMIC_RELAXED) == ns_id &&
+		    memcmp(n->key, key, STORE_INDEX_KEY_BYTES) == 0)
+			break;
+		id = __atomic_load_n(&n->next, __ATOMIC_RELAXED);
+		if (++steps % RACY_STEPS == 0 &&
+		    __atomic_load_n(&ix->seq, __ATOMIC_ACQUIRE) != (uint64_t)seq)
+			return -EAGAIN;
+	}
+	*id_out = id;
+	return 0;
+}
+
+/* Tell the CPU this is a spin-wait loop. */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+int64_t store_index_read_begin(const struct store_index *ix, uint32_t spins)
+{
+	for (uint32_t i = 0;; i++) {
+		uint64_t seq = __atomic_load_n(&ix->seq, __ATOMIC_ACQUIRE);
+
+		if (!(seq & 1))
+			return (int64_t)(seq & INT64_MAX);
+		if (i == spins)
+			return -EBUSY;
+		cpu_relax();
+	}
+}
+
+/* Link node n (id) at the head of its chain in t. Chain links are
+ * written with relaxed atomic stores: racy readers load them. */
+static void link_node(const struct store_index *ix, struct store_index_table *t,
+		      struct store_index_node *n, uint32_t id)
+{
+	uint32_t *head = &t->buckets[bucket_of(ix, t, n->ns_id, n->key)];
+
+	__atomic_store_n(&n->next, *head, __ATOMIC_RELAXED);
+	__atomic_store_n(head, id, __ATOMIC_RELAXED);
+}
+
 void store_index_insert(struct store_index *ix, struct store_index_node *n)
 {
-	uint32_t *head = &ix->buckets[bucket_of(ix, n->ns_id, n->key)];
-
-	n->next = *head;
-	*head = ix->ops->id(ix->arg, n);
+	assert(store_index_writing(ix));
+	link_node(ix, ix->table, n, ix->ops->id(ix->arg, n));
 	ix->count++;
 }
 
 int store_index_remove(struct store_index *ix, struct store_index_node *n)
 {
-	uint32_t *pp = &ix->buckets[bucket_of(ix, n->ns_id, n->key)];
+	uint32_t *pp = &ix->table->buckets[bucket_of(ix, ix->table, n->ns_id, n->key)];
 	uint32_t id = ix->ops->id(ix->arg, n);
 
+	assert(store_index_writing(ix));
 	while (*pp && *pp != id)
 		pp = &node_of(ix, *pp)->next;
 	if (!*pp)
 		return -ENOENT;
-	*pp = n->next;
+	__atomic_store_n(pp, n->next, __ATOMIC_RELAXED);
 	n->next = 0;
 	ix->count--;
 	return 0;
@@ -115,34 +191,31 @@ int store_index_remove(struct store_index *ix, struct store_index_node *n)
 
 int store_index_reserve(struct store_index *ix, uint64_t count)
 {
-	struct store_index old = *ix;
-	uint64_t n;
+	struct store_index_table *old = ix->table, *t;
 
-	if (count <= ix->nbuckets)
+	if (count <= store_index_buckets(ix))
 		return 0;
-	n = round_pow2(count);
-	ix->buckets = calloc(n, sizeof(*ix->buckets));
-	if (!ix->buckets) {
-		*ix = old;
+	assert(store_index_writing(ix));
+	t = table_new(round_pow2(count));
+	if (!t)
 		return -ENOMEM;
-	}
-	ix->nbuckets = n;
-	ix->count = 0;
-	for (uint64_t i = 0; i < old.nbuckets; i++) {
-		uint32_t id = old.buckets[i];
+	for (uint64_t i = 0; i <= old->mask; i++) {
+		uint32_t id = old->buckets[i];
 
 		while (id) {
 			struct store_index_node *node = node_of(ix, id);
 
 			id = node->next;
-			store_index_insert(ix, node);
+			link_node(ix, t, node, ix->ops->id(ix->arg, node));
 		}
 	}
-	free(old.buckets);
+	__atomic_store_n(&ix->table, t, __ATOMIC_RELEASE);
+	ix->ops->quiesce(ix->arg);
+	free(old);
 	return 0;
 }
 
 uint64_t store_index_bytes(const struct store_index *ix)
 {
-	return ix->nbuckets * sizeof(*ix->buckets);
+	return sizeof(*ix->table) + store_index_buckets(ix) * sizeof(ix->table->buckets[0]);
 }

@@ -10,6 +10,7 @@
  * there. Spare records are kept on a pool so MATCH rarely allocates.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -105,27 +106,15 @@ static struct store_lease *find_lease(const struct store *s, const struct store_
 	return NULL;
 }
 
-void store_lease_grant_locked(struct store *s, struct store_lessee *l, struct store_block *b,
-			      uint64_t expiry_ms)
+/* Make record r (on no list) the lease of l on b until expiry_ms. */
+static void lease_link(struct store *s, struct store_lease *r, struct store_lessee *l,
+		       struct store_block *b, uint64_t expiry_ms)
 {
-	struct store_lease *r = find_lease(s, l, b);
-	struct store_lease **head;
+	struct store_lease **head = store_lease_bucket(s, b);
 
-	if (r) {
-		if (expiry_ms > r->expiry_ms) {
-			store_list_del(&r->by_expiry);
-			r->expiry_ms = expiry_ms;
-			expiry_insert(s, r);
-		}
-		return;
-	}
-	r = store_container_of(s->lease_pool.next, struct store_lease, by_expiry);
-	store_list_del(&r->by_expiry);
-	s->lease_spare--;
 	r->block = b;
 	r->lessee = l;
 	r->expiry_ms = expiry_ms;
-	head = store_lease_bucket(s, b);
 	r->by_block = *head;
 	*head = r;
 	store_list_add_tail(&l->leases, &r->by_lessee);
@@ -133,6 +122,46 @@ void store_lease_grant_locked(struct store *s, struct store_lessee *l, struct st
 	b->leased = 1;
 	s->leases_active++;
 	store_lru_sync_locked(s, b);
+}
+
+/* Extend l's lease on b to expiry_ms if it has one; returns whether. */
+static bool lease_extend(struct store *s, struct store_lessee *l, struct store_block *b,
+			 uint64_t expiry_ms)
+{
+	struct store_lease *r = find_lease(s, l, b);
+
+	if (!r)
+		return false;
+	if (expiry_ms > r->expiry_ms) {
+		store_list_del(&r->by_expiry);
+		r->expiry_ms = expiry_ms;
+		expiry_insert(s, r);
+	}
+	return true;
+}
+
+void store_lease_grant_locked(struct store *s, struct store_lessee *l, struct store_block *b,
+			      uint64_t expiry_ms)
+{
+	struct store_lease *r;
+
+	if (lease_extend(s, l, b, expiry_ms))
+		return;
+	r = store_container_of(s->lease_pool.next, struct store_lease, by_expiry);
+	store_list_del(&r->by_expiry);
+	s->lease_spare--;
+	lease_link(s, r, l, b, expiry_ms);
+}
+
+bool store_lease_grant_rec_locked(struct store *s, struct store_lease *r, struct store_block *b)
+{
+	if (lease_extend(s, r->lessee, b, r->expiry_ms))
+		return false;
+	s->lease_records++;
+	/* best effort: a table that cannot grow has longer chains */
+	(void)lease_table_grow(s, s->lease_records);
+	lease_link(s, r, r->lessee, b, r->expiry_ms);
+	return true;
 }
 
 /* End one lease: unpin its block and return the record to the pool. */
@@ -189,7 +218,7 @@ uint64_t store_tick(struct store *s)
 {
 	uint64_t n;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	n = store_lease_expire_locked(s, store_now_ms());
 	pthread_mutex_unlock(&s->lock);
 	return n;
@@ -202,7 +231,7 @@ struct store_lessee *store_lessee_new(struct store *s)
 	if (!l)
 		return NULL;
 	store_list_init(&l->leases);
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	store_list_add_tail(&s->lessees, &l->link);
 	s->nlessees++;
 	pthread_mutex_unlock(&s->lock);
@@ -222,7 +251,7 @@ void store_lessee_free(struct store *s, struct store_lessee *l)
 {
 	if (!l)
 		return;
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	lessee_drop_locked(s, l);
 	pthread_mutex_unlock(&s->lock);
 	free(l);

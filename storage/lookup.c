@@ -1,6 +1,6 @@
 /*
  * lookup.c - GET (pin and release; an NVMe-only block is promoted by an
- * I/O thread, promote.c), EXISTS, MATCH (with leases), DELETE.
+ * I/O thread, promote.c), EXISTS, DELETE. MATCH is in match.c.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -74,7 +74,7 @@ int store_get_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 	struct store_block *b;
 	int rc;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	ns = store_ns_find_locked(s, ns_id);
 	b = ns ? store_find_locked(s, ns_id, key) : NULL;
 	if (b && !b->in_dram && !can_promote(s))
@@ -142,7 +142,7 @@ void store_release(struct store *s, struct store_block *b)
 {
 	if (!b)
 		return;
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	store_block_unpin_locked(s, b);
 	pthread_mutex_unlock(&s->lock);
 }
@@ -154,7 +154,7 @@ int store_exists(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BY
 	struct store_block *b;
 	uint64_t len = 0;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	ns = store_ns_find_locked(s, ns_id);
 	b = ns ? store_find_locked(s, ns_id, key) : NULL;
 	if (ns) {
@@ -173,67 +173,6 @@ int store_exists(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BY
 	return 0;
 }
 
-/* The lease length MATCH grants: lease_ms capped, 0 when no lessee. */
-static uint32_t lease_ms_for(const struct store *s, uint32_t lease_ms,
-			     const struct store_lessee *lessee)
-{
-	if (!lessee)
-		return 0;
-	return lease_ms < s->cfg.max_lease_ms ? lease_ms : s->cfg.max_lease_ms;
-}
-
-/* Under the lock: count leading stored keys, then mark them used and
- * lease them (records reserved first, so a failure leaves nothing done). */
-static int match_locked(struct store *s, struct store_ns *ns,
-			const uint8_t (*keys)[STORE_KEY_BYTES], uint32_t count,
-			uint32_t lease_ms, struct store_lessee *lessee, uint32_t *matched)
-{
-	uint64_t expiry_ms = store_now_ms() + lease_ms;
-	uint32_t n = 0;
-	int rc;
-
-	while (n < count && store_find_locked(s, ns->ns_id, keys[n]))
-		n++;
-	if (lease_ms && n) {
-		rc = store_lease_reserve_locked(s, n);
-		if (rc)
-			return rc;
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		struct store_block *b = store_find_locked(s, ns->ns_id, keys[i]);
-
-		store_lru_touch_locked(s, b);
-		b->reused = 1;
-		if (lease_ms)
-			store_lease_grant_locked(s, lessee, b, expiry_ms);
-	}
-	ns->match_requests++;
-	ns->match_blocks_queried += count;
-	ns->match_blocks_matched += n;
-	*matched = n;
-	return 0;
-}
-
-int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
-		uint32_t count, uint32_t lease_ms, struct store_lessee *lessee,
-		uint32_t *matched, uint32_t *lease_ms_granted)
-{
-	uint32_t granted = lease_ms_for(s, lease_ms, lessee), n = 0;
-	struct store_ns *ns;
-	int rc;
-
-	pthread_mutex_lock(&s->lock);
-	ns = store_ns_find_locked(s, ns_id);
-	rc = ns ? match_locked(s, ns, keys, count, granted, lessee, &n) : -EINVAL;
-	pthread_mutex_unlock(&s->lock);
-	if (rc)
-		return rc;
-	*matched = n;
-	if (lease_ms_granted)
-		*lease_ms_granted = n ? granted : 0;
-	return 0;
-}
-
 int store_delete(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		 uint64_t *removed)
 {
@@ -241,7 +180,7 @@ int store_delete(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BY
 	struct store_block *b;
 	uint64_t n = 0;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	ns = store_ns_find_locked(s, ns_id);
 	b = ns ? store_find_locked(s, ns_id, key) : NULL;
 	if (b) {

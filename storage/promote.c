@@ -108,7 +108,7 @@ static void finish_locked(struct store *s, struct store_promo *p, int status)
 		w = next;
 	}
 	free(p);
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	/* counted down only now, so store_drain returns after the callbacks */
 	if (--t->promos == 0)
 		pthread_cond_broadcast(&t->idle);
@@ -200,7 +200,7 @@ void store_promo_run_locked(struct store *s, struct store_promo *p)
 	if (err)
 		log_bad(s, seg, off, err);
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	t->segs[seg].readers--;
 	store_tier_seg_settle_locked(s, seg);
 	store_list_del(&p->link);

@@ -41,7 +41,11 @@ static int reserve_room_locked(struct store *s)
 {
 	uint64_t headers = s->blocks + s->nreserved + 1;
 
-	(void)store_index_reserve(&s->index, headers);
+	if (headers > store_index_buckets(&s->index)) {
+		store_wr_begin(s);
+		(void)store_index_reserve(&s->index, headers);
+		store_wr_end(s);
+	}
 	return store_lru_reserve_locked(s, headers);
 }
 
@@ -109,15 +113,19 @@ static int quota_room_locked(struct store *s, struct store_ns *ns, uint64_t leng
 		return 0;
 	if (length > quota)
 		return -EDQUOT;
+	store_wr_begin(s); /* the victims must see MATCHes' leases */
 	while (ns->bytes + ns->reserved_bytes > quota - length) {
 		struct store_block *victim = ns_victim_locked(s, ns);
 
-		if (!victim)
+		if (!victim) {
+			store_wr_end(s);
 			return -EDQUOT;
+		}
 		ns->evictions++;
 		s->evictions++;
 		store_block_remove_locked(s, victim);
 	}
+	store_wr_end(s);
 	return 0;
 }
 
@@ -188,7 +196,7 @@ int store_put_begin(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 		return -EINVAL;
 	if (length > s->cfg.max_block_bytes || store_pages_of(length) > store_arena_pages(s->arena))
 		return -EMSGSIZE;
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	rc = begin_locked(s, &b, ns_id, key, parent, flags, length, checksum);
 	pthread_mutex_unlock(&s->lock);
 	if (rc)
@@ -215,6 +223,7 @@ static void publish_locked(struct store *s, struct store_block *b, struct store_
 {
 	struct store_ns *ns = store_block_ns(s, b);
 
+	store_wr_begin(s); /* before b looks visible to a logged MATCH intent */
 	b->state = STORE_BLOCK_VISIBLE;
 	b->in_dram = 1;
 	store_set_parent(b, p);
@@ -235,6 +244,7 @@ static void publish_locked(struct store *s, struct store_block *b, struct store_
 	s->payload_bytes += store_block_length(b);
 	store_lru_touch_locked(s, b);
 	store_lru_sync_locked(s, b);
+	store_wr_end(s);
 }
 
 /* Decide the fate of reservation b whose payload hashed to `sum`. */
@@ -272,7 +282,7 @@ int store_put_commit(struct store *s, struct store_block *b)
 	struct store_block *pin;
 	int rc;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	pin = store_parent(s, b); /* the slab's chunk table only under the lock */
 	unreserve_locked(s, b);
 	rc = commit_locked(s, b, sum);
@@ -290,7 +300,7 @@ void store_put_abort(struct store *s, struct store_block *b)
 {
 	struct store_block *pin;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	pin = store_parent(s, b);
 	unreserve_locked(s, b);
 	(void)store_arena_free(s->arena, b->first_page);

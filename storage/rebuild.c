@@ -441,7 +441,7 @@ static int build(struct rebuild *rb)
 	rc = check_places(rb);
 	if (rc)
 		return rc;
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	rc = make_blocks_locked(rb);
 	if (!rc)
 		rc = mark_reachable_locked(rb);
@@ -457,16 +457,22 @@ int store_rebuild(struct store *s, char *why, size_t why_len)
 {
 	struct rebuild rb = { .s = s };
 	uint64_t start = store_now_ms(), ms;
-	int rc = build(&rb);
+	int rc;
 
+	/* store_open, before any reader: one write section for the index's
+	 * changes (store_impl.h) */
+	store_wr_begin(s);
+	rc = build(&rb);
 	if (rc == 0)
 		rc = delete_dropped(&rb);
+	if (rc)
+		rebuild_free(&rb);
+	store_wr_end(s);
 	if (rc) {
 		/* blocks built so far are freed with the namespaces by store_open */
 		if (why && why_len)
 			snprintf(why, why_len, "%s: rebuilding the nvme index failed (%d)",
 				 s->cfg.nvme_dir, rc);
-		rebuild_free(&rb);
 		return rc == -ENOMEM ? rc : -EIO;
 	}
 	ms = store_now_ms() - start;

@@ -416,11 +416,15 @@ int store_reclaim_locked(struct store *s)
 		return -EAGAIN;
 	sg = &t->segs[rc.seg];
 	t->reclaim_stuck = false;
+	/* deciding what stays and what goes reads leases and recency: a
+	 * write section, so MATCHes' logged intents count (store_impl.h) */
+	store_wr_begin(s);
 	if (stay_bytes_locked(s, sg) > t->segment_bytes / 4 * 3) {
 		uint64_t evicted = evict_cold_subtrees_locked(s, sg);
 
 		if (evicted == 0 || stay_bytes_locked(s, sg) > t->segment_bytes / 4 * 3) {
 			t->reclaim_stuck = evicted == 0;
+			store_wr_end(s);
 			return -EAGAIN; /* rewriting it would free little: not now */
 		}
 	}
@@ -431,14 +435,16 @@ int store_reclaim_locked(struct store *s)
 		for (size_t i = 0; i < rc.n; i++)
 			store_block_unpin_locked(s, rc.moves[i].b);
 		rc.aborted = true;
+		store_wr_end(s);
 		goto out_done;
 	}
+	store_wr_end(s);
 	store_tier_take_dels_locked(s, &rc.dels, &rc.ndels);
 	sg->readers++;
 	pthread_mutex_unlock(&s->lock);
 	reclaim_io(s, &rc);
 	log_failures(s, &rc);
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	sg->readers--;
 	if (rc.write_rc) {
 		store_tier_dels_requeue_locked(s, rc.dels, rc.ndels);

@@ -12,6 +12,9 @@
  * (counted in index_bytes), which is what it needs to hold them again.
  *
  * Threads: none of these functions lock; the store's mutex serialises them.
+ * A MATCH without the lock reads headers through store_slab_ptr_racy: the
+ * chunk table is replaced (never realloc'd in place) and the old one freed
+ * after sl->quiesce, and a chunk is in the table before nchunks counts it.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -56,13 +59,19 @@ static int slab_grow(struct store_slab *sl)
 	char *c;
 
 	if (sl->nchunks == sl->cap) {
+		/* A new table, not realloc: a lock-free MATCH may be reading
+		 * the old one until quiesce returns (store_impl.h). */
 		uint32_t cap = sl->cap * 2;
-		char **t = realloc(sl->chunks, cap * sizeof(*t));
+		char **t = malloc(cap * sizeof(*t)), **old = sl->chunks;
 
 		if (!t)
 			return -ENOMEM;
-		sl->chunks = t;
+		memcpy(t, old, sl->nchunks * sizeof(*t));
+		__atomic_store_n(&sl->chunks, t, __ATOMIC_RELEASE);
 		sl->cap = cap;
+		if (sl->quiesce)
+			sl->quiesce(sl->quiesce_arg);
+		free(old);
 	}
 	if ((uint64_t)(sl->nchunks + 1) * STORE_SLAB_PER_CHUNK >= UINT32_MAX)
 		return -ENOMEM; /* ids are 32-bit */
@@ -70,7 +79,8 @@ static int slab_grow(struct store_slab *sl)
 	if (!c)
 		return -ENOMEM;
 	memcpy(c, &sl->nchunks, sizeof(sl->nchunks)); /* the chunk's number */
-	sl->chunks[sl->nchunks++] = c;
+	sl->chunks[sl->nchunks] = c;
+	__atomic_store_n(&sl->nchunks, sl->nchunks + 1, __ATOMIC_RELEASE);
 	sl->fresh = 0;
 	return 0;
 }
@@ -100,6 +110,7 @@ void store_slab_free(struct store_slab *sl, struct store_block *b)
 {
 	uint32_t id = store_slab_id(b);
 
+	b->state = 0; /* a stale MATCH intent must not take it for a block */
 	memcpy(b, &sl->free_head, sizeof(sl->free_head));
 	sl->free_head = id;
 	sl->live--;

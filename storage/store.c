@@ -54,7 +54,28 @@ static uint32_t index_id(void *arg, const struct store_index_node *n)
 	return store_slab_id(store_container_of(n, struct store_block, node));
 }
 
-static const struct store_index_ops index_ops = { .node = index_node, .id = index_id };
+static struct store_index_node *index_node_racy(void *arg, uint32_t id)
+{
+	struct store_block *b = store_slab_ptr_racy(&((struct store *)arg)->slab, id);
+
+	return b ? &b->node : NULL;
+}
+
+static void index_quiesce(void *arg)
+{
+	store_quiesce(arg);
+}
+
+static const struct store_index_ops index_ops = {
+	.node = index_node,
+	.id = index_id,
+	.node_racy = index_node_racy,
+	.quiesce = index_quiesce,
+};
+
+/* Pools opened in this process so far: a pool's serial names it for the
+ * thread-local MATCH log cache (match.c), where an address could repeat. */
+static uint64_t pools_opened;
 
 /* Validate the configuration; the arena gets whole pages only. */
 static int check_config(const struct store_config *cfg, uint64_t *pages)
@@ -116,7 +137,15 @@ int store_open(const struct store_config *cfg, struct store **out, char *why, si
 	rc = store_slab_init(&s->slab);
 	if (rc)
 		goto out_destroy_index;
+	s->slab.quiesce = index_quiesce;
+	s->slab.quiesce_arg = s;
+	s->serial = __atomic_add_fetch(&pools_opened, 1, __ATOMIC_RELAXED);
 	rc = store_lru_reserve_locked(s, INITIAL_BUCKETS);
+	if (rc)
+		goto out_free_heap;
+	/* the lease table exists from the start, so a lease MATCH logged
+	 * (match.c) can always be granted: growing it later is optional */
+	rc = store_lease_reserve_locked(s, 0);
 	if (rc)
 		goto out_free_heap;
 	rc = -pthread_mutex_init(&s->lock, NULL);
@@ -134,6 +163,7 @@ out_free_blocks:
 	free_all_blocks(s); /* the slab too */
 	pthread_mutex_destroy(&s->lock);
 out_free_heap:
+	free(s->lease_by_block);
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
 		free(s->lru[k].v);
 	store_slab_destroy(&s->slab);
@@ -169,9 +199,10 @@ void store_close(struct store *s)
 		return;
 	if (s->tier)
 		store_tier_close(s);
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	store_lease_free_all_locked(s);
 	pthread_mutex_unlock(&s->lock);
+	store_match_free_logs(s);
 	free_all_blocks(s);
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
 		free(s->lru[k].v);
@@ -246,11 +277,14 @@ static int ns_reclaim_locked(struct store *s)
 	}
 	if (i == s->nns)
 		return -EDQUOT;
+	store_wr_begin(s);
 	ns_unchain(name_bucket(s, ns->name_hash), ns, offsetof(struct store_ns, name_next));
 	ns_unchain(&s->ns_by_id[ns->ns_id & (STORE_NS_BUCKETS - 1)], ns,
 		   offsetof(struct store_ns, id_next));
+	store_wr_end(s);
 	memmove(&s->ns[i], &s->ns[i + 1], (s->nns - i - 1) * sizeof(*s->ns));
 	s->nns--;
+	store_quiesce(s); /* a lock-free MATCH may be reading it (match.c) */
 	free(ns);
 	return 0;
 }
@@ -284,7 +318,9 @@ static int ns_append_locked(struct store *s, struct store_ns *ns)
 	*bucket = ns;
 	by_id = &s->ns_by_id[ns->ns_id & (STORE_NS_BUCKETS - 1)];
 	ns->id_next = *by_id;
-	*by_id = ns;
+	store_wr_begin(s); /* lock-free MATCH reads ns_by_id (match.c) */
+	__atomic_store_n(by_id, ns, __ATOMIC_RELEASE);
+	store_wr_end(s);
 	return 0;
 }
 
@@ -294,7 +330,7 @@ static int ns_lookup(struct store *s, uint64_t hash, const char *name, size_t le
 {
 	struct store_ns *ns;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	ns = ns_by_name_locked(s, hash, name, len);
 	if (ns)
 		*ns_id = ns->ns_id;
@@ -349,7 +385,7 @@ static int ns_ref(struct store *s, uint64_t hash, const char *name, size_t len,
 {
 	struct store_ns *ns;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	ns = ns_by_name_locked(s, hash, name, len);
 	if (ns) {
 		ns->users++;
@@ -377,7 +413,7 @@ int store_namespace_id(struct store *s, const char *name, size_t name_len, uint3
 	if (!fresh)
 		return -ENOMEM;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	ns = ns_by_name_locked(s, hash, name, name_len);
 	if (!ns) {
 		rc = ns_append_locked(s, fresh);
@@ -397,7 +433,7 @@ void store_namespace_release(struct store *s, uint32_t ns_id)
 {
 	struct store_ns *ns;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	ns = store_ns_find_locked(s, ns_id);
 	if (ns && ns->users)
 		ns->users--;
@@ -408,7 +444,7 @@ int store_namespace_quota(struct store *s, uint32_t ns_id, uint64_t quota_bytes)
 {
 	struct store_ns *ns;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	ns = store_ns_find_locked(s, ns_id);
 	if (ns)
 		ns->quota_bytes = quota_bytes;
@@ -423,7 +459,7 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 	uint32_t disk_id;
 	int rc;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	ns = store_ns_find_locked(s, ns_id);
 	if (!ns) {
 		pthread_mutex_unlock(&s->lock);
@@ -461,7 +497,7 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 /* Memory held outside the arena: index, headers, heap, leases, tables. */
 static uint64_t index_bytes_locked(const struct store *s)
 {
-	return sizeof(*s) + store_index_bytes(&s->index) + store_slab_bytes(&s->slab) +
+	return sizeof(*s) + s->nmlogs * sizeof(struct store_mlog) + store_index_bytes(&s->index) + store_slab_bytes(&s->slab) +
 	       (s->lru[0].cap + s->lru[1].cap + s->lru[2].cap) * sizeof(*s->lru[0].v) +
 	       s->lease_records * sizeof(struct store_lease) +
 	       s->lease_buckets * sizeof(*s->lease_by_block) +
@@ -506,7 +542,7 @@ void store_stats(struct store *s, struct store_stats *out)
 {
 	struct store_stats st = { 0 };
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	store_lease_expire_locked(s, store_now_ms());
 	st.capacity_bytes = s->capacity_bytes;
 	st.used_bytes = s->used_bytes + (s->tier ? s->tier->promo_bytes : 0);
@@ -536,7 +572,7 @@ int store_ns_stats(struct store *s, uint32_t index, struct store_ns_stats *out)
 {
 	struct store_ns *ns;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	if (index >= s->nns) {
 		pthread_mutex_unlock(&s->lock);
 		return -ENOENT;

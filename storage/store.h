@@ -276,8 +276,22 @@ int store_exists(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BY
  * a lessee, pins the matched blocks; *lease_ms_granted (may be NULL)
  * receives the capped value (0 when nothing was leased). A lessee holds
  * at most one lease per block; matching it again extends it.
- * Errors: -EINVAL (unknown ns_id), -ENOMEM (no memory for lease records;
- * nothing was leased or marked used). */
+ *
+ * Takes no lock on its usual path (storage/match.c): the lookups read the
+ * index in seqlock read sections, one hash probe per key, and the marks,
+ * lease pins and namespace counters are logged per thread and applied by
+ * the next holder of the store lock, before any eviction decides. So a
+ * block this call matched with a lease is never evicted before the lease
+ * ends; its recency counts from when the log is applied (microseconds, at
+ * most one store_tick later). A lessee must be used by one thread at a
+ * time (a connection's worker), and freed by the thread that used it
+ * last. Rare cases take the lock as before: more than 128 threads
+ * matching, a MATCH of more than 16,383 keys, a log that stays full,
+ * or a long write (e.g. dropping a large namespace) in progress.
+ * Errors: -EINVAL (unknown ns_id), -ENOMEM (no memory for lease records,
+ * on the locked path; nothing was leased or marked used). On the lock-free
+ * path a lease record that cannot be allocated when the log is applied
+ * leaves that block unpinned, as if its lease had ended early. */
 int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
 		uint32_t count, uint32_t lease_ms, struct store_lessee *lessee,
 		uint32_t *matched, uint32_t *lease_ms_granted);

@@ -16,6 +16,12 @@
  * Errors: -ENOENT (no such visible block). */
 int store_debug_remove_one(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES]);
 
+/* Call fn(arg) from every eviction pass, with the store lock held, just
+ * before the pass looks at what MATCHes logged (NULL: no hook). A test
+ * runs a lock-free MATCH from another thread there, in the window where
+ * its lease must still be seen. */
+void store_debug_evict_hook(struct store *s, void (*fn)(void *arg), void *arg);
+
 /* ---- NVMe tier ---- */
 
 /* Demote every dirty DRAM block now, whatever the watermark, and wait

@@ -8,6 +8,20 @@
  * holding it: the NVMe tier prepares under the lock, does its I/O
  * unlocked, and commits under the lock again, re-checking what changed.
  *
+ * MATCH reads without the lock (match.c): it walks the index's chains
+ * inside seqlock read sections (index.h) and writes what it must change
+ * (recency, lease pins, namespace counters) as intents to its thread's
+ * log, which whoever next holds the lock applies (store_lock drains every
+ * log). For that to be safe:
+ *  - every change of the index's chains and of the namespace table, and
+ *    every decision that reads recency or lease pins to evict or reject a
+ *    block, runs inside store_wr_begin/store_wr_end, which makes the
+ *    index's seq odd and then drains the logs: an intent a reader logged
+ *    before its read section validated is applied before the decision;
+ *  - block headers are never unmapped while the pool is open; grown bucket
+ *    arrays and slab chunk tables and reclaimed namespaces are freed only
+ *    after store_quiesce (no reader still in a read section).
+ *
  * Block life cycle:
  *   RESERVED  store_put_begin made it; on s->reserved; not in the index;
  *             parent_id is the parent it pins (a ref), if any; a
@@ -167,6 +181,55 @@ struct store_block {
 	};
 };
 
+/* ---- match.c: MATCH without the lock ---- */
+
+/* One intent in a MATCH log. id != 0: block `id` was matched, if it still
+ * holds (ns_id, a key starting with key8): mark it used and, with a lease
+ * record (its lessee and expiry_ms filled, allocated by the MATCH before
+ * it logged anything), lease it. id == 0: a MATCH's counters for
+ * namespace ns_id: key8 keys queried, `matched` found. */
+struct store_intent {
+	uint32_t id;
+	uint32_t ns_id;
+	uint64_t key8;            /* first 8 key bytes, or queried (id == 0) */
+	union {
+		struct store_lease *lease; /* NULL: no lease */
+		uint64_t matched;
+	};
+};
+
+/* Entries of one thread's log: a MATCH of up to this many keys minus one
+ * fits (larger ones take the lock). 512 KiB per thread that matches. */
+#define STORE_MLOG_ENTRIES 16384u
+/* Threads with a log of their own in one pool; more take the lock. */
+#define STORE_MLOG_MAX 128u
+
+/* A thread's MATCH log: a single-producer ring (the owner thread appends
+ * at tail; whoever holds the store lock consumes from head) plus the
+ * owner's read-section counter (odd while it reads without the lock). */
+struct store_mlog {
+	uint64_t epoch __attribute__((aligned(64)));
+	pthread_t owner;
+	/* lease records the owner allocated without the lock for its next
+	 * MATCH (chained on by_block), so applying a lease never allocates;
+	 * records its intents did not use come back on `returned` (pushed
+	 * under the store lock, taken whole by the owner) */
+	struct store_lease *stock;
+	uint32_t nstock;
+	struct store_lease *returned;
+	uint64_t tail __attribute__((aligned(64)));
+	uint64_t head __attribute__((aligned(64)));
+	struct store_intent e[STORE_MLOG_ENTRIES];
+};
+
+/* Apply every log's intents (lock held). Cheap when they are empty. */
+void store_match_drain_locked(struct store *s);
+/* Wait until no reader that was in a read section when called still is
+ * (lock held: readers never take it, so this ends). */
+void store_quiesce(struct store *s);
+/* Free every log (store_close, no other thread left). */
+void store_match_free_logs(struct store *s);
+
 /* ---- slab.c: block headers ---- */
 
 #define STORE_SLAB_CHUNK_BYTES (1u << 20)  /* one mapping, aligned to its size */
@@ -176,11 +239,15 @@ struct store_block {
 
 /* Every block header of a pool (slab.c). */
 struct store_slab {
-	char **chunks;
+	char **chunks;       /* read without the lock by MATCH: replaced, never realloc'd */
 	uint32_t nchunks, cap;
 	uint32_t fresh;      /* headers of the last chunk handed out at least once */
 	uint32_t free_head;  /* id of the first freed header, 0 = none */
 	uint64_t live;       /* headers handed out and not freed */
+	/* called after a grown chunk table is published, before the old
+	 * one is freed (store_quiesce) */
+	void (*quiesce)(void *arg);
+	void *quiesce_arg;
 };
 
 /* An empty slab with room for 16 chunks in its table. Errors: -ENOMEM. */
@@ -212,6 +279,21 @@ static inline struct store_block *store_slab_ptr(const struct store_slab *sl, ui
 
 	return (struct store_block *)(void *)(sl->chunks[i / STORE_SLAB_PER_CHUNK] +
 					      STORE_SLAB_HDR_BYTES +
+					      (size_t)(i % STORE_SLAB_PER_CHUNK) *
+						      sizeof(struct store_block));
+}
+
+/* The header with id `id` for a reader without the lock: NULL if id
+ * names no chunk handed out yet (a stale or torn id). */
+static inline struct store_block *store_slab_ptr_racy(const struct store_slab *sl, uint32_t id)
+{
+	uint32_t i = id - 1, chunk = i / STORE_SLAB_PER_CHUNK;
+	char **chunks;
+
+	if (!id || chunk >= __atomic_load_n(&sl->nchunks, __ATOMIC_ACQUIRE))
+		return NULL;
+	chunks = __atomic_load_n(&sl->chunks, __ATOMIC_ACQUIRE);
+	return (struct store_block *)(void *)(chunks[chunk] + STORE_SLAB_HDR_BYTES +
 					      (size_t)(i % STORE_SLAB_PER_CHUNK) *
 						      sizeof(struct store_block));
 }
@@ -412,6 +494,10 @@ int store_tier_room_for(struct store *s, uint64_t bytes);
 
 struct store {
 	pthread_mutex_t lock;
+	uint64_t serial;              /* unique per pool opened in this process */
+	uint32_t wr_depth;            /* nesting of store_wr_begin */
+	struct store_mlog *mlogs[STORE_MLOG_MAX]; /* MATCH logs, one per thread */
+	uint32_t nmlogs;              /* read without the lock (acquire) */
 	struct store_config cfg;
 	struct store_arena *arena;
 	uint64_t capacity_bytes;
@@ -447,8 +533,33 @@ struct store {
 	 * had no room at first), and the longest one in microseconds: the
 	 * time puts wait behind the lock for an eviction. */
 	uint64_t evict_passes, evict_pass_max_us;
+	void (*evict_hook)(void *arg); /* store_debug_evict_hook */
+	void *evict_hook_arg;
 	struct store_tier *tier;      /* NULL without an NVMe tier */
 };
+
+/* Take the store lock and apply what MATCHes logged meanwhile. */
+static inline void store_lock(struct store *s)
+{
+	pthread_mutex_lock(&s->lock);
+	store_match_drain_locked(s);
+}
+
+/* Start a change that lock-free MATCH readers must not see half done, or
+ * a decision that must see their intents (store_impl.h, top). Nests. */
+static inline void store_wr_begin(struct store *s)
+{
+	if (s->wr_depth++ == 0) {
+		store_index_write_begin(&s->index);
+		store_match_drain_locked(s);
+	}
+}
+
+static inline void store_wr_end(struct store *s)
+{
+	if (--s->wr_depth == 0)
+		store_index_write_end(&s->index);
+}
 
 /* ---- block headers by id: parents, children, rings ---- */
 
@@ -598,6 +709,11 @@ int store_alloc_room_locked(struct store *s, uint32_t pages, uint32_t *first);
 uint64_t store_now_ms(void);
 /* The bucket of block b in s->lease_by_block (lease_buckets not 0). */
 struct store_lease **store_lease_bucket(const struct store *s, const struct store_block *b);
+/* Lease b to r->lessee until r->expiry_ms with record r, allocated
+ * outside the lock (match.c). Returns true when r became the lease (the
+ * pool owns it now), false when that lessee's lease on b was extended
+ * instead (r stays the caller's). */
+bool store_lease_grant_rec_locked(struct store *s, struct store_lease *r, struct store_block *b);
 /* Have at least n spare lease records. Errors: -ENOMEM. */
 int store_lease_reserve_locked(struct store *s, uint64_t n);
 /* Pin b for lessee until expiry_ms (or extend); needs a spare record. */

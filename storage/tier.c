@@ -294,7 +294,7 @@ static void *worker_main(void *arg)
 	struct store *s = arg;
 	struct store_tier *t = s->tier;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	while (!t->stop) {
 		if (!store_list_empty(&t->promo_queue)) {
 			struct store_promo *p = store_container_of(t->promo_queue.next,
@@ -467,7 +467,7 @@ static void stop_threads(struct store *s)
 {
 	struct store_tier *t = s->tier;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	t->stop = true;
 	pthread_cond_broadcast(&t->wake);
 	pthread_mutex_unlock(&s->lock);
@@ -523,7 +523,7 @@ void store_tier_drain(struct store *s)
 {
 	struct store_tier *t = s->tier;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	t->draining = true;
 	pthread_cond_broadcast(&t->wake);
 	while (t->promos || t->demoter_busy)
@@ -537,7 +537,7 @@ void store_tier_close(struct store *s)
 
 	store_tier_drain(s);
 	stop_threads(s);
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	/* what was removed must not come back at the next open */
 	if (t->ndels)
 		store_tier_flush_dels_locked(s);
@@ -558,7 +558,7 @@ int store_debug_nvme_demote_all(struct store *s)
 
 	if (!t)
 		return -ENODEV;
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	t->demote_all++;
 	store_tier_kick_locked(s);
 	for (;;) {
@@ -586,7 +586,7 @@ int store_debug_nvme_hold(struct store *s, int hold)
 
 	if (!t)
 		return -ENODEV;
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	if (hold) {
 		t->hold = true;
 		t->demote_all++;
@@ -622,7 +622,7 @@ void store_debug_nvme_wait_idle(struct store *s)
 
 	if (!s->tier)
 		return;
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	while (busy_locked(s) && store_now_ms() < deadline) {
 		store_tier_kick_locked(s);
 		wait_ms_locked(s, &s->tier->idle, 20);
@@ -634,7 +634,7 @@ void store_debug_nvme_fail_writes(struct store *s, uint32_t count)
 {
 	if (!s->tier)
 		return;
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	s->tier->fail_writes = count;
 	pthread_mutex_unlock(&s->lock);
 }
@@ -643,7 +643,7 @@ void store_debug_nvme_backoff(struct store *s, uint64_t ms)
 {
 	if (!s->tier)
 		return;
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	s->tier->backoff_ms = ms;
 	pthread_mutex_unlock(&s->lock);
 }
@@ -654,7 +654,7 @@ int store_debug_nvme_where(struct store *s, uint32_t ns_id, const uint8_t key[ST
 	struct store_block *b;
 	int rc = -ENOENT;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	b = store_find_locked(s, ns_id, key);
 	if (b && b->on_nvme) {
 		*segment = b->seg;
@@ -672,7 +672,7 @@ int store_debug_drop_dram(struct store *s, uint32_t ns_id, const uint8_t key[STO
 	struct store_block *b;
 	int rc = 0;
 
-	pthread_mutex_lock(&s->lock);
+	store_lock(s);
 	b = store_find_locked(s, ns_id, key);
 	if (!b)
 		rc = -ENOENT;

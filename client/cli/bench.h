@@ -61,6 +61,7 @@ struct cli_bench_opts {
 	uint64_t count;            /* blocks (MATCH: chain matches) per phase, all
 				      connections together; 0: run for duration_s */
 	uint32_t chain;            /* blocks in the MATCH chain */
+	uint32_t lease_ms;         /* lease each MATCH asks for (0: none) */
 	uint64_t source_bytes;     /* payload source buffer */
 	bool json;
 	bool keep_namespace;       /* do not drop the namespace before and after */

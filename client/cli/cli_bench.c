@@ -90,6 +90,7 @@ enum {
 	OPT_DURATION,
 	OPT_COUNT,
 	OPT_CHAIN,
+	OPT_LEASE_MS,
 	OPT_SOURCE_BYTES,
 	OPT_JSON,
 	OPT_KEEP_NAMESPACE,
@@ -128,6 +129,8 @@ static const char bench_usage[] =
 	"  --count N           instead: blocks per phase over all connections\n"
 	"                      (EXISTS: keys; MATCH: chain matches)\n"
 	"  --chain N           blocks in the MATCH chain, 1..65536 (default 1000)\n"
+	"  --lease-ms N        each MATCH asks for a lease of N ms on what it\n"
+	"                      matched (0..3600000, default 0: no lease)\n"
 	"  --source-bytes SIZE payload source buffer (default 1GiB, at least the\n"
 	"                      largest size; 1MiB..64GiB)\n"
 	"  --json              one JSON line: url, namespace, connections, batch,\n"
@@ -275,6 +278,11 @@ static int bench_opt(struct cli_bench_opts *o, const char *prog, int opt, const 
 			return bad_value(prog, "chain", arg, "blocks, 1..65536");
 		o->chain = (uint32_t)v;
 		return 1;
+	case OPT_LEASE_MS:
+		if (cli_parse_u64(arg, 0, 3600000, &v))
+			return bad_value(prog, "lease-ms", arg, "milliseconds, 0..3600000");
+		o->lease_ms = (uint32_t)v;
+		return 1;
 	case OPT_SOURCE_BYTES:
 		if (cli_parse_size(arg, &o->source_bytes) ||
 		    o->source_bytes < CLI_BENCH_MIN_SOURCE_BYTES ||
@@ -321,6 +329,7 @@ int cli_bench_parse_args(int argc, char **argv, struct cli_bench_opts *o)
 		{ "duration", required_argument, NULL, OPT_DURATION },
 		{ "count", required_argument, NULL, OPT_COUNT },
 		{ "chain", required_argument, NULL, OPT_CHAIN },
+		{ "lease-ms", required_argument, NULL, OPT_LEASE_MS },
 		{ "source-bytes", required_argument, NULL, OPT_SOURCE_BYTES },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "keep-namespace", no_argument, NULL, OPT_KEEP_NAMESPACE },
@@ -542,7 +551,7 @@ static int do_match(struct bench_worker *w)
 {
 	struct bench_shared *sh = w->sh;
 	size_t matched = 0;
-	int rc = TIMED(w, kvpool_match(w->c, sh->chain, sh->o->chain, 0, &matched));
+	int rc = TIMED(w, kvpool_match(w->c, sh->chain, sh->o->chain, sh->o->lease_ms, &matched));
 
 	if (rc) {
 		bench_fail(sh, "match: %s", kvpool_strerror(rc));

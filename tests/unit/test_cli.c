@@ -1213,18 +1213,21 @@ static void test_bench_parse_args(void **state)
 	assert_true(o.duration_s == 2.0);
 	assert_int_equal(o.count, 0);
 	assert_int_equal(o.chain, 1000);
+	assert_int_equal(o.lease_ms, 0);
 	assert_int_equal(o.source_bytes, 1ULL << 30);
 	assert_string_equal(o.conn.ns, "kvpool-bench");
 	assert_false(o.json);
 
 	assert_int_equal(bench_args(&o, "--sizes", "1MiB", "--batch", "8", "--connections", "3",
 				    "--count", "100", "--chain", "7", "--json", "--ops", "get",
+				    "--lease-ms", "250",
 				    "--source-bytes", "2MiB", "--namespace", "b1", NULL), -1);
 	assert_int_equal(o.n_sizes, 1);
 	assert_int_equal(o.batch, 8);
 	assert_int_equal(o.connections, 3);
 	assert_int_equal(o.count, 100);
 	assert_int_equal(o.chain, 7);
+	assert_int_equal(o.lease_ms, 250);
 	assert_true(o.json);
 	assert_int_equal(o.ops, 1u << CLI_BENCH_GET);
 	assert_int_equal(o.source_bytes, 2 << 20);
@@ -1260,6 +1263,8 @@ static void test_bench_bad_options(void **state)
 		{ { "--duration", "1", "--count", "5" }, "exclude each other" },
 		{ { "--count", "0" }, "for --count" },
 		{ { "--chain", "0" }, "for --chain" },
+		{ { "--lease-ms", "3600001" }, "for --lease-ms" },
+		{ { "--lease-ms", "-1" }, "for --lease-ms" },
 		{ { "--ops", "scan" }, "for --ops" },
 		{ { "--source-bytes", "1KiB" }, "for --source-bytes" },
 		{ { "--source-bytes", "1MiB", "--sizes", "2MiB" }, "smaller than the largest block" },

@@ -1427,6 +1427,248 @@ static void test_match_prefix(void **state)
 	store_close(s);
 }
 
+/* ---- MATCH without the lock, racing puts that evict ---- */
+
+#define RACE_CHAIN 8u
+
+struct match_race {
+	struct store *s;
+	uint32_t ns;
+	uint64_t first_id;       /* the chain is first_id .. first_id + 7 */
+	volatile bool *stop;
+	uint64_t rounds, full;   /* MATCHes, and those that matched all */
+	const char *failed;      /* set by the thread on a broken promise */
+};
+
+/* Put the missing tail of the chain from block `from` on; stop at the
+ * first put the pool refuses (full of pinned blocks: try later). */
+static void race_reput(struct match_race *r, uint32_t from)
+{
+	for (uint32_t i = from; i < RACE_CHAIN; i++) {
+		uint64_t id = r->first_id + i;
+		int rc = put_id(r->s, r->ns, id, i ? id - 1 : 0, PAGE);
+
+		if (rc && rc != -EEXIST)
+			return;
+	}
+}
+
+/* MATCH the chain with a lease, then GET every matched block: a block
+ * MATCH leased must still be there (evictions run all the while). */
+static void *match_racer(void *arg)
+{
+	struct match_race *r = arg;
+	struct store_lessee *l = store_lessee_new(r->s);
+	uint8_t keys[RACE_CHAIN][STORE_KEY_BYTES];
+
+	if (!l) {
+		r->failed = "no lessee";
+		return NULL;
+	}
+	for (uint32_t i = 0; i < RACE_CHAIN; i++)
+		key_of(r->first_id + i, keys[i]);
+	while (!*r->stop && !r->failed) {
+		uint32_t n = 0, granted = 0;
+
+		if (store_match(r->s, r->ns, (const uint8_t (*)[STORE_KEY_BYTES])keys, RACE_CHAIN,
+				10000, l, &n, &granted)) {
+			r->failed = "match failed";
+			break;
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			struct store_ref ref;
+
+			if (store_get(r->s, r->ns, keys[i], l, &ref) != 0) {
+				r->failed = "a leased block was evicted";
+				break;
+			}
+			if (!payload_ok(ref.data, ref.length, keys[i]))
+				r->failed = "a leased block has the wrong bytes";
+			store_release(r->s, ref.block);
+		}
+		r->rounds++;
+		r->full += n == RACE_CHAIN;
+		race_reput(r, n);
+	}
+	store_lessee_free(r->s, l);
+	return NULL;
+}
+
+/* Fill the pool with fresh one-page blocks, evicting all the time. */
+static void *evict_churn(void *arg)
+{
+	struct match_race *r = arg;
+
+	for (uint64_t id = 1000000; !*r->stop; id++) {
+		int rc = put_id(r->s, r->ns, id, 0, PAGE);
+
+		if (rc && rc != -ENOSPC && rc != -EAGAIN) {
+			r->failed = "churn put failed";
+			break;
+		}
+		r->rounds++;
+	}
+	return NULL;
+}
+
+static void test_match_races_evictions(void **state)
+{
+	/* 48 pages: two chains of 8 and room for 32 churn blocks */
+	struct store *s = open_store(48 * PAGE, PAGE, 0, 60000);
+	uint32_t ns = ns_of(s, "race");
+	volatile bool stop = false;
+	struct match_race r[3] = {
+		{ .s = s, .ns = ns, .first_id = 1, .stop = &stop },
+		{ .s = s, .ns = ns, .first_id = 100, .stop = &stop },
+		{ .s = s, .ns = ns, .stop = &stop },
+	};
+	pthread_t t[3];
+	struct store_stats st;
+
+	(void)state;
+	race_reput(&r[0], 0);
+	race_reput(&r[1], 0);
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(pthread_create(&t[k], NULL, k < 2 ? match_racer : evict_churn,
+						&r[k]), 0);
+	/* run until each matcher did enough rounds (bounded: 20 s at most) */
+	for (int ms = 0; ms < 20000; ms += 10) {
+		if (r[0].rounds > 20000 && r[1].rounds > 20000 && r[2].rounds > 20000)
+			break;
+		usleep(10000);
+	}
+	stop = true;
+	for (int k = 0; k < 3; k++)
+		pthread_join(t[k], NULL);
+	for (int k = 0; k < 3; k++)
+		if (r[k].failed)
+			fail_msg("thread %d: %s", k, r[k].failed);
+	printf("match races: %llu + %llu matches (%llu + %llu full), %llu churn puts\n",
+	       (unsigned long long)r[0].rounds, (unsigned long long)r[1].rounds,
+	       (unsigned long long)r[0].full, (unsigned long long)r[1].full,
+	       (unsigned long long)r[2].rounds);
+	assert_true(r[0].full > 0 && r[1].full > 0);
+	st = stats_of(s);
+	assert_true(st.evictions > 0);
+	assert_int_equal(st.leases_active, 0); /* every lessee freed */
+	assert_check(s);
+	store_close(s);
+}
+
+/* A MATCH that completes while an eviction pass holds the lock, before
+ * the pass decides (the window a lock-free reader can hit): the lease it
+ * was granted must keep its block from being the victim. */
+struct window_match {
+	struct store *s;
+	uint32_t ns;
+	struct store_lessee *l;
+	uint8_t key[STORE_KEY_BYTES];
+	pthread_t thread;
+	uint32_t matched;
+	int rc, fired;
+};
+
+static void *window_match_thread(void *arg)
+{
+	struct window_match *w = arg;
+	uint32_t granted = 0;
+
+	w->rc = store_match(w->s, w->ns, (const uint8_t (*)[STORE_KEY_BYTES])w->key, 1, 10000,
+			    w->l, &w->matched, &granted);
+	return NULL;
+}
+
+/* The eviction hook: run the MATCH in another thread and wait for it
+ * (it must not need the lock this thread holds). */
+static void window_hook(void *arg)
+{
+	struct window_match *w = arg;
+
+	if (w->fired++)
+		return;
+	assert_int_equal(pthread_create(&w->thread, NULL, window_match_thread, w), 0);
+	pthread_join(w->thread, NULL);
+}
+
+static void test_match_lease_in_eviction_window(void **state)
+{
+	struct store *s = open_store(4 * PAGE, PAGE, 0, 60000);
+	struct window_match w = { .s = s, .ns = ns_of(s, "w") };
+	struct store_ref ref;
+	uint8_t other[STORE_KEY_BYTES];
+	uint32_t n = 0;
+
+	(void)state;
+	w.l = store_lessee_new(s);
+	assert_non_null(w.l);
+	/* block 1 is the least recently used of four: the next victim */
+	for (uint64_t id = 1; id <= 4; id++)
+		assert_int_equal(put_id(s, w.ns, id, 0, PAGE), 0);
+	key_of(1, w.key);
+	/* the matching thread's first MATCH registers its log (that takes
+	 * the lock once); later ones do not */
+	assert_int_equal(pthread_create(&w.thread, NULL, window_match_thread, &w), 0);
+	pthread_join(w.thread, NULL);
+	assert_int_equal(w.rc, 0);
+	assert_int_equal(w.matched, 1);
+	store_lessee_free(s, w.l);
+	w.l = store_lessee_new(s);
+	assert_non_null(w.l);
+	/* recency back to: 1 oldest */
+	for (uint64_t id = 2; id <= 4; id++) {
+		key_of(id, other);
+		assert_int_equal(store_match(s, w.ns, (const uint8_t (*)[STORE_KEY_BYTES])other, 1,
+					     0, NULL, &n, NULL), 0);
+	}
+	w.fired = 0;
+	store_debug_evict_hook(s, window_hook, &w);
+	assert_int_equal(put_id(s, w.ns, 5, 0, PAGE), 0); /* evicts one block */
+	store_debug_evict_hook(s, NULL, NULL);
+	assert_int_equal(w.fired, 1);
+	assert_int_equal(w.rc, 0);
+	assert_int_equal(w.matched, 1);
+	/* the leased block stayed; another one went */
+	assert_int_equal(store_get(s, w.ns, w.key, w.l, &ref), 0);
+	store_release(s, ref.block);
+	assert_int_equal(stats_of(s).evictions, 1);
+	assert_check(s);
+	store_lessee_free(s, w.l);
+	store_close(s);
+}
+
+/* A lessee that matches the same chain again only extends its leases:
+ * the lease records its MATCHes took are reused, not piled up. */
+static void test_match_lease_records_reused(void **state)
+{
+	struct store *s = open_store(64 * PAGE, PAGE, 0, 60000);
+	uint32_t ns = ns_of(s, "again"), n = 0, granted = 0;
+	struct store_lessee *l = store_lessee_new(s);
+	uint64_t ids[16];
+	uint8_t keys[16][STORE_KEY_BYTES];
+	uint64_t bytes_after_two = 0;
+
+	(void)state;
+	assert_non_null(l);
+	for (uint64_t i = 0; i < 16; i++) {
+		ids[i] = i + 1;
+		assert_int_equal(put_id(s, ns, i + 1, i, PAGE), 0);
+	}
+	keys_of(ids, 16, keys);
+	for (int round = 0; round < 200; round++) {
+		assert_int_equal(store_match(s, ns, keys, 16, 5000, l, &n, &granted), 0);
+		assert_int_equal(n, 16);
+		assert_int_equal(granted, 5000);
+		if (round == 1)
+			bytes_after_two = stats_of(s).index_bytes;
+	}
+	assert_int_equal(stats_of(s).leases_active, 16);
+	assert_int_equal(stats_of(s).index_bytes, bytes_after_two);
+	assert_check(s);
+	store_lessee_free(s, l);
+	assert_int_equal(stats_of(s).leases_active, 0);
+	store_close(s);
+}
+
 static void test_lease_lifecycle(void **state)
 {
 	struct store *s = open_store(64 * PAGE, PAGE, 0, 1000);
@@ -2068,6 +2310,9 @@ int main(void)
 		cmocka_unit_test(test_close_with_leases),
 		cmocka_unit_test(test_check_detects_hole),
 		cmocka_unit_test(test_random_sequences),
+		cmocka_unit_test(test_match_races_evictions),
+		cmocka_unit_test(test_match_lease_records_reused),
+		cmocka_unit_test(test_match_lease_in_eviction_window),
 		cmocka_unit_test(test_print_figures),
 	};
 
