@@ -177,8 +177,38 @@ void store_lru_sync_locked(struct store *s, struct store_block *b)
 			heap_insert(s, k, b);
 }
 
+/*
+ * Aging: last_use and the clock are 32 bits, so before the clock passes
+ * UINT32_MAX every header in use (VISIBLE or REMOVED; a reservation's
+ * union holds its pending parent key, and a free header has state 0) and
+ * the clock are halved. Halving is monotone - a <= b gives a / 2 <= b / 2
+ * - so every order that held still holds, as equal or the same way:
+ * each LRU heap (parent <= child) stays a valid heap without a single
+ * move, the clock stays >= every last_use, reclaim's recent/old cut and
+ * the quota victim scan still see the same older/newer relation. What is
+ * lost is strictness: 2k and 2k+1 both become k, so two blocks used at
+ * consecutive counts may tie (either can go first). A block used after
+ * the pass gets clock + 1, above every halved value, so "used since"
+ * stays exact.
+ */
+void store_lru_age_locked(struct store *s)
+{
+	for (uint32_t c = 0; c < s->slab.nchunks; c++) {
+		uint32_t count;
+		struct store_block *b = store_slab_chunk(&s->slab, c, &count);
+
+		for (uint32_t i = 0; i < count; i++, b++)
+			if (b->state == STORE_BLOCK_VISIBLE || b->state == STORE_BLOCK_REMOVED)
+				b->last_use /= 2;
+	}
+	s->clock /= 2;
+	s->clock_epoch++;
+}
+
 void store_lru_touch_locked(struct store *s, struct store_block *b)
 {
+	if (s->clock == UINT32_MAX)
+		store_lru_age_locked(s);
 	b->last_use = ++s->clock;
 	for (int k = 0; k < STORE_LRU_KINDS; k++) {
 		uint32_t i = store_lru_slot(b, k);

@@ -218,6 +218,9 @@ static int check_visible(struct checker *c, const struct store_ns *ns, const str
 		return fail(c, "block %s not in the index", hex8(b->node.key, k));
 	if (b->pages == 0 || b->pad_bytes >= STORE_PAGE_BYTES)
 		return fail(c, "block %s extent size wrong", hex8(b->node.key, k));
+	if (b->last_use > c->s->clock)
+		return fail(c, "block %s used at %u, after the clock %u", hex8(b->node.key, k),
+			    b->last_use, c->s->clock);
 	rc = check_membership(c, b);
 	if (!rc)
 		rc = check_copies(c, b);
@@ -247,6 +250,26 @@ static void tally_add(struct tally *t, const struct store_block *b)
 		t->nvme_blocks++;
 		t->nvme_payload += store_block_length(b);
 	}
+}
+
+/* Exactly the headers in use have a state (free ones 0): the aging pass
+ * (store_lru_age_locked) tells them apart by it. */
+static int check_slab_states(struct checker *c)
+{
+	const struct store_slab *sl = &c->s->slab;
+	uint64_t used = 0;
+
+	for (uint32_t ch = 0; ch < sl->nchunks; ch++) {
+		uint32_t count;
+		const struct store_block *b = store_slab_chunk(sl, ch, &count);
+
+		for (uint32_t i = 0; i < count; i++)
+			used += b[i].state != 0;
+	}
+	if (used != sl->live)
+		return fail(c, "%llu block headers have a state, %llu in use",
+			    (unsigned long long)used, (unsigned long long)sl->live);
+	return 0;
 }
 
 /* Every namespace's blocks, and the pool-wide totals they add up to. */
@@ -358,7 +381,7 @@ static int check_hidden(struct checker *c)
 		return fail(c, "%llu block headers in use, %llu visible, reserved or removed",
 			    (unsigned long long)s->slab.live,
 			    (unsigned long long)(s->blocks + nres + nz));
-	return 0;
+	return check_slab_states(c);
 }
 
 /* Each LRU heap holds only its members, each at its slot, ordered; the
@@ -693,4 +716,38 @@ void store_debug_evict_hook(struct store *s, void (*fn)(void *arg), void *arg)
 	s->evict_hook = fn;
 	s->evict_hook_arg = arg;
 	pthread_mutex_unlock(&s->lock);
+}
+
+int store_debug_clock_set(struct store *s, uint32_t clock)
+{
+	int rc = 0;
+
+	store_lock(s);
+	if (clock < s->clock)
+		rc = -EINVAL;
+	else
+		s->clock = clock;
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+void store_debug_clock(struct store *s, uint32_t *clock, uint32_t *epoch)
+{
+	store_lock(s);
+	*clock = s->clock;
+	*epoch = s->clock_epoch;
+	pthread_mutex_unlock(&s->lock);
+}
+
+int store_debug_last_use(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			 uint32_t *last_use)
+{
+	struct store_block *b;
+
+	store_lock(s);
+	b = store_find_locked(s, ns_id, key);
+	if (b)
+		*last_use = b->last_use;
+	pthread_mutex_unlock(&s->lock);
+	return b ? 0 : -ENOENT;
 }

@@ -175,8 +175,8 @@ static void take_locked(struct store *s, struct demote_batch *db, struct store_b
 	r->segment = it->seg;
 	r->offset = it->off;
 	r->length = store_block_length(b);
-	r->checksum = b->checksum;
-	r->last_use = b->last_use;
+	r->checksum = store_block_checksum(b);
+	r->last_use = store_use_stamp(s, b);
 	db->iov[db->n].iov_base = store_arena_ptr(s->arena, b->first_page);
 	db->iov[db->n].iov_len = store_extent_bytes(b);
 	sg->fill_bytes += store_extent_bytes(b);

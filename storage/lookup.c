@@ -14,7 +14,7 @@ static void fill_ref(const struct store *s, struct store_block *b, struct store_
 	out->block = b;
 	out->data = store_arena_ptr(s->arena, b->first_page);
 	out->length = store_block_length(b);
-	out->checksum = b->checksum;
+	out->checksum = store_block_checksum(b);
 	out->tier = tier;
 }
 

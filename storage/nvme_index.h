@@ -40,7 +40,8 @@ struct store_nvme_rec {
 	uint64_t offset;                 /* bytes into the segment, 4 KiB aligned */
 	uint64_t length;                 /* payload bytes (the extent is rounded up to 4 KiB) */
 	uint64_t checksum;               /* xxh3-64 taken when the block entered the pool */
-	uint64_t last_use;               /* store use clock when written (restores LRU order) */
+	uint64_t last_use;               /* use stamp when written: aging epoch << 32 | last_use
+					  * (store_use_stamp; restores LRU order) */
 };
 
 /* Open or create the RocksDB database at `path` (a directory). Creates it

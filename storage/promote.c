@@ -100,7 +100,7 @@ static void finish_locked(struct store *s, struct store_promo *p, int status)
 			w->out->block = b;
 			w->out->data = store_arena_ptr(s->arena, b->first_page);
 			w->out->length = store_block_length(b);
-			w->out->checksum = b->checksum;
+			w->out->checksum = store_block_checksum(b);
 			w->out->tier = 2;
 		}
 		w->done(w->arg, status);
@@ -174,7 +174,8 @@ void store_promo_run_locked(struct store *s, struct store_promo *p)
 {
 	struct store_tier *t = s->tier;
 	struct store_block *b = p->block;
-	uint64_t ext = store_extent_bytes(b), length = store_block_length(b), checksum = b->checksum, off;
+	uint64_t ext = store_extent_bytes(b), length = store_block_length(b), off;
+	uint64_t checksum = store_block_checksum(b);
 	uint32_t seg;
 	int err;
 

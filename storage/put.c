@@ -79,7 +79,7 @@ static void init_reservation(struct store_block *b, struct store_ns *ns, const u
 	b->has_parent = has_parent(parent);
 	b->state = STORE_BLOCK_RESERVED;
 	store_block_set_length(b, length);
-	b->checksum = checksum;
+	store_block_set_checksum(b, checksum);
 	b->heap_idx[0] = STORE_HEAP_NONE;
 	b->heap_idx[1] = STORE_HEAP_NONE;
 }
@@ -253,7 +253,7 @@ static int commit_locked(struct store *s, struct store_block *b, uint64_t sum)
 	struct store_ns *ns = store_block_ns(s, b);
 	struct store_block *p = NULL;
 
-	if (sum != b->checksum) {
+	if (sum != store_block_checksum(b)) {
 		s->checksum_errors++;
 		ns->put_errors++;
 		return -EBADMSG;

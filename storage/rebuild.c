@@ -10,12 +10,13 @@
  *     overlaps another record's (which of the two is right cannot be
  *     known; both go).
  *  3. Blocks: each valid record becomes an NVMe-only block with its
- *     last_use; parents are linked; every block not reachable from a
+ *     last_use (halved once per aging pass between the record's epoch and
+ *     the newest record's, store_use_unstamp); parents are linked; every block not reachable from a
  *     first block (its parent, or an ancestor's, did not survive: it was
  *     in DRAM only, or dropped above) is an orphan: dropped and counted
  *     (orphans_dropped). So the no-holes rule holds from the first request.
  *  4. Segments: a segment holding blocks is sealed, filled up to its last
- *     extent, aged by its newest last_use; the others are free.
+ *     extent, aged by its newest use stamp; the others are free.
  *  5. The dropped records are deleted; namespaces left with no block are
  *     dropped on disk (one range delete each).
  * rebuild_ms and rebuild_blocks time and count it.
@@ -49,6 +50,7 @@ struct rebuild {
 	uint64_t invalid, orphans, kept;
 	uint64_t lost;               /* records in segment files missing or short at open */
 	uint32_t first_lost_seg;
+	uint32_t epoch;              /* newest aging epoch of a record (store_use_stamp) */
 };
 
 /* Grow *arr (elements of size `size`) to hold one more. */
@@ -92,6 +94,8 @@ static int on_rec(void *arg, const struct store_nvme_rec *rec)
 	if (grow((void **)&rb->recs, &rb->recs_cap, rb->nrecs, sizeof(*rb->recs)))
 		return -ENOMEM;
 	rb->recs[rb->nrecs++] = *rec;
+	if (rec->last_use >> 32 > rb->epoch)
+		rb->epoch = (uint32_t)(rec->last_use >> 32);
 	return 0;
 }
 
@@ -209,8 +213,8 @@ static struct store_block *block_of_locked(struct store *s, const struct store_n
 	b->has_parent = r->has_parent; /* resolved from r->parent by mark_reachable_locked */
 	b->state = STORE_BLOCK_VISIBLE;
 	store_block_set_length(b, r->length);
-	b->checksum = r->checksum;
-	b->last_use = r->last_use;
+	store_block_set_checksum(b, r->checksum);
+	b->last_use = store_use_unstamp(r->last_use, s->clock_epoch);
 	b->heap_idx[0] = STORE_HEAP_NONE;
 	b->heap_idx[1] = STORE_HEAP_NONE;
 	return b;
@@ -354,11 +358,12 @@ static void publish_locked(struct rebuild *rb)
 			sg->fill_bytes = r->offset + store_extent_bytes(b);
 		if (r->last_use > sg->seq)
 			sg->seq = r->last_use;
-		if (r->last_use > s->clock)
-			s->clock = r->last_use;
+		if (r->last_use > t->next_seq)
+			t->next_seq = r->last_use;
+		if (b->last_use > s->clock)
+			s->clock = b->last_use;
 		rb->kept++;
 	}
-	t->next_seq = s->clock;
 }
 
 /* Delete dropped records, and drop on disk the namespaces with no block
@@ -442,6 +447,8 @@ static int build(struct rebuild *rb)
 	if (rc)
 		return rc;
 	store_lock(s);
+	/* last_use of records from older epochs is halved once per pass since */
+	s->clock_epoch = rb->epoch;
 	rc = make_blocks_locked(rb);
 	if (!rc)
 		rc = mark_reachable_locked(rb);

@@ -237,8 +237,8 @@ static void plan_move_locked(struct store *s, struct reclaim *rc, struct store_b
 	r->segment = rc->target;
 	r->offset = m->new_off;
 	r->length = store_block_length(b);
-	r->checksum = b->checksum;
-	r->last_use = b->last_use;
+	r->checksum = store_block_checksum(b);
+	r->last_use = store_use_stamp(s, b);
 	tg->fill_bytes += m->ext;
 	if (!m->from_dram && m->ext > rc->bounce_bytes)
 		rc->bounce_bytes = m->ext;
@@ -304,7 +304,7 @@ static int move_one(struct store *s, struct reclaim *rc, struct move *m, void *b
 			m->status = -EIO;
 			return 0;
 		}
-		if (XXH3_64bits(bounce, store_block_length(m->b)) != m->b->checksum) {
+		if (XXH3_64bits(bounce, store_block_length(m->b)) != store_block_checksum(m->b)) {
 			m->status = -EBADMSG;
 			return 0;
 		}

@@ -7,7 +7,7 @@
  * chunk of any header is its address rounded down, and each header has a
  * 32-bit id (chunk number * headers per chunk + slot + 1; 0 is never an
  * id). Freed headers go on a free list threaded through their first four
- * bytes and are reused first. Chunks are never returned before
+ * bytes (state 0) and are reused first. Chunks are never returned before
  * store_slab_destroy: a pool that once held N blocks keeps N headers' worth
  * (counted in index_bytes), which is what it needs to hold them again.
  *
@@ -110,10 +110,16 @@ void store_slab_free(struct store_slab *sl, struct store_block *b)
 {
 	uint32_t id = store_slab_id(b);
 
-	b->state = 0; /* a stale MATCH intent must not take it for a block */
+	b->state = 0; /* free: aging skips it, a stale MATCH intent ignores it */
 	memcpy(b, &sl->free_head, sizeof(sl->free_head));
 	sl->free_head = id;
 	sl->live--;
+}
+
+struct store_block *store_slab_chunk(const struct store_slab *sl, uint32_t c, uint32_t *count)
+{
+	*count = c + 1 == sl->nchunks ? sl->fresh : STORE_SLAB_PER_CHUNK;
+	return (struct store_block *)(void *)(sl->chunks[c] + STORE_SLAB_HDR_BYTES);
 }
 
 uint64_t store_slab_bytes(const struct store_slab *sl)

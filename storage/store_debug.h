@@ -22,6 +22,23 @@ int store_debug_remove_one(struct store *s, uint32_t ns_id, const uint8_t key[ST
  * its lease must still be seen. */
 void store_debug_evict_hook(struct store *s, void (*fn)(void *arg), void *arg);
 
+/* ---- the use clock (store_impl.h: 32 bits, aged near UINT32_MAX) ---- */
+
+/* Move the pool's use clock forward to `clock`, so that the use after
+ * clock == UINT32_MAX runs the aging pass first. Blocks keep their
+ * last_use. Errors: -EINVAL (clock is behind the current one: later uses
+ * would look older than earlier ones). */
+int store_debug_clock_set(struct store *s, uint32_t clock);
+
+/* The use clock now, and how many aging passes it has had (restored from
+ * the NVMe records at a restart). */
+void store_debug_clock(struct store *s, uint32_t *clock, uint32_t *epoch);
+
+/* The last_use of visible block (ns_id, key): the clock at its last put,
+ * GET or MATCH, halved by each aging pass since. Errors: -ENOENT. */
+int store_debug_last_use(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			 uint32_t *last_use);
+
 /* ---- NVMe tier ---- */
 
 /* Demote every dirty DRAM block now, whatever the watermark, and wait

@@ -48,12 +48,25 @@
  *   DIRTY  NVMe tier only: VISIBLE, in DRAM, not on NVMe, not being
  *          demoted: what the demoter writes next.
  *
- * Memory per block (index_bytes): a 120-byte header from the slab
+ * Memory per block (index_bytes): a 116-byte header from the slab
  * (slab.c), named by a 32-bit id; the hash table, the heaps, parent and
  * child links and the block lists hold ids, not pointers (a 4-byte bucket
  * and a 4-byte EVICT heap slot per block). Leases, promotions in flight
  * and namespaces live in their own tables, found by block or by id, so a
- * block pays nothing for them.
+ * block pays nothing for them. The header has no 8-byte field, so it
+ * packs at 4-byte alignment: the checksum is 8 unaligned bytes
+ * (store_block_checksum) and last_use a 32-bit use count.
+ *
+ * The use clock (s->clock) is 32 bits. When it is about to pass
+ * UINT32_MAX, store_lru_touch_locked first ages the pool
+ * (store_lru_age_locked): every header in use gets last_use / 2, and so
+ * does the clock. That is one pass over the headers, under the lock,
+ * every 2^31 uses: about 3 ms at a million blocks (tests/bench/index_bytes
+ * --aging), every 2.4 hours at 250k uses per second. The price in order: two blocks whose last uses were
+ * consecutive counts may become equal (ties break by heap position);
+ * after k passes, uses less than 2^k counts apart may. NVMe records keep
+ * the number of passes with last_use (store_use_stamp), so a restart puts
+ * blocks demoted in different epochs back in one order.
  */
 #ifndef KVPOOL_STORE_IMPL_H
 #define KVPOOL_STORE_IMPL_H
@@ -62,6 +75,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "arena.h"
 #include "index.h"
@@ -141,7 +155,10 @@ struct store_block {
 	struct store_index_node node;     /* ns_id, key, hash chain (40 bytes) */
 	uint32_t first_page;              /* arena extent start (valid when in_dram) */
 	uint32_t pages;                   /* extent: 4 KiB pages of the payload */
-	uint64_t checksum;                /* xxh3-64 given by the client */
+	/* xxh3-64 given by the client, host order, 8 unaligned bytes so
+	 * that nothing in the header needs 8-byte alignment: read and
+	 * written only by store_block_checksum / store_block_set_checksum */
+	uint8_t xxh3[8];
 	/* slots in the LRU heaps, STORE_HEAP_NONE if not in one: [0] EVICT,
 	 * [1] CLEAN or DIRTY (never both: on_nvme or not), which one is
 	 * slot1_clean (store_lru_slot) */
@@ -164,7 +181,9 @@ struct store_block {
 		/* VISIBLE and REMOVED (zeroed when a reservation is published;
 		 * nobody finds a reservation, so it holds no refs) */
 		struct {
-			uint64_t last_use;        /* s->clock at last put, GET or MATCH */
+			/* s->clock at last put, GET or MATCH (halved by each
+			 * aging pass); first member: publish zeroes from here */
+			uint32_t last_use;
 			uint32_t refs;            /* GET pins + pins by child reservations + I/O */
 			uint32_t seg;             /* NVMe segment (when on_nvme) */
 			uint32_t seg_page;        /* offset in it in 4 KiB pages (store_seg_off) */
@@ -230,6 +249,29 @@ void store_quiesce(struct store *s);
 /* Free every log (store_close, no other thread left). */
 void store_match_free_logs(struct store *s);
 
+/* The header is paid once per block (index_bytes): 116 bytes, 4-byte
+ * aligned, so the slab packs 9039 per 1 MiB chunk. Nothing in it needs
+ * more than 4-byte alignment (ids, the free list's link in its first 4
+ * bytes, the chunk number at the chunk's start): a field that would
+ * (a uint64_t) grows it back to 120 and fails here. */
+_Static_assert(sizeof(struct store_block) == 116, "block header is 116 bytes");
+_Static_assert(_Alignof(struct store_block) == 4, "block header is 4-byte aligned");
+
+/* The client's xxh3-64 of b's payload. */
+static inline uint64_t store_block_checksum(const struct store_block *b)
+{
+	uint64_t sum;
+
+	memcpy(&sum, b->xxh3, sizeof(sum));
+	return sum;
+}
+
+/* Record sum as b's checksum. */
+static inline void store_block_set_checksum(struct store_block *b, uint64_t sum)
+{
+	memcpy(b->xxh3, &sum, sizeof(sum));
+}
+
 /* ---- slab.c: block headers ---- */
 
 #define STORE_SLAB_CHUNK_BYTES (1u << 20)  /* one mapping, aligned to its size */
@@ -254,8 +296,12 @@ struct store_slab {
 int store_slab_init(struct store_slab *sl);
 /* A zeroed header, or NULL without memory. */
 struct store_block *store_slab_alloc(struct store_slab *sl);
-/* Give header b back (it is on no list any more). */
+/* Give header b back (it is on no list any more). Its state becomes 0:
+ * a free header is told from one in use by its state. */
 void store_slab_free(struct store_slab *sl, struct store_block *b);
+/* The headers of chunk c (< nchunks): the first, and in *count how many
+ * were handed out at least once (in use or free, by their state). */
+struct store_block *store_slab_chunk(const struct store_slab *sl, uint32_t c, uint32_t *count);
 /* Bytes held: chunks and the chunk table. */
 uint64_t store_slab_bytes(const struct store_slab *sl);
 /* Unmap every chunk (every header goes). */
@@ -505,7 +551,8 @@ struct store {
 	struct store_index index;     /* visible blocks only (either tier) */
 	struct store_heap lru[STORE_LRU_KINDS];
 	uint64_t clean_pages;         /* pages of the blocks in lru[STORE_LRU_CLEAN] */
-	uint64_t clock;               /* use counter for last_use */
+	uint32_t clock;               /* use counter for last_use (aged near UINT32_MAX) */
+	uint32_t clock_epoch;         /* aging passes so far, restored by rebuild */
 	struct store_ns **ns;         /* live namespaces in creation order */
 	uint32_t nns, ns_cap;
 	uint32_t next_ns_id;          /* id for the next new namespace */
@@ -559,6 +606,24 @@ static inline void store_wr_end(struct store *s)
 {
 	if (--s->wr_depth == 0)
 		store_index_write_end(&s->index);
+}
+
+/* What an NVMe record keeps of b's last use: the aging passes so far in
+ * the high 32 bits, last_use in the low ones (store_use_unstamp). */
+static inline uint64_t store_use_stamp(const struct store *s, const struct store_block *b)
+{
+	return (uint64_t)s->clock_epoch << 32 | b->last_use;
+}
+
+/* The last_use a block stamped `stamp` would have now, after the aging
+ * passes up to `epoch` (each halves it). A stamp from a later epoch
+ * (never written so) counts as this one. */
+static inline uint32_t store_use_unstamp(uint64_t stamp, uint32_t epoch)
+{
+	uint32_t e = (uint32_t)(stamp >> 32), use = (uint32_t)stamp;
+	uint32_t shift = e < epoch ? epoch - e : 0;
+
+	return shift >= 32 ? 0 : use >> shift;
 }
 
 /* ---- block headers by id: parents, children, rings ---- */
@@ -682,8 +747,12 @@ bool store_block_evictable(const struct store_block *b);
 bool store_lru_member(const struct store *s, const struct store_block *b, enum store_lru_kind kind);
 /* Put b in each heap or take it out so membership matches the rules. */
 void store_lru_sync_locked(struct store *s, struct store_block *b);
-/* Mark b used now (most recent). */
+/* Mark b used now (most recent); ages the pool first when the clock is
+ * at UINT32_MAX. */
 void store_lru_touch_locked(struct store *s, struct store_block *b);
+/* Halve last_use of every header in use, and the clock: one pass over
+ * the slab (store_lru_touch_locked, and the clock test hook). */
+void store_lru_age_locked(struct store *s);
 /* Room in the heaps for `count` blocks. Errors: -ENOMEM. */
 int store_lru_reserve_locked(struct store *s, uint64_t count);
 /* Give back a block's pages (if in DRAM) and header (on no list any more). */

@@ -893,6 +893,137 @@ static void test_lru_order_among_leaves(void **state)
 	store_close(s);
 }
 
+/* ---- aging of the 32-bit use clock ---- */
+
+static uint32_t last_use_of(struct store *s, uint32_t ns, uint64_t id)
+{
+	uint8_t key[STORE_KEY_BYTES];
+	uint32_t use = 0;
+
+	key_of(id, key);
+	assert_int_equal(store_debug_last_use(s, ns, key, &use), 0);
+	return use;
+}
+
+static uint32_t clock_of(struct store *s, uint32_t *epoch)
+{
+	uint32_t clock, e;
+
+	store_debug_clock(s, &clock, &e);
+	if (epoch)
+		*epoch = e;
+	return clock;
+}
+
+/* Move the clock one count on, as another block's use would. */
+static void clock_skip(struct store *s)
+{
+	assert_int_equal(store_debug_clock_set(s, clock_of(s, NULL) + 1), 0);
+}
+
+/* When the clock is about to wrap, the next use halves every block's
+ * last_use and the clock: blocks used before and after the pass are still
+ * evicted least recently used first, and the pool still checks. */
+static void test_aging_keeps_lru_order(void **state)
+{
+	struct store *s = open_store(6 * PAGE, PAGE, 0, 0);
+	uint32_t ns = ns_of(s, "m"), before[4], epoch;
+	uint8_t key[STORE_KEY_BYTES];
+	struct store_ref ref;
+
+	(void)state;
+	assert_int_equal(store_debug_clock_set(s, UINT32_MAX - 20), 0);
+	assert_int_equal(store_debug_clock_set(s, UINT32_MAX - 21), -EINVAL);
+	/* 1, 2, 3 with a use of something else between each: distinct
+	 * after halving (uses at consecutive counts may tie) */
+	for (uint64_t id = 1; id <= 3; id++) {
+		assert_int_equal(put_id(s, ns, id, 0, PAGE), 0);
+		before[id] = last_use_of(s, ns, id);
+		clock_skip(s);
+	}
+	assert_int_equal(before[1], UINT32_MAX - 19);
+	assert_true(before[1] < before[2] && before[2] < before[3]);
+	assert_int_equal(store_debug_clock_set(s, UINT32_MAX), 0);
+	/* this GET of 1 is the use that ages the pool first */
+	key_of(1, key);
+	assert_int_equal(store_get(s, ns, key, NULL, &ref), 0);
+	store_release(s, ref.block);
+	assert_int_equal(clock_of(s, &epoch), UINT32_MAX / 2 + 1);
+	assert_int_equal(epoch, 1);
+	assert_int_equal(last_use_of(s, ns, 1), UINT32_MAX / 2 + 1);
+	assert_int_equal(last_use_of(s, ns, 2), before[2] / 2);
+	assert_int_equal(last_use_of(s, ns, 3), before[3] / 2);
+	assert_check(s);
+	/* 4, 5, 6 after the pass fill the pool */
+	for (uint64_t id = 4; id <= 6; id++)
+		assert_int_equal(put_id(s, ns, id, 0, PAGE), 0);
+	assert_true(last_use_of(s, ns, 4) > last_use_of(s, ns, 1));
+	assert_check(s);
+	static const uint64_t order[] = { 2, 3, 1, 4, 5, 6 };
+	for (int i = 0; i < 6; i++) {
+		assert_int_equal(put_id(s, ns, 100 + (uint64_t)i, 0, PAGE), 0);
+		assert_false(stored(s, ns, order[i]));
+		for (int j = i + 1; j < 6; j++)
+			assert_true(stored(s, ns, order[j]));
+		assert_check(s);
+	}
+	assert_int_equal(stats_of(s).evictions, 6);
+	store_close(s);
+}
+
+/* The pass halves only headers in use by a visible or removed block: a
+ * reservation's header holds its pending parent's key where last_use
+ * would be, and must come through intact; a removed block still pinned by
+ * a GET is aged and freed at its release. */
+static void test_aging_spares_reservations(void **state)
+{
+	struct store *s = open_store(64 * PAGE, PAGE, 0, 0);
+	uint32_t ns = ns_of(s, "m");
+	uint8_t k1[STORE_KEY_BYTES], k2[STORE_KEY_BYTES], k9[STORE_KEY_BYTES];
+	uint8_t k8[1][STORE_KEY_BYTES];
+	struct store_block *b1, *b2;
+	struct store_ref ref;
+	uint32_t epoch, matched = 0;
+	uint64_t removed = 0;
+	void *d1, *d2;
+
+	(void)state;
+	key_of(1, k1);
+	key_of(2, k2);
+	key_of(9, k9);
+	key_of(8, k8[0]);
+	assert_int_equal(put_id(s, ns, 9, 0, PAGE), 0);
+	assert_int_equal(put_id(s, ns, 8, 0, PAGE), 0);
+	/* 9 removed while a GET holds it */
+	assert_int_equal(store_get(s, ns, k9, NULL, &ref), 0);
+	assert_int_equal(store_delete(s, ns, k9, &removed), 0);
+	assert_int_equal(removed, 1);
+	/* 2 waits for parent 1 of the same batch: pending by key */
+	assert_int_equal(store_put_begin(s, ns, k1, NULL, 0, 100, payload_sum(100, k1), &b1, &d1),
+			 0);
+	assert_int_equal(store_put_begin(s, ns, k2, k1, STORE_PUT_PARENT_IN_BATCH, 100,
+					 payload_sum(100, k2), &b2, &d2), 0);
+	fill_payload(d1, 100, k1);
+	fill_payload(d2, 100, k2);
+	assert_int_equal(store_debug_clock_set(s, UINT32_MAX), 0);
+	/* a MATCH of 8 ages the pool, the reservations and removed 9 with it */
+	assert_int_equal(store_match(s, ns, (const uint8_t (*)[STORE_KEY_BYTES])k8, 1, 0, NULL,
+				     &matched, NULL), 0);
+	assert_int_equal(matched, 1);
+	assert_int_equal(clock_of(s, &epoch), UINT32_MAX / 2 + 1);
+	assert_int_equal(epoch, 1);
+	assert_check(s);
+	assert_int_equal(store_put_commit(s, b1), 0);
+	assert_int_equal(store_put_commit(s, b2), 0); /* found its parent by key */
+	assert_true(stored(s, ns, 2));
+	assert_true(last_use_of(s, ns, 2) > last_use_of(s, ns, 8));
+	assert_true(payload_ok(ref.data, PAGE, k9)); /* the removed block's pages */
+	store_release(s, ref.block);
+	assert_int_equal(stats_of(s).blocks, 3);
+	assert_check(s);
+	store_close(s);
+}
+
 /* A namespace over its quota evicts its own LRU leaves, never another
  * namespace's blocks, never a block a child or a GET depends on, and
  * answers -EDQUOT when its own blocks cannot make room. */
@@ -2289,6 +2420,8 @@ int main(void)
 		cmocka_unit_test(test_checksum_failure),
 		cmocka_unit_test(test_inflight_limit),
 		cmocka_unit_test(test_lru_order_among_leaves),
+		cmocka_unit_test(test_aging_keeps_lru_order),
+		cmocka_unit_test(test_aging_spares_reservations),
 		cmocka_unit_test(test_chain_evicted_from_tail),
 		cmocka_unit_test(test_namespace_quota),
 		cmocka_unit_test(test_fill_98_percent),

@@ -3,7 +3,8 @@
  * small segments (1 MiB) and a small arena: demotion keeps blocks
  * matchable and byte-exact, more than DRAM holds comes back, admission,
  * no holes across tiers under churn (store_check after every step),
- * segment reclaim rewrites what must stay, warm rebuild and its orphans,
+ * segment reclaim rewrites what must stay, warm rebuild (its orphans, and
+ * the use order of blocks demoted on both sides of a clock aging pass),
  * corruption on NVMe is a counted miss that takes the descendants along,
  * a dropped namespace stays dropped, write failures fall back to DRAM
  * eviction and recover, store_get_async and store_drain.
@@ -565,6 +566,62 @@ static void test_rebuild(void **state)
 	assert_int_equal(f->errors, 0);
 }
 
+static uint32_t last_use_of(struct fixture *f, uint64_t id)
+{
+	uint8_t key[STORE_KEY_BYTES];
+	uint32_t use = 0;
+
+	key_of(id, key);
+	assert_int_equal(store_debug_last_use(f->s, f->ns, key, &use), 0);
+	return use;
+}
+
+/* Records keep the aging epoch with last_use: blocks demoted before an
+ * aging pass come back from a restart halved like the blocks in memory
+ * were, older than one demoted after it (not newer, as their raw counts
+ * near UINT32_MAX would say). */
+static void test_rebuild_across_aging(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 8 * MIB);
+	uint32_t clock, epoch, use1, use2, use3;
+
+	*state = f;
+	assert_int_equal(store_debug_clock_set(f->s, UINT32_MAX - 10), 0);
+	assert_int_equal(put_id(f, 1, 0), 0);
+	store_debug_clock(f->s, &clock, &epoch);
+	assert_int_equal(store_debug_clock_set(f->s, clock + 1), 0);
+	assert_int_equal(put_id(f, 2, 0), 0);
+	use1 = last_use_of(f, 1);
+	use2 = last_use_of(f, 2);
+	assert_int_equal(use1, UINT32_MAX - 9);
+	assert_int_equal(use2, UINT32_MAX - 7);
+	assert_int_equal(store_debug_nvme_demote_all(f->s), 0);
+	assert_int_equal(store_debug_clock_set(f->s, UINT32_MAX), 0);
+	assert_int_equal(put_id(f, 3, 0), 0); /* ages the pool first */
+	use3 = last_use_of(f, 3);
+	assert_int_equal(use3, UINT32_MAX / 2 + 1);
+	assert_int_equal(last_use_of(f, 1), use1 / 2);
+	assert_int_equal(store_debug_nvme_demote_all(f->s), 0);
+	assert_check(f->s);
+	close_fixture(f);
+	open_fixture(f);
+	assert_check(f->s);
+	assert_int_equal(stats_of(f->s).rebuild_blocks, 3);
+	store_debug_clock(f->s, &clock, &epoch);
+	assert_int_equal(epoch, 1);
+	assert_int_equal(clock, use3);
+	assert_int_equal(last_use_of(f, 1), use1 / 2);
+	assert_int_equal(last_use_of(f, 2), use2 / 2);
+	assert_int_equal(last_use_of(f, 3), use3);
+	/* uses go on above every rebuilt block; demotions too */
+	assert_int_equal(get_id(f, 1, NULL), 0);
+	assert_true(last_use_of(f, 1) > use3);
+	assert_int_equal(put_id(f, 4, 0), 0);
+	assert_int_equal(store_debug_nvme_demote_all(f->s), 0);
+	assert_check(f->s);
+	assert_int_equal(f->errors, 0);
+}
+
 /* A segment file cut short (or deleted) while kvpoold was down: records
  * reaching past what it still holds name bytes that are gone. Rebuild
  * drops them with a warning instead of serving the zeros of a regrown
@@ -896,6 +953,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_chain_longer_than_pool, teardown),
 		cmocka_unit_test_teardown(test_rebuild, teardown),
 		cmocka_unit_test_teardown(test_rebuild_orphans, teardown),
+		cmocka_unit_test_teardown(test_rebuild_across_aging, teardown),
 		cmocka_unit_test_teardown(test_rebuild_lost_segment, teardown),
 		cmocka_unit_test_teardown(test_corrupt_block, teardown),
 		cmocka_unit_test_teardown(test_drop_namespace_persists, teardown),
