@@ -485,13 +485,12 @@ static enum srv_next keys_op(struct srv_conn *c, enum srv_counter requests, key_
 static void exists_one(struct srv_conn *c, const uint8_t *key, struct proto_result *res)
 {
 	uint64_t length;
-	int rc = store_exists(c->w->srv->store, c->ns_id, key, &length);
+	uint8_t tier;
+	int rc = store_exists_where(c->w->srv->store, c->ns_id, key, &length, &tier);
 
 	res->status = proto_status_from_errno(rc);
 	if (rc == 0) {
-		/* With an NVMe tier the store does not say which tier holds
-		 * the block: "unknown" rather than a guess (PROTOCOL.md 6.4). */
-		res->tier = c->w->srv->conf.nvme_dir[0] ? PROTO_TIER_NONE : PROTO_TIER_DRAM;
+		res->tier = tier == 2 ? PROTO_TIER_NVME : PROTO_TIER_DRAM;
 		res->length = length;
 	}
 	srv_stats_add(&c->w->stats, rc == 0 ? SRV_C_exists_hits : SRV_C_exists_misses, 1);

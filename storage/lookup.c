@@ -147,12 +147,13 @@ void store_release(struct store *s, struct store_block *b)
 	pthread_mutex_unlock(&s->lock);
 }
 
-int store_exists(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
-		 uint64_t *length)
+int store_exists_where(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+		       uint64_t *length, uint8_t *tier)
 {
 	struct store_ns *ns;
 	struct store_block *b;
 	uint64_t len = 0;
+	uint8_t where = 0;
 
 	store_lock(s);
 	ns = store_ns_find_locked(s, ns_id);
@@ -163,14 +164,24 @@ int store_exists(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BY
 		else
 			ns->exists_misses++;
 	}
-	if (b)
+	if (b) {
 		len = store_block_length(b);
+		where = b->in_dram ? 1 : 2;
+	}
 	pthread_mutex_unlock(&s->lock);
 	if (!b)
 		return -ENOENT;
 	if (length)
 		*length = len;
+	if (tier)
+		*tier = where;
 	return 0;
+}
+
+int store_exists(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+		 uint64_t *length)
+{
+	return store_exists_where(s, ns_id, key, length, NULL);
 }
 
 int store_delete(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],

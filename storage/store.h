@@ -271,6 +271,12 @@ void store_release(struct store *s, struct store_block *b);
 int store_exists(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		 uint64_t *length);
 
+/* store_exists that also says where the block is: *tier = 1 when it has
+ * a DRAM copy (a GET answers at once), 2 when it is only on NVMe (a GET
+ * reads it first). length and tier may be NULL. Errors: -ENOENT. */
+int store_exists_where(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+		       uint64_t *length, uint8_t *tier);
+
 /* Prefix match: *matched = number of leading keys[0..count) stored. Marks
  * every matched block used. With lease_ms > 0 (capped at max_lease_ms) and
  * a lessee, pins the matched blocks; *lease_ms_granted (may be NULL)

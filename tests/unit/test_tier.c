@@ -301,8 +301,17 @@ static void test_demote_and_promote(void **state)
 				     NULL, &matched, NULL), 0);
 	assert_int_equal(matched, 20);
 	for (uint64_t id = 1; id <= 20; id++) {
+		uint64_t length = 0;
+
+		/* EXISTS says where the block is: NVMe only, then DRAM */
+		tier = 0;
+		assert_int_equal(store_exists_where(f->s, f->ns, keys[id - 1], &length, &tier), 0);
+		assert_int_equal(tier, 2);
+		assert_true(length > 0);
 		assert_int_equal(get_id(f, id, &tier), 0);
 		assert_int_equal(tier, 2);
+		assert_int_equal(store_exists_where(f->s, f->ns, keys[id - 1], NULL, &tier), 0);
+		assert_int_equal(tier, 1);
 		assert_check(f->s);
 	}
 	/* now in DRAM again */
