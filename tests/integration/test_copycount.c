@@ -1,13 +1,13 @@
 /*
  * test_copycount.c - kvpoold's hot path copies no payload in user space,
- * checked from outside the code: kvpoold runs under the LD_PRELOAD copy
+ * checked from outside the code: kvpoold runs under the LD_PRELOAD
  * counter of tests/bench/copycount.c while whole blocks are put and got,
  * and the bytes it passed to memcpy/memmove in calls of 4 KiB or more
  * must stay below 1% of the payload bytes it moved.
  *
- * The counter is checked first on a known copy (this binary, run again as
- * a probe under the same library), so a counter that counts nothing
- * cannot make the main test pass.
+ * The counter is checked first on known copies and allocations (this
+ * binary, run again as a probe under the same library), so a counter that
+ * counts nothing cannot make the main tests pass.
  *
  * Environment: KVPOOL_COPYCOUNT is the counter library (tests/run.sh sets
  * it). Under AddressSanitizer the compiler replaces kvpoold's memcpy calls
@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,10 +34,15 @@
 #define PROBE_MOVE_BYTES (64u << 10)
 #define PROBE_SMALL_BYTES 100u
 
-/* What the counter wrote at exit. */
+#define PROBE_ALLOCS 100
+#define PROBE_ALLOC_BYTES 1000u
+
+/* What the counter wrote (at exit, or in a snapshot). */
 struct counts {
 	uint64_t big_calls, big_bytes, all_calls, all_bytes, min_bytes;
+	uint64_t alloc_calls, alloc_bytes, free_calls, snapshots;
 	char callers[4096];  /* its "caller ..." lines */
+	char alloc_callers[4096]; /* its "alloc_caller ..." lines */
 };
 
 static char out_path[64];
@@ -59,7 +65,7 @@ static void counts_read(struct counts *c)
 	FILE *f = fopen(out_path, "r");
 	char line[512], key[32];
 	unsigned long long v;
-	size_t used = 0;
+	size_t used = 0, aused = 0;
 
 	memset(c, 0, sizeof(*c));
 	if (!f)
@@ -71,6 +77,15 @@ static void counts_read(struct counts *c)
 			if (used + n < sizeof(c->callers)) {
 				memcpy(c->callers + used, line, n + 1);
 				used += n;
+			}
+			continue;
+		}
+		if (!strncmp(line, "alloc_caller ", 13)) {
+			size_t n = strlen(line);
+
+			if (aused + n < sizeof(c->alloc_callers)) {
+				memcpy(c->alloc_callers + aused, line, n + 1);
+				aused += n;
 			}
 			continue;
 		}
@@ -86,6 +101,14 @@ static void counts_read(struct counts *c)
 			c->all_bytes = v;
 		else if (!strcmp(key, "min_bytes"))
 			c->min_bytes = v;
+		else if (!strcmp(key, "alloc_calls"))
+			c->alloc_calls = v;
+		else if (!strcmp(key, "alloc_bytes"))
+			c->alloc_bytes = v;
+		else if (!strcmp(key, "free_calls"))
+			c->free_calls = v;
+		else if (!strcmp(key, "snapshots"))
+			c->snapshots = v;
 	}
 	fclose(f);
 }
@@ -104,7 +127,15 @@ static void preload_off(void)
 {
 	unsetenv("LD_PRELOAD");
 	unsetenv("COPYCOUNT_OUT");
+	unsetenv("COPYCOUNT_SIGNAL");
 	unsetenv("ASAN_OPTIONS");
+}
+
+/* The signal that asks the counter for a snapshot: a real-time one,
+ * which kvpoold neither handles nor ignores. */
+static int snap_signal(void)
+{
+	return SIGRTMIN + 2;
 }
 
 /* ---- the probe: this binary run again, making known copies ---------------- */
@@ -112,6 +143,21 @@ static void preload_off(void)
 /* Through a volatile pointer, so the compiler cannot inline the copy. */
 static void *(*volatile copy_fn)(void *, const void *, size_t) = memcpy;
 static void *(*volatile move_fn)(void *, const void *, size_t) = memmove;
+static void *(*volatile malloc_fn)(size_t) = malloc;
+
+/* PROBE_ALLOCS allocations of PROBE_ALLOC_BYTES (through a volatile
+ * pointer: the compiler may drop a malloc/free pair it can see). */
+static int probe_allocs(void)
+{
+	void *p[PROBE_ALLOCS];
+
+	for (int i = 0; i < PROBE_ALLOCS; i++)
+		if (!(p[i] = malloc_fn(PROBE_ALLOC_BYTES)))
+			return 1;
+	for (int i = 0; i < PROBE_ALLOCS; i++)
+		free(p[i]);
+	return 0;
+}
 
 static int probe_main(void)
 {
@@ -121,21 +167,31 @@ static int probe_main(void)
 	copy_fn(b, a, PROBE_BIG_BYTES);
 	move_fn(b + 1, b, PROBE_MOVE_BYTES);
 	copy_fn(a, b, PROBE_SMALL_BYTES);
+	if (probe_allocs())
+		return 1;
+	/* The snapshot signal writes the report now; exit rewrites it. */
+	if (raise(snap_signal()))
+		return 1;
+	if (probe_allocs())
+		return 1;
 	return b[PROBE_BIG_BYTES - 1] == 7 && b[1] == 7 ? 0 : 1;
 }
 
 /* The counter counts a known memcpy and memmove as big, a small copy as
- * a call only, and writes its report at exit. */
+ * a call only, known allocations and their callers after a snapshot, and
+ * writes its report at exit. */
 static void test_counter_counts_known_copies(void **state)
 {
 	char *argv[] = { (char *)self_path, PROBE_ARG, NULL };
 	const char *lib = copycount_lib();
 	struct counts c;
-	char *out = NULL;
+	char *out = NULL, sig[16];
 	int status = -1, rc;
 
 	(void)state;
 	preload_on(lib);
+	snprintf(sig, sizeof(sig), "%d", snap_signal());
+	setenv("COPYCOUNT_SIGNAL", sig, 1);
 	rc = harness_run(argv, 30000, &out, &status);
 	preload_off();
 	free(out);
@@ -151,6 +207,13 @@ static void test_counter_counts_known_copies(void **state)
 	assert_true(c.all_calls > c.big_calls);
 	assert_true(c.all_bytes >= c.big_bytes + PROBE_SMALL_BYTES);
 	assert_non_null(strstr(c.callers, "caller "));
+	/* Both rounds of allocations, and only the second one's caller:
+	 * recording starts at the snapshot. */
+	assert_int_equal(c.snapshots, 1);
+	assert_true(c.alloc_calls >= 2 * PROBE_ALLOCS);
+	assert_true(c.alloc_bytes >= 2 * PROBE_ALLOCS * PROBE_ALLOC_BYTES);
+	assert_true(c.free_calls >= 2 * PROBE_ALLOCS);
+	assert_non_null(strstr(c.alloc_callers, " calls 100 bytes 100000\n"));
 }
 
 /* ---- kvpoold under the counter ------------------------------------------------ */
