@@ -103,7 +103,9 @@ static struct cc_table alloc_callers = { .lock = ATOMIC_FLAG_INIT };
 static copy_fn real_memcpy, real_memmove;
 static struct cc_alloc real;
 static _Atomic int alloc_ready;  /* every field of `real` is set */
-static _Thread_local int resolving;
+/* Initial-exec: no __tls_get_addr call, which a sanitizer intercepts and
+ * cannot serve before it has initialised (it allocates meanwhile). */
+static _Thread_local int resolving __attribute__((tls_model("initial-exec")));
 static _Alignas(CC_BOOT_ALIGN) unsigned char boot_heap[CC_BOOT_BYTES];
 static _Atomic size_t boot_used;
 
