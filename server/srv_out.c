@@ -83,9 +83,13 @@ void srv_out_commit(struct srv_out *o, size_t n)
 
 int srv_out_block(struct srv_out *o, const uint8_t *data, uint64_t len, struct store_block *block)
 {
-	if (segs_room(o) < 0) {
+	int rc = segs_room(o);
+
+	/* Nothing to send (or no room): the pin goes back at once. An empty
+	 * segment would sit in the queue with nothing to write it out. */
+	if (rc < 0 || len == 0) {
 		store_release(o->store, block);
-		return -ENOMEM;
+		return rc;
 	}
 	o->segs[o->tail++] = (struct srv_out_seg){ .data = data, .len = len, .block = block };
 	o->bytes += len;

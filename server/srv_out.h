@@ -67,8 +67,8 @@ int srv_out_reserve(struct srv_out *o, size_t n, uint8_t **p);
 void srv_out_commit(struct srv_out *o, size_t n);
 
 /* Queue len bytes at data, pinned by `block`: the queue owns the pin from
- * now on, also on error, where it is released at once.
- * Errors: -ENOMEM. */
+ * now on, also on error, where it is released at once (as when len is 0:
+ * nothing is queued). Errors: -ENOMEM. */
 int srv_out_block(struct srv_out *o, const uint8_t *data, uint64_t len, struct store_block *block);
 
 /* Write what the socket fd takes now, in order, with writev; releases

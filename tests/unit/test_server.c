@@ -809,6 +809,27 @@ static void test_out_free_releases_unsent(void **state)
 	store_close(st);
 }
 
+/* An empty block queues nothing and its pin goes back at once. */
+static void test_out_empty_block_released(void **state)
+{
+	struct store_ref ra;
+	struct srv_out o;
+	struct store *st;
+	uint32_t ns_id;
+
+	(void)state;
+	st = out_store(&ns_id);
+	ra = out_pin_deleted(st, ns_id, 0);
+	assert_true(out_pinned_removed(st) > 0);
+	srv_out_init(&o, st);
+	assert_int_equal(srv_out_block(&o, ra.data, 0, ra.block), 0);
+	assert_int_equal(out_pinned_removed(st), 0);
+	assert_int_equal(srv_out_bytes(&o), 0);
+	assert_int_equal(o.tail, o.head);
+	srv_out_free(&o);
+	store_close(st);
+}
+
 /* Once the queue empties, the next replies reuse the same buffer and
  * segment array (no allocation); a burst beyond the keep sizes gives its
  * memory back. */
@@ -878,6 +899,7 @@ int main(void)
 		cmocka_unit_test(test_parse_memory_max),
 		cmocka_unit_test(test_out_order_and_pins),
 		cmocka_unit_test(test_out_free_releases_unsent),
+		cmocka_unit_test(test_out_empty_block_released),
 		cmocka_unit_test(test_out_buffers_kept),
 	};
 
