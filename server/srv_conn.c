@@ -59,10 +59,15 @@ static void conn_set_writing(struct srv_conn *c, int on)
 	c->writing = on;
 }
 
+uint64_t srv_conn_out_bytes(const struct srv_conn *c)
+{
+	return c->rdma ? evbuffer_get_length(c->out) : srv_out_bytes(&c->tx);
+}
+
 /* Is the output over the backpressure marks? */
 static int conn_out_full(const struct srv_conn *c)
 {
-	return evbuffer_get_length(c->out) > SRV_OUT_MAX_BYTES ||
+	return srv_conn_out_bytes(c) > SRV_OUT_MAX_BYTES ||
 	       c->replies_queued >= SRV_OUT_MAX_REPLIES;
 }
 
@@ -76,10 +81,10 @@ int srv_conn_open(struct srv_worker *w, int fd, uint64_t id, const char *peer)
 	c->id = id;
 	c->fd = fd;
 	snprintf(c->peer, sizeof(c->peer), "%s", peer);
-	c->out = evbuffer_new();
+	srv_out_init(&c->tx, w->srv->store);
 	c->ev_read = event_new(w->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
 	c->ev_write = event_new(w->base, fd, EV_WRITE | EV_PERSIST, conn_write_cb, c);
-	if (!c->out || !c->ev_read || !c->ev_write)
+	if (!c->ev_read || !c->ev_write)
 		goto out_free_conn;
 	c->state = SRV_CONN_HEADER;
 	c->last_active_ms = srv_now_ms();
@@ -97,8 +102,6 @@ out_free_conn:
 		event_free(c->ev_write);
 	if (c->ev_read)
 		event_free(c->ev_read);
-	if (c->out)
-		evbuffer_free(c->out);
 	free(c);
 out_close_fd:
 	close(fd);
@@ -149,9 +152,8 @@ void srv_conn_close(struct srv_conn *c, int level, const char *reason)
 	event_free(c->ev_read);
 	event_free(c->ev_write);
 	c->ev_read = c->ev_write = NULL;
-	/* Dropping queued output runs the GET pins' cleanups (store_release). */
-	evbuffer_free(c->out);
-	c->out = NULL;
+	/* Dropping queued output releases the pins of GET blocks not sent. */
+	srv_out_free(&c->tx);
 	close(c->fd);
 	c->fd = -1;
 	srv_conn_release(c);
@@ -219,7 +221,7 @@ int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms)
 		return 1;
 	}
 	/* Replies waiting: the peer must keep reading them. */
-	if (evbuffer_get_length(c->out)) {
+	if (srv_conn_out_bytes(c)) {
 		if (!payload_ms || quiet_ms < payload_ms)
 			return 0;
 		snprintf(why, sizeof(why), "replies unread for %" PRIu64 " ms (payload_timeout_ms %u)",
@@ -250,11 +252,18 @@ int srv_conn_reply_begin(struct srv_conn *c, uint16_t status, uint32_t body_byte
 		.request_id = c->hdr.request_id,
 		.payload_bytes = payload_bytes,
 	};
+	uint32_t bytes = PROTO_HEADER_BYTES + body_bytes;
 	struct evbuffer_iovec v;
 
-	if (evbuffer_reserve_space(c->out, (ev_ssize_t)PROTO_HEADER_BYTES + body_bytes, &v, 1) < 1)
+	if (body_bytes > UINT32_MAX - PROTO_HEADER_BYTES)
 		return -ENOMEM;
-	c->reply_base = v.iov_base;
+	if (c->rdma) {
+		if (evbuffer_reserve_space(c->out, bytes, &v, 1) < 1)
+			return -ENOMEM;
+		c->reply_base = v.iov_base;
+	} else if (srv_out_reserve(&c->tx, bytes, &c->reply_base) < 0) {
+		return -ENOMEM;
+	}
 	proto_header_encode(&h, c->reply_base);
 	*body = body_bytes ? c->reply_base + PROTO_HEADER_BYTES : NULL;
 	return 0;
@@ -267,19 +276,38 @@ void srv_conn_reply_commit(struct srv_conn *c, uint32_t body_bytes)
 		.iov_len = (size_t)PROTO_HEADER_BYTES + body_bytes,
 	};
 
-	evbuffer_commit_space(c->out, &v, 1);
+	if (c->rdma)
+		evbuffer_commit_space(c->out, &v, 1);
+	else
+		srv_out_commit(&c->tx, v.iov_len);
 	c->reply_base = NULL;
 	c->replies_queued++;
+}
+
+int srv_conn_reply_block(struct srv_conn *c, const uint8_t *data, uint64_t len,
+			 struct store_block *block)
+{
+	return srv_out_block(&c->tx, data, len, block);
 }
 
 int srv_conn_reply_buffer(struct srv_conn *c, uint16_t status, struct evbuffer *body)
 {
 	size_t len = evbuffer_get_length(body);
-	uint8_t *none;
+	uint8_t *p;
 
-	if (len > UINT32_MAX)
+	if (len > UINT32_MAX - PROTO_HEADER_BYTES)
 		return -EMSGSIZE;
-	if (srv_conn_reply_begin(c, status, 0, 0, &none) < 0)
+	if (!c->rdma) {
+		/* A rare, small reply: copied into the output buffer, so
+		 * that all TCP output is one queue in request order. */
+		if (srv_conn_reply_begin(c, status, (uint32_t)len, 0, &p) < 0)
+			return -ENOMEM;
+		if (len && evbuffer_remove(body, p, len) != (ev_ssize_t)len)
+			return -ENOMEM; /* not committed: nothing was queued */
+		srv_conn_reply_commit(c, (uint32_t)len);
+		return 0;
+	}
+	if (srv_conn_reply_begin(c, status, 0, 0, &p) < 0)
 		return -ENOMEM;
 	/* Patch body_bytes into the header just reserved, then move the body. */
 	proto_put_u32(c->reply_base + 12, (uint32_t)len);
@@ -735,7 +763,7 @@ static int conn_pump(struct srv_conn *c)
 			return 0;
 		if (n == 0) {
 			reason = eof_reason(c, &level);
-			if (!evbuffer_get_length(c->out)) {
+			if (!srv_out_bytes(&c->tx)) {
 				srv_conn_close(c, level, reason);
 				return 1;
 			}
@@ -766,19 +794,19 @@ static int conn_pump(struct srv_conn *c)
 static int conn_flush(struct srv_conn *c)
 {
 	char why[96];
-	size_t len = evbuffer_get_length(c->out);
+	uint64_t len = srv_out_bytes(&c->tx);
 
 	if (len) {
-		int n = evbuffer_write(c->out, c->fd);
+		long n = srv_out_write(&c->tx, c->fd);
 
-		if (n < 0 && errno != EAGAIN && errno != EINTR) {
-			snprintf(why, sizeof(why), "write error: %s", strerror(errno));
+		if (n < 0 && n != -EAGAIN && n != -EINTR) {
+			snprintf(why, sizeof(why), "write error: %s", strerror((int)-n));
 			srv_conn_close(c, SRV_LOG_DEBUG, why);
 			return 1;
 		}
 		if (n > 0)
 			c->last_active_ms = srv_now_ms();
-		len = evbuffer_get_length(c->out);
+		len = srv_out_bytes(&c->tx);
 	}
 	if (len == 0 && c->peer_eof) {
 		srv_conn_close(c, SRV_LOG_DEBUG, "replies flushed after peer closed");

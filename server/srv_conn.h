@@ -7,9 +7,11 @@
  * body buffer that grows with the bytes that arrive, never past what the
  * opcode can need (srv_conn_body_max); PUT payload bytes go straight into
  * the arena (see srv_put.c). A frame must arrive whole within
- * payload_timeout_ms of its first header byte. Output is an evbuffer flushed with evbuffer_write; GET
- * payloads are added by reference. A connection is touched only by the
- * worker thread that owns it.
+ * payload_timeout_ms of its first header byte. Output is the connection's
+ * srv_out queue, written with writev: reply bytes from its buffer, GET
+ * payloads straight from the arena, each block pinned until its bytes are
+ * written (RDMA connections queue their replies in an evbuffer instead).
+ * A connection is touched only by the worker thread that owns it.
  *
  * A GET whose blocks must first be read from NVMe parks the connection
  * (SRV_CONN_WAIT): no further request is read until every promotion has
@@ -23,6 +25,7 @@
 #include <stdint.h>
 
 #include "proto.h"
+#include "srv_out.h"
 #include "store.h"
 
 struct srv_worker;
@@ -85,7 +88,8 @@ struct srv_conn {
 	char peer[64];                /* "addr:port" or "[addr]:port" */
 	struct event *ev_read;        /* EV_READ | EV_PERSIST */
 	struct event *ev_write;       /* EV_WRITE | EV_PERSIST, while output waits */
-	struct evbuffer *out;
+	struct srv_out tx;            /* TCP: every reply byte, in order */
+	struct evbuffer *out;         /* RDMA: the reply being built; NULL over TCP */
 	enum srv_conn_state state;
 	int reading, writing;         /* whether ev_read / ev_write are added */
 	int wr_shut;                  /* shutdown(SHUT_WR) done (CLOSING) */
@@ -137,7 +141,8 @@ struct srv_conn {
 int srv_conn_open(struct srv_worker *w, int fd, uint64_t id, const char *peer);
 
 /* Close and free the connection now: abort PUT reservations, free the
- * lessee (ending its leases), drop queued output (releasing GET pins),
+ * lessee (ending its leases), drop queued output (releasing the pins of
+ * GET blocks not yet written),
  * close the socket. `reason` is logged at `level`. While promotions are
  * pending (get_pending > 0) the socket is closed and the connection
  * leaves the worker's list at once, but the connection, its GET slots,
@@ -182,15 +187,28 @@ int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms);
 /* Queue a reply header (echoing c->hdr's opcode and request id) and
  * reserve body_bytes of contiguous space for its body, returned in *body
  * (NULL when body_bytes is 0). The caller fills the body and calls
- * srv_conn_reply_commit before touching c->out again. Errors: -ENOMEM. */
+ * srv_conn_reply_commit before queueing anything else. Over TCP the space
+ * is in the connection's output buffer, which allocates only while it
+ * grows. Errors: -ENOMEM. */
 int srv_conn_reply_begin(struct srv_conn *c, uint16_t status, uint32_t body_bytes,
 			 uint64_t payload_bytes, uint8_t **body);
 
-/* Commit the body reserved by srv_conn_reply_begin. */
+/* Commit the header and body_bytes of the body reserved by
+ * srv_conn_reply_begin. Cannot fail (begin made the room). */
 void srv_conn_reply_commit(struct srv_conn *c, uint32_t body_bytes);
 
-/* Queue a reply whose body is all of `body` (moved, not copied; e.g. the
- * STATS document). Errors: -ENOMEM. */
+/* TCP: queue len bytes of a GET block at data after the reply queued
+ * last; the output owns the pin (`block`) from now on, also on error, and
+ * releases it once the bytes are written or dropped. Errors: -ENOMEM. */
+int srv_conn_reply_block(struct srv_conn *c, const uint8_t *data, uint64_t len,
+			 struct store_block *block);
+
+/* Bytes queued on c's output and not yet sent (TCP or RDMA). */
+uint64_t srv_conn_out_bytes(const struct srv_conn *c);
+
+/* Queue a reply whose body is all of `body` (e.g. the STATS document),
+ * which is left empty: moved over RDMA, copied into the output buffer
+ * over TCP. Errors: -EMSGSIZE (over 4 GiB), -ENOMEM. */
 int srv_conn_reply_buffer(struct srv_conn *c, uint16_t status, struct evbuffer *body);
 
 /* What the log line of a protocol error quotes of the offending input. */

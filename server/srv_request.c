@@ -349,8 +349,8 @@ static int get_results(struct srv_conn *c, uint32_t count, uint64_t payload)
 	return 0;
 }
 
-/* Encode the GET results and hand the OK blocks' bytes to the output by
- * reference; each pin is released once its bytes are written (or the
+/* Encode the GET results and queue the OK blocks' bytes straight from the
+ * arena; the output releases each pin once its bytes are written (or the
  * output is dropped). */
 static int get_reply(struct srv_conn *c, uint32_t count, uint64_t payload)
 {
@@ -360,20 +360,14 @@ static int get_reply(struct srv_conn *c, uint32_t count, uint64_t payload)
 		goto out_release;
 	for (i = 0; i < count; i++) {
 		struct store_ref *r = &c->gets[i].ref;
-		struct srv_pin *pin;
+		struct store_block *b = r->block;
 
-		if (!r->block)
+		if (!b)
 			continue;
-		pin = srv_pin_get(c->w, r->block);
-		if (!pin)
-			goto out_release_from;
-		/* On failure libevent does not call the cleanup: do it here. */
-		if (evbuffer_add_reference(c->out, r->data, r->length, srv_pin_cleanup, pin) < 0) {
-			srv_pin_cleanup(r->data, r->length, pin);
-			r->block = NULL;
-			goto out_release_from;
-		}
+		/* The output owns the pin from here, also on failure. */
 		r->block = NULL;
+		if (srv_conn_reply_block(c, r->data, r->length, b) < 0)
+			goto out_release_from;
 	}
 	return 0;
 

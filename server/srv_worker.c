@@ -1,7 +1,7 @@
 /*
  * srv_worker.c - worker threads: their event loop, the hand-off queue from
- * the main thread, the completion queue from the store's I/O threads, the
- * timeout sweep, and GET payload pins.
+ * the main thread, the completion queue from the store's I/O threads, and
+ * the timeout sweep.
  */
 #include "srv_worker.h"
 
@@ -14,7 +14,6 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include <event2/buffer.h>
 #include <event2/event.h>
 
 #include "srv_conn.h"
@@ -31,13 +30,6 @@ struct srv_handoff {
 	int fd;
 	uint64_t id;
 	char peer[64];
-};
-
-/* A GET payload reference: releases its block when libevent is done. */
-struct srv_pin {
-	struct srv_pin *next; /* free list */
-	struct srv_worker *w;
-	struct store_block *block;
 };
 
 /* Period of the timeout sweep: fine enough for the shortest timeout. */
@@ -58,7 +50,7 @@ static int conn_idle(const struct srv_conn *c)
 {
 	if (c->rdma)
 		return srv_rconn_idle(c);
-	if (c->state == SRV_CONN_WAIT || evbuffer_get_length(c->out))
+	if (c->state == SRV_CONN_WAIT || srv_out_bytes(&c->tx))
 		return 0;
 	if (c->state == SRV_CONN_CLOSING)
 		return 1;
@@ -405,46 +397,8 @@ void srv_worker_destroy(struct srv_worker *w)
 		close(w->notify_fd);
 	if (w->base)
 		event_base_free(w->base);
-	while (w->free_pins) {
-		struct srv_pin *p = w->free_pins;
-
-		w->free_pins = p->next;
-		free(p);
-	}
 	free(w->scratch);
 	pthread_mutex_destroy(&w->lock);
 	memset(w, 0, sizeof(*w));
 	w->notify_fd = -1;
-}
-
-struct srv_pin *srv_pin_get(struct srv_worker *w, struct store_block *block)
-{
-	struct srv_pin *p = w->free_pins;
-
-	if (!p) {
-		/* Pins are allocated one by one but recycled forever: after
-		 * warm-up, GET allocates nothing. */
-		p = malloc(sizeof(*p));
-		if (!p)
-			return NULL;
-	} else {
-		w->free_pins = p->next;
-	}
-	p->next = NULL;
-	p->w = w;
-	p->block = block;
-	return p;
-}
-
-void srv_pin_cleanup(const void *data, size_t len, void *arg)
-{
-	struct srv_pin *p = arg;
-	struct srv_worker *w = p->w;
-
-	(void)data;
-	(void)len;
-	store_release(w->srv->store, p->block);
-	p->block = NULL;
-	p->next = w->free_pins;
-	w->free_pins = p;
 }

@@ -21,7 +21,6 @@
 
 struct srv;
 struct srv_conn;
-struct srv_pin;
 struct srv_handoff;
 struct srv_get_slot;
 struct event;
@@ -64,7 +63,6 @@ struct srv_worker {
 	 * is not served. Its connections are in `conns` (c->rdma set). */
 	struct rdma_worker *rdma;
 	struct event *ev_rdma_cm;       /* rdma_worker_fd, EV_READ */
-	struct srv_pin *free_pins;      /* recycled GET payload pins */
 	struct srv_ratelimit proto_log; /* protocol-error log lines */
 	/* Written by this worker only; read by any worker for STATS. On
 	 * cache lines of their own (the workers array is allocated 64-byte
@@ -123,15 +121,5 @@ void srv_worker_drain(struct srv_worker *w);
 /* Free what srv_worker_init set up (after srv_worker_stop). Accepts a
  * zeroed or half-initialised worker. */
 void srv_worker_destroy(struct srv_worker *w);
-
-/* Worker thread: a pin that releases `block` of the store when the GET
- * reply bytes referencing it have been written or dropped. Returns NULL
- * on allocation failure. Give it to evbuffer_add_reference with
- * srv_pin_cleanup. */
-struct srv_pin *srv_pin_get(struct srv_worker *w, struct store_block *block);
-
-/* evbuffer_add_reference cleanup: store_release and recycle the pin.
- * Runs on the worker thread that owns the evbuffer. */
-void srv_pin_cleanup(const void *data, size_t len, void *pin);
 
 #endif /* KVPOOL_SRV_WORKER_H */
