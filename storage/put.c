@@ -268,7 +268,12 @@ static int commit_locked(struct store *s, struct store_block *b, uint64_t sum)
 
 int store_put_commit(struct store *s, struct store_block *b)
 {
-	uint64_t sum = XXH3_64bits(store_arena_ptr(s->arena, b->first_page), store_block_length(b));
+	return store_put_commit_hashed(s, b, XXH3_64bits(store_arena_ptr(s->arena, b->first_page),
+							 store_block_length(b)));
+}
+
+int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum)
+{
 	struct store_block *pin;
 	int rc;
 
