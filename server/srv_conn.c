@@ -134,7 +134,7 @@ static void conn_free_rest(struct srv_conn *c)
 	if (c->hello_done)
 		store_namespace_release(s, c->ns_id);
 	free(c->body);
-	free(c->slots);
+	srv_put_free(c);
 	free(c->gets);
 	free(c);
 }

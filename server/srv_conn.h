@@ -31,6 +31,7 @@
 struct srv_worker;
 struct srv_rconn;
 struct store_block;
+struct XXH3_state_s;
 struct store_lessee;
 struct event;
 struct evbuffer;
@@ -61,6 +62,8 @@ struct srv_put_slot {
 	struct proto_put_entry e;
 	struct store_block *block; /* live reservation, or NULL */
 	uint8_t *dst;              /* where its bytes go; NULL: discard */
+	uint64_t sum;              /* xxh3-64 of the bytes at dst, if hashed */
+	uint8_t hashed;            /* every byte was hashed as it arrived */
 	uint16_t status;           /* enum proto_status once known */
 };
 
@@ -109,6 +112,8 @@ struct srv_conn {
 	struct srv_put_slot *slots;
 	uint32_t slots_cap, put_count, put_cur;
 	uint64_t put_off;             /* bytes of slots[put_cur] received */
+	struct XXH3_state_s *put_hash; /* running xxh3 of slots[put_cur] (TCP;
+				       * allocated at the first PUT) */
 	/* GET: pins taken before the reply is queued. */
 	struct srv_get_slot *gets;
 	uint32_t gets_cap;

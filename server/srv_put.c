@@ -9,6 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <xxhash.h>
+#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
+/* XXH3 with AVX2 / AVX-512 when the CPU has them (chosen at run time):
+ * the plain entry points of the library are SSE2, several times slower. */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "rdma.h"
 #include "srv_server.h"
@@ -31,6 +37,19 @@ static int slots_reserve(struct srv_conn *c, uint32_t count)
 	c->slots = p;
 	c->slots_cap = count;
 	return 0;
+}
+
+/* Over TCP the payload is hashed as it arrives: the connection's XXH3
+ * state, allocated at its first PUT (XXH3_createState mallocs 576 bytes,
+ * 64-aligned: once per connection, not per request). RDMA READs land
+ * without us seeing them, so the store hashes those at commit.
+ * Errors: -ENOMEM. */
+static int hash_state_get(struct srv_conn *c)
+{
+	if (c->rdma || c->put_hash)
+		return 0;
+	c->put_hash = XXH3_createState();
+	return c->put_hash ? 0 : -ENOMEM;
 }
 
 /* Index of the earlier block of this batch whose key is slot i's parent,
@@ -64,6 +83,7 @@ static void slot_begin(struct srv_conn *c, uint32_t i)
 
 	sl->block = NULL;
 	sl->dst = NULL;
+	sl->hashed = 0;
 	if (j >= 0) {
 		uint16_t ps = c->slots[j].status;
 
@@ -158,7 +178,7 @@ enum srv_next srv_put_start(struct srv_conn *c)
 		return put_refuse(c, PROTO_STATUS_BAD_REQUEST,
 				  "zero length, bad flags, or lengths not adding up to payload_bytes",
 				  bad);
-	if (slots_reserve(c, b.count) < 0)
+	if (slots_reserve(c, b.count) < 0 || hash_state_get(c) < 0)
 		return SRV_NEXT_ABORT;
 	bad = put_decode(c, &b);
 	if (bad != UINT32_MAX)
@@ -204,12 +224,32 @@ static int put_iov(struct srv_conn *c, struct iovec *iov, size_t *want)
 	return n;
 }
 
-/* Account n received bytes to the blocks in order. */
+/* Feed the n bytes of the current block that just landed at put_off
+ * into its running xxh3, while they are still in cache; keep the digest
+ * once the block is whole. Bytes of refused blocks are not looked at. */
+static void put_hash(struct srv_conn *c, struct srv_put_slot *sl, uint64_t n)
+{
+	if (!sl->dst)
+		return;
+	/* The state only fails on NULL arguments, which these are not. */
+	if (c->put_off == 0)
+		(void)XXH3_64bits_reset(c->put_hash);
+	(void)XXH3_64bits_update(c->put_hash, sl->dst + c->put_off, n);
+	if (c->put_off + n == sl->e.length) {
+		sl->sum = XXH3_64bits_digest(c->put_hash);
+		sl->hashed = 1;
+	}
+}
+
+/* Account n received bytes to the blocks in order, hashing each byte
+ * once. */
 static void put_advance(struct srv_conn *c, uint64_t n)
 {
 	while (n && c->put_cur < c->put_count) {
-		uint64_t left = c->slots[c->put_cur].e.length - c->put_off;
+		struct srv_put_slot *sl = &c->slots[c->put_cur];
+		uint64_t left = sl->e.length - c->put_off;
 
+		put_hash(c, sl, n < left ? n : left);
 		if (n < left) {
 			c->put_off += n;
 			return;
@@ -228,7 +268,9 @@ static void put_commit_one(struct srv_conn *c, uint32_t i, uint8_t *body)
 	struct proto_result r = { 0 };
 
 	if (sl->block) {
-		int rc = store_put_commit(c->w->srv->store, sl->block);
+		struct store *s = c->w->srv->store;
+		int rc = sl->hashed ? store_put_commit_hashed(s, sl->block, sl->sum) :
+				      store_put_commit(s, sl->block);
 
 		sl->block = NULL;
 		sl->dst = NULL;
@@ -303,4 +345,13 @@ void srv_put_abort(struct srv_conn *c)
 		c->slots[i].block = NULL;
 	}
 	c->put_count = 0;
+}
+
+void srv_put_free(struct srv_conn *c)
+{
+	free(c->slots);
+	c->slots = NULL;
+	c->slots_cap = 0;
+	XXH3_freeState(c->put_hash);
+	c->put_hash = NULL;
 }

@@ -2,6 +2,10 @@
  * srv_put.h - PUT on a worker thread: reserve arena space for every block,
  * receive the payload straight into it, commit in order, reply.
  *
+ * Over TCP each block's xxh3 is computed chunk by chunk right after each
+ * readv, while the bytes are in cache, and handed to the store at commit
+ * (store_put_commit_hashed) instead of reading the block a second time.
+ *
  * Blocks that are refused at reservation (EXISTS, BUSY, FULL, NO_PARENT,
  * ...) have their bytes read into the worker's scratch buffer and
  * dropped. Nothing becomes visible before the whole payload has arrived:
@@ -38,5 +42,9 @@ long srv_put_read(struct srv_conn *c, size_t *want, int *done);
 /* Abort every reservation of the PUT in progress (connection closing).
  * Safe when no PUT is in progress. */
 void srv_put_abort(struct srv_conn *c);
+
+/* Free c's PUT receive state (slots, hash state) when c itself is freed,
+ * after srv_put_abort. Safe when c never saw a PUT. */
+void srv_put_free(struct srv_conn *c);
 
 #endif /* KVPOOL_SRV_PUT_H */

@@ -15,6 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
+/* XXH3 with AVX2 / AVX-512 when the CPU has them (chosen at run time):
+ * the plain entry points of the library are SSE2, several times slower. */
+#include <xxh_x86dispatch.h>
+#endif
 
 #include "store_impl.h"
 
@@ -278,7 +283,12 @@ static int commit_locked(struct store *s, struct store_block *b, uint64_t sum)
 
 int store_put_commit(struct store *s, struct store_block *b)
 {
-	uint64_t sum = XXH3_64bits(store_arena_ptr(s->arena, b->first_page), store_block_length(b));
+	return store_put_commit_hashed(s, b, XXH3_64bits(store_arena_ptr(s->arena, b->first_page),
+							 store_block_length(b)));
+}
+
+int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum)
+{
 	struct store_block *pin;
 	int rc;
 

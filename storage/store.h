@@ -217,6 +217,15 @@ int store_put_begin(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
  *   -ENOLINK   the parent is not stored (STORE_PUT_PARENT_IN_BATCH case) */
 int store_put_commit(struct store *s, struct store_block *b);
 
+/* store_put_commit for a caller that hashed the payload itself while
+ * writing it (the TCP receive path hashes each chunk as it lands, while
+ * the bytes are still in cache): sum is the xxh3-64 (seed 0) of the
+ * length bytes the caller wrote at *dst, and is trusted to be that; it is
+ * compared with the checksum given to store_put_begin instead of reading
+ * the block again. Consumes the reservation like store_put_commit, with
+ * the same errors (-EBADMSG: sum is not the checksum given at begin). */
+int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum);
+
 /* Drop a reservation (connection died, payload timed out). Consumes it. */
 void store_put_abort(struct store *s, struct store_block *b);
 

@@ -813,6 +813,58 @@ static void test_checksum_failure(void **state)
 	store_close(s);
 }
 
+/* store_put_commit_hashed judges by the caller's digest, not the bytes:
+ * intact bytes with a wrong digest are refused and counted like a bad
+ * checksum; a digest streamed over the bytes in uneven chunks (as the
+ * server receives them) equals the one-shot xxh3 and commits. */
+static void test_commit_hashed(void **state)
+{
+	struct store *s = open_store(64 * PAGE, 4 * PAGE, 0, 0);
+	uint32_t ns = ns_of(s, "m");
+	uint64_t len = 3 * PAGE + 77, sum, off = 0, chunk = 1;
+	uint8_t key[STORE_KEY_BYTES];
+	XXH3_state_t *h = XXH3_createState();
+	struct store_block *b;
+	struct store_stats before;
+	struct store_ref ref;
+	void *dst;
+
+	(void)state;
+	assert_non_null(h);
+	key_of(7, key);
+	sum = payload_sum(len, key);
+	before = stats_of(s);
+	assert_int_equal(store_put_begin(s, ns, key, NULL, 0, len, sum, &b, &dst), 0);
+	fill_payload(dst, len, key);
+	assert_int_equal(store_put_commit_hashed(s, b, sum ^ 1), -EBADMSG);
+	assert_false(stored(s, ns, 7));
+	assert_int_equal(stats_of(s).checksum_errors, 1);
+	assert_int_equal(stats_of(s).free_bytes, before.free_bytes);
+	assert_int_equal(stats_of(s).inflight_put_bytes, 0);
+	assert_int_equal(ns_stats_of(s, ns).put_errors, 1);
+	assert_check(s);
+
+	assert_int_equal(store_put_begin(s, ns, key, NULL, 0, len, sum, &b, &dst), 0);
+	fill_payload(dst, len, key);
+	assert_int_equal(XXH3_64bits_reset(h), XXH_OK);
+	for (; off < len; off += chunk, chunk = chunk * 3 + 1) {
+		if (chunk > len - off)
+			chunk = len - off;
+		assert_int_equal(XXH3_64bits_update(h, (uint8_t *)dst + off, chunk), XXH_OK);
+	}
+	assert_int_equal(XXH3_64bits_digest(h), sum);
+	assert_int_equal(store_put_commit_hashed(s, b, XXH3_64bits_digest(h)), 0);
+	assert_int_equal(store_get(s, ns, key, NULL, &ref), 0);
+	assert_int_equal(ref.checksum, sum);
+	assert_true(payload_ok(ref.data, len, key));
+	store_release(s, ref.block);
+	assert_int_equal(stats_of(s).checksum_errors, 1);
+	assert_int_equal(ns_stats_of(s, ns).puts, 1);
+	assert_check(s);
+	XXH3_freeState(h);
+	store_close(s);
+}
+
 /* Reserved bytes are bounded by max_inflight_put_bytes: -EAGAIN beyond. */
 static void test_inflight_limit(void **state)
 {
@@ -2418,6 +2470,7 @@ int main(void)
 		cmocka_unit_test(test_eexist_at_commit),
 		cmocka_unit_test(test_concurrent_puts),
 		cmocka_unit_test(test_checksum_failure),
+		cmocka_unit_test(test_commit_hashed),
 		cmocka_unit_test(test_inflight_limit),
 		cmocka_unit_test(test_lru_order_among_leaves),
 		cmocka_unit_test(test_aging_keeps_lru_order),
