@@ -18,10 +18,10 @@
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <xxhash.h>
 
 #include "nvme_io.h"
 #include "store_impl.h"
+#include "store_xxh3.h"
 
 /* Bucket of block b in the promotions-in-flight table. */
 static struct store_promo **promo_bucket(const struct store_tier *t, const struct store_block *b)

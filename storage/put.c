@@ -14,14 +14,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
-#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
-/* XXH3 with AVX2 / AVX-512 when the CPU has them (chosen at run time):
- * the plain entry points of the library are SSE2, several times slower. */
-#include <xxh_x86dispatch.h>
-#endif
 
 #include "store_impl.h"
+#include "store_xxh3.h"
 
 static const uint8_t zero_key[STORE_KEY_BYTES];
 

@@ -31,11 +31,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-#include <xxhash.h>
 
 #include "nvme_index.h"
 #include "nvme_io.h"
 #include "store_impl.h"
+#include "store_xxh3.h"
 
 /* One block rewritten by the reclaim. */
 struct move {
