@@ -33,6 +33,7 @@
  * reader in a read section (its log's odd epoch) to leave it.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -236,8 +237,12 @@ void store_quiesce(struct store *s)
 
 		if (!(v & 1))
 			continue;
-		while (__atomic_load_n(&log->epoch, __ATOMIC_ACQUIRE) == v)
-			; /* a read section lasts microseconds */
+		/* a read section lasts microseconds, unless its thread lost
+		 * its CPU: then give ours up rather than spin a time slice */
+		for (uint32_t spins = 0; __atomic_load_n(&log->epoch, __ATOMIC_ACQUIRE) == v;
+		     spins++)
+			if (spins >= 1000)
+				sched_yield();
 	}
 }
 

@@ -1852,6 +1852,70 @@ static void test_match_lease_records_reused(void **state)
 	store_close(s);
 }
 
+/* MATCH readers keep finding a chain while puts grow the index's bucket
+ * array under them (each growth publishes a new array and frees the old
+ * one only after the readers left their read sections). */
+struct grow_reader {
+	struct store *s;
+	uint32_t ns;
+	volatile bool *stop;
+	uint64_t rounds;
+	const char *failed;
+};
+
+static void *grow_reader_thread(void *arg)
+{
+	struct grow_reader *r = arg;
+	uint64_t ids[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+	uint8_t keys[8][STORE_KEY_BYTES];
+
+	keys_of(ids, 8, keys);
+	while (!*r->stop) {
+		uint32_t n = 0;
+
+		if (store_match(r->s, r->ns, keys, 8, 0, NULL, &n, NULL) != 0 || n != 8) {
+			r->failed = "the chain was not matched whole";
+			break;
+		}
+		r->rounds++;
+	}
+	return NULL;
+}
+
+static void test_match_while_index_grows(void **state)
+{
+	/* 4096 pages: the index starts at 1024 buckets and grows to 4096 */
+	struct store *s = open_store(4096 * PAGE, PAGE, 0, 1000);
+	uint32_t ns = ns_of(s, "grow");
+	volatile bool stop = false;
+	struct grow_reader r[2] = {
+		{ .s = s, .ns = ns, .stop = &stop },
+		{ .s = s, .ns = ns, .stop = &stop },
+	};
+	pthread_t t[2];
+	uint64_t before;
+
+	(void)state;
+	for (uint64_t id = 1; id <= 8; id++)
+		assert_int_equal(put_id(s, ns, id, id - 1, 16), 0);
+	before = stats_of(s).index_bytes;
+	for (int k = 0; k < 2; k++)
+		assert_int_equal(pthread_create(&t[k], NULL, grow_reader_thread, &r[k]), 0);
+	for (uint64_t id = 100; id < 100 + 4000; id++)
+		assert_int_equal(put_id(s, ns, id, 0, 16), 0);
+	stop = true;
+	for (int k = 0; k < 2; k++) {
+		pthread_join(t[k], NULL);
+		if (r[k].failed)
+			fail_msg("reader %d: %s", k, r[k].failed);
+		assert_true(r[k].rounds > 0);
+	}
+	/* the bucket array did grow while they read */
+	assert_true(stats_of(s).index_bytes > before + 3 * 1024 * sizeof(uint32_t));
+	assert_check(s);
+	store_close(s);
+}
+
 static void test_lease_lifecycle(void **state)
 {
 	struct store *s = open_store(64 * PAGE, PAGE, 0, 1000);
@@ -2497,6 +2561,7 @@ int main(void)
 		cmocka_unit_test(test_check_detects_hole),
 		cmocka_unit_test(test_random_sequences),
 		cmocka_unit_test(test_match_races_evictions),
+		cmocka_unit_test(test_match_while_index_grows),
 		cmocka_unit_test(test_match_lease_records_reused),
 		cmocka_unit_test(test_match_lease_in_eviction_window),
 		cmocka_unit_test(test_print_figures),
