@@ -976,12 +976,18 @@ static const struct conf_setting *env_setting(const char *name, size_t len)
 	return find_setting(key);
 }
 
-/* Variables of the client side that share the prefix: the CLI's token
- * and the Python binding's library path. A container or a unit that sets
+/* Variables of the client side and of kvpool's own scripts that share
+ * the prefix: the CLI's token, the Python binding's library path, the
+ * names the container entrypoint and the test runner give our programs. A container or a unit that sets
  * them for its health check must not see a warning at every start. */
 static bool env_is_client_var(const char *var, size_t len)
 {
-	static const char *const client_vars[] = { "KVPOOL_TOKEN", "KVPOOL_LIB" };
+	/* read by libkvpool and the CLI, or naming kvpool's own programs for
+	 * the container entrypoint and the test runner: not typos of settings */
+	static const char *const client_vars[] = {
+		"KVPOOL_TOKEN", "KVPOOL_LIB", "KVPOOL_CLI", "KVPOOL_TEST_DATA",
+		"KVPOOL_COPYCOUNT", "KVPOOL_FUZZ_DIR",
+	};
 
 	for (size_t i = 0; i < sizeof(client_vars) / sizeof(client_vars[0]); i++)
 		if (len == strlen(client_vars[i]) && strncmp(var, client_vars[i], len) == 0)

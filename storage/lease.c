@@ -153,6 +153,19 @@ void store_lease_grant_locked(struct store *s, struct store_lessee *l, struct st
 	lease_link(s, r, l, b, expiry_ms);
 }
 
+struct store_lease *store_lease_take_spare_locked(struct store *s)
+{
+	struct store_lease *r;
+
+	if (!s->lease_spare)
+		return NULL;
+	r = store_container_of(s->lease_pool.next, struct store_lease, by_expiry);
+	store_list_del(&r->by_expiry);
+	s->lease_spare--;
+	s->lease_records--;
+	return r;
+}
+
 bool store_lease_grant_rec_locked(struct store *s, struct store_lease *r, struct store_block *b)
 {
 	if (lease_extend(s, r->lessee, b, r->expiry_ms))

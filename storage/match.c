@@ -188,8 +188,20 @@ static void apply_block(struct store *s, struct store_mlog *log, const struct st
 	}
 	store_lru_touch_locked(s, b);
 	b->reused = 1;
-	if (e->lease && !store_lease_grant_rec_locked(s, e->lease, b))
+	if (!e->lease)
+		return;
+	if (store_lease_grant_rec_locked(s, e->lease, b)) {
+		/* The record is the pool's now; leases that ended left their
+		 * records there as spares: one goes back to the thread in its
+		 * place, so a thread's stock is not refilled by malloc while
+		 * spares pile up in the pool. */
+		struct store_lease *spare = store_lease_take_spare_locked(s);
+
+		if (spare)
+			stock_return(log, spare);
+	} else {
 		stock_return(log, e->lease); /* an existing lease was extended */
+	}
 }
 
 /* Apply a MATCH's namespace counters (lock held). */

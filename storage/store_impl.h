@@ -783,6 +783,9 @@ struct store_lease **store_lease_bucket(const struct store *s, const struct stor
  * pool owns it now), false when that lessee's lease on b was extended
  * instead (r stays the caller's). */
 bool store_lease_grant_rec_locked(struct store *s, struct store_lease *r, struct store_block *b);
+/* A spare record taken out of the pool (and out of lease_records: the
+ * caller owns it now), or NULL when there is none. */
+struct store_lease *store_lease_take_spare_locked(struct store *s);
 /* Have at least n spare lease records. Errors: -ENOMEM. */
 int store_lease_reserve_locked(struct store *s, uint64_t n);
 /* Pin b for lessee until expiry_ms (or extend); needs a spare record. */

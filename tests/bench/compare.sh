@@ -204,6 +204,7 @@ start_kvpoold() {
 		"$BUILD/kvpoold" --port "$p" --admin-port 0 --threads "$threads" --dram-capacity "$ARENA" \
 			--max-inflight-put-bytes "$MAX_INFLIGHT_BYTES" --log-level warn 2>>"$TMP/kvpoold.err" &
 		KV_PID=$!
+		PIDS+=("$KV_PID") # killed by the trap even if interrupted while starting
 		KV_URL="tcp://127.0.0.1:$p"
 		for _ in $(seq 1 50); do
 			"$BUILD/kvpool" ping --server "$KV_URL" >/dev/null 2>&1 && break
@@ -211,7 +212,6 @@ start_kvpoold() {
 			sleep 0.1
 		done
 		if kill -0 "$KV_PID" 2>/dev/null; then
-			PIDS+=("$KV_PID")
 			break
 		fi
 	done

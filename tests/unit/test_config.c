@@ -1206,7 +1206,8 @@ static void test_env(void **state)
 	char *env[] = {
 		"PATH=/bin", "KVPOOL_PORT=7600", "KVPOOL_DRAM_CAPACITY=2GiB",
 		"KVPOOL_NVME_DIR=/srv/kv pool", "KVPOOL_ALLOW_UNAUTHENTICATED=yes",
-		"KVPOOL_CLI=/usr/bin/kvpool", "KVPOOL_port=1", "KVPOOL_CONFIG=/nonexistent",
+		"KVPOOL_CLI=/usr/bin/kvpool", "KVPOOL_PROT=7601", "KVPOOL_port=1",
+		"KVPOOL_CONFIG=/nonexistent",
 		"KVPOOL_=x", "KVPOOLD=/bin/kvpoold", "KVPOOL_TOKEN=secret", NULL,
 	};
 	char *bad_range[] = { "KVPOOL_PORT=7600", "KVPOOL_MAX_CONNECTIONS=0", NULL };
@@ -1228,11 +1229,12 @@ static void test_env(void **state)
 	assert_string_equal(c.nvme_dir, "/srv/kv pool");
 	assert_int_equal(c.allow_unauthenticated, 1);
 	/* not settings: reported (lower case included), never applied */
-	assert_contains(notes, "ignoring environment variable KVPOOL_CLI: not a setting");
+	assert_contains(notes, "ignoring environment variable KVPOOL_PROT: not a setting");
 	assert_contains(notes, "ignoring environment variable KVPOOL_port:");
 	assert_contains(notes, "ignoring environment variable KVPOOL_:");
 	assert_null(strstr(notes, "KVPOOL_CONFIG"));
 	assert_null(strstr(notes, "KVPOOL_TOKEN"));
+	assert_null(strstr(notes, "KVPOOL_CLI")); /* names the CLI for scripts */
 	assert_null(strstr(notes, "KVPOOLD"));
 	assert_null(strstr(notes, "PATH"));
 	free(notes);
