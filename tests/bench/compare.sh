@@ -13,7 +13,9 @@
 #
 # Measures, per block size (64KiB 256KiB 1MiB 4MiB 16MiB; --quick: 1MiB):
 #   wire     tests/bench/wire: no protocol, C connections, P messages in
-#            flight each, sent from a 1 GiB buffer
+#            flight each, sent from a 1 GiB buffer; run before and again
+#            after kvpool, and the higher figure of the two is the limit
+#            (loopback throughput drifts with what else the machine does)
 #   kvpool   kvpool bench --connections C --batch P against a kvpoold started
 #            here (2 worker threads, arena faulted in before measuring);
 #            every GET block is checked byte by byte
@@ -173,8 +175,14 @@ run_wire() {
 	timeout "$(left)" "$BUILD/tests/wire" --sizes "$list" --connections "$CONNS" --depth "$DEPTH" \
 		--duration "$DUR" --json >"$TMP/wire.json" 2>"$TMP/wire.err" || log "wire failed: $(cat "$TMP/wire.err")"
 	for s in $SIZES; do
-		R[wire_$s]=$(grep "\"size_bytes\":$(bytes_of "$s")," "$TMP/wire.json" |
+		local v
+		v=$(grep "\"size_bytes\":$(bytes_of "$s")," "$TMP/wire.json" |
 			sed -n 's/.*"gbps":\([0-9.]*\).*/\1/p')
+		# keep the higher of this run and an earlier one
+		if [ -n "$v" ] && { [ "${R[wire_$s]:-null}" = null ] ||
+			awk -v a="$v" -v b="${R[wire_$s]}" 'BEGIN { exit !(a > b) }'; }; then
+			R[wire_$s]=$v
+		fi
 		R[wire_$s]=${R[wire_$s]:-null}
 	done
 }
@@ -361,6 +369,7 @@ run_memcached() {
 run_wire
 run_iperf3
 run_kvpool
+have_time 60 && run_wire
 run_redis
 run_memcached
 
