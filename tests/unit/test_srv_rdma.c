@@ -646,20 +646,36 @@ static void test_desc_mismatch(void **state)
 	cli_close(&c);
 }
 
+/* A raw one-block PUT message over RDMA: len bytes of c's buffer, filled
+ * from seed, described for the server to READ. */
+#define PUT1_BODY_BYTES (8 + PROTO_PUT_ENTRY_BYTES)
+#define PUT1_MSG_BYTES (32 + PUT1_BODY_BYTES + RDMA_DESC_BYTES)
+
+static void put1_msg(struct cli *c, uint32_t key, uint32_t len, uint32_t seed,
+		     uint64_t request_id, uint8_t msg[PUT1_MSG_BYTES])
+{
+	struct proto_header h = { .magic = PROTO_MAGIC, .version = PROTO_VERSION,
+				  .opcode = PROTO_OP_PUT, .body_bytes = PUT1_BODY_BYTES,
+				  .request_id = request_id, .payload_bytes = len };
+	struct proto_put_entry e = { .length = len };
+	struct rdma_desc d = { (uint64_t)(uintptr_t)c->buf, rdma_client_mr_rkey(c->mr), len };
+
+	fill(c->buf, len, seed);
+	key_of(e.key, key);
+	e.checksum = XXH3_64bits(c->buf, len);
+	proto_header_encode(&h, msg);
+	proto_batch_encode_prefix(msg + 32, 1, 0);
+	proto_put_entry_encode(msg + 32, 0, &e);
+	rdma_desc_encode(&d, msg + 32 + PUT1_BODY_BYTES);
+}
+
 /* The client goes away while the server's READ of its PUT is in flight
  * (held in the fake fabric): the reservation is aborted once the QP is
  * gone, nothing is visible, and the server serves others. */
 static void test_disconnect_mid_read(void **state)
 {
-	const uint32_t keys[1] = { 701 }, len[1] = { 300000 };
-	const size_t off[1] = { 0 };
-	uint8_t body[8 + PROTO_PUT_ENTRY_BYTES];
-	struct proto_put_entry e = { .length = 300000 };
-	struct rdma_desc d;
-	uint8_t msg[32 + sizeof(body) + RDMA_DESC_BYTES], reply[256];
-	struct proto_header h = { .magic = PROTO_MAGIC, .version = PROTO_VERSION,
-				  .opcode = PROTO_OP_PUT, .body_bytes = sizeof(body),
-				  .request_id = 77, .payload_bytes = 300000 };
+	const uint32_t keys[1] = { 701 };
+	uint8_t msg[PUT1_MSG_BYTES], reply[256];
 	size_t got;
 	int held;
 	struct cli c, o;
@@ -667,15 +683,7 @@ static void test_disconnect_mid_read(void **state)
 	(void)state;
 	cli_open(&c, 300000);
 	cli_hello(&c, "gone", NULL);
-	fill(c.buf, len[0], 7);
-	key_of(e.key, keys[0]);
-	e.checksum = XXH3_64bits(c.buf, len[0]);
-	proto_batch_encode_prefix(body, 1, 0);
-	proto_put_entry_encode(body, 0, &e);
-	d = (struct rdma_desc){ (uint64_t)(uintptr_t)c.buf, rdma_client_mr_rkey(c.mr), len[0] };
-	proto_header_encode(&h, msg);
-	memcpy(msg + 32, body, sizeof(body));
-	rdma_desc_encode(&d, msg + 32 + sizeof(body));
+	put1_msg(&c, keys[0], 300000, 7, 77, msg);
 	held = F.held_xfers;
 	F.xfer_hold = 1;
 	assert_int_equal(rdma_client_call(c.rc, msg, sizeof(msg), reply, sizeof(reply), &got, 300),
@@ -683,7 +691,6 @@ static void test_disconnect_mid_read(void **state)
 	assert_int_equal(F.held_xfers, held + 1);
 	cli_close(&c);
 	F.xfer_hold = 0;
-	(void)off;
 
 	cli_open(&o, 4096);
 	cli_hello(&o, "gone", NULL);
@@ -993,15 +1000,8 @@ static void ping_msg(uint8_t msg[PROTO_HEADER_BYTES], uint64_t id)
 static void test_too_many_outstanding(void **state)
 {
 	const uint32_t keys[1] = { 1501 }, len[1] = { 100000 };
-	const size_t off[1] = { 0 };
-	uint8_t body[8 + PROTO_PUT_ENTRY_BYTES], msg[32 + sizeof(body) + RDMA_DESC_BYTES];
-	uint8_t ping[PROTO_HEADER_BYTES], reply[256];
-	struct proto_put_entry e = { .length = 100000 };
-	struct proto_header h = { .magic = PROTO_MAGIC, .version = PROTO_VERSION,
-				  .opcode = PROTO_OP_PUT, .body_bytes = sizeof(body),
-				  .request_id = 1, .payload_bytes = 100000 };
+	uint8_t msg[PUT1_MSG_BYTES], ping[PROTO_HEADER_BYTES], reply[256];
 	uint64_t conns0;
-	struct rdma_desc d;
 	struct cli c, o;
 	size_t got;
 	int posted0;
@@ -1012,15 +1012,7 @@ static void test_too_many_outstanding(void **state)
 	cli_open(&c, 100000);
 	cli_hello(&c, "credit", NULL);
 	conns0 = cli_stat(&o, "\"connections\":{\"current\":");
-	fill(c.buf, len[0], 15);
-	key_of(e.key, keys[0]);
-	e.checksum = XXH3_64bits(c.buf, len[0]);
-	proto_batch_encode_prefix(body, 1, 0);
-	proto_put_entry_encode(body, 0, &e);
-	d = (struct rdma_desc){ (uint64_t)(uintptr_t)c.buf, rdma_client_mr_rkey(c.mr), len[0] };
-	proto_header_encode(&h, msg);
-	memcpy(msg + 32, body, sizeof(body));
-	rdma_desc_encode(&d, msg + 32 + sizeof(body));
+	put1_msg(&c, keys[0], len[0], 15, 1, msg);
 
 	F.xfer_hold = 1;
 	posted0 = F.posted_recv;
@@ -1049,7 +1041,6 @@ static void test_too_many_outstanding(void **state)
 	assert_int_equal(cli_key_op(&o, PROTO_OP_EXISTS, keys[0]), PROTO_STATUS_NOT_FOUND);
 	assert_int_equal(cli_call(&o, PROTO_OP_PING, NULL, 0, 0, NULL, 0, 0), 0);
 	assert_int_equal(o.rh.status, PROTO_STATUS_OK);
-	(void)off;
 	cli_close(&o);
 }
 
