@@ -3,7 +3,7 @@
  * straight between the socket and the caller's scatter-gather lists (TCP),
  * or described to the server, which moves the bytes with RDMA READ/WRITE:
  * in place when the buffer is one iovec inside a registered region, else
- * through the handle's staging buffer (RDMA; see transport.c).
+ * through the handle's staging buffer (RDMA; see conn_rdma.c).
  */
 #include <errno.h>
 #include <stdlib.h>

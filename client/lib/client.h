@@ -3,7 +3,7 @@
  * (internal to libkvpool; the public API is kvpool.h).
  *
  * A handle owns at most one connection: TCP, or RDMA (rdma://, or auto://
- * once the server offered RDMA and it worked; see transport.c). Every
+ * once the server offered RDMA and it worked; see conn_rdma.c). Every
  * public call starts with
  * kvc_begin(), which fixes the call's deadline and (re)connects and says
  * HELLO when the handle is disconnected. The rule for errors is simple:
@@ -27,7 +27,7 @@
 #define KVC_MESSAGE_MAX_BYTES 1024            /* server error messages kept */
 #define KVC_REPLY_BODY_MAX_BYTES (64u << 20) /* largest reply body accepted */
 
-#define KVC_RDMA_STAGE_BYTES (64u << 20) /* largest RDMA staging buffer (see transport.c) */
+#define KVC_RDMA_STAGE_BYTES (64u << 20) /* largest RDMA staging buffer (see conn_rdma.c) */
 
 struct rdma_client;
 struct rdma_client_mr;
@@ -167,7 +167,7 @@ void kvc_regions_free(struct kvpool_client *c);
  * server's limits. On error the caller closes the connection. */
 int kvc_hello(struct kvpool_client *c, uint64_t deadline_ms);
 
-/* ---- RDMA (transport.c) -------------------------------------------------- */
+/* ---- RDMA (conn_rdma.c) -------------------------------------------------- */
 
 /* Test hook: the verbs/rdma_cm table libkvpool's RDMA connections use.
  * NULL (the default) means the real library; unit tests point it at the
@@ -192,7 +192,7 @@ int kvc_rdma_open(struct kvpool_client *c, const char *host, uint16_t port,
  * buffer, then disconnect. Accepts a handle not on RDMA. */
 void kvc_rdma_close(struct kvpool_client *c);
 
-/* auto:// (transport.c), after a successful HELLO over TCP: move to RDMA
+/* auto:// (conn_rdma.c), after a successful HELLO over TCP: move to RDMA
  * when the server offers it (rdma_port) and it can be used; otherwise
  * stay on TCP. The outcome is said on stderr when it differs from the one
  * said last (so once, as long as it does not change). Cannot fail. */

@@ -6,7 +6,7 @@
  * (no overlap, unregister what was registered). On RDMA each region is
  * also a memory registration (rdma_client_reg, remote read and write) on
  * the handle's RDMA connection, made here or, for regions registered
- * before it, when the connection is made (transport.c); buffers inside a
+ * before it, when the connection is made (conn_rdma.c); buffers inside a
  * region then move without a copy. The table is sorted by start address;
  * regions do not overlap, so a lookup is one binary search.
  */

@@ -1,5 +1,5 @@
 /*
- * conn.c - TCP sockets with poll-based deadlines for libkvpool.
+ * conn_tcp.c - TCP sockets with poll-based deadlines for libkvpool.
  */
 #include "conn.h"
 

@@ -1,5 +1,5 @@
 /*
- * transport.c - the RDMA side of a handle: rdma:// and auto:// URLs, the
+ * conn_rdma.c - the RDMA side of a handle: rdma:// and auto:// URLs, the
  * RDMA connection's memory registrations and its control messages.
  *
  * rdma:// connects with rdma_cm only and says HELLO over it. auto://
