@@ -213,11 +213,13 @@ def break_even(b, cfg, base, suffix, rows, lengths, repeats, say):
                measured_first_winning_prefix=min(above) if above else None,
                measured_losing_prefixes=below, points=measured,
                block_tokens=cfg.block_tokens)
+    won = out["measured_first_winning_prefix"]
     say("break-even: loading pays when P * (1/S - b/BW) > t_fixed, i.e. P > t_fixed / (1/S - b/BW)"
-        " = %.2e s / (1/%.0f - %d B / %.2f GB/s) = %.2f tokens (formula); measured: the shortest"
-        " prefix tried that is faster warm: %s tokens (a block is %d tokens)"
-        % (fixed, s_tok, cfg.kv_bytes_per_token, gbps, formula, out["measured_first_winning_prefix"],
-           cfg.block_tokens))
+        " = %.2e s / (1/%.0f tok/s - %d B / %.2f GB/s) = %.2f tokens (formula; loading works a "
+        "block of %d tokens at a time); measured: %s"
+        % (fixed, s_tok, cfg.kv_bytes_per_token, gbps, formula, cfg.block_tokens,
+           ("the shortest prefix tried that is faster warm is %d tokens" % won) if won else
+           "no prefix tried (%s tokens) was faster warm" % "/".join(str(x) for x in lengths)))
     return out
 
 
@@ -242,15 +244,19 @@ def trace_prompts(path, n, tokens_per_hash, vocab):
 
 
 def trace(nodes, prompts, say):
-    """Replay: request i goes to node i % 2, first without the pool (full
-    prefill), then with it (MATCH + GET, prefill the rest, put what was
-    computed). Pairing the two runs in time keeps the comparison fair on a
-    busy machine."""
+    """Replay: request i goes to node i % 2, which serves it twice: without
+    the pool (full prefill) and with it (MATCH + GET, prefill the rest, put
+    what was computed). Pairing the two runs in time keeps the comparison
+    fair on a busy machine."""
     without, with_, saved, total, hits = [], [], 0, 0, 0
     for i, p in enumerate(prompts):
         node = nodes[i % 2]
-        r0 = node.request(p["tokens"], use_pool=False)
-        r1 = node.request(p["tokens"], use_pool=True, put=True)
+        if i % 2:   # which of the pair runs first alternates (caches, allocator warmth)
+            r1 = node.request(p["tokens"], use_pool=True, put=True)
+            r0 = node.request(p["tokens"], use_pool=False)
+        else:
+            r0 = node.request(p["tokens"], use_pool=False)
+            r1 = node.request(p["tokens"], use_pool=True, put=True)
         without.append(r0["ttft_s"])
         with_.append(r1["ttft_s"])
         saved += len(p["tokens"]) - r1["computed_tokens"]
@@ -271,10 +277,12 @@ def trace(nodes, prompts, say):
 
 # ---- kvpool bench, GPU calculation, report ----------------------------------------
 
-def c_bench(cli, url, block_bytes, batch, seconds):
-    """`kvpool bench` GET GB/s at the demo's block size and batch."""
+def c_bench(cli, url, block_bytes, batch, calls):
+    """`kvpool bench` GET GB/s at the demo's block size and batch, `calls`
+    calls per phase (a bounded count, so that its puts do not evict the
+    demo's blocks from the server's DRAM)."""
     cmd = [cli, "bench", "--server", url, "--sizes", str(block_bytes), "--ops", "put,get",
-           "--batch", str(batch), "--duration", str(seconds), "--source-bytes", "64MiB",
+           "--batch", str(batch), "--count", str(batch * calls), "--source-bytes", "64MiB",
            "--namespace", "ttft-demo-bench", "--json"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
@@ -293,11 +301,14 @@ def bandwidth(b, args, cfg, base, rows, say):
     p = 4096 if 4096 in [r["prefix_tokens"] for r in rows] else max(r["prefix_tokens"] for r in rows)
     prompt = base[:p] + [0]
     demo, bench = [], []
+    want = p // cfg.block_tokens
     for _ in range(2):
         r = b.load(prompt, 5)
-        demo += [r["loaded_bytes"] / s / 1e9 for s in r["load_s"] if s > 0]
-        cb = c_bench(args.kvpool_cli, args.url, cfg.block_bytes, r["loaded_blocks"],
-                     args.bench_seconds)
+        if r["loaded_blocks"] != want:
+            raise RuntimeError("bandwidth: loaded %d blocks, expected %d (%s)"
+                               % (r["loaded_blocks"], want, r["pool_error"]))
+        demo += [r["loaded_bytes"] / s / 1e9 for s in r["load_s"]]
+        cb = c_bench(args.kvpool_cli, args.url, cfg.block_bytes, want, args.bench_calls)
         bench.append(cb["get_gbps"])
     out = dict(command=cb["command"], block_bytes=cfg.block_bytes, batch=cb["batch"],
                prefix_tokens=p, demo_gbps=median(demo), bench_get_gbps=median(bench),
@@ -394,11 +405,12 @@ def main(argv=None):
                     help="short prefixes timed for the measured break-even ('' skips)")
     ap.add_argument("--trace", default=os.path.join(HERE, "..", "..", "tests", "data",
                                                     "synthetic_trace.jsonl"))
-    ap.add_argument("--trace-requests", type=int, default=60, help="0 skips the trace mode")
+    ap.add_argument("--trace-requests", type=int, default=50, help="0 skips the trace mode")
     ap.add_argument("--trace-tokens-per-hash", type=int, default=16,
                     help="tokens per trace hash id (the trace has 512): the scale-down")
     ap.add_argument("--kvpool-cli", default="", help="kvpool CLI for the bench comparison")
-    ap.add_argument("--bench-seconds", type=float, default=1.0)
+    ap.add_argument("--bench-calls", type=int, default=10,
+                    help="kvpool bench calls per phase, each of one 4k prefix's blocks")
     ap.add_argument("--gpu-prefill-tok-s", type=float, default=20000.0,
                     help="GPU prefill speed for the calculation (Llama-3-8B, one H100-class GPU)")
     ap.add_argument("--gpu-kv-bytes-per-token", type=int, default=131072,
