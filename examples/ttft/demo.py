@@ -157,7 +157,6 @@ def sweep(a, b, cfg, prefixes, suffix, decode, warm_repeats, tmp, say):
     one long prompt that node A prefilled once: a P-token prefix is the
     first P / block_tokens blocks of that chain."""
     base = random_tokens(max(prefixes), cfg.vocab, 10)
-    t0 = time.perf_counter()
     ra = a.request(base, use_pool=False, put=True)
     say("node A: prefilled %d tokens in %.2f s, put %d blocks (%.1f MB) in %.3f s"
         % (len(base), ra["ttft_s"], ra["put_blocks"], ra["put_blocks"] * cfg.block_bytes / 1e6,
@@ -298,7 +297,8 @@ def bandwidth(b, args, cfg, base, rows, say):
     prefix's blocks into node B's cache, 5 times) next to `kvpool bench`
     GET at the same block size and batch, twice each, interleaved so that
     both see the same machine load; medians are compared."""
-    p = 4096 if 4096 in [r["prefix_tokens"] for r in rows] else max(r["prefix_tokens"] for r in rows)
+    lengths = [r["prefix_tokens"] for r in rows]
+    p = 4096 if 4096 in lengths else max(lengths)
     prompt = base[:p] + [0]
     demo, bench = [], []
     want = p // cfg.block_tokens
