@@ -242,6 +242,23 @@ def trace_prompts(path, n, tokens_per_hash, vocab):
     return out
 
 
+def fit_budget(prompts, rows, left_s, say):
+    """The leading prompts whose replay (each prefilled twice at worst) the
+    time left allows, at the sweep's slowest short-prompt prefill speed."""
+    speed = min(r["prefill_tok_s"] for r in rows if r["prompt_tokens"] <= 2304) \
+        if any(r["prompt_tokens"] <= 2304 for r in rows) else min(r["prefill_tok_s"] for r in rows)
+    spent, n = 0.0, 0
+    for p in prompts:
+        spent += 2 * len(p["tokens"]) / speed
+        if spent > left_s:
+            break
+        n += 1
+    if n < len(prompts):
+        say("== trace: %d of %d requests fit in the %.0f s left of --budget-s (prefill at %.0f "
+            "tokens/s); replaying those" % (n, len(prompts), max(left_s, 0), speed))
+    return prompts[:n]
+
+
 def trace(nodes, prompts, say):
     """Replay: request i goes to node i % 2, which serves it twice: without
     the pool (full prefill) and with it (MATCH + GET, prefill the rest, put
@@ -415,6 +432,9 @@ def main(argv=None):
                     help="GPU prefill speed for the calculation (Llama-3-8B, one H100-class GPU)")
     ap.add_argument("--gpu-kv-bytes-per-token", type=int, default=131072,
                     help="Llama-3-8B bf16: 2 x 32 layers x 8 KV heads x 128 x 2 B")
+    ap.add_argument("--budget-s", type=float, default=270.0,
+                    help="seconds for the whole demo: the trace mode replays only as many "
+                    "requests as the time left allows (default %(default)s)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default="ttft.json")
     ap.add_argument("--png", default="ttft.png")
@@ -483,6 +503,10 @@ def main(argv=None):
         if args.kvpool_cli:
             report["bench"] = bandwidth(b, args, cfg, base, rows, say)
         pool.drop_namespace()
+        if prompts:
+            prompts = fit_budget(prompts, rows, args.budget_s - (time.perf_counter() - t_all),
+                                 say)
+            report["trace_budget_trimmed"] = len(prompts) < args.trace_requests
         if prompts:
             say("== trace: first %d requests of %s, %d tokens per hash id (lengths x %d/512), "
                 "alternating A/B" % (len(prompts), os.path.basename(args.trace),
