@@ -2,6 +2,8 @@
 #
 #   make            build kvpoold, libkvpool (.so and .a), kvpool CLI into build/
 #   make test       install missing build deps (Debian), build, run unit + integration + Python tests
+#   make deps-check fail when an #include crosses a boundary of tests/deps_rules.txt
+#                   (the layering of DESIGN.md); make test runs it first
 #   make test-san   the same tests built with AddressSanitizer + UBSan (build-san/)
 #   make RDMA=0 BUILD=build-nordma test   the tests with the RDMA stub (TCP only, no rdma-core)
 #   make test-valgrind  integration tests with kvpoold under valgrind (leaks fail)
@@ -106,7 +108,7 @@ LIB_SO    := $(BUILD)/libkvpool.so
 UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
-.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme install clean \
+.PHONY: all deps deps-check test test-san test-valgrind test-unit test-integration demo demo-nvme install clean \
 	nvme-bench bench fuzz fuzz-seeds soak container-test
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
@@ -286,11 +288,17 @@ soak: deps
 # The Python binding's pytest suite runs as one more test program (in a
 # sanitizer build, with the sanitizer runtimes preloaded into python3).
 PY_TESTS := tests/python/pytest.sh
+# The layering check's own tests: a forbidden include in a scratch copy fails.
+DEPS_TESTS := tests/deps_check_test.sh
 
-test: deps
+# The layering rules (tests/deps_rules.txt): which folder may #include which.
+deps-check:
+	@tests/deps_check.sh
+
+test: deps deps-check
 	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(COPYCOUNT)
 	@BUILD=$(BUILD) KVPOOL_SOAK_SECONDS=$(TEST_SOAK_SECONDS) \
-	  tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(PY_TESTS)
+	  tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(PY_TESTS) $(DEPS_TESTS)
 
 # The integration tests with kvpoold under valgrind: a leak or memory error
 # makes the daemon exit 99, which fails the test's clean-shutdown check.
