@@ -154,9 +154,11 @@ $(KVPOOL): $(CLI_OBJ) $(LIB_A)
 .SECONDEXPANSION:
 UNIT_DEPS_proto  := $(BUILD)/libproto.a
 STORETEST_LIBS  := $(BUILD)/libstoretest.a $(BUILD)/libstore.a
-UNIT_DEPS_store  := $(STORETEST_LIBS)
+# Keys, pools and scratch directories shared by the storage tests.
+STORE_FIXTURE    := $(call obj,tests/unit/store_fixture.c)
+UNIT_DEPS_store  := $(STORE_FIXTURE) $(STORETEST_LIBS)
 UNIT_DEPS_arena  := $(BUILD)/libstore.a
-UNIT_DEPS_tier   := $(STORETEST_LIBS)
+UNIT_DEPS_tier   := $(STORE_FIXTURE) $(STORETEST_LIBS)
 UNIT_DEPS_index  := $(BUILD)/libstore.a
 UNIT_DEPS_config := $(BUILD)/libconf.a
 UNIT_FAKE_VERBS  := $(if $(filter 1,$(RDMA)),$(call obj,tests/unit/fake_verbs.c))
@@ -183,7 +185,7 @@ UNIT_LIBS_nvme_io    := -Wl,--wrap=openat,--wrap=pwritev,--wrap=pread
 UNIT_DEPS_nvme_index := $(call obj,storage/nvme/nvme_index.c)
 # Fault injection: storage/'s allocations, thread creation, RocksDB calls and
 # segment I/O go through the test's __wrap_ functions (test_store_faults.c).
-UNIT_DEPS_store_faults := $(STORETEST_LIBS)
+UNIT_DEPS_store_faults := $(STORE_FIXTURE) $(STORETEST_LIBS)
 UNIT_LIBS_store_faults := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign \
 	-Wl,--wrap=mmap,--wrap=strdup,--wrap=pthread_create \
 	-Wl,--wrap=rocksdb_open,--wrap=rocksdb_write,--wrap=rocksdb_delete,--wrap=rocksdb_get \
