@@ -1,8 +1,9 @@
 /*
  * store.h - the pool itself: block index, DRAM arena, eviction, leases.
  *
- * No networking here and nothing of ours but storage/ headers: this module
- * builds and is unit-tested alone.
+ * No networking here and nothing of ours but storage/ headers (and proto/'s
+ * header-only checksum helper, proto_xxh3.h): this module builds and is
+ * unit-tested alone. The rooms of storage/ are listed in storage/README.md.
  *
  * Model
  *  - A block is identified by (namespace id, 32-byte block hash). It is
