@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include "proto_xxh3.h" /* XXH3 entry points, AVX2 / AVX-512 where the CPU has them */
 
-#include "proto_xxh3.h"
 #include "rdma.h"
 #include "srv_server.h"
 #include "srv_worker.h"

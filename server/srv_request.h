@@ -34,8 +34,8 @@ int srv_request_get_answer(struct srv_conn *c);
  * failed or the connection closed). Worker thread. */
 void srv_request_get_release(struct srv_conn *c);
 
-/* Is name[0..len) a valid namespace name (proto_name_valid: 1..255 bytes
- * of printable ASCII 0x21..0x7e, no spaces, no control bytes)? */
+/* Is name[0..len) a valid namespace name: 1..255 bytes of printable ASCII
+ * 0x21..0x7e (no spaces, no control bytes)? */
 bool srv_ns_name_valid(const char *name, size_t len);
 
 #endif /* KVPOOL_SRV_REQUEST_H */
