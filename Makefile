@@ -108,7 +108,7 @@ LIB_SO    := $(BUILD)/libkvpool.so
 UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
-.PHONY: all deps deps-check test test-san test-valgrind test-unit test-integration demo demo-nvme install clean \
+.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme install clean \
 	nvme-bench bench fuzz fuzz-seeds soak container-test
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
@@ -294,6 +294,7 @@ PY_TESTS := tests/python/pytest.sh
 DEPS_TESTS := tests/deps_check_test.sh
 
 # The layering rules (tests/deps_rules.txt): which folder may #include which.
+.PHONY: deps-check
 deps-check:
 	@tests/deps_check.sh
 
