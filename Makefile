@@ -154,11 +154,9 @@ $(KVPOOL): $(CLI_OBJ) $(LIB_A)
 .SECONDEXPANSION:
 UNIT_DEPS_proto  := $(BUILD)/libproto.a
 STORETEST_LIBS  := $(BUILD)/libstoretest.a $(BUILD)/libstore.a
-# Keys, pools and scratch directories shared by the storage tests.
-STORE_FIXTURE    := $(call obj,tests/unit/store_fixture.c)
-UNIT_DEPS_store  := $(STORE_FIXTURE) $(STORETEST_LIBS)
+UNIT_DEPS_store  := $(STORETEST_LIBS)
 UNIT_DEPS_arena  := $(BUILD)/libstore.a
-UNIT_DEPS_tier   := $(STORE_FIXTURE) $(STORETEST_LIBS)
+UNIT_DEPS_tier   := $(STORETEST_LIBS)
 UNIT_DEPS_index  := $(BUILD)/libstore.a
 UNIT_DEPS_config := $(BUILD)/libconf.a
 UNIT_FAKE_VERBS  := $(if $(filter 1,$(RDMA)),$(call obj,tests/unit/fake_verbs.c))
@@ -185,7 +183,7 @@ UNIT_LIBS_nvme_io    := -Wl,--wrap=openat,--wrap=pwritev,--wrap=pread
 UNIT_DEPS_nvme_index := $(call obj,storage/nvme/nvme_index.c)
 # Fault injection: storage/'s allocations, thread creation, RocksDB calls and
 # segment I/O go through the test's __wrap_ functions (test_store_faults.c).
-UNIT_DEPS_store_faults := $(STORE_FIXTURE) $(STORETEST_LIBS)
+UNIT_DEPS_store_faults := $(STORETEST_LIBS)
 UNIT_LIBS_store_faults := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign \
 	-Wl,--wrap=mmap,--wrap=strdup,--wrap=pthread_create \
 	-Wl,--wrap=rocksdb_open,--wrap=rocksdb_write,--wrap=rocksdb_delete,--wrap=rocksdb_get \
@@ -193,7 +191,13 @@ UNIT_LIBS_store_faults := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=
 	-Wl,--wrap=rocksdb_writebatch_create,--wrap=rocksdb_options_create \
 	-Wl,--wrap=rocksdb_writeoptions_create,--wrap=rocksdb_readoptions_create \
 	-Wl,--wrap=store_nvme_io_writev,--wrap=store_nvme_io_read
-$(BUILD)/tests/unit_%: $(call obj,tests/unit/test_%.c) $$(UNIT_DEPS_$$*)
+# Objects a test links before its libraries: the storage tests' shared
+# keys, pools and scratch directories (tests/unit/store_fixture.c).
+STORE_FIXTURE := $(call obj,tests/unit/store_fixture.c)
+UNIT_PRE_store        := $(STORE_FIXTURE)
+UNIT_PRE_tier         := $(STORE_FIXTURE)
+UNIT_PRE_store_faults := $(STORE_FIXTURE)
+$(BUILD)/tests/unit_%: $(call obj,tests/unit/test_%.c) $$(UNIT_PRE_$$*) $$(UNIT_DEPS_$$*)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(UNIT_LIBS_$*) $(LIBS_CLIENT) $(LIBS_SERVER) $(LIBS_TEST)
 
