@@ -16,14 +16,6 @@
 #include "debug/store_debug.h"
 #include "store_fixture.h"
 
-uint64_t mix64(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 void key_of(uint64_t id, uint8_t key[STORE_KEY_BYTES])
 {
 	for (int i = 0; i < 4; i++) {
