@@ -343,7 +343,7 @@ demo-nvme: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/demo_nvme.sh
 
-# The TTFT demo (examples/ttft/README in docs/ttft.md): python3-torch and
+# The TTFT demo (examples/ttft, described in docs/ttft.md): python3-torch and
 # python3-matplotlib come from deps; the report goes to $(BUILD)/ttft.
 demo-ttft: deps
 	@$(MAKE) --no-print-directory all
