@@ -461,7 +461,7 @@ def main(argv=None):
     report = dict(config=cfg.as_dict(), namespace=cfg.namespace(), url=args.url,
                   kv_bytes_per_token=cfg.kv_bytes_per_token, block_bytes=cfg.block_bytes,
                   blas=a.hello["blas"], blas_path=a.hello["blas_path"],
-                  torch_threads=a.hello["threads"])
+                  torch_threads=a.hello["threads"], load_average_start=os.getloadavg()[0])
     say("== reference Llama decoder: %d layers, hidden %d, %d heads / %d KV heads x %d, ffn %d, "
         "vocab %d, %s; KV %d B/token, block %d tokens = %d B"
         % (cfg.layers, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.ffn, cfg.vocab,
@@ -527,9 +527,12 @@ def main(argv=None):
         links=gpu_calculation(4096, args.suffix, args.gpu_kv_bytes_per_token,
                               args.gpu_prefill_tok_s, (100, 200, 400)))
     report["elapsed_s"] = time.perf_counter() - t_all
+    report["load_average_end"] = os.getloadavg()[0]
     say("")
-    say("== TTFT, measured on this machine (%s BLAS, %d threads)" % (report["blas"],
-                                                                   report["torch_threads"]))
+    say("== TTFT, measured on this machine (%s BLAS, %d threads; %d CPUs, 1-min load average "
+        "%.1f at the start, %.1f at the end: other work shares them)"
+        % (report["blas"], report["torch_threads"], os.cpu_count() or 0,
+           report["load_average_start"], report["load_average_end"]))
     say(table(rows))
     say("target: warm <= 0.2x cold at a %d-token prefix: %.3fx (%s)"
         % (ref_row["prefix_tokens"], ref_row["ratio"],
