@@ -298,15 +298,17 @@ def statuses_or(result, n, default=DOWN):
 def put_rerooting(client, keys, bufs, parents):
     """put_many, then again for the blocks refused with -ENOLINK (their
     parent was evicted or never stored): a refused block whose parent is
-    another refused block of the batch keeps it (both are put again, in
+    an earlier refused block of the batch keeps it (both are put again, in
     order); the others are put with parent=None. A re-rooted block still
     matches, since MATCH does not check links."""
     st = client.put_many(keys, bufs, parents)
     again = [i for i, s in enumerate(st) if s == -_errno.ENOLINK]
     if again:
-        retried = {keys[i] for i in again}
-        p2 = [parents[i] if parents and parents[i] in retried and parents[i] != keys[i]
-              else None for i in again]
+        p2, earlier = [], set()
+        for i in again:
+            p = parents[i] if parents else None
+            p2.append(p if p is not None and p in earlier else None)
+            earlier.add(keys[i])
         st2 = client.put_many([keys[i] for i in again], [bufs[i] for i in again], p2)
         for j, i in enumerate(again):
             st[i] = st2[j]

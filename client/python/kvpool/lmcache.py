@@ -132,36 +132,44 @@ class KVPoolL2Plugin:
 
     def _on_part(self, c):
         """An AsyncLink completion: c.tag = (future id, positions, what)."""
-        fid, positions, what = c.tag
+        fid, positions, what = c.tag[:3]
         with self._lock:
             st = self._parts.get(fid)
             if st is None:
                 return
-            bools = st[2]
-            if what == "exists":
-                for j, pos in enumerate(positions):
-                    bools[pos] = j < c.matched
-                if c.status:
-                    st[3], st[4] = False, _engine.strerror_of(c.status)
-            elif what == "get":
-                sizes = c.tag[3]
-                for j, pos in enumerate(positions):
-                    bools[pos] = (c.statuses[j] == 0 and j < len(c.lengths)
-                                  and c.lengths[j] == sizes[j])
-                if not all(bools[p] for p in positions):
-                    st[3] = False
-                    st[4] = st[4] or _engine.strerror_of(
-                        next((s for s in c.statuses if s), -_errno.EMSGSIZE))
-            else:   # set, delete
-                for j, pos in enumerate(positions):
-                    bools[pos] = c.statuses[j] == 0 or (what == "delete" and
-                                                        c.statuses[j] == _engine.MISS)
-                if not all(bools[p] for p in positions):
-                    st[3] = False
-                    st[4] = st[4] or _engine.strerror_of(next(s for s in c.statuses if s))
+            try:
+                self._merge(st, c, positions, what)
+            except Exception as e:        # never leave a future without completion
+                st[3], st[4] = False, repr(e)
             st[1] -= 1
             if st[1] == 0:
                 self._finish(fid)
+
+    @staticmethod
+    def _merge(st, c, positions, what):
+        """Fold one part's completion into future state st; caller holds _lock."""
+        bools = st[2]
+        if what == "exists":
+            for j, pos in enumerate(positions):
+                bools[pos] = j < c.matched
+            if c.status:
+                st[3], st[4] = False, _engine.strerror_of(c.status)
+        elif what == "get":
+            sizes = c.tag[3]
+            for j, pos in enumerate(positions):
+                bools[pos] = (c.statuses[j] == 0 and j < len(c.lengths)
+                              and c.lengths[j] == sizes[j])
+            if not all(bools[p] for p in positions):
+                st[3] = False
+                st[4] = st[4] or _engine.strerror_of(
+                    next((s for s in c.statuses if s), -_errno.EMSGSIZE))
+        else:   # set, delete
+            for j, pos in enumerate(positions):
+                bools[pos] = c.statuses[j] == 0 or (what == "delete" and
+                                                    c.statuses[j] == _engine.MISS)
+            if not all(bools[p] for p in positions):
+                st[3] = False
+                st[4] = st[4] or _engine.strerror_of(next(s for s in c.statuses if s))
 
     def drain_completions(self):
         """Every finished future: [(future_id, ok, error_str, result_bools)]."""

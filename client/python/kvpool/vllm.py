@@ -228,6 +228,10 @@ class KVPoolSecondaryTier(SecondaryTierManager):
                 link.register(self._rows.array)
         self._read = AsyncLink(self._read_link, on_complete=self._done)
         self._write = AsyncLink(self._write_link, on_complete=self._done)
+        self._wake = threading.Event()
+        self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
+                                         name="kvpool-vllm-lookup")
+        self._flusher.start()
 
     @staticmethod
     def namespace_for(config, params, rows=None):
@@ -341,35 +345,34 @@ class KVPoolSecondaryTier(SecondaryTierManager):
             req = getattr(req_context, "req_id", None)
             with self._lock:
                 self._pending[k] = req
-                first = not self._batch
                 self._batch.setdefault(req, []).append(k)
-            if first:
-                self._flush_soon()
+                self._wake.set()
             return self._result("lookup", None)
         except Exception as e:
             self.warn.warning("lookup", "kvpool.vllm: lookup: %r", e)
             return self._result("lookup", False)
 
-    def _flush_soon(self):
-        """Send the lookups gathered in this step as one MATCH per request.
+    def _flush_loop(self):
+        """Send the lookups gathered in a step as one MATCH per request.
         Lookups of a step come in one tight loop on the scheduler thread,
-        so a timer of a fraction of a millisecond gathers them."""
-        t = threading.Timer(0.0005, self._flush)
-        t.daemon = True
-        t.start()
-
-    def _flush(self):
-        with self._lock:
-            batches, self._batch = list(self._batch.items()), collections.OrderedDict()
-        for req, keys in batches:
-            try:
-                self._read.submit_match(keys, self.lease_ms, tag=("lookup", req, keys))
-            except Exception as e:
-                self.warn.warning("lookup", "kvpool.vllm: lookup refused: %r", e)
-                with self._lock:
-                    for k in keys:
-                        self._pending.pop(k, None)
-                        self._state[k] = (False, time.monotonic() + self.miss_ttl_s)
+        so waiting half a millisecond after the first gathers them."""
+        while True:
+            self._wake.wait()
+            if self._closed:
+                return
+            time.sleep(0.0005)
+            with self._lock:
+                self._wake.clear()
+                batches, self._batch = list(self._batch.items()), collections.OrderedDict()
+            for req, keys in batches:
+                try:
+                    self._read.submit_match(keys, self.lease_ms, tag=("lookup", req, keys))
+                except Exception as e:
+                    self.warn.warning("lookup", "kvpool.vllm: lookup refused: %r", e)
+                    with self._lock:
+                        for k in keys:
+                            self._pending.pop(k, None)
+                            self._state[k] = (False, time.monotonic() + self.miss_ttl_s)
 
     def batch_lookup(self, keys, req_context=None):
         """Newer vLLM's AsyncLookupManager runs this on a thread of its own:
@@ -482,6 +485,8 @@ class KVPoolSecondaryTier(SecondaryTierManager):
         if self._closed:
             return
         self._closed = True
+        self._wake.set()
+        self._flusher.join(timeout=5)
         for a in (self._read, self._write):
             a.close()
         for link in (self._read_link, self._write_link):
