@@ -579,7 +579,8 @@ class KVPoolConnector(KVConnectorBase_V1):
 
     extra config (kv_connector_extra_config): url, token, timeout_s (2.0),
     lease_ms (30000), chunk_blocks (1: one kvpool block per vLLM block),
-    namespace_prefix ("vllm"), model, kv_dtype, hash_algo.
+    namespace_prefix ("vllm-conn"), model, kv_dtype, hash_algo,
+    stage_through_host (false; always on for KV caches in GPU memory).
 
     A kvpool block is the chunk of chunk_blocks vLLM blocks of one worker
     (every layer's K and V), keyed by the hash of the chunk's last block,
@@ -623,6 +624,9 @@ class KVPoolConnector(KVConnectorBase_V1):
         self._reqs = {}
         self._load_errors = set()
         self._layers = None
+        self.force_stage = bool(extra.get("stage_through_host", False))
+        self.stage = self.force_stage
+        self._staging = None
         self._closed = False
 
     # ---- namespaces and links -----------------------------------------------------------
@@ -805,7 +809,8 @@ class KVPoolConnector(KVConnectorBase_V1):
             for name, t in kv_caches.items():
                 layers.append(_LayerPieces(name, t, num_blocks))
             self._layers = layers
-            if layers and layers[0].device_type == "cpu":
+            self.stage = self.force_stage or any(x.device_type != "cpu" for x in layers)
+            if layers and not self.stage:
                 link = self._link(self.rank)
                 for layer in layers:
                     link.register(layer.tensor)
@@ -816,6 +821,47 @@ class KVPoolConnector(KVConnectorBase_V1):
 
     def _chunk_pieces(self, block_ids):
         return [p for b in block_ids for layer in self._layers for p in layer.pieces(b)]
+
+    def _chunk_bytes(self, block_ids):
+        return sum(v.numel() * v.element_size() for b in block_ids for layer in self._layers
+                   for v in layer.views(b))
+
+    def _buffers(self, chunks):
+        """Per chunk (a list of block ids): what to put from / get into, and
+        its size. Host KV caches: the blocks' own memory, piece by piece.
+        Device KV caches (or stage_through_host): one row of a host staging
+        buffer per chunk (pinned when CUDA is there), reused across calls."""
+        if not self.stage:
+            bufs = [self._chunk_pieces(bl) for bl in chunks]
+            return bufs, [sum(memoryview(p).nbytes for p in buf) for buf in bufs]
+        import torch
+        size = self._chunk_bytes(chunks[0]) if chunks else 0
+        st = self._staging
+        if st is None or st.shape[0] < len(chunks) or st.shape[1] != size:
+            pin = torch.cuda.is_available() if hasattr(torch, "cuda") else False
+            st = self._staging = torch.empty((max(len(chunks), 1), size), dtype=torch.uint8,
+                                             pin_memory=pin)
+        return [st[i] for i in range(len(chunks))], [size] * len(chunks)
+
+    def _stage(self, row, block_ids):
+        """Copy a chunk's blocks (device) into its staging row (host)."""
+        off = 0
+        for b in block_ids:
+            for layer in self._layers:
+                for v in layer.views(b):
+                    n = v.numel() * v.element_size()
+                    row[off:off + n].copy_(v.reshape(-1).view(row.dtype))
+                    off += n
+
+    def _unstage(self, row, block_ids):
+        """Copy a chunk's staging row (host) into its blocks (device)."""
+        off = 0
+        for b in block_ids:
+            for layer in self._layers:
+                for v in layer.views(b):
+                    n = v.numel() * v.element_size()
+                    v.copy_(row[off:off + n].view(v.dtype).view(v.shape))
+                    off += n
 
     def start_load_kv(self, forward_context=None, **kwargs):
         """Load this step's chunks into their GPU blocks (before the forward
@@ -829,13 +875,14 @@ class KVPoolConnector(KVConnectorBase_V1):
                 if self._layers is None:
                     self._load_errors.update(b for bl in blocks for b in bl)
                     continue
-                bufs = [self._chunk_pieces(bl) for bl in blocks]
-                sizes = [sum(memoryview(p).nbytes for p in buf) for buf in bufs]
+                bufs, sizes = self._buffers(blocks)
                 st = _engine.statuses_or(link.call("load", lambda c: c.get_into_many(keys, bufs),
                                                    None), len(keys))
                 for i, bl in enumerate(blocks):
                     if st[i] != sizes[i]:
                         self._load_errors.update(bl)
+                    elif self.stage:
+                        self._unstage(bufs[i], bl)
         except Exception as e:
             self.warn.warning("load", "kvpool.vllm: start_load_kv: %r", e)
 
@@ -863,7 +910,10 @@ class KVPoolConnector(KVConnectorBase_V1):
                 if not need:
                     continue
                 ks = [keys[i] for i in need]
-                bufs = [self._chunk_pieces(blocks[i]) for i in need]
+                bufs, _ = self._buffers([blocks[i] for i in need])
+                if self.stage:
+                    for buf, i in zip(bufs, need):
+                        self._stage(buf, blocks[i])
                 parents = [keys[i - 1] if i > 0 else parent for i in need]
                 st = link.call("save", lambda c: _engine.put_rerooting(c, ks, bufs, parents),
                                None)
@@ -900,9 +950,6 @@ class _LayerPieces:
         self.tensor = t
         device = getattr(t, "device", None)
         self.device_type = getattr(device, "type", "cpu")
-        if self.device_type != "cpu":
-            raise ValueError("layer %s is on %s: this connector moves host memory only "
-                             "(use the offloading tier for GPU KV caches)" % (name, device))
         shape = tuple(t.shape)
         strides = tuple(t.stride())
         es = t.element_size()
@@ -927,6 +974,14 @@ class _LayerPieces:
         self.piece_bytes = expect * es
         self.base = t.data_ptr()
         self.blocks = shape[1] if self.split else shape[0]
+
+    def views(self, b):
+        """The tensors of block b (device memory: staged through the host)."""
+        if not 0 <= b < self.blocks:
+            raise IndexError("block %d of %d" % (b, self.blocks))
+        if self.split:
+            return [self.tensor[0, b], self.tensor[1, b]]
+        return [self.tensor[b]]
 
     def pieces(self, b):
         if not 0 <= b < self.blocks:

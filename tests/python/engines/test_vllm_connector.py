@@ -101,13 +101,16 @@ def run_request(inst, req_id, tokens, hashes, seed, local=0, ids=None):
                 local, inst.forward(seed))
 
 
-def test_factory_and_store_then_load(server, prefix):
+@pytest.mark.parametrize("stage_a,stage_b", [(False, False), (True, False), (False, True)])
+def test_factory_and_store_then_load(server, prefix, stage_a, stage_b):
+    """Also through the host staging buffer used for KV caches in GPU
+    memory (forced here on CPU tensors): both paths store the same bytes."""
     tokens, hashes = prompt(100)
-    a = Instance(server.url, prefix)
+    a = Instance(server.url, prefix, stage_through_host=stage_a)
     ext, errors = run_request(a, "r1", tokens, hashes, seed=1)
     assert ext == 0 and errors == [set()]
     want = [a.block_bytes(0, b) for b in a.block_ids[:6]]
-    b = Instance(server.url, prefix)              # another instance, empty caches
+    b = Instance(server.url, prefix, stage_through_host=stage_b)   # empty caches
     ext, errors = run_request(b, "r2", tokens, hashes, seed=2, ids=list(range(10, 17)))
     assert ext == 96, "aligned len(prompt) - 1 = 96 tokens (6 blocks)"
     assert errors == [set()]
