@@ -190,6 +190,17 @@ def test_pool_down_and_failed_loads(fresh_server, prefix):
     fresh_server.start(port=port)
     c = Instance(fresh_server.url, prefix)
     run_request(c, "r3", tokens, hashes, seed=11)
+    # the instance that saw the pool die hits again, with no restart of its own
+    import time
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if b.scheduler.get_num_new_matched_tokens(Request("r2b%f" % time.monotonic(), tokens,
+                                                          hashes), 0)[0] == 48:
+            break
+        time.sleep(0.2)
+    ext, errors = step(b.scheduler, b.workers, Request("r2c", tokens, hashes),
+                       list(range(20, 24)), 0, b.forward(10))
+    assert ext == 48 and errors == [set()]
     d = Instance(fresh_server.url, prefix)
     scheduler, worker = d.scheduler, d.workers[0]
     req = Request("r4", tokens, hashes)

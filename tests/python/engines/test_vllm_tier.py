@@ -247,3 +247,23 @@ def test_newer_interface_names(server, prefix):
     tier.on_new_request(tb.ReqContext("r"))
     tier.request_finished(tb.ReqContext("r"))
     tier.shutdown()
+
+
+def test_block_of_the_wrong_size_is_a_failed_load(server, prefix, raw):
+    """A block whose size is not the row's (another layout wrote it) fails
+    the load, writes no row but the job's own (a too-big block: none), and
+    the key then answers False."""
+    tier, rows = make(server.url, prefix)
+    mgr = ManagerStandIn(tier, rows)
+    keys = [offload_key(h) for h in hashes(2, seed=11)]
+    c = raw(tier.namespace)
+    c.put(kv.block_key(keys[0]), bytes(ROW + 8))
+    c.put(kv.block_key(keys[1]), bytes(ROW - 8), parent=kv.block_key(keys[0]))
+    rows[:] = 0x5A
+    n, hits = steps_until(mgr, "r", keys, 0)
+    assert hits == 0
+    assert all(not ok for _, kind, ok in mgr.reported if kind == "load")
+    others = [i for i in range(ROWS) if i not in mgr.load_rows]
+    assert mgr.load_rows and (rows[others] == 0x5A).all(), "only the job's rows are written"
+    assert [settle(tier, k) for k in keys] == [False, False]
+    tier.shutdown()

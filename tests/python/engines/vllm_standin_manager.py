@@ -34,6 +34,7 @@ class ManagerStandIn:
         self.queued = {}                 # req_id -> [(key, row)]
         self.next_job = 1
         self.reported = []
+        self.load_rows = set()           # every row given to a submit_load
 
     def _process_finished(self):
         for r in self.tier.get_finished():
@@ -85,6 +86,7 @@ class ManagerStandIn:
                               np.array([b for _, b in items], dtype=np.int64), True,
                               ReqContext(req_id))
             self.outstanding[self.next_job] = ("load", job.keys, list(job.block_ids))
+            self.load_rows.update(int(b) for b in job.block_ids)
             self.next_job += 1
             self.tier.submit_load(job)
         self.queued = {}
