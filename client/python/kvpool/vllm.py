@@ -52,6 +52,8 @@ INTERFACE_CONNECTOR = "vLLM KVConnectorBase_V1 (vllm-project/vllm 9aaf83ef, 2026
 DEFAULT_URL = "tcp://127.0.0.1:7470"
 DEFAULT_LEASE_MS = 30000
 TIER_TYPE = "kvpool"
+_MAX_STATE = 200000       # cached lookup answers before expired ones are pruned
+_MAX_REQUESTS = 100000    # requests whose last stored key is remembered
 
 
 def _import(module, name):
@@ -193,7 +195,7 @@ class KVPoolSecondaryTier(SecondaryTierManager):
         self._state = {}              # key -> (present, expiry monotonic)
         self._pending = {}            # key -> req_id, while a MATCH is in flight
         self._batch = collections.OrderedDict()  # req_id -> keys of this step
-        self._last_key = {}           # req_id -> key of its last stored chunk
+        self._last_key = collections.OrderedDict()   # req_id -> its last stored key
         self._drained = threading.Condition(self._lock)
         self._closed = False
         try:
@@ -364,6 +366,10 @@ class KVPoolSecondaryTier(SecondaryTierManager):
             with self._lock:
                 self._wake.clear()
                 batches, self._batch = list(self._batch.items()), collections.OrderedDict()
+                if len(self._state) > _MAX_STATE:
+                    now = time.monotonic()
+                    for k in [k for k, (_, exp) in self._state.items() if exp <= now]:
+                        del self._state[k]
             for req, keys in batches:
                 try:
                     self._read.submit_match(keys, self.lease_ms, tag=("lookup", req, keys))
@@ -412,6 +418,9 @@ class KVPoolSecondaryTier(SecondaryTierManager):
                 first_parent = self._last_key.get(req) if req is not None else None
                 if req is not None:
                     self._last_key[req] = keys[-1]
+                    self._last_key.move_to_end(req)
+                    while len(self._last_key) > _MAX_REQUESTS:   # finished ones never told
+                        self._last_key.popitem(last=False)
             parents = [first_parent] + keys[:-1]
             self._write.submit_exists_many(keys, tag=("exists", job_id, keys, bufs, parents))
         except Exception as e:
