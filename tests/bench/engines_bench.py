@@ -2,11 +2,13 @@
 """Engine adapter throughput against the raw binding, on one kvpoold.
 
 For each engine adapter (kvpool.sglang, kvpool.vllm tier, kvpool.lmcache
-MP plugin) this moves 1 MiB pages through the adapter (set: the engine's
-store call; get: its exists/lookup + load calls) and the same pages, from
-and into the same buffers, through the raw binding (put_many /
-get_into_many), alternating the two, and prints the best round of each in
-GiB/s and their ratio. The engines are not needed: the adapters run over
+MP plugin) this moves 1 MiB pages through the adapter and the same pages,
+from and into the same buffers, through the raw binding, alternating the
+two, and prints the best round of each in GiB/s and their ratio:
+  set         the engine's store call        vs put_chain
+  get         the engine's load call         vs get_into_many
+  exists+get  its exists/lookup, then load   vs match (with a lease), then
+                                                get_into_many The engines are not needed: the adapters run over
 the contract tests' stand-in base classes.
 
   tests/bench/engines_bench.py [--url tcp://host:port] [--pages 64] [--rounds 5]
@@ -54,6 +56,15 @@ class Keys:
                                    extra=("%s-%d" % (self.tag, self.n)).encode())
 
 
+def state_keys(r_get):
+    """The raw keys of the last round (kept in the closure's state dict)."""
+    for cell in r_get.__closure__ or ():
+        v = cell.cell_contents
+        if isinstance(v, dict) and "r" in v:
+            return v["r"]
+    raise LookupError("no raw keys")
+
+
 def timed(fn):
     t = time.perf_counter()
     fn()
@@ -83,8 +94,10 @@ def bench_sglang(url, pages):
         state["a"] = [k.hex() for k in keys_a(pages)]
         assert all(b.batch_set_v1(state["a"], src_idx))
 
-    def a_get():
+    def a_exists():
         assert b.batch_exists(state["a"]) == pages
+
+    def a_get():
         assert all(b.batch_get_v1(state["a"], dst_idx))
 
     def r_set():
@@ -93,7 +106,7 @@ def bench_sglang(url, pages):
 
     def r_get():
         assert all(n == MIB for n in raw.get_into_many(state["r"], dst))
-    return a_set, a_get, r_set, r_get, lambda: (b.close(), raw.close())
+    return a_set, a_exists, a_get, r_set, r_get, raw, lambda: (b.close(), raw.close())
 
 
 def bench_vllm(url, pages):
@@ -123,11 +136,13 @@ def bench_vllm(url, pages):
         state["a"] = [k + bytes(4) for k in keys_a(pages)]
         run_job(t.submit_store, state["a"], list(range(pages)))
 
-    def a_get():
+    def a_exists():
         for k in state["a"]:
             t.lookup(k, ReqContext("b"))
         while any(t.lookup(k, ReqContext("b")) is not True for k in state["a"]):
             time.sleep(0.0002)
+
+    def a_get():
         run_job(t.submit_load, state["a"], list(range(pages, 2 * pages)))
 
     def r_set():
@@ -136,7 +151,7 @@ def bench_vllm(url, pages):
 
     def r_get():
         assert all(n == MIB for n in raw.get_into_many(state["r"], dst))
-    return a_set, a_get, r_set, r_get, lambda: (t.shutdown(), raw.close())
+    return a_set, a_exists, a_get, r_set, r_get, raw, lambda: (t.shutdown(), raw.close())
 
 
 def bench_lmcache(url, pages):
@@ -161,8 +176,10 @@ def bench_lmcache(url, pages):
         state["a"] = ["bench@00000000@0@%s" % k.hex() for k in keys_a(pages)]
         wait(p.submit_batch_set(state["a"], src))
 
-    def a_get():
+    def a_exists():
         wait(p.submit_batch_exists(state["a"]))
+
+    def a_get():
         wait(p.submit_batch_get(state["a"], dst))
 
     def r_set():
@@ -171,7 +188,7 @@ def bench_lmcache(url, pages):
 
     def r_get():
         assert all(n == MIB for n in raw.get_into_many(state["r"], dst))
-    return a_set, a_get, r_set, r_get, lambda: (p.close(), raw.close())
+    return a_set, a_exists, a_get, r_set, r_get, raw, lambda: (p.close(), raw.close())
 
 
 def main():
@@ -202,20 +219,26 @@ def main():
     gib = args.pages * MIB / (1 << 30)
     print("1 MiB pages, %d per round, best of %d rounds, GiB/s (kvpoold at %s)"
           % (args.pages, args.rounds, url))
-    print("%-8s %-4s %10s %10s %7s" % ("engine", "op", "adapter", "raw", "ratio"))
+    print("%-8s %-10s %10s %10s %7s" % ("engine", "op", "adapter", "raw", "ratio"))
     try:
         for name, make in (("sglang", bench_sglang), ("vllm", bench_vllm),
                            ("lmcache", bench_lmcache)):
-            a_set, a_get, r_set, r_get, close = make(url, args.pages)
-            a_set(), a_get(), r_set(), r_get()          # warm up
-            best = {k: float("inf") for k in ("as", "ag", "rs", "rg")}
+            a_set, a_exists, a_get, r_set, r_get, raw, close = make(url, args.pages)
+
+            def r_exists():
+                assert raw.match(state_keys(r_get), 30000) == args.pages
+            a_set(), a_exists(), a_get(), r_set(), r_get()          # warm up
+            t = {k: float("inf") for k in ("as", "ae", "ag", "rs", "re", "rg")}
             for _ in range(args.rounds):
-                best["as"] = min(best["as"], timed(a_set))
-                best["rs"] = min(best["rs"], timed(r_set))
-                best["ag"] = min(best["ag"], timed(a_get))
-                best["rg"] = min(best["rg"], timed(r_get))
-            for op, a, r in (("set", best["as"], best["rs"]), ("get", best["ag"], best["rg"])):
-                print("%-8s %-4s %10.2f %10.2f %7.2f" % (name, op, gib / a, gib / r, r / a))
+                t["as"] = min(t["as"], timed(a_set))
+                t["rs"] = min(t["rs"], timed(r_set))
+                t["ae"] = min(t["ae"], timed(a_exists))
+                t["ag"] = min(t["ag"], timed(a_get))
+                t["re"] = min(t["re"], timed(r_exists))
+                t["rg"] = min(t["rg"], timed(r_get))
+            for op, a, r in (("set", t["as"], t["rs"]), ("get", t["ag"], t["rg"]),
+                             ("exists+get", t["ae"] + t["ag"], t["re"] + t["rg"])):
+                print("%-8s %-10s %10.2f %10.2f %7.2f" % (name, op, gib / a, gib / r, r / a))
             close()
     finally:
         if proc is not None:
