@@ -8,7 +8,13 @@ Today they run on a worker thread per AsyncLink over the synchronous
 binding, in submission order (so a MATCH and the GET after it share one
 connection and the lease holds), and completions are signalled through
 an eventfd. When the binding has Client.submit_get_into_many, this file
-is the one to switch over to it.
+is the one to switch over to it. What the switch must keep: one thread
+that polls the Client and is the only one to close it (the binding does
+not allow close() during poll()), so a Link that goes down hands its
+Client to that thread; requests in flight on a closed Client complete
+with -ENOTCONN; a put answered -ENOLINK is re-put (re-rooted) as a
+follow-up request before its completion is reported; completions keep
+submission order per AsyncLink.
 
 Never raises for a pool failure: a pool that is down completes every
 request with status -ENOTCONN (nothing was sent) or the call's -errno.
