@@ -178,6 +178,7 @@ class Link:
         self.failures = 0            # calls that failed (any reason)
         self.reconnects = 0          # times the Link came back up
         self._arenas = []            # buffers to register on each connect
+        self.on_down = None          # see _down
         self._client = None
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -212,7 +213,10 @@ class Link:
                 return False
             old, self._client = self._client, c
         if old is not None:
-            old.close()
+            if self.on_down is not None:
+                self.on_down(old)
+            else:
+                old.close()
         return True
 
     def _start_reconnect(self):
@@ -233,15 +237,21 @@ class Link:
             delay = min(delay * 2, self.backoff_s[1])
 
     def _down(self, client):
-        """Drop `client` (if still current) and reconnect in the background."""
+        """Drop `client` (if still current) and reconnect in the background.
+        With on_down set (an asynchronous user that polls the Client), the
+        Client is handed to on_down(client) to close instead."""
         with self._lock:
             if self._client is not client:
                 return
             self._client = None
-        try:
-            client.close()
-        except CALL_FAILURES:
-            pass
+            hook = self.on_down
+        if hook is not None:
+            hook(client)
+        else:
+            try:
+                client.close()
+            except CALL_FAILURES:
+                pass
         self._start_reconnect()
 
     # -- calls

@@ -4,17 +4,18 @@ binding's asynchronous API (Client.submit_*, poll, event_fd, the
 Completion tuple of client/kvpool.h's kvpool_poll).
 
 This is the one file that knows how the asynchronous calls are made.
-Today they run on a worker thread per AsyncLink over the synchronous
-binding, in submission order (so a MATCH and the GET after it share one
-connection and the lease holds), and completions are signalled through
-an eventfd. When the binding has Client.submit_get_into_many, this file
-is the one to switch over to it. What the switch must keep: one thread
-that polls the Client and is the only one to close it (the binding does
-not allow close() during poll()), so a Link that goes down hands its
-Client to that thread; requests in flight on a closed Client complete
-with -ENOTCONN; a put answered -ENOLINK is re-put (re-rooted) as a
-follow-up request before its completion is reported; completions keep
-submission order per AsyncLink.
+make_async_link() picks:
+  - NativeAsyncLink when the binding has the asynchronous API
+    (Client.submit_get_into_many, poll, event_fd): requests are pipelined
+    on the Link's one connection and a poller thread, the only one that
+    closes that connection, drives the binding's poll() (libkvpool makes
+    progress inside poll);
+  - AsyncLink otherwise (or with KVPOOL_ENGINE_ASYNC=thread): a worker
+    thread per AsyncLink runs the synchronous calls in submission order.
+Both keep a MATCH and the GET after it on one connection, so the lease
+holds; both re-put a block refused with -ENOLINK as a root before its
+completion is reported; completions come through on_complete(c) or
+poll() + event_fd() alike.
 
 Never raises for a pool failure: a pool that is down completes every
 request with status -ENOTCONN (nothing was sent) or the call's -errno.
@@ -49,6 +50,8 @@ class AsyncLink:
     With on_complete, each Completion is passed to on_complete(c) on the
     worker thread instead (poll() then returns nothing); it must not block.
     """
+
+    native = False
 
     def __init__(self, link, max_inflight=DEFAULT_MAX_INFLIGHT, on_complete=None):
         self.link = link
@@ -133,18 +136,22 @@ class AsyncLink:
                 n = len(args[0])
                 _engine.log.warning("kvpool: async %s failed: %r", op, e)
                 c = Completion(rid, tag, op, -_errno.EIO, [-_errno.EIO] * n, [], 0)
-            if self.on_complete is not None:
-                try:
-                    self.on_complete(c)
-                except Exception as e:
-                    _engine.log.warning("kvpool: async completion callback: %r", e)
-                with self._cv:
-                    self._inflight -= 1
-                continue
+            self._deliver(c)
+
+    def _deliver(self, c):
+        """Hand completion c to on_complete, or queue it for poll()."""
+        if self.on_complete is not None:
+            try:
+                self.on_complete(c)
+            except Exception as e:
+                _engine.log.warning("kvpool: async completion callback: %r", e)
             with self._cv:
-                self._done.append(c)
-                os.eventfd_write(self._efd, 1)
-                self._cv.notify_all()
+                self._inflight -= 1
+            return
+        with self._cv:
+            self._done.append(c)
+            os.eventfd_write(self._efd, 1)
+            self._cv.notify_all()
 
     def _execute(self, rid, tag, op, args):
         keys = args[0]
@@ -194,3 +201,219 @@ class AsyncLink:
             os.close(self._efd)
         except OSError:
             pass
+
+
+# ---- over the binding's asynchronous API ----------------------------------------------
+
+_CONN_ERRORS = frozenset(-e for e in (_errno.ECONNREFUSED, _errno.ECONNRESET, _errno.EPIPE,
+                                      _errno.ETIMEDOUT, _errno.ENOTCONN, _errno.ECONNABORTED))
+
+
+class _Req:
+    __slots__ = ("rid", "tag", "op", "args", "client", "first", "again")
+
+    def __init__(self, rid, tag, op, args):
+        self.rid, self.tag, self.op, self.args = rid, tag, op, args
+        self.client = None
+        self.first = None        # a put's statuses before its -ENOLINK re-put
+        self.again = None        # positions re-put
+
+
+class NativeAsyncLink(AsyncLink):
+    """AsyncLink over the binding's Client.submit_* / poll (see the module
+    doc). Same interface and guarantees, except that completions of
+    different requests may come in another order than submitted (a put
+    re-put after -ENOLINK completes later)."""
+
+    native = True
+    POLL_S = 0.05
+
+    def __init__(self, link, max_inflight=DEFAULT_MAX_INFLIGHT, on_complete=None):
+        self._reqs = {}            # rid -> _Req sent to a Client
+        self._ready = collections.deque()   # completions made without the pool
+        self._retired = []         # Clients the Link gave up, to fail and close
+        self._tuned = set()
+        link.on_down = self._retire
+        super().__init__(link, max_inflight, on_complete)
+
+    def _retire(self, client):
+        """The Link dropped `client` (any thread): the poller fails its
+        requests and closes it, never while inside its poll()."""
+        with self._cv:
+            self._retired.append(client)
+            self._cv.notify_all()
+
+    def _submit(self, op, args, tag):
+        with self._cv:
+            if self._closed:
+                raise ValueError("kvpool: submit on a closed AsyncLink")
+            if self._inflight >= self.max_inflight:
+                raise Busy(-_errno.EAGAIN, "kvpool: %d requests already in flight"
+                           % self._inflight)
+            rid = next(self._ids)
+            self._inflight += 1
+        req = _Req(rid, tag, op, args)
+        c = self.link._client
+        if c is None:
+            self._fail_soon(req)
+            return rid
+        try:
+            self._send(c, req, args)
+        except Busy:
+            with self._cv:
+                self._inflight -= 1
+            raise
+        except _engine.CALL_FAILURES as e:
+            if isinstance(e, _engine._LINK_DOWN):
+                self.link._down(c)
+            else:
+                _engine.log.warning("kvpool: async %s refused: %s", op, e)
+            self._fail_soon(req)
+        return rid
+
+    def _send(self, c, req, args):
+        """Submit req (or its re-put) on Client c; the caller handles errors."""
+        if id(c) not in self._tuned:
+            self._tuned.add(id(c))
+            try:
+                if c.inflight == 0:
+                    c.max_inflight = max(c.max_inflight, self.max_inflight)
+            except _engine.CALL_FAILURES:
+                pass
+        with self._cv:
+            req.client = c
+            self._reqs[req.rid] = req
+        try:
+            if req.op == "put":
+                c.submit_put_many(args[0], args[1], args[2], tag=req.rid)
+            elif req.op == "get":
+                c.submit_get_into_many(args[0], args[1], tag=req.rid)
+            elif req.op == "exists":
+                c.submit_exists_many(args[0], tag=req.rid)
+            elif req.op == "match":
+                c.submit_match(args[0], args[1], tag=req.rid)
+            elif req.op == "delete":
+                c.submit_delete_many(args[0], tag=req.rid)
+            else:
+                raise ValueError("unknown op %r" % req.op)
+        except BaseException:
+            with self._cv:
+                self._reqs.pop(req.rid, None)
+            raise
+        with self._cv:
+            self._cv.notify_all()
+
+    def _fail_soon(self, req, status=_engine.DOWN):
+        n = len(req.args[0])
+        c = Completion(req.rid, req.tag, req.op, status, [status] * n,
+                       [0] * n if req.op == "get" else [], 0)
+        with self._cv:
+            self._ready.append(c)
+            self._cv.notify_all()
+
+    def _run(self):
+        while True:
+            with self._cv:
+                self._cv.wait_for(lambda: self._ready or self._retired or self._closed or
+                                  any(r.client is self.link._client for r in
+                                      self._reqs.values()), self.POLL_S)
+                ready, self._ready = list(self._ready), collections.deque()
+                retired, self._retired = self._retired, []
+                if self._closed and not self._reqs and not ready and not retired:
+                    return
+            for c in ready:
+                self._deliver(c)
+            for client in retired:
+                self._fail_client(client)
+            c = self.link._client
+            if c is None or not any(r.client is c for r in list(self._reqs.values())):
+                if self._closed and self._reqs:
+                    for client in {id(r.client): r.client for r in self._reqs.values()}.values():
+                        self._fail_client(client)
+                continue
+            try:
+                got = c.poll(max=64, timeout=self.POLL_S)
+            except _engine.CALL_FAILURES as e:
+                _engine.log.warning("kvpool: async poll failed: %s", e)
+                self.link._down(c)
+                continue
+            for comp in got:
+                self._complete(c, comp)
+
+    def _fail_client(self, client):
+        """Every request still on `client` completes with -ENOTCONN; then close it."""
+        with self._cv:
+            mine = [r for r in self._reqs.values() if r.client is client]
+            for r in mine:
+                del self._reqs[r.rid]
+        for r in mine:
+            n = len(r.args[0])
+            self._deliver(Completion(r.rid, r.tag, r.op, _engine.DOWN, [_engine.DOWN] * n,
+                                     [0] * n if r.op == "get" else [], 0))
+        try:
+            client.close()
+        except _engine.CALL_FAILURES:
+            pass
+
+    def _complete(self, client, comp):
+        with self._cv:
+            req = self._reqs.pop(comp.tag, None)
+        if req is None:
+            return
+        if comp.status in _CONN_ERRORS:
+            self.link._down(client)
+        st = list(comp.statuses)
+        if req.op == "put" and req.again is None and comp.status not in _CONN_ERRORS:
+            again = [i for i, s in enumerate(st) if s == -_errno.ENOLINK]
+            if again:
+                keys, bufs, parents = req.args
+                p2, earlier = [], set()
+                for i in again:
+                    p = parents[i] if parents else None
+                    p2.append(p if p is not None and p in earlier else None)
+                    earlier.add(keys[i])
+                req.first, req.again = st, again
+                try:
+                    self._send(client, req, ([keys[i] for i in again], [bufs[i] for i in again],
+                                             p2))
+                    return
+                except _engine.CALL_FAILURES as e:
+                    _engine.log.warning("kvpool: re-put after -ENOLINK refused: %s", e)
+        if req.again is not None:
+            merged = list(req.first)
+            for j, i in enumerate(req.again):
+                merged[i] = st[j] if j < len(st) else comp.status
+            st = merged
+        status = next((s for s in st if s), 0) if req.op == "put" else comp.status
+        if req.op == "get":
+            lengths = list(comp.lengths)
+            st = [0 if s == 0 else s for s in st]
+        else:
+            lengths = []
+        self._deliver(Completion(req.rid, req.tag, req.op, status, st, lengths, comp.matched))
+
+    def close(self):
+        """Finish (or fail) what is in flight, then stop the poller. The
+        Link's connection stays the Link's. Idempotent."""
+        with self._cv:
+            if self._closed:
+                return
+            self._closed = True
+            self._cv.notify_all()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
+        self.link.on_down = None
+        try:
+            os.close(self._efd)
+        except OSError:
+            pass
+
+
+def make_async_link(link, max_inflight=DEFAULT_MAX_INFLIGHT, on_complete=None):
+    """NativeAsyncLink when the binding has the asynchronous API (and
+    KVPOOL_ENGINE_ASYNC is not "thread"), else the thread-backed AsyncLink."""
+    from .client import Client
+    if hasattr(Client, "submit_get_into_many") and \
+            os.environ.get("KVPOOL_ENGINE_ASYNC") != "thread":
+        return NativeAsyncLink(link, max_inflight, on_complete)
+    return AsyncLink(link, max_inflight, on_complete)

@@ -35,7 +35,7 @@ import threading
 
 from . import _engine
 from ._engine import Link, RateLimitedLog, make_namespace, string_key
-from ._engine_async import AsyncLink, Completion
+from ._engine_async import Completion, make_async_link
 
 log = logging.getLogger("kvpool.lmcache")
 
@@ -100,8 +100,8 @@ class KVPoolL2Plugin:
                                name="lmcache-mp read " + ns, warn=self.warn)
         self._write_link = Link(self.url, ns, token=token, timeout_s=timeout,
                                 name="lmcache-mp write " + ns, warn=self.warn)
-        self._read = AsyncLink(self._read_link, on_complete=self._on_part)
-        self._write = AsyncLink(self._write_link, on_complete=self._on_part)
+        self._read = make_async_link(self._read_link, on_complete=self._on_part)
+        self._write = make_async_link(self._write_link, on_complete=self._on_part)
 
     # ---- completions -----------------------------------------------------------------
 

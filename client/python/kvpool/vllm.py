@@ -42,7 +42,7 @@ import time
 
 from . import _engine
 from ._engine import Link, RateLimitedLog, make_namespace, pad_key, raw_buffer
-from ._engine_async import AsyncLink
+from ._engine_async import make_async_link
 
 log = logging.getLogger("kvpool.vllm")
 
@@ -228,8 +228,8 @@ class KVPoolSecondaryTier(SecondaryTierManager):
         if self._rows is not None:
             for link in (self._read_link, self._write_link):
                 link.register(self._rows.array)
-        self._read = AsyncLink(self._read_link, on_complete=self._done)
-        self._write = AsyncLink(self._write_link, on_complete=self._done)
+        self._read = make_async_link(self._read_link, on_complete=self._done)
+        self._write = make_async_link(self._write_link, on_complete=self._done)
         self._wake = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, daemon=True,
                                          name="kvpool-vllm-lookup")

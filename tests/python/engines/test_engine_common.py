@@ -9,7 +9,10 @@ import pytest
 
 import kvpool
 from kvpool import _engine
-from kvpool._engine_async import AsyncLink
+from kvpool._engine_async import AsyncLink, NativeAsyncLink, make_async_link
+
+NATIVE = hasattr(kvpool.Client, "submit_get_into_many")
+KINDS = ["thread"] + (["native"] if NATIVE else [])
 
 
 def test_namespace_parts_and_long_names():
@@ -63,11 +66,15 @@ def test_link_down_answers_default_at_once(fresh_server):
     link.close()
 
 
-def test_async_link_completions_in_order(server):
-    link = _engine.Link(server.url, "common-async")
-    a = AsyncLink(link, max_inflight=4)
-    keys = kvpool.block_hashes(list(range(4)), 1, extra=b"async")
-    ids = [a.submit_put_many(keys, [b"x" * 100] * 4, [None] + keys[:-1], tag="p"),
+@pytest.mark.parametrize("kind", KINDS)
+def test_async_link_completions(server, kind):
+    """Both AsyncLink kinds (the thread-backed one, and the one over the
+    binding's asynchronous API when the binding has it)."""
+    link = _engine.Link(server.url, "common-async-" + kind)
+    a = (AsyncLink if kind == "thread" else NativeAsyncLink)(link, max_inflight=4)
+    keys = kvpool.block_hashes(list(range(4)), 1, extra=b"async" + kind.encode())
+    missing = kvpool.block_hashes([1], 1, extra=b"never stored")[0]
+    ids = [a.submit_put_many(keys, [b"x" * 100] * 4, [missing] + keys[:-1], tag="p"),
            a.submit_match(keys, 1000, tag="m"),
            a.submit_get_into_many(keys, [bytearray(100) for _ in keys], tag="g"),
            a.submit_exists_many(keys, tag="e")]
@@ -78,14 +85,66 @@ def test_async_link_completions_in_order(server):
     while len(got) < 4 and time.monotonic() < deadline:
         select.select([a.event_fd()], [], [], 1)
         got += a.poll()
-    assert [c.id for c in got] == ids
-    assert [c.op for c in got] == ["put", "match", "get", "exists"]
-    assert got[0].statuses == [0] * 4 and got[1].matched == 4
-    assert got[2].lengths == [100] * 4 and got[3].statuses == [0] * 4
+    by = {c.tag: c for c in got}
+    assert sorted(c.id for c in got) == sorted(ids)
+    assert [by[t].op for t in "pmge"] == ["put", "match", "get", "exists"]
+    assert by["p"].statuses == [0] * 4, "an absent parent: re-put as a root"
+    assert by["m"].matched in (0, 4)       # the native kind may match before the re-put
+    assert by["e"].statuses in ([0] * 4, [-2] * 4)
     assert not select.select([a.event_fd()], [], [], 0)[0]
     assert a.inflight == 0
+    g = a.submit_get_into_many(keys, [bytearray(100) for _ in keys])
+    deadline = time.monotonic() + 10
+    out = []
+    while not out and time.monotonic() < deadline:
+        out = a.poll(timeout=1)
+    assert out[0].id == g and out[0].lengths == [100] * 4 and out[0].status == 0
     a.close()
     a.close()
     with pytest.raises(ValueError):
         a.submit_exists_many(keys)
+    link.close()
+
+
+def test_make_async_link_picks_the_native_kind_when_there(server, monkeypatch):
+    link = _engine.Link(server.url, "common-pick")
+    a = make_async_link(link)
+    assert a.native == NATIVE
+    a.close()
+    monkeypatch.setenv("KVPOOL_ENGINE_ASYNC", "thread")
+    b = make_async_link(link)
+    assert not b.native
+    b.close()
+    link.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_async_link_pool_down_then_back(fresh_server, kind):
+    fresh_server.start()
+    port = fresh_server.port
+    link = _engine.Link(fresh_server.url, "common-down", timeout_s=1.0)
+    a = (AsyncLink if kind == "thread" else NativeAsyncLink)(link)
+    keys = kvpool.block_hashes(list(range(3)), 1, extra=b"down")
+
+    def one(submit):
+        rid = submit()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for c in a.poll(timeout=0.5):
+                assert c.id == rid
+                return c
+        raise AssertionError("no completion")
+    assert one(lambda: a.submit_put_many(keys, [b"y" * 10] * 3)).status == 0
+    fresh_server.kill()
+    for _ in range(3):
+        c = one(lambda: a.submit_match(keys, 0))
+        assert c.matched == 0
+    fresh_server.start(port=port)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if one(lambda: a.submit_put_many(keys, [b"y" * 10] * 3)).status == 0:
+            break
+        time.sleep(0.2)
+    assert one(lambda: a.submit_match(keys, 0)).matched == 3
+    a.close()
     link.close()
