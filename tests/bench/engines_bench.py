@@ -12,6 +12,7 @@ two, and prints the best round of each in GiB/s and their ratio:
 the contract tests' stand-in base classes.
 
   tests/bench/engines_bench.py [--url tcp://host:port] [--pages 64] [--rounds 5]
+                               [--engines sglang,vllm,lmcache]
 
 Without --url it starts build/kvpoold on a free loopback port.
 """
@@ -196,6 +197,8 @@ def main():
     ap.add_argument("--url")
     ap.add_argument("--pages", type=int, default=64, help="1 MiB pages per round")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--engines", default="sglang,vllm,lmcache",
+                    help="comma-separated subset of sglang,vllm,lmcache")
     args = ap.parse_args()
     proc = None
     url = args.url
@@ -221,8 +224,11 @@ def main():
           % (args.pages, args.rounds, url))
     print("%-8s %-10s %10s %10s %7s" % ("engine", "op", "adapter", "raw", "ratio"))
     try:
+        wanted = args.engines.split(",")
         for name, make in (("sglang", bench_sglang), ("vllm", bench_vllm),
                            ("lmcache", bench_lmcache)):
+            if name not in wanted:
+                continue
             a_set, a_exists, a_get, r_set, r_get, raw, close = make(url, args.pages)
 
             def r_exists():
