@@ -589,7 +589,8 @@ class KVPoolConnector(KVConnectorBase_V1):
     extra config (kv_connector_extra_config): url, token, timeout_s (2.0),
     lease_ms (30000), chunk_blocks (1: one kvpool block per vLLM block),
     namespace_prefix ("vllm-conn"), model, kv_dtype, hash_algo,
-    stage_through_host (false; always on for KV caches in GPU memory).
+    stage_through_host (false; always on for KV caches in GPU memory),
+    scheduler_timeout_s (0.5: the scheduler's MATCHes block its thread).
 
     A kvpool block is the chunk of chunk_blocks vLLM blocks of one worker
     (every layer's K and V), keyed by the hash of the chunk's last block,
@@ -618,6 +619,7 @@ class KVPoolConnector(KVConnectorBase_V1):
         self.token = extra.get("token")
         self.timeout_s = float(extra.get("timeout_s", 2.0))
         self.lease_ms = int(extra.get("lease_ms", DEFAULT_LEASE_MS))
+        self.scheduler_timeout_s = float(extra.get("scheduler_timeout_s", 0.5))
         self.chunk_blocks = max(1, int(extra.get("chunk_blocks", 1)))
         cc = getattr(vllm_config, "cache_config", None)
         self.block_size = int(getattr(cc, "block_size", 16) or 16)
@@ -661,7 +663,10 @@ class KVPoolConnector(KVConnectorBase_V1):
                 link = self._links.get(rank)
                 if link is None and not self._closed:
                     ns = self.namespace_for_rank(rank)
-                    link = Link(self.url, ns, token=self.token, timeout_s=self.timeout_s,
+                    # the scheduler thread waits for its MATCHes: a shorter budget
+                    timeout = min(self.timeout_s, self.scheduler_timeout_s) \
+                        if self.scheduler else self.timeout_s
+                    link = Link(self.url, ns, token=self.token, timeout_s=timeout,
                                 name="vllm connector " + ns, warn=self.warn)
                     self._links[rank] = link
         return link
