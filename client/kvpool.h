@@ -466,7 +466,9 @@ int kvpool_poll(struct kvpool_client *c, struct kvpool_completion *out, int max,
  * connection has I/O ready so that kvpool_poll(c, out, n, 0) makes
  * progress. Wait on it for readability, then call kvpool_poll with
  * timeout 0; it stays valid, the same number, until kvpool_close (it is
- * an epoll descriptor that holds the handle's eventfd and socket).
+ * an epoll descriptor that holds the handle's eventfd, its socket, and a
+ * timerfd that fires when a request's timeout or BUSY retry is due, so
+ * waiting on this descriptor alone never stalls a request).
  * Returns the descriptor, or -EINVAL (c NULL), -ENOMEM / -EMFILE (it could
  * not be created). Thread-safe. */
 int kvpool_event_fd(struct kvpool_client *c);

@@ -37,6 +37,8 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backoff.h"
@@ -133,6 +135,8 @@ struct kva {
 	int efd_set;              /* its counter is nonzero */
 	int epfd;                 /* kvpool_event_fd, -1 until asked for */
 	int ep_sock;              /* socket registered in epfd, -1 none */
+	int tfd;                  /* timerfd in epfd: due deadlines and retries */
+	uint64_t tfd_armed_ms;    /* when it fires; 0 = disarmed */
 	uint32_t ep_events;
 	int waiters;              /* threads waiting in kvpool_poll */
 };
@@ -263,11 +267,42 @@ static void ep_sync(struct kvpool_client *c)
 	}
 }
 
+/* With an event fd in use, the timerfd in it fires when the next deadline
+ * or BUSY retry is due, so that a caller waiting on the descriptor alone
+ * calls kvpool_poll in time. */
+static void tfd_sync(struct kva *k)
+{
+	uint64_t want = k->active && k->next_timer_ms != UINT64_MAX ? k->next_timer_ms : 0;
+	struct itimerspec its = { { 0, 0 }, { 0, 0 } };
+
+	if (k->tfd < 0 || want == k->tfd_armed_ms)
+		return;
+	if (want) {
+		/* CLOCK_MONOTONIC milliseconds, as kvc_now_ms; 0 would disarm */
+		its.it_value.tv_sec = (time_t)(want / 1000);
+		its.it_value.tv_nsec = (long)(want % 1000) * 1000000 + 1;
+	}
+	if (timerfd_settime(k->tfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+		k->tfd_armed_ms = want;
+}
+
+/* A timerfd that fired stays readable until read: read it once due. */
+static void tfd_ack(struct kva *k, uint64_t now)
+{
+	uint64_t v;
+
+	if (k->tfd < 0 || !k->tfd_armed_ms || now < k->tfd_armed_ms)
+		return;
+	if (read(k->tfd, &v, sizeof(v)) == sizeof(v) || errno == EAGAIN)
+		k->tfd_armed_ms = 0;
+}
+
 /* Before the lock is released: the eventfd says whether completions wait. */
 static void unlock_sync(struct kvpool_client *c)
 {
 	struct kva *k = c->async;
 
+	tfd_sync(k);
 	if (k->done_len)
 		efd_raise(k);
 	else if (!k->waiters)
@@ -1163,9 +1198,12 @@ static void progress(struct kvpool_client *c)
 {
 	struct kva *k = c->async;
 
+	uint64_t now = kvc_now_ms();
+
 	if (!k->slots)
 		return;
-	timers(c, kvc_now_ms());
+	tfd_ack(k, now);
+	timers(c, now);
 	if (c->fd < 0)
 		return;
 	if (tx_progress(c))
@@ -1193,6 +1231,7 @@ int kvc_async_new(struct kvpool_client *c)
 	k->efd = -1;
 	k->epfd = -1;
 	k->ep_sock = -1;
+	k->tfd = -1;
 	k->next_timer_ms = UINT64_MAX;
 	c->async = k;
 	return 0;
@@ -1219,6 +1258,8 @@ void kvc_async_free(struct kvpool_client *c)
 		close(k->efd);
 	if (k->epfd >= 0)
 		close(k->epfd);
+	if (k->tfd >= 0)
+		close(k->tfd);
 	pthread_mutex_destroy(&k->lock);
 	free(k);
 	c->async = NULL;
@@ -1591,13 +1632,22 @@ int kvpool_event_fd(struct kvpool_client *c)
 			struct epoll_event ev = { .events = EPOLLIN, .data.fd = k->efd };
 
 			k->epfd = epoll_create1(EPOLL_CLOEXEC);
-			if (k->epfd < 0)
+			k->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+			if (k->epfd < 0 || k->tfd < 0)
 				rc = errno == EMFILE || errno == ENFILE ? -EMFILE : -ENOMEM;
-			else if (epoll_ctl(k->epfd, EPOLL_CTL_ADD, k->efd, &ev)) {
+			if (!rc && epoll_ctl(k->epfd, EPOLL_CTL_ADD, k->efd, &ev))
 				rc = -ENOMEM;
-				close(k->epfd);
-				k->epfd = -1;
+			ev.data.fd = k->tfd;
+			if (!rc && epoll_ctl(k->epfd, EPOLL_CTL_ADD, k->tfd, &ev))
+				rc = -ENOMEM;
+			if (rc) {
+				if (k->epfd >= 0)
+					close(k->epfd);
+				if (k->tfd >= 0)
+					close(k->tfd);
+				k->epfd = k->tfd = -1;
 			}
+			k->tfd_armed_ms = 0;
 			k->ep_sock = -1;
 		}
 	}
