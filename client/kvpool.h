@@ -335,9 +335,11 @@ int kvpool_unregister(struct kvpool_client *c, const void *buf);
  * not arrive whole is never 0.
  *
  * Inside. Requests are pipelined on the handle's one TCP connection, each
- * frame with its own request id; replies are matched by id, so
- * completions come in whatever order requests finish (a request that
- * waits for a BUSY retry finishes after later ones). Batches are split
+ * frame with its own request id, which its reply must echo (the server
+ * answers in request order; a reply out of that order is a broken stream,
+ * -EPROTO). Completions come in whatever order requests finish: a request
+ * that waits for a BUSY retry, or has more frames, finishes after later
+ * ones. Batches are split
  * into frames as in the synchronous calls; blocks answered BUSY are tried
  * again with the backoff of "Backpressure", the wait being spent in
  * kvpool_poll rather than sleeping; MATCH leases (lease_ms) work as in

@@ -742,14 +742,16 @@ static int tx_progress(struct kvpool_client *c)
 
 /* ---- receiving ---------------------------------------------------------------- */
 
-/* The frame reply rx_h answers: on the wire queue, or the one being sent
- * (a server may refuse a frame before it has read all of it). */
+/* The frame a reply with request id `id` answers. The server answers in
+ * request order (PROTOCOL.md, Pipelining), so that is the oldest frame on
+ * the wire queue, or the one being sent when none waits (a server may
+ * refuse a frame before it has read all of it); anything else is a
+ * broken stream (NULL). */
 static struct kva_frame *rx_find(struct kva *k, uint64_t id, int *is_tx)
 {
 	*is_tx = 0;
-	for (struct kva_frame *f = k->wq_head; f; f = f->next)
-		if (f->wire_id == id)
-			return f;
+	if (k->wq_head)
+		return k->wq_head->wire_id == id ? k->wq_head : NULL;
 	if (k->tx && k->tx->wire_id == id) {
 		*is_tx = 1;
 		return k->tx;
