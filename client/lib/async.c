@@ -1195,8 +1195,10 @@ static void timers(struct kvpool_client *c, uint64_t now)
 	k->next_timer_ms = next;
 }
 
-/* Everything that can be done now without waiting. */
-static void progress(struct kvpool_client *c)
+/* Everything that can be done now without waiting. rx: also read what
+ * has arrived (a submit skips that when nothing was on the wire before
+ * it: no reply can be waiting, and the read would only cost a syscall). */
+static void progress_rx(struct kvpool_client *c, int rx)
 {
 	struct kva *k = c->async;
 
@@ -1210,11 +1212,18 @@ static void progress(struct kvpool_client *c)
 		return;
 	if (tx_progress(c))
 		return;
+	if (!rx)
+		return;
 	if (rx_progress(c))
 		return;
 	/* Replies may have freed room for PUT payload, or BUSY retries are due. */
 	if (k->sq_head && !k->tx)
 		tx_progress(c);
+}
+
+static void progress(struct kvpool_client *c)
+{
+	progress_rx(c, 1);
 }
 
 /* ---- public entry points ------------------------------------------------------- */
@@ -1426,7 +1435,7 @@ static int submit(struct kvpool_client *c, const struct submit_args *a, int inte
 	struct kva *k = c->async;
 	struct kva_slot *s = NULL;
 	uint64_t deadline_ms;
-	int rc;
+	int rc, had_wire;
 
 	rc = slots_alloc(k);
 	if (rc)
@@ -1446,6 +1455,7 @@ static int submit(struct kvpool_client *c, const struct submit_args *a, int inte
 		if (!s)
 			return -EAGAIN;
 	}
+	had_wire = k->wq_head || k->tx;
 	/* (Re)connect only while the connection carries nothing of ours. */
 	if (!kvc_async_busy(c)) {
 		rc = kvc_begin(c, &deadline_ms);
@@ -1463,7 +1473,7 @@ static int submit(struct kvpool_client *c, const struct submit_args *a, int inte
 	*id = s->id;
 	if (out)
 		*out = s;
-	progress(c);
+	progress_rx(c, had_wire);
 	if (k->waiters)
 		efd_raise(k); /* a poller waits: let it look at the new work */
 	return 0;
