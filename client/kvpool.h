@@ -41,6 +41,9 @@
  *   -ENOMEM        allocation failed
  *   -EAGAIN        the server turned the connection away as busy (e.g. at
  *                  its connection limit) on every try (see Backpressure)
+ *   -EBUSY         kvpool_stats, kvpool_ping, kvpool_drop_namespace only:
+ *                  asynchronous requests are in flight on the handle (poll
+ *                  them first; see "Asynchronous API")
  *
  * Wire status -> errno (per block, and for whole requests):
  *   OK, EXISTS -> 0; NOT_FOUND -> -ENOENT; NO_PARENT -> -ENOLINK;
@@ -377,8 +380,12 @@ int kvpool_unregister(struct kvpool_client *c, const void *buf);
  * the handle's lock (kvpool_poll releases it while it waits). The
  * synchronous calls and kvpool_close keep convention 6: they must not run
  * at the same time as any other call on the handle. A synchronous data
- * call made while asynchronous requests are in flight is queued behind
- * them on the same connection (it does not steal their completions).
+ * call (put, get, exists, match, delete) made while asynchronous requests
+ * are in flight is queued behind them on the same connection (it does not
+ * steal their completions); kvpool_stats, kvpool_ping and
+ * kvpool_drop_namespace answer -EBUSY then. kvpool_close with requests in
+ * flight drops them: no completion comes, and no buffer is touched after
+ * it returns.
  *
  * Sizing max_inflight. Each request in flight holds one slot (a few
  * hundred bytes plus per-block scratch kept for reuse). Enough requests
