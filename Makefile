@@ -171,7 +171,7 @@ UNIT_DEPS_client_rdma := $(call obj,tests/unit/fake_rdma_server.c) $(UNIT_FAKE_V
 UNIT_DEPS_server := $(BUILD)/libserver.a $(BUILD)/libstore.a $(BUILD)/libconf.a $(BUILD)/libproto.a
 UNIT_LIBS_server := $(LIBS_SERVER)
 UNIT_DEPS_admin  := $(UNIT_DEPS_server)
-UNIT_DEPS_events := $(UNIT_DEPS_server)
+UNIT_DEPS_events := $(BUILD)/libserver.a $(STORETEST_LIBS) $(BUILD)/libconf.a $(BUILD)/libproto.a
 UNIT_LIBS_admin  := $(LIBS_SERVER)
 # kvpoold in process over the loopback fake fabric (test_srv_rdma.c).
 UNIT_DEPS_srv_rdma := $(UNIT_FAKE_VERBS) $(UNIT_DEPS_server)
@@ -200,6 +200,7 @@ STORE_FIXTURE := $(call obj,tests/unit/store_fixture.c)
 UNIT_PRE_store        := $(STORE_FIXTURE)
 UNIT_PRE_tier         := $(STORE_FIXTURE)
 UNIT_PRE_store_faults := $(STORE_FIXTURE)
+UNIT_PRE_events       := $(STORE_FIXTURE)
 $(BUILD)/tests/unit_%: $(call obj,tests/unit/test_%.c) $$(UNIT_PRE_$$*) $$(UNIT_DEPS_$$*)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(UNIT_LIBS_$*) $(LIBS_CLIENT) $(LIBS_SERVER) $(LIBS_TEST)
