@@ -139,8 +139,17 @@ def zctx():
     ctx.destroy(linger=0)
 
 
+def metrics(port):
+    import urllib.request
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+        text = r.read().decode()
+    return {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+            if line.startswith("kvpool_kv_events_")}
+
+
 def test_chain_evict_delete_drop(zctx):
-    s = events_server()
+    admin = free_port()
+    s = events_server("--admin-port", str(admin))
     try:
         sub = Sub(zctx, s.pub)
         time.sleep(0.5)  # ZeroMQ's slow joiner: let the subscription reach the PUB
@@ -186,6 +195,11 @@ def test_chain_evict_delete_drop(zctx):
         assert ev["produced"] == ev["published"] == len(want)
         assert ev["dropped"] == 0 and ev["batches"] == len(seqs)
         assert ev["replay_requests"] == 1 and ev["replayed_batches"] == len(seqs)
+        m = metrics(admin)
+        assert m["kvpool_kv_events_published_total"] == len(want)
+        assert m["kvpool_kv_events_dropped_total"] == 0
+        assert m["kvpool_kv_events_batches_total"] == len(seqs)
+        assert m["kvpool_kv_events_replay_requests_total"] == 1
     finally:
         assert s.stop() == 0
 
