@@ -284,3 +284,63 @@ def test_settings_errors():
                         "--kv-events-endpoint", "bogus://x"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "kv_events_endpoint" in r.stderr, r.stderr
+
+
+def test_nvme_rebuild_announced_once(zctx, tmp_path):
+    """Demotion to NVMe is not a removal; after a restart the blocks
+    rebuilt from NVMe are announced once each, parents first, in batches
+    numbered from 0 again (fetched over replay: they are sent before any
+    subscriber can have joined)."""
+    d = str(tmp_path)
+    nvme = ("--nvme-dir", d, "--nvme-capacity", "64MiB")
+    s = events_server(*nvme)
+    chain = [key("nv", i) for i in range(40)]
+    try:
+        with kvpool.Client(s.url, "nv") as c:
+            for i, k in enumerate(chain):
+                for _ in range(500):
+                    try:
+                        c.put(k, bytes([i]) * BLOCK, parent=chain[i - 1] if i else None)
+                        break
+                    except (kvpool.Busy, kvpool.Full):
+                        time.sleep(0.01)  # DRAM full of copies the demoter is writing
+                else:
+                    pytest.fail("put %d never got room" % i)
+            deadline = time.monotonic() + 10
+            while c.stats()["kv_events"]["queued"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            st = c.stats()
+        assert st["tiers"]["nvme"]["demotions"] > 0
+        first = []
+        for _, p in replay(zctx, s.rep, 0):
+            first += flatten(decode_batch(p)[1])
+        # 40 stored, nothing removed although DRAM copies were dropped
+        assert first == [("stored", k, chain[i - 1] if i else None) for i, k in enumerate(chain)]
+    finally:
+        assert s.stop() == 0
+    s = events_server(*nvme)
+    try:
+        with kvpool.Client(s.url, "nv") as c:
+            deadline = time.monotonic() + 10
+            while c.stats()["kv_events"]["queued"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            st = c.stats()
+        rebuilt = st["tiers"]["nvme"]["rebuild_blocks"]
+        assert rebuilt > 0
+        got = replay(zctx, s.rep, 0)
+        assert [q for q, _ in got] == list(range(len(got)))
+        flat = []
+        for _, p in got:
+            flat += flatten(decode_batch(p)[1])
+        assert len(flat) == rebuilt == st["kv_events"]["produced"]
+        hashes = [h for _, h, _ in flat]
+        assert len(set(hashes)) == len(hashes)  # once each
+        pos = {h: i for i, h in enumerate(hashes)}
+        for kind, h, parent in flat:
+            assert kind == "stored"
+            i = chain.index(h)
+            assert parent == (chain[i - 1] if i else None)
+            if parent is not None:
+                assert pos[parent] < pos[h]  # parents first
+    finally:
+        assert s.stop() == 0
