@@ -147,7 +147,7 @@ static const struct conf_setting settings[] = {
 	  "ZeroMQ ROUTER address to bind for KV-event replay; unset = no replay", NULL, NULL },
 	{ "kv_events_topic", CONF_STRING, FIELD(kv_events_topic), "kvpool", 1, 100, 0, "TOPIC",
 	  "KV-event topic prefix; each batch's topic is TOPIC.NAMESPACE", NULL, NULL },
-	{ "kv_events_buffer", CONF_U32, FIELD(kv_events_buffer), "10000", 1, 1000000, 0, "N",
+	{ "kv_events_buffer", CONF_U32, FIELD(kv_events_buffer), "1000", 1, 1000000, 0, "N",
 	  "KV-event batches kept for replay", NULL, "batches" },
 	{ "kv_events_queue", CONF_U32, FIELD(kv_events_queue), "65536", 1, 16777216, 0, "N",
 	  "KV events queued to the publisher thread; more are dropped and counted", NULL,

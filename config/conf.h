@@ -63,7 +63,7 @@ struct conf {
 	char kv_events_endpoint[256];    /* ZeroMQ PUB bind address; "" (default) = off */
 	char kv_events_replay_endpoint[256]; /* ZeroMQ ROUTER bind address; "" = no replay */
 	char kv_events_topic[128];       /* topic prefix; default "kvpool" */
-	uint32_t kv_events_buffer;       /* batches kept for replay; default 10000 */
+	uint32_t kv_events_buffer;       /* batches kept for replay; default 1000 */
 	uint32_t kv_events_queue;        /* events queued to the publisher; default 65536 */
 	uint32_t kv_events_block_size;   /* tokens per block, the events' block_size; default 16 */
 };

@@ -539,7 +539,7 @@ static void test_kv_events_settings(void **state)
 	assert_string_equal(c.kv_events_endpoint, "");
 	assert_string_equal(c.kv_events_replay_endpoint, "");
 	assert_string_equal(c.kv_events_topic, "kvpool");
-	assert_int_equal(c.kv_events_buffer, 10000);
+	assert_int_equal(c.kv_events_buffer, 1000);
 	assert_int_equal(c.kv_events_queue, 65536);
 	assert_int_equal(c.kv_events_block_size, 16);
 	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
@@ -1484,7 +1484,7 @@ static void test_json(void **state)
 	assert_contains(buf, "\"admin_port\":7471");
 	assert_contains(buf, "\"tokens_file\":\"/etc/a \\\"b\\\"\\\\c\"");
 	assert_contains(buf, "\"allow_unauthenticated\":false,\"drain_timeout_ms\":10000,");
-	assert_contains(buf, "\"kv_events_endpoint\":\"\",\"kv_events_replay_endpoint\":\"\",\"kv_events_topic\":\"kvpool\",\"kv_events_buffer\":10000,\"kv_events_queue\":65536,\"kv_events_block_size\":16}");
+	assert_contains(buf, "\"kv_events_endpoint\":\"\",\"kv_events_replay_endpoint\":\"\",\"kv_events_topic\":\"kvpool\",\"kv_events_buffer\":1000,\"kv_events_queue\":65536,\"kv_events_block_size\":16}");
 	for (size_t i = 0; i < N_KEYS; i++) {
 		char key[64];
 
