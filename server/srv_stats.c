@@ -220,10 +220,6 @@ static void json_rdma(struct jw *j, const struct srv_rdma_state *r, const uint64
 /* "kv_events": the publisher's counters (srv_events.h). */
 static void json_events(struct jw *j, const struct srv_events_stats *e)
 {
-	if (!e) {
-		jw_printf(j, "\"kv_events\":{\"enabled\":false},");
-		return;
-	}
 	jw_printf(j,
 		  "\"kv_events\":{\"enabled\":true,\"produced\":%" PRIu64 ",\"published\":%" PRIu64
 		  ",\"dropped\":%" PRIu64 ",\"queued\":%" PRIu64 ",\"batches\":%" PRIu64
@@ -248,7 +244,8 @@ int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 	jw_printf(&j, "\"blocks\":%" PRIu64 ",", d->store->blocks);
 	if (d->rdma)
 		json_rdma(&j, d->rdma, d->ops->c);
-	json_events(&j, d->events);
+	if (d->events)
+		json_events(&j, d->events);
 	jw_printf(&j, "\"namespaces\":{");
 	for (uint32_t i = 0; i < d->ns_count; i++) {
 		if (i)

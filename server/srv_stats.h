@@ -82,7 +82,7 @@ struct srv_stats_doc {
 	uint32_t ns_count;
 	const struct srv_rdma_state *rdma; /* "rdma" object; NULL leaves it out */
 	const struct srv_events_stats *events; /* "kv_events" object; NULL (events off)
-						* shows {"enabled":false} */
+						* leaves it out */
 	const char *settings;         /* the effective settings as a JSON object
 				       * (conf_json), shown as "settings"; NULL
 				       * leaves the key out */

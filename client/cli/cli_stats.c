@@ -282,7 +282,8 @@ static void print_rdma(FILE *f, struct json_object *r)
 }
 
 /* The KV-event publisher (docs/events.md): what it sent, dropped and
- * replayed. Nothing when the server does not report it (an older kvpoold). */
+ * replayed. Nothing when the server does not report it (events off, or an
+ * older kvpoold). */
 static void print_kv_events(FILE *f, struct json_object *e)
 {
 	struct json_object *on = JGET(e, "enabled");

@@ -140,9 +140,15 @@ def zctx():
 
 
 def metrics(port):
+    import shutil
+    import subprocess
     import urllib.request
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
         text = r.read().decode()
+    if shutil.which("promtool"):  # the exposition format, names and help lines
+        p = subprocess.run(["promtool", "check", "metrics"], input=text, text=True,
+                           capture_output=True, timeout=30)
+        assert p.returncode == 0, p.stdout + p.stderr
     return {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
             if line.startswith("kvpool_kv_events_")}
 

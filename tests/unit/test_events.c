@@ -15,7 +15,11 @@
 #include <cmocka.h>
 #include <xxhash.h>
 
+#include <event2/buffer.h>
+
 #include "srv_events.h"
+#include "srv_metrics.h"
+#include "srv_stats.h"
 #include "store.h"
 #include "store_fixture.h"
 
@@ -438,6 +442,63 @@ static void test_ring_threads(void **state)
 	srv_event_ring_free(&r);
 }
 
+/* ---- STATS and /metrics ------------------------------------------------------ */
+
+static char *render(const struct srv_stats_doc *doc, int (*fn)(const struct srv_stats_doc *,
+							       struct evbuffer *))
+{
+	struct evbuffer *b = evbuffer_new();
+	size_t len;
+	char *s;
+
+	assert_non_null(b);
+	assert_int_equal(fn(doc, b), 0);
+	len = evbuffer_get_length(b);
+	s = malloc(len + 1);
+	assert_non_null(s);
+	assert_int_equal(evbuffer_remove(b, s, len), (int)len);
+	s[len] = '\0';
+	evbuffer_free(b);
+	return s;
+}
+
+static void test_stats_and_metrics(void **state)
+{
+	struct srv_stats *ops = calloc(1, sizeof(*ops));
+	struct store_stats st;
+	struct srv_events_stats ev = { .produced = 120, .published = 90, .dropped = 20,
+				       .queued = 10, .batches = 7, .resync_batches = 2,
+				       .replay_requests = 3, .replayed_batches = 11,
+				       .replay_errors = 1 };
+	struct srv_stats_doc doc = { .version = "0.1.0", .protocol = 1, .ops = ops, .store = &st };
+	char *s;
+
+	(void)state;
+	assert_non_null(ops);
+	memset(&st, 0, sizeof(st));
+	/* off: no object, no series */
+	s = render(&doc, srv_stats_json);
+	assert_null(strstr(s, "kv_events"));
+	free(s);
+	s = render(&doc, srv_metrics_write);
+	assert_null(strstr(s, "kv_events"));
+	free(s);
+	doc.events = &ev;
+	s = render(&doc, srv_stats_json);
+	assert_non_null(strstr(s, "\"kv_events\":{\"enabled\":true,\"produced\":120,"
+				  "\"published\":90,\"dropped\":20,\"queued\":10,\"batches\":7,"
+				  "\"resync_batches\":2,\"replay_requests\":3,"
+				  "\"replayed_batches\":11,\"replay_errors\":1},"));
+	free(s);
+	s = render(&doc, srv_metrics_write);
+	assert_non_null(strstr(s, "\n# TYPE kvpool_kv_events_dropped_total counter\n"
+				  "kvpool_kv_events_dropped_total 20\n"));
+	assert_non_null(strstr(s, "\nkvpool_kv_events_published_total 90\n"));
+	assert_non_null(strstr(s, "\nkvpool_kv_events_replay_requests_total 3\n"));
+	free(s);
+	free(ops);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -448,6 +509,7 @@ int main(void)
 		cmocka_unit_test(test_encode_empty_and_seq),
 		cmocka_unit_test(test_ring_bounds),
 		cmocka_unit_test(test_ring_threads),
+		cmocka_unit_test(test_stats_and_metrics),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
