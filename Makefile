@@ -55,8 +55,9 @@ endif
 DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev \
                 librocksdb-dev libsystemd-dev prometheus python3-pytest python3-numpy \
                 python3-torch python3-matplotlib libopenblas0-pthread \
-                librdmacm-dev libibverbs-dev rdma-core
-PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c rocksdb libsystemd libibverbs librdmacm
+                librdmacm-dev libibverbs-dev rdma-core libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack
+PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c rocksdb libsystemd libibverbs librdmacm \
+           libzmq msgpack
 
 # The RDMA transport (rdma/): RDMA=1, the default when the rdma-core headers
 # are installed, builds it and links libibverbs and librdmacm; RDMA=0 builds
@@ -74,7 +75,8 @@ CFLAGS  += -std=gnu11 -g $(OPT) -Wall -Wextra -Wpointer-arith -Werror -fPIC -D_G
            -Iproto -Istorage -Iconfig -Iclient -Iserver -Irdma $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANLD) -pthread
 
-LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lcrypto -lsystemd -lm
+LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lcrypto -lsystemd -lzmq \
+               -lmsgpackc -lm
 LIBS_CLIENT := -lcrypto -lxxhash -lm
 LIBS_TEST   := -lcmocka
 ifeq ($(RDMA),1)
@@ -126,7 +128,7 @@ all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
 deps:
 	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null || \
-	    ! $(PYTHON) -c 'import pytest, numpy, torch, matplotlib' 2>/dev/null || \
+	    ! $(PYTHON) -c 'import pytest, numpy, zmq, msgpack, torch, matplotlib' 2>/dev/null || \
 	    ! ls /usr/lib/*/openblas-pthread/libblas.so.3 >/dev/null 2>&1 || ! command -v promtool >/dev/null; then \
 	  echo "installing build dependencies: $(DEB_PACKAGES)"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -182,6 +184,7 @@ UNIT_DEPS_client_rdma := $(call obj,tests/unit/fake_rdma_server.c) $(UNIT_FAKE_V
 UNIT_DEPS_server := $(BUILD)/libserver.a $(BUILD)/libstore.a $(BUILD)/libconf.a $(BUILD)/libproto.a
 UNIT_LIBS_server := $(LIBS_SERVER)
 UNIT_DEPS_admin  := $(UNIT_DEPS_server)
+UNIT_DEPS_events := $(BUILD)/libserver.a $(STORETEST_LIBS) $(BUILD)/libconf.a $(BUILD)/libproto.a
 UNIT_LIBS_admin  := $(LIBS_SERVER)
 # kvpoold in process over the loopback fake fabric (test_srv_rdma.c).
 UNIT_DEPS_srv_rdma := $(UNIT_FAKE_VERBS) $(UNIT_DEPS_server)
@@ -210,6 +213,7 @@ STORE_FIXTURE := $(call obj,tests/unit/store_fixture.c)
 UNIT_PRE_store        := $(STORE_FIXTURE)
 UNIT_PRE_tier         := $(STORE_FIXTURE)
 UNIT_PRE_store_faults := $(STORE_FIXTURE)
+UNIT_PRE_events       := $(STORE_FIXTURE)
 $(BUILD)/tests/unit_%: $(call obj,tests/unit/test_%.c) $$(UNIT_PRE_$$*) $$(UNIT_DEPS_$$*)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(UNIT_LIBS_$*) $(LIBS_CLIENT) $(LIBS_SERVER) $(LIBS_TEST)

@@ -139,7 +139,21 @@ static const struct conf_setting settings[] = {
 	  "BOOL", "serve a non-loopback listen address without tokens_file", NULL, NULL },
 	{ "drain_timeout_ms", CONF_U32, FIELD(drain_timeout_ms), "10000", 0, 3600000, CONF_RELOAD,
 	  "MS",
-	  "on SIGTERM or SIGINT, wait this long at most for requests in flight", NULL, "ms" },
+	  "on SIGTERM or SIGINT, wait this long at most for requests in flight", NULL, "ms" },	{ "kv_events_endpoint", CONF_STRING, FIELD(kv_events_endpoint), "", 0, 255, CONF_EMPTY_UNSET,
+	  "ADDR", "ZeroMQ PUB address to bind for KV events (e.g. tcp://127.0.0.1:5557); "
+	  "unset = no events", NULL, NULL },
+	{ "kv_events_replay_endpoint", CONF_STRING, FIELD(kv_events_replay_endpoint), "", 0, 255,
+	  CONF_EMPTY_UNSET, "ADDR",
+	  "ZeroMQ ROUTER address to bind for KV-event replay; unset = no replay", NULL, NULL },
+	{ "kv_events_topic", CONF_STRING, FIELD(kv_events_topic), "kvpool", 1, 100, 0, "TOPIC",
+	  "KV-event topic prefix; each batch's topic is TOPIC.NAMESPACE", NULL, NULL },
+	{ "kv_events_buffer", CONF_U32, FIELD(kv_events_buffer), "1000", 1, 1000000, 0, "N",
+	  "KV-event batches kept for replay", NULL, "batches" },
+	{ "kv_events_queue", CONF_U32, FIELD(kv_events_queue), "65536", 1, 16777216, 0, "N",
+	  "KV events queued to the publisher thread; more are dropped and counted", NULL,
+	  "events" },
+	{ "kv_events_block_size", CONF_U32, FIELD(kv_events_block_size), "16", 1, 1048576, 0, "N",
+	  "tokens per block, sent as the KV events' block_size", NULL, "tokens" },
 };
 
 #define N_SETTINGS (sizeof(settings) / sizeof(settings[0]))
@@ -1248,6 +1262,19 @@ int conf_validate(struct conf *c, char *err, size_t err_len)
 		set_err(err, err_len,
 			"admin_port (%" PRIu32 ") must differ from port: both listen on the listen "
 			"address (admin_port 0 turns admin http off)", c->admin_port);
+		return -EINVAL;
+	}
+	if (c->kv_events_replay_endpoint[0] && !c->kv_events_endpoint[0]) {
+		set_err(err, err_len,
+			"kv_events_replay_endpoint (%s) needs kv_events_endpoint: set it to publish "
+			"kv events", c->kv_events_replay_endpoint);
+		return -EINVAL;
+	}
+	if (c->kv_events_replay_endpoint[0] &&
+	    strcmp(c->kv_events_replay_endpoint, c->kv_events_endpoint) == 0) {
+		set_err(err, err_len,
+			"kv_events_replay_endpoint must differ from kv_events_endpoint (%s)",
+			c->kv_events_endpoint);
 		return -EINVAL;
 	}
 	rc = validate_nvme(c, err, err_len);

@@ -2,6 +2,7 @@
  * srv_metrics.c - the Prometheus text of a STATS snapshot.
  */
 #include "srv_metrics.h"
+#include "srv_events.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -338,6 +339,27 @@ static void write_namespaces(struct mw *m, const struct srv_stats_doc *d)
 	}
 }
 
+/* The KV-event publisher's counters; none when events are off. */
+static void write_events(struct mw *m, const struct srv_events_stats *e)
+{
+	if (!e)
+		return;
+	single(m, "kvpool_kv_events_produced_total", "counter",
+	       "KV events the pool reported to the publisher.", e->produced);
+	single(m, "kvpool_kv_events_published_total", "counter",
+	       "KV events sent in a batch on the PUB socket.", e->published);
+	single(m, "kvpool_kv_events_dropped_total", "counter",
+	       "KV events dropped because the publisher's queue was full.", e->dropped);
+	single(m, "kvpool_kv_events_batches_total", "counter",
+	       "KV-event batches sent (the next sequence number).", e->batches);
+	single(m, "kvpool_kv_events_resync_batches_total", "counter",
+	       "KV-event batches flagged for resynchronisation after drops.", e->resync_batches);
+	single(m, "kvpool_kv_events_replay_requests_total", "counter",
+	       "KV-event replay requests served.", e->replay_requests);
+	single(m, "kvpool_kv_events_replayed_batches_total", "counter",
+	       "KV-event batches sent in replay answers.", e->replayed_batches);
+}
+
 int srv_metrics_write(const struct srv_stats_doc *doc, struct evbuffer *out)
 {
 	struct mw m = { .out = out, .err = 0 };
@@ -348,5 +370,6 @@ int srv_metrics_write(const struct srv_stats_doc *doc, struct evbuffer *out)
 	write_ops(&m, doc->ops->c);
 	write_latency(&m, doc->ops);
 	write_namespaces(&m, doc);
+	write_events(&m, doc->events);
 	return m.err;
 }

@@ -268,6 +268,7 @@ void store_block_remove_locked(struct store *s, struct store_block *b)
 	uint64_t arena_bytes = b->in_dram ? store_extent_bytes(b) : 0;
 	struct store_ns *ns = store_block_ns(s, b);
 
+	store_event_block_locked(s, b, STORE_EVENT_REMOVED);
 	store_wr_begin(s);
 	(void)store_index_remove(&s->index, &b->node);
 	store_wr_end(s);

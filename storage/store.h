@@ -334,6 +334,50 @@ void store_lessee_free(struct store *s, struct store_lessee *l);
  * ~100 ms; returns the number of lease pins ended. */
 uint64_t store_tick(struct store *s);
 
+/* ---- events (for a KV-event publisher; no networking here) ------------ */
+
+enum store_event_kind {
+	STORE_EVENT_STORED = 1,  /* a block became visible (a PUT's commit, or an announce) */
+	STORE_EVENT_REMOVED = 2, /* a block left the pool: eviction (either tier, quota),
+				  * DELETE (one event per block of the removed subtree, leaves
+				  * first), a failed checksum on NVMe. Not demotion/promotion. */
+	STORE_EVENT_CLEARED = 3, /* every block of namespace ns_id was dropped
+				  * (store_drop_namespace); no REMOVED events for them */
+};
+
+struct store_event {
+	enum store_event_kind kind;
+	uint32_t ns_id;
+	const char *ns_name;        /* the namespace's name, ns_name_len bytes, no NUL */
+	uint32_t ns_name_len;
+	const uint8_t *key;         /* STORED, REMOVED: STORE_KEY_BYTES; NULL for CLEARED */
+	const uint8_t *parent;      /* STORED: the parent's key, NULL for a first block */
+	uint64_t length;            /* STORED, REMOVED: payload bytes */
+	uint8_t tier;               /* STORED: STORE_TIER_DRAM, or STORE_TIER_NVME (announce of
+				     * a block only on NVMe) */
+	uint8_t announce;           /* 1: from store_set_event_hook's walk of what is stored
+				     * (a block rebuilt from NVMe at open, or any block present
+				     * when the hook is set), not from a new PUT */
+};
+
+/* Called for every event, WITH the store lock held (so calls are
+ * serialised: one at a time, in the order the pool changed), from
+ * whichever thread changed the pool (a worker, an I/O thread). Every
+ * pointer in *ev is valid only during the call. The function must not
+ * block (except for announce events, see store_set_event_hook), must not
+ * call into the store, and should be a few hundred nanoseconds at most:
+ * every other store call waits for it. */
+typedef void (*store_event_fn)(void *arg, const struct store_event *ev);
+
+/* Install (fn != NULL) or remove (fn == NULL) the event hook. When
+ * installing, first calls fn once per visible block, announce = 1, each
+ * namespace's blocks parents first (so a subscriber can check every
+ * parent it is told about), under the store lock: blocks rebuilt from
+ * NVMe at open are announced this way, exactly once. Call it at start-up
+ * before serving (announce calls may wait for the consumer; nothing else
+ * waits on the lock then) or at shutdown. Cannot fail; takes the lock. */
+void store_set_event_hook(struct store *s, store_event_fn fn, void *arg);
+
 /* ---- statistics -------------------------------------------------------- */
 
 struct store_stats {
