@@ -148,6 +148,7 @@ UNIT_DEPS_proto  := $(BUILD)/libproto.a
 UNIT_DEPS_store  := $(BUILD)/libstore.a
 UNIT_DEPS_arena  := $(BUILD)/libstore.a
 UNIT_DEPS_tier   := $(BUILD)/libstore.a
+UNIT_DEPS_tier_durable := $(BUILD)/libstore.a
 UNIT_DEPS_index  := $(BUILD)/libstore.a
 UNIT_DEPS_config := $(BUILD)/libconf.a
 UNIT_FAKE_VERBS  := $(if $(filter 1,$(RDMA)),$(call obj,tests/unit/fake_verbs.c))

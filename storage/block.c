@@ -283,6 +283,8 @@ void store_block_remove_locked(struct store *s, struct store_block *b)
 	b->state = STORE_BLOCK_REMOVED;
 	store_lease_end_block_locked(s, b);
 	unlink_parent(s, b);
+	if (s->tier && (b->on_nvme || b->demoting))
+		s->tier->disk_removals++;
 	if (b->on_nvme)
 		store_tier_detach_locked(s, b);
 	if (b->refs == 0) {

@@ -224,7 +224,9 @@ static bool pick_locked(struct store *s, struct demote_batch *db)
 
 /* ---- record deletes ---- */
 
-void store_tier_flush_dels_locked(struct store *s)
+/* Write the queued record deletes in one batch (synced when sync, so
+ * that they hold through a power loss). Requeued on failure. 0 or -EIO. */
+static int flush_dels_locked(struct store *s, bool sync)
 {
 	struct store_del *dels;
 	size_t n;
@@ -233,6 +235,8 @@ void store_tier_flush_dels_locked(struct store *s)
 	store_tier_take_dels_locked(s, &dels, &n);
 	pthread_mutex_unlock(&s->lock);
 	rc = store_tier_index_commit(s, NULL, 0, dels, n);
+	if (!rc && sync)
+		rc = store_nvme_index_sync(s->tier->ix);
 	if (rc)
 		store_log_limited(s, &s->tier->rl_write, STORE_LOG_ERR,
 				  "nvme: deleting %zu index records failed (%d)", n, rc);
@@ -244,6 +248,31 @@ void store_tier_flush_dels_locked(struct store *s)
 		store_tier_dels_done_locked(s, dels, n);
 	}
 	free(dels);
+	return rc;
+}
+
+void store_tier_flush_dels_locked(struct store *s)
+{
+	(void)flush_dels_locked(s, false);
+}
+
+int store_tier_persist_removals_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+	int rc;
+
+	/* A batch or a reclaim in flight may hold a block just removed:
+	 * when it ends it queues the delete of the record it wrote. (A
+	 * demoter parked by the test hook is not waited for.) */
+	while (t->demoter_busy && !t->held)
+		pthread_cond_wait(&t->idle, &s->lock);
+	if (t->demoter_busy)
+		return 0;
+	t->demoter_busy = true;
+	rc = flush_dels_locked(s, true);
+	t->demoter_busy = false;
+	pthread_cond_broadcast(&t->idle);
+	return rc;
 }
 
 /* ---- the write ---- */

@@ -189,18 +189,25 @@ int store_delete(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BY
 {
 	struct store_ns *ns;
 	struct store_block *b;
-	uint64_t n = 0;
+	uint64_t n = 0, before;
+	int rc = 0;
 
 	store_lock(s);
 	ns = store_ns_find_locked(s, ns_id);
 	b = ns ? store_find_locked(s, ns_id, key) : NULL;
 	if (b) {
+		before = s->tier ? s->tier->disk_removals : 0;
 		n = store_block_remove_tree_locked(s, b, NULL);
 		ns->deletes += n;
+		/* answered only once no record of the chain can come back */
+		if (s->tier && s->tier->disk_removals != before)
+			rc = store_tier_persist_removals_locked(s);
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (!b)
 		return -ENOENT;
+	if (rc)
+		return rc;
 	if (removed)
 		*removed = n;
 	return 0;

@@ -5,6 +5,7 @@
  *   'b' + be32 disk id + 32-byte hash   one block record (fixed-size value)
  *   'n' + be32 disk id                  namespace name
  *   'm' + "next_ns"                     next disk id, le32
+ *   'd' + be32 disk id                  tombstone: this namespace was dropped
  * Big-endian ids make a namespace's records one contiguous key range, so
  * dropping a namespace is a single DeleteRange and a scan returns records
  * grouped by namespace.
@@ -17,6 +18,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +29,7 @@
 #define KEY_BLOCK 'b'
 #define KEY_NS 'n'
 #define KEY_META 'm'
+#define KEY_DROPPED 'd'
 #define BLOCK_KEY_BYTES (1 + 4 + STORE_KEY_BYTES)
 #define NS_KEY_BYTES (1 + 4)
 static const char next_ns_key[] = { KEY_META, 'n', 'e', 'x', 't', '_', 'n', 's' };
@@ -34,6 +37,7 @@ static const char next_ns_key[] = { KEY_META, 'n', 'e', 'x', 't', '_', 'n', 's' 
  * copy, so they live in static storage. */
 static const char block_lo = KEY_BLOCK, block_hi = KEY_BLOCK + 1;
 static const char ns_lo = KEY_NS, ns_hi = KEY_NS + 1;
+static const char dropped_lo = KEY_DROPPED, dropped_hi = KEY_DROPPED + 1;
 
 /* Block record value, version 1 (NVME.md "Record value"). */
 #define REC_FORMAT 1
@@ -51,6 +55,7 @@ struct store_nvme_index {
 	rocksdb_t *db;
 	rocksdb_options_t *opts;
 	rocksdb_writeoptions_t *wopts;
+	rocksdb_writeoptions_t *wopts_sync; /* namespace drops: synced */
 	rocksdb_readoptions_t *ropts;
 	pthread_mutex_t ns_lock; /* serialises ns_put's read-modify-write of next_ns */
 	store_log_fn log;
@@ -186,14 +191,21 @@ static int rdb_error(const struct store_nvme_index *ix, char *err, const char *w
 	return -EIO;
 }
 
-/* Commit a write batch (WAL on, unsynced) and free it. */
-static int commit(struct store_nvme_index *ix, rocksdb_writebatch_t *wb, const char *what)
+/* Commit a write batch (WAL on; synced when sync) and free it. */
+static int commit_opt(struct store_nvme_index *ix, rocksdb_writebatch_t *wb, bool sync,
+		      const char *what)
 {
 	char *err = NULL;
 
-	rocksdb_write(ix->db, ix->wopts, wb, &err);
+	rocksdb_write(ix->db, sync ? ix->wopts_sync : ix->wopts, wb, &err);
 	rocksdb_writebatch_destroy(wb);
 	return rdb_error(ix, err, what);
+}
+
+/* Commit a write batch unsynced and free it. */
+static int commit(struct store_nvme_index *ix, rocksdb_writebatch_t *wb, const char *what)
+{
+	return commit_opt(ix, wb, false, what);
 }
 
 /* ---- open / close -------------------------------------------------------- */
@@ -223,6 +235,8 @@ static void ix_free(struct store_nvme_index *ix)
 		rocksdb_readoptions_destroy(ix->ropts);
 	if (ix->wopts)
 		rocksdb_writeoptions_destroy(ix->wopts);
+	if (ix->wopts_sync)
+		rocksdb_writeoptions_destroy(ix->wopts_sync);
 	if (ix->opts)
 		rocksdb_options_destroy(ix->opts);
 	pthread_mutex_destroy(&ix->ns_lock);
@@ -242,11 +256,14 @@ int store_nvme_index_open(const char *path, store_log_fn log, void *log_arg,
 	ix->log_arg = log_arg;
 	ix->opts = index_options();
 	ix->wopts = rocksdb_writeoptions_create();
+	ix->wopts_sync = rocksdb_writeoptions_create();
 	ix->ropts = rocksdb_readoptions_create();
-	if (!ix->opts || !ix->wopts || !ix->ropts)
+	if (!ix->opts || !ix->wopts || !ix->wopts_sync || !ix->ropts)
 		goto out_free;
 	rocksdb_writeoptions_set_sync(ix->wopts, 0);
 	rocksdb_writeoptions_disable_WAL(ix->wopts, 0);
+	rocksdb_writeoptions_set_sync(ix->wopts_sync, 1);
+	rocksdb_writeoptions_disable_WAL(ix->wopts_sync, 0);
 	ix->db = rocksdb_open(ix->opts, path, &err);
 	if (err) {
 		if (why && why_len)
@@ -309,6 +326,14 @@ int store_nvme_index_delete(struct store_nvme_index *ix, uint32_t ns_disk_id,
 	block_key(k, ns_disk_id, key);
 	rocksdb_delete(ix->db, ix->wopts, (const char *)k, sizeof(k), &err);
 	return rdb_error(ix, err, "deleting a block record");
+}
+
+int store_nvme_index_sync(struct store_nvme_index *ix)
+{
+	char *err = NULL;
+
+	rocksdb_flush_wal(ix->db, 1, &err);
+	return rdb_error(ix, err, "syncing the write-ahead log");
 }
 
 /* ---- namespaces ---------------------------------------------------------- */
@@ -385,11 +410,22 @@ out_unlock:
 
 int store_nvme_index_ns_drop(struct store_nvme_index *ix, uint32_t ns_disk_id)
 {
-	rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-	uint8_t from[5], to[5], k[NS_KEY_BYTES];
+	rocksdb_writebatch_t *wb;
+	uint8_t from[5], to[5], k[NS_KEY_BYTES], d[NS_KEY_BYTES], v[4];
+	uint32_t next;
+	int rc;
 
-	if (!wb)
-		return -ENOMEM;
+	if (ns_disk_id == 0)
+		return -EINVAL;
+	pthread_mutex_lock(&ix->ns_lock);
+	rc = read_next_ns(ix, &next);
+	if (rc)
+		goto out_unlock;
+	wb = rocksdb_writebatch_create();
+	if (!wb) {
+		rc = -ENOMEM;
+		goto out_unlock;
+	}
 	from[0] = KEY_BLOCK;
 	put_be32(from + 1, ns_disk_id);
 	if (ns_disk_id < UINT32_MAX) {
@@ -403,7 +439,20 @@ int store_nvme_index_ns_drop(struct store_nvme_index *ix, uint32_t ns_disk_id)
 					sizeof(to));
 	ns_key(k, ns_disk_id);
 	rocksdb_writebatch_delete(wb, (const char *)k, sizeof(k));
-	return commit(ix, wb, "dropping a namespace");
+	/* The tombstone outlives whatever a demotion in flight still writes
+	 * under this id (a name, records): the scans ignore them all. */
+	d[0] = KEY_DROPPED;
+	put_be32(d + 1, ns_disk_id);
+	rocksdb_writebatch_put(wb, (const char *)d, sizeof(d), "", 0);
+	if (next <= ns_disk_id && ns_disk_id < UINT32_MAX) {
+		put_le32(v, ns_disk_id + 1); /* the id is never handed out again */
+		rocksdb_writebatch_put(wb, next_ns_key, sizeof(next_ns_key), (const char *)v,
+				       sizeof(v));
+	}
+	rc = commit_opt(ix, wb, true, "dropping a namespace");
+out_unlock:
+	pthread_mutex_unlock(&ix->ns_lock);
+	return rc;
 }
 
 /* ---- scans --------------------------------------------------------------- */
@@ -446,26 +495,88 @@ static int end_iter(struct store_nvme_index *ix, rocksdb_iterator_t *it, rocksdb
 	return rc;
 }
 
+/* The tombstoned disk ids, ascending (RocksDB's key order), in a
+ * malloc'd array (*ids NULL when there are none). Errors: -EIO, -ENOMEM. */
+static int dropped_ids(struct store_nvme_index *ix, uint32_t **ids, size_t *n)
+{
+	rocksdb_readoptions_t *ro;
+	rocksdb_iterator_t *it;
+	size_t cap = 0;
+	int rc = 0;
+
+	*ids = NULL;
+	*n = 0;
+	it = range_iter(ix, &ro, &dropped_lo, &dropped_hi);
+	if (!it)
+		return -ENOMEM;
+	for (; !rc && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+		size_t klen;
+		const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &klen);
+
+		if (klen != NS_KEY_BYTES)
+			continue;
+		if (*n == cap) {
+			size_t ncap = cap ? cap * 2 : 64;
+			uint32_t *m = realloc(*ids, ncap * sizeof(*m));
+
+			if (!m) {
+				rc = -ENOMEM;
+				break;
+			}
+			*ids = m;
+			cap = ncap;
+		}
+		(*ids)[(*n)++] = get_be32(k + 1);
+	}
+	rc = end_iter(ix, it, ro, rc, "scanning namespace tombstones");
+	if (rc) {
+		free(*ids);
+		*ids = NULL;
+		*n = 0;
+	}
+	return rc;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 int store_nvme_index_ns_scan(struct store_nvme_index *ix, store_nvme_ns_fn fn, void *arg)
 {
 	rocksdb_readoptions_t *ro;
 	rocksdb_iterator_t *it;
-	int rc = 0;
+	uint32_t *dropped;
+	size_t ndropped;
+	int rc;
 
+	rc = dropped_ids(ix, &dropped, &ndropped);
+	if (rc)
+		return rc;
 	it = range_iter(ix, &ro, &ns_lo, &ns_hi);
-	if (!it)
+	if (!it) {
+		free(dropped);
 		return -ENOMEM;
+	}
 	for (; !rc && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
 		size_t klen, vlen;
 		const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &klen);
 		const char *v = rocksdb_iter_value(it, &vlen);
+		uint32_t id;
 
 		if (klen != NS_KEY_BYTES || vlen == 0 || vlen > STORE_NAME_MAX_BYTES) {
 			ix_log(ix, STORE_LOG_WARN, "nvme index: skipping a malformed namespace entry");
 			continue;
 		}
-		rc = fn(arg, get_be32(k + 1), v, vlen);
+		id = get_be32(k + 1);
+		/* named again by a demotion that raced the drop: still dropped */
+		if (ndropped && bsearch(&id, dropped, ndropped, sizeof(*dropped), cmp_u32))
+			continue;
+		rc = fn(arg, id, v, vlen);
 	}
+	free(dropped);
 	return end_iter(ix, it, ro, rc, "scanning namespaces");
 }
 

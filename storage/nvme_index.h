@@ -8,8 +8,10 @@
  *
  * Durability: the write-ahead log is on and unsynced (a process crash
  * loses nothing written; a machine crash may lose the last writes, which
- * is acceptable for a cache). Every function here is one atomic RocksDB
- * write or a read.
+ * is acceptable for a cache). Removals that a client is told about are
+ * synced: ns_drop syncs itself, and the store calls store_nvme_index_sync
+ * after a DELETE's record deletes. Every function here is one atomic
+ * RocksDB write or a read.
  *
  * Namespace ids here are "disk ids": numbered 1, 2, ... by the store,
  * never reused within a directory (the next one is kept in the index),
@@ -67,6 +69,11 @@ int store_nvme_index_write(struct store_nvme_index *ix, const struct store_nvme_
 int store_nvme_index_delete(struct store_nvme_index *ix, uint32_t ns_disk_id,
 			    const uint8_t key[STORE_KEY_BYTES]);
 
+/* Make every write returned so far durable (sync the write-ahead log):
+ * a DELETE is answered only after its record deletes are synced. Blocks
+ * the caller for one device flush. Errors: -EIO. */
+int store_nvme_index_sync(struct store_nvme_index *ix);
+
 /* Record namespace `name` (1..255 bytes) under disk id ns_disk_id and set
  * the next disk id to at least ns_disk_id + 1, atomically.
  * Errors: -EIO, -ENOMEM, -EINVAL (name length, or id 0 or UINT32_MAX). */
@@ -74,14 +81,18 @@ int store_nvme_index_ns_put(struct store_nvme_index *ix, uint32_t ns_disk_id,
 			    const char *name, size_t name_len);
 
 /* Forget namespace ns_disk_id and every block record under it, in one
- * atomic write (a range delete), so a drop holds after a crash.
- * Errors: -EIO. */
+ * atomic, synced write (a range delete, plus a tombstone for the id and
+ * the next disk id moved past it), so a drop holds after a crash or a
+ * power loss once this returns, even when a demotion in flight still
+ * writes a name or records under the id afterwards: ns_scan ignores a
+ * tombstoned id for good. Blocks the caller for one log sync.
+ * Errors: -EIO, -ENOMEM, -EINVAL (id 0). */
 int store_nvme_index_ns_drop(struct store_nvme_index *ix, uint32_t ns_disk_id);
 
 /* The next unused disk id (1 for a new index). Errors: -EIO. */
 int store_nvme_index_next_ns_id(struct store_nvme_index *ix, uint32_t *out);
 
-/* Call fn for every namespace, in disk id order. fn's name is not
+/* Call fn for every namespace that has no tombstone, in disk id order. fn's name is not
  * NUL-terminated and is valid during the call. A non-zero return from fn
  * stops the scan and is returned. Errors: -EIO, or fn's value. */
 typedef int (*store_nvme_ns_fn)(void *arg, uint32_t ns_disk_id, const char *name,

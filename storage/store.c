@@ -479,17 +479,23 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 	ns->disk_id = 0;
 	ns->disk_named = false;
 	pthread_mutex_unlock(&s->lock);
+	rc = 0;
 	if (disk_id && s->tier) {
 		rc = store_nvme_index_ns_drop(s->tier->ix, disk_id);
-		if (rc)
+		if (rc) {
 			store_log(s, STORE_LOG_ERR, "nvme: dropping namespace %u on disk failed (%d)",
 				  disk_id, rc);
+			store_lock(s);
+			store_tier_write_failed_locked(s);
+			store_tier_queue_drop_locked(s, disk_id);
+			pthread_mutex_unlock(&s->lock);
+		}
 	}
 	if (blocks)
 		*blocks = nblocks;
 	if (bytes)
 		*bytes = nbytes;
-	return 0;
+	return rc;
 }
 
 /* ---- statistics ---- */

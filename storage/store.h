@@ -169,12 +169,17 @@ int store_namespace_find(struct store *s, const char *name, size_t name_len, uin
 int store_namespace_quota(struct store *s, uint32_t ns_id, uint64_t quota_bytes);
 
 /* Remove every block of a namespace (the namespace itself stays, empty),
- * from both tiers; on NVMe the drop is recorded before this returns, so it
- * holds after a restart or a crash of the process.
+ * from both tiers; on NVMe the drop is recorded and the index log synced
+ * before this returns (one atomic write with a tombstone for the old disk
+ * id, which nothing written under it later can outlive), so it holds
+ * after a restart, a crash of the process or a power loss. Blocks for
+ * that sync when the namespace had reached NVMe.
  * Blocks still referenced by a GET in flight disappear from the index at
  * once and their bytes are freed at their last store_release.
  * *blocks and *bytes (either may be NULL) receive what was removed.
- * Errors: -ENOENT (unknown ns_id). */
+ * Errors: -ENOENT (unknown ns_id); -EIO (removed from memory, but the
+ * drop could not be written to the NVMe index: the tier is marked
+ * unhealthy and retries it in the background, and at close). */
 int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint64_t *bytes);
 
 /* ---- PUT ---------------------------------------------------------------- */
@@ -313,7 +318,14 @@ int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY
 
 /* Remove a block and all its resident descendants. *removed (may be NULL)
  * receives the number of blocks removed. Pinned blocks leave the index at
- * once; their bytes are freed at their last release. Errors: -ENOENT. */
+ * once; their bytes are freed at their last release. With an NVMe tier,
+ * when any of them had an NVMe copy (or a demotion in flight), the call
+ * returns only once their record deletes are written and the index log
+ * is synced, so a crash or power loss after it cannot bring them back:
+ * it blocks for one log sync, and for a demotion batch in flight.
+ * Errors: -ENOENT; -EIO (the blocks are gone from memory, but their
+ * removal could not be written to the NVMe index: it is retried, and the
+ * tier is marked unhealthy meanwhile). */
 int store_delete(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		 uint64_t *removed);
 

@@ -516,6 +516,8 @@ struct store_tier {
 
 	struct store_del *dels;      /* record deletes not written yet */
 	size_t ndels, dels_cap;
+	uint32_t *drops;             /* namespace drops whose index write failed */
+	size_t ndrops, drops_cap;
 
 	struct store_ratelimit rl_write, rl_read, rl_corrupt;
 
@@ -524,6 +526,9 @@ struct store_tier {
 	uint64_t demotions, demoted_bytes, promotions, promoted_bytes;
 	uint64_t bytes_written, bytes_read, rewritten_bytes, segments_reclaimed;
 	uint64_t admission_rejections, evictions, corrupt_blocks, read_errors, write_errors;
+	/* blocks removed with an NVMe copy or a demotion in flight: a DELETE
+	 * that moves it must make its removal durable before it answers */
+	uint64_t disk_removals;
 	uint64_t rebuild_ms, rebuild_blocks, orphans_dropped;
 };
 
@@ -828,6 +833,9 @@ void store_tier_take_dels_locked(struct store *s, struct store_del **dels, size_
 void store_tier_dels_done_locked(struct store *s, const struct store_del *dels, size_t n);
 /* The deletes were not written: queue them again. */
 void store_tier_dels_requeue_locked(struct store *s, const struct store_del *dels, size_t n);
+/* A namespace drop (disk id) could not be written: keep it, to retry with
+ * the record deletes. Without memory it is lost (logged). */
+void store_tier_queue_drop_locked(struct store *s, uint32_t disk_id);
 /* A write to the tier failed: unhealthy, counted, back off. */
 void store_tier_write_failed_locked(struct store *s);
 /* Write records recs[0..n) and deletes dels[0..ndels) in one RocksDB
@@ -856,6 +864,13 @@ bool store_demote_wanted_locked(struct store *s);
 void store_demote_round_locked(struct store *s);
 /* Write the queued record deletes (demoter role). Drops and retakes the lock. */
 void store_tier_flush_dels_locked(struct store *s);
+/* demote.c: make the removals so far durable before a DELETE is
+ * answered: wait for the demoter's batch or reclaim in flight (it queues
+ * the delete of any record it wrote for a block removed meanwhile), then
+ * write every queued record delete in one batch and sync the log, in the
+ * demoter role, on the caller's thread. The lock is released meanwhile.
+ * 0, or -EIO (the deletes stay queued and the tier is marked unhealthy). */
+int store_tier_persist_removals_locked(struct store *s);
 
 /* ---- reclaim.c ---- */
 /* The sealed segment activated longest ago, or STORE_SEG_NONE. */

@@ -203,6 +203,46 @@ void store_tier_dels_requeue_locked(struct store *s, const struct store_del *del
 	}
 }
 
+void store_tier_queue_drop_locked(struct store *s, uint32_t disk_id)
+{
+	struct store_tier *t = s->tier;
+
+	if (t->ndrops == t->drops_cap) {
+		size_t cap = t->drops_cap ? t->drops_cap * 2 : 16;
+		uint32_t *n = realloc(t->drops, cap * sizeof(*n));
+
+		if (!n) {
+			store_log(s, STORE_LOG_ERR, "nvme: out of memory: the drop of namespace "
+				  "disk id %u is not retried", disk_id);
+			return;
+		}
+		t->drops = n;
+		t->drops_cap = cap;
+	}
+	t->drops[t->ndrops++] = disk_id;
+}
+
+/* Retry the namespace drops that failed, oldest first, until one fails. */
+static void retry_drops_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+
+	while (t->ndrops) {
+		uint32_t id = t->drops[0];
+		int rc;
+
+		pthread_mutex_unlock(&s->lock);
+		rc = store_nvme_index_ns_drop(t->ix, id);
+		store_lock(s);
+		if (rc) {
+			store_tier_write_failed_locked(s);
+			return;
+		}
+		memmove(t->drops, t->drops + 1, (t->ndrops - 1) * sizeof(*t->drops));
+		t->ndrops--;
+	}
+}
+
 void store_tier_write_failed_locked(struct store *s)
 {
 	struct store_tier *t = s->tier;
@@ -241,13 +281,9 @@ int store_tier_index_commit(struct store *s, const struct store_nvme_rec *recs, 
 			memcpy(keys[i], dels[i].key, STORE_KEY_BYTES);
 		}
 	}
-	if (n) {
+	if (n || ndels)
 		rc = store_nvme_index_write(t->ix, recs, n, ns_ids,
 					    (const uint8_t (*)[STORE_KEY_BYTES])keys, ndels);
-	} else {
-		for (size_t i = 0; i < ndels && !rc; i++)
-			rc = store_nvme_index_delete(t->ix, ns_ids[i], keys[i]);
-	}
 out_free:
 	free(ns_ids);
 	free(keys);
@@ -286,7 +322,17 @@ static bool dels_due_locked(const struct store *s)
 {
 	const struct store_tier *t = s->tier;
 
-	return t->ndels && !t->demoter_busy && store_now_ms() >= t->retry_at_ms;
+	return (t->ndels || t->ndrops) && !t->demoter_busy && store_now_ms() >= t->retry_at_ms;
+}
+
+/* The demoter role's background index work: failed drops, then deletes. */
+static void flush_all_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+
+	retry_drops_locked(s);
+	if (t->ndels && !t->ndrops)
+		store_tier_flush_dels_locked(s);
 }
 
 static void *worker_main(void *arg)
@@ -309,7 +355,7 @@ static void *worker_main(void *arg)
 			continue;
 		}
 		if (dels_due_locked(s)) {
-			as_demoter_locked(s, store_tier_flush_dels_locked);
+			as_demoter_locked(s, flush_all_locked);
 			continue;
 		}
 		wait_ms_locked(s, &t->wake, IDLE_WAIT_MS);
@@ -396,6 +442,7 @@ static void tier_free(struct store_tier *t)
 	pthread_cond_destroy(&t->idle);
 	free(t->threads);
 	free(t->dels);
+	free(t->drops);
 	free(t->segs);
 	free(t);
 }
@@ -539,8 +586,13 @@ void store_tier_close(struct store *s)
 	stop_threads(s);
 	store_lock(s);
 	/* what was removed must not come back at the next open */
+	retry_drops_locked(s);
 	if (t->ndels)
 		store_tier_flush_dels_locked(s);
+	if (t->ndrops || t->ndels)
+		store_log(s, STORE_LOG_ERR, "nvme: closing with %zu namespace drops and %zu record "
+			  "deletes not written to the index: those blocks may come back at the next "
+			  "start", t->ndrops, t->ndels);
 	pthread_mutex_unlock(&s->lock);
 	s->tier = NULL;
 	tier_free(t);

@@ -1,0 +1,458 @@
+/*
+ * test_tier_durable.c - the NVMe tier across crashes and faults (issue
+ * 16): a DELETE or DROP_NAMESPACE that returned is still done after a
+ * SIGKILL right after it (the pool runs in a child process that is
+ * killed the moment it reports), a namespace drop that races a demotion
+ * in flight stays dropped, and a failed index write leaves DRAM serving.
+ *
+ * Each test uses a fresh temporary directory with 1 MiB segments.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <cmocka.h>
+
+#include "nvme_index.h"
+#include "store.h"
+#include "store_debug.h"
+
+#define KIB 1024ull
+#define MIB (1024ull * 1024ull)
+
+/* ---- helpers ---- */
+
+struct fixture {
+	char dir[64];
+	struct store_config cfg;
+	struct store *s;
+	uint32_t ns;
+	int errors, warns;
+	char last_warn[512];
+};
+
+static uint64_t mix64(uint64_t z)
+{
+	z += 0x9e3779b97f4a7c15ull;
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Key number id: 32 pseudo-random bytes. */
+static void key_of(uint64_t id, uint8_t key[STORE_KEY_BYTES])
+{
+	for (int i = 0; i < 4; i++) {
+		uint64_t w = mix64(id * 4 + (uint64_t)i + 1);
+
+		memcpy(key + 8 * i, &w, 8);
+	}
+	key[0] |= 1;
+}
+
+/* Length of block id: 5..20 KiB. */
+static uint64_t len_of(uint64_t id)
+{
+	return 5 * KIB + mix64(id) % (15 * KIB) + 1;
+}
+
+/* Payload derived from the key, so a wrong block shows. */
+static void fill_payload(void *dst, uint64_t len, const uint8_t key[STORE_KEY_BYTES])
+{
+	uint8_t *p = dst;
+	uint64_t seed;
+
+	memcpy(&seed, key, 8);
+	for (uint64_t i = 0; i < len; i++)
+		p[i] = (uint8_t)mix64(seed + i / 8) ^ (uint8_t)i;
+}
+
+static void capture_log(void *arg, enum store_log_level level, const char *msg)
+{
+	struct fixture *f = arg;
+
+	if (level == STORE_LOG_ERR)
+		f->errors++;
+	if (level == STORE_LOG_WARN || level == STORE_LOG_ERR) {
+		f->warns++;
+		snprintf(f->last_warn, sizeof(f->last_warn), "%s", msg);
+	}
+	if (getenv("TIER_LOG"))
+		fprintf(stderr, "log %d: %s\n", level, msg);
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+static void sleep_ms(unsigned int ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) == -1)
+		;
+}
+
+static struct store_stats stats_of(struct store *s)
+{
+	struct store_stats st;
+
+	store_stats(s, &st);
+	return st;
+}
+
+static void assert_check(struct store *s)
+{
+	char why[256];
+
+	if (store_check(s, why, sizeof(why)))
+		fail_msg("store_check: %s", why);
+}
+
+/* Open f->s (no cmocka calls: also used in the child). 0 or rc. */
+static int open_pool(struct fixture *f)
+{
+	char why[256] = "";
+	int rc = store_open(&f->cfg, &f->s, why, sizeof(why));
+
+	if (rc) {
+		fprintf(stderr, "store_open: %d %s\n", rc, why);
+		return rc;
+	}
+	return store_namespace_id(f->s, "model-a", 7, &f->ns);
+}
+
+static void close_pool(struct fixture *f)
+{
+	store_namespace_release(f->s, f->ns);
+	store_close(f->s);
+	f->s = NULL;
+}
+
+static struct fixture *fixture_new(uint64_t dram_bytes, uint64_t nvme_bytes)
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	snprintf(f->dir, sizeof(f->dir), "/tmp/kvpool-durable-XXXXXX");
+	assert_non_null(mkdtemp(f->dir));
+	f->cfg.dram_capacity_bytes = dram_bytes;
+	f->cfg.max_block_bytes = 64 * KIB;
+	f->cfg.max_lease_ms = 5000;
+	f->cfg.nvme_dir = f->dir;
+	f->cfg.nvme_capacity_bytes = nvme_bytes;
+	f->cfg.nvme_segment_bytes = MIB;
+	f->cfg.nvme_io_threads = 2;
+	f->cfg.log = capture_log;
+	f->cfg.log_arg = f;
+	return f;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+
+	if (!f)
+		return 0;
+	if (f->s)
+		close_pool(f);
+	nftw(f->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	free(f);
+	*state = NULL;
+	return 0;
+}
+
+/* Put block id below parent_id (0: none), retrying -EAGAIN. */
+static int put_id(struct fixture *f, uint32_t ns, uint64_t id, uint64_t parent_id)
+{
+	uint8_t key[STORE_KEY_BYTES], parent[STORE_KEY_BYTES];
+	uint64_t len = len_of(id);
+	struct store_block *b;
+	uint8_t *buf = malloc(len);
+	void *dst;
+	int rc;
+
+	if (!buf)
+		return -ENOMEM;
+	key_of(id, key);
+	if (parent_id)
+		key_of(parent_id, parent);
+	fill_payload(buf, len, key);
+	for (int tries = 0;; tries++) {
+		rc = store_put_begin(f->s, ns, key, parent_id ? parent : NULL, 0, len,
+				     XXH3_64bits(buf, len), &b, &dst);
+		if (rc != -EAGAIN || tries > 5000)
+			break;
+		sleep_ms(1);
+	}
+	if (rc == 0) {
+		memcpy(dst, buf, len);
+		rc = store_put_commit(f->s, b);
+	}
+	free(buf);
+	return rc;
+}
+
+static bool stored(struct fixture *f, uint32_t ns, uint64_t id)
+{
+	uint8_t key[STORE_KEY_BYTES];
+
+	key_of(id, key);
+	return store_exists(f->s, ns, key, NULL) == 0;
+}
+
+/* Get block id (retrying -EAGAIN and promotions) and compare its bytes.
+ * 0, -ENOENT, or -EBADMSG when the bytes are wrong. */
+static int get_check(struct fixture *f, uint32_t ns, uint64_t id)
+{
+	uint8_t key[STORE_KEY_BYTES], *want;
+	struct store_ref ref;
+	int rc;
+
+	key_of(id, key);
+	for (int tries = 0;; tries++) {
+		rc = store_get(f->s, ns, key, NULL, &ref);
+		if (rc != -EAGAIN || tries > 5000)
+			break;
+		sleep_ms(1);
+	}
+	if (rc)
+		return rc;
+	want = malloc(ref.length);
+	if (!want)
+		return -ENOMEM;
+	fill_payload(want, ref.length, key);
+	rc = ref.length == len_of(id) && memcmp(ref.data, want, ref.length) == 0 ? 0 : -EBADMSG;
+	free(want);
+	store_release(f->s, ref.block);
+	return rc;
+}
+
+/* Run fn(f) in a child process that opens the pool, and SIGKILL the
+ * child the moment fn returns (it writes one byte to a pipe; the parent
+ * kills on reading it). fn returns 0 or a small failure code, which the
+ * child sends instead of the byte. Returns what fn returned. */
+static int run_then_kill(struct fixture *f, int (*fn)(struct fixture *f))
+{
+	int fds[2], status;
+	char c = 0;
+	pid_t pid;
+
+	assert_int_equal(pipe(fds), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char r;
+
+		close(fds[0]);
+		r = open_pool(f) ? 100 : (char)fn(f);
+		if (write(fds[1], &r, 1) != 1)
+			_exit(2);
+		for (;;)
+			pause();
+	}
+	close(fds[1]);
+	assert_int_equal(read(fds[0], &c, 1), 1);
+	kill(pid, SIGKILL);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFSIGNALED(status));
+	close(fds[0]);
+	return c;
+}
+
+/* ---- durable removals ---- */
+
+/* Chains 1..4 and 5..8 and 11..14 on NVMe, then DELETE of block 1. */
+static int child_delete(struct fixture *f)
+{
+	uint8_t key[STORE_KEY_BYTES];
+	uint64_t removed = 0;
+
+	for (uint64_t id = 1; id <= 14; id++)
+		if (put_id(f, f->ns, id, (id - 1) % 4 ? id - 1 : 0))
+			return 1;
+	if (store_debug_nvme_demote_all(f->s))
+		return 2;
+	if (stats_of(f->s).nvme_blocks != 14)
+		return 3;
+	key_of(1, key);
+	if (store_delete(f->s, f->ns, key, &removed) || removed != 4)
+		return 4;
+	/* a chain in DRAM too: deleting its middle takes the rest along */
+	key_of(6, key);
+	if (store_delete(f->s, f->ns, key, &removed) || removed != 3)
+		return 5;
+	return 0;
+}
+
+/* A DELETE that returned holds after a SIGKILL right after it. */
+static void test_delete_then_kill(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 8 * MIB);
+
+	*state = f;
+	for (int round = 0; round < 3; round++) {
+		assert_int_equal(run_then_kill(f, child_delete), 0);
+		assert_int_equal(open_pool(f), 0);
+		assert_check(f->s);
+		for (uint64_t id = 1; id <= 4; id++)
+			assert_false(stored(f, f->ns, id));
+		for (uint64_t id = 6; id <= 8; id++)
+			assert_false(stored(f, f->ns, id));
+		assert_true(stored(f, f->ns, 5));
+		for (uint64_t id = 11; id <= 14; id++)
+			assert_int_equal(get_check(f, f->ns, id), 0);
+		/* the next round starts from an empty pool */
+		assert_int_equal(store_drop_namespace(f->s, f->ns, NULL, NULL), 0);
+		close_pool(f);
+	}
+}
+
+/* DROP_NAMESPACE while a demotion batch of that namespace is in flight
+ * (parked by the test hook), then the batch finishes - writing its
+ * records and the namespace's name under the old disk id - and the
+ * process dies before anything else happens. */
+static int child_drop_racing_demotion(struct fixture *f)
+{
+	uint32_t other;
+
+	if (store_namespace_id(f->s, "model-b", 7, &other))
+		return 1;
+	for (uint64_t id = 1; id <= 8; id++)
+		if (put_id(f, f->ns, id, id > 1 ? id - 1 : 0))
+			return 2;
+	if (put_id(f, other, 100, 0))
+		return 3;
+	if (store_debug_nvme_hold(f->s, 1))
+		return 4;
+	if (store_drop_namespace(f->s, f->ns, NULL, NULL))
+		return 5;
+	if (store_debug_nvme_hold(f->s, 0))
+		return 6;
+	return 0;
+}
+
+static void test_drop_racing_demotion_then_kill(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 8 * MIB);
+	uint32_t other;
+
+	*state = f;
+	assert_int_equal(run_then_kill(f, child_drop_racing_demotion), 0);
+	assert_int_equal(open_pool(f), 0);
+	assert_check(f->s);
+	for (uint64_t id = 1; id <= 8; id++)
+		assert_false(stored(f, f->ns, id));
+	assert_int_equal(store_namespace_id(f->s, "model-b", 7, &other), 0);
+	assert_int_equal(get_check(f, other, 100), 0);
+	assert_int_equal(stats_of(f->s).blocks, 1);
+	store_namespace_release(f->s, other);
+}
+
+/* A plain drop of a namespace on NVMe, killed right after. */
+static int child_drop(struct fixture *f)
+{
+	for (uint64_t id = 1; id <= 20; id++)
+		if (put_id(f, f->ns, id, (id - 1) % 5 ? id - 1 : 0))
+			return 1;
+	if (store_debug_nvme_demote_all(f->s))
+		return 2;
+	if (store_drop_namespace(f->s, f->ns, NULL, NULL))
+		return 3;
+	return 0;
+}
+
+static void test_drop_then_kill(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 8 * MIB);
+
+	*state = f;
+	assert_int_equal(run_then_kill(f, child_drop), 0);
+	assert_int_equal(open_pool(f), 0);
+	assert_check(f->s);
+	assert_int_equal(stats_of(f->s).blocks, 0);
+	/* the namespace is usable again, under a fresh disk id */
+	assert_int_equal(put_id(f, f->ns, 7, 0), 0);
+	assert_int_equal(store_debug_nvme_demote_all(f->s), 0);
+	close_pool(f);
+	assert_int_equal(open_pool(f), 0);
+	assert_int_equal(get_check(f, f->ns, 7), 0);
+	assert_int_equal(stats_of(f->s).blocks, 1);
+}
+
+/* The index itself: a name (and records) written under a dropped disk id
+ * after the drop - what a demotion batch in flight does - are ignored by
+ * the scans, and the id is never handed out again. */
+static int count_ns(void *arg, uint32_t id, const char *name, size_t len)
+{
+	(void)name;
+	(void)len;
+	if (id == 5)
+		++*(int *)arg;
+	return 0;
+}
+
+static void test_index_tombstone(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 8 * MIB);
+	struct store_nvme_index *ix;
+	struct store_nvme_rec rec;
+	char path[128], why[256];
+	uint32_t next = 0;
+	int seen = 0;
+
+	*state = f;
+	snprintf(path, sizeof(path), "%s/ix", f->dir);
+	assert_int_equal(store_nvme_index_open(path, NULL, NULL, &ix, why, sizeof(why)), 0);
+	assert_int_equal(store_nvme_index_ns_put(ix, 5, "a", 1), 0);
+	assert_int_equal(store_nvme_index_ns_drop(ix, 5), 0);
+	memset(&rec, 0, sizeof(rec));
+	rec.ns_disk_id = 5;
+	key_of(1, rec.key);
+	rec.length = 4096;
+	assert_int_equal(store_nvme_index_ns_put(ix, 5, "a", 1), 0);
+	assert_int_equal(store_nvme_index_write(ix, &rec, 1, NULL, NULL, 0), 0);
+	assert_int_equal(store_nvme_index_ns_scan(ix, count_ns, &seen), 0);
+	assert_int_equal(seen, 0);
+	/* a drop of an id never recorded moves next_ns past it */
+	assert_int_equal(store_nvme_index_ns_drop(ix, 9), 0);
+	assert_int_equal(store_nvme_index_next_ns_id(ix, &next), 0);
+	assert_int_equal(next, 10);
+	assert_int_equal(store_nvme_index_ns_drop(ix, 0), -EINVAL);
+	store_nvme_index_close(ix);
+	/* and after a reopen */
+	assert_int_equal(store_nvme_index_open(path, NULL, NULL, &ix, why, sizeof(why)), 0);
+	assert_int_equal(store_nvme_index_ns_scan(ix, count_ns, &seen), 0);
+	assert_int_equal(seen, 0);
+	store_nvme_index_close(ix);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_delete_then_kill, teardown),
+		cmocka_unit_test_teardown(test_drop_racing_demotion_then_kill, teardown),
+		cmocka_unit_test_teardown(test_drop_then_kill, teardown),
+		cmocka_unit_test_teardown(test_index_tombstone, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
