@@ -8,7 +8,8 @@
  *     batch_bytes), reserves consecutive ranges of the active segment for
  *     them and pins them (a ref keeps their pages; demoting keeps them out
  *     of the DIRTY heap); blocks that nvme_admission=reused turns away are
- *     evicted here instead, when they are leaves;
+ *     evicted here instead, when they are leaves and DRAM is short of
+ *     room (one at a time, LRU first, until the watermark is met);
  *  2. without the lock, names new namespaces in the index, writes the
  *     extents with one pwritev straight from the arena, then commits their
  *     records and the queued record deletes in one RocksDB batch (payload
@@ -133,24 +134,39 @@ static bool disk_id_locked(struct store *s, struct store_ns *ns, struct demote_b
 	return true;
 }
 
+/* Is DRAM below the demoter's low watermark (free + clean pages)? */
+static bool room_needed_locked(const struct store *s)
+{
+	return store_arena_free_pages(s->arena) + s->clean_pages < s->tier->low_pages;
+}
+
+enum admit { ADMIT_DEMOTE, ADMIT_EVICTED, ADMIT_KEEP };
+
 /* nvme_admission=reused turns away a block not used since its put; a
  * leaf then leaves the pool, anything else is demoted anyway (no holes).
- * Returns true when b was evicted. */
-static bool admission_evict_locked(struct store *s, struct store_block *b)
+ * A turned-away leaf is evicted only while DRAM is short of room, one
+ * at a time in LRU order (the DIRTY heap's order), as a DRAM-only pool
+ * evicts; once the watermark is met it stays (ADMIT_KEEP: the round
+ * stops), unless every dirty block must go (the test hook). */
+static enum admit admission_locked(struct store *s, struct store_block *b)
 {
 	if (s->cfg.nvme_admission != STORE_ADMIT_REUSED)
-		return false;
+		return ADMIT_DEMOTE;
 	store_wr_begin(s); /* a MATCH may have used or leased b meanwhile */
 	if (b->reused || !store_block_evictable(b)) {
 		store_wr_end(s);
-		return false;
+		return ADMIT_DEMOTE;
+	}
+	if (!room_needed_locked(s)) {
+		store_wr_end(s);
+		return s->tier->demote_all ? ADMIT_DEMOTE : ADMIT_KEEP;
 	}
 	s->tier->admission_rejections++;
 	s->evictions++;
 	store_block_ns(s, b)->evictions++;
 	store_block_remove_locked(s, b);
 	store_wr_end(s);
-	return true;
+	return ADMIT_EVICTED;
 }
 
 /* Add b to the batch at the active segment's fill point and pin it. */
@@ -199,8 +215,12 @@ static bool pick_locked(struct store *s, struct demote_batch *db)
 		struct store_block *b = store_slab_ptr(&s->slab, dirty->v[0]);
 		uint64_t ext = store_extent_bytes(b);
 
-		if (admission_evict_locked(s, b))
+		enum admit a = admission_locked(s, b);
+
+		if (a == ADMIT_EVICTED)
 			continue;
+		if (a == ADMIT_KEEP)
+			break;
 		if (t->active == STORE_SEG_NONE ||
 		    t->segs[t->active].fill_bytes + ext > t->segment_bytes) {
 			if (db->n)

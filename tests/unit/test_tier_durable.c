@@ -43,6 +43,7 @@ struct fixture {
 	uint32_t ns;
 	int errors, warns;
 	char last_warn[512];
+	uint64_t fixed_len;  /* every block this long, when not 0 */
 };
 
 static uint64_t mix64(uint64_t z)
@@ -64,10 +65,10 @@ static void key_of(uint64_t id, uint8_t key[STORE_KEY_BYTES])
 	key[0] |= 1;
 }
 
-/* Length of block id: 5..20 KiB. */
-static uint64_t len_of(uint64_t id)
+/* Length of block id: f->fixed_len, or 5..20 KiB. */
+static uint64_t len_of(const struct fixture *f, uint64_t id)
 {
-	return 5 * KIB + mix64(id) % (15 * KIB) + 1;
+	return f->fixed_len ? f->fixed_len : 5 * KIB + mix64(id) % (15 * KIB) + 1;
 }
 
 /* Payload derived from the key, so a wrong block shows. */
@@ -184,7 +185,7 @@ static int teardown(void **state)
 static int put_id(struct fixture *f, uint32_t ns, uint64_t id, uint64_t parent_id)
 {
 	uint8_t key[STORE_KEY_BYTES], parent[STORE_KEY_BYTES];
-	uint64_t len = len_of(id);
+	uint64_t len = len_of(f, id);
 	struct store_block *b;
 	uint8_t *buf = malloc(len);
 	void *dst;
@@ -240,7 +241,7 @@ static int get_check(struct fixture *f, uint32_t ns, uint64_t id)
 	if (!want)
 		return -ENOMEM;
 	fill_payload(want, ref.length, key);
-	rc = ref.length == len_of(id) && memcmp(ref.data, want, ref.length) == 0 ? 0 : -EBADMSG;
+	rc = ref.length == len_of(f, id) && memcmp(ref.data, want, ref.length) == 0 ? 0 : -EBADMSG;
 	free(want);
 	store_release(f->s, ref.block);
 	return rc;
@@ -445,6 +446,45 @@ static void test_index_tombstone(void **state)
 	store_nvme_index_close(ix);
 }
 
+/* nvme_admission = reused: blocks never read are not demoted, and are
+ * evicted in LRU order one at a time as room is needed - DRAM past the
+ * demoter's watermark (a quarter of the arena free) must not be emptied. */
+static void test_admission_keeps_dram(void **state)
+{
+	struct fixture *f = fixture_new(8 * MIB, 16 * MIB);
+	struct store_stats st;
+	uint64_t kept = 0;
+
+	*state = f;
+	f->fixed_len = 64 * KIB - 100;
+	f->cfg.nvme_admission = STORE_ADMIT_REUSED;
+	assert_int_equal(open_pool(f), 0);
+	/* 100 blocks of 64 KiB: 78% of the 8 MiB arena */
+	for (uint64_t id = 1; id <= 100; id++)
+		assert_int_equal(put_id(f, f->ns, id, 0), 0);
+	sleep_ms(300);
+	store_debug_nvme_wait_idle(f->s);
+	assert_check(f->s);
+	for (uint64_t id = 1; id <= 100; id++)
+		kept += stored(f, f->ns, id);
+	st = stats_of(f->s);
+	/* enough left to meet the watermark: a handful, not all of them */
+	assert_true(kept >= 90);
+	assert_int_equal(st.admission_rejections, 100 - kept);
+	assert_int_equal(st.demotions, 0);
+	/* more puts: the oldest go first, one at a time, the newest stay */
+	for (uint64_t id = 101; id <= 200; id++)
+		assert_int_equal(put_id(f, f->ns, id, 0), 0);
+	store_debug_nvme_wait_idle(f->s);
+	assert_check(f->s);
+	assert_false(stored(f, f->ns, 1));
+	kept = 0;
+	for (uint64_t id = 111; id <= 200; id++)
+		kept += stored(f, f->ns, id);
+	assert_int_equal(kept, 90);
+	assert_true(stats_of(f->s).blocks >= 90);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -452,6 +492,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_drop_racing_demotion_then_kill, teardown),
 		cmocka_unit_test_teardown(test_drop_then_kill, teardown),
 		cmocka_unit_test_teardown(test_index_tombstone, teardown),
+		cmocka_unit_test_teardown(test_admission_keeps_dram, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
