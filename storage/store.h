@@ -68,7 +68,7 @@ struct store_config {
 	uint64_t max_inflight_put_bytes; /* reserved by uncommitted puts; 0 = no limit */
 	uint32_t max_lease_ms;           /* lease_ms above this is capped */
 
-	/* NVMe tier (storage/NVME.md). NULL or "" = no NVMe tier, and every
+	/* NVMe tier (storage/nvme/NVME.md). NULL or "" = no NVMe tier, and every
 	 * nvme_* field below is ignored. */
 	const char *nvme_dir;            /* an existing, writable directory; copied at open */
 	uint64_t nvme_capacity_bytes;    /* segment file bytes at most; >= 2 segments */
@@ -409,11 +409,5 @@ void store_stats(struct store *s, struct store_stats *out);
  * indexes shift down when an older namespace is reclaimed).
  * Errors: -ENOENT past the end. */
 int store_ns_stats(struct store *s, uint32_t index, struct store_ns_stats *out);
-
-/* Verify every invariant: no holes, child counts, LRU membership, arena
- * and byte accounting, used + inflight + free = capacity, the namespace
- * name table. Returns 0, or -EFAULT with a reason in
- * why[0..why_len) (may be NULL). For tests; takes the lock; O(blocks). */
-int store_check(struct store *s, char *why, size_t why_len);
 
 #endif /* KVPOOL_STORE_H */

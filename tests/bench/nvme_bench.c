@@ -43,6 +43,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "debug/store_debug.h"
 #include "store.h"
 
 #define MIB ((uint64_t)1 << 20)

@@ -21,7 +21,7 @@
 #include <cmocka.h>
 
 #include "store.h"
-#include "store_debug.h"
+#include "debug/store_debug.h"
 
 #define PAGE STORE_PAGE_BYTES
 #define KIB 1024ull

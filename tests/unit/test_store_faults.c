@@ -71,10 +71,10 @@
 #include <cmocka.h>
 #include <rocksdb/c.h>
 
-#include "nvme_index.h"
-#include "nvme_io.h"
+#include "nvme/nvme_index.h"
+#include "nvme/nvme_io.h"
 #include "store.h"
-#include "store_debug.h"
+#include "debug/store_debug.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * 1024ull)

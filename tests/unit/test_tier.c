@@ -28,9 +28,9 @@
 
 #include <cmocka.h>
 
-#include "nvme_index.h"
+#include "nvme/nvme_index.h"
 #include "store.h"
-#include "store_debug.h"
+#include "debug/store_debug.h"
 
 #define PAGE STORE_PAGE_BYTES
 #define KIB 1024ull
