@@ -12,7 +12,8 @@
  *
  * Options: WAL on, writes unsynced, no compression (values are hashes and
  * offsets: nothing to gain), create_if_missing. Every RocksDB error string
- * is logged here and freed; callers only ever see -EIO.
+ * is logged here and freed; callers see -EBADMSG when RocksDB reported
+ * corruption, else -EIO.
  */
 #include "nvme_index.h"
 
@@ -180,15 +181,19 @@ static void ix_log(const struct store_nvme_index *ix, enum store_log_level level
 	ix->log(ix->log_arg, level, msg);
 }
 
-/* Turn a RocksDB error string into -EIO: log it (naming what we were
- * doing), free it. 0 when there was no error. */
+/* Turn a RocksDB error string into -EBADMSG (RocksDB says "Corruption":
+ * a checksum or format failure in its files) or -EIO (anything else):
+ * log it (naming what we were doing), free it. 0 when there was no error. */
 static int rdb_error(const struct store_nvme_index *ix, char *err, const char *what)
 {
+	int rc;
+
 	if (!err)
 		return 0;
 	ix_log(ix, STORE_LOG_ERR, "nvme index: %s failed: %s", what, err);
+	rc = strstr(err, "Corruption") ? -EBADMSG : -EIO;
 	rocksdb_free(err);
-	return -EIO;
+	return rc;
 }
 
 /* Commit a write batch (WAL on; synced when sync) and free it. */
@@ -243,6 +248,20 @@ static void ix_free(struct store_nvme_index *ix)
 	free(ix);
 }
 
+/* Does RocksDB's open error say the files are damaged (rather than
+ * locked, read-only, full or out of file descriptors)? */
+static bool open_error_is_damage(const char *err)
+{
+	static const char *const transient[] = { "lock", "Read-only", "No space",
+						 "Too many open files", "Permission denied" };
+
+	for (size_t i = 0; i < sizeof(transient) / sizeof(transient[0]); i++)
+		if (strstr(err, transient[i]))
+			return false;
+	return strstr(err, "Corruption") || strstr(err, "Invalid argument") ||
+	       strstr(err, "MANIFEST") || strstr(err, "CURRENT") || strstr(err, "No such file");
+}
+
 int store_nvme_index_open(const char *path, store_log_fn log, void *log_arg,
 			  struct store_nvme_index **out, char *why, size_t why_len)
 {
@@ -266,12 +285,14 @@ int store_nvme_index_open(const char *path, store_log_fn log, void *log_arg,
 	rocksdb_writeoptions_disable_WAL(ix->wopts_sync, 0);
 	ix->db = rocksdb_open(ix->opts, path, &err);
 	if (err) {
+		int rc = open_error_is_damage(err) ? -EBADMSG : -EIO;
+
 		if (why && why_len)
 			snprintf(why, why_len, "cannot open the nvme index %s: %s", path, err);
 		rdb_error(ix, err, "open");
 		ix->db = NULL;
 		ix_free(ix);
-		return -EIO;
+		return rc;
 	}
 	*out = ix;
 	return 0;
@@ -326,6 +347,11 @@ int store_nvme_index_delete(struct store_nvme_index *ix, uint32_t ns_disk_id,
 	block_key(k, ns_disk_id, key);
 	rocksdb_delete(ix->db, ix->wopts, (const char *)k, sizeof(k), &err);
 	return rdb_error(ix, err, "deleting a block record");
+}
+
+uint64_t store_nvme_index_last_seq(struct store_nvme_index *ix)
+{
+	return rocksdb_get_latest_sequence_number(ix->db);
 }
 
 int store_nvme_index_sync(struct store_nvme_index *ix)

@@ -4,7 +4,9 @@
  *
  * Internal to storage/. RocksDB types, options and error strings never
  * leave nvme_index.c: errors come back as -errno, and the text RocksDB
- * gave is logged through the store's log function.
+ * gave is logged through the store's log function. Wherever a function
+ * below lists -EIO, it returns -EBADMSG instead when RocksDB reported
+ * corruption (a checksum or format failure in its own files).
  *
  * Durability: the write-ahead log is on and unsynced (a process crash
  * loses nothing written; a machine crash may lose the last writes, which
@@ -47,8 +49,10 @@ struct store_nvme_rec {
 };
 
 /* Open or create the RocksDB database at `path` (a directory). Creates it
- * when missing. Errors: -EIO (RocksDB refused: corrupt, wrong options,
- * locked; the reason goes to why and to the log), -ENOMEM. */
+ * when missing. Errors: -EBADMSG (RocksDB says its files are damaged: a
+ * corrupt or missing CURRENT, MANIFEST or table file), -EIO (RocksDB
+ * refused otherwise: locked, read-only, full, out of file descriptors);
+ * the reason goes to why and to the log; -ENOMEM. */
 int store_nvme_index_open(const char *path, store_log_fn log, void *log_arg,
 			  struct store_nvme_index **out, char *why, size_t why_len);
 
@@ -68,6 +72,10 @@ int store_nvme_index_write(struct store_nvme_index *ix, const struct store_nvme_
 /* Delete one block's record (absent is not an error). Errors: -EIO. */
 int store_nvme_index_delete(struct store_nvme_index *ix, uint32_t ns_disk_id,
 			    const uint8_t key[STORE_KEY_BYTES]);
+
+/* The sequence number of the last write the database holds (after an
+ * open: the last one its write-ahead log replay reached). */
+uint64_t store_nvme_index_last_seq(struct store_nvme_index *ix);
 
 /* Make every write returned so far durable (sync the write-ahead log):
  * a DELETE is answered only after its record deletes are synced. Blocks

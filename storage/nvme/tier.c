@@ -17,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "index_recover.h"
 #include "nvme_index.h"
 #include "nvme_io.h"
 #include "tier_impl.h"
@@ -415,6 +417,73 @@ static void tier_free(struct store_tier *t)
 	free(t);
 }
 
+/* Move a damaged index aside (with the log files as found, when kept)
+ * and open a fresh, empty one in its place. `what` says why, for the
+ * log. 0, or the error of the rename or of the fresh open. */
+static int quarantine_index(struct store *s, struct store_tier *t, const char *path,
+			    const char *keep, const char *what, char *why, size_t why_len)
+{
+	char aside[4096], wal[4200];
+	int rc;
+
+	store_nvme_index_close(t->ix);
+	t->ix = NULL;
+	rc = store_index_quarantine(path, aside, sizeof(aside));
+	if (rc) {
+		set_why(why, why_len, "%s: the nvme index is damaged (%s) and cannot be moved "
+			"aside (%s)", path, what, strerror(-rc));
+		return rc;
+	}
+	if (keep && access(keep, F_OK) == 0) {
+		snprintf(wal, sizeof(wal), "%s/wal-as-found", aside);
+		if (rename(keep, wal))
+			store_index_wal_forget(keep);
+	}
+	t->index_quarantined++;
+	store_log(s, STORE_LOG_ERR, "nvme index %s is damaged (%s): moved aside to %s, kept for "
+		  "inspection; the nvme tier starts empty and dram serves as usual", path, what,
+		  aside);
+	return store_nvme_index_open(path, s->cfg.log, s->cfg.log_arg, &t->ix, why, why_len);
+}
+
+/* Open the RocksDB index at path (NVME.md "Index damage"): survey its
+ * write-ahead log first and keep links to it while RocksDB replays it;
+ * a damaged database, or a log whose replay stopped short of what was
+ * written, is moved aside and the tier starts empty. */
+static int open_index(struct store *s, struct store_tier *t, const char *path, char *why,
+		      size_t why_len)
+{
+	size_t keep_len = strlen(path) + sizeof(".wal-kept");
+	uint64_t written = 0, replayed;
+	uint32_t files = 0;
+	char *keep = malloc(keep_len);
+	char what[160];
+	int rc;
+
+	if (!keep)
+		return -ENOMEM;
+	snprintf(keep, keep_len, "%s.wal-kept", path);
+	store_index_wal_forget(keep); /* left by a crash during an earlier open */
+	if (store_index_wal_survey(path, &written, &files) == 0 && files)
+		(void)store_index_wal_keep(path, keep);
+	rc = store_nvme_index_open(path, s->cfg.log, s->cfg.log_arg, &t->ix, why, why_len);
+	if (rc == -EBADMSG) {
+		snprintf(what, sizeof(what), "rocksdb cannot open it");
+		rc = quarantine_index(s, t, path, keep, what, why, why_len);
+	} else if (rc == 0 && written > (replayed = store_nvme_index_last_seq(t->ix))) {
+		/* A replay that stopped early may have dropped a synced delete
+		 * after an earlier put: what it kept cannot be trusted. */
+		t->index_records_lost = written - replayed;
+		snprintf(what, sizeof(what), "its write-ahead log was damaged: %llu index records "
+			 "after sequence %llu were lost", (unsigned long long)t->index_records_lost,
+			 (unsigned long long)replayed);
+		rc = quarantine_index(s, t, path, keep, what, why, why_len);
+	}
+	store_index_wal_forget(keep);
+	free(keep);
+	return rc;
+}
+
 /* Open the segment files and the RocksDB index under cfg.nvme_dir. */
 static int open_files(struct store *s, struct store_tier *t, char *why, size_t why_len)
 {
@@ -431,14 +500,39 @@ static int open_files(struct store *s, struct store_tier *t, char *why, size_t w
 	if (!path)
 		return -ENOMEM;
 	snprintf(path, len, "%s/index", cfg->nvme_dir);
-	rc = store_nvme_index_open(path, cfg->log, cfg->log_arg, &t->ix, why, why_len);
-	free(path);
-	if (rc)
-		return rc;
-	rc = store_nvme_index_next_ns_id(t->ix, &t->next_disk_id);
-	if (rc)
+	rc = open_index(s, t, path, why, why_len);
+	if (rc == 0)
+		rc = store_nvme_index_next_ns_id(t->ix, &t->next_disk_id);
+	if (rc == -EBADMSG) {
+		rc = quarantine_index(s, t, path, NULL, "its next namespace id cannot be read",
+				      why, why_len);
+		if (rc == 0)
+			rc = store_nvme_index_next_ns_id(t->ix, &t->next_disk_id);
+	}
+	if (rc && why && !why[0])
 		set_why(why, why_len, "%s: cannot read the index's next namespace id",
 			cfg->nvme_dir);
+	free(path);
+	return rc;
+}
+
+/* The rebuild could not read the index through (a damaged table file
+ * RocksDB found only now): move it aside, start empty, rebuild again. */
+static int rebuild_after_damage(struct store *s, struct store_tier *t, char *why, size_t why_len)
+{
+	size_t len = strlen(s->cfg.nvme_dir) + sizeof("/index");
+	char *path = malloc(len);
+	int rc;
+
+	if (!path)
+		return -ENOMEM;
+	snprintf(path, len, "%s/index", s->cfg.nvme_dir);
+	rc = quarantine_index(s, t, path, NULL, "reading it through failed", why, why_len);
+	free(path);
+	if (rc == 0)
+		rc = store_nvme_index_next_ns_id(t->ix, &t->next_disk_id);
+	if (rc == 0)
+		rc = store_rebuild(s, why, why_len);
 	return rc;
 }
 
@@ -516,6 +610,8 @@ int store_tier_open(struct store *s, char *why, size_t why_len)
 	if (rc)
 		goto out_unset;
 	rc = store_rebuild(s, why, why_len);
+	if (rc == -EBADMSG)
+		rc = rebuild_after_damage(s, t, why, why_len);
 	if (rc)
 		goto out_unset;
 	rc = start_threads(s, t);
@@ -598,6 +694,8 @@ void store_tier_stats_locked(const struct store *s, struct store_stats *st)
 	st->rebuild_ms = t->rebuild_ms;
 	st->rebuild_blocks = t->rebuild_blocks;
 	st->orphans_dropped = t->orphans_dropped;
+	st->index_records_lost = t->index_records_lost;
+	st->index_quarantined = t->index_quarantined;
 }
 
 int store_tier_ns_drop(struct store *s, uint32_t disk_id)

@@ -26,6 +26,7 @@
 #include <xxhash.h>
 
 #include <cmocka.h>
+#include <dirent.h>
 
 #include "nvme/nvme_index.h"
 #include "store.h"
@@ -485,6 +486,182 @@ static void test_admission_keeps_dram(void **state)
 	assert_true(stats_of(f->s).blocks >= 90);
 }
 
+/* ---- index damage ---- */
+
+/* 30 blocks in chains of 5, all demoted; the process is killed, so the
+ * index's records are in its write-ahead log only. */
+static int child_fill(struct fixture *f)
+{
+	for (uint64_t id = 1; id <= 30; id++)
+		if (put_id(f, f->ns, id, (id - 1) % 5 ? id - 1 : 0))
+			return 1;
+	return store_debug_nvme_demote_all(f->s) ? 2 : 0;
+}
+
+/* The first file in f->dir/index whose name holds `part`, into path. */
+static bool index_file(struct fixture *f, const char *part, char *path, size_t len)
+{
+	char dir[512];
+	struct dirent *e;
+	DIR *d;
+	bool found = false;
+
+	snprintf(dir, sizeof(dir), "%.60s/index", f->dir);
+	d = opendir(dir);
+	assert_non_null(d);
+	while (!found && (e = readdir(d))) {
+		if (strstr(e->d_name, part)) {
+			snprintf(path, len, "%.100s/%.200s", dir, e->d_name);
+			found = true;
+		}
+	}
+	closedir(d);
+	return found;
+}
+
+/* Flip one byte of file path at offset off. */
+static void flip_byte(const char *path, off_t off)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t c;
+
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &c, 1, off), 1);
+	c ^= 0x5a;
+	assert_int_equal(pwrite(fd, &c, 1, off), 1);
+	close(fd);
+}
+
+/* How many entries of f->dir start with "index.damaged-"; the last one's
+ * path into aside. */
+static int damaged_dirs(struct fixture *f, char *aside, size_t len)
+{
+	struct dirent *e;
+	DIR *d = opendir(f->dir);
+	int n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d)))
+		if (strncmp(e->d_name, "index.damaged-", 14) == 0) {
+			snprintf(aside, len, "%s/%s", f->dir, e->d_name);
+			n++;
+		}
+	closedir(d);
+	return n;
+}
+
+/* After damage the pool opens, DRAM and the (empty) tier both work. */
+static void assert_serves(struct fixture *f)
+{
+	assert_check(f->s);
+	assert_int_equal(put_id(f, f->ns, 900, 0), 0);
+	assert_int_equal(get_check(f, f->ns, 900), 0);
+	assert_int_equal(store_debug_nvme_demote_all(f->s), 0);
+	assert_int_equal(stats_of(f->s).nvme_healthy, 1);
+}
+
+/* One flipped byte early in the write-ahead log: the open says how many
+ * records were lost, keeps the log as found, and serves. */
+static void test_wal_damage(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 8 * MIB);
+	char wal[512], aside[512], kept[600];
+	struct store_stats st;
+	struct stat sb;
+
+	*state = f;
+	assert_int_equal(run_then_kill(f, child_fill), 0);
+	assert_true(index_file(f, ".log", wal, sizeof(wal)));
+	flip_byte(wal, 40);
+	f->warns = 0;
+	assert_int_equal(open_pool(f), 0);
+	st = stats_of(f->s);
+	assert_true(st.index_records_lost >= 30);
+	assert_int_equal(st.index_quarantined, 1);
+	assert_int_equal(st.blocks, 0);
+	assert_true(f->warns >= 1);
+	assert_non_null(strstr(f->last_warn, "lost"));
+	assert_int_equal(damaged_dirs(f, aside, sizeof(aside)), 1);
+	snprintf(kept, sizeof(kept), "%s/wal-as-found", aside);
+	assert_int_equal(stat(kept, &sb), 0);
+	assert_true(S_ISDIR(sb.st_mode));
+	assert_serves(f);
+	/* the next start is clean: nothing lost, nothing moved aside */
+	close_pool(f);
+	assert_int_equal(open_pool(f), 0);
+	st = stats_of(f->s);
+	assert_int_equal(st.index_records_lost, 0);
+	assert_int_equal(st.index_quarantined, 0);
+	assert_int_equal(get_check(f, f->ns, 900), 0);
+	assert_int_equal(damaged_dirs(f, aside, sizeof(aside)), 1);
+}
+
+/* An undamaged log loses nothing (no false alarm after a kill). */
+static void test_wal_intact(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 8 * MIB);
+	char aside[512];
+
+	*state = f;
+	assert_int_equal(run_then_kill(f, child_fill), 0);
+	assert_int_equal(open_pool(f), 0);
+	assert_int_equal(stats_of(f->s).index_records_lost, 0);
+	assert_int_equal(stats_of(f->s).blocks, 30);
+	assert_int_equal(damaged_dirs(f, aside, sizeof(aside)), 0);
+	for (uint64_t id = 1; id <= 30; id++)
+		assert_int_equal(get_check(f, f->ns, id), 0);
+}
+
+/* Damage to CURRENT, the MANIFEST, or a table file: the index is moved
+ * aside and the pool opens with an empty tier (before: store_open failed,
+ * so kvpoold exited and DRAM never came up). */
+static void damage_and_reopen(struct fixture *f, const char *part, off_t off, bool truncate_it)
+{
+	char path[512], aside[512];
+
+	assert_int_equal(run_then_kill(f, child_fill), 0);
+	/* a clean open and close: the log's records go to a table file */
+	assert_int_equal(open_pool(f), 0);
+	assert_int_equal(stats_of(f->s).blocks, 30);
+	close_pool(f);
+	assert_true(index_file(f, part, path, sizeof(path)));
+	if (truncate_it)
+		assert_int_equal(truncate(path, off), 0);
+	else
+		flip_byte(path, off);
+	f->errors = 0;
+	assert_int_equal(open_pool(f), 0);
+	assert_int_equal(stats_of(f->s).index_quarantined, 1);
+	assert_int_equal(stats_of(f->s).blocks, 0);
+	assert_true(f->errors >= 1);
+	assert_int_equal(damaged_dirs(f, aside, sizeof(aside)), 1);
+	assert_serves(f);
+}
+
+static void test_current_damage(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 8 * MIB);
+
+	*state = f;
+	damage_and_reopen(f, "CURRENT", 3, false);
+}
+
+static void test_manifest_damage(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 8 * MIB);
+
+	*state = f;
+	damage_and_reopen(f, "MANIFEST-", 20, true);
+}
+
+static void test_sst_damage(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 8 * MIB);
+
+	*state = f;
+	damage_and_reopen(f, ".sst", 64, false);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -493,6 +670,11 @@ int main(void)
 		cmocka_unit_test_teardown(test_drop_then_kill, teardown),
 		cmocka_unit_test_teardown(test_index_tombstone, teardown),
 		cmocka_unit_test_teardown(test_admission_keeps_dram, teardown),
+		cmocka_unit_test_teardown(test_wal_damage, teardown),
+		cmocka_unit_test_teardown(test_wal_intact, teardown),
+		cmocka_unit_test_teardown(test_current_damage, teardown),
+		cmocka_unit_test_teardown(test_manifest_damage, teardown),
+		cmocka_unit_test_teardown(test_sst_damage, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
