@@ -140,6 +140,9 @@ static const struct conf_setting settings[] = {
 	{ "drain_timeout_ms", CONF_U32, FIELD(drain_timeout_ms), "10000", 0, 3600000, CONF_RELOAD,
 	  "MS",
 	  "on SIGTERM or SIGINT, wait this long at most for requests in flight", NULL, "ms" },
+	{ "nvme_drain_ms", CONF_U32, FIELD(nvme_drain_ms), "10000", 0, 3600000, 0, "MS",
+	  "on SIGTERM or SIGINT, after the requests: spend this long at most writing DRAM-only "
+	  "blocks to NVMe, hottest first, so a restart finds them; 0 = none", NULL, "ms" },
 };
 
 #define N_SETTINGS (sizeof(settings) / sizeof(settings[0]))

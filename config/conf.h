@@ -60,6 +60,9 @@ struct conf {
 					  * without tokens_file; default 0 */
 	uint32_t drain_timeout_ms;       /* SIGTERM/SIGINT: longest wait for requests
 					  * in flight before closing; default 10000 */
+	uint32_t nvme_drain_ms;          /* SIGTERM/SIGINT, then: longest time spent
+					  * writing DRAM-only blocks to NVMe;
+					  * default 10000; 0 = none */
 };
 
 /* Fill *c with every default (threads = number of online cores). */

@@ -106,6 +106,18 @@ int store_open(const struct store_config *cfg, struct store **out, char *why, si
  * calls store_close. */
 void store_drain(struct store *s);
 
+/* For a planned restart: write the pool's DRAM-only blocks to NVMe,
+ * hottest (most recently used) first, each after its DRAM-only ancestors
+ * (so that what is written is reachable at the next start), for at most
+ * timeout_ms; nvme_admission does not apply. Call after the last put and
+ * before store_drain; the pool keeps serving meanwhile. *kept (may be
+ * NULL) receives the blocks written by this call, *left (may be NULL)
+ * those still DRAM-only. Blocks the caller (waits on the demoter).
+ * Returns 0 (none left), -ETIMEDOUT (time ran out first), -EIO (the tier
+ * cannot take writes: a write failed, or no segment can be freed),
+ * -ENODEV (no NVMe tier). */
+int store_keep_dram(struct store *s, uint64_t timeout_ms, uint64_t *kept, uint64_t *left);
+
 /* Fault in arena bytes [offset, offset + bytes) so that puts landing there
  * later do not pay for the kernel's page zeroing on the hot path (here
  * zeroing ran at ~0.4 GB/s, slower than the wire). Safe while the pool

@@ -150,7 +150,7 @@ enum admit { ADMIT_DEMOTE, ADMIT_EVICTED, ADMIT_KEEP };
  * stops), unless every dirty block must go (the test hook). */
 static enum admit admission_locked(struct store *s, struct store_block *b)
 {
-	if (s->cfg.nvme_admission != STORE_ADMIT_REUSED)
+	if (s->cfg.nvme_admission != STORE_ADMIT_REUSED || s->tier->hot)
 		return ADMIT_DEMOTE;
 	store_wr_begin(s); /* a MATCH may have used or leased b meanwhile */
 	if (b->reused || !store_block_evictable(b)) {
@@ -203,6 +203,30 @@ static void take_locked(struct store *s, struct demote_batch *db, struct store_b
 	store_lru_sync_locked(s, b);
 }
 
+static bool is_dirty(const struct store_block *b)
+{
+	return store_lru_slot(b, STORE_LRU_DIRTY) != STORE_HEAP_NONE;
+}
+
+/* store_keep_dram's order: the topmost dirty ancestor of the hottest
+ * block still dirty (a child taken before its parent would be an orphan
+ * at the next start if the time ran out between them). Falls back to the
+ * DIRTY heap's order once the list is used up (blocks put meanwhile). */
+static struct store_block *next_hot_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+	struct store_block *b, *p;
+
+	while (t->hot_next < t->nhot && !is_dirty(t->hot[t->hot_next]))
+		t->hot_next++;
+	if (t->hot_next == t->nhot)
+		return store_slab_ptr(&s->slab, s->lru[STORE_LRU_DIRTY].v[0]);
+	b = t->hot[t->hot_next];
+	while ((p = store_parent(s, b)) && is_dirty(p))
+		b = p;
+	return b;
+}
+
 /* Fill the batch from the DIRTY heap. Returns false when the round must
  * end without writing (a segment switch took the last free segment, or
  * no segment is free). */
@@ -212,7 +236,8 @@ static bool pick_locked(struct store *s, struct demote_batch *db)
 	struct store_heap *dirty = &s->lru[STORE_LRU_DIRTY];
 
 	while (db->n < DEMOTE_MAX_BLOCKS && db->bytes < t->batch_bytes && dirty->len) {
-		struct store_block *b = store_slab_ptr(&s->slab, dirty->v[0]);
+		struct store_block *b = t->hot ? next_hot_locked(s)
+					       : store_slab_ptr(&s->slab, dirty->v[0]);
 		uint64_t ext = store_extent_bytes(b);
 
 		enum admit a = admission_locked(s, b);

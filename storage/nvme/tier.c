@@ -413,6 +413,7 @@ static void tier_free(struct store_tier *t)
 	free(t->threads);
 	free(t->dels);
 	free(t->drops);
+	free(t->hot);
 	free(t->segs);
 	free(t);
 }
@@ -627,6 +628,77 @@ out_unset:
 	s->tier = NULL;
 out_free:
 	tier_free(t);
+	return rc;
+}
+
+/* Hottest first: descending last use. */
+static int hotter_first(const void *a, const void *b)
+{
+	const struct store_block *x = *(struct store_block *const *)a;
+	const struct store_block *y = *(struct store_block *const *)b;
+
+	return x->last_use > y->last_use ? -1 : x->last_use < y->last_use;
+}
+
+int store_keep_dram(struct store *s, uint64_t timeout_ms, uint64_t *kept, uint64_t *left)
+{
+	struct store_tier *t = s->tier;
+	uint64_t deadline = store_now_ms() + timeout_ms, before;
+	struct store_heap *dirty;
+	int rc = 0;
+
+	if (kept)
+		*kept = 0;
+	if (!t) {
+		if (left)
+			*left = s->dram_blocks;
+		return -ENODEV;
+	}
+	store_lock(s);
+	dirty = &s->lru[STORE_LRU_DIRTY];
+	before = t->demotions;
+	if (!t->hot && dirty->len) {
+		/* without memory for the list: the LRU order */
+		t->hot = malloc(dirty->len * sizeof(*t->hot));
+		if (t->hot) {
+			for (uint64_t i = 0; i < dirty->len; i++)
+				t->hot[i] = store_slab_ptr(&s->slab, dirty->v[i]);
+			t->nhot = dirty->len;
+			t->hot_next = 0;
+			qsort(t->hot, t->nhot, sizeof(*t->hot), hotter_first);
+		}
+	}
+	t->demote_all++;
+	store_tier_kick_locked(s);
+	for (;;) {
+		uint64_t now = store_now_ms();
+
+		if (dirty->len == 0 && !t->demoter_busy)
+			break;
+		if (!t->demoter_busy && ((!t->healthy && now < t->retry_at_ms) || t->reclaim_stuck)) {
+			rc = -EIO;
+			break;
+		}
+		if (now >= deadline) {
+			rc = -ETIMEDOUT;
+			break;
+		}
+		store_tier_wait_ms_locked(s, &t->idle, deadline - now < 20 ? deadline - now : 20);
+	}
+	t->demote_all--;
+	/* the batch in flight still reads the list */
+	while (t->demoter_busy)
+		store_tier_wait_ms_locked(s, &t->idle, 20);
+	free(t->hot);
+	t->hot = NULL;
+	t->nhot = t->hot_next = 0;
+	if (kept)
+		*kept = t->demotions - before;
+	if (left)
+		*left = dirty->len;
+	if (rc == 0 && dirty->len)
+		rc = -ETIMEDOUT;
+	pthread_mutex_unlock(&s->lock);
 	return rc;
 }
 

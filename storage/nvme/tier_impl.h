@@ -91,6 +91,11 @@ struct store_tier {
 	bool healthy;
 	uint64_t retry_at_ms;        /* no demotion before this (back-off) */
 	uint64_t demote_all;         /* test hook: demote every dirty block */
+	/* store_keep_dram: the dirty blocks, hottest first; the demoter
+	 * takes them in this order (ancestors first) instead of LRU order,
+	 * and admission does not apply */
+	struct store_block **hot;
+	size_t nhot, hot_next;
 	uint32_t fail_writes;        /* test hook: fail this many writes */
 	bool hold, held;             /* test hook: park the demoter before its write */
 

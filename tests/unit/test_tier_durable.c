@@ -486,6 +486,89 @@ static void test_admission_keeps_dram(void **state)
 	assert_true(stats_of(f->s).blocks >= 90);
 }
 
+/* ---- a clean stop keeps DRAM ---- */
+
+/* store_keep_dram writes every DRAM-only block (DRAM large enough that
+ * nothing was demoted), the next open finds them all byte-exact; with
+ * admission "reused" too, and blocks put after it are still demoted. */
+static void test_keep_dram(void **state)
+{
+	struct fixture *f = fixture_new(16 * MIB, 32 * MIB);
+	uint64_t kept = 0, left = 1;
+
+	*state = f;
+	f->cfg.nvme_admission = STORE_ADMIT_REUSED;
+	assert_int_equal(open_pool(f), 0);
+	for (uint64_t id = 1; id <= 60; id++)
+		assert_int_equal(put_id(f, f->ns, id, (id - 1) % 6 ? id - 1 : 0), 0);
+	for (uint64_t id = 31; id <= 36; id++)
+		assert_int_equal(get_check(f, f->ns, id), 0);
+	store_debug_nvme_wait_idle(f->s);
+	assert_int_equal(stats_of(f->s).nvme_blocks, 0);
+	assert_int_equal(store_keep_dram(f->s, 10000, &kept, &left), 0);
+	assert_int_equal(kept, 60);
+	assert_int_equal(left, 0);
+	assert_int_equal(stats_of(f->s).nvme_blocks, 60);
+	assert_check(f->s);
+	/* nothing left: a second call keeps nothing more */
+	assert_int_equal(store_keep_dram(f->s, 1000, &kept, &left), 0);
+	assert_int_equal(kept, 0);
+	close_pool(f);
+	assert_int_equal(open_pool(f), 0);
+	assert_check(f->s);
+	assert_int_equal(stats_of(f->s).rebuild_blocks, 60);
+	assert_int_equal(stats_of(f->s).orphans_dropped, 0);
+	for (uint64_t id = 1; id <= 60; id++)
+		assert_int_equal(get_check(f, f->ns, id), 0);
+}
+
+/* Time runs out: what was written is a set of whole chains' prefixes, so
+ * nothing written is an orphan at the next start; the hottest chain went
+ * first. Without a tier: -ENODEV. */
+static void test_keep_dram_timeout(void **state)
+{
+	struct fixture *f = fixture_new(16 * MIB, 32 * MIB);
+	struct store_config dram_only;
+	struct store *s2;
+	uint64_t kept = 0, left = 0;
+	char why[128];
+	int rc;
+
+	*state = f;
+	assert_int_equal(open_pool(f), 0);
+	for (uint64_t id = 1; id <= 200; id++)
+		assert_int_equal(put_id(f, f->ns, id, (id - 1) % 10 ? id - 1 : 0), 0);
+	/* chain 191..200 is the hottest: its leaf was read last */
+	assert_int_equal(get_check(f, f->ns, 200), 0);
+	store_debug_nvme_backoff(f->s, 50);
+	store_debug_nvme_fail_writes(f->s, 1000); /* nothing gets through */
+	assert_int_equal(store_keep_dram(f->s, 300, &kept, &left), -EIO);
+	assert_int_equal(kept, 0);
+	assert_int_equal(left, 200);
+	store_debug_nvme_fail_writes(f->s, 0);
+	sleep_ms(60);
+	/* no time at all: the one batch that started (a quarter segment)
+	 * finishes, no more */
+	rc = store_keep_dram(f->s, 3, &kept, &left);
+	assert_true(rc == -ETIMEDOUT || (rc == 0 && left == 0));
+	assert_int_equal(kept + left, 200);
+	close_pool(f);
+	assert_int_equal(open_pool(f), 0);
+	assert_int_equal(stats_of(f->s).orphans_dropped, 0);
+	assert_int_equal(stats_of(f->s).rebuild_blocks, kept);
+	if (kept >= 10)
+		for (uint64_t id = 191; id <= 200; id++)
+			assert_true(stored(f, f->ns, id));
+	close_pool(f);
+
+	dram_only = f->cfg;
+	dram_only.nvme_dir = NULL;
+	dram_only.nvme_capacity_bytes = 0;
+	assert_int_equal(store_open(&dram_only, &s2, why, sizeof(why)), 0);
+	assert_int_equal(store_keep_dram(s2, 100, &kept, &left), -ENODEV);
+	store_close(s2);
+}
+
 /* ---- index damage ---- */
 
 /* 30 blocks in chains of 5, all demoted; the process is killed, so the
@@ -670,6 +753,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_drop_then_kill, teardown),
 		cmocka_unit_test_teardown(test_index_tombstone, teardown),
 		cmocka_unit_test_teardown(test_admission_keeps_dram, teardown),
+		cmocka_unit_test_teardown(test_keep_dram, teardown),
+		cmocka_unit_test_teardown(test_keep_dram_timeout, teardown),
 		cmocka_unit_test_teardown(test_wal_damage, teardown),
 		cmocka_unit_test_teardown(test_wal_intact, teardown),
 		cmocka_unit_test_teardown(test_current_damage, teardown),
