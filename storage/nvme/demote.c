@@ -59,6 +59,7 @@ struct demote_batch {
 	struct store_del *dels;
 	size_t ndels;
 	bool fail_write;          /* test hook: this write fails */
+	bool dels_written;        /* the deletes went out although the batch failed */
 };
 
 bool store_demote_wanted_locked(struct store *s)
@@ -329,6 +330,13 @@ static int write_batch(struct store *s, struct demote_batch *db)
 	struct store_tier *t = s->tier;
 	int rc = store_tier_room_for(s, db->bytes);
 
+	if (rc == -ENOSPC && db->ndels) {
+		/* The payload does not fit, but the record deletes must go out
+		 * anyway: they are what frees (and punches) segments, so a full
+		 * disk can recover. The reserve is there for index writes. */
+		db->dels_written = store_tier_index_commit(s, NULL, 0, db->dels, db->ndels) == 0;
+		return rc;
+	}
 	for (uint32_t i = 0; i < db->nnames && !rc; i++)
 		rc = store_nvme_index_ns_put(t->ix, db->names[i].disk_id, db->names[i].name,
 					     db->names[i].len);
@@ -356,8 +364,20 @@ static void commit_locked(struct store *s, struct demote_batch *db, int rc)
 	struct store_tier *t = s->tier;
 
 	if (rc) {
-		store_tier_dels_requeue_locked(s, db->dels, db->ndels);
+		struct store_seg *sg = &t->segs[db->items[0].seg];
+
+		if (db->dels_written)
+			store_tier_dels_done_locked(s, db->dels, db->ndels);
+		else
+			store_tier_dels_requeue_locked(s, db->dels, db->ndels);
 		store_tier_write_failed_locked(s);
+		/* nothing was written: give the batch's range back (only the
+		 * demoter hands out ranges), so failures do not seal empty
+		 * segments */
+		if (t->active == db->items[0].seg &&
+		    sg->fill_bytes == db->items[db->n - 1].off +
+				      db->iov[db->n - 1].iov_len)
+			sg->fill_bytes = db->items[0].off;
 	} else {
 		store_tier_dels_done_locked(s, db->dels, db->ndels);
 		for (uint32_t i = 0; i < db->nnames; i++)
@@ -429,6 +449,10 @@ void store_demote_round_locked(struct store *s)
 	struct store_tier *t = s->tier;
 
 	t->want_demote = false;
+	if (t->npunch) {
+		store_tier_punch_locked(s); /* freed segments first */
+		return;
+	}
 	if (!s->lru[STORE_LRU_DIRTY].len && !t->demote_all)
 		return; /* nothing waits to be demoted: no reclaim either */
 	if (t->nfree == 0 && store_tier_oldest_sealed(t) != STORE_SEG_NONE) {

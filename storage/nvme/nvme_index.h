@@ -32,6 +32,10 @@
 
 struct store_nvme_index;
 
+/* RocksDB's write buffer (memtable) size; each write-ahead log file is
+ * preallocated at 1.1 times it, about 8.8 MiB. */
+#define STORE_NVME_INDEX_WRITE_BUFFER_BYTES (8u << 20)
+
 /* What the index keeps of one block on NVMe. Encoded little-endian in a
  * fixed-size value (storage/nvme/NVME.md); key = disk ns id (big-endian, so a
  * namespace's blocks sort together) + block hash. */

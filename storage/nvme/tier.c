@@ -115,6 +115,11 @@ void store_tier_detach_locked(struct store *s, struct store_block *b)
 	ns->nvme_blocks--;
 	b->on_nvme = 0;
 	store_tier_queue_del_locked(s, ns->disk_id, b->node.key, b->seg);
+	/* a sealed segment left with no block frees (and punches) at once
+	 * rather than waiting to be the oldest at a reclaim (one being
+	 * reclaimed is FREEING already) */
+	if (sg->state == STORE_SEG_SEALED && sg->live_bytes == 0)
+		sg->state = STORE_SEG_FREEING;
 	store_tier_seg_settle_locked(s, b->seg);
 	store_lru_sync_locked(s, b);
 }
@@ -124,12 +129,38 @@ void store_tier_seg_settle_locked(struct store *s, uint32_t seg)
 	struct store_tier *t = s->tier;
 	struct store_seg *sg = &t->segs[seg];
 
-	if (sg->state != STORE_SEG_FREEING || sg->readers || sg->pending_dels || sg->live_bytes)
+	if (sg->state != STORE_SEG_FREEING || sg->readers || sg->pending_dels || sg->live_bytes ||
+	    sg->punch)
 		return;
-	sg->state = STORE_SEG_FREE;
-	sg->fill_bytes = 0;
-	t->nfree++;
-	pthread_cond_broadcast(&t->idle);
+	/* FREE only once its bytes went back to the filesystem: a segment
+	 * reused first would lose its new bytes to the punch */
+	sg->punch = 1;
+	t->npunch++;
+	pthread_cond_broadcast(&t->wake);
+}
+
+void store_tier_punch_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+
+	for (uint32_t i = 0; i < t->nseg && t->npunch; i++) {
+		struct store_seg *sg = &t->segs[i];
+
+		if (!sg->punch)
+			continue;
+		pthread_mutex_unlock(&s->lock);
+		(void)store_nvme_io_discard(t->io, i); /* best effort */
+		store_lock(s);
+		sg->punch = 0;
+		t->npunch--;
+		if (sg->state != STORE_SEG_FREEING || sg->readers || sg->pending_dels ||
+		    sg->live_bytes)
+			continue; /* taken back meanwhile (an aborted reclaim) */
+		sg->state = STORE_SEG_FREE;
+		sg->fill_bytes = 0;
+		t->nfree++;
+		pthread_cond_broadcast(&t->idle);
+	}
 }
 
 /* ---- record deletes and index commits ---- */
@@ -322,6 +353,10 @@ static void *worker_main(void *arg)
 		}
 		if (!t->demoter_busy && store_demote_wanted_locked(s)) {
 			as_demoter_locked(s, store_demote_round_locked);
+			continue;
+		}
+		if (t->npunch && !t->demoter_busy) {
+			as_demoter_locked(s, store_tier_punch_locked);
 			continue;
 		}
 		if (store_tier_dels_due_locked(s)) {
@@ -725,6 +760,7 @@ void store_tier_close(struct store *s)
 	retry_drops_locked(s);
 	if (t->ndels)
 		store_tier_flush_dels_locked(s);
+	store_tier_punch_locked(s);
 	if (t->ndrops || t->ndels)
 		store_log(s, STORE_LOG_ERR, "nvme: closing with %zu namespace drops and %zu record "
 			  "deletes not written to the index: those blocks may come back at the next "

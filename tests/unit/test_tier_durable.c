@@ -19,7 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,6 +47,7 @@ struct fixture {
 	int errors, warns;
 	char last_warn[512];
 	uint64_t fixed_len;  /* every block this long, when not 0 */
+	bool mounted;        /* a tmpfs is mounted on dir */
 };
 
 static uint64_t mix64(uint64_t z)
@@ -176,6 +179,8 @@ static int teardown(void **state)
 		return 0;
 	if (f->s)
 		close_pool(f);
+	if (f->mounted)
+		umount(f->dir);
 	nftw(f->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 	free(f);
 	*state = NULL;
@@ -569,6 +574,115 @@ static void test_keep_dram_timeout(void **state)
 	store_close(s2);
 }
 
+/* ---- space comes back ---- */
+
+/* Bytes the segment files hold on disk (st_blocks). */
+static uint64_t segment_disk_bytes(struct fixture *f)
+{
+	char dir[128], path[400];
+	struct dirent *e;
+	uint64_t sum = 0;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "%.60s/segments", f->dir);
+	d = opendir(dir);
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		struct stat sb;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%.200s", dir, e->d_name);
+		if (stat(path, &sb) == 0)
+			sum += (uint64_t)sb.st_blocks * 512;
+	}
+	closedir(d);
+	return sum;
+}
+
+/* Freed segments are hole-punched: after a drop, the segment files hold
+ * (almost) nothing on disk. */
+static void test_freed_segments_punched(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 16 * MIB);
+	uint64_t before, after;
+
+	*state = f;
+	assert_int_equal(open_pool(f), 0);
+	for (uint64_t id = 1; id <= 400; id++)
+		assert_int_equal(put_id(f, f->ns, id, 0), 0);
+	assert_int_equal(store_debug_nvme_demote_all(f->s), 0);
+	store_debug_nvme_wait_idle(f->s);
+	before = segment_disk_bytes(f);
+	assert_true(before >= 4 * MIB);
+	assert_int_equal(store_drop_namespace(f->s, f->ns, NULL, NULL), 0);
+	store_debug_nvme_wait_idle(f->s);
+	assert_check(f->s);
+	after = segment_disk_bytes(f);
+	print_message("segment files: %llu KiB on disk before the drop, %llu KiB after\n",
+		      (unsigned long long)(before / KIB), (unsigned long long)(after / KIB));
+	/* the active segment is never freed; every other one is punched */
+	assert_true(after <= MIB + 64 * KIB);
+	/* and the punched segments are usable again */
+	for (uint64_t id = 1000; id <= 1400; id++)
+		assert_int_equal(put_id(f, f->ns, id, 0), 0);
+	assert_int_equal(store_debug_nvme_demote_all(f->s), 0);
+	assert_check(f->s);
+	for (uint64_t id = 1000; id <= 1400; id += 37)
+		assert_int_equal(get_check(f, f->ns, id), 0);
+}
+
+/* A full filesystem (a small tmpfs under nvme_dir; skipped where mounting
+ * is not allowed): demotion fails with ENOSPC and the tier turns
+ * unhealthy while DRAM keeps serving; dropping every block gives the
+ * space back (hole punch) and the tier recovers by itself. */
+static void test_enospc_recovers(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 96 * MIB);
+	struct store_stats st;
+	uint64_t id = 1;
+
+	*state = f;
+	if (mount("tmpfs", f->dir, "tmpfs", 0, "size=100m,mode=0700")) {
+		print_message("skipped: cannot mount a tmpfs here (%s)\n", strerror(errno));
+		skip();
+	}
+	f->mounted = true;
+	assert_int_equal(open_pool(f), 0);
+	store_debug_nvme_backoff(f->s, 20);
+	/* 100 MiB less the 64 MiB reserve: about 30 MiB of segments fit */
+	for (; id <= 6000 && stats_of(f->s).nvme_write_errors == 0; id++)
+		assert_int_equal(put_id(f, f->ns, id, 0), 0);
+	st = stats_of(f->s);
+	assert_true(st.nvme_write_errors > 0);
+	assert_int_equal(st.nvme_healthy, 0);
+	/* DRAM serves meanwhile: puts evict, gets of DRAM blocks work */
+	for (uint64_t k = 0; k < 50; k++, id++)
+		assert_int_equal(put_id(f, f->ns, id, 0), 0);
+	assert_int_equal(get_check(f, f->ns, id - 1), 0);
+	assert_check(f->s);
+	assert_int_equal(store_drop_namespace(f->s, f->ns, NULL, NULL), 0);
+	for (uint64_t k = 0; k < 200; k++, id++)
+		assert_int_equal(put_id(f, f->ns, id, 0), 0);
+	for (int i = 0; i < 100 && !stats_of(f->s).nvme_healthy; i++) {
+		(void)store_debug_nvme_demote_all(f->s);
+		sleep_ms(30);
+	}
+	st = stats_of(f->s);
+	if (!st.nvme_healthy) {
+		struct statvfs vfs;
+
+		statvfs(f->dir, &vfs);
+		fail_msg("not healthy: fs free %llu KiB, segments %llu KiB on disk, nvme used %llu",
+			 (unsigned long long)(vfs.f_bavail * vfs.f_frsize / KIB),
+			 (unsigned long long)(segment_disk_bytes(f) / KIB),
+			 (unsigned long long)st.nvme_used_bytes);
+	}
+	assert_true(st.nvme_blocks > 0);
+	assert_check(f->s);
+	close_pool(f);
+}
+
 /* ---- index damage ---- */
 
 /* 30 blocks in chains of 5, all demoted; the process is killed, so the
@@ -755,6 +869,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_admission_keeps_dram, teardown),
 		cmocka_unit_test_teardown(test_keep_dram, teardown),
 		cmocka_unit_test_teardown(test_keep_dram_timeout, teardown),
+		cmocka_unit_test_teardown(test_freed_segments_punched, teardown),
+		cmocka_unit_test_teardown(test_enospc_recovers, teardown),
 		cmocka_unit_test_teardown(test_wal_damage, teardown),
 		cmocka_unit_test_teardown(test_wal_intact, teardown),
 		cmocka_unit_test_teardown(test_current_damage, teardown),
