@@ -67,7 +67,7 @@ bool store_demote_wanted_locked(struct store *s)
 	struct store_tier *t = s->tier;
 	uint64_t avail;
 
-	if (t->draining || t->stop || store_now_ms() < t->retry_at_ms)
+	if (t->draining || t->stop || store_now_ms() < t->retry_at_ms || t->index_failed)
 		return false;
 	if (t->nfree == 0 && t->active != STORE_SEG_NONE && s->lru[STORE_LRU_DIRTY].len)
 		return true;

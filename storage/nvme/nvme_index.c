@@ -59,6 +59,12 @@ struct store_nvme_index {
 	rocksdb_writeoptions_t *wopts_sync; /* namespace drops: synced */
 	rocksdb_readoptions_t *ropts;
 	pthread_mutex_t ns_lock; /* serialises ns_put's read-modify-write of next_ns */
+	/* Serialises every write, and the check of `failed` with it: once the
+	 * filesystem refused a write-ahead log write, RocksDB's log writer
+	 * aborts the process (an assertion) at the next write or sync, so
+	 * none is made: the index is read-only until the next start. */
+	pthread_mutex_t write_lock;
+	bool failed;
 	store_log_fn log;
 	void *log_arg;
 };
@@ -196,15 +202,34 @@ static int rdb_error(const struct store_nvme_index *ix, char *err, const char *w
 	return rc;
 }
 
+/* After a failed write (ix->write_lock held): a RocksDB "IO error" is the
+ * filesystem refusing the log (read-only, EIO, full): no more writes. */
+static int write_error_locked(struct store_nvme_index *ix, char *err, const char *what)
+{
+	if (err && strncmp(err, "IO error", 8) == 0 && !ix->failed) {
+		ix->failed = true;
+		ix_log(ix, STORE_LOG_ERR, "nvme index: the filesystem refused a write of its log; "
+		       "the index takes no more writes until kvpoold restarts (the nvme tier "
+		       "stays unhealthy, dram serves, nvme copies stay readable)");
+	}
+	return rdb_error(ix, err, what);
+}
+
 /* Commit a write batch (WAL on; synced when sync) and free it. */
 static int commit_opt(struct store_nvme_index *ix, rocksdb_writebatch_t *wb, bool sync,
 		      const char *what)
 {
 	char *err = NULL;
+	int rc = -EIO;
 
-	rocksdb_write(ix->db, sync ? ix->wopts_sync : ix->wopts, wb, &err);
+	pthread_mutex_lock(&ix->write_lock);
+	if (!ix->failed) {
+		rocksdb_write(ix->db, sync ? ix->wopts_sync : ix->wopts, wb, &err);
+		rc = write_error_locked(ix, err, what);
+	}
+	pthread_mutex_unlock(&ix->write_lock);
 	rocksdb_writebatch_destroy(wb);
-	return rdb_error(ix, err, what);
+	return rc;
 }
 
 /* Commit a write batch unsynced and free it. */
@@ -233,12 +258,33 @@ static rocksdb_options_t *index_options(void)
 	 * index of 72-byte records needs no more */
 	rocksdb_options_set_write_buffer_size(o, STORE_NVME_INDEX_WRITE_BUFFER_BYTES);
 	rocksdb_options_increase_parallelism(o, 2);
+	/* RocksDB's info LOG lives in the index directory: when that
+	 * filesystem refuses writes, a second line logged through a writer
+	 * that already failed aborts the process (an assertion in RocksDB's
+	 * file writer, kept in release builds), and an I/O error is logged at
+	 * ERROR. So only FATAL lines are written; every RocksDB error string
+	 * reaches kvpoold's own log through rdb_error instead. */
+	rocksdb_options_set_info_log_level(o, 4 /* FATAL_LEVEL */);
 	return o;
 }
+
+/* Databases whose log writer failed: closing one would abort in
+ * RocksDB's log writer, so it is left open for the life of the process
+ * (and kept reachable here, so leak checkers do not count it). */
+static rocksdb_t *abandoned[16];
+static unsigned nabandoned;
+static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Free what a (possibly half-built) index holds. */
 static void ix_free(struct store_nvme_index *ix)
 {
+	if (ix->db && ix->failed) {
+		pthread_mutex_lock(&abandoned_lock);
+		if (nabandoned < sizeof(abandoned) / sizeof(abandoned[0]))
+			abandoned[nabandoned++] = ix->db;
+		pthread_mutex_unlock(&abandoned_lock);
+		ix->db = NULL;
+	}
 	if (ix->db)
 		rocksdb_close(ix->db);
 	if (ix->ropts)
@@ -250,6 +296,7 @@ static void ix_free(struct store_nvme_index *ix)
 	if (ix->opts)
 		rocksdb_options_destroy(ix->opts);
 	pthread_mutex_destroy(&ix->ns_lock);
+	pthread_mutex_destroy(&ix->write_lock);
 	free(ix);
 }
 
@@ -276,6 +323,7 @@ int store_nvme_index_open(const char *path, store_log_fn log, void *log_arg,
 	if (!ix)
 		goto out_nomem;
 	pthread_mutex_init(&ix->ns_lock, NULL);
+	pthread_mutex_init(&ix->write_lock, NULL);
 	ix->log = log;
 	ix->log_arg = log_arg;
 	ix->opts = index_options();
@@ -349,9 +397,26 @@ int store_nvme_index_delete(struct store_nvme_index *ix, uint32_t ns_disk_id,
 	uint8_t k[BLOCK_KEY_BYTES];
 	char *err = NULL;
 
+	int rc = -EIO;
+
 	block_key(k, ns_disk_id, key);
-	rocksdb_delete(ix->db, ix->wopts, (const char *)k, sizeof(k), &err);
-	return rdb_error(ix, err, "deleting a block record");
+	pthread_mutex_lock(&ix->write_lock);
+	if (!ix->failed) {
+		rocksdb_delete(ix->db, ix->wopts, (const char *)k, sizeof(k), &err);
+		rc = write_error_locked(ix, err, "deleting a block record");
+	}
+	pthread_mutex_unlock(&ix->write_lock);
+	return rc;
+}
+
+bool store_nvme_index_failed(struct store_nvme_index *ix)
+{
+	bool failed;
+
+	pthread_mutex_lock(&ix->write_lock);
+	failed = ix->failed;
+	pthread_mutex_unlock(&ix->write_lock);
+	return failed;
 }
 
 uint64_t store_nvme_index_last_seq(struct store_nvme_index *ix)
@@ -362,9 +427,15 @@ uint64_t store_nvme_index_last_seq(struct store_nvme_index *ix)
 int store_nvme_index_sync(struct store_nvme_index *ix)
 {
 	char *err = NULL;
+	int rc = -EIO;
 
-	rocksdb_flush_wal(ix->db, 1, &err);
-	return rdb_error(ix, err, "syncing the write-ahead log");
+	pthread_mutex_lock(&ix->write_lock);
+	if (!ix->failed) {
+		rocksdb_flush_wal(ix->db, 1, &err);
+		rc = write_error_locked(ix, err, "syncing the write-ahead log");
+	}
+	pthread_mutex_unlock(&ix->write_lock);
+	return rc;
 }
 
 /* ---- namespaces ---------------------------------------------------------- */

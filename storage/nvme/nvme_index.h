@@ -25,6 +25,7 @@
 #ifndef KVPOOL_NVME_INDEX_H
 #define KVPOOL_NVME_INDEX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -76,6 +77,13 @@ int store_nvme_index_write(struct store_nvme_index *ix, const struct store_nvme_
 /* Delete one block's record (absent is not an error). Errors: -EIO. */
 int store_nvme_index_delete(struct store_nvme_index *ix, uint32_t ns_disk_id,
 			    const uint8_t key[STORE_KEY_BYTES]);
+
+/* Did the filesystem refuse a write of the index's log (RocksDB "IO
+ * error")? Then every write function returns -EIO without calling
+ * RocksDB (whose log writer would abort the process at the next write),
+ * reads still work, and store_nvme_index_close leaves the database open
+ * for the life of the process. Any thread. */
+bool store_nvme_index_failed(struct store_nvme_index *ix);
 
 /* The sequence number of the last write the database holds (after an
  * open: the last one its write-ahead log replay reached). */

@@ -249,6 +249,8 @@ void store_tier_write_failed_locked(struct store *s)
 	struct store_tier *t = s->tier;
 
 	t->healthy = false;
+	if (!t->index_failed && store_nvme_index_failed(t->ix))
+		t->index_failed = true;
 	t->write_errors++;
 	t->retry_at_ms = store_now_ms() + t->backoff_ms;
 }
@@ -323,7 +325,8 @@ bool store_tier_dels_due_locked(const struct store *s)
 {
 	const struct store_tier *t = s->tier;
 
-	return (t->ndels || t->ndrops) && !t->demoter_busy && store_now_ms() >= t->retry_at_ms;
+	return (t->ndels || t->ndrops) && !t->demoter_busy && store_now_ms() >= t->retry_at_ms &&
+	       !t->index_failed;
 }
 
 /* The demoter role's background index work: failed drops, then deletes. */
@@ -710,7 +713,8 @@ int store_keep_dram(struct store *s, uint64_t timeout_ms, uint64_t *kept, uint64
 
 		if (dirty->len == 0 && !t->demoter_busy)
 			break;
-		if (!t->demoter_busy && ((!t->healthy && now < t->retry_at_ms) || t->reclaim_stuck)) {
+		if (!t->demoter_busy && ((!t->healthy && now < t->retry_at_ms) || t->reclaim_stuck ||
+					 t->index_failed)) {
 			rc = -EIO;
 			break;
 		}

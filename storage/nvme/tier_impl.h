@@ -91,6 +91,9 @@ struct store_tier {
 	 * a put that finds no leaf gets FULL, not BUSY. */
 	bool reclaim_stuck;
 	bool healthy;
+	/* the index's log write failed: no index write until a restart
+	 * (store_nvme_index_failed), so no demotion either */
+	bool index_failed;
 	uint64_t retry_at_ms;        /* no demotion before this (back-off) */
 	uint64_t demote_all;         /* test hook: demote every dirty block */
 	/* store_keep_dram: the dirty blocks, hottest first; the demoter

@@ -22,6 +22,15 @@
  * test_sigterm_keeps_dram: a pool whose DRAM is large enough never
  * demotes; SIGTERM writes its DRAM-only blocks to NVMe (nvme_drain_ms),
  * and the restart finds every one, byte-exact.
+ *
+ * test_readonly_nvme_dir: kvpoold runs under tests/bench/rofs.c, an
+ * LD_PRELOAD shim that turns nvme_dir read-only on demand (EROFS from
+ * every write, as after an ext4 error). RocksDB's first failed log write
+ * used to abort kvpoold (an assertion in RocksDB's file writer); now the
+ * tier turns unhealthy, puts go on in DRAM, NVMe copies stay readable, a
+ * DELETE or DROP that cannot be recorded answers an error, SIGTERM exits
+ * 0, and after the directory is writable again a restart finds what was
+ * on NVMe. Environment: KVPOOL_ROFS, the shim (tests/run.sh sets it).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -29,12 +38,16 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -157,6 +170,10 @@ static uint32_t chain_check(struct kvpool_client *cl, const char *tag, uint32_t 
 
 /* ---- what the cycles acknowledged ---- */
 
+/* A removal: none, sent but not answered when kvpoold died (it may or
+ * may not have happened), acknowledged (it must hold). */
+enum { DEL_NONE, DEL_MAYBE, DEL_ACKED };
+
 static struct {
 	uint32_t settled;              /* settled chains put (all reached NVMe) */
 	uint8_t settled_del[MAX_SETTLED];
@@ -214,22 +231,25 @@ static void *loop_main(void *arg)
 			n = rnd(&lp.seed) % w.settled;
 			if (w.settled_del[n])
 				continue;
+			w.settled_del[n] = DEL_MAYBE; /* in flight at the kill: either */
 			if (!delete_chain(lp.s, "settled", n))
 				break;
-			w.settled_del[n] = 1;
+			w.settled_del[n] = DEL_ACKED;
 			w.deletes_acked++;
 		} else if (r < 5 && w.live) {
 			n = rnd(&lp.seed) % w.live;
 			if (w.live_del[n])
 				continue;
+			w.live_del[n] = DEL_MAYBE;
 			if (!delete_chain(lp.c, "live", n))
 				break;
-			w.live_del[n] = 1;
+			w.live_del[n] = DEL_ACKED;
 			w.deletes_acked++;
 		} else if (r == 5 && !w.dropped[w.cycle]) {
+			w.dropped[w.cycle] = DEL_MAYBE;
 			if (kvpool_drop_namespace(lp.c, ns, &blocks))
 				break;
-			w.dropped[w.cycle] = 1;
+			w.dropped[w.cycle] = DEL_ACKED;
 			w.drops_acked++;
 		} else if (w.live < MAX_LIVE) {
 			chain_build(&c, "live", w.live++);
@@ -251,10 +271,15 @@ static void check_all(void)
 	for (uint32_t n = 0; n < w.settled; n++) {
 		uint32_t k = chain_check(s, "settled", n);
 
-		if (w.settled_del[n]) {
+		if (w.settled_del[n] == DEL_ACKED) {
 			if (k)
 				fail_msg("settled chain %u was deleted (acknowledged) and came back", n);
 			w.deleted_checked++;
+		} else if (w.settled_del[n] == DEL_MAYBE) {
+			/* whole or gone, whichever happened: settle it now */
+			if (k && k != CHAIN_LEN)
+				fail_msg("settled chain %u: %u of %u blocks", n, k, CHAIN_LEN);
+			w.settled_del[n] = k ? DEL_NONE : DEL_ACKED;
 		} else if (k != CHAIN_LEN) {
 			fail_msg("settled chain %u reached nvme but %u of %u blocks are back", n, k,
 				 CHAIN_LEN);
@@ -266,9 +291,11 @@ static void check_all(void)
 	for (uint32_t n = 0; n < w.live; n++) {
 		uint32_t k = chain_check(l, "live", n);
 
-		if (w.live_del[n] && k)
+		if (w.live_del[n] == DEL_ACKED && k)
 			fail_msg("live chain %u was deleted (acknowledged) and came back", n);
-		w.deleted_checked += w.live_del[n];
+		if (w.live_del[n] == DEL_MAYBE && !k)
+			w.live_del[n] = DEL_ACKED;
+		w.deleted_checked += w.live_del[n] == DEL_ACKED;
 		w.live_blocks += k;
 	}
 	for (uint32_t c = 0; c < w.cycle; c++) {
@@ -279,11 +306,11 @@ static void check_all(void)
 		for (uint32_t n = 0; n < 2; n++) {
 			uint32_t k = chain_check(d, ns, n);
 
-			if (w.dropped[c] && k)
+			if (w.dropped[c] == DEL_ACKED && k)
 				fail_msg("namespace %s was dropped (acknowledged) and chain %u came "
 					 "back", ns, n);
 		}
-		w.dropped_checked += w.dropped[c];
+		w.dropped_checked += w.dropped[c] == DEL_ACKED;
 		kvpool_close(d);
 	}
 	assert_int_equal(harness_stat_or_fail(s, "tiers.nvme.corrupt_blocks"), 0);
@@ -413,10 +440,116 @@ static void test_sigterm_keeps_dram(void **state)
 	assert_int_equal(harness_stop(&g.srv), 0);
 }
 
+/* ---- a read-only nvme_dir ---- */
+
+/* STATS tiers.nvme.healthy (a JSON boolean). */
+static bool nvme_healthy(struct kvpool_client *cl)
+{
+	char *json = NULL;
+	bool healthy;
+
+	assert_int_equal(kvpool_stats(cl, NULL, &json), 0);
+	healthy = strstr(json, "\"healthy\":true") != NULL;
+	kvpool_free(json);
+	return healthy;
+}
+
+static void test_readonly_nvme_dir(void **state)
+{
+	static struct chain c;
+	struct kvpool_client *cl = NULL, *f = NULL;
+	const char *shim = getenv("KVPOOL_ROFS");
+	char trigger[300];
+	uint64_t blocks, t0;
+	uint16_t port;
+	uint8_t key[32];
+	int err, st = 0, fd;
+
+	(void)state;
+	if (!shim || access(shim, R_OK))
+		harness_skip("KVPOOL_ROFS is not set to the built read-only shim");
+	assert_int_equal(harness_tmpdir("nvme-ro", g.dir, sizeof(g.dir)), 0);
+	snprintf(trigger, sizeof(trigger), "%s.readonly", g.dir);
+	unlink(trigger);
+	set_flags("4MiB");
+	setenv("LD_PRELOAD", shim, 1);
+	setenv("ROFS_DIR", g.dir, 1);
+	setenv("ROFS_TRIGGER", trigger, 1);
+	setenv("ASAN_OPTIONS", "verify_asan_link_order=0", 1);
+	err = harness_start(&g.srv, g.flags);
+	unsetenv("LD_PRELOAD");
+	unsetenv("ROFS_DIR");
+	unsetenv("ROFS_TRIGGER");
+	unsetenv("ASAN_OPTIONS");
+	if (err == -ENOENT)
+		harness_skip("KVPOOLD is not set to a built kvpoold");
+	assert_int_equal(err, 0);
+	port = g.srv.port;
+
+	/* 20 chains, all on NVMe (filler pushes them out of DRAM) */
+	assert_int_equal(kvpool_connect(g.srv.url, "ro", &g.opts, &cl), 0);
+	assert_int_equal(kvpool_connect(g.srv.url, "filler", &g.opts, &f), 0);
+	for (uint32_t n = 0; n < 20; n++) {
+		chain_build(&c, "ro", n);
+		assert_int_equal(chain_put(cl, &c), 0);
+	}
+	blocks = harness_ns_stat_or_fail(cl, "ro", "blocks");
+	for (uint32_t n = 0, t0 = (uint32_t)harness_now_ms();
+	     harness_ns_stat_or_fail(cl, "ro", "nvme_blocks") < blocks; n++) {
+		if ((uint32_t)harness_now_ms() - t0 > SETTLE_TIMEOUT_MS)
+			fail_msg("the chains did not reach nvme");
+		chain_build(&c, "filler", n);
+		(void)chain_put(f, &c);
+	}
+
+	/* the filesystem turns read-only */
+	fd = open(trigger, O_CREAT | O_WRONLY, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	for (uint32_t n = 1000; n < 1200; n++) {
+		chain_build(&c, "filler", n);
+		err = chain_put(f, &c);
+		if (err)
+			fail_msg("put %u with a read-only nvme_dir: %s", n, kvpool_strerror(err));
+	}
+	t0 = harness_now_ms();
+	while (nvme_healthy(cl) && harness_now_ms() - t0 < 5000)
+		harness_sleep_ms(20);
+	assert_false(nvme_healthy(cl));
+	assert_true(harness_stat_or_fail(cl, "tiers.nvme.write_errors") > 0);
+	/* DRAM serves the newest filler; NVMe copies are still read */
+	assert_int_equal(chain_check(f, "filler", 1199), CHAIN_LEN);
+	for (uint32_t n = 0; n < 20; n += 5)
+		assert_int_equal(chain_check(cl, "ro", n), CHAIN_LEN);
+	/* a removal that cannot be recorded is not acknowledged */
+	harness_key(key, "ro", 1900);
+	chain_build(&c, "ro", 19);
+	assert_int_equal(kvpool_delete(cl, c.keys[0], 1, &st), 0);
+	assert_int_not_equal(st, 0);
+	assert_int_not_equal(kvpool_drop_namespace(cl, "filler", NULL), 0);
+	kvpool_close(f);
+	kvpool_close(cl);
+	/* a clean stop, not an abort */
+	assert_int_equal(harness_stop(&g.srv), 0);
+
+	/* writable again: the restart finds what was on NVMe */
+	unlink(trigger);
+	assert_int_equal(harness_start_on_port(&g.srv, port, g.flags), 0);
+	assert_int_equal(kvpool_connect(g.srv.url, "ro", &g.opts, &cl), 0);
+	for (uint32_t n = 0; n < 19; n++)
+		assert_int_equal(chain_check(cl, "ro", n), CHAIN_LEN);
+	assert_true(nvme_healthy(cl));
+	print_message("read-only nvme_dir: kvpoold kept serving from dram and nvme, stopped "
+		      "cleanly, and the restart found the 19 chains left on nvme\n");
+	kvpool_close(cl);
+	assert_int_equal(harness_stop(&g.srv), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_sigterm_keeps_dram, teardown),
+		cmocka_unit_test_teardown(test_readonly_nvme_dir, teardown),
 		cmocka_unit_test_teardown(test_crash_cycles, teardown),
 	};
 
