@@ -637,6 +637,11 @@ int store_tier_open(struct store *s, char *why, size_t why_len)
 			s->cfg.nvme_dir);
 		return rc;
 	}
+	/* before a header per segment is allocated: a huge capacity fails
+	 * here, not after thousands of files */
+	rc = store_nvme_io_check_fds(s->cfg.nvme_dir, seg_bytes, nseg, why, why_len);
+	if (rc)
+		return rc;
 	t = tier_new(seg_bytes, nseg);
 	if (!t)
 		return -ENOMEM;

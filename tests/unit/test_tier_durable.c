@@ -48,6 +48,7 @@ struct fixture {
 	char last_warn[512];
 	uint64_t fixed_len;  /* every block this long, when not 0 */
 	bool mounted;        /* a tmpfs is mounted on dir */
+	int shrank;          /* "nvme_capacity shrank" warnings */
 };
 
 static uint64_t mix64(uint64_t z)
@@ -95,6 +96,7 @@ static void capture_log(void *arg, enum store_log_level level, const char *msg)
 	if (level == STORE_LOG_WARN || level == STORE_LOG_ERR) {
 		f->warns++;
 		snprintf(f->last_warn, sizeof(f->last_warn), "%s", msg);
+		f->shrank += strstr(msg, "shrank") != NULL;
 	}
 	if (getenv("TIER_LOG"))
 		fprintf(stderr, "log %d: %s\n", level, msg);
@@ -683,6 +685,76 @@ static void test_enospc_recovers(void **state)
 	close_pool(f);
 }
 
+/* ---- capacity checks ---- */
+
+/* How many entries f->dir/segments holds (-1: no such directory). */
+static int segment_files(struct fixture *f)
+{
+	char dir[128];
+	struct dirent *e;
+	DIR *d;
+	int n = 0;
+
+	snprintf(dir, sizeof(dir), "%.60s/segments", f->dir);
+	d = opendir(dir);
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* A capacity the fd limit or the filesystem cannot hold is refused
+ * before a single segment file is created (before: ~20,000 files were
+ * created, then the open failed and left them behind). */
+static void test_huge_capacity_refused_early(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 8 * MIB);
+	char why[512] = "";
+	struct store *s2 = NULL;
+	int rc;
+
+	*state = f;
+	f->cfg.nvme_capacity_bytes = 1ull << 50; /* 1 PiB of 1 MiB segments */
+	rc = store_open(&f->cfg, &s2, why, sizeof(why));
+	if (rc != -EMFILE && rc != -ENOSPC)
+		fail_msg("store_open: %d (%s)", rc, why);
+	assert_non_null(strstr(why, f->dir));
+	assert_true(segment_files(f) <= 0);
+	/* 64 segments fit the fd limit, but not a filesystem of this size */
+	f->cfg.nvme_segment_bytes = 1ull << 40;
+	f->cfg.nvme_capacity_bytes = 64ull << 40;
+	why[0] = '\0';
+	rc = store_open(&f->cfg, &s2, why, sizeof(why));
+	if (rc != -EINVAL) { /* segments this large may be refused as such */
+		assert_int_equal(rc, -ENOSPC);
+		assert_non_null(strstr(why, "nvme_capacity"));
+	}
+	assert_true(segment_files(f) <= 0);
+}
+
+/* Shrinking nvme_capacity drops the blocks of the segments that go, with
+ * a warning (it was an info line). */
+static void test_shrink_warns(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 16 * MIB);
+
+	*state = f;
+	assert_int_equal(open_pool(f), 0);
+	for (uint64_t id = 1; id <= 600; id++)
+		assert_int_equal(put_id(f, f->ns, id, 0), 0);
+	assert_int_equal(store_debug_nvme_demote_all(f->s), 0);
+	close_pool(f);
+	f->cfg.nvme_capacity_bytes = 4 * MIB;
+	f->warns = 0;
+	assert_int_equal(open_pool(f), 0);
+	assert_true(f->warns >= 1);
+	assert_true(f->shrank >= 1);
+	assert_int_equal(segment_files(f), 4);
+	assert_check(f->s);
+}
+
 /* ---- index damage ---- */
 
 /* 30 blocks in chains of 5, all demoted; the process is killed, so the
@@ -871,6 +943,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_keep_dram_timeout, teardown),
 		cmocka_unit_test_teardown(test_freed_segments_punched, teardown),
 		cmocka_unit_test_teardown(test_enospc_recovers, teardown),
+		cmocka_unit_test_teardown(test_huge_capacity_refused_early, teardown),
+		cmocka_unit_test_teardown(test_shrink_warns, teardown),
 		cmocka_unit_test_teardown(test_wal_damage, teardown),
 		cmocka_unit_test_teardown(test_wal_intact, teardown),
 		cmocka_unit_test_teardown(test_current_damage, teardown),
