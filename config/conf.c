@@ -121,8 +121,9 @@ static const struct conf_setting settings[] = {
 	  "blocks leaving DRAM that go to NVMe: all, or reused (used at least once after their put)",
 	  &admissions, NULL },
 	{ "nvme_segment_size", CONF_SIZE, FIELD(nvme_segment_bytes), "0", 0, 16 * GIB, 0, "SIZE",
-	  "NVMe segment file size, a multiple of 4KiB; 0 = automatic (256MiB, or nvme_capacity/8 "
-	  "when smaller)", NULL, "bytes" },
+	  "NVMe segment file size, rounded down to 4KiB and raised to one max_block_bytes block; "
+	  "0 = automatic: 256MiB, or nvme_capacity/8 when smaller (nvme_capacity must hold two)",
+	  NULL, "bytes" },
 	{ "nvme_io_threads", CONF_U32, FIELD(nvme_io_threads), "0", 0, 64, 0, "N",
 	  "NVMe demotion and promotion threads; 0 = 2", NULL, "threads" },
 	{ "rdma_port", CONF_U32, FIELD(rdma_port), "7472", 0, 65535, 0, "N",
