@@ -108,7 +108,7 @@ LIB_SO    := $(BUILD)/libkvpool.so
 UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
-.PHONY: all deps deps-check test test-san test-valgrind test-unit test-integration demo demo-nvme install clean \
+.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme install clean \
 	nvme-bench bench fuzz fuzz-seeds soak container-test
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
@@ -192,7 +192,13 @@ UNIT_LIBS_store_faults := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=
 	-Wl,--wrap=rocksdb_writebatch_create,--wrap=rocksdb_options_create \
 	-Wl,--wrap=rocksdb_writeoptions_create,--wrap=rocksdb_readoptions_create \
 	-Wl,--wrap=store_nvme_io_writev,--wrap=store_nvme_io_read
-$(BUILD)/tests/unit_%: $(call obj,tests/unit/test_%.c) $$(UNIT_DEPS_$$*)
+# Objects a test links before its libraries: the storage tests' shared
+# keys, pools and scratch directories (tests/unit/store_fixture.c).
+STORE_FIXTURE := $(call obj,tests/unit/store_fixture.c)
+UNIT_PRE_store        := $(STORE_FIXTURE)
+UNIT_PRE_tier         := $(STORE_FIXTURE)
+UNIT_PRE_store_faults := $(STORE_FIXTURE)
+$(BUILD)/tests/unit_%: $(call obj,tests/unit/test_%.c) $$(UNIT_PRE_$$*) $$(UNIT_DEPS_$$*)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(UNIT_LIBS_$*) $(LIBS_CLIENT) $(LIBS_SERVER) $(LIBS_TEST)
 
@@ -300,6 +306,7 @@ PY_TESTS := tests/python/pytest.sh
 DEPS_TESTS := tests/deps_check_test.sh
 
 # The layering rules (tests/deps_rules.txt): which folder may #include which.
+.PHONY: deps-check
 deps-check:
 	@tests/deps_check.sh
 

@@ -61,7 +61,7 @@ int store_get_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 	mark_got_locked(s, b, lessee);
 	store_lru_sync_locked(s, b);
 	pthread_mutex_unlock(&s->lock);
-	fill_ref(s, b, out, 1);
+	fill_ref(s, b, out, STORE_TIER_DRAM);
 	return 0;
 }
 
@@ -129,7 +129,7 @@ int store_exists_where(struct store *s, uint32_t ns_id, const uint8_t key[STORE_
 	}
 	if (b) {
 		len = store_block_length(b);
-		where = b->in_dram ? 1 : 2;
+		where = b->in_dram ? STORE_TIER_DRAM : STORE_TIER_NVME;
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (!b)

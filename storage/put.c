@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "core.h"
-#include "store_xxh3.h"
+#include "proto_xxh3.h"
 
 static const uint8_t zero_key[STORE_KEY_BYTES];
 

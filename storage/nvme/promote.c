@@ -20,7 +20,7 @@
 #include <stdlib.h>
 
 #include "nvme_io.h"
-#include "store_xxh3.h"
+#include "proto_xxh3.h"
 #include "tier_impl.h"
 
 /* Bucket of block b in the promotions-in-flight table. */
@@ -101,7 +101,7 @@ static void finish_locked(struct store *s, struct store_promo *p, int status)
 			w->out->data = store_arena_ptr(s->arena, b->first_page);
 			w->out->length = store_block_length(b);
 			w->out->checksum = store_block_checksum(b);
-			w->out->tier = 2;
+			w->out->tier = STORE_TIER_NVME;
 		}
 		w->done(w->arg, status);
 		free(w);

@@ -35,7 +35,7 @@
 #include "nvme_index.h"
 #include "nvme_io.h"
 #include "tier_impl.h"
-#include "store_xxh3.h"
+#include "proto_xxh3.h"
 
 /* One block rewritten by the reclaim. */
 struct move {
