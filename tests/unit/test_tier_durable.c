@@ -5,7 +5,8 @@
  * killed the moment it reports), a namespace drop that races a demotion
  * in flight stays dropped, and a failed index write leaves DRAM serving.
  *
- * Each test uses a fresh temporary directory with 1 MiB segments.
+ * Each test uses a fresh temporary directory with 1 MiB segments; keys,
+ * lengths and the checks come from store_fixture.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +34,7 @@
 #include "nvme/nvme_index.h"
 #include "store.h"
 #include "debug/store_debug.h"
+#include "store_fixture.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * 1024ull)
@@ -51,29 +53,12 @@ struct fixture {
 	int shrank;          /* "nvme_capacity shrank" warnings */
 };
 
-static uint64_t mix64(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
-/* Key number id: 32 pseudo-random bytes. */
-static void key_of(uint64_t id, uint8_t key[STORE_KEY_BYTES])
-{
-	for (int i = 0; i < 4; i++) {
-		uint64_t w = mix64(id * 4 + (uint64_t)i + 1);
 
-		memcpy(key + 8 * i, &w, 8);
-	}
-	key[0] |= 1;
-}
-
-/* Length of block id: f->fixed_len, or 5..20 KiB. */
-static uint64_t len_of(const struct fixture *f, uint64_t id)
+/* Length of block id: f->fixed_len, or len_of's 5..20 KiB. */
+static uint64_t blk_len(const struct fixture *f, uint64_t id)
 {
-	return f->fixed_len ? f->fixed_len : 5 * KIB + mix64(id) % (15 * KIB) + 1;
+	return f->fixed_len ? f->fixed_len : len_of(id);
 }
 
 /* Payload derived from the key, so a wrong block shows. */
@@ -110,29 +95,8 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 	return remove(path);
 }
 
-static void sleep_ms(unsigned int ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
 
-	while (nanosleep(&ts, &ts) == -1)
-		;
-}
 
-static struct store_stats stats_of(struct store *s)
-{
-	struct store_stats st;
-
-	store_stats(s, &st);
-	return st;
-}
-
-static void assert_check(struct store *s)
-{
-	char why[256];
-
-	if (store_check(s, why, sizeof(why)))
-		fail_msg("store_check: %s", why);
-}
 
 /* Open f->s (no cmocka calls: also used in the child). 0 or rc. */
 static int open_pool(struct fixture *f)
@@ -193,7 +157,7 @@ static int teardown(void **state)
 static int put_id(struct fixture *f, uint32_t ns, uint64_t id, uint64_t parent_id)
 {
 	uint8_t key[STORE_KEY_BYTES], parent[STORE_KEY_BYTES];
-	uint64_t len = len_of(f, id);
+	uint64_t len = blk_len(f, id);
 	struct store_block *b;
 	uint8_t *buf = malloc(len);
 	void *dst;
@@ -249,7 +213,7 @@ static int get_check(struct fixture *f, uint32_t ns, uint64_t id)
 	if (!want)
 		return -ENOMEM;
 	fill_payload(want, ref.length, key);
-	rc = ref.length == len_of(f, id) && memcmp(ref.data, want, ref.length) == 0 ? 0 : -EBADMSG;
+	rc = ref.length == blk_len(f, id) && memcmp(ref.data, want, ref.length) == 0 ? 0 : -EBADMSG;
 	free(want);
 	store_release(f->s, ref.block);
 	return rc;
