@@ -347,6 +347,18 @@ int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY
 int store_delete(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		 uint64_t *removed);
 
+/* store_delete of count keys (a DELETE request) with one durability step
+ * for all of them: one record-delete write and one log sync, not one per
+ * key. statuses[i] receives key i's result: 0 (removed with its
+ * descendants), -ENOENT (absent, or removed earlier in this batch as a
+ * descendant), or -EIO (removed from memory, but the batch's removal
+ * could not be written to the NVMe index: retried, the tier marked
+ * unhealthy). *removed (may be NULL) receives the blocks removed when no
+ * status is -EIO. Returns 0, or -EINVAL (keys or statuses NULL with
+ * count > 0). */
+int store_delete_many(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
+		      uint32_t count, int *statuses, uint64_t *removed);
+
 /* ---- leases -------------------------------------------------------------- */
 
 /* A lease holder for one connection. Returns NULL on allocation failure. */

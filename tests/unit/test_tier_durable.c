@@ -299,6 +299,47 @@ static void test_delete_then_kill(void **state)
 	}
 }
 
+/* One DELETE request of several keys (store_delete_many): per-key
+ * statuses, one durability step for the batch, and a SIGKILL right after
+ * brings none back. */
+static int child_delete_many(struct fixture *f)
+{
+	uint8_t keys[4][STORE_KEY_BYTES];
+	uint64_t removed = 0;
+	int st[4];
+
+	for (uint64_t id = 1; id <= 12; id++)
+		if (put_id(f, f->ns, id, (id - 1) % 4 ? id - 1 : 0))
+			return 1;
+	if (store_debug_nvme_demote_all(f->s))
+		return 2;
+	key_of(1, keys[0]);  /* chain 1..4 */
+	key_of(2, keys[1]);  /* already gone with 1: -ENOENT */
+	key_of(99, keys[2]); /* never stored */
+	key_of(10, keys[3]); /* 10..12 */
+	if (store_delete_many(f->s, f->ns, (const uint8_t (*)[STORE_KEY_BYTES])keys, 4, st,
+			      &removed))
+		return 3;
+	if (st[0] || st[1] != -ENOENT || st[2] != -ENOENT || st[3] || removed != 7)
+		return 4;
+	if (store_delete_many(f->s, f->ns, NULL, 1, st, &removed) != -EINVAL)
+		return 5;
+	return 0;
+}
+
+static void test_delete_many_then_kill(void **state)
+{
+	struct fixture *f = fixture_new(2 * MIB, 8 * MIB);
+
+	*state = f;
+	assert_int_equal(run_then_kill(f, child_delete_many), 0);
+	assert_int_equal(open_pool(f), 0);
+	assert_check(f->s);
+	assert_int_equal(stats_of(f->s).blocks, 5);
+	for (uint64_t id = 5; id <= 9; id++)
+		assert_int_equal(get_check(f, f->ns, id), 0);
+}
+
 /* DROP_NAMESPACE while a demotion batch of that namespace is in flight
  * (parked by the test hook), then the batch finishes - writing its
  * records and the namespace's name under the old disk id - and the
@@ -899,6 +940,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_delete_then_kill, teardown),
+		cmocka_unit_test_teardown(test_delete_many_then_kill, teardown),
 		cmocka_unit_test_teardown(test_drop_racing_demotion_then_kill, teardown),
 		cmocka_unit_test_teardown(test_drop_then_kill, teardown),
 		cmocka_unit_test_teardown(test_index_tombstone, teardown),
