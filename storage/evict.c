@@ -417,11 +417,16 @@ int store_alloc_room_locked(struct store *s, uint32_t pages, uint32_t *first)
 int store_delete(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		 uint64_t *removed)
 {
+	uint64_t n = 0;
 	int status;
 	int rc = store_delete_many(s, ns_id, (const uint8_t (*)[STORE_KEY_BYTES])key, 1, &status,
-				   removed);
+				   &n);
 
-	return rc ? rc : status;
+	if (rc)
+		return rc;
+	if (status == 0 && removed)
+		*removed = n; /* untouched otherwise, as before */
+	return status;
 }
 
 int store_delete_many(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
