@@ -171,6 +171,7 @@ STORETEST_LIBS  := $(BUILD)/libstoretest.a $(BUILD)/libstore.a
 UNIT_DEPS_store  := $(STORETEST_LIBS)
 UNIT_DEPS_arena  := $(BUILD)/libstore.a
 UNIT_DEPS_tier   := $(STORETEST_LIBS)
+UNIT_DEPS_tier_durable := $(STORETEST_LIBS)
 UNIT_DEPS_index  := $(BUILD)/libstore.a
 UNIT_DEPS_config := $(BUILD)/libconf.a
 UNIT_FAKE_VERBS  := $(if $(filter 1,$(RDMA)),$(call obj,tests/unit/fake_verbs.c))
@@ -214,6 +215,7 @@ UNIT_PRE_store        := $(STORE_FIXTURE)
 UNIT_PRE_tier         := $(STORE_FIXTURE)
 UNIT_PRE_store_faults := $(STORE_FIXTURE)
 UNIT_PRE_events       := $(STORE_FIXTURE)
+UNIT_PRE_tier_durable := $(STORE_FIXTURE)
 $(BUILD)/tests/unit_%: $(call obj,tests/unit/test_%.c) $$(UNIT_PRE_$$*) $$(UNIT_DEPS_$$*)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(UNIT_LIBS_$*) $(LIBS_CLIENT) $(LIBS_SERVER) $(LIBS_TEST)
@@ -228,6 +230,7 @@ $(BUILD)/tests/integ_%: $(call obj,tests/integration/test_%.c) $(INTEG_HOBJ) $(L
 BENCH_WIRE  := $(BUILD)/tests/wire
 BENCH_INDEX := $(BUILD)/tests/index_bytes
 COPYCOUNT   := $(BUILD)/tests/libcopycount.so
+ROFS        := $(BUILD)/tests/librofs.so
 bench: all $(BENCH_WIRE) $(BENCH_INDEX) $(COPYCOUNT)
 
 $(BENCH_WIRE): tests/bench/wire.c
@@ -239,6 +242,12 @@ $(BENCH_INDEX): $(call obj,tests/bench/index_bytes.c) $(STORETEST_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_SERVER)
 
 $(COPYCOUNT): tests/bench/copycount.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
+
+# The read-only-filesystem fault shim preloaded into kvpoold by
+# test_nvme_crash (no sanitizers either).
+$(ROFS): tests/bench/rofs.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
 
@@ -320,7 +329,7 @@ deps-check:
 	@tests/deps_check.sh
 
 test: deps deps-check
-	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(COPYCOUNT)
+	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(COPYCOUNT) $(ROFS)
 	@BUILD=$(BUILD) KVPOOL_SOAK_SECONDS=$(TEST_SOAK_SECONDS) \
 	  tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(PY_TESTS) $(DEPS_TESTS)
 	@# (not in the sanitizer build: ThreadSanitizer and AddressSanitizer do not mix)
@@ -330,7 +339,7 @@ test: deps deps-check
 # makes the daemon exit 99, which fails the test's clean-shutdown check.
 test-valgrind: deps
 	@command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)"; exit 1; }
-	@$(MAKE) --no-print-directory all $(INTEG_BIN) $(COPYCOUNT)
+	@$(MAKE) --no-print-directory all $(INTEG_BIN) $(COPYCOUNT) $(ROFS)
 	@KVPOOL_VALGRIND=1 BUILD=$(BUILD) tests/run.sh $(INTEG_BIN)
 
 test-san: deps

@@ -121,8 +121,9 @@ static const struct conf_setting settings[] = {
 	  "blocks leaving DRAM that go to NVMe: all, or reused (used at least once after their put)",
 	  &admissions, NULL },
 	{ "nvme_segment_size", CONF_SIZE, FIELD(nvme_segment_bytes), "0", 0, 16 * GIB, 0, "SIZE",
-	  "NVMe segment file size, a multiple of 4KiB; 0 = automatic (256MiB, or nvme_capacity/8 "
-	  "when smaller)", NULL, "bytes" },
+	  "NVMe segment file size, rounded down to 4KiB and raised to one max_block_bytes block; "
+	  "0 = automatic: 256MiB, or nvme_capacity/8 when smaller (nvme_capacity must hold two)",
+	  NULL, "bytes" },
 	{ "nvme_io_threads", CONF_U32, FIELD(nvme_io_threads), "0", 0, 64, 0, "N",
 	  "NVMe demotion and promotion threads; 0 = 2", NULL, "threads" },
 	{ "rdma_port", CONF_U32, FIELD(rdma_port), "7472", 0, 65535, 0, "N",
@@ -139,7 +140,11 @@ static const struct conf_setting settings[] = {
 	  "BOOL", "serve a non-loopback listen address without tokens_file", NULL, NULL },
 	{ "drain_timeout_ms", CONF_U32, FIELD(drain_timeout_ms), "10000", 0, 3600000, CONF_RELOAD,
 	  "MS",
-	  "on SIGTERM or SIGINT, wait this long at most for requests in flight", NULL, "ms" },	{ "kv_events_endpoint", CONF_STRING, FIELD(kv_events_endpoint), "", 0, 255, CONF_EMPTY_UNSET,
+	  "on SIGTERM or SIGINT, wait this long at most for requests in flight", NULL, "ms" },
+	{ "nvme_drain_ms", CONF_U32, FIELD(nvme_drain_ms), "10000", 0, 3600000, 0, "MS",
+	  "on SIGTERM or SIGINT, after the requests: spend this long at most writing DRAM-only "
+	  "blocks to NVMe, hottest first, so a restart finds them; 0 = none", NULL, "ms" },
+	{ "kv_events_endpoint", CONF_STRING, FIELD(kv_events_endpoint), "", 0, 255, CONF_EMPTY_UNSET,
 	  "ADDR", "ZeroMQ PUB address to bind for KV events (e.g. tcp://127.0.0.1:5557); "
 	  "unset = no events", NULL, NULL },
 	{ "kv_events_replay_endpoint", CONF_STRING, FIELD(kv_events_replay_endpoint), "", 0, 255,

@@ -59,7 +59,11 @@ struct conf {
 	int allow_unauthenticated;       /* bool (0/1): serve a non-loopback `listen`
 					  * without tokens_file; default 0 */
 	uint32_t drain_timeout_ms;       /* SIGTERM/SIGINT: longest wait for requests
-					  * in flight before closing; default 10000 */	/* KV events (docs/events.md): off while kv_events_endpoint is "". */
+					  * in flight before closing; default 10000 */
+	uint32_t nvme_drain_ms;          /* SIGTERM/SIGINT, then: longest time spent
+					  * writing DRAM-only blocks to NVMe;
+					  * default 10000; 0 = none */
+	/* KV events (docs/events.md): off while kv_events_endpoint is "". */
 	char kv_events_endpoint[256];    /* ZeroMQ PUB bind address; "" (default) = off */
 	char kv_events_replay_endpoint[256]; /* ZeroMQ ROUTER bind address; "" = no replay */
 	char kv_events_topic[128];       /* topic prefix; default "kvpool" */

@@ -168,6 +168,12 @@ static void write_nvme(struct mw *m, const struct store_stats *st)
 		   rebuild_blocks),
 		NV("rebuild_orphans_dropped", "gauge",
 		   "Blocks the start-up rebuild dropped: an ancestor did not survive.", orphans_dropped),
+		NV("index_records_lost", "gauge",
+		   "Index log records lost to damage at start (the index was moved aside).",
+		   index_records_lost),
+		NV("index_quarantined", "gauge",
+		   "1 when a damaged index was moved aside at start (the tier started empty).",
+		   index_quarantined),
 #undef NV
 	};
 

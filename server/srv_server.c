@@ -429,6 +429,27 @@ static int workers_start(struct srv *s)
 	return 0;
 }
 
+/* A stop by signal, with an NVMe tier: write the DRAM-only blocks to NVMe
+ * (hottest first) for at most nvme_drain_ms, so the restart finds them. */
+static void keep_dram(struct srv *s)
+{
+	uint64_t kept = 0, left = 0, t0 = srv_now_ms();
+	int rc;
+
+	if (!s->conf.nvme_dir[0] || !s->conf.nvme_drain_ms)
+		return;
+	rc = store_keep_dram(s->store, s->conf.nvme_drain_ms, &kept, &left);
+	if (rc == -ENODEV)
+		return;
+	if (rc == 0)
+		srv_info("nvme: kept %" PRIu64 " dram-only blocks on nvme for the restart "
+			 "(%" PRIu64 " ms)", kept, srv_now_ms() - t0);
+	else
+		srv_warn("nvme: kept %" PRIu64 " dram-only blocks on nvme for the restart; %" PRIu64
+			 " are lost (%s)", kept, left,
+			 rc == -ETIMEDOUT ? "nvme_drain_ms ran out" : "the tier cannot take writes");
+}
+
 /* Stop every worker (each closes its connections), let the store finish
  * the promotions in flight (their done callbacks land in the workers'
  * queues), hand those back, which frees the connections that waited for
@@ -437,6 +458,8 @@ static void workers_stop(struct srv *s)
 {
 	for (uint32_t i = 0; i < s->n_workers; i++)
 		srv_worker_stop(&s->workers[i]);
+	if (s->store && s->stop_signal)
+		keep_dram(s);
 	if (s->store)
 		store_drain(s->store);
 	for (uint32_t i = 0; i < s->n_workers; i++)

@@ -454,6 +454,7 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 	struct store_ns *ns;
 	uint64_t nblocks = 0, nbytes = 0;
 	uint32_t disk_id;
+	int rc = 0;
 
 	store_lock(s);
 	ns = store_ns_find_locked(s, ns_id);
@@ -480,12 +481,12 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 	ns->disk_named = false;
 	pthread_mutex_unlock(&s->lock);
 	if (disk_id && s->tier)
-		store_tier_ns_drop(s, disk_id);
+		rc = store_tier_ns_drop(s, disk_id);
 	if (blocks)
 		*blocks = nblocks;
 	if (bytes)
 		*bytes = nbytes;
-	return 0;
+	return rc;
 }
 
 /* ---- statistics ---- */

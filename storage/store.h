@@ -112,6 +112,18 @@ int store_open(const struct store_config *cfg, struct store **out, char *why, si
  * calls store_close. */
 void store_drain(struct store *s);
 
+/* For a planned restart: write the pool's DRAM-only blocks to NVMe,
+ * hottest (most recently used) first, each after its DRAM-only ancestors
+ * (so that what is written is reachable at the next start), for at most
+ * timeout_ms; nvme_admission does not apply. Call after the last put and
+ * before store_drain; the pool keeps serving meanwhile. *kept (may be
+ * NULL) receives the blocks written by this call, *left (may be NULL)
+ * those still DRAM-only. Blocks the caller (waits on the demoter).
+ * Returns 0 (none left), -ETIMEDOUT (time ran out first), -EIO (the tier
+ * cannot take writes: a write failed, or no segment can be freed),
+ * -ENODEV (no NVMe tier). */
+int store_keep_dram(struct store *s, uint64_t timeout_ms, uint64_t *kept, uint64_t *left);
+
 /* Fault in arena bytes [offset, offset + bytes) so that puts landing there
  * later do not pay for the kernel's page zeroing on the hot path (here
  * zeroing ran at ~0.4 GB/s, slower than the wire). Safe while the pool
@@ -175,12 +187,17 @@ int store_namespace_find(struct store *s, const char *name, size_t name_len, uin
 int store_namespace_quota(struct store *s, uint32_t ns_id, uint64_t quota_bytes);
 
 /* Remove every block of a namespace (the namespace itself stays, empty),
- * from both tiers; on NVMe the drop is recorded before this returns, so it
- * holds after a restart or a crash of the process.
+ * from both tiers; on NVMe the drop is recorded and the index log synced
+ * before this returns (one atomic write with a tombstone for the old disk
+ * id, which nothing written under it later can outlive), so it holds
+ * after a restart, a crash of the process or a power loss. Blocks for
+ * that sync when the namespace had reached NVMe.
  * Blocks still referenced by a GET in flight disappear from the index at
  * once and their bytes are freed at their last store_release.
  * *blocks and *bytes (either may be NULL) receive what was removed.
- * Errors: -ENOENT (unknown ns_id). */
+ * Errors: -ENOENT (unknown ns_id); -EIO (removed from memory, but the
+ * drop could not be written to the NVMe index: the tier is marked
+ * unhealthy and retries it in the background, and at close). */
 int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint64_t *bytes);
 
 /* ---- PUT ---------------------------------------------------------------- */
@@ -319,9 +336,28 @@ int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY
 
 /* Remove a block and all its resident descendants. *removed (may be NULL)
  * receives the number of blocks removed. Pinned blocks leave the index at
- * once; their bytes are freed at their last release. Errors: -ENOENT. */
+ * once; their bytes are freed at their last release. With an NVMe tier,
+ * when any of them had an NVMe copy (or a demotion in flight), the call
+ * returns only once their record deletes are written and the index log
+ * is synced, so a crash or power loss after it cannot bring them back:
+ * it blocks for one log sync, and for a demotion batch in flight.
+ * Errors: -ENOENT; -EIO (the blocks are gone from memory, but their
+ * removal could not be written to the NVMe index: it is retried, and the
+ * tier is marked unhealthy meanwhile). */
 int store_delete(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		 uint64_t *removed);
+
+/* store_delete of count keys (a DELETE request) with one durability step
+ * for all of them: one record-delete write and one log sync, not one per
+ * key. statuses[i] receives key i's result: 0 (removed with its
+ * descendants), -ENOENT (absent, or removed earlier in this batch as a
+ * descendant), or -EIO (removed from memory, but the batch's removal
+ * could not be written to the NVMe index: retried, the tier marked
+ * unhealthy). *removed (may be NULL) receives the blocks removed when no
+ * status is -EIO. Returns 0, or -EINVAL (keys or statuses NULL with
+ * count > 0). */
+int store_delete_many(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
+		      uint32_t count, int *statuses, uint64_t *removed);
 
 /* ---- leases -------------------------------------------------------------- */
 
@@ -428,6 +464,9 @@ struct store_stats {
 	uint64_t rebuild_ms;           /* time the open's index rebuild took */
 	uint64_t rebuild_blocks;       /* blocks made matchable again by it */
 	uint64_t orphans_dropped;      /* blocks dropped by it: a stored ancestor did not survive */
+	uint64_t index_records_lost;   /* index log records written but lost to damage (the
+					* index was then moved aside: storage/nvme/NVME.md) */
+	uint64_t index_quarantined;    /* damaged indexes moved aside at this start (0 or 1) */
 };
 
 struct store_ns_stats {

@@ -33,7 +33,8 @@ static const char *const keys[] = {
 	"max_frame_bytes", "max_lease_ms", "max_connections", "idle_timeout_ms",
 	"payload_timeout_ms", "max_inflight_put_bytes", "log_level", "nvme_dir", "nvme_capacity",
 	"nvme_admission", "nvme_segment_size", "nvme_io_threads", "rdma_port", "admin_port",
-	"tokens_file", "allow_unauthenticated", "drain_timeout_ms", "kv_events_endpoint",
+	"tokens_file", "allow_unauthenticated", "drain_timeout_ms", "nvme_drain_ms",
+	"kv_events_endpoint",
 	"kv_events_replay_endpoint", "kv_events_topic", "kv_events_buffer", "kv_events_queue",
 	"kv_events_block_size",
 };
@@ -1483,7 +1484,7 @@ static void test_json(void **state)
 	assert_contains(buf, "\"nvme_admission\":\"all\"");
 	assert_contains(buf, "\"admin_port\":7471");
 	assert_contains(buf, "\"tokens_file\":\"/etc/a \\\"b\\\"\\\\c\"");
-	assert_contains(buf, "\"allow_unauthenticated\":false,\"drain_timeout_ms\":10000,");
+	assert_contains(buf, "\"allow_unauthenticated\":false,\"drain_timeout_ms\":10000,\"nvme_drain_ms\":10000,");
 	assert_contains(buf, "\"kv_events_endpoint\":\"\",\"kv_events_replay_endpoint\":\"\",\"kv_events_topic\":\"kvpool\",\"kv_events_buffer\":1000,\"kv_events_queue\":65536,\"kv_events_block_size\":16}");
 	for (size_t i = 0; i < N_KEYS; i++) {
 		char key[64];
