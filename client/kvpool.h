@@ -332,6 +332,29 @@ int kvpool_block_hashes(const uint32_t *tokens, size_t n_tokens, size_t block_to
 			const uint8_t *parent, const void *extra, size_t extra_len,
 			void *out, size_t out_cap, size_t *n_out);
 
+/* ---- several nodes: placement -------------------------------------------- */
+
+/* A cluster handle (kvpool_connect with a node list or an etcd:// URL)
+ * cuts every chain into segments of KVPOOL_SEGMENT_BLOCKS consecutive
+ * blocks (kvpool_set_segment_blocks); segment k is blocks k*D..k*D+D-1
+ * and lives on the node with the highest rendezvous (HRW) score for
+ * (key of the segment's first block, node name). These two functions
+ * expose that placement (docs/cluster.md: the score function), e.g. for
+ * tools and for the Python binding's tests. */
+#define KVPOOL_SEGMENT_BLOCKS 32
+
+/* The HRW score of `key` (KVPOOL_KEY_BYTES) on the node called node_name
+ * (NUL-terminated): higher wins. Pure; any thread. Returns 0 for NULL
+ * arguments (a real score may also be 0; pass valid arguments). */
+uint64_t kvpool_hrw_score(const uint8_t key[KVPOOL_KEY_BYTES], const char *node_name);
+
+/* The index (0..n-1) of the node among node_names[0..n) that owns a
+ * segment whose first block is `key`: the highest score, an equal score
+ * going to the smaller name (strcmp). Pure; any thread.
+ * Errors: -EINVAL (NULL key or array, a NULL name, n == 0). */
+int kvpool_hrw_owner(const uint8_t key[KVPOOL_KEY_BYTES], const char *const *node_names,
+		     size_t n);
+
 /* xxh3-64 (seed 0) of the concatenation of iov[0..iovcnt): the checksum the
  * protocol carries. Cannot fail. */
 uint64_t kvpool_checksum(const struct iovec *iov, int iovcnt);
