@@ -25,6 +25,7 @@ struct srv_snapshot {
 	struct store_stats store;
 	struct store_ns_stats *ns;    /* doc.ns_count of them */
 	char *settings;               /* srv_settings_json; NULL if out of memory */
+	char *cluster;                /* srv_etcd_json; NULL when standalone */
 	struct srv_stats_doc doc;     /* what srv_stats_json renders; points
 				       * into this snapshot */
 };

@@ -648,3 +648,34 @@ int kvc_etcd_watch_prefix(struct kvc_etcd *e, const char *prefix, int64_t start_
 							 rc == CURLE_COULDNT_RESOLVE_HOST
 							 ? -ECONNREFUSED : -ECONNRESET) : ret;
 }
+
+/* ---- etcd://HOST[:PORT]/CLUSTER --------------------------------------------- */
+
+int kvc_etcd_url_parse(const char *url, char *endpoint, size_t endpoint_cap, char *cluster,
+		       size_t cluster_cap)
+{
+	const char *host, *slash, *name;
+	size_t host_len, name_len;
+
+	if (!url || !endpoint || !cluster || strncmp(url, "etcd://", 7) != 0)
+		return -EINVAL;
+	host = url + 7;
+	slash = strchr(host, '/');
+	if (!slash || slash == host)
+		return -EINVAL;
+	host_len = (size_t)(slash - host);
+	name = slash + 1;
+	name_len = strlen(name);
+	if (name_len == 0 || name_len > KVC_ETCD_CLUSTER_MAX_BYTES ||
+	    host_len > KVC_ETCD_ENDPOINT_MAX_BYTES || host_len + 1 > endpoint_cap ||
+	    name_len + 1 > cluster_cap || memchr(host, '@', host_len))
+		return -EINVAL;
+	for (size_t i = 0; i < name_len; i++)
+		if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
+		      (name[i] >= '0' && name[i] <= '9') || strchr("._-", name[i])))
+			return -EINVAL;
+	memcpy(endpoint, host, host_len);
+	endpoint[host_len] = 0;
+	memcpy(cluster, name, name_len + 1);
+	return 0;
+}

@@ -95,4 +95,18 @@ int kvc_etcd_watch_prefix(struct kvc_etcd *e, const char *prefix, int64_t start_
 			  kvc_etcd_watch_fn fn, void *arg, const volatile int *stop,
 			  int64_t *next_revision);
 
+/* ---- the kvpool layout in etcd ------------------------------------------ */
+
+/* Node records live under "kvpool/<cluster>/nodes/<node name>". */
+#define KVC_ETCD_NODES_FMT "kvpool/%s/nodes/"
+#define KVC_ETCD_CLUSTER_MAX_BYTES 64
+
+/* Split "etcd://HOST[:PORT]/CLUSTER" into endpoint ("HOST[:PORT]") and
+ * cluster (1..64 bytes of [A-Za-z0-9._-]), NUL-terminated, into buffers of
+ * endpoint_cap and cluster_cap bytes. Pure.
+ * Errors: -EINVAL (another scheme, no host, a bad cluster name, too long
+ * for the buffers); nothing is written then. */
+int kvc_etcd_url_parse(const char *url, char *endpoint, size_t endpoint_cap, char *cluster,
+		       size_t cluster_cap);
+
 #endif /* KVC_ETCD_H */
