@@ -13,6 +13,7 @@
 #include "batch.h"
 #include "checksum.h"
 #include "client.h"
+#include "cluster.h"
 #include "rdma.h"
 
 /* Per-call state of a PUT. Entries sent are a subset of the blocks:
@@ -365,6 +366,8 @@ int kvpool_put(struct kvpool_client *c, const struct kvpool_put_block *blocks, s
 	uint64_t deadline_ms;
 	int rc;
 
+	if (c && c->cluster)
+		return kvcl_put(c->cluster, blocks, count, statuses);
 	if (!c || (count && !blocks) || !put_blocks_valid(blocks, count))
 		return fill_status(statuses, count, -EINVAL);
 	if (count == 0)
@@ -620,6 +623,8 @@ int kvpool_get(struct kvpool_client *c, struct kvpool_get_block *blocks, size_t 
 	uint64_t deadline_ms;
 	int rc;
 
+	if (c && c->cluster)
+		return kvcl_get(c->cluster, blocks, count, statuses);
 	if (!c || (count && !blocks) || !get_blocks_valid(blocks, count))
 		return fill_status(statuses, count, -EINVAL);
 	if (count == 0)

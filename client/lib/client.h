@@ -32,6 +32,7 @@
 struct rdma_client;
 struct rdma_client_mr;
 struct rdma_ops;
+struct kvcl;
 
 /* One caller memory region given to kvpool_register (borrowed). */
 struct kvc_region {
@@ -82,6 +83,10 @@ struct kvpool_client {
 	struct rdma_client_mr *stage_mr;
 	uint64_t rdma_connects;         /* RDMA connections that completed HELLO */
 	size_t max_frames_in_flight;    /* most batch frames seen in flight (diagnostics) */
+
+	/* Several nodes (cluster.c): when set, this handle has no connection
+	 * of its own and every public call goes to the cluster code. */
+	struct kvcl *cluster;
 };
 
 /* A reply read by kvc_recv_reply. body points into the handle's reply

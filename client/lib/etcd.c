@@ -522,6 +522,11 @@ static int watch_message(struct watch *w, const char *text)
 		ret = -ECONNRESET;
 		goto out;
 	}
+	if (json_object_object_get_ex(res, "created", &events) && json_object_get_boolean(events)) {
+		ret = w->fn(w->arg, KVC_ETCD_WATCHING, NULL);
+		if (ret)
+			goto out;
+	}
 	if (!json_object_object_get_ex(res, "events", &events))
 		goto out;
 	for (size_t i = 0; i < json_object_array_length(events) && !ret; i++) {

@@ -37,7 +37,11 @@ struct kvc_etcd_kv {
 	int64_t lease;       /* 0 when none */
 };
 
-enum kvc_etcd_event { KVC_ETCD_PUT = 0, KVC_ETCD_DELETE = 1 };
+enum kvc_etcd_event {
+	KVC_ETCD_PUT = 0,
+	KVC_ETCD_DELETE = 1,
+	KVC_ETCD_WATCHING = 2, /* the watch is established (kv is NULL) */
+};
 
 /* Constructor. endpoint: "host:port" or "host" (port 2379), no scheme
  * (http:// is added); copied. timeout_ms bounds each unary call (connect
@@ -76,8 +80,9 @@ int kvc_etcd_lease_keepalive(struct kvc_etcd *e, int64_t id, int64_t *ttl_s);
 /* Revoke lease `id` (its keys go). Errors: also -ENOENT (no such lease). */
 int kvc_etcd_lease_revoke(struct kvc_etcd *e, int64_t id);
 
-/* Called by kvc_etcd_watch_prefix for each event, in revision order.
- * kv is valid for the call only. A nonzero return stops the watch (the
+/* Called by kvc_etcd_watch_prefix for each event, in revision order,
+ * and once with KVC_ETCD_WATCHING (kv NULL) when etcd has set the watch
+ * up. kv is valid for the call only. A nonzero return stops the watch (the
  * watch then returns that value). */
 typedef int (*kvc_etcd_watch_fn)(void *arg, enum kvc_etcd_event type,
 				 const struct kvc_etcd_kv *kv);

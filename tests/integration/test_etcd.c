@@ -132,6 +132,7 @@ struct watch_log {
 	char keys[64][32];
 	int types[64];
 	int n;
+	int watching;
 	volatile int stop;
 };
 
@@ -139,6 +140,11 @@ static int on_event(void *arg, enum kvc_etcd_event type, const struct kvc_etcd_k
 {
 	struct watch_log *w = arg;
 
+	if (type == KVC_ETCD_WATCHING) {
+		assert_null(kv);
+		w->watching++;
+		return 0;
+	}
 	if (w->n < 64) {
 		snprintf(w->keys[w->n], sizeof(w->keys[0]), "%s", kv->key);
 		w->types[w->n] = type;
@@ -194,6 +200,7 @@ static void test_watch_and_resume(void **state)
 	assert_int_equal(kvc_etcd_put(e, "other", "x", 1, 0), 0); /* not under the prefix */
 	assert_int_equal(kvc_etcd_delete(e, "t3/a", NULL), 0);
 	wait_events(&log, 3);
+	assert_int_equal(log.watching, 1);
 	assert_string_equal(log.keys[0], "t3/a");
 	assert_int_equal(log.types[0], KVC_ETCD_PUT);
 	assert_string_equal(log.keys[1], "t3/b");
@@ -211,6 +218,7 @@ static void test_watch_and_resume(void **state)
 	run.from = run.next;
 	assert_int_equal(pthread_create(&t, NULL, watch_thread, &run), 0);
 	wait_events(&log, 4);
+	assert_int_equal(log.watching, 2);
 	assert_string_equal(log.keys[3], "t3/c");
 	log.stop = 1;
 	pthread_join(t, NULL);
