@@ -121,7 +121,26 @@ struct kvpool_limits {
  *   do), -EPERM / -ENOMEM (rdma://: memory registration refused, e.g. a
  *   too small RLIMIT_MEMLOCK), -ENODEV
  *   (rdma:// and no RDMA device), -ENOENT (host name does not
- *   resolve), and the shared connection errors above. */
+ *   resolve), and the shared connection errors above.
+ *
+ * Several nodes (docs/cluster.md): a comma-separated list,
+ * "tcp://a:7470,b:7470,c:7470" (the scheme of the first applies to the
+ * others unless they name one), or "etcd://HOST[:PORT]/CLUSTER" (etcd's
+ * v3 JSON gateway; the nodes are the records under
+ * kvpool/CLUSTER/nodes/) make a cluster handle: every call below then
+ * works on the whole pool, chains cut into segments placed by rendezvous
+ * hashing (see "several nodes" below). Node names are "host:port" for a
+ * list and the record's name for etcd. A cluster handle runs one thread
+ * per node (the per-node parts of a call run in parallel on them) and,
+ * for etcd, one thread that watches the membership; they end in
+ * kvpool_close. A node that cannot be reached is not an error: its share
+ * of a call is a miss (GET, EXISTS, DELETE: -ENOENT; MATCH: the chain
+ * stops there), its share of a PUT is dropped (status 0), and it is
+ * tried again a second later. Errors: for a list, the first node's error
+ * when none answers; for etcd, -ECONNREFUSED / -ETIMEDOUT / -EPROTO when
+ * etcd cannot be read at connect (once connected, an unreachable etcd
+ * keeps the last membership and says so in kvpool_stats' "cluster"
+ * object); -E2BIG (more than 64 nodes). */
 int kvpool_connect(const char *url, const char *ns, const struct kvpool_options *opts,
 		   struct kvpool_client **out);
 
@@ -354,6 +373,22 @@ uint64_t kvpool_hrw_score(const uint8_t key[KVPOOL_KEY_BYTES], const char *node_
  * Errors: -EINVAL (NULL key or array, a NULL name, n == 0). */
 int kvpool_hrw_owner(const uint8_t key[KVPOOL_KEY_BYTES], const char *const *node_names,
 		     size_t n);
+
+/* Segment length D of a cluster handle, in blocks (0 = KVPOOL_SEGMENT_BLOCKS).
+ * Every client of one pool must use the same D. Cluster handles remember
+ * each key's chain position from the chains they see (MATCH, and PUT of
+ * a block with no parent or a parent seen before); a GET, EXISTS or
+ * DELETE of a key never seen is a miss, a PUT of a block whose parent was
+ * never seen is -ENOLINK. kvpool_stats on a cluster handle returns the
+ * nodes' documents summed (same keys as one server's) plus a "cluster"
+ * object: membership ("static" or "etcd"), etcd (reachable, error,
+ * revision, failures, resumes), epoch, segment_blocks, unplaced_blocks,
+ * and nodes[] (name, url, up, error, share of segments, calls, errors,
+ * misses_from_errors, puts_dropped, stats: that node's own document).
+ * Not thread-safe with other calls on the handle.
+ * Errors: -EINVAL (NULL, or more than 65536), -EOPNOTSUPP (not a cluster
+ * handle). */
+int kvpool_set_segment_blocks(struct kvpool_client *c, uint32_t blocks);
 
 /* xxh3-64 (seed 0) of the concatenation of iov[0..iovcnt): the checksum the
  * protocol carries. Cannot fail. */

@@ -13,8 +13,9 @@
  * and the first key of its segment: a MATCH teaches it every key of the
  * chain (a MATCH is always given a chain from its first block), a PUT
  * every block it stores (a block with no parent is position 0; any other
- * is one past its parent). The table is direct-mapped, KVCL_POS_SLOTS
- * entries (a newer key takes an older one's slot). A block whose position
+ * is one past its parent). The table holds KVCL_POS_SLOTS entries (72
+ * bytes each), KVCL_POS_WAYS-way set-associative, the oldest entry of a
+ * set making room for a new key. A block whose position
  * the handle does not know cannot be placed: GET, EXISTS and DELETE answer
  * -ENOENT (a miss) for it and PUT -ENOLINK (its parent is not known), and
  * the stats count it ("unplaced_blocks"). Engines MATCH before they load
@@ -55,7 +56,7 @@ struct kvcl_pos {
 	uint8_t key[KVPOOL_KEY_BYTES];
 	uint8_t seg[KVPOOL_KEY_BYTES];
 	uint32_t pos;
-	uint32_t used;
+	uint32_t stamp;          /* 0: empty; else when last written (newer is larger) */
 };
 
 static uint64_t now_ms(void)
@@ -76,26 +77,47 @@ static uint64_t le64(const uint8_t *p)
 
 /* ---- chain positions ------------------------------------------------------- */
 
-static struct kvcl_pos *pos_slot(struct kvcl *cl, const uint8_t *key)
+/* The table is set-associative: KVCL_POS_WAYS entries per set, the
+ * oldest written one replaced, so a key just learned survives the rest
+ * of its call and the next ones. */
+static struct kvcl_pos *pos_set(struct kvcl *cl, const uint8_t *key)
 {
-	return &cl->pos[(le64(key) ^ le64(key + 8)) & (KVCL_POS_SLOTS - 1)];
+	size_t set = (le64(key) ^ le64(key + 8)) & (KVCL_POS_SLOTS / KVCL_POS_WAYS - 1);
+
+	return &cl->pos[set * KVCL_POS_WAYS];
 }
 
 static void pos_put(struct kvcl *cl, const uint8_t *key, uint32_t pos, const uint8_t *seg)
 {
-	struct kvcl_pos *p = pos_slot(cl, key);
+	struct kvcl_pos *set = pos_set(cl, key), *p = &set[0];
 
+	for (size_t w = 0; w < KVCL_POS_WAYS; w++) {
+		if (set[w].stamp && memcmp(set[w].key, key, KVPOOL_KEY_BYTES) == 0) {
+			p = &set[w];
+			break;
+		}
+		if (set[w].stamp < p->stamp)
+			p = &set[w];
+	}
+	if (++cl->pos_clock == 0) { /* wrapped: forget every age */
+		for (size_t i = 0; i < KVCL_POS_SLOTS; i++)
+			cl->pos[i].stamp = cl->pos[i].stamp ? 1 : 0;
+		cl->pos_clock = 2;
+	}
+	memmove(p->seg, seg, KVPOOL_KEY_BYTES);
 	memcpy(p->key, key, KVPOOL_KEY_BYTES);
-	memcpy(p->seg, seg, KVPOOL_KEY_BYTES);
 	p->pos = pos;
-	p->used = 1;
+	p->stamp = cl->pos_clock;
 }
 
 static const struct kvcl_pos *pos_get(struct kvcl *cl, const uint8_t *key)
 {
-	const struct kvcl_pos *p = pos_slot(cl, key);
+	const struct kvcl_pos *set = pos_set(cl, key);
 
-	return p->used && memcmp(p->key, key, KVPOOL_KEY_BYTES) == 0 ? p : NULL;
+	for (size_t w = 0; w < KVCL_POS_WAYS; w++)
+		if (set[w].stamp && memcmp(set[w].key, key, KVPOOL_KEY_BYTES) == 0)
+			return &set[w];
+	return NULL;
 }
 
 /* ---- the membership a call uses -------------------------------------------- */

@@ -29,7 +29,8 @@
 #define KVCL_MAX_NODES 64
 #define KVCL_NAME_MAX_BYTES 128
 #define KVCL_RETRY_MS 1000       /* a node that failed is tried again after this */
-#define KVCL_POS_SLOTS (1u << 15) /* chain positions remembered (see cluster.c) */
+#define KVCL_POS_SLOTS (1u << 16) /* chain positions remembered (see cluster.c) */
+#define KVCL_POS_WAYS 8
 #define KVCL_ETCD_TIMEOUT_MS 2000
 
 struct kvcl;
@@ -90,6 +91,7 @@ struct kvcl {
 
 	/* chain positions: key -> (position, first key of its segment) */
 	struct kvcl_pos *pos;
+	uint32_t pos_clock;
 
 	/* per-call scratch, grown as needed and reused (caller thread) */
 	void *scratch;
