@@ -347,6 +347,114 @@ static void group(const int *own, size_t count, size_t n_nodes, size_t *perm, si
 
 /* ---- MATCH ------------------------------------------------------------------ */
 
+/* MATCH in two halves on one node's handle, so that a call sends to every
+ * node before it waits for any (one request in flight per node; no thread
+ * hand-off on this path, which is what a MATCH's latency is made of).
+ * match_send: -E2BIG when the keys need more than one frame (the caller
+ * then uses the node's thread and kvpool_match). */
+static int match_send(struct kvcl *cl, struct kvcl_node *n, const struct part *p,
+		      uint64_t *deadline_ms, uint64_t *id)
+{
+	struct kvpool_client *h;
+	struct iovec iov[2];
+	size_t body, chunk;
+	int rc = node_ready(cl, n);
+
+	if (rc)
+		return rc;
+	h = n->h;
+	rc = kvc_begin(h, deadline_ms);
+	if (rc)
+		return rc;
+	chunk = (h->limits.max_frame_bytes - PROTO_HEADER_BYTES - PROTO_BATCH_PREFIX_BYTES) /
+		PROTO_KEY_ENTRY_BYTES;
+	if (chunk > h->limits.max_batch_blocks)
+		chunk = h->limits.max_batch_blocks;
+	if (p->n > chunk)
+		return -E2BIG;
+	body = proto_batch_body_bytes((uint32_t)p->n, PROTO_KEY_ENTRY_BYTES);
+	rc = kvc_wbuf_reserve(h, body);
+	if (rc)
+		return rc;
+	proto_batch_encode_prefix(h->wbuf, (uint32_t)p->n, p->lease_ms);
+	for (size_t i = 0; i < p->n; i++)
+		proto_key_entry_encode(h->wbuf, (uint32_t)i, p->keys + i * KVPOOL_KEY_BYTES);
+	*id = kvc_next_request_id(h);
+	return kvc_send_request(h, PROTO_OP_MATCH, *id, h->wbuf, body, iov, 2, 0, *deadline_ms);
+}
+
+static int match_recv(struct kvpool_client *h, uint64_t id, uint64_t deadline_ms, size_t n,
+		      size_t *matched)
+{
+	struct kvc_reply r;
+	uint32_t m, lease;
+	int rc = kvc_recv_reply(h, PROTO_OP_MATCH, id, deadline_ms, &r);
+
+	if (rc)
+		return rc;
+	if (r.err)
+		return r.err;
+	if (proto_match_reply_decode(r.body, r.body_bytes, &m, &lease) || m > n)
+		return kvc_stream_error(h, -EPROTO);
+	*matched = m;
+	return 0;
+}
+
+/* Ask every node its part of a MATCH: all sends, then all replies; parts
+ * that cannot go that way (several frames, BUSY) go through run_jobs. */
+static void match_round(struct kvcl *cl, const struct view *v, struct part *parts)
+{
+	uint64_t id[KVCL_MAX_NODES], deadline[KVCL_MAX_NODES];
+	int sent[KVCL_MAX_NODES], later = 0;
+	struct part rest[KVCL_MAX_NODES];
+
+	for (size_t j = 0; j < v->n; j++) {
+		int rc;
+
+		sent[j] = 0;
+		if (parts[j].op != PART_MATCH)
+			continue;
+		rc = match_send(cl, v->node[j], &parts[j], &deadline[j], &id[j]);
+		v->node[j]->calls++;
+		if (rc == 0)
+			sent[j] = 1;
+		else if (rc == -E2BIG)
+			later = 1;
+		else
+			parts[j].rc = rc;
+		if (rc && rc != -E2BIG) {
+			if (is_conn_error(rc))
+				node_failed(v->node[j], rc);
+			parts[j].op = PART_NONE;
+		}
+	}
+	for (size_t j = 0; j < v->n; j++) {
+		int rc;
+
+		if (!sent[j])
+			continue;
+		rc = match_recv(v->node[j]->h, id[j], deadline[j], parts[j].n, &parts[j].matched);
+		if (rc == -EAGAIN) {
+			later = 1; /* BUSY: kvpool_match retries it with backoff */
+			continue;
+		}
+		parts[j].rc = rc;
+		if (is_conn_error(rc))
+			node_failed(v->node[j], rc);
+		parts[j].op = PART_NONE;
+	}
+	if (!later)
+		return;
+	for (size_t j = 0; j < v->n; j++)
+		rest[j] = parts[j]; /* what is left still has op PART_MATCH */
+	run_jobs(cl, v, rest);
+	for (size_t j = 0; j < v->n; j++)
+		if (rest[j].op == PART_MATCH) {
+			parts[j].rc = rest[j].rc;
+			parts[j].matched = rest[j].matched;
+		}
+}
+
 int kvcl_match(struct kvcl *cl, const void *keys, size_t count, uint32_t lease_ms,
 	       size_t *matched)
 {
@@ -396,7 +504,7 @@ int kvcl_match(struct kvcl *cl, const void *keys, size_t count, uint32_t lease_m
 			parts[j].lease_ms = lease_ms;
 		}
 	}
-	run_jobs(cl, &v, parts);
+	match_round(cl, &v, parts);
 	/* Each node's leading run says how much of each of its segments is held,
 	 * up to its first short one; later ones do not matter. */
 	for (size_t j = 0; j < v.n; j++) {
