@@ -824,6 +824,17 @@ int kvcl_drop_namespace(struct kvcl *cl, const char *ns, uint64_t *blocks)
 	int err;
 	size_t ok = all_nodes(cl, &v, parts, PART_DROP, ns, &err);
 
+	/* A node that never held the namespace dropped nothing. */
+	for (size_t j = 0; j < v.n; j++)
+		if (parts[j].rc == -ENOENT) {
+			parts[j].rc = 0;
+			parts[j].u64 = 0;
+			ok++;
+		}
+	if (err == -ENOENT)
+		err = 0;
+	for (size_t j = 0; j < v.n && !err; j++)
+		err = parts[j].rc;
 	if (err && !is_conn_error(err))
 		return err; /* e.g. -EINVAL, -EACCES: the same on every node */
 	if (!ok && v.n)
