@@ -133,7 +133,8 @@ struct kvpool_limits {
  * list and the record's name for etcd. A cluster handle runs one thread
  * per node (the per-node parts of a call run in parallel on them) and,
  * for etcd, one thread that watches the membership; they end in
- * kvpool_close. A node that cannot be reached is not an error: its share
+ * kvpool_close (which may then take up to a second: the watch notices
+ * its stop on libcurl's next progress call). A node that cannot be reached is not an error: its share
  * of a call is a miss (GET, EXISTS, DELETE: -ENOENT; MATCH: the chain
  * stops there), its share of a PUT is dropped (status 0), and it is
  * tried again a second later. Errors: for a list, the first node's error

@@ -162,8 +162,10 @@ static int view_owner(const struct view *v, const uint8_t *seg_key)
 
 /* ---- per-node work --------------------------------------------------------- */
 
-enum part_op { PART_NONE, PART_CONNECT, PART_PUT, PART_GET, PART_EXISTS, PART_DELETE, PART_MATCH, PART_DROP,
-	       PART_STATS, PART_PING, PART_LIMITS };
+enum part_op {
+	PART_NONE, PART_CONNECT, PART_PUT, PART_GET, PART_EXISTS, PART_DELETE, PART_MATCH,
+	PART_DROP, PART_STATS, PART_PING, PART_LIMITS,
+};
 
 /* One node's share of a call. */
 struct part {
@@ -455,6 +457,52 @@ static void match_round(struct kvcl *cl, const struct view *v, struct part *part
 		}
 }
 
+/* A node leases the leading run of what it was asked, which can reach
+ * past the chain's first short segment (held segments after a missing
+ * one). Nobody will GET those, so their leases would pin blocks until
+ * they run out and crowd the node's cache: end them now with a GET that
+ * asks for no bytes (each answers -EMSGSIZE; a GET that finds a leased
+ * block ends its lease). Only for chains that stopped early; best effort. */
+static void release_leases(struct kvcl *cl, const struct view *v,
+			   const uint8_t (*chain)[KVPOOL_KEY_BYTES], size_t count, size_t stop,
+			   const size_t *seg_m, const int *own)
+{
+	const size_t D = cl->segment_blocks, n_seg = (count + D - 1) / D;
+	struct part parts[KVCL_MAX_NODES];
+	struct iovec none = { NULL, 0 };
+	struct kvpool_get_block *gb;
+	size_t n = 0, at[KVCL_MAX_NODES] = { 0 };
+	int *st;
+
+	for (size_t s = stop + 1; s < n_seg; s++)
+		n += seg_m[s];
+	if (!n)
+		return;
+	gb = malloc(n * sizeof(*gb));
+	st = malloc(n * sizeof(*st));
+	if (!gb || !st)
+		goto out;
+	memset(parts, 0, v->n * sizeof(parts[0]));
+	for (size_t s = stop + 1; s < n_seg; s++)
+		if (seg_m[s] && own[s] >= 0)
+			parts[own[s]].n += seg_m[s];
+	for (size_t j = 0, k = 0; j < v->n; j++) {
+		parts[j].gb = gb + k;
+		parts[j].st = st + k;
+		parts[j].op = parts[j].n ? PART_GET : PART_NONE;
+		at[j] = k;
+		k += parts[j].n;
+	}
+	for (size_t s = stop + 1; s < n_seg; s++)
+		for (size_t i = 0; i < seg_m[s] && own[s] >= 0; i++)
+			gb[at[own[s]]++] = (struct kvpool_get_block){ .key = chain[s * D + i],
+								      .iov = &none, .iovcnt = 1 };
+	run_jobs(cl, v, parts);
+out:
+	free(gb);
+	free(st);
+}
+
 int kvcl_match(struct kvcl *cl, const void *keys, size_t count, uint32_t lease_ms,
 	       size_t *matched)
 {
@@ -521,14 +569,20 @@ int kvcl_match(struct kvcl *cl, const void *keys, size_t count, uint32_t lease_m
 				m = 0;
 		}
 	}
+	size_t stop = n_seg;
+
 	for (size_t s = 0; s < n_seg; s++) {
 		size_t len = s + 1 < n_seg ? D : count - s * D;
 
 		total += seg_m[s];
-		if (seg_m[s] < len)
+		if (seg_m[s] < len) {
+			stop = s;
 			break;
+		}
 	}
 	*matched = total;
+	if (lease_ms && stop + 1 < n_seg)
+		release_leases(cl, &v, chain, count, stop, seg_m, own);
 	return 0;
 }
 

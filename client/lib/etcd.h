@@ -88,8 +88,9 @@ typedef int (*kvc_etcd_watch_fn)(void *arg, enum kvc_etcd_event type,
 				 const struct kvc_etcd_kv *kv);
 
 /* Watch every key under `prefix` from revision `start_revision` (>= 1),
- * blocking, until `*stop` becomes nonzero (checked at least every 100 ms;
- * returns 0), `fn` returns nonzero (returns that), or the stream ends.
+ * blocking, until `*stop` becomes nonzero (checked whenever libcurl calls
+ * its progress function: about once a second on an idle stream, so a stop
+ * takes up to ~1 s; returns 0), `fn` returns nonzero (returns that), or the stream ends.
  * *next_revision is always written: the revision to resume from (one past
  * the last event delivered, or start_revision if none), so a dropped
  * watch loses nothing when it is started again from there.
