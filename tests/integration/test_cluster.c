@@ -519,7 +519,7 @@ static void test_etcd_membership(void **state)
 	assert_int_equal(etcd_proc_start(&e), 0);
 	memset(&n, 0, sizeof(n));
 	for (int i = 0; i < N_NODES; i++) {
-		char name[8];
+		char name[16];
 
 		snprintf(name, sizeof(name), "n%d", i);
 		etcd_flags(&f[i], &e, name);
