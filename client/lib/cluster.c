@@ -21,17 +21,18 @@
  * the stats count it ("unplaced_blocks"). Engines MATCH before they load
  * and store, so in practice every key is known.
  *
- * One round. Each call groups its blocks by owner and hands each node's
- * share to that node's thread (the caller's thread does one share itself),
- * then waits for all: the nodes are asked in parallel, each with one
- * ordinary synchronous libkvpool call (which pipelines its frames). MATCH
+ * One round. Each call groups its blocks by owner and submits each
+ * node's share on that node's handle with the asynchronous API
+ * (kvpool_submit_put/_get/_exists/_delete), then polls every node until
+ * all have completed (submit_round): the nodes are asked in parallel from
+ * the caller's thread, one request in flight per node. MATCH
  * sends each node the concatenation of the segments it owns, in chain
  * order: the server's leading run over that concatenation says which of
  * them are whole and where the first short one stops, which is all the
- * chain needs (the leading run ends at the first short segment). This is
- * the bounded form of the parallel round: at most one request in flight
- * per node and one thread per node; moving it onto the asynchronous API
- * (kvpool_submit_*) changes only run_jobs.
+ * chain needs (the leading run ends at the first short segment); it is
+ * sent to every node before any reply is read (match_round). The
+ * whole-pool calls (STATS, DROP_NAMESPACE, PING, limits, connect) run on
+ * a thread per node (run_jobs).
  *
  * Failures. A node that cannot be reached (refused, reset, timed out) is
  * not an error: its share of a GET/EXISTS/DELETE is -ENOENT, of a MATCH
@@ -40,6 +41,7 @@
  * again KVCL_RETRY_MS later, or as soon as etcd says it (re)joined.
  */
 #include <errno.h>
+#include <poll.h>
 #include <json-c/json.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,6 +280,77 @@ static int part_run(struct kvcl *cl, struct kvcl_node *n, void *arg)
 	if (is_conn_error(rc))
 		node_failed(n, rc);
 	return p->rc = rc;
+}
+
+/* The data calls' round on the asynchronous API (kvpool_submit_*,
+ * kvpool_poll): submit every node's part, then poll every node until each
+ * has completed - one thread, one request in flight per node, no thread
+ * hand-off. A part that cannot be submitted (node unreachable) keeps its
+ * error in rc, like a failed synchronous call. */
+static void submit_round(struct kvcl *cl, const struct view *v, struct part *parts)
+{
+	struct pollfd pfd[KVCL_MAX_NODES];
+	unsigned char pending[KVCL_MAX_NODES] = { 0 };
+	size_t left = 0;
+
+	for (size_t j = 0; j < v->n; j++) {
+		struct part *p = &parts[j];
+		struct kvcl_node *n = v->node[j];
+		uint64_t id = 0;
+		int rc;
+
+		if (p->op == PART_NONE)
+			continue;
+		n->calls++;
+		rc = node_ready(cl, n);
+		if (rc == 0) {
+			switch (p->op) {
+			case PART_PUT:
+				rc = kvpool_submit_put(n->h, p->pb, p->n, p->st, j, &id);
+				break;
+			case PART_GET:
+				rc = kvpool_submit_get(n->h, p->gb, p->n, p->st, j, &id);
+				break;
+			case PART_EXISTS:
+				rc = kvpool_submit_exists(n->h, p->keys, p->n, p->st, j, &id);
+				break;
+			default:
+				rc = kvpool_submit_delete(n->h, p->keys, p->n, p->st, j, &id);
+				break;
+			}
+		}
+		if (rc) {
+			p->rc = rc;
+			if (is_conn_error(rc))
+				node_failed(n, rc);
+			continue;
+		}
+		pending[j] = 1;
+		left++;
+	}
+	while (left) {
+		nfds_t k = 0;
+
+		for (size_t j = 0; j < v->n; j++) {
+			struct kvpool_completion comp;
+
+			if (!pending[j])
+				continue;
+			if (kvpool_poll(v->node[j]->h, &comp, 1, 0) == 1) {
+				parts[j].rc = comp.status;
+				pending[j] = 0;
+				left--;
+				if (is_conn_error(comp.status))
+					node_failed(v->node[j], comp.status);
+				continue;
+			}
+			pfd[k].fd = kvpool_event_fd(v->node[j]->h);
+			pfd[k].events = POLLIN;
+			k++;
+		}
+		if (left)
+			poll(pfd, k, 100);
+	}
 }
 
 /* Run parts[i] on v->node[i] for every i with parts[i].op set: all but
@@ -672,7 +745,7 @@ int kvcl_put(struct kvcl *cl, const struct kvpool_put_block *blocks, size_t coun
 				pb[p].parent = NULL; /* a segment's first block: no parent here */
 		}
 	}
-	run_jobs(cl, &v, parts);
+	submit_round(cl, &v, parts);
 	for (size_t j = 0; j < v.n; j++) {
 		int conn = parts[j].rc && is_conn_error(parts[j].rc);
 
@@ -751,7 +824,7 @@ int kvcl_get(struct kvcl *cl, struct kvpool_get_block *blocks, size_t count, int
 		for (size_t p = start[j]; p < start[j] + cnt[j]; p++)
 			gb[p] = blocks[perm[p]];
 	}
-	run_jobs(cl, &v, parts);
+	submit_round(cl, &v, parts);
 	for (size_t j = 0; j < v.n; j++) {
 		int conn = parts[j].rc && is_conn_error(parts[j].rc);
 
@@ -810,7 +883,7 @@ static int keys_call(struct kvcl *cl, enum part_op op, const void *keys, size_t 
 		for (size_t p = start[j]; p < start[j] + cnt[j]; p++)
 			memcpy(kb[p], kk[perm[p]], KVPOOL_KEY_BYTES);
 	}
-	run_jobs(cl, &v, parts);
+	submit_round(cl, &v, parts);
 	for (size_t i = 0; i < count; i++)
 		if (own[i] < 0 && statuses)
 			statuses[i] = -ENOENT;
