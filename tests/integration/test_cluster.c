@@ -329,69 +329,6 @@ static void test_bad_urls(void **state)
 	assert_null(c);
 }
 
-/* The bundled trace, one node of capacity C against three of C/3. */
-static double replay_hit_ratio(const char *url, uint64_t *wrong)
-{
-	const char *cli = getenv("KVPOOL_CLI"), *data = getenv("KVPOOL_TEST_DATA");
-	char trace[512], *out = NULL;
-	/* --lease-ms 0: leases end by time, which would make the figures
-	 * depend on this machine's load; the comparison is of placement. */
-	char *argv[] = { (char *)cli, "replay", "--json", "--block-bytes", "16KiB", "--lease-ms",
-			 "0", "--server", (char *)url, "--namespace", "parity", trace, NULL };
-	struct json_object *doc, *v;
-	int status = -1;
-	double r;
-
-	if (!cli)
-		harness_skip("KVPOOL_CLI is not set");
-	snprintf(trace, sizeof(trace), "%s/synthetic_trace.jsonl", data ? data : "tests/data");
-	assert_int_equal(harness_run(argv, 120000, &out, &status), 0);
-	assert_int_equal(status, 0);
-	doc = json_tokener_parse(out);
-	assert_non_null(doc);
-	assert_true(json_object_object_get_ex(doc, "hit_ratio", &v));
-	r = json_object_get_double(v);
-	assert_true(json_object_object_get_ex(doc, "wrong_blocks", &v));
-	*wrong = (uint64_t)json_object_get_int64(v);
-	json_object_put(doc);
-	free(out);
-	return r;
-}
-
-static void test_replay_parity(void **state)
-{
-	static const char *const one[] = { "--dram-capacity", "96MiB", "--max-block-bytes", "1MiB",
-					   "--threads", "1", "--log-level", "warn",
-					   "--rdma-port", "0", NULL };
-	static const char *const third[] = { "--dram-capacity", "32MiB", "--max-block-bytes",
-					     "1MiB", "--threads", "1", "--log-level", "warn",
-					     "--rdma-port", "0", NULL };
-	struct harness_server single = { 0 };
-	struct nodes n;
-	uint64_t wrong1 = 1, wrong3 = 1;
-	double r1, r3;
-
-	(void)state;
-	if (!getenv("KVPOOLD"))
-		harness_skip("KVPOOLD is not set");
-	if (harness_valgrind()) {
-		printf("not under valgrind: two replays of the whole trace take too long there\n");
-		return;
-	}
-	assert_int_equal(harness_start(&single, one), 0);
-	r1 = replay_hit_ratio(single.url, &wrong1);
-	assert_int_equal(harness_stop(&single), 0);
-	nodes_start(&n, N_NODES, third);
-	r3 = replay_hit_ratio(n.list, &wrong3);
-	nodes_stop(&n);
-	printf("bundled trace, 16 KiB blocks: hit ratio %.4f on one node of 96 MiB, %.4f on "
-	       "three of 32 MiB (difference %+.4f)\n", r1, r3, r3 - r1);
-	assert_int_equal(wrong1, 0);
-	assert_int_equal(wrong3, 0);
-	assert_true(r1 > 0.1);
-	assert_true(r3 > r1 - 0.01 && r3 < r1 + 0.01);
-}
-
 static void kill_node(void *arg)
 {
 	struct harness_server *s = arg;
@@ -443,14 +380,15 @@ struct etcd_node_flags {
 	const char *argv[20];
 };
 
-static void etcd_flags(struct etcd_node_flags *f, const struct etcd_proc *e, const char *name)
+static void etcd_flags_on(struct etcd_node_flags *f, const struct etcd_proc *e, const char *name,
+			  const char *const *base)
 {
 	size_t k = 0;
 
 	snprintf(f->url, sizeof(f->url), "etcd://%s/test", e->endpoint);
 	snprintf(f->name, sizeof(f->name), "%s", name);
-	for (size_t i = 0; node_flags[i]; i++)
-		f->argv[k++] = node_flags[i];
+	for (size_t i = 0; base[i]; i++)
+		f->argv[k++] = base[i];
 	f->argv[k++] = "--cluster";
 	f->argv[k++] = f->url;
 	f->argv[k++] = "--node-name";
@@ -458,6 +396,11 @@ static void etcd_flags(struct etcd_node_flags *f, const struct etcd_proc *e, con
 	f->argv[k++] = "--cluster-lease-s";
 	f->argv[k++] = "2";
 	f->argv[k] = NULL;
+}
+
+static void etcd_flags(struct etcd_node_flags *f, const struct etcd_proc *e, const char *name)
+{
+	etcd_flags_on(f, e, name, node_flags);
 }
 
 /* Members the cluster handle sees, and whether etcd is reachable to it. */
@@ -605,6 +548,89 @@ static void test_etcd_membership(void **state)
 	kvpool_close(cl);
 	nodes_stop(&n);
 	etcd_proc_destroy(&e);
+}
+
+/* The bundled trace, one node of capacity C against three of C/3. */
+static double replay_hit_ratio(const char *url, uint64_t *wrong)
+{
+	const char *cli = getenv("KVPOOL_CLI"), *data = getenv("KVPOOL_TEST_DATA");
+	char trace[512], *out = NULL;
+	/* --lease-ms 0: leases end by time, which would make the figures
+	 * depend on this machine's load; the comparison is of placement. */
+	char *argv[] = { (char *)cli, "replay", "--json", "--block-bytes", "16KiB", "--lease-ms",
+			 "0", "--server", (char *)url, "--namespace", "parity", trace, NULL };
+	struct json_object *doc, *v;
+	int status = -1;
+	double r;
+
+	if (!cli)
+		harness_skip("KVPOOL_CLI is not set");
+	snprintf(trace, sizeof(trace), "%s/synthetic_trace.jsonl", data ? data : "tests/data");
+	assert_int_equal(harness_run(argv, 120000, &out, &status), 0);
+	assert_int_equal(status, 0);
+	doc = json_tokener_parse(out);
+	assert_non_null(doc);
+	assert_true(json_object_object_get_ex(doc, "hit_ratio", &v));
+	r = json_object_get_double(v);
+	assert_true(json_object_object_get_ex(doc, "wrong_blocks", &v));
+	*wrong = (uint64_t)json_object_get_int64(v);
+	json_object_put(doc);
+	free(out);
+	return r;
+}
+
+static void test_replay_parity(void **state)
+{
+	static const char *const one[] = { "--dram-capacity", "96MiB", "--max-block-bytes", "1MiB",
+					   "--threads", "1", "--log-level", "warn",
+					   "--rdma-port", "0", NULL };
+	static const char *const third[] = { "--dram-capacity", "32MiB", "--max-block-bytes",
+					     "1MiB", "--threads", "1", "--log-level", "warn",
+					     "--rdma-port", "0", NULL };
+	static struct etcd_node_flags f[N_NODES];
+	struct harness_server single = { 0 };
+	struct etcd_proc e = { 0 };
+	struct nodes n;
+	char url[96];
+	uint64_t wrong1 = 1, wrong3 = 1;
+	double r1, r3;
+
+	(void)state;
+	if (!getenv("KVPOOLD"))
+		harness_skip("KVPOOLD is not set");
+	if (harness_valgrind()) {
+		printf("not under valgrind: two replays of the whole trace take too long there\n");
+		return;
+	}
+	assert_int_equal(harness_start(&single, one), 0);
+	r1 = replay_hit_ratio(single.url, &wrong1);
+	assert_int_equal(harness_stop(&single), 0);
+	/* The nodes get fixed names through etcd (a static list names them
+	 * by their free ports, which would move the placement run to run). */
+	if (!etcd_proc_available())
+		harness_skip("etcd is not installed (apt-get install etcd-server)");
+	assert_int_equal(etcd_proc_start(&e), 0);
+	memset(&n, 0, sizeof(n));
+	for (int i = 0; i < N_NODES; i++) {
+		char name[16];
+
+		snprintf(name, sizeof(name), "n%d", i);
+		etcd_flags_on(&f[i], &e, name, third);
+		assert_int_equal(harness_start(&n.s[i], f[i].argv), 0);
+	}
+	for (int i = 0; i < 50 && etcd_records(&e) != N_NODES; i++)
+		sleep_ms(100);
+	assert_int_equal(etcd_records(&e), N_NODES);
+	snprintf(url, sizeof(url), "etcd://%s/test", e.endpoint);
+	r3 = replay_hit_ratio(url, &wrong3);
+	nodes_stop(&n);
+	etcd_proc_destroy(&e);
+	printf("bundled trace, 16 KiB blocks: hit ratio %.4f on one node of 96 MiB, %.4f on "
+	       "three of 32 MiB (difference %+.4f)\n", r1, r3, r3 - r1);
+	assert_int_equal(wrong1, 0);
+	assert_int_equal(wrong3, 0);
+	assert_true(r1 > 0.1);
+	assert_true(r3 > r1 - 0.01 && r3 < r1 + 0.01);
 }
 
 int main(void)
