@@ -69,7 +69,7 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
 CFLAGS  ?=
 CFLAGS  += -std=gnu11 -g $(OPT) -Wall -Wextra -Wpointer-arith -Werror -fPIC -D_GNU_SOURCE -pthread \
-           -Iproto -Istorage -Iconfig -Iclient -Iserver -Irdma $(PKG_CFLAGS) -MMD -MP
+           -Iproto -Istorage -Iconfig -Iclient -Iserver -Irdma -Ietcd $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANLD) -pthread
 
 LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lcrypto -lsystemd -lzmq \
@@ -94,9 +94,11 @@ PROTO_SRC  := $(wildcard proto/*.c)
 STORE_SRC  := $(wildcard storage/*.c storage/nvme/*.c)
 STORETEST_SRC := $(wildcard storage/debug/*.c)
 CONF_SRC   := $(wildcard config/*.c)
-# kvpoold registers itself in etcd with libkvpool's etcd client (client/lib/etcd.c).
-SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c)) client/lib/etcd.c $(RDMA_SRC)
-CLIENT_SRC := $(wildcard client/lib/*.c) $(RDMA_SRC)
+# etcd/: the etcd v3 JSON-gateway client, shared like rdma/: kvpoold registers
+# itself with it, libkvpool reads and watches the membership with it.
+ETCD_SRC   := $(wildcard etcd/*.c)
+SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c)) $(ETCD_SRC) $(RDMA_SRC)
+CLIENT_SRC := $(wildcard client/lib/*.c) $(ETCD_SRC) $(RDMA_SRC)
 CLI_SRC    := $(wildcard client/cli/*.c)
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 INTEG_SRC  := $(wildcard tests/integration/test_*.c)

@@ -1,6 +1,6 @@
 /*
  * srv_etcd.c - keep this node's record in etcd (see srv_etcd.h), with
- * libkvpool's etcd client (client/lib/etcd.c).
+ * libkvpool's etcd client (etcd/etcd.c).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lib/etcd.h"
+#include "etcd.h"
 #include "srv_etcd.h"
 #include "srv_log.h"
 

@@ -33,7 +33,7 @@
 
 #include "etcd_proc.h"
 #include "harness.h"
-#include "lib/etcd.h"
+#include "etcd.h"
 
 #define N_NODES 3
 #define W_CHAINS 60

@@ -1,5 +1,5 @@
 /*
- * test_etcd.c - libkvpool's etcd v3 JSON-gateway client (client/lib/etcd.c)
+ * test_etcd.c - libkvpool's etcd v3 JSON-gateway client (etcd/etcd.c)
  * against a real etcd (Debian's etcd-server) on free loopback ports: range
  * by prefix, put with and without a lease, lease grant / keepalive /
  * revoke / expiry, delete, a prefix watch that resumes after etcd went
@@ -20,7 +20,7 @@
 
 #include "etcd_proc.h"
 #include "harness.h"
-#include "lib/etcd.h"
+#include "etcd.h"
 
 static struct etcd_proc etcd;
 

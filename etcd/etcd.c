@@ -1,5 +1,6 @@
 /*
- * etcd.c - etcd v3 JSON gateway client (see etcd.h): each unary call is
+ * etcd.c - etcd v3 JSON gateway client (see etcd.h), shared by kvpoold
+ * and libkvpool: each unary call is
  * one HTTP POST of a JSON body to http://ENDPOINT/v3/..., parsed with
  * json-c; the watch is one long POST whose reply is a stream of JSON
  * objects, one per line, parsed as they arrive.
