@@ -13,6 +13,9 @@
 #   make fuzz       build the libFuzzer targets with clang, run each FUZZ_SECONDS (60)
 #   make soak       the churn soak for SOAK_SECONDS (600); make test runs it for 30 s
 #   make demo       start kvpoold, replay the bundled Mooncake trace, print the report
+#   make demo-ttft  time to first token with and without kvpool on a reference Llama decoder
+#                   (torch, CPU): two node processes share one kvpoold; correctness checks,
+#                   a 1k-8k prefix sweep, the Mooncake trace; JSON + PNG in build/ttft (~5 min)
 #   make demo-nvme  the same trace on DRAM only, then DRAM + an NVMe tier (both admission
 #                   settings): hit ratios and NVMe bytes written side by side
 #   make bench      build the benchmark tools of tests/bench (tests/bench/compare.sh runs them)
@@ -51,6 +54,7 @@ endif
 
 DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev libcurl4-openssl-dev \
                 librocksdb-dev libsystemd-dev prometheus python3-pytest python3-numpy \
+                python3-torch python3-matplotlib libopenblas0-pthread \
                 librdmacm-dev libibverbs-dev rdma-core etcd-server libzmq3-dev libmsgpack-dev python3-zmq \
                 python3-msgpack
 PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c libcurl rocksdb libsystemd \
@@ -121,14 +125,15 @@ LIB_SO    := $(BUILD)/libkvpool.so
 UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
-.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme install clean \
+.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme demo-ttft install clean \
 	nvme-bench bench fuzz fuzz-seeds soak container-test test-tsan
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
 deps:
 	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null || \
-	    ! $(PYTHON) -c 'import pytest, numpy, zmq, msgpack' 2>/dev/null || ! command -v promtool >/dev/null || \
+	    ! $(PYTHON) -c 'import pytest, numpy, zmq, msgpack, torch, matplotlib' 2>/dev/null || \
+	    ! ls /usr/lib/*/openblas-pthread/libblas.so.3 >/dev/null 2>&1 || ! command -v promtool >/dev/null || \
 	    ! command -v etcd >/dev/null; then \
 	  echo "installing build dependencies: $(DEB_PACKAGES)"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -378,6 +383,12 @@ container-test: deps
 demo-nvme: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/demo_nvme.sh
+
+# The TTFT demo (examples/ttft, described in docs/ttft.md): python3-torch and
+# python3-matplotlib come from deps; the report goes to $(BUILD)/ttft.
+demo-ttft: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) examples/ttft/run.sh
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
