@@ -26,6 +26,8 @@
 #   no RDMA, and in a sanitizer build (make test-san) cc gets
 #   -fsanitize=address,undefined and python3 the sanitizer runtimes.
 # A failing block stops the run; it and the blocks after it count as failed.
+# One more test case: every relative link in README.md and docs/*.md names
+# a file that exists, and a #fragment one of its headings (doc_links.py).
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -156,6 +158,15 @@ while read -r line; do
 		failed=$((failed + 1))
 	fi
 done <"$work/blocks.txt"
+# One more case: the relative links of the front page and of docs/.
+if links=$("$PY" "$here/doc_links.py" "$readme" "$root"/docs/*.md 2>&1); then
+	echo "[       OK ] links of README.md and docs/"
+	passed=$((passed + 1))
+else
+	echo "[  FAILED  ] links of README.md and docs/: $links"
+	failed=$((failed + 1))
+fi
+
 echo "[==========] $((passed + failed)) test(s) run."
 [ "$passed" -gt 0 ] && echo "[  PASSED  ] $passed test(s)."
 [ "$failed" -gt 0 ] && echo "[  FAILED  ] $failed test(s)."
