@@ -329,6 +329,9 @@ soak: deps
 PY_TESTS := tests/python/pytest.sh
 # The layering check's own tests: a forbidden include in a scratch copy fails.
 DEPS_TESTS := tests/deps_check_test.sh
+# README.md's shell, C and Python blocks, run against a scratch kvpoold
+# (markers and substitutions: the head of tests/readme_test.sh).
+README_TEST := tests/readme_test.sh
 
 # The layering rules (tests/deps_rules.txt): which folder may #include which.
 .PHONY: deps-check
@@ -338,7 +341,7 @@ deps-check:
 test: deps deps-check
 	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(COPYCOUNT) $(ROFS)
 	@BUILD=$(BUILD) KVPOOL_SOAK_SECONDS=$(TEST_SOAK_SECONDS) \
-	  tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(PY_TESTS) $(DEPS_TESTS)
+	  tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(PY_TESTS) $(DEPS_TESTS) $(README_TEST)
 	@# (not in the sanitizer build: ThreadSanitizer and AddressSanitizer do not mix)
 	@if [ "$(SAN)" = 0 ]; then $(MAKE) --no-print-directory test-tsan; fi
 

@@ -5,7 +5,7 @@
  * Every family has HELP and TYPE lines and a kvpool_ name with its unit
  * (_bytes, _seconds, _ratio) and _total on counters. Per-namespace series
  * carry a `namespace` label; tiers a `tier` label; request latency is one
- * histogram per operation (label `op`). README.md ("Operating kvpool")
+ * histogram per operation (label `op`). docs/operating.md ("Metrics")
  * lists every family.
  */
 #ifndef KVPOOL_SRV_METRICS_H
@@ -30,7 +30,7 @@ struct evbuffer;
  * h counts when its largest value is below bound_us). Pure. */
 uint64_t srv_metrics_hist_below(const struct srv_hist *h, uint64_t bound_us);
 
-/* Append every metric of doc to out (see README.md for the list).
+/* Append every metric of doc to out (see docs/operating.md, "Metrics", for the list).
  * Namespace names are escaped as Prometheus label values. Pure apart from
  * writing out. Errors: -ENOMEM (the evbuffer could not grow; out may hold
  * part of the text). */
