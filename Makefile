@@ -159,6 +159,8 @@ UNIT_DEPS_client := $(UNIT_FAKE) $(LIB_A)
 UNIT_DEPS_client_rdma := $(call obj,tests/unit/fake_rdma_server.c) $(UNIT_FAKE_VERBS) $(UNIT_FAKE) $(LIB_A)
 UNIT_DEPS_server := $(BUILD)/libserver.a $(BUILD)/libstore.a $(BUILD)/libconf.a $(BUILD)/libproto.a
 UNIT_LIBS_server := $(LIBS_SERVER)
+UNIT_DEPS_auth   := $(UNIT_DEPS_server)
+UNIT_LIBS_auth   := $(LIBS_SERVER)
 UNIT_DEPS_admin  := $(UNIT_DEPS_server)
 UNIT_LIBS_admin  := $(LIBS_SERVER)
 # kvpoold in process over the loopback fake fabric (test_srv_rdma.c).
@@ -214,11 +216,12 @@ $(COPYCOUNT): tests/bench/copycount.c
 # stored inputs through a driver built like the other tests
 # ($(BUILD)/tests/fuzz_<target>); make fuzz builds them with clang and
 # libFuzzer into $(BUILD)/fuzz/, objects apart from the gcc ones.
-FUZZ_TARGETS := frame config trace
+FUZZ_TARGETS := frame config trace auth
 FUZZ_REPLAY  := $(patsubst %,$(BUILD)/tests/fuzz_%,$(FUZZ_TARGETS))
 FUZZ_DEPS_frame  := proto/proto.c
 FUZZ_DEPS_config := config/conf.c
 FUZZ_DEPS_trace  := client/cli/trace.c
+FUZZ_DEPS_auth   := server/srv_auth.c server/srv_log.c config/conf.c
 FUZZ_LIBS := -linih -ljson-c -lcrypto
 
 # A static pattern: a free one would let make chain it into the .d files.
@@ -236,7 +239,7 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS   = -std=gnu11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_SAN) \
-		-Wall -Wextra -Werror -D_GNU_SOURCE -pthread -Iproto -Iconfig -Iclient \
+		-Wall -Wextra -Werror -D_GNU_SOURCE -pthread -Iproto -Iconfig -Iclient -Iserver \
 		$(PKG_CFLAGS) -MMD -MP
 fuzz_obj = $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(1))
 FUZZ_BIN := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))

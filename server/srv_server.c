@@ -605,7 +605,6 @@ static void nvme_report(struct srv *s)
  * (srv_auth.h). A bad file stops the start, naming the file and line. */
 static int auth_open(struct srv *s)
 {
-	uint32_t tokens = 0, quotas = 0;
 	char err[512] = "";
 	int rc;
 
@@ -616,8 +615,7 @@ static int auth_open(struct srv *s)
 		srv_err("%s", err[0] ? err : strerror(-rc));
 		return rc;
 	}
-	srv_auth_counts(s->auth, &tokens, &quotas);
-	srv_info("auth: %u tokens and %u quotas from %s", tokens, quotas, s->conf.tokens_file);
+	srv_auth_log_loaded(s->auth, "", s->conf.tokens_file);
 	return 0;
 }
 

@@ -29,7 +29,7 @@
 static const char tokens_text[] =
 	"# kvpool tokens for test_auth\n"
 	"[tokens]\n"
-	TOK_RW "  rw  team-a/ shared/\n"
+	TOK_RW "  rw  team-a/ shared/   # team-b/ has its own token; * is the admin's\n"
 	TOK_RO "\tro\tteam-a/\r\n"
 	TOK_ALL " rw *\n"
 	"\n"
@@ -185,7 +185,9 @@ static void test_namespace_denied(void **state)
 
 	(void)state;
 	harness_need_server(&g.srv);
+	/* the words of the inline comment above grant nothing (issue 20) */
 	check_hello_denied("team-b/m", TOK_RW, "does not grant namespace team-b/m");
+	check_hello_denied("other", TOK_RW, "does not grant namespace other");
 	/* "team-a" without the slash is not under the prefix "team-a/" */
 	check_hello_denied("team-a", TOK_RW, "does not grant");
 	check_hello_denied("shared/x", TOK_RO, "does not grant");
@@ -411,7 +413,8 @@ static void test_start_refusals(void **state)
 	check_start_refused(TOK_RW " rw a/\n", 0602, "group and others");
 	check_start_refused("# ok\n" "short rw a/\n", 0600, "bad-tokens:2: token of 5 bytes");
 	check_start_refused(TOK_RW " rx a/\n", 0600, "ro or rw");
-	check_start_refused(TOK_RW " rw\n", 0600, "without a namespace prefix");
+	check_start_refused(TOK_RW " rw\n", 0600, "without a namespace grant");
+	check_start_refused(TOK_RW " rw a/ # b/\n" TOK_ALL " rw x*y\n", 0600, "bad-tokens:2: grant \"x*y\"");
 	check_start_refused(TOK_RW " rw a/\n" TOK_RW " ro b/\n", 0600, "bad-tokens:2: token given twice");
 	check_start_refused("[quota]\nns = lots\n", 0600, "bad quota size");
 	check_start_refused("[quotas]\n", 0600, "unknown section");
