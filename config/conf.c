@@ -135,6 +135,10 @@ static const struct conf_setting settings[] = {
 	  CONF_SPACES_OK | CONF_EMPTY_UNSET | CONF_RELOAD, "FILE",
 	  "auth tokens file (not readable by group or others); unset = no authentication", NULL,
 	  NULL },
+	{ "tenant_max_namespaces", CONF_U32, FIELD(tenant_max_namespaces), "64", 0, 4096, 0, "N",
+	  "with tokens_file: namespaces that may exist under one token's grants before its PUT "
+	  "to a new one answers QUOTA; tokens granting * are exempt; 0 = no limit", NULL,
+	  "namespaces" },
 	{ "allow_unauthenticated", CONF_BOOL, FIELD(allow_unauthenticated), "false", 0, 1, 0,
 	  "BOOL", "serve a non-loopback listen address without tokens_file", NULL, NULL },
 	{ "drain_timeout_ms", CONF_U32, FIELD(drain_timeout_ms), "10000", 0, 3600000, CONF_RELOAD,

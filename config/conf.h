@@ -56,6 +56,9 @@ struct conf {
 	uint32_t admin_port;             /* admin HTTP port on `listen`; default 7471;
 					  * 0 = no admin HTTP */
 	char tokens_file[CONF_PATH_MAX]; /* auth tokens file; "" (default) = no auth */
+	uint32_t tenant_max_namespaces;  /* with auth: namespaces under one token's grants
+					  * (tokens granting "*" exempt); 0 = no limit;
+					  * default 64 */
 	int allow_unauthenticated;       /* bool (0/1): serve a non-loopback `listen`
 					  * without tokens_file; default 0 */
 	uint32_t drain_timeout_ms;       /* SIGTERM/SIGINT: longest wait for requests

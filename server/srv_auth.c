@@ -653,6 +653,19 @@ int srv_auth_known(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTE
 	return known;
 }
 
+bool srv_auth_grants_all(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTES])
+{
+	const struct auth_token *tk;
+	bool all = false;
+
+	pthread_rwlock_rdlock(&a->lock);
+	tk = token_find(a->t, digest);
+	for (uint32_t i = 0; tk && i < tk->ngrants; i++)
+		all |= tk->grants[i].is_prefix && tk->grants[i].len == 0;
+	pthread_rwlock_unlock(&a->lock);
+	return all;
+}
+
 /* Does name start with prefix p? */
 static bool prefix_of(const char *p, size_t plen, const char *name, size_t len)
 {

@@ -50,6 +50,7 @@
 #ifndef KVPOOL_SRV_AUTH_H
 #define KVPOOL_SRV_AUTH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -118,6 +119,10 @@ int srv_auth_known(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTE
  * grants covers. Constant time in the digest. */
 enum srv_access srv_auth_access(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTES],
 				const char *ns, size_t ns_len);
+
+/* Does the token with this digest hold the grant "*"? (false for an
+ * unknown token) */
+bool srv_auth_grants_all(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTES]);
 
 /* The quota of namespace ns[0..ns_len) in bytes, 0 for none. */
 uint64_t srv_auth_quota(struct srv_auth *a, const char *ns, size_t ns_len);

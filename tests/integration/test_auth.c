@@ -328,6 +328,57 @@ static void test_quota_prefix(void **state)
 	free(data);
 }
 
+/* Issue 20 item 3: one token may not fill the namespace table. With
+ * --tenant-max-namespaces 3, TOK_RW's fourth namespace is refused at its
+ * first PUT (HELLO, PING and STATS still work); namespaces it already has
+ * stay writable; a "*" token is exempt. */
+static void test_tenant_namespace_limit(void **state)
+{
+	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "1MiB",
+				"--threads", "2", "--tokens-file", g.tokens,
+				"--tenant-max-namespaces", "3", NULL };
+	struct harness_server srv = { 0 };
+	struct kvpool_client *c;
+	uint8_t key[32] = { 1 }, data[100] = { 2 };
+	uint64_t rtt = 0;
+	char ns[32], *json = NULL;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_int_equal(harness_start(&srv, flags), 0);
+	for (int i = 1; i <= 4; i++) {
+		struct kvpool_options o = { .token = TOK_RW, .timeout_ms = 10000 };
+
+		snprintf(ns, sizeof(ns), "team-a/n%d", i);
+		assert_int_equal(kvpool_connect(srv.url, ns, &o, &c), 0);
+		assert_int_equal(kvpool_put_bytes(c, key, NULL, data, sizeof(data)),
+				 i <= 3 ? 0 : -EDQUOT);
+		assert_int_equal(kvpool_ping(c, &rtt), 0);
+		assert_int_equal(kvpool_stats(c, ns, &json), 0);
+		kvpool_free(json);
+		json = NULL;
+		kvpool_close(c);
+	}
+	{
+		struct kvpool_options o = { .token = TOK_RW, .timeout_ms = 10000 };
+		uint8_t key2[32] = { 3 };
+
+		/* an existing namespace of the token still takes puts */
+		assert_int_equal(kvpool_connect(srv.url, "team-a/n2", &o, &c), 0);
+		assert_int_equal(kvpool_put_bytes(c, key2, NULL, data, sizeof(data)), 0);
+		kvpool_close(c);
+		/* a token that grants "*" is not limited */
+		o.token = TOK_ALL;
+		for (int i = 1; i <= 5; i++) {
+			snprintf(ns, sizeof(ns), "admin/n%d", i);
+			assert_int_equal(kvpool_connect(srv.url, ns, &o, &c), 0);
+			assert_int_equal(kvpool_put_bytes(c, key, NULL, data, sizeof(data)), 0);
+			kvpool_close(c);
+		}
+	}
+	assert_int_equal(harness_stop(&srv), 0);
+}
+
 /* Run the CLI with KVPOOL_TOKEN set to token (NULL: unset); returns its
  * exit status. */
 static int cli_with_token(const char *token, char *const argv[])
@@ -430,6 +481,7 @@ int main(void)
 		cmocka_unit_test(test_rw_and_ro),
 		cmocka_unit_test(test_quota),
 		cmocka_unit_test(test_quota_prefix),
+		cmocka_unit_test(test_tenant_namespace_limit),
 		cmocka_unit_test(test_cli_token),
 		cmocka_unit_test(test_start_refusals),
 		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
