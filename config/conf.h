@@ -59,6 +59,12 @@ struct conf {
 	uint32_t tenant_max_namespaces;  /* with auth: namespaces under one token's grants
 					  * (tokens granting "*" exempt); 0 = no limit;
 					  * default 64 */
+	uint64_t tenant_max_bytes;       /* with auth: payload bytes of a token's namespaces;
+					  * 0 (default) = no limit */
+	uint64_t tenant_max_leased_bytes; /* with auth: leased bytes of a token's
+					  * connections; 0 (default) = dram_capacity / 2 */
+	uint64_t max_conn_leased_bytes;  /* leased bytes of one connection; 0 (default) =
+					  * dram_capacity / 4 */
 	int allow_unauthenticated;       /* bool (0/1): serve a non-loopback `listen`
 					  * without tokens_file; default 0 */
 	uint32_t drain_timeout_ms;       /* SIGTERM/SIGINT: longest wait for requests

@@ -14,6 +14,7 @@
 
 #include "rdma.h"
 #include "srv_auth.h"
+#include "srv_tenant.h"
 #include "srv_log.h"
 #include "srv_put.h"
 #include "srv_rdma_conn.h"
@@ -88,6 +89,10 @@ static void ns_quota_apply(struct srv_conn *c, uint32_t ns_id)
 	if (a)
 		(void)store_namespace_quota(c->w->srv->store, ns_id,
 					    srv_auth_quota(a, c->ns_name, strlen(c->ns_name)));
+	/* charged to the first tenant that may write it (its creator, or
+	 * after a warm restart the first read-write binder) */
+	if (c->tenant && c->may_write)
+		(void)store_namespace_tenant(c->w->srv->store, ns_id, c->tenant);
 }
 
 void srv_conn_ns_attach(struct srv_conn *c)
@@ -161,11 +166,19 @@ static int hello_bind(struct srv_conn *c, const struct proto_hello *h)
 {
 	struct store *st = c->w->srv->store;
 
+	struct srv *s = c->w->srv;
+
 	if (!c->lessee) {
 		c->lessee = store_lessee_new(st);
 		if (!c->lessee)
 			return -ENOMEM;
 	}
+	/* with auth, the token's tenant: its namespaces' bytes and its
+	 * connections' leases have shared bounds */
+	c->tenant = s->tenants ? srv_tenant_get(s->tenants, st, c->token_digest,
+						 s->conf.tenant_max_bytes,
+						 s->tenant_max_leased_bytes) : NULL;
+	store_lessee_limit(st, c->lessee, s->conn_max_leased_bytes, c->tenant);
 	c->ns_id = 0;
 	memcpy(c->ns_name, h->ns, h->ns_len);
 	c->ns_name[h->ns_len] = '\0';
@@ -574,6 +587,12 @@ static enum srv_next op_match(struct srv_conn *c)
 	rc = !c->ns_id ? 0 :
 	     store_match(st, c->ns_id, (const uint8_t(*)[STORE_KEY_BYTES])b.entries, b.count,
 			 b.aux, c->lessee, &matched, &granted);
+	if (rc == -EDQUOT)
+		return done(reply_err(c, PROTO_STATUS_QUOTA,
+				      "match refused: its lease would pass max_conn_leased_bytes (%"
+				      PRIu64 ")%s; match without a lease, or let leases end",
+				      c->w->srv->conn_max_leased_bytes,
+				      c->tenant ? " or the token's tenant_max_leased_bytes" : ""));
 	if (rc < 0)
 		return done(reply_err(c, proto_status_from_errno(rc), "match failed: %s",
 				      strerror(-rc)));

@@ -26,6 +26,7 @@
 #include <event2/listener.h>
 
 #include "srv_auth.h"
+#include "srv_tenant.h"
 #include "srv_admin.h"
 #include "srv_lifecycle.h"
 #include "srv_log.h"
@@ -616,6 +617,9 @@ static int auth_open(struct srv *s)
 		return rc;
 	}
 	srv_auth_log_loaded(s->auth, "", s->conf.tokens_file);
+	s->tenants = srv_tenants_new();
+	if (!s->tenants)
+		return -ENOMEM;
 	return 0;
 }
 
@@ -692,6 +696,12 @@ int srv_run(const struct conf *c, int argc, char **argv)
 	s->limits.max_frame_bytes = c->max_frame_bytes;
 	s->limits.max_batch_blocks = c->max_batch_blocks;
 	s->limits.max_block_bytes = c->max_block_bytes;
+	/* lease bounds: 0 means a quarter (connection) or half (tenant) of
+	 * the arena, so that no one holder can pin all of DRAM */
+	s->conn_max_leased_bytes = c->max_conn_leased_bytes ? c->max_conn_leased_bytes :
+				   c->dram_capacity_bytes / 4;
+	s->tenant_max_leased_bytes = c->tenant_max_leased_bytes ? c->tenant_max_leased_bytes :
+				     c->dram_capacity_bytes / 2;
 	s->start_ms = srv_now_ms();
 	s->accept_log.per_sec = 1;
 	s->reject_log.per_sec = 1;
@@ -727,6 +737,7 @@ int srv_run(const struct conf *c, int argc, char **argv)
 	events_free(s);
 	srv_lifecycle_free(s);
 	prefault_stop(s);
+	srv_tenants_free(s->tenants);
 	store_close(s->store);
 	srv_auth_free(s->auth);
 out_base:

@@ -378,6 +378,19 @@ static inline uint32_t store_lru_slot(const struct store_block *b, int kind)
 struct store_lessee {
 	struct store_list link;   /* s->lessees */
 	struct store_list leases; /* struct store_lease.by_lessee */
+	uint64_t leased_bytes;    /* payload bytes of the blocks it leases */
+	uint64_t max_leased_bytes; /* store_lessee_limit; 0 = no bound */
+	struct store_tenant *tenant; /* charged for its leases too; may be NULL */
+};
+
+/* A tenant (store_tenant_new): limits shared by the namespaces charged to
+ * it and the lessees that name it. Freed by store_close. */
+struct store_tenant {
+	struct store_list link;    /* s->tenants */
+	uint64_t max_bytes;        /* payload bytes of its namespaces; 0 = no limit */
+	uint64_t max_leased_bytes; /* bytes its lessees may lease; 0 = no bound */
+	uint64_t bytes;            /* visible + reserved payload bytes of its namespaces */
+	uint64_t leased_bytes;     /* bytes its lessees lease now */
 };
 
 /* One lease pin: (lessee, block) until expiry_ms. At most one per pair;
@@ -407,6 +420,7 @@ struct store_ns {
 	uint32_t reservations;    /* uncommitted puts (RESERVED blocks) */
 	uint64_t reserved_bytes;  /* their payload bytes (quota) */
 	uint64_t quota_bytes;     /* payload bytes allowed (visible + reserved); 0 = no limit */
+	struct store_tenant *tenant; /* charged with its bytes; NULL = none */
 	uint32_t blocks;          /* ring of its visible blocks (struct store_block.link) */
 	uint64_t nblocks, bytes;
 	uint64_t puts, put_exists, put_errors;
@@ -561,6 +575,7 @@ struct store {
 	uint32_t reserved;            /* ring of RESERVED blocks (their link) */
 	uint32_t zombies;             /* ring of REMOVED blocks still referenced */
 	struct store_list lessees;
+	struct store_list tenants;    /* struct store_tenant.link */
 	struct store_list expiry;     /* active leases, ascending expiry_ms */
 	struct store_list lease_pool; /* spare lease records */
 	uint64_t nreserved, nzombies, nlessees;
@@ -795,6 +810,9 @@ void store_lease_grant_locked(struct store *s, struct store_lessee *l, struct st
 void store_lease_end_for_locked(struct store *s, struct store_lessee *l, struct store_block *b);
 /* End every lease on b. */
 void store_lease_end_block_locked(struct store *s, struct store_block *b);
+/* Does l hold a lease on b? */
+bool store_lease_held_locked(const struct store *s, const struct store_lessee *l,
+			     const struct store_block *b);
 /* End leases that expired at or before now_ms; returns how many. */
 uint64_t store_lease_expire_locked(struct store *s, uint64_t now_ms);
 /* Free every lessee, lease and spare record (store_close). */

@@ -379,6 +379,61 @@ static void test_tenant_namespace_limit(void **state)
 	assert_int_equal(harness_stop(&srv), 0);
 }
 
+/* Issue 20 items 4 and 5: tenant_max_bytes covers all of a token's
+ * namespaces, and tenant_max_leased_bytes all of its connections' leases;
+ * another token is not held back by either. */
+static void test_tenant_bytes_and_leases(void **state)
+{
+	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "1MiB",
+				"--threads", "2", "--tokens-file", g.tokens,
+				"--tenant-max-bytes", "100KiB", "--tenant-max-leased-bytes", "64KiB",
+				"--max-lease-ms", "60000", NULL };
+	struct kvpool_options rw = { .token = TOK_RW, .timeout_ms = 10000 };
+	struct kvpool_options all = { .token = TOK_ALL, .timeout_ms = 10000 };
+	struct harness_server srv = { 0 };
+	struct kvpool_client *a1, *a2, *x;
+	uint8_t k1[32], k2[32], k3[32], *data = calloc(1, 40 * 1024);
+	size_t matched = 0;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_non_null(data);
+	assert_int_equal(harness_start(&srv, flags), 0);
+	assert_int_equal(kvpool_connect(srv.url, "team-a/b1", &rw, &a1), 0);
+	assert_int_equal(kvpool_connect(srv.url, "team-a/b2", &rw, &a2), 0);
+	assert_int_equal(kvpool_connect(srv.url, "other/x", &all, &x), 0);
+	harness_key(k1, "tb", 1);
+	harness_key(k2, "tb", 2);
+	harness_key(k3, "tb", 3);
+	/* 2 x 40 KiB in b1, then 40 KiB more in b2 would pass 100 KiB: b2
+	 * has nothing of its own to evict, and b1's blocks are not b2's */
+	assert_int_equal(kvpool_put_bytes(a1, k1, NULL, data, 40 * 1024), 0);
+	assert_int_equal(kvpool_put_bytes(a1, k2, NULL, data, 40 * 1024), 0);
+	assert_int_equal(kvpool_put_bytes(a2, k3, NULL, data, 40 * 1024), -EDQUOT);
+	assert_int_equal(kvpool_put_bytes(a2, k3, NULL, data, 16 * 1024), 0);
+	/* the other token is not limited by team-a's bytes */
+	for (int i = 0; i < 4; i++) {
+		uint8_t k[32];
+
+		harness_key(k, "tbx", (uint64_t)i);
+		assert_int_equal(kvpool_put_bytes(x, k, NULL, data, 40 * 1024), 0);
+	}
+	/* leases: a1 leases 40 KiB; a2 may not add 16 KiB + ... past 64 KiB */
+	assert_int_equal(kvpool_match(a1, (const uint8_t(*)[32])k1, 1, 60000, &matched), 0);
+	assert_int_equal(matched, 1);
+	assert_int_equal(kvpool_match(a1, (const uint8_t(*)[32])k2, 1, 60000, &matched), -EDQUOT);
+	assert_int_equal(kvpool_match(a2, (const uint8_t(*)[32])k3, 1, 60000, &matched), 0);
+	/* closing a1 ends its lease: room for a2's next */
+	kvpool_close(a1);
+	assert_int_equal(kvpool_connect(srv.url, "team-a/b1", &rw, &a1), 0);
+	assert_int_equal(kvpool_match(a1, (const uint8_t(*)[32])k2, 1, 60000, &matched), 0);
+	kvpool_close(a1);
+	kvpool_close(a2);
+	kvpool_close(x);
+	free(data);
+	assert_int_equal(harness_stop(&srv), 0);
+}
+
 /* Run the CLI with KVPOOL_TOKEN set to token (NULL: unset); returns its
  * exit status. */
 static int cli_with_token(const char *token, char *const argv[])
@@ -482,6 +537,7 @@ int main(void)
 		cmocka_unit_test(test_quota),
 		cmocka_unit_test(test_quota_prefix),
 		cmocka_unit_test(test_tenant_namespace_limit),
+		cmocka_unit_test(test_tenant_bytes_and_leases),
 		cmocka_unit_test(test_cli_token),
 		cmocka_unit_test(test_start_refusals),
 		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),

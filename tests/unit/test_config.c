@@ -33,7 +33,8 @@ static const char *const keys[] = {
 	"max_frame_bytes", "max_lease_ms", "max_connections", "idle_timeout_ms",
 	"payload_timeout_ms", "max_inflight_put_bytes", "log_level", "nvme_dir", "nvme_capacity",
 	"nvme_admission", "nvme_segment_size", "nvme_io_threads", "rdma_port", "admin_port",
-	"tokens_file", "tenant_max_namespaces", "allow_unauthenticated", "drain_timeout_ms",
+	"tokens_file", "tenant_max_namespaces", "tenant_max_bytes", "tenant_max_leased_bytes",
+	"max_conn_leased_bytes", "allow_unauthenticated", "drain_timeout_ms",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
