@@ -669,6 +669,31 @@ static int serve(struct srv *s)
 	return 0;
 }
 
+/* libevent's own messages (a failing accept() in evhttp, a bad
+ * bufferevent...) through our log, at most 10 lines a second from all
+ * threads together, instead of libevent's unbounded stderr lines. */
+static pthread_mutex_t libevent_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct srv_ratelimit libevent_log_rl = { .per_sec = 10 };
+
+static void libevent_log(int severity, const char *msg)
+{
+	int level = severity >= EVENT_LOG_ERR ? SRV_LOG_ERROR :
+		    severity == EVENT_LOG_WARN ? SRV_LOG_WARN :
+		    severity == EVENT_LOG_MSG ? SRV_LOG_INFO : SRV_LOG_DEBUG;
+	uint64_t suppressed = 0;
+	bool allow;
+
+	if (level > __atomic_load_n(&srv_log_level, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&libevent_log_lock);
+	allow = srv_ratelimit_allow(&libevent_log_rl, srv_now_ms(), &suppressed);
+	pthread_mutex_unlock(&libevent_log_lock);
+	if (suppressed)
+		srv_log(level, "libevent: %" PRIu64 " more messages not logged", suppressed);
+	if (allow)
+		srv_log(level, "libevent: %s", msg);
+}
+
 int srv_main(const struct conf *c)
 {
 	return srv_run(c, 0, NULL);
@@ -689,6 +714,7 @@ int srv_run(const struct conf *c, int argc, char **argv)
 	signal(SIGUSR1, SIG_IGN);
 	signal(SIGUSR2, SIG_IGN);
 	srv_log_set_level(c->log_level);
+	event_set_log_callback(libevent_log);
 	s->conf = *c;
 	s->argc = argc;
 	s->argv = argv;
