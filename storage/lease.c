@@ -245,10 +245,13 @@ uint64_t store_tick(struct store *s)
 
 struct store_lessee *store_lessee_new(struct store *s)
 {
-	struct store_lessee *l = calloc(1, sizeof(*l));
+	struct store_lessee *l = malloc(sizeof(*l));
 
 	if (!l)
 		return NULL;
+	l->leased_bytes = 0;
+	l->max_leased_bytes = 0;
+	l->tenant = NULL;
 	store_list_init(&l->leases);
 	store_lock(s);
 	store_list_add_tail(&s->lessees, &l->link);
