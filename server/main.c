@@ -12,6 +12,7 @@
  * unknown format, out of memory).
  */
 #include <stdio.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -37,6 +38,9 @@ int main(int argc, char **argv)
 	char err[512];
 	int help = 0, unprotected = 0;
 
+	/* Everything kvpoold creates (NVMe segments, the RocksDB index) holds
+	 * tenants' data: owner only, whatever umask it was started with. */
+	umask(077);
 	if (early_flag(argc, argv, "--version")) {
 		printf("kvpoold %s (protocol %d)\n", SRV_VERSION, PROTO_VERSION);
 		return 0;
