@@ -14,7 +14,8 @@
 #   make container-test  build docker/Dockerfile with buildah (no Docker engine), run kvpoold
 #                   from the image, check it from the host (~10 min; not in make test)
 #   make install PREFIX=/usr/local DESTDIR=   binaries, library, header, the
-#                   systemd unit and sysusers entry, /etc/kvpool/kvpool.conf (kept if present)
+#                   systemd unit and sysusers entry, /etc/kvpool/kvpool.conf (kept if present);
+#                   then runs ldconfig (LDCONFIG=) unless DESTDIR is set
 #   make clean
 
 PREFIX  ?= /usr/local
@@ -27,6 +28,7 @@ PYDIR   ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX
 SYSCONFDIR ?= /etc
 SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 SYSUSERS_DIR ?= $(PREFIX)/lib/sysusers.d
+LDCONFIG ?= ldconfig
 SAN     ?= 0
 CC      ?= cc
 
@@ -56,7 +58,12 @@ RDMA    ?= 0
 endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
+# The one version number: kvpoold's (server/srv_server.h), which the CLI
+# prints too (kvpool --version).
+VERSION := $(shell sed -n 's/^\#define SRV_VERSION "\(.*\)"/\1/p' server/srv_server.h)
+
 CFLAGS  ?=
+CFLAGS  += -DKVPOOL_VERSION='"$(VERSION)"'
 CFLAGS  += -std=gnu11 -g $(OPT) -Wall -Wextra -Wpointer-arith -Werror -fPIC -D_GNU_SOURCE -pthread \
            -Iproto -Istorage -Iconfig -Iclient -Iserver -Irdma $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANLD) -pthread
@@ -340,6 +347,12 @@ install: all
 	@# an operator's configuration is never overwritten
 	[ -e $(DESTDIR)$(SYSCONFDIR)/kvpool/kvpool.conf ] || \
 	  install -m 644 config/kvpool.conf $(DESTDIR)$(SYSCONFDIR)/kvpool/kvpool.conf
+	@# the dynamic linker's cache, so that programs find libkvpool.so.0 at once
+	@# (not for a staged DESTDIR install: the package's own scripts do it)
+	@if [ -z "$(DESTDIR)" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then $(LDCONFIG) || echo "make install: $(LDCONFIG) failed"; \
+	  else echo "make install: run '$(LDCONFIG)' as root so that libkvpool.so.0 is found"; fi; \
+	fi
 
 # build/ and every top-level build-*/ directory (BUILD=build-<name> ones);
 # a file called build-something is not a build directory and stays.

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -554,6 +555,20 @@ static int parse_number(const struct conf_setting *s, const char *text, uint64_t
 	return 0;
 }
 
+/* Where each setting was last set from ("--port", "KVPOOL_PORT",
+ * "/etc/kvpool/kvpool.conf:12"), for start-up messages (conf_source).
+ * Main thread only, as conf_set. */
+static char set_by[N_SETTINGS][96];
+
+const char *conf_source(const char *key)
+{
+	const struct conf_setting *s = key ? find_setting(key) : NULL;
+
+	if (!s)
+		return NULL;
+	return set_by[s - settings][0] ? set_by[s - settings] : "the default";
+}
+
 int conf_set(struct conf *c, const char *key, const char *value, const char *source,
 	     char *err, size_t err_len)
 {
@@ -584,6 +599,7 @@ int conf_set(struct conf *c, const char *key, const char *value, const char *sou
 		memcpy((char *)c + s->offset, value, strlen(value) + 1);
 	else
 		field_set(c, s, v);
+	snprintf(set_by[s - settings], sizeof(set_by[0]), "%s", source);
 	return 0;
 }
 
@@ -794,6 +810,16 @@ static int load_into(struct conf *tmp, const char *path, char *err, size_t err_l
 		rc = -errno;
 		set_err(err, err_len, "%s: cannot open: %s", path, strerror(errno));
 		return rc;
+	}
+	{
+		struct stat st;
+
+		if (fstat(fileno(ctx.fp), &st) == 0 && S_ISDIR(st.st_mode)) {
+			fclose(ctx.fp);
+			set_err(err, err_len, "%s: is a directory: the configuration is a file "
+				"(e.g. %s/kvpool.conf)", path, path);
+			return -EISDIR;
+		}
 	}
 	ret = ini_parse_stream(load_read_line, &ctx, load_handle, &ctx);
 	if (ferror(ctx.fp)) {

@@ -90,6 +90,11 @@ int conf_parse_size(const char *text, uint64_t *out);
 int conf_set(struct conf *c, const char *key, const char *value, const char *source,
 	     char *err, size_t err_len);
 
+/* Where setting `key` was last set from by conf_set (its `source`: a
+ * flag, an environment variable, "file:line"), or "the default"; NULL for
+ * an unknown key. For start-up messages; main thread only. */
+const char *conf_source(const char *key);
+
 /* Parse an INI file with libinih: keys at top level or in a [kvpoold]
  * section, as "key = value" or "key : value"; lines may be indented and
  * end in \n or \r\n. Comments: a line whose first non-blank character is
@@ -99,7 +104,8 @@ int conf_set(struct conf *c, const char *key, const char *value, const char *sou
  * Debian build, less its NUL): a listen address longer than 192 bytes
  * must come from --listen. Each key may appear once per file (a later
  * --config file may set it again). *c is changed only on success.
- * Errors: -errno if the file cannot be opened, -EIO on a read error, or
+ * Errors: -errno if the file cannot be opened, -EISDIR for a directory,
+ * -EIO on a read error, or
  * the error of the first bad line, with "file:line:" in the message: a
  * conf_set error, -ENOENT (a key in another section), -EINVAL (syntax
  * error, a line longer than 199 bytes or holding a NUL byte, a key set

@@ -32,6 +32,26 @@ static int early_flag(int argc, char **argv, const char *name)
 	return 0;
 }
 
+/* Add to err where the setting it starts with ("listen: ...",
+ * "tokens_file: ...") or `key` came from: "(listen from --listen)". */
+static void name_source(char *err, size_t err_len, const char *key)
+{
+	char name[64];
+	size_t n = strcspn(err, ": (");
+	const char *src;
+
+	if (!key) {
+		if (n == 0 || n >= sizeof(name))
+			return;
+		memcpy(name, err, n);
+		name[n] = '\0';
+		key = name;
+	}
+	src = conf_source(key);
+	if (src && strlen(err) + strlen(key) + strlen(src) + 16 < err_len)
+		snprintf(err + strlen(err), err_len - strlen(err), " (%s from %s)", key, src);
+}
+
 int main(int argc, char **argv)
 {
 	struct conf c;
@@ -49,11 +69,18 @@ int main(int argc, char **argv)
 		conf_usage(stdout);
 		return 0;
 	}
-	if (conf_load(&c, argc, argv, environ, stderr, &help, err, sizeof(err)) < 0 ||
-	    (!help && srv_check_dram(c.dram_capacity_bytes, srv_phys_bytes(),
-				     srv_cgroup_memory_max(), err, sizeof(err)) < 0) ||
-	    (!help && srv_check_paths(&c, err, sizeof(err)) < 0) ||
-	    (!help && srv_protected_check(&c, &unprotected, err, sizeof(err)) < 0)) {
+	if (conf_load(&c, argc, argv, environ, stderr, &help, err, sizeof(err)) < 0) {
+		fprintf(stderr, "kvpoold: %s\n", err);
+		return 2;
+	}
+	/* the checks below name the setting; say where it was set */
+	if ((!help && srv_check_dram(c.dram_capacity_bytes, srv_phys_bytes(),
+				     srv_cgroup_memory_max(), err, sizeof(err)) < 0 &&
+	     (name_source(err, sizeof(err), "dram_capacity"), 1)) ||
+	    (!help && srv_check_paths(&c, err, sizeof(err)) < 0 &&
+	     (name_source(err, sizeof(err), NULL), 1)) ||
+	    (!help && srv_protected_check(&c, &unprotected, err, sizeof(err)) < 0 &&
+	     (name_source(err, sizeof(err), "listen"), 1))) {
 		fprintf(stderr, "kvpoold: %s\n", err);
 		return 2;
 	}

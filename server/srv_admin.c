@@ -448,7 +448,10 @@ static int admin_bind(struct srv_admin *a, const char *listen, uint16_t port)
 	rc = lis ? 0 : -errno;
 	freeaddrinfo(ai);
 	if (rc < 0) {
-		srv_err("cannot listen on %s admin_port %u: %s", listen, port, strerror(-rc));
+		srv_err("cannot listen on %s admin_port %u (the admin HTTP port): %s%s", listen, port,
+			strerror(-rc),
+			rc == -EADDRINUSE ? "; set admin_port to a free port, or 0 for no admin HTTP"
+					  : "");
 		return rc;
 	}
 	if (!evhttp_bind_listener(a->http, lis)) {

@@ -370,8 +370,11 @@ static int listen_start(struct srv *s)
 	rc = s->listener ? 0 : -errno;
 	freeaddrinfo(ai);
 	if (rc < 0) {
-		srv_err("cannot listen on %s port %u: %s", s->conf.listen, s->conf.port,
-			strerror(-rc));
+		srv_err("cannot listen on %s port %u (the data port, setting port): %s%s",
+			s->conf.listen, s->conf.port, strerror(-rc),
+			rc == -EADDRINUSE ? "; kvpoold uses up to three ports: port (data, 7470), "
+					    "admin_port (HTTP, 7471; 0 = off) and rdma_port (7472; "
+					    "0 = off): choose free ones" : "");
 		return rc;
 	}
 	evconnlistener_set_error_cb(s->listener, accept_error_cb);

@@ -11,6 +11,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -487,6 +490,83 @@ static void test_cli_token(void **state)
 	}
 }
 
+/* Run `kvpool ARGS` through sh with stderr in the output, KVPOOL_TOKEN set
+ * to token (NULL: unset); returns the exit status, *out the text. */
+static int cli_sh(const char *token, const char *args, char **out)
+{
+	const char *cli = getenv("KVPOOL_CLI");
+	char cmd[1024];
+	char *argv[] = { "/bin/sh", "-c", cmd, NULL };
+	int status = -1;
+
+	snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", cli, args);
+	if (token)
+		setenv("KVPOOL_TOKEN", token, 1);
+	else
+		unsetenv("KVPOOL_TOKEN");
+	assert_int_equal(harness_run(argv, 20000, out, &status), 0);
+	unsetenv("KVPOOL_TOKEN");
+	return status;
+}
+
+/* Issue 20 item 10: a refusal exits 1 at connect as on a PUT, with the
+ * server's own reason; ping needs no token; KVPOOL_URL names the server;
+ * kvpool --version says kvpoold's version. */
+static void test_cli_refusals_and_conveniences(void **state)
+{
+	const char *cli = getenv("KVPOOL_CLI"), *kvpoold = getenv("KVPOOLD");
+	char args[600], data[300], *out = NULL;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	if (!cli || access(cli, X_OK) != 0)
+		harness_skip("KVPOOL_CLI is not set to the kvpool binary");
+	snprintf(data, sizeof(data), "%s/cli-data2", g.dir);
+	assert_int_equal(write_file(data, "x", 0600), 0);
+	snprintf(args, sizeof(args), "put text:r1 '%s' --server %s --namespace team-a/cli2", data,
+		 g.srv.url);
+	assert_int_equal(cli_sh(NULL, args, &out), 1);
+	if (!strstr(out, "this server requires a token"))
+		fail_msg("no server reason: %s", out);
+	free(out);
+	assert_int_equal(cli_sh(TOK_RO, args, &out), 1);
+	if (!strstr(out, "read-only in namespace team-a/cli2"))
+		fail_msg("no server reason: %s", out);
+	free(out);
+	snprintf(args, sizeof(args), "put text:r1 '%s' --server %s --namespace team-b/x", data,
+		 g.srv.url);
+	assert_int_equal(cli_sh(TOK_RW, args, &out), 1);
+	if (!strstr(out, "does not grant namespace team-b/x"))
+		fail_msg("no server reason: %s", out);
+	free(out);
+	/* ping: no token needed */
+	snprintf(args, sizeof(args), "ping --server %s", g.srv.url);
+	assert_int_equal(cli_sh(NULL, args, &out), 0);
+	assert_non_null(strstr(out, "pong from"));
+	free(out);
+	/* KVPOOL_URL instead of --server */
+	setenv("KVPOOL_URL", g.srv.url, 1);
+	assert_int_equal(cli_sh(TOK_RW, "ping --namespace team-a/m", &out), 0);
+	unsetenv("KVPOOL_URL");
+	assert_non_null(strstr(out, "pong from"));
+	free(out);
+	/* versions agree */
+	{
+		char *vd = NULL, *argv[] = { (char *)kvpoold, "--version", NULL };
+		char want[64];
+		int status = -1;
+
+		assert_int_equal(harness_run(argv, 10000, &vd, &status), 0);
+		assert_int_equal(status, 0);
+		assert_int_equal(sscanf(vd, "kvpoold %63s", want), 1);
+		free(vd);
+		assert_int_equal(cli_sh(NULL, "--version", &out), 0);
+		if (strncmp(out, "kvpool ", 7) || strncmp(out + 7, want, strlen(want)))
+			fail_msg("kvpool --version: %s; kvpoold's is %s", out, want);
+		free(out);
+	}
+}
+
 /* Run kvpoold with a tokens file of `text` and `mode`; it must refuse to
  * start, as a bad setting (exit 2), with `want` in its error output. */
 static void check_start_refused(const char *text, mode_t mode, const char *want)
@@ -508,6 +588,61 @@ static void check_start_refused(const char *text, mode_t mode, const char *want)
 	if (!strstr(err, want))
 		fail_msg("kvpoold said \"%s\", expected \"%s\"", err, want);
 	free(err);
+}
+
+/* Start kvpoold with flags expecting it to refuse; its stderr must hold
+ * want. */
+static void check_refused_saying(const char *const *flags, const char *want)
+{
+	char *err = NULL;
+	int status = 0;
+
+	assert_int_equal(harness_start_fail(flags, 10000, &status, &err), 0);
+	assert_non_null(err);
+	assert_int_not_equal(status, 0);
+	if (!strstr(err, want))
+		fail_msg("kvpoold said \"%s\", expected \"%s\"", err, want);
+	free(err);
+}
+
+/* Issue 20 item 10: start-up errors say where the bad setting came from,
+ * --config on a directory says so, and a taken admin port is named. */
+static void test_startup_errors_name_source(void **state)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
+	uint64_t phys = (uint64_t)pages * (uint64_t)page_bytes;
+	char size[32], port[16];
+	const char *bad_listen[] = { "--listen", "999.1.1.1", "--dram-capacity", "16MiB",
+				 "--max-block-bytes", "1MiB", NULL };
+	const char *dir[] = { "--config", g.dir, NULL };
+	const char *dram[] = { "--dram-capacity", size, NULL };
+	const char *admin[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "1MiB",
+				"--admin-port", port, NULL };
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int fd;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	check_refused_saying(bad_listen, "(listen from --listen)");
+	check_refused_saying(dir, "is a directory");
+	if (phys + (1ull << 30) <= (4ull << 40)) {
+		snprintf(size, sizeof(size), "%llu", (unsigned long long)(phys + (1ull << 30)));
+		check_refused_saying(dram, "(dram_capacity from --dram-capacity)");
+	}
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(fd, 1), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	snprintf(port, sizeof(port), "%u", ntohs(sa.sin_port));
+	{
+		char want[96];
+
+		snprintf(want, sizeof(want), "admin_port %s (the admin HTTP port)", port);
+		check_refused_saying(admin, want);
+	}
+	close(fd);
 }
 
 static void test_start_refusals(void **state)
@@ -539,7 +674,9 @@ int main(void)
 		cmocka_unit_test(test_tenant_namespace_limit),
 		cmocka_unit_test(test_tenant_bytes_and_leases),
 		cmocka_unit_test(test_cli_token),
+		cmocka_unit_test(test_cli_refusals_and_conveniences),
 		cmocka_unit_test(test_start_refusals),
+		cmocka_unit_test(test_startup_errors_name_source),
 		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 
