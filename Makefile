@@ -12,7 +12,7 @@
 #                   settings): hit ratios and NVMe bytes written side by side
 #   make bench      build the benchmark tools of tests/bench (tests/bench/compare.sh runs them)
 #   make container-test  build docker/Dockerfile with buildah (no Docker engine), run kvpoold
-#                   from the image, check it from the host (~10 min; not in make test)
+#                   from the image, check it from the host (~10 min; not in make test, in .ci/run)
 #   make install PREFIX=/usr/local DESTDIR=   binaries, library, header, the
 #                   systemd unit and sysusers entry, /etc/kvpool/kvpool.conf (kept if present);
 #                   then runs ldconfig (LDCONFIG=) unless DESTDIR is set

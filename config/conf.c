@@ -1027,7 +1027,8 @@ static bool env_is_client_var(const char *var, size_t len)
 	/* read by libkvpool and the CLI, or naming kvpool's own programs for
 	 * the container entrypoint and the test runner: not typos of settings */
 	static const char *const client_vars[] = {
-		"KVPOOL_TOKEN", "KVPOOL_LIB", "KVPOOL_CLI", "KVPOOL_TEST_DATA",
+		"KVPOOL_TOKEN", "KVPOOL_LIB", "KVPOOL_CLI", "KVPOOL_TEST_DATA", "KVPOOL_URL",
+		"KVPOOL_HEALTH_FILE",
 		"KVPOOL_COPYCOUNT", "KVPOOL_FUZZ_DIR",
 	};
 
@@ -1373,7 +1374,9 @@ void conf_usage(FILE *out)
 		"\n"
 		"  --config FILE, " ENV_CONFIG "\n      INI file to read before applying flags\n"
 		"  --help\n      print this help and exit\n"
-		"  --version\n      print the version and exit\n");
+		"  --version\n      print the version and exit\n"
+		"  --print-config\n      print the effective settings as \"key value\" lines and "
+		"exit\n");
 	for (size_t i = 0; i < N_SETTINGS; i++) {
 		const struct conf_setting *s = &settings[i];
 

@@ -52,11 +52,28 @@ static void name_source(char *err, size_t err_len, const char *key)
 		snprintf(err + strlen(err), err_len - strlen(err), " (%s from %s)", key, src);
 }
 
+/* Take --print-config out of argv (the settings parser does not know it);
+ * returns whether it was there. */
+static int take_print_config(int *argc, char **argv)
+{
+	int found = 0, n = 1;
+
+	for (int i = 1; i < *argc; i++) {
+		if (!strcmp(argv[i], "--print-config"))
+			found = 1;
+		else
+			argv[n++] = argv[i];
+	}
+	argv[n] = NULL;
+	*argc = n;
+	return found;
+}
+
 int main(int argc, char **argv)
 {
 	struct conf c;
 	char err[512];
-	int help = 0, unprotected = 0;
+	int help = 0, unprotected = 0, print_config;
 
 	/* Everything kvpoold creates (NVMe segments, the RocksDB index) holds
 	 * tenants' data: owner only, whatever umask it was started with. */
@@ -69,9 +86,17 @@ int main(int argc, char **argv)
 		conf_usage(stdout);
 		return 0;
 	}
+	/* --print-config: the effective settings (defaults, --config files,
+	 * KVPOOL_* and flags) as "key value" lines, then exit; for scripts
+	 * such as the container's health check */
+	print_config = take_print_config(&argc, argv);
 	if (conf_load(&c, argc, argv, environ, stderr, &help, err, sizeof(err)) < 0) {
 		fprintf(stderr, "kvpoold: %s\n", err);
 		return 2;
+	}
+	if (print_config && !help) {
+		conf_print(&c, stdout);
+		return 0;
 	}
 	/* the checks below name the setting; say where it was set */
 	if ((!help && srv_check_dram(c.dram_capacity_bytes, srv_phys_bytes(),
