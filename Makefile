@@ -177,6 +177,8 @@ UNIT_DEPS_server := $(BUILD)/libserver.a $(BUILD)/libstore.a $(BUILD)/libconf.a 
 UNIT_LIBS_server := $(LIBS_SERVER)
 UNIT_DEPS_auth   := $(UNIT_DEPS_server)
 UNIT_LIBS_auth   := $(LIBS_SERVER)
+UNIT_DEPS_memlimit := $(UNIT_DEPS_server)
+UNIT_LIBS_memlimit := $(LIBS_SERVER)
 UNIT_DEPS_admin  := $(UNIT_DEPS_server)
 UNIT_LIBS_admin  := $(LIBS_SERVER)
 # kvpoold in process over the loopback fake fabric (test_srv_rdma.c).

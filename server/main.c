@@ -20,6 +20,7 @@
 #include "proto.h"
 #include "srv_lifecycle.h"
 #include "srv_log.h"
+#include "srv_memlimit.h"
 #include "srv_server.h"
 
 /* --version and --help are answered before the settings are parsed, so
@@ -74,6 +75,8 @@ int main(int argc, char **argv)
 	struct conf c;
 	char err[512];
 	int help = 0, unprotected = 0, print_config;
+	char cg_source[600] = "";
+	uint64_t cg_bytes;
 
 	/* Everything kvpoold creates (NVMe segments, the RocksDB index) holds
 	 * tenants' data: owner only, whatever umask it was started with. */
@@ -98,9 +101,18 @@ int main(int argc, char **argv)
 		conf_print(&c, stdout);
 		return 0;
 	}
+	/* the memory limit: the cgroups /proc/self/cgroup leads to (v1 or v2,
+	 * nested ones included), else the old fixed cgroup v2 file */
+	cg_bytes = srv_cgroup_memory_limit("/proc/self/cgroup", "/sys/fs/cgroup", cg_source,
+					   sizeof(cg_source));
+	if (!cg_bytes)
+		cg_bytes = srv_cgroup_memory_max();
 	/* the checks below name the setting; say where it was set */
-	if ((!help && srv_check_dram(c.dram_capacity_bytes, srv_phys_bytes(),
-				     srv_cgroup_memory_max(), err, sizeof(err)) < 0 &&
+	if ((!help && srv_check_dram(c.dram_capacity_bytes, srv_phys_bytes(), cg_bytes, err,
+				     sizeof(err)) < 0 &&
+	     (name_source(err, sizeof(err), "dram_capacity"), 1)) ||
+	    (!help && srv_check_dram_room(c.dram_capacity_bytes, srv_phys_bytes(), cg_bytes,
+					  cg_source[0] ? cg_source : NULL, err, sizeof(err)) < 0 &&
 	     (name_source(err, sizeof(err), "dram_capacity"), 1)) ||
 	    (!help && srv_check_paths(&c, err, sizeof(err)) < 0 &&
 	     (name_source(err, sizeof(err), NULL), 1)) ||

@@ -629,6 +629,19 @@ static void test_startup_errors_name_source(void **state)
 	if (phys + (1ull << 30) <= (4ull << 40)) {
 		snprintf(size, sizeof(size), "%llu", (unsigned long long)(phys + (1ull << 30)));
 		check_refused_saying(dram, "(dram_capacity from --dram-capacity)");
+		/* all of memory leaves no room for the index and the process
+		 * (item 8); a cgroup limit below it says "exceeds" first */
+		snprintf(size, sizeof(size), "%llu", (unsigned long long)phys);
+		{
+			char *err = NULL;
+			int status = 0;
+
+			assert_int_equal(harness_start_fail(dram, 10000, &status, &err), 0);
+			assert_int_equal(status, 2);
+			if (!strstr(err, "leaves less than") && !strstr(err, "exceeds the memory limit"))
+				fail_msg("kvpoold took all of memory: %s", err);
+			free(err);
+		}
 	}
 	fd = socket(AF_INET, SOCK_STREAM, 0);
 	assert_true(fd >= 0);
