@@ -147,11 +147,12 @@ static const struct conf_setting settings[] = {
 	{ "tenant_max_leased_bytes", CONF_SIZE, FIELD(tenant_max_leased_bytes), "0", 0, 1024 * TIB,
 	  0, "SIZE",
 	  "with tokens_file: bytes all of one token's connections may hold leased; a MATCH whose "
-	  "lease would pass it answers QUOTA; 0 = half of dram_capacity", NULL, "bytes" },
+	  "lease would pass it answers QUOTA; 0 = half of dram_capacity; dram_capacity or more = "
+	  "no bound", NULL, "bytes" },
 	{ "max_conn_leased_bytes", CONF_SIZE, FIELD(max_conn_leased_bytes), "0", 0, 1024 * TIB, 0,
 	  "SIZE",
 	  "bytes one connection may hold leased; a MATCH whose lease would pass it answers QUOTA; "
-	  "0 = a quarter of dram_capacity", NULL, "bytes" },
+	  "0 = a quarter of dram_capacity; dram_capacity or more = no bound", NULL, "bytes" },
 	{ "allow_unauthenticated", CONF_BOOL, FIELD(allow_unauthenticated), "false", 0, 1, 0,
 	  "BOOL", "serve a non-loopback listen address without tokens_file", NULL, NULL },
 	{ "drain_timeout_ms", CONF_U32, FIELD(drain_timeout_ms), "10000", 0, 3600000, CONF_RELOAD,

@@ -170,9 +170,10 @@ static int hello_bind(struct srv_conn *c, const struct proto_hello *h)
 	}
 	/* with auth, the token's tenant: its namespaces' bytes and its
 	 * connections' leases have shared bounds */
-	c->tenant = s->tenants ? srv_tenant_get(s->tenants, st, c->token_digest,
-						 s->conf.tenant_max_bytes,
-						 s->tenant_max_leased_bytes) : NULL;
+	c->tenant = s->tenants && (s->conf.tenant_max_bytes || s->tenant_max_leased_bytes)
+			    ? srv_tenant_get(s->tenants, st, c->token_digest, s->conf.tenant_max_bytes,
+					     s->tenant_max_leased_bytes)
+			    : NULL;
 	store_lessee_limit(st, c->lessee, s->conn_max_leased_bytes, c->tenant);
 	c->ns_id = 0;
 	memcpy(c->ns_name, h->ns, h->ns_len);
@@ -582,12 +583,20 @@ static enum srv_next op_match(struct srv_conn *c)
 	rc = !c->ns_id ? 0 :
 	     store_match(st, c->ns_id, (const uint8_t(*)[STORE_KEY_BYTES])b.entries, b.count,
 			 b.aux, c->lessee, &matched, &granted);
-	if (rc == -EDQUOT)
+	if (rc == -EDQUOT) {
+		const struct srv *s = c->w->srv;
+		char conn_b[64] = "", ten_b[80] = "";
+
+		if (s->conn_max_leased_bytes)
+			snprintf(conn_b, sizeof(conn_b), "max_conn_leased_bytes (%" PRIu64 ")",
+				 s->conn_max_leased_bytes);
+		if (c->tenant && s->tenant_max_leased_bytes)
+			snprintf(ten_b, sizeof(ten_b), "%sthe token's tenant_max_leased_bytes (%" PRIu64
+				 ")", conn_b[0] ? " or " : "", s->tenant_max_leased_bytes);
 		return done(reply_err(c, PROTO_STATUS_QUOTA,
-				      "match refused: its lease would pass max_conn_leased_bytes (%"
-				      PRIu64 ")%s; match without a lease, or let leases end",
-				      c->w->srv->conn_max_leased_bytes,
-				      c->tenant ? " or the token's tenant_max_leased_bytes" : ""));
+				      "match refused: its lease would pass %s%s; match without a "
+				      "lease, or let leases end", conn_b, ten_b));
+	}
 	if (rc < 0)
 		return done(reply_err(c, proto_status_from_errno(rc), "match failed: %s",
 				      strerror(-rc)));

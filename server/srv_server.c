@@ -731,6 +731,12 @@ int srv_run(const struct conf *c, int argc, char **argv)
 				   c->dram_capacity_bytes / 4;
 	s->tenant_max_leased_bytes = c->tenant_max_leased_bytes ? c->tenant_max_leased_bytes :
 				     c->dram_capacity_bytes / 2;
+	/* a bound of the whole arena or more bounds nothing: the store then
+	 * keeps leasing MATCHes on their lock-free path (store_lessee_limit) */
+	if (s->conn_max_leased_bytes >= c->dram_capacity_bytes)
+		s->conn_max_leased_bytes = 0;
+	if (s->tenant_max_leased_bytes >= c->dram_capacity_bytes)
+		s->tenant_max_leased_bytes = 0;
 	s->start_ms = srv_now_ms();
 	s->accept_log.per_sec = 1;
 	s->reject_log.per_sec = 1;
