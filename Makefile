@@ -20,9 +20,10 @@
 #                   settings): hit ratios and NVMe bytes written side by side
 #   make bench      build the benchmark tools of tests/bench (tests/bench/compare.sh runs them)
 #   make container-test  build docker/Dockerfile with buildah (no Docker engine), run kvpoold
-#                   from the image, check it from the host (~10 min; not in make test)
+#                   from the image, check it from the host (~10 min; not in make test, in .ci/run)
 #   make install PREFIX=/usr/local DESTDIR=   binaries, library, header, the
-#                   systemd unit and sysusers entry, /etc/kvpool/kvpool.conf (kept if present)
+#                   systemd unit and sysusers entry, /etc/kvpool/kvpool.conf (kept if present);
+#                   then runs ldconfig (LDCONFIG=) unless DESTDIR is set
 #   make clean
 
 PREFIX  ?= /usr/local
@@ -35,6 +36,7 @@ PYDIR   ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX
 SYSCONFDIR ?= /etc
 SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 SYSUSERS_DIR ?= $(PREFIX)/lib/sysusers.d
+LDCONFIG ?= ldconfig
 SAN     ?= 0
 CC      ?= cc
 
@@ -71,7 +73,12 @@ RDMA    ?= 0
 endif
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
+# The one version number: kvpoold's (server/srv_server.h), which the CLI
+# prints too (kvpool --version).
+VERSION := $(shell sed -n 's/^\#define SRV_VERSION "\(.*\)"/\1/p' server/srv_server.h)
+
 CFLAGS  ?=
+CFLAGS  += -DKVPOOL_VERSION='"$(VERSION)"'
 CFLAGS  += -std=gnu11 -g $(OPT) -Wall -Wextra -Wpointer-arith -Werror -fPIC -D_GNU_SOURCE -pthread \
            -Iproto -Istorage -Iconfig -Iclient -Iserver -Irdma -Ietcd $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANLD) -pthread
@@ -191,6 +198,10 @@ UNIT_DEPS_async  := $(UNIT_FAKE) $(LIB_A)
 UNIT_DEPS_client_rdma := $(call obj,tests/unit/fake_rdma_server.c) $(UNIT_FAKE_VERBS) $(UNIT_FAKE) $(LIB_A)
 UNIT_DEPS_server := $(BUILD)/libserver.a $(BUILD)/libstore.a $(BUILD)/libconf.a $(BUILD)/libproto.a
 UNIT_LIBS_server := $(LIBS_SERVER)
+UNIT_DEPS_auth   := $(UNIT_DEPS_server)
+UNIT_LIBS_auth   := $(LIBS_SERVER)
+UNIT_DEPS_memlimit := $(UNIT_DEPS_server)
+UNIT_LIBS_memlimit := $(LIBS_SERVER)
 UNIT_DEPS_admin  := $(UNIT_DEPS_server)
 UNIT_DEPS_events := $(BUILD)/libserver.a $(STORETEST_LIBS) $(BUILD)/libconf.a $(BUILD)/libproto.a
 UNIT_LIBS_admin  := $(LIBS_SERVER)
@@ -262,11 +273,12 @@ $(ROFS): tests/bench/rofs.c
 # stored inputs through a driver built like the other tests
 # ($(BUILD)/tests/fuzz_<target>); make fuzz builds them with clang and
 # libFuzzer into $(BUILD)/fuzz/, objects apart from the gcc ones.
-FUZZ_TARGETS := frame config trace
+FUZZ_TARGETS := frame config trace auth
 FUZZ_REPLAY  := $(patsubst %,$(BUILD)/tests/fuzz_%,$(FUZZ_TARGETS))
 FUZZ_DEPS_frame  := proto/proto.c
 FUZZ_DEPS_config := config/conf.c
 FUZZ_DEPS_trace  := client/cli/trace.c
+FUZZ_DEPS_auth   := server/srv_auth.c server/srv_log.c config/conf.c
 FUZZ_LIBS := -linih -ljson-c -lcrypto
 
 # A static pattern: a free one would let make chain it into the .d files.
@@ -284,7 +296,7 @@ FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 FUZZ_CFLAGS   = -std=gnu11 -g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer-no-link $(FUZZ_SAN) \
-		-Wall -Wextra -Werror -D_GNU_SOURCE -pthread -Iproto -Iconfig -Iclient \
+		-Wall -Wextra -Werror -D_GNU_SOURCE -pthread -Iproto -Iconfig -Iclient -Iserver \
 		$(PKG_CFLAGS) -MMD -MP
 fuzz_obj = $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(1))
 FUZZ_BIN := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
@@ -421,6 +433,12 @@ install: all
 	@# an operator's configuration is never overwritten
 	[ -e $(DESTDIR)$(SYSCONFDIR)/kvpool/kvpool.conf ] || \
 	  install -m 644 config/kvpool.conf $(DESTDIR)$(SYSCONFDIR)/kvpool/kvpool.conf
+	@# the dynamic linker's cache, so that programs find libkvpool.so.0 at once
+	@# (not for a staged DESTDIR install: the package's own scripts do it)
+	@if [ -z "$(DESTDIR)" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then $(LDCONFIG) || echo "make install: $(LDCONFIG) failed"; \
+	  else echo "make install: run '$(LDCONFIG)' as root so that libkvpool.so.0 is found"; fi; \
+	fi
 
 # build/ and every top-level build-*/ directory (BUILD=build-<name> ones);
 # a file called build-something is not a build directory and stays.

@@ -584,6 +584,15 @@ uint64_t kvpool_checksum(const struct iovec *iov, int iovcnt);
  * (0 and negative errnos). Never NULL. */
 const char *kvpool_strerror(int err);
 
+/* The server's own words for the last refusal this thread received: the
+ * message of the last error reply (e.g. "hello refused: the token does
+ * not grant namespace x", "put refused: the token is read-only in
+ * namespace x"), through any handle or kvpool_connect; "" when the last
+ * call got none (a timeout, a miss, a local error). Thread-local storage
+ * of the calling thread: valid until that thread's next call into the
+ * library. Never NULL; cannot fail. Any thread. */
+const char *kvpool_last_server_message(void);
+
 #ifdef __cplusplus
 }
 #endif

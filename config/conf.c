@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <strings.h>
 #include <unistd.h>
 
@@ -136,6 +137,23 @@ static const struct conf_setting settings[] = {
 	  CONF_SPACES_OK | CONF_EMPTY_UNSET | CONF_RELOAD, "FILE",
 	  "auth tokens file (not readable by group or others); unset = no authentication", NULL,
 	  NULL },
+	{ "tenant_max_namespaces", CONF_U32, FIELD(tenant_max_namespaces), "64", 0, 4096, 0, "N",
+	  "with tokens_file: namespaces that may exist under one token's grants before its PUT "
+	  "to a new one answers QUOTA; tokens granting * are exempt; 0 = no limit", NULL,
+	  "namespaces" },
+	{ "tenant_max_bytes", CONF_SIZE, FIELD(tenant_max_bytes), "0", 0, 1024 * TIB, 0, "SIZE",
+	  "with tokens_file: payload bytes of all the namespaces a token created, both tiers; a "
+	  "PUT past it evicts that namespace's own oldest blocks, then answers QUOTA; 0 = no limit",
+	  NULL, "bytes" },
+	{ "tenant_max_leased_bytes", CONF_SIZE, FIELD(tenant_max_leased_bytes), "0", 0, 1024 * TIB,
+	  0, "SIZE",
+	  "with tokens_file: bytes all of one token's connections may hold leased; a MATCH whose "
+	  "lease would pass it answers QUOTA; 0 = half of dram_capacity; dram_capacity or more = "
+	  "no bound", NULL, "bytes" },
+	{ "max_conn_leased_bytes", CONF_SIZE, FIELD(max_conn_leased_bytes), "0", 0, 1024 * TIB, 0,
+	  "SIZE",
+	  "bytes one connection may hold leased; a MATCH whose lease would pass it answers QUOTA; "
+	  "0 = a quarter of dram_capacity; dram_capacity or more = no bound", NULL, "bytes" },
 	{ "allow_unauthenticated", CONF_BOOL, FIELD(allow_unauthenticated), "false", 0, 1, 0,
 	  "BOOL", "serve a non-loopback listen address without tokens_file", NULL, NULL },
 	{ "drain_timeout_ms", CONF_U32, FIELD(drain_timeout_ms), "10000", 0, 3600000, CONF_RELOAD,
@@ -569,6 +587,20 @@ static int parse_number(const struct conf_setting *s, const char *text, uint64_t
 	return 0;
 }
 
+/* Where each setting was last set from ("--port", "KVPOOL_PORT",
+ * "/etc/kvpool/kvpool.conf:12"), for start-up messages (conf_source).
+ * Main thread only, as conf_set. */
+static char set_by[N_SETTINGS][96];
+
+const char *conf_source(const char *key)
+{
+	const struct conf_setting *s = key ? find_setting(key) : NULL;
+
+	if (!s)
+		return NULL;
+	return set_by[s - settings][0] ? set_by[s - settings] : "the default";
+}
+
 int conf_set(struct conf *c, const char *key, const char *value, const char *source,
 	     char *err, size_t err_len)
 {
@@ -599,6 +631,7 @@ int conf_set(struct conf *c, const char *key, const char *value, const char *sou
 		memcpy((char *)c + s->offset, value, strlen(value) + 1);
 	else
 		field_set(c, s, v);
+	snprintf(set_by[s - settings], sizeof(set_by[0]), "%s", source);
 	return 0;
 }
 
@@ -810,6 +843,16 @@ static int load_into(struct conf *tmp, const char *path, char *err, size_t err_l
 		set_err(err, err_len, "%s: cannot open: %s", path, strerror(errno));
 		return rc;
 	}
+	{
+		struct stat st;
+
+		if (fstat(fileno(ctx.fp), &st) == 0 && S_ISDIR(st.st_mode)) {
+			fclose(ctx.fp);
+			set_err(err, err_len, "%s: is a directory: the configuration is a file "
+				"(e.g. %s/kvpool.conf)", path, path);
+			return -EISDIR;
+		}
+	}
 	ret = ini_parse_stream(load_read_line, &ctx, load_handle, &ctx);
 	if (ferror(ctx.fp)) {
 		rc = -EIO;
@@ -1016,7 +1059,8 @@ static bool env_is_client_var(const char *var, size_t len)
 	/* read by libkvpool and the CLI, or naming kvpool's own programs for
 	 * the container entrypoint and the test runner: not typos of settings */
 	static const char *const client_vars[] = {
-		"KVPOOL_TOKEN", "KVPOOL_LIB", "KVPOOL_CLI", "KVPOOL_TEST_DATA",
+		"KVPOOL_TOKEN", "KVPOOL_LIB", "KVPOOL_CLI", "KVPOOL_TEST_DATA", "KVPOOL_URL",
+		"KVPOOL_HEALTH_FILE",
 		"KVPOOL_COPYCOUNT", "KVPOOL_FUZZ_DIR",
 	};
 
@@ -1415,7 +1459,9 @@ void conf_usage(FILE *out)
 		"\n"
 		"  --config FILE, " ENV_CONFIG "\n      INI file to read before applying flags\n"
 		"  --help\n      print this help and exit\n"
-		"  --version\n      print the version and exit\n");
+		"  --version\n      print the version and exit\n"
+		"  --print-config\n      print the effective settings as \"key value\" lines and "
+		"exit\n");
 	for (size_t i = 0; i < N_SETTINGS; i++) {
 		const struct conf_setting *s = &settings[i];
 

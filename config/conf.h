@@ -56,6 +56,15 @@ struct conf {
 	uint32_t admin_port;             /* admin HTTP port on `listen`; default 7471;
 					  * 0 = no admin HTTP */
 	char tokens_file[CONF_PATH_MAX]; /* auth tokens file; "" (default) = no auth */
+	uint32_t tenant_max_namespaces;  /* with auth: namespaces under one token's grants
+					  * (tokens granting "*" exempt); 0 = no limit;
+					  * default 64 */
+	uint64_t tenant_max_bytes;       /* with auth: payload bytes of a token's namespaces;
+					  * 0 (default) = no limit */
+	uint64_t tenant_max_leased_bytes; /* with auth: leased bytes of a token's
+					  * connections; 0 (default) = dram_capacity / 2 */
+	uint64_t max_conn_leased_bytes;  /* leased bytes of one connection; 0 (default) =
+					  * dram_capacity / 4 */
 	int allow_unauthenticated;       /* bool (0/1): serve a non-loopback `listen`
 					  * without tokens_file; default 0 */
 	uint32_t drain_timeout_ms;       /* SIGTERM/SIGINT: longest wait for requests
@@ -98,6 +107,11 @@ int conf_parse_size(const char *text, uint64_t *out);
 int conf_set(struct conf *c, const char *key, const char *value, const char *source,
 	     char *err, size_t err_len);
 
+/* Where setting `key` was last set from by conf_set (its `source`: a
+ * flag, an environment variable, "file:line"), or "the default"; NULL for
+ * an unknown key. For start-up messages; main thread only. */
+const char *conf_source(const char *key);
+
 /* Parse an INI file with libinih: keys at top level or in a [kvpoold]
  * section, as "key = value" or "key : value"; lines may be indented and
  * end in \n or \r\n. Comments: a line whose first non-blank character is
@@ -107,7 +121,8 @@ int conf_set(struct conf *c, const char *key, const char *value, const char *sou
  * Debian build, less its NUL): a listen address longer than 192 bytes
  * must come from --listen. Each key may appear once per file (a later
  * --config file may set it again). *c is changed only on success.
- * Errors: -errno if the file cannot be opened, -EIO on a read error, or
+ * Errors: -errno if the file cannot be opened, -EISDIR for a directory,
+ * -EIO on a read error, or
  * the error of the first bad line, with "file:line:" in the message: a
  * conf_set error, -ENOENT (a key in another section), -EINVAL (syntax
  * error, a line longer than 199 bytes or holding a NUL byte, a key set

@@ -45,17 +45,43 @@ check_tokens_file() {
 		die "tokens_file $KVPOOL_TOKENS_FILE is missing or not readable by uid $(id -u)"
 }
 
+# Where kvpoold really listens, from its own reading of every source
+# (flags after the image name, KVPOOL_* variables, --config files): the
+# health check must not guess from the environment alone.
+HEALTH_FILE=${KVPOOL_HEALTH_FILE:-/tmp/kvpool-health.env}
+record_endpoints() {
+	settings=$("$KVPOOLD" --print-config "$@" 2>/dev/null) || return 0
+	listen=$(printf '%s\n' "$settings" | sed -n 's/^listen //p')
+	port=$(printf '%s\n' "$settings" | sed -n 's/^port //p')
+	admin=$(printf '%s\n' "$settings" | sed -n 's/^admin_port //p')
+	# a wildcard address is reached on loopback
+	case "$listen" in
+	0.0.0.0 | "") listen=127.0.0.1 ;;
+	:: | "[::]") listen=::1 ;;
+	esac
+	case "$listen" in *:*) listen="[$listen]" ;; esac
+	umask 077
+	printf 'HEALTH_HOST=%s\nHEALTH_PORT=%s\nHEALTH_ADMIN_PORT=%s\n' "$listen" "$port" "$admin" \
+		>"$HEALTH_FILE.tmp" 2>/dev/null && mv "$HEALTH_FILE.tmp" "$HEALTH_FILE" 2>/dev/null || true
+}
+
 # Health of the kvpoold next to us: its admin port's /healthz (503 while it
 # starts or drains), or with the admin port off, an answer on the data
-# port. A CLI without "kvpool health" falls back to a PING.
+# port. A CLI without "kvpool health" falls back to a PING. The address
+# and ports are the ones kvpoold was started with (record_endpoints), else
+# those of the environment.
 health() {
-	url="tcp://127.0.0.1:${KVPOOL_PORT:-7470}"
-	admin_port=${KVPOOL_ADMIN_PORT:-7471}
+	HEALTH_HOST=127.0.0.1 HEALTH_PORT=${KVPOOL_PORT:-7470} HEALTH_ADMIN_PORT=${KVPOOL_ADMIN_PORT:-7471}
+	if [ -r "$HEALTH_FILE" ]; then
+		. "$HEALTH_FILE"
+	fi
+	url="tcp://$HEALTH_HOST:$HEALTH_PORT"
+	admin_port=$HEALTH_ADMIN_PORT
 	if ! "$KVPOOL_CLI" health --help >/dev/null 2>&1; then
 		exec "$KVPOOL_CLI" ping --server "$url" "$@"
 	fi
 	if [ "$admin_port" != 0 ]; then
-		exec "$KVPOOL_CLI" health --admin "127.0.0.1:$admin_port" "$@"
+		exec "$KVPOOL_CLI" health --admin "$HEALTH_HOST:$admin_port" "$@"
 	fi
 	exec "$KVPOOL_CLI" health --server "$url" "$@"
 }
@@ -69,7 +95,8 @@ kvpoold | -*)
 	check_nvme_dir
 	check_tokens_file
 	# the CLI's variables are not settings: keep them from kvpoold's warnings
-	exec env -u KVPOOL_CLI -u KVPOOL_TOKEN "$KVPOOLD" "$@"
+	record_endpoints "$@"
+	exec env -u KVPOOL_CLI -u KVPOOL_TOKEN -u KVPOOL_URL -u KVPOOL_HEALTH_FILE "$KVPOOLD" "$@"
 	;;
 health)
 	shift

@@ -12,6 +12,7 @@
  * unknown format, out of memory).
  */
 #include <stdio.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "proto.h"
 #include "srv_lifecycle.h"
 #include "srv_log.h"
+#include "srv_memlimit.h"
 #include "srv_server.h"
 
 /* --version and --help are answered before the settings are parsed, so
@@ -31,12 +33,54 @@ static int early_flag(int argc, char **argv, const char *name)
 	return 0;
 }
 
+/* Add to err where the setting it starts with ("listen: ...",
+ * "tokens_file: ...") or `key` came from: "(listen from --listen)". */
+static void name_source(char *err, size_t err_len, const char *key)
+{
+	char name[64];
+	size_t n = strcspn(err, ": (");
+	const char *src;
+
+	if (!key) {
+		if (n == 0 || n >= sizeof(name))
+			return;
+		memcpy(name, err, n);
+		name[n] = '\0';
+		key = name;
+	}
+	src = conf_source(key);
+	if (src && strlen(err) + strlen(key) + strlen(src) + 16 < err_len)
+		snprintf(err + strlen(err), err_len - strlen(err), " (%s from %s)", key, src);
+}
+
+/* Take --print-config out of argv (the settings parser does not know it);
+ * returns whether it was there. */
+static int take_print_config(int *argc, char **argv)
+{
+	int found = 0, n = 1;
+
+	for (int i = 1; i < *argc; i++) {
+		if (!strcmp(argv[i], "--print-config"))
+			found = 1;
+		else
+			argv[n++] = argv[i];
+	}
+	argv[n] = NULL;
+	*argc = n;
+	return found;
+}
+
 int main(int argc, char **argv)
 {
 	struct conf c;
 	char err[512];
-	int help = 0, unprotected = 0;
+	int help = 0, unprotected = 0, print_config;
+	char cg_source[600] = "";
+	uint64_t cg_bytes;
 
+	/* Everything kvpoold creates (NVMe segments, the RocksDB index) holds
+	 * tenants' data: owner only, whatever umask it was started with. */
+	umask(077);
 	if (early_flag(argc, argv, "--version")) {
 		printf("kvpoold %s (protocol %d)\n", SRV_VERSION, PROTO_VERSION);
 		return 0;
@@ -45,11 +89,35 @@ int main(int argc, char **argv)
 		conf_usage(stdout);
 		return 0;
 	}
-	if (conf_load(&c, argc, argv, environ, stderr, &help, err, sizeof(err)) < 0 ||
-	    (!help && srv_check_dram(c.dram_capacity_bytes, srv_phys_bytes(),
-				     srv_cgroup_memory_max(), err, sizeof(err)) < 0) ||
-	    (!help && srv_check_paths(&c, err, sizeof(err)) < 0) ||
-	    (!help && srv_protected_check(&c, &unprotected, err, sizeof(err)) < 0)) {
+	/* --print-config: the effective settings (defaults, --config files,
+	 * KVPOOL_* and flags) as "key value" lines, then exit; for scripts
+	 * such as the container's health check */
+	print_config = take_print_config(&argc, argv);
+	if (conf_load(&c, argc, argv, environ, stderr, &help, err, sizeof(err)) < 0) {
+		fprintf(stderr, "kvpoold: %s\n", err);
+		return 2;
+	}
+	if (print_config && !help) {
+		conf_print(&c, stdout);
+		return 0;
+	}
+	/* the memory limit: the cgroups /proc/self/cgroup leads to (v1 or v2,
+	 * nested ones included), else the old fixed cgroup v2 file */
+	cg_bytes = srv_cgroup_memory_limit("/proc/self/cgroup", "/sys/fs/cgroup", cg_source,
+					   sizeof(cg_source));
+	if (!cg_bytes)
+		cg_bytes = srv_cgroup_memory_max();
+	/* the checks below name the setting; say where it was set */
+	if ((!help && srv_check_dram(c.dram_capacity_bytes, srv_phys_bytes(), cg_bytes, err,
+				     sizeof(err)) < 0 &&
+	     (name_source(err, sizeof(err), "dram_capacity"), 1)) ||
+	    (!help && srv_check_dram_room(c.dram_capacity_bytes, srv_phys_bytes(), cg_bytes,
+					  cg_source[0] ? cg_source : NULL, err, sizeof(err)) < 0 &&
+	     (name_source(err, sizeof(err), "dram_capacity"), 1)) ||
+	    (!help && srv_check_paths(&c, err, sizeof(err)) < 0 &&
+	     (name_source(err, sizeof(err), NULL), 1)) ||
+	    (!help && srv_protected_check(&c, &unprotected, err, sizeof(err)) < 0 &&
+	     (name_source(err, sizeof(err), "listen"), 1))) {
 		fprintf(stderr, "kvpoold: %s\n", err);
 		return 2;
 	}

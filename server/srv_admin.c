@@ -4,7 +4,10 @@
  */
 #include "srv_admin.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
@@ -18,6 +21,7 @@
 #include <unistd.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -33,7 +37,11 @@
 #include "store.h"
 
 #define ADMIN_BACKLOG 64
-#define ADMIN_TIMEOUT_S 30          /* a request that takes longer is dropped */
+#define ADMIN_TIMEOUT_S 10          /* a request not read or written by then is dropped */
+#define ADMIN_MAX_CONNS 16          /* open admin connections (taken from the 64 descriptors
+				     * kvpoold keeps aside); accepting pauses beyond */
+#define ADMIN_PAUSE_MS 100          /* accept() failed (EMFILE...): pause this long */
+#define ADMIN_CAP_CHECK_MS 200      /* at the cap: look for a closed connection this often */
 #define ADMIN_MAX_HEADERS_BYTES 16384
 #define ADMIN_MAX_BODY_BYTES 4096   /* GET has no body; anything more is junk */
 
@@ -45,6 +53,15 @@ struct srv_admin {
 	struct event *ev_stop;
 	pthread_t thread;
 	int started;
+	/* Connection cap and accept errors (admin thread only once it runs). */
+	struct evconnlistener *lis;
+	uint16_t port;              /* admin port, to count its connections */
+	struct event *ev_cap_check; /* while cap_paused: has one closed? */
+	int cap_paused;             /* accepting paused: conns reached the cap */
+	int err_paused;             /* accepting paused: accept() failed */
+	struct event *ev_resume;    /* ends err_paused */
+	struct srv_ratelimit log_rl; /* accept failure lines */
+	uint64_t accept_errors, cap_pauses;
 };
 
 static const char *state_name(int st)
@@ -205,6 +222,160 @@ static void admin_request(struct evhttp_request *req, void *arg)
 			   "no such page; try /metrics, /healthz or /stats\n");
 }
 
+/* ---- connection cap and accept errors --------------------------------------- */
+
+/* Accept again when neither the cap nor an accept error holds it back. */
+static void admin_accept_maybe_resume(struct srv_admin *a)
+{
+	if (!a->cap_paused && !a->err_paused && a->lis)
+		evconnlistener_enable(a->lis);
+}
+
+/* Open admin connections: the sockets of this process bound to the admin
+ * port, less the listener. libevent 2.1's evhttp neither caps nor counts
+ * its connections and tells nothing when one that never sent a whole
+ * request is closed, so they are counted from the descriptors; this runs
+ * only when a connection is accepted and while accepting is paused. */
+static uint32_t admin_count_conns(const struct srv_admin *a)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	uint32_t n = 0;
+
+	if (!d)
+		return 0; /* no /proc: no cap rather than no admin port */
+	while ((e = readdir(d))) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+		int fd = atoi(e->d_name), listening = 0;
+		socklen_t ol = sizeof(listening);
+		uint16_t port;
+
+		if (fd <= 2 || fd == dirfd(d) ||
+		    getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+			continue;
+		if (ss.ss_family == AF_INET)
+			port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+		else if (ss.ss_family == AF_INET6)
+			port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+		else
+			continue;
+		if (port != a->port ||
+		    getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) < 0 || listening)
+			continue;
+		n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* While paused at the cap: resume once a connection went. */
+static void admin_cap_check_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct srv_admin *a = arg;
+
+	(void)fd;
+	(void)what;
+	if (!a->cap_paused || admin_count_conns(a) >= ADMIN_MAX_CONNS)
+		return;
+	a->cap_paused = 0;
+	event_del(a->ev_cap_check);
+	admin_accept_maybe_resume(a);
+}
+
+/* evhttp's bufferevent for each accepted connection (a plain socket one):
+ * the hook where a new connection is seen. At the cap, accepting pauses
+ * until one closes (checked every ADMIN_CAP_CHECK_MS); further clients
+ * wait in the kernel's backlog and time out there, not in our
+ * descriptors. */
+static struct bufferevent *admin_bev(struct event_base *base, void *arg)
+{
+	struct srv_admin *a = arg;
+	struct timeval tv = { .tv_sec = 0, .tv_usec = ADMIN_CAP_CHECK_MS * 1000 };
+	uint64_t suppressed = 0;
+
+	if (!a->cap_paused && admin_count_conns(a) >= ADMIN_MAX_CONNS) {
+		a->cap_paused = 1;
+		a->cap_pauses++;
+		evconnlistener_disable(a->lis);
+		if (event_add(a->ev_cap_check, &tv) < 0) {
+			a->cap_paused = 0; /* no timer: never stay paused */
+			admin_accept_maybe_resume(a);
+		} else if (srv_ratelimit_allow(&a->log_rl, srv_now_ms(), &suppressed)) {
+			srv_warn("admin: %d connections open: not accepting more until one closes",
+				 ADMIN_MAX_CONNS);
+		}
+	}
+	return bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+}
+
+static void admin_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct srv_admin *a = arg;
+
+	(void)fd;
+	(void)what;
+	a->err_paused = 0;
+	admin_accept_maybe_resume(a);
+}
+
+/* The listener's callback argument is evhttp's (evhttp_bind_listener
+ * sets it), so the error callback finds its srv_admin here. */
+static pthread_mutex_t admins_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct srv_admin *admins[16];
+
+static void admin_register(struct srv_admin *a, int on)
+{
+	pthread_mutex_lock(&admins_lock);
+	for (size_t i = 0; i < sizeof(admins) / sizeof(admins[0]); i++) {
+		if (on && !admins[i]) {
+			admins[i] = a;
+			break;
+		}
+		if (!on && admins[i] == a)
+			admins[i] = NULL;
+	}
+	pthread_mutex_unlock(&admins_lock);
+}
+
+static struct srv_admin *admin_of_listener(const struct evconnlistener *lis)
+{
+	struct srv_admin *a = NULL;
+
+	pthread_mutex_lock(&admins_lock);
+	for (size_t i = 0; i < sizeof(admins) / sizeof(admins[0]) && !a; i++)
+		if (admins[i] && admins[i]->lis == lis)
+			a = admins[i];
+	pthread_mutex_unlock(&admins_lock);
+	return a;
+}
+
+/* accept() failed (out of descriptors, most likely): an enabled listener
+ * would fail again at once, forever; pause it and say so once a second. */
+static void admin_accept_error(struct evconnlistener *lis, void *arg)
+{
+	struct srv_admin *a = admin_of_listener(lis);
+	struct timeval tv = { .tv_sec = 0, .tv_usec = ADMIN_PAUSE_MS * 1000 };
+	int err = EVUTIL_SOCKET_ERROR();
+	uint64_t suppressed = 0;
+
+	(void)arg; /* evhttp's */
+	if (!a) {
+		evconnlistener_disable(lis); /* cannot happen: never spin */
+		return;
+	}
+	a->accept_errors++;
+	if (srv_ratelimit_allow(&a->log_rl, srv_now_ms(), &suppressed))
+		srv_warn("admin: accept failed: %s; pausing %d ms (%" PRIu64 " more such failures "
+			 "not logged)", strerror(err), ADMIN_PAUSE_MS, suppressed);
+	evconnlistener_disable(lis);
+	a->err_paused = 1;
+	if (!a->ev_resume || evtimer_add(a->ev_resume, &tv) < 0) {
+		a->err_paused = 0;
+		admin_accept_maybe_resume(a);
+	}
+}
+
 /* ---- thread, start and stop ------------------------------------------------ */
 
 static void stop_cb(evutil_socket_t fd, short what, void *arg)
@@ -265,13 +436,20 @@ static int admin_bind(struct srv_admin *a, const char *listen, uint16_t port)
 	rc = lis ? 0 : -errno;
 	freeaddrinfo(ai);
 	if (rc < 0) {
-		srv_err("cannot listen on %s admin_port %u: %s", listen, port, strerror(-rc));
+		srv_err("cannot listen on %s admin_port %u (the admin HTTP port): %s%s", listen, port,
+			strerror(-rc),
+			rc == -EADDRINUSE ? "; set admin_port to a free port, or 0 for no admin HTTP"
+					  : "");
 		return rc;
 	}
 	if (!evhttp_bind_listener(a->http, lis)) {
 		evconnlistener_free(lis);
 		return -ENOMEM;
 	}
+	a->lis = lis;
+	a->port = port;
+	admin_register(a, 1);
+	evconnlistener_set_error_cb(lis, admin_accept_error);
 	bound_name(evconnlistener_get_fd(lis), where, sizeof(where));
 	srv_info("admin http on %s (/metrics /healthz /stats)", where);
 	return 0;
@@ -297,6 +475,12 @@ static int admin_init(struct srv_admin *a)
 	evhttp_set_max_headers_size(a->http, ADMIN_MAX_HEADERS_BYTES);
 	evhttp_set_max_body_size(a->http, ADMIN_MAX_BODY_BYTES);
 	evhttp_set_gencb(a->http, admin_request, a);
+	evhttp_set_bevcb(a->http, admin_bev, a);
+	a->log_rl.per_sec = 1;
+	a->ev_resume = evtimer_new(a->base, admin_resume_cb, a);
+	a->ev_cap_check = event_new(a->base, -1, EV_PERSIST, admin_cap_check_cb, a);
+	if (!a->ev_resume || !a->ev_cap_check)
+		return -ENOMEM;
 	a->stop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (a->stop_fd < 0)
 		return -errno;
@@ -368,8 +552,13 @@ void srv_admin_stop(struct srv_admin *a)
 			srv_err("admin: eventfd write: %s", strerror(errno));
 		pthread_join(a->thread, NULL);
 	}
+	admin_register(a, 0);
 	if (a->http)
 		evhttp_free(a->http);
+	if (a->ev_resume)
+		event_free(a->ev_resume);
+	if (a->ev_cap_check)
+		event_free(a->ev_cap_check);
 	if (a->ev_stop)
 		event_free(a->ev_stop);
 	if (a->stop_fd >= 0)

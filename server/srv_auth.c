@@ -19,19 +19,26 @@
 
 #include "conf.h"
 #include "proto.h"
+#include "srv_log.h"
 
 #define AUTH_FILE_MAX_BYTES (16u << 20)
+#define AUTH_WARNINGS_MAX 32
+/* A grant word ending in one of these is a prefix (README's "team-a/"). */
+#define AUTH_SEPARATORS "/:.-_"
 
-struct auth_prefix {
-	char *text; /* NUL-terminated; "" matches every namespace ("*") */
+/* A namespace grant: an exact name, or a prefix ("" for "*"). */
+struct auth_grant {
+	char *text; /* NUL-terminated */
 	size_t len;
+	bool is_prefix;
+	unsigned line; /* of the tokens file, for warnings */
 };
 
 struct auth_token {
 	uint8_t digest[SRV_AUTH_DIGEST_BYTES];
 	enum srv_access access;
-	struct auth_prefix *prefixes;
-	uint32_t nprefixes;
+	struct auth_grant *grants;
+	uint32_t ngrants;
 };
 
 struct auth_quota {
@@ -47,6 +54,10 @@ struct auth_table {
 	uint32_t ntokens, tokens_cap;
 	struct auth_quota *quotas;
 	uint32_t nquotas, quotas_cap;
+	char **warnings; /* one line each, AUTH_WARNINGS_MAX at most */
+	uint32_t nwarnings;
+	uint32_t warnings_dropped; /* found beyond AUTH_WARNINGS_MAX */
+	uint32_t exact_grants;     /* grants of exactly one name */
 };
 
 struct srv_auth {
@@ -85,10 +96,13 @@ static void table_free(struct auth_table *t)
 	if (!t)
 		return;
 	for (uint32_t i = 0; i < t->ntokens; i++) {
-		for (uint32_t j = 0; j < t->tokens[i].nprefixes; j++)
-			free(t->tokens[i].prefixes[j].text);
-		free(t->tokens[i].prefixes);
+		for (uint32_t j = 0; j < t->tokens[i].ngrants; j++)
+			free(t->tokens[i].grants[j].text);
+		free(t->tokens[i].grants);
 	}
+	for (uint32_t i = 0; i < t->nwarnings; i++)
+		free(t->warnings[i]);
+	free(t->warnings);
 	free(t->tokens);
 	for (uint32_t i = 0; i < t->nquotas; i++)
 		free(t->quotas[i].name);
@@ -145,20 +159,36 @@ static char *next_word(char **cur)
 	return w;
 }
 
-/* Append one prefix to token tk. Errors: -ENOMEM. */
-static int token_add_prefix(struct auth_token *tk, const char *text)
+/* Parse one grant word w (see srv_auth.h) and append it to token tk.
+ * Errors: -EINVAL (message in p->err), -ENOMEM. */
+static int token_add_grant(struct auth_parse *p, struct auth_token *tk, const char *w)
 {
-	struct auth_prefix *p = realloc(tk->prefixes, (tk->nprefixes + 1) * sizeof(*p));
-	const char *src = strcmp(text, "*") == 0 ? "" : text;
+	size_t len = strlen(w);
+	struct auth_grant *g;
+	const char *star = strchr(w, '*');
+	bool is_prefix;
 
-	if (!p)
-		return -ENOMEM;
-	tk->prefixes = p;
-	p[tk->nprefixes].text = strdup(src);
-	if (!p[tk->nprefixes].text)
-		return -ENOMEM;
-	p[tk->nprefixes].len = strlen(src);
-	tk->nprefixes++;
+	if (len > PROTO_NAME_MAX_BYTES)
+		return perr(p, -EINVAL, "grant longer than %d bytes", PROTO_NAME_MAX_BYTES);
+	if (star && star != w + len - 1)
+		return perr(p, -EINVAL, "grant \"%s\": '*' may only end a grant (PREFIX* or *)", w);
+	is_prefix = star || strchr(AUTH_SEPARATORS, w[len - 1]);
+	if (star)
+		len--;
+	g = realloc(tk->grants, (tk->ngrants + 1) * sizeof(*g));
+	if (!g)
+		return perr(p, -ENOMEM, "out of memory");
+	tk->grants = g;
+	g = &g[tk->ngrants];
+	g->text = strndup(w, len);
+	if (!g->text)
+		return perr(p, -ENOMEM, "out of memory");
+	g->len = len;
+	g->is_prefix = is_prefix;
+	g->line = p->line;
+	tk->ngrants++;
+	if (!is_prefix)
+		p->t->exact_grants++;
 	return 0;
 }
 
@@ -189,7 +219,7 @@ static int parse_token_line(struct auth_parse *p, char *line)
 		return perr(p, -EINVAL, "token of %zu bytes: tokens have %d..%d bytes", len,
 			    SRV_AUTH_TOKEN_MIN_BYTES, PROTO_TOKEN_MAX_BYTES);
 	if (!acc || (strcmp(acc, "ro") && strcmp(acc, "rw")))
-		return perr(p, -EINVAL, "expected \"TOKEN ro|rw PREFIX...\": access must be ro or rw");
+		return perr(p, -EINVAL, "expected \"TOKEN ro|rw GRANT...\": access must be ro or rw");
 	if (tokens_grow(p->t) < 0)
 		return perr(p, -ENOMEM, "out of memory");
 	tk = &p->t->tokens[p->t->ntokens];
@@ -200,13 +230,13 @@ static int parse_token_line(struct auth_parse *p, char *line)
 	tk->access = acc[1] == 'w' ? SRV_ACCESS_RW : SRV_ACCESS_RO;
 	p->t->ntokens++; /* owned by the table from here, freed with it */
 	while ((w = next_word(&cur))) {
-		if (strlen(w) > PROTO_NAME_MAX_BYTES)
-			return perr(p, -EINVAL, "prefix longer than %d bytes", PROTO_NAME_MAX_BYTES);
-		if (token_add_prefix(tk, w) < 0)
-			return perr(p, -ENOMEM, "out of memory");
+		int rc = token_add_grant(p, tk, w);
+
+		if (rc < 0)
+			return rc;
 	}
-	if (!tk->nprefixes)
-		return perr(p, -EINVAL, "token without a namespace prefix (\"*\" grants every namespace)");
+	if (!tk->ngrants)
+		return perr(p, -EINVAL, "token without a namespace grant (\"*\" grants every namespace)");
 	return 0;
 }
 
@@ -263,12 +293,27 @@ static int parse_quota_line(struct auth_parse *p, char *line)
 	return 0;
 }
 
+/* Cut a comment off s in place, by kvpool.conf's rules: a line whose
+ * first non-blank byte is '#' or ';' is all comment, and so is the rest
+ * of a line from a '#' or ';' that follows a blank. */
+static void cut_comment(char *s)
+{
+	for (char *c = s; *c; c++) {
+		if ((*c == '#' || *c == ';') && (c == s || c[-1] == ' ' || c[-1] == '\t')) {
+			*c = '\0';
+			return;
+		}
+	}
+}
+
 /* One line of the file (NUL-terminated, line end removed). */
 static int parse_line(struct auth_parse *p, char *line, bool *in_quota)
 {
 	char *s = trim(line);
 
-	if (!*s || *s == '#')
+	cut_comment(s);
+	s = trim(s);
+	if (!*s)
 		return 0;
 	if (*s == '[') {
 		if (!strcmp(s, "[tokens]"))
@@ -291,6 +336,8 @@ static int parse_text(struct auth_parse *p, char *text, size_t len)
 
 	if (memchr(text, '\0', len))
 		return perr(p, -EINVAL, "NUL byte in the file");
+	if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0)
+		line += 3; /* a UTF-8 byte order mark, as kvpool.conf allows */
 	while (line && *line) {
 		char *nl = strchr(line, '\n');
 
@@ -351,10 +398,146 @@ static int read_checked(int fd, const char *path, char **text, size_t *len, char
 	return 0;
 }
 
+/* Add one warning line to t (dropped, but counted, past the cap). */
+static void warn_add(struct auth_table *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void warn_add(struct auth_table *t, const char *fmt, ...)
+{
+	char **v;
+	char *line = NULL;
+	va_list ap;
+
+	if (t->nwarnings == AUTH_WARNINGS_MAX) {
+		t->warnings_dropped++;
+		return;
+	}
+	va_start(ap, fmt);
+	if (vasprintf(&line, fmt, ap) < 0)
+		line = NULL;
+	va_end(ap);
+	v = line ? realloc(t->warnings, (t->nwarnings + 1) * sizeof(*v)) : NULL;
+	if (!v) {
+		free(line);
+		t->warnings_dropped++;
+		return;
+	}
+	t->warnings = v;
+	v[t->nwarnings++] = line;
+}
+
+/* The "*" that shows a prefix grant as written: "" for an exact name or
+ * a prefix that ends in a separator. */
+static const char *grant_star(const struct auth_grant *g)
+{
+	if (!g->is_prefix || (g->len && strchr(AUTH_SEPARATORS, g->text[g->len - 1])))
+		return "";
+	return "*";
+}
+
+struct grant_ref {
+	const struct auth_grant *g;
+	uint32_t token;
+};
+
+/* Sort grants by text, a prefix before an exact name of the same text. */
+static int grant_ref_cmp(const void *a, const void *b)
+{
+	const struct auth_grant *x = ((const struct grant_ref *)a)->g;
+	const struct auth_grant *y = ((const struct grant_ref *)b)->g;
+	size_t n = x->len < y->len ? x->len : y->len;
+	int c = memcmp(x->text, y->text, n);
+
+	if (c)
+		return c;
+	if (x->len != y->len)
+		return x->len < y->len ? -1 : 1;
+	return (int)y->is_prefix - (int)x->is_prefix;
+}
+
+/* Does tk hold prefix grant p too (the two share everything under it)? */
+static bool token_has_prefix(const struct auth_token *tk, const struct auth_grant *p)
+{
+	for (uint32_t i = 0; i < tk->ngrants; i++)
+		if (tk->grants[i].is_prefix && tk->grants[i].len == p->len &&
+		    memcmp(tk->grants[i].text, p->text, p->len) == 0)
+			return true;
+	return false;
+}
+
+/* Warn about each prefix grant (other than "*") that covers a grant of
+ * another token: "team-a*" of one token opens "team-ab/" of another.
+ * Two tokens with the very same prefix share it on purpose (a tenant's
+ * rw and ro tokens): neither that prefix nor what lies under it is
+ * warned about. Sorting puts every grant a
+ * prefix covers right after it, so this is O(n log n + overlaps). */
+static void warn_overlaps(struct auth_table *t, const char *path)
+{
+	struct grant_ref *v;
+	size_t n = 0, k = 0, steps = 0;
+
+	for (uint32_t i = 0; i < t->ntokens; i++)
+		n += t->tokens[i].ngrants;
+	if (n < 2)
+		return;
+	v = malloc(n * sizeof(*v));
+	if (!v)
+		return; /* the warnings are advice: without memory, none */
+	for (uint32_t i = 0; i < t->ntokens; i++)
+		for (uint32_t j = 0; j < t->tokens[i].ngrants; j++)
+			v[k++] = (struct grant_ref){ &t->tokens[i].grants[j], i };
+	qsort(v, n, sizeof(*v), grant_ref_cmp);
+	for (size_t i = 0; i < n && steps < (1u << 22); i++) {
+		const struct auth_grant *p = v[i].g;
+
+		if (!p->is_prefix || p->len == 0)
+			continue;
+		for (size_t j = i + 1; j < n && steps < (1u << 22); j++, steps++) {
+			const struct auth_grant *g = v[j].g;
+
+			if (g->len < p->len || memcmp(g->text, p->text, p->len) != 0)
+				break;
+			if (v[j].token == v[i].token || (g->is_prefix && g->len == p->len) ||
+			    token_has_prefix(&t->tokens[v[j].token], p))
+				continue;
+			warn_add(t, "tokens_file %s:%u: grant \"%s%s\" also covers \"%s%s\" of the "
+				 "token on line %u: that token's namespaces are open to both", path,
+				 p->line, p->text, grant_star(p), g->text, grant_star(g), g->line);
+		}
+	}
+	free(v);
+}
+
+/* Parse text[0..len) (which need not be NUL-terminated) into a new table,
+ * naming the file `path` in messages. */
+static int table_parse(const char *path, const char *text, size_t len, struct auth_table **out,
+		       char *err, size_t err_len)
+{
+	struct auth_parse p = { .path = path, .err = err, .err_len = err_len };
+	char *copy = malloc(len + 1);
+	int rc;
+
+	if (!copy)
+		return -ENOMEM;
+	memcpy(copy, text, len);
+	copy[len] = '\0';
+	p.t = calloc(1, sizeof(*p.t));
+	if (!p.t) {
+		free(copy);
+		return -ENOMEM;
+	}
+	rc = parse_text(&p, copy, len);
+	free(copy);
+	if (rc < 0) {
+		table_free(p.t);
+		return rc;
+	}
+	warn_overlaps(p.t, path);
+	*out = p.t;
+	return 0;
+}
+
 /* Load path into a new table. */
 static int table_load(const char *path, struct auth_table **out, char *err, size_t err_len)
 {
-	struct auth_parse p = { .path = path, .err = err, .err_len = err_len };
 	char *text = NULL;
 	size_t len = 0;
 	int fd, rc;
@@ -369,36 +552,66 @@ static int table_load(const char *path, struct auth_table **out, char *err, size
 	close(fd);
 	if (rc < 0)
 		return rc;
-	p.t = calloc(1, sizeof(*p.t));
-	if (!p.t) {
-		free(text);
+	rc = table_parse(path, text, len, out, err, err_len);
+	free(text);
+	return rc;
+}
+
+/* Wrap a new table in a handle. */
+static int auth_wrap(struct auth_table *t, struct srv_auth **out)
+{
+	struct srv_auth *a = calloc(1, sizeof(*a));
+
+	if (!a) {
+		table_free(t);
 		return -ENOMEM;
 	}
-	rc = parse_text(&p, text, len);
-	free(text);
-	if (rc < 0) {
-		table_free(p.t);
-		return rc;
-	}
-	*out = p.t;
+	a->t = t;
+	pthread_rwlock_init(&a->lock, NULL);
+	*out = a;
 	return 0;
 }
 
 int srv_auth_load(const char *path, struct srv_auth **out, char *err, size_t err_len)
 {
-	struct srv_auth *a = calloc(1, sizeof(*a));
-	int rc;
+	struct auth_table *t = NULL;
+	int rc = table_load(path, &t, err, err_len);
 
-	if (!a)
-		return -ENOMEM;
-	rc = table_load(path, &a->t, err, err_len);
-	if (rc < 0) {
-		free(a);
-		return rc;
+	return rc < 0 ? rc : auth_wrap(t, out);
+}
+
+int srv_auth_parse(const char *name, const void *text, size_t len, struct srv_auth **out,
+		   char *err, size_t err_len)
+{
+	struct auth_table *t = NULL;
+	int rc = table_parse(name, text, len, &t, err, err_len);
+
+	return rc < 0 ? rc : auth_wrap(t, out);
+}
+
+void srv_auth_each_warning(struct srv_auth *a, void (*fn)(void *arg, const char *line), void *arg)
+{
+	char more[96];
+
+	pthread_rwlock_rdlock(&a->lock);
+	for (uint32_t i = 0; i < a->t->nwarnings; i++)
+		fn(arg, a->t->warnings[i]);
+	if (a->t->warnings_dropped) {
+		snprintf(more, sizeof(more), "tokens_file: %u more overlapping grants not listed",
+			 a->t->warnings_dropped);
+		fn(arg, more);
 	}
-	pthread_rwlock_init(&a->lock, NULL);
-	*out = a;
-	return 0;
+	pthread_rwlock_unlock(&a->lock);
+}
+
+uint32_t srv_auth_exact_grants(struct srv_auth *a)
+{
+	uint32_t n;
+
+	pthread_rwlock_rdlock(&a->lock);
+	n = a->t->exact_grants;
+	pthread_rwlock_unlock(&a->lock);
+	return n;
 }
 
 int srv_auth_reload(struct srv_auth *a, const char *path, uint32_t *tokens, uint32_t *quotas,
@@ -440,6 +653,19 @@ int srv_auth_known(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTE
 	return known;
 }
 
+bool srv_auth_grants_all(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTES])
+{
+	const struct auth_token *tk;
+	bool all = false;
+
+	pthread_rwlock_rdlock(&a->lock);
+	tk = token_find(a->t, digest);
+	for (uint32_t i = 0; tk && i < tk->ngrants; i++)
+		all |= tk->grants[i].is_prefix && tk->grants[i].len == 0;
+	pthread_rwlock_unlock(&a->lock);
+	return all;
+}
+
 /* Does name start with prefix p? */
 static bool prefix_of(const char *p, size_t plen, const char *name, size_t len)
 {
@@ -454,8 +680,11 @@ enum srv_access srv_auth_access(struct srv_auth *a, const uint8_t digest[SRV_AUT
 
 	pthread_rwlock_rdlock(&a->lock);
 	tk = token_find(a->t, digest);
-	for (uint32_t i = 0; tk && i < tk->nprefixes; i++) {
-		if (prefix_of(tk->prefixes[i].text, tk->prefixes[i].len, ns, ns_len)) {
+	for (uint32_t i = 0; tk && i < tk->ngrants; i++) {
+		const struct auth_grant *g = &tk->grants[i];
+
+		if (g->is_prefix ? prefix_of(g->text, g->len, ns, ns_len)
+				 : g->len == ns_len && memcmp(g->text, ns, ns_len) == 0) {
 			access = tk->access;
 			break;
 		}
@@ -494,4 +723,23 @@ void srv_auth_counts(struct srv_auth *a, uint32_t *tokens, uint32_t *quotas)
 	if (quotas)
 		*quotas = a->t->nquotas;
 	pthread_rwlock_unlock(&a->lock);
+}
+
+static void log_warning(void *arg, const char *line)
+{
+	(void)arg;
+	srv_warn("%s", line);
+}
+
+void srv_auth_log_loaded(struct srv_auth *a, const char *what, const char *path)
+{
+	uint32_t tokens = 0, quotas = 0, exact = srv_auth_exact_grants(a);
+
+	srv_auth_counts(a, &tokens, &quotas);
+	srv_info("%sauth: %u tokens and %u quotas from %s", what, tokens, quotas, path);
+	if (exact)
+		srv_info("%sauth: %u grants name exactly one namespace (a grant ending in one of "
+			 "\"" AUTH_SEPARATORS "\" or '*' is a prefix; a bare name is no prefix any more)",
+			 what, exact);
+	srv_auth_each_warning(a, log_warning, NULL);
 }

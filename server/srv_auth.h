@@ -6,18 +6,35 @@
  * others may neither read nor write (mode 0600 or 0400; anything else is
  * refused, like ssh refuses a readable private key). Format:
  *
- *   # comment lines and blank lines are ignored
+ *   # a comment                 (also ';'; blank lines are ignored)
  *   [tokens]                      (the section lines start with; optional)
- *   TOKEN  ACCESS  PREFIX [PREFIX ...]
+ *   TOKEN  ACCESS  GRANT [GRANT ...]   # a comment
  *   [quota]
  *   NAMESPACE = SIZE              (exact name)
  *   PREFIX* = SIZE                (each namespace starting with PREFIX)
  *
+ * Comments follow kvpool.conf's rules: a line whose first non-blank byte
+ * is '#' or ';' is a comment, and a '#' or ';' after a blank starts one
+ * that runs to the end of the line. So no token, grant or name may start
+ * with '#' or ';' (inside a word they are plain bytes). A UTF-8 byte
+ * order mark on line 1 and "\r\n" line ends are taken.
+ *
  * TOKEN: 16..1024 bytes of printable ASCII 0x21..0x7e, each token on one
  * line only. ACCESS: "rw" (every request) or "ro" (no PUT, DELETE or
- * DROP_NAMESPACE), for every prefix of the line. PREFIX: a namespace may
- * be bound when its name starts with PREFIX; "*" alone matches every
- * namespace. SIZE: bytes with an optional unit as every size setting
+ * DROP_NAMESPACE), for every grant of the line. GRANT, one of:
+ *   NAME       exactly the namespace NAME;
+ *   PREFIX/    every namespace starting with PREFIX/: a grant that ends
+ *              in a separator, one of / : . - _ , is a prefix;
+ *   PREFIX*    every namespace starting with PREFIX, whatever follows
+ *              ("team-a*" opens "team-ab" too: say so on purpose);
+ *   *          every namespace.
+ * '*' anywhere else in a grant is refused. (Before, every grant was a raw
+ * prefix: files whose grants end in a separator or are "*" mean what they
+ * meant; a bare "team-a" now grants only the namespace "team-a", which is
+ * narrower, never wider; write "team-a*" for the old meaning.)
+ * A prefix grant of one token that covers a grant of another token is
+ * allowed but listed by srv_auth_each_warning (kvpoold logs it at load).
+ * SIZE: bytes with an optional unit as every size setting
  * (64MiB, 2GB), 0 for no quota; the quota counts the payload bytes a
  * namespace holds in either tier. For a name matched by several quota
  * lines the exact line wins, then the longest prefix.
@@ -33,6 +50,7 @@
 #ifndef KVPOOL_SRV_AUTH_H
 #define KVPOOL_SRV_AUTH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,9 +73,30 @@ struct srv_auth;
  *   -EPERM (not a regular file, or group/others may read or write it),
  *   -EINVAL (a bad line: unknown section, token too short/long or with a
  *   byte outside 0x21..0x7e, a token given twice, ACCESS not ro/rw, no
- *   prefix, a bad prefix or quota name, a bad size), -EFBIG (file over
- *   16 MiB), -ENOMEM. */
+ *   grant, a grant over 255 bytes or with a '*' not at its end, a bad
+ *   quota name, a bad size; a NUL byte), -EFBIG (file over 16 MiB),
+ *   -ENOMEM. */
 int srv_auth_load(const char *path, struct srv_auth **out, char *err, size_t err_len);
+
+/* The same from memory: text[0..len) (borrowed, need not end in NUL) is
+ * parsed as a tokens file called name (used in messages only); no file
+ * or mode is checked. Errors: -EINVAL, -ENOMEM as srv_auth_load. */
+int srv_auth_parse(const char *name, const void *text, size_t len, struct srv_auth **out,
+		   char *err, size_t err_len);
+
+/* Call fn(arg, line) for each load-time warning of the current table (a
+ * prefix grant that covers another token's grant), at most 32 and then one
+ * line counting the rest. line is valid only during the call. fn runs
+ * under the table's read lock: it must not call srv_auth_reload. */
+void srv_auth_each_warning(struct srv_auth *a, void (*fn)(void *arg, const char *line), void *arg);
+
+/* How many grants of the current table name exactly one namespace. */
+uint32_t srv_auth_exact_grants(struct srv_auth *a);
+
+/* Log (srv_log) what the current table holds, loaded from path: the
+ * counts, the number of exact-name grants, and every warning; each line
+ * starts with what ("" or "sighup: "). Cannot fail. */
+void srv_auth_log_loaded(struct srv_auth *a, const char *what, const char *path);
 
 /* Read path again and, only if it loads, replace a's table with it (the
  * old table stays on error). *tokens and *quotas (may be NULL) receive the
@@ -77,9 +116,13 @@ int srv_auth_known(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTE
 
 /* What the token with this digest may do in namespace ns[0..ns_len):
  * SRV_ACCESS_NONE for an unknown token or a namespace none of its
- * prefixes covers. Constant time in the digest. */
+ * grants covers. Constant time in the digest. */
 enum srv_access srv_auth_access(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTES],
 				const char *ns, size_t ns_len);
+
+/* Does the token with this digest hold the grant "*"? (false for an
+ * unknown token) */
+bool srv_auth_grants_all(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTES]);
 
 /* The quota of namespace ns[0..ns_len) in bytes, 0 for none. */
 uint64_t srv_auth_quota(struct srv_auth *a, const char *ns, size_t ns_len);

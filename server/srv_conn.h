@@ -33,6 +33,7 @@ struct srv_rconn;
 struct store_block;
 struct XXH3_state_s;
 struct store_lessee;
+struct store_tenant;
 struct event;
 struct evbuffer;
 
@@ -128,6 +129,7 @@ struct srv_conn {
 	uint8_t may_write;            /* PUT/DELETE/DROP allowed (rw token, or no auth) */
 	uint8_t token_digest[32];     /* SHA-256 of the HELLO token (with auth) */
 	struct store_lessee *lessee;
+	struct store_tenant *tenant;  /* the token's (with auth), NULL without */
 	/* Output accounting. */
 	uint32_t replies_queued;
 	uint8_t *reply_base;          /* space reserved by srv_conn_reply_begin */

@@ -311,7 +311,9 @@ static int reload_tokens(struct srv *s, const char *path)
 		srv_err("sighup: tokens not reloaded, the old ones stay: %s", err);
 		return -1;
 	}
-	srv_info("sighup: auth: %u tokens and %u quotas from %s", tokens, quotas, path);
+	(void)tokens;
+	(void)quotas;
+	srv_auth_log_loaded(s->auth, "sighup: ", path);
 	return 0;
 }
 

@@ -2,6 +2,7 @@
  * srv_put.c - PUT: reserve, receive straight into the arena, commit.
  */
 #include "srv_put.h"
+#include "srv_request.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -149,7 +150,8 @@ enum srv_next srv_put_start(struct srv_conn *c)
 	const struct proto_limits *l = &c->w->srv->limits;
 	struct proto_batch b;
 	uint32_t bad = 0;
-	char msg[160];
+	uint16_t status;
+	char msg[400];
 	int rc;
 
 	rc = proto_batch_decode(c->body, c->hdr.body_bytes, PROTO_PUT_ENTRY_BYTES, l, &b);
@@ -182,6 +184,10 @@ enum srv_next srv_put_start(struct srv_conn *c)
 	bad = put_descs_check(c, b.count, msg, sizeof(msg));
 	if (bad != UINT32_MAX)
 		return put_refuse(c, PROTO_STATUS_BAD_REQUEST, msg, bad);
+	/* the first PUT creates the namespace HELLO named */
+	status = srv_conn_ns_create(c, msg, sizeof(msg));
+	if (status != PROTO_STATUS_OK)
+		return put_refuse(c, status, msg, UINT32_MAX);
 	c->put_count = b.count;
 	for (uint32_t i = 0; i < b.count; i++)
 		slot_begin(c, i);

@@ -14,6 +14,7 @@
 
 #include "rdma.h"
 #include "srv_auth.h"
+#include "srv_tenant.h"
 #include "srv_log.h"
 #include "srv_put.h"
 #include "srv_rdma_conn.h"
@@ -75,31 +76,110 @@ static void hello_limits(const struct srv *s, uint16_t version, uint8_t out[PROT
 	proto_hello_reply_encode(&r, out);
 }
 
-/* Bind the connection to its namespace and create its lessee. */
+/* Apply the tokens file's quota (if any) to namespace ns_id. */
+static void ns_quota_apply(struct srv_conn *c, uint32_t ns_id)
+{
+	struct srv_auth *a = c->w->srv->auth;
+
+	if (a)
+		(void)store_namespace_quota(c->w->srv->store, ns_id,
+					    srv_auth_quota(a, c->ns_name, strlen(c->ns_name)));
+	/* charged to the first tenant that may write it (its creator, or
+	 * after a warm restart the first read-write binder) */
+	if (c->tenant && c->may_write)
+		(void)store_namespace_tenant(c->w->srv->store, ns_id, c->tenant);
+}
+
+void srv_conn_ns_attach(struct srv_conn *c)
+{
+	struct store *st = c->w->srv->store;
+	size_t len = strlen(c->ns_name);
+	uint32_t id;
+
+	if (!c->hello_done || c->ns_id)
+		return;
+	if (store_namespace_find(st, c->ns_name, len, &id) < 0)
+		return;
+	/* it exists: take the connection's reference (should it vanish in
+	 * between, this creates it, as a PUT would) */
+	if (store_namespace_id(st, c->ns_name, len, &id) < 0)
+		return;
+	ns_quota_apply(c, id);
+	c->ns_id = id;
+}
+
+/* How many namespaces exist now whose names the connection's token
+ * grants. O(namespaces), only when a PUT would create a namespace. */
+static uint32_t tenant_namespaces(struct srv_conn *c)
+{
+	struct store *st = c->w->srv->store;
+	struct store_ns_stats n;
+	uint32_t count = 0;
+
+	for (uint32_t i = 0; i < STORE_MAX_NAMESPACES && store_ns_stats(st, i, &n) == 0; i++)
+		if (srv_auth_access(c->w->srv->auth, c->token_digest, n.name, strlen(n.name)) !=
+		    SRV_ACCESS_NONE)
+			count++;
+	return count;
+}
+
+uint16_t srv_conn_ns_create(struct srv_conn *c, char *msg, size_t cap)
+{
+	struct store *st = c->w->srv->store;
+	uint32_t limit = c->w->srv->conf.tenant_max_namespaces, have, id;
+	int rc;
+
+	srv_conn_ns_attach(c);
+	if (c->ns_id)
+		return PROTO_STATUS_OK;
+	if (c->w->srv->auth && limit && !srv_auth_grants_all(c->w->srv->auth, c->token_digest) &&
+	    (have = tenant_namespaces(c)) >= limit) {
+		snprintf(msg, cap, "namespace %s not created: the token already has %u namespaces "
+			 "(tenant_max_namespaces %u)", c->ns_name, have, limit);
+		return PROTO_STATUS_QUOTA;
+	}
+	rc = store_namespace_id(st, c->ns_name, strlen(c->ns_name), &id);
+	if (rc == -EDQUOT) {
+		snprintf(msg, cap, "namespace %s not created: the server holds its maximum of %d "
+			 "namespaces", c->ns_name, STORE_MAX_NAMESPACES);
+		return PROTO_STATUS_QUOTA;
+	}
+	if (rc < 0) {
+		snprintf(msg, cap, "namespace %s not created: %s", c->ns_name, strerror(-rc));
+		return proto_status_from_errno(rc);
+	}
+	ns_quota_apply(c, id);
+	c->ns_id = id;
+	return PROTO_STATUS_OK;
+}
+
+/* Bind the connection to its namespace's name and create its lessee.
+ * The namespace itself is not created here: a HELLO from a health check,
+ * STATS or DROP must not fill the namespace table (PROTOCOL.md 6.1); it
+ * is taken if it exists, else created by the first PUT. */
 static int hello_bind(struct srv_conn *c, const struct proto_hello *h)
 {
 	struct store *st = c->w->srv->store;
-	uint32_t ns_id;
-	int rc;
 
-	rc = store_namespace_id(st, h->ns, h->ns_len, &ns_id);
-	if (rc < 0)
-		return rc;
+	struct srv *s = c->w->srv;
+
 	if (!c->lessee) {
 		c->lessee = store_lessee_new(st);
-		if (!c->lessee) {
-			store_namespace_release(st, ns_id);
+		if (!c->lessee)
 			return -ENOMEM;
-		}
 	}
-	/* With auth, the namespace's quota as the tokens file says now. */
-	if (c->w->srv->auth)
-		(void)store_namespace_quota(st, ns_id,
-					    srv_auth_quota(c->w->srv->auth, h->ns, h->ns_len));
-	c->ns_id = ns_id;
+	/* with auth, the token's tenant: its namespaces' bytes and its
+	 * connections' leases have shared bounds */
+	c->tenant = s->tenants && (s->conf.tenant_max_bytes || s->tenant_max_leased_bytes)
+			    ? srv_tenant_get(s->tenants, st, c->token_digest, s->conf.tenant_max_bytes,
+					     s->tenant_max_leased_bytes)
+			    : NULL;
+	store_lessee_limit(st, c->lessee, s->conn_max_leased_bytes, c->tenant);
+	c->ns_id = 0;
 	memcpy(c->ns_name, h->ns, h->ns_len);
 	c->ns_name[h->ns_len] = '\0';
 	c->hello_done = 1;
+	srv_conn_ns_attach(c);
 	return 0;
 }
 
@@ -172,9 +252,6 @@ static enum srv_next op_hello(struct srv_conn *c)
 	if (rc)
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
 	rc = hello_bind(c, &h);
-	if (rc == -EDQUOT)
-		return done(reply_err(c, PROTO_STATUS_QUOTA, "too many namespaces (%d)",
-				      STORE_MAX_NAMESPACES));
 	if (rc < 0)
 		return done(reply_err(c, proto_status_from_errno(rc), "cannot bind namespace: %s",
 				      strerror(-rc)));
@@ -502,8 +579,24 @@ static enum srv_next op_match(struct srv_conn *c)
 	srv_stats_add(ss, SRV_C_match_requests, 1);
 	if (rc)
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
-	rc = store_match(st, c->ns_id, (const uint8_t(*)[STORE_KEY_BYTES])b.entries, b.count, b.aux,
-			 c->lessee, &matched, &granted);
+	/* a namespace not created yet (srv_conn_ns_attach) holds nothing */
+	rc = !c->ns_id ? 0 :
+	     store_match(st, c->ns_id, (const uint8_t(*)[STORE_KEY_BYTES])b.entries, b.count,
+			 b.aux, c->lessee, &matched, &granted);
+	if (rc == -EDQUOT) {
+		const struct srv *s = c->w->srv;
+		char conn_b[64] = "", ten_b[80] = "";
+
+		if (s->conn_max_leased_bytes)
+			snprintf(conn_b, sizeof(conn_b), "max_conn_leased_bytes (%" PRIu64 ")",
+				 s->conn_max_leased_bytes);
+		if (c->tenant && s->tenant_max_leased_bytes)
+			snprintf(ten_b, sizeof(ten_b), "%sthe token's tenant_max_leased_bytes (%" PRIu64
+				 ")", conn_b[0] ? " or " : "", s->tenant_max_leased_bytes);
+		return done(reply_err(c, PROTO_STATUS_QUOTA,
+				      "match refused: its lease would pass %s%s; match without a "
+				      "lease, or let leases end", conn_b, ten_b));
+	}
 	if (rc < 0)
 		return done(reply_err(c, proto_status_from_errno(rc), "match failed: %s",
 				      strerror(-rc)));
@@ -699,14 +792,19 @@ enum srv_next srv_request_dispatch(struct srv_conn *c)
 		}
 		return srv_put_start(c);
 	case PROTO_OP_GET:
+		srv_conn_ns_attach(c); /* created since HELLO? (else: misses) */
 		return op_get(c);
 	case PROTO_OP_EXISTS:
+		srv_conn_ns_attach(c);
 		return op_exists(c);
 	case PROTO_OP_MATCH:
+		srv_conn_ns_attach(c);
 		return op_match(c);
 	case PROTO_OP_DELETE:
+		srv_conn_ns_attach(c);
 		return op_delete(c);
 	case PROTO_OP_DROP_NAMESPACE:
+		srv_conn_ns_attach(c);
 		return op_drop(c);
 	case PROTO_OP_STATS:
 		return op_stats(c);

@@ -38,4 +38,19 @@ void srv_request_get_release(struct srv_conn *c);
  * 0x21..0x7e (no spaces, no control bytes)? */
 bool srv_ns_name_valid(const char *name, size_t len);
 
+/* HELLO names a namespace but does not create it (a health check, STATS
+ * or DROP must not fill the namespace table). srv_conn_ns_attach takes
+ * the connection's reference on it once it exists (c->ns_id stays 0
+ * until then, and GET, EXISTS, MATCH and DELETE miss); call it before
+ * using c->ns_id. Cannot fail. Worker thread. */
+void srv_conn_ns_attach(struct srv_conn *c);
+
+/* Attach, or create the namespace for a PUT: refused when the token's
+ * grants already cover tenant_max_namespaces namespaces (tokens that
+ * grant "*" are exempt; racing creations on several workers may pass the
+ * limit by up to threads - 1) or when the server holds its maximum.
+ * Returns PROTO_STATUS_OK, or the status (QUOTA, or the store error's)
+ * with a one-line reason in msg[0..cap). Worker thread. */
+uint16_t srv_conn_ns_create(struct srv_conn *c, char *msg, size_t cap);
+
 #endif /* KVPOOL_SRV_REQUEST_H */

@@ -27,6 +27,7 @@
 
 #include "srv_auth.h"
 #include "srv_etcd.h"
+#include "srv_tenant.h"
 #include "srv_admin.h"
 #include "srv_events.h"
 #include "srv_lifecycle.h"
@@ -371,8 +372,11 @@ static int listen_start(struct srv *s)
 	rc = s->listener ? 0 : -errno;
 	freeaddrinfo(ai);
 	if (rc < 0) {
-		srv_err("cannot listen on %s port %u: %s", s->conf.listen, s->conf.port,
-			strerror(-rc));
+		srv_err("cannot listen on %s port %u (the data port, setting port): %s%s",
+			s->conf.listen, s->conf.port, strerror(-rc),
+			rc == -EADDRINUSE ? "; kvpoold uses up to three ports: port (data, 7470), "
+					    "admin_port (HTTP, 7471; 0 = off) and rdma_port (7472; "
+					    "0 = off): choose free ones" : "");
 		return rc;
 	}
 	evconnlistener_set_error_cb(s->listener, accept_error_cb);
@@ -630,7 +634,6 @@ static void nvme_report(struct srv *s)
  * (srv_auth.h). A bad file stops the start, naming the file and line. */
 static int auth_open(struct srv *s)
 {
-	uint32_t tokens = 0, quotas = 0;
 	char err[512] = "";
 	int rc;
 
@@ -641,8 +644,10 @@ static int auth_open(struct srv *s)
 		srv_err("%s", err[0] ? err : strerror(-rc));
 		return rc;
 	}
-	srv_auth_counts(s->auth, &tokens, &quotas);
-	srv_info("auth: %u tokens and %u quotas from %s", tokens, quotas, s->conf.tokens_file);
+	srv_auth_log_loaded(s->auth, "", s->conf.tokens_file);
+	s->tenants = srv_tenants_new();
+	if (!s->tenants)
+		return -ENOMEM;
 	return 0;
 }
 
@@ -763,6 +768,31 @@ static int serve(struct srv *s)
 	return 0;
 }
 
+/* libevent's own messages (a failing accept() in evhttp, a bad
+ * bufferevent...) through our log, at most 10 lines a second from all
+ * threads together, instead of libevent's unbounded stderr lines. */
+static pthread_mutex_t libevent_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct srv_ratelimit libevent_log_rl = { .per_sec = 10 };
+
+static void libevent_log(int severity, const char *msg)
+{
+	int level = severity >= EVENT_LOG_ERR ? SRV_LOG_ERROR :
+		    severity == EVENT_LOG_WARN ? SRV_LOG_WARN :
+		    severity == EVENT_LOG_MSG ? SRV_LOG_INFO : SRV_LOG_DEBUG;
+	uint64_t suppressed = 0;
+	bool allow;
+
+	if (level > __atomic_load_n(&srv_log_level, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&libevent_log_lock);
+	allow = srv_ratelimit_allow(&libevent_log_rl, srv_now_ms(), &suppressed);
+	pthread_mutex_unlock(&libevent_log_lock);
+	if (suppressed)
+		srv_log(level, "libevent: %" PRIu64 " more messages not logged", suppressed);
+	if (allow)
+		srv_log(level, "libevent: %s", msg);
+}
+
 int srv_main(const struct conf *c)
 {
 	return srv_run(c, 0, NULL);
@@ -783,6 +813,7 @@ int srv_run(const struct conf *c, int argc, char **argv)
 	signal(SIGUSR1, SIG_IGN);
 	signal(SIGUSR2, SIG_IGN);
 	srv_log_set_level(c->log_level);
+	event_set_log_callback(libevent_log);
 	s->conf = *c;
 	s->argc = argc;
 	s->argv = argv;
@@ -790,6 +821,18 @@ int srv_run(const struct conf *c, int argc, char **argv)
 	s->limits.max_frame_bytes = c->max_frame_bytes;
 	s->limits.max_batch_blocks = c->max_batch_blocks;
 	s->limits.max_block_bytes = c->max_block_bytes;
+	/* lease bounds: 0 means a quarter (connection) or half (tenant) of
+	 * the arena, so that no one holder can pin all of DRAM */
+	s->conn_max_leased_bytes = c->max_conn_leased_bytes ? c->max_conn_leased_bytes :
+				   c->dram_capacity_bytes / 4;
+	s->tenant_max_leased_bytes = c->tenant_max_leased_bytes ? c->tenant_max_leased_bytes :
+				     c->dram_capacity_bytes / 2;
+	/* a bound of the whole arena or more bounds nothing: the store then
+	 * keeps leasing MATCHes on their lock-free path (store_lessee_limit) */
+	if (s->conn_max_leased_bytes >= c->dram_capacity_bytes)
+		s->conn_max_leased_bytes = 0;
+	if (s->tenant_max_leased_bytes >= c->dram_capacity_bytes)
+		s->tenant_max_leased_bytes = 0;
 	s->start_ms = srv_now_ms();
 	s->accept_log.per_sec = 1;
 	s->reject_log.per_sec = 1;
@@ -827,6 +870,7 @@ int srv_run(const struct conf *c, int argc, char **argv)
 	srv_lifecycle_free(s);
 	prefault_stop(s);
 	kv_events_close(s);
+	srv_tenants_free(s->tenants);
 	store_close(s->store);
 	srv_auth_free(s->auth);
 out_base:

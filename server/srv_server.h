@@ -46,6 +46,9 @@ struct srv {
 	struct proto_limits limits;   /* decoder limits from conf */
 	struct store *store;          /* thread-safe on its own */
 	struct srv_auth *auth;        /* tokens_file, NULL without; thread-safe on its own */
+	struct srv_tenants *tenants;  /* with auth: a store_tenant per token (srv_tenant.h) */
+	uint64_t conn_max_leased_bytes;   /* max_conn_leased_bytes, 0 resolved */
+	uint64_t tenant_max_leased_bytes; /* tenant_max_leased_bytes, 0 resolved */
 	struct srv_admin *admin;      /* admin HTTP (srv_admin.h), NULL when off */
 	struct srv_events *kv_events; /* KV-event publisher (srv_events.h), NULL when off;
 				       * fixed from pool_open to shutdown */

@@ -64,6 +64,7 @@ struct store_ns {
 	uint32_t reservations;    /* uncommitted puts (RESERVED blocks) */
 	uint64_t reserved_bytes;  /* their payload bytes (quota) */
 	uint64_t quota_bytes;     /* payload bytes allowed (visible + reserved); 0 = no limit */
+	struct store_tenant *tenant; /* charged with its bytes; NULL = none */
 	uint32_t blocks;          /* ring of its visible blocks (struct store_block.link) */
 	uint64_t nblocks, bytes;
 	uint64_t puts, put_exists, put_errors;
@@ -106,6 +107,7 @@ struct store {
 	uint32_t reserved;            /* ring of RESERVED blocks (their link) */
 	uint32_t zombies;             /* ring of REMOVED blocks still referenced */
 	struct store_list lessees;
+	struct store_list tenants;    /* struct store_tenant.link */
 	struct store_list expiry;     /* active leases, ascending expiry_ms */
 	struct store_list lease_pool; /* spare lease records */
 	uint64_t nreserved, nzombies, nlessees;

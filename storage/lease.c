@@ -110,6 +110,9 @@ static void lease_link(struct store *s, struct store_lease *r, struct store_less
 	*head = r;
 	store_list_add_tail(&l->leases, &r->by_lessee);
 	expiry_insert(s, r);
+	l->leased_bytes += store_block_length(b);
+	if (l->tenant)
+		l->tenant->leased_bytes += store_block_length(b);
 	b->leased = 1;
 	s->leases_active++;
 	store_lru_sync_locked(s, b);
@@ -177,6 +180,9 @@ static void lease_end(struct store *s, struct store_lease *r)
 	while (*pp != r)
 		pp = &(*pp)->by_block;
 	*pp = r->by_block;
+	r->lessee->leased_bytes -= store_block_length(b);
+	if (r->lessee->tenant)
+		r->lessee->tenant->leased_bytes -= store_block_length(b);
 	store_list_del(&r->by_lessee);
 	store_list_del(&r->by_expiry);
 	store_list_add_tail(&s->lease_pool, &r->by_expiry);
@@ -234,6 +240,9 @@ struct store_lessee *store_lessee_new(struct store *s)
 
 	if (!l)
 		return NULL;
+	l->leased_bytes = 0;
+	l->max_leased_bytes = 0;
+	l->tenant = NULL;
 	store_list_init(&l->leases);
 	store_lock(s);
 	store_list_add_tail(&s->lessees, &l->link);
@@ -282,4 +291,68 @@ void store_lease_free_all_locked(struct store *s)
 	free(s->lease_by_block);
 	s->lease_by_block = NULL;
 	s->lease_buckets = 0;
+}
+
+bool store_lease_held_locked(const struct store *s, const struct store_lessee *l,
+			     const struct store_block *b)
+{
+	return find_lease(s, l, b) != NULL;
+}
+
+void store_lessee_limit(struct store *s, struct store_lessee *l, uint64_t max_leased_bytes,
+			struct store_tenant *t)
+{
+	store_lock(s);
+	/* what it leases now moves to the new tenant */
+	if (l->tenant)
+		l->tenant->leased_bytes -= l->leased_bytes;
+	if (t)
+		t->leased_bytes += l->leased_bytes;
+	__atomic_store_n(&l->tenant, t, __ATOMIC_RELAXED);
+	__atomic_store_n(&l->max_leased_bytes, max_leased_bytes, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&s->lock);
+}
+
+struct store_tenant *store_tenant_new(struct store *s, uint64_t max_bytes, uint64_t max_leased_bytes)
+{
+	struct store_tenant *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return NULL;
+	t->max_bytes = max_bytes;
+	t->max_leased_bytes = max_leased_bytes;
+	store_lock(s);
+	store_list_add_tail(&s->tenants, &t->link);
+	pthread_mutex_unlock(&s->lock);
+	return t;
+}
+
+void store_tenant_limits(struct store *s, struct store_tenant *t, uint64_t max_bytes,
+			 uint64_t max_leased_bytes)
+{
+	store_lock(s);
+	t->max_bytes = max_bytes;
+	__atomic_store_n(&t->max_leased_bytes, max_leased_bytes, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void store_tenant_usage(struct store *s, const struct store_tenant *t, uint64_t *bytes,
+			uint64_t *leased_bytes)
+{
+	store_lock(s);
+	if (bytes)
+		*bytes = t->bytes;
+	if (leased_bytes)
+		*leased_bytes = t->leased_bytes;
+	pthread_mutex_unlock(&s->lock);
+}
+
+uint64_t store_lessee_leased_bytes(struct store *s, const struct store_lessee *l)
+{
+	uint64_t n;
+
+	store_lock(s);
+	n = l->leased_bytes;
+	pthread_mutex_unlock(&s->lock);
+	return n;
 }

@@ -17,6 +17,19 @@ struct store;
 struct store_lessee {
 	struct store_list link;   /* s->lessees */
 	struct store_list leases; /* struct store_lease.by_lessee */
+	uint64_t leased_bytes;    /* payload bytes of the blocks it leases */
+	uint64_t max_leased_bytes; /* store_lessee_limit; 0 = no bound */
+	struct store_tenant *tenant; /* charged for its leases too; may be NULL */
+};
+
+/* A tenant (store_tenant_new): limits shared by the namespaces charged to
+ * it and the lessees that name it. Freed by store_close. */
+struct store_tenant {
+	struct store_list link;    /* s->tenants */
+	uint64_t max_bytes;        /* payload bytes of its namespaces; 0 = no limit */
+	uint64_t max_leased_bytes; /* bytes its lessees may lease; 0 = no bound */
+	uint64_t bytes;            /* visible + reserved payload bytes of its namespaces */
+	uint64_t leased_bytes;     /* bytes its lessees lease now */
 };
 
 /* One lease pin: (lessee, block) until expiry_ms. At most one per pair;
@@ -49,6 +62,9 @@ void store_lease_grant_locked(struct store *s, struct store_lessee *l, struct st
 void store_lease_end_for_locked(struct store *s, struct store_lessee *l, struct store_block *b);
 /* End every lease on b. */
 void store_lease_end_block_locked(struct store *s, struct store_block *b);
+/* Does l hold a lease on b? */
+bool store_lease_held_locked(const struct store *s, const struct store_lessee *l,
+			     const struct store_block *b);
 /* End leases that expired at or before now_ms; returns how many. */
 uint64_t store_lease_expire_locked(struct store *s, uint64_t now_ms);
 /* Free every lessee, lease and spare record (store_close). */

@@ -362,6 +362,45 @@ static int match_racy(struct store *s, struct store_mlog *log, uint32_t ns_id,
  * key, and some spare for keys whose read section restarts. */
 #define STOCK_SLACK (2 * SECTION_KEYS)
 
+/* Would leasing the blocks of keys[0..count) that ns_id holds (up to the
+ * first miss) take the lessee or its tenant past its bound? Blocks it
+ * leases already add nothing (the lease is only extended). */
+static bool lease_would_pass_locked(struct store *s, uint32_t ns_id,
+				    const uint8_t (*keys)[STORE_KEY_BYTES], uint32_t count,
+				    const struct store_lessee *l)
+{
+	const struct store_tenant *t = l->tenant;
+	uint64_t add = 0;
+
+	if (!l->max_leased_bytes && !(t && t->max_leased_bytes))
+		return false;
+	for (uint32_t i = 0; i < count; i++) {
+		const struct store_block *b = store_find_locked(s, ns_id, keys[i]);
+
+		if (!b)
+			break;
+		if (!store_lease_held_locked(s, l, b))
+			add += store_block_length(b);
+	}
+	if (!add)
+		return false;
+	if (l->max_leased_bytes && l->leased_bytes + add > l->max_leased_bytes)
+		return true;
+	return t && t->max_leased_bytes && t->leased_bytes + add > t->max_leased_bytes;
+}
+
+/* Does a lease for l need the locked path (a bound to check exactly)? */
+static bool lease_bounded(const struct store_lessee *l)
+{
+	const struct store_tenant *t;
+
+	if (!l)
+		return false;
+	t = __atomic_load_n(&l->tenant, __ATOMIC_RELAXED);
+	return __atomic_load_n(&l->max_leased_bytes, __ATOMIC_RELAXED) ||
+	       (t && __atomic_load_n(&t->max_leased_bytes, __ATOMIC_RELAXED));
+}
+
 /* MATCH under the lock: one probe per key; lease records reserved first,
  * so a failure leaves nothing done. Errors: -EINVAL, -ENOMEM. */
 static int match_locked(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
@@ -374,6 +413,8 @@ static int match_locked(struct store *s, uint32_t ns_id, const uint8_t (*keys)[S
 
 	if (!ns)
 		return -EINVAL;
+	if (lessee && lease_would_pass_locked(s, ns_id, keys, count, lessee))
+		return -EDQUOT;
 	if (lessee && count) {
 		rc = store_lease_reserve_locked(s, count);
 		if (rc)
@@ -428,9 +469,10 @@ int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY
 	struct store_mlog *log = mlog_mine(s);
 	int rc = -EAGAIN;
 
-	if (log && l && stock_fill(log, count + STOCK_SLACK) < 0)
+	if (log && l && !lease_bounded(l) && stock_fill(log, count + STOCK_SLACK) < 0)
 		return -ENOMEM; /* nothing logged: nothing leased or marked */
-	if (log && mlog_make_room(s, log, (uint64_t)count + 1)) {
+	/* a bounded lease is checked exactly, under the lock */
+	if (log && !lease_bounded(l) && mlog_make_room(s, log, (uint64_t)count + 1)) {
 		__atomic_add_fetch(&log->epoch, 1, __ATOMIC_SEQ_CST);
 		rc = match_racy(s, log, ns_id, keys, count, l, expiry_ms, &n);
 		__atomic_add_fetch(&log->epoch, 1, __ATOMIC_RELEASE);

@@ -129,6 +129,33 @@ static int quota_room_locked(struct store *s, struct store_ns *ns, uint64_t leng
 	return 0;
 }
 
+/* Keep ns's tenant within its max_bytes with length more payload bytes:
+ * evict ns's own least recently used leaves (never another namespace's)
+ * until they fit. Errors: -EDQUOT. */
+static int tenant_room_locked(struct store *s, struct store_ns *ns, uint64_t length)
+{
+	struct store_tenant *t = ns->tenant;
+
+	if (!t || !t->max_bytes)
+		return 0;
+	if (length > t->max_bytes)
+		return -EDQUOT;
+	store_wr_begin(s); /* the victims must see MATCHes' leases */
+	while (t->bytes > t->max_bytes - length) {
+		struct store_block *victim = ns_victim_locked(s, ns);
+
+		if (!victim) {
+			store_wr_end(s);
+			return -EDQUOT;
+		}
+		ns->evictions++;
+		s->evictions++;
+		store_block_remove_locked(s, victim);
+	}
+	store_wr_end(s);
+	return 0;
+}
+
 /* Under the lock: check, take a header, pin the parent, allocate
  * (evicting), and record the reservation in *out. */
 static int begin_locked(struct store *s, struct store_block **out, uint32_t ns_id,
@@ -164,6 +191,8 @@ static int begin_locked(struct store *s, struct store_block **out, uint32_t ns_i
 	}
 	rc = quota_room_locked(s, ns, length);
 	if (rc == 0)
+		rc = tenant_room_locked(s, ns, length);
+	if (rc == 0)
 		rc = store_alloc_room_locked(s, (uint32_t)pages, &b->first_page);
 	if (rc) {
 		if (pin)
@@ -179,6 +208,8 @@ static int begin_locked(struct store *s, struct store_block **out, uint32_t ns_i
 	store_ring_add_tail(s, &s->reserved, b, STORE_RING_LINK);
 	ns->reservations++;
 	ns->reserved_bytes += length;
+	if (ns->tenant)
+		ns->tenant->bytes += length;
 	s->nreserved++;
 	s->inflight_bytes += bytes;
 	*out = b;
@@ -214,6 +245,8 @@ static void unreserve_locked(struct store *s, struct store_block *b)
 	store_ring_del(s, &s->reserved, b, STORE_RING_LINK);
 	ns->reservations--;
 	ns->reserved_bytes -= store_block_length(b);
+	if (ns->tenant)
+		ns->tenant->bytes -= store_block_length(b);
 	s->nreserved--;
 	s->inflight_bytes -= (uint64_t)b->pages * STORE_PAGE_BYTES;
 }
@@ -237,6 +270,8 @@ static void publish_locked(struct store *s, struct store_block *b, struct store_
 	}
 	ns->nblocks++;
 	ns->bytes += store_block_length(b);
+	if (ns->tenant)
+		ns->tenant->bytes += store_block_length(b);
 	ns->puts++;
 	s->blocks++;
 	s->dram_blocks++;

@@ -89,6 +89,7 @@ static int check_config(const struct store_config *cfg, uint64_t *pages)
 static void init_lists(struct store *s)
 {
 	store_list_init(&s->lessees);
+	store_list_init(&s->tenants);
 	store_list_init(&s->expiry);
 	store_list_init(&s->lease_pool);
 }
@@ -199,6 +200,12 @@ void store_close(struct store *s)
 	store_lock(s);
 	store_lease_free_all_locked(s);
 	pthread_mutex_unlock(&s->lock);
+	while (!store_list_empty(&s->tenants)) {
+		struct store_tenant *t = store_container_of(s->tenants.next, struct store_tenant, link);
+
+		store_list_del(&t->link);
+		free(t);
+	}
 	store_match_free_logs(s);
 	free_all_blocks(s);
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
@@ -447,6 +454,23 @@ int store_namespace_quota(struct store *s, uint32_t ns_id, uint64_t quota_bytes)
 		ns->quota_bytes = quota_bytes;
 	pthread_mutex_unlock(&s->lock);
 	return ns ? 0 : -ENOENT;
+}
+
+int store_namespace_tenant(struct store *s, uint32_t ns_id, struct store_tenant *t)
+{
+	struct store_ns *ns;
+	int rc = 0;
+
+	store_lock(s);
+	ns = store_ns_find_locked(s, ns_id);
+	if (!ns)
+		rc = -EINVAL;
+	else if (!ns->tenant && t) {
+		ns->tenant = t;
+		t->bytes += ns->bytes + ns->reserved_bytes;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
 }
 
 int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint64_t *bytes)

@@ -186,6 +186,34 @@ int store_namespace_find(struct store *s, const char *name, size_t name_len, uin
  * reclaimed. Errors: -ENOENT (unknown ns_id). */
 int store_namespace_quota(struct store *s, uint32_t ns_id, uint64_t quota_bytes);
 
+/* ---- tenants --------------------------------------------------------------
+ * A tenant groups the namespaces charged to it and the lessees that name
+ * it under shared limits: max_bytes of payload over all its namespaces
+ * (visible + reserved; a store_put_begin that would pass it first evicts
+ * the written namespace's own least recently used leaves, as a namespace
+ * quota does, then fails -EDQUOT), and max_leased_bytes of leased blocks
+ * over all its lessees (store_match). 0 means no limit. */
+struct store_tenant;
+
+/* A new tenant, owned by the store and freed by store_close (there is no
+ * other destructor: namespaces outlive connections). NULL on -ENOMEM. */
+struct store_tenant *store_tenant_new(struct store *s, uint64_t max_bytes,
+				      uint64_t max_leased_bytes);
+
+/* Change a tenant's limits; lowering them evicts nothing and ends no lease
+ * by itself. Cannot fail. */
+void store_tenant_limits(struct store *s, struct store_tenant *t, uint64_t max_bytes,
+			 uint64_t max_leased_bytes);
+
+/* A tenant's payload bytes and leased bytes now (either may be NULL). */
+void store_tenant_usage(struct store *s, const struct store_tenant *t, uint64_t *bytes,
+			uint64_t *leased_bytes);
+
+/* Charge namespace ns_id to tenant t, if it is charged to none yet (a
+ * namespace keeps its first tenant until it is reclaimed); its bytes now
+ * count toward t. t NULL: no-op. Errors: -EINVAL (unknown ns_id). */
+int store_namespace_tenant(struct store *s, uint32_t ns_id, struct store_tenant *t);
+
 /* Remove every block of a namespace (the namespace itself stays, empty),
  * from both tiers; on NVMe the drop is recorded and the index log synced
  * before this returns (one atomic write with a tombstone for the old disk
@@ -327,7 +355,9 @@ int store_exists_where(struct store *s, uint32_t ns_id, const uint8_t key[STORE_
  * matching, a MATCH of more than 16,383 keys, a log that stays full,
  * or a long write (e.g. dropping a large namespace) in progress.
  * Errors: -EINVAL (unknown ns_id), -ENOMEM (no memory for lease records,
- * on the locked path; nothing was leased or marked used). On the lock-free
+ * on the locked path; nothing was leased or marked used), -EDQUOT (the
+ * lease would pass the lessee's or its tenant's bound, store_lessee_limit;
+ * nothing was leased or marked used). On the lock-free
  * path a lease record that cannot be allocated when the log is applied
  * leaves that block unpinned, as if its lease had ended early. */
 int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
@@ -365,6 +395,20 @@ int store_delete_many(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STO
 struct store_lessee *store_lessee_new(struct store *s);
 /* End every lease the lessee holds and free it. Accepts NULL. */
 void store_lessee_free(struct store *s, struct store_lessee *l);
+
+/* Bound what lessee l may lease: max_leased_bytes of payload (0 = no
+ * bound), and, with t, t's max_leased_bytes over all of t's lessees. A
+ * store_match with a lease that would take either past its bound fails
+ * -EDQUOT with nothing leased or marked; blocks the lessee leases
+ * already count once (matching them again only extends). A bounded
+ * lessee's leasing MATCHes take the store lock (the check must be exact)
+ * instead of the lock-free path. Call it from the lessee's thread.
+ * Cannot fail. */
+void store_lessee_limit(struct store *s, struct store_lessee *l, uint64_t max_leased_bytes,
+			struct store_tenant *t);
+
+/* Payload bytes of the blocks lessee l leases now. */
+uint64_t store_lessee_leased_bytes(struct store *s, const struct store_lessee *l);
 
 /* End leases whose time has run out (CLOCK_MONOTONIC). Call it every
  * ~100 ms; returns the number of lease pins ended. */

@@ -314,12 +314,13 @@ int cli_drop_main(int argc, char **argv)
 	name = argv[optind];
 	if (!cli_ns_valid(name))
 		return cli_usage_error(prog, "bad NAME \"%.300s\": " CLI_NS_RULE, name);
-	if (cli_connect(&conn, prog, &c))
-		return CLI_EXIT_ERROR;
+	rc = cli_connect(&conn, prog, &c);
+	if (rc)
+		return cli_connect_exit_code(rc);
 	rc = kvpool_drop_namespace(c, name, &blocks);
 	kvpool_close(c);
 	if (rc) {
-		fprintf(stderr, "%s: %s: %s\n", prog, name, kvpool_strerror(rc));
+		fprintf(stderr, "%s: %s: %s\n", prog, name, cli_reason(rc));
 		return cli_exit_code(rc);
 	}
 	printf("dropped namespace %s: %" PRIu64 " blocks\n", name, blocks);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Options beyond the shared ones. */
 enum {
@@ -50,7 +51,7 @@ static int parse_keys(const char *prog, int argc, char **argv, int first,
 static int call_failed(const char *prog, const char *what, int err)
 {
 	fprintf(stderr, "%s: %s: %s\n", prog, what,
-		err == -ENOENT ? "not in the pool" : kvpool_strerror(err));
+		err == -ENOENT ? "not in the pool" : cli_reason(err));
 	return cli_exit_code(err);
 }
 
@@ -255,8 +256,9 @@ int cli_put_main(int argc, char **argv)
 	if (a.parent && cli_key_parse(a.parent, parent))
 		return cli_usage_error(prog, "bad parent key '%s'", a.parent);
 	/* Connect first: the server's max_block_bytes bounds what is read. */
-	if (cli_connect(&conn, prog, &c))
-		return CLI_EXIT_ERROR;
+	rc = cli_connect(&conn, prog, &c);
+	if (rc)
+		return cli_connect_exit_code(rc);
 	rc = kvpool_get_limits(c, &lim);
 	if (rc) {
 		kvpool_close(c);
@@ -364,8 +366,9 @@ int cli_get_main(int argc, char **argv)
 		return cli_usage_error(prog, "want exactly one KEY");
 	if (cli_key_parse(argv[optind], key))
 		return cli_usage_error(prog, "bad key '%s'", argv[optind]);
-	if (cli_connect(&conn, prog, &c))
-		return CLI_EXIT_ERROR;
+	rc = cli_connect(&conn, prog, &c);
+	if (rc)
+		return cli_connect_exit_code(rc);
 	rc = get_block(prog, c, key, &data, &len);
 	kvpool_close(c);
 	if (rc)
@@ -420,12 +423,13 @@ static int keys_cmd(int argc, char **argv, const char *usage, keys_call_fn call,
 	if (rc)
 		return rc;
 	st = calloc(n, sizeof(*st));
-	if (!st || cli_connect(&conn, prog, &c)) {
+	rc = st ? cli_connect(&conn, prog, &c) : -ENOMEM;
+	if (rc) {
 		if (!st)
 			fprintf(stderr, "%s: out of memory\n", prog);
 		free(st);
 		free(keys);
-		return CLI_EXIT_ERROR;
+		return st ? cli_connect_exit_code(rc) : CLI_EXIT_ERROR;
 	}
 	rc = call(c, keys, n, st);
 	kvpool_close(c);
@@ -509,9 +513,10 @@ int cli_match_main(int argc, char **argv)
 	rc = parse_keys(prog, argc, argv, optind, &keys, &n);
 	if (rc)
 		return rc;
-	if (cli_connect(&conn, prog, &c)) {
+	rc = cli_connect(&conn, prog, &c);
+	if (rc) {
 		free(keys);
-		return CLI_EXIT_ERROR;
+		return cli_connect_exit_code(rc);
 	}
 	rc = kvpool_match(c, keys, n, lease_ms, &matched);
 	kvpool_close(c);
@@ -549,8 +554,31 @@ int cli_ping_main(int argc, char **argv)
 		return rc;
 	if (optind < argc)
 		return cli_usage_error(prog, "unexpected argument '%s'", argv[optind]);
-	if (cli_connect(&conn, prog, &c))
-		return CLI_EXIT_ERROR;
+	{
+		struct kvpool_options opts = { .timeout_ms = conn.timeout_ms };
+		const char *token = getenv("KVPOOL_TOKEN");
+		struct timespec t0, t1;
+
+		opts.token = token && *token ? token : NULL;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		rc = kvpool_connect(conn.url, conn.ns, &opts, &c);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		/* PING needs no token: a server that refuses the HELLO (no token,
+		 * or one it does not take) has answered all the same */
+		if (rc == -EACCES) {
+			rtt_us = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000 +
+					    (t1.tv_nsec - t0.tv_nsec) / 1000);
+			printf("pong from %s: %" PRIu64 " us (connect and hello; the hello was "
+			       "refused: %s)\n", conn.url, rtt_us, cli_reason(rc));
+			return CLI_EXIT_OK;
+		}
+		if (rc) {
+			char why[768];
+
+			fprintf(stderr, "%s: %s\n", prog, cli_connect_error(&conn, rc, why, sizeof(why)));
+			return cli_connect_exit_code(rc);
+		}
+	}
 	rc = kvpool_ping(c, &rtt_us);
 	kvpool_close(c);
 	if (rc)

@@ -16,7 +16,10 @@
 
 void cli_conn_init(struct cli_conn *conn, const char *default_ns)
 {
-	conn->url = KVPOOL_DEFAULT_URL;
+	const char *env = getenv("KVPOOL_URL");
+
+	/* --server wins over KVPOOL_URL, which wins over the default */
+	conn->url = env && *env ? env : KVPOOL_DEFAULT_URL;
 	conn->ns = default_ns;
 	conn->timeout_ms = 0;
 }
@@ -75,6 +78,10 @@ char *cli_connect_error(const struct cli_conn *conn, int err, char *buf, size_t 
 			 err == -EOPNOTSUPP ? " (unknown scheme)" : "", url);
 	else if (err == -ENOENT)
 		snprintf(buf, len, "cannot connect to %.300s: host name does not resolve", url);
+	else if (kvpool_last_server_message()[0])
+		/* the server's own reason, word for word */
+		snprintf(buf, len, "%.300s (namespace \"%.300s\"): %.400s", url, ns,
+			 kvpool_last_server_message());
 	else
 		snprintf(buf, len, "cannot connect to %.300s (namespace \"%.300s\"): %s", url, ns,
 			 kvpool_strerror(err));
@@ -223,6 +230,21 @@ char *cli_fmt_bytes(uint64_t bytes, char *buf, size_t len)
 	}
 	snprintf(buf, len, v < 10 ? "%.2f %s" : "%.1f %s", v, units[u]);
 	return buf;
+}
+
+const char *cli_reason(int err)
+{
+	const char *m = kvpool_last_server_message();
+
+	return err && m[0] ? m : kvpool_strerror(err);
+}
+
+int cli_connect_exit_code(int err)
+{
+	/* the server answered and refused: as the same refusal on a call */
+	if (err == -EACCES || err == -EDQUOT || err == -EAGAIN)
+		return CLI_EXIT_MISS;
+	return err ? CLI_EXIT_ERROR : CLI_EXIT_OK;
 }
 
 int cli_exit_code(int err)

@@ -111,6 +111,17 @@ char *cli_fmt_bytes(uint64_t bytes, char *buf, size_t len);
  * CLI_EXIT_MISS; anything else -> CLI_EXIT_ERROR. */
 int cli_exit_code(int err);
 
+/* Exit code for a failed connect: a refusal by the server (-EACCES,
+ * -EDQUOT, -EAGAIN) -> CLI_EXIT_MISS, as the same refusal on a call would
+ * give; anything else (no server, bad URL, a name that does not resolve)
+ * -> CLI_EXIT_ERROR; 0 -> CLI_EXIT_OK. */
+int cli_connect_exit_code(int err);
+
+/* Why a call failed with err: the server's own message for it when it
+ * sent one (kvpool_last_server_message), else kvpool_strerror(err). Valid
+ * until the thread's next library call. */
+const char *cli_reason(int err);
+
 /* Print "PROG: MESSAGE\nTry 'PROG --help'." on stderr and return
  * CLI_EXIT_ERROR. */
 __attribute__((format(printf, 2, 3)))

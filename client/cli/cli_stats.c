@@ -595,7 +595,7 @@ static int stats_watch(const struct cli_conn *conn, const char *prog, const char
 			c = NULL;
 		rc = c ? kvpool_stats(c, ns, &json) : -ENOTCONN;
 		if (rc && c) {
-			fprintf(stderr, "%s: %s\n", prog, kvpool_strerror(rc));
+			fprintf(stderr, "%s: %s\n", prog, cli_reason(rc));
 			kvpool_close(c);
 			c = NULL;
 		}
@@ -673,12 +673,13 @@ int cli_stats_main(int argc, char **argv)
 		return cli_usage_error(prog, "--cluster takes neither settings nor --watch");
 	if (watch_s > 0)
 		return stats_watch(&conn, prog, one_ns ? conn.ns : NULL, as_json, watch_s);
-	if (cli_connect(&conn, prog, &c))
-		return CLI_EXIT_ERROR;
+	rc = cli_connect(&conn, prog, &c);
+	if (rc)
+		return cli_connect_exit_code(rc);
 	rc = kvpool_stats(c, one_ns ? conn.ns : NULL, &json);
 	kvpool_close(c);
 	if (rc) {
-		fprintf(stderr, "%s: %s\n", prog, kvpool_strerror(rc));
+		fprintf(stderr, "%s: %s\n", prog, cli_reason(rc));
 		return CLI_EXIT_ERROR;
 	}
 	rc = settings ? settings_print(json, as_json)

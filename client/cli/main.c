@@ -4,6 +4,7 @@
  */
 #include "cli.h"
 #include "cli_opts.h"
+#include "proto.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -39,9 +40,11 @@ static void usage(FILE *f)
 	fprintf(f, "\nEvery command takes --server URL (default " KVPOOL_DEFAULT_URL
 		   "; also rdma://host:port,\n"
 		   "or auto://host:port: TCP, moving to RDMA when the server offers it),\n"
-		   "--namespace NS and --timeout-ms N. KEYs are 64 hex digits or text:STRING\n"
-		   "(SHA-256 of STRING). Exit status: 0 success, 1 a miss or a refusal,\n"
-		   "2 an error. 'kvpool COMMAND --help' describes a command.\n");
+		   "--namespace NS and --timeout-ms N; KVPOOL_URL is the default --server,\n"
+		   "KVPOOL_TOKEN the auth token. KEYs are 64 hex digits or text:STRING\n"
+		   "(SHA-256 of STRING). Exit status: 0 success, 1 a miss or a refusal by\n"
+		   "the server (at connect too), 2 an error. 'kvpool COMMAND --help'\n"
+		   "describes a command; 'kvpool --version' prints the version.\n");
 }
 
 int main(int argc, char **argv)
@@ -54,6 +57,11 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
 		usage(stdout);
+		return CLI_EXIT_OK;
+	}
+	if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+		printf("kvpool %s (protocol %d..%d)\n", KVPOOL_VERSION, PROTO_VERSION_MIN,
+		       PROTO_VERSION_MAX);
 		return CLI_EXIT_OK;
 	}
 	for (size_t i = 0; i < N_SUBCOMMANDS; i++) {

@@ -118,6 +118,15 @@ int kvc_send_request(struct kvpool_client *c, uint8_t op, uint64_t request_id, c
 	return 0;
 }
 
+/* The last error message a server sent to this thread, for
+ * kvpool_last_server_message (kvpool_connect has no handle to keep it). */
+static __thread char last_server_message[KVC_MESSAGE_MAX_BYTES + 1];
+
+const char *kvpool_last_server_message(void)
+{
+	return last_server_message;
+}
+
 /* Decode an error reply's body, keep its message, and set r->err to the
  * whole-request status as -errno. Errors: -EPROTO (malformed error body). */
 static int error_reply(struct kvpool_client *c, struct kvc_reply *r)
@@ -136,6 +145,7 @@ static int error_reply(struct kvpool_client *c, struct kvc_reply *r)
 	if (msg_bytes)
 		memcpy(c->server_message, msg, msg_bytes);
 	c->server_message[msg_bytes] = '\0';
+	memcpy(last_server_message, c->server_message, msg_bytes + 1);
 	err = proto_status_to_errno(r->h.status);
 	/* After these the server may close: start afresh at the next call. */
 	if (r->h.status == PROTO_STATUS_BAD_REQUEST || r->h.status == PROTO_STATUS_UNSUPPORTED)
@@ -340,6 +350,7 @@ int kvc_begin(struct kvpool_client *c, uint64_t *deadline_ms)
 	if (kvc_async_busy(c))
 		return -EBUSY;
 	c->server_message[0] = '\0';
+	last_server_message[0] = '\0';
 	if (c->reconnect_next || (c->fd >= 0 && kvc_conn_stale(c->fd)) ||
 	    (c->rdma && !rdma_client_ok(c->rdma)))
 		kvc_disconnect(c);
@@ -363,6 +374,7 @@ int kvpool_connect(const char *url, const char *ns, const struct kvpool_options 
 	uint64_t deadline_ms;
 	int rc;
 
+	last_server_message[0] = '\0';
 	if (!url || !ns || !out)
 		return -EINVAL;
 	if (kvcl_is_cluster_url(url))

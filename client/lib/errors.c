@@ -18,7 +18,7 @@ const char *kvpool_strerror(int err)
 	case ENOSPC:
 		return "pool full, nothing evictable (or output array too small)";
 	case EDQUOT:
-		return "namespace quota exceeded";
+		return "quota exceeded: a namespace, token or lease limit (the server says which)";
 	case EAGAIN:
 		return "server busy, retry later";
 	case EMSGSIZE:

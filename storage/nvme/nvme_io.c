@@ -130,7 +130,7 @@ static int take_lock(struct store_nvme_io *io, char *why, size_t why_len)
 		set_why(why, why_len, "nvme dir %s: path too long", io->dir);
 		return -EINVAL;
 	}
-	fd = openat(io->dir_fd, "LOCK", O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	fd = openat(io->dir_fd, "LOCK", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		int err = errno;
 
@@ -184,10 +184,10 @@ static int probe_dir(struct store_nvme_io *io, char *why, size_t why_len)
 
 	io->direct = true;
 	errno = 0;
-	fd = openat(io->dir_fd, PROBE_NAME, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+	fd = openat(io->dir_fd, PROBE_NAME, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0600);
 	if (fd < 0 && errno == EINVAL) {
 		io->direct = false;
-		fd = openat(io->dir_fd, PROBE_NAME, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		fd = openat(io->dir_fd, PROBE_NAME, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	}
 	if (fd < 0) {
 		int err = errno;
@@ -281,7 +281,7 @@ static int write_format(struct store_nvme_io *io, char *why, size_t why_len)
 	int fd, len, rc = 0;
 
 	len = snprintf(text, sizeof(text), FORMAT_PREFIX "%d\n", STORE_NVME_FORMAT_VERSION);
-	fd = openat(io->dir_fd, "FORMAT.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	fd = openat(io->dir_fd, "FORMAT.tmp", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		rc = -errno;
 		goto out_why;
@@ -360,7 +360,7 @@ static int open_segment(struct store_nvme_io *io, uint32_t n, char *why, size_t 
 	segment_name(name, sizeof(name), n);
 	fd = openat(io->dir_fd, name, flags);
 	if (fd < 0 && errno == ENOENT)
-		fd = openat(io->dir_fd, name, flags | O_CREAT, 0644);
+		fd = openat(io->dir_fd, name, flags | O_CREAT, 0600);
 	if (fd < 0) {
 		err = errno;
 		goto out_why;
@@ -369,6 +369,10 @@ static int open_segment(struct store_nvme_io *io, uint32_t n, char *why, size_t 
 		err = errno;
 		goto out_close;
 	}
+	/* tenants' payloads: owner only, also for files an older version
+	 * made 0644 (best effort: the tier works without) */
+	if (st.st_mode & 077)
+		(void)fchmod(fd, 0600);
 	io->seg_had[n] = (uint64_t)st.st_size;
 	if ((uint64_t)st.st_size != io->segment_bytes &&
 	    ftruncate(fd, (off_t)io->segment_bytes) < 0) {
@@ -518,10 +522,11 @@ static int check_limits(struct store_nvme_io *io, char *why, size_t why_len)
  * open every segment. */
 static int open_segments(struct store_nvme_io *io, char *why, size_t why_len)
 {
+	struct stat st;
 	uint32_t n;
 	int fd, rc, err;
 
-	if (mkdirat(io->dir_fd, SEGMENT_DIR, 0755) < 0 && errno != EEXIST) {
+	if (mkdirat(io->dir_fd, SEGMENT_DIR, 0700) < 0 && errno != EEXIST) {
 		err = errno;
 		set_why(why, why_len, "cannot create %s/%s: %s", io->dir, SEGMENT_DIR,
 			strerror(err));
@@ -534,6 +539,8 @@ static int open_segments(struct store_nvme_io *io, char *why, size_t why_len)
 			strerror(err));
 		return create_error(err);
 	}
+	if (fstat(fd, &st) == 0 && (st.st_mode & 077))
+		(void)fchmod(fd, 0700); /* as above, for a directory made 0755 */
 	trim_segments(io, fd);
 	close(fd);
 	for (n = 0; n < io->segment_count; n++) {

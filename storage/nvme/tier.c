@@ -11,6 +11,7 @@
  * writes segments and records, so records are written in one order);
  * queued record deletes. They sleep on tier->wake otherwise.
  */
+#include <sys/stat.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -540,6 +541,10 @@ static int open_files(struct store *s, struct store_tier *t, char *why, size_t w
 		return -ENOMEM;
 	snprintf(path, len, "%s/index", cfg->nvme_dir);
 	rc = open_index(s, t, path, why, why_len);
+	/* RocksDB makes its directory with the umask's mode (kvpoold sets
+	 * 077); owner only, as the segments (best effort) */
+	if (rc == 0)
+		(void)chmod(path, 0700);
 	if (rc == 0)
 		rc = store_nvme_index_next_ns_id(t->ix, &t->next_disk_id);
 	if (rc == -EBADMSG) {

@@ -9,7 +9,10 @@
 #      drop the HEALTHCHECK silently; the test checks it is there);
 #   3. buildah from + buildah run --isolation chroot: the entrypoint starts
 #      kvpoold on the host network with an NVMe tier on the image's volume
-#      directory; "podman run" is not used (it fails here on setrlimit);
+#      directory, its ports given as flags after the image name and its
+#      address as KVPOOL_LISTEN=127.0.0.2 (so that a health check guessing
+#      from KVPOOL_PORT or 127.0.0.1 fails); "podman run" is not used (it
+#      fails here on setrlimit);
 #   4. from the host: kvpool health (or ping), a put and a get of a block;
 #      inside the container: the HEALTHCHECK command; then SIGTERM, and
 #      kvpoold must exit 0.
@@ -33,6 +36,7 @@ MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 CONTEXT=${KVPOOL_CONTAINER_CONTEXT:-$ROOT}
 KVPOOL=$ROOT/$BUILD/kvpool
 BASE=$(sed -n 's/^ARG BASE_IMAGE=//p' docker/Dockerfile)
+HOST=127.0.0.2 # kvpoold's KVPOOL_LISTEN: loopback, but not the health check's old guess
 
 log() { printf '== %s\n' "$*"; }
 fail() { printf 'FAIL: %s\n' "$*" >&2; exit 1; }
@@ -122,15 +126,15 @@ start_server() {
 	ctr=$(buildah from --pull=never "$IMAGE")
 	port=$(free_port)
 	server_log=$(mktemp /tmp/kvpool-container.XXXXXX.log)
-	log "buildah run $ctr: kvpoold on 127.0.0.1:$port, admin $((port + 1)), NVMe tier on the volume"
+	log "buildah run $ctr: kvpoold on $HOST:$port, admin $((port + 1)) (flags after the image name), NVMe tier on the volume"
 	buildah run --isolation chroot --network host \
-		--env KVPOOL_LISTEN=127.0.0.1 --env KVPOOL_PORT="$port" \
-		--env KVPOOL_ADMIN_PORT="$((port + 1))" --env KVPOOL_DRAM_CAPACITY=64MiB \
+		--env KVPOOL_LISTEN="$HOST" --env KVPOOL_DRAM_CAPACITY=64MiB \
 		--env KVPOOL_NVME_CAPACITY=256MiB --env KVPOOL_THREADS=2 \
-		"$ctr" -- /usr/local/bin/kvpool-entrypoint >"$server_log" 2>&1 &
+		"$ctr" -- /usr/local/bin/kvpool-entrypoint kvpoold --port "$port" \
+		--admin-port "$((port + 1))" >"$server_log" 2>&1 &
 	run_pid=$!
 	for _ in $(seq 1 300); do
-		if "$KVPOOL" ping --server "tcp://127.0.0.1:$port" >/dev/null 2>&1; then
+		if "$KVPOOL" ping --server "tcp://$HOST:$port" >/dev/null 2>&1; then
 			return
 		fi
 		kill -0 "$run_pid" 2>/dev/null || { cat "$server_log"; fail "kvpoold in the container exited"; }
@@ -144,7 +148,7 @@ start_server() {
 # pid namespace), then wait for buildah run to return kvpoold's status.
 stop_server() {
 	local pid rc=0
-	pid=$("$KVPOOL" stats --json --server "tcp://127.0.0.1:$port" |
+	pid=$("$KVPOOL" stats --json --server "tcp://$HOST:$port" |
 		sed -n 's/.*"pid": *\([0-9]*\).*/\1/p' | head -1)
 	[ -n "$pid" ] || return 1
 	kill -TERM "$pid"
@@ -155,7 +159,7 @@ stop_server() {
 
 # ---- 4. checks from the host and inside the container ---------------------------
 check_server() {
-	local url="tcp://127.0.0.1:$port" data got
+	local url="tcp://$HOST:$port" data got
 	if "$KVPOOL" health --help >/dev/null 2>&1; then
 		"$KVPOOL" health --server "$url" || fail "kvpool health failed"
 		log "kvpool health: ok"
@@ -163,12 +167,12 @@ check_server() {
 		"$KVPOOL" ping --server "$url" >/dev/null || fail "kvpool ping failed"
 		log "kvpool ping: ok (this CLI has no health command)"
 	fi
-	# the same environment as the server, as the HEALTHCHECK would have
-	buildah run --isolation chroot --network host --env KVPOOL_PORT="$port" \
-		--env KVPOOL_ADMIN_PORT="$((port + 1))" \
+	# the server's environment, as the HEALTHCHECK has it: not the flags
+	# after the image name, which the entrypoint recorded from kvpoold
+	buildah run --isolation chroot --network host --env KVPOOL_LISTEN="$HOST" \
 		"$ctr" -- /usr/local/bin/kvpool-entrypoint health ||
-		fail "the image's HEALTHCHECK command failed"
-	log "HEALTHCHECK command in the container (admin /healthz): ok"
+		fail "the image's HEALTHCHECK command failed (ports from flags, KVPOOL_LISTEN=$HOST)"
+	log "HEALTHCHECK command in the container (admin /healthz on $HOST): ok"
 	data=$(mktemp) got=$(mktemp)
 	head -c 1048576 /dev/urandom >"$data"
 	"$KVPOOL" put text:container-test "$data" --server "$url" --namespace container ||

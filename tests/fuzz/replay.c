@@ -25,7 +25,7 @@
 #include "fuzz.h"
 
 #ifndef FUZZ_TARGET
-#error "FUZZ_TARGET must name the target (frame, config, trace)"
+#error "FUZZ_TARGET must name the target (frame, config, trace, auth)"
 #endif
 
 #define FUZZ_MIN_SEEDS 10

@@ -5,6 +5,7 @@
  * of `kvpool stats --json`, /stats and /metrics, the health and
  * drop-namespace subcommands, and /healthz while the server drains.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -796,6 +797,68 @@ static void test_healthz_draining(void **state)
 	assert_int_equal(harness_stop(&srv), 0);
 }
 
+/* Sockets kvpoold (pid) holds open now. */
+static int socket_fds(pid_t pid)
+{
+	char dir[64], path[320], link[64];
+	struct dirent *e;
+	int n = 0;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	d = opendir(dir);
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		ssize_t len;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		len = readlink(path, link, sizeof(link) - 1);
+		if (len > 0) {
+			link[len] = '\0';
+			n += strncmp(link, "socket:", 7) == 0;
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+/* Issue 20 item 6: 100 clients that send half a request each hold at most
+ * 16 admin connections (the rest wait in the backlog, not in kvpoold's
+ * descriptors); once they go, /healthz answers again. */
+static void test_admin_connection_cap(void **state)
+{
+	static const char half[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
+	int fds[100], before, during = 0;
+
+	(void)state;
+	harness_need_server(&srv);
+	before = socket_fds(srv.pid);
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(harness_raw_connect(admin_port, &fds[i]), 0);
+		assert_int_equal(harness_send_all(fds[i], half, sizeof(half) - 1), 0);
+	}
+	for (int i = 0; i < 50 && during < before + 16; i++) {
+		usleep(20 * 1000);
+		during = socket_fds(srv.pid);
+	}
+	usleep(200 * 1000);
+	during = socket_fds(srv.pid);
+	if (during - before > 16 || during - before < 14)
+		fail_msg("kvpoold holds %d admin sockets for 100 half requests; want 14..16",
+			 during - before);
+	for (int i = 0; i < 100; i++)
+		close(fds[i]);
+	{
+		struct http_reply r = get_or_fail("/healthz");
+
+		assert_int_equal(r.status, 200);
+		free(r.body);
+	}
+	for (int i = 0; i < 100 && socket_fds(srv.pid) > before; i++)
+		usleep(20 * 1000);
+	assert_true(socket_fds(srv.pid) <= before);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -806,6 +869,7 @@ int main(void)
 		cmocka_unit_test(test_dashboard_metrics),
 		cmocka_unit_test(test_cli_health),
 		cmocka_unit_test(test_cli_drop_namespace),
+		cmocka_unit_test(test_admin_connection_cap),
 		cmocka_unit_test(test_healthz_draining),
 	};
 

@@ -11,6 +11,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +32,7 @@
 static const char tokens_text[] =
 	"# kvpool tokens for test_auth\n"
 	"[tokens]\n"
-	TOK_RW "  rw  team-a/ shared/\n"
+	TOK_RW "  rw  team-a/ shared/   # team-b/ has its own token; * is the admin's\n"
 	TOK_RO "\tro\tteam-a/\r\n"
 	TOK_ALL " rw *\n"
 	"\n"
@@ -185,7 +188,9 @@ static void test_namespace_denied(void **state)
 
 	(void)state;
 	harness_need_server(&g.srv);
+	/* the words of the inline comment above grant nothing (issue 20) */
 	check_hello_denied("team-b/m", TOK_RW, "does not grant namespace team-b/m");
+	check_hello_denied("other", TOK_RW, "does not grant namespace other");
 	/* "team-a" without the slash is not under the prefix "team-a/" */
 	check_hello_denied("team-a", TOK_RW, "does not grant");
 	check_hello_denied("shared/x", TOK_RO, "does not grant");
@@ -326,6 +331,112 @@ static void test_quota_prefix(void **state)
 	free(data);
 }
 
+/* Issue 20 item 3: one token may not fill the namespace table. With
+ * --tenant-max-namespaces 3, TOK_RW's fourth namespace is refused at its
+ * first PUT (HELLO, PING and STATS still work); namespaces it already has
+ * stay writable; a "*" token is exempt. */
+static void test_tenant_namespace_limit(void **state)
+{
+	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "1MiB",
+				"--threads", "2", "--tokens-file", g.tokens,
+				"--tenant-max-namespaces", "3", NULL };
+	struct harness_server srv = { 0 };
+	struct kvpool_client *c;
+	uint8_t key[32] = { 1 }, data[100] = { 2 };
+	uint64_t rtt = 0;
+	char ns[32], *json = NULL;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_int_equal(harness_start(&srv, flags), 0);
+	for (int i = 1; i <= 4; i++) {
+		struct kvpool_options o = { .token = TOK_RW, .timeout_ms = 10000 };
+
+		snprintf(ns, sizeof(ns), "team-a/n%d", i);
+		assert_int_equal(kvpool_connect(srv.url, ns, &o, &c), 0);
+		assert_int_equal(kvpool_put_bytes(c, key, NULL, data, sizeof(data)),
+				 i <= 3 ? 0 : -EDQUOT);
+		assert_int_equal(kvpool_ping(c, &rtt), 0);
+		assert_int_equal(kvpool_stats(c, ns, &json), 0);
+		kvpool_free(json);
+		json = NULL;
+		kvpool_close(c);
+	}
+	{
+		struct kvpool_options o = { .token = TOK_RW, .timeout_ms = 10000 };
+		uint8_t key2[32] = { 3 };
+
+		/* an existing namespace of the token still takes puts */
+		assert_int_equal(kvpool_connect(srv.url, "team-a/n2", &o, &c), 0);
+		assert_int_equal(kvpool_put_bytes(c, key2, NULL, data, sizeof(data)), 0);
+		kvpool_close(c);
+		/* a token that grants "*" is not limited */
+		o.token = TOK_ALL;
+		for (int i = 1; i <= 5; i++) {
+			snprintf(ns, sizeof(ns), "admin/n%d", i);
+			assert_int_equal(kvpool_connect(srv.url, ns, &o, &c), 0);
+			assert_int_equal(kvpool_put_bytes(c, key, NULL, data, sizeof(data)), 0);
+			kvpool_close(c);
+		}
+	}
+	assert_int_equal(harness_stop(&srv), 0);
+}
+
+/* Issue 20 items 4 and 5: tenant_max_bytes covers all of a token's
+ * namespaces, and tenant_max_leased_bytes all of its connections' leases;
+ * another token is not held back by either. */
+static void test_tenant_bytes_and_leases(void **state)
+{
+	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "1MiB",
+				"--threads", "2", "--tokens-file", g.tokens,
+				"--tenant-max-bytes", "100KiB", "--tenant-max-leased-bytes", "64KiB",
+				"--max-lease-ms", "60000", NULL };
+	struct kvpool_options rw = { .token = TOK_RW, .timeout_ms = 10000 };
+	struct kvpool_options all = { .token = TOK_ALL, .timeout_ms = 10000 };
+	struct harness_server srv = { 0 };
+	struct kvpool_client *a1, *a2, *x;
+	uint8_t k1[32], k2[32], k3[32], *data = calloc(1, 40 * 1024);
+	size_t matched = 0;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_non_null(data);
+	assert_int_equal(harness_start(&srv, flags), 0);
+	assert_int_equal(kvpool_connect(srv.url, "team-a/b1", &rw, &a1), 0);
+	assert_int_equal(kvpool_connect(srv.url, "team-a/b2", &rw, &a2), 0);
+	assert_int_equal(kvpool_connect(srv.url, "other/x", &all, &x), 0);
+	harness_key(k1, "tb", 1);
+	harness_key(k2, "tb", 2);
+	harness_key(k3, "tb", 3);
+	/* 2 x 40 KiB in b1, then 40 KiB more in b2 would pass 100 KiB: b2
+	 * has nothing of its own to evict, and b1's blocks are not b2's */
+	assert_int_equal(kvpool_put_bytes(a1, k1, NULL, data, 40 * 1024), 0);
+	assert_int_equal(kvpool_put_bytes(a1, k2, NULL, data, 40 * 1024), 0);
+	assert_int_equal(kvpool_put_bytes(a2, k3, NULL, data, 40 * 1024), -EDQUOT);
+	assert_int_equal(kvpool_put_bytes(a2, k3, NULL, data, 16 * 1024), 0);
+	/* the other token is not limited by team-a's bytes */
+	for (int i = 0; i < 4; i++) {
+		uint8_t k[32];
+
+		harness_key(k, "tbx", (uint64_t)i);
+		assert_int_equal(kvpool_put_bytes(x, k, NULL, data, 40 * 1024), 0);
+	}
+	/* leases: a1 leases 40 KiB; a2 may not add 16 KiB + ... past 64 KiB */
+	assert_int_equal(kvpool_match(a1, (const uint8_t(*)[32])k1, 1, 60000, &matched), 0);
+	assert_int_equal(matched, 1);
+	assert_int_equal(kvpool_match(a1, (const uint8_t(*)[32])k2, 1, 60000, &matched), -EDQUOT);
+	assert_int_equal(kvpool_match(a2, (const uint8_t(*)[32])k3, 1, 60000, &matched), 0);
+	/* closing a1 ends its lease: room for a2's next */
+	kvpool_close(a1);
+	assert_int_equal(kvpool_connect(srv.url, "team-a/b1", &rw, &a1), 0);
+	assert_int_equal(kvpool_match(a1, (const uint8_t(*)[32])k2, 1, 60000, &matched), 0);
+	kvpool_close(a1);
+	kvpool_close(a2);
+	kvpool_close(x);
+	free(data);
+	assert_int_equal(harness_stop(&srv), 0);
+}
+
 /* Run the CLI with KVPOOL_TOKEN set to token (NULL: unset); returns its
  * exit status. */
 static int cli_with_token(const char *token, char *const argv[])
@@ -379,6 +490,83 @@ static void test_cli_token(void **state)
 	}
 }
 
+/* Run `kvpool ARGS` through sh with stderr in the output, KVPOOL_TOKEN set
+ * to token (NULL: unset); returns the exit status, *out the text. */
+static int cli_sh(const char *token, const char *args, char **out)
+{
+	const char *cli = getenv("KVPOOL_CLI");
+	char cmd[1024];
+	char *argv[] = { "/bin/sh", "-c", cmd, NULL };
+	int status = -1;
+
+	snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1", cli, args);
+	if (token)
+		setenv("KVPOOL_TOKEN", token, 1);
+	else
+		unsetenv("KVPOOL_TOKEN");
+	assert_int_equal(harness_run(argv, 20000, out, &status), 0);
+	unsetenv("KVPOOL_TOKEN");
+	return status;
+}
+
+/* Issue 20 item 10: a refusal exits 1 at connect as on a PUT, with the
+ * server's own reason; ping needs no token; KVPOOL_URL names the server;
+ * kvpool --version says kvpoold's version. */
+static void test_cli_refusals_and_conveniences(void **state)
+{
+	const char *cli = getenv("KVPOOL_CLI"), *kvpoold = getenv("KVPOOLD");
+	char args[600], data[300], *out = NULL;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	if (!cli || access(cli, X_OK) != 0)
+		harness_skip("KVPOOL_CLI is not set to the kvpool binary");
+	snprintf(data, sizeof(data), "%s/cli-data2", g.dir);
+	assert_int_equal(write_file(data, "x", 0600), 0);
+	snprintf(args, sizeof(args), "put text:r1 '%s' --server %s --namespace team-a/cli2", data,
+		 g.srv.url);
+	assert_int_equal(cli_sh(NULL, args, &out), 1);
+	if (!strstr(out, "this server requires a token"))
+		fail_msg("no server reason: %s", out);
+	free(out);
+	assert_int_equal(cli_sh(TOK_RO, args, &out), 1);
+	if (!strstr(out, "read-only in namespace team-a/cli2"))
+		fail_msg("no server reason: %s", out);
+	free(out);
+	snprintf(args, sizeof(args), "put text:r1 '%s' --server %s --namespace team-b/x", data,
+		 g.srv.url);
+	assert_int_equal(cli_sh(TOK_RW, args, &out), 1);
+	if (!strstr(out, "does not grant namespace team-b/x"))
+		fail_msg("no server reason: %s", out);
+	free(out);
+	/* ping: no token needed */
+	snprintf(args, sizeof(args), "ping --server %s", g.srv.url);
+	assert_int_equal(cli_sh(NULL, args, &out), 0);
+	assert_non_null(strstr(out, "pong from"));
+	free(out);
+	/* KVPOOL_URL instead of --server */
+	setenv("KVPOOL_URL", g.srv.url, 1);
+	assert_int_equal(cli_sh(TOK_RW, "ping --namespace team-a/m", &out), 0);
+	unsetenv("KVPOOL_URL");
+	assert_non_null(strstr(out, "pong from"));
+	free(out);
+	/* versions agree */
+	{
+		char *vd = NULL, *argv[] = { (char *)kvpoold, "--version", NULL };
+		char want[64];
+		int status = -1;
+
+		assert_int_equal(harness_run(argv, 10000, &vd, &status), 0);
+		assert_int_equal(status, 0);
+		assert_int_equal(sscanf(vd, "kvpoold %63s", want), 1);
+		free(vd);
+		assert_int_equal(cli_sh(NULL, "--version", &out), 0);
+		if (strncmp(out, "kvpool ", 7) || strncmp(out + 7, want, strlen(want)))
+			fail_msg("kvpool --version: %s; kvpoold's is %s", out, want);
+		free(out);
+	}
+}
+
 /* Run kvpoold with a tokens file of `text` and `mode`; it must refuse to
  * start, as a bad setting (exit 2), with `want` in its error output. */
 static void check_start_refused(const char *text, mode_t mode, const char *want)
@@ -402,6 +590,74 @@ static void check_start_refused(const char *text, mode_t mode, const char *want)
 	free(err);
 }
 
+/* Start kvpoold with flags expecting it to refuse; its stderr must hold
+ * want. */
+static void check_refused_saying(const char *const *flags, const char *want)
+{
+	char *err = NULL;
+	int status = 0;
+
+	assert_int_equal(harness_start_fail(flags, 10000, &status, &err), 0);
+	assert_non_null(err);
+	assert_int_not_equal(status, 0);
+	if (!strstr(err, want))
+		fail_msg("kvpoold said \"%s\", expected \"%s\"", err, want);
+	free(err);
+}
+
+/* Issue 20 item 10: start-up errors say where the bad setting came from,
+ * --config on a directory says so, and a taken admin port is named. */
+static void test_startup_errors_name_source(void **state)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
+	uint64_t phys = (uint64_t)pages * (uint64_t)page_bytes;
+	char size[32], port[16];
+	const char *bad_listen[] = { "--listen", "999.1.1.1", "--dram-capacity", "16MiB",
+				 "--max-block-bytes", "1MiB", NULL };
+	const char *dir[] = { "--config", g.dir, NULL };
+	const char *dram[] = { "--dram-capacity", size, NULL };
+	const char *admin[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "1MiB",
+				"--admin-port", port, NULL };
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int fd;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	check_refused_saying(bad_listen, "(listen from --listen)");
+	check_refused_saying(dir, "is a directory");
+	if (phys + (1ull << 30) <= (4ull << 40)) {
+		snprintf(size, sizeof(size), "%llu", (unsigned long long)(phys + (1ull << 30)));
+		check_refused_saying(dram, "(dram_capacity from --dram-capacity)");
+		/* all of memory leaves no room for the index and the process
+		 * (item 8); a cgroup limit below it says "exceeds" first */
+		snprintf(size, sizeof(size), "%llu", (unsigned long long)phys);
+		{
+			char *err = NULL;
+			int status = 0;
+
+			assert_int_equal(harness_start_fail(dram, 10000, &status, &err), 0);
+			assert_int_equal(status, 2);
+			if (!strstr(err, "leaves less than") && !strstr(err, "exceeds the memory limit"))
+				fail_msg("kvpoold took all of memory: %s", err);
+			free(err);
+		}
+	}
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(fd, 1), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	snprintf(port, sizeof(port), "%u", ntohs(sa.sin_port));
+	{
+		char want[96];
+
+		snprintf(want, sizeof(want), "admin_port %s (the admin HTTP port)", port);
+		check_refused_saying(admin, want);
+	}
+	close(fd);
+}
+
 static void test_start_refusals(void **state)
 {
 	(void)state;
@@ -411,7 +667,8 @@ static void test_start_refusals(void **state)
 	check_start_refused(TOK_RW " rw a/\n", 0602, "group and others");
 	check_start_refused("# ok\n" "short rw a/\n", 0600, "bad-tokens:2: token of 5 bytes");
 	check_start_refused(TOK_RW " rx a/\n", 0600, "ro or rw");
-	check_start_refused(TOK_RW " rw\n", 0600, "without a namespace prefix");
+	check_start_refused(TOK_RW " rw\n", 0600, "without a namespace grant");
+	check_start_refused(TOK_RW " rw a/ # b/\n" TOK_ALL " rw x*y\n", 0600, "bad-tokens:2: grant \"x*y\"");
 	check_start_refused(TOK_RW " rw a/\n" TOK_RW " ro b/\n", 0600, "bad-tokens:2: token given twice");
 	check_start_refused("[quota]\nns = lots\n", 0600, "bad quota size");
 	check_start_refused("[quotas]\n", 0600, "unknown section");
@@ -427,8 +684,12 @@ int main(void)
 		cmocka_unit_test(test_rw_and_ro),
 		cmocka_unit_test(test_quota),
 		cmocka_unit_test(test_quota_prefix),
+		cmocka_unit_test(test_tenant_namespace_limit),
+		cmocka_unit_test(test_tenant_bytes_and_leases),
 		cmocka_unit_test(test_cli_token),
+		cmocka_unit_test(test_cli_refusals_and_conveniences),
 		cmocka_unit_test(test_start_refusals),
+		cmocka_unit_test(test_startup_errors_name_source),
 		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 

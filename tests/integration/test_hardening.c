@@ -12,6 +12,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <poll.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -167,26 +171,6 @@ static uint64_t proc_kb(pid_t pid, const char *field)
 	fclose(f);
 	assert_true(found);
 	return kb;
-}
-
-/* Send a HELLO for `ns` with `token` as request `id`; read the reply. */
-static void hello_frame(int fd, const char *ns, const char *token, uint64_t id,
-			struct harness_frame *f)
-{
-	struct proto_hello h = {
-		.min_version = PROTO_VERSION_MIN, .max_version = PROTO_VERSION_MAX,
-		.ns = ns, .ns_len = (uint16_t)strlen(ns),
-		.token = token, .token_len = token ? (uint16_t)strlen(token) : 0,
-	};
-	uint8_t body[PROTO_HELLO_FIXED_BYTES + PROTO_NAME_MAX_BYTES + PROTO_TOKEN_MAX_BYTES];
-	size_t body_bytes = proto_hello_body_bytes(&h);
-
-	assert_int_equal(proto_hello_encode(&h, body, sizeof(body)), 0);
-	assert_int_equal(harness_send_frame(fd, PROTO_OP_HELLO, id, body, (uint32_t)body_bytes,
-					    NULL, 0),
-			 0);
-	assert_int_equal(harness_read_frame(fd, REPLY_MS, f), 0);
-	assert_int_equal(f->h.request_id, id);
 }
 
 static void assert_ping_works(int fd, uint64_t id)
@@ -546,6 +530,39 @@ static void test_stats_and_drop_create_nothing(void **state)
 	stats_namespaces(g.c, NULL, "hard-ghost-drop", &has);
 	assert_false(has);
 	assert_int_equal(n1, n0);
+	/* nor do the CLI's stats --namespace, ping, health and drop-namespace,
+	 * which say HELLO to the namespace they name (issue 20) */
+	{
+		const char *cli = getenv("KVPOOL_CLI");
+		char *const cmds[][8] = {
+			{ (char *)cli, "stats", "--namespace", "hard-ghost-cli", "--server", g.srv.url, NULL },
+			{ (char *)cli, "ping", "--namespace", "hard-ghost-ping", "--server", g.srv.url, NULL },
+			{ (char *)cli, "health", "--namespace", "hard-ghost-health", "--server", g.srv.url,
+			  NULL },
+			{ (char *)cli, "drop-namespace", "--namespace", "hard-ghost-dropper", "--server",
+			  g.srv.url, "hard-ghost-cli", NULL },
+		};
+		static const char *const names[] = { "hard-ghost-cli", "hard-ghost-ping",
+						      "hard-ghost-health", "hard-ghost-dropper" };
+
+		if (!cli || access(cli, X_OK) != 0)
+			return;
+		for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+			char *out = NULL;
+			int status = -1;
+
+			assert_int_equal(harness_run(cmds[i], 20000, &out, &status), 0);
+			if (status != 0)
+				fail_msg("%s exited %d: %s", cmds[i][1], status, out ? out : "");
+			free(out);
+		}
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+			stats_namespaces(g.c, NULL, names[i], &has);
+			if (has)
+				fail_msg("namespace %s was created", names[i]);
+		}
+		assert_int_equal(stats_namespaces(g.c, NULL, NULL, NULL), n0);
+	}
 }
 
 /* Raise our RLIMIT_NOFILE to its hard limit (kvpoold, started later,
@@ -567,46 +584,91 @@ static size_t sessions_we_may_hold(void)
 	return rl.rlim_cur > 128 ? (size_t)rl.rlim_cur - 128 : 0;
 }
 
-/* Say HELLO to `ns`, store one block in it and close: a namespace that is
- * unused but not empty. */
-static void put_one_block(uint16_t port, const char *ns)
+/* PUT one 64-byte first block (key {7}) on a bound session; returns the
+ * request's status, or the block's when the request was taken. */
+static uint16_t raw_put_one(int fd, uint64_t id, char *msg, size_t cap)
 {
 	uint8_t key[32] = { 7 }, data[64];
 	struct harness_frame f;
 	struct proto_result r;
-	int fd = harness_raw_session_or_fail(port, ns, NULL);
+	uint16_t status;
 
 	memset(data, 0x5a, sizeof(data));
-	assert_int_equal(harness_raw_put(fd, 2, key, NULL, data, sizeof(data),
+	assert_int_equal(harness_raw_put(fd, id, key, NULL, data, sizeof(data),
 					 harness_xxh3(data, sizeof(data)), sizeof(data)),
 			 0);
 	assert_int_equal(harness_read_frame(fd, REPLY_MS, &f), 0);
-	assert_int_equal(f.h.status, PROTO_STATUS_OK);
-	assert_int_equal(harness_reply_result(&f, 0, &r), 0);
-	assert_int_equal(r.status, PROTO_STATUS_OK);
+	status = f.h.status;
+	if (status == PROTO_STATUS_OK) {
+		assert_int_equal(harness_reply_result(&f, 0, &r), 0);
+		status = r.status;
+	} else if (msg) {
+		assert_int_equal(harness_error_message(&f, msg, cap, NULL, NULL), 0);
+	}
 	harness_frame_free(&f);
+	return status;
+}
+
+/* DELETE key {7} on a bound session. */
+static void raw_delete_one(int fd, uint64_t id)
+{
+	uint8_t key[32] = { 7 }, body[PROTO_BATCH_PREFIX_BYTES + PROTO_KEY_ENTRY_BYTES];
+	struct harness_frame f;
+
+	proto_batch_encode_prefix(body, 1, 0);
+	proto_key_entry_encode(body, 0, key);
+	assert_int_equal(harness_send_frame(fd, PROTO_OP_DELETE, id, body, sizeof(body), NULL, 0), 0);
+	assert_int_equal(harness_read_frame(fd, REPLY_MS, &f), 0);
+	assert_int_equal(f.h.status, PROTO_STATUS_OK);
+	harness_frame_free(&f);
+}
+
+/* Say HELLO to `ns`, store one block in it and close: a namespace that is
+ * unused but not empty. */
+static void put_one_block(uint16_t port, const char *ns)
+{
+	int fd = harness_raw_session_or_fail(port, ns, NULL);
+
+	assert_int_equal(raw_put_one(fd, 2, NULL, 0), PROTO_STATUS_OK);
 	close(fd);
 }
 
-/* Connect `ns` through the client library, retrying for up to 5 s while
- * the server still processes the closes that free a slot. */
-static int client_when_slot_frees(const struct harness_server *srv, const char *ns,
-				  struct kvpool_client **out)
+/* Create namespace ns (HELLO does not: its first PUT does) and leave it
+ * empty; returns the session, still bound to it. */
+static int empty_ns_session(uint16_t port, const char *ns)
 {
+	int fd = harness_raw_session_or_fail(port, ns, NULL);
+
+	assert_int_equal(raw_put_one(fd, 2, NULL, 0), PROTO_STATUS_OK);
+	raw_delete_one(fd, 3);
+	return fd;
+}
+
+/* Connect `ns` and PUT one block through the client library, retrying for
+ * up to 5 s while the server still processes the closes that free a
+ * slot. Returns the PUT's result. */
+static int put_when_slot_frees(const struct harness_server *srv, const char *ns)
+{
+	uint8_t key[32] = { 9 }, data[16] = { 1 };
+	struct kvpool_client *c = NULL;
 	int rc = -EDQUOT;
 
+	assert_int_equal(harness_client(srv, ns, &c), 0);
 	for (int i = 0; i < 100 && rc == -EDQUOT; i++) {
-		rc = harness_client(srv, ns, out);
+		rc = kvpool_put_bytes(c, key, NULL, data, sizeof(data));
 		if (rc == -EDQUOT)
 			usleep(50 * 1000);
 	}
+	kvpool_close(c);
 	return rc;
 }
 
-/* NS_MAX namespaces fit. Unused empty ones are forgotten when a new name
- * arrives at the cap, so closed sessions never lock "default" out; while
- * every namespace is bound to an open session or holds a block, a new
- * name gets QUOTA until one of them is closed. */
+/* NS_MAX namespaces fit. HELLO creates none (a first PUT does), so
+ * health checks, STATS and DROP work whatever the table holds. Unused
+ * empty namespaces are forgotten when a new name arrives at the cap, so
+ * closed sessions never lock "default" out; while every namespace is
+ * bound to an open session or holds a block, a PUT to a new name gets
+ * QUOTA until one of them is closed. */
 static void test_namespace_cap(void **state)
 {
 	/* A STATS document of 4096 namespaces needs more than the default
@@ -618,8 +680,7 @@ static void test_namespace_cap(void **state)
 	struct harness_server *srv = &g.srv_ns;
 	struct kvpool_client *c = NULL, *extra = NULL;
 	size_t have, held_max, nheld = 0;
-	struct harness_frame f;
-	uint64_t blocks = 99;
+	uint64_t blocks = 99, rtt = 0;
 	char ns[32], msg[256];
 	int fd, has, *held;
 
@@ -628,51 +689,67 @@ static void test_namespace_cap(void **state)
 	held_max = sessions_we_may_hold();
 	assert_int_equal(harness_start(srv, flags), 0);
 	assert_int_equal(harness_client(srv, "cap-0", &c), 0);
-	/* The harness's readiness probe made one too: fill up what is left
-	 * with sessions that are closed at once. */
+	/* HELLO alone created nothing */
+	assert_int_equal(stats_namespaces(c, NULL, "cap-0", &has), 0);
+	assert_false(has);
+	close(empty_ns_session(srv->port, "cap-0"));
+	/* fill up with unused empty namespaces */
 	have = stats_namespaces(c, NULL, NULL, NULL);
-	assert_true(have < 10);
+	assert_int_equal(have, 1);
 	for (size_t i = 1; have < NS_MAX; i++, have++) {
 		snprintf(ns, sizeof(ns), "cap-%zu", i);
-		fd = harness_raw_session_or_fail(srv->port, ns, NULL);
-		close(fd);
+		close(empty_ns_session(srv->port, ns));
 	}
 	assert_int_equal(stats_namespaces(c, NULL, NULL, NULL), NS_MAX);
 	/* The cap is reached, but those are unused and empty: a slot frees. */
-	assert_int_equal(client_when_slot_frees(srv, "default", &extra), 0);
-	kvpool_close(extra);
+	assert_int_equal(put_when_slot_frees(srv, "default"), 0);
 	assert_int_equal(stats_namespaces(c, NULL, "default", &has), NS_MAX);
 	assert_true(has);
+	{
+		uint8_t key[32] = { 9 };
+		int st = 0;
 
-	/* Now make every namespace busy: NS_MAX - 1 new names (cap-0 is c's),
-	 * bound to open sessions as far as descriptors allow, the rest
-	 * holding a block. Each takes the slot of an unused empty one. */
+		assert_int_equal(harness_client(srv, "default", &extra), 0);
+		assert_int_equal(kvpool_delete(extra, key, 1, &st), 0);
+		kvpool_close(extra);
+	}
+
+	/* Now make every namespace busy: NS_MAX new names, bound to open
+	 * sessions as far as descriptors allow, the rest holding a block.
+	 * Each takes the slot of an unused empty one. */
 	held = calloc(NS_MAX, sizeof(*held));
 	assert_non_null(held);
-	for (size_t i = 0; i < NS_MAX - 1; i++) {
+	for (size_t i = 0; i < NS_MAX; i++) {
 		snprintf(ns, sizeof(ns), "busy-%zu", i);
 		if (nheld < held_max)
-			held[nheld++] = harness_raw_session_or_fail(srv->port, ns, NULL);
+			held[nheld++] = empty_ns_session(srv->port, ns);
 		else
 			put_one_block(srv->port, ns);
 	}
 	assert_int_equal(stats_namespaces(c, NULL, "default", &has), NS_MAX);
 	assert_false(has);
 
-	assert_int_equal(harness_raw_connect(srv->port, &fd), 0);
-	hello_frame(fd, "cap-one-too-many", NULL, 2, &f);
-	assert_int_equal(f.h.opcode, PROTO_OP_HELLO);
-	assert_int_equal(f.h.status, PROTO_STATUS_QUOTA);
-	assert_int_equal(harness_error_message(&f, msg, sizeof(msg), NULL, NULL), 0);
-	assert_string_equal(msg, "too many namespaces (4096)");
-	harness_frame_free(&f);
-	/* Still open and unbound: PING works, HELLO to a known name too. */
+	/* HELLO to a new name works; its first PUT gets QUOTA, naming the cap */
+	fd = harness_raw_session_or_fail(srv->port, "cap-one-too-many", NULL);
+	assert_int_equal(raw_put_one(fd, 2, msg, sizeof(msg)), PROTO_STATUS_QUOTA);
+	assert_string_equal(msg, "namespace cap-one-too-many not created: the server holds its "
+				 "maximum of 4096 namespaces");
+	/* Still open: PING works */
 	assert_ping_works(fd, 3);
-	hello_frame(fd, "busy-7", NULL, 4, &f);
-	assert_int_equal(f.h.status, PROTO_STATUS_OK);
-	harness_frame_free(&f);
 	close(fd);
-	assert_int_equal(harness_client(srv, "default", &extra), -EDQUOT);
+	/* health checks, STATS and DROP need no new namespace */
+	assert_int_equal(harness_client(srv, "default", &extra), 0);
+	assert_int_equal(kvpool_ping(extra, &rtt), 0);
+	assert_int_equal(stats_namespaces(extra, "default", NULL, NULL), 0);
+	assert_int_equal(stats_namespaces(extra, NULL, NULL, NULL), NS_MAX);
+	{
+		uint8_t key[32] = { 9 }, data[16] = { 1 };
+
+		assert_int_equal(kvpool_put_bytes(extra, key, NULL, data, sizeof(data)), -EDQUOT);
+	}
+	assert_int_equal(kvpool_drop_namespace(extra, "busy-7", &blocks), 0);
+	assert_int_equal(stats_namespaces(extra, NULL, NULL, NULL), NS_MAX);
+	kvpool_close(extra);
 
 	/* Closing the open sessions frees their (empty) namespaces: the
 	 * oldest goes to "default"; namespaces holding blocks stay. */
@@ -680,13 +757,12 @@ static void test_namespace_cap(void **state)
 		close(held[i]);
 	free(held);
 	if (nheld > 0) {
-		assert_int_equal(client_when_slot_frees(srv, "default", &extra), 0);
-		kvpool_close(extra);
+		assert_int_equal(put_when_slot_frees(srv, "default"), 0);
 		assert_int_equal(stats_namespaces(c, NULL, "busy-0", &has), NS_MAX);
 		assert_false(has);
 	}
-	if (nheld < NS_MAX - 1) {
-		snprintf(ns, sizeof(ns), "busy-%d", NS_MAX - 2);
+	if (nheld < NS_MAX) {
+		snprintf(ns, sizeof(ns), "busy-%d", NS_MAX - 1);
 		assert_int_equal(stats_namespaces(c, ns, ns, &has), 1);
 		assert_true(has);
 	}
@@ -779,6 +855,104 @@ static void test_nofile_caps_connections(void **state)
 	assert_int_equal(harness_stop(&g.srv_fd), 0);
 }
 
+/* A free loopback TCP port (bound and released). */
+static uint16_t free_tcp_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+/* The status of GET /healthz on the admin port, or -1. */
+static int healthz_status(uint16_t port)
+{
+	static const char req[] = "GET /healthz HTTP/1.0\r\n\r\n";
+	char buf[256] = "";
+	int fd = -1, status = -1;
+	ssize_t n;
+
+	if (harness_raw_connect(port, &fd) < 0)
+		return -1;
+	if (harness_send_all(fd, req, sizeof(req) - 1) == 0) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		if (poll(&p, 1, REPLY_MS) == 1 && (n = recv(fd, buf, sizeof(buf) - 1, 0)) > 0) {
+			buf[n] = '\0';
+			if (sscanf(buf, "HTTP/1.%*d %d", &status) != 1)
+				status = -1;
+		}
+	}
+	close(fd);
+	return status;
+}
+
+/* Issue 20 item 6: 150 half-sent admin requests under "ulimit -n 80".
+ * kvpoold holds at most 16 admin connections (out of the descriptors it
+ * keeps aside, so the data port keeps its own), pauses accepting when it
+ * runs out of descriptors (rather than spin), logs that at most once a
+ * second (libevent's own lines go through our rate-limited log), keeps
+ * serving the data port, and answers /healthz again once they are gone. */
+static void test_admin_port_under_nofile(void **state)
+{
+	static char admin[16];
+	static const char *const flags[] = {
+		"--dram-capacity", "16MiB", "--max-block-bytes", "1MiB", "--threads", "2",
+		"--log-level", "info", "--max-connections", "8", "--admin-port", admin, NULL,
+	};
+	uint16_t port = free_tcp_port();
+	int fds[150], n = 0, fd;
+	off_t from;
+	char *text;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	snprintf(admin, sizeof(admin), "%u", port);
+	assert_int_equal(start_nofile_limited(flags), 0);
+	from = log_size();
+	for (int i = 0; i < 150; i++) {
+		static const char half[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n";
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+		assert_true(fd >= 0);
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 && errno != EINPROGRESS) {
+			close(fd);
+			continue;
+		}
+		fds[n++] = fd;
+		usleep(2000);
+		(void)!send(fd, half, sizeof(half) - 1, MSG_NOSIGNAL);
+	}
+	sleep(2);
+	/* the data port still answers */
+	fd = harness_raw_session_or_fail(g.srv_fd.port, "nofile-admin", NULL);
+	assert_ping_works(fd, 5);
+	close(fd);
+	text = log_read(from);
+	if (strlen(text) > 8192)
+		fail_msg("%zu bytes of log in 2 s: %.300s", strlen(text), text);
+	free(text);
+	for (int i = 0; i < n; i++)
+		close(fds[i]);
+	{
+		int st = -1;
+
+		for (int i = 0; i < 50 && st != 200; i++) {
+			usleep(100 * 1000);
+			st = healthz_status(port);
+		}
+		assert_int_equal(st, 200);
+	}
+	assert_int_equal(harness_stop(&g.srv_fd), 0);
+}
+
 /* ---- 9. dram_capacity over physical memory --------------------------------------------- */
 
 /* kvpoold refuses, at start and with exit status 2, an arena larger than
@@ -843,6 +1017,7 @@ int main(void)
 		cmocka_unit_test(test_namespace_cap),
 		cmocka_unit_test(test_dram_over_physical_memory),
 		cmocka_unit_test(test_nofile_caps_connections),
+		cmocka_unit_test(test_admin_port_under_nofile),
 		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 	struct CMUnitTest run[sizeof(tests) / sizeof(tests[0])];
@@ -853,7 +1028,8 @@ int main(void)
 	 * the valgrind guest and valgrind needs descriptors of its own, so that
 	 * case runs in the plain and sanitizer builds only. */
 	for (size_t i = 0; i < sizeof(tests) / sizeof(tests[0]); i++) {
-		if (harness_valgrind() && tests[i].test_func == test_nofile_caps_connections) {
+		if (harness_valgrind() && (tests[i].test_func == test_nofile_caps_connections ||
+					   tests[i].test_func == test_admin_port_under_nofile)) {
 			print_message("under valgrind: test_nofile_caps_connections left out\n");
 			continue;
 		}

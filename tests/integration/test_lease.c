@@ -31,7 +31,9 @@ static int group_setup(void **state)
 	static const char *const flags[] = {
 		"--dram-capacity", "8MiB", "--max-block-bytes", "1MiB",
 		"--max-inflight-put-bytes", "4MiB", "--max-lease-ms", "5000",
-		"--threads", "2", "--log-level", "warn", NULL,
+		"--threads", "2", "--log-level", "warn",
+		/* these tests lease the whole arena from one connection on purpose */
+		"--max-conn-leased-bytes", "8MiB", NULL,
 	};
 
 	(void)state;
@@ -274,6 +276,53 @@ static void test_full_when_all_leased(void **state)
 	assert_int_equal(harness_wait_stat_or_fail(g.a, "leases_active", 0, 1000), 0);
 }
 
+/* Issue 20 item 5: with the default bound (a quarter of the 8 MiB arena
+ * per connection) a connection that leases its own blocks over and over
+ * is refused (QUOTA, nothing leased) once the next lease would pass 2 MiB,
+ * and another connection's puts still find room. */
+static void test_lease_bound_default(void **state)
+{
+	static const char *const flags[] = {
+		"--dram-capacity", "8MiB", "--max-block-bytes", "1MiB",
+		"--max-inflight-put-bytes", "4MiB", "--max-lease-ms", "60000",
+		"--threads", "2", "--log-level", "warn", NULL,
+	};
+	struct harness_server srv = { 0 };
+	struct kvpool_client *hog = NULL, *other = NULL;
+	uint8_t c1[4][32], c2[2][32], more[8][32];
+	size_t matched = 0;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_int_equal(harness_start(&srv, flags), 0);
+	assert_int_equal(harness_client(&srv, "hog", &hog), 0);
+	assert_int_equal(harness_client(&srv, "other", &other), 0);
+	put_chain(hog, "hog-1", 0, 4, c1);
+	put_chain(hog, "hog-2", 0, 2, c2);
+	assert_int_equal(kvpool_match(hog, (const uint8_t(*)[32])c1, 2, 60000, &matched), 0);
+	assert_int_equal(matched, 2);
+	/* the same two again extend; two more would pass 2 MiB */
+	assert_int_equal(kvpool_match(hog, (const uint8_t(*)[32])c1, 2, 60000, &matched), 0);
+	assert_int_equal(kvpool_match(hog, (const uint8_t(*)[32])c1, 4, 60000, &matched), -EDQUOT);
+	assert_int_equal(kvpool_match(hog, (const uint8_t(*)[32])c2, 1, 60000, &matched), -EDQUOT);
+	assert_int_equal(harness_stat_or_fail(hog, "leases_active"), 2);
+	/* without a lease the match works */
+	assert_int_equal(kvpool_match(hog, (const uint8_t(*)[32])c1, 4, 0, &matched), 0);
+	assert_int_equal(matched, 4);
+	/* another connection fills the arena (chains of two): all but the 2
+	 * leased blocks make room */
+	for (int i = 0; i < 3; i++)
+		put_chain(other, "other", (uint64_t)(2 * i), 2, more + 2 * i);
+	assert_chain(hog, c1, 2);
+	/* another connection may lease its own 2 MiB */
+	assert_int_equal(kvpool_match(other, (const uint8_t(*)[32])more + 4, 2, 60000, &matched),
+			 0);
+	assert_int_equal(matched, 2);
+	kvpool_close(hog);
+	kvpool_close(other);
+	assert_int_equal(harness_stop(&srv), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -282,6 +331,7 @@ int main(void)
 		cmocka_unit_test(test_lease_ends_on_close),
 		cmocka_unit_test(test_delete_leased),
 		cmocka_unit_test(test_full_when_all_leased),
+		cmocka_unit_test(test_lease_bound_default),
 		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 

@@ -395,6 +395,28 @@ static void test_spill_and_get_both_tiers(void **state)
 	assert_true(harness_json_u64_or_fail(doc, "tiers.nvme.used_bytes") <=
 		    harness_json_u64_or_fail(doc, "tiers.nvme.capacity_bytes"));
 	json_object_put(doc);
+	/* every file and directory kvpoold made holds tenants' payloads or
+	 * their index: owner only (issue 20 item 7) */
+	{
+		static const char *const dirs[] = { "segments", "index" };
+		static const char *const files[] = { "segments/00000000", "FORMAT", "LOCK",
+						     "index/CURRENT" };
+		char path[600];
+		struct stat st;
+
+		for (size_t i = 0; i < 2; i++) {
+			snprintf(path, sizeof(path), "%s/%s", sv->dir, dirs[i]);
+			assert_int_equal(stat(path, &st), 0);
+			if ((st.st_mode & 07777) != 0700)
+				fail_msg("%s has mode %04o, want 0700", path, st.st_mode & 07777);
+		}
+		for (size_t i = 0; i < 4; i++) {
+			snprintf(path, sizeof(path), "%s/%s", sv->dir, files[i]);
+			assert_int_equal(stat(path, &st), 0);
+			if ((st.st_mode & 07777) != 0600)
+				fail_msg("%s has mode %04o, want 0600", path, st.st_mode & 07777);
+		}
+	}
 	kvpool_close(c);
 	nvme_finish(sv);
 }

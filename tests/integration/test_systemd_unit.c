@@ -140,6 +140,16 @@ static void test_unit_contents(void **state)
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
 		if (!strstr(unit, want[i]))
 			fail_msg("unit lacks '%s'", want[i]);
+	/* the nvme_dir the unit's comment suggests is made by systemd, and
+	 * holds tenants' payloads: owner only (issue 20 items 7, 10) */
+	{
+		const char *sd = strstr(unit, "\nStateDirectory=");
+
+		assert_non_null(sd);
+		assert_non_null(strstr(sd, " kvpool/nvme\n"));
+		assert_non_null(strstr(unit, "\nStateDirectoryMode=0700\n"));
+		assert_non_null(strstr(unit, "nvme_dir = /var/lib/kvpool/nvme"));
+	}
 	/* PrivateDevices would hide /dev/infiniband */
 	assert_null(strstr(unit, "\nPrivateDevices="));
 	raf = strstr(unit, "\nRestrictAddressFamilies=");

@@ -30,3 +30,27 @@ def test_make_install(tmp_path):
     assert mod.startswith(str(pydir))
     assert libpath == str(prefix / "lib" / "libkvpool.so.0")
     assert h == "5d85718ec594b982c252d0279e5966ffca33a5eaf2a455038d3ab331fde70cea"
+
+
+def test_make_install_runs_ldconfig(tmp_path):
+    """make install refreshes the dynamic linker's cache (issue 20 item 10),
+    except for a staged DESTDIR install."""
+    lib = os.environ.get("KVPOOL_LIB", "")
+    build = os.path.dirname(lib) if lib.endswith("libkvpool.so") else os.path.join(ROOT, "build")
+    if not os.path.exists(os.path.join(build, "libkvpool.so")):
+        skip_or_fail("no built libkvpool.so in %s" % build)
+    if os.geteuid() != 0:
+        skip_or_fail("make install runs ldconfig only as root")
+    marker = tmp_path / "ldconfig-ran"
+    fake = tmp_path / "fake-ldconfig"
+    fake.write_text("#!/bin/sh\necho ran >> '%s'\n" % marker)
+    fake.chmod(0o755)
+    for destdir, want in (("", True), (str(tmp_path / "stage"), False)):
+        if marker.exists():
+            marker.unlink()
+        r = subprocess.run(["make", "-s", "-C", ROOT, "BUILD=" + build,
+                            "PREFIX=" + str(tmp_path / "prefix"), "DESTDIR=" + destdir,
+                            "SYSCONFDIR=" + str(tmp_path / "etc"), "LDCONFIG=" + str(fake),
+                            "install"], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert marker.exists() == want, (destdir, r.stdout)

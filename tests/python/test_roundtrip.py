@@ -194,7 +194,10 @@ def test_stats_delete_drop(client, namespace):
     assert ns["blocks"] == 3 and ns["bytes"] == 3 * 512 and ns["puts"] == 3
     assert client.delete(keys[1]) is True                     # takes keys[2] with it
     assert client.exists_many(keys) == [True, False, False]
+    # the status form (issue 20 item 10): 0 is success, a miss is -ENOENT
+    assert client.exists_many(keys, statuses=True) == [0, -errno.ENOENT, -errno.ENOENT]
     assert client.delete_many([keys[1], keys[0]]) == [False, True]
+    assert client.delete_many([keys[0]], statuses=True) == [-errno.ENOENT]
     client.put(keys[0], b"x")
     assert client.drop_namespace() == 1
     assert client.ping() >= 0

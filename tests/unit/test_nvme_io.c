@@ -321,6 +321,15 @@ static void test_fresh_dir_layout(void **state)
 		/* sparse: ftruncate, not fallocate */
 		assert_true((uint64_t)st.st_blocks * 512 < SEG_BYTES);
 	}
+	/* tenants' payloads: owner only (issue 20 item 7) */
+	assert_int_equal(stat(path_in(f, "segments", path, sizeof(path)), &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0700);
+	assert_int_equal(stat(path_in(f, "segments/00000000", path, sizeof(path)), &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	assert_int_equal(stat(path_in(f, "FORMAT", path, sizeof(path)), &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	assert_int_equal(stat(path_in(f, "LOCK", path, sizeof(path)), &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
 	path_in(f, "segments/00000004", path, sizeof(path));
 	assert_int_equal(stat(path, &st), -1);
 	/* the probe file is gone */

@@ -784,9 +784,17 @@ static void test_tcp_hello_and_large_stats(void **state)
 	for (unsigned int i = 0; i < 200; i++) {
 		char tag[16];
 
+		const uint32_t key = 1, len = 16;
+		const size_t off = 0;
+
 		snprintf(tag, sizeof(tag), "%07u", i);
 		memcpy(ns, tag, 7);
-		tcp_hello(ns);
+		/* HELLO names a namespace; its first PUT creates it */
+		cli_open(&c, 4096);
+		cli_hello(&c, ns, NULL);
+		assert_int_equal(cli_put(&c, 1, &key, &off, &len, 0, 0), 0);
+		assert_int_equal(result_status(&c, 0, NULL), PROTO_STATUS_OK);
+		cli_close(&c);
 	}
 	cli_open(&c, 4096);
 	cli_hello(&c, "big", NULL);

@@ -2490,10 +2490,139 @@ static void test_print_figures(void **state)
 	store_close(s);
 }
 
+/* ---- tenants: leased bytes and payload bytes over namespaces (issue 20) ---- */
+
+/* A lessee bounded to 2 pages: a MATCH whose lease would pass the bound
+ * is refused (-EDQUOT) with nothing leased; blocks leased already count
+ * once; without a lease the same MATCH works. */
+static void test_lease_bound_per_lessee(void **state)
+{
+	struct store *s = open_store(16 * PAGE, PAGE, 0, 60000);
+	uint32_t ns = ns_of(s, "m"), matched = 0, granted = 0;
+	struct store_lessee *l = store_lessee_new(s);
+	uint8_t keys[4][STORE_KEY_BYTES];
+	uint64_t ids[4] = { 1, 2, 3, 4 };
+
+	(void)state;
+	assert_non_null(l);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(put_id(s, ns, ids[i], i ? ids[i - 1] : 0, PAGE), 0);
+	keys_of(ids, 4, keys);
+	store_lessee_limit(s, l, 2 * PAGE, NULL);
+	assert_int_equal(store_match(s, ns, keys, 4, 1000, l, &matched, &granted), -EDQUOT);
+	assert_int_equal(stats_of(s).leases_active, 0);
+	assert_int_equal(store_lessee_leased_bytes(s, l), 0);
+	assert_int_equal(store_match(s, ns, keys, 2, 1000, l, &matched, &granted), 0);
+	assert_int_equal(matched, 2);
+	assert_int_equal(granted, 1000);
+	assert_int_equal(store_lessee_leased_bytes(s, l), 2 * PAGE);
+	/* the same two again: extended, no new bytes */
+	assert_int_equal(store_match(s, ns, keys, 2, 1000, l, &matched, &granted), 0);
+	assert_int_equal(store_lessee_leased_bytes(s, l), 2 * PAGE);
+	assert_int_equal(store_match(s, ns, keys, 3, 1000, l, &matched, &granted), -EDQUOT);
+	/* no lease asked: no bound */
+	assert_int_equal(store_match(s, ns, keys, 4, 0, l, &matched, &granted), 0);
+	assert_int_equal(matched, 4);
+	assert_int_equal(stats_of(s).leases_active, 2);
+	assert_check(s);
+	store_lessee_free(s, l);
+	assert_int_equal(stats_of(s).leases_active, 0);
+	store_close(s);
+}
+
+/* Two lessees of one tenant share its max_leased_bytes; a lessee of no
+ * tenant (or another) is not held back by it; ending leases frees room. */
+static void test_lease_bound_per_tenant(void **state)
+{
+	struct store *s = open_store(16 * PAGE, PAGE, 0, 60000);
+	uint32_t ns = ns_of(s, "m"), matched = 0;
+	struct store_tenant *t = store_tenant_new(s, 0, 3 * PAGE);
+	struct store_lessee *a = store_lessee_new(s), *b = store_lessee_new(s),
+			    *other = store_lessee_new(s);
+	uint8_t keys[4][STORE_KEY_BYTES];
+	uint64_t ids[4] = { 11, 12, 13, 14 }, leased = 0;
+
+	(void)state;
+	assert_non_null(t);
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(put_id(s, ns, ids[i], 0, PAGE), 0);
+	keys_of(ids, 4, keys);
+	store_lessee_limit(s, a, 0, t);
+	store_lessee_limit(s, b, 0, t);
+	assert_int_equal(store_match(s, ns, keys, 1, 1000, a, &matched, NULL), 0);
+	assert_int_equal(store_match(s, ns, keys + 1, 1, 1000, a, &matched, NULL), 0);
+	assert_int_equal(store_match(s, ns, keys + 2, 1, 1000, b, &matched, NULL), 0);
+	store_tenant_usage(s, t, NULL, &leased);
+	assert_int_equal(leased, 3 * PAGE);
+	assert_int_equal(store_match(s, ns, keys + 3, 1, 1000, b, &matched, NULL), -EDQUOT);
+	assert_int_equal(store_match(s, ns, keys + 3, 1, 1000, other, &matched, NULL), 0);
+	store_lessee_free(s, a);
+	store_tenant_usage(s, t, NULL, &leased);
+	assert_int_equal(leased, PAGE);
+	assert_int_equal(store_match(s, ns, keys + 3, 1, 1000, b, &matched, NULL), 0);
+	assert_check(s);
+	store_lessee_free(s, b);
+	store_lessee_free(s, other);
+	store_tenant_usage(s, t, NULL, &leased);
+	assert_int_equal(leased, 0);
+	store_close(s);
+}
+
+/* A tenant's max_bytes covers every namespace charged to it: a put past
+ * it evicts the written namespace's own oldest leaves, never the other
+ * namespace's, then answers -EDQUOT; an uncharged namespace is free. */
+static void test_tenant_bytes(void **state)
+{
+	struct store *s = open_store(32 * PAGE, 2 * PAGE, 0, 0);
+	uint32_t a = ns_of(s, "t/a"), b = ns_of(s, "t/b"), c = ns_of(s, "free");
+	struct store_tenant *t = store_tenant_new(s, 4 * PAGE, 0);
+	uint64_t bytes = 0;
+
+	(void)state;
+	assert_non_null(t);
+	assert_int_equal(put_id(s, a, 1, 0, PAGE), 0);
+	/* charging counts what the namespace holds already */
+	assert_int_equal(store_namespace_tenant(s, a, t), 0);
+	assert_int_equal(store_namespace_tenant(s, b, t), 0);
+	assert_int_equal(store_namespace_tenant(s, 999999, t), -EINVAL);
+	store_tenant_usage(s, t, &bytes, NULL);
+	assert_int_equal(bytes, PAGE);
+	assert_int_equal(put_id(s, a, 2, 0, PAGE), 0);
+	assert_int_equal(put_id(s, a, 3, 0, PAGE), 0);
+	assert_int_equal(put_id(s, b, 4, 0, PAGE), 0);
+	store_tenant_usage(s, t, &bytes, NULL);
+	assert_int_equal(bytes, 4 * PAGE);
+	/* b is full for the tenant: b's own block 4 goes */
+	assert_int_equal(put_id(s, b, 5, 0, PAGE), 0);
+	assert_false(stored(s, b, 4));
+	assert_true(stored(s, a, 1) && stored(s, a, 2) && stored(s, a, 3));
+	/* two pages: b's only block is the new one's parent (pinned), so b
+	 * cannot make room, and a's blocks are not b's to evict */
+	assert_int_equal(put_id(s, b, 6, 5, 2 * PAGE), -EDQUOT);
+	assert_true(stored(s, b, 5));
+	/* the uncharged namespace is not limited */
+	for (uint64_t i = 0; i < 8; i++)
+		assert_int_equal(put_id(s, c, 100 + i, 0, PAGE), 0);
+	/* deleting frees the tenant's bytes */
+	{
+		uint8_t key[STORE_KEY_BYTES];
+
+		key_of(1, key);
+		assert_int_equal(store_delete(s, a, key, NULL), 0);
+	}
+	store_tenant_usage(s, t, &bytes, NULL);
+	assert_int_equal(bytes, 3 * PAGE);
+	assert_check(s);
+	store_close(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_open_errors),
+		cmocka_unit_test(test_lease_bound_per_lessee),
+		cmocka_unit_test(test_lease_bound_per_tenant),
+		cmocka_unit_test(test_tenant_bytes),
 		cmocka_unit_test(test_namespaces),
 		cmocka_unit_test(test_namespace_find),
 		cmocka_unit_test(test_namespace_cap),

@@ -468,8 +468,11 @@ class Client:
         return statuses, [blocks[i].length if statuses[i] in (0, -_errno.EMSGSIZE) else 0
                           for i in range(n)]
 
-    def exists_many(self, keys):
-        """Which blocks the pool holds: a list of bools, one per key."""
+    def exists_many(self, keys, statuses=False):
+        """Which blocks the pool holds: a list of bools, one per key (True:
+        held). With statuses=True, one status per key instead, as the other
+        batch calls return: 0 for a block held, -errno.ENOENT for a miss
+        (so never test those for truth: 0 is the success)."""
         raw, n = _keys(keys)
         if not n:
             return []
@@ -478,11 +481,12 @@ class Client:
             rc = _lib_fns.kvpool_exists(self._h(), raw, n, st)
         if rc:
             raise make_error(rc, "exists")
-        return [s == 0 for s in st]
+        return list(st) if statuses else [s == 0 for s in st]
 
-    def delete_many(self, keys):
+    def delete_many(self, keys, statuses=False):
         """Remove blocks and their descendants: a list of bools, True where
-        the block was there."""
+        the block was there. With statuses=True, one status per key: 0 for
+        a block removed, -errno.ENOENT for one that was not there."""
         raw, n = _keys(keys)
         if not n:
             return []
@@ -491,7 +495,7 @@ class Client:
             rc = _lib_fns.kvpool_delete(self._h(), raw, n, st)
         if rc:
             raise make_error(rc, "delete")
-        return [s == 0 for s in st]
+        return list(st) if statuses else [s == 0 for s in st]
 
     def match(self, keys, lease_ms=0):
         """How many leading keys of the chain `keys` the pool holds (an int).

@@ -1,0 +1,156 @@
+/*
+ * srv_memlimit.c - cgroup memory limits and dram_capacity's room
+ * (srv_memlimit.h).
+ */
+#include "srv_memlimit.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "srv_server.h"
+
+/* Is a cgroup v1 limit a real one? v1 says "no limit" with a huge number
+ * (PAGE_COUNTER_MAX pages: 9223372036854771712 on x86-64). */
+#define SRV_CGROUP_V1_UNLIMITED (1ull << 62)
+
+/* Read one limit file: a byte count (v1 or v2) or "max". Returns the
+ * limit, 0 when none or unreadable. */
+static uint64_t cgroup_read_limit(const char *path)
+{
+	char text[64];
+	uint64_t bytes = 0;
+	size_t n;
+	FILE *fp = fopen(path, "r");
+
+	if (!fp)
+		return 0;
+	n = fread(text, 1, sizeof(text) - 1, fp);
+	fclose(fp);
+	text[n] = '\0';
+	if (srv_parse_memory_max(text, &bytes) < 0 || bytes >= SRV_CGROUP_V1_UNLIMITED)
+		return 0;
+	return bytes;
+}
+
+/* The smallest limit in file `name` of the cgroup dir/path and each of its
+ * ancestors up to dir itself (a nested cgroup - systemd's MemoryMax= on a
+ * service - is bounded by its parents too). *best and source are updated
+ * when a smaller one is found. */
+static void cgroup_walk(const char *dir, const char *path, const char *name, uint64_t *best,
+			char *source, size_t source_len)
+{
+	char p[PATH_MAX], file[PATH_MAX + 64];
+
+	snprintf(p, sizeof(p), "%s", path);
+	for (;;) {
+		size_t len = strlen(p);
+		uint64_t v;
+		char *slash;
+
+		while (len > 1 && p[len - 1] == '/')
+			p[--len] = '\0';
+		snprintf(file, sizeof(file), "%s%s/%s", dir, strcmp(p, "/") ? p : "", name);
+		v = cgroup_read_limit(file);
+		if (v && (!*best || v < *best)) {
+			*best = v;
+			if (source_len)
+				snprintf(source, source_len, "%s", file);
+		}
+		if (!strcmp(p, "/") || !p[0])
+			break;
+		slash = strrchr(p, '/');
+		if (!slash)
+			break;
+		if (slash == p)
+			p[1] = '\0';
+		else
+			*slash = '\0';
+	}
+}
+
+/* Does the v1 controller list (the second field) name "memory"? */
+static bool v1_has_memory(const char *controllers, size_t len)
+{
+	const char *c = controllers, *end = controllers + len;
+
+	while (c < end) {
+		const char *comma = memchr(c, ',', (size_t)(end - c));
+		size_t n = comma ? (size_t)(comma - c) : (size_t)(end - c);
+
+		if (n == 6 && !memcmp(c, "memory", 6))
+			return true;
+		c += n + 1;
+	}
+	return false;
+}
+
+uint64_t srv_cgroup_memory_limit(const char *proc_cgroup, const char *root, char *source,
+				 size_t source_len)
+{
+	char line[PATH_MAX + 128], dir[PATH_MAX];
+	uint64_t best = 0;
+	FILE *fp = fopen(proc_cgroup, "r");
+
+	if (source_len)
+		source[0] = '\0';
+	if (!fp)
+		return 0;
+	while (fgets(line, sizeof(line), fp)) {
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL, *path;
+
+		if (!c2)
+			continue;
+		path = c2 + 1;
+		path[strcspn(path, "\n")] = '\0';
+		if (path[0] != '/')
+			continue;
+		if (c2 == c1 + 1 && !strncmp(line, "0:", 2)) {
+			/* v2: the unified hierarchy, mounted at root (pure v2) or at
+			 * root/unified (hybrid) */
+			cgroup_walk(root, path, "memory.max", &best, source, source_len);
+			snprintf(dir, sizeof(dir), "%s/unified", root);
+			cgroup_walk(dir, path, "memory.max", &best, source, source_len);
+		} else if (v1_has_memory(c1 + 1, (size_t)(c2 - c1 - 1))) {
+			snprintf(dir, sizeof(dir), "%s/memory", root);
+			cgroup_walk(dir, path, "memory.limit_in_bytes", &best, source, source_len);
+		}
+	}
+	fclose(fp);
+	return best;
+}
+
+uint64_t srv_dram_headroom(uint64_t limit_bytes)
+{
+	return (64ull << 20) + limit_bytes / 32;
+}
+
+int srv_check_dram_room(uint64_t dram_capacity_bytes, uint64_t phys_bytes,
+			uint64_t cgroup_bytes, const char *cgroup_source, char *err,
+			size_t err_len)
+{
+	bool by_cgroup = cgroup_bytes && (!phys_bytes || cgroup_bytes < phys_bytes);
+	uint64_t limit = by_cgroup ? cgroup_bytes : phys_bytes, room, most;
+	char where[700];
+
+	if (!limit)
+		return 0;
+	room = srv_dram_headroom(limit);
+	if (dram_capacity_bytes <= limit && limit - dram_capacity_bytes >= room)
+		return 0;
+	most = limit > room ? limit - room : 0;
+	if (by_cgroup)
+		snprintf(where, sizeof(where), "the cgroup memory limit%s%s", cgroup_source ? " in " : "",
+			 cgroup_source ? cgroup_source : "");
+	else
+		snprintf(where, sizeof(where), "this host's physical memory");
+	snprintf(err, err_len,
+		 "dram_capacity (%" PRIu64 " bytes) leaves less than %" PRIu64 " bytes of %s (%"
+		 PRIu64 " bytes) for the index and the process: at most %" PRIu64 " bytes fit",
+		 dram_capacity_bytes, room, where, limit, most);
+	return -ENOMEM;
+}

@@ -1,0 +1,96 @@
+/*
+ * srv_tenant.c - token digest -> store_tenant (srv_tenant.h).
+ */
+#include "srv_tenant.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store.h"
+
+struct tenant_entry {
+	uint8_t digest[32];
+	struct store_tenant *t;
+};
+
+struct srv_tenants {
+	pthread_mutex_t lock;
+	struct tenant_entry *v; /* sorted by digest */
+	uint32_t n, cap;
+};
+
+struct srv_tenants *srv_tenants_new(void)
+{
+	struct srv_tenants *ts = calloc(1, sizeof(*ts));
+
+	if (ts)
+		pthread_mutex_init(&ts->lock, NULL);
+	return ts;
+}
+
+void srv_tenants_free(struct srv_tenants *ts)
+{
+	if (!ts)
+		return;
+	pthread_mutex_destroy(&ts->lock);
+	free(ts->v);
+	free(ts);
+}
+
+/* Index of digest in ts->v, or where it would go (*found = 0). */
+static uint32_t tenant_pos(const struct srv_tenants *ts, const uint8_t *digest, int *found)
+{
+	uint32_t lo = 0, hi = ts->n;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		int c = memcmp(ts->v[mid].digest, digest, 32);
+
+		if (c == 0) {
+			*found = 1;
+			return mid;
+		}
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*found = 0;
+	return lo;
+}
+
+struct store_tenant *srv_tenant_get(struct srv_tenants *ts, struct store *st,
+				    const uint8_t digest[32], uint64_t max_bytes,
+				    uint64_t max_leased_bytes)
+{
+	struct store_tenant *t = NULL;
+	int found = 0;
+	uint32_t i;
+
+	pthread_mutex_lock(&ts->lock);
+	i = tenant_pos(ts, digest, &found);
+	if (found) {
+		t = ts->v[i].t;
+		goto out;
+	}
+	if (ts->n == ts->cap) {
+		uint32_t cap = ts->cap ? 2 * ts->cap : 16;
+		struct tenant_entry *v = realloc(ts->v, cap * sizeof(*v));
+
+		if (!v)
+			goto out;
+		ts->v = v;
+		ts->cap = cap;
+	}
+	t = store_tenant_new(st, max_bytes, max_leased_bytes);
+	if (!t)
+		goto out;
+	memmove(&ts->v[i + 1], &ts->v[i], (ts->n - i) * sizeof(*ts->v));
+	memcpy(ts->v[i].digest, digest, 32);
+	ts->v[i].t = t;
+	ts->n++;
+out:
+	pthread_mutex_unlock(&ts->lock);
+	return t;
+}

@@ -1,0 +1,34 @@
+/*
+ * srv_tenant.h - the tenants of a server with a tokens file: one
+ * store_tenant (storage/store.h) per token digest, made at the token's
+ * first HELLO and kept until kvpoold stops (namespaces charged to it
+ * outlive its connections). A token's limits are tenant_max_bytes and
+ * tenant_max_leased_bytes (config/), the same for every token.
+ *
+ * Threads: any (a mutex guards the table); srv_tenants_free once, after
+ * every worker stopped and before store_close.
+ */
+#ifndef KVPOOL_SRV_TENANT_H
+#define KVPOOL_SRV_TENANT_H
+
+#include <stdint.h>
+
+struct store;
+struct store_tenant;
+struct srv_tenants;
+
+/* A new, empty table. NULL on -ENOMEM. */
+struct srv_tenants *srv_tenants_new(void);
+
+/* Destructor (the store_tenants stay the store's). Accepts NULL. */
+void srv_tenants_free(struct srv_tenants *ts);
+
+/* The tenant of the token with this digest, made in st with max_bytes and
+ * max_leased_bytes (0 = no limit) at its first call. The pointer stays
+ * valid until store_close(st). NULL on -ENOMEM (the caller serves the
+ * connection without tenant limits rather than refuse it). */
+struct store_tenant *srv_tenant_get(struct srv_tenants *ts, struct store *st,
+				    const uint8_t digest[32], uint64_t max_bytes,
+				    uint64_t max_leased_bytes);
+
+#endif /* KVPOOL_SRV_TENANT_H */

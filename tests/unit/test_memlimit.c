@@ -1,0 +1,144 @@
+/*
+ * test_memlimit.c - the memory limit kvpoold checks dram_capacity
+ * against (server/srv_memlimit.c): cgroup v2 and v1 limits found from a
+ * /proc/self/cgroup, nested ones included, on fake cgroup trees; and the
+ * room dram_capacity must leave for the index and the process.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cmocka.h>
+
+#include "srv_memlimit.h"
+
+/* ---- memory limits from /proc/self/cgroup (issue 20 item 8) ---------------- */
+
+/* Write text to dir/rel, making the directories on the way. */
+static void tree_write(const char *dir, const char *rel, const char *text)
+{
+	char path[512], *slash;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, rel);
+	for (slash = strchr(path + strlen(dir) + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+		*slash = '\0';
+		(void)mkdir(path, 0700);
+		*slash = '/';
+	}
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static uint64_t limit_of(const char *dir, char *source, size_t len)
+{
+	char proc[300], root[300];
+
+	snprintf(proc, sizeof(proc), "%s/proc-cgroup", dir);
+	snprintf(root, sizeof(root), "%s/sys", dir);
+	return srv_cgroup_memory_limit(proc, root, source, len);
+}
+
+static void test_cgroup_limits(void **state)
+{
+	char dir[] = "/tmp/kvpool-cgroup-XXXXXX", src[600];
+
+	(void)state;
+	assert_non_null(mkdtemp(dir));
+	/* v2 nested: systemd's MemoryMax= on the service, the root unlimited;
+	 * the smallest of the service's cgroup and its ancestors counts */
+	tree_write(dir, "proc-cgroup", "0::/system.slice/kvpoold.service\n");
+	tree_write(dir, "sys/memory.max", "max\n");
+	tree_write(dir, "sys/system.slice/memory.max", "8589934592\n");
+	tree_write(dir, "sys/system.slice/kvpoold.service/memory.max", "1073741824\n");
+	assert_int_equal(limit_of(dir, src, sizeof(src)), 1073741824);
+	assert_non_null(strstr(src, "sys/system.slice/kvpoold.service/memory.max"));
+	/* a parent tighter than the child */
+	tree_write(dir, "sys/system.slice/memory.max", "536870912\n");
+	assert_int_equal(limit_of(dir, src, sizeof(src)), 536870912);
+	assert_non_null(strstr(src, "sys/system.slice/memory.max"));
+	/* cgroup v1: memory.limit_in_bytes of the memory controller's path;
+	 * its "unlimited" huge number is no limit */
+	tree_write(dir, "proc-cgroup", "12:pids:/x\n4:memory:/docker/abc\n1:name=systemd:/y\n");
+	tree_write(dir, "sys/memory/memory.limit_in_bytes", "9223372036854771712\n");
+	tree_write(dir, "sys/memory/docker/abc/memory.limit_in_bytes", "2147483648\n");
+	assert_int_equal(limit_of(dir, src, sizeof(src)), 2147483648ull);
+	assert_non_null(strstr(src, "sys/memory/docker/abc/memory.limit_in_bytes"));
+	/* v1 with controllers joined: "cpu,memory" */
+	tree_write(dir, "proc-cgroup", "3:cpu,memory:/docker/abc\n");
+	assert_int_equal(limit_of(dir, src, sizeof(src)), 2147483648ull);
+	/* no limit anywhere; no such file */
+	tree_write(dir, "proc-cgroup", "4:memory:/\n");
+	assert_int_equal(limit_of(dir, src, sizeof(src)), 0);
+	assert_string_equal(src, "");
+	tree_write(dir, "proc-cgroup", "0::/nowhere\n");
+	assert_int_equal(limit_of(dir, src, sizeof(src)), 0);
+	/* hybrid: v2 under sys/unified */
+	tree_write(dir, "proc-cgroup", "0::/svc\n");
+	tree_write(dir, "sys/unified/svc/memory.max", "3221225472\n");
+	assert_int_equal(limit_of(dir, src, sizeof(src)), 3221225472ull);
+	{
+		char proc[320];
+
+		snprintf(proc, sizeof(proc), "%s/missing", dir);
+		assert_int_equal(srv_cgroup_memory_limit(proc, dir, src, sizeof(src)), 0);
+	}
+	/* this process's own: whatever it is, it does not crash */
+	(void)srv_cgroup_memory_limit("/proc/self/cgroup", "/sys/fs/cgroup", src, sizeof(src));
+	{
+		char cmd[400];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		assert_int_equal(system(cmd), 0);
+	}
+}
+
+/* dram_capacity at 100% of memory was accepted; now it must leave
+ * srv_dram_headroom, and the message says how much fits. */
+static void test_dram_room(void **state)
+{
+	const uint64_t g16 = 16ull << 30, room = srv_dram_headroom(16ull << 30);
+	char err[800] = "";
+
+	(void)state;
+	assert_int_equal(room, (64ull << 20) + (512ull << 20));
+	assert_int_equal(srv_check_dram_room(g16 - room, g16, 0, NULL, err, sizeof(err)), 0);
+	assert_string_equal(err, "");
+	assert_int_equal(srv_check_dram_room(g16, g16, 0, NULL, err, sizeof(err)), -ENOMEM);
+	assert_non_null(strstr(err, "dram_capacity (17179869184 bytes) leaves less than"));
+	assert_non_null(strstr(err, "physical memory"));
+	assert_non_null(strstr(err, "at most 16575889408 bytes fit"));
+	assert_int_equal(srv_check_dram_room(g16 - room + 1, g16, 0, NULL, err, sizeof(err)),
+			 -ENOMEM);
+	/* a cgroup limit below physical memory decides, named by its file */
+	assert_int_equal(srv_check_dram_room(1ull << 30, g16, 1ull << 30,
+					     "/sys/fs/cgroup/system.slice/kvpoold.service/memory.max",
+					     err, sizeof(err)), -ENOMEM);
+	assert_non_null(strstr(err, "cgroup memory limit in /sys/fs/cgroup/system.slice/"
+				    "kvpoold.service/memory.max (1073741824 bytes)"));
+	assert_int_equal(srv_check_dram_room(512ull << 20, g16, 1ull << 30, NULL, err,
+					     sizeof(err)), 0);
+	/* unknown limits pass; a tiny limit leaves nothing that fits */
+	assert_int_equal(srv_check_dram_room(1ull << 40, 0, 0, NULL, err, sizeof(err)), 0);
+	assert_int_equal(srv_check_dram_room(1ull << 20, 0, 32ull << 20, NULL, err, sizeof(err)),
+			 -ENOMEM);
+	assert_non_null(strstr(err, "at most 0 bytes fit"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_cgroup_limits),
+		cmocka_unit_test(test_dram_room),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
