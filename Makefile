@@ -67,10 +67,10 @@ LIBS_TEST   := -lcmocka
 ifeq ($(RDMA),1)
 CFLAGS      += -DKVPOOL_RDMA=1
 LIBS_RDMA   := -lrdmacm -libverbs
-RDMA_SRC    := $(filter-out rdma/rdma_stub.c,$(wildcard rdma/*.c))
+RDMA_SRC    := $(filter-out rdma/rdmx_stub.c,$(wildcard rdma/*.c))
 else
 LIBS_RDMA   :=
-RDMA_SRC    := rdma/rdma_stub.c rdma/rdma_desc.c
+RDMA_SRC    := rdma/rdmx_stub.c rdma/rdmx_desc.c
 endif
 LIBS_SERVER += $(LIBS_RDMA)
 LIBS_CLIENT += $(LIBS_RDMA)

@@ -16,7 +16,7 @@
 #include <xxh_x86dispatch.h>
 #endif
 
-#include "rdma.h"
+#include "rdmx.h"
 #include "srv_server.h"
 #include "srv_worker.h"
 #include "store.h"
@@ -134,12 +134,12 @@ static uint32_t put_decode(struct srv_conn *c, const struct proto_batch *b)
  * the index of the first mismatch with the reason in msg. */
 static uint32_t put_descs_check(const struct srv_conn *c, uint32_t count, char *msg, size_t cap)
 {
-	struct rdma_desc d;
+	struct rdmx_desc d;
 
 	if (!c->rdma_descs)
 		return UINT32_MAX;
 	for (uint32_t i = 0; i < count; i++) {
-		rdma_desc_decode(c->rdma_descs + (size_t)i * RDMA_DESC_BYTES, &d);
+		rdmx_desc_decode(c->rdma_descs + (size_t)i * RDMX_DESC_BYTES, &d);
 		if (d.length != c->slots[i].e.length) {
 			snprintf(msg, cap, "descriptor length %u is not the block length %" PRIu64,
 				 d.length, c->slots[i].e.length);

@@ -14,7 +14,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
-#include "rdma.h"
+#include "rdmx.h"
 #include "srv_log.h"
 #include "srv_put.h"
 #include "srv_request.h"
@@ -38,15 +38,15 @@ struct rconn_msg {
 
 struct srv_rconn {
 	struct srv_conn *c;
-	struct rdma_conn *conn;         /* NULL once on_close ran */
+	struct rdmx_conn *conn;         /* NULL once on_close ran */
 	struct event *ev_cq;            /* the completion channel fd */
-	struct rconn_msg q[RDMA_MSG_DEPTH];
+	struct rconn_msg q[RDMX_MSG_DEPTH];
 	uint32_t q_head, q_count;
 	struct rconn_msg cur;           /* the request being handled (owned) */
 	enum rconn_stage stage;
 	int xfer_done;                  /* the transfer of `stage` completed */
 	uint64_t xfer_bytes;            /* bytes of that transfer */
-	struct rdma_xfer_item *items;
+	struct rdmx_xfer_item *items;
 	uint32_t items_cap;
 	int in_cb;                      /* c must outlive the current callback */
 	int closed;                     /* on_close ran: free at the end of it */
@@ -68,7 +68,7 @@ static void rconn_final(struct srv_conn *c)
 	if (r->ev_cq)
 		event_free(r->ev_cq);
 	for (uint32_t i = 0; i < r->q_count; i++)
-		free(r->q[(r->q_head + i) % RDMA_MSG_DEPTH].data);
+		free(r->q[(r->q_head + i) % RDMX_MSG_DEPTH].data);
 	free(r->cur.data);
 	free(r->items);
 	evbuffer_free(c->out);
@@ -80,9 +80,9 @@ static void rconn_final(struct srv_conn *c)
 	srv_conn_release(c);
 }
 
-/* rdma_conn_cbs.on_close: the QP is destroyed, so no DMA can touch the
+/* rdmx_conn_cbs.on_close: the QP is destroyed, so no DMA can touch the
  * reservations or pinned blocks any more: give them back. */
-static void rconn_on_close(struct rdma_conn *rc, const char *reason, void *arg)
+static void rconn_on_close(struct rdmx_conn *rc, const char *reason, void *arg)
 {
 	struct srv_conn *c = arg;
 	struct srv_rconn *r = c->rdma;
@@ -117,7 +117,7 @@ static void rconn_abort(struct srv_conn *c, int level, const char *reason)
 	/* Off the event base before the completion channel's fd closes. */
 	if (r->ev_cq)
 		event_del(r->ev_cq);
-	rdma_conn_close(r->conn, reason);
+	rdmx_conn_close(r->conn, reason);
 }
 
 void srv_rconn_close(struct srv_conn *c, int level, const char *reason)
@@ -134,8 +134,8 @@ void srv_rconn_close(struct srv_conn *c, int level, const char *reason)
 
 /* ---- engine callbacks ------------------------------------------------------ */
 
-/* rdma_conn_cbs.on_msg: queue a copy (msg is valid during the call only). */
-static void rconn_on_msg(struct rdma_conn *rc, const uint8_t *msg, size_t bytes, void *arg)
+/* rdmx_conn_cbs.on_msg: queue a copy (msg is valid during the call only). */
+static void rconn_on_msg(struct rdmx_conn *rc, const uint8_t *msg, size_t bytes, void *arg)
 {
 	struct srv_conn *c = arg;
 	struct srv_rconn *r = c->rdma;
@@ -144,22 +144,22 @@ static void rconn_on_msg(struct rdma_conn *rc, const uint8_t *msg, size_t bytes,
 	c->last_active_ms = srv_now_ms();
 	if (c->state == SRV_CONN_CLOSING)
 		return; /* after a fatal error reply: drained, never answered */
-	if (r->q_count + (r->cur.data != NULL) >= RDMA_MSG_DEPTH) {
+	if (r->q_count + (r->cur.data != NULL) >= RDMX_MSG_DEPTH) {
 		/* The peer ignored its credit (PROTOCOL.md section 13): the
 		 * request in hand is outstanding too, so this is one more
-		 * than RDMA_MSG_DEPTH. */
+		 * than RDMX_MSG_DEPTH. */
 		snprintf(r->close_reason, sizeof(r->close_reason),
-			 "more than %u requests outstanding", RDMA_MSG_DEPTH);
+			 "more than %u requests outstanding", RDMX_MSG_DEPTH);
 		r->close_level = SRV_LOG_WARN;
-		rdma_conn_close(rc, r->close_reason);
+		rdmx_conn_close(rc, r->close_reason);
 		return;
 	}
-	m = &r->q[(r->q_head + r->q_count) % RDMA_MSG_DEPTH];
+	m = &r->q[(r->q_head + r->q_count) % RDMX_MSG_DEPTH];
 	m->data = malloc(bytes ? bytes : 1);
 	if (!m->data) {
 		snprintf(r->close_reason, sizeof(r->close_reason), "out of memory");
 		r->close_level = SRV_LOG_WARN;
-		rdma_conn_close(rc, r->close_reason);
+		rdmx_conn_close(rc, r->close_reason);
 		return;
 	}
 	memcpy(m->data, msg, bytes);
@@ -167,9 +167,9 @@ static void rconn_on_msg(struct rdma_conn *rc, const uint8_t *msg, size_t bytes,
 	r->q_count++;
 }
 
-/* rdma_conn_cbs.on_xfer_done: only success reaches here (a failure closes
+/* rdmx_conn_cbs.on_xfer_done: only success reaches here (a failure closes
  * the connection); the request moves on in rconn_pump. */
-static void rconn_on_xfer_done(struct rdma_conn *rc, int status, void *arg)
+static void rconn_on_xfer_done(struct rdmx_conn *rc, int status, void *arg)
 {
 	struct srv_conn *c = arg;
 	struct srv_rconn *r = c->rdma;
@@ -183,7 +183,7 @@ static void rconn_on_xfer_done(struct rdma_conn *rc, int status, void *arg)
 								  SRV_C_rdma_bytes_written, r->xfer_bytes);
 }
 
-static const struct rdma_conn_cbs rconn_cbs = {
+static const struct rdmx_conn_cbs rconn_cbs = {
 	.on_msg = rconn_on_msg,
 	.on_xfer_done = rconn_on_xfer_done,
 	.on_close = rconn_on_close,
@@ -199,7 +199,7 @@ static void rconn_cq_cb(evutil_socket_t fd, short what, void *arg)
 	(void)fd;
 	(void)what;
 	r->in_cb = 1;
-	rdma_conn_completions(r->conn);
+	rdmx_conn_completions(r->conn);
 	if (!r->closed)
 		rconn_pump(c);
 	r->in_cb = 0;
@@ -213,13 +213,13 @@ void srv_rconn_cm_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	rdma_worker_cm_events(w->rdma);
+	rdmx_worker_cm_events(w->rdma);
 }
 
 /* ---- replies ----------------------------------------------------------------- */
 
 /* Send what the handlers queued in c->out as one message. A reply over
- * RDMA_MSG_MAX_BYTES (only STATS can be) is replaced by a TOO_LARGE
+ * RDMX_MSG_MAX_BYTES (only STATS can be) is replaced by a TOO_LARGE
  * error. Returns 0 (sent or nothing to send), 1 (every send buffer is in
  * flight: retried on the next completion) or -1 (the connection is
  * closing). */
@@ -231,18 +231,18 @@ static int rconn_flush(struct srv_conn *c)
 
 	if (!len)
 		return 0;
-	if (len > RDMA_MSG_MAX_BYTES) {
+	if (len > RDMX_MSG_MAX_BYTES) {
 		evbuffer_drain(c->out, len);
 		if (srv_conn_reply_error(c, PROTO_STATUS_TOO_LARGE, SRV_QUOTE_NONE,
 					 "reply of %zu bytes exceeds the rdma message limit of %u "
 					 "bytes; ask for one namespace, or over tcp", len,
-					 RDMA_MSG_MAX_BYTES) < 0) {
+					 RDMX_MSG_MAX_BYTES) < 0) {
 			rconn_abort(c, SRV_LOG_WARN, "aborted: out of memory");
 			return -1;
 		}
 		len = evbuffer_get_length(c->out);
 	}
-	rc = rdma_conn_send(r->conn, evbuffer_pullup(c->out, -1), len);
+	rc = rdmx_conn_send(r->conn, evbuffer_pullup(c->out, -1), len);
 	if (rc == -EAGAIN)
 		return 1;
 	if (rc < 0) {
@@ -260,7 +260,7 @@ static int rconn_flush(struct srv_conn *c)
 /* Room for n transfer items. Errors: -ENOMEM. */
 static int items_reserve(struct srv_rconn *r, uint32_t n)
 {
-	struct rdma_xfer_item *p;
+	struct rdmx_xfer_item *p;
 
 	if (n <= r->items_cap)
 		return 0;
@@ -273,10 +273,10 @@ static int items_reserve(struct srv_rconn *r, uint32_t n)
 }
 
 /* Start transfer `op` of r->items[0..n) for stage `stage`. */
-static int rconn_xfer(struct srv_rconn *r, enum rdma_xfer_op op, uint32_t n, uint64_t bytes,
+static int rconn_xfer(struct srv_rconn *r, enum rdmx_xfer_op op, uint32_t n, uint64_t bytes,
 		      enum rconn_stage stage)
 {
-	int rc = rdma_conn_xfer(r->conn, op, r->items, n);
+	int rc = rdmx_conn_xfer(r->conn, op, r->items, n);
 
 	if (rc < 0)
 		return rc;
@@ -300,18 +300,18 @@ static enum srv_next put_read(struct srv_conn *c)
 	}
 	for (uint32_t i = 0; i < c->put_count; i++) {
 		const struct srv_put_slot *sl = &c->slots[i];
-		struct rdma_desc d;
+		struct rdmx_desc d;
 
 		if (!sl->dst)
 			continue;
-		rdma_desc_decode(c->rdma_descs + (size_t)i * RDMA_DESC_BYTES, &d);
-		r->items[n++] = (struct rdma_xfer_item){ .local = sl->dst, .length = d.length,
+		rdmx_desc_decode(c->rdma_descs + (size_t)i * RDMX_DESC_BYTES, &d);
+		r->items[n++] = (struct rdmx_xfer_item){ .local = sl->dst, .length = d.length,
 							 .remote_addr = d.addr, .rkey = d.rkey };
 		bytes += d.length;
 	}
 	if (n == 0)
 		return srv_put_finish(c, c->req_start_us) < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
-	if (rconn_xfer(r, RDMA_XFER_READ, n, bytes, RCONN_PUT_READ) < 0) {
+	if (rconn_xfer(r, RDMX_XFER_READ, n, bytes, RCONN_PUT_READ) < 0) {
 		srv_stats_add(&c->w->stats, SRV_C_rdma_xfer_errors, 1);
 		srv_put_abort(c);
 		return SRV_NEXT_ABORT;
@@ -331,19 +331,19 @@ enum srv_next srv_rconn_get_write(struct srv_conn *c)
 	}
 	for (uint32_t i = 0; i < c->get_count; i++) {
 		const struct srv_get_slot *g = &c->gets[i];
-		struct rdma_desc d;
+		struct rdmx_desc d;
 
 		if (!g->ref.block)
 			continue;
-		rdma_desc_decode(c->rdma_descs + (size_t)i * RDMA_DESC_BYTES, &d);
-		r->items[n++] = (struct rdma_xfer_item){ .local = (void *)g->ref.data,
+		rdmx_desc_decode(c->rdma_descs + (size_t)i * RDMX_DESC_BYTES, &d);
+		r->items[n++] = (struct rdmx_xfer_item){ .local = (void *)g->ref.data,
 							 .length = (uint32_t)g->ref.length,
 							 .remote_addr = d.addr, .rkey = d.rkey };
 		bytes += g->ref.length;
 	}
 	if (n == 0)
 		return srv_request_get_answer(c) < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
-	if (rconn_xfer(r, RDMA_XFER_WRITE, n, bytes, RCONN_GET_WRITE) < 0) {
+	if (rconn_xfer(r, RDMX_XFER_WRITE, n, bytes, RCONN_GET_WRITE) < 0) {
 		srv_stats_add(&c->w->stats, SRV_C_rdma_xfer_errors, 1);
 		srv_request_get_release(c);
 		return SRV_NEXT_ABORT;
@@ -414,7 +414,7 @@ static int msg_size_ok(struct srv_conn *c, const uint8_t *m, size_t n)
 		return n == PROTO_HEADER_BYTES + (size_t)h.body_bytes;
 	if (h.body_bytes >= sizeof(uint32_t) && n >= PROTO_HEADER_BYTES + sizeof(uint32_t))
 		count = proto_get_u32(m + PROTO_HEADER_BYTES);
-	if (rdma_msg_descs(m, n, &h, count, &descs) < 0)
+	if (rdmx_msg_descs(m, n, &h, count, &descs) < 0)
 		return 0;
 	c->rdma_descs = descs;
 	return 1;
@@ -430,7 +430,7 @@ static int rconn_handle(struct srv_conn *c)
 
 	r->cur = r->q[r->q_head];
 	r->q[r->q_head].data = NULL;
-	r->q_head = (r->q_head + 1) % RDMA_MSG_DEPTH;
+	r->q_head = (r->q_head + 1) % RDMX_MSG_DEPTH;
 	r->q_count--;
 	m = r->cur.data;
 	n = r->cur.bytes;
@@ -535,7 +535,7 @@ int srv_rconn_open(struct srv_worker *w, void *req, uint64_t id)
 	c->last_active_ms = srv_now_ms();
 	r->c = c;
 	r->close_level = SRV_LOG_DEBUG;
-	rc = rdma_conn_accept(w->rdma, req, &rconn_cbs, c, &r->conn);
+	rc = rdmx_conn_accept(w->rdma, req, &rconn_cbs, c, &r->conn);
 	if (rc < 0)
 		goto out_free; /* the request is refused and gone */
 	c->next = w->conns;
@@ -545,7 +545,7 @@ int srv_rconn_open(struct srv_worker *w, void *req, uint64_t id)
 	w->n_conns++;
 	srv_stats_add(&w->stats, SRV_C_rdma_conns_current, 1);
 	srv_stats_add(&w->stats, SRV_C_rdma_conns_total, 1);
-	r->ev_cq = event_new(w->base, rdma_conn_fd(r->conn), EV_READ | EV_PERSIST, rconn_cq_cb, c);
+	r->ev_cq = event_new(w->base, rdmx_conn_fd(r->conn), EV_READ | EV_PERSIST, rconn_cq_cb, c);
 	if (!r->ev_cq || event_add(r->ev_cq, NULL) < 0) {
 		srv_rconn_close(c, SRV_LOG_WARN, "out of memory");
 		return -ENOMEM;
@@ -554,7 +554,7 @@ int srv_rconn_open(struct srv_worker *w, void *req, uint64_t id)
 	return 0;
 
 out_refuse:
-	rdma_listener_refuse(w->srv->rdma.listener, req);
+	rdmx_listener_refuse(w->srv->rdma.listener, req);
 out_free:
 	if (c && c->out)
 		evbuffer_free(c->out);

@@ -8,7 +8,7 @@
  * timeout, shutdown and max_connections treat both alike). Each control
  * message is one request frame plus, for PUT and GET, one descriptor per
  * entry (PROTOCOL.md section 13). A message is copied out of its RECV
- * buffer into a per-connection queue (at most RDMA_MSG_DEPTH) and the
+ * buffer into a per-connection queue (at most RDMX_MSG_DEPTH) and the
  * requests are handled in order, one at a time; each reply goes out as
  * one SEND.
  *  - PUT: srv_put_start validates and reserves (descriptor lengths must
@@ -33,11 +33,11 @@
 struct srv_worker;
 struct event;
 
-/* Accept connection request `req` (from rdma_listener_take, already
+/* Accept connection request `req` (from rdmx_listener_take, already
  * counted in conn_current by the main thread) as connection `id` on
  * worker w (whose w->rdma is open). On error the request is refused and
  * destroyed, the connection count given back.
- * Errors: -ENOMEM, or the -errno of rdma_conn_accept. */
+ * Errors: -ENOMEM, or the -errno of rdmx_conn_accept. */
 int srv_rconn_open(struct srv_worker *w, void *req, uint64_t id);
 
 /* Close the RDMA connection c now (srv_conn_close calls this for c->rdma

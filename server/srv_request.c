@@ -12,7 +12,7 @@
 
 #include <event2/buffer.h>
 
-#include "rdma.h"
+#include "rdmx.h"
 #include "srv_auth.h"
 #include "srv_log.h"
 #include "srv_put.h"
@@ -299,9 +299,9 @@ static void get_lookup(struct srv_conn *c, const struct proto_batch *b)
 		g->max_length = e.max_length;
 		if (c->rdma_descs) {
 			/* RDMA: the bytes go into the described buffer. */
-			struct rdma_desc d;
+			struct rdmx_desc d;
 
-			rdma_desc_decode(c->rdma_descs + (size_t)i * RDMA_DESC_BYTES, &d);
+			rdmx_desc_decode(c->rdma_descs + (size_t)i * RDMX_DESC_BYTES, &d);
 			if (d.length < g->max_length)
 				g->max_length = d.length;
 		}

@@ -118,7 +118,7 @@ static void done_run(struct srv_get_slot *g)
 static void handoff_drop(struct srv_worker *w, struct srv_handoff *h)
 {
 	if (h->rdma_req)
-		rdma_listener_refuse(w->srv->rdma.listener, h->rdma_req);
+		rdmx_listener_refuse(w->srv->rdma.listener, h->rdma_req);
 	else
 		close(h->fd);
 	__atomic_fetch_sub(&w->srv->conn_current, 1, __ATOMIC_RELAXED);
