@@ -16,6 +16,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "srv_clock.h"
 #include "srv_log.h"
 #include "srv_put.h"
 #include "srv_rdma_conn.h"

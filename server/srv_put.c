@@ -17,6 +17,7 @@
 #endif
 
 #include "rdmx.h"
+#include "srv_clock.h"
 #include "srv_server.h"
 #include "srv_worker.h"
 #include "store.h"

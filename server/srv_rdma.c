@@ -10,6 +10,7 @@
 
 #include <event2/event.h>
 
+#include "srv_clock.h"
 #include "srv_rdma.h"
 #include "srv_rdma_conn.h"
 #include "srv_server.h"

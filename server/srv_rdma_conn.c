@@ -15,6 +15,7 @@
 #include <event2/event.h>
 
 #include "rdmx.h"
+#include "srv_clock.h"
 #include "srv_log.h"
 #include "srv_put.h"
 #include "srv_request.h"

@@ -14,6 +14,7 @@
 
 #include "rdmx.h"
 #include "srv_auth.h"
+#include "srv_clock.h"
 #include "srv_log.h"
 #include "srv_put.h"
 #include "srv_rdma_conn.h"

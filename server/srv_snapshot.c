@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "srv_clock.h"
 #include "srv_lifecycle.h"
 #include "srv_server.h"
 #include "srv_worker.h"
