@@ -89,7 +89,7 @@ int srv_snapshot_take(struct srv *s, const char *name, uint16_t len, struct srv_
 	doc->ops = &snap->ops;
 	doc->store = &snap->store;
 	doc->ns = snap->ns;
-	doc->rdma = &s->rdma;
+	doc->transport_rdma = &s->rdma;
 	snap->settings = srv_settings_json(s);
 	doc->settings = snap->settings;
 	*out = snap;

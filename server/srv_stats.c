@@ -229,8 +229,8 @@ int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 	json_ops(&j, d->ops->c);
 	json_latency(&j, d->ops);
 	jw_printf(&j, "\"blocks\":%" PRIu64 ",", d->store->blocks);
-	if (d->rdma)
-		json_rdma(&j, d->rdma, d->ops->c);
+	if (d->transport_rdma)
+		json_rdma(&j, d->transport_rdma, d->ops->c);
 	jw_printf(&j, "\"namespaces\":{");
 	for (uint32_t i = 0; i < d->ns_count; i++) {
 		if (i)

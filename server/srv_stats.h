@@ -79,7 +79,7 @@ struct srv_stats_doc {
 	const struct store_stats *store;
 	const struct store_ns_stats *ns; /* ns_count namespaces to list */
 	uint32_t ns_count;
-	const struct srv_rdma_state *rdma; /* "rdma" object; NULL leaves it out */
+	const struct srv_rdma_state *transport_rdma; /* "rdma" object; NULL leaves it out */
 	const char *settings;         /* the effective settings as a JSON object
 				       * (conf_json), shown as "settings"; NULL
 				       * leaves the key out */

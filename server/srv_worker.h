@@ -60,7 +60,7 @@ struct srv_worker {
 	uint8_t *scratch;               /* SRV_SCRATCH_BYTES */
 	/* RDMA (srv_rdma.c): this worker's rdma_cm channel and WR budget,
 	 * opened on the main thread before the worker starts; NULL when RDMA
-	 * is not served. Its connections are in `conns` (c->rdma set). */
+	 * is not served. Its connections are in `conns` (over the RDMA transport). */
 	struct rdmx_worker *rdma;
 	struct event *ev_rdma_cm;       /* rdmx_worker_fd, EV_READ */
 	struct srv_ratelimit proto_log; /* protocol-error log lines */
