@@ -583,7 +583,6 @@ static int rconn_entry_room(const struct srv_conn *c, uint32_t i, uint64_t *byte
 }
 
 static const struct srv_transport rconn_ops = {
-	.name = "rdma",
 	.reply_reserve = rconn_reply_reserve,
 	.reply_commit = rconn_reply_commit,
 	.reply_block = rconn_reply_block,

@@ -455,7 +455,6 @@ static bool tcp_idle(const struct srv_conn *c)
 }
 
 static const struct srv_transport tcp_ops = {
-	.name = "tcp",
 	.reply_reserve = tcp_reply_reserve,
 	.reply_commit = tcp_reply_commit,
 	.reply_block = tcp_reply_block,

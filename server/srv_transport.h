@@ -44,14 +44,13 @@ enum srv_next {
 	SRV_NEXT_SKIP,    /* discard c->skip_bytes, then read the next header */
 	SRV_NEXT_CLOSE,   /* the stream cannot be parsed: flush replies, close */
 	SRV_NEXT_ABORT,   /* close at once (I/O error, no memory) */
-	SRV_NEXT_BODY,    /* header decoded: read body_bytes (srv_conn.c only) */
+	SRV_NEXT_BODY,    /* header decoded: receive body_bytes into c->body
+			   * (srv_conn_header only) */
 	SRV_NEXT_WAIT,    /* the reply waits for promotions or a transfer: stop
 			   * reading until the request is done */
 };
 
 struct srv_transport {
-	const char *name; /* "tcp" or "rdma", for logs */
-
 	/* ---- replies ---- */
 
 	/* Reserve `bytes` of contiguous space at the end of the output for
