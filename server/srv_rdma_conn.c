@@ -16,8 +16,8 @@
 
 #include "rdmx.h"
 #include "srv_clock.h"
-#include "srv_log.h"
 #include "srv_get.h"
+#include "srv_log.h"
 #include "srv_put.h"
 #include "srv_server.h"
 #include "srv_worker.h"
