@@ -78,6 +78,13 @@ struct srv_conn {
 	uint64_t id;
 	char peer[64];                /* "addr:port", "[addr]:port" or "rdma" */
 	const struct srv_transport *ops; /* its transport */
+	/* TCP (srv_tcp.c only; fd -1 and the rest unused over RDMA). */
+	int fd;
+	struct event *ev_read;        /* EV_READ | EV_PERSIST */
+	struct event *ev_write;       /* EV_WRITE | EV_PERSIST, while output waits */
+	struct srv_out tx;            /* every reply byte, in order */
+	int reading, writing;         /* whether ev_read / ev_write are added */
+	int wr_shut;                  /* shutdown(SHUT_WR) done (CLOSING) */
 	enum srv_conn_state state;
 	int peer_eof;                 /* peer closed its side: flush, then close */
 	uint64_t last_active_ms;      /* last byte read or written */
@@ -114,13 +121,6 @@ struct srv_conn {
 	/* Output accounting. */
 	uint32_t replies_queued;      /* since the output was last empty */
 	uint8_t *reply_base;          /* space reserved by srv_conn_reply_begin */
-	/* TCP (srv_tcp.c only; fd -1 and the rest unused over RDMA). */
-	int fd;
-	struct event *ev_read;        /* EV_READ | EV_PERSIST */
-	struct event *ev_write;       /* EV_WRITE | EV_PERSIST, while output waits */
-	struct srv_out tx;            /* every reply byte, in order */
-	int reading, writing;         /* whether ev_read / ev_write are added */
-	int wr_shut;                  /* shutdown(SHUT_WR) done (CLOSING) */
 	/* RDMA (srv_rdma_conn.c only; NULL over TCP): the queue pair, the
 	 * message queue, the reply being built, the transfer in progress. */
 	struct srv_rconn *rdma;
