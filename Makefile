@@ -2,6 +2,8 @@
 #
 #   make            build kvpoold, libkvpool (.so and .a), kvpool CLI into build/
 #   make test       install missing build deps (Debian), build, run unit + integration + Python tests
+#   make deps-check fail when an #include crosses a boundary of tests/deps_rules.txt
+#                   (the layering of DESIGN.md); make test runs it first
 #   make test-san   the same tests built with AddressSanitizer + UBSan (build-san/)
 #   make RDMA=0 BUILD=build-nordma test   the tests with the RDMA stub (TCP only, no rdma-core)
 #   make test-valgrind  integration tests with kvpoold under valgrind (leaks fail)
@@ -76,7 +78,11 @@ LIBS_SERVER += $(LIBS_RDMA)
 LIBS_CLIENT += $(LIBS_RDMA)
 
 PROTO_SRC  := $(wildcard proto/*.c)
-STORE_SRC  := $(wildcard storage/*.c)
+# storage/: the DRAM core and its NVMe wing make libstore.a (kvpoold's);
+# storage/debug/ (the invariant checker, the test hooks) makes
+# libstoretest.a, which only tests and benchmarks link.
+STORE_SRC  := $(wildcard storage/*.c storage/nvme/*.c)
+STORETEST_SRC := $(wildcard storage/debug/*.c)
 CONF_SRC   := $(wildcard config/*.c)
 SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c)) $(RDMA_SRC)
 CLIENT_SRC := $(wildcard client/lib/*.c) $(RDMA_SRC)
@@ -88,6 +94,7 @@ INTEG_HELP := $(filter-out $(INTEG_SRC),$(wildcard tests/integration/*.c))
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 PROTO_OBJ  := $(call obj,$(PROTO_SRC))
 STORE_OBJ  := $(call obj,$(STORE_SRC))
+STORETEST_OBJ := $(call obj,$(STORETEST_SRC))
 CONF_OBJ   := $(call obj,$(CONF_SRC))
 SERVER_OBJ := $(call obj,$(SERVER_SRC))
 CLIENT_OBJ := $(call obj,$(CLIENT_SRC))
@@ -121,9 +128,10 @@ $(BUILD)/obj/%.o: %.c
 
 $(BUILD)/libproto.a: $(PROTO_OBJ)
 $(BUILD)/libstore.a: $(STORE_OBJ)
+$(BUILD)/libstoretest.a: $(STORETEST_OBJ)
 $(BUILD)/libconf.a: $(CONF_OBJ)
 $(BUILD)/libserver.a: $(SERVER_OBJ)
-$(BUILD)/libproto.a $(BUILD)/libstore.a $(BUILD)/libconf.a $(BUILD)/libserver.a:
+$(BUILD)/libproto.a $(BUILD)/libstore.a $(BUILD)/libstoretest.a $(BUILD)/libconf.a $(BUILD)/libserver.a:
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
@@ -145,9 +153,10 @@ $(KVPOOL): $(CLI_OBJ) $(LIB_A)
 # Unit tests link only their module and what it depends on.
 .SECONDEXPANSION:
 UNIT_DEPS_proto  := $(BUILD)/libproto.a
-UNIT_DEPS_store  := $(BUILD)/libstore.a
+STORETEST_LIBS  := $(BUILD)/libstoretest.a $(BUILD)/libstore.a
+UNIT_DEPS_store  := $(STORETEST_LIBS)
 UNIT_DEPS_arena  := $(BUILD)/libstore.a
-UNIT_DEPS_tier   := $(BUILD)/libstore.a
+UNIT_DEPS_tier   := $(STORETEST_LIBS)
 UNIT_DEPS_index  := $(BUILD)/libstore.a
 UNIT_DEPS_config := $(BUILD)/libconf.a
 UNIT_FAKE_VERBS  := $(if $(filter 1,$(RDMA)),$(call obj,tests/unit/fake_verbs.c))
@@ -172,12 +181,12 @@ UNIT_DEPS_rdma_e2e := $(UNIT_FAKE_VERBS) $(LIB_A) $(UNIT_DEPS_server)
 UNIT_LIBS_rdma_e2e := $(LIBS_SERVER)
 UNIT_DEPS_cli    := $(filter-out $(call obj,client/cli/main.c),$(CLI_OBJ)) $(UNIT_FAKE) $(LIB_A)
 UNIT_LIBS_cli    := -ljson-c
-UNIT_DEPS_nvme_io    := $(call obj,storage/nvme_io.c)
+UNIT_DEPS_nvme_io    := $(call obj,storage/nvme/nvme_io.c)
 UNIT_LIBS_nvme_io    := -Wl,--wrap=openat,--wrap=pwritev,--wrap=pread
-UNIT_DEPS_nvme_index := $(call obj,storage/nvme_index.c)
+UNIT_DEPS_nvme_index := $(call obj,storage/nvme/nvme_index.c)
 # Fault injection: storage/'s allocations, thread creation, RocksDB calls and
 # segment I/O go through the test's __wrap_ functions (test_store_faults.c).
-UNIT_DEPS_store_faults := $(BUILD)/libstore.a
+UNIT_DEPS_store_faults := $(STORETEST_LIBS)
 UNIT_LIBS_store_faults := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign \
 	-Wl,--wrap=mmap,--wrap=strdup,--wrap=pthread_create \
 	-Wl,--wrap=rocksdb_open,--wrap=rocksdb_write,--wrap=rocksdb_delete,--wrap=rocksdb_get \
@@ -185,7 +194,13 @@ UNIT_LIBS_store_faults := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=
 	-Wl,--wrap=rocksdb_writebatch_create,--wrap=rocksdb_options_create \
 	-Wl,--wrap=rocksdb_writeoptions_create,--wrap=rocksdb_readoptions_create \
 	-Wl,--wrap=store_nvme_io_writev,--wrap=store_nvme_io_read
-$(BUILD)/tests/unit_%: $(call obj,tests/unit/test_%.c) $$(UNIT_DEPS_$$*)
+# Objects a test links before its libraries: the storage tests' shared
+# keys, pools and scratch directories (tests/unit/store_fixture.c).
+STORE_FIXTURE := $(call obj,tests/unit/store_fixture.c)
+UNIT_PRE_store        := $(STORE_FIXTURE)
+UNIT_PRE_tier         := $(STORE_FIXTURE)
+UNIT_PRE_store_faults := $(STORE_FIXTURE)
+$(BUILD)/tests/unit_%: $(call obj,tests/unit/test_%.c) $$(UNIT_PRE_$$*) $$(UNIT_DEPS_$$*)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(UNIT_LIBS_$*) $(LIBS_CLIENT) $(LIBS_SERVER) $(LIBS_TEST)
 
@@ -205,7 +220,7 @@ $(BENCH_WIRE): tests/bench/wire.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $<
 
-$(BENCH_INDEX): $(call obj,tests/bench/index_bytes.c) $(BUILD)/libstore.a
+$(BENCH_INDEX): $(call obj,tests/bench/index_bytes.c) $(STORETEST_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_SERVER)
 
@@ -282,11 +297,18 @@ soak: deps
 # The Python binding's pytest suite runs as one more test program (in a
 # sanitizer build, with the sanitizer runtimes preloaded into python3).
 PY_TESTS := tests/python/pytest.sh
+# The layering check's own tests: a forbidden include in a scratch copy fails.
+DEPS_TESTS := tests/deps_check_test.sh
 
-test: deps
+# The layering rules (tests/deps_rules.txt): which folder may #include which.
+.PHONY: deps-check
+deps-check:
+	@tests/deps_check.sh
+
+test: deps deps-check
 	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(COPYCOUNT)
 	@BUILD=$(BUILD) KVPOOL_SOAK_SECONDS=$(TEST_SOAK_SECONDS) \
-	  tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(PY_TESTS)
+	  tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(PY_TESTS) $(DEPS_TESTS)
 
 # The integration tests with kvpoold under valgrind: a leak or memory error
 # makes the daemon exit 99, which fails the test's clean-shutdown check.
@@ -300,7 +322,7 @@ test-san: deps
 
 # The NVMe tier benchmark binary (tests/bench/nvme_tier.sh runs it; not in make test).
 NVME_BENCH := $(BUILD)/tests/nvme_bench
-$(NVME_BENCH): $(call obj,tests/bench/nvme_bench.c) $(BUILD)/libstore.a
+$(NVME_BENCH): $(call obj,tests/bench/nvme_bench.c) $(STORETEST_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_SERVER)
 nvme-bench: $(NVME_BENCH)

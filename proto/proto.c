@@ -56,17 +56,17 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
-/* Namespace names are printable ASCII without spaces, so they can appear
- * verbatim in logs, JSON keys and metric labels. */
-static int name_bytes_valid(const char *name, size_t len)
+bool proto_name_valid(const char *name, size_t len)
 {
+	if (!name || len == 0 || len > PROTO_NAME_MAX_BYTES)
+		return false;
 	for (size_t i = 0; i < len; i++) {
 		unsigned char ch = (unsigned char)name[i];
 
 		if (ch < 0x21 || ch > 0x7e)
-			return 0;
+			return false;
 	}
-	return 1;
+	return true;
 }
 
 static int all_zero(const uint8_t *p, size_t n)
@@ -412,9 +412,7 @@ static int hello_fields_valid(const struct proto_hello *h)
 {
 	if (!version_range_valid(h->min_version, h->max_version))
 		return 0;
-	if (h->ns_len == 0 || h->ns_len > PROTO_NAME_MAX_BYTES || !h->ns)
-		return 0;
-	if (!name_bytes_valid(h->ns, h->ns_len))
+	if (!proto_name_valid(h->ns, h->ns_len))
 		return 0;
 	if (h->token_len > PROTO_TOKEN_MAX_BYTES || (h->token_len && !h->token))
 		return 0;
@@ -517,9 +515,7 @@ size_t proto_name_body_bytes(uint16_t name_len)
 
 int proto_name_encode(const char *name, uint16_t name_len, uint8_t *body, size_t cap)
 {
-	if (name_len > PROTO_NAME_MAX_BYTES || (name_len && !name))
-		return -EINVAL;
-	if (!name_bytes_valid(name, name_len))
+	if (name_len && !proto_name_valid(name, name_len))
 		return -EINVAL;
 	if (cap < proto_name_body_bytes(name_len))
 		return -ENOSPC;
@@ -543,7 +539,7 @@ int proto_name_decode(const uint8_t *body, size_t body_bytes, const char **name,
 	if (body_bytes != proto_name_body_bytes(len))
 		return -EPROTO;
 	p = (const char *)body + NAME_FIXED_BYTES;
-	if (!name_bytes_valid(p, len))
+	if (len && !proto_name_valid(p, len))
 		return -EPROTO;
 	*name = len ? p : NULL;
 	*name_len = len;

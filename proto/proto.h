@@ -23,6 +23,7 @@
 #ifndef KVPOOL_PROTO_H
 #define KVPOOL_PROTO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -279,6 +280,13 @@ int proto_hello_reply_decode(const uint8_t *body, size_t body_bytes, struct prot
 void proto_match_reply_encode(uint32_t matched, uint32_t lease_ms, uint8_t body[PROTO_MATCH_REPLY_BYTES]);
 /* -EPROTO if body_bytes != 8. */
 int proto_match_reply_decode(const uint8_t *body, size_t body_bytes, uint32_t *matched, uint32_t *lease_ms);
+
+/* The namespace-name rule, the one copy of it that the server, the
+ * client library and the CLI check against: is name[0..len) 1 ..
+ * PROTO_NAME_MAX_BYTES bytes of printable ASCII without blanks (0x21 ..
+ * 0x7e), so that it can appear verbatim in logs, JSON keys and metric
+ * labels? False for a NULL name. */
+bool proto_name_valid(const char *name, size_t len);
 
 /* DROP_NAMESPACE and STATS requests carry one name:
  * u16 name_len, u16 reserved(0), name bytes. name_len 0 means "the

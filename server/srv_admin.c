@@ -23,6 +23,7 @@
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 
+#include "proto.h"
 #include "srv_lifecycle.h"
 #include "srv_log.h"
 #include "srv_metrics.h"
@@ -147,19 +148,6 @@ static void send_snapshot(struct srv_admin *a, struct evhttp_request *req, const
 		evbuffer_free(buf);
 }
 
-/* Is name a namespace name (1..255 bytes of 0x21..0x7e)? */
-static int ns_name_ok(const char *name)
-{
-	size_t n = strlen(name);
-
-	if (n < 1 || n > STORE_NAME_MAX_BYTES)
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (name[i] < 0x21 || name[i] > 0x7e)
-			return 0;
-	return 1;
-}
-
 /* The STATS document; ?namespace=NAME (URL-encoded) for one namespace,
  * as a STATS request with that name. */
 static void get_stats(struct srv_admin *a, struct evhttp_request *req, const char *query)
@@ -175,7 +163,7 @@ static void get_stats(struct srv_admin *a, struct evhttp_request *req, const cha
 		goto out_clear;
 	}
 	name = evhttp_find_header(&q, "namespace");
-	if (name && !ns_name_ok(name)) {
+	if (name && !proto_name_valid(name, strlen(name))) {
 		reply_text(req, HTTP_BADREQUEST, "Bad Request",
 			   "namespace must be 1..255 printable ASCII characters without spaces\n");
 		goto out_clear;

@@ -11,12 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-#include <xxhash.h>
-#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
-/* XXH3 with AVX2 / AVX-512 when the CPU has them (chosen at run time):
- * the plain entry points of the library are SSE2, several times slower. */
-#include <xxh_x86dispatch.h>
-#endif
+#include "proto_xxh3.h" /* XXH3 entry points, AVX2 / AVX-512 where the CPU has them */
 
 #include "srv_clock.h"
 #include "srv_server.h"

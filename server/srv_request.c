@@ -24,12 +24,7 @@
 
 bool srv_ns_name_valid(const char *name, size_t len)
 {
-	if (len == 0 || len > PROTO_NAME_MAX_BYTES)
-		return false;
-	for (size_t i = 0; i < len; i++)
-		if ((unsigned char)name[i] < 0x21 || (unsigned char)name[i] > 0x7e)
-			return false;
-	return true;
+	return proto_name_valid(name, len);
 }
 
 /* Queue an error reply for the current request. The log line quotes the
@@ -265,7 +260,7 @@ static void exists_one(struct srv_conn *c, const uint8_t *key, struct proto_resu
 
 	res->status = proto_status_from_errno(rc);
 	if (rc == 0) {
-		res->tier = tier == 2 ? PROTO_TIER_NVME : PROTO_TIER_DRAM;
+		res->tier = tier == STORE_TIER_NVME ? PROTO_TIER_NVME : PROTO_TIER_DRAM;
 		res->length = length;
 	}
 	srv_stats_add(&c->w->stats, rc == 0 ? SRV_C_exists_hits : SRV_C_exists_misses, 1);

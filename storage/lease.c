@@ -12,17 +12,8 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
-#include <time.h>
 
-#include "store_impl.h"
-
-uint64_t store_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
+#include "core.h"
 
 struct store_lease **store_lease_bucket(const struct store *s, const struct store_block *b)
 {

@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store_impl.h"
+#include "core.h"
 
 /* Polls of an odd seq before a reader gives up and takes the lock: a
  * few tens of microseconds, longer than a PUT's commit, shorter than an

@@ -5,7 +5,7 @@
  *
  * With an NVMe tier, room comes from dropping clean DRAM copies; when only
  * dirty copies are left, begin answers -EAGAIN and wakes the demoter
- * rather than wait for the disk (block.c, store_alloc_room_locked).
+ * rather than wait for the disk (evict.c, store_alloc_room_locked).
  *
  * Reservations are not in the index: several puts of one key may each
  * reserve, and the first to commit wins; the others get -EEXIST and their
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store_impl.h"
-#include "store_xxh3.h"
+#include "core.h"
+#include "proto_xxh3.h"
 
 static const uint8_t zero_key[STORE_KEY_BYTES];
 

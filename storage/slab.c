@@ -22,7 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "store_impl.h"
+#include "core.h"
 
 /* Map one chunk aligned to STORE_SLAB_CHUNK_BYTES: map twice the size and
  * unmap what lies outside the aligned middle. NULL without memory. */
@@ -60,7 +60,7 @@ static int slab_grow(struct store_slab *sl)
 
 	if (sl->nchunks == sl->cap) {
 		/* A new table, not realloc: a lock-free MATCH may be reading
-		 * the old one until quiesce returns (store_impl.h). */
+		 * the old one until quiesce returns (core.h). */
 		uint32_t cap = sl->cap * 2;
 		char **t = malloc(cap * sizeof(*t)), **old = sl->chunks;
 

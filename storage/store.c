@@ -1,19 +1,16 @@
 /*
  * store.c - opening and closing the pool, namespaces, statistics.
  *
- * The PUT path is in put.c, GET/EXISTS/MATCH/DELETE in lookup.c, removal
- * and eviction in block.c, leases in lease.c, the invariant checker in
- * check.c; the NVMe tier in tier.c (life, workers), demote.c, promote.c,
- * reclaim.c and rebuild.c. store_impl.h describes the structures and the lock rule.
+ * The other rooms of storage/ are listed in storage/README.md; core.h
+ * describes the structures and the lock rule.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
-#include "nvme_index.h"
-#include "nvme_io.h"
-#include "store_impl.h"
+#include "core.h"
+#include "nvme/tier.h"
 
 #define INITIAL_BUCKETS 1024u
 /* Index buckets at open: one per 64 KiB of arena (16 pages), so pools of
@@ -457,7 +454,6 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 	struct store_ns *ns;
 	uint64_t nblocks = 0, nbytes = 0;
 	uint32_t disk_id;
-	int rc;
 
 	store_lock(s);
 	ns = store_ns_find_locked(s, ns_id);
@@ -479,12 +475,8 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 	ns->disk_id = 0;
 	ns->disk_named = false;
 	pthread_mutex_unlock(&s->lock);
-	if (disk_id && s->tier) {
-		rc = store_nvme_index_ns_drop(s->tier->ix, disk_id);
-		if (rc)
-			store_log(s, STORE_LOG_ERR, "nvme: dropping namespace %u on disk failed (%d)",
-				  disk_id, rc);
-	}
+	if (disk_id && s->tier)
+		store_tier_ns_drop(s, disk_id);
 	if (blocks)
 		*blocks = nblocks;
 	if (bytes)
@@ -506,38 +498,6 @@ static uint64_t index_bytes_locked(const struct store *s)
 	       store_arena_meta_bytes(s->arena);
 }
 
-/* The NVMe tier's part of store_stats. */
-static void tier_stats_locked(const struct store *s, struct store_stats *st)
-{
-	const struct store_tier *t = s->tier;
-	uint64_t segs_used = t->nseg - t->nfree;
-
-	st->nvme_enabled = 1;
-	st->nvme_direct_io = store_nvme_io_direct(t->io);
-	st->nvme_healthy = t->healthy;
-	st->nvme_capacity_bytes = (uint64_t)t->nseg * t->segment_bytes;
-	st->nvme_segment_bytes = t->segment_bytes;
-	st->nvme_used_bytes = segs_used * t->segment_bytes;
-	st->nvme_payload_bytes = t->nvme_payload_bytes;
-	st->nvme_blocks = t->nvme_blocks;
-	st->demotions = t->demotions;
-	st->demoted_bytes = t->demoted_bytes;
-	st->promotions = t->promotions;
-	st->promoted_bytes = t->promoted_bytes;
-	st->nvme_bytes_written = t->bytes_written;
-	st->nvme_bytes_read = t->bytes_read;
-	st->rewritten_bytes = t->rewritten_bytes;
-	st->segments_reclaimed = t->segments_reclaimed;
-	st->admission_rejections = t->admission_rejections;
-	st->nvme_evictions = t->evictions;
-	st->corrupt_blocks = t->corrupt_blocks;
-	st->nvme_read_errors = t->read_errors;
-	st->nvme_write_errors = t->write_errors;
-	st->rebuild_ms = t->rebuild_ms;
-	st->rebuild_blocks = t->rebuild_blocks;
-	st->orphans_dropped = t->orphans_dropped;
-}
-
 void store_stats(struct store *s, struct store_stats *out)
 {
 	struct store_stats st = { 0 };
@@ -545,7 +505,7 @@ void store_stats(struct store *s, struct store_stats *out)
 	store_lock(s);
 	store_lease_expire_locked(s, store_now_ms());
 	st.capacity_bytes = s->capacity_bytes;
-	st.used_bytes = s->used_bytes + (s->tier ? s->tier->promo_bytes : 0);
+	st.used_bytes = s->used_bytes;
 	st.pinned_removed_bytes = s->zombie_bytes;
 	st.payload_bytes = s->payload_bytes;
 	st.inflight_put_bytes = s->inflight_bytes;
@@ -561,7 +521,7 @@ void store_stats(struct store *s, struct store_stats *out)
 	st.namespaces = s->nns;
 	st.dram_blocks = s->dram_blocks;
 	if (s->tier)
-		tier_stats_locked(s, &st);
+		store_tier_stats_locked(s, &st);
 	pthread_mutex_unlock(&s->lock);
 	if (st.free_bytes)
 		st.fragmentation = 1.0 - (double)st.largest_free_bytes / (double)st.free_bytes;

@@ -1,8 +1,9 @@
 /*
  * store.h - the pool itself: block index, DRAM arena, eviction, leases.
  *
- * No networking here and nothing of ours but storage/ headers: this module
- * builds and is unit-tested alone.
+ * No networking here and nothing of ours but storage/ headers (and proto/'s
+ * header-only checksum helper, proto_xxh3.h): this module builds and is
+ * unit-tested alone. The rooms of storage/ are listed in storage/README.md.
  *
  * Model
  *  - A block is identified by (namespace id, 32-byte block hash). It is
@@ -40,6 +41,11 @@
 #define STORE_KEY_BYTES 32
 #define STORE_PAGE_BYTES 4096
 #define STORE_NAME_MAX_BYTES 255
+/* Where a block's bytes came from or lie (store_ref.tier,
+ * store_exists_where); the wire's PROTO_TIER_* values, which the server
+ * checks at build time (server/srv_consts.c). */
+#define STORE_TIER_DRAM 1
+#define STORE_TIER_NVME 2
 
 struct store;         /* the pool */
 struct store_block;   /* one block (reservation or visible); opaque */
@@ -68,7 +74,7 @@ struct store_config {
 	uint64_t max_inflight_put_bytes; /* reserved by uncommitted puts; 0 = no limit */
 	uint32_t max_lease_ms;           /* lease_ms above this is capped */
 
-	/* NVMe tier (storage/NVME.md). NULL or "" = no NVMe tier, and every
+	/* NVMe tier (storage/nvme/NVME.md). NULL or "" = no NVMe tier, and every
 	 * nvme_* field below is ignored. */
 	const char *nvme_dir;            /* an existing, writable directory; copied at open */
 	uint64_t nvme_capacity_bytes;    /* segment file bytes at most; >= 2 segments */
@@ -236,7 +242,7 @@ struct store_ref {
 	const void *data;          /* length bytes, valid until store_release */
 	uint64_t length;
 	uint64_t checksum;         /* xxh3-64 taken when the block arrived */
-	uint8_t tier;              /* 1 = DRAM, 2 = NVMe: promoted for this GET (enum proto_tier) */
+	uint8_t tier;              /* STORE_TIER_DRAM, or STORE_TIER_NVME: promoted for this GET */
 };
 
 /* Look up and pin a visible block, count a hit or miss, and mark it used.
@@ -280,9 +286,9 @@ void store_release(struct store *s, struct store_block *b);
 int store_exists(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		 uint64_t *length);
 
-/* store_exists that also says where the block is: *tier = 1 when it has
- * a DRAM copy (a GET answers at once), 2 when it is only on NVMe (a GET
- * reads it first). length and tier may be NULL. Errors: -ENOENT. */
+/* store_exists that also says where the block is: *tier = STORE_TIER_DRAM
+ * when it has a DRAM copy (a GET answers at once), STORE_TIER_NVME when it
+ * is only on NVMe (a GET reads it first). length and tier may be NULL. Errors: -ENOENT. */
 int store_exists_where(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		       uint64_t *length, uint8_t *tier);
 
@@ -397,11 +403,5 @@ void store_stats(struct store *s, struct store_stats *out);
  * indexes shift down when an older namespace is reclaimed).
  * Errors: -ENOENT past the end. */
 int store_ns_stats(struct store *s, uint32_t index, struct store_ns_stats *out);
-
-/* Verify every invariant: no holes, child counts, LRU membership, arena
- * and byte accounting, used + inflight + free = capacity, the namespace
- * name table. Returns 0, or -EFAULT with a reason in
- * why[0..why_len) (may be NULL). For tests; takes the lock; O(blocks). */
-int store_check(struct store *s, char *why, size_t why_len);
 
 #endif /* KVPOOL_STORE_H */

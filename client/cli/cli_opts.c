@@ -12,6 +12,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "proto.h"
+
 void cli_conn_init(struct cli_conn *conn, const char *default_ns)
 {
 	conn->url = KVPOOL_DEFAULT_URL;
@@ -21,14 +23,7 @@ void cli_conn_init(struct cli_conn *conn, const char *default_ns)
 
 bool cli_ns_valid(const char *ns)
 {
-	size_t n = ns ? strlen(ns) : 0;
-
-	if (n < 1 || n > 255)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (ns[i] < 0x21 || ns[i] > 0x7e)
-			return false;
-	return true;
+	return ns && proto_name_valid(ns, strlen(ns));
 }
 
 int cli_conn_opt(struct cli_conn *conn, const char *prog, int opt, const char *arg)

@@ -29,11 +29,8 @@ static int name_arg(const char *ns, uint16_t *len)
 {
 	size_t n = ns ? strlen(ns) : 0;
 
-	if (ns && (n < 1 || n > PROTO_NAME_MAX_BYTES))
+	if (ns && !proto_name_valid(ns, n))
 		return -EINVAL;
-	for (size_t i = 0; i < n; i++)
-		if (ns[i] < 0x21 || ns[i] > 0x7e)
-			return -EINVAL;
 	*len = (uint16_t)n;
 	return 0;
 }

@@ -2,16 +2,10 @@
  * checksum.c - xxh3-64 over scatter-gather lists, the checksum the
  * protocol carries for every block.
  */
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack: no allocation */
-#include <xxhash.h>
-#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
-/* XXH3 with AVX2 / AVX-512 when the CPU has them (chosen at run time):
- * the plain entry points of the library are SSE2, several times slower. */
-#include <xxh_x86dispatch.h>
-#endif
-
 #include "checksum.h"
 #include "kvpool.h"
+/* XXH3_state_t on the stack (no allocation), AVX2 / AVX-512 entry points */
+#include "proto_xxh3.h"
 
 uint64_t kvc_iov_bytes(const struct iovec *iov, int iovcnt)
 {

@@ -24,17 +24,6 @@ static const struct proto_limits bootstrap_limits = {
 /* Smallest frame limit that still lets a client send one entry of any batch. */
 #define MIN_SERVER_FRAME_BYTES (PROTO_HEADER_BYTES + PROTO_BATCH_PREFIX_BYTES + PROTO_PUT_ENTRY_BYTES)
 
-/* Namespace names are 1..255 bytes of printable ASCII without spaces. */
-static int ns_valid(const char *ns, size_t len)
-{
-	if (len < 1 || len > PROTO_NAME_MAX_BYTES)
-		return 0;
-	for (size_t i = 0; i < len; i++)
-		if (ns[i] < 0x21 || ns[i] > 0x7e)
-			return 0;
-	return 1;
-}
-
 static uint32_t call_timeout_ms(const struct kvpool_client *c)
 {
 	return c->timeout_ms ? c->timeout_ms : KVPOOL_DEFAULT_TIMEOUT_MS;
@@ -372,7 +361,7 @@ int kvpool_connect(const char *url, const char *ns, const struct kvpool_options 
 	if (!url || !ns || !out)
 		return -EINVAL;
 	ns_len = strlen(ns);
-	if (!ns_valid(ns, ns_len))
+	if (!proto_name_valid(ns, ns_len))
 		return -EINVAL;
 	if (opts && opts->token) {
 		token_len = strlen(opts->token);

@@ -24,6 +24,10 @@
 #include "proto.h"
 #include "url.h"
 
+/* Keys go on the wire as the caller gives them (server/srv_consts.c ties
+ * the wire's to the pool's). */
+_Static_assert(KVPOOL_KEY_BYTES == PROTO_KEY_BYTES, "a libkvpool key is a wire key");
+
 #define KVC_MESSAGE_MAX_BYTES 1024            /* server error messages kept */
 #define KVC_REPLY_BODY_MAX_BYTES (64u << 20) /* largest reply body accepted */
 

@@ -21,7 +21,7 @@
  *    block.
  *
  * With --aging it also times the pass that halves every header's use
- * count when the 32-bit use clock is about to wrap (storage/store_impl.h):
+ * count when the 32-bit use clock is about to wrap (storage/block.h):
  * the clock is moved to UINT32_MAX and a MATCH of one block, which runs
  * the pass, is timed; the best of 5 is printed, and added to the JSON as
  * aging_pass_ms.
@@ -37,7 +37,7 @@
 #include <xxhash.h>
 
 #include "store.h"
-#include "store_debug.h"
+#include "debug/store_debug.h"
 
 #define AGING_RUNS 5
 

@@ -43,6 +43,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "../unit/store_fixture.h" /* mix64 (inline; nothing of it is linked) */
+#include "debug/store_debug.h"
 #include "store.h"
 
 #define MIB ((uint64_t)1 << 20)
@@ -114,15 +116,6 @@ static uint64_t xorshift(uint64_t *x)
 	*x ^= *x >> 7;
 	*x ^= *x << 17;
 	return *x;
-}
-
-/* splitmix64: a well-mixed 64-bit value from a counter. */
-static uint64_t mix64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
 }
 
 /* Block i's key: 32 uniformly mixed bytes, as real block hashes

@@ -18,7 +18,7 @@
 #include <cmocka.h>
 #include <rocksdb/c.h>
 
-#include "nvme_index.h"
+#include "nvme/nvme_index.h"
 
 #define MAX_SEEN 64
 

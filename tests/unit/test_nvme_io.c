@@ -22,7 +22,7 @@
 
 #include <cmocka.h>
 
-#include "nvme_io.h"
+#include "nvme/nvme_io.h"
 
 #define PAGE 4096u
 #define SEG_BYTES (1u << 20)

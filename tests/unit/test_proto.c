@@ -898,6 +898,28 @@ static void test_match_and_drop_replies(void **state)
 	assert_true(blocks == 3);
 }
 
+/* The one namespace-name rule: 1..255 bytes of 0x21..0x7e. */
+static void test_name_valid(void **state)
+{
+	char longest[PROTO_NAME_MAX_BYTES + 1];
+
+	(void)state;
+	memset(longest, '~', sizeof(longest));
+	assert_true(proto_name_valid("llama3-8b/bf16/tp2:r0", 21));
+	assert_true(proto_name_valid("!", 1));
+	assert_true(proto_name_valid(longest, PROTO_NAME_MAX_BYTES));
+	assert_false(proto_name_valid(longest, PROTO_NAME_MAX_BYTES + 1));
+	assert_false(proto_name_valid("", 0));
+	assert_false(proto_name_valid(NULL, 3));
+	assert_false(proto_name_valid("a b", 3));
+	assert_false(proto_name_valid("a\x7f", 2));
+	assert_false(proto_name_valid("a\tb", 3));
+	assert_false(proto_name_valid("caf\xc3\xa9", 5));
+	assert_false(proto_name_valid("a\0b", 3));
+	/* only len bytes count: a valid prefix of a longer string */
+	assert_true(proto_name_valid("ab cd", 2));
+}
+
 static void test_name_body(void **state)
 {
 	static uint8_t body[4 + 256];
@@ -1249,6 +1271,7 @@ int main(void)
 		cmocka_unit_test(test_hello_decode_errors),
 		cmocka_unit_test(test_hello_reply),
 		cmocka_unit_test(test_match_and_drop_replies),
+		cmocka_unit_test(test_name_valid),
 		cmocka_unit_test(test_name_body),
 		cmocka_unit_test(test_error_body),
 		cmocka_unit_test(test_status_errno_table),

@@ -21,32 +21,14 @@
 #include <cmocka.h>
 
 #include "store.h"
-#include "store_debug.h"
+#include "debug/store_debug.h"
+#include "store_fixture.h"
 
 #define PAGE STORE_PAGE_BYTES
 #define KIB 1024ull
 #define MIB (1024ull * 1024ull)
 
 /* ---- helpers ---- */
-
-static uint64_t mix64(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* Key number id: 32 pseudo-random bytes, never all zero. */
-static void key_of(uint64_t id, uint8_t key[STORE_KEY_BYTES])
-{
-	for (int i = 0; i < 4; i++) {
-		uint64_t w = mix64(id * 4 + (uint64_t)i + 1);
-
-		memcpy(key + 8 * i, &w, 8);
-	}
-	key[0] |= 1;
-}
 
 /* Payload derived from the key and length, so a wrong block shows. */
 static void fill_payload(void *dst, uint64_t len, const uint8_t key[STORE_KEY_BYTES])
@@ -117,14 +99,6 @@ static bool stored(struct store *s, uint32_t ns, uint64_t id)
 	return store_exists(s, ns, key, NULL) == 0;
 }
 
-static void assert_check(struct store *s)
-{
-	char why[256];
-
-	if (store_check(s, why, sizeof(why)))
-		fail_msg("store_check: %s", why);
-}
-
 static struct store *open_store(uint64_t capacity, uint64_t max_block, uint64_t inflight,
 				uint32_t max_lease_ms)
 {
@@ -136,8 +110,7 @@ static struct store *open_store(uint64_t capacity, uint64_t max_block, uint64_t 
 	};
 	struct store *s = NULL;
 
-	assert_int_equal(store_open(&cfg, &s, NULL, 0), 0);
-	assert_non_null(s);
+	store_fixture_open(&cfg, &s, NULL, NULL);
 	return s;
 }
 
@@ -149,14 +122,6 @@ static uint32_t ns_of(struct store *s, const char *name)
 	return id;
 }
 
-static struct store_stats stats_of(struct store *s)
-{
-	struct store_stats st;
-
-	store_stats(s, &st);
-	return st;
-}
-
 static struct store_ns_stats ns_stats_of(struct store *s, uint32_t ns_id)
 {
 	struct store_ns_stats st;
@@ -164,14 +129,6 @@ static struct store_ns_stats ns_stats_of(struct store *s, uint32_t ns_id)
 	assert_int_equal(store_ns_stats(s, ns_id - 1, &st), 0);
 	assert_int_equal(st.ns_id, ns_id);
 	return st;
-}
-
-static void sleep_ms(unsigned int ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) == -1)
-		;
 }
 
 /* Chain of keys for a MATCH. */

@@ -50,7 +50,6 @@
  *                        backs off, blocks that must stay stay readable
  */
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -70,10 +69,11 @@
 #include <cmocka.h>
 #include <rocksdb/c.h>
 
-#include "nvme_index.h"
-#include "nvme_io.h"
+#include "nvme/nvme_index.h"
+#include "nvme/nvme_io.h"
 #include "store.h"
-#include "store_debug.h"
+#include "debug/store_debug.h"
+#include "store_fixture.h"
 
 #define KIB 1024ull
 #define MIB (1024ull * 1024ull)
@@ -337,25 +337,6 @@ int __wrap_store_nvme_io_read(struct store_nvme_io *io, uint32_t segment, uint64
 
 /* ---- helpers ---- */
 
-static uint64_t mix64(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* Key number id: 32 pseudo-random bytes, never all zero. */
-static void key_of(uint64_t id, uint8_t key[STORE_KEY_BYTES])
-{
-	for (int i = 0; i < 4; i++) {
-		uint64_t w = mix64(id * 4 + (uint64_t)i + 1);
-
-		memcpy(key + 8 * i, &w, 8);
-	}
-	key[0] |= 1;
-}
-
 /* Payload of block id, derived from it so a wrong block shows. */
 static void fill_payload(void *dst, uint64_t len, uint64_t id)
 {
@@ -365,60 +346,11 @@ static void fill_payload(void *dst, uint64_t len, uint64_t id)
 		p[i] = (uint8_t)mix64(id * 1000003u + i / 8) ^ (uint8_t)i;
 }
 
-/* 5..20 KiB, not a page multiple. */
-static uint64_t len_of(uint64_t id)
-{
-	return 5 * KIB + mix64(id) % (15 * KIB) + 1;
-}
-
-static void sleep_ms(unsigned int ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) == -1)
-		;
-}
-
-static void assert_check(struct store *s)
-{
-	char why[256];
-
-	if (store_check(s, why, sizeof(why)))
-		fail_msg("store_check: %s", why);
-}
-
-static struct store_stats stats_of(struct store *s)
-{
-	struct store_stats st;
-
-	store_stats(s, &st);
-	return st;
-}
-
 static void quiet_log(void *arg, enum store_log_level level, const char *msg)
 {
 	(void)arg;
 	if (getenv("FAULTS_LOG"))
 		fprintf(stderr, "log %d: %s\n", level, msg);
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
-static void rm_rf(const char *dir)
-{
-	nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void make_tmpdir(char *dir, size_t cap)
-{
-	snprintf(dir, cap, "/tmp/kvpool-faults-XXXXXX");
-	assert_non_null(mkdtemp(dir));
 }
 
 /* A pool (NVMe tier in dir when dir != NULL) and its namespace "model". */
@@ -446,19 +378,12 @@ static void config_of(struct store_config *cfg, const char *dir, uint64_t dram_b
 
 static void pool_open(struct pool *p)
 {
-	char why[256] = "";
-	int rc = store_open(&p->cfg, &p->s, why, sizeof(why));
-
-	if (rc)
-		fail_msg("store_open: %d %s", rc, why);
-	assert_int_equal(store_namespace_id(p->s, "model", 5, &p->ns), 0);
+	store_fixture_open(&p->cfg, &p->s, "model", &p->ns);
 }
 
 static void pool_close(struct pool *p)
 {
-	store_namespace_release(p->s, p->ns);
-	store_close(p->s);
-	p->s = NULL;
+	store_fixture_close(&p->s, p->ns);
 }
 
 static struct pool *pool_new(bool nvme, uint64_t dram_bytes)
@@ -467,7 +392,7 @@ static struct pool *pool_new(bool nvme, uint64_t dram_bytes)
 
 	assert_non_null(p);
 	if (nvme)
-		make_tmpdir(p->dir, sizeof(p->dir));
+		store_fixture_tmpdir(p->dir, sizeof(p->dir), "kvpool-faults");
 	config_of(&p->cfg, nvme ? p->dir : NULL, dram_bytes);
 	pool_open(p);
 	return p;
@@ -483,7 +408,7 @@ static int teardown(void **state)
 	if (p->s)
 		pool_close(p);
 	if (p->dir[0])
-		rm_rf(p->dir);
+		store_fixture_rmdir(p->dir);
 	free(p);
 	*state = NULL;
 	return 0;
@@ -636,7 +561,7 @@ static void test_open_nvme_fresh(void **state)
 		char dir[64], why[256] = "";
 		int rc;
 
-		make_tmpdir(dir, sizeof(dir));
+		store_fixture_tmpdir(dir, sizeof(dir), "kvpool-faults");
 		config_of(&cfg, dir, 2 * MIB);
 		fault_arm(F_ALL, n, 1, FAULT_SELF);
 		rc = store_open(&cfg, &s, why, sizeof(why));
@@ -644,7 +569,7 @@ static void test_open_nvme_fresh(void **state)
 			assert_int_equal(rc, 0);
 			assert_check(s);
 			store_close(s);
-			rm_rf(dir);
+			store_fixture_rmdir(dir);
 			break;
 		}
 		if (rc == 0) {
@@ -657,7 +582,7 @@ static void test_open_nvme_fresh(void **state)
 			seen |= rc == -ENOMEM ? 1u : 2u;
 		}
 		assert_reopens(dir, NULL, 0, NULL, 0);
-		rm_rf(dir);
+		store_fixture_rmdir(dir);
 	}
 	assert_int_equal(seen, 3u);
 	assert_true(n > 20);
@@ -674,7 +599,7 @@ static void make_rebuild_template(char *dir, size_t cap)
 	char path[128];
 	uint32_t other;
 
-	make_tmpdir(dir, cap);
+	store_fixture_tmpdir(dir, cap, "kvpool-faults");
 	snprintf(p.dir, sizeof(p.dir), "%s", dir);
 	config_of(&p.cfg, p.dir, 2 * MIB);
 	pool_open(&p);
@@ -718,7 +643,7 @@ static void test_open_nvme_rebuild(void **state)
 		char dir[64], why[256] = "";
 		int rc;
 
-		make_tmpdir(dir, sizeof(dir));
+		store_fixture_tmpdir(dir, sizeof(dir), "kvpool-faults");
 		snprintf(cmd, sizeof(cmd), "cp -a %s/. %s/", tmpl, dir);
 		assert_int_equal(system(cmd), 0);
 		config_of(&cfg, dir, 2 * MIB);
@@ -730,7 +655,7 @@ static void test_open_nvme_rebuild(void **state)
 			assert_int_equal(stats_of(s).rebuild_blocks, 2);
 			assert_check(s);
 			store_close(s);
-			rm_rf(dir);
+			store_fixture_rmdir(dir);
 			break;
 		}
 		if (rc == 0) {
@@ -745,9 +670,9 @@ static void test_open_nvme_rebuild(void **state)
 		if (getenv("FAULTS_LOG"))
 			fprintf(stderr, "rebuild sweep: call %ld failed: %d %s\n", n, rc, why);
 		assert_reopens(dir, keep, 2, gone, 2);
-		rm_rf(dir);
+		store_fixture_rmdir(dir);
 	}
-	rm_rf(tmpl);
+	store_fixture_rmdir(tmpl);
 	assert_true(failures > 20);
 }
 
@@ -1162,7 +1087,7 @@ static void test_reclaim_bounce(void **state)
 
 	assert_non_null(p);
 	*state = p;
-	make_tmpdir(p->dir, sizeof(p->dir));
+	store_fixture_tmpdir(p->dir, sizeof(p->dir), "kvpool-faults");
 	config_of(&p->cfg, p->dir, 512 * KIB);
 	p->cfg.nvme_capacity_bytes = 4 * MIB;
 	pool_open(p);

@@ -11,7 +11,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,9 +27,10 @@
 
 #include <cmocka.h>
 
-#include "nvme_index.h"
+#include "nvme/nvme_index.h"
 #include "store.h"
-#include "store_debug.h"
+#include "debug/store_debug.h"
+#include "store_fixture.h"
 
 #define PAGE STORE_PAGE_BYTES
 #define KIB 1024ull
@@ -47,25 +47,6 @@ struct fixture {
 	int warns;       /* WARN log lines */
 };
 
-static uint64_t mix64(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* Key number id: 32 pseudo-random bytes, never all zero. */
-static void key_of(uint64_t id, uint8_t key[STORE_KEY_BYTES])
-{
-	for (int i = 0; i < 4; i++) {
-		uint64_t w = mix64(id * 4 + (uint64_t)i + 1);
-
-		memcpy(key + 8 * i, &w, 8);
-	}
-	key[0] |= 1;
-}
-
 /* Payload derived from the key, so a wrong block shows. */
 static void fill_payload(void *dst, uint64_t len, const uint8_t key[STORE_KEY_BYTES])
 {
@@ -75,12 +56,6 @@ static void fill_payload(void *dst, uint64_t len, const uint8_t key[STORE_KEY_BY
 	memcpy(&seed, key, 8);
 	for (uint64_t i = 0; i < len; i++)
 		p[i] = (uint8_t)mix64(seed + i / 8) ^ (uint8_t)i;
-}
-
-/* Length of block id: 5..20 KiB, not a page multiple. */
-static uint64_t len_of(uint64_t id)
-{
-	return 5 * KIB + mix64(id) % (15 * KIB) + 1;
 }
 
 static void capture_log(void *arg, enum store_log_level level, const char *msg)
@@ -95,53 +70,14 @@ static void capture_log(void *arg, enum store_log_level level, const char *msg)
 		fprintf(stderr, "log %d: %s\n", level, msg);
 }
 
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)flag;
-	(void)ftw;
-	return remove(path);
-}
-
-static void sleep_ms(unsigned int ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) == -1)
-		;
-}
-
-static void assert_check(struct store *s)
-{
-	char why[256];
-
-	if (store_check(s, why, sizeof(why)))
-		fail_msg("store_check: %s", why);
-}
-
-static struct store_stats stats_of(struct store *s)
-{
-	struct store_stats st;
-
-	store_stats(s, &st);
-	return st;
-}
-
 static void open_fixture(struct fixture *f)
 {
-	char why[256] = "";
-	int rc = store_open(&f->cfg, &f->s, why, sizeof(why));
-
-	if (rc)
-		fail_msg("store_open: %d %s", rc, why);
-	assert_int_equal(store_namespace_id(f->s, "model-a", 7, &f->ns), 0);
+	store_fixture_open(&f->cfg, &f->s, "model-a", &f->ns);
 }
 
 static void close_fixture(struct fixture *f)
 {
-	store_namespace_release(f->s, f->ns);
-	store_close(f->s);
-	f->s = NULL;
+	store_fixture_close(&f->s, f->ns);
 }
 
 /* A fixture: dram_bytes of arena, nvme_bytes of 1 MiB segments. */
@@ -150,8 +86,7 @@ static struct fixture *fixture_new(uint64_t dram_bytes, uint64_t nvme_bytes)
 	struct fixture *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	snprintf(f->dir, sizeof(f->dir), "/tmp/kvpool-tier-XXXXXX");
-	assert_non_null(mkdtemp(f->dir));
+	store_fixture_tmpdir(f->dir, sizeof(f->dir), "kvpool-tier");
 	f->cfg.dram_capacity_bytes = dram_bytes;
 	f->cfg.max_block_bytes = 64 * KIB;
 	f->cfg.max_lease_ms = 5000;
@@ -173,7 +108,7 @@ static int teardown(void **state)
 		return 0;
 	if (f->s)
 		close_fixture(f);
-	nftw(f->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	store_fixture_rmdir(f->dir);
 	free(f);
 	*state = NULL;
 	return 0;
@@ -362,8 +297,7 @@ static void test_admission_reused(void **state)
 	uint64_t kept = 0;
 
 	*state = f;
-	snprintf(f->dir, sizeof(f->dir), "/tmp/kvpool-tier-XXXXXX");
-	assert_non_null(mkdtemp(f->dir));
+	store_fixture_tmpdir(f->dir, sizeof(f->dir), "kvpool-tier");
 	f->cfg = (struct store_config){ .dram_capacity_bytes = MIB, .max_block_bytes = 64 * KIB,
 					.nvme_dir = f->dir, .nvme_capacity_bytes = 16 * MIB,
 					.nvme_segment_bytes = MIB,

@@ -1,6 +1,8 @@
 /*
  * check.c - store_check, the invariant checker used by the tests, and the
- * test hook that breaks an invariant on purpose (store_debug.h).
+ * DRAM core's test hooks (store_debug.h): one that breaks an invariant on
+ * purpose, the eviction hook, the use clock. Built into the test library
+ * only (storage/debug/).
  *
  * Checked: every visible block is indexed, its stored parent is visible
  * and lists it as a child (no holes), every block with a parent link is on
@@ -21,9 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "store_debug.h"
-#include "store_impl.h"
-#include "nvme_io.h"
+#include "debug/store_debug.h"
+#include "nvme/tier_impl.h"
 
 struct extent {
 	uint32_t first, pages;

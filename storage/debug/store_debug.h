@@ -1,6 +1,7 @@
 /*
- * store_debug.h - test hooks for storage/ (unit tests only; the server
- * never includes this).
+ * store_debug.h - the invariant checker and the test hooks of storage/
+ * (storage/debug/: built into $(BUILD)/libstoretest.a, which only tests
+ * and benchmarks link; kvpoold has none of it).
  */
 #ifndef KVPOOL_STORE_DEBUG_H
 #define KVPOOL_STORE_DEBUG_H
@@ -8,6 +9,12 @@
 #include <stdint.h>
 
 #include "store.h"
+
+/* Verify every invariant: no holes, child counts, LRU membership, arena
+ * and byte accounting, used + inflight + free = capacity, the namespace
+ * name table. Returns 0, or -EFAULT with a reason in
+ * why[0..why_len) (may be NULL). For tests; takes the lock; O(blocks). */
+int store_check(struct store *s, char *why, size_t why_len);
 
 /* Remove the visible block (ns_id, key) WITHOUT its descendants, leaving
  * them in the pool with a missing parent: a deliberate hole, so a test can
@@ -22,7 +29,7 @@ int store_debug_remove_one(struct store *s, uint32_t ns_id, const uint8_t key[ST
  * its lease must still be seen. */
 void store_debug_evict_hook(struct store *s, void (*fn)(void *arg), void *arg);
 
-/* ---- the use clock (store_impl.h: 32 bits, aged near UINT32_MAX) ---- */
+/* ---- the use clock (block.h: 32 bits, aged near UINT32_MAX) ---- */
 
 /* Move the pool's use clock forward to `clock`, so that the use after
  * clock == UINT32_MAX runs the aging pass first. Blocks keep their

@@ -1,6 +1,6 @@
 /*
  * nvme_io.c - the NVMe tier's directory: lock, format version, segment
- * files, and aligned reads and writes on them (storage/NVME.md).
+ * files, and aligned reads and writes on them (storage/nvme/NVME.md).
  *
  * Open order: the directory must exist and be writable, then LOCK is
  * flock()ed, then a probe file proves writes work and tells whether the

@@ -28,7 +28,7 @@
 
 #include "nvme_index.h"
 #include "nvme_io.h"
-#include "store_impl.h"
+#include "tier_impl.h"
 
 /* A namespace of the disk table. */
 struct rb_ns {
@@ -467,7 +467,7 @@ int store_rebuild(struct store *s, char *why, size_t why_len)
 	int rc;
 
 	/* store_open, before any reader: one write section for the index's
-	 * changes (store_impl.h) */
+	 * changes (core.h) */
 	store_wr_begin(s);
 	rc = build(&rb);
 	if (rc == 0)

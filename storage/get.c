@@ -1,11 +1,13 @@
 /*
- * lookup.c - GET (pin and release; an NVMe-only block is promoted by an
- * I/O thread, promote.c), EXISTS, DELETE. MATCH is in match.c.
+ * get.c - GET (pin and release; an NVMe-only block is promoted by an I/O
+ * thread, nvme/promote.c) and EXISTS. MATCH is in match.c, DELETE with
+ * the rest of removal in evict.c.
  */
 #include <errno.h>
 #include <stdlib.h>
 
-#include "store_impl.h"
+#include "core.h"
+#include "nvme/tier.h"
 
 /* Fill a caller's reference to pinned block b (in DRAM). */
 static void fill_ref(const struct store *s, struct store_block *b, struct store_ref *out,
@@ -16,45 +18,6 @@ static void fill_ref(const struct store *s, struct store_block *b, struct store_
 	out->length = store_block_length(b);
 	out->checksum = store_block_checksum(b);
 	out->tier = tier;
-}
-
-/* Start a promotion of NVMe-only block b, or join the one running, for
- * this waiter. Errors: -ENOMEM. */
-static int promo_join_locked(struct store *s, struct store_block *b, uint32_t ns_id,
-			     struct store_ref *out, store_get_done_fn done, void *arg)
-{
-	struct store_waiter *w = malloc(sizeof(*w));
-	struct store_promo *p = b->promoting ? store_promo_find_locked(s->tier, b) : NULL;
-
-	if (!w)
-		return -ENOMEM;
-	if (!p) {
-		p = calloc(1, sizeof(*p));
-		if (!p) {
-			free(w);
-			return -ENOMEM;
-		}
-		p->block = b;
-		store_promo_add_locked(s->tier, p);
-		b->refs++;
-		store_lru_sync_locked(s, b);
-		store_list_add_tail(&s->tier->promo_queue, &p->link);
-		s->tier->promos++;
-		store_tier_kick_locked(s);
-	}
-	w->done = done;
-	w->arg = arg;
-	w->out = out;
-	w->ns_id = ns_id;
-	w->next = p->waiters;
-	p->waiters = w;
-	return 0;
-}
-
-/* Can an NVMe-only block be promoted now? Not after store_drain. */
-static bool can_promote(const struct store *s)
-{
-	return s->tier && !s->tier->draining && !s->tier->stop;
 }
 
 /* The block was used by a GET: recency, admission, the lessee's pin. */
@@ -77,7 +40,7 @@ int store_get_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 	store_lock(s);
 	ns = store_ns_find_locked(s, ns_id);
 	b = ns ? store_find_locked(s, ns_id, key) : NULL;
-	if (b && !b->in_dram && !can_promote(s))
+	if (b && !b->in_dram && !store_tier_can_promote_locked(s))
 		b = NULL;
 	if (!b) {
 		if (ns)
@@ -87,7 +50,7 @@ int store_get_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 	}
 	if (!b->in_dram) {
 		/* hit or miss is counted when the read ends */
-		rc = promo_join_locked(s, b, ns_id, out, done, arg);
+		rc = store_promo_join_locked(s, b, ns_id, out, done, arg);
 		if (rc == 0)
 			mark_got_locked(s, b, lessee);
 		pthread_mutex_unlock(&s->lock);
@@ -98,7 +61,7 @@ int store_get_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 	mark_got_locked(s, b, lessee);
 	store_lru_sync_locked(s, b);
 	pthread_mutex_unlock(&s->lock);
-	fill_ref(s, b, out, 1);
+	fill_ref(s, b, out, STORE_TIER_DRAM);
 	return 0;
 }
 
@@ -166,7 +129,7 @@ int store_exists_where(struct store *s, uint32_t ns_id, const uint8_t key[STORE_
 	}
 	if (b) {
 		len = store_block_length(b);
-		where = b->in_dram ? 1 : 2;
+		where = b->in_dram ? STORE_TIER_DRAM : STORE_TIER_NVME;
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (!b)
@@ -182,26 +145,4 @@ int store_exists(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BY
 		 uint64_t *length)
 {
 	return store_exists_where(s, ns_id, key, length, NULL);
-}
-
-int store_delete(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
-		 uint64_t *removed)
-{
-	struct store_ns *ns;
-	struct store_block *b;
-	uint64_t n = 0;
-
-	store_lock(s);
-	ns = store_ns_find_locked(s, ns_id);
-	b = ns ? store_find_locked(s, ns_id, key) : NULL;
-	if (b) {
-		n = store_block_remove_tree_locked(s, b, NULL);
-		ns->deletes += n;
-	}
-	pthread_mutex_unlock(&s->lock);
-	if (!b)
-		return -ENOENT;
-	if (removed)
-		*removed = n;
-	return 0;
 }

@@ -1,7 +1,7 @@
 /*
  * nvme_index.c - the NVMe tier's durable index in RocksDB (C API).
  *
- * Keys (storage/NVME.md has the byte layouts):
+ * Keys (storage/nvme/NVME.md has the byte layouts):
  *   'b' + be32 disk id + 32-byte hash   one block record (fixed-size value)
  *   'n' + be32 disk id                  namespace name
  *   'm' + "next_ns"                     next disk id, le32

@@ -1,13 +1,13 @@
 /*
- * block.c - block removal and eviction: the LRU heap of evictable blocks,
- * unlinking a block (or a whole subtree) from index, namespace, parent and
- * leases, and freeing its pages when no reference is left.
+ * evict.c - block removal and eviction: the LRU heaps, unlinking a block
+ * (or a whole subtree) from index, namespace, parent and leases, freeing
+ * its pages when no reference is left, DELETE, and making DRAM room.
  */
 #include <errno.h>
 #include <stdlib.h>
-#include <time.h>
 
-#include "store_impl.h"
+#include "core.h"
+#include "nvme/tier.h"
 
 bool store_block_evictable(const struct store_block *b)
 {
@@ -364,7 +364,6 @@ static int make_room_step(struct store *s)
 		return 0;
 	}
 	if (store_tier_fallback_locked(s)) {
-		const struct store_tier *t = s->tier;
 		int rc = evict_one(s);
 
 		/* A tier that is only stalled (its last reclaim freed too
@@ -373,26 +372,14 @@ static int make_room_step(struct store *s)
 		 * can go meanwhile. A reclaim that could free nothing at all
 		 * (every block kept, e.g. one chain longer than both tiers)
 		 * will not do better by waiting: FULL. */
-		if (rc == -ENOSPC && t->healthy && !t->draining && !t->stop &&
-		    !t->reclaim_stuck && s->lru[STORE_LRU_DIRTY].len)
+		if (rc == -ENOSPC && s->lru[STORE_LRU_DIRTY].len &&
+		    store_tier_may_recover_locked(s))
 			return -EAGAIN;
 		return rc;
 	}
-	if (s->lru[STORE_LRU_DIRTY].len || s->tier->demoter_busy) {
-		s->tier->want_demote = true;
-		store_tier_kick_locked(s);
+	if (store_tier_request_demote_locked(s))
 		return -EAGAIN;
-	}
 	return -ENOSPC;
-}
-
-/* CLOCK_MONOTONIC in microseconds. */
-static uint64_t now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
 int store_alloc_room_locked(struct store *s, uint32_t pages, uint32_t *first)
@@ -404,7 +391,7 @@ int store_alloc_room_locked(struct store *s, uint32_t pages, uint32_t *first)
 		return rc;
 	/* An eviction pass: timed, since every other put waits for it.
 	 * A write section: leases and recency that MATCHes logged count. */
-	t0 = now_us();
+	t0 = store_now_us();
 	if (s->evict_hook)
 		s->evict_hook(s->evict_hook_arg);
 	store_wr_begin(s);
@@ -416,9 +403,33 @@ int store_alloc_room_locked(struct store *s, uint32_t pages, uint32_t *first)
 			break;
 	}
 	store_wr_end(s);
-	us = now_us() - t0;
+	us = store_now_us() - t0;
 	s->evict_passes++;
 	if (us > s->evict_pass_max_us)
 		s->evict_pass_max_us = us;
 	return rc;
+}
+
+/* ---- DELETE: a block and its descendants ---- */
+
+int store_delete(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+		 uint64_t *removed)
+{
+	struct store_ns *ns;
+	struct store_block *b;
+	uint64_t n = 0;
+
+	store_lock(s);
+	ns = store_ns_find_locked(s, ns_id);
+	b = ns ? store_find_locked(s, ns_id, key) : NULL;
+	if (b) {
+		n = store_block_remove_tree_locked(s, b, NULL);
+		ns->deletes += n;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (!b)
+		return -ENOENT;
+	if (removed)
+		*removed = n;
+	return 0;
 }

@@ -6,7 +6,7 @@
  * blocks: the store decides what goes where; this file only moves
  * 4 KiB-aligned byte ranges between memory and segment files.
  *
- * Directory layout (storage/NVME.md):
+ * Directory layout (storage/nvme/NVME.md):
  *   <dir>/LOCK            flock()ed for the life of the process
  *   <dir>/FORMAT          "kvpool-nvme <version>\n"
  *   <dir>/segments/NNNNNNNN  segment files, fixed size, numbered 0..count-1

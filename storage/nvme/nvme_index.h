@@ -29,7 +29,7 @@
 struct store_nvme_index;
 
 /* What the index keeps of one block on NVMe. Encoded little-endian in a
- * fixed-size value (storage/NVME.md); key = disk ns id (big-endian, so a
+ * fixed-size value (storage/nvme/NVME.md); key = disk ns id (big-endian, so a
  * namespace's blocks sort together) + block hash. */
 struct store_nvme_rec {
 	uint32_t ns_disk_id;

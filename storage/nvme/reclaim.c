@@ -34,8 +34,8 @@
 
 #include "nvme_index.h"
 #include "nvme_io.h"
-#include "store_impl.h"
-#include "store_xxh3.h"
+#include "tier_impl.h"
+#include "proto_xxh3.h"
 
 /* One block rewritten by the reclaim. */
 struct move {
@@ -417,7 +417,7 @@ int store_reclaim_locked(struct store *s)
 	sg = &t->segs[rc.seg];
 	t->reclaim_stuck = false;
 	/* deciding what stays and what goes reads leases and recency: a
-	 * write section, so MATCHes' logged intents count (store_impl.h) */
+	 * write section, so MATCHes' logged intents count (core.h) */
 	store_wr_begin(s);
 	if (stay_bytes_locked(s, sg) > t->segment_bytes / 4 * 3) {
 		uint64_t evicted = evict_cold_subtrees_locked(s, sg);

@@ -1,7 +1,7 @@
 /*
  * demote.c - the demoter: writes dirty DRAM copies, least recently used
  * first, to the active segment, so that the put path can always make room
- * by dropping clean copies (block.c).
+ * by dropping clean copies (evict.c).
  *
  * A round runs on one I/O thread at a time (tier->demoter_busy) and:
  *  1. under the lock, picks up to DEMOTE_MAX_BLOCKS dirty blocks (at most
@@ -27,7 +27,7 @@
 
 #include "nvme_index.h"
 #include "nvme_io.h"
-#include "store_impl.h"
+#include "tier_impl.h"
 
 #define DEMOTE_MAX_BLOCKS 256u
 #define STALL_RETRY_MS 100u

@@ -2,8 +2,8 @@
  * promote.c - NVMe -> DRAM for a GET of an NVMe-only block, on an I/O
  * thread.
  *
- * store_get_async (lookup.c) queues a promotion holding a ref on the
- * block, or joins the one queued or running for it. A worker then:
+ * store_get_async (get.c, through store_promo_join_locked) queues a
+ * promotion holding a ref on the block, or joins the one queued or running for it. A worker then:
  *  1. under the lock, allocates the block's pages (dropping clean copies;
  *     -EAGAIN when only dirty ones remain), and counts itself a reader of
  *     the segment, so the segment is not reused while it reads;
@@ -20,8 +20,8 @@
 #include <stdlib.h>
 
 #include "nvme_io.h"
-#include "store_impl.h"
-#include "store_xxh3.h"
+#include "proto_xxh3.h"
+#include "tier_impl.h"
 
 /* Bucket of block b in the promotions-in-flight table. */
 static struct store_promo **promo_bucket(const struct store_tier *t, const struct store_block *b)
@@ -101,7 +101,7 @@ static void finish_locked(struct store *s, struct store_promo *p, int status)
 			w->out->data = store_arena_ptr(s->arena, b->first_page);
 			w->out->length = store_block_length(b);
 			w->out->checksum = store_block_checksum(b);
-			w->out->tier = 2;
+			w->out->tier = STORE_TIER_NVME;
 		}
 		w->done(w->arg, status);
 		free(w);
@@ -218,4 +218,42 @@ void store_promo_run_locked(struct store *s, struct store_promo *p)
 	if (err)
 		bad_copy_locked(s, b, err);
 	finish_locked(s, p, -ENOENT);
+}
+
+/* ---- GET of an NVMe-only block (nvme/tier.h) ---- */
+
+int store_promo_join_locked(struct store *s, struct store_block *b, uint32_t ns_id,
+			     struct store_ref *out, store_get_done_fn done, void *arg)
+{
+	struct store_waiter *w = malloc(sizeof(*w));
+	struct store_promo *p = b->promoting ? store_promo_find_locked(s->tier, b) : NULL;
+
+	if (!w)
+		return -ENOMEM;
+	if (!p) {
+		p = calloc(1, sizeof(*p));
+		if (!p) {
+			free(w);
+			return -ENOMEM;
+		}
+		p->block = b;
+		store_promo_add_locked(s->tier, p);
+		b->refs++;
+		store_lru_sync_locked(s, b);
+		store_list_add_tail(&s->tier->promo_queue, &p->link);
+		s->tier->promos++;
+		store_tier_kick_locked(s);
+	}
+	w->done = done;
+	w->arg = arg;
+	w->out = out;
+	w->ns_id = ns_id;
+	w->next = p->waiters;
+	p->waiters = w;
+	return 0;
+}
+
+bool store_tier_can_promote_locked(const struct store *s)
+{
+	return s->tier && !s->tier->draining && !s->tier->stop;
 }

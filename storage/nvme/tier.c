@@ -1,8 +1,9 @@
 /*
  * tier.c - the NVMe tier's life: geometry, opening (files, index, rebuild),
  * the I/O worker threads, drain and close, attaching and detaching a
- * block's NVMe copy, the queue of RocksDB record deletes, and rate-limited
- * logging.
+ * block's NVMe copy, the queue of RocksDB record deletes, and what the
+ * DRAM core asks of the tier (nvme/tier.h: room, statistics, dropping a
+ * namespace's records).
  *
  * Workers: nvme_io_threads threads share one loop. Each turn takes, in
  * order: a queued promotion (promote.c); a demotion round if one is
@@ -19,8 +20,7 @@
 
 #include "nvme_index.h"
 #include "nvme_io.h"
-#include "store_debug.h"
-#include "store_impl.h"
+#include "tier_impl.h"
 
 #define DEFAULT_SEGMENT_BYTES (256ull << 20)
 #define MAX_BATCH_BYTES (16ull << 20)
@@ -28,54 +28,6 @@
 #define MAX_IO_THREADS 64u
 #define BACKOFF_MS 1000u
 #define IDLE_WAIT_MS 200u
-#define LOG_INTERVAL_MS 1000u
-
-/* ---- logging ---- */
-
-static void vlog(struct store *s, enum store_log_level level, const char *fmt, va_list ap)
-{
-	char msg[512];
-
-	if (!s->cfg.log)
-		return;
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	s->cfg.log(s->cfg.log_arg, level, msg);
-}
-
-void store_log(struct store *s, enum store_log_level level, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vlog(s, level, fmt, ap);
-	va_end(ap);
-}
-
-/* The limiter's fields are updated atomically without the store lock by
- * whichever thread logs; two threads racing may both print a line. */
-void store_log_limited(struct store *s, struct store_ratelimit *rl, enum store_log_level level,
-		       const char *fmt, ...)
-{
-	uint64_t now = store_now_ms(), last = __atomic_load_n(&rl->last_ms, __ATOMIC_RELAXED);
-	uint64_t suppressed;
-	char line[448];
-	va_list ap;
-
-	if (last && now - last < LOG_INTERVAL_MS) {
-		__atomic_add_fetch(&rl->suppressed, 1, __ATOMIC_RELAXED);
-		return;
-	}
-	__atomic_store_n(&rl->last_ms, now, __ATOMIC_RELAXED);
-	suppressed = __atomic_exchange_n(&rl->suppressed, 0, __ATOMIC_RELAXED);
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	if (suppressed)
-		store_log(s, level, "%s (%llu more like it suppressed)", line,
-			  (unsigned long long)suppressed);
-	else
-		store_log(s, level, "%s", line);
-}
 
 /* ---- state shared with the put path ---- */
 
@@ -89,6 +41,22 @@ bool store_tier_fallback_locked(const struct store *s)
 void store_tier_kick_locked(struct store *s)
 {
 	pthread_cond_broadcast(&s->tier->wake);
+}
+
+bool store_tier_may_recover_locked(const struct store *s)
+{
+	const struct store_tier *t = s->tier;
+
+	return t->healthy && !t->draining && !t->stop && !t->reclaim_stuck;
+}
+
+bool store_tier_request_demote_locked(struct store *s)
+{
+	if (!s->lru[STORE_LRU_DIRTY].len && !s->tier->demoter_busy)
+		return false;
+	s->tier->want_demote = true;
+	store_tier_kick_locked(s);
+	return true;
 }
 
 void store_tier_attach_locked(struct store *s, struct store_block *b, uint32_t seg, uint64_t off)
@@ -257,7 +225,7 @@ out_free:
 /* ---- workers ---- */
 
 /* Sleep on tier->wake for at most ms milliseconds (CLOCK_MONOTONIC). */
-static void wait_ms_locked(struct store *s, pthread_cond_t *cv, uint64_t ms)
+void store_tier_wait_ms_locked(struct store *s, pthread_cond_t *cv, uint64_t ms)
 {
 	struct timespec ts;
 
@@ -282,7 +250,7 @@ static void as_demoter_locked(struct store *s, void (*fn)(struct store *s))
 	pthread_cond_broadcast(&t->idle);
 }
 
-static bool dels_due_locked(const struct store *s)
+bool store_tier_dels_due_locked(const struct store *s)
 {
 	const struct store_tier *t = s->tier;
 
@@ -308,11 +276,11 @@ static void *worker_main(void *arg)
 			as_demoter_locked(s, store_demote_round_locked);
 			continue;
 		}
-		if (dels_due_locked(s)) {
+		if (store_tier_dels_due_locked(s)) {
 			as_demoter_locked(s, store_tier_flush_dels_locked);
 			continue;
 		}
-		wait_ms_locked(s, &t->wake, IDLE_WAIT_MS);
+		store_tier_wait_ms_locked(s, &t->wake, IDLE_WAIT_MS);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return NULL;
@@ -527,7 +495,7 @@ void store_tier_drain(struct store *s)
 	t->draining = true;
 	pthread_cond_broadcast(&t->wake);
 	while (t->promos || t->demoter_busy)
-		wait_ms_locked(s, &t->idle, IDLE_WAIT_MS);
+		store_tier_wait_ms_locked(s, &t->idle, IDLE_WAIT_MS);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -546,140 +514,45 @@ void store_tier_close(struct store *s)
 	tier_free(t);
 }
 
-/* ---- test hooks (store_debug.h) ---- */
+/* ---- statistics and namespaces (nvme/tier.h) ---- */
 
-#define DEBUG_WAIT_MAX_MS 10000u
-
-int store_debug_nvme_demote_all(struct store *s)
+void store_tier_stats_locked(const struct store *s, struct store_stats *st)
 {
-	uint64_t deadline = store_now_ms() + DEBUG_WAIT_MAX_MS;
-	struct store_tier *t = s->tier;
-	int rc = 0;
+	const struct store_tier *t = s->tier;
+	uint64_t segs_used = t->nseg - t->nfree;
 
-	if (!t)
-		return -ENODEV;
-	store_lock(s);
-	t->demote_all++;
-	store_tier_kick_locked(s);
-	for (;;) {
-		uint64_t now = store_now_ms();
-
-		if (!t->demoter_busy && s->lru[STORE_LRU_DIRTY].len == 0)
-			break;
-		/* a failed write backs off: report it rather than wait */
-		if ((!t->demoter_busy && !t->healthy && now < t->retry_at_ms) || now > deadline) {
-			rc = -EIO;
-			break;
-		}
-		wait_ms_locked(s, &t->idle, 20);
-	}
-	t->demote_all--;
-	pthread_mutex_unlock(&s->lock);
-	return rc;
+	st->used_bytes += t->promo_bytes;
+	st->nvme_enabled = 1;
+	st->nvme_direct_io = store_nvme_io_direct(t->io);
+	st->nvme_healthy = t->healthy;
+	st->nvme_capacity_bytes = (uint64_t)t->nseg * t->segment_bytes;
+	st->nvme_segment_bytes = t->segment_bytes;
+	st->nvme_used_bytes = segs_used * t->segment_bytes;
+	st->nvme_payload_bytes = t->nvme_payload_bytes;
+	st->nvme_blocks = t->nvme_blocks;
+	st->demotions = t->demotions;
+	st->demoted_bytes = t->demoted_bytes;
+	st->promotions = t->promotions;
+	st->promoted_bytes = t->promoted_bytes;
+	st->nvme_bytes_written = t->bytes_written;
+	st->nvme_bytes_read = t->bytes_read;
+	st->rewritten_bytes = t->rewritten_bytes;
+	st->segments_reclaimed = t->segments_reclaimed;
+	st->admission_rejections = t->admission_rejections;
+	st->nvme_evictions = t->evictions;
+	st->corrupt_blocks = t->corrupt_blocks;
+	st->nvme_read_errors = t->read_errors;
+	st->nvme_write_errors = t->write_errors;
+	st->rebuild_ms = t->rebuild_ms;
+	st->rebuild_blocks = t->rebuild_blocks;
+	st->orphans_dropped = t->orphans_dropped;
 }
 
-int store_debug_nvme_hold(struct store *s, int hold)
+void store_tier_ns_drop(struct store *s, uint32_t disk_id)
 {
-	uint64_t deadline = store_now_ms() + DEBUG_WAIT_MAX_MS;
-	struct store_tier *t = s->tier;
-	int rc = 0;
+	int rc = store_nvme_index_ns_drop(s->tier->ix, disk_id);
 
-	if (!t)
-		return -ENODEV;
-	store_lock(s);
-	if (hold) {
-		t->hold = true;
-		t->demote_all++;
-		store_tier_kick_locked(s);
-		while (!t->held && !rc) {
-			wait_ms_locked(s, &t->idle, 20);
-			if (store_now_ms() > deadline)
-				rc = -ETIMEDOUT;
-		}
-	} else {
-		t->hold = false;
-		t->demote_all--;
-		store_tier_kick_locked(s);
-		while ((t->held || t->demoter_busy) && store_now_ms() < deadline)
-			wait_ms_locked(s, &t->idle, 20);
-	}
-	pthread_mutex_unlock(&s->lock);
-	return rc;
-}
-
-/* Is there anything for the workers to do (or being done)? */
-static bool busy_locked(struct store *s)
-{
-	struct store_tier *t = s->tier;
-
-	return t->promos || t->demoter_busy || store_demote_wanted_locked(s) ||
-	       dels_due_locked(s);
-}
-
-void store_debug_nvme_wait_idle(struct store *s)
-{
-	uint64_t deadline = store_now_ms() + DEBUG_WAIT_MAX_MS;
-
-	if (!s->tier)
-		return;
-	store_lock(s);
-	while (busy_locked(s) && store_now_ms() < deadline) {
-		store_tier_kick_locked(s);
-		wait_ms_locked(s, &s->tier->idle, 20);
-	}
-	pthread_mutex_unlock(&s->lock);
-}
-
-void store_debug_nvme_fail_writes(struct store *s, uint32_t count)
-{
-	if (!s->tier)
-		return;
-	store_lock(s);
-	s->tier->fail_writes = count;
-	pthread_mutex_unlock(&s->lock);
-}
-
-void store_debug_nvme_backoff(struct store *s, uint64_t ms)
-{
-	if (!s->tier)
-		return;
-	store_lock(s);
-	s->tier->backoff_ms = ms;
-	pthread_mutex_unlock(&s->lock);
-}
-
-int store_debug_nvme_where(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
-			   uint32_t *segment, uint64_t *offset, int *in_dram)
-{
-	struct store_block *b;
-	int rc = -ENOENT;
-
-	store_lock(s);
-	b = store_find_locked(s, ns_id, key);
-	if (b && b->on_nvme) {
-		*segment = b->seg;
-		*offset = store_seg_off(b);
-		if (in_dram)
-			*in_dram = b->in_dram;
-		rc = 0;
-	}
-	pthread_mutex_unlock(&s->lock);
-	return rc;
-}
-
-int store_debug_drop_dram(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES])
-{
-	struct store_block *b;
-	int rc = 0;
-
-	store_lock(s);
-	b = store_find_locked(s, ns_id, key);
-	if (!b)
-		rc = -ENOENT;
-	else if (store_lru_slot(b, STORE_LRU_CLEAN) == STORE_HEAP_NONE || !s->tier)
-		rc = -EBUSY;
-	else
-		store_block_drop_dram_locked(s, b);
-	pthread_mutex_unlock(&s->lock);
-	return rc;
+	if (rc)
+		store_log(s, STORE_LOG_ERR, "nvme: dropping namespace %u on disk failed (%d)",
+			  disk_id, rc);
 }

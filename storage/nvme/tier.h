@@ -1,0 +1,63 @@
+/*
+ * tier.h - what the DRAM core of storage/ calls of the NVMe tier (the
+ * only header of storage/nvme/ that files outside it include). s->tier
+ * is NULL without a tier; every function here but store_tier_open wants
+ * one unless it says otherwise. *_locked: s->lock held.
+ */
+#ifndef KVPOOL_STORE_TIER_H
+#define KVPOOL_STORE_TIER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+struct store;
+struct store_block;
+struct store_lessee;
+
+/* Open the NVMe tier of s (cfg.nvme_dir set): files, index, rebuild,
+ * threads. Errors: as store_open. */
+int store_tier_open(struct store *s, char *why, size_t why_len);
+/* Stop promotions and demotions (store_drain). */
+void store_tier_drain(struct store *s);
+/* Drain, join the threads, write pending deletes, close files. */
+void store_tier_close(struct store *s);
+/* Is the tier unable to take demotions now (absent, unhealthy, drained,
+ * stalled)? Then DRAM makes room by evicting. */
+bool store_tier_fallback_locked(const struct store *s);
+/* Wake the workers (demotion wanted, promotion queued). */
+void store_tier_kick_locked(struct store *s);
+/* Detach b's NVMe copy and queue its record's delete. */
+void store_tier_detach_locked(struct store *s, struct store_block *b);
+/* Falling back now (store_tier_fallback_locked), may the tier take
+ * demotions again soon: healthy, not drained, and its last reclaim was
+ * not stuck on blocks that must all stay? Then a put that finds no leaf
+ * to evict waits (BUSY) rather than failing (FULL). */
+bool store_tier_may_recover_locked(const struct store *s);
+/* DRAM wants room: ask the demoter for a round if one can give it (dirty
+ * blocks wait, or a round is running), and wake it. Returns whether a
+ * round was asked for (false: demotion cannot help). */
+bool store_tier_request_demote_locked(struct store *s);
+
+/* ---- GET of a block whose only copy is on NVMe (promote.c) ---- */
+/* Can an NVMe-only block be promoted now? False without a tier and after
+ * store_drain. */
+bool store_tier_can_promote_locked(const struct store *s);
+/* Start a promotion of NVMe-only block b, or join the one running, for
+ * this waiter: done(arg, status) is called from an I/O thread with *out
+ * filled when it ends. Errors: -ENOMEM (nothing started or joined). */
+int store_promo_join_locked(struct store *s, struct store_block *b, uint32_t ns_id,
+			    struct store_ref *out, store_get_done_fn done, void *arg);
+
+/* ---- statistics and namespaces ---- */
+/* Fill the NVMe fields of *st (store_stats) and add the arena bytes that
+ * running promotions hold to st->used_bytes. */
+void store_tier_stats_locked(const struct store *s, struct store_stats *st);
+/* Delete the index records of namespace disk id disk_id (DROP_NAMESPACE;
+ * the lock not held). A failure is logged: the records stay, never read
+ * again (the namespace's next demotion takes a fresh disk id). */
+void store_tier_ns_drop(struct store *s, uint32_t disk_id);
+
+#endif /* KVPOOL_STORE_TIER_H */
