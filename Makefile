@@ -7,6 +7,9 @@
 #   make test-san   the same tests built with AddressSanitizer + UBSan (build-san/)
 #   make RDMA=0 BUILD=build-nordma test   the tests with the RDMA stub (TCP only, no rdma-core)
 #   make test-valgrind  integration tests with kvpoold under valgrind (leaks fail)
+#   make test-tsan  the asynchronous API's tests (threads submitting and polling one
+#                   handle) with libkvpool built under ThreadSanitizer (build-tsan/);
+#                   make test runs it too
 #   make fuzz       build the libFuzzer targets with clang, run each FUZZ_SECONDS (60)
 #   make soak       the churn soak for SOAK_SECONDS (600); make test runs it for 30 s
 #   make demo       start kvpoold, replay the bundled Mooncake trace, print the report
@@ -36,6 +39,10 @@ ifeq ($(SAN),1)
 BUILD   ?= build-san
 OPT     ?= -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
 SANLD   := -fsanitize=address,undefined
+else ifeq ($(SAN),tsan)
+BUILD   ?= build-tsan
+OPT     ?= -O1 -fno-omit-frame-pointer -fsanitize=thread
+SANLD   := -fsanitize=thread
 else
 BUILD   ?= build
 OPT     ?= -O2
@@ -109,7 +116,7 @@ UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
 .PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme install clean \
-	nvme-bench bench fuzz fuzz-seeds soak container-test
+	nvme-bench bench fuzz fuzz-seeds soak container-test test-tsan
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
@@ -165,6 +172,7 @@ UNIT_DEPS_hash   := $(LIB_A)
 UNIT_LIBS_hash   := -ljson-c
 UNIT_FAKE        := $(call obj,tests/unit/fake_server.c)
 UNIT_DEPS_client := $(UNIT_FAKE) $(LIB_A)
+UNIT_DEPS_async  := $(UNIT_FAKE) $(LIB_A)
 UNIT_DEPS_client_rdma := $(call obj,tests/unit/fake_rdma_server.c) $(UNIT_FAKE_VERBS) $(UNIT_FAKE) $(LIB_A)
 UNIT_DEPS_server := $(BUILD)/libserver.a $(BUILD)/libstore.a $(BUILD)/libconf.a $(BUILD)/libproto.a
 UNIT_LIBS_server := $(LIBS_SERVER)
@@ -309,6 +317,8 @@ test: deps deps-check
 	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(COPYCOUNT)
 	@BUILD=$(BUILD) KVPOOL_SOAK_SECONDS=$(TEST_SOAK_SECONDS) \
 	  tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(PY_TESTS) $(DEPS_TESTS)
+	@# (not in the sanitizer build: ThreadSanitizer and AddressSanitizer do not mix)
+	@if [ "$(SAN)" = 0 ]; then $(MAKE) --no-print-directory test-tsan; fi
 
 # The integration tests with kvpoold under valgrind: a leak or memory error
 # makes the daemon exit 99, which fails the test's clean-shutdown check.
@@ -319,6 +329,17 @@ test-valgrind: deps
 
 test-san: deps
 	@$(MAKE) --no-print-directory SAN=1 test
+
+# ThreadSanitizer over libkvpool's asynchronous core: tests/integration/
+# test_async.c (its test_threads has three threads submitting while a fourth
+# polls one handle) built with -fsanitize=thread against an uninstrumented
+# kvpoold; a reported race fails it (exit code 66).
+TSAN_BUILD ?= $(BUILD)-tsan
+test-tsan: deps
+	@$(MAKE) --no-print-directory $(KVPOOLD)
+	@$(MAKE) --no-print-directory SAN=tsan BUILD=$(TSAN_BUILD) $(TSAN_BUILD)/tests/integ_async
+	@KVPOOLD=$(CURDIR)/$(KVPOOLD) TSAN_OPTIONS="halt_on_error=1 exitcode=66 $(TSAN_OPTIONS)" \
+	  $(TSAN_BUILD)/tests/integ_async
 
 # The NVMe tier benchmark binary (tests/bench/nvme_tier.sh runs it; not in make test).
 NVME_BENCH := $(BUILD)/tests/nvme_bench

@@ -19,6 +19,7 @@
  *  6. Threads: a client handle may be used by one thread at a time (use one
  *     handle per thread, or serialise). Different handles are independent.
  *     kvpool_block_hashes and kvpool_strerror may be called from any thread.
+ *     The asynchronous calls are the exception: see "Asynchronous API".
  *  7. Every call that talks to the server blocks until its reply arrives or
  *     its timeout (kvpool_set_timeout) expires; the timeout bounds the whole
  *     call, including a reconnect and every frame of a split batch. After
@@ -40,6 +41,9 @@
  *   -ENOMEM        allocation failed
  *   -EAGAIN        the server turned the connection away as busy (e.g. at
  *                  its connection limit) on every try (see Backpressure)
+ *   -EBUSY         kvpool_stats, kvpool_ping, kvpool_drop_namespace only:
+ *                  asynchronous requests are in flight on the handle (poll
+ *                  them first; see "Asynchronous API")
  *
  * Wire status -> errno (per block, and for whole requests):
  *   OK, EXISTS -> 0; NOT_FOUND -> -ENOENT; NO_PARENT -> -ENOLINK;
@@ -310,6 +314,184 @@ int kvpool_register(struct kvpool_client *c, const void *buf, size_t len);
  * Does not block.
  * Errors: -EINVAL (c or buf NULL), -ENOENT (no region starts at buf). */
 int kvpool_unregister(struct kvpool_client *c, const void *buf);
+
+/* ---- asynchronous API ---------------------------------------------------
+ *
+ * Every data call has an asynchronous twin: kvpool_submit_put/_get/_exists/
+ * _match/_delete return at once with a request id; kvpool_poll hands back
+ * finished requests; kvpool_event_fd gives a descriptor to wait on with
+ * poll(2), epoll, select or an asyncio loop.
+ *
+ * Ownership. From a successful submit until its completion has been
+ * returned by kvpool_poll (or kvpool_cancel returned 0), the library owns
+ * the request's memory: the blocks array, every iov array and payload
+ * buffer it points to, the keys and the statuses array. The caller keeps
+ * them allocated and neither reads nor writes them in that time (a GET's
+ * buffers hold partial data while it runs). Once the completion is
+ * polled, nothing of the request is touched again.
+ *
+ * Results. A completion's status is what the synchronous twin would have
+ * returned; per-block results are in the statuses array and (GET) in
+ * blocks[i].length, with the same values as the twin. A GET block is
+ * reported 0 only once all its bytes are in the caller's buffers and
+ * their xxh3-64 checksum matched the server's; a block whose bytes did
+ * not arrive whole is never 0.
+ *
+ * Inside. Requests are pipelined on the handle's one TCP connection, each
+ * frame with its own request id, which its reply must echo (the server
+ * answers in request order; a reply out of that order is a broken stream,
+ * -EPROTO). Completions come in whatever order requests finish: a request
+ * that waits for a BUSY retry, or has more frames, finishes after later
+ * ones. Batches are split
+ * into frames as in the synchronous calls; blocks answered BUSY are tried
+ * again with the backoff of "Backpressure", the wait being spent in
+ * kvpool_poll rather than sleeping; MATCH leases (lease_ms) work as in
+ * kvpool_match. The library starts no thread: all I/O happens inside
+ * kvpool_submit_* (sending what the socket takes at once, reading what
+ * has arrived) and kvpool_poll (which waits for the socket). A caller that
+ * does not poll makes no progress beyond what its submits do.
+ *
+ * RDMA. On an RDMA connection (rdma://, or auto:// after moving) the
+ * asynchronous calls work but are not asynchronous: a submit runs the
+ * request to the end like its synchronous twin (it blocks up to the
+ * timeout), queues its completion and makes the event fd readable. Nothing
+ * is in flight after a submit returns, so kvpool_cancel always answers
+ * -ENOENT there. Use auto:// with care when you rely on overlap.
+ *
+ * Connection errors. When the connection breaks (the server closed or
+ * reset it, a frame could not be parsed, a connection-level error reply),
+ * every request in flight completes with that error (-ECONNRESET, -EPIPE,
+ * -EPROTO, ...), which is also written to each of its statuses; buffers of
+ * a GET may hold partial data but no block of it is reported 0. The
+ * connection is then closed; the next submit reconnects (and may block up
+ * to the timeout while it does, as a synchronous call would).
+ *
+ * Timeouts. Each request has the handle's timeout (kvpool_set_timeout) from
+ * its submit, covering its BUSY retries. A request whose timeout passes
+ * before any of its frames went on the wire (or while it waits to retry)
+ * completes with -ETIMEDOUT alone. One whose timeout passes while the
+ * server owes it a reply completes with -ETIMEDOUT and closes the
+ * connection (as a timeout does in the synchronous calls): every other
+ * request in flight then completes with -ECONNRESET.
+ *
+ * Threads. The asynchronous calls (kvpool_submit_*, kvpool_poll,
+ * kvpool_cancel, kvpool_event_fd, kvpool_inflight, kvpool_set_max_inflight)
+ * may be called from several threads at once on one handle: they take
+ * the handle's lock (kvpool_poll releases it while it waits). The
+ * synchronous calls and kvpool_close keep convention 6: they must not run
+ * at the same time as any other call on the handle. A synchronous data
+ * call (put, get, exists, match, delete) made while asynchronous requests
+ * are in flight is queued behind them on the same connection (it does not
+ * steal their completions); kvpool_stats, kvpool_ping and
+ * kvpool_drop_namespace answer -EBUSY then. kvpool_close with requests in
+ * flight drops them: no completion comes, and no buffer is touched after
+ * it returns.
+ *
+ * Sizing max_inflight. Each request in flight holds one slot (a few
+ * hundred bytes plus per-block scratch kept for reuse). Enough requests
+ * must be in flight to cover the round trip: about bandwidth x round-trip
+ * time / bytes per request. Eight 1 MiB requests keep a 10 GB/s link busy
+ * at ~0.8 ms round trips; small GETs want more. The bound only protects
+ * memory and the server's queue: the server still answers BUSY beyond
+ * its own limits (those blocks are retried as usual). A cancelled request
+ * whose frames the server still has to answer keeps its slot until then.
+ */
+
+#define KVPOOL_DEFAULT_MAX_INFLIGHT 64  /* async requests in flight per handle */
+#define KVPOOL_MAX_INFLIGHT_LIMIT 65536 /* largest value kvpool_set_max_inflight takes */
+
+enum kvpool_op {
+	KVPOOL_OP_PUT = 1,
+	KVPOOL_OP_GET,
+	KVPOOL_OP_EXISTS,
+	KVPOOL_OP_MATCH,
+	KVPOOL_OP_DELETE,
+};
+
+/* One finished request, as kvpool_poll returns it. */
+struct kvpool_completion {
+	uint64_t id;     /* what submit wrote to *id (never 0) */
+	uint64_t tag;    /* the caller's tag from submit */
+	int op;          /* enum kvpool_op */
+	int status;      /* 0 or -errno: what the synchronous twin would return;
+			    -ECANCELED after kvpool_cancel */
+	size_t count;    /* blocks/keys in the request */
+	size_t matched;  /* MATCH: leading run held; 0 otherwise */
+};
+
+/* Bound the number of asynchronous requests in flight on the handle
+ * (0 = KVPOOL_DEFAULT_MAX_INFLIGHT). A request counts from its submit until
+ * its completion is polled (and, if cancelled, until the server has
+ * answered its frames). Does not block, does not talk to the server.
+ * Thread-safe (see Threads).
+ * Errors: -EINVAL (c NULL, max > KVPOOL_MAX_INFLIGHT_LIMIT), -EBUSY
+ *   (requests are in flight or completions wait to be polled),
+ *   -ENOMEM. */
+int kvpool_set_max_inflight(struct kvpool_client *c, uint32_t max);
+
+/* Requests on the handle from submit until their completion is polled
+ * (what counts against max_inflight). 0 for NULL. Thread-safe. */
+uint32_t kvpool_inflight(struct kvpool_client *c);
+
+/* Submit the asynchronous twin of kvpool_put / kvpool_get / kvpool_exists /
+ * kvpool_match / kvpool_delete (same arguments, same checks, same
+ * per-block results). Each returns at once (but see RDMA, and a reconnect
+ * when the handle is disconnected) with 0 and *id (never 0), or -errno and
+ * nothing submitted, nothing written to the statuses.
+ * Ownership: see "Ownership" above; statuses may be NULL where the twin
+ * allows it (put, get, delete), exists requires it. tag is the caller's
+ * own, returned in the completion.
+ * count 0 is accepted: it completes at once with status 0.
+ * Errors: -EINVAL (the twin's checks; id NULL), -EAGAIN (max_inflight
+ *   requests already in flight: poll some first), -ENOMEM, and the shared
+ *   connection errors when the handle had to reconnect and could not.
+ *   Errors met later (on the wire, from the server) come in the completion.
+ * Thread-safe (see Threads). */
+int kvpool_submit_put(struct kvpool_client *c, const struct kvpool_put_block *blocks,
+		      size_t count, int *statuses, uint64_t tag, uint64_t *id);
+int kvpool_submit_get(struct kvpool_client *c, struct kvpool_get_block *blocks,
+		      size_t count, int *statuses, uint64_t tag, uint64_t *id);
+int kvpool_submit_exists(struct kvpool_client *c, const void *keys, size_t count,
+			 int *statuses, uint64_t tag, uint64_t *id);
+/* MATCH: the leading run is the completion's `matched`. */
+int kvpool_submit_match(struct kvpool_client *c, const void *keys, size_t count,
+			uint32_t lease_ms, uint64_t tag, uint64_t *id);
+int kvpool_submit_delete(struct kvpool_client *c, const void *keys, size_t count,
+			 int *statuses, uint64_t tag, uint64_t *id);
+
+/* Make progress and copy up to `max` finished requests into out[0..max),
+ * oldest finished first. Waits up to timeout_ms for the first one
+ * (0 = do not wait, -1 = forever; with nothing in flight it returns 0 at
+ * once rather than wait forever). Each completion is returned once; after
+ * it, its request's memory is the caller's again.
+ * Returns the number written (0 on timeout), or -EINVAL (c or out NULL,
+ * max < 1, timeout_ms < -1). Thread-safe (see Threads); blocks only while
+ * waiting, with the handle's lock released. */
+int kvpool_poll(struct kvpool_client *c, struct kvpool_completion *out, int max,
+		int timeout_ms);
+
+/* A file descriptor, owned by the handle (do not read or close it), that
+ * is readable while completions wait to be polled, or while the
+ * connection has I/O ready so that kvpool_poll(c, out, n, 0) makes
+ * progress. Wait on it for readability, then call kvpool_poll with
+ * timeout 0; it stays valid, the same number, until kvpool_close (it is
+ * an epoll descriptor that holds the handle's eventfd, its socket, and a
+ * timerfd that fires when a request's timeout or BUSY retry is due, so
+ * waiting on this descriptor alone never stalls a request).
+ * Returns the descriptor, or -EINVAL (c NULL), -ENOMEM / -EMFILE (it could
+ * not be created). Thread-safe. */
+int kvpool_event_fd(struct kvpool_client *c);
+
+/* Cancel request `id`. After 0 the request's memory is no longer touched
+ * (a PUT frame already half sent is completed on the wire with zero bytes,
+ * which the server refuses by checksum; a GET's bytes still in flight are
+ * read and dropped) and its completion, status -ECANCELED, will be
+ * returned by kvpool_poll (statuses and lengths are left as they were).
+ * Errors: -EINVAL (c NULL), -ENOENT (no such request in flight: unknown,
+ *   or already finished; its completion, if not polled yet, still comes).
+ * This implementation never answers -EINPROGRESS. Does not block.
+ * Thread-safe. */
+int kvpool_cancel(struct kvpool_client *c, uint64_t id);
 
 /* ---- helpers -------------------------------------------------------------- */
 

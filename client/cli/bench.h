@@ -8,6 +8,9 @@
  * is within the server's max_batch_blocks). The blocks per call (--batch,
  * alias --depth) are therefore the blocks in flight per connection, the
  * unit `redis-benchmark -P` and tests/bench/wire's depth are compared with.
+ * With --async each connection's thread keeps --inflight requests of
+ * --batch blocks in flight with kvpool_submit_* and kvpool_poll; latency
+ * is then per request, from submit to the poll that returned it.
  *
  * Pure functions unless they say otherwise; any thread.
  */
@@ -36,6 +39,8 @@
 #define CLI_BENCH_MIN_SOURCE_BYTES (1ULL << 20)
 #define CLI_BENCH_MAX_SOURCE_BYTES (64ULL << 30)
 #define CLI_BENCH_CHAIN_BLOCK_BYTES 4096ULL          /* MATCH chain blocks */
+#define CLI_BENCH_DEFAULT_INFLIGHT 8                 /* --async requests in flight */
+#define CLI_BENCH_MAX_INFLIGHT 1024
 
 /* Operations, as bits of cli_bench_opts.ops. */
 enum cli_bench_op {
@@ -65,6 +70,9 @@ struct cli_bench_opts {
 	uint64_t source_bytes;     /* payload source buffer */
 	bool json;
 	bool keep_namespace;       /* do not drop the namespace before and after */
+	bool async;                /* drive the asynchronous API (kvpool_submit_*) */
+	uint32_t inflight;         /* --async: requests of `batch` blocks in flight
+				      per connection */
 };
 
 /* Parse a comma-separated list of block sizes ("64KiB,1MiB", units as

@@ -34,9 +34,13 @@ static double calls_per_s(const struct cli_bench_result *r)
 /* The run's parameters, one line. */
 static void print_header(FILE *f, const struct cli_bench_opts *o)
 {
-	fprintf(f, "kvpool bench: %s namespace \"%s\", %u connection%s, %u block%s per call "
-		"(= in flight per connection), ", o->conn.url, o->conn.ns, o->connections,
-		o->connections == 1 ? "" : "s", o->batch, o->batch == 1 ? "" : "s");
+	fprintf(f, "kvpool bench: %s namespace \"%s\", %u connection%s, %u block%s per call ",
+		o->conn.url, o->conn.ns, o->connections, o->connections == 1 ? "" : "s", o->batch,
+		o->batch == 1 ? "" : "s");
+	if (o->async)
+		fprintf(f, "(async: %u calls in flight per connection), ", o->inflight);
+	else
+		fprintf(f, "(= in flight per connection), ");
 	if (o->count)
 		fprintf(f, "%" PRIu64 " per phase\n", o->count);
 	else
@@ -170,6 +174,8 @@ int cli_bench_print_json(FILE *f, const struct cli_bench_report *rep)
 	jadd(doc, "namespace", json_object_new_string(o->conn.ns), &ok);
 	jadd(doc, "connections", json_object_new_uint64(o->connections), &ok);
 	jadd(doc, "batch", json_object_new_uint64(o->batch), &ok);
+	jadd(doc, "async", json_object_new_boolean(o->async), &ok);
+	jadd(doc, "inflight", json_object_new_uint64(o->async ? o->inflight : 1), &ok);
 	jadd(doc, "duration_s", jfixed(o->count ? 0.0 : o->duration_s, 3), &ok);
 	jadd(doc, "count", json_object_new_uint64(o->count), &ok);
 	for (size_t i = 0; i < rep->n_results; i++) {

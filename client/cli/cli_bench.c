@@ -94,6 +94,8 @@ enum {
 	OPT_SOURCE_BYTES,
 	OPT_JSON,
 	OPT_KEEP_NAMESPACE,
+	OPT_ASYNC,
+	OPT_INFLIGHT,
 };
 
 static const char bench_usage[] =
@@ -141,6 +143,12 @@ static const char bench_usage[] =
 	"                      server_p99_us, server_p999_us), verified_blocks,\n"
 	"                      verified_bytes\n"
 	"  --keep-namespace    do not empty the namespace before and after\n"
+	"  --async             drive the asynchronous API from each connection's\n"
+	"                      thread: --inflight requests of --batch blocks in\n"
+	"                      flight (kvpool_submit_*, kvpool_poll); latency is per\n"
+	"                      request, submit to completion\n"
+	"  --inflight N        with --async: requests in flight per connection,\n"
+	"                      1..1024 (default 8)\n"
 	CLI_COMMON_HELP
 	"\n"
 	"The default namespace is \"kvpool-bench\". Exit 0 when every block came\n"
@@ -295,6 +303,14 @@ static int bench_opt(struct cli_bench_opts *o, const char *prog, int opt, const 
 	case OPT_KEEP_NAMESPACE:
 		o->keep_namespace = true;
 		return 1;
+	case OPT_ASYNC:
+		o->async = true;
+		return 1;
+	case OPT_INFLIGHT:
+		if (cli_parse_u64(arg, 1, CLI_BENCH_MAX_INFLIGHT, &v))
+			return bad_value(prog, "inflight", arg, "requests, 1..1024");
+		o->inflight = (uint32_t)v;
+		return 1;
 	}
 	return 0;
 }
@@ -306,6 +322,8 @@ static int bench_check(const struct cli_bench_opts *o, const char *prog, bool du
 
 	if (duration_set && o->count)
 		return cli_usage_error(prog, "--duration and --count exclude each other");
+	if (o->inflight && !o->async)
+		return cli_usage_error(prog, "--inflight needs --async");
 	for (size_t i = 0; i < o->n_sizes; i++)
 		largest = o->sizes[i] > largest ? o->sizes[i] : largest;
 	if ((o->ops & (1u << CLI_BENCH_MATCH)) && largest < CLI_BENCH_CHAIN_BLOCK_BYTES)
@@ -333,6 +351,8 @@ int cli_bench_parse_args(int argc, char **argv, struct cli_bench_opts *o)
 		{ "source-bytes", required_argument, NULL, OPT_SOURCE_BYTES },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "keep-namespace", no_argument, NULL, OPT_KEEP_NAMESPACE },
+		{ "async", no_argument, NULL, OPT_ASYNC },
+		{ "inflight", required_argument, NULL, OPT_INFLIGHT },
 		{ NULL, 0, NULL, 0 },
 	};
 	static const uint64_t default_sizes[] = { 64ULL << 10, 256ULL << 10, 1ULL << 20,
@@ -367,7 +387,10 @@ int cli_bench_parse_args(int argc, char **argv, struct cli_bench_opts *o)
 	}
 	if (optind < argc)
 		return cli_usage_error(prog, "unexpected argument '%s'", argv[optind]);
-	return bench_check(o, prog, duration_set);
+	rc = bench_check(o, prog, duration_set);
+	if (o->async && !o->inflight)
+		o->inflight = CLI_BENCH_DEFAULT_INFLIGHT;
+	return rc;
 }
 
 /* ---- the workers ---------------------------------------------------------- */
@@ -626,6 +649,169 @@ static void phase_run(struct bench_worker *w)
 	w->n.end = cli_now();
 }
 
+/* ---- --async: requests in flight from one thread ------------------------- */
+
+/* Slot j of the worker's arrays: blocks j * batch .. (j + 1) * batch - 1. */
+struct async_slot {
+	bool busy;
+	size_t n;               /* blocks (keys) of the request */
+	struct timespec t0;     /* submit */
+};
+
+/* Fill and submit the request of slot j: n units of the current phase.
+ * Returns 0 or the submit's error. */
+static int async_submit(struct bench_worker *w, struct async_slot *sl, uint32_t j, size_t n)
+{
+	struct bench_shared *sh = w->sh;
+	const struct phase *ph = &sh->ph;
+	size_t b = (size_t)j * sh->o->batch, s = ph->size_idx;
+	uint64_t len = sh->o->sizes[s], id, first, span;
+
+	switch (ph->op) {
+	case CLI_BENCH_PUT:
+		for (size_t i = 0; i < n; i++) {
+			cli_bench_key(sh->nonce, w->index, (uint32_t)s, w->put_seq[s]++, w->keys[b + i]);
+			cli_bench_block_iov(&sh->src, w->keys[b + i], len, &w->iov[2 * (b + i)]);
+			w->puts[b + i] = (struct kvpool_put_block){
+				.key = w->keys[b + i], .iov = &w->iov[2 * (b + i)], .iovcnt = 2 };
+		}
+		sl->t0 = cli_now();
+		return kvpool_submit_put(w->c, &w->puts[b], n, &w->st[b], j, &id);
+	case CLI_BENCH_GET:
+		get_window(w, s, &first, &span);
+		if (!span)
+			return -ENOENT;
+		for (size_t i = 0; i < n; i++) {
+			cli_bench_key(sh->nonce, w->index, (uint32_t)s,
+				      first + w->get_cursor++ % span, w->keys[b + i]);
+			w->iov[b + i] = (struct iovec){ .iov_base = w->buf + (b + i) * len,
+						       .iov_len = len };
+			w->gets[b + i] = (struct kvpool_get_block){
+				.key = w->keys[b + i], .iov = &w->iov[b + i], .iovcnt = 1 };
+		}
+		sl->t0 = cli_now();
+		return kvpool_submit_get(w->c, &w->gets[b], n, &w->st[b], j, &id);
+	case CLI_BENCH_EXISTS:
+		s = sh->o->n_sizes - 1;
+		get_window(w, s, &first, &span);
+		for (size_t i = 0; i < n; i++)
+			cli_bench_key(sh->nonce, w->index, (uint32_t)s,
+				      first + (span ? w->get_cursor++ % span : i), w->keys[b + i]);
+		sl->t0 = cli_now();
+		return kvpool_submit_exists(w->c, w->keys[b], n, &w->st[b], j, &id);
+	case CLI_BENCH_MATCH:
+	default:
+		sl->t0 = cli_now();
+		return kvpool_submit_match(w->c, sh->chain, sh->o->chain, sh->o->lease_ms, j, &id);
+	}
+}
+
+/* Score a finished request as the synchronous calls are scored. */
+static int async_score(struct bench_worker *w, struct async_slot *sl, uint32_t j,
+		       const struct kvpool_completion *cp)
+{
+	struct bench_shared *sh = w->sh;
+	size_t b = (size_t)j * sh->o->batch;
+	const char *what = cli_bench_op_name(sh->ph.op);
+
+	w->n.calls++;
+	if (cli_lat_since(&w->n.lat, sl->t0))
+		cp = NULL;
+	if (!cp || (cp->status && call_error(cp->status)) ||
+	    (cp->status && (sh->ph.op == CLI_BENCH_EXISTS || sh->ph.op == CLI_BENCH_MATCH))) {
+		int err = cp ? cp->status : -ENOMEM;
+
+		bench_fail(sh, "%s: %s", what, kvpool_strerror(err));
+		return err;
+	}
+	for (size_t i = 0; i < sl->n && sh->ph.op == CLI_BENCH_PUT; i++) {
+		if (w->st[b + i] == 0)
+			w->n.blocks++;
+		else if (w->st[b + i] == -EAGAIN)
+			w->n.retries++; /* BUSY after the library's own retries: not stored */
+		else
+			w->n.errors++;
+	}
+	for (size_t i = 0; i < sl->n && sh->ph.op == CLI_BENCH_GET; i++)
+		get_score(w, b + i, sh->o->sizes[sh->ph.size_idx]);
+	for (size_t i = 0; i < sl->n && sh->ph.op == CLI_BENCH_EXISTS; i++) {
+		w->n.blocks++;
+		if (w->st[b + i] == -ENOENT)
+			w->n.misses++;
+		else if (w->st[b + i])
+			w->n.errors++;
+	}
+	if (sh->ph.op == CLI_BENCH_MATCH) {
+		w->n.blocks += cp->matched;
+		if (cp->matched != sh->o->chain)
+			w->n.misses++;
+	}
+	return 0;
+}
+
+/* phase_run for --async: keep --inflight requests in flight until the
+ * deadline or the share of --count is submitted, then drain. */
+static void phase_run_async(struct bench_worker *w)
+{
+	struct bench_shared *sh = w->sh;
+	const struct cli_bench_opts *o = sh->o;
+	uint64_t left = sh->ph.per_worker ? sh->ph.per_worker :
+			o->count ? share(o->count, o->connections, w->index) : UINT64_MAX;
+	bool timed = !sh->ph.per_worker && !o->count, stop = false;
+	struct async_slot sl[CLI_BENCH_MAX_INFLIGHT];
+	struct kvpool_completion comp[CLI_BENCH_MAX_INFLIGHT];
+	uint32_t busy = 0;
+
+	memset(sl, 0, sizeof(sl[0]) * o->inflight);
+	w->n.start = cli_now();
+	for (;;) {
+		for (uint32_t j = 0; j < o->inflight && !stop && left; j++) {
+			size_t n = sh->ph.op == CLI_BENCH_MATCH ? 1 :
+				   left < o->batch ? (size_t)left : o->batch;
+			int rc;
+
+			if (sl[j].busy)
+				continue;
+			sl[j].n = n;
+			rc = async_submit(w, &sl[j], j, n);
+			if (rc) {
+				bench_fail(sh, "%s: submit: %s", cli_bench_op_name(sh->ph.op),
+					   kvpool_strerror(rc));
+				stop = true;
+				break;
+			}
+			sl[j].busy = true;
+			busy++;
+			if (!timed)
+				left -= n;
+		}
+		if (!busy)
+			break;
+		int got = kvpool_poll(w->c, comp, (int)o->inflight, -1);
+
+		for (int i = 0; i < got; i++) {
+			uint32_t j = (uint32_t)comp[i].tag;
+
+			sl[j].busy = false;
+			busy--;
+			if (async_score(w, &sl[j], j, &comp[i]))
+				stop = true;
+		}
+		if (got < 0 || atomic_load_explicit(&sh->failed, memory_order_relaxed))
+			stop = true;
+		if (timed && !stop) {
+			struct timespec t = cli_now();
+
+			stop = secs_between(&w->n.start, &t) >= o->duration_s;
+		}
+		if (got < 0 && busy) {
+			bench_fail(sh, "poll: %s", kvpool_strerror(got));
+			break;
+		}
+	}
+	w->n.end = cli_now();
+}
+
 static void *bench_worker_main(void *arg)
 {
 	struct bench_worker *w = arg;
@@ -642,7 +828,10 @@ static void *bench_worker_main(void *arg)
 		pthread_mutex_unlock(&sh->lock);
 		if (quit)
 			break;
-		phase_run(w);
+		if (sh->o->async)
+			phase_run_async(w);
+		else
+			phase_run(w);
 		pthread_mutex_lock(&sh->lock);
 		if (--sh->running == 0)
 			pthread_cond_signal(&sh->done);
@@ -977,10 +1166,16 @@ static int workers_start(struct bench_run *r)
 
 		w->sh = &r->sh;
 		w->index = i;
-		if (worker_alloc(w, o->batch, largest))
+		if (worker_alloc(w, o->batch * (o->async ? o->inflight : 1), largest))
 			goto out_nomem;
 		if (cli_connect(&o->conn, r->prog, &w->c))
 			return CLI_EXIT_ERROR;
+		if (o->async && o->inflight > KVPOOL_DEFAULT_MAX_INFLIGHT &&
+		    kvpool_set_max_inflight(w->c, o->inflight)) {
+			fprintf(stderr, "%s: cannot allow %u requests in flight\n", r->prog,
+				o->inflight);
+			return CLI_EXIT_ERROR;
+		}
 	}
 	for (uint32_t i = 0; i < o->connections; i++) {
 		if (pthread_create(&r->ws[i].thread, NULL, bench_worker_main, &r->ws[i])) {

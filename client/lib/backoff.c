@@ -36,7 +36,8 @@ void kvc_backoff_start(struct kvc_backoff *b, const struct kvpool_client *c)
 	b->rng = kvc_now_us() ^ (uint64_t)(uintptr_t)c;
 }
 
-int kvc_backoff_again(struct kvc_backoff *b, struct kvpool_client *c, uint64_t deadline_ms)
+int kvc_backoff_next(struct kvc_backoff *b, struct kvpool_client *c, uint64_t deadline_ms,
+		     uint32_t *wait_ms)
 {
 	uint32_t half = b->wait_ms / 2, wait;
 
@@ -46,10 +47,20 @@ int kvc_backoff_again(struct kvc_backoff *b, struct kvpool_client *c, uint64_t d
 	wait = half + (uint32_t)(next_random(&b->rng) % (b->wait_ms - half + 1));
 	if (kvc_now_ms() + wait >= deadline_ms)
 		return 0;
-	sleep_ms(wait);
 	b->tries++;
 	b->wait_ms = b->wait_ms >= KVPOOL_BUSY_MAX_WAIT_MS / 2 ? KVPOOL_BUSY_MAX_WAIT_MS
 							       : b->wait_ms * 2;
 	c->busy_retries++;
+	*wait_ms = wait;
+	return 1;
+}
+
+int kvc_backoff_again(struct kvc_backoff *b, struct kvpool_client *c, uint64_t deadline_ms)
+{
+	uint32_t wait;
+
+	if (!kvc_backoff_next(b, c, deadline_ms, &wait))
+		return 0;
+	sleep_ms(wait);
 	return 1;
 }

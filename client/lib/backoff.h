@@ -36,4 +36,10 @@ void kvc_backoff_start(struct kvc_backoff *b, const struct kvpool_client *c);
  * the handle's busy_retries. */
 int kvc_backoff_again(struct kvc_backoff *b, struct kvpool_client *c, uint64_t deadline_ms);
 
+/* The same decision without sleeping (the asynchronous core, which waits
+ * in kvpool_poll instead): 1 and *wait_ms, the wait before the next try,
+ * counted as made; or 0 when no try is left. */
+int kvc_backoff_next(struct kvc_backoff *b, struct kvpool_client *c, uint64_t deadline_ms,
+		     uint32_t *wait_ms);
+
 #endif /* KVC_BACKOFF_H */

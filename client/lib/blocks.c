@@ -296,7 +296,7 @@ static const struct kvc_batch_ops put_ops = {
 	.refused = put_refused,
 };
 
-static int put_blocks_valid(const struct kvpool_put_block *blocks, size_t count)
+int kvc_put_blocks_valid(const struct kvpool_put_block *blocks, size_t count)
 {
 	for (size_t i = 0; i < count; i++)
 		if (!blocks[i].key || !iov_valid(blocks[i].iov, blocks[i].iovcnt))
@@ -351,8 +351,8 @@ static size_t put_busy_select(void *ctx, size_t count)
 	return n;
 }
 
-int kvpool_put(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
-	       int *statuses)
+int kvc_put_sync(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
+		 int *statuses)
 {
 	struct put_call pc = { .blocks = blocks };
 	struct kvc_batch b = {
@@ -365,7 +365,7 @@ int kvpool_put(struct kvpool_client *c, const struct kvpool_put_block *blocks, s
 	uint64_t deadline_ms;
 	int rc;
 
-	if (!c || (count && !blocks) || !put_blocks_valid(blocks, count))
+	if (!c || (count && !blocks) || !kvc_put_blocks_valid(blocks, count))
 		return fill_status(statuses, count, -EINVAL);
 	if (count == 0)
 		return 0;
@@ -377,6 +377,18 @@ int kvpool_put(struct kvpool_client *c, const struct kvpool_put_block *blocks, s
 	pc.bytes = m.b;
 	b.count = put_select(&pc, count, c->limits.max_block_bytes);
 	return call_finish(c, &b, deadline_ms, &m, count, put_busy_select);
+}
+
+/* Asynchronous requests in flight: this call queues behind them. */
+int kvpool_put(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
+	       int *statuses)
+{
+	if (c && count && blocks && kvc_async_busy(c)) {
+		if (!kvc_put_blocks_valid(blocks, count))
+			return fill_status(statuses, count, -EINVAL);
+		return kvc_async_call(c, KVPOOL_OP_PUT, blocks, count, statuses, 0, NULL);
+	}
+	return kvc_put_sync(c, blocks, count, statuses);
 }
 
 int kvpool_put_bytes(struct kvpool_client *c, const uint8_t key[KVPOOL_KEY_BYTES],
@@ -597,7 +609,7 @@ static const struct kvc_batch_ops get_ops = {
 	.refused = get_refused,
 };
 
-static int get_blocks_valid(const struct kvpool_get_block *blocks, size_t count)
+int kvc_get_blocks_valid(const struct kvpool_get_block *blocks, size_t count)
 {
 	for (size_t i = 0; i < count; i++)
 		if (!blocks[i].key || !iov_valid(blocks[i].iov, blocks[i].iovcnt))
@@ -605,8 +617,8 @@ static int get_blocks_valid(const struct kvpool_get_block *blocks, size_t count)
 	return 1;
 }
 
-int kvpool_get(struct kvpool_client *c, struct kvpool_get_block *blocks, size_t count,
-	       int *statuses)
+int kvc_get_sync(struct kvpool_client *c, struct kvpool_get_block *blocks, size_t count,
+		 int *statuses)
 {
 	struct get_call gc = { .blocks = blocks };
 	struct kvc_batch b = {
@@ -620,7 +632,7 @@ int kvpool_get(struct kvpool_client *c, struct kvpool_get_block *blocks, size_t 
 	uint64_t deadline_ms;
 	int rc;
 
-	if (!c || (count && !blocks) || !get_blocks_valid(blocks, count))
+	if (!c || (count && !blocks) || !kvc_get_blocks_valid(blocks, count))
 		return fill_status(statuses, count, -EINVAL);
 	if (count == 0)
 		return 0;
@@ -639,6 +651,17 @@ int kvpool_get(struct kvpool_client *c, struct kvpool_get_block *blocks, size_t 
 		gc.sent[i] = i;
 	}
 	return call_finish(c, &b, deadline_ms, &m, count, get_busy_select);
+}
+
+int kvpool_get(struct kvpool_client *c, struct kvpool_get_block *blocks, size_t count,
+	       int *statuses)
+{
+	if (c && count && blocks && kvc_async_busy(c)) {
+		if (!kvc_get_blocks_valid(blocks, count))
+			return fill_status(statuses, count, -EINVAL);
+		return kvc_async_call(c, KVPOOL_OP_GET, blocks, count, statuses, 0, NULL);
+	}
+	return kvc_get_sync(c, blocks, count, statuses);
 }
 
 int kvpool_get_bytes(struct kvpool_client *c, const uint8_t key[KVPOOL_KEY_BYTES], void *buf,

@@ -36,6 +36,7 @@ void kvc_disconnect(struct kvpool_client *c)
 	c->fd = -1;
 	kvc_rdma_close(c);
 	c->reconnect_next = 0;
+	kvc_async_disconnected(c);
 }
 
 int kvc_stream_error(struct kvpool_client *c, int err)
@@ -334,6 +335,9 @@ int kvc_begin(struct kvpool_client *c, uint64_t *deadline_ms)
 	int rc;
 
 	*deadline_ms = kvc_deadline_ms(call_timeout_ms(c));
+	/* Asynchronous frames on the wire: the connection is theirs. */
+	if (kvc_async_busy(c))
+		return -EBUSY;
 	c->server_message[0] = '\0';
 	if (c->reconnect_next || (c->fd >= 0 && kvc_conn_stale(c->fd)) ||
 	    (c->rdma && !rdmx_client_ok(c->rdma)))
@@ -373,6 +377,11 @@ int kvpool_connect(const char *url, const char *ns, const struct kvpool_options 
 		return -ENOMEM;
 	c->fd = -1;
 	c->next_request_id = 1;
+	rc = kvc_async_new(c);
+	if (rc) {
+		free(c);
+		return rc;
+	}
 	rc = kvc_url_parse(url, &c->url);
 	if (rc)
 		goto out_free;
@@ -409,6 +418,7 @@ void kvpool_close(struct kvpool_client *c)
 	free(c->iov);
 	free(c->rmsg);
 	kvc_regions_free(c);
+	kvc_async_free(c);
 	free(c);
 }
 
@@ -425,6 +435,10 @@ int kvpool_get_limits(struct kvpool_client *c, struct kvpool_limits *out)
 
 	if (!c || !out)
 		return -EINVAL;
+	if (kvc_async_busy(c)) { /* connected, limits known */
+		*out = c->limits;
+		return 0;
+	}
 	rc = kvc_begin(c, &deadline_ms);
 	if (rc)
 		return rc;

@@ -33,6 +33,7 @@ _Static_assert(KVPOOL_KEY_BYTES == PROTO_KEY_BYTES, "a libkvpool key is a wire k
 
 #define KVC_RDMA_STAGE_BYTES (64u << 20) /* largest RDMA staging buffer (see conn_rdma.c) */
 
+struct kva;
 struct rdmx_client;
 struct rdmx_client_mr;
 struct rdmx_ops;
@@ -86,6 +87,8 @@ struct kvpool_client {
 	struct rdmx_client_mr *stage_mr;
 	uint64_t rdma_connects;         /* RDMA connections that completed HELLO */
 	size_t max_frames_in_flight;    /* most batch frames seen in flight (diagnostics) */
+
+	struct kva *async;              /* the asynchronous core (async.c); never NULL */
 };
 
 /* A reply read by kvc_recv_reply. body points into the handle's reply
@@ -221,5 +224,43 @@ int kvc_rdma_reg_regions(struct kvpool_client *c);
 /* Make sure the staging buffer exists on this RDMA connection (allocated
  * and registered once per connection). Errors: -ENOMEM, rdmx_client_reg's. */
 int kvc_rdma_stage(struct kvpool_client *c);
+
+/* ---- the asynchronous core (async.c) ------------------------------------ */
+
+/* Create / free a handle's asynchronous state (kvpool_connect / close).
+ * kvc_async_new errors: -ENOMEM. kvc_async_free accepts a handle without. */
+int kvc_async_new(struct kvpool_client *c);
+void kvc_async_free(struct kvpool_client *c);
+
+/* kvc_disconnect tells the core that the socket is gone. */
+void kvc_async_disconnected(struct kvpool_client *c);
+
+/* 1 while asynchronous requests run or their frames are on the wire: the
+ * connection is not the synchronous path's to use (kvc_begin says -EBUSY;
+ * the synchronous data calls go through kvc_async_call). */
+int kvc_async_busy(const struct kvpool_client *c);
+
+/* A synchronous data call (op: enum kvpool_op) run through the
+ * asynchronous core, queued behind the requests in flight; blocks until
+ * it finishes. Returns what the twin returns; *matched for MATCH. */
+int kvc_async_call(struct kvpool_client *c, int op, const void *blocks_or_keys, size_t count,
+		   int *statuses, uint32_t lease_ms, size_t *matched);
+
+/* The synchronous data calls without the routing above (blocks.c,
+ * keys.c): what kvpool_put etc. run when nothing asynchronous is in
+ * flight, and what a submit runs in place on RDMA. */
+int kvc_put_sync(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
+		 int *statuses);
+int kvc_get_sync(struct kvpool_client *c, struct kvpool_get_block *blocks, size_t count,
+		 int *statuses);
+int kvc_exists_sync(struct kvpool_client *c, const void *keys, size_t count, int *statuses);
+int kvc_delete_sync(struct kvpool_client *c, const void *keys, size_t count, int *statuses);
+int kvc_match_sync(struct kvpool_client *c, const void *keys, size_t count, uint32_t lease_ms,
+		   size_t *matched);
+
+/* The argument checks of kvpool_put / kvpool_get (blocks.c): 1 when every
+ * block has a key and a valid scatter-gather list. */
+int kvc_put_blocks_valid(const struct kvpool_put_block *blocks, size_t count);
+int kvc_get_blocks_valid(const struct kvpool_get_block *blocks, size_t count);
 
 #endif /* KVC_CLIENT_H */

@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 /* Current CLOCK_MONOTONIC time in milliseconds. */
@@ -55,5 +56,13 @@ int kvc_conn_recv(int fd, void *buf, size_t len, uint64_t deadline_ms);
  * number of entries; the array is used as scratch like kvc_conn_sendv.
  * Errors: as kvc_conn_recv. */
 int kvc_conn_recvv(int fd, struct iovec *iov, size_t iovcnt, uint64_t deadline_ms);
+
+/* Non-blocking, one syscall each (the asynchronous core, async.c): send
+ * from / read into iov[0..iovcnt) (the first IOV_MAX entries) what the
+ * socket takes or has now. Return the bytes moved (> 0; 0 only for an
+ * empty list on send), -EAGAIN when nothing can move now, or an error
+ * of the set above (-ECONNRESET also for EOF on read). */
+ssize_t kvc_conn_try_sendv(int fd, const struct iovec *iov, size_t iovcnt);
+ssize_t kvc_conn_try_recvv(int fd, const struct iovec *iov, size_t iovcnt);
 
 #endif /* KVC_CONN_H */

@@ -230,3 +230,40 @@ int kvc_conn_recv(int fd, void *buf, size_t len, uint64_t deadline_ms)
 
 	return kvc_conn_recvv(fd, &iov, 1, deadline_ms);
 }
+
+/* One non-blocking sendmsg of iov[0..iovcnt) (at most IOV_MAX entries). */
+ssize_t kvc_conn_try_sendv(int fd, const struct iovec *iov, size_t iovcnt)
+{
+	struct msghdr msg = { .msg_iov = (struct iovec *)iov,
+			      .msg_iovlen = iovcnt > (size_t)IOV_MAX ? (size_t)IOV_MAX : iovcnt };
+
+	for (;;) {
+		ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n >= 0)
+			return n;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return -EAGAIN;
+		return io_errno(errno);
+	}
+}
+
+/* One non-blocking readv into iov[0..iovcnt) (at most IOV_MAX entries). */
+ssize_t kvc_conn_try_recvv(int fd, const struct iovec *iov, size_t iovcnt)
+{
+	for (;;) {
+		ssize_t n = readv(fd, iov, iovcnt > (size_t)IOV_MAX ? IOV_MAX : (int)iovcnt);
+
+		if (n > 0)
+			return n;
+		if (n == 0)
+			return -ECONNRESET;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return -EAGAIN;
+		return io_errno(errno);
+	}
+}

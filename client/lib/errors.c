@@ -51,6 +51,12 @@ const char *kvpool_strerror(int err)
 		return "memory region overlaps one already registered";
 	case EPROTONOSUPPORT:
 		return "protocol version not supported";
+	case ECANCELED:
+		return "request cancelled";
+	case EBUSY:
+		return "asynchronous requests are in flight";
+	case EMFILE:
+		return "too many open files";
 	default:
 		return "unknown error";
 	}

@@ -121,8 +121,7 @@ static int keys_batch(struct kvpool_client *c, uint8_t op, const uint8_t (*keys)
 	return kc.busy ? -EAGAIN : 0; /* keys still refused BUSY after the last try */
 }
 
-int kvpool_exists(struct kvpool_client *c, const void *keys, size_t count,
-		  int *statuses)
+int kvc_exists_sync(struct kvpool_client *c, const void *keys, size_t count, int *statuses)
 {
 	if (!c || (count && (!keys || !statuses)))
 		return -EINVAL;
@@ -131,8 +130,7 @@ int kvpool_exists(struct kvpool_client *c, const void *keys, size_t count,
 	return keys_batch(c, PROTO_OP_EXISTS, keys, count, statuses);
 }
 
-int kvpool_delete(struct kvpool_client *c, const void *keys, size_t count,
-		  int *statuses)
+int kvc_delete_sync(struct kvpool_client *c, const void *keys, size_t count, int *statuses)
 {
 	int *st = statuses;
 	int rc;
@@ -193,8 +191,8 @@ static int match_once(struct kvpool_client *c, const uint8_t (*keys)[KVPOOL_KEY_
 	return 0;
 }
 
-int kvpool_match(struct kvpool_client *c, const void *keys, size_t count,
-		 uint32_t lease_ms, size_t *matched)
+int kvc_match_sync(struct kvpool_client *c, const void *keys, size_t count, uint32_t lease_ms,
+		   size_t *matched)
 {
 	const uint8_t (*chain)[KVPOOL_KEY_BYTES] = keys;
 	struct kvc_backoff bo;
@@ -228,4 +226,28 @@ int kvpool_match(struct kvpool_client *c, const void *keys, size_t count,
 	}
 	*matched = total;
 	return 0;
+}
+
+/* The public calls: with asynchronous requests in flight, they queue
+ * behind those (async.c), otherwise they run as above. */
+int kvpool_exists(struct kvpool_client *c, const void *keys, size_t count, int *statuses)
+{
+	if (c && count && keys && statuses && kvc_async_busy(c))
+		return kvc_async_call(c, KVPOOL_OP_EXISTS, keys, count, statuses, 0, NULL);
+	return kvc_exists_sync(c, keys, count, statuses);
+}
+
+int kvpool_delete(struct kvpool_client *c, const void *keys, size_t count, int *statuses)
+{
+	if (c && count && keys && kvc_async_busy(c))
+		return kvc_async_call(c, KVPOOL_OP_DELETE, keys, count, statuses, 0, NULL);
+	return kvc_delete_sync(c, keys, count, statuses);
+}
+
+int kvpool_match(struct kvpool_client *c, const void *keys, size_t count, uint32_t lease_ms,
+		 size_t *matched)
+{
+	if (c && count && keys && matched && kvc_async_busy(c))
+		return kvc_async_call(c, KVPOOL_OP_MATCH, keys, count, NULL, lease_ms, matched);
+	return kvc_match_sync(c, keys, count, lease_ms, matched);
 }

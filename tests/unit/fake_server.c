@@ -481,15 +481,20 @@ static void fake_serve(struct fake *fk, int fd)
 
 		if (read_frame(fd, &f))
 			break;
-		if (atomic_load(&fk->mode) == MODE_HOLD && f.h.opcode != PROTO_OP_HELLO) {
+		int mode = atomic_load(&fk->mode);
+
+		if ((mode == MODE_HOLD || mode == MODE_HOLD_REVERSE) && f.h.opcode != PROTO_OP_HELLO) {
 			held[n_held++] = f;
 			if (n_held < fk->hold)
 				continue;
 			for (int i = 0; i < n_held; i++) {
+				struct frame *h = &held[mode == MODE_HOLD_REVERSE ? n_held - 1 - i : i];
+
 				if (rc == 0)
-					rc = fake_handle(fk, fd, &held[i]);
-				frame_free(&held[i]);
+					rc = fake_handle(fk, fd, h);
 			}
+			for (int i = 0; i < n_held; i++)
+				frame_free(&held[i]);
 			n_held = 0;
 			continue;
 		}

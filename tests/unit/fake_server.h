@@ -34,6 +34,7 @@ enum fake_mode {
 	MODE_HELLO_DENIED,  /* HELLO answered DENIED */
 	MODE_HELLO_OLD,     /* HELLO answered UNSUPPORTED */
 	MODE_GET_TOO_LARGE, /* GET answers every stored block TOO_LARGE */
+	MODE_HOLD_REVERSE,  /* as MODE_HOLD, then answers them newest first */
 };
 
 #define FAKE_MAX_BLOCKS 1024

@@ -1409,6 +1409,55 @@ static void test_bench_run_fake(void **state)
 	run_free(&r);
 }
 
+/* --async: the same counts through kvpool_submit_* with several requests
+ * in flight per connection; a corrupting server still fails the run. */
+static void test_bench_async(void **state)
+{
+	struct cli_env *e = *state;
+	struct json_object *doc, *results, *v;
+	struct run r;
+
+	run_cmd(&r, cli_bench_main, "kvpool bench", "--server", e->url, "--sizes", "4KiB",
+		"--count", "30", "--batch", "2", "--connections", "2", "--chain", "5", "--async",
+		"--inflight", "3", "--source-bytes", "1MiB", "--json", NULL);
+	if (r.status != 0)
+		fail_msg("bench --async exit %d: %s / %s", r.status, r.out, r.err);
+	doc = json_tokener_parse(r.out);
+	assert_non_null(doc);
+	assert_true(json_object_get_boolean(json_object_object_get(doc, "async")));
+	assert_int_equal(jget(doc, "inflight"), 3);
+	assert_int_equal(jget(doc, "verified_blocks"), 30);
+	assert_true(json_object_object_get_ex(doc, "results", &results));
+	assert_int_equal(json_object_array_length(results), 4);
+	v = json_object_array_get_idx(results, 0);
+	assert_int_equal(jget(v, "blocks"), 30);
+	assert_int_equal(jget(v, "calls"), 16); /* 15 blocks per connection, 2 per call */
+	v = json_object_array_get_idx(results, 1);
+	assert_int_equal(jget(v, "blocks"), 30);
+	assert_int_equal(jget(v, "wrong"), 0);
+	v = json_object_array_get_idx(results, 3);
+	assert_int_equal(jget(v, "blocks"), 30 * 5);
+	assert_int_equal(jget(v, "misses"), 0);
+	json_object_put(doc);
+	run_free(&r);
+
+	run_cmd(&r, cli_bench_main, "kvpool bench", "--server", e->url, "--inflight", "2", NULL);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "--inflight needs --async"));
+	run_free(&r);
+	run_cmd(&r, cli_bench_main, "kvpool bench", "--server", e->url, "--async", "--inflight",
+		"0", NULL);
+	assert_int_equal(r.status, 2);
+	run_free(&r);
+
+	atomic_store(&e->fk.mode, MODE_CORRUPT_GET);
+	run_cmd(&r, cli_bench_main, "kvpool bench", "--server", e->url, "--sizes", "8KiB",
+		"--ops", "put,get", "--count", "6", "--async", "--source-bytes", "1MiB", NULL);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "FAILED: 6 blocks came back wrong"));
+	run_free(&r);
+}
+
 /* GET alone puts its blocks first (untimed); a server that corrupts what
  * it returns fails the run. */
 static void test_bench_get_only_and_corruption(void **state)
@@ -1489,6 +1538,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bench_bad_options, cli_setup, cli_teardown),
 		cmocka_unit_test(test_bench_keys_and_payloads),
 		cmocka_unit_test_setup_teardown(test_bench_run_fake, cli_setup, cli_teardown),
+		cmocka_unit_test_setup_teardown(test_bench_async, cli_setup, cli_teardown),
 		cmocka_unit_test_setup_teardown(test_bench_get_only_and_corruption, cli_setup,
 						cli_teardown),
 		cmocka_unit_test(test_bench_help),

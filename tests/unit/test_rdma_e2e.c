@@ -11,6 +11,7 @@
  * this is not a hardware test. In an RDMA=0 build there is nothing to run.
  */
 #include <errno.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -435,10 +436,55 @@ static void test_put_batch_split(void **state)
 	free(st);
 }
 
+/* The asynchronous calls on RDMA run in place inside submit (kvpool.h,
+ * "RDMA"): the completion is there at once, the event fd is readable, a
+ * cancel finds nothing in flight, and the bytes are right. */
+static void test_async_in_place(void **state)
+{
+	static uint8_t src[70000], dst[70000];
+	uint8_t key[KVPOOL_KEY_BYTES];
+	struct iovec piov = { src, sizeof(src) }, giov = { dst, sizeof(dst) };
+	struct kvpool_put_block pb = { .key = key, .iov = &piov, .iovcnt = 1 };
+	struct kvpool_get_block gb = { .key = key, .iov = &giov, .iovcnt = 1 };
+	struct kvpool_completion comp;
+	struct pollfd p = { .events = POLLIN };
+	struct kvpool_client *c;
+	uint64_t id;
+	size_t one = 1;
+	int st = 1;
+
+	(void)state;
+	c = connect_or_fail("rdma://127.0.0.1:7472", "e2e-async");
+	assert_non_null(c->rdma);
+	key_of(key, 900);
+	fill(src, sizeof(src), 900);
+	p.fd = kvpool_event_fd(c);
+	assert_true(p.fd >= 0);
+	assert_int_equal(kvpool_submit_put(c, &pb, 1, &st, 1, &id), 0);
+	assert_int_equal(kvpool_cancel(c, id), -ENOENT);
+	assert_int_equal(poll(&p, 1, 0), 1);
+	assert_int_equal(kvpool_poll(c, &comp, 1, 0), 1);
+	assert_int_equal(comp.status, 0);
+	assert_int_equal(st, 0);
+	assert_int_equal(kvpool_submit_get(c, &gb, 1, &st, 2, &id), 0);
+	assert_int_equal(kvpool_submit_match(c, key, one, 0, 3, &id), 0);
+	assert_int_equal(kvpool_poll(c, &comp, 1, 0), 1);
+	assert_int_equal(comp.tag, 2);
+	assert_int_equal(comp.status, 0);
+	assert_int_equal(gb.length, sizeof(src));
+	assert_memory_equal(dst, src, sizeof(src));
+	assert_int_equal(kvpool_poll(c, &comp, 1, 0), 1);
+	assert_int_equal(comp.op, KVPOOL_OP_MATCH);
+	assert_int_equal(comp.matched, 1);
+	assert_int_equal(poll(&p, 1, 0), 0);
+	kvpool_close(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rdma_url),
+		cmocka_unit_test(test_async_in_place),
 		cmocka_unit_test(test_auto_moves_to_rdma),
 		cmocka_unit_test(test_failed_read_nothing_visible),
 		cmocka_unit_test(test_get_small_buffer),

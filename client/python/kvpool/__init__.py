@@ -16,7 +16,7 @@ build/libkvpool.so, or the installed libkvpool.so.0.
 
 from ._lib import DEFAULT_URL, KEY_BYTES
 from ._lib import path as library_path
-from .client import Client, Limits
+from .client import Client, Completion, Limits
 from .errors import (AlreadyRegistered, Busy, ChecksumError, ConnectionError, Denied, Error,
                      Full, InvalidArgument, Miss, NoParent, NotRegistered, OutOfMemory,
                      ProtocolError, QuotaExceeded, ServerIOError, Timeout, TooLarge,
@@ -26,7 +26,7 @@ from .hashes import block_hashes
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Limits", "block_hashes", "strerror", "error_class", "DEFAULT_URL", "KEY_BYTES",
+    "Client", "Completion", "Limits", "block_hashes", "strerror", "error_class", "DEFAULT_URL", "KEY_BYTES",
     "library_path", "Error", "Miss", "NoParent", "Full", "QuotaExceeded", "Busy", "TooLarge",
     "Denied", "ChecksumError", "ServerIOError", "ProtocolError", "Unsupported",
     "InvalidArgument", "AlreadyRegistered", "NotRegistered", "OutOfMemory", "ConnectionError",

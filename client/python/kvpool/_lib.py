@@ -33,6 +33,12 @@ class get_block(Structure):
                 ("iovcnt", c_int), ("length", c_uint64)]
 
 
+class completion(Structure):
+    """struct kvpool_completion."""
+    _fields_ = [("id", c_uint64), ("tag", c_uint64), ("op", c_int), ("status", c_int),
+                ("count", c_size_t), ("matched", c_size_t)]
+
+
 class options(Structure):
     _fields_ = [("token", c_char_p), ("timeout_ms", c_uint32)]
 
@@ -98,6 +104,22 @@ def _declare(lib):
         "kvpool_block_hashes": (c_int, [c_void_p, c_size_t, c_size_t, c_char_p, c_char_p,
                                         c_size_t, c_void_p, c_size_t, POINTER(c_size_t)]),
         "kvpool_strerror": (c_char_p, [c_int]),
+        # asynchronous API
+        "kvpool_set_max_inflight": (c_int, [h, c_uint32]),
+        "kvpool_inflight": (c_uint32, [h]),
+        "kvpool_submit_put": (c_int, [h, POINTER(put_block), c_size_t, POINTER(c_int), c_uint64,
+                                      POINTER(c_uint64)]),
+        "kvpool_submit_get": (c_int, [h, POINTER(get_block), c_size_t, POINTER(c_int), c_uint64,
+                                      POINTER(c_uint64)]),
+        "kvpool_submit_exists": (c_int, [h, c_char_p, c_size_t, POINTER(c_int), c_uint64,
+                                         POINTER(c_uint64)]),
+        "kvpool_submit_match": (c_int, [h, c_char_p, c_size_t, c_uint32, c_uint64,
+                                        POINTER(c_uint64)]),
+        "kvpool_submit_delete": (c_int, [h, c_char_p, c_size_t, POINTER(c_int), c_uint64,
+                                         POINTER(c_uint64)]),
+        "kvpool_poll": (c_int, [h, POINTER(completion), c_int, c_int]),
+        "kvpool_event_fd": (c_int, [h]),
+        "kvpool_cancel": (c_int, [h, c_uint64]),
     }
     for name, (restype, argtypes) in protos.items():
         fn = getattr(lib, name)

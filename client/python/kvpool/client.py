@@ -12,7 +12,9 @@ in Python. The GIL is released while libkvpool waits for the network.
 import ctypes
 import errno as _errno
 import json
+import select
 import threading
+import time
 from collections import namedtuple
 
 from . import _lib
@@ -36,6 +38,38 @@ _GET_MANY_GUESS_BYTES = 256 << 20
 Limits = namedtuple("Limits", "max_block_bytes max_batch_blocks max_frame_bytes max_lease_ms "
                               "rdma_port protocol_version max_inflight_put_bytes")
 Limits.__doc__ = "The server's limits, from its HELLO reply (sizes in bytes)."
+
+Completion = namedtuple("Completion", "id tag op status statuses lengths matched")
+Completion.__doc__ = """A finished asynchronous request (Client.poll).
+
+id        what submit_* returned
+tag       the tag given to submit_* (any object; None by default)
+op        "put" | "get" | "exists" | "match" | "delete"
+status    0 or a negative errno: what the synchronous call would have
+          returned (-errno.ECANCELED after cancel); never raised
+statuses  per block/key: 0 or a negative errno ([] for match)
+lengths   get: bytes received per block (the block's size also for
+          -errno.EMSGSIZE when the server said it; 0 otherwise); else []
+matched   match: the leading run the pool holds; else 0"""
+
+_OP_NAMES = {1: "put", 2: "get", 3: "exists", 4: "match", 5: "delete"}
+
+
+class _Pending:
+    """What an asynchronous request keeps alive until its completion is
+    polled: the pins of its buffers and every ctypes array libkvpool was
+    given (blocks, iovecs, keys, statuses)."""
+
+    __slots__ = ("tag", "pins", "keep", "st", "blocks", "n")
+
+    def __init__(self, tag, pins, keep, st, blocks, n):
+        self.tag, self.pins, self.keep, self.st, self.blocks, self.n = \
+            tag, pins, keep, st, blocks, n
+
+    def release(self):
+        if self.pins is not None:
+            self.pins.__exit__(None, None, None)
+            self.pins = None
 
 
 def _key(key, what="key"):
@@ -148,6 +182,8 @@ class Client:
         self._lock = threading.Lock()
         self._get_hint_bytes = 0      # size of the last block get() returned
         self._registered = {}         # address -> Pin of register()ed buffers
+        self._pending = {}            # async request id -> _Pending
+        self._comp = (_lib.completion * 64)()
         if isinstance(token, str):
             token = token.encode()
         opts = _lib.options(token=token, timeout_ms=_timeout_ms(timeout))
@@ -176,6 +212,10 @@ class Client:
             for pin in self._registered.values():
                 pin.release()
             self._registered.clear()
+            # libkvpool touches no request memory after kvpool_close
+            for rec in self._pending.values():
+                rec.release()
+            self._pending.clear()
 
     @property
     def closed(self):
@@ -469,6 +509,196 @@ class Client:
         if rc:
             raise make_error(rc, "match")
         return matched.value
+
+    # ---- asynchronous requests ----------------------------------------------------
+    #
+    # submit_* return at once with a request id; poll() returns Completions.
+    # From submit until its completion is polled (or cancel() returned
+    # True) the binding keeps the request's buffers pinned and its ctypes
+    # arrays alive: do not read or write the buffers meanwhile. The calls
+    # are serialised with the synchronous ones on the Client's lock, which
+    # poll() does not hold while it waits; close() must not run while
+    # another thread is inside poll(). A full queue (max_inflight requests
+    # submitted and not yet polled) raises Busy.
+
+    def _submit(self, fn, args, rec, what):
+        rid = ctypes.c_uint64(0)
+        with self._lock:
+            rc = fn(self._h(), *args, 0, ctypes.byref(rid))
+            if rc == 0:
+                self._pending[rid.value] = rec
+        if rc:
+            rec.release()
+            raise make_error(rc, what)
+        return rid.value
+
+    def submit_put_many(self, keys, buffers, parents=None, tag=None):
+        """Asynchronous put_many: returns the request id at once. The
+        completion's statuses are put_many's list."""
+        ks = [_key(k) for k in keys]
+        if len(buffers) != len(ks):
+            raise InvalidArgument(-_errno.EINVAL, "submit_put_many: %d keys but %d buffers"
+                                  % (len(ks), len(buffers)))
+        if parents is None:
+            ps = [None] * len(ks)
+        else:
+            if len(parents) != len(ks):
+                raise InvalidArgument(-_errno.EINVAL, "submit_put_many: %d keys but %d parents"
+                                      % (len(ks), len(parents)))
+            ps = [None if p is None else _key(p, "parent") for p in parents]
+        n = len(ks)
+        blocks = (_lib.put_block * max(n, 1))()
+        st = (ctypes.c_int * max(n, 1))()
+        pins = _lib.Pins()
+        keep = [ks, ps]
+        try:
+            for i, k in enumerate(ks):
+                iov, cnt, total = _iovecs(pins, buffers[i], False)
+                _not_empty(total, "submit_put_many block %d (%s)" % (i, _short(k)))
+                blocks[i] = _lib.put_block(k, ps[i], iov, cnt)
+                keep.append(iov)
+        except BaseException:
+            pins.__exit__(None, None, None)
+            raise
+        rec = _Pending(tag, pins, keep, st, None, n)
+        return self._submit(_lib_fns.kvpool_submit_put, (blocks, n, st), rec, "submit_put_many")
+
+    def submit_get_into_many(self, keys, buffers, tag=None):
+        """Asynchronous get_into_many: the blocks land in buffers[i] (each a
+        writable buffer or a list of them). Returns the request id."""
+        ks = [_key(k) for k in keys]
+        if len(buffers) != len(ks):
+            raise InvalidArgument(-_errno.EINVAL, "submit_get_into_many: %d keys but %d "
+                                  "buffers" % (len(ks), len(buffers)))
+        n = len(ks)
+        blocks = (_lib.get_block * max(n, 1))()
+        st = (ctypes.c_int * max(n, 1))()
+        pins = _lib.Pins()
+        keep = [ks]
+        try:
+            for i, k in enumerate(ks):
+                iov, cnt, _ = _iovecs(pins, buffers[i], True)
+                blocks[i] = _lib.get_block(k, iov, cnt, 0)
+                keep.append(iov)
+        except BaseException:
+            pins.__exit__(None, None, None)
+            raise
+        rec = _Pending(tag, pins, keep, st, blocks, n)
+        return self._submit(_lib_fns.kvpool_submit_get, (blocks, n, st), rec,
+                            "submit_get_into_many")
+
+    def submit_get_into(self, key, buffer, tag=None):
+        """Asynchronous get_into of one block. Returns the request id."""
+        return self.submit_get_into_many([key], [buffer], tag=tag)
+
+    def _submit_keys(self, fn, keys, tag, what, with_st=True):
+        raw, n = _keys(keys)
+        st = (ctypes.c_int * max(n, 1))() if with_st else None
+        rec = _Pending(tag, None, [raw], st, None, n)
+        return self._submit(fn, (raw, n, st), rec, what)
+
+    def submit_exists_many(self, keys, tag=None):
+        """Asynchronous exists_many: statuses are 0 (held) or -ENOENT."""
+        return self._submit_keys(_lib_fns.kvpool_submit_exists, keys, tag, "submit_exists_many")
+
+    def submit_delete_many(self, keys, tag=None):
+        """Asynchronous delete_many: statuses are 0 (was there) or -ENOENT."""
+        return self._submit_keys(_lib_fns.kvpool_submit_delete, keys, tag, "submit_delete_many")
+
+    def submit_match(self, keys, lease_ms=0, tag=None):
+        """Asynchronous match: the completion's `matched` is the leading run."""
+        if not isinstance(lease_ms, int) or not 0 <= lease_ms <= 0xFFFFFFFF:
+            raise InvalidArgument(-_errno.EINVAL, "submit_match: lease_ms must be an int >= 0")
+        raw, n = _keys(keys)
+        rec = _Pending(tag, None, [raw], None, None, n)
+        return self._submit(_lib_fns.kvpool_submit_match, (raw, n, lease_ms), rec,
+                            "submit_match")
+
+    def _completion(self, c):
+        rec = self._pending.pop(c.id, None)
+        if rec is None:                 # not ours (cannot happen): report it bare
+            return Completion(c.id, None, _OP_NAMES.get(c.op, "?"), c.status, [], [], 0)
+        rec.release()
+        op = _OP_NAMES.get(c.op, "?")
+        statuses = list(rec.st[:rec.n]) if rec.st is not None and op != "match" else []
+        lengths = []
+        if op == "get":
+            lengths = [rec.blocks[i].length if statuses[i] in (0, -_errno.EMSGSIZE) else 0
+                       for i in range(rec.n)]
+        return Completion(c.id, rec.tag, op, c.status, statuses, lengths,
+                          c.matched if op == "match" else 0)
+
+    def poll(self, max=64, timeout=0.0):
+        """Up to `max` finished requests as a list of Completion, waiting up
+        to `timeout` seconds for the first (0: do not wait; None: until one
+        comes, or at once when nothing is in flight)."""
+        if not isinstance(max, int) or max < 1:
+            raise InvalidArgument(-_errno.EINVAL, "poll: max must be an int >= 1")
+        end = None if timeout is None else time.monotonic() + float(timeout)
+        efd = None
+        while True:
+            with self._lock:
+                h = self._h()
+                if max > len(self._comp):
+                    self._comp = (_lib.completion * max)()
+                n = _lib_fns.kvpool_poll(h, self._comp, max, 0)
+                if n < 0:
+                    raise make_error(n, "poll")
+                if n:
+                    return [self._completion(self._comp[i]) for i in range(n)]
+                if not self._pending:
+                    return []
+                if efd is None:
+                    efd = _lib_fns.kvpool_event_fd(h)
+                    if efd < 0:
+                        raise make_error(efd, "poll")
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return []
+            # The event fd covers completions, socket I/O and timers.
+            select.select([efd], [], [], left)
+
+    def event_fd(self):
+        """A file descriptor (owned by the Client: do not close it) that is
+        readable while poll(timeout=0) has something to do."""
+        with self._lock:
+            fd = _lib_fns.kvpool_event_fd(self._h())
+        if fd < 0:
+            raise make_error(fd, "event_fd")
+        return fd
+
+    def cancel(self, id):
+        """Cancel request `id`. True: its buffers are no longer touched (and
+        released now); its completion, status -ECANCELED, still comes from
+        poll. False: unknown or already finished."""
+        with self._lock:
+            rc = _lib_fns.kvpool_cancel(self._h(), id)
+            if rc == 0 and id in self._pending:
+                self._pending[id].release()
+        if rc == -_errno.ENOENT:
+            return False
+        if rc:
+            raise make_error(rc, "cancel")
+        return True
+
+    @property
+    def inflight(self):
+        """Requests submitted whose completion has not been polled yet."""
+        with self._lock:
+            return int(_lib_fns.kvpool_inflight(self._h()))
+
+    @property
+    def max_inflight(self):
+        """The bound on inflight (settable only while inflight is 0)."""
+        return getattr(self, "_max_inflight", 64)
+
+    @max_inflight.setter
+    def max_inflight(self, n):
+        with self._lock:
+            rc = _lib_fns.kvpool_set_max_inflight(self._h(), int(n))
+        if rc:
+            raise make_error(rc, "max_inflight")
+        self._max_inflight = int(n) or 64
 
     # ---- whole pool -------------------------------------------------------------
 
