@@ -375,6 +375,13 @@ install: all
 	install -m 644 client/python/kvpool/*.py $(DESTDIR)$(PYDIR)/kvpool/
 	printf '"""Written by make install."""\nLIBDIR = "%s"\n' "$(PREFIX)/lib" \
 	  > $(DESTDIR)$(PYDIR)/kvpool/_installed.py
+	@# package metadata, for vLLM's plugin loader: the vllm.general_plugins
+	@# entry point registers the "kvpool" offloading tier (docs/engines.md)
+	install -d $(DESTDIR)$(PYDIR)/kvpool-0.1.0.dist-info
+	printf 'Metadata-Version: 2.1\nName: kvpool\nVersion: 0.1.0\n' \
+	  > $(DESTDIR)$(PYDIR)/kvpool-0.1.0.dist-info/METADATA
+	printf '[vllm.general_plugins]\nkvpool_tier = kvpool.vllm:register\n' \
+	  > $(DESTDIR)$(PYDIR)/kvpool-0.1.0.dist-info/entry_points.txt
 	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(SYSCONFDIR)/kvpool
 	sed -e 's|/usr/local/bin/kvpoold|$(PREFIX)/bin/kvpoold|' -e 's|/etc/kvpool/|$(SYSCONFDIR)/kvpool/|' \
 	  config/kvpoold.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/kvpoold.service

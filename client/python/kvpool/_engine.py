@@ -1,0 +1,325 @@
+"""What the engine adapters (kvpool.sglang, kvpool.vllm, kvpool.lmcache)
+share: a connection that never raises into the engine and reconnects in
+the background, namespaces built from a configuration, keys from engine
+hashes, raw engine memory as buffer objects, and a rate-limited log.
+
+Nothing here imports an engine. Internal: the names may change.
+"""
+
+import builtins
+import ctypes
+import errno as _errno
+import hashlib
+import logging
+import os
+import threading
+import time
+
+from . import _lib
+from .client import Client
+from .errors import Error
+
+log = logging.getLogger("kvpool.engines")
+
+KEY_BYTES = _lib.KEY_BYTES
+MISS = -_errno.ENOENT
+DOWN = -_errno.ENOTCONN        # the status an adapter reports when no call was made
+
+# What a kvpool call may raise besides a bug: the binding's errors, bad
+# arguments (ValueError, TypeError, BufferError) and socket errors.
+CALL_FAILURES = (Error, ValueError, TypeError, BufferError, OSError)
+# Those after which the connection is assumed gone: answer misses for a
+# back-off period while a background thread reconnects.
+_LINK_DOWN = (builtins.ConnectionError, TimeoutError)
+
+
+class RateLimitedLog:
+    """Log a warning at most once per `interval_s` per topic, with the
+    number of the same topic's warnings suppressed since the last one.
+    Thread-safe."""
+
+    def __init__(self, logger=log, interval_s=10.0):
+        self.logger = logger
+        self.interval_s = interval_s
+        self._last = {}
+        self._suppressed = {}
+        self._lock = threading.Lock()
+
+    def warning(self, topic, fmt, *args):
+        """Log fmt % args under `topic`; returns True if it was logged."""
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(topic)
+            if last is not None and now - last < self.interval_s:
+                self._suppressed[topic] = self._suppressed.get(topic, 0) + 1
+                return False
+            self._last[topic] = now
+            dropped = self._suppressed.pop(topic, 0)
+        if dropped:
+            fmt += " (%d similar messages suppressed)"
+            args = args + (dropped,)
+        self.logger.warning(fmt, *args)
+        return True
+
+
+def strerror_of(code):
+    """The English description of a status (0 or a negative errno)."""
+    try:
+        from .errors import strerror
+        return strerror(code)
+    except Exception:
+        return os.strerror(-int(code)) if code else "success"
+
+
+# ---- namespaces and keys --------------------------------------------------------
+
+def namespace_part(value):
+    """One part of a namespace: str(value) with every byte outside printable
+    ASCII 0x21..0x7e (spaces included) replaced by '_'."""
+    raw = str(value).encode("utf-8", "replace")
+    return "".join(chr(b) if 0x21 <= b <= 0x7e else "_" for b in raw) or "_"
+
+
+def make_namespace(*parts):
+    """Join parts with ':' into a valid kvpool namespace (1..255 bytes). A
+    name over 255 bytes keeps its first 238 bytes and ends with ':' and
+    16 hex digits of the SHA-256 of the whole name, so different long
+    names stay different."""
+    name = ":".join(namespace_part(p) for p in parts)
+    if len(name) <= 255:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+    return name[:238] + ":" + digest
+
+
+def pad_key(h):
+    """An engine hash as a 32-byte kvpool key: 32 bytes as is, shorter ones
+    (16-byte xxhash-128) zero-padded at the end. TypeError for a non-bytes
+    value, ValueError for one longer than 32 bytes."""
+    if isinstance(h, (bytearray, memoryview)):
+        h = bytes(h)
+    if not isinstance(h, bytes):
+        raise TypeError("kvpool: a block hash must be bytes, not %s" % type(h).__name__)
+    if len(h) > KEY_BYTES or not h:
+        raise ValueError("kvpool: a block hash must be 1..32 bytes, got %d" % len(h))
+    return h + bytes(KEY_BYTES - len(h)) if len(h) < KEY_BYTES else h
+
+
+def string_key(s):
+    """A string key (LMCache's key strings, SGLang's non-hex keys) as 32
+    bytes: the SHA-256 of its UTF-8."""
+    if isinstance(s, bytes):
+        return hashlib.sha256(s).digest()
+    return hashlib.sha256(str(s).encode("utf-8")).digest()
+
+
+# ---- engine memory ---------------------------------------------------------------
+
+_ARRAY_TYPES = {}
+_ARRAY_TYPES_LOCK = threading.Lock()
+
+
+def raw_buffer(address, nbytes):
+    """A writable buffer object over nbytes of memory at `address` (an int),
+    with no copy. The caller keeps the memory alive while it is in use.
+    One ctypes array type is made per distinct size and kept (ctypes never
+    frees them), so engines with a few fixed piece sizes make a few."""
+    t = _ARRAY_TYPES.get(nbytes)
+    if t is None:
+        with _ARRAY_TYPES_LOCK:
+            t = _ARRAY_TYPES.setdefault(nbytes, ctypes.c_char * nbytes)
+    return t.from_address(address)
+
+
+def tensor_address(t):
+    """(address, nbytes) of a contiguous CPU torch tensor, or of any buffer
+    object (numpy array, memoryview); ValueError for a non-contiguous one."""
+    if hasattr(t, "data_ptr") and hasattr(t, "element_size"):
+        if not t.is_contiguous():
+            raise ValueError("kvpool: tensor is not contiguous")
+        return t.data_ptr(), t.numel() * t.element_size()
+    pin = _lib.Pin(t, False)
+    try:
+        return pin.address, pin.nbytes
+    finally:
+        pin.release()
+
+
+# ---- a connection that never raises ------------------------------------------------
+
+class Link:
+    """One kvpool Client for an adapter, which never raises into the engine.
+
+    Link(url, namespace, token=None, timeout_s=2.0, name="", backoff_s=(0.2, 5.0))
+
+    call(what, fn, default) runs fn(client) and returns its result; when
+    the pool is down (the Link is waiting to reconnect), or fn raises one
+    of CALL_FAILURES, it returns `default` and logs a rate-limited warning.
+    A connection error or timeout marks the Link down: calls answer
+    `default` at once, without touching the network, while a background
+    thread retries (back-off doubling from backoff_s[0] to backoff_s[1])
+    and brings it up again, re-registering the arenas given to
+    register(). The first connection is tried in the constructor (a
+    refusal is quick) and in the background after that.
+
+    Thread rules: any thread may call; the Client serialises calls.
+    close() is idempotent and stops the reconnect thread.
+    """
+
+    def __init__(self, url, namespace, token=None, timeout_s=2.0, name="",
+                 backoff_s=(0.2, 5.0), warn=None):
+        self.url = url
+        self.namespace = namespace
+        self.token = token
+        self.timeout_s = float(timeout_s)
+        self.name = name or namespace
+        self.backoff_s = backoff_s
+        self.warn = warn or RateLimitedLog()
+        self.failures = 0            # calls that failed (any reason)
+        self.reconnects = 0          # times the Link came back up
+        self._arenas = []            # buffers to register on each connect
+        self.on_down = None          # see _down
+        self._client = None
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread = None
+        self._connect()
+        if self._client is None:
+            self._start_reconnect()
+
+    # -- state
+    @property
+    def up(self):
+        return self._client is not None
+
+    def _connect(self):
+        """Try once to connect; True on success."""
+        try:
+            c = Client(self.url, self.namespace, token=self.token, timeout=self.timeout_s)
+        except CALL_FAILURES as e:
+            self.warn.warning(("connect", self.url), "kvpool: cannot reach %s for %s: %s; "
+                              "answering misses, reconnecting in the background",
+                              self.url, self.name, e)
+            return False
+        for arena in list(self._arenas):
+            try:
+                c.register(arena)
+            except CALL_FAILURES as e:
+                self.warn.warning(("register", self.url), "kvpool: register on %s: %s",
+                                  self.url, e)
+        with self._lock:
+            if self._closed.is_set():
+                c.close()
+                return False
+            old, self._client = self._client, c
+        if old is not None:
+            if self.on_down is not None:
+                self.on_down(old)
+            else:
+                old.close()
+        return True
+
+    def _start_reconnect(self):
+        with self._lock:
+            if self._closed.is_set() or (self._thread and self._thread.is_alive()):
+                return
+            self._thread = threading.Thread(target=self._reconnect_loop, daemon=True,
+                                            name="kvpool-reconnect")
+            self._thread.start()
+
+    def _reconnect_loop(self):
+        delay = self.backoff_s[0]
+        while not self._closed.wait(delay):
+            if self._connect():
+                self.reconnects += 1
+                log.info("kvpool: %s reconnected to %s", self.name, self.url)
+                return
+            delay = min(delay * 2, self.backoff_s[1])
+
+    def _down(self, client):
+        """Drop `client` (if still current) and reconnect in the background.
+        With on_down set (an asynchronous user that polls the Client), the
+        Client is handed to on_down(client) to close instead."""
+        with self._lock:
+            if self._client is not client:
+                return
+            self._client = None
+            hook = self.on_down
+        if hook is not None:
+            hook(client)
+        else:
+            try:
+                client.close()
+            except CALL_FAILURES:
+                pass
+        self._start_reconnect()
+
+    # -- calls
+    def call(self, what, fn, default):
+        """fn(client) or `default` (see the class comment). Never raises
+        for a pool failure; a bug in fn (another exception) propagates."""
+        c = self._client
+        if c is None:
+            self.failures += 1
+            return default
+        try:
+            return fn(c)
+        except CALL_FAILURES as e:
+            self.failures += 1
+            if isinstance(e, _LINK_DOWN):
+                self._down(c)
+                self.warn.warning(("down", self.url), "kvpool: %s on %s failed: %s; "
+                                  "answering misses until it reconnects", what, self.name, e)
+            else:
+                self.warn.warning(("call", what), "kvpool: %s on %s failed: %s",
+                                  what, self.name, e)
+            return default
+
+    def register(self, buffer):
+        """Register an engine arena now (if connected) and on every
+        reconnect. Failures are logged, not raised (over TCP registration
+        is only a record)."""
+        self._arenas.append(buffer)
+        self.call("register", lambda c: c.register(buffer), None)
+
+    def close(self):
+        """Close the connection and stop reconnecting. Idempotent."""
+        self._closed.set()
+        with self._lock:
+            c, self._client = self._client, None
+            t = self._thread
+        if c is not None:
+            try:
+                c.close()
+            except CALL_FAILURES:
+                pass
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=5)
+        self._arenas = []
+
+
+def statuses_or(result, n, default=DOWN):
+    """result if it is a list of n statuses, else [default] * n."""
+    if isinstance(result, list) and len(result) == n:
+        return result
+    return [default] * n
+
+
+def put_rerooting(client, keys, bufs, parents):
+    """put_many, then again for the blocks refused with -ENOLINK (their
+    parent was evicted or never stored): a refused block whose parent is
+    an earlier refused block of the batch keeps it (both are put again, in
+    order); the others are put with parent=None. A re-rooted block still
+    matches, since MATCH does not check links."""
+    st = client.put_many(keys, bufs, parents)
+    again = [i for i, s in enumerate(st) if s == -_errno.ENOLINK]
+    if again:
+        p2, earlier = [], set()
+        for i in again:
+            p = parents[i] if parents else None
+            p2.append(p if p is not None and p in earlier else None)
+            earlier.add(keys[i])
+        st2 = client.put_many([keys[i] for i in again], [bufs[i] for i in again], p2)
+        for j, i in enumerate(again):
+            st[i] = st2[j]
+    return st

@@ -1,0 +1,498 @@
+"""kvpool as SGLang's HiCache L3 storage backend (HiCacheStorage).
+
+Loaded by SGLang's own configuration, with no patch of SGLang:
+
+    --enable-hierarchical-cache --hicache-storage-backend dynamic
+    --hicache-storage-backend-extra-config '{"backend_name": "kvpool",
+        "module_path": "kvpool.sglang", "class_name": "KVPoolHiCacheStorage",
+        "interface_v1": 1, "hicache_storage_pass_prefix_keys": true,
+        "url": "tcp://pool:7470"}'
+
+The backend keys it reads from the extra config (every one optional):
+    url               the kvpool server (default tcp://127.0.0.1:7470)
+    token             an auth token, or token_file: a file holding it
+    timeout_s         seconds per kvpool call (default 2.0)
+    lease_ms          how long batch_exists pins what it matched for the
+                      batch_get_v1 that follows (default 30000; the server
+                      caps it at its max_lease_ms)
+    namespace_prefix  the first part of the namespace (default "sglang"):
+                      separates deployments that must not share blocks
+    model             the model name when SGLang gives none
+    clear_drops_namespace  clear() drops this rank's namespace (default
+                      false: a shared namespace is left alone)
+
+Namespace: <prefix>:<model>:<kv dtype>:<layout>:p<page size>:tp<r>of<n>
+:pp<r>of<n>:cp<r>of<n> (and :lcm<n> when SGLang splits heads). An MLA
+model has no tp part: tp rank 0 writes one copy and every rank reads it.
+Keys: SGLang's 64-hex page hashes as their 32 bytes; "<hex>.draft" keys
+as the same bytes in the namespace <ns>:draft; other strings as their
+SHA-256. A page's parent is the previous key of its chain.
+
+Every entry point answers a miss or a failure rather than raising: SGLang's
+storage threads die for good on an exception.
+
+Written against the HiCacheStorage interface of SGLang at commit
+8905cbd4 (2026-07-20); see docs/engines.md for what is not supported.
+"""
+
+import logging
+import threading
+
+from . import _engine
+from ._engine import Link, RateLimitedLog, make_namespace, raw_buffer, string_key
+
+log = logging.getLogger("kvpool.sglang")
+
+INTERFACE = "sglang HiCacheStorage v1 (sgl-project/sglang 8905cbd4, 2026-07-20)"
+DEFAULT_URL = "tcp://127.0.0.1:7470"
+DEFAULT_LEASE_MS = 30000
+
+
+def _engine_module():
+    """SGLang's hicache_storage module, or None when SGLang is not
+    importable (the adapter then subclasses the fallback below)."""
+    try:
+        from sglang.srt.mem_cache import hicache_storage
+        return hicache_storage
+    except Exception as e:   # not installed, or fails to import: same for us
+        log.debug("kvpool.sglang: SGLang not importable (%s): using the fallback base", e)
+        return None
+
+
+_hs = _engine_module()
+
+
+class _FallbackHiCacheStorage:
+    """The part of SGLang's HiCacheStorage the adapter relies on, used only
+    when SGLang is not installed (so that the module imports and can be
+    tested). Written from the contract, not from SGLang's code."""
+
+    def register_mem_pool_host(self, mem_pool_host):
+        self.mem_pool_host = mem_pool_host
+
+    def clear(self):
+        return None
+
+    def get_stats(self):
+        return None
+
+
+HiCacheStorage = _hs.HiCacheStorage if _hs is not None else _FallbackHiCacheStorage
+USING_REAL_BASE = _hs is not None
+
+
+class _Result:
+    """Stand-in for PoolTransferResult when SGLang is not installed."""
+
+    def __init__(self, kv_hit_pages, extra_pool_hit_pages):
+        self.kv_hit_pages = kv_hit_pages
+        self.extra_pool_hit_pages = extra_pool_hit_pages
+
+
+def _pool_result(kv, extra):
+    cls = getattr(_hs, "PoolTransferResult", None) if _hs is not None else None
+    return (cls or _Result)(kv, extra)
+
+
+def _dtype_name(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def _element_size(dtype):
+    """Bytes per element of a torch dtype (torch 1.13 has no dtype.itemsize)."""
+    size = getattr(dtype, "itemsize", None)
+    if size:
+        return int(size)
+    import torch
+    return torch.empty((), dtype=dtype).element_size()
+
+
+class KVPoolHiCacheStorage(HiCacheStorage):
+    """SGLang HiCache L3 backend over a kvpool server.
+
+    KVPoolHiCacheStorage(storage_config, kwargs=None): what SGLang's
+    "dynamic" factory calls; `kwargs` is a dict (ignored) or, for older
+    factories, the host memory pool. Nothing is sent before
+    register_mem_pool_host(): the namespace needs the pool's dtype, layout
+    and page size. Never raises when the pool is down: it answers misses
+    and reconnects in the background.
+
+    Threads: SGLang's prefetch, prefetch-I/O and backup threads may call
+    at once. batch_exists and batch_get_v1 share one connection (so the
+    get ends the MATCH lease); batch_set_v1 has its own.
+    """
+
+    def __init__(self, storage_config=None, kwargs=None, **extra):
+        self.storage_config = storage_config
+        cfg = dict(getattr(storage_config, "extra_config", None) or {})
+        if isinstance(kwargs, dict):
+            cfg.update({k: v for k, v in kwargs.items() if k not in cfg})
+        cfg.update(extra)
+        self.extra_config = cfg
+        self.url = str(cfg.get("url") or DEFAULT_URL)
+        token = cfg.get("token")
+        if token is None and cfg.get("token_file"):
+            try:
+                with open(cfg["token_file"]) as f:
+                    token = f.read().strip()
+            except OSError as e:
+                log.warning("kvpool.sglang: cannot read token_file %s: %s", cfg["token_file"], e)
+        self.token = token
+        self.timeout_s = float(cfg.get("timeout_s", 2.0))
+        self.lease_ms = int(cfg.get("lease_ms", DEFAULT_LEASE_MS))
+        self.prefix = str(cfg.get("namespace_prefix") or "sglang")
+        self.clear_drops = bool(cfg.get("clear_drops_namespace", False))
+        sc = storage_config
+        self.tp_rank = int(getattr(sc, "tp_rank", 0) or 0)
+        self.tp_size = int(getattr(sc, "tp_size", 1) or 1)
+        self.pp_rank = int(getattr(sc, "pp_rank", 0) or 0)
+        self.pp_size = int(getattr(sc, "pp_size", 1) or 1)
+        self.cp_rank = int(getattr(sc, "attn_cp_rank", 0) or 0)
+        self.cp_size = int(getattr(sc, "attn_cp_size", 1) or 1)
+        self.is_mla = bool(getattr(sc, "is_mla_model", False))
+        self.model = getattr(sc, "model_name", None) or cfg.get("model") or "unknown-model"
+        self.split_heads = bool(getattr(sc, "should_split_heads", False))
+        self.tp_lcm = getattr(sc, "tp_lcm_size", None)
+        self.warn = RateLimitedLog(log)
+        self.namespace = None
+        self.mem_pool_host = None
+        self._links = {}         # (draft, "read"|"write") -> Link
+        self._links_lock = threading.Lock()
+        self._closed = False
+        self._counts = {k: 0 for k in ("exists_calls", "exists_hit_pages", "get_pages",
+                                       "get_failed_pages", "set_pages", "set_failed_pages",
+                                       "set_skipped_pages")}
+        mem_pool = kwargs if hasattr(kwargs, "get_page_buffer_meta") else None
+        if mem_pool is not None:
+            self.register_mem_pool_host(mem_pool)
+
+    # ---- set-up -------------------------------------------------------------------
+
+    def namespace_for(self, pool):
+        """The namespace of this rank for host pool `pool` (see the module doc)."""
+        layout = getattr(pool, "layout", None) or (
+            "page_first" if getattr(self.storage_config, "is_page_first_layout", False)
+            else "layer_first")
+        parts = [self.prefix, self.model, _dtype_name(getattr(pool, "dtype", "unknown")),
+                 layout, "p%d" % int(getattr(pool, "page_size", 0))]
+        if self.is_mla:
+            parts.append("mla")
+        else:
+            parts.append("tp%dof%d" % (self.tp_rank, self.tp_size))
+        parts.append("pp%dof%d" % (self.pp_rank, self.pp_size))
+        parts.append("cp%dof%d" % (self.cp_rank, self.cp_size))
+        if self.split_heads and self.tp_lcm:
+            parts.append("lcm%d" % int(self.tp_lcm))
+        return make_namespace(*parts)
+
+    def register_mem_pool_host(self, mem_pool_host):
+        """Keep the host pool, derive the namespace and register the pool's
+        KV buffers with both connections (once; again after a reconnect)."""
+        try:
+            super().register_mem_pool_host(mem_pool_host)
+        except Exception:      # a base that refuses: keep it ourselves
+            pass
+        self.mem_pool_host = mem_pool_host
+        try:
+            self.namespace = self.namespace_for(mem_pool_host)
+            self.page_size = int(getattr(mem_pool_host, "page_size", 1))
+            self.dtype = getattr(mem_pool_host, "dtype", None)
+            arenas = getattr(mem_pool_host, "kv_buffer", None)
+            arenas = list(arenas) if isinstance(arenas, (list, tuple)) else [arenas]
+            self._arenas = [a for a in arenas if a is not None]
+            for role in ("read", "write"):
+                link = self._link(False, role)
+                for a in self._arenas:
+                    link.register(a)
+        except Exception as e:
+            self.warn.warning("register", "kvpool.sglang: register_mem_pool_host: %s", e)
+
+    def _link(self, draft, role):
+        """The Link for (draft namespace?, read/write), made on first use."""
+        link = self._links.get((draft, role))
+        if link is not None or self.namespace is None:
+            return link
+        with self._links_lock:
+            link = self._links.get((draft, role))
+            if link is None and not self._closed:
+                ns = self.namespace + ":draft" if draft else self.namespace
+                link = Link(self.url, ns, token=self.token, timeout_s=self.timeout_s,
+                            name="sglang %s %s" % (role, ns), warn=self.warn)
+                self._links[(draft, role)] = link
+        return link
+
+    # ---- keys ---------------------------------------------------------------------
+
+    @staticmethod
+    def key_bytes(key):
+        """(draft?, 32-byte kvpool key) of an SGLang key string."""
+        k = str(key)
+        draft = k.endswith(".draft")
+        if draft:
+            k = k[:-len(".draft")]
+        if len(k) == 64:
+            try:
+                return draft, bytes.fromhex(k)
+            except ValueError:
+                pass
+        return draft, string_key(k)
+
+    def _chain(self, keys, extra_info):
+        """(draft?, keys as bytes, parents): parent of keys[i] is keys[i-1];
+        of keys[0], the last prefix key SGLang passed, else None."""
+        mapped = [self.key_bytes(k) for k in keys]
+        draft = bool(mapped) and mapped[0][0]
+        ks = [m[1] for m in mapped]
+        first = None
+        prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
+        if prefix:
+            first = self.key_bytes(prefix[-1])[1]
+        return draft, ks, [first] + ks[:-1]
+
+    # ---- zero-copy interface (interface_v1) ---------------------------------------
+
+    def _page_buffers(self, host_indices, n):
+        """Per page: its pieces in the host pool (a buffer, or a list of
+        them: MHA pages are a K and a V piece, layer_first pages one pair
+        per layer) and its size in bytes."""
+        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
+        if n == 0 or len(ptrs) != len(sizes) or len(ptrs) % n:
+            raise ValueError("get_page_buffer_meta gave %d pointers and %d sizes for %d pages"
+                             % (len(ptrs), len(sizes), n))
+        per = len(ptrs) // n
+        bufs, page_bytes = [], []
+        for i in range(n):
+            lo = i * per
+            pieces = [raw_buffer(int(ptrs[j]), int(sizes[j])) for j in range(lo, lo + per)]
+            bufs.append(pieces[0] if per == 1 else pieces)
+            page_bytes.append(sum(int(s) for s in sizes[lo:lo + per]))
+        return bufs, page_bytes
+
+    def batch_exists(self, keys, extra_info=None):
+        """How many leading keys of `keys` (one chain) the pool holds, as an
+        int in 0..len(keys). They stay pinned (a MATCH lease) for the
+        batch_get_v1 that follows, so what is present is loadable."""
+        try:
+            n = len(keys)
+            if n == 0:
+                return 0
+            draft, ks, _ = self._chain(keys, None)
+            link = self._link(draft, "read")
+            if link is None:
+                return 0
+            self._counts["exists_calls"] += 1
+            hit = link.call("batch_exists", lambda c: c.match(ks, self.lease_ms), 0)
+            hit = hit if isinstance(hit, int) and 0 <= hit <= n else 0
+            self._counts["exists_hit_pages"] += hit
+            return hit
+        except Exception as e:
+            self.warn.warning("exists", "kvpool.sglang: batch_exists: %r", e)
+            return 0
+
+    def batch_get_v1(self, keys, host_indices, extra_info=None):
+        """Load pages straight into the host pool at host_indices. A list of
+        bools, one per key: True where the page arrived whole (its size is
+        the page's size); False for a miss, a block of another size, or a
+        pool that is down."""
+        n = len(keys) if keys is not None else 0
+        try:
+            if n == 0 or self.mem_pool_host is None:
+                return [False] * n
+            draft, ks, _ = self._chain(keys, None)
+            link = self._link(draft, "read")
+            bufs, page_bytes = self._page_buffers(host_indices, n)
+            st = _engine.statuses_or(link.call("batch_get_v1",
+                                               lambda c: c.get_into_many(ks, bufs), None), n)
+            ok = [st[i] == page_bytes[i] for i in range(n)]
+            good = sum(ok)
+            self._counts["get_pages"] += good
+            self._counts["get_failed_pages"] += n - good
+            bad = [s for s in st if s <= 0 and s not in (_engine.MISS, _engine.DOWN)]
+            if bad:
+                self.warn.warning("get", "kvpool.sglang: batch_get_v1: %d of %d pages failed "
+                                  "(first status %d)", len(bad), n, bad[0])
+            return ok
+        except Exception as e:
+            self.warn.warning("get", "kvpool.sglang: batch_get_v1: %r", e)
+            return [False] * n
+
+    def batch_set_v1(self, keys, host_indices, extra_info=None):
+        """Store pages straight from the host pool at host_indices. A list
+        of bools, one per key: True where the page is stored (or already
+        was). On an MLA model only tp rank 0 writes; other ranks answer
+        True without sending (rank 0 stores the one shared copy)."""
+        n = len(keys) if keys is not None else 0
+        try:
+            if n == 0:
+                return []
+            if self.is_mla and self.tp_rank != 0:
+                self._counts["set_skipped_pages"] += n
+                return [True] * n
+            if self.mem_pool_host is None:
+                return [False] * n
+            draft, ks, parents = self._chain(keys, extra_info)
+            link = self._link(draft, "write")
+            bufs, _ = self._page_buffers(host_indices, n)
+            st = _engine.statuses_or(link.call(
+                "batch_set_v1", lambda c: _engine.put_rerooting(c, ks, bufs, parents), None), n)
+            ok = [s == 0 for s in st]
+            good = sum(ok)
+            self._counts["set_pages"] += good
+            self._counts["set_failed_pages"] += n - good
+            if good < n:
+                first = next(s for s in st if s != 0)
+                self.warn.warning("set", "kvpool.sglang: batch_set_v1: %d of %d pages not stored "
+                                  "(first status %d)", n - good, n, first)
+            return ok
+        except Exception as e:
+            self.warn.warning("set", "kvpool.sglang: batch_set_v1: %r", e)
+            return [False] * n
+
+    # ---- hybrid models (v2): not supported, answered as "nothing there" ------------
+
+    def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
+        """Hybrid (Mamba/SWA/DSA) models are not supported: nothing is there."""
+        return _pool_result(0, {str(getattr(t, "name", "?")): 0 for t in (pool_transfers or [])})
+
+    def batch_get_v2(self, transfers, extra_info=None):
+        """Not supported: every page of every pool is a miss."""
+        return {str(getattr(t, "name", "?")): [False] * len(getattr(t, "keys", None) or [])
+                for t in (transfers or [])}
+
+    def batch_set_v2(self, transfers, extra_info=None):
+        """Not supported: nothing is stored."""
+        return self.batch_get_v2(transfers, extra_info)
+
+    # ---- the copy-based interface (draft pages; SGLang without interface_v1) -------
+
+    def _flat_page(self):
+        import torch
+        pool = self.mem_pool_host
+        if hasattr(pool, "get_size_per_token"):
+            per_token = pool.get_size_per_token()
+        else:
+            per_token = pool.get_ksize_per_token() * (1 if self.is_mla else 2)
+        page_bytes = int(per_token) * self.page_size
+        return torch.empty(page_bytes // _element_size(self.dtype), dtype=self.dtype)
+
+    def get(self, key, target_location=None, target_sizes=None):
+        """One page into target_location (a contiguous CPU tensor; None:
+        a new flat page). The tensor, or None for a miss or a page of
+        another size."""
+        got = self.batch_get([key], None if target_location is None else [target_location])
+        return got[0] if got else None
+
+    def batch_get(self, keys, target_locations=None, target_sizes=None):
+        """Pages into target_locations[i] (flat page tensors; None: new
+        ones). A list with the tensor or None per key."""
+        n = len(keys) if keys is not None else 0
+        try:
+            if n == 0:
+                return []
+            if target_locations is None:
+                if self.mem_pool_host is None:
+                    return [None] * n
+                target_locations = [self._flat_page() for _ in range(n)]
+            draft, ks, _ = self._chain(keys, None)
+            link = self._link(draft, "read")
+            if link is None:
+                return [None] * n
+            targets = list(target_locations)
+            sizes = [_engine.tensor_address(t)[1] for t in targets]
+            st = _engine.statuses_or(link.call("batch_get",
+                                               lambda c: c.get_into_many(ks, targets), None), n)
+            return [targets[i] if st[i] == sizes[i] else None for i in range(n)]
+        except Exception as e:
+            self.warn.warning("get", "kvpool.sglang: batch_get: %r", e)
+            return [None] * n
+
+    def set(self, key, value=None, target_location=None, target_sizes=None):
+        """Store one page (a contiguous CPU tensor). True if stored."""
+        if value is None:
+            return False
+        return self.batch_set([key], [value])
+
+    def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
+        """Store pages values[i] (tensors) as one chain. True if every page
+        is stored (False when none given)."""
+        n = len(keys) if keys is not None else 0
+        try:
+            if n == 0 or values is None or len(values) != n:
+                return False
+            if self.is_mla and self.tp_rank != 0:
+                return True
+            draft, ks, parents = self._chain(keys, None)
+            link = self._link(draft, "write")
+            if link is None:
+                return False
+            vals = [v.contiguous() if hasattr(v, "contiguous") else v for v in values]
+            st = _engine.statuses_or(link.call(
+                "batch_set", lambda c: _engine.put_rerooting(c, ks, vals, parents), None), n)
+            return all(s == 0 for s in st)
+        except Exception as e:
+            self.warn.warning("set", "kvpool.sglang: batch_set: %r", e)
+            return False
+
+    def exists(self, key):
+        """True if the pool holds the page (no lease)."""
+        try:
+            draft, k = self.key_bytes(key)
+            link = self._link(draft, "read")
+            if link is None:
+                return False
+            got = link.call("exists", lambda c: c.exists_many([k]), [False])
+            return bool(got and got[0])
+        except Exception as e:
+            self.warn.warning("exists", "kvpool.sglang: exists: %r", e)
+            return False
+
+    # ---- administration ----------------------------------------------------------------
+
+    def clear(self):
+        """SGLang's "clear HiCache storage": drops this rank's namespace (and
+        its draft namespace) only with clear_drops_namespace set; otherwise
+        a shared namespace is left alone and this only logs."""
+        try:
+            if not self.clear_drops:
+                log.info("kvpool.sglang: clear() leaves namespace %s alone "
+                         "(set clear_drops_namespace to drop it)", self.namespace)
+                return None
+            for draft in (False, True):
+                link = self._link(draft, "write")
+                if link is not None:
+                    link.call("clear", lambda c: c.drop_namespace(), None)
+        except Exception as e:
+            self.warn.warning("clear", "kvpool.sglang: clear: %r", e)
+        return None
+
+    def stats(self):
+        """This backend's counters (a dict) and whether its links are up."""
+        out = dict(self._counts)
+        out["namespace"] = self.namespace
+        out["up"] = {"%s%s" % (role, ":draft" if d else ""): link.up
+                     for (d, role), link in list(self._links.items())}
+        return out
+
+    def get_stats(self):
+        """None: kvpool's figures are in its own metrics (and stats())."""
+        return None
+
+    def close(self):
+        """Close every connection. Idempotent."""
+        with self._links_lock:
+            self._closed = True
+            links, self._links = list(self._links.values()), {}
+        for link in links:
+            try:
+                link.close()
+            except Exception:
+                pass
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+__all__ = ["KVPoolHiCacheStorage", "HiCacheStorage", "USING_REAL_BASE", "INTERFACE"]

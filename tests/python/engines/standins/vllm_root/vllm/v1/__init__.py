@@ -1,0 +1,1 @@
+"""STAND-IN package for the kvpool engine contract tests (not the engine)."""

@@ -1,0 +1,150 @@
+"""The adapters' shared helpers (kvpool._engine, kvpool._engine_async):
+namespaces, keys, the rate-limited log, and the asynchronous shim."""
+
+import logging
+import select
+import time
+
+import pytest
+
+import kvpool
+from kvpool import _engine
+from kvpool._engine_async import AsyncLink, NativeAsyncLink, make_async_link
+
+NATIVE = hasattr(kvpool.Client, "submit_get_into_many")
+KINDS = ["thread"] + (["native"] if NATIVE else [])
+
+
+def test_namespace_parts_and_long_names():
+    assert _engine.make_namespace("a b", "é", "x:y") == "a_b:__:x:y"
+    long1 = _engine.make_namespace("p", "m" * 300)
+    long2 = _engine.make_namespace("p", "m" * 299 + "n")
+    assert len(long1) == 255 and len(long2) == 255 and long1 != long2
+    assert long1.startswith("p:mmm")
+
+
+def test_keys():
+    assert _engine.pad_key(b"\1" * 16) == b"\1" * 16 + bytes(16)
+    assert _engine.pad_key(b"\2" * 32) == b"\2" * 32
+    with pytest.raises(ValueError):
+        _engine.pad_key(b"\3" * 33)
+    with pytest.raises(TypeError):
+        _engine.pad_key("not bytes")
+    assert len(_engine.string_key("model@1@0@ab")) == 32
+    assert _engine.string_key("a") != _engine.string_key("a@salt")
+
+
+def test_rate_limited_log(caplog):
+    log = _engine.RateLimitedLog(logging.getLogger("kvpool.test"), interval_s=0.2)
+    with caplog.at_level(logging.WARNING, "kvpool.test"):
+        assert log.warning("t", "one %d", 1)
+        assert not log.warning("t", "two")
+        assert log.warning("u", "other topic")
+        time.sleep(0.25)
+        assert log.warning("t", "three")
+    assert [r.getMessage() for r in caplog.records] == [
+        "one 1", "other topic", "three (1 similar messages suppressed)"]
+
+
+def test_link_down_answers_default_at_once(fresh_server):
+    fresh_server.start()
+    port = fresh_server.port
+    link = _engine.Link(fresh_server.url, "common", timeout_s=1.0)
+    assert link.up and link.call("ping", lambda c: c.ping(), None) is not None
+    fresh_server.kill()
+    assert link.call("ping", lambda c: c.ping(), "down") == "down"
+    assert not link.up
+    t0 = time.monotonic()
+    assert link.call("ping", lambda c: c.ping(), "down") == "down"
+    assert time.monotonic() - t0 < 0.05, "a Link that is down does not touch the network"
+    fresh_server.start(port=port)
+    deadline = time.monotonic() + 15
+    while not link.up and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert link.up and link.reconnects == 1
+    link.close()
+    link.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_async_link_completions(server, kind):
+    """Both AsyncLink kinds (the thread-backed one, and the one over the
+    binding's asynchronous API when the binding has it)."""
+    link = _engine.Link(server.url, "common-async-" + kind)
+    a = (AsyncLink if kind == "thread" else NativeAsyncLink)(link, max_inflight=4)
+    keys = kvpool.block_hashes(list(range(4)), 1, extra=b"async" + kind.encode())
+    missing = kvpool.block_hashes([1], 1, extra=b"never stored")[0]
+    ids = [a.submit_put_many(keys, [b"x" * 100] * 4, [missing] + keys[:-1], tag="p"),
+           a.submit_match(keys, 1000, tag="m"),
+           a.submit_get_into_many(keys, [bytearray(100) for _ in keys], tag="g"),
+           a.submit_exists_many(keys, tag="e")]
+    with pytest.raises(kvpool.Busy):
+        a.submit_delete_many(keys)
+    got = []
+    deadline = time.monotonic() + 10
+    while len(got) < 4 and time.monotonic() < deadline:
+        select.select([a.event_fd()], [], [], 1)
+        got += a.poll()
+    by = {c.tag: c for c in got}
+    assert sorted(c.id for c in got) == sorted(ids)
+    assert [by[t].op for t in "pmge"] == ["put", "match", "get", "exists"]
+    assert by["p"].statuses == [0] * 4, "an absent parent: re-put as a root"
+    assert by["m"].matched in (0, 4)       # the native kind may match before the re-put
+    assert by["e"].statuses in ([0] * 4, [-2] * 4)
+    assert not select.select([a.event_fd()], [], [], 0)[0]
+    assert a.inflight == 0
+    g = a.submit_get_into_many(keys, [bytearray(100) for _ in keys])
+    deadline = time.monotonic() + 10
+    out = []
+    while not out and time.monotonic() < deadline:
+        out = a.poll(timeout=1)
+    assert out[0].id == g and out[0].lengths == [100] * 4 and out[0].status == 0
+    a.close()
+    a.close()
+    with pytest.raises(ValueError):
+        a.submit_exists_many(keys)
+    link.close()
+
+
+def test_make_async_link_picks_the_native_kind_when_there(server, monkeypatch):
+    link = _engine.Link(server.url, "common-pick")
+    a = make_async_link(link)
+    assert a.native == NATIVE
+    a.close()
+    monkeypatch.setenv("KVPOOL_ENGINE_ASYNC", "thread")
+    b = make_async_link(link)
+    assert not b.native
+    b.close()
+    link.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_async_link_pool_down_then_back(fresh_server, kind):
+    fresh_server.start()
+    port = fresh_server.port
+    link = _engine.Link(fresh_server.url, "common-down", timeout_s=1.0)
+    a = (AsyncLink if kind == "thread" else NativeAsyncLink)(link)
+    keys = kvpool.block_hashes(list(range(3)), 1, extra=b"down")
+
+    def one(submit):
+        rid = submit()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for c in a.poll(timeout=0.5):
+                assert c.id == rid
+                return c
+        raise AssertionError("no completion")
+    assert one(lambda: a.submit_put_many(keys, [b"y" * 10] * 3)).status == 0
+    fresh_server.kill()
+    for _ in range(3):
+        c = one(lambda: a.submit_match(keys, 0))
+        assert c.matched == 0
+    fresh_server.start(port=port)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if one(lambda: a.submit_put_many(keys, [b"y" * 10] * 3)).status == 0:
+            break
+        time.sleep(0.2)
+    assert one(lambda: a.submit_match(keys, 0)).matched == 3
+    a.close()
+    link.close()

@@ -1,0 +1,340 @@
+"""Contract tests of kvpool.lmcache: the multiprocess-mode native L2 plugin
+(driven as LMCache's NativeConnectorL2Adapter drives it) and the non-MP
+remote storage plugin (driven as RemoteBackend calls a connector), against
+a real kvpoold. See docs/engines.md and the engine notes (§4, §5)."""
+
+import asyncio
+import os
+import select
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import kvpool.lmcache as kl  # noqa: E402
+from lmcache.v1.storage_backend.connector import ConnectorContext  # noqa: E402
+from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector  # noqa: E402
+
+from lmcache_standin_wrapper import WrapperStandIn  # noqa: E402
+
+OBJ = 4096
+
+
+def spec(url, prefix, **params):
+    return {"type": "native_plugin", "module_path": "kvpool.lmcache",
+            "class_name": "KVPoolL2Plugin", "max_capacity_gb": 0,
+            "adapter_params": dict({"url": url, "model": "test-model", "kv_dtype": "bf16",
+                                    "chunk_tokens": 256, "namespace_prefix": prefix,
+                                    "timeout_s": 1.0}, **params)}
+
+
+def mp_key(chunk, rank=0, world=2, group=0, salt=""):
+    kv_rank = world << 24 | rank << 16 | world << 8 | rank
+    k = "test-model@%08x@%x@%064x" % (kv_rank, group, chunk)
+    return k + "@" + salt if salt else k
+
+
+def views(n, seed=None):
+    out = []
+    for i in range(n):
+        b = bytearray(os.urandom(OBJ) if seed is not None else bytes(OBJ))
+        out.append(memoryview(b))
+    return out
+
+
+def readable(fd, timeout=0.0):
+    return bool(select.select([fd], [], [], timeout)[0])
+
+
+def test_construct_callables_close(server, prefix):
+    w = WrapperStandIn(spec(server.url, prefix))
+    assert callable(w.obj.submit_batch_delete)
+    w.close()
+    w.obj.close()
+
+
+def test_set_exists_get_roundtrip(server, prefix):
+    w = WrapperStandIn(spec(server.url, prefix))
+    keys = [mp_key(c) for c in range(6)]
+    src = views(6, seed=1)
+    ok, err, bools = w.wait(w.submit("submit_batch_set", keys, src))
+    assert ok and bools == [True] * 6
+    ok, err, bools = w.wait(w.submit("submit_batch_set", keys, src))     # again: ok
+    assert ok and bools == [True] * 6
+    ok, _, bools = w.wait(w.submit("submit_batch_exists", keys + [mp_key(99)]))
+    assert bools == [True] * 6 + [False]
+    dst = views(6)
+    ok, _, bools = w.wait(w.submit("submit_batch_get", keys, dst))
+    assert ok and bools == [True] * 6
+    assert [bytes(d) for d in dst] == [bytes(s) for s in src]
+    assert w.unknown == []
+    w.close()
+
+
+def test_exists_interleaved_ranks_per_row_runs(server, prefix):
+    w = WrapperStandIn(spec(server.url, prefix))
+    r0 = [mp_key(c, rank=0) for c in range(4)]
+    r1 = [mp_key(c, rank=1) for c in range(4)]
+    w.wait(w.submit("submit_batch_set", r0, views(4, 1)))
+    w.wait(w.submit("submit_batch_set", r1[:2], views(2, 2)))
+    w.wait(w.submit("submit_batch_set", r1[3:], views(1, 3)))       # a hole at chunk 2
+    interleaved = [k for pair in zip(r0, r1) for k in pair]
+    ok, _, bools = w.wait(w.submit("submit_batch_exists", interleaved))
+    assert bools == [True, True, True, True, True, False, True, False]
+    w.close()
+
+
+def test_get_missing_middle_and_wrong_size(server, prefix):
+    w = WrapperStandIn(spec(server.url, prefix))
+    keys = [mp_key(c, group=1) for c in range(4)]
+    src = views(4, seed=4)
+    w.wait(w.submit("submit_batch_set", [keys[0], keys[1], keys[3]], [src[0], src[1], src[3]]))
+    dst = views(4)
+    ok, err, bools = w.wait(w.submit("submit_batch_get", keys, dst))
+    assert not ok and bools == [True, True, False, True] and err
+    small = [memoryview(bytearray(OBJ - 1)), memoryview(bytearray(OBJ + 1))]
+    ok, err, bools = w.wait(w.submit("submit_batch_get", keys[:2], small))
+    assert not ok and bools == [False, False]
+    assert bytes(small[0]) == bytes(OBJ - 1), "a too-small view is not written"
+    w.close()
+
+
+def test_salted_keys_do_not_collide(server, prefix):
+    w = WrapperStandIn(spec(server.url, prefix))
+    plain, salted = mp_key(7), mp_key(7, salt="tenant-a")
+    w.wait(w.submit("submit_batch_set", [plain], views(1, 5)))
+    _, _, bools = w.wait(w.submit("submit_batch_exists", [plain, salted]))
+    assert bools == [True, False]
+    w.close()
+
+
+def test_event_fd_and_drain(server, prefix):
+    """Without the demux thread: the fd is readable exactly while
+    completions wait, drain clears it, each id comes back once."""
+    p = kl.KVPoolL2Plugin(**spec(server.url, prefix)["adapter_params"])
+    fd = p.event_fd()
+    assert not readable(fd)
+    ids = [p.submit_batch_exists([mp_key(c)]) for c in range(5)]
+    assert all(isinstance(i, int) for i in ids) and len(set(ids)) == 5
+    deadline = time.monotonic() + 10
+    seen = []
+    while len(seen) < 5 and time.monotonic() < deadline:
+        if readable(fd, 0.5):
+            seen += [c[0] for c in p.drain_completions()]
+    assert sorted(seen) == sorted(ids)
+    assert not readable(fd)
+    assert p.drain_completions() == []
+    p.close()
+    p.close()
+
+
+def test_delete(server, prefix):
+    w = WrapperStandIn(spec(server.url, prefix))
+    keys = [mp_key(c, rank=1) for c in range(3)]
+    w.wait(w.submit("submit_batch_set", keys, views(3, 6)))
+    ok, _, _ = w.wait(w.submit("submit_batch_delete", keys[1:] + [mp_key(50)]))
+    assert ok
+    _, _, bools = w.wait(w.submit("submit_batch_exists", keys))
+    assert bools == [True, False, False]
+    w.close()
+
+
+def test_threads_submit_while_draining(server, prefix):
+    w = WrapperStandIn(spec(server.url, prefix))
+    ids, errors = [], []
+
+    def store(t):
+        try:
+            for i in range(20):
+                ks = [mp_key(1000 * t + i * 2 + j, rank=t) for j in range(2)]
+                ids.append(w.submit("submit_batch_set", ks, views(2, i)))
+                ids.append(w.submit("submit_batch_exists", ks))
+        except Exception as e:
+            errors.append(e)
+    threads = [threading.Thread(target=store, args=(t,)) for t in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for fid in ids:
+        w.wait(fid)
+    assert w.unknown == [] and len(set(ids)) == len(ids) == 80
+    w.close()
+
+
+def test_pool_down_then_back(fresh_server, prefix):
+    fresh_server.start()
+    port = fresh_server.port
+    w = WrapperStandIn(spec(fresh_server.url, prefix))
+    keys = [mp_key(c) for c in range(3)]
+    assert w.wait(w.submit("submit_batch_set", keys, views(3, 7)))[0]
+    fresh_server.kill()
+    t0 = time.monotonic()
+    for method, args in (("submit_batch_exists", (keys,)), ("submit_batch_get", (keys, views(3))),
+                         ("submit_batch_set", (keys, views(3, 8))),
+                         ("submit_batch_delete", (keys,))):
+        fid = w.submit(method, *args)
+        assert time.monotonic() - t0 < 1.0, "a submit must return at once"
+        ok, err, bools = w.wait(fid)
+        assert not ok and (bools is None or not any(bools))
+    fresh_server.start(port=port)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if w.wait(w.submit("submit_batch_set", keys, views(3, 9)))[0]:
+            break
+        time.sleep(0.2)
+    assert w.wait(w.submit("submit_batch_exists", keys))[2] == [True] * 3
+    w.close()
+
+
+def test_construct_when_down(prefix):
+    from conftest import free_port
+    p = kl.KVPoolL2Plugin(url="tcp://127.0.0.1:%d" % free_port(), namespace_prefix=prefix)
+    fid = p.submit_batch_exists([mp_key(1)])
+    deadline = time.monotonic() + 5
+    got = []
+    while not got and time.monotonic() < deadline:
+        if readable(p.event_fd(), 0.2):
+            got = p.drain_completions()
+    assert got and got[0][0] == fid and got[0][1] is False
+    p.close()
+
+
+# ---- the remote storage plugin (non-MP) -----------------------------------------------
+
+class MemoryObj:
+    """Duck-typed LMCache MemoryObj over a torch tensor."""
+
+    def __init__(self, shape, dtype, fmt):
+        self.tensor = torch.zeros(shape, dtype=dtype)
+        self.byte_array = memoryview(self.tensor.numpy()).cast("B")
+        self.shape, self.dtype, self.fmt = shape, dtype, fmt
+        self.released = False
+
+    def get_shape(self):
+        return self.shape
+
+    def get_dtype(self):
+        return self.dtype
+
+    def get_memory_format(self):
+        return self.fmt
+
+    def ref_count_down(self):
+        self.released = True
+
+
+class CpuBackend:
+    def __init__(self, fail=False):
+        self.fail = fail
+        self.allocated = []
+
+    def allocate(self, shape, dtype, fmt):
+        if self.fail:
+            return None
+        m = MemoryObj(shape, dtype, fmt)
+        self.allocated.append(m)
+        return m
+
+
+class Key:
+    def __init__(self, s):
+        self.s = s
+
+    def to_string(self):
+        return self.s
+
+
+LAYERS, HEADS, DIM, CHUNK = 2, 2, 8, 16
+
+
+def remote(url, prefix, worker=0, world=1, mla=False, fail_alloc=False, loop=None):
+    config = SimpleNamespace(chunk_size=CHUNK, extra_config={
+        "remote_storage_plugin.kvpool.module_path": "kvpool.lmcache",
+        "remote_storage_plugin.kvpool.class_name": "KVPoolConnectorAdapter",
+        "remote_storage_plugin.kvpool.url": url,
+        "remote_storage_plugin.kvpool.namespace_prefix": prefix,
+        "remote_storage_plugin.kvpool.timeout_s": 1.0,
+        "save_chunk_meta": False, "remote_enable_mla_worker_id_as0": mla})
+    meta = SimpleNamespace(model_name="test-model", world_size=world, worker_id=worker,
+                           kv_dtype=torch.float16,
+                           kv_shape=(LAYERS, 1 if mla else 2, CHUNK, HEADS, DIM))
+    adapter = kl.KVPoolConnectorAdapter()
+    assert adapter.can_parse("plugin://kvpool") and adapter.can_parse("plugin://kvpool.a")
+    assert not adapter.can_parse("plugin://other")
+    conn = adapter.create_connector(ConnectorContext("plugin://kvpool", loop, CpuBackend(
+        fail_alloc), config, meta, "kvpool"))
+    assert isinstance(conn, RemoteConnector)
+    return conn
+
+
+def chunk_obj(tokens, value, mla=False):
+    m = MemoryObj(((1 if mla else 2), LAYERS, tokens, HEADS * DIM), torch.float16, "KV_2LTD")
+    m.tensor.fill_(value)
+    return m
+
+
+def test_remote_roundtrip_short_chunk_and_contains(server, prefix):
+    async def run():
+        c = remote(server.url, prefix, loop=asyncio.get_running_loop())
+        keys = [Key("test-model@1@0@%x@half" % i) for i in range(3)]
+        assert await c.exists(keys[0]) is False
+        await c.batched_put(keys[:2], [chunk_obj(CHUNK, 1.0), chunk_obj(CHUNK, 2.0)])
+        await c.put(keys[2], chunk_obj(5, 3.0))                      # a short last chunk
+        assert c.exists_sync(keys[1]) is True
+        assert c.batched_contains(keys) == 3
+        assert c.batched_contains([keys[0], Key("nope"), keys[2]]) == 1
+        assert await c.batched_async_contains("lookup", keys, True) == 3
+        got = await c.get(keys[1])
+        assert got is not None and torch.equal(got.tensor, chunk_obj(CHUNK, 2.0).tensor)
+        short = await c.get(keys[2])
+        assert short is not None and short.get_shape()[2] == 5
+        assert torch.equal(short.tensor, chunk_obj(5, 3.0).tensor)
+        assert await c.get(Key("missing")) is None
+        assert await c.ping() == 0
+        assert await c.list() == []
+        assert c.remove_sync(keys[2]) is True
+        await c.close()
+        await c.close()
+    asyncio.run(run())
+
+
+def test_remote_failed_allocation_and_mla(server, prefix):
+    async def run():
+        loop = asyncio.get_running_loop()
+        w0 = remote(server.url, prefix, worker=0, world=2, mla=True, loop=loop)
+        w1 = remote(server.url, prefix, worker=1, world=2, mla=True, loop=loop)
+        assert w0.namespace == w1.namespace
+        k = Key("test-model@2@0@abc@half")
+        await w1.put(k, chunk_obj(CHUNK, 4.0, mla=True))
+        assert w1.exists_sync(k) is False, "only worker 0 writes on MLA"
+        await w0.put(k, chunk_obj(CHUNK, 4.0, mla=True))
+        got = await w1.get(k)
+        assert got is not None and float(got.tensor.flatten()[0]) == 4.0
+        nomem = remote(server.url, prefix, worker=0, world=2, mla=True, fail_alloc=True,
+                       loop=loop)
+        assert await nomem.get(k) is None
+        for c in (w0, w1, nomem):
+            await c.close()
+    asyncio.run(run())
+
+
+def test_remote_pool_down_does_not_block_the_loop(prefix):
+    from conftest import free_port
+
+    async def run():
+        c = remote("tcp://127.0.0.1:%d" % free_port(), prefix, loop=asyncio.get_running_loop())
+        t0 = time.monotonic()
+        k = Key("k")
+        assert await c.exists(k) is False
+        assert await c.get(k) is None
+        await c.put(k, chunk_obj(CHUNK, 1.0))
+        assert c.batched_contains([k]) == 0
+        assert await c.ping() != 0
+        assert time.monotonic() - t0 < 3 * 1.0 + 1
+        await c.close()
+    asyncio.run(run())

@@ -1,0 +1,330 @@
+"""Contract tests of kvpool.sglang (SGLang HiCache L3 backend), driven the
+way SGLang's cache controller drives a backend, against a real kvpoold.
+See ../../../docs/engines.md and the engine notes (§2, §5)."""
+
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import kvpool  # noqa: E402
+import kvpool.sglang as ks  # noqa: E402
+from sglang.srt.mem_cache import hicache_storage as hs  # noqa: E402
+from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory  # noqa: E402
+
+import sglang_standin_controller as ctl  # noqa: E402
+from sglang_fake_pool import FakeHostPool  # noqa: E402
+
+PAGE = 4
+
+
+def config(url, prefix, tp_rank=0, tp_size=1, mla=False, layout="page_first", **extra):
+    ec = {"backend_name": "kvpool", "module_path": "kvpool.sglang",
+          "class_name": "KVPoolHiCacheStorage", "interface_v1": 1,
+          "hicache_storage_pass_prefix_keys": True, "url": url,
+          "namespace_prefix": prefix, "timeout_s": 1.0}
+    ec.update(extra)
+    return hs.HiCacheStorageConfig(
+        tp_rank=tp_rank, tp_size=tp_size, pp_rank=0, pp_size=1, attn_cp_rank=0,
+        attn_cp_size=1, is_mla_model=mla, enable_storage_metrics=False,
+        is_page_first_layout=layout == "page_first", model_name="test/model-7b",
+        extra_config=ec)
+
+
+def backend(url, prefix, pool, **kw):
+    b = StorageBackendFactory.create_backend("dynamic", config(url, prefix, layout=pool.layout,
+                                                               mla=pool.mla, **kw), pool)
+    assert isinstance(b, hs.HiCacheStorage) and isinstance(b, ks.KVPoolHiCacheStorage)
+    return b
+
+
+def chain(n, seed=1):
+    tokens = [(seed * 7919 + i) % 50000 for i in range(n * PAGE)]
+    return [k.hex() for k in kvpool.block_hashes(tokens, PAGE)]
+
+
+LAYOUTS = [("page_first", False), ("layer_first", False), ("page_first", True),
+           ("layer_first", True)]
+
+
+def test_base_class_is_the_engines():
+    assert ks.HiCacheStorage is hs.HiCacheStorage
+    assert ks.USING_REAL_BASE   # the engine module (real, or the stand-in) was found
+
+
+@pytest.mark.parametrize("layout,mla", LAYOUTS)
+def test_backup_then_prefetch_zero_copy(server, prefix, layout, mla):
+    """300 pages (batches of 128, 128, 44) written by one instance are read
+    by a second one into other host slots: exact bytes, nothing around
+    them touched."""
+    src = FakeHostPool(layout, mla, PAGE, pages=320)
+    src.fill_random(3)
+    keys = chain(300)
+    a = backend(server.url, prefix, src)
+    assert a.mem_pool_host is src
+    assert ctl.backup(a, keys, src.indices(0, 300), PAGE) == 300
+    dst = FakeHostPool(layout, mla, PAGE, pages=320)
+    dst.kv_buffer.fill_(7)
+    before = dst.raw_bytes()
+    b = backend(server.url, prefix, dst)
+    assert b.namespace == a.namespace
+    hit, loaded = ctl.prefetch([b], keys, [dst.indices(10, 300)], PAGE)
+    assert hit == 300 and loaded == [300]
+    assert dst.page_view(dst.indices(10, 300)) == src.page_view(src.indices(0, 300))
+    # the bytes outside the 300 pages are as they were
+    total = dst.page_view(dst.indices(-1, 322))
+    ref = FakeHostPool(layout, mla, PAGE, pages=320)
+    ref.kv_buffer.fill_(7)
+    untouched = ref.page_view(ref.indices(-1, 322))
+    for i in list(range(0, 11)) + list(range(311, 322)):
+        assert total[i] == untouched[i], "page %d was written" % i
+    assert len(before) == len(dst.raw_bytes())
+    a.close()
+    b.close()
+
+
+def test_keys_are_kvpool_block_hashes(server, prefix, raw):
+    pool = FakeHostPool(pages=8)
+    pool.fill_random(1)
+    tokens = list(range(8 * PAGE))
+    keys = [k.hex() for k in kvpool.block_hashes(tokens, PAGE)]
+    b = backend(server.url, prefix, pool)
+    assert all(b.batch_set_v1(keys, pool.indices(0, 8)))
+    c = raw(b.namespace)
+    assert c.match(kvpool.block_hashes(tokens, PAGE)) == 8
+    b.close()
+
+
+def test_missing_middle_page(server, prefix, raw):
+    pool = FakeHostPool(pages=320)
+    pool.fill_random(5)
+    keys = chain(300, seed=2)
+    b = backend(server.url, prefix, pool)
+    assert ctl.backup(b, keys, pool.indices(0, 300), PAGE) == 300
+    raw(b.namespace).delete(bytes.fromhex(keys[150]))      # (and its descendants)
+    kvpool_keys = [bytes.fromhex(k) for k in keys]
+    raw(b.namespace).put_chain(kvpool_keys[151:], [bytes(pool.page_bytes())] * 149,
+                               parent=None)   # put the tail back: only the middle is gone
+    assert ctl.exists_run(b, keys) == 150
+    dst = FakeHostPool(pages=320)
+    got = b.batch_get_v1(keys[128:256], dst.indices(0, 128))
+    assert got == [True] * 22 + [False] + [True] * 105
+    b.close()
+
+
+def test_block_of_the_wrong_size_is_false(server, prefix, raw):
+    pool = FakeHostPool(pages=8)
+    keys = chain(3, seed=9)
+    b = backend(server.url, prefix, pool)
+    c = raw(b.namespace)
+    pb = pool.page_bytes()
+    c.put(bytes.fromhex(keys[0]), b"\1" * pb)
+    c.put(bytes.fromhex(keys[1]), b"\2" * (pb + 64), parent=bytes.fromhex(keys[0]))  # too big
+    c.put(bytes.fromhex(keys[2]), b"\3" * (pb - 64), parent=bytes.fromhex(keys[1]))  # short
+    pool.kv_buffer.fill_(0)
+    got = b.batch_get_v1(keys, pool.indices(0, 3))
+    assert got == [True, False, False]
+    pages = pool.page_view(pool.indices(0, 3))
+    assert pages[0] == b"\1" * pb
+    assert pages[1] == bytes(pb), "a too-small buffer must not be written"
+    b.close()
+
+
+def test_parent_absent_still_stores(server, prefix, raw):
+    """prefix_keys name a parent the pool never got: the pages are stored
+    (re-rooted) and match."""
+    pool = FakeHostPool(pages=8)
+    pool.fill_random(2)
+    keys = chain(6, seed=4)
+    b = backend(server.url, prefix, pool)
+    info = hs.HiCacheStorageExtraInfo(prefix_keys=[chain(1, seed=99)[0]])
+    assert b.batch_set_v1(keys, pool.indices(0, 6), info) == [True] * 6
+    assert b.batch_exists(keys, info) == 6
+    b.close()
+
+
+def test_two_ranks_take_the_min(server, prefix):
+    keys = chain(200, seed=6)
+    pools = [FakeHostPool(pages=210), FakeHostPool(pages=210)]
+    bs = [backend(server.url, prefix, p, tp_rank=r, tp_size=2) for r, p in enumerate(pools)]
+    assert bs[0].namespace != bs[1].namespace
+    for p in pools:
+        p.fill_random(8)
+    assert ctl.backup(bs[0], keys, pools[0].indices(0, 200), PAGE) == 200
+    assert ctl.backup(bs[1], keys[:100], pools[1].indices(0, 100), PAGE) == 100
+    hit, loaded = ctl.prefetch(bs, keys, [p.indices(0, 200) for p in pools], PAGE)
+    assert hit == 100 and loaded == [100, 100]
+    for b in bs:
+        b.close()
+
+
+def test_mla_rank0_writes_every_rank_reads(server, prefix, raw):
+    keys = chain(40, seed=11)
+    p0, p1 = FakeHostPool(mla=True, pages=48), FakeHostPool(mla=True, pages=48)
+    b0 = backend(server.url, prefix, p0, tp_rank=0, tp_size=2)
+    b1 = backend(server.url, prefix, p1, tp_rank=1, tp_size=2)
+    assert b0.namespace == b1.namespace and ":tp" not in b0.namespace
+    p1.fill_random(12)
+    assert b1.batch_set_v1(keys, p1.indices(0, 40)) == [True] * 40   # skipped, acknowledged
+    assert b1.batch_exists(keys) == 0, "rank 1 must not write on an MLA model"
+    p0.fill_random(13)
+    assert ctl.backup(b0, keys, p0.indices(0, 40), PAGE) == 40
+    hit, loaded = ctl.prefetch([b0, b1], keys, [p0.indices(0, 40), p1.indices(0, 40)], PAGE)
+    assert hit == 40 and loaded == [40, 40]
+    assert p1.page_view(p1.indices(0, 40)) == p0.page_view(p0.indices(0, 40))
+    b0.close()
+    b1.close()
+
+
+def test_layouts_and_dtypes_do_not_share(server, prefix):
+    keys = chain(4, seed=21)
+    a_pool = FakeHostPool("page_first", pages=8)
+    a = backend(server.url, prefix, a_pool)
+    assert all(a.batch_set_v1(keys, a_pool.indices(0, 4)))
+    others = [FakeHostPool("layer_first", pages=8),
+              FakeHostPool("page_first", pages=8, dtype=torch.float16),
+              FakeHostPool("page_first", pages=8, page_size=2 * PAGE),
+              ]
+    for p in others:
+        b = backend(server.url, prefix, p)
+        assert b.namespace != a.namespace
+        assert b.batch_exists(keys) == 0
+        b.close()
+    a.close()
+
+
+def test_draft_pages_and_copy_path(server, prefix):
+    pool = FakeHostPool(pages=8)
+    b = backend(server.url, prefix, pool)
+    keys = chain(3, seed=31)
+    pages = [torch.full((pool.page_bytes() // 2,), float(i), dtype=torch.bfloat16)
+             for i in range(3)]
+    draft = [k + ".draft" for k in keys]
+    assert b.batch_set(draft, pages) is True
+    assert b.batch_exists(keys) == 0, "draft pages live in a namespace of their own"
+    assert b.exists(draft[1]) and not b.exists(keys[1])
+    targets = [torch.zeros_like(p) for p in pages]
+    got = b.batch_get(draft, targets)
+    assert all(g is t for g, t in zip(got, targets))
+    assert all(torch.equal(t, p) for t, p in zip(targets, pages))
+    assert b.get(keys[0] + ".draft") is not None
+    assert b.get(chain(1, seed=32)[0]) is None
+    assert b.set("some-non-hex-key", pages[0]) is True
+    assert torch.equal(b.get("some-non-hex-key"), pages[0])
+    assert b.set("x", None) is False
+    b.close()
+
+
+def test_types_v2_stats_clear_close(server, prefix, raw):
+    pool = FakeHostPool(pages=8)
+    pool.fill_random(4)
+    b = backend(server.url, prefix, pool)
+    keys = chain(4, seed=41)
+    assert b.batch_exists([]) == 0 and b.batch_get_v1([], pool.indices(0, 0)) == []
+    assert all(b.batch_set_v1(keys, pool.indices(0, 4)))
+    t = hs.PoolTransfer(name="mamba", host_indices=pool.indices(0, 4), keys=keys)
+    r = b.batch_exists_v2(keys, [t])
+    assert r.kv_hit_pages == 0
+    assert b.batch_get_v2([t]) == {"mamba": [False] * 4}
+    assert b.batch_set_v2([t]) == {"mamba": [False] * 4}
+    assert b.get_stats() is None
+    assert b.stats()["set_pages"] == 4
+    b.clear()
+    assert b.batch_exists(keys) == 4, "clear() leaves a shared namespace alone by default"
+    c = backend(server.url, prefix, pool, clear_drops_namespace=True)
+    c.clear()
+    assert b.batch_exists(keys) == 0
+    c.close()
+    b.close()
+    b.close()
+    assert b.batch_exists(keys) == 0 and b.batch_get_v1(keys, pool.indices(0, 4)) == [False] * 4
+
+
+def test_threads_call_at_once(server, prefix):
+    pool = FakeHostPool(pages=200)
+    pool.fill_random(6)
+    b = backend(server.url, prefix, pool)
+    errors = []
+
+    def run(fn):
+        try:
+            for _ in range(5):
+                fn()
+        except Exception as e:       # what SGLang's thread would die of
+            errors.append(e)
+    k1, k2 = chain(64, seed=51), chain(64, seed=52)
+    assert all(b.batch_set_v1(k1, pool.indices(0, 64)))
+    threads = [threading.Thread(target=run, args=(f,)) for f in (
+        lambda: ctl.exists_run(b, k1),
+        lambda: ctl.load(b, k1, pool.indices(100, 64), PAGE),
+        lambda: ctl.backup(b, k2, pool.indices(0, 64), PAGE))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert ctl.exists_run(b, k2) == 64
+    b.close()
+
+
+def test_lease_holds_under_eviction_pressure(fresh_server, prefix):
+    """Pages batch_exists matched stay loadable by batch_get_v1 while the
+    pool evicts everything else."""
+    fresh_server.start()
+    pool = FakeHostPool(pages=70, layers=8, heads=4, head_dim=64)   # 32 KiB pages
+    pool.fill_random(7)
+    b = backend(fresh_server.url, prefix, pool)
+    keys = chain(32, seed=61)
+    assert all(b.batch_set_v1(keys, pool.indices(0, 32)))
+    assert b.batch_exists(keys) == 32
+    with kvpool.Client(fresh_server.url, "pressure") as c:     # 96 MiB through 64 MiB
+        blob = bytes(1 << 20)
+        for i in range(96):
+            c.put(kvpool.block_hashes([i], 1, extra=b"pressure")[0], blob)
+    assert b.batch_get_v1(keys, pool.indices(34, 32)) == [True] * 32
+    assert pool.page_view(pool.indices(34, 32)) == pool.page_view(pool.indices(0, 32))
+    b.close()
+
+
+def test_pool_down_then_back(fresh_server, prefix):
+    """kvpoold killed mid-run: misses and failed stores, quickly, never an
+    exception; restarted on the same port: hits again, no restart of ours."""
+    fresh_server.start()
+    port = fresh_server.port
+    pool = FakeHostPool(pages=40)
+    pool.fill_random(9)
+    b = backend(fresh_server.url, prefix, pool)
+    keys = chain(20, seed=71)
+    assert ctl.backup(b, keys, pool.indices(0, 20), PAGE) == 20
+    fresh_server.kill()
+    t0 = time.monotonic()
+    for _ in range(3):
+        assert ctl.exists_run(b, keys) == 0
+        assert b.batch_get_v1(keys, pool.indices(20, 20)) == [False] * 20
+        assert b.batch_set_v1(keys, pool.indices(0, 20)) == [False] * 20
+        assert b.batch_get(keys[:2]) == [None, None]
+        assert b.exists(keys[0]) is False
+    assert time.monotonic() - t0 < 10
+    fresh_server.start(port=port)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if all(b.batch_set_v1(keys, pool.indices(0, 20))):
+            break
+        time.sleep(0.2)
+    assert ctl.exists_run(b, keys) == 20
+    assert ctl.load(b, keys, pool.indices(20, 20), PAGE) == 20
+    b.close()
+
+
+def test_pool_down_at_start(prefix):
+    """The backend builds (SGLang would not start otherwise) and answers
+    misses when no kvpoold listens."""
+    from conftest import free_port
+    pool = FakeHostPool(pages=8)
+    b = backend("tcp://127.0.0.1:%d" % free_port(), prefix, pool)
+    keys = chain(4)
+    assert b.batch_exists(keys) == 0
+    assert b.batch_set_v1(keys, pool.indices(0, 4)) == [False] * 4
+    b.close()

@@ -1,0 +1,269 @@
+"""Contract tests of kvpool.vllm.KVPoolSecondaryTier (vLLM offloading tier),
+driven as vLLM's tiering manager drives a tier, against a real kvpoold.
+See ../../../docs/engines.md and the engine notes (§3.1, §3.3, §5)."""
+
+import time
+
+import pytest
+
+np = pytest.importorskip("numpy")
+
+import kvpool  # noqa: E402
+import kvpool.vllm as kv  # noqa: E402
+from vllm.v1.kv_offload.tiering import base as tb  # noqa: E402
+from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory  # noqa: E402
+
+from vllm_standin_manager import ManagerStandIn  # noqa: E402
+
+ROW = 64 << 10
+ROWS = 64
+
+
+class Cfg:
+    """The vllm_config fields the tier reads (duck-typed)."""
+
+    class model_config:
+        model = "test/llama-8b"
+        dtype = "bfloat16"
+
+    class cache_config:
+        cache_dtype = "auto"
+        prefix_caching_hash_algo = "sha256"
+        block_size = 16
+
+    class parallel_config:
+        tensor_parallel_size = 1
+        pipeline_parallel_size = 1
+
+
+def offload_key(h, group=0):
+    return bytes(h) + group.to_bytes(4, "big")
+
+
+def hashes(n, seed=1, size=32):
+    out = kvpool.block_hashes([(seed * 131 + i) % 40000 for i in range(n * 16)], 16)
+    return [h[:size] for h in out]
+
+
+def make(url, prefix, rows=None, **params):
+    rows = rows if rows is not None else np.zeros((ROWS, ROW), dtype=np.uint8)
+    if not kv.register():     # a second call is refused by the factory: fine
+        pass
+    tier = SecondaryTierFactory.create(dict({"type": "kvpool", "url": url,
+                                             "namespace_prefix": prefix, "timeout_s": 1.0,
+                                             "block_size": 64}, **params),
+                                       Cfg, memoryview(rows))
+    assert isinstance(tier, tb.SecondaryTierManager)
+    return tier, rows
+
+
+def steps_until(mgr, req, keys, want, limit=3000):
+    """Scheduler steps (1 ms apart) until lookup gives `want` hits, not deferred."""
+    for i in range(limit):
+        hits, defer = mgr.lookup(req, keys)
+        if not defer:
+            return i + 1, hits
+        time.sleep(0.002)
+    raise AssertionError("still deferred after %d steps" % limit)
+
+
+def settle(tier, key, timeout=10.0):
+    """The tier's answer for key once it is not None (asked every ms)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = tier.lookup(key, tb.ReqContext("settle"))
+        if r is not None or time.monotonic() > deadline:
+            return r
+        time.sleep(0.001)
+
+
+def fill(rows, ids, seed):
+    g = np.random.default_rng(seed)
+    for b in ids:
+        rows[b] = g.integers(0, 255, ROW, dtype=np.uint8)
+
+
+def test_unknown_key_defers_then_hits(server, prefix):
+    tier, rows = make(server.url, prefix)
+    mgr = ManagerStandIn(tier, rows)
+    keys = [offload_key(h) for h in hashes(6)]
+    fill(rows, range(6), 1)
+    want = rows[:6].copy()
+    mgr.store("r1", keys, list(range(6)))
+    assert mgr.wait_jobs()
+    assert mgr.reported[-1][2] is True
+    rows[:6] = 0                             # evicted from the primary
+    mgr.free = list(range(ROWS))
+    hits, defer = mgr.lookup("r2", keys)
+    assert defer and hits == 6               # the first step asks: None
+    n, hits = steps_until(mgr, "r2", keys, 6)
+    assert hits == 6
+    loads = [r for r in mgr.reported if r[1] == "load"]
+    assert len(loads) == 1 and loads[0][2] is True, "one submit_load per request"
+    got = np.stack([rows[mgr.primary[k]] for k in keys])
+    assert np.array_equal(got, want)
+    tier.shutdown()
+    tier.shutdown()
+
+
+def test_lookup_is_quick_and_bounded(server, prefix):
+    tier, rows = make(server.url, prefix)
+    keys = [offload_key(h) for h in hashes(200, seed=2)]
+    t0 = time.perf_counter()
+    for k in keys:
+        assert tier.lookup(k, tb.ReqContext("r")) is None
+    per = (time.perf_counter() - t0) / len(keys)
+    assert per < 0.002, "lookup took %.3f ms" % (per * 1000)
+    assert settle(tier, keys[0]) is False, "None for ever"
+    tier.shutdown()
+
+
+def test_missing_middle_block(server, prefix, raw):
+    tier, rows = make(server.url, prefix)
+    mgr = ManagerStandIn(tier, rows)
+    keys = [offload_key(h) for h in hashes(8, seed=3)]
+    fill(rows, range(8), 3)
+    mgr.store("r1", keys, list(range(8)))
+    assert mgr.wait_jobs()
+    raw(tier.namespace).delete(kv.block_key(keys[4]))
+    mgr.evict_primary()
+    mgr.free = list(range(ROWS))
+    n, hits = steps_until(mgr, "r2", keys, 4)
+    assert hits == 4
+    tier.shutdown()
+
+
+def test_failed_loads_stop_deferring(server, prefix, raw):
+    """True must mean loadable: when the loads fail anyway (the blocks were
+    deleted after the lookup), the request stops being deferred within a
+    bounded number of steps, and the failed keys answer False."""
+    tier, rows = make(server.url, prefix)
+    mgr = ManagerStandIn(tier, rows)
+    keys = [offload_key(h) for h in hashes(4, seed=4)]
+    fill(rows, range(4), 4)
+    mgr.store("r1", keys, list(range(4)))
+    assert mgr.wait_jobs()
+    mgr.evict_primary()
+    mgr.free = list(range(ROWS))
+    # answer the lookups (True), then delete under the lease
+    assert [settle(tier, k) for k in keys] == [True] * 4
+    raw(tier.namespace).delete_many([kv.block_key(k) for k in keys])
+    n, hits = steps_until(mgr, "r2", keys, 0)
+    assert hits == 0
+    assert all(not ok for _, kind, ok in mgr.reported if kind == "load")
+    tier.shutdown()
+
+
+def test_sixteen_byte_keys_groups_and_seeds(server, prefix, raw):
+    tier, rows = make(server.url, prefix, hash_algo="xxhash")
+    assert ":xxhash:" in tier.namespace
+    mgr = ManagerStandIn(tier, rows)
+    short = hashes(3, seed=5, size=16)
+    keys = [offload_key(h) for h in short]
+    fill(rows, range(3), 5)
+    mgr.store("r1", keys, [0, 1, 2])
+    assert mgr.wait_jobs()
+    c = raw(tier.namespace)
+    assert c.match([h + bytes(16) for h in short]) == 3          # zero-padded
+    other_group = [offload_key(h, 1) for h in short]
+    other_seed = [offload_key(h) for h in hashes(3, seed=6, size=16)]
+    for ks in (other_group, other_seed):
+        assert settle(tier, ks[0]) is False
+    tier.shutdown()
+
+
+def test_store_reads_whole_rows_load_writes_only_its_rows(server, prefix):
+    tier, rows = make(server.url, prefix)
+    mgr = ManagerStandIn(tier, rows)
+    keys = [offload_key(h) for h in hashes(3, seed=7)]
+    fill(rows, [5, 9, 12], 7)
+    want = rows[[5, 9, 12]].copy()
+    mgr.store("r1", keys, [5, 9, 12])
+    assert mgr.wait_jobs()
+    rows[:] = 0xAB
+    mgr.primary = {}
+    mgr.free = [40, 30, 20]     # pops from the end: rows 20, 30, 40
+    steps_until(mgr, "r2", keys, 3)
+    assert [mgr.primary[k] for k in keys] == [20, 30, 40]
+    assert np.array_equal(rows[[20, 30, 40]], want)
+    untouched = [i for i in range(ROWS) if i not in (20, 30, 40)]
+    assert (rows[untouched] == 0xAB).all()
+    tier.shutdown()
+
+
+def test_every_job_reported_once_when_pool_is_down(fresh_server, prefix):
+    fresh_server.start()
+    port = fresh_server.port
+    tier, rows = make(fresh_server.url, prefix)
+    mgr = ManagerStandIn(tier, rows)
+    keys = [offload_key(h) for h in hashes(4, seed=8)]
+    fill(rows, range(4), 8)
+    mgr.store("r1", keys, list(range(4)))
+    assert mgr.wait_jobs() and mgr.reported[-1][2] is True
+    fresh_server.kill()
+    mgr.store("r2", [offload_key(h) for h in hashes(4, seed=9)], [4, 5, 6, 7])
+    assert mgr.wait_jobs()
+    assert mgr.reported[-1][1:] == ("store", False)
+    mgr.evict_primary()
+    mgr.free = list(range(ROWS))
+    n, hits = steps_until(mgr, "r3", keys, 0)      # down: False, not None for ever
+    assert hits == 0
+    fresh_server.start(port=port)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        mgr.store("r4", keys, list(range(4)))
+        assert mgr.wait_jobs()
+        if mgr.reported[-1][2]:
+            break
+        time.sleep(0.3)
+    assert mgr.reported[-1][2] is True
+    time.sleep(1.1)                                  # the miss answers expire
+    n, hits = steps_until(mgr, "r5", keys, 4)
+    assert hits == 4
+    tier.shutdown()
+
+
+def test_constructor_does_not_raise_when_down(prefix):
+    from conftest import free_port
+    tier, rows = make("tcp://127.0.0.1:%d" % free_port(), prefix)
+    k = offload_key(hashes(1)[0])
+    assert tier.lookup(k, tb.ReqContext("r")) is False
+    tier.shutdown()
+
+
+def test_newer_interface_names(server, prefix):
+    """get_finished_jobs, drain_jobs, on_new_request, batch_lookup and the
+    positional (offloading_spec, view, tier_type) constructor."""
+    rows = np.zeros((8, ROW), dtype=np.uint8)
+    tier = kv.KVPoolSecondaryTier(Cfg, memoryview(rows), "kvpool", url=server.url,
+                                  namespace_prefix=prefix)
+    keys = [offload_key(h) for h in hashes(2, seed=10)]
+    tier.submit_store(tb.JobMetadata(1, keys, np.array([0, 1]), False, tb.ReqContext("r")))
+    tier.drain_jobs(timeout=10)
+    got = tier.get_finished_jobs()
+    assert [(r.job_id, r.success) for r in got] == [(1, True)]
+    assert tier.get_finished() == []
+    assert tier.batch_lookup(keys, tb.ReqContext("r")) == [True, True]
+    tier.on_new_request(tb.ReqContext("r"))
+    tier.request_finished(tb.ReqContext("r"))
+    tier.shutdown()
+
+
+def test_block_of_the_wrong_size_is_a_failed_load(server, prefix, raw):
+    """A block whose size is not the row's (another layout wrote it) fails
+    the load, writes no row but the job's own (a too-big block: none), and
+    the key then answers False."""
+    tier, rows = make(server.url, prefix)
+    mgr = ManagerStandIn(tier, rows)
+    keys = [offload_key(h) for h in hashes(2, seed=11)]
+    c = raw(tier.namespace)
+    c.put(kv.block_key(keys[0]), bytes(ROW + 8))
+    c.put(kv.block_key(keys[1]), bytes(ROW - 8), parent=kv.block_key(keys[0]))
+    rows[:] = 0x5A
+    n, hits = steps_until(mgr, "r", keys, 0)
+    assert hits == 0
+    assert all(not ok for _, kind, ok in mgr.reported if kind == "load")
+    others = [i for i in range(ROWS) if i not in mgr.load_rows]
+    assert mgr.load_rows and (rows[others] == 0x5A).all(), "only the job's rows are written"
+    assert [settle(tier, k) for k in keys] == [False, False]
+    tier.shutdown()
