@@ -51,8 +51,9 @@ endif
 
 DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev \
                 librocksdb-dev libsystemd-dev prometheus python3-pytest python3-numpy \
-                librdmacm-dev libibverbs-dev rdma-core
-PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c rocksdb libsystemd libibverbs librdmacm
+                librdmacm-dev libibverbs-dev rdma-core libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack
+PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c rocksdb libsystemd libibverbs librdmacm \
+           libzmq msgpack
 
 # The RDMA transport (rdma/): RDMA=1, the default when the rdma-core headers
 # are installed, builds it and links libibverbs and librdmacm; RDMA=0 builds
@@ -70,7 +71,8 @@ CFLAGS  += -std=gnu11 -g $(OPT) -Wall -Wextra -Wpointer-arith -Werror -fPIC -D_G
            -Iproto -Istorage -Iconfig -Iclient -Iserver -Irdma $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANLD) -pthread
 
-LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lcrypto -lsystemd -lm
+LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lcrypto -lsystemd -lzmq \
+               -lmsgpackc -lm
 LIBS_CLIENT := -lcrypto -lxxhash -lm
 LIBS_TEST   := -lcmocka
 ifeq ($(RDMA),1)
@@ -122,7 +124,7 @@ all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
 deps:
 	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null || \
-	    ! $(PYTHON) -c 'import pytest, numpy' 2>/dev/null || ! command -v promtool >/dev/null; then \
+	    ! $(PYTHON) -c 'import pytest, numpy, zmq, msgpack' 2>/dev/null || ! command -v promtool >/dev/null; then \
 	  echo "installing build dependencies: $(DEB_PACKAGES)"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && \
@@ -164,6 +166,7 @@ STORETEST_LIBS  := $(BUILD)/libstoretest.a $(BUILD)/libstore.a
 UNIT_DEPS_store  := $(STORETEST_LIBS)
 UNIT_DEPS_arena  := $(BUILD)/libstore.a
 UNIT_DEPS_tier   := $(STORETEST_LIBS)
+UNIT_DEPS_tier_durable := $(STORETEST_LIBS)
 UNIT_DEPS_index  := $(BUILD)/libstore.a
 UNIT_DEPS_config := $(BUILD)/libconf.a
 UNIT_FAKE_VERBS  := $(if $(filter 1,$(RDMA)),$(call obj,tests/unit/fake_verbs.c))
@@ -180,6 +183,7 @@ UNIT_LIBS_server := $(LIBS_SERVER)
 UNIT_SRV_PURE := srv_log srv_conn srv_stats srv_limits srv_out
 $(foreach t,$(UNIT_SRV_PURE),$(eval UNIT_DEPS_$(t) := $(UNIT_DEPS_server))$(eval UNIT_LIBS_$(t) := $(LIBS_SERVER)))
 UNIT_DEPS_admin  := $(UNIT_DEPS_server)
+UNIT_DEPS_events := $(BUILD)/libserver.a $(STORETEST_LIBS) $(BUILD)/libconf.a $(BUILD)/libproto.a
 UNIT_LIBS_admin  := $(LIBS_SERVER)
 # kvpoold in process over the loopback fake fabric (test_srv_rdma.c).
 UNIT_DEPS_srv_rdma := $(UNIT_FAKE_VERBS) $(UNIT_DEPS_server)
@@ -208,6 +212,8 @@ STORE_FIXTURE := $(call obj,tests/unit/store_fixture.c)
 UNIT_PRE_store        := $(STORE_FIXTURE)
 UNIT_PRE_tier         := $(STORE_FIXTURE)
 UNIT_PRE_store_faults := $(STORE_FIXTURE)
+UNIT_PRE_events       := $(STORE_FIXTURE)
+UNIT_PRE_tier_durable := $(STORE_FIXTURE)
 $(BUILD)/tests/unit_%: $(call obj,tests/unit/test_%.c) $$(UNIT_PRE_$$*) $$(UNIT_DEPS_$$*)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(UNIT_LIBS_$*) $(LIBS_CLIENT) $(LIBS_SERVER) $(LIBS_TEST)
@@ -222,6 +228,7 @@ $(BUILD)/tests/integ_%: $(call obj,tests/integration/test_%.c) $(INTEG_HOBJ) $(L
 BENCH_WIRE  := $(BUILD)/tests/wire
 BENCH_INDEX := $(BUILD)/tests/index_bytes
 COPYCOUNT   := $(BUILD)/tests/libcopycount.so
+ROFS        := $(BUILD)/tests/librofs.so
 bench: all $(BENCH_WIRE) $(BENCH_INDEX) $(COPYCOUNT)
 
 $(BENCH_WIRE): tests/bench/wire.c
@@ -233,6 +240,12 @@ $(BENCH_INDEX): $(call obj,tests/bench/index_bytes.c) $(STORETEST_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_SERVER)
 
 $(COPYCOUNT): tests/bench/copycount.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
+
+# The read-only-filesystem fault shim preloaded into kvpoold by
+# test_nvme_crash (no sanitizers either).
+$(ROFS): tests/bench/rofs.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O2 -g -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
 
@@ -314,7 +327,7 @@ deps-check:
 	@tests/deps_check.sh
 
 test: deps deps-check
-	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(COPYCOUNT)
+	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(COPYCOUNT) $(ROFS)
 	@BUILD=$(BUILD) KVPOOL_SOAK_SECONDS=$(TEST_SOAK_SECONDS) \
 	  tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(PY_TESTS) $(DEPS_TESTS)
 	@# (not in the sanitizer build: ThreadSanitizer and AddressSanitizer do not mix)
@@ -324,7 +337,7 @@ test: deps deps-check
 # makes the daemon exit 99, which fails the test's clean-shutdown check.
 test-valgrind: deps
 	@command -v valgrind >/dev/null || { echo "valgrind is not installed (apt-get install valgrind)"; exit 1; }
-	@$(MAKE) --no-print-directory all $(INTEG_BIN) $(COPYCOUNT)
+	@$(MAKE) --no-print-directory all $(INTEG_BIN) $(COPYCOUNT) $(ROFS)
 	@KVPOOL_VALGRIND=1 BUILD=$(BUILD) tests/run.sh $(INTEG_BIN)
 
 test-san: deps

@@ -121,8 +121,9 @@ static const struct conf_setting settings[] = {
 	  "blocks leaving DRAM that go to NVMe: all, or reused (used at least once after their put)",
 	  &admissions, NULL },
 	{ "nvme_segment_size", CONF_SIZE, FIELD(nvme_segment_bytes), "0", 0, 16 * GIB, 0, "SIZE",
-	  "NVMe segment file size, a multiple of 4KiB; 0 = automatic (256MiB, or nvme_capacity/8 "
-	  "when smaller)", NULL, "bytes" },
+	  "NVMe segment file size, rounded down to 4KiB and raised to one max_block_bytes block; "
+	  "0 = automatic: 256MiB, or nvme_capacity/8 when smaller (nvme_capacity must hold two)",
+	  NULL, "bytes" },
 	{ "nvme_io_threads", CONF_U32, FIELD(nvme_io_threads), "0", 0, 64, 0, "N",
 	  "NVMe demotion and promotion threads; 0 = 2", NULL, "threads" },
 	{ "rdma_port", CONF_U32, FIELD(rdma_port), "7472", 0, 65535, 0, "N",
@@ -140,6 +141,24 @@ static const struct conf_setting settings[] = {
 	{ "drain_timeout_ms", CONF_U32, FIELD(drain_timeout_ms), "10000", 0, 3600000, CONF_RELOAD,
 	  "MS",
 	  "on SIGTERM or SIGINT, wait this long at most for requests in flight", NULL, "ms" },
+	{ "nvme_drain_ms", CONF_U32, FIELD(nvme_drain_ms), "10000", 0, 3600000, 0, "MS",
+	  "on SIGTERM or SIGINT, after the requests: spend this long at most writing DRAM-only "
+	  "blocks to NVMe, hottest first, so a restart finds them; 0 = none", NULL, "ms" },
+	{ "kv_events_endpoint", CONF_STRING, FIELD(kv_events_endpoint), "", 0, 255, CONF_EMPTY_UNSET,
+	  "ADDR", "ZeroMQ PUB address to bind for KV events (e.g. tcp://127.0.0.1:5557); "
+	  "unset = no events", NULL, NULL },
+	{ "kv_events_replay_endpoint", CONF_STRING, FIELD(kv_events_replay_endpoint), "", 0, 255,
+	  CONF_EMPTY_UNSET, "ADDR",
+	  "ZeroMQ ROUTER address to bind for KV-event replay; unset = no replay", NULL, NULL },
+	{ "kv_events_topic", CONF_STRING, FIELD(kv_events_topic), "kvpool", 1, 100, 0, "TOPIC",
+	  "KV-event topic prefix; each batch's topic is TOPIC.NAMESPACE", NULL, NULL },
+	{ "kv_events_buffer", CONF_U32, FIELD(kv_events_buffer), "1000", 1, 1000000, 0, "N",
+	  "KV-event batches kept for replay", NULL, "batches" },
+	{ "kv_events_queue", CONF_U32, FIELD(kv_events_queue), "65536", 1, 16777216, 0, "N",
+	  "KV events queued to the publisher thread; more are dropped and counted", NULL,
+	  "events" },
+	{ "kv_events_block_size", CONF_U32, FIELD(kv_events_block_size), "16", 1, 1048576, 0, "N",
+	  "tokens per block, sent as the KV events' block_size", NULL, "tokens" },
 };
 
 #define N_SETTINGS (sizeof(settings) / sizeof(settings[0]))
@@ -1248,6 +1267,19 @@ int conf_validate(struct conf *c, char *err, size_t err_len)
 		set_err(err, err_len,
 			"admin_port (%" PRIu32 ") must differ from port: both listen on the listen "
 			"address (admin_port 0 turns admin http off)", c->admin_port);
+		return -EINVAL;
+	}
+	if (c->kv_events_replay_endpoint[0] && !c->kv_events_endpoint[0]) {
+		set_err(err, err_len,
+			"kv_events_replay_endpoint (%s) needs kv_events_endpoint: set it to publish "
+			"kv events", c->kv_events_replay_endpoint);
+		return -EINVAL;
+	}
+	if (c->kv_events_replay_endpoint[0] &&
+	    strcmp(c->kv_events_replay_endpoint, c->kv_events_endpoint) == 0) {
+		set_err(err, err_len,
+			"kv_events_replay_endpoint must differ from kv_events_endpoint (%s)",
+			c->kv_events_endpoint);
 		return -EINVAL;
 	}
 	rc = validate_nvme(c, err, err_len);

@@ -60,6 +60,16 @@ struct conf {
 					  * without tokens_file; default 0 */
 	uint32_t drain_timeout_ms;       /* SIGTERM/SIGINT: longest wait for requests
 					  * in flight before closing; default 10000 */
+	uint32_t nvme_drain_ms;          /* SIGTERM/SIGINT, then: longest time spent
+					  * writing DRAM-only blocks to NVMe;
+					  * default 10000; 0 = none */
+	/* KV events (docs/events.md): off while kv_events_endpoint is "". */
+	char kv_events_endpoint[256];    /* ZeroMQ PUB bind address; "" (default) = off */
+	char kv_events_replay_endpoint[256]; /* ZeroMQ ROUTER bind address; "" = no replay */
+	char kv_events_topic[128];       /* topic prefix; default "kvpool" */
+	uint32_t kv_events_buffer;       /* batches kept for replay; default 1000 */
+	uint32_t kv_events_queue;        /* events queued to the publisher; default 65536 */
+	uint32_t kv_events_block_size;   /* tokens per block, the events' block_size; default 16 */
 };
 
 /* Fill *c with every default (threads = number of online cores). */
@@ -167,6 +177,7 @@ size_t conf_json(const struct conf *c, char *buf, size_t len);
  * rounded up to 4 KiB; nvme_capacity at least two segments (with the
  * automatic size, two blocks of max_block_bytes in 4 KiB pages). Without
  * nvme_dir the other nvme_* settings are not checked against each other.
+ * kv_events_replay_endpoint needs kv_events_endpoint, and differs from it.
  * Call it once, after conf_from_args, before using the settings.
  * Errors: -EINVAL with a message (*c unchanged). */
 int conf_validate(struct conf *c, char *err, size_t err_len);

@@ -2,6 +2,7 @@
  * srv_metrics.c - the Prometheus text of a STATS snapshot.
  */
 #include "srv_metrics.h"
+#include "srv_events.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -167,6 +168,12 @@ static void write_nvme(struct mw *m, const struct store_stats *st)
 		   rebuild_blocks),
 		NV("rebuild_orphans_dropped", "gauge",
 		   "Blocks the start-up rebuild dropped: an ancestor did not survive.", orphans_dropped),
+		NV("index_records_lost", "gauge",
+		   "Index log records lost to damage at start (the index was moved aside).",
+		   index_records_lost),
+		NV("index_quarantined", "gauge",
+		   "1 when a damaged index was moved aside at start (the tier started empty).",
+		   index_quarantined),
 #undef NV
 	};
 
@@ -338,6 +345,27 @@ static void write_namespaces(struct mw *m, const struct srv_stats_doc *d)
 	}
 }
 
+/* The KV-event publisher's counters; none when events are off. */
+static void write_events(struct mw *m, const struct srv_events_stats *e)
+{
+	if (!e)
+		return;
+	single(m, "kvpool_kv_events_produced_total", "counter",
+	       "KV events the pool reported to the publisher.", e->produced);
+	single(m, "kvpool_kv_events_published_total", "counter",
+	       "KV events sent in a batch on the PUB socket.", e->published);
+	single(m, "kvpool_kv_events_dropped_total", "counter",
+	       "KV events dropped because the publisher's queue was full.", e->dropped);
+	single(m, "kvpool_kv_events_batches_total", "counter",
+	       "KV-event batches sent (the next sequence number).", e->batches);
+	single(m, "kvpool_kv_events_resync_batches_total", "counter",
+	       "KV-event batches flagged for resynchronisation after drops.", e->resync_batches);
+	single(m, "kvpool_kv_events_replay_requests_total", "counter",
+	       "KV-event replay requests served.", e->replay_requests);
+	single(m, "kvpool_kv_events_replayed_batches_total", "counter",
+	       "KV-event batches sent in replay answers.", e->replayed_batches);
+}
+
 int srv_metrics_write(const struct srv_stats_doc *doc, struct evbuffer *out)
 {
 	struct mw m = { .out = out, .err = 0 };
@@ -348,5 +376,6 @@ int srv_metrics_write(const struct srv_stats_doc *doc, struct evbuffer *out)
 	write_ops(&m, doc->ops->c);
 	write_latency(&m, doc->ops);
 	write_namespaces(&m, doc);
+	write_events(&m, doc->events);
 	return m.err;
 }

@@ -27,6 +27,7 @@
 
 #include "srv_auth.h"
 #include "srv_admin.h"
+#include "srv_events.h"
 #include "srv_lifecycle.h"
 #include "srv_log.h"
 #include "srv_prefault.h"
@@ -313,6 +314,27 @@ static int workers_start(struct srv *s)
 	return 0;
 }
 
+/* A stop by signal, with an NVMe tier: write the DRAM-only blocks to NVMe
+ * (hottest first) for at most nvme_drain_ms, so the restart finds them. */
+static void keep_dram(struct srv *s)
+{
+	uint64_t kept = 0, left = 0, t0 = srv_now_ms();
+	int rc;
+
+	if (!s->conf.nvme_dir[0] || !s->conf.nvme_drain_ms)
+		return;
+	rc = store_keep_dram(s->store, s->conf.nvme_drain_ms, &kept, &left);
+	if (rc == -ENODEV)
+		return;
+	if (rc == 0)
+		srv_info("nvme: kept %" PRIu64 " dram-only blocks on nvme for the restart "
+			 "(%" PRIu64 " ms)", kept, srv_now_ms() - t0);
+	else
+		srv_warn("nvme: kept %" PRIu64 " dram-only blocks on nvme for the restart; %" PRIu64
+			 " are lost (%s)", kept, left,
+			 rc == -ETIMEDOUT ? "nvme_drain_ms ran out" : "the tier cannot take writes");
+}
+
 /* Stop every worker (each closes its connections), let the store finish
  * the promotions in flight (their done callbacks land in the workers'
  * queues), hand those back, which frees the connections that waited for
@@ -321,6 +343,8 @@ static void workers_stop(struct srv *s)
 {
 	for (uint32_t i = 0; i < s->n_workers; i++)
 		srv_worker_stop(&s->workers[i]);
+	if (s->store && s->stop_signal)
+		keep_dram(s);
 	if (s->store)
 		store_drain(s->store);
 	for (uint32_t i = 0; i < s->n_workers; i++)
@@ -469,6 +493,48 @@ static int auth_open(struct srv *s)
 	return 0;
 }
 
+/* Start the KV-event publisher when kv_events_endpoint is set, and hook it
+ * to the pool: what the pool holds already (blocks rebuilt from NVMe) is
+ * announced first, once. */
+static int kv_events_open(struct srv *s)
+{
+	struct srv_events_config ec = {
+		.endpoint = s->conf.kv_events_endpoint,
+		.replay_endpoint = s->conf.kv_events_replay_endpoint,
+		.topic = s->conf.kv_events_topic,
+		.buffer_batches = s->conf.kv_events_buffer,
+		.queue_events = s->conf.kv_events_queue,
+		.block_size = s->conf.kv_events_block_size,
+	};
+	char why[512] = "";
+	int rc;
+
+	if (!s->conf.kv_events_endpoint[0])
+		return 0;
+	rc = srv_events_open(&ec, &s->kv_events, why, sizeof(why));
+	if (rc < 0) {
+		s->kv_events = NULL;
+		srv_err("cannot start kv events: %s", why[0] ? why : strerror(-rc));
+		return rc;
+	}
+	store_set_event_hook(s->store, srv_events_hook, s->kv_events);
+	srv_info("kv events: publishing on %s%s%s, topic %s", s->conf.kv_events_endpoint,
+		 s->conf.kv_events_replay_endpoint[0] ? ", replay on " : "",
+		 s->conf.kv_events_replay_endpoint, s->conf.kv_events_topic);
+	return 0;
+}
+
+/* Unhook and stop the publisher (what is queued is sent first). */
+static void kv_events_close(struct srv *s)
+{
+	if (!s->kv_events)
+		return;
+	if (s->store)
+		store_set_event_hook(s->store, NULL, NULL);
+	srv_events_close(s->kv_events);
+	s->kv_events = NULL;
+}
+
 /* Open the pool; with an NVMe tier this rebuilds its index first, which
  * is why the ports open only afterwards (serve). */
 static int pool_open(struct srv *s)
@@ -490,6 +556,9 @@ static int pool_open(struct srv *s)
 		return rc;
 	}
 	nvme_report(s);
+	rc = kv_events_open(s);
+	if (rc < 0)
+		return rc;
 	srv_prefault_start(s);
 	return 0;
 }
@@ -577,6 +646,7 @@ int srv_run(const struct conf *c, int argc, char **argv)
 	events_free(s);
 	srv_lifecycle_free(s);
 	srv_prefault_stop(s);
+	kv_events_close(s);
 	store_close(s->store);
 	srv_auth_free(s->auth);
 out_base:

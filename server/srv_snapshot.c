@@ -90,6 +90,10 @@ int srv_snapshot_take(struct srv *s, const char *name, uint16_t len, struct srv_
 	doc->store = &snap->store;
 	doc->ns = snap->ns;
 	doc->transport_rdma = &s->rdma;
+	if (s->kv_events) {
+		srv_events_stats(s->kv_events, &snap->events);
+		doc->events = &snap->events;
+	}
 	snap->settings = srv_settings_json(s);
 	doc->settings = snap->settings;
 	*out = snap;

@@ -15,6 +15,7 @@
 
 #include <stdint.h>
 
+#include "srv_events.h"
 #include "srv_stats.h"
 #include "store.h"
 
@@ -25,6 +26,7 @@ struct srv_snapshot {
 	struct store_stats store;
 	struct store_ns_stats *ns;    /* doc.ns_count of them */
 	char *settings;               /* srv_settings_json; NULL if out of memory */
+	struct srv_events_stats events; /* KV-event counters (doc.events; NULL when off) */
 	struct srv_stats_doc doc;     /* what srv_stats_json renders; points
 				       * into this snapshot */
 };

@@ -2,6 +2,7 @@
  * srv_stats.c - per-worker counters, their sum, and the STATS JSON writer.
  */
 #include "srv_stats.h"
+#include "srv_events.h"
 #include "srv_rdma.h"
 
 #include <errno.h>
@@ -114,9 +115,11 @@ static void json_nvme(struct jw *j, const struct store_stats *st)
 		  st->segments_reclaimed, st->admission_rejections, st->nvme_evictions);
 	jw_printf(j,
 		  "\"corrupt_blocks\":%" PRIu64 ",\"read_errors\":%" PRIu64 ",\"write_errors\":%" PRIu64 ","
-		  "\"rebuild_ms\":%" PRIu64 ",\"rebuild_blocks\":%" PRIu64 ",\"orphans_dropped\":%" PRIu64 "}",
+		  "\"rebuild_ms\":%" PRIu64 ",\"rebuild_blocks\":%" PRIu64 ",\"orphans_dropped\":%" PRIu64 ","
+		  "\"index_records_lost\":%" PRIu64 ",\"index_quarantined\":%" PRIu64 "}",
 		  st->corrupt_blocks, st->nvme_read_errors, st->nvme_write_errors, st->rebuild_ms,
-		  st->rebuild_blocks, st->orphans_dropped);
+		  st->rebuild_blocks, st->orphans_dropped, st->index_records_lost,
+		  st->index_quarantined);
 }
 
 static void json_store(struct jw *j, const struct store_stats *st)
@@ -216,6 +219,18 @@ static void json_rdma(struct jw *j, const struct srv_rdma_state *r, const uint64
 		  c[SRV_C_rdma_bytes_read], c[SRV_C_rdma_bytes_written], c[SRV_C_rdma_xfer_errors]);
 }
 
+/* "kv_events": the publisher's counters (srv_events.h). */
+static void json_events(struct jw *j, const struct srv_events_stats *e)
+{
+	jw_printf(j,
+		  "\"kv_events\":{\"enabled\":true,\"produced\":%" PRIu64 ",\"published\":%" PRIu64
+		  ",\"dropped\":%" PRIu64 ",\"queued\":%" PRIu64 ",\"batches\":%" PRIu64
+		  ",\"resync_batches\":%" PRIu64 ",\"replay_requests\":%" PRIu64
+		  ",\"replayed_batches\":%" PRIu64 ",\"replay_errors\":%" PRIu64 "},",
+		  e->produced, e->published, e->dropped, e->queued, e->batches, e->resync_batches,
+		  e->replay_requests, e->replayed_batches, e->replay_errors);
+}
+
 int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 {
 	struct jw j = { .out = out, .err = 0 };
@@ -231,6 +246,8 @@ int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 	jw_printf(&j, "\"blocks\":%" PRIu64 ",", d->store->blocks);
 	if (d->transport_rdma)
 		json_rdma(&j, d->transport_rdma, d->ops->c);
+	if (d->events)
+		json_events(&j, d->events);
 	jw_printf(&j, "\"namespaces\":{");
 	for (uint32_t i = 0; i < d->ns_count; i++) {
 		if (i)

@@ -68,6 +68,7 @@ void srv_stats_sum(struct srv_stats *dst, const struct srv_stats *src);
 /* Everything the STATS document shows. All pointers are borrowed for the
  * duration of srv_stats_json. */
 struct srv_rdma_state;
+struct srv_events_stats;
 
 struct srv_stats_doc {
 	const char *version;          /* server version, e.g. "0.1.0" */
@@ -80,6 +81,8 @@ struct srv_stats_doc {
 	const struct store_ns_stats *ns; /* ns_count namespaces to list */
 	uint32_t ns_count;
 	const struct srv_rdma_state *transport_rdma; /* "rdma" object; NULL leaves it out */
+	const struct srv_events_stats *events; /* "kv_events" object; NULL (events off)
+						* leaves it out */
 	const char *settings;         /* the effective settings as a JSON object
 				       * (conf_json), shown as "settings"; NULL
 				       * leaves the key out */

@@ -128,6 +128,9 @@ struct store {
 	void (*evict_hook)(void *arg); /* store_debug_evict_hook */
 	void *evict_hook_arg;
 	struct store_tier *tier;      /* NULL without an NVMe tier */
+	store_event_fn event_fn;      /* store_set_event_hook; NULL = none */
+	void *event_arg;
+	bool events_quiet;            /* store_drop_namespace: no REMOVED per block */
 };
 
 /* Take the store lock and apply what MATCHes logged meanwhile. */
@@ -317,6 +320,14 @@ void store_block_drop_dram_locked(struct store *s, struct store_block *b);
  * working NVMe tier evict LRU leaves. Errors: -ENOSPC (nothing left to
  * drop or evict), -EAGAIN (only dirty copies left: the demoter is woken). */
 int store_alloc_room_locked(struct store *s, uint32_t pages, uint32_t *first);
+
+/* ---- event.c: the event hook ---- */
+/* Tell the hook (if any) that visible block b was stored (publish) or is
+ * leaving the pool (before its state changes). */
+void store_event_block_locked(struct store *s, const struct store_block *b,
+			      enum store_event_kind kind);
+/* Tell the hook that namespace ns was emptied. */
+void store_event_cleared_locked(struct store *s, const struct store_ns *ns);
 
 /* ---- log.c ---- */
 /* Log one line (formatted; call without the lock). */

@@ -268,6 +268,7 @@ void store_block_remove_locked(struct store *s, struct store_block *b)
 	uint64_t arena_bytes = b->in_dram ? store_extent_bytes(b) : 0;
 	struct store_ns *ns = store_block_ns(s, b);
 
+	store_event_block_locked(s, b, STORE_EVENT_REMOVED);
 	store_wr_begin(s);
 	(void)store_index_remove(&s->index, &b->node);
 	store_wr_end(s);
@@ -283,6 +284,8 @@ void store_block_remove_locked(struct store *s, struct store_block *b)
 	b->state = STORE_BLOCK_REMOVED;
 	store_lease_end_block_locked(s, b);
 	unlink_parent(s, b);
+	if (s->tier)
+		store_tier_removed_locked(s, b);
 	if (b->on_nvme)
 		store_tier_detach_locked(s, b);
 	if (b->refs == 0) {
@@ -415,20 +418,52 @@ int store_alloc_room_locked(struct store *s, uint32_t pages, uint32_t *first)
 int store_delete(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		 uint64_t *removed)
 {
-	struct store_ns *ns;
-	struct store_block *b;
 	uint64_t n = 0;
+	int status;
+	int rc = store_delete_many(s, ns_id, (const uint8_t (*)[STORE_KEY_BYTES])key, 1, &status,
+				   &n);
 
+	if (rc)
+		return rc;
+	if (status == 0 && removed)
+		*removed = n; /* untouched otherwise, as before */
+	return status;
+}
+
+int store_delete_many(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
+		      uint32_t count, int *statuses, uint64_t *removed)
+{
+	struct store_ns *ns;
+	uint64_t n = 0, before;
+	int rc = 0;
+
+	if (count && (!keys || !statuses))
+		return -EINVAL;
 	store_lock(s);
+	before = store_tier_disk_removals_locked(s);
 	ns = store_ns_find_locked(s, ns_id);
-	b = ns ? store_find_locked(s, ns_id, key) : NULL;
-	if (b) {
-		n = store_block_remove_tree_locked(s, b, NULL);
-		ns->deletes += n;
+	for (uint32_t i = 0; i < count; i++) {
+		struct store_block *b = ns ? store_find_locked(s, ns_id, keys[i]) : NULL;
+		uint64_t k;
+
+		statuses[i] = b ? 0 : -ENOENT;
+		if (!b)
+			continue;
+		k = store_block_remove_tree_locked(s, b, NULL);
+		ns->deletes += k;
+		n += k;
 	}
+	/* answered only once no record of the chains can come back: one
+	 * write and one log sync for the whole batch */
+	if (store_tier_disk_removals_locked(s) != before)
+		rc = store_tier_persist_removals_locked(s);
 	pthread_mutex_unlock(&s->lock);
-	if (!b)
-		return -ENOENT;
+	if (rc) {
+		for (uint32_t i = 0; i < count; i++)
+			if (statuses[i] == 0)
+				statuses[i] = rc;
+		return 0;
+	}
 	if (removed)
 		*removed = n;
 	return 0;

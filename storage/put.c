@@ -245,6 +245,7 @@ static void publish_locked(struct store *s, struct store_block *b, struct store_
 	store_lru_touch_locked(s, b);
 	store_lru_sync_locked(s, b);
 	store_wr_end(s);
+	store_event_block_locked(s, b, STORE_EVENT_STORED);
 }
 
 /* Decide the fate of reservation b whose payload hashed to `sum`. */

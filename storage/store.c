@@ -454,6 +454,7 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 	struct store_ns *ns;
 	uint64_t nblocks = 0, nbytes = 0;
 	uint32_t disk_id;
+	int rc = 0;
 
 	store_lock(s);
 	ns = store_ns_find_locked(s, ns_id);
@@ -461,7 +462,9 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 		pthread_mutex_unlock(&s->lock);
 		return -ENOENT;
 	}
-	/* remove whole trees from their roots: each tree is walked once */
+	/* remove whole trees from their roots: each tree is walked once;
+	 * the event hook hears one CLEARED instead of a REMOVED per block */
+	s->events_quiet = true;
 	while (ns->blocks) {
 		struct store_block *b = store_blk(s, ns->blocks);
 
@@ -469,6 +472,8 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 			b = store_parent(s, b);
 		nblocks += store_block_remove_tree_locked(s, b, &nbytes);
 	}
+	s->events_quiet = false;
+	store_event_cleared_locked(s, ns);
 	/* the namespace's next demotion gets a fresh disk id, so records of
 	 * the old one written by a demotion in flight are never read again */
 	disk_id = ns->disk_id;
@@ -476,12 +481,12 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 	ns->disk_named = false;
 	pthread_mutex_unlock(&s->lock);
 	if (disk_id && s->tier)
-		store_tier_ns_drop(s, disk_id);
+		rc = store_tier_ns_drop(s, disk_id);
 	if (blocks)
 		*blocks = nblocks;
 	if (bytes)
 		*bytes = nbytes;
-	return 0;
+	return rc;
 }
 
 /* ---- statistics ---- */

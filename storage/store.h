@@ -112,6 +112,18 @@ int store_open(const struct store_config *cfg, struct store **out, char *why, si
  * calls store_close. */
 void store_drain(struct store *s);
 
+/* For a planned restart: write the pool's DRAM-only blocks to NVMe,
+ * hottest (most recently used) first, each after its DRAM-only ancestors
+ * (so that what is written is reachable at the next start), for at most
+ * timeout_ms; nvme_admission does not apply. Call after the last put and
+ * before store_drain; the pool keeps serving meanwhile. *kept (may be
+ * NULL) receives the blocks written by this call, *left (may be NULL)
+ * those still DRAM-only. Blocks the caller (waits on the demoter).
+ * Returns 0 (none left), -ETIMEDOUT (time ran out first), -EIO (the tier
+ * cannot take writes: a write failed, or no segment can be freed),
+ * -ENODEV (no NVMe tier). */
+int store_keep_dram(struct store *s, uint64_t timeout_ms, uint64_t *kept, uint64_t *left);
+
 /* Fault in arena bytes [offset, offset + bytes) so that puts landing there
  * later do not pay for the kernel's page zeroing on the hot path (here
  * zeroing ran at ~0.4 GB/s, slower than the wire). Safe while the pool
@@ -175,12 +187,17 @@ int store_namespace_find(struct store *s, const char *name, size_t name_len, uin
 int store_namespace_quota(struct store *s, uint32_t ns_id, uint64_t quota_bytes);
 
 /* Remove every block of a namespace (the namespace itself stays, empty),
- * from both tiers; on NVMe the drop is recorded before this returns, so it
- * holds after a restart or a crash of the process.
+ * from both tiers; on NVMe the drop is recorded and the index log synced
+ * before this returns (one atomic write with a tombstone for the old disk
+ * id, which nothing written under it later can outlive), so it holds
+ * after a restart, a crash of the process or a power loss. Blocks for
+ * that sync when the namespace had reached NVMe.
  * Blocks still referenced by a GET in flight disappear from the index at
  * once and their bytes are freed at their last store_release.
  * *blocks and *bytes (either may be NULL) receive what was removed.
- * Errors: -ENOENT (unknown ns_id). */
+ * Errors: -ENOENT (unknown ns_id); -EIO (removed from memory, but the
+ * drop could not be written to the NVMe index: the tier is marked
+ * unhealthy and retries it in the background, and at close). */
 int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint64_t *bytes);
 
 /* ---- PUT ---------------------------------------------------------------- */
@@ -319,9 +336,28 @@ int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY
 
 /* Remove a block and all its resident descendants. *removed (may be NULL)
  * receives the number of blocks removed. Pinned blocks leave the index at
- * once; their bytes are freed at their last release. Errors: -ENOENT. */
+ * once; their bytes are freed at their last release. With an NVMe tier,
+ * when any of them had an NVMe copy (or a demotion in flight), the call
+ * returns only once their record deletes are written and the index log
+ * is synced, so a crash or power loss after it cannot bring them back:
+ * it blocks for one log sync, and for a demotion batch in flight.
+ * Errors: -ENOENT; -EIO (the blocks are gone from memory, but their
+ * removal could not be written to the NVMe index: it is retried, and the
+ * tier is marked unhealthy meanwhile). */
 int store_delete(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		 uint64_t *removed);
+
+/* store_delete of count keys (a DELETE request) with one durability step
+ * for all of them: one record-delete write and one log sync, not one per
+ * key. statuses[i] receives key i's result: 0 (removed with its
+ * descendants), -ENOENT (absent, or removed earlier in this batch as a
+ * descendant), or -EIO (removed from memory, but the batch's removal
+ * could not be written to the NVMe index: retried, the tier marked
+ * unhealthy). *removed (may be NULL) receives the blocks removed when no
+ * status is -EIO. Returns 0, or -EINVAL (keys or statuses NULL with
+ * count > 0). */
+int store_delete_many(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
+		      uint32_t count, int *statuses, uint64_t *removed);
 
 /* ---- leases -------------------------------------------------------------- */
 
@@ -333,6 +369,50 @@ void store_lessee_free(struct store *s, struct store_lessee *l);
 /* End leases whose time has run out (CLOCK_MONOTONIC). Call it every
  * ~100 ms; returns the number of lease pins ended. */
 uint64_t store_tick(struct store *s);
+
+/* ---- events (for a KV-event publisher; no networking here) ------------ */
+
+enum store_event_kind {
+	STORE_EVENT_STORED = 1,  /* a block became visible (a PUT's commit, or an announce) */
+	STORE_EVENT_REMOVED = 2, /* a block left the pool: eviction (either tier, quota),
+				  * DELETE (one event per block of the removed subtree, leaves
+				  * first), a failed checksum on NVMe. Not demotion/promotion. */
+	STORE_EVENT_CLEARED = 3, /* every block of namespace ns_id was dropped
+				  * (store_drop_namespace); no REMOVED events for them */
+};
+
+struct store_event {
+	enum store_event_kind kind;
+	uint32_t ns_id;
+	const char *ns_name;        /* the namespace's name, ns_name_len bytes, no NUL */
+	uint32_t ns_name_len;
+	const uint8_t *key;         /* STORED, REMOVED: STORE_KEY_BYTES; NULL for CLEARED */
+	const uint8_t *parent;      /* STORED: the parent's key, NULL for a first block */
+	uint64_t length;            /* STORED, REMOVED: payload bytes */
+	uint8_t tier;               /* STORED: STORE_TIER_DRAM, or STORE_TIER_NVME (announce of
+				     * a block only on NVMe) */
+	uint8_t announce;           /* 1: from store_set_event_hook's walk of what is stored
+				     * (a block rebuilt from NVMe at open, or any block present
+				     * when the hook is set), not from a new PUT */
+};
+
+/* Called for every event, WITH the store lock held (so calls are
+ * serialised: one at a time, in the order the pool changed), from
+ * whichever thread changed the pool (a worker, an I/O thread). Every
+ * pointer in *ev is valid only during the call. The function must not
+ * block (except for announce events, see store_set_event_hook), must not
+ * call into the store, and should be a few hundred nanoseconds at most:
+ * every other store call waits for it. */
+typedef void (*store_event_fn)(void *arg, const struct store_event *ev);
+
+/* Install (fn != NULL) or remove (fn == NULL) the event hook. When
+ * installing, first calls fn once per visible block, announce = 1, each
+ * namespace's blocks parents first (so a subscriber can check every
+ * parent it is told about), under the store lock: blocks rebuilt from
+ * NVMe at open are announced this way, exactly once. Call it at start-up
+ * before serving (announce calls may wait for the consumer; nothing else
+ * waits on the lock then) or at shutdown. Cannot fail; takes the lock. */
+void store_set_event_hook(struct store *s, store_event_fn fn, void *arg);
 
 /* ---- statistics -------------------------------------------------------- */
 
@@ -384,6 +464,9 @@ struct store_stats {
 	uint64_t rebuild_ms;           /* time the open's index rebuild took */
 	uint64_t rebuild_blocks;       /* blocks made matchable again by it */
 	uint64_t orphans_dropped;      /* blocks dropped by it: a stored ancestor did not survive */
+	uint64_t index_records_lost;   /* index log records written but lost to damage (the
+					* index was then moved aside: storage/nvme/NVME.md) */
+	uint64_t index_quarantined;    /* damaged indexes moved aside at this start (0 or 1) */
 };
 
 struct store_ns_stats {

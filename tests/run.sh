@@ -9,6 +9,7 @@ export KVPOOLD="${KVPOOLD:-$PWD/$BUILD/kvpoold}"
 export KVPOOL_CLI="${KVPOOL_CLI:-$PWD/$BUILD/kvpool}"
 export KVPOOL_TEST_DATA="${KVPOOL_TEST_DATA:-$PWD/tests/data}"
 export KVPOOL_COPYCOUNT="${KVPOOL_COPYCOUNT:-$PWD/$BUILD/tests/libcopycount.so}"
+export KVPOOL_ROFS="${KVPOOL_ROFS:-$PWD/$BUILD/tests/librofs.so}"
 export KVPOOL_FUZZ_DIR="${KVPOOL_FUZZ_DIR:-$PWD/tests/fuzz}"
 passed=0 failed=0 bad_bins=() skipped_bins=()
 for bin in "$@"; do

@@ -281,6 +281,31 @@ static void print_rdma(FILE *f, struct json_object *r)
 		fmt_count(JGET(r, "transfer_errors"), e, sizeof(e)));
 }
 
+/* The KV-event publisher (docs/events.md): what it sent, dropped and
+ * replayed. Nothing when the server does not report it (events off, or an
+ * older kvpoold). */
+static void print_kv_events(FILE *f, struct json_object *e)
+{
+	struct json_object *on = JGET(e, "enabled");
+	char a[32], b[32], c[32], d[32], g[32], h[32], k[32];
+
+	if (!e || !on)
+		return;
+	if (!json_object_get_boolean(on)) {
+		fprintf(f, "kv events: off (no kv_events_endpoint)\n");
+		return;
+	}
+	fprintf(f, "kv events: %s published in %s batches, %s dropped (%s resync batches), "
+		"%s queued; replay requests %s (%s batches)\n",
+		fmt_count(JGET(e, "published"), a, sizeof(a)),
+		fmt_count(JGET(e, "batches"), b, sizeof(b)),
+		fmt_count(JGET(e, "dropped"), c, sizeof(c)),
+		fmt_count(JGET(e, "resync_batches"), d, sizeof(d)),
+		fmt_count(JGET(e, "queued"), g, sizeof(g)),
+		fmt_count(JGET(e, "replay_requests"), h, sizeof(h)),
+		fmt_count(JGET(e, "replayed_batches"), k, sizeof(k)));
+}
+
 /* One row per tier, the NVMe tier's activity, then pool-wide memory and
  * eviction figures. */
 static void print_tiers(FILE *f, struct json_object *doc)
@@ -310,6 +335,7 @@ static void print_tiers(FILE *f, struct json_object *doc)
 	else
 		fprintf(f, "nvme tier: off (no nvme_dir)\n");
 	print_rdma(f, JGET(doc, "rdma"));
+	print_kv_events(f, JGET(doc, "kv_events"));
 }
 
 /* Per-operation counts, with the prefix-match hit ratio. */

@@ -75,7 +75,7 @@ static bool busy_locked(struct store *s)
 	struct store_tier *t = s->tier;
 
 	return t->promos || t->demoter_busy || store_demote_wanted_locked(s) ||
-	       store_tier_dels_due_locked(s);
+	       store_tier_dels_due_locked(s) || t->npunch;
 }
 
 void store_debug_nvme_wait_idle(struct store *s)

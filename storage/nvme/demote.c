@@ -8,7 +8,8 @@
  *     batch_bytes), reserves consecutive ranges of the active segment for
  *     them and pins them (a ref keeps their pages; demoting keeps them out
  *     of the DIRTY heap); blocks that nvme_admission=reused turns away are
- *     evicted here instead, when they are leaves;
+ *     evicted here instead, when they are leaves and DRAM is short of
+ *     room (one at a time, LRU first, until the watermark is met);
  *  2. without the lock, names new namespaces in the index, writes the
  *     extents with one pwritev straight from the arena, then commits their
  *     records and the queued record deletes in one RocksDB batch (payload
@@ -58,6 +59,7 @@ struct demote_batch {
 	struct store_del *dels;
 	size_t ndels;
 	bool fail_write;          /* test hook: this write fails */
+	bool dels_written;        /* the deletes went out although the batch failed */
 };
 
 bool store_demote_wanted_locked(struct store *s)
@@ -65,7 +67,7 @@ bool store_demote_wanted_locked(struct store *s)
 	struct store_tier *t = s->tier;
 	uint64_t avail;
 
-	if (t->draining || t->stop || store_now_ms() < t->retry_at_ms)
+	if (t->draining || t->stop || store_now_ms() < t->retry_at_ms || t->index_failed)
 		return false;
 	if (t->nfree == 0 && t->active != STORE_SEG_NONE && s->lru[STORE_LRU_DIRTY].len)
 		return true;
@@ -133,24 +135,39 @@ static bool disk_id_locked(struct store *s, struct store_ns *ns, struct demote_b
 	return true;
 }
 
+/* Is DRAM below the demoter's low watermark (free + clean pages)? */
+static bool room_needed_locked(const struct store *s)
+{
+	return store_arena_free_pages(s->arena) + s->clean_pages < s->tier->low_pages;
+}
+
+enum admit { ADMIT_DEMOTE, ADMIT_EVICTED, ADMIT_KEEP };
+
 /* nvme_admission=reused turns away a block not used since its put; a
  * leaf then leaves the pool, anything else is demoted anyway (no holes).
- * Returns true when b was evicted. */
-static bool admission_evict_locked(struct store *s, struct store_block *b)
+ * A turned-away leaf is evicted only while DRAM is short of room, one
+ * at a time in LRU order (the DIRTY heap's order), as a DRAM-only pool
+ * evicts; once the watermark is met it stays (ADMIT_KEEP: the round
+ * stops), unless every dirty block must go (the test hook). */
+static enum admit admission_locked(struct store *s, struct store_block *b)
 {
-	if (s->cfg.nvme_admission != STORE_ADMIT_REUSED)
-		return false;
+	if (s->cfg.nvme_admission != STORE_ADMIT_REUSED || s->tier->hot)
+		return ADMIT_DEMOTE;
 	store_wr_begin(s); /* a MATCH may have used or leased b meanwhile */
 	if (b->reused || !store_block_evictable(b)) {
 		store_wr_end(s);
-		return false;
+		return ADMIT_DEMOTE;
+	}
+	if (!room_needed_locked(s)) {
+		store_wr_end(s);
+		return s->tier->demote_all ? ADMIT_DEMOTE : ADMIT_KEEP;
 	}
 	s->tier->admission_rejections++;
 	s->evictions++;
 	store_block_ns(s, b)->evictions++;
 	store_block_remove_locked(s, b);
 	store_wr_end(s);
-	return true;
+	return ADMIT_EVICTED;
 }
 
 /* Add b to the batch at the active segment's fill point and pin it. */
@@ -187,6 +204,30 @@ static void take_locked(struct store *s, struct demote_batch *db, struct store_b
 	store_lru_sync_locked(s, b);
 }
 
+static bool is_dirty(const struct store_block *b)
+{
+	return store_lru_slot(b, STORE_LRU_DIRTY) != STORE_HEAP_NONE;
+}
+
+/* store_keep_dram's order: the topmost dirty ancestor of the hottest
+ * block still dirty (a child taken before its parent would be an orphan
+ * at the next start if the time ran out between them). Falls back to the
+ * DIRTY heap's order once the list is used up (blocks put meanwhile). */
+static struct store_block *next_hot_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+	struct store_block *b, *p;
+
+	while (t->hot_next < t->nhot && !is_dirty(t->hot[t->hot_next]))
+		t->hot_next++;
+	if (t->hot_next == t->nhot)
+		return store_slab_ptr(&s->slab, s->lru[STORE_LRU_DIRTY].v[0]);
+	b = t->hot[t->hot_next];
+	while ((p = store_parent(s, b)) && is_dirty(p))
+		b = p;
+	return b;
+}
+
 /* Fill the batch from the DIRTY heap. Returns false when the round must
  * end without writing (a segment switch took the last free segment, or
  * no segment is free). */
@@ -196,11 +237,16 @@ static bool pick_locked(struct store *s, struct demote_batch *db)
 	struct store_heap *dirty = &s->lru[STORE_LRU_DIRTY];
 
 	while (db->n < DEMOTE_MAX_BLOCKS && db->bytes < t->batch_bytes && dirty->len) {
-		struct store_block *b = store_slab_ptr(&s->slab, dirty->v[0]);
+		struct store_block *b = t->hot ? next_hot_locked(s)
+					       : store_slab_ptr(&s->slab, dirty->v[0]);
 		uint64_t ext = store_extent_bytes(b);
 
-		if (admission_evict_locked(s, b))
+		enum admit a = admission_locked(s, b);
+
+		if (a == ADMIT_EVICTED)
 			continue;
+		if (a == ADMIT_KEEP)
+			break;
 		if (t->active == STORE_SEG_NONE ||
 		    t->segs[t->active].fill_bytes + ext > t->segment_bytes) {
 			if (db->n)
@@ -224,7 +270,9 @@ static bool pick_locked(struct store *s, struct demote_batch *db)
 
 /* ---- record deletes ---- */
 
-void store_tier_flush_dels_locked(struct store *s)
+/* Write the queued record deletes in one batch (synced when sync, so
+ * that they hold through a power loss). Requeued on failure. 0 or -EIO. */
+static int flush_dels_locked(struct store *s, bool sync)
 {
 	struct store_del *dels;
 	size_t n;
@@ -233,6 +281,8 @@ void store_tier_flush_dels_locked(struct store *s)
 	store_tier_take_dels_locked(s, &dels, &n);
 	pthread_mutex_unlock(&s->lock);
 	rc = store_tier_index_commit(s, NULL, 0, dels, n);
+	if (!rc && sync)
+		rc = store_nvme_index_sync(s->tier->ix);
 	if (rc)
 		store_log_limited(s, &s->tier->rl_write, STORE_LOG_ERR,
 				  "nvme: deleting %zu index records failed (%d)", n, rc);
@@ -244,6 +294,31 @@ void store_tier_flush_dels_locked(struct store *s)
 		store_tier_dels_done_locked(s, dels, n);
 	}
 	free(dels);
+	return rc;
+}
+
+void store_tier_flush_dels_locked(struct store *s)
+{
+	(void)flush_dels_locked(s, false);
+}
+
+int store_tier_persist_removals_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+	int rc;
+
+	/* A batch or a reclaim in flight may hold a block just removed:
+	 * when it ends it queues the delete of the record it wrote. (A
+	 * demoter parked by the test hook is not waited for.) */
+	while (t->demoter_busy && !t->held)
+		pthread_cond_wait(&t->idle, &s->lock);
+	if (t->demoter_busy)
+		return 0;
+	t->demoter_busy = true;
+	rc = flush_dels_locked(s, true);
+	t->demoter_busy = false;
+	pthread_cond_broadcast(&t->idle);
+	return rc;
 }
 
 /* ---- the write ---- */
@@ -255,6 +330,13 @@ static int write_batch(struct store *s, struct demote_batch *db)
 	struct store_tier *t = s->tier;
 	int rc = store_tier_room_for(s, db->bytes);
 
+	if (rc == -ENOSPC && db->ndels) {
+		/* The payload does not fit, but the record deletes must go out
+		 * anyway: they are what frees (and punches) segments, so a full
+		 * disk can recover. The reserve is there for index writes. */
+		db->dels_written = store_tier_index_commit(s, NULL, 0, db->dels, db->ndels) == 0;
+		return rc;
+	}
 	for (uint32_t i = 0; i < db->nnames && !rc; i++)
 		rc = store_nvme_index_ns_put(t->ix, db->names[i].disk_id, db->names[i].name,
 					     db->names[i].len);
@@ -282,8 +364,20 @@ static void commit_locked(struct store *s, struct demote_batch *db, int rc)
 	struct store_tier *t = s->tier;
 
 	if (rc) {
-		store_tier_dels_requeue_locked(s, db->dels, db->ndels);
+		struct store_seg *sg = &t->segs[db->items[0].seg];
+
+		if (db->dels_written)
+			store_tier_dels_done_locked(s, db->dels, db->ndels);
+		else
+			store_tier_dels_requeue_locked(s, db->dels, db->ndels);
 		store_tier_write_failed_locked(s);
+		/* nothing was written: give the batch's range back (only the
+		 * demoter hands out ranges), so failures do not seal empty
+		 * segments */
+		if (t->active == db->items[0].seg &&
+		    sg->fill_bytes == db->items[db->n - 1].off +
+				      db->iov[db->n - 1].iov_len)
+			sg->fill_bytes = db->items[0].off;
 	} else {
 		store_tier_dels_done_locked(s, db->dels, db->ndels);
 		for (uint32_t i = 0; i < db->nnames; i++)
@@ -355,6 +449,10 @@ void store_demote_round_locked(struct store *s)
 	struct store_tier *t = s->tier;
 
 	t->want_demote = false;
+	if (t->npunch) {
+		store_tier_punch_locked(s); /* freed segments first */
+		return;
+	}
 	if (!s->lru[STORE_LRU_DIRTY].len && !t->demote_all)
 		return; /* nothing waits to be demoted: no reclaim either */
 	if (t->nfree == 0 && store_tier_oldest_sealed(t) != STORE_SEG_NONE) {

@@ -5,18 +5,21 @@
  *   'b' + be32 disk id + 32-byte hash   one block record (fixed-size value)
  *   'n' + be32 disk id                  namespace name
  *   'm' + "next_ns"                     next disk id, le32
+ *   'd' + be32 disk id                  tombstone: this namespace was dropped
  * Big-endian ids make a namespace's records one contiguous key range, so
  * dropping a namespace is a single DeleteRange and a scan returns records
  * grouped by namespace.
  *
  * Options: WAL on, writes unsynced, no compression (values are hashes and
  * offsets: nothing to gain), create_if_missing. Every RocksDB error string
- * is logged here and freed; callers only ever see -EIO.
+ * is logged here and freed; callers see -EBADMSG when RocksDB reported
+ * corruption, else -EIO.
  */
 #include "nvme_index.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +30,7 @@
 #define KEY_BLOCK 'b'
 #define KEY_NS 'n'
 #define KEY_META 'm'
+#define KEY_DROPPED 'd'
 #define BLOCK_KEY_BYTES (1 + 4 + STORE_KEY_BYTES)
 #define NS_KEY_BYTES (1 + 4)
 static const char next_ns_key[] = { KEY_META, 'n', 'e', 'x', 't', '_', 'n', 's' };
@@ -34,6 +38,7 @@ static const char next_ns_key[] = { KEY_META, 'n', 'e', 'x', 't', '_', 'n', 's' 
  * copy, so they live in static storage. */
 static const char block_lo = KEY_BLOCK, block_hi = KEY_BLOCK + 1;
 static const char ns_lo = KEY_NS, ns_hi = KEY_NS + 1;
+static const char dropped_lo = KEY_DROPPED, dropped_hi = KEY_DROPPED + 1;
 
 /* Block record value, version 1 (NVME.md "Record value"). */
 #define REC_FORMAT 1
@@ -51,8 +56,15 @@ struct store_nvme_index {
 	rocksdb_t *db;
 	rocksdb_options_t *opts;
 	rocksdb_writeoptions_t *wopts;
+	rocksdb_writeoptions_t *wopts_sync; /* namespace drops: synced */
 	rocksdb_readoptions_t *ropts;
 	pthread_mutex_t ns_lock; /* serialises ns_put's read-modify-write of next_ns */
+	/* Serialises every write, and the check of `failed` with it: once the
+	 * filesystem refused a write-ahead log write, RocksDB's log writer
+	 * aborts the process (an assertion) at the next write or sync, so
+	 * none is made: the index is read-only until the next start. */
+	pthread_mutex_t write_lock;
+	bool failed;
 	store_log_fn log;
 	void *log_arg;
 };
@@ -175,25 +187,55 @@ static void ix_log(const struct store_nvme_index *ix, enum store_log_level level
 	ix->log(ix->log_arg, level, msg);
 }
 
-/* Turn a RocksDB error string into -EIO: log it (naming what we were
- * doing), free it. 0 when there was no error. */
+/* Turn a RocksDB error string into -EBADMSG (RocksDB says "Corruption":
+ * a checksum or format failure in its files) or -EIO (anything else):
+ * log it (naming what we were doing), free it. 0 when there was no error. */
 static int rdb_error(const struct store_nvme_index *ix, char *err, const char *what)
 {
+	int rc;
+
 	if (!err)
 		return 0;
 	ix_log(ix, STORE_LOG_ERR, "nvme index: %s failed: %s", what, err);
+	rc = strstr(err, "Corruption") ? -EBADMSG : -EIO;
 	rocksdb_free(err);
-	return -EIO;
+	return rc;
 }
 
-/* Commit a write batch (WAL on, unsynced) and free it. */
-static int commit(struct store_nvme_index *ix, rocksdb_writebatch_t *wb, const char *what)
+/* After a failed write (ix->write_lock held): a RocksDB "IO error" is the
+ * filesystem refusing the log (read-only, EIO, full): no more writes. */
+static int write_error_locked(struct store_nvme_index *ix, char *err, const char *what)
+{
+	if (err && strncmp(err, "IO error", 8) == 0 && !ix->failed) {
+		ix->failed = true;
+		ix_log(ix, STORE_LOG_ERR, "nvme index: the filesystem refused a write of its log; "
+		       "the index takes no more writes until kvpoold restarts (the nvme tier "
+		       "stays unhealthy, dram serves, nvme copies stay readable)");
+	}
+	return rdb_error(ix, err, what);
+}
+
+/* Commit a write batch (WAL on; synced when sync) and free it. */
+static int commit_opt(struct store_nvme_index *ix, rocksdb_writebatch_t *wb, bool sync,
+		      const char *what)
 {
 	char *err = NULL;
+	int rc = -EIO;
 
-	rocksdb_write(ix->db, ix->wopts, wb, &err);
+	pthread_mutex_lock(&ix->write_lock);
+	if (!ix->failed) {
+		rocksdb_write(ix->db, sync ? ix->wopts_sync : ix->wopts, wb, &err);
+		rc = write_error_locked(ix, err, what);
+	}
+	pthread_mutex_unlock(&ix->write_lock);
 	rocksdb_writebatch_destroy(wb);
-	return rdb_error(ix, err, what);
+	return rc;
+}
+
+/* Commit a write batch unsynced and free it. */
+static int commit(struct store_nvme_index *ix, rocksdb_writebatch_t *wb, const char *what)
+{
+	return commit_opt(ix, wb, false, what);
 }
 
 /* ---- open / close -------------------------------------------------------- */
@@ -210,23 +252,66 @@ static rocksdb_options_t *index_options(void)
 	rocksdb_options_set_bottommost_compression(o, rocksdb_no_compression);
 	rocksdb_options_set_keep_log_file_num(o, 4);
 	rocksdb_options_set_max_log_file_size(o, 8u << 20);
+	/* RocksDB preallocates each write-ahead log file at 1.1 times the
+	 * write buffer (72 MiB with its 64 MiB default): a small buffer keeps
+	 * that well inside STORE_TIER_FS_RESERVE_BYTES (tier_impl.h), and an
+	 * index of 72-byte records needs no more */
+	rocksdb_options_set_write_buffer_size(o, STORE_NVME_INDEX_WRITE_BUFFER_BYTES);
 	rocksdb_options_increase_parallelism(o, 2);
+	/* RocksDB's info LOG lives in the index directory: when that
+	 * filesystem refuses writes, a second line logged through a writer
+	 * that already failed aborts the process (an assertion in RocksDB's
+	 * file writer, kept in release builds), and an I/O error is logged at
+	 * ERROR. So only FATAL lines are written; every RocksDB error string
+	 * reaches kvpoold's own log through rdb_error instead. */
+	rocksdb_options_set_info_log_level(o, 4 /* FATAL_LEVEL */);
 	return o;
 }
+
+/* Databases whose log writer failed: closing one would abort in
+ * RocksDB's log writer, so it is left open for the life of the process
+ * (and kept reachable here, so leak checkers do not count it). */
+static rocksdb_t *abandoned[16];
+static unsigned nabandoned;
+static pthread_mutex_t abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Free what a (possibly half-built) index holds. */
 static void ix_free(struct store_nvme_index *ix)
 {
+	if (ix->db && ix->failed) {
+		pthread_mutex_lock(&abandoned_lock);
+		if (nabandoned < sizeof(abandoned) / sizeof(abandoned[0]))
+			abandoned[nabandoned++] = ix->db;
+		pthread_mutex_unlock(&abandoned_lock);
+		ix->db = NULL;
+	}
 	if (ix->db)
 		rocksdb_close(ix->db);
 	if (ix->ropts)
 		rocksdb_readoptions_destroy(ix->ropts);
 	if (ix->wopts)
 		rocksdb_writeoptions_destroy(ix->wopts);
+	if (ix->wopts_sync)
+		rocksdb_writeoptions_destroy(ix->wopts_sync);
 	if (ix->opts)
 		rocksdb_options_destroy(ix->opts);
 	pthread_mutex_destroy(&ix->ns_lock);
+	pthread_mutex_destroy(&ix->write_lock);
 	free(ix);
+}
+
+/* Does RocksDB's open error say the files are damaged (rather than
+ * locked, read-only, full or out of file descriptors)? */
+static bool open_error_is_damage(const char *err)
+{
+	static const char *const transient[] = { "lock", "Read-only", "No space",
+						 "Too many open files", "Permission denied" };
+
+	for (size_t i = 0; i < sizeof(transient) / sizeof(transient[0]); i++)
+		if (strstr(err, transient[i]))
+			return false;
+	return strstr(err, "Corruption") || strstr(err, "Invalid argument") ||
+	       strstr(err, "MANIFEST") || strstr(err, "CURRENT") || strstr(err, "No such file");
 }
 
 int store_nvme_index_open(const char *path, store_log_fn log, void *log_arg,
@@ -238,23 +323,29 @@ int store_nvme_index_open(const char *path, store_log_fn log, void *log_arg,
 	if (!ix)
 		goto out_nomem;
 	pthread_mutex_init(&ix->ns_lock, NULL);
+	pthread_mutex_init(&ix->write_lock, NULL);
 	ix->log = log;
 	ix->log_arg = log_arg;
 	ix->opts = index_options();
 	ix->wopts = rocksdb_writeoptions_create();
+	ix->wopts_sync = rocksdb_writeoptions_create();
 	ix->ropts = rocksdb_readoptions_create();
-	if (!ix->opts || !ix->wopts || !ix->ropts)
+	if (!ix->opts || !ix->wopts || !ix->wopts_sync || !ix->ropts)
 		goto out_free;
 	rocksdb_writeoptions_set_sync(ix->wopts, 0);
 	rocksdb_writeoptions_disable_WAL(ix->wopts, 0);
+	rocksdb_writeoptions_set_sync(ix->wopts_sync, 1);
+	rocksdb_writeoptions_disable_WAL(ix->wopts_sync, 0);
 	ix->db = rocksdb_open(ix->opts, path, &err);
 	if (err) {
+		int rc = open_error_is_damage(err) ? -EBADMSG : -EIO;
+
 		if (why && why_len)
 			snprintf(why, why_len, "cannot open the nvme index %s: %s", path, err);
 		rdb_error(ix, err, "open");
 		ix->db = NULL;
 		ix_free(ix);
-		return -EIO;
+		return rc;
 	}
 	*out = ix;
 	return 0;
@@ -306,9 +397,45 @@ int store_nvme_index_delete(struct store_nvme_index *ix, uint32_t ns_disk_id,
 	uint8_t k[BLOCK_KEY_BYTES];
 	char *err = NULL;
 
+	int rc = -EIO;
+
 	block_key(k, ns_disk_id, key);
-	rocksdb_delete(ix->db, ix->wopts, (const char *)k, sizeof(k), &err);
-	return rdb_error(ix, err, "deleting a block record");
+	pthread_mutex_lock(&ix->write_lock);
+	if (!ix->failed) {
+		rocksdb_delete(ix->db, ix->wopts, (const char *)k, sizeof(k), &err);
+		rc = write_error_locked(ix, err, "deleting a block record");
+	}
+	pthread_mutex_unlock(&ix->write_lock);
+	return rc;
+}
+
+bool store_nvme_index_failed(struct store_nvme_index *ix)
+{
+	bool failed;
+
+	pthread_mutex_lock(&ix->write_lock);
+	failed = ix->failed;
+	pthread_mutex_unlock(&ix->write_lock);
+	return failed;
+}
+
+uint64_t store_nvme_index_last_seq(struct store_nvme_index *ix)
+{
+	return rocksdb_get_latest_sequence_number(ix->db);
+}
+
+int store_nvme_index_sync(struct store_nvme_index *ix)
+{
+	char *err = NULL;
+	int rc = -EIO;
+
+	pthread_mutex_lock(&ix->write_lock);
+	if (!ix->failed) {
+		rocksdb_flush_wal(ix->db, 1, &err);
+		rc = write_error_locked(ix, err, "syncing the write-ahead log");
+	}
+	pthread_mutex_unlock(&ix->write_lock);
+	return rc;
 }
 
 /* ---- namespaces ---------------------------------------------------------- */
@@ -385,11 +512,22 @@ out_unlock:
 
 int store_nvme_index_ns_drop(struct store_nvme_index *ix, uint32_t ns_disk_id)
 {
-	rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-	uint8_t from[5], to[5], k[NS_KEY_BYTES];
+	rocksdb_writebatch_t *wb;
+	uint8_t from[5], to[5], k[NS_KEY_BYTES], d[NS_KEY_BYTES], v[4];
+	uint32_t next;
+	int rc;
 
-	if (!wb)
-		return -ENOMEM;
+	if (ns_disk_id == 0)
+		return -EINVAL;
+	pthread_mutex_lock(&ix->ns_lock);
+	rc = read_next_ns(ix, &next);
+	if (rc)
+		goto out_unlock;
+	wb = rocksdb_writebatch_create();
+	if (!wb) {
+		rc = -ENOMEM;
+		goto out_unlock;
+	}
 	from[0] = KEY_BLOCK;
 	put_be32(from + 1, ns_disk_id);
 	if (ns_disk_id < UINT32_MAX) {
@@ -403,7 +541,20 @@ int store_nvme_index_ns_drop(struct store_nvme_index *ix, uint32_t ns_disk_id)
 					sizeof(to));
 	ns_key(k, ns_disk_id);
 	rocksdb_writebatch_delete(wb, (const char *)k, sizeof(k));
-	return commit(ix, wb, "dropping a namespace");
+	/* The tombstone outlives whatever a demotion in flight still writes
+	 * under this id (a name, records): the scans ignore them all. */
+	d[0] = KEY_DROPPED;
+	put_be32(d + 1, ns_disk_id);
+	rocksdb_writebatch_put(wb, (const char *)d, sizeof(d), "", 0);
+	if (next <= ns_disk_id && ns_disk_id < UINT32_MAX) {
+		put_le32(v, ns_disk_id + 1); /* the id is never handed out again */
+		rocksdb_writebatch_put(wb, next_ns_key, sizeof(next_ns_key), (const char *)v,
+				       sizeof(v));
+	}
+	rc = commit_opt(ix, wb, true, "dropping a namespace");
+out_unlock:
+	pthread_mutex_unlock(&ix->ns_lock);
+	return rc;
 }
 
 /* ---- scans --------------------------------------------------------------- */
@@ -446,26 +597,88 @@ static int end_iter(struct store_nvme_index *ix, rocksdb_iterator_t *it, rocksdb
 	return rc;
 }
 
+/* The tombstoned disk ids, ascending (RocksDB's key order), in a
+ * malloc'd array (*ids NULL when there are none). Errors: -EIO, -ENOMEM. */
+static int dropped_ids(struct store_nvme_index *ix, uint32_t **ids, size_t *n)
+{
+	rocksdb_readoptions_t *ro;
+	rocksdb_iterator_t *it;
+	size_t cap = 0;
+	int rc = 0;
+
+	*ids = NULL;
+	*n = 0;
+	it = range_iter(ix, &ro, &dropped_lo, &dropped_hi);
+	if (!it)
+		return -ENOMEM;
+	for (; !rc && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+		size_t klen;
+		const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &klen);
+
+		if (klen != NS_KEY_BYTES)
+			continue;
+		if (*n == cap) {
+			size_t ncap = cap ? cap * 2 : 64;
+			uint32_t *m = realloc(*ids, ncap * sizeof(*m));
+
+			if (!m) {
+				rc = -ENOMEM;
+				break;
+			}
+			*ids = m;
+			cap = ncap;
+		}
+		(*ids)[(*n)++] = get_be32(k + 1);
+	}
+	rc = end_iter(ix, it, ro, rc, "scanning namespace tombstones");
+	if (rc) {
+		free(*ids);
+		*ids = NULL;
+		*n = 0;
+	}
+	return rc;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
 int store_nvme_index_ns_scan(struct store_nvme_index *ix, store_nvme_ns_fn fn, void *arg)
 {
 	rocksdb_readoptions_t *ro;
 	rocksdb_iterator_t *it;
-	int rc = 0;
+	uint32_t *dropped;
+	size_t ndropped;
+	int rc;
 
+	rc = dropped_ids(ix, &dropped, &ndropped);
+	if (rc)
+		return rc;
 	it = range_iter(ix, &ro, &ns_lo, &ns_hi);
-	if (!it)
+	if (!it) {
+		free(dropped);
 		return -ENOMEM;
+	}
 	for (; !rc && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
 		size_t klen, vlen;
 		const uint8_t *k = (const uint8_t *)rocksdb_iter_key(it, &klen);
 		const char *v = rocksdb_iter_value(it, &vlen);
+		uint32_t id;
 
 		if (klen != NS_KEY_BYTES || vlen == 0 || vlen > STORE_NAME_MAX_BYTES) {
 			ix_log(ix, STORE_LOG_WARN, "nvme index: skipping a malformed namespace entry");
 			continue;
 		}
-		rc = fn(arg, get_be32(k + 1), v, vlen);
+		id = get_be32(k + 1);
+		/* named again by a demotion that raced the drop: still dropped */
+		if (ndropped && bsearch(&id, dropped, ndropped, sizeof(*dropped), cmp_u32))
+			continue;
+		rc = fn(arg, id, v, vlen);
 	}
+	free(dropped);
 	return end_iter(ix, it, ro, rc, "scanning namespaces");
 }
 

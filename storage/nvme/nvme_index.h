@@ -4,12 +4,16 @@
  *
  * Internal to storage/. RocksDB types, options and error strings never
  * leave nvme_index.c: errors come back as -errno, and the text RocksDB
- * gave is logged through the store's log function.
+ * gave is logged through the store's log function. Wherever a function
+ * below lists -EIO, it returns -EBADMSG instead when RocksDB reported
+ * corruption (a checksum or format failure in its own files).
  *
  * Durability: the write-ahead log is on and unsynced (a process crash
  * loses nothing written; a machine crash may lose the last writes, which
- * is acceptable for a cache). Every function here is one atomic RocksDB
- * write or a read.
+ * is acceptable for a cache). Removals that a client is told about are
+ * synced: ns_drop syncs itself, and the store calls store_nvme_index_sync
+ * after a DELETE's record deletes. Every function here is one atomic
+ * RocksDB write or a read.
  *
  * Namespace ids here are "disk ids": numbered 1, 2, ... by the store,
  * never reused within a directory (the next one is kept in the index),
@@ -21,12 +25,17 @@
 #ifndef KVPOOL_NVME_INDEX_H
 #define KVPOOL_NVME_INDEX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "store.h"
 
 struct store_nvme_index;
+
+/* RocksDB's write buffer (memtable) size; each write-ahead log file is
+ * preallocated at 1.1 times it, about 8.8 MiB. */
+#define STORE_NVME_INDEX_WRITE_BUFFER_BYTES (8u << 20)
 
 /* What the index keeps of one block on NVMe. Encoded little-endian in a
  * fixed-size value (storage/nvme/NVME.md); key = disk ns id (big-endian, so a
@@ -45,8 +54,10 @@ struct store_nvme_rec {
 };
 
 /* Open or create the RocksDB database at `path` (a directory). Creates it
- * when missing. Errors: -EIO (RocksDB refused: corrupt, wrong options,
- * locked; the reason goes to why and to the log), -ENOMEM. */
+ * when missing. Errors: -EBADMSG (RocksDB says its files are damaged: a
+ * corrupt or missing CURRENT, MANIFEST or table file), -EIO (RocksDB
+ * refused otherwise: locked, read-only, full, out of file descriptors);
+ * the reason goes to why and to the log; -ENOMEM. */
 int store_nvme_index_open(const char *path, store_log_fn log, void *log_arg,
 			  struct store_nvme_index **out, char *why, size_t why_len);
 
@@ -67,6 +78,22 @@ int store_nvme_index_write(struct store_nvme_index *ix, const struct store_nvme_
 int store_nvme_index_delete(struct store_nvme_index *ix, uint32_t ns_disk_id,
 			    const uint8_t key[STORE_KEY_BYTES]);
 
+/* Did the filesystem refuse a write of the index's log (RocksDB "IO
+ * error")? Then every write function returns -EIO without calling
+ * RocksDB (whose log writer would abort the process at the next write),
+ * reads still work, and store_nvme_index_close leaves the database open
+ * for the life of the process. Any thread. */
+bool store_nvme_index_failed(struct store_nvme_index *ix);
+
+/* The sequence number of the last write the database holds (after an
+ * open: the last one its write-ahead log replay reached). */
+uint64_t store_nvme_index_last_seq(struct store_nvme_index *ix);
+
+/* Make every write returned so far durable (sync the write-ahead log):
+ * a DELETE is answered only after its record deletes are synced. Blocks
+ * the caller for one device flush. Errors: -EIO. */
+int store_nvme_index_sync(struct store_nvme_index *ix);
+
 /* Record namespace `name` (1..255 bytes) under disk id ns_disk_id and set
  * the next disk id to at least ns_disk_id + 1, atomically.
  * Errors: -EIO, -ENOMEM, -EINVAL (name length, or id 0 or UINT32_MAX). */
@@ -74,14 +101,18 @@ int store_nvme_index_ns_put(struct store_nvme_index *ix, uint32_t ns_disk_id,
 			    const char *name, size_t name_len);
 
 /* Forget namespace ns_disk_id and every block record under it, in one
- * atomic write (a range delete), so a drop holds after a crash.
- * Errors: -EIO. */
+ * atomic, synced write (a range delete, plus a tombstone for the id and
+ * the next disk id moved past it), so a drop holds after a crash or a
+ * power loss once this returns, even when a demotion in flight still
+ * writes a name or records under the id afterwards: ns_scan ignores a
+ * tombstoned id for good. Blocks the caller for one log sync.
+ * Errors: -EIO, -ENOMEM, -EINVAL (id 0). */
 int store_nvme_index_ns_drop(struct store_nvme_index *ix, uint32_t ns_disk_id);
 
 /* The next unused disk id (1 for a new index). Errors: -EIO. */
 int store_nvme_index_next_ns_id(struct store_nvme_index *ix, uint32_t *out);
 
-/* Call fn for every namespace, in disk id order. fn's name is not
+/* Call fn for every namespace that has no tombstone, in disk id order. fn's name is not
  * NUL-terminated and is valid during the call. A non-zero return from fn
  * stops the scan and is returned. Errors: -EIO, or fn's value. */
 typedef int (*store_nvme_ns_fn)(void *arg, uint32_t ns_disk_id, const char *name,

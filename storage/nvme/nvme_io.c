@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -432,9 +433,84 @@ static int trim_segments(struct store_nvme_io *io, int seg_dir_fd)
 	}
 	closedir(d);
 	if (removed)
-		io_log(io, STORE_LOG_INFO,
-		       "nvme dir %s: removed %u segment files beyond the capacity (%u segments)",
+		io_log(io, STORE_LOG_WARN,
+		       "nvme dir %s: nvme_capacity shrank: removed %u segment files beyond the "
+		       "new %u segments, and every block they held",
 		       io->dir, removed, io->segment_count);
+	return 0;
+}
+
+/* Bytes the existing segment files numbered below the count hold on disk
+ * (the tier may reuse them), 0 when there is no segments/ yet. */
+static uint64_t existing_segment_bytes(struct store_nvme_io *io)
+{
+	char name[32];
+	uint64_t sum = 0;
+	int fd = openat(io->dir_fd, SEGMENT_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	for (uint32_t n = 0; n < io->segment_count; n++) {
+		struct stat sb;
+
+		snprintf(name, sizeof(name), "%08" PRIu32, n);
+		if (fstatat(fd, name, &sb, 0) == 0)
+			sum += (uint64_t)sb.st_blocks * 512;
+	}
+	close(fd);
+	return sum;
+}
+
+/* Before any segment file is created: the process may keep one file
+ * descriptor per segment open (the soft limit is raised towards the hard
+ * one if needed), and the filesystem has room for the whole capacity
+ * (free space plus what existing segments already hold). Errors: -EMFILE,
+ * -ENOSPC, with the figures in why. */
+int store_nvme_io_check_fds(const char *dir, uint64_t segment_bytes, uint32_t segment_count,
+			    char *why, size_t why_len)
+{
+	uint64_t need_fds = (uint64_t)segment_count + STORE_NVME_SPARE_FDS;
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY ||
+	    rl.rlim_cur >= need_fds)
+		return 0;
+	{
+		struct rlimit up = rl;
+
+		up.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need_fds ? need_fds
+										: rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+			rl = up;
+	}
+	if (rl.rlim_cur >= need_fds)
+		return 0;
+	set_why(why, why_len, "nvme dir %s: %" PRIu32 " segments of %" PRIu64 " bytes need %" PRIu64
+		" open files, but the limit is %llu: raise it (LimitNOFILE, ulimit -n), or use "
+		"larger segments (nvme_segment_size) or a smaller nvme_capacity", dir,
+		segment_count, segment_bytes, need_fds, (unsigned long long)rl.rlim_cur);
+	return -EMFILE;
+}
+
+static int check_limits(struct store_nvme_io *io, char *why, size_t why_len)
+{
+	uint64_t capacity = (uint64_t)io->segment_count * io->segment_bytes, room;
+	struct statvfs vfs;
+	int rc = store_nvme_io_check_fds(io->dir, io->segment_bytes, io->segment_count, why,
+					 why_len);
+
+	if (rc)
+		return rc;
+	if (fstatvfs(io->dir_fd, &vfs) == 0) {
+		room = (uint64_t)vfs.f_bavail * vfs.f_frsize + existing_segment_bytes(io);
+		if (capacity > room) {
+			set_why(why, why_len, "nvme dir %s: nvme_capacity (%" PRIu64 " bytes) is more "
+				"than the filesystem can hold (%" PRIu64 " bytes free, counting "
+				"existing segments): lower nvme_capacity or free space", io->dir,
+				capacity, room);
+			return -ENOSPC;
+		}
+	}
 	return 0;
 }
 
@@ -530,6 +606,8 @@ int store_nvme_io_open(const char *dir, uint64_t segment_bytes, uint32_t segment
 	rc = take_lock(io, why, why_len);
 	if (!rc)
 		rc = probe_dir(io, why, why_len);
+	if (!rc)
+		rc = check_limits(io, why, why_len);
 	if (!rc)
 		rc = open_format(io, why, why_len);
 	if (!rc)

@@ -35,16 +35,34 @@ struct store_nvme_io;
  * each. Probes O_DIRECT on a segment; where the filesystem refuses it
  * (tmpfs, some overlays), uses buffered I/O and logs that once through
  * log(log_arg, STORE_LOG_WARN, ...). Segment files beyond segment_count
- * (a smaller capacity than last time) are deleted; the caller drops their
- * index records. why[0..why_len) (may be NULL) receives a one-line reason
- * naming the path on failure.
+ * (a smaller capacity than last time) are deleted, with a warning; the
+ * caller drops their index records. Before any segment file is created
+ * the open checks that segment_count + STORE_NVME_SPARE_FDS descriptors
+ * fit the process's limit (raising the soft limit up to the hard one)
+ * and that the filesystem's free space plus what the existing segment
+ * files hold covers segment_count * segment_bytes. why[0..why_len) (may
+ * be NULL) receives a one-line reason naming the path on failure.
  * Errors: -EINVAL (segment_bytes not a 4 KiB multiple or 0, count < 2),
  *   -ENOENT / -ENOTDIR (dir), -EACCES (dir not writable), -EBUSY (LOCK
  *   held by another process), -EPROTONOSUPPORT (FORMAT names another
- *   version or is unreadable), -ENOMEM, -EIO / -ENOSPC (creating files). */
+ *   version or is unreadable), -EMFILE (too many segments for the fd
+ *   limit), -ENOSPC (the capacity does not fit the filesystem), -ENOMEM,
+ *   -EIO / -ENOSPC (creating files). */
+/* Descriptors kept free beside one per segment: RocksDB's files, the
+ * server's sockets. */
+#define STORE_NVME_SPARE_FDS 256u
+
 int store_nvme_io_open(const char *dir, uint64_t segment_bytes, uint32_t segment_count,
 		       store_log_fn log, void *log_arg, struct store_nvme_io **out,
 		       char *why, size_t why_len);
+
+/* The fd check of store_nvme_io_open alone, for a caller that wants it
+ * before allocating anything per segment: may this process keep
+ * segment_count + STORE_NVME_SPARE_FDS descriptors open (the soft limit
+ * is raised towards the hard one if needed)? dir names the directory in
+ * why. 0 or -EMFILE. */
+int store_nvme_io_check_fds(const char *dir, uint64_t segment_bytes, uint32_t segment_count,
+			    char *why, size_t why_len);
 
 /* Bytes segment n's file held when the directory was opened: 0 when the
  * file was missing, less than a segment when it had been truncated, the

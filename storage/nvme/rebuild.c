@@ -436,7 +436,7 @@ static int build(struct rebuild *rb)
 	if (!rc)
 		rc = store_nvme_index_scan(s->tier->ix, on_rec, rb, &undecodable);
 	if (rc)
-		return rc;
+		return rc; /* -EBADMSG: RocksDB found damage reading it through */
 	rb->invalid += undecodable;
 	dedupe_names(rb);
 	rb->bad = calloc(rb->nrecs + 1, 1);
@@ -480,7 +480,7 @@ int store_rebuild(struct store *s, char *why, size_t why_len)
 		if (why && why_len)
 			snprintf(why, why_len, "%s: rebuilding the nvme index failed (%d)",
 				 s->cfg.nvme_dir, rc);
-		return rc == -ENOMEM ? rc : -EIO;
+		return rc == -ENOMEM || rc == -EBADMSG ? rc : -EIO;
 	}
 	ms = store_now_ms() - start;
 	s->tier->rebuild_ms = ms;

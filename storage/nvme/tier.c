@@ -17,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "index_recover.h"
 #include "nvme_index.h"
 #include "nvme_io.h"
 #include "tier_impl.h"
@@ -113,6 +115,11 @@ void store_tier_detach_locked(struct store *s, struct store_block *b)
 	ns->nvme_blocks--;
 	b->on_nvme = 0;
 	store_tier_queue_del_locked(s, ns->disk_id, b->node.key, b->seg);
+	/* a sealed segment left with no block frees (and punches) at once
+	 * rather than waiting to be the oldest at a reclaim (one being
+	 * reclaimed is FREEING already) */
+	if (sg->state == STORE_SEG_SEALED && sg->live_bytes == 0)
+		sg->state = STORE_SEG_FREEING;
 	store_tier_seg_settle_locked(s, b->seg);
 	store_lru_sync_locked(s, b);
 }
@@ -122,12 +129,38 @@ void store_tier_seg_settle_locked(struct store *s, uint32_t seg)
 	struct store_tier *t = s->tier;
 	struct store_seg *sg = &t->segs[seg];
 
-	if (sg->state != STORE_SEG_FREEING || sg->readers || sg->pending_dels || sg->live_bytes)
+	if (sg->state != STORE_SEG_FREEING || sg->readers || sg->pending_dels || sg->live_bytes ||
+	    sg->punch)
 		return;
-	sg->state = STORE_SEG_FREE;
-	sg->fill_bytes = 0;
-	t->nfree++;
-	pthread_cond_broadcast(&t->idle);
+	/* FREE only once its bytes went back to the filesystem: a segment
+	 * reused first would lose its new bytes to the punch */
+	sg->punch = 1;
+	t->npunch++;
+	pthread_cond_broadcast(&t->wake);
+}
+
+void store_tier_punch_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+
+	for (uint32_t i = 0; i < t->nseg && t->npunch; i++) {
+		struct store_seg *sg = &t->segs[i];
+
+		if (!sg->punch)
+			continue;
+		pthread_mutex_unlock(&s->lock);
+		(void)store_nvme_io_discard(t->io, i); /* best effort */
+		store_lock(s);
+		sg->punch = 0;
+		t->npunch--;
+		if (sg->state != STORE_SEG_FREEING || sg->readers || sg->pending_dels ||
+		    sg->live_bytes)
+			continue; /* taken back meanwhile (an aborted reclaim) */
+		sg->state = STORE_SEG_FREE;
+		sg->fill_bytes = 0;
+		t->nfree++;
+		pthread_cond_broadcast(&t->idle);
+	}
 }
 
 /* ---- record deletes and index commits ---- */
@@ -171,11 +204,53 @@ void store_tier_dels_requeue_locked(struct store *s, const struct store_del *del
 	}
 }
 
+void store_tier_queue_drop_locked(struct store *s, uint32_t disk_id)
+{
+	struct store_tier *t = s->tier;
+
+	if (t->ndrops == t->drops_cap) {
+		size_t cap = t->drops_cap ? t->drops_cap * 2 : 16;
+		uint32_t *n = realloc(t->drops, cap * sizeof(*n));
+
+		if (!n) {
+			store_log(s, STORE_LOG_ERR, "nvme: out of memory: the drop of namespace "
+				  "disk id %u is not retried", disk_id);
+			return;
+		}
+		t->drops = n;
+		t->drops_cap = cap;
+	}
+	t->drops[t->ndrops++] = disk_id;
+}
+
+/* Retry the namespace drops that failed, oldest first, until one fails. */
+static void retry_drops_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+
+	while (t->ndrops) {
+		uint32_t id = t->drops[0];
+		int rc;
+
+		pthread_mutex_unlock(&s->lock);
+		rc = store_nvme_index_ns_drop(t->ix, id);
+		store_lock(s);
+		if (rc) {
+			store_tier_write_failed_locked(s);
+			return;
+		}
+		memmove(t->drops, t->drops + 1, (t->ndrops - 1) * sizeof(*t->drops));
+		t->ndrops--;
+	}
+}
+
 void store_tier_write_failed_locked(struct store *s)
 {
 	struct store_tier *t = s->tier;
 
 	t->healthy = false;
+	if (!t->index_failed && store_nvme_index_failed(t->ix))
+		t->index_failed = true;
 	t->write_errors++;
 	t->retry_at_ms = store_now_ms() + t->backoff_ms;
 }
@@ -209,13 +284,9 @@ int store_tier_index_commit(struct store *s, const struct store_nvme_rec *recs, 
 			memcpy(keys[i], dels[i].key, STORE_KEY_BYTES);
 		}
 	}
-	if (n) {
+	if (n || ndels)
 		rc = store_nvme_index_write(t->ix, recs, n, ns_ids,
 					    (const uint8_t (*)[STORE_KEY_BYTES])keys, ndels);
-	} else {
-		for (size_t i = 0; i < ndels && !rc; i++)
-			rc = store_nvme_index_delete(t->ix, ns_ids[i], keys[i]);
-	}
 out_free:
 	free(ns_ids);
 	free(keys);
@@ -254,7 +325,18 @@ bool store_tier_dels_due_locked(const struct store *s)
 {
 	const struct store_tier *t = s->tier;
 
-	return t->ndels && !t->demoter_busy && store_now_ms() >= t->retry_at_ms;
+	return (t->ndels || t->ndrops) && !t->demoter_busy && store_now_ms() >= t->retry_at_ms &&
+	       !t->index_failed;
+}
+
+/* The demoter role's background index work: failed drops, then deletes. */
+static void flush_all_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+
+	retry_drops_locked(s);
+	if (t->ndels && !t->ndrops)
+		store_tier_flush_dels_locked(s);
 }
 
 static void *worker_main(void *arg)
@@ -276,8 +358,12 @@ static void *worker_main(void *arg)
 			as_demoter_locked(s, store_demote_round_locked);
 			continue;
 		}
+		if (t->npunch && !t->demoter_busy) {
+			as_demoter_locked(s, store_tier_punch_locked);
+			continue;
+		}
 		if (store_tier_dels_due_locked(s)) {
-			as_demoter_locked(s, store_tier_flush_dels_locked);
+			as_demoter_locked(s, flush_all_locked);
 			continue;
 		}
 		store_tier_wait_ms_locked(s, &t->wake, IDLE_WAIT_MS);
@@ -364,8 +450,77 @@ static void tier_free(struct store_tier *t)
 	pthread_cond_destroy(&t->idle);
 	free(t->threads);
 	free(t->dels);
+	free(t->drops);
+	free(t->hot);
 	free(t->segs);
 	free(t);
+}
+
+/* Move a damaged index aside (with the log files as found, when kept)
+ * and open a fresh, empty one in its place. `what` says why, for the
+ * log. 0, or the error of the rename or of the fresh open. */
+static int quarantine_index(struct store *s, struct store_tier *t, const char *path,
+			    const char *keep, const char *what, char *why, size_t why_len)
+{
+	char aside[4096], wal[4200];
+	int rc;
+
+	store_nvme_index_close(t->ix);
+	t->ix = NULL;
+	rc = store_index_quarantine(path, aside, sizeof(aside));
+	if (rc) {
+		set_why(why, why_len, "%s: the nvme index is damaged (%s) and cannot be moved "
+			"aside (%s)", path, what, strerror(-rc));
+		return rc;
+	}
+	if (keep && access(keep, F_OK) == 0) {
+		snprintf(wal, sizeof(wal), "%s/wal-as-found", aside);
+		if (rename(keep, wal))
+			store_index_wal_forget(keep);
+	}
+	t->index_quarantined++;
+	store_log(s, STORE_LOG_ERR, "nvme index %s is damaged (%s): moved aside to %s, kept for "
+		  "inspection; the nvme tier starts empty and dram serves as usual", path, what,
+		  aside);
+	return store_nvme_index_open(path, s->cfg.log, s->cfg.log_arg, &t->ix, why, why_len);
+}
+
+/* Open the RocksDB index at path (NVME.md "Index damage"): survey its
+ * write-ahead log first and keep links to it while RocksDB replays it;
+ * a damaged database, or a log whose replay stopped short of what was
+ * written, is moved aside and the tier starts empty. */
+static int open_index(struct store *s, struct store_tier *t, const char *path, char *why,
+		      size_t why_len)
+{
+	size_t keep_len = strlen(path) + sizeof(".wal-kept");
+	uint64_t written = 0, replayed;
+	uint32_t files = 0;
+	char *keep = malloc(keep_len);
+	char what[160];
+	int rc;
+
+	if (!keep)
+		return -ENOMEM;
+	snprintf(keep, keep_len, "%s.wal-kept", path);
+	store_index_wal_forget(keep); /* left by a crash during an earlier open */
+	if (store_index_wal_survey(path, &written, &files) == 0 && files)
+		(void)store_index_wal_keep(path, keep);
+	rc = store_nvme_index_open(path, s->cfg.log, s->cfg.log_arg, &t->ix, why, why_len);
+	if (rc == -EBADMSG) {
+		snprintf(what, sizeof(what), "rocksdb cannot open it");
+		rc = quarantine_index(s, t, path, keep, what, why, why_len);
+	} else if (rc == 0 && written > (replayed = store_nvme_index_last_seq(t->ix))) {
+		/* A replay that stopped early may have dropped a synced delete
+		 * after an earlier put: what it kept cannot be trusted. */
+		t->index_records_lost = written - replayed;
+		snprintf(what, sizeof(what), "its write-ahead log was damaged: %llu index records "
+			 "after sequence %llu were lost", (unsigned long long)t->index_records_lost,
+			 (unsigned long long)replayed);
+		rc = quarantine_index(s, t, path, keep, what, why, why_len);
+	}
+	store_index_wal_forget(keep);
+	free(keep);
+	return rc;
 }
 
 /* Open the segment files and the RocksDB index under cfg.nvme_dir. */
@@ -384,14 +539,39 @@ static int open_files(struct store *s, struct store_tier *t, char *why, size_t w
 	if (!path)
 		return -ENOMEM;
 	snprintf(path, len, "%s/index", cfg->nvme_dir);
-	rc = store_nvme_index_open(path, cfg->log, cfg->log_arg, &t->ix, why, why_len);
-	free(path);
-	if (rc)
-		return rc;
-	rc = store_nvme_index_next_ns_id(t->ix, &t->next_disk_id);
-	if (rc)
+	rc = open_index(s, t, path, why, why_len);
+	if (rc == 0)
+		rc = store_nvme_index_next_ns_id(t->ix, &t->next_disk_id);
+	if (rc == -EBADMSG) {
+		rc = quarantine_index(s, t, path, NULL, "its next namespace id cannot be read",
+				      why, why_len);
+		if (rc == 0)
+			rc = store_nvme_index_next_ns_id(t->ix, &t->next_disk_id);
+	}
+	if (rc && why && !why[0])
 		set_why(why, why_len, "%s: cannot read the index's next namespace id",
 			cfg->nvme_dir);
+	free(path);
+	return rc;
+}
+
+/* The rebuild could not read the index through (a damaged table file
+ * RocksDB found only now): move it aside, start empty, rebuild again. */
+static int rebuild_after_damage(struct store *s, struct store_tier *t, char *why, size_t why_len)
+{
+	size_t len = strlen(s->cfg.nvme_dir) + sizeof("/index");
+	char *path = malloc(len);
+	int rc;
+
+	if (!path)
+		return -ENOMEM;
+	snprintf(path, len, "%s/index", s->cfg.nvme_dir);
+	rc = quarantine_index(s, t, path, NULL, "reading it through failed", why, why_len);
+	free(path);
+	if (rc == 0)
+		rc = store_nvme_index_next_ns_id(t->ix, &t->next_disk_id);
+	if (rc == 0)
+		rc = store_rebuild(s, why, why_len);
 	return rc;
 }
 
@@ -457,6 +637,11 @@ int store_tier_open(struct store *s, char *why, size_t why_len)
 			s->cfg.nvme_dir);
 		return rc;
 	}
+	/* before a header per segment is allocated: a huge capacity fails
+	 * here, not after thousands of files */
+	rc = store_nvme_io_check_fds(s->cfg.nvme_dir, seg_bytes, nseg, why, why_len);
+	if (rc)
+		return rc;
 	t = tier_new(seg_bytes, nseg);
 	if (!t)
 		return -ENOMEM;
@@ -469,6 +654,8 @@ int store_tier_open(struct store *s, char *why, size_t why_len)
 	if (rc)
 		goto out_unset;
 	rc = store_rebuild(s, why, why_len);
+	if (rc == -EBADMSG)
+		rc = rebuild_after_damage(s, t, why, why_len);
 	if (rc)
 		goto out_unset;
 	rc = start_threads(s, t);
@@ -484,6 +671,78 @@ out_unset:
 	s->tier = NULL;
 out_free:
 	tier_free(t);
+	return rc;
+}
+
+/* Hottest first: descending last use. */
+static int hotter_first(const void *a, const void *b)
+{
+	const struct store_block *x = *(struct store_block *const *)a;
+	const struct store_block *y = *(struct store_block *const *)b;
+
+	return x->last_use > y->last_use ? -1 : x->last_use < y->last_use;
+}
+
+int store_keep_dram(struct store *s, uint64_t timeout_ms, uint64_t *kept, uint64_t *left)
+{
+	struct store_tier *t = s->tier;
+	uint64_t deadline = store_now_ms() + timeout_ms, before;
+	struct store_heap *dirty;
+	int rc = 0;
+
+	if (kept)
+		*kept = 0;
+	if (!t) {
+		if (left)
+			*left = s->dram_blocks;
+		return -ENODEV;
+	}
+	store_lock(s);
+	dirty = &s->lru[STORE_LRU_DIRTY];
+	before = t->demotions;
+	if (!t->hot && dirty->len) {
+		/* without memory for the list: the LRU order */
+		t->hot = malloc(dirty->len * sizeof(*t->hot));
+		if (t->hot) {
+			for (uint64_t i = 0; i < dirty->len; i++)
+				t->hot[i] = store_slab_ptr(&s->slab, dirty->v[i]);
+			t->nhot = dirty->len;
+			t->hot_next = 0;
+			qsort(t->hot, t->nhot, sizeof(*t->hot), hotter_first);
+		}
+	}
+	t->demote_all++;
+	store_tier_kick_locked(s);
+	for (;;) {
+		uint64_t now = store_now_ms();
+
+		if (dirty->len == 0 && !t->demoter_busy)
+			break;
+		if (!t->demoter_busy && ((!t->healthy && now < t->retry_at_ms) || t->reclaim_stuck ||
+					 t->index_failed)) {
+			rc = -EIO;
+			break;
+		}
+		if (now >= deadline) {
+			rc = -ETIMEDOUT;
+			break;
+		}
+		store_tier_wait_ms_locked(s, &t->idle, deadline - now < 20 ? deadline - now : 20);
+	}
+	t->demote_all--;
+	/* the batch in flight still reads the list */
+	while (t->demoter_busy)
+		store_tier_wait_ms_locked(s, &t->idle, 20);
+	free(t->hot);
+	t->hot = NULL;
+	t->nhot = t->hot_next = 0;
+	if (kept)
+		*kept = t->demotions - before;
+	if (left)
+		*left = dirty->len;
+	if (rc == 0 && dirty->len)
+		rc = -ETIMEDOUT;
+	pthread_mutex_unlock(&s->lock);
 	return rc;
 }
 
@@ -507,8 +766,14 @@ void store_tier_close(struct store *s)
 	stop_threads(s);
 	store_lock(s);
 	/* what was removed must not come back at the next open */
+	retry_drops_locked(s);
 	if (t->ndels)
 		store_tier_flush_dels_locked(s);
+	store_tier_punch_locked(s);
+	if (t->ndrops || t->ndels)
+		store_log(s, STORE_LOG_ERR, "nvme: closing with %zu namespace drops and %zu record "
+			  "deletes not written to the index: those blocks may come back at the next "
+			  "start", t->ndrops, t->ndels);
 	pthread_mutex_unlock(&s->lock);
 	s->tier = NULL;
 	tier_free(t);
@@ -546,13 +811,32 @@ void store_tier_stats_locked(const struct store *s, struct store_stats *st)
 	st->rebuild_ms = t->rebuild_ms;
 	st->rebuild_blocks = t->rebuild_blocks;
 	st->orphans_dropped = t->orphans_dropped;
+	st->index_records_lost = t->index_records_lost;
+	st->index_quarantined = t->index_quarantined;
 }
 
-void store_tier_ns_drop(struct store *s, uint32_t disk_id)
+int store_tier_ns_drop(struct store *s, uint32_t disk_id)
 {
 	int rc = store_nvme_index_ns_drop(s->tier->ix, disk_id);
 
-	if (rc)
-		store_log(s, STORE_LOG_ERR, "nvme: dropping namespace %u on disk failed (%d)",
-			  disk_id, rc);
+	if (!rc)
+		return 0;
+	store_log(s, STORE_LOG_ERR, "nvme: dropping namespace %u on disk failed (%d); "
+		  "retried in the background", disk_id, rc);
+	store_lock(s);
+	store_tier_write_failed_locked(s);
+	store_tier_queue_drop_locked(s, disk_id);
+	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+void store_tier_removed_locked(struct store *s, const struct store_block *b)
+{
+	if (b->on_nvme || b->demoting)
+		s->tier->disk_removals++;
+}
+
+uint64_t store_tier_disk_removals_locked(const struct store *s)
+{
+	return s->tier ? s->tier->disk_removals : 0;
 }

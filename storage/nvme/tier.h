@@ -55,9 +55,25 @@ int store_promo_join_locked(struct store *s, struct store_block *b, uint32_t ns_
 /* Fill the NVMe fields of *st (store_stats) and add the arena bytes that
  * running promotions hold to st->used_bytes. */
 void store_tier_stats_locked(const struct store *s, struct store_stats *st);
-/* Delete the index records of namespace disk id disk_id (DROP_NAMESPACE;
- * the lock not held). A failure is logged: the records stay, never read
- * again (the namespace's next demotion takes a fresh disk id). */
-void store_tier_ns_drop(struct store *s, uint32_t disk_id);
+/* Delete the index records of namespace disk id disk_id and tombstone the
+ * id, synced (DROP_NAMESPACE; the lock not held). Errors: -EIO (logged;
+ * the tier is marked unhealthy and retries the drop in the background and
+ * at close). */
+int store_tier_ns_drop(struct store *s, uint32_t disk_id);
+
+/* ---- durable removals (DELETE) ---- */
+/* b is leaving the pool (store_block_remove_locked, before its NVMe copy
+ * is detached): count it when it has an NVMe copy or a demotion in flight. */
+void store_tier_removed_locked(struct store *s, const struct store_block *b);
+/* How many such removals so far (0 without a tier): a DELETE that moved
+ * it must call store_tier_persist_removals_locked before it answers. */
+uint64_t store_tier_disk_removals_locked(const struct store *s);
+/* Make the removals so far durable: wait for the demoter's batch or
+ * reclaim in flight (it queues the delete of any record it wrote for a
+ * block removed meanwhile), then write every queued record delete in one
+ * batch and sync the index log, in the demoter role, on the caller's
+ * thread; the lock is released meanwhile. 0, or -EIO (the deletes stay
+ * queued and the tier is marked unhealthy). */
+int store_tier_persist_removals_locked(struct store *s);
 
 #endif /* KVPOOL_STORE_TIER_H */

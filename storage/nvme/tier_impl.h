@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "core.h"
+#include "nvme/nvme_index.h"
 #include "nvme/tier.h"
 
 struct store_nvme_io;
@@ -33,6 +34,7 @@ struct store_seg {
 	uint32_t readers;         /* reads in flight (promotions, reclaim) */
 	uint32_t pending_dels;    /* queued record deletes of ranges here */
 	uint32_t blocks;          /* ring of the blocks here (struct store_block.seg_link) */
+	uint8_t punch;            /* FREEING, settled: its hole punch is due before FREE */
 };
 
 /* A RocksDB record to delete: the block left NVMe (or never should have
@@ -89,8 +91,16 @@ struct store_tier {
 	 * a put that finds no leaf gets FULL, not BUSY. */
 	bool reclaim_stuck;
 	bool healthy;
+	/* the index's log write failed: no index write until a restart
+	 * (store_nvme_index_failed), so no demotion either */
+	bool index_failed;
 	uint64_t retry_at_ms;        /* no demotion before this (back-off) */
 	uint64_t demote_all;         /* test hook: demote every dirty block */
+	/* store_keep_dram: the dirty blocks, hottest first; the demoter
+	 * takes them in this order (ancestors first) instead of LRU order,
+	 * and admission does not apply */
+	struct store_block **hot;
+	size_t nhot, hot_next;
 	uint32_t fail_writes;        /* test hook: fail this many writes */
 	bool hold, held;             /* test hook: park the demoter before its write */
 
@@ -104,6 +114,9 @@ struct store_tier {
 
 	struct store_del *dels;      /* record deletes not written yet */
 	size_t ndels, dels_cap;
+	uint32_t npunch;             /* segments waiting for their hole punch */
+	uint32_t *drops;             /* namespace drops whose index write failed */
+	size_t ndrops, drops_cap;
 
 	struct store_ratelimit rl_write, rl_read, rl_corrupt;
 
@@ -112,14 +125,26 @@ struct store_tier {
 	uint64_t demotions, demoted_bytes, promotions, promoted_bytes;
 	uint64_t bytes_written, bytes_read, rewritten_bytes, segments_reclaimed;
 	uint64_t admission_rejections, evictions, corrupt_blocks, read_errors, write_errors;
+	/* blocks removed with an NVMe copy or a demotion in flight: a DELETE
+	 * that moves it must make its removal durable before it answers */
+	uint64_t disk_removals;
 	uint64_t rebuild_ms, rebuild_blocks, orphans_dropped;
+	uint64_t index_records_lost;  /* write-ahead log records the open's replay lost */
+	uint64_t index_quarantined;   /* damaged indexes moved aside at this open */
 };
 
 #define STORE_SEG_NONE UINT32_MAX
 
 /* Filesystem space a segment write must leave free: room for RocksDB's
- * log and flushes, which must never meet a full disk (nvme_io.h). */
+ * log and flushes, which must never meet a full disk (nvme_io.h): two
+ * preallocated write-ahead log files (a new one is created before the
+ * old one goes, 1.1 x the write buffer each), two memtable flushes into
+ * table files and a compaction's output of the same order, with margin. */
+#define STORE_TIER_WAL_PREALLOC_BYTES (STORE_NVME_INDEX_WRITE_BUFFER_BYTES / 10 * 11)
 #define STORE_TIER_FS_RESERVE_BYTES (64ull << 20)
+_Static_assert(STORE_TIER_FS_RESERVE_BYTES >= 2 * STORE_TIER_WAL_PREALLOC_BYTES +
+		       4ull * STORE_NVME_INDEX_WRITE_BUFFER_BYTES,
+	       "the reserve must hold the index's log preallocation and flushes");
 
 /* tier.c: may `bytes` more be written to the segment files and still leave
  * STORE_TIER_FS_RESERVE_BYTES free? 0, -ENOSPC, or -EIO (statvfs failed).
@@ -148,6 +173,13 @@ void store_tier_dels_done_locked(struct store *s, const struct store_del *dels, 
 void store_tier_dels_requeue_locked(struct store *s, const struct store_del *dels, size_t n);
 /* A write to the tier failed: unhealthy, counted, back off. */
 void store_tier_write_failed_locked(struct store *s);
+/* A namespace drop (disk id) could not be written: keep it, to retry with
+ * the record deletes. Without memory it is lost (logged). */
+void store_tier_queue_drop_locked(struct store *s, uint32_t disk_id);
+/* Give the space of every segment whose punch is due back to the
+ * filesystem (store_nvme_io_discard, without the lock), then make it
+ * FREE. In the demoter role (nothing writes segments meanwhile). */
+void store_tier_punch_locked(struct store *s);
 /* Write records recs[0..n) and deletes dels[0..ndels) in one RocksDB
  * batch (deletes one by one when n == 0). Without the lock.
  * Errors: -EIO, -ENOMEM. */

@@ -560,6 +560,9 @@ static void test_stats_report_tiers(void **state)
 		"\"rdma\":{\"built\":true,\"available\":true,\"port\":7472,\"reason\":\"\","
 		"\"connections\":{\"current\":2,\"total\":9},\"bytes_read\":3145728,"
 		"\"bytes_written\":1048576,\"transfer_errors\":1},"
+		"\"kv_events\":{\"enabled\":true,\"produced\":120,\"published\":100,"
+		"\"dropped\":20,\"queued\":0,\"batches\":7,\"resync_batches\":2,"
+		"\"replay_requests\":3,\"replayed_batches\":11,\"replay_errors\":0},"
 		"\"namespaces\":{\"m\":{\"blocks\":42,\"nvme_blocks\":41,\"bytes\":5060000}}}";
 	static const char one[] =
 		"{\"version\":\"0.1.0\",\"tiers\":{\"dram\":{\"blocks\":3},"
@@ -584,12 +587,15 @@ static void test_stats_report_tiers(void **state)
 	assert_has(r, "m                            42         41 ");
 	assert_has(r, "rdma: available on port 7472\n  connections 2 now, 9 total; read 3");
 	assert_has(r, "; transfer errors 1\n");
+	assert_has(r, "kv events: 100 published in 7 batches, 20 dropped (2 resync batches), "
+		      "0 queued; replay requests 3 (11 batches)\n");
 	free(r);
 
 	r = stats_report(one);
 	assert_null(strstr(r, "\nnvme   ")); /* no NVMe row */
 	assert_has(r, "nvme tier: off (no nvme_dir)");
 	assert_null(strstr(r, "eviction passes")); /* an older server's document */
+	assert_null(strstr(r, "kv events")); /* nor kv events */
 	free(r);
 	assert_int_equal(cli_stats_report(stdout, "not json"), -EPROTO);
 }

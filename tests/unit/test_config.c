@@ -33,7 +33,10 @@ static const char *const keys[] = {
 	"max_frame_bytes", "max_lease_ms", "max_connections", "idle_timeout_ms",
 	"payload_timeout_ms", "max_inflight_put_bytes", "log_level", "nvme_dir", "nvme_capacity",
 	"nvme_admission", "nvme_segment_size", "nvme_io_threads", "rdma_port", "admin_port",
-	"tokens_file", "allow_unauthenticated", "drain_timeout_ms",
+	"tokens_file", "allow_unauthenticated", "drain_timeout_ms", "nvme_drain_ms",
+	"kv_events_endpoint",
+	"kv_events_replay_endpoint", "kv_events_topic", "kv_events_buffer", "kv_events_queue",
+	"kv_events_block_size",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -522,6 +525,53 @@ static void test_validate(void **state)
 
 /* The NVMe rules apply only with nvme_dir: a capacity, a segment of whole
  * pages that holds the largest block, and two segments in the capacity. */
+/* kv events: the settings from the three sources, the defaults, and the
+ * replay endpoint's rules. */
+static void test_kv_events_settings(void **state)
+{
+	struct conf c;
+	char err[512];
+	char *env[] = { "KVPOOL_KV_EVENTS_TOPIC=pool-a", "KVPOOL_KV_EVENTS_QUEUE=10", NULL };
+	struct tmpfile t;
+	int help;
+
+	(void)state;
+	conf_defaults(&c);
+	assert_string_equal(c.kv_events_endpoint, "");
+	assert_string_equal(c.kv_events_replay_endpoint, "");
+	assert_string_equal(c.kv_events_topic, "kvpool");
+	assert_int_equal(c.kv_events_buffer, 1000);
+	assert_int_equal(c.kv_events_queue, 65536);
+	assert_int_equal(c.kv_events_block_size, 16);
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	tmp_write(&t, "kv_events_endpoint = tcp://127.0.0.1:5557\nkv_events_buffer = 5\n");
+	assert_int_equal(conf_load_file(&c, t.path, err, sizeof(err)), 0);
+	tmp_remove(&t);
+	assert_int_equal(conf_from_env(&c, env, NULL, err, sizeof(err)), 0);
+	assert_int_equal(run_args(&c, &help, err, sizeof(err), "--kv-events-replay-endpoint",
+				  "tcp://127.0.0.1:5558", "--kv-events-block-size=32", NULL),
+			 0);
+	assert_string_equal(c.kv_events_endpoint, "tcp://127.0.0.1:5557");
+	assert_string_equal(c.kv_events_replay_endpoint, "tcp://127.0.0.1:5558");
+	assert_string_equal(c.kv_events_topic, "pool-a");
+	assert_int_equal(c.kv_events_buffer, 5);
+	assert_int_equal(c.kv_events_queue, 10);
+	assert_int_equal(c.kv_events_block_size, 32);
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	/* a replay endpoint needs the PUB endpoint, and another address */
+	strcpy(c.kv_events_replay_endpoint, c.kv_events_endpoint);
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "kv_events_replay_endpoint must differ from kv_events_endpoint");
+	c.kv_events_endpoint[0] = 0;
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "needs kv_events_endpoint");
+	/* ranges and an empty topic */
+	assert_int_equal(conf_set(&c, "kv_events_buffer", "0", "t", err, sizeof(err)), -ERANGE);
+	assert_int_equal(conf_set(&c, "kv_events_queue", "0", "t", err, sizeof(err)), -ERANGE);
+	assert_true(conf_set(&c, "kv_events_topic", "", "t", err, sizeof(err)) < 0);
+	assert_true(conf_set(&c, "kv_events_topic", "a b", "t", err, sizeof(err)) < 0);
+}
+
 static void test_validate_nvme(void **state)
 {
 	struct conf c;
@@ -1434,7 +1484,8 @@ static void test_json(void **state)
 	assert_contains(buf, "\"nvme_admission\":\"all\"");
 	assert_contains(buf, "\"admin_port\":7471");
 	assert_contains(buf, "\"tokens_file\":\"/etc/a \\\"b\\\"\\\\c\"");
-	assert_contains(buf, "\"allow_unauthenticated\":false,\"drain_timeout_ms\":10000}");
+	assert_contains(buf, "\"allow_unauthenticated\":false,\"drain_timeout_ms\":10000,\"nvme_drain_ms\":10000,");
+	assert_contains(buf, "\"kv_events_endpoint\":\"\",\"kv_events_replay_endpoint\":\"\",\"kv_events_topic\":\"kvpool\",\"kv_events_buffer\":1000,\"kv_events_queue\":65536,\"kv_events_block_size\":16}");
 	for (size_t i = 0; i < N_KEYS; i++) {
 		char key[64];
 
@@ -1586,6 +1637,7 @@ int main(void)
 		cmocka_unit_test(test_set_accepts),
 		cmocka_unit_test(test_validate),
 		cmocka_unit_test(test_validate_rounding),
+		cmocka_unit_test(test_kv_events_settings),
 		cmocka_unit_test(test_validate_nvme),
 		cmocka_unit_test(test_nvme_file_and_flags),
 		cmocka_unit_test(test_file_long_lines),

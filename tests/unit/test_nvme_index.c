@@ -319,8 +319,10 @@ static void test_namespaces_and_drop(void **state)
 	memset(&ns, 0, sizeof(ns));
 	assert_int_equal(store_nvme_index_ns_scan(f->ix, collect_ns, &ns), 0);
 	assert_int_equal(ns.n, 2);
+	/* the drop of 77 (an id the store may have handed out in memory
+	 * without recording it yet) moved next_ns past it */
 	assert_int_equal(store_nvme_index_next_ns_id(f->ix, &next), 0);
-	assert_int_equal(next, 4);
+	assert_int_equal(next, 78);
 }
 
 static void test_ns_put_invalid(void **state)
