@@ -49,11 +49,12 @@ OPT     ?= -O2
 SANLD   :=
 endif
 
-DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev \
+DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev libcurl4-openssl-dev \
                 librocksdb-dev libsystemd-dev prometheus python3-pytest python3-numpy \
-                librdmacm-dev libibverbs-dev rdma-core libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack
-PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c rocksdb libsystemd libibverbs librdmacm \
-           libzmq msgpack
+                librdmacm-dev libibverbs-dev rdma-core etcd-server libzmq3-dev libmsgpack-dev python3-zmq \
+                python3-msgpack
+PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c libcurl rocksdb libsystemd \
+           libibverbs librdmacm libzmq msgpack
 
 # The RDMA transport (rdma/): RDMA=1, the default when the rdma-core headers
 # are installed, builds it and links libibverbs and librdmacm; RDMA=0 builds
@@ -68,12 +69,12 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 
 CFLAGS  ?=
 CFLAGS  += -std=gnu11 -g $(OPT) -Wall -Wextra -Wpointer-arith -Werror -fPIC -D_GNU_SOURCE -pthread \
-           -Iproto -Istorage -Iconfig -Iclient -Iserver -Irdma $(PKG_CFLAGS) -MMD -MP
+           -Iproto -Istorage -Iconfig -Iclient -Iserver -Irdma -Ietcd $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANLD) -pthread
 
 LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lcrypto -lsystemd -lzmq \
-               -lmsgpackc -lm
-LIBS_CLIENT := -lcrypto -lxxhash -lm
+               -lmsgpackc -lcurl -ljson-c -lm
+LIBS_CLIENT := -lcrypto -lxxhash -lcurl -ljson-c -lm
 LIBS_TEST   := -lcmocka
 ifeq ($(RDMA),1)
 CFLAGS      += -DKVPOOL_RDMA=1
@@ -93,8 +94,11 @@ PROTO_SRC  := $(wildcard proto/*.c)
 STORE_SRC  := $(wildcard storage/*.c storage/nvme/*.c)
 STORETEST_SRC := $(wildcard storage/debug/*.c)
 CONF_SRC   := $(wildcard config/*.c)
-SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c)) $(RDMA_SRC)
-CLIENT_SRC := $(wildcard client/lib/*.c) $(RDMA_SRC)
+# etcd/: the etcd v3 JSON-gateway client, shared like rdma/: kvpoold registers
+# itself with it, libkvpool reads and watches the membership with it.
+ETCD_SRC   := $(wildcard etcd/*.c)
+SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c)) $(ETCD_SRC) $(RDMA_SRC)
+CLIENT_SRC := $(wildcard client/lib/*.c) $(ETCD_SRC) $(RDMA_SRC)
 CLI_SRC    := $(wildcard client/cli/*.c)
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 INTEG_SRC  := $(wildcard tests/integration/test_*.c)
@@ -124,7 +128,8 @@ all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
 deps:
 	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null || \
-	    ! $(PYTHON) -c 'import pytest, numpy, zmq, msgpack' 2>/dev/null || ! command -v promtool >/dev/null; then \
+	    ! $(PYTHON) -c 'import pytest, numpy, zmq, msgpack' 2>/dev/null || ! command -v promtool >/dev/null || \
+	    ! command -v etcd >/dev/null; then \
 	  echo "installing build dependencies: $(DEB_PACKAGES)"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && \
@@ -173,6 +178,8 @@ UNIT_FAKE_VERBS  := $(if $(filter 1,$(RDMA)),$(call obj,tests/unit/fake_verbs.c)
 UNIT_DEPS_rdma   := $(call obj,$(RDMA_SRC)) $(UNIT_FAKE_VERBS) $(BUILD)/libproto.a
 UNIT_DEPS_hash   := $(LIB_A)
 UNIT_LIBS_hash   := -ljson-c
+UNIT_DEPS_hrw    := $(LIB_A)
+UNIT_LIBS_hrw    := -ljson-c
 UNIT_FAKE        := $(call obj,tests/unit/fake_server.c)
 UNIT_DEPS_client := $(UNIT_FAKE) $(LIB_A)
 UNIT_DEPS_async  := $(UNIT_FAKE) $(LIB_A)

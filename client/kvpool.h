@@ -125,7 +125,30 @@ struct kvpool_limits {
  *   do), -EPERM / -ENOMEM (rdma://: memory registration refused, e.g. a
  *   too small RLIMIT_MEMLOCK), -ENODEV
  *   (rdma:// and no RDMA device), -ENOENT (host name does not
- *   resolve), and the shared connection errors above. */
+ *   resolve), and the shared connection errors above.
+ *
+ * Several nodes (docs/cluster.md): a comma-separated list,
+ * "tcp://a:7470,b:7470,c:7470" (the scheme of the first applies to the
+ * others unless they name one), or "etcd://HOST[:PORT]/CLUSTER" (etcd's
+ * v3 JSON gateway; the nodes are the records under
+ * kvpool/CLUSTER/nodes/) make a cluster handle: every call below then
+ * works on the whole pool, chains cut into segments placed by rendezvous
+ * hashing (see "several nodes" below). Node names are "host:port" for a
+ * list and the record's name for etcd. A cluster handle runs one thread
+ * per node (the per-node parts of a call run in parallel on them) and,
+ * for etcd, one thread that watches the membership; they end in
+ * kvpool_close (which may then take up to a second: the watch notices
+ * its stop on libcurl's next progress call). The asynchronous calls
+ * (kvpool_submit_*, kvpool_poll, kvpool_event_fd, kvpool_cancel,
+ * kvpool_set_max_inflight) answer -EOPNOTSUPP on a cluster handle: its
+ * synchronous calls already ask the nodes in parallel. A node that
+ * cannot be reached is not an error: its share of a call is a miss (GET, EXISTS, DELETE: -ENOENT; MATCH: the chain
+ * stops there), its share of a PUT is dropped (status 0), and it is
+ * tried again a second later. Errors: for a list, the first node's error
+ * when none answers; for etcd, -ECONNREFUSED / -ETIMEDOUT / -EPROTO when
+ * etcd cannot be read at connect (once connected, an unreachable etcd
+ * keeps the last membership and says so in kvpool_stats' "cluster"
+ * object); -E2BIG (more than 64 nodes). */
 int kvpool_connect(const char *url, const char *ns, const struct kvpool_options *opts,
 		   struct kvpool_client **out);
 
@@ -513,6 +536,45 @@ int kvpool_cancel(struct kvpool_client *c, uint64_t id);
 int kvpool_block_hashes(const uint32_t *tokens, size_t n_tokens, size_t block_tokens,
 			const uint8_t *parent, const void *extra, size_t extra_len,
 			void *out, size_t out_cap, size_t *n_out);
+
+/* ---- several nodes: placement -------------------------------------------- */
+
+/* A cluster handle (kvpool_connect with a node list or an etcd:// URL)
+ * cuts every chain into segments of KVPOOL_SEGMENT_BLOCKS consecutive
+ * blocks (kvpool_set_segment_blocks); segment k is blocks k*D..k*D+D-1
+ * and lives on the node with the highest rendezvous (HRW) score for
+ * (key of the segment's first block, node name). These two functions
+ * expose that placement (docs/cluster.md: the score function), e.g. for
+ * tools and for the Python binding's tests. */
+#define KVPOOL_SEGMENT_BLOCKS 32
+
+/* The HRW score of `key` (KVPOOL_KEY_BYTES) on the node called node_name
+ * (NUL-terminated): higher wins. Pure; any thread. Returns 0 for NULL
+ * arguments (a real score may also be 0; pass valid arguments). */
+uint64_t kvpool_hrw_score(const uint8_t key[KVPOOL_KEY_BYTES], const char *node_name);
+
+/* The index (0..n-1) of the node among node_names[0..n) that owns a
+ * segment whose first block is `key`: the highest score, an equal score
+ * going to the smaller name (strcmp). Pure; any thread.
+ * Errors: -EINVAL (NULL key or array, a NULL name, n == 0). */
+int kvpool_hrw_owner(const uint8_t key[KVPOOL_KEY_BYTES], const char *const *node_names,
+		     size_t n);
+
+/* Segment length D of a cluster handle, in blocks (0 = KVPOOL_SEGMENT_BLOCKS).
+ * Every client of one pool must use the same D. Cluster handles remember
+ * each key's chain position from the chains they see (MATCH, and PUT of
+ * a block with no parent or a parent seen before); a GET, EXISTS or
+ * DELETE of a key never seen is a miss, a PUT of a block whose parent was
+ * never seen is -ENOLINK. kvpool_stats on a cluster handle returns the
+ * nodes' documents summed (same keys as one server's) plus a "cluster"
+ * object: membership ("static" or "etcd"), etcd (reachable, error,
+ * revision, failures, resumes), epoch, segment_blocks, unplaced_blocks,
+ * and nodes[] (name, url, up, error, share of segments, calls, errors,
+ * misses_from_errors, puts_dropped, stats: that node's own document).
+ * Not thread-safe with other calls on the handle.
+ * Errors: -EINVAL (NULL, or more than 65536), -EOPNOTSUPP (not a cluster
+ * handle). */
+int kvpool_set_segment_blocks(struct kvpool_client *c, uint32_t blocks);
 
 /* xxh3-64 (seed 0) of the concatenation of iov[0..iovcnt): the checksum the
  * protocol carries. Cannot fail. */

@@ -159,6 +159,18 @@ static const struct conf_setting settings[] = {
 	  "events" },
 	{ "kv_events_block_size", CONF_U32, FIELD(kv_events_block_size), "16", 1, 1048576, 0, "N",
 	  "tokens per block, sent as the KV events' block_size", NULL, "tokens" },
+	{ "cluster", CONF_STRING, FIELD(cluster), "", 0, 255, CONF_EMPTY_UNSET, "URL",
+	  "etcd://HOST[:PORT]/CLUSTER: register this node in that cluster's etcd; unset = "
+	  "standalone", NULL, NULL },
+	{ "node_name", CONF_STRING, FIELD(node_name), "", 0, 128, CONF_EMPTY_UNSET, "NAME",
+	  "this node's stable name in the cluster (placement uses it); unset = HOSTNAME:PORT",
+	  NULL, NULL },
+	{ "advertise_address", CONF_STRING, FIELD(advertise_address), "", 0, 255,
+	  CONF_EMPTY_UNSET, "ADDR",
+	  "address clients reach this node at, as registered; unset = listen (the host name "
+	  "when listen is 0.0.0.0 or ::)", NULL, NULL },
+	{ "cluster_lease_s", CONF_U32, FIELD(cluster_lease_s), "10", 2, 3600, 0, "S",
+	  "etcd lease of the registration, renewed every third of it", NULL, "s" },
 };
 
 #define N_SETTINGS (sizeof(settings) / sizeof(settings[0]))
@@ -1222,6 +1234,43 @@ static int validate_nvme(const struct conf *c, char *err, size_t err_len)
 	return 0;
 }
 
+/* Are all of s's bytes in [A-Za-z0-9] or in `extra`? (and 1..max bytes) */
+static int name_ok(const char *s, size_t max, const char *extra)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > max)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || strchr(extra, s[i])))
+			return 0;
+	return 1;
+}
+
+/* cluster: etcd://HOST[:PORT]/NAME; node_name: a name placement can hash. */
+static int validate_cluster(const struct conf *c, char *err, size_t err_len)
+{
+	const char *host, *slash;
+
+	if (c->cluster[0]) {
+		host = strncmp(c->cluster, "etcd://", 7) == 0 ? c->cluster + 7 : NULL;
+		slash = host ? strchr(host, '/') : NULL;
+		if (!host || !slash || slash == host || !name_ok(slash + 1, 64, "._-")) {
+			set_err(err, err_len,
+				"cluster '%s' is not etcd://HOST[:PORT]/NAME (NAME: 1..64 of "
+				"A-Z a-z 0-9 . _ -)", c->cluster);
+			return -EINVAL;
+		}
+	}
+	if (c->node_name[0] && !name_ok(c->node_name, 128, "._:-")) {
+		set_err(err, err_len,
+			"node_name '%s' must be 1..128 of A-Z a-z 0-9 . _ : -", c->node_name);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int conf_validate(struct conf *c, char *err, size_t err_len)
 {
 	uint64_t put_frame = PROTO_HEADER_BYTES + PROTO_BATCH_PREFIX_BYTES +
@@ -1234,6 +1283,9 @@ int conf_validate(struct conf *c, char *err, size_t err_len)
 	if (rc)
 		return rc;
 	rc = validate_block_fits(c, capacity, err, err_len);
+	if (rc)
+		return rc;
+	rc = validate_cluster(c, err, err_len);
 	if (rc)
 		return rc;
 	if (c->max_inflight_put_bytes < c->max_block_bytes) {

@@ -70,6 +70,13 @@ struct conf {
 	uint32_t kv_events_buffer;       /* batches kept for replay; default 1000 */
 	uint32_t kv_events_queue;        /* events queued to the publisher; default 65536 */
 	uint32_t kv_events_block_size;   /* tokens per block, the events' block_size; default 16 */
+	/* Several nodes (server/srv_etcd.c, docs/cluster.md). */
+	char cluster[256];               /* "etcd://HOST[:PORT]/CLUSTER": register this
+					  * node there; "" (default) = standalone */
+	char node_name[129];             /* stable name in the cluster; "" = HOSTNAME:PORT */
+	char advertise_address[256];     /* address clients use; "" = listen (the host
+					  * name when listen is a wildcard) */
+	uint32_t cluster_lease_s;        /* etcd lease of the registration; default 10 */
 };
 
 /* Fill *c with every default (threads = number of online cores). */
@@ -178,6 +185,9 @@ size_t conf_json(const struct conf *c, char *buf, size_t len);
  * automatic size, two blocks of max_block_bytes in 4 KiB pages). Without
  * nvme_dir the other nvme_* settings are not checked against each other.
  * kv_events_replay_endpoint needs kv_events_endpoint, and differs from it.
+ * cluster, when set, is etcd://HOST[:PORT]/NAME with a NAME of 1..64
+ * bytes of [A-Za-z0-9._-]; node_name, when set, is 1..128 bytes of
+ * [A-Za-z0-9._:-].
  * Call it once, after conf_from_args, before using the settings.
  * Errors: -EINVAL with a message (*c unchanged). */
 int conf_validate(struct conf *c, char *err, size_t err_len);

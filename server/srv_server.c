@@ -26,6 +26,7 @@
 #include <event2/listener.h>
 
 #include "srv_auth.h"
+#include "srv_etcd.h"
 #include "srv_admin.h"
 #include "srv_events.h"
 #include "srv_lifecycle.h"
@@ -563,6 +564,30 @@ static int pool_open(struct srv *s)
 	return 0;
 }
 
+/* Several nodes: register in the cluster's etcd (srv_etcd.c) once the
+ * ports listen. A registration that cannot start is logged; the node
+ * serves anyway. */
+static void cluster_start(struct srv *s)
+{
+	struct srv_etcd_node n = {
+		.cluster_url = s->conf.cluster, .node_name = s->conf.node_name,
+		.address = s->conf.advertise_address, .listen = s->conf.listen,
+		.port = (uint16_t)s->conf.port, .rdma_port = s->rdma.port,
+		.admin_port = (uint16_t)s->conf.admin_port, .rdma = s->rdma.available,
+		.dram_capacity_bytes = s->conf.dram_capacity_bytes,
+		.nvme_capacity_bytes = s->conf.nvme_dir[0] ? s->conf.nvme_capacity_bytes : 0,
+		.lease_s = s->conf.cluster_lease_s,
+	};
+	int rc;
+
+	if (!s->conf.cluster[0])
+		return;
+	rc = srv_etcd_start(&n, &s->etcd);
+	if (rc)
+		srv_err("cluster: cannot register in %s: %s; serving standalone", s->conf.cluster,
+			strerror(-rc));
+}
+
 /* Serve until a signal: workers first (so the listener never hands a
  * socket to nobody), then the listener. */
 static int serve(struct srv *s)
@@ -579,7 +604,9 @@ static int serve(struct srv *s)
 		rc = srv_lifecycle_ready(s);
 	if (rc < 0)
 		return rc;
+	cluster_start(s);
 	event_base_dispatch(s->base);
+	srv_etcd_leave(s->etcd); /* leave the cluster before the connections close */
 	srv_info("shutting down (%s)", s->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
 	return 0;
 }
@@ -642,6 +669,7 @@ int srv_run(const struct conf *c, int argc, char **argv)
 	srv_rdma_stop_accepting(s);
 	srv_admin_stop(s->admin);
 	workers_stop(s);
+	srv_etcd_free(s->etcd);
 	srv_rdma_close(&s->rdma);
 	events_free(s);
 	srv_lifecycle_free(s);

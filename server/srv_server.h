@@ -77,6 +77,7 @@ struct srv {
 	int prefault_running;         /* main thread only */
 	int prefault_stop;            /* atomic: main sets, prefault thread reads */
 	struct srv_rdma_state rdma;   /* RDMA transport or why not; fixed before workers start */
+	struct srv_etcd *etcd;        /* cluster registration (srv_etcd.c), NULL when standalone */
 };
 
 /* Run kvpoold with settings `c` (already validated), which came from

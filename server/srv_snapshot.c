@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "srv_clock.h"
+#include "srv_etcd.h"
 #include "srv_lifecycle.h"
 #include "srv_server.h"
 #include "srv_worker.h"
@@ -96,6 +97,8 @@ int srv_snapshot_take(struct srv *s, const char *name, uint16_t len, struct srv_
 	}
 	snap->settings = srv_settings_json(s);
 	doc->settings = snap->settings;
+	snap->cluster = srv_etcd_json(s->etcd);
+	doc->cluster = snap->cluster;
 	*out = snap;
 	return 0;
 }
@@ -106,5 +109,6 @@ void srv_snapshot_free(struct srv_snapshot *snap)
 		return;
 	free(snap->ns);
 	free(snap->settings);
+	free(snap->cluster);
 	free(snap);
 }

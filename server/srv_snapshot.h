@@ -27,6 +27,7 @@ struct srv_snapshot {
 	struct store_ns_stats *ns;    /* doc.ns_count of them */
 	char *settings;               /* srv_settings_json; NULL if out of memory */
 	struct srv_events_stats events; /* KV-event counters (doc.events; NULL when off) */
+	char *cluster;                /* srv_etcd_json; NULL when standalone */
 	struct srv_stats_doc doc;     /* what srv_stats_json renders; points
 				       * into this snapshot */
 };

@@ -257,6 +257,8 @@ int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 	jw_printf(&j, "}");
 	if (d->settings)
 		jw_printf(&j, ",\"settings\":%s", d->settings);
+	if (d->cluster)
+		jw_printf(&j, ",\"cluster\":%s", d->cluster);
 	jw_printf(&j, "}");
 	return j.err;
 }

@@ -86,6 +86,9 @@ struct srv_stats_doc {
 	const char *settings;         /* the effective settings as a JSON object
 				       * (conf_json), shown as "settings"; NULL
 				       * leaves the key out */
+	const char *cluster;          /* etcd registration state as a JSON object
+				       * (srv_etcd_json), shown as "cluster"; NULL
+				       * (standalone) leaves the key out */
 };
 
 /* Append the STATS JSON document (compact, one line, keys as in

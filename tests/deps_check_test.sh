@@ -15,7 +15,7 @@ passed=0 failed=0
 fresh_copy() {
 	rm -rf "$tmp/tree"
 	mkdir -p "$tmp/tree/tests"
-	(cd "$src" && tar -cf - proto storage server client rdma config \
+	(cd "$src" && tar -cf - proto storage server client rdma etcd config \
 		tests/deps_rules.txt tests/deps_check.sh) | tar -xf - -C "$tmp/tree"
 }
 

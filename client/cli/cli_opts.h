@@ -42,7 +42,8 @@ enum {
 
 /* Usage text of the shared options, for --help screens. */
 #define CLI_COMMON_HELP                                                               \
-	"  --server URL        pool server (default " KVPOOL_DEFAULT_URL ")\n"       \
+	"  --server URL        pool server (default " KVPOOL_DEFAULT_URL "); several\n" \
+	"                      nodes: tcp://a:7470,b:7470 or etcd://HOST:2379/CLUSTER\n" \
 	"  --namespace NS      namespace, 1..255 printable ASCII bytes\n"             \
 	"  --timeout-ms N      per-call timeout in milliseconds (default 10000)\n"   \
 	"  -h, --help          show this help\n"

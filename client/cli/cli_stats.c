@@ -420,7 +420,7 @@ static void print_namespaces(FILE *f, struct json_object *doc)
 
 static const char stats_usage[] =
 	"usage: kvpool stats [--json] [--watch SECONDS] [--namespace NS] [--server URL]\n"
-	"                    [--timeout-ms N]\n"
+	"                    [--timeout-ms N] [--cluster]\n"
 	"       kvpool stats settings [--json] [--server URL] [--timeout-ms N]\n"
 	"\n"
 	"Show the pool server's statistics: per tier (DRAM, and NVMe when the\n"
@@ -436,6 +436,13 @@ static const char stats_usage[] =
 	"  --json              print the server's JSON document on one line\n"
 	"  --watch SECONDS     print again every SECONDS (decimals allowed) until\n"
 	"                      interrupted; the report clears a terminal first\n"
+	"  --cluster           for a cluster URL (tcp://a:7470,b:7470 or\n"
+	"                      etcd://HOST:2379/CLUSTER): one line per node - up or\n"
+	"                      down, blocks, bytes, match hit ratio, share of the\n"
+	"                      segments it owns - and the membership's state (with\n"
+	"                      --json: the document's \"cluster\" object)\n"
+	"\n"
+	"A cluster URL without --cluster shows the nodes' figures summed.\n"
 	CLI_COMMON_HELP;
 
 int cli_stats_report(FILE *f, const char *json)
@@ -477,6 +484,63 @@ static int settings_print(const char *json, bool as_json)
 		else
 			printf("%s = %s\n", key, json_object_to_json_string(val));
 	}
+out_put:
+	json_object_put(doc);
+	return rc;
+}
+
+/* Look a dotted path up in o as an integer or a number; 0 when absent. */
+static double path_num(struct json_object *o, const char *path)
+{
+	char buf[128], *save = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *t = strtok_r(buf, ".", &save); t; t = strtok_r(NULL, ".", &save))
+		if (!o || !json_object_object_get_ex(o, t, &o))
+			return 0;
+	return o ? json_object_get_double(o) : 0;
+}
+
+/* `kvpool stats --cluster`: the "cluster" object as a table. */
+static int cluster_print(const char *json, bool as_json)
+{
+	struct json_object *doc = json_tokener_parse(json), *cl, *nodes, *e, *v;
+	int rc = CLI_EXIT_OK;
+
+	if (!doc || !json_object_object_get_ex(doc, "cluster", &cl)) {
+		fprintf(stderr, "kvpool stats --cluster: not a cluster URL (give a node list "
+			"tcp://a:7470,b:7470 or etcd://HOST:2379/CLUSTER)\n");
+		rc = CLI_EXIT_ERROR;
+		goto out_put;
+	}
+	if (as_json) {
+		puts(json_object_to_json_string_ext(cl, JSON_C_TO_STRING_PLAIN |
+						    JSON_C_TO_STRING_NOSLASHESCAPE));
+		goto out_put;
+	}
+	printf("membership %s, epoch %.0f, segments of %.0f blocks",
+	       json_object_object_get_ex(cl, "membership", &v) ? json_object_get_string(v) : "?",
+	       path_num(cl, "epoch"), path_num(cl, "segment_blocks"));
+	if (json_object_object_get_ex(cl, "etcd", &e)) {
+		json_object_object_get_ex(e, "reachable", &v);
+		printf("; etcd %s %s", path_num(cl, "etcd.reachable") ? "reachable" : "UNREACHABLE "
+		       "(keeping the last membership)",
+		       json_object_get_string(json_object_object_get(e, "endpoint")));
+	}
+	printf("\n%-28s %-5s %12s %14s %9s %7s\n", "node", "state", "blocks", "bytes",
+	       "hit_ratio", "share");
+	if (json_object_object_get_ex(cl, "nodes", &nodes))
+		for (size_t i = 0; i < json_object_array_length(nodes); i++) {
+			struct json_object *n = json_object_array_get_idx(nodes, i), *st = NULL;
+			bool up = path_num(n, "up") != 0;
+
+			json_object_object_get_ex(n, "stats", &st);
+			printf("%-28s %-5s %12.0f %14.0f %9.4f %7.3f\n",
+			       json_object_get_string(json_object_object_get(n, "name")),
+			       up ? "up" : "down", path_num(st, "blocks"),
+			       path_num(st, "tiers.dram.used_bytes") + path_num(st, "tiers.nvme.used_bytes"),
+			       path_num(st, "ops.match.hit_ratio"), path_num(n, "share"));
+		}
 out_put:
 	json_object_put(doc);
 	return rc;
@@ -556,12 +620,13 @@ int cli_stats_main(int argc, char **argv)
 		CLI_COMMON_LONGOPTS,
 		{ "json", no_argument, NULL, 'j' },
 		{ "watch", required_argument, NULL, 'w' },
+		{ "cluster", no_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *prog = argv[0];
 	struct kvpool_client *c;
 	struct cli_conn conn;
-	bool as_json = false, one_ns = false, settings = false;
+	bool as_json = false, one_ns = false, settings = false, cluster = false;
 	double watch_s = 0;
 	char *json = NULL;
 	int opt, rc;
@@ -579,6 +644,9 @@ int cli_stats_main(int argc, char **argv)
 		switch (opt) {
 		case 'j':
 			as_json = true;
+			break;
+		case 'C':
+			cluster = true;
 			break;
 		case 'w':
 			if (cli_parse_nonneg_double(optarg, &watch_s) || watch_s < WATCH_MIN_S ||
@@ -601,6 +669,8 @@ int cli_stats_main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return cli_usage_error(prog, "unexpected argument '%s'", argv[optind]);
+	if (cluster && (settings || watch_s > 0))
+		return cli_usage_error(prog, "--cluster takes neither settings nor --watch");
 	if (watch_s > 0)
 		return stats_watch(&conn, prog, one_ns ? conn.ns : NULL, as_json, watch_s);
 	if (cli_connect(&conn, prog, &c))
@@ -611,7 +681,8 @@ int cli_stats_main(int argc, char **argv)
 		fprintf(stderr, "%s: %s\n", prog, kvpool_strerror(rc));
 		return CLI_EXIT_ERROR;
 	}
-	rc = settings ? settings_print(json, as_json) : stats_print(json, as_json);
+	rc = settings ? settings_print(json, as_json)
+		: cluster ? cluster_print(json, as_json) : stats_print(json, as_json);
 	kvpool_free(json);
 	return rc;
 }

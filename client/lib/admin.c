@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "cluster.h"
 #include "conn.h"
 
 /* One round trip of a request with a body and no payload. On success *r
@@ -66,6 +67,8 @@ int kvpool_drop_namespace(struct kvpool_client *c, const char *ns, uint64_t *blo
 
 	if (!c)
 		return -EINVAL;
+	if (c->cluster)
+		return kvcl_drop_namespace(c->cluster, ns, blocks);
 	rc = name_request(c, PROTO_OP_DROP_NAMESPACE, ns, &r);
 	if (rc)
 		return rc;
@@ -84,6 +87,8 @@ int kvpool_stats(struct kvpool_client *c, const char *ns, char **json)
 
 	if (!c || !json)
 		return -EINVAL;
+	if (c->cluster)
+		return kvcl_stats(c->cluster, ns, json);
 	rc = name_request(c, PROTO_OP_STATS, ns, &r);
 	if (rc)
 		return rc;
@@ -104,6 +109,8 @@ int kvpool_ping(struct kvpool_client *c, uint64_t *rtt_us)
 
 	if (!c)
 		return -EINVAL;
+	if (c->cluster)
+		return kvcl_ping(c->cluster, rtt_us);
 	rc = kvc_begin(c, &deadline_ms);
 	if (rc)
 		return rc;

@@ -1294,6 +1294,8 @@ int kvpool_set_max_inflight(struct kvpool_client *c, uint32_t max)
 	struct kva *k;
 	int rc = 0;
 
+	if (c && c->cluster)
+		return -EOPNOTSUPP; /* a cluster handle: synchronous calls only */
 	if (!c || max > KVPOOL_MAX_INFLIGHT_LIMIT)
 		return -EINVAL;
 	k = c->async;
@@ -1496,6 +1498,8 @@ int kvpool_submit_put(struct kvpool_client *c, const struct kvpool_put_block *bl
 	struct submit_args a = { .op = KVPOOL_OP_PUT, .put = blocks, .count = count,
 				 .statuses = statuses };
 
+	if (c && c->cluster)
+		return -EOPNOTSUPP; /* a cluster handle: synchronous calls only */
 	if (!c || !id || (count && !blocks) || !kvc_put_blocks_valid(blocks, count))
 		return -EINVAL;
 	return submit_public(c, &a, tag, id);
@@ -1507,6 +1511,8 @@ int kvpool_submit_get(struct kvpool_client *c, struct kvpool_get_block *blocks, 
 	struct submit_args a = { .op = KVPOOL_OP_GET, .get = blocks, .count = count,
 				 .statuses = statuses };
 
+	if (c && c->cluster)
+		return -EOPNOTSUPP; /* a cluster handle: synchronous calls only */
 	if (!c || !id || (count && !blocks) || !kvc_get_blocks_valid(blocks, count))
 		return -EINVAL;
 	return submit_public(c, &a, tag, id);
@@ -1518,6 +1524,8 @@ int kvpool_submit_exists(struct kvpool_client *c, const void *keys, size_t count
 	struct submit_args a = { .op = KVPOOL_OP_EXISTS, .keys = keys, .count = count,
 				 .statuses = statuses };
 
+	if (c && c->cluster)
+		return -EOPNOTSUPP; /* a cluster handle: synchronous calls only */
 	if (!c || !id || (count && (!keys || !statuses)))
 		return -EINVAL;
 	return submit_public(c, &a, tag, id);
@@ -1529,6 +1537,8 @@ int kvpool_submit_match(struct kvpool_client *c, const void *keys, size_t count,
 	struct submit_args a = { .op = KVPOOL_OP_MATCH, .keys = keys, .count = count,
 				 .lease_ms = lease_ms };
 
+	if (c && c->cluster)
+		return -EOPNOTSUPP; /* a cluster handle: synchronous calls only */
 	if (!c || !id || (count && !keys))
 		return -EINVAL;
 	return submit_public(c, &a, tag, id);
@@ -1540,6 +1550,8 @@ int kvpool_submit_delete(struct kvpool_client *c, const void *keys, size_t count
 	struct submit_args a = { .op = KVPOOL_OP_DELETE, .keys = keys, .count = count,
 				 .statuses = statuses };
 
+	if (c && c->cluster)
+		return -EOPNOTSUPP; /* a cluster handle: synchronous calls only */
 	if (!c || !id || (count && !keys))
 		return -EINVAL;
 	return submit_public(c, &a, tag, id);
@@ -1608,6 +1620,8 @@ int kvpool_poll(struct kvpool_client *c, struct kvpool_completion *out, int max,
 	uint64_t end_ms;
 	int n;
 
+	if (c && c->cluster)
+		return -EOPNOTSUPP; /* a cluster handle: synchronous calls only */
 	if (!c || !out || max < 1 || timeout_ms < -1)
 		return -EINVAL;
 	k = c->async;
@@ -1634,6 +1648,8 @@ int kvpool_event_fd(struct kvpool_client *c)
 	struct kva *k;
 	int rc = 0;
 
+	if (c && c->cluster)
+		return -EOPNOTSUPP; /* a cluster handle: synchronous calls only */
 	if (!c)
 		return -EINVAL;
 	k = c->async;
@@ -1674,6 +1690,8 @@ int kvpool_cancel(struct kvpool_client *c, uint64_t id)
 	struct kva *k;
 	int rc = -ENOENT;
 
+	if (c && c->cluster)
+		return -EOPNOTSUPP; /* a cluster handle: synchronous calls only */
 	if (!c)
 		return -EINVAL;
 	k = c->async;

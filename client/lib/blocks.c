@@ -13,6 +13,7 @@
 #include "batch.h"
 #include "checksum.h"
 #include "client.h"
+#include "cluster.h"
 #include "rdmx.h"
 
 /* Per-call state of a PUT. Entries sent are a subset of the blocks:
@@ -365,6 +366,8 @@ int kvc_put_sync(struct kvpool_client *c, const struct kvpool_put_block *blocks,
 	uint64_t deadline_ms;
 	int rc;
 
+	if (c && c->cluster)
+		return kvcl_put(c->cluster, blocks, count, statuses);
 	if (!c || (count && !blocks) || !kvc_put_blocks_valid(blocks, count))
 		return fill_status(statuses, count, -EINVAL);
 	if (count == 0)
@@ -632,6 +635,8 @@ int kvc_get_sync(struct kvpool_client *c, struct kvpool_get_block *blocks, size_
 	uint64_t deadline_ms;
 	int rc;
 
+	if (c && c->cluster)
+		return kvcl_get(c->cluster, blocks, count, statuses);
 	if (!c || (count && !blocks) || !kvc_get_blocks_valid(blocks, count))
 		return fill_status(statuses, count, -EINVAL);
 	if (count == 0)

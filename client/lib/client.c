@@ -3,6 +3,7 @@
  * of one request and one reply.
  */
 #include "client.h"
+#include "cluster.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -364,6 +365,8 @@ int kvpool_connect(const char *url, const char *ns, const struct kvpool_options 
 
 	if (!url || !ns || !out)
 		return -EINVAL;
+	if (kvcl_is_cluster_url(url))
+		return kvcl_connect(url, ns, opts, out);
 	ns_len = strlen(ns);
 	if (!proto_name_valid(ns, ns_len))
 		return -EINVAL;
@@ -411,6 +414,12 @@ void kvpool_close(struct kvpool_client *c)
 {
 	if (!c)
 		return;
+	if (c->cluster) {
+		kvcl_close(c->cluster);
+		kvc_regions_free(c);
+		free(c);
+		return;
+	}
 	kvc_disconnect(c);
 	free(c->token);
 	free(c->rbuf);
@@ -424,6 +433,8 @@ void kvpool_close(struct kvpool_client *c)
 
 void kvpool_set_timeout(struct kvpool_client *c, uint32_t timeout_ms)
 {
+	if (c && c->cluster)
+		kvcl_set_timeout(c->cluster, timeout_ms);
 	if (c)
 		c->timeout_ms = timeout_ms;
 }
@@ -435,6 +446,8 @@ int kvpool_get_limits(struct kvpool_client *c, struct kvpool_limits *out)
 
 	if (!c || !out)
 		return -EINVAL;
+	if (c->cluster)
+		return kvcl_get_limits(c->cluster, out);
 	if (kvc_async_busy(c)) { /* connected, limits known */
 		*out = c->limits;
 		return 0;
@@ -458,6 +471,8 @@ uint64_t kvc_checksum_errors(const struct kvpool_client *c)
 
 void kvpool_set_busy_tries(struct kvpool_client *c, uint32_t tries)
 {
+	if (c && c->cluster)
+		kvcl_set_busy_tries(c->cluster, tries);
 	if (c)
 		c->busy_tries = tries;
 }
@@ -466,6 +481,8 @@ int kvpool_get_counters(const struct kvpool_client *c, struct kvpool_counters *o
 {
 	if (!c || !out)
 		return -EINVAL;
+	if (c->cluster)
+		return kvcl_get_counters(c->cluster, out);
 	*out = (struct kvpool_counters){
 		.connects = c->connects,
 		.reconnects = c->connects ? c->connects - 1 : 0,

@@ -37,6 +37,7 @@ struct kva;
 struct rdmx_client;
 struct rdmx_client_mr;
 struct rdmx_ops;
+struct kvcl;
 
 /* One caller memory region given to kvpool_register (borrowed). */
 struct kvc_region {
@@ -88,6 +89,9 @@ struct kvpool_client {
 	uint64_t rdma_connects;         /* RDMA connections that completed HELLO */
 	size_t max_frames_in_flight;    /* most batch frames seen in flight (diagnostics) */
 
+	/* Several nodes (cluster.c): when set, this handle has no connection
+	 * of its own and every public call goes to the cluster code. */
+	struct kvcl *cluster;
 	struct kva *async;              /* the asynchronous core (async.c); never NULL */
 };
 

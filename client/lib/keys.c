@@ -8,6 +8,7 @@
 #include "backoff.h"
 #include "batch.h"
 #include "client.h"
+#include "cluster.h"
 
 /* Per-call state of EXISTS and DELETE. Entries sent are a subset of the
  * keys: all of them at first, then those answered BUSY. */
@@ -123,6 +124,8 @@ static int keys_batch(struct kvpool_client *c, uint8_t op, const uint8_t (*keys)
 
 int kvc_exists_sync(struct kvpool_client *c, const void *keys, size_t count, int *statuses)
 {
+	if (c && c->cluster)
+		return kvcl_exists(c->cluster, keys, count, statuses);
 	if (!c || (count && (!keys || !statuses)))
 		return -EINVAL;
 	if (count == 0)
@@ -135,6 +138,8 @@ int kvc_delete_sync(struct kvpool_client *c, const void *keys, size_t count, int
 	int *st = statuses;
 	int rc;
 
+	if (c && c->cluster)
+		return kvcl_delete(c->cluster, keys, count, statuses);
 	if (!c || (count && !keys))
 		return -EINVAL;
 	if (count == 0)
@@ -200,6 +205,8 @@ int kvc_match_sync(struct kvpool_client *c, const void *keys, size_t count, uint
 	size_t total = 0, chunk;
 	int rc;
 
+	if (c && c->cluster)
+		return kvcl_match(c->cluster, keys, count, lease_ms, matched);
 	if (!c || !matched || (count && !keys))
 		return -EINVAL;
 	if (count == 0) {

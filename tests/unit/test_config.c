@@ -36,7 +36,7 @@ static const char *const keys[] = {
 	"tokens_file", "allow_unauthenticated", "drain_timeout_ms", "nvme_drain_ms",
 	"kv_events_endpoint",
 	"kv_events_replay_endpoint", "kv_events_topic", "kv_events_buffer", "kv_events_queue",
-	"kv_events_block_size",
+	"kv_events_block_size", "cluster", "node_name", "advertise_address", "cluster_lease_s",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -521,6 +521,41 @@ static void test_validate(void **state)
 	conf_defaults(&c);
 	c.listen[0] = '\0';
 	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+}
+
+/* cluster and node_name: what etcd registration and placement can use. */
+static void test_validate_cluster(void **state)
+{
+	static const char *const bad_urls[] = {
+		"http://h:2379/c", "etcd://h:2379", "etcd:///c", "etcd://h/", "etcd://h/a b",
+		"etcd://h/a/b", "etcd://h/caf\xc3\xa9",
+	};
+	struct conf c;
+	char err[512];
+
+	(void)state;
+	conf_defaults(&c);
+	strcpy(c.cluster, "etcd://127.0.0.1:2379/prod-1.a_b");
+	strcpy(c.node_name, "kv-1.rack:7");
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	strcpy(c.cluster, "etcd://etcd/x");
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), 0);
+	for (size_t i = 0; i < sizeof(bad_urls) / sizeof(bad_urls[0]); i++) {
+		conf_defaults(&c);
+		strcpy(c.cluster, bad_urls[i]);
+		assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+		assert_contains(err, "cluster");
+	}
+	conf_defaults(&c);
+	strcpy(c.node_name, "a/b");
+	assert_int_equal(conf_validate(&c, err, sizeof(err)), -EINVAL);
+	assert_contains(err, "node_name 'a/b'");
+	conf_defaults(&c);
+	assert_int_equal(conf_set(&c, "cluster_lease_s", "1", "--cluster-lease-s", err,
+				  sizeof(err)), -ERANGE);
+	assert_int_equal(conf_set(&c, "cluster_lease_s", "2", "--cluster-lease-s", err,
+				  sizeof(err)), 0);
+	assert_int_equal(c.cluster_lease_s, 2);
 }
 
 /* The NVMe rules apply only with nvme_dir: a capacity, a segment of whole
@@ -1485,7 +1520,9 @@ static void test_json(void **state)
 	assert_contains(buf, "\"admin_port\":7471");
 	assert_contains(buf, "\"tokens_file\":\"/etc/a \\\"b\\\"\\\\c\"");
 	assert_contains(buf, "\"allow_unauthenticated\":false,\"drain_timeout_ms\":10000,\"nvme_drain_ms\":10000,");
-	assert_contains(buf, "\"kv_events_endpoint\":\"\",\"kv_events_replay_endpoint\":\"\",\"kv_events_topic\":\"kvpool\",\"kv_events_buffer\":1000,\"kv_events_queue\":65536,\"kv_events_block_size\":16}");
+	assert_contains(buf, "\"kv_events_endpoint\":\"\",\"kv_events_replay_endpoint\":\"\",\"kv_events_topic\":\"kvpool\",\"kv_events_buffer\":1000,\"kv_events_queue\":65536,\"kv_events_block_size\":16,");
+	assert_contains(buf, "\"cluster\":\"\",\"node_name\":\"\",\"advertise_address\":\"\","
+			     "\"cluster_lease_s\":10}");
 	for (size_t i = 0; i < N_KEYS; i++) {
 		char key[64];
 
@@ -1638,6 +1675,7 @@ int main(void)
 		cmocka_unit_test(test_validate),
 		cmocka_unit_test(test_validate_rounding),
 		cmocka_unit_test(test_kv_events_settings),
+		cmocka_unit_test(test_validate_cluster),
 		cmocka_unit_test(test_validate_nvme),
 		cmocka_unit_test(test_nvme_file_and_flags),
 		cmocka_unit_test(test_file_long_lines),

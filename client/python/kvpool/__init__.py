@@ -22,11 +22,13 @@ from .errors import (AlreadyRegistered, Busy, ChecksumError, ConnectionError, De
                      ProtocolError, QuotaExceeded, ServerIOError, Timeout, TooLarge,
                      Unsupported, error_class, strerror)
 from .hashes import block_hashes
+from . import placement
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Completion", "Limits", "block_hashes", "strerror", "error_class", "DEFAULT_URL", "KEY_BYTES",
+    "Client", "Completion", "Limits", "block_hashes", "placement", "strerror", "error_class",
+    "DEFAULT_URL", "KEY_BYTES",
     "library_path", "Error", "Miss", "NoParent", "Full", "QuotaExceeded", "Busy", "TooLarge",
     "Denied", "ChecksumError", "ServerIOError", "ProtocolError", "Unsupported",
     "InvalidArgument", "AlreadyRegistered", "NotRegistered", "OutOfMemory", "ConnectionError",

@@ -1,0 +1,118 @@
+"""The binding over several nodes: kvpool.Client takes the same cluster
+URLs as libkvpool (a node list, or etcd://HOST:PORT/CLUSTER), and blocks
+land where kvpool.placement (the pure-Python HRW twin) says."""
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+import kvpool
+from kvpool import placement
+
+from conftest import Server, free_port, skip_or_fail
+
+FLAGS = ("--dram-capacity", "16MiB", "--max-block-bytes", "1MiB", "--threads", "1",
+         "--log-level", "warn", "--rdma-port", "0")
+
+
+@pytest.fixture
+def three():
+    servers = [Server(*FLAGS).start() for _ in range(3)]
+    yield servers
+    for s in servers:
+        s.stop()
+
+
+def _chain(tag, n):
+    return kvpool.block_hashes(list(range(n * 4)), block_size=4, extra=tag.encode())
+
+
+def test_node_list_and_placement(three):
+    url = "tcp://" + ",".join("127.0.0.1:%d" % s.port for s in three)
+    names = ["127.0.0.1:%d" % s.port for s in three]
+    keys = _chain("py-cluster", 70)
+    blocks = [bytes([i % 251]) * 512 for i in range(len(keys))]
+    with kvpool.Client(url, "pycl") as c:
+        c.put_chain(keys, blocks)
+        assert c.match(keys) == len(keys)
+        assert c.get_many(keys) == blocks
+        st = c.stats()
+        assert len(st["cluster"]["nodes"]) == 3
+        assert st["blocks"] == len(keys)
+    # Each segment of 32 sits on the owner kvpool.placement names, whole.
+    owners = placement.segment_owners(keys, names)
+    direct = [kvpool.Client(s.url, "pycl") for s in three]
+    try:
+        for k, o in enumerate(owners):
+            seg = keys[k * 32:(k + 1) * 32]
+            for i, d in enumerate(direct):
+                assert d.match(seg) == (len(seg) if i == o else 0)
+    finally:
+        for d in direct:
+            d.close()
+
+
+def test_node_down_is_a_miss(three):
+    url = "tcp://" + ",".join("127.0.0.1:%d" % s.port for s in three)
+    keys = _chain("py-down", 96)
+    with kvpool.Client(url, "pydown") as c:
+        c.put_chain(keys, [b"x" * 256] * len(keys))
+        assert c.match(keys) == 96
+        three[placement.owner(keys[32], ["127.0.0.1:%d" % s.port for s in three])].kill()
+        m = c.match(keys)           # no exception: the dead node's segment is short
+        assert m < 96
+        got = c.get_many(keys[:m])
+        assert all(isinstance(g, bytes) for g in got)
+
+
+def _etcd_or_skip():
+    etcd = shutil.which(os.environ.get("KVPOOL_ETCD", "etcd"))
+    if not etcd:
+        skip_or_fail("etcd is not installed (apt-get install etcd-server)")
+    return etcd
+
+
+def test_etcd_url():
+    etcd = _etcd_or_skip()
+    d = tempfile.mkdtemp(prefix="kvpool-etcd-")
+    cport, pport = free_port(), free_port()
+    lc, lp = "http://127.0.0.1:%d" % cport, "http://127.0.0.1:%d" % pport
+    proc = subprocess.Popen([etcd, "--name", "py", "--data-dir", d + "/data",
+                             "--listen-client-urls", lc, "--advertise-client-urls", lc,
+                             "--listen-peer-urls", lp, "--initial-advertise-peer-urls", lp,
+                             "--initial-cluster", "py=" + lp, "--log-level", "error"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    node = None
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", cport), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        url = "etcd://127.0.0.1:%d/py" % cport
+        node = Server(*(FLAGS + ("--cluster", url, "--node-name", "py1",
+                                 "--cluster-lease-s", "2"))).start()
+        deadline = time.monotonic() + 10
+        while True:
+            with kvpool.Client(url, "pyetcd") as c:
+                if c.stats()["cluster"]["nodes"]:
+                    keys = _chain("py-etcd", 40)
+                    c.put_chain(keys, [b"y" * 128] * 40)
+                    assert c.match(keys) == 40
+                    assert c.stats()["cluster"]["nodes"][0]["name"] == "py1"
+                    assert c.stats()["cluster"]["etcd"]["reachable"] is True
+                    break
+            assert time.monotonic() < deadline, "the node never showed up in etcd"
+            time.sleep(0.2)
+    finally:
+        if node:
+            node.stop()
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(d, ignore_errors=True)
