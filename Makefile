@@ -90,10 +90,10 @@ LIBS_TEST   := -lcmocka
 ifeq ($(RDMA),1)
 CFLAGS      += -DKVPOOL_RDMA=1
 LIBS_RDMA   := -lrdmacm -libverbs
-RDMA_SRC    := $(filter-out rdma/rdma_stub.c,$(wildcard rdma/*.c))
+RDMA_SRC    := $(filter-out rdma/rdmx_stub.c,$(wildcard rdma/*.c))
 else
 LIBS_RDMA   :=
-RDMA_SRC    := rdma/rdma_stub.c rdma/rdma_desc.c
+RDMA_SRC    := rdma/rdmx_stub.c rdma/rdmx_desc.c
 endif
 LIBS_SERVER += $(LIBS_RDMA)
 LIBS_CLIENT += $(LIBS_RDMA)
@@ -202,6 +202,9 @@ UNIT_DEPS_auth   := $(UNIT_DEPS_server)
 UNIT_LIBS_auth   := $(LIBS_SERVER)
 UNIT_DEPS_memlimit := $(UNIT_DEPS_server)
 UNIT_LIBS_memlimit := $(LIBS_SERVER)
+# kvpoold's pure parts, one test program per subject (test_srv_<subject>.c).
+UNIT_SRV_PURE := srv_log srv_conn srv_stats srv_limits srv_out
+$(foreach t,$(UNIT_SRV_PURE),$(eval UNIT_DEPS_$(t) := $(UNIT_DEPS_server))$(eval UNIT_LIBS_$(t) := $(LIBS_SERVER)))
 UNIT_DEPS_admin  := $(UNIT_DEPS_server)
 UNIT_DEPS_events := $(BUILD)/libserver.a $(STORETEST_LIBS) $(BUILD)/libconf.a $(BUILD)/libproto.a
 UNIT_LIBS_admin  := $(LIBS_SERVER)

@@ -1,6 +1,8 @@
 /*
- * srv_conn.c - a client connection: input state machine, output flushing,
- * backpressure, timeouts and reply framing.
+ * srv_conn.c - a client connection, whatever its transport: the request
+ * header and body checks, dispatch, replies and error replies, timeouts,
+ * and closing. The transports (srv_tcp.c, srv_rdma_conn.c) call in; this
+ * file reaches them only through c->ops (srv_transport.h).
  */
 #include "srv_conn.h"
 
@@ -10,104 +12,52 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <event2/buffer.h>
-#include <event2/event.h>
 
+#include "srv_clock.h"
 #include "srv_log.h"
-#include "srv_put.h"
-#include "srv_rdma_conn.h"
 #include "srv_request.h"
 #include "srv_server.h"
 #include "srv_worker.h"
 #include "store.h"
 
-/* Reads per readiness callback before yielding to other connections. */
-#define PUMP_MAX_READS 64
-/* A body buffer larger than this is freed after its request. */
-#define BODY_KEEP_BYTES (256u * 1024)
-/* The first allocation for a body; it then doubles as bytes arrive. */
-#define BODY_FIRST_BYTES (16u * 1024)
 /* How long a connection that got a fatal error reply may linger, draining
  * input so that the reply is not destroyed by a reset. */
 #define CLOSING_LINGER_MS 1000
 
-static void conn_read_cb(evutil_socket_t fd, short what, void *arg);
-static void conn_write_cb(evutil_socket_t fd, short what, void *arg);
-
-static void conn_set_reading(struct srv_conn *c, int on)
-{
-	if (on == c->reading)
-		return;
-	if (on)
-		event_add(c->ev_read, NULL);
-	else
-		event_del(c->ev_read);
-	c->reading = on;
-}
-
-static void conn_set_writing(struct srv_conn *c, int on)
-{
-	if (on == c->writing)
-		return;
-	if (on)
-		event_add(c->ev_write, NULL);
-	else
-		event_del(c->ev_write);
-	c->writing = on;
-}
-
 uint64_t srv_conn_out_bytes(const struct srv_conn *c)
 {
-	return c->rdma ? evbuffer_get_length(c->out) : srv_out_bytes(&c->tx);
+	return c->ops->pending(c);
 }
 
-/* Is the output over the backpressure marks? */
-static int conn_out_full(const struct srv_conn *c)
+bool srv_conn_out_full(const struct srv_conn *c)
 {
 	return srv_conn_out_bytes(c) > SRV_OUT_MAX_BYTES ||
 	       c->replies_queued >= SRV_OUT_MAX_REPLIES;
 }
 
-int srv_conn_open(struct srv_worker *w, int fd, uint64_t id, const char *peer)
+void srv_conn_init(struct srv_conn *c, struct srv_worker *w, uint64_t id, const char *peer,
+		   const struct srv_transport *ops)
 {
-	struct srv_conn *c = calloc(1, sizeof(*c));
-
-	if (!c)
-		goto out_close_fd;
 	c->w = w;
 	c->id = id;
-	c->fd = fd;
+	c->fd = -1;
+	c->ops = ops;
 	snprintf(c->peer, sizeof(c->peer), "%s", peer);
-	srv_out_init(&c->tx, w->srv->store);
-	c->ev_read = event_new(w->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
-	c->ev_write = event_new(w->base, fd, EV_WRITE | EV_PERSIST, conn_write_cb, c);
-	if (!c->ev_read || !c->ev_write)
-		goto out_free_conn;
 	c->state = SRV_CONN_HEADER;
 	c->last_active_ms = srv_now_ms();
+}
+
+void srv_conn_attach(struct srv_conn *c)
+{
+	struct srv_worker *w = c->w;
+
 	c->next = w->conns;
 	if (w->conns)
 		w->conns->prev = c;
 	w->conns = c;
 	w->n_conns++;
-	conn_set_reading(c, 1);
-	srv_debug("conn %" PRIu64 " %s: open on worker %u", id, c->peer, w->index);
-	return 0;
-
-out_free_conn:
-	if (c->ev_write)
-		event_free(c->ev_write);
-	if (c->ev_read)
-		event_free(c->ev_read);
-	free(c);
-out_close_fd:
-	close(fd);
-	__atomic_fetch_sub(&w->srv->conn_current, 1, __ATOMIC_RELAXED);
-	srv_err("conn %" PRIu64 " %s: out of memory, dropped", id, peer);
-	return -ENOMEM;
 }
 
 /* Unlink c from list *head (the worker's connections or zombies). */
@@ -134,29 +84,13 @@ static void conn_free_rest(struct srv_conn *c)
 	if (c->hello_done)
 		store_namespace_release(s, c->ns_id);
 	free(c->body);
-	srv_put_free(c);
 	free(c->gets);
 	free(c);
 }
 
 void srv_conn_close(struct srv_conn *c, int level, const char *reason)
 {
-	if (c->rdma) {
-		srv_rconn_close(c, level, reason);
-		return;
-	}
-
-	srv_log(level, "conn %" PRIu64 " %s: closed: %s%s", c->id, c->peer, reason,
-		c->get_pending ? " (freed once its nvme reads end)" : "");
-	srv_put_abort(c);
-	event_free(c->ev_read);
-	event_free(c->ev_write);
-	c->ev_read = c->ev_write = NULL;
-	/* Dropping queued output releases the pins of GET blocks not sent. */
-	srv_out_free(&c->tx);
-	close(c->fd);
-	c->fd = -1;
-	srv_conn_release(c);
+	c->ops->close(c, level, reason);
 }
 
 void srv_conn_zombie_free(struct srv_conn *c)
@@ -253,17 +187,11 @@ int srv_conn_reply_begin(struct srv_conn *c, uint16_t status, uint32_t body_byte
 		.payload_bytes = payload_bytes,
 	};
 	uint32_t bytes = PROTO_HEADER_BYTES + body_bytes;
-	struct evbuffer_iovec v;
 
 	if (body_bytes > UINT32_MAX - PROTO_HEADER_BYTES)
 		return -ENOMEM;
-	if (c->rdma) {
-		if (evbuffer_reserve_space(c->out, bytes, &v, 1) < 1)
-			return -ENOMEM;
-		c->reply_base = v.iov_base;
-	} else if (srv_out_reserve(&c->tx, bytes, &c->reply_base) < 0) {
+	if (c->ops->reply_reserve(c, bytes, &c->reply_base) < 0)
 		return -ENOMEM;
-	}
 	proto_header_encode(&h, c->reply_base);
 	*body = body_bytes ? c->reply_base + PROTO_HEADER_BYTES : NULL;
 	return 0;
@@ -271,15 +199,7 @@ int srv_conn_reply_begin(struct srv_conn *c, uint16_t status, uint32_t body_byte
 
 void srv_conn_reply_commit(struct srv_conn *c, uint32_t body_bytes)
 {
-	struct evbuffer_iovec v = {
-		.iov_base = c->reply_base,
-		.iov_len = (size_t)PROTO_HEADER_BYTES + body_bytes,
-	};
-
-	if (c->rdma)
-		evbuffer_commit_space(c->out, &v, 1);
-	else
-		srv_out_commit(&c->tx, v.iov_len);
+	c->ops->reply_commit(c, c->reply_base, PROTO_HEADER_BYTES + body_bytes);
 	c->reply_base = NULL;
 	c->replies_queued++;
 }
@@ -287,7 +207,7 @@ void srv_conn_reply_commit(struct srv_conn *c, uint32_t body_bytes)
 int srv_conn_reply_block(struct srv_conn *c, const uint8_t *data, uint64_t len,
 			 struct store_block *block)
 {
-	return srv_out_block(&c->tx, data, len, block);
+	return c->ops->reply_block(c, data, len, block);
 }
 
 int srv_conn_reply_buffer(struct srv_conn *c, uint16_t status, struct evbuffer *body)
@@ -297,24 +217,28 @@ int srv_conn_reply_buffer(struct srv_conn *c, uint16_t status, struct evbuffer *
 
 	if (len > UINT32_MAX - PROTO_HEADER_BYTES)
 		return -EMSGSIZE;
-	if (!c->rdma) {
-		/* A rare, small reply: copied into the output buffer, so
-		 * that all TCP output is one queue in request order. */
-		if (srv_conn_reply_begin(c, status, (uint32_t)len, 0, &p) < 0)
-			return -ENOMEM;
-		if (len && evbuffer_remove(body, p, len) != (ev_ssize_t)len)
-			return -ENOMEM; /* not committed: nothing was queued */
-		srv_conn_reply_commit(c, (uint32_t)len);
-		return 0;
-	}
 	if (srv_conn_reply_begin(c, status, 0, 0, &p) < 0)
 		return -ENOMEM;
-	/* Patch body_bytes into the header just reserved, then move the body. */
+	/* Patch body_bytes into the header just reserved, then add the body
+	 * (moved or copied by the transport, right behind it). */
 	proto_put_u32(c->reply_base + 12, (uint32_t)len);
 	srv_conn_reply_commit(c, 0);
-	if (evbuffer_add_buffer(c->out, body) < 0)
+	return len ? c->ops->reply_buffer(c, body) : 0;
+}
+
+int srv_conn_results_begin(struct srv_conn *c, uint32_t count, uint64_t payload_bytes,
+			   uint8_t **body, uint32_t *body_bytes)
+{
+	*body_bytes = (uint32_t)proto_batch_body_bytes(count, PROTO_RESULT_ENTRY_BYTES);
+	if (srv_conn_reply_begin(c, PROTO_STATUS_OK, *body_bytes, payload_bytes, body) < 0)
 		return -ENOMEM;
+	proto_batch_encode_prefix(*body, count, 0);
 	return 0;
+}
+
+void srv_conn_lat_record(struct srv_conn *c, int op)
+{
+	srv_hist_record(&c->w->stats.lat[op], srv_now_us() - c->req_start_us);
 }
 
 size_t srv_conn_quote_body(const struct proto_header *h, const uint8_t *body, size_t body_bytes,
@@ -419,31 +343,6 @@ uint32_t srv_conn_body_max(uint8_t opcode, const struct proto_limits *l)
 	return max > UINT32_MAX ? UINT32_MAX : (uint32_t)max;
 }
 
-/* Make room for the next body bytes. The buffer grows with what has
- * arrived (BODY_FIRST_BYTES, then doubling, up to body_bytes), so a peer
- * that announces a large body and sends little of it costs little memory.
- * Errors: -ENOMEM. */
-static int body_grow(struct srv_conn *c)
-{
-	uint32_t cap;
-	uint8_t *p;
-
-	if (c->body_have < c->body_cap)
-		return 0;
-	if (c->body_cap < BODY_FIRST_BYTES)
-		cap = BODY_FIRST_BYTES;
-	else
-		cap = c->body_cap > UINT32_MAX / 2 ? UINT32_MAX : c->body_cap * 2;
-	if (cap > c->hdr.body_bytes)
-		cap = c->hdr.body_bytes;
-	p = realloc(c->body, cap);
-	if (!p)
-		return -ENOMEM;
-	c->body = p;
-	c->body_cap = cap;
-	return 0;
-}
-
 /* ---- input ----------------------------------------------------------- */
 
 /* Limit on payload_bytes the header decoder applies, for messages. */
@@ -467,12 +366,11 @@ static const char *header_field_error(const struct srv_conn *c)
 	return "nonzero status on a request";
 }
 
-/* The first four bytes are not the magic (checked as soon as they are in,
- * so that a short probe such as an HTTP request is answered at once): a
- * connection-level error reply, then close. The log line shows those four
+/* The first four bytes are not the magic: a connection-level error
+ * reply, then close. The log line shows those four
  * bytes only (as a little-endian u32, like PROTO_MAGIC), never the rest of
  * the header: a client framing bug can put a token there. */
-static enum srv_next on_bad_magic(struct srv_conn *c)
+enum srv_next srv_conn_bad_magic(struct srv_conn *c)
 {
 	uint32_t magic = proto_get_u32(c->hdr_raw);
 	int err;
@@ -506,7 +404,7 @@ static enum srv_next on_bad_header(struct srv_conn *c, int rc)
 	int err;
 
 	if (rc == -EPROTO && proto_get_u32(c->hdr_raw) != PROTO_MAGIC)
-		return on_bad_magic(c);
+		return srv_conn_bad_magic(c);
 	if (rc == -EPROTONOSUPPORT) {
 		err = srv_conn_reply_error(c, PROTO_STATUS_UNSUPPORTED, SRV_QUOTE_HEADER,
 					   "protocol version %u not supported; supported versions %d..%d",
@@ -573,8 +471,7 @@ static enum srv_next on_body_too_large(struct srv_conn *c, uint32_t max)
 	return skip_frame(c, err);
 }
 
-/* The header is complete: decode it and start on the body. */
-static enum srv_next on_header(struct srv_conn *c)
+enum srv_next srv_conn_header(struct srv_conn *c)
 {
 	const struct srv *s = c->w->srv;
 	uint32_t max;
@@ -602,7 +499,7 @@ enum srv_next srv_conn_frame(struct srv_conn *c, const uint8_t *frame, size_t by
 	memcpy(c->hdr_raw, frame, PROTO_HEADER_BYTES);
 	c->hdr_have = PROTO_HEADER_BYTES;
 	c->frame_start_ms = srv_now_ms();
-	next = on_header(c);
+	next = srv_conn_header(c);
 	if (next != SRV_NEXT_BODY)
 		return next;
 	if (bytes - PROTO_HEADER_BYTES < c->hdr.body_bytes)
@@ -619,255 +516,16 @@ enum srv_next srv_conn_frame(struct srv_conn *c, const uint8_t *frame, size_t by
 	}
 	memcpy(c->body, frame + PROTO_HEADER_BYTES, c->hdr.body_bytes);
 	c->body_have = c->hdr.body_bytes;
+	return srv_conn_body_done(c);
+}
+
+enum srv_next srv_conn_body_done(struct srv_conn *c)
+{
 	c->req_start_us = srv_now_us();
 	return srv_request_dispatch(c);
 }
 
-/* Move the state machine on after a header or a request. Returns -1 when
- * the connection must be closed now. */
-static int conn_next(struct srv_conn *c, enum srv_next next)
-{
-	switch (next) {
-	case SRV_NEXT_BODY:
-		c->state = SRV_CONN_BODY;
-		return 0;
-	case SRV_NEXT_PAYLOAD:
-		c->state = SRV_CONN_PAYLOAD;
-		return 0;
-	case SRV_NEXT_SKIP:
-		if (c->skip_bytes) {
-			c->state = SRV_CONN_SKIP;
-			return 0;
-		}
-		break;
-	case SRV_NEXT_HEADER:
-		break;
-	case SRV_NEXT_CLOSE:
-		c->state = SRV_CONN_CLOSING;
-		c->closing_since_ms = srv_now_ms();
-		return 0;
-	case SRV_NEXT_WAIT:
-		/* Replies stay in request order: read nothing more until the
-		 * GET's promotions are in (srv_conn_request_done). */
-		c->state = SRV_CONN_WAIT;
-		conn_set_reading(c, 0);
-		return 0;
-	case SRV_NEXT_ABORT:
-	default:
-		return -1;
-	}
-	c->state = SRV_CONN_HEADER;
-	c->hdr_have = 0;
-	if (c->body_cap > BODY_KEEP_BYTES) {
-		free(c->body);
-		c->body = NULL;
-		c->body_cap = 0;
-	}
-	/* Between requests is the only place we pause: never mid-frame. */
-	if (conn_out_full(c))
-		conn_set_reading(c, 0);
-	return 0;
-}
-
-/* read(2) returning -errno instead of -1. */
-static long sys_read(int fd, void *buf, size_t len)
-{
-	ssize_t n = read(fd, buf, len);
-
-	return n < 0 ? -errno : (long)n;
-}
-
-/* One read step in the current state, then whatever the bytes complete.
- * Returns bytes read (> 0), 0 on EOF, or -errno (-EAGAIN: nothing to read;
- * -ENOMEM: the request could not be answered). *want receives how many
- * bytes were asked for. */
-static long conn_read_step(struct srv_conn *c, size_t *want)
-{
-	uint8_t *scratch = c->w->scratch;
-	int done = 0;
-	long n;
-
-	switch (c->state) {
-	case SRV_CONN_HEADER:
-		*want = PROTO_HEADER_BYTES - c->hdr_have;
-		n = sys_read(c->fd, c->hdr_raw + c->hdr_have, *want);
-		if (n <= 0)
-			return n;
-		if (c->hdr_have == 0)
-			c->frame_start_ms = srv_now_ms(); /* the frame's deadline starts */
-		c->hdr_have += (uint32_t)n;
-		if (c->hdr_have == PROTO_HEADER_BYTES)
-			return conn_next(c, on_header(c)) < 0 ? -ENOMEM : n;
-		if (c->hdr_have >= sizeof(uint32_t) && proto_get_u32(c->hdr_raw) != PROTO_MAGIC)
-			return conn_next(c, on_bad_magic(c)) < 0 ? -ENOMEM : n;
-		return n;
-	case SRV_CONN_BODY:
-		if (body_grow(c) < 0)
-			return -ENOMEM;
-		*want = (c->body_cap < c->hdr.body_bytes ? c->body_cap : c->hdr.body_bytes) -
-			c->body_have;
-		n = sys_read(c->fd, c->body + c->body_have, *want);
-		if (n > 0 && (c->body_have += (uint32_t)n) == c->hdr.body_bytes) {
-			c->req_start_us = srv_now_us();
-			return conn_next(c, srv_request_dispatch(c)) < 0 ? -ENOMEM : n;
-		}
-		return n;
-	case SRV_CONN_PAYLOAD:
-		n = srv_put_read(c, want, &done);
-		if (n > 0 && done)
-			conn_next(c, SRV_NEXT_HEADER);
-		return n;
-	case SRV_CONN_SKIP:
-		*want = c->skip_bytes < SRV_SCRATCH_BYTES ? c->skip_bytes : SRV_SCRATCH_BYTES;
-		n = sys_read(c->fd, scratch, *want);
-		if (n > 0 && (c->skip_bytes -= (uint64_t)n) == 0)
-			conn_next(c, SRV_NEXT_HEADER);
-		return n;
-	case SRV_CONN_WAIT:
-		/* Not reading (conn_next); a level-triggered event already
-		 * dispatched in this round may still land here. */
-		return -EAGAIN;
-	case SRV_CONN_CLOSING:
-	default:
-		*want = SRV_SCRATCH_BYTES;
-		return sys_read(c->fd, scratch, *want);
-	}
-}
-
-/* Log level and text for a connection the peer closed: debug, as every
- * per-connection open and close line (many short-lived connections must
- * not flood the log). */
-static const char *eof_reason(const struct srv_conn *c, int *level)
-{
-	*level = SRV_LOG_DEBUG;
-	if (c->state == SRV_CONN_CLOSING)
-		return "peer closed after fatal error";
-	if (c->state == SRV_CONN_HEADER && c->hdr_have == 0)
-		return "peer closed";
-	return c->state == SRV_CONN_PAYLOAD ? "peer closed mid-payload" : "peer closed mid-frame";
-}
-
-/* Read and handle input until the socket is drained, reading is paused,
- * or the per-callback budget is spent. Returns 1 if c was closed. */
-static int conn_pump(struct srv_conn *c)
-{
-	char why[96];
-	const char *reason;
-	int level;
-
-	for (int i = 0; i < PUMP_MAX_READS && c->reading; i++) {
-		size_t want = 0;
-		long n = conn_read_step(c, &want);
-
-		if (n == -EAGAIN || n == -EINTR)
-			return 0;
-		if (n == 0) {
-			reason = eof_reason(c, &level);
-			if (!srv_out_bytes(&c->tx)) {
-				srv_conn_close(c, level, reason);
-				return 1;
-			}
-			/* Replies are still queued (a half-closed peer may wait
-			 * for them): stop reading, close once they are out. */
-			srv_log(level, "conn %" PRIu64 " %s: %s; flushing replies", c->id, c->peer,
-				reason);
-			srv_put_abort(c);
-			c->peer_eof = 1;
-			conn_set_reading(c, 0);
-			return 0;
-		}
-		if (n < 0) {
-			snprintf(why, sizeof(why), "%s: %s", n == -ENOMEM ? "aborted" : "read error",
-				 strerror((int)-n));
-			srv_conn_close(c, n == -ENOMEM ? SRV_LOG_WARN : SRV_LOG_DEBUG, why);
-			return 1;
-		}
-		c->last_active_ms = srv_now_ms();
-		if ((size_t)n < want)
-			return 0; /* the socket is most likely empty now */
-	}
-	return 0;
-}
-
-/* Write what the socket takes, and switch write interest and read
- * backpressure accordingly. Returns 1 if c was closed. */
-static int conn_flush(struct srv_conn *c)
-{
-	char why[96];
-	uint64_t len = srv_out_bytes(&c->tx);
-
-	if (len) {
-		long n = srv_out_write(&c->tx, c->fd);
-
-		if (n < 0 && n != -EAGAIN && n != -EINTR) {
-			snprintf(why, sizeof(why), "write error: %s", strerror((int)-n));
-			srv_conn_close(c, SRV_LOG_DEBUG, why);
-			return 1;
-		}
-		if (n > 0)
-			c->last_active_ms = srv_now_ms();
-		len = srv_out_bytes(&c->tx);
-	}
-	if (len == 0 && c->peer_eof) {
-		srv_conn_close(c, SRV_LOG_DEBUG, "replies flushed after peer closed");
-		return 1;
-	}
-	if (len == 0) {
-		c->replies_queued = 0;
-		conn_set_writing(c, 0);
-		if (c->state == SRV_CONN_CLOSING && !c->wr_shut) {
-			shutdown(c->fd, SHUT_WR);
-			c->wr_shut = 1;
-		}
-	} else {
-		conn_set_writing(c, 1);
-	}
-	if (c->peer_eof)
-		conn_set_reading(c, 0);
-	else if (c->state == SRV_CONN_CLOSING)
-		conn_set_reading(c, 1); /* drain until the peer closes */
-	else if (c->state == SRV_CONN_HEADER && !c->hdr_have)
-		conn_set_reading(c, !conn_out_full(c));
-	return 0;
-}
-
-static void conn_read_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct srv_conn *c = arg;
-
-	(void)fd;
-	(void)what;
-	if (conn_pump(c))
-		return;
-	conn_flush(c);
-}
-
 void srv_conn_request_done(struct srv_conn *c, enum srv_next next)
 {
-	char why[64];
-
-	if (c->rdma) {
-		srv_rconn_request_done(c, next);
-		return;
-	}
-	if (conn_next(c, next) < 0) {
-		snprintf(why, sizeof(why), "aborted: %s", strerror(ENOMEM));
-		srv_conn_close(c, SRV_LOG_WARN, why);
-		return;
-	}
-	/* Writes the reply and, in state HEADER, reads again: input that
-	 * arrived meanwhile fires the level-triggered read event. */
-	conn_flush(c);
-}
-
-static void conn_write_cb(evutil_socket_t fd, short what, void *arg)
-{
-	struct srv_conn *c = arg;
-
-	(void)fd;
-	(void)what;
-	if (conn_flush(c))
-		return;
-	/* Reading may have resumed: input already buffered in the kernel is
-	 * picked up by the (level-triggered) read event. */
+	c->ops->request_done(c, next);
 }

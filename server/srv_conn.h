@@ -1,16 +1,15 @@
 /*
- * srv_conn.h - one client connection on a worker thread: the input state
- * machine (HEADER -> BODY -> PAYLOAD | SKIP), the output evbuffer,
- * backpressure, timeouts, and replies.
+ * srv_conn.h - one client connection on a worker thread, whatever its
+ * transport: the session (HELLO state, namespace, lessee), the request in
+ * hand (header and body checks, then dispatch to srv_request.c), replies
+ * and error replies, timeouts, and closing. No socket and no queue pair
+ * here: the transport (srv_transport.h; srv_tcp.c, srv_rdma_conn.c)
+ * moves the bytes and calls in.
  *
- * Input is read with read()/readv() into a 32-byte header buffer and a
- * body buffer that grows with the bytes that arrive, never past what the
- * opcode can need (srv_conn_body_max); PUT payload bytes go straight into
- * the arena (see srv_put.c). A frame must arrive whole within
- * payload_timeout_ms of its first header byte. Output is the connection's
- * srv_out queue, written with writev: reply bytes from its buffer, GET
- * payloads straight from the arena, each block pinned until its bytes are
- * written (RDMA connections queue their replies in an evbuffer instead).
+ * A request body is checked against what its opcode can need
+ * (srv_conn_body_max) before any of it is buffered. A frame must arrive
+ * whole within payload_timeout_ms of its first header byte. Replies go
+ * out in request order through the transport's reply operations.
  * A connection is touched only by the worker thread that owns it.
  *
  * A GET whose blocks must first be read from NVMe parks the connection
@@ -22,10 +21,12 @@
 #ifndef KVPOOL_SRV_CONN_H
 #define KVPOOL_SRV_CONN_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "proto.h"
 #include "srv_out.h"
+#include "srv_transport.h"
 #include "store.h"
 
 struct srv_worker;
@@ -44,18 +45,6 @@ enum srv_conn_state {
 	SRV_CONN_SKIP,    /* discarding skip_bytes, then HEADER */
 	SRV_CONN_CLOSING, /* reply queued; flush, then drain input until EOF */
 	SRV_CONN_WAIT,    /* a GET waits for NVMe reads; nothing is read meanwhile */
-};
-
-/* What the input state machine does after a request was handled. */
-enum srv_next {
-	SRV_NEXT_HEADER,  /* the request is done; read the next header */
-	SRV_NEXT_PAYLOAD, /* read the PUT payload (srv_put_read) */
-	SRV_NEXT_SKIP,    /* discard c->skip_bytes, then read the next header */
-	SRV_NEXT_CLOSE,   /* the stream cannot be parsed: flush replies, close */
-	SRV_NEXT_ABORT,   /* close at once (I/O error, no memory) */
-	SRV_NEXT_BODY,    /* header decoded: read body_bytes (srv_conn.c only) */
-	SRV_NEXT_WAIT,    /* the reply waits for promotions: stop reading until
-			   * srv_conn_request_done */
 };
 
 /* One PUT block of the request being received. */
@@ -88,15 +77,16 @@ struct srv_conn {
 	struct srv_worker *w;
 	struct srv_conn *prev, *next; /* the worker's list */
 	uint64_t id;
+	char peer[64];                /* "addr:port", "[addr]:port" or "rdma" */
+	const struct srv_transport *ops; /* its transport */
+	/* TCP (srv_tcp.c only; fd -1 and the rest unused over RDMA). */
 	int fd;
-	char peer[64];                /* "addr:port" or "[addr]:port" */
 	struct event *ev_read;        /* EV_READ | EV_PERSIST */
 	struct event *ev_write;       /* EV_WRITE | EV_PERSIST, while output waits */
-	struct srv_out tx;            /* TCP: every reply byte, in order */
-	struct evbuffer *out;         /* RDMA: the reply being built; NULL over TCP */
-	enum srv_conn_state state;
+	struct srv_out tx;            /* every reply byte, in order */
 	int reading, writing;         /* whether ev_read / ev_write are added */
 	int wr_shut;                  /* shutdown(SHUT_WR) done (CLOSING) */
+	enum srv_conn_state state;
 	int peer_eof;                 /* peer closed its side: flush, then close */
 	uint64_t last_active_ms;      /* last byte read or written */
 	uint64_t frame_start_ms;      /* first header byte of the frame being read */
@@ -131,30 +121,30 @@ struct srv_conn {
 	struct store_lessee *lessee;
 	struct store_tenant *tenant;  /* the token's (with auth), NULL without */
 	/* Output accounting. */
-	uint32_t replies_queued;
+	uint32_t replies_queued;      /* since the output was last empty */
 	uint8_t *reply_base;          /* space reserved by srv_conn_reply_begin */
-	/* Transport: NULL over TCP. Over RDMA (srv_rdma_conn.c) there is no
-	 * socket (fd -1, no events): each request is one control message,
-	 * each reply is sent from `out` as one message, PUT bytes come by
-	 * RDMA READ and GET bytes go by RDMA WRITE. */
+	/* RDMA (srv_rdma_conn.c only; NULL over TCP): the queue pair, the
+	 * message queue, the reply being built, the transfer in progress. */
 	struct srv_rconn *rdma;
-	const uint8_t *rdma_descs;    /* the PUT/GET request's descriptors (16 B
-				       * each, one per entry), or NULL */
 };
 
-/* Worker thread: adopt socket fd as connection `id` and start reading.
- * On error the fd is closed and the connection count given back.
- * Errors: -ENOMEM. */
-int srv_conn_open(struct srv_worker *w, int fd, uint64_t id, const char *peer);
+/* Start connection c (zeroed by the caller) as connection `id` from
+ * `peer` on worker w over transport `ops`: reading a header, active now.
+ * Cannot fail. */
+void srv_conn_init(struct srv_conn *c, struct srv_worker *w, uint64_t id, const char *peer,
+		   const struct srv_transport *ops);
 
-/* Close and free the connection now: abort PUT reservations, free the
- * lessee (ending its leases), drop queued output (releasing the pins of
- * GET blocks not yet written),
- * close the socket. `reason` is logged at `level`. While promotions are
- * pending (get_pending > 0) the socket is closed and the connection
- * leaves the worker's list at once, but the connection, its GET slots,
- * its lessee and its namespace reference stay until the last promotion
- * is handled (srv_conn_zombie_free). */
+/* Put c in its worker's connection list (drain, timeouts and shutdown
+ * walk it). Cannot fail. */
+void srv_conn_attach(struct srv_conn *c);
+
+/* Close the connection now (its transport's close): abort PUT
+ * reservations, drop queued output (releasing the pins of GET blocks not
+ * yet sent), release the transport, then srv_conn_release. `reason` is
+ * logged at `level`. While promotions are pending (get_pending > 0) the
+ * connection leaves the worker's list at once, but the connection, its
+ * GET slots, its lessee and its namespace reference stay until the last
+ * promotion is handled (srv_conn_zombie_free). */
 void srv_conn_close(struct srv_conn *c, int level, const char *reason);
 
 /* Free a zombie (closed with promotions pending) once get_pending is 0:
@@ -162,17 +152,33 @@ void srv_conn_close(struct srv_conn *c, int level, const char *reason);
  * the main thread once the worker has stopped. */
 void srv_conn_zombie_free(struct srv_conn *c);
 
-/* The last step of closing a connection without a socket (RDMA, whose
- * transport, output and reservations the caller has already released):
- * leave the worker's list, give the connection count back, and free c,
- * or keep it as a zombie while promotions are pending (as
- * srv_conn_close). Worker thread. */
+/* The last step of a transport's close (its socket or queue pair, output
+ * and PUT state already released): leave the worker's list, give the
+ * connection count back, and free c, or keep it as a zombie while
+ * promotions are pending (as srv_conn_close). Worker thread. */
 void srv_conn_release(struct srv_conn *c);
 
 /* The request the connection parked on (SRV_NEXT_WAIT) is answered: move
  * the state machine on by `next`, as if the request handler had returned
- * it, flush the output and resume reading. May close c. Worker thread. */
+ * it, flush the output and resume reading (the transport's request_done).
+ * May close c. Worker thread. */
 void srv_conn_request_done(struct srv_conn *c, enum srv_next next);
+
+/* The 32 header bytes of a request are in c->hdr_raw: decode and check
+ * them, answering a bad header (PROTOCOL.md 7.2/7.3), and dispatch a
+ * request without a body. Returns SRV_NEXT_BODY when the transport must
+ * now receive hdr.body_bytes into c->body, else what to do next. */
+enum srv_next srv_conn_header(struct srv_conn *c);
+
+/* The first four bytes in c->hdr_raw (hdr_have >= 4) are not the magic:
+ * a connection-level error reply, answered as soon as they are in so that
+ * a short probe (an HTTP request) is answered at once. Returns
+ * SRV_NEXT_CLOSE or SRV_NEXT_ABORT. */
+enum srv_next srv_conn_bad_magic(struct srv_conn *c);
+
+/* The whole body of the request in hand is in c->body: dispatch it
+ * (srv_request.c) and return what to do next. */
+enum srv_next srv_conn_body_done(struct srv_conn *c);
 
 /* Handle one whole request frame already in memory (an RDMA control
  * message without its descriptors): frame[0..bytes), bytes >= 32. Decodes
@@ -194,9 +200,9 @@ int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms);
 /* Queue a reply header (echoing c->hdr's opcode and request id) and
  * reserve body_bytes of contiguous space for its body, returned in *body
  * (NULL when body_bytes is 0). The caller fills the body and calls
- * srv_conn_reply_commit before queueing anything else. Over TCP the space
- * is in the connection's output buffer, which allocates only while it
- * grows. Errors: -ENOMEM. */
+ * srv_conn_reply_commit before queueing anything else. The space is the
+ * transport's (reply_reserve): over TCP in the connection's output
+ * buffer, which allocates only while it grows. Errors: -ENOMEM. */
 int srv_conn_reply_begin(struct srv_conn *c, uint16_t status, uint32_t body_bytes,
 			 uint64_t payload_bytes, uint8_t **body);
 
@@ -204,19 +210,37 @@ int srv_conn_reply_begin(struct srv_conn *c, uint16_t status, uint32_t body_byte
  * srv_conn_reply_begin. Cannot fail (begin made the room). */
 void srv_conn_reply_commit(struct srv_conn *c, uint32_t body_bytes);
 
-/* TCP: queue len bytes of a GET block at data after the reply queued
- * last; the output owns the pin (`block`) from now on, also on error, and
- * releases it once the bytes are written or dropped. Errors: -ENOMEM. */
+/* Queue len bytes of a GET block at data after the reply queued last
+ * (the transport's reply_block); the output owns the pin (`block`) from
+ * now on, also on error, and releases it once the bytes are written or
+ * dropped. Errors: -ENOMEM, -EOPNOTSUPP (a transport that writes GET
+ * bytes elsewhere). */
 int srv_conn_reply_block(struct srv_conn *c, const uint8_t *data, uint64_t len,
 			 struct store_block *block);
 
-/* Bytes queued on c's output and not yet sent (TCP or RDMA). */
+/* Bytes queued on c's output and not yet sent (the transport's pending). */
 uint64_t srv_conn_out_bytes(const struct srv_conn *c);
+
+/* Is the output over the backpressure marks (SRV_OUT_MAX_BYTES or
+ * SRV_OUT_MAX_REPLIES)? Then no further request is read for now. */
+bool srv_conn_out_full(const struct srv_conn *c);
 
 /* Queue a reply whose body is all of `body` (e.g. the STATS document),
  * which is left empty: moved over RDMA, copied into the output buffer
- * over TCP. Errors: -EMSGSIZE (over 4 GiB), -ENOMEM. */
+ * over TCP. Errors: -EMSGSIZE (over 4 GiB), -ENOMEM (the connection must
+ * close: the header may be queued without its body). */
 int srv_conn_reply_buffer(struct srv_conn *c, uint16_t status, struct evbuffer *body);
+
+/* Queue the header and batch prefix of a reply of `count` result entries
+ * (PROTO_RESULT_ENTRY_BYTES each) announcing payload_bytes; *body points
+ * at the batch body to fill, *body_bytes receives its size. The caller
+ * encodes the entries and calls srv_conn_reply_commit. Errors: -ENOMEM. */
+int srv_conn_results_begin(struct srv_conn *c, uint32_t count, uint64_t payload_bytes,
+			   uint8_t **body, uint32_t *body_bytes);
+
+/* Record the latency of the request in hand, from its arrival
+ * (req_start_us) to now, under `op` (enum srv_lat_op). */
+void srv_conn_lat_record(struct srv_conn *c, int op);
 
 /* What the log line of a protocol error quotes of the offending input. */
 enum srv_quote {

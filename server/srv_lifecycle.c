@@ -23,6 +23,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "srv_auth.h"
+#include "srv_clock.h"
 #include "srv_log.h"
 #include "srv_server.h"
 #include "srv_worker.h"

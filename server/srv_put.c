@@ -1,5 +1,7 @@
 /*
- * srv_put.c - PUT: reserve, receive straight into the arena, commit.
+ * srv_put.c - PUT: reserve, receive straight into the arena, commit. The
+ * transport fetches the bytes (srv_transport.h); nothing here reads a
+ * socket or posts a transfer.
  */
 #include "srv_put.h"
 #include "srv_request.h"
@@ -12,13 +14,10 @@
 #include <sys/uio.h>
 #include "proto_xxh3.h" /* XXH3 entry points, AVX2 / AVX-512 where the CPU has them */
 
-#include "rdma.h"
+#include "srv_clock.h"
 #include "srv_server.h"
 #include "srv_worker.h"
 #include "store.h"
-
-/* iovecs per readv: enough to take many small blocks in one call. */
-#define PUT_IOV_MAX 64
 
 /* Make room for `count` slots. Errors: -ENOMEM. */
 static int slots_reserve(struct srv_conn *c, uint32_t count)
@@ -35,14 +34,14 @@ static int slots_reserve(struct srv_conn *c, uint32_t count)
 	return 0;
 }
 
-/* Over TCP the payload is hashed as it arrives: the connection's XXH3
- * state, allocated at its first PUT (XXH3_createState mallocs 576 bytes,
- * 64-aligned: once per connection, not per request). RDMA READs land
- * without us seeing them, so the store hashes those at commit.
- * Errors: -ENOMEM. */
+/* Where the payload passes through the CPU (TCP: put_hashes) it is
+ * hashed as it arrives: the connection's XXH3 state, allocated at its
+ * first PUT (XXH3_createState mallocs 576 bytes, 64-aligned: once per
+ * connection, not per request). RDMA READs land without us seeing them,
+ * so the store hashes those at commit. Errors: -ENOMEM. */
 static int hash_state_get(struct srv_conn *c)
 {
-	if (c->rdma || c->put_hash)
+	if (!c->ops->put_hashes || c->put_hash)
 		return 0;
 	c->put_hash = XXH3_createState();
 	return c->put_hash ? 0 : -ENOMEM;
@@ -125,20 +124,20 @@ static uint32_t put_decode(struct srv_conn *c, const struct proto_batch *b)
 	return UINT32_MAX;
 }
 
-/* RDMA: every descriptor's length must be its block's length (PROTOCOL.md
- * section 13), checked before anything is reserved. Returns UINT32_MAX, or
- * the index of the first mismatch with the reason in msg. */
-static uint32_t put_descs_check(const struct srv_conn *c, uint32_t count, char *msg, size_t cap)
+/* Where the transport has a buffer of the peer's per block (RDMA: a
+ * descriptor), its size must be the block's length (PROTOCOL.md section
+ * 13), checked before anything is reserved. Returns UINT32_MAX, or the
+ * index of the first mismatch with the reason in msg. */
+static uint32_t put_room_check(const struct srv_conn *c, uint32_t count, char *msg, size_t cap)
 {
-	struct rdma_desc d;
+	uint64_t room;
 
-	if (!c->rdma_descs)
+	if (!c->ops->entry_room)
 		return UINT32_MAX;
 	for (uint32_t i = 0; i < count; i++) {
-		rdma_desc_decode(c->rdma_descs + (size_t)i * RDMA_DESC_BYTES, &d);
-		if (d.length != c->slots[i].e.length) {
-			snprintf(msg, cap, "descriptor length %u is not the block length %" PRIu64,
-				 d.length, c->slots[i].e.length);
+		if (c->ops->entry_room(c, i, &room) && room != c->slots[i].e.length) {
+			snprintf(msg, cap, "descriptor length %" PRIu64 " is not the block length %"
+				 PRIu64, room, c->slots[i].e.length);
 			return i;
 		}
 	}
@@ -181,7 +180,7 @@ enum srv_next srv_put_start(struct srv_conn *c)
 	if (bad != UINT32_MAX)
 		return put_refuse(c, PROTO_STATUS_BAD_REQUEST, "nonzero reserved bytes or unknown flags",
 				  bad);
-	bad = put_descs_check(c, b.count, msg, sizeof(msg));
+	bad = put_room_check(c, b.count, msg, sizeof(msg));
 	if (bad != UINT32_MAX)
 		return put_refuse(c, PROTO_STATUS_BAD_REQUEST, msg, bad);
 	/* the first PUT creates the namespace HELLO named */
@@ -196,16 +195,13 @@ enum srv_next srv_put_start(struct srv_conn *c)
 	return SRV_NEXT_PAYLOAD;
 }
 
-/* Fill iov with where the next payload bytes go, from the current block
- * on. Refused blocks point at the scratch buffer (its contents are never
- * looked at, so several iovecs may share it). Returns the iovec count. */
-static int put_iov(struct srv_conn *c, struct iovec *iov, size_t *want)
+int srv_put_iov(struct srv_conn *c, struct iovec *iov, int max_iov, size_t *want)
 {
 	uint64_t off = c->put_off;
 	int n = 0;
 
 	*want = 0;
-	for (uint32_t i = c->put_cur; i < c->put_count && n < PUT_IOV_MAX; i++, off = 0) {
+	for (uint32_t i = c->put_cur; i < c->put_count && n < max_iov; i++, off = 0) {
 		struct srv_put_slot *sl = &c->slots[i];
 		uint64_t left = sl->e.length - off;
 
@@ -242,9 +238,7 @@ static void put_hash(struct srv_conn *c, struct srv_put_slot *sl, uint64_t n)
 	}
 }
 
-/* Account n received bytes to the blocks in order, hashing each byte
- * once. */
-static void put_advance(struct srv_conn *c, uint64_t n)
+bool srv_put_received(struct srv_conn *c, uint64_t n)
 {
 	while (n && c->put_cur < c->put_count) {
 		struct srv_put_slot *sl = &c->slots[c->put_cur];
@@ -253,12 +247,13 @@ static void put_advance(struct srv_conn *c, uint64_t n)
 		put_hash(c, sl, n < left ? n : left);
 		if (n < left) {
 			c->put_off += n;
-			return;
+			return false;
 		}
 		n -= left;
 		c->put_cur++;
 		c->put_off = 0;
 	}
+	return c->put_cur >= c->put_count;
 }
 
 /* Commit slot i (if it holds a reservation) and write its result. */
@@ -313,27 +308,6 @@ int srv_put_finish(struct srv_conn *c, uint64_t start_us)
 	c->put_count = 0;
 	srv_hist_record(&st->lat[SRV_LAT_PUT], srv_now_us() - start_us);
 	return 0;
-}
-
-long srv_put_read(struct srv_conn *c, size_t *want, int *done)
-{
-	struct iovec iov[PUT_IOV_MAX];
-	int n_iov = put_iov(c, iov, want);
-	ssize_t n;
-
-	*done = 0;
-	n = readv(c->fd, iov, n_iov);
-	if (n < 0)
-		return -errno;
-	if (n == 0)
-		return 0;
-	put_advance(c, (uint64_t)n);
-	if (c->put_cur < c->put_count)
-		return n;
-	if (srv_put_finish(c, srv_now_us()) < 0)
-		return -ENOMEM;
-	*done = 1;
-	return n;
 }
 
 void srv_put_abort(struct srv_conn *c)

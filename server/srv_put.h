@@ -1,10 +1,13 @@
 /*
  * srv_put.h - PUT on a worker thread: reserve arena space for every block,
- * receive the payload straight into it, commit in order, reply.
+ * let the transport bring the payload straight into it, commit in order,
+ * reply.
  *
- * Over TCP each block's xxh3 is computed chunk by chunk right after each
- * readv, while the bytes are in cache, and handed to the store at commit
- * (store_put_commit_hashed) instead of reading the block a second time.
+ * Where the bytes pass through the CPU (TCP, srv_transport.put_hashes)
+ * each block's xxh3 is computed chunk by chunk as the transport reports
+ * them (srv_put_received), while they are in cache, and handed to the
+ * store at commit (store_put_commit_hashed) instead of reading the block
+ * a second time.
  *
  * Blocks that are refused at reservation (EXISTS, BUSY, FULL, NO_PARENT,
  * ...) have their bytes read into the worker's scratch buffer and
@@ -15,12 +18,20 @@
 #ifndef KVPOOL_SRV_PUT_H
 #define KVPOOL_SRV_PUT_H
 
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
 #include "srv_conn.h"
 
-/* The PUT body is in c->body: validate it and reserve every block. Over
- * RDMA (c->rdma_descs set) each descriptor's length must equal its
- * block's length, else BAD_REQUEST and nothing is reserved.
- * Returns SRV_NEXT_PAYLOAD to receive the payload, or SRV_NEXT_SKIP after
+struct iovec;
+
+/* The PUT body is in c->body: validate it and reserve every block. Where
+ * the transport has a buffer of the peer's per block (entry_room: an RDMA
+ * descriptor) its size must equal the block's length, else BAD_REQUEST
+ * and nothing is reserved. Returns SRV_NEXT_PAYLOAD for the transport to
+ * fetch the payload (srv_put_iov / srv_put_received, or a transfer into
+ * each slot's dst), then srv_put_finish; or SRV_NEXT_SKIP after
  * queueing a whole-request error reply (the payload is then discarded),
  * or SRV_NEXT_ABORT. */
 enum srv_next srv_put_start(struct srv_conn *c);
@@ -32,19 +43,24 @@ enum srv_next srv_put_start(struct srv_conn *c);
  * reply could not be queued; the reservations are then aborted). */
 int srv_put_finish(struct srv_conn *c, uint64_t start_us);
 
-/* Read what is available of the payload (one readv). *want receives the
- * bytes asked for. Returns the bytes read (> 0), 0 on EOF, or -errno
- * (-EAGAIN: nothing to read now; -ENOMEM: the reply could not be queued).
- * When the last byte has arrived it commits every block, queues the reply
- * and sets *done to 1 (else 0). */
-long srv_put_read(struct srv_conn *c, size_t *want, int *done);
+/* Fill iov[0..max_iov) with where the next payload bytes of the PUT in
+ * progress go, from the current block on (the arena for reserved blocks;
+ * the worker's scratch buffer, shared, for refused ones, whose bytes are
+ * dropped). *want receives the bytes they cover. Returns the iovec count
+ * (>= 1 while bytes are missing). Cannot fail. */
+int srv_put_iov(struct srv_conn *c, struct iovec *iov, int max_iov, size_t *want);
+
+/* n bytes have landed where srv_put_iov said: account them to the blocks
+ * in order, hashing each byte once (put_hashes). Returns true when the
+ * whole payload is in (then call srv_put_finish). Cannot fail. */
+bool srv_put_received(struct srv_conn *c, uint64_t n);
 
 /* Abort every reservation of the PUT in progress (connection closing).
  * Safe when no PUT is in progress. */
 void srv_put_abort(struct srv_conn *c);
 
-/* Free c's PUT receive state (slots, hash state) when c itself is freed,
- * after srv_put_abort. Safe when c never saw a PUT. */
+/* Free c's PUT receive state (slots, hash state) when its transport
+ * closes, after srv_put_abort. Safe when c never saw a PUT. */
 void srv_put_free(struct srv_conn *c);
 
 #endif /* KVPOOL_SRV_PUT_H */

@@ -10,13 +10,14 @@
 
 #include <event2/event.h>
 
+#include "srv_clock.h"
 #include "srv_rdma.h"
 #include "srv_rdma_conn.h"
 #include "srv_server.h"
 #include "srv_worker.h"
 #include "store.h"
 
-const struct rdma_ops *srv_rdma_test_ops;
+const struct rdmx_ops *srv_rdma_test_ops;
 
 /* Record why RDMA is not served and log it once. */
 static void unavailable(struct srv_rdma_state *st, const char *why)
@@ -27,14 +28,14 @@ static void unavailable(struct srv_rdma_state *st, const char *why)
 	srv_warn("rdma unavailable: %s; serving tcp only", st->reason);
 }
 
-void srv_rdma_open(struct srv *s, struct srv_rdma_state *st, const struct rdma_ops *ops)
+void srv_rdma_open(struct srv *s, struct srv_rdma_state *st, const struct rdmx_ops *ops)
 {
-	struct rdma_listener_config cfg = { 0 };
-	char why[RDMA_REASON_BYTES] = "";
+	struct rdmx_listener_config cfg = { 0 };
+	char why[RDMX_REASON_BYTES] = "";
 	int rc;
 
 	memset(st, 0, sizeof(*st));
-	st->built = rdma_built();
+	st->built = rdmx_built();
 	if (s->conf.rdma_port == 0) {
 		snprintf(st->reason, sizeof(st->reason), "rdma_port is 0");
 		srv_info("rdma off (rdma_port 0); serving tcp only");
@@ -44,7 +45,7 @@ void srv_rdma_open(struct srv *s, struct srv_rdma_state *st, const struct rdma_o
 	cfg.listen = s->conf.listen;
 	cfg.port = (uint16_t)s->conf.rdma_port;
 	cfg.ops = ops;
-	rc = rdma_listener_open(&cfg, &st->listener, why, sizeof(why));
+	rc = rdmx_listener_open(&cfg, &st->listener, why, sizeof(why));
 	if (rc < 0) {
 		st->listener = NULL;
 		unavailable(st, why[0] ? why : strerror(-rc));
@@ -61,20 +62,20 @@ void srv_rdma_worker_close(struct srv_worker *w)
 	if (w->ev_rdma_cm)
 		event_free(w->ev_rdma_cm);
 	w->ev_rdma_cm = NULL;
-	rdma_worker_close(w->rdma);
+	rdmx_worker_close(w->rdma);
 	w->rdma = NULL;
 }
 
-/* Open worker w's rdma_worker and add its CM fd to the worker's base. */
+/* Open worker w's rdmx_worker and add its CM fd to the worker's base. */
 static int worker_open(struct srv *s, struct srv_worker *w)
 {
-	int rc = rdma_worker_open(s->rdma.listener, &w->rdma);
+	int rc = rdmx_worker_open(s->rdma.listener, &w->rdma);
 
 	if (rc < 0) {
 		w->rdma = NULL;
 		return rc;
 	}
-	w->ev_rdma_cm = event_new(w->base, rdma_worker_fd(w->rdma), EV_READ | EV_PERSIST,
+	w->ev_rdma_cm = event_new(w->base, rdmx_worker_fd(w->rdma), EV_READ | EV_PERSIST,
 				  srv_rconn_cm_cb, w);
 	if (!w->ev_rdma_cm || event_add(w->ev_rdma_cm, NULL) < 0) {
 		srv_rdma_worker_close(w);
@@ -85,7 +86,7 @@ static int worker_open(struct srv *s, struct srv_worker *w)
 
 void srv_rdma_workers_open(struct srv *s)
 {
-	char why[RDMA_REASON_BYTES];
+	char why[RDMX_REASON_BYTES];
 	int rc = 0;
 	uint32_t i;
 
@@ -97,7 +98,7 @@ void srv_rdma_workers_open(struct srv *s)
 		return;
 	for (i = 0; i < s->n_workers; i++)
 		srv_rdma_worker_close(&s->workers[i]);
-	rdma_listener_close(s->rdma.listener);
+	rdmx_listener_close(s->rdma.listener);
 	s->rdma.listener = NULL;
 	snprintf(why, sizeof(why), "cannot open a worker's rdma_cm channel: %s", strerror(-rc));
 	unavailable(&s->rdma, why);
@@ -108,7 +109,7 @@ static void accept_refuse(struct srv *s, void *req, const char *why)
 {
 	uint64_t suppressed;
 
-	rdma_listener_refuse(s->rdma.listener, req);
+	rdmx_listener_refuse(s->rdma.listener, req);
 	if (srv_ratelimit_allow(&s->reject_log, srv_now_ms(), &suppressed))
 		srv_info("rdma connection rejected: %s (%" PRIu64 " more rejections not logged)",
 			 why, suppressed);
@@ -125,7 +126,7 @@ static void accept_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
-	while ((rc = rdma_listener_take(s->rdma.listener, &req)) == 1) {
+	while ((rc = rdmx_listener_take(s->rdma.listener, &req)) == 1) {
 		if (__atomic_load_n(&s->conn_current, __ATOMIC_RELAXED) >= s->conn_limit) {
 			__atomic_fetch_add(&s->conn_rejected, 1, __ATOMIC_RELAXED);
 			accept_refuse(s, req, "connection limit reached");
@@ -149,7 +150,7 @@ int srv_rdma_start(struct srv *s)
 
 	if (!st->available)
 		return 0;
-	st->ev_accept = event_new(s->base, rdma_listener_fd(st->listener), EV_READ | EV_PERSIST,
+	st->ev_accept = event_new(s->base, rdmx_listener_fd(st->listener), EV_READ | EV_PERSIST,
 				  accept_cb, s);
 	if (!st->ev_accept || event_add(st->ev_accept, NULL) < 0)
 		return -ENOMEM;
@@ -165,7 +166,7 @@ void srv_rdma_stop_accepting(struct srv *s)
 
 void srv_rdma_close(struct srv_rdma_state *st)
 {
-	rdma_listener_close(st->listener);
+	rdmx_listener_close(st->listener);
 	st->listener = NULL;
 	st->available = false;
 }

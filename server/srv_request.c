@@ -1,6 +1,6 @@
 /*
- * srv_request.c - dispatch and every request but PUT: HELLO, GET, EXISTS,
- * MATCH, DELETE, DROP_NAMESPACE, STATS, PING.
+ * srv_request.c - dispatch and every request but PUT and GET (srv_put.c,
+ * srv_get.c): HELLO, EXISTS, MATCH, DELETE, DROP_NAMESPACE, STATS, PING.
  */
 #include "srv_request.h"
 
@@ -12,12 +12,12 @@
 
 #include <event2/buffer.h>
 
-#include "rdma.h"
 #include "srv_auth.h"
 #include "srv_tenant.h"
+#include "srv_get.h"
+#include "srv_clock.h"
 #include "srv_log.h"
 #include "srv_put.h"
-#include "srv_rdma_conn.h"
 #include "srv_server.h"
 #include "srv_snapshot.h"
 #include "srv_worker.h"
@@ -51,11 +51,6 @@ static int reply_fixed(struct srv_conn *c, const uint8_t *src, uint32_t n)
 	return 0;
 }
 
-/* Record the latency of a request from its arrival to now. */
-static void lat_record(struct srv_conn *c, enum srv_lat_op op)
-{
-	srv_hist_record(&c->w->stats.lat[op], srv_now_us() - c->req_start_us);
-}
 
 /* ---- HELLO ---------------------------------------------------------- */
 
@@ -287,183 +282,8 @@ static int batch_decode(struct srv_conn *c, struct proto_batch *b, int aux_allow
 	return rc < 0 ? -ENOMEM : 1;
 }
 
-/* Reply body of `count` result entries; *body points at the batch body. */
-static int results_begin(struct srv_conn *c, uint32_t count, uint64_t payload_bytes,
-			 uint8_t **body, uint32_t *body_bytes)
-{
-	*body_bytes = (uint32_t)proto_batch_body_bytes(count, PROTO_RESULT_ENTRY_BYTES);
-	if (srv_conn_reply_begin(c, PROTO_STATUS_OK, *body_bytes, payload_bytes, body) < 0)
-		return -ENOMEM;
-	proto_batch_encode_prefix(*body, count, 0);
-	return 0;
-}
 
-/* ---- GET ---------------------------------------------------------------- */
-
-/* Make room for `count` GET slots. Errors: -ENOMEM. */
-static int gets_reserve(struct srv_conn *c, uint32_t count)
-{
-	struct srv_get_slot *p;
-
-	if (count <= c->gets_cap)
-		return 0;
-	p = realloc(c->gets, (size_t)count * sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	c->gets = p;
-	c->gets_cap = count;
-	return 0;
-}
-
-/* Settle slot g with the store's answer rc (0: g->ref is filled and
- * pinned). A slot keeps its pin only when its bytes are to be sent (OK):
- * a miss (also a failed NVMe read, which the store counted as corrupt)
- * is NOT_FOUND, no DRAM room to promote into is BUSY for this block only. */
-static void get_settle(struct srv_conn *c, struct srv_get_slot *g, int rc)
-{
-	struct srv_stats *ss = &c->w->stats;
-
-	if (rc < 0) {
-		memset(&g->ref, 0, sizeof(g->ref));
-		g->status = proto_status_from_errno(rc);
-		if (g->status == PROTO_STATUS_NOT_FOUND)
-			srv_stats_add(ss, SRV_C_get_misses, 1);
-		else
-			srv_stats_count_status(ss, g->status);
-		return;
-	}
-	if (g->ref.length > g->max_length) {
-		store_release(c->w->srv->store, g->ref.block);
-		g->ref.block = NULL;
-		g->status = PROTO_STATUS_TOO_LARGE;
-		/* max_length 0 only asks the block's size (a client with no
-		 * buffer yet, e.g. the Python get_many): not a refusal */
-		if (g->max_length)
-			srv_stats_count_status(ss, PROTO_STATUS_TOO_LARGE);
-		return;
-	}
-	/* a hit is a block sent: a size query or a too small buffer is
-	 * answered without the bytes, and the client asks again */
-	srv_stats_add(ss, SRV_C_get_hits, 1);
-	g->status = PROTO_STATUS_OK;
-	c->get_payload += g->ref.length;
-	srv_stats_add(ss, SRV_C_get_bytes, g->ref.length);
-}
-
-/* Look up and pin every entry. Blocks in DRAM are settled at once; for a
- * block only on NVMe the store starts a promotion and reports to
- * srv_worker_get_done later (c->get_pending counts them). */
-static void get_lookup(struct srv_conn *c, const struct proto_batch *b)
-{
-	struct store *st = c->w->srv->store;
-
-	c->get_count = b->count;
-	c->get_payload = 0;
-	c->get_pending = 0;
-	for (uint32_t i = 0; i < b->count; i++) {
-		struct srv_get_slot *g = &c->gets[i];
-		struct proto_get_entry e;
-		int rc;
-
-		proto_get_entry_decode(b, i, &e);
-		/* zeroed first: on a failed promotion the store leaves it alone */
-		memset(g, 0, sizeof(*g));
-		g->max_length = e.max_length;
-		if (c->rdma_descs) {
-			/* RDMA: the bytes go into the described buffer. */
-			struct rdma_desc d;
-
-			rdma_desc_decode(c->rdma_descs + (size_t)i * RDMA_DESC_BYTES, &d);
-			if (d.length < g->max_length)
-				g->max_length = d.length;
-		}
-		g->c = c;
-		rc = store_get_async(st, c->ns_id, e.key, c->lessee, &g->ref, srv_worker_get_done,
-				     g);
-		if (rc == -EINPROGRESS)
-			c->get_pending++; /* g belongs to the store until its done call */
-		else
-			get_settle(c, g, rc);
-	}
-}
-
-/* Release the pins of slots from..count-1 (the reply could not be queued). */
-static void get_release(struct srv_conn *c, uint32_t from, uint32_t count)
-{
-	for (uint32_t i = from; i < count; i++) {
-		if (c->gets[i].ref.block)
-			store_release(c->w->srv->store, c->gets[i].ref.block);
-		c->gets[i].ref.block = NULL;
-	}
-}
-
-/* Queue the GET's result entries (payload_bytes = payload), no payload.
- * Errors: -ENOMEM. */
-static int get_results(struct srv_conn *c, uint32_t count, uint64_t payload)
-{
-	uint32_t body_bytes;
-	uint8_t *body;
-
-	if (results_begin(c, count, payload, &body, &body_bytes) < 0)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < count; i++) {
-		const struct srv_get_slot *g = &c->gets[i];
-		struct proto_result res = { .status = g->status };
-
-		if (g->status == PROTO_STATUS_OK || g->status == PROTO_STATUS_TOO_LARGE) {
-			res.tier = g->ref.tier;
-			res.length = g->ref.length;
-			res.checksum = g->status == PROTO_STATUS_OK ? g->ref.checksum : 0;
-		}
-		proto_result_encode(body, i, &res);
-	}
-	srv_conn_reply_commit(c, body_bytes);
-	return 0;
-}
-
-/* Encode the GET results and queue the OK blocks' bytes straight from the
- * arena; the output releases each pin once its bytes are written (or the
- * output is dropped). */
-static int get_reply(struct srv_conn *c, uint32_t count, uint64_t payload)
-{
-	uint32_t i;
-
-	if (get_results(c, count, payload) < 0)
-		goto out_release;
-	for (i = 0; i < count; i++) {
-		struct store_ref *r = &c->gets[i].ref;
-		struct store_block *b = r->block;
-
-		if (!b)
-			continue;
-		/* The output owns the pin from here, also on failure. */
-		r->block = NULL;
-		if (srv_conn_reply_block(c, r->data, r->length, b) < 0)
-			goto out_release_from;
-	}
-	return 0;
-
-out_release:
-	i = 0;
-out_release_from:
-	/* A half-queued reply breaks the stream: the caller closes. */
-	get_release(c, i, count);
-	return -ENOMEM;
-}
-
-/* Every slot of the GET is settled: queue the reply, record the latency
- * (promotions included). */
-static enum srv_next get_finish(struct srv_conn *c)
-{
-	/* RDMA: WRITE the OK blocks first; the reply follows their completion
-	 * (srv_request_get_answer). */
-	if (c->rdma)
-		return srv_rconn_get_write(c);
-	if (get_reply(c, c->get_count, c->get_payload) < 0)
-		return SRV_NEXT_ABORT;
-	lat_record(c, SRV_LAT_GET);
-	return SRV_NEXT_HEADER;
-}
+/* ---- GET (srv_get.c) ------------------------------------------------------ */
 
 static enum srv_next op_get(struct srv_conn *c)
 {
@@ -473,46 +293,7 @@ static enum srv_next op_get(struct srv_conn *c)
 	srv_stats_add(&c->w->stats, SRV_C_get_requests, 1);
 	if (rc)
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
-	if (gets_reserve(c, b.count) < 0)
-		return SRV_NEXT_ABORT;
-	get_lookup(c, &b);
-	/* The slots the store still owns are settled by srv_request_get_done. */
-	if (c->get_pending)
-		return SRV_NEXT_WAIT;
-	return get_finish(c);
-}
-
-int srv_request_get_answer(struct srv_conn *c)
-{
-	int rc = get_results(c, c->get_count, c->get_payload);
-
-	srv_request_get_release(c);
-	if (rc == 0)
-		lat_record(c, SRV_LAT_GET);
-	return rc;
-}
-
-void srv_request_get_release(struct srv_conn *c)
-{
-	get_release(c, 0, c->get_count);
-}
-
-void srv_request_get_done(struct srv_get_slot *g)
-{
-	struct srv_conn *c = g->c;
-
-	if (c->zombie) {
-		/* Nobody to answer: give the promoted block back. */
-		if (g->done_status == 0)
-			store_release(c->w->srv->store, g->ref.block);
-		g->ref.block = NULL;
-		if (--c->get_pending == 0)
-			srv_conn_zombie_free(c);
-		return;
-	}
-	get_settle(c, g, g->done_status);
-	if (--c->get_pending == 0)
-		srv_conn_request_done(c, get_finish(c));
+	return srv_get_start(c, &b);
 }
 
 /* ---- EXISTS, MATCH, DELETE --------------------------------------------- */
@@ -534,7 +315,7 @@ static enum srv_next keys_op(struct srv_conn *c, enum srv_counter requests, key_
 	srv_stats_add(&c->w->stats, requests, 1);
 	if (rc)
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
-	if (results_begin(c, b.count, 0, &body, &body_bytes) < 0)
+	if (srv_conn_results_begin(c, b.count, 0, &body, &body_bytes) < 0)
 		return SRV_NEXT_ABORT;
 	for (uint32_t i = 0; i < b.count; i++) {
 		struct proto_result res = { 0 };
@@ -544,7 +325,7 @@ static enum srv_next keys_op(struct srv_conn *c, enum srv_counter requests, key_
 	}
 	srv_conn_reply_commit(c, body_bytes);
 	if (lat >= 0)
-		lat_record(c, (enum srv_lat_op)lat);
+		srv_conn_lat_record(c, lat);
 	return SRV_NEXT_HEADER;
 }
 
@@ -604,7 +385,7 @@ static enum srv_next op_match(struct srv_conn *c)
 	srv_stats_add(ss, SRV_C_match_blocks_matched, matched);
 	proto_match_reply_encode(matched, granted, reply);
 	rc = reply_fixed(c, reply, sizeof(reply));
-	lat_record(c, SRV_LAT_MATCH);
+	srv_conn_lat_record(c, SRV_LAT_MATCH);
 	return done(rc);
 }
 
@@ -627,7 +408,7 @@ static enum srv_next op_delete(struct srv_conn *c)
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
 	keys = malloc((b.count ? b.count : 1) * sizeof(*keys));
 	st = malloc((b.count ? b.count : 1) * sizeof(*st));
-	if (!keys || !st || results_begin(c, b.count, 0, &body, &body_bytes) < 0) {
+	if (!keys || !st || srv_conn_results_begin(c, b.count, 0, &body, &body_bytes) < 0) {
 		free(keys);
 		free(st);
 		return SRV_NEXT_ABORT;

@@ -32,6 +32,7 @@
 #include "srv_events.h"
 #include "srv_lifecycle.h"
 #include "srv_log.h"
+#include "srv_prefault.h"
 #include "srv_worker.h"
 #include "store.h"
 
@@ -52,122 +53,6 @@ struct srv_linger {
 	struct event *ev;
 	int fd;
 };
-
-uint64_t srv_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-uint64_t srv_now_us(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
-int srv_check_dram(uint64_t dram_capacity_bytes, uint64_t phys_bytes, uint64_t cgroup_bytes,
-		   char *err, size_t err_len)
-{
-	bool by_cgroup = cgroup_bytes && (!phys_bytes || cgroup_bytes < phys_bytes);
-
-	if (by_cgroup && dram_capacity_bytes > cgroup_bytes) {
-		snprintf(err, err_len,
-			 "dram_capacity (%" PRIu64 " bytes) exceeds the memory limit of %" PRIu64
-			 " bytes (cgroup memory.max %" PRIu64 ")", dram_capacity_bytes,
-			 cgroup_bytes, cgroup_bytes);
-		return -ENOMEM;
-	}
-	if (!phys_bytes || dram_capacity_bytes <= phys_bytes)
-		return 0;
-	snprintf(err, err_len,
-		 "dram_capacity (%" PRIu64 " bytes) exceeds this host's physical memory (%" PRIu64
-		 " bytes)", dram_capacity_bytes, phys_bytes);
-	return -ENOMEM;
-}
-
-uint64_t srv_phys_bytes(void)
-{
-	long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
-
-	if (pages <= 0 || page_bytes <= 0)
-		return 0;
-	return (uint64_t)pages * (uint64_t)page_bytes;
-}
-
-int srv_parse_memory_max(const char *text, uint64_t *bytes)
-{
-	unsigned long long v;
-	char *end;
-
-	if (!strcmp(text, "max") || !strcmp(text, "max\n")) {
-		*bytes = 0;
-		return 0;
-	}
-	if (*text < '0' || *text > '9')
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(text, &end, 10);
-	if (errno || (*end && strcmp(end, "\n")))
-		return -EINVAL;
-	*bytes = v;
-	return 0;
-}
-
-uint64_t srv_cgroup_memory_max(void)
-{
-	char text[64];
-	uint64_t bytes;
-	size_t n;
-	FILE *fp = fopen(SRV_CGROUP_MEMORY_MAX, "r");
-
-	if (!fp)
-		return 0;
-	n = fread(text, 1, sizeof(text) - 1, fp);
-	fclose(fp);
-	text[n] = '\0';
-	return srv_parse_memory_max(text, &bytes) ? 0 : bytes;
-}
-
-uint32_t srv_conn_limit(uint32_t max_connections, uint64_t nofile)
-{
-	if (nofile >= (uint64_t)max_connections + SRV_RESERVED_FDS)
-		return max_connections;
-	return nofile > SRV_RESERVED_FDS ? (uint32_t)(nofile - SRV_RESERVED_FDS) : 1;
-}
-
-/* Make room for max_connections descriptors: raise the soft RLIMIT_NOFILE
- * as far as needed (up to the hard limit); if that is still short, warn
- * once and serve fewer connections (s->conn_limit). */
-static void nofile_fit(struct srv *s)
-{
-	uint64_t need = (uint64_t)s->conf.max_connections + SRV_RESERVED_FDS;
-	struct rlimit rl;
-
-	s->conn_limit = s->conf.max_connections;
-	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
-	    rl.rlim_cur >= need)
-		return;
-	if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need)
-		rl.rlim_cur = need;
-	else
-		rl.rlim_cur = rl.rlim_max;
-	if (setrlimit(RLIMIT_NOFILE, &rl) < 0 && getrlimit(RLIMIT_NOFILE, &rl) < 0)
-		return;
-	s->conn_limit = srv_conn_limit(s->conf.max_connections, rl.rlim_cur);
-	if (s->conn_limit < s->conf.max_connections)
-		srv_warn("max_connections %u needs %" PRIu64 " file descriptors but RLIMIT_NOFILE is %"
-			 PRIu64 "; serving at most %u connections", s->conf.max_connections, need,
-			 (uint64_t)rl.rlim_cur, s->conn_limit);
-}
-
-void srv_conn_limit_update(struct srv *s)
-{
-	nofile_fit(s);
-}
 
 /* "1.2.3.4:5" or "[::1]:5". */
 static void format_peer(const struct sockaddr *sa, char *buf, size_t cap)
@@ -538,43 +423,6 @@ static void events_free(struct srv *s)
 
 /* ---- start and stop -------------------------------------------------------- */
 
-/* Fault the arena in, 64 MiB at a time, while the pool already serves, so
- * that neither start-up nor the first puts wait for page zeroing. */
-static void *prefault_main(void *arg)
-{
-	struct srv *s = arg;
-	const uint64_t chunk = 64ull << 20;
-	uint64_t off = 0, done;
-	uint64_t t0 = srv_now_ms();
-
-	while (!__atomic_load_n(&s->prefault_stop, __ATOMIC_RELAXED)) {
-		done = store_prefault(s->store, off, chunk);
-		if (done == 0)
-			break;
-		off += done;
-	}
-	srv_debug("arena faulted in: %" PRIu64 " bytes in %" PRIu64 " ms", off,
-		  srv_now_ms() - t0);
-	return NULL;
-}
-
-static void prefault_start(struct srv *s)
-{
-	if (pthread_create(&s->prefault_thread, NULL, prefault_main, s) == 0)
-		s->prefault_running = 1;
-	else
-		srv_warn("cannot start the arena prefault thread; pages fault in on first use");
-}
-
-static void prefault_stop(struct srv *s)
-{
-	if (!s->prefault_running)
-		return;
-	__atomic_store_n(&s->prefault_stop, 1, __ATOMIC_RELAXED);
-	pthread_join(s->prefault_thread, NULL);
-	s->prefault_running = 0;
-}
-
 /* store_log_fn: the store's lines go to our log at the matching level. */
 static void store_log(void *arg, enum store_log_level level, const char *msg)
 {
@@ -717,7 +565,7 @@ static int pool_open(struct srv *s)
 	rc = kv_events_open(s);
 	if (rc < 0)
 		return rc;
-	prefault_start(s);
+	srv_prefault_start(s);
 	return 0;
 }
 
@@ -836,7 +684,7 @@ int srv_run(const struct conf *c, int argc, char **argv)
 	s->start_ms = srv_now_ms();
 	s->accept_log.per_sec = 1;
 	s->reject_log.per_sec = 1;
-	nofile_fit(s);
+	srv_conn_limit_update(s);
 	pthread_mutex_init(&s->ready_lock, NULL);
 	pthread_cond_init(&s->ready_cond, NULL);
 	cfg = event_config_new();
@@ -868,7 +716,7 @@ int srv_run(const struct conf *c, int argc, char **argv)
 	srv_rdma_close(&s->rdma);
 	events_free(s);
 	srv_lifecycle_free(s);
-	prefault_stop(s);
+	srv_prefault_stop(s);
 	kv_events_close(s);
 	srv_tenants_free(s->tenants);
 	store_close(s->store);

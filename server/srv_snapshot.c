@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "srv_clock.h"
 #include "srv_etcd.h"
 #include "srv_lifecycle.h"
 #include "srv_server.h"
@@ -89,7 +90,7 @@ int srv_snapshot_take(struct srv *s, const char *name, uint16_t len, struct srv_
 	doc->ops = &snap->ops;
 	doc->store = &snap->store;
 	doc->ns = snap->ns;
-	doc->rdma = &s->rdma;
+	doc->transport_rdma = &s->rdma;
 	if (s->kv_events) {
 		srv_events_stats(s->kv_events, &snap->events);
 		doc->events = &snap->events;

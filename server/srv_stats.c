@@ -244,8 +244,8 @@ int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 	json_ops(&j, d->ops->c);
 	json_latency(&j, d->ops);
 	jw_printf(&j, "\"blocks\":%" PRIu64 ",", d->store->blocks);
-	if (d->rdma)
-		json_rdma(&j, d->rdma, d->ops->c);
+	if (d->transport_rdma)
+		json_rdma(&j, d->transport_rdma, d->ops->c);
 	if (d->events)
 		json_events(&j, d->events);
 	jw_printf(&j, "\"namespaces\":{");

@@ -80,7 +80,7 @@ struct srv_stats_doc {
 	const struct store_stats *store;
 	const struct store_ns_stats *ns; /* ns_count namespaces to list */
 	uint32_t ns_count;
-	const struct srv_rdma_state *rdma; /* "rdma" object; NULL leaves it out */
+	const struct srv_rdma_state *transport_rdma; /* "rdma" object; NULL leaves it out */
 	const struct srv_events_stats *events; /* "kv_events" object; NULL (events off)
 						* leaves it out */
 	const char *settings;         /* the effective settings as a JSON object

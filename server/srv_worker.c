@@ -16,11 +16,13 @@
 
 #include <event2/event.h>
 
+#include "srv_clock.h"
 #include "srv_conn.h"
+#include "srv_get.h"
 #include "srv_log.h"
 #include "srv_rdma_conn.h"
-#include "srv_request.h"
 #include "srv_server.h"
+#include "srv_tcp.h"
 #include "store.h"
 
 /* A socket on its way from the main thread to a worker. */
@@ -44,19 +46,6 @@ static uint32_t sweep_period_ms(const struct conf *c)
 	return p < 10 ? 10 : p;
 }
 
-/* Draining: is c between requests with nothing left to send? A
- * connection closing after a fatal reply counts once its output is out. */
-static int conn_idle(const struct srv_conn *c)
-{
-	if (c->rdma)
-		return srv_rconn_idle(c);
-	if (c->state == SRV_CONN_WAIT || srv_out_bytes(&c->tx))
-		return 0;
-	if (c->state == SRV_CONN_CLOSING)
-		return 1;
-	return c->state == SRV_CONN_HEADER && c->hdr_have == 0;
-}
-
 /* Draining: close the idle connections and publish how many are left. */
 static void drain_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -68,7 +57,7 @@ static void drain_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	for (c = w->conns; c; c = next) {
 		next = c->next;
-		if (conn_idle(c))
+		if (c->ops->idle(c))
 			srv_conn_close(c, SRV_LOG_DEBUG, "server draining");
 		else
 			busy++;
@@ -109,7 +98,7 @@ static void done_run(struct srv_get_slot *g)
 	for (; g; g = next) {
 		next = g->done_next;
 		g->done_next = NULL;
-		srv_request_get_done(g);
+		srv_get_done(g);
 	}
 }
 
@@ -118,7 +107,7 @@ static void done_run(struct srv_get_slot *g)
 static void handoff_drop(struct srv_worker *w, struct srv_handoff *h)
 {
 	if (h->rdma_req)
-		rdma_listener_refuse(w->srv->rdma.listener, h->rdma_req);
+		rdmx_listener_refuse(w->srv->rdma.listener, h->rdma_req);
 	else
 		close(h->fd);
 	__atomic_fetch_sub(&w->srv->conn_current, 1, __ATOMIC_RELAXED);
@@ -153,7 +142,7 @@ static void notify_cb(evutil_socket_t fd, short what, void *arg)
 		else if (h->rdma_req)
 			srv_rconn_open(w, h->rdma_req, h->id);
 		else
-			srv_conn_open(w, h->fd, h->id, h->peer);
+			srv_tcp_open(w, h->fd, h->id, h->peer);
 		free(h);
 	}
 	if (stop) {

@@ -79,7 +79,7 @@ inject server/srv_put.c '#include "core.h"'
 expect "server includes storage's internals" 1 "^server/srv_put.c:[0-9]+: includes storage/core.h"
 
 fresh_copy
-inject rdma/rdma_desc.c '#include "srv_server.h"'
+inject rdma/rdmx_desc.c '#include "srv_server.h"'
 expect "rdma includes server" 1 "includes server/srv_server.h"
 
 fresh_copy

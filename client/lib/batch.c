@@ -45,8 +45,8 @@ static size_t plan_frame(const struct kvpool_client *c, const struct kvc_batch *
 	uint64_t pay = 0, pay_cap = payload_cap(c), stage_used = 0;
 	size_t n = 0, iov = 2;
 
-	if (c->rdma && cap > rdma_max_batch(b->entry_bytes))
-		cap = rdma_max_batch(b->entry_bytes);
+	if (c->rdma && cap > rdmx_max_batch(b->entry_bytes))
+		cap = rdmx_max_batch(b->entry_bytes);
 	if (cap > c->limits.max_batch_blocks)
 		cap = c->limits.max_batch_blocks;
 	if (cap > b->count - first)
@@ -85,10 +85,10 @@ static int send_frame_descs(struct kvpool_client *c, const struct kvc_batch *b,
 	size_t body_bytes = proto_batch_body_bytes((uint32_t)f->n, b->entry_bytes);
 	uint8_t *descs;
 	uint64_t off = 0;
-	struct rdma_desc d;
+	struct rdmx_desc d;
 	int rc;
 
-	rc = kvc_wbuf_reserve(c, body_bytes + f->n * RDMA_DESC_BYTES);
+	rc = kvc_wbuf_reserve(c, body_bytes + f->n * RDMX_DESC_BYTES);
 	if (!rc)
 		rc = kvc_iov_reserve(c, 3);
 	if (rc)
@@ -98,11 +98,11 @@ static int send_frame_descs(struct kvpool_client *c, const struct kvc_batch *b,
 	for (size_t i = 0; i < f->n; i++) {
 		b->ops->encode(b->ctx, f->first + i, c->wbuf, (uint32_t)i);
 		b->ops->describe(b->ctx, c, f->first + i, off, &d);
-		rdma_desc_encode(&d, descs + i * RDMA_DESC_BYTES);
+		rdmx_desc_encode(&d, descs + i * RDMX_DESC_BYTES);
 		off += b->ops->stage_bytes(b->ctx, c, f->first + i);
 	}
 	c->iov[2].iov_base = descs;
-	c->iov[2].iov_len = f->n * RDMA_DESC_BYTES;
+	c->iov[2].iov_len = f->n * RDMX_DESC_BYTES;
 	return kvc_send_request(c, b->op, f->request_id, c->wbuf, body_bytes, c->iov, 3,
 				f->payload_bytes, deadline_ms);
 }

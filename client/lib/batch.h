@@ -10,7 +10,7 @@
  * The opcode-specific parts (entry encoding, payload, reply handling) are
  * callbacks.
  *
- * On RDMA (c->rdma) a frame takes at most rdma_max_batch() entries, and a
+ * On RDMA (c->rdma) a frame takes at most rdmx_max_batch() entries, and a
  * PUT or GET frame carries one remote-buffer descriptor per entry instead
  * of a payload (PROTOCOL.md section 13). Entries whose buffer is not in a
  * registered region are staged; a frame takes no more of them than the
@@ -26,9 +26,9 @@
 #include <sys/uio.h>
 
 #include "client.h"
-#include "rdma.h"
+#include "rdmx.h"
 
-#define KVC_PIPELINE_FRAMES 4 /* TCP and RDMA (<= RDMA_MSG_DEPTH) */
+#define KVC_PIPELINE_FRAMES 4 /* TCP and RDMA (<= RDMX_MSG_DEPTH) */
 
 struct kvc_batch_ops {
 	/* Write entry i as entry j of the batch body that starts at `body`. */
@@ -51,7 +51,7 @@ struct kvc_batch_ops {
 	/* RDMA: write entry i's descriptor; a staged entry uses the staging
 	 * buffer from byte stage_off on (a PUT copies its bytes there). */
 	void (*describe)(void *ctx, struct kvpool_client *c, size_t i, uint64_t stage_off,
-			 struct rdma_desc *d);
+			 struct rdmx_desc *d);
 };
 
 struct kvc_batch {

@@ -14,7 +14,7 @@
 #include "checksum.h"
 #include "client.h"
 #include "cluster.h"
-#include "rdma.h"
+#include "rdmx.h"
 
 /* Per-call state of a PUT. Entries sent are a subset of the blocks:
  * blocks refused locally (empty or too large) are not sent. */
@@ -268,7 +268,7 @@ static uint64_t put_stage_bytes(void *ctx, const struct kvpool_client *c, size_t
 
 /* The server READs the block from where it is, or from the staging copy. */
 static void put_describe(void *ctx, struct kvpool_client *c, size_t i, uint64_t stage_off,
-			 struct rdma_desc *d)
+			 struct rdmx_desc *d)
 {
 	struct put_call *pc = ctx;
 	const struct kvpool_put_block *b = &pc->blocks[pc->sent[i]];
@@ -278,12 +278,12 @@ static void put_describe(void *ctx, struct kvpool_client *c, size_t i, uint64_t 
 	d->length = (uint32_t)bytes;
 	if (r) {
 		d->addr = (uint64_t)(uintptr_t)b->iov[0].iov_base;
-		d->rkey = rdma_client_mr_rkey(r->mr);
+		d->rkey = rdmx_client_mr_rkey(r->mr);
 		return;
 	}
 	gather(c->stage + stage_off, b->iov, b->iovcnt, bytes);
 	d->addr = (uint64_t)(uintptr_t)(c->stage + stage_off);
-	d->rkey = rdma_client_mr_rkey(c->stage_mr);
+	d->rkey = rdmx_client_mr_rkey(c->stage_mr);
 }
 
 static const struct kvc_batch_ops put_ops = {
@@ -519,7 +519,7 @@ static uint64_t get_stage_bytes(void *ctx, const struct kvpool_client *c, size_t
 
 /* The server WRITEs the block into the caller's buffer, or into staging. */
 static void get_describe(void *ctx, struct kvpool_client *c, size_t i, uint64_t stage_off,
-			 struct rdma_desc *d)
+			 struct rdmx_desc *d)
 {
 	struct get_call *gc = ctx;
 	const struct kvpool_get_block *b = &gc->blocks[gc->sent[i]];
@@ -529,11 +529,11 @@ static void get_describe(void *ctx, struct kvpool_client *c, size_t i, uint64_t 
 	d->length = (uint32_t)cap;
 	if (r) {
 		d->addr = (uint64_t)(uintptr_t)b->iov[0].iov_base;
-		d->rkey = rdma_client_mr_rkey(r->mr);
+		d->rkey = rdmx_client_mr_rkey(r->mr);
 		return;
 	}
 	d->addr = (uint64_t)(uintptr_t)(c->stage + stage_off);
-	d->rkey = rdma_client_mr_rkey(c->stage_mr);
+	d->rkey = rdmx_client_mr_rkey(c->stage_mr);
 }
 
 /* RDMA: the OK blocks' bytes are in place; copy the staged ones out to

@@ -12,7 +12,7 @@
 
 #include "backoff.h"
 #include "conn.h"
-#include "rdma.h"
+#include "rdmx.h"
 
 /* Limits used to read the HELLO reply, before the server has told us its own. */
 static const struct proto_limits bootstrap_limits = {
@@ -352,7 +352,7 @@ int kvc_begin(struct kvpool_client *c, uint64_t *deadline_ms)
 	c->server_message[0] = '\0';
 	last_server_message[0] = '\0';
 	if (c->reconnect_next || (c->fd >= 0 && kvc_conn_stale(c->fd)) ||
-	    (c->rdma && !rdma_client_ok(c->rdma)))
+	    (c->rdma && !rdmx_client_ok(c->rdma)))
 		kvc_disconnect(c);
 	if (kvc_connected(c))
 		return 0;

@@ -34,16 +34,16 @@ _Static_assert(KVPOOL_KEY_BYTES == PROTO_KEY_BYTES, "a libkvpool key is a wire k
 #define KVC_RDMA_STAGE_BYTES (64u << 20) /* largest RDMA staging buffer (see conn_rdma.c) */
 
 struct kva;
-struct rdma_client;
-struct rdma_client_mr;
-struct rdma_ops;
+struct rdmx_client;
+struct rdmx_client_mr;
+struct rdmx_ops;
 struct kvcl;
 
 /* One caller memory region given to kvpool_register (borrowed). */
 struct kvc_region {
 	uintptr_t start;
 	size_t len_bytes;
-	struct rdma_client_mr *mr; /* its registration on the RDMA connection, or NULL */
+	struct rdmx_client_mr *mr; /* its registration on the RDMA connection, or NULL */
 };
 
 struct kvpool_client {
@@ -81,11 +81,11 @@ struct kvpool_client {
 
 	/* RDMA (rdma://, or auto:// after moving): requests go by SEND over
 	 * rdma instead of fd (fd is then -1). */
-	struct rdma_client *rdma;       /* NULL unless the handle is on RDMA */
-	uint8_t *rmsg;                  /* one request message (RDMA_MSG_MAX_BYTES) */
+	struct rdmx_client *rdma;       /* NULL unless the handle is on RDMA */
+	uint8_t *rmsg;                  /* one request message (RDMX_MSG_MAX_BYTES) */
 	uint8_t *stage;                 /* staging for unregistered buffers, or NULL */
 	size_t stage_bytes;
-	struct rdma_client_mr *stage_mr;
+	struct rdmx_client_mr *stage_mr;
 	uint64_t rdma_connects;         /* RDMA connections that completed HELLO */
 	size_t max_frames_in_flight;    /* most batch frames seen in flight (diagnostics) */
 
@@ -129,7 +129,7 @@ uint64_t kvc_next_request_id(struct kvpool_client *c);
  * iov[0] and iov[1] are filled in here; the whole array is scratch
  * afterwards.
  * Errors (connection closed): -ETIMEDOUT, -EPIPE, -ECONNRESET, -ENOMEM,
- * and on RDMA -EMSGSIZE (the message would exceed RDMA_MSG_MAX_BYTES). */
+ * and on RDMA -EMSGSIZE (the message would exceed RDMX_MSG_MAX_BYTES). */
 int kvc_send_request(struct kvpool_client *c, uint8_t op, uint64_t request_id, const void *body,
 		     size_t body_bytes, struct iovec *iov, size_t iovcnt, uint64_t payload_bytes,
 		     uint64_t deadline_ms);
@@ -183,7 +183,7 @@ int kvc_hello(struct kvpool_client *c, uint64_t deadline_ms);
 /* Test hook: the verbs/rdma_cm table libkvpool's RDMA connections use.
  * NULL (the default) means the real library; unit tests point it at the
  * loopback fake. Not exported by libkvpool.so. */
-extern const struct rdma_ops *kvc_rdma_test_ops;
+extern const struct rdmx_ops *kvc_rdma_test_ops;
 
 /* Largest staging buffer a handle registers per RDMA connection (bytes;
  * KVC_RDMA_STAGE_BYTES unless a test lowers it). The buffer actually used
@@ -195,7 +195,7 @@ extern size_t kvc_rdma_stage_max_bytes;
  * on success the handle's requests go over RDMA. On error nothing of the
  * RDMA connection is left and the handle is as before.
  * Errors: -EOPNOTSUPP (a build without RDMA), -ENODEV (no RDMA device),
- * the errors of rdma_client_connect and rdma_client_reg, and HELLO's. */
+ * the errors of rdmx_client_connect and rdmx_client_reg, and HELLO's. */
 int kvc_rdma_open(struct kvpool_client *c, const char *host, uint16_t port,
 		  uint64_t deadline_ms);
 
@@ -222,11 +222,11 @@ int kvc_rdma_recv(struct kvpool_client *c, uint64_t deadline_ms, const uint8_t *
 		  size_t *msg_bytes);
 
 /* Register every region of the handle on its RDMA connection (those not
- * registered yet). Errors: those of rdma_client_reg. */
+ * registered yet). Errors: those of rdmx_client_reg. */
 int kvc_rdma_reg_regions(struct kvpool_client *c);
 
 /* Make sure the staging buffer exists on this RDMA connection (allocated
- * and registered once per connection). Errors: -ENOMEM, rdma_client_reg's. */
+ * and registered once per connection). Errors: -ENOMEM, rdmx_client_reg's. */
 int kvc_rdma_stage(struct kvpool_client *c);
 
 /* ---- the asynchronous core (async.c) ------------------------------------ */

@@ -32,9 +32,9 @@
 
 #include "client.h"
 #include "conn.h"
-#include "rdma.h"
+#include "rdmx.h"
 
-const struct rdma_ops *kvc_rdma_test_ops;
+const struct rdmx_ops *kvc_rdma_test_ops;
 size_t kvc_rdma_stage_max_bytes = KVC_RDMA_STAGE_BYTES;
 
 /* Milliseconds left until deadline_ms (at least 1). */
@@ -55,15 +55,15 @@ void kvc_rdma_close(struct kvpool_client *c)
 	 * WRITE of the server (after a timeout) can reach the caller's
 	 * memory, and the protection domain can go with the connection. */
 	for (size_t i = 0; i < c->n_regions; i++) {
-		rdma_client_dereg(c->rdma, c->regions[i].mr);
+		rdmx_client_dereg(c->rdma, c->regions[i].mr);
 		c->regions[i].mr = NULL;
 	}
-	rdma_client_dereg(c->rdma, c->stage_mr);
+	rdmx_client_dereg(c->rdma, c->stage_mr);
 	c->stage_mr = NULL;
 	free(c->stage);
 	c->stage = NULL;
 	c->stage_bytes = 0;
-	rdma_client_close(c->rdma);
+	rdmx_client_close(c->rdma);
 	c->rdma = NULL;
 }
 
@@ -75,7 +75,7 @@ int kvc_rdma_reg_regions(struct kvpool_client *c)
 
 		if (r->mr)
 			continue;
-		rc = rdma_client_reg(c->rdma, (void *)r->start, r->len_bytes, &r->mr);
+		rc = rdmx_client_reg(c->rdma, (void *)r->start, r->len_bytes, &r->mr);
 		if (rc)
 			return rc;
 	}
@@ -95,7 +95,7 @@ int kvc_rdma_stage(struct kvpool_client *c)
 	c->stage = malloc(bytes);
 	if (!c->stage)
 		return -ENOMEM;
-	rc = rdma_client_reg(c->rdma, c->stage, bytes, &c->stage_mr);
+	rc = rdmx_client_reg(c->rdma, c->stage, bytes, &c->stage_mr);
 	if (rc) {
 		free(c->stage);
 		c->stage = NULL;
@@ -118,15 +118,15 @@ int kvc_rdma_open(struct kvpool_client *c, const char *host, uint16_t port,
 		  uint64_t deadline_ms)
 {
 	struct tcp_state keep = { c->fd, c->limits, c->reply_limits, c->reconnect_next };
-	struct rdma_client *r = NULL;
+	struct rdmx_client *r = NULL;
 	int rc;
 
 	if (!c->rmsg) {
-		c->rmsg = malloc(RDMA_MSG_MAX_BYTES);
+		c->rmsg = malloc(RDMX_MSG_MAX_BYTES);
 		if (!c->rmsg)
 			return -ENOMEM;
 	}
-	rc = rdma_client_connect(host, port, left_ms(deadline_ms), kvc_rdma_test_ops, &r);
+	rc = rdmx_client_connect(host, port, left_ms(deadline_ms), kvc_rdma_test_ops, &r);
 	if (rc)
 		return rc;
 	/* The TCP connection (auto://) is set aside while HELLO runs on RDMA. */
@@ -195,7 +195,7 @@ int kvc_rdma_send(struct kvpool_client *c, const uint8_t *hdr, const void *body,
 
 	for (size_t i = 0; i < iovcnt; i++)
 		n += iov[i].iov_len;
-	if (n > RDMA_MSG_MAX_BYTES)
+	if (n > RDMX_MSG_MAX_BYTES)
 		return kvc_stream_error(c, -EMSGSIZE);
 	memcpy(c->rmsg, hdr, PROTO_HEADER_BYTES);
 	n = PROTO_HEADER_BYTES;
@@ -206,7 +206,7 @@ int kvc_rdma_send(struct kvpool_client *c, const uint8_t *hdr, const void *body,
 		memcpy(c->rmsg + n, iov[i].iov_base, iov[i].iov_len);
 		n += iov[i].iov_len;
 	}
-	rc = rdma_client_send(c->rdma, c->rmsg, n);
+	rc = rdmx_client_send(c->rdma, c->rmsg, n);
 	if (rc)
 		return kvc_stream_error(c, rc == -EMSGSIZE ? -EMSGSIZE : -ECONNRESET);
 	return 0;
@@ -218,15 +218,15 @@ int kvc_rdma_recv(struct kvpool_client *c, uint64_t deadline_ms, const uint8_t *
 	size_t n = 0;
 	int rc;
 
-	if (c->rbuf_cap < RDMA_MSG_MAX_BYTES) {
-		uint8_t *p = realloc(c->rbuf, RDMA_MSG_MAX_BYTES);
+	if (c->rbuf_cap < RDMX_MSG_MAX_BYTES) {
+		uint8_t *p = realloc(c->rbuf, RDMX_MSG_MAX_BYTES);
 
 		if (!p)
 			return kvc_stream_error(c, -ENOMEM);
 		c->rbuf = p;
-		c->rbuf_cap = RDMA_MSG_MAX_BYTES;
+		c->rbuf_cap = RDMX_MSG_MAX_BYTES;
 	}
-	rc = rdma_client_recv(c->rdma, c->rbuf, c->rbuf_cap, &n, left_ms(deadline_ms));
+	rc = rdmx_client_recv(c->rdma, c->rbuf, c->rbuf_cap, &n, left_ms(deadline_ms));
 	if (rc == -ENOBUFS)
 		rc = -EPROTO;
 	else if (rc && rc != -ETIMEDOUT)

@@ -4,7 +4,7 @@
  *
  * On TCP the table is only bookkeeping: it checks the caller's promises
  * (no overlap, unregister what was registered). On RDMA each region is
- * also a memory registration (rdma_client_reg, remote read and write) on
+ * also a memory registration (rdmx_client_reg, remote read and write) on
  * the handle's RDMA connection, made here or, for regions registered
  * before it, when the connection is made (conn_rdma.c); buffers inside a
  * region then move without a copy. The table is sorted by start address;
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "client.h"
-#include "rdma.h"
+#include "rdmx.h"
 
 /* Index of the first region whose start is >= addr (n_regions if none). */
 static size_t lower_bound(const struct kvpool_client *c, uintptr_t addr)
@@ -61,7 +61,7 @@ static int regions_reserve(struct kvpool_client *c)
 int kvpool_register(struct kvpool_client *c, const void *buf, size_t len)
 {
 	uintptr_t start = (uintptr_t)buf;
-	struct rdma_client_mr *mr = NULL;
+	struct rdmx_client_mr *mr = NULL;
 	size_t i;
 	int rc;
 
@@ -76,7 +76,7 @@ int kvpool_register(struct kvpool_client *c, const void *buf, size_t len)
 	if (rc)
 		return rc;
 	if (c->rdma) {
-		rc = rdma_client_reg(c->rdma, (void *)buf, len, &mr);
+		rc = rdmx_client_reg(c->rdma, (void *)buf, len, &mr);
 		if (rc)
 			return rc;
 	}
@@ -97,7 +97,7 @@ int kvpool_unregister(struct kvpool_client *c, const void *buf)
 	if (i == c->n_regions || c->regions[i].start != start)
 		return -ENOENT;
 	if (c->regions[i].mr)
-		rdma_client_dereg(c->rdma, c->regions[i].mr);
+		rdmx_client_dereg(c->rdma, c->regions[i].mr);
 	memmove(&c->regions[i], &c->regions[i + 1],
 		(c->n_regions - i - 1) * sizeof(c->regions[0]));
 	c->n_regions--;

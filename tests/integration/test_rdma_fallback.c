@@ -20,7 +20,7 @@
 #include <json-c/json.h>
 
 #include "harness.h"
-#include "rdma.h"
+#include "rdmx.h"
 
 static struct {
 	struct harness_server srv;
@@ -67,12 +67,12 @@ static void test_stats_says_why(void **state)
 	harness_need_server(&g.srv);
 	r = rdma_stats(&doc);
 	assert_true(json_object_object_get_ex(r, "built", &v));
-	assert_int_equal(json_object_get_boolean(v), rdma_built());
+	assert_int_equal(json_object_get_boolean(v), rdmx_built());
 	assert_true(json_object_object_get_ex(r, "port", &v));
 	assert_int_equal(json_object_get_int(v), 0);
 	assert_true(json_object_object_get_ex(r, "reason", &v));
 	assert_true(strlen(json_object_get_string(v)) > 0);
-	if (!rdma_built())
+	if (!rdmx_built())
 		assert_non_null(strstr(json_object_get_string(v), "without RDMA"));
 	json_object_put(doc);
 	/* HELLO offers no RDMA port. */

@@ -22,7 +22,7 @@
 /* One connection and the request it is working on (one at a time). */
 struct frs_conn {
 	struct fake_rdma_server *fs;
-	struct rdma_conn *c;
+	struct rdmx_conn *c;
 	int slot;
 	uint8_t op;
 	uint64_t request_id;
@@ -30,10 +30,10 @@ struct frs_conn {
 	struct proto_put_entry put[FRS_MAX_DESCS];
 	uint64_t off[FRS_MAX_DESCS];
 	struct proto_result res[FRS_MAX_DESCS];
-	struct rdma_xfer_item items[FRS_MAX_DESCS];
+	struct rdmx_xfer_item items[FRS_MAX_DESCS];
 	int busy;                                /* a request is being answered */
-	uint8_t q[RDMA_MSG_DEPTH][RDMA_MSG_MAX_BYTES]; /* requests waiting, oldest first */
-	size_t q_bytes[RDMA_MSG_DEPTH];
+	uint8_t q[RDMX_MSG_DEPTH][RDMX_MSG_MAX_BYTES]; /* requests waiting, oldest first */
+	size_t q_bytes[RDMX_MSG_DEPTH];
 	int q_len;
 };
 
@@ -41,7 +41,7 @@ static void handle(struct frs_conn *fc, const uint8_t *msg, size_t bytes);
 
 static struct proto_limits limits_of(const struct fake_rdma_server *fs)
 {
-	return (struct proto_limits){ .max_frame_bytes = RDMA_MSG_MAX_BYTES,
+	return (struct proto_limits){ .max_frame_bytes = RDMX_MSG_MAX_BYTES,
 				      .max_batch_blocks = FRS_MAX_DESCS,
 				      .max_block_bytes = fs->limits.max_block_bytes };
 }
@@ -50,7 +50,7 @@ static struct proto_limits limits_of(const struct fake_rdma_server *fs)
 static void reply(struct frs_conn *fc, uint16_t status, const void *body, uint32_t body_bytes,
 		  uint64_t payload_bytes)
 {
-	static uint8_t msg[RDMA_MSG_MAX_BYTES];
+	static uint8_t msg[RDMX_MSG_MAX_BYTES];
 	struct proto_header h = { .magic = PROTO_MAGIC, .version = PROTO_VERSION, .opcode = fc->op,
 				  .flags = PROTO_FLAG_REPLY, .status = status,
 				  .body_bytes = body_bytes, .request_id = fc->request_id,
@@ -59,18 +59,18 @@ static void reply(struct frs_conn *fc, uint16_t status, const void *body, uint32
 	proto_header_encode(&h, msg);
 	memcpy(msg + PROTO_HEADER_BYTES, body, body_bytes);
 	fc->busy = 0;
-	if (rdma_conn_send(fc->c, msg, PROTO_HEADER_BYTES + body_bytes)) {
-		rdma_conn_close(fc->c, "reply could not be sent");
+	if (rdmx_conn_send(fc->c, msg, PROTO_HEADER_BYTES + body_bytes)) {
+		rdmx_conn_close(fc->c, "reply could not be sent");
 		return;
 	}
 	/* Answer what queued up behind this one, until one starts a transfer. */
-	while (fc->q_len && !fc->busy && rdma_conn_state(fc->c) == RDMA_CONN_ESTABLISHED) {
-		static uint8_t m[RDMA_MSG_MAX_BYTES];
+	while (fc->q_len && !fc->busy && rdmx_conn_state(fc->c) == RDMX_CONN_ESTABLISHED) {
+		static uint8_t m[RDMX_MSG_MAX_BYTES];
 		size_t n = fc->q_bytes[0];
 
 		memcpy(m, fc->q[0], n);
 		fc->q_len--;
-		memmove(fc->q[0], fc->q[1], (size_t)fc->q_len * RDMA_MSG_MAX_BYTES);
+		memmove(fc->q[0], fc->q[1], (size_t)fc->q_len * RDMX_MSG_MAX_BYTES);
 		memmove(&fc->q_bytes[0], &fc->q_bytes[1], (size_t)fc->q_len * sizeof(size_t));
 		handle(fc, m, n);
 	}
@@ -100,7 +100,7 @@ static struct frs_block *find(struct fake_rdma_server *fs, const uint8_t *key)
 	return NULL;
 }
 
-static void note_desc(struct fake_rdma_server *fs, const struct rdma_desc *d)
+static void note_desc(struct fake_rdma_server *fs, const struct rdmx_desc *d)
 {
 	int n = atomic_fetch_add(&fs->n_desc, 1);
 
@@ -113,7 +113,7 @@ static void on_put(struct frs_conn *fc, const struct proto_batch *b, const uint8
 {
 	struct fake_rdma_server *fs = fc->fs;
 	uint64_t total = 0;
-	struct rdma_desc d;
+	struct rdmx_desc d;
 
 	for (uint32_t i = 0; i < b->count; i++) {
 		assert_int_equal(proto_put_entry_decode(b, i, &fc->put[i]), 0);
@@ -124,17 +124,17 @@ static void on_put(struct frs_conn *fc, const struct proto_batch *b, const uint8
 		fs->n_blocks = 0;
 	}
 	for (uint32_t i = 0; i < b->count; i++) {
-		rdma_desc_decode(descs + i * RDMA_DESC_BYTES, &d);
+		rdmx_desc_decode(descs + i * RDMX_DESC_BYTES, &d);
 		note_desc(fs, &d);
 		assert_int_equal(d.length, fc->put[i].length);
 		fc->off[i] = fs->arena_used;
 		fs->arena_used += d.length;
-		fc->items[i] = (struct rdma_xfer_item){ fs->arena + fc->off[i], d.length, d.addr,
+		fc->items[i] = (struct rdmx_xfer_item){ fs->arena + fc->off[i], d.length, d.addr,
 							d.rkey };
 	}
 	atomic_fetch_add(&fs->put_blocks, (int)b->count);
-	if (rdma_conn_xfer(fc->c, RDMA_XFER_READ, fc->items, b->count))
-		rdma_conn_close(fc->c, "read could not start");
+	if (rdmx_conn_xfer(fc->c, RDMX_XFER_READ, fc->items, b->count))
+		rdmx_conn_close(fc->c, "read could not start");
 }
 
 /* PUT after its READ: check each block and store it. */
@@ -169,14 +169,14 @@ static void on_get(struct frs_conn *fc, const struct proto_batch *b, const uint8
 {
 	struct fake_rdma_server *fs = fc->fs;
 	struct proto_get_entry e;
-	struct rdma_desc d;
+	struct rdmx_desc d;
 	uint32_t n = 0;
 
 	for (uint32_t i = 0; i < b->count; i++) {
 		struct frs_block *blk;
 
 		proto_get_entry_decode(b, i, &e);
-		rdma_desc_decode(descs + i * RDMA_DESC_BYTES, &d);
+		rdmx_desc_decode(descs + i * RDMX_DESC_BYTES, &d);
 		note_desc(fs, &d);
 		assert_int_equal(d.length, e.max_length);
 		blk = find(fs, e.key);
@@ -191,15 +191,15 @@ static void on_get(struct frs_conn *fc, const struct proto_batch *b, const uint8
 		fc->res[i] = (struct proto_result){ .status = PROTO_STATUS_OK,
 						    .tier = PROTO_TIER_DRAM, .length = blk->len,
 						    .checksum = blk->checksum ^ (fs->corrupt_get ? 1 : 0) };
-		fc->items[n++] = (struct rdma_xfer_item){ fs->arena + blk->off, (uint32_t)blk->len,
+		fc->items[n++] = (struct rdmx_xfer_item){ fs->arena + blk->off, (uint32_t)blk->len,
 							  d.addr, d.rkey };
 		atomic_fetch_add(&fs->write_bytes, blk->len);
 	}
 	atomic_fetch_add(&fs->get_blocks, (int)b->count);
 	if (n == 0)
 		reply_results(fc);
-	else if (rdma_conn_xfer(fc->c, RDMA_XFER_WRITE, fc->items, n))
-		rdma_conn_close(fc->c, "write could not start");
+	else if (rdmx_conn_xfer(fc->c, RDMX_XFER_WRITE, fc->items, n))
+		rdmx_conn_close(fc->c, "write could not start");
 }
 
 static void on_hello(struct frs_conn *fc, const uint8_t *body, uint32_t body_bytes)
@@ -215,7 +215,7 @@ static void on_hello(struct frs_conn *fc, const uint8_t *body, uint32_t body_byt
 }
 
 /* A request message: queue it behind the one being answered, if any. */
-static void on_msg(struct rdma_conn *c, const uint8_t *msg, size_t bytes, void *arg)
+static void on_msg(struct rdmx_conn *c, const uint8_t *msg, size_t bytes, void *arg)
 {
 	struct frs_conn *fc = arg;
 	int q;
@@ -225,7 +225,7 @@ static void on_msg(struct rdma_conn *c, const uint8_t *msg, size_t bytes, void *
 		handle(fc, msg, bytes);
 		return;
 	}
-	assert_true(fc->q_len < (int)RDMA_MSG_DEPTH);
+	assert_true(fc->q_len < (int)RDMX_MSG_DEPTH);
 	memcpy(fc->q[fc->q_len], msg, bytes);
 	fc->q_bytes[fc->q_len++] = bytes;
 	q = atomic_load(&fc->fs->max_queued);
@@ -236,7 +236,7 @@ static void on_msg(struct rdma_conn *c, const uint8_t *msg, size_t bytes, void *
 /* Answer one request: decode with proto/, dispatch on the opcode. */
 static void handle(struct frs_conn *fc, const uint8_t *msg, size_t bytes)
 {
-	struct rdma_conn *c = fc->c;
+	struct rdmx_conn *c = fc->c;
 	struct proto_limits lim = limits_of(fc->fs);
 	struct proto_header h;
 	struct proto_batch b;
@@ -259,12 +259,12 @@ static void handle(struct frs_conn *fc, const uint8_t *msg, size_t bytes)
 	if (fc->fs->silent)
 		return; /* busy for good: later requests queue behind it */
 	if (atomic_exchange(&fc->fs->drop_next, 0)) {
-		rdma_conn_close(c, "dropped by the test");
+		rdmx_conn_close(c, "dropped by the test");
 		return;
 	}
 	assert_int_equal(proto_batch_decode(msg + PROTO_HEADER_BYTES, h.body_bytes,
 					    proto_request_entry_bytes(h.opcode), &lim, &b), 0);
-	assert_int_equal(rdma_msg_descs(msg, bytes, &h, b.count, &descs), 0);
+	assert_int_equal(rdmx_msg_descs(msg, bytes, &h, b.count, &descs), 0);
 	fc->count = b.count;
 	if (h.opcode == PROTO_OP_PUT)
 		on_put(fc, &b, descs);
@@ -272,7 +272,7 @@ static void handle(struct frs_conn *fc, const uint8_t *msg, size_t bytes)
 		on_get(fc, &b, descs);
 }
 
-static void on_xfer_done(struct rdma_conn *c, int status, void *arg)
+static void on_xfer_done(struct rdmx_conn *c, int status, void *arg)
 {
 	struct frs_conn *fc = arg;
 
@@ -284,7 +284,7 @@ static void on_xfer_done(struct rdma_conn *c, int status, void *arg)
 		reply_results(fc);
 }
 
-static void on_close(struct rdma_conn *c, const char *reason, void *arg)
+static void on_close(struct rdmx_conn *c, const char *reason, void *arg)
 {
 	struct frs_conn *fc = arg;
 
@@ -295,7 +295,7 @@ static void on_close(struct rdma_conn *c, const char *reason, void *arg)
 	free(fc);
 }
 
-static const struct rdma_conn_cbs frs_cbs = { on_msg, on_xfer_done, on_close };
+static const struct rdmx_conn_cbs frs_cbs = { on_msg, on_xfer_done, on_close };
 
 /* Accept a connection request into a free slot (refuse it when full). */
 static void take(struct fake_rdma_server *fs, void *req)
@@ -307,12 +307,12 @@ static void take(struct fake_rdma_server *fs, void *req)
 		slot++;
 	if (!fc || slot == FRS_MAX_CONNS) {
 		free(fc);
-		rdma_listener_refuse(fs->l, req);
+		rdmx_listener_refuse(fs->l, req);
 		return;
 	}
 	fc->fs = fs;
 	fc->slot = slot;
-	if (rdma_conn_accept(fs->w, req, &frs_cbs, fc, &fc->c)) {
+	if (rdmx_conn_accept(fs->w, req, &frs_cbs, fc, &fc->c)) {
 		free(fc);
 		return;
 	}
@@ -326,16 +326,16 @@ static void *serve(void *arg)
 	void *req;
 
 	while (!fs->stop) {
-		while (rdma_listener_take(fs->l, &req) == 1)
+		while (rdmx_listener_take(fs->l, &req) == 1)
 			take(fs, req);
-		rdma_worker_cm_events(fs->w);
+		rdmx_worker_cm_events(fs->w);
 		if (atomic_exchange(&fs->drop_idle, 0))
 			for (int i = 0; i < FRS_MAX_CONNS; i++)
 				if (fs->conns[i])
-					rdma_conn_close(fs->conns[i]->c, "dropped by the test");
+					rdmx_conn_close(fs->conns[i]->c, "dropped by the test");
 		for (int i = 0; i < FRS_MAX_CONNS; i++)
 			if (fs->conns[i])
-				rdma_conn_completions(fs->conns[i]->c);
+				rdmx_conn_completions(fs->conns[i]->c);
 		usleep(100);
 	}
 	return NULL;
@@ -343,16 +343,16 @@ static void *serve(void *arg)
 
 void frs_start(struct fake_rdma_server *fs)
 {
-	struct rdma_listener_config cfg = { .listen = "127.0.0.1", .port = fs->port,
+	struct rdmx_listener_config cfg = { .listen = "127.0.0.1", .port = fs->port,
 					    .ops = &fake_verbs_ops };
-	char why[RDMA_REASON_BYTES];
+	char why[RDMX_REASON_BYTES];
 
 	fs->arena = calloc(1, FRS_ARENA_BYTES);
 	assert_non_null(fs->arena);
 	cfg.arena = fs->arena;
 	cfg.arena_bytes = FRS_ARENA_BYTES;
-	assert_int_equal(rdma_listener_open(&cfg, &fs->l, why, sizeof(why)), 0);
-	assert_int_equal(rdma_worker_open(fs->l, &fs->w), 0);
+	assert_int_equal(rdmx_listener_open(&cfg, &fs->l, why, sizeof(why)), 0);
+	assert_int_equal(rdmx_worker_open(fs->l, &fs->w), 0);
 	fs->stop = 0;
 	assert_int_equal(pthread_create(&fs->thr, NULL, serve, fs), 0);
 }
@@ -363,9 +363,9 @@ void frs_stop(struct fake_rdma_server *fs)
 	pthread_join(fs->thr, NULL);
 	for (int i = 0; i < FRS_MAX_CONNS; i++)
 		if (fs->conns[i])
-			rdma_conn_close(fs->conns[i]->c, "server stops");
-	rdma_worker_close(fs->w);
-	rdma_listener_close(fs->l);
+			rdmx_conn_close(fs->conns[i]->c, "server stops");
+	rdmx_worker_close(fs->w);
+	rdmx_listener_close(fs->l);
 	free(fs->arena);
 	fs->arena = NULL;
 }

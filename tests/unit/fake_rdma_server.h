@@ -10,7 +10,7 @@
  * GET's bytes are pushed with RDMA WRITE into the client's descriptors
  * before the reply is sent. Other requests are answered UNSUPPORTED.
  * Requests that arrive while a transfer runs are queued (up to
- * RDMA_MSG_DEPTH, the client's credit) and answered in order.
+ * RDMX_MSG_DEPTH, the client's credit) and answered in order.
  *
  * Threads: the test thread starts and stops it; the counters are atomics,
  * read after the client call under test has returned.
@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "proto.h"
-#include "rdma.h"
+#include "rdmx.h"
 
 #define FRS_ARENA_BYTES (4u << 20)
 #define FRS_MAX_BLOCKS 2048
@@ -60,8 +60,8 @@ struct fake_rdma_server {
 	char hello_ns[PROTO_NAME_MAX_BYTES + 1];
 
 	/* Internal. */
-	struct rdma_listener *l;
-	struct rdma_worker *w;
+	struct rdmx_listener *l;
+	struct rdmx_worker *w;
 	struct frs_conn *conns[FRS_MAX_CONNS];
 	pthread_t thr;
 	atomic_int stop;

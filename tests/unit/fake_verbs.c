@@ -1,5 +1,5 @@
 /*
- * fake_verbs.c - the fake rdma_ops of fake_verbs.h: recording mode for
+ * fake_verbs.c - the fake rdmx_ops of fake_verbs.h: recording mode for
  * step-by-step tests, loopback mode for an in-process fabric.
  */
 #ifdef KVPOOL_RDMA
@@ -850,7 +850,7 @@ static int f_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_rec
 	return 0;
 }
 
-const struct rdma_ops fake_verbs_ops = {
+const struct rdmx_ops fake_verbs_ops = {
 	.get_devices = f_get_devices, .free_devices = f_free_devices,
 	.create_event_channel = f_create_event_channel,
 	.destroy_event_channel = f_destroy_event_channel,

@@ -1,5 +1,5 @@
 /*
- * fake_verbs.h - a fake libibverbs/librdmacm (struct rdma_ops) for the
+ * fake_verbs.h - a fake libibverbs/librdmacm (struct rdmx_ops) for the
  * unit tests of rdma/, server/srv_rdma*.c and libkvpool's RDMA path. No
  * device and no kernel support are needed.
  *
@@ -39,7 +39,7 @@
 
 #include <stdint.h>
 
-#include "rdma_ops.h"
+#include "rdmx_ops.h"
 
 #define FAKE_VERBS_QMAX 512
 
@@ -73,7 +73,7 @@ struct fake_verbs {
 };
 
 extern struct fake_verbs fake_verbs;
-extern const struct rdma_ops fake_verbs_ops;
+extern const struct rdmx_ops fake_verbs_ops;
 
 /* Forget everything (the caller frees what it still holds first):
  * recording mode, one device, no failures. */

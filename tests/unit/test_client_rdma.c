@@ -3,7 +3,7 @@
  * server of fake_rdma_server.h over the loopback fake verbs: rdma:// put
  * and get byte-exact from registered buffers (zero copy: the server is
  * given the caller's addresses) and from unregistered ones (staging),
- * batches split at rdma_max_batch and at the staging buffer's size, a
+ * batches split at rdmx_max_batch and at the staging buffer's size, a
  * corrupted GET, a block too large for its buffer, a silent server
  * (timeout), a failed READ and a dropped connection (an error within
  * the timeout, then a reconnect), pipelining (zero-copy frames) and its
@@ -212,13 +212,13 @@ static void test_unregistered_staging(void **state)
 	assert_int_equal(kvpool_get_bytes(e->c, key, back, sizeof(back), &len), -ENOENT);
 }
 
-/* A batch over rdma_max_batch goes as two messages; a staged batch over
+/* A batch over rdmx_max_batch goes as two messages; a staged batch over
  * the staging buffer goes in pieces of what it holds. */
 static void test_batch_split(void **state)
 {
 	struct env *e = *state;
-	size_t n = rdma_max_batch(PROTO_PUT_ENTRY_BYTES) + 10, bytes = 64;
-	size_t g = rdma_max_batch(PROTO_GET_ENTRY_BYTES) + 1;
+	size_t n = rdmx_max_batch(PROTO_PUT_ENTRY_BYTES) + 10, bytes = 64;
+	size_t g = rdmx_max_batch(PROTO_GET_ENTRY_BYTES) + 1;
 	uint8_t *src = malloc(g * bytes), *dst = calloc(g, bytes);
 
 	fill(src, g * bytes, 5);

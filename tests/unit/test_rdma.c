@@ -1,5 +1,5 @@
 /*
- * test_rdma.c - rdma/ against fake verbs and rdma_cm (struct rdma_ops):
+ * test_rdma.c - rdma/ against fake verbs and rdma_cm (struct rdmx_ops):
  * descriptors, the listener and its arena registration, accepting onto a
  * worker, the connection state machine, completion handling (status
  * first), the work-request bounds and pipelining, every failure and
@@ -20,62 +20,62 @@
 
 #include <cmocka.h>
 
-#include "rdma.h"
+#include "rdmx.h"
 
 /* ---- descriptors (both builds) --------------------------------------- */
 
 static void test_desc_layout(void **state)
 {
-	struct rdma_desc d = { .addr = 0x1122334455667788ull, .rkey = 0xa1b2c3d4, .length = 4096 }, e;
-	uint8_t b[RDMA_DESC_BYTES];
-	static const uint8_t want[RDMA_DESC_BYTES] = { 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
+	struct rdmx_desc d = { .addr = 0x1122334455667788ull, .rkey = 0xa1b2c3d4, .length = 4096 }, e;
+	uint8_t b[RDMX_DESC_BYTES];
+	static const uint8_t want[RDMX_DESC_BYTES] = { 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,
 						       0xd4, 0xc3, 0xb2, 0xa1, 0x00, 0x10, 0x00, 0x00 };
 
 	(void)state;
-	rdma_desc_encode(&d, b);
+	rdmx_desc_encode(&d, b);
 	assert_memory_equal(b, want, sizeof(want)); /* little-endian, as PROTOCOL.md 13 */
-	rdma_desc_decode(b, &e);
+	rdmx_desc_decode(b, &e);
 	assert_true(e.addr == d.addr && e.rkey == d.rkey && e.length == d.length);
 }
 
 static void test_msg_descs(void **state)
 {
-	static uint8_t msg[RDMA_MSG_MAX_BYTES + 64];
+	static uint8_t msg[RDMX_MSG_MAX_BYTES + 64];
 	struct proto_header h = { .body_bytes = 8 + 2 * PROTO_GET_ENTRY_BYTES };
 	const uint8_t *d = NULL;
-	size_t n = rdma_msg_bytes(&h, 2);
+	size_t n = rdmx_msg_bytes(&h, 2);
 
 	(void)state;
 	assert_int_equal(n, 32 + 88 + 32);
-	assert_int_equal(rdma_msg_descs(msg, n, &h, 2, &d), 0);
+	assert_int_equal(rdmx_msg_descs(msg, n, &h, 2, &d), 0);
 	assert_ptr_equal(d, msg + 32 + h.body_bytes);
-	assert_int_equal(rdma_msg_descs(msg, n - 1, &h, 2, &d), -EPROTO);
-	assert_int_equal(rdma_msg_descs(msg, n + 16, &h, 2, &d), -EPROTO);
-	h.body_bytes = RDMA_MSG_MAX_BYTES;
-	assert_int_equal(rdma_msg_descs(msg, sizeof(msg), &h, 1, &d), -EMSGSIZE);
+	assert_int_equal(rdmx_msg_descs(msg, n - 1, &h, 2, &d), -EPROTO);
+	assert_int_equal(rdmx_msg_descs(msg, n + 16, &h, 2, &d), -EPROTO);
+	h.body_bytes = RDMX_MSG_MAX_BYTES;
+	assert_int_equal(rdmx_msg_descs(msg, sizeof(msg), &h, 1, &d), -EMSGSIZE);
 	/* The largest batch fits, one more does not. */
-	uint32_t m = rdma_max_batch(PROTO_PUT_ENTRY_BYTES);
+	uint32_t m = rdmx_max_batch(PROTO_PUT_ENTRY_BYTES);
 	h.body_bytes = (uint32_t)proto_batch_body_bytes(m, PROTO_PUT_ENTRY_BYTES);
-	assert_true(rdma_msg_bytes(&h, m) <= RDMA_MSG_MAX_BYTES);
+	assert_true(rdmx_msg_bytes(&h, m) <= RDMX_MSG_MAX_BYTES);
 	h.body_bytes = (uint32_t)proto_batch_body_bytes(m + 1, PROTO_PUT_ENTRY_BYTES);
-	assert_true(rdma_msg_bytes(&h, m + 1) > RDMA_MSG_MAX_BYTES);
+	assert_true(rdmx_msg_bytes(&h, m + 1) > RDMX_MSG_MAX_BYTES);
 }
 
 #ifndef KVPOOL_RDMA
 
 static void test_stub(void **state)
 {
-	struct rdma_listener_config cfg = { .listen = "127.0.0.1", .port = 7472 };
-	struct rdma_listener *l = NULL;
-	struct rdma_client *c = NULL;
-	char why[RDMA_REASON_BYTES] = "";
+	struct rdmx_listener_config cfg = { .listen = "127.0.0.1", .port = 7472 };
+	struct rdmx_listener *l = NULL;
+	struct rdmx_client *c = NULL;
+	char why[RDMX_REASON_BYTES] = "";
 
 	(void)state;
-	assert_false(rdma_built());
-	assert_int_equal(rdma_listener_open(&cfg, &l, why, sizeof(why)), -EOPNOTSUPP);
+	assert_false(rdmx_built());
+	assert_int_equal(rdmx_listener_open(&cfg, &l, why, sizeof(why)), -EOPNOTSUPP);
 	assert_null(l);
 	assert_non_null(strstr(why, "without RDMA"));
-	assert_int_equal(rdma_client_connect("127.0.0.1", 7472, 100, NULL, &c), -EOPNOTSUPP);
+	assert_int_equal(rdmx_client_connect("127.0.0.1", 7472, 100, NULL, &c), -EOPNOTSUPP);
 	assert_null(c);
 }
 
@@ -92,7 +92,7 @@ int main(void)
 #else /* KVPOOL_RDMA */
 
 #include "fake_verbs.h"
-#include "rdma_impl.h"
+#include "rdmx_impl.h"
 
 /* ---- the fakes (fake_verbs.c, recording mode) ---------------------- */
 
@@ -103,7 +103,7 @@ int main(void)
 #define push_cm fake_verbs_push_cm
 
 /* Queue a completion on c's CQ. */
-static void push_wc(struct rdma_conn *c, uint64_t wr_id, enum ibv_wc_status st, uint32_t bytes)
+static void push_wc(struct rdmx_conn *c, uint64_t wr_id, enum ibv_wc_status st, uint32_t bytes)
 {
 	fake_verbs_push_wc(c->cq, wr_id, st, bytes);
 }
@@ -118,7 +118,7 @@ struct rec {
 	char reason[128];
 };
 
-static void cb_msg(struct rdma_conn *c, const uint8_t *m, size_t n, void *arg)
+static void cb_msg(struct rdmx_conn *c, const uint8_t *m, size_t n, void *arg)
 {
 	struct rec *r = arg;
 
@@ -126,13 +126,13 @@ static void cb_msg(struct rdma_conn *c, const uint8_t *m, size_t n, void *arg)
 	r->msgs++;
 	r->last_bytes = n;
 }
-static void cb_xfer(struct rdma_conn *c, int st, void *arg)
+static void cb_xfer(struct rdmx_conn *c, int st, void *arg)
 {
 	(void)c;
 	assert_int_equal(st, 0);
 	((struct rec *)arg)->xfer_done++;
 }
-static void cb_close(struct rdma_conn *c, const char *why, void *arg)
+static void cb_close(struct rdmx_conn *c, const char *why, void *arg)
 {
 	struct rec *r = arg;
 
@@ -140,7 +140,7 @@ static void cb_close(struct rdma_conn *c, const char *why, void *arg)
 	r->closed++;
 	snprintf(r->reason, sizeof(r->reason), "%s", why);
 }
-static const struct rdma_conn_cbs cbs = { cb_msg, cb_xfer, cb_close };
+static const struct rdmx_conn_cbs cbs = { cb_msg, cb_xfer, cb_close };
 
 static int reset(void **state)
 {
@@ -149,37 +149,37 @@ static int reset(void **state)
 	return 0;
 }
 
-static int open_listener(struct rdma_listener **l, char *why, size_t len)
+static int open_listener(struct rdmx_listener **l, char *why, size_t len)
 {
-	struct rdma_listener_config cfg = { .listen = "127.0.0.1", .port = 7472, .arena = arena,
+	struct rdmx_listener_config cfg = { .listen = "127.0.0.1", .port = 7472, .arena = arena,
 					    .arena_bytes = sizeof(arena), .ops = &fake_ops };
 
-	return rdma_listener_open(&cfg, l, why, len);
+	return rdmx_listener_open(&cfg, l, why, len);
 }
 
 /* Listener + worker + one accepted, established connection. */
-static void setup_conn(struct rdma_listener **l, struct rdma_worker **w, struct rdma_conn **c,
+static void setup_conn(struct rdmx_listener **l, struct rdmx_worker **w, struct rdmx_conn **c,
 		       struct rec *r)
 {
 	void *req = NULL;
 
 	assert_int_equal(open_listener(l, NULL, 0), 0);
-	assert_int_equal(rdma_worker_open(*l, w), 0);
+	assert_int_equal(rdmx_worker_open(*l, w), 0);
 	push_cm((*l)->ch, RDMA_CM_EVENT_CONNECT_REQUEST, new_id((*l)->ch, NULL));
-	assert_int_equal(rdma_listener_take(*l, &req), 1);
-	assert_int_equal(rdma_conn_accept(*w, req, &cbs, r, c), 0);
-	assert_int_equal(rdma_conn_state(*c), RDMA_CONN_CONNECTING);
+	assert_int_equal(rdmx_listener_take(*l, &req), 1);
+	assert_int_equal(rdmx_conn_accept(*w, req, &cbs, r, c), 0);
+	assert_int_equal(rdmx_conn_state(*c), RDMX_CONN_CONNECTING);
 	push_cm((*w)->ch, RDMA_CM_EVENT_ESTABLISHED, (*c)->id);
-	rdma_worker_cm_events(*w);
-	assert_int_equal(rdma_conn_state(*c), RDMA_CONN_ESTABLISHED);
+	rdmx_worker_cm_events(*w);
+	assert_int_equal(rdmx_conn_state(*c), RDMX_CONN_ESTABLISHED);
 }
 
 /* ---- listener --------------------------------------------------------- */
 
 static void test_no_device(void **state)
 {
-	struct rdma_listener *l = NULL;
-	char why[RDMA_REASON_BYTES] = "";
+	struct rdmx_listener *l = NULL;
+	char why[RDMX_REASON_BYTES] = "";
 
 	(void)state;
 	F.n_devices = 0;
@@ -194,8 +194,8 @@ static void test_no_device(void **state)
  * failure names RLIMIT_MEMLOCK or the arena. */
 static void test_listener_every_failure(void **state)
 {
-	struct rdma_listener *l;
-	char why[RDMA_REASON_BYTES];
+	struct rdmx_listener *l;
+	char why[RDMX_REASON_BYTES];
 	int k, rc;
 
 	(void)state;
@@ -213,7 +213,7 @@ static void test_listener_every_failure(void **state)
 	}
 	assert_true(k > 6); /* devices, channel, id, bind, listen, pd, mr */
 	/* The last step that could fail was the arena registration. */
-	rdma_listener_close(l);
+	rdmx_listener_close(l);
 	reset(NULL);
 	F.fail_at = k - 1;
 	assert_int_equal(open_listener(&l, why, sizeof(why)), -ENOMEM);
@@ -223,14 +223,14 @@ static void test_listener_every_failure(void **state)
 
 static void test_arena_mr_has_no_remote_access(void **state)
 {
-	struct rdma_listener *l;
+	struct rdmx_listener *l;
 
 	(void)state;
 	assert_int_equal(open_listener(&l, NULL, 0), 0);
 	assert_ptr_equal(l->arena_mr->addr, arena);
 	assert_int_equal(l->arena_mr->length, sizeof(arena));
 	assert_int_equal(l->arena_mr->rkey, 0); /* registered without remote access */
-	rdma_listener_close(l);
+	rdmx_listener_close(l);
 	assert_int_equal(F.live, 0);
 }
 
@@ -238,24 +238,24 @@ static void test_arena_mr_has_no_remote_access(void **state)
 
 static void test_accept_establish_close(void **state)
 {
-	struct rdma_listener *l;
-	struct rdma_worker *w;
-	struct rdma_conn *c;
+	struct rdmx_listener *l;
+	struct rdmx_worker *w;
+	struct rdmx_conn *c;
 	struct rec r = { 0 };
 
 	(void)state;
 	setup_conn(&l, &w, &c, &r);
-	assert_int_equal(F.posted_recv, RDMA_MSG_DEPTH);
-	assert_int_equal(F.last_qp_cap.max_send_wr, RDMA_QP_MAX_XFER + RDMA_MSG_DEPTH);
-	assert_true(rdma_conn_fd(c) >= 0);
+	assert_int_equal(F.posted_recv, RDMX_MSG_DEPTH);
+	assert_int_equal(F.last_qp_cap.max_send_wr, RDMX_QP_MAX_XFER + RDMX_MSG_DEPTH);
+	assert_true(rdmx_conn_fd(c) >= 0);
 	/* The peer leaves. */
 	push_cm(w->ch, RDMA_CM_EVENT_DISCONNECTED, c->id);
-	rdma_worker_cm_events(w);
+	rdmx_worker_cm_events(w);
 	assert_int_equal(r.closed, 1);
 	assert_string_equal(r.reason, "peer disconnected");
 	assert_null(w->conns);
-	rdma_worker_close(w);
-	rdma_listener_close(l);
+	rdmx_worker_close(w);
+	rdmx_listener_close(l);
 	assert_int_equal(F.live, 0);
 }
 
@@ -263,24 +263,24 @@ static void test_accept_establish_close(void **state)
  * set up for it is undone, the listener and worker are undisturbed. */
 static void test_accept_every_failure(void **state)
 {
-	struct rdma_listener *l;
-	struct rdma_worker *w;
-	struct rdma_conn *c;
+	struct rdmx_listener *l;
+	struct rdmx_worker *w;
+	struct rdmx_conn *c;
 	struct rec r = { 0 };
 	void *req;
 	int k, rc, base;
 
 	(void)state;
 	assert_int_equal(open_listener(&l, NULL, 0), 0);
-	assert_int_equal(rdma_worker_open(l, &w), 0);
+	assert_int_equal(rdmx_worker_open(l, &w), 0);
 	base = F.live;
 	for (k = 1;; k++) {
 		push_cm(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, new_id(l->ch, NULL));
-		assert_int_equal(rdma_listener_take(l, &req), 1);
+		assert_int_equal(rdmx_listener_take(l, &req), 1);
 		F.rejects = 0;
 		F.fail_at = F.calls + k;
 		c = NULL;
-		rc = rdma_conn_accept(w, req, &cbs, &r, &c);
+		rc = rdmx_conn_accept(w, req, &cbs, &r, &c);
 		F.fail_at = 0;
 		if (rc == 0)
 			break;
@@ -291,55 +291,55 @@ static void test_accept_every_failure(void **state)
 	}
 	assert_true(k > 8); /* migrate, channel, cq, arm, qp, mr, recvs..., accept */
 	assert_int_equal(r.closed, 0); /* a refused request never reports on_close */
-	rdma_conn_close(c, "test");
+	rdmx_conn_close(c, "test");
 	assert_int_equal(r.closed, 1);
 	assert_int_equal(F.live, base);
-	rdma_worker_close(w);
-	rdma_listener_close(l);
+	rdmx_worker_close(w);
+	rdmx_listener_close(l);
 	assert_int_equal(F.live, 0);
 }
 
 /* A request on another device than the arena's is refused. */
 static void test_accept_other_device(void **state)
 {
-	struct rdma_listener *l;
-	struct rdma_worker *w;
-	struct rdma_conn *c = NULL;
+	struct rdmx_listener *l;
+	struct rdmx_worker *w;
+	struct rdmx_conn *c = NULL;
 	struct ibv_context other;
 	struct rdma_cm_id *id;
 	void *req;
 
 	(void)state;
 	assert_int_equal(open_listener(&l, NULL, 0), 0);
-	assert_int_equal(rdma_worker_open(l, &w), 0);
+	assert_int_equal(rdmx_worker_open(l, &w), 0);
 	id = new_id(l->ch, NULL);
 	id->verbs = &other;
 	push_cm(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, id);
-	assert_int_equal(rdma_listener_take(l, &req), 1);
-	assert_int_equal(rdma_conn_accept(w, req, &cbs, NULL, &c), -ENODEV);
+	assert_int_equal(rdmx_listener_take(l, &req), 1);
+	assert_int_equal(rdmx_conn_accept(w, req, &cbs, NULL, &c), -ENODEV);
 	assert_null(c);
 	assert_int_equal(F.rejects, 1);
-	rdma_worker_close(w);
-	rdma_listener_close(l);
+	rdmx_worker_close(w);
+	rdmx_listener_close(l);
 	assert_int_equal(F.live, 0);
 }
 
 /* Events other than a connection request are acknowledged and skipped. */
 static void test_listener_take(void **state)
 {
-	struct rdma_listener *l;
+	struct rdmx_listener *l;
 	void *req = NULL;
 
 	(void)state;
 	assert_int_equal(open_listener(&l, NULL, 0), 0);
-	assert_int_equal(rdma_listener_take(l, &req), 0);
+	assert_int_equal(rdmx_listener_take(l, &req), 0);
 	push_cm(l->ch, RDMA_CM_EVENT_TIMEWAIT_EXIT, NULL);
 	push_cm(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, new_id(l->ch, NULL));
-	assert_int_equal(rdma_listener_take(l, &req), 1);
+	assert_int_equal(rdmx_listener_take(l, &req), 1);
 	assert_non_null(req);
-	rdma_listener_refuse(l, req);
+	rdmx_listener_refuse(l, req);
 	assert_int_equal(F.rejects, 1);
-	rdma_listener_close(l);
+	rdmx_listener_close(l);
 	assert_int_equal(F.live, 0);
 }
 
@@ -347,56 +347,56 @@ static void test_listener_take(void **state)
 
 static void test_recv_and_send(void **state)
 {
-	struct rdma_listener *l;
-	struct rdma_worker *w;
-	struct rdma_conn *c;
+	struct rdmx_listener *l;
+	struct rdmx_worker *w;
+	struct rdmx_conn *c;
 	struct rec r = { 0 };
-	uint8_t big[RDMA_MSG_MAX_BYTES + 1] = { 0 };
+	uint8_t big[RDMX_MSG_MAX_BYTES + 1] = { 0 };
 
 	(void)state;
 	setup_conn(&l, &w, &c, &r);
-	push_wc(c, RDMA_WR_ID(RDMA_WR_RECV, 3), IBV_WC_SUCCESS, 72);
-	rdma_conn_completions(c);
+	push_wc(c, RDMX_WR_ID(RDMX_WR_RECV, 3), IBV_WC_SUCCESS, 72);
+	rdmx_conn_completions(c);
 	assert_int_equal(r.msgs, 1);
 	assert_int_equal(r.last_bytes, 72);
-	assert_int_equal(F.posted_recv, RDMA_MSG_DEPTH + 1); /* reposted */
+	assert_int_equal(F.posted_recv, RDMX_MSG_DEPTH + 1); /* reposted */
 	/* Sends: bounded by the send buffers, freed by their completions. */
-	assert_int_equal(rdma_conn_send(c, big, sizeof(big)), -EMSGSIZE);
-	for (uint32_t i = 0; i < RDMA_MSG_DEPTH; i++)
-		assert_int_equal(rdma_conn_send(c, big, 100), 0);
-	assert_int_equal(rdma_conn_send(c, big, 100), -EAGAIN);
-	push_wc(c, RDMA_WR_ID(RDMA_WR_SEND, 0), IBV_WC_SUCCESS, 0);
-	rdma_conn_completions(c);
-	assert_int_equal(rdma_conn_send(c, big, 100), 0);
-	rdma_conn_close(c, "done");
-	rdma_worker_close(w);
-	rdma_listener_close(l);
+	assert_int_equal(rdmx_conn_send(c, big, sizeof(big)), -EMSGSIZE);
+	for (uint32_t i = 0; i < RDMX_MSG_DEPTH; i++)
+		assert_int_equal(rdmx_conn_send(c, big, 100), 0);
+	assert_int_equal(rdmx_conn_send(c, big, 100), -EAGAIN);
+	push_wc(c, RDMX_WR_ID(RDMX_WR_SEND, 0), IBV_WC_SUCCESS, 0);
+	rdmx_conn_completions(c);
+	assert_int_equal(rdmx_conn_send(c, big, 100), 0);
+	rdmx_conn_close(c, "done");
+	rdmx_worker_close(w);
+	rdmx_listener_close(l);
 	assert_int_equal(F.live, 0);
 }
 
 static void test_send_before_established(void **state)
 {
-	struct rdma_listener *l;
-	struct rdma_worker *w;
-	struct rdma_conn *c = NULL;
+	struct rdmx_listener *l;
+	struct rdmx_worker *w;
+	struct rdmx_conn *c = NULL;
 	struct rec r = { 0 };
 	void *req;
-	struct rdma_xfer_item it = { arena, 10, 0x1000, 5 };
+	struct rdmx_xfer_item it = { arena, 10, 0x1000, 5 };
 
 	(void)state;
 	assert_int_equal(open_listener(&l, NULL, 0), 0);
-	assert_int_equal(rdma_worker_open(l, &w), 0);
+	assert_int_equal(rdmx_worker_open(l, &w), 0);
 	push_cm(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, new_id(l->ch, NULL));
-	assert_int_equal(rdma_listener_take(l, &req), 1);
-	assert_int_equal(rdma_conn_accept(w, req, &cbs, &r, &c), 0);
-	assert_int_equal(rdma_conn_send(c, "x", 1), -ENOTCONN);
-	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, &it, 1), -ENOTCONN);
+	assert_int_equal(rdmx_listener_take(l, &req), 1);
+	assert_int_equal(rdmx_conn_accept(w, req, &cbs, &r, &c), 0);
+	assert_int_equal(rdmx_conn_send(c, "x", 1), -ENOTCONN);
+	assert_int_equal(rdmx_conn_xfer(c, RDMX_XFER_READ, &it, 1), -ENOTCONN);
 	/* The connection fails before it is established. */
 	push_cm(w->ch, RDMA_CM_EVENT_CONNECT_ERROR, c->id);
-	rdma_worker_cm_events(w);
+	rdmx_worker_cm_events(w);
 	assert_int_equal(r.closed, 1);
-	rdma_worker_close(w);
-	rdma_listener_close(l);
+	rdmx_worker_close(w);
+	rdmx_listener_close(l);
 	assert_int_equal(F.live, 0);
 }
 
@@ -404,75 +404,75 @@ static void test_send_before_established(void **state)
  * status is checked before anything else (the message is not delivered). */
 static void test_error_completion_recv(void **state)
 {
-	struct rdma_listener *l;
-	struct rdma_worker *w;
-	struct rdma_conn *c;
+	struct rdmx_listener *l;
+	struct rdmx_worker *w;
+	struct rdmx_conn *c;
 	struct rec r = { 0 };
 
 	(void)state;
 	setup_conn(&l, &w, &c, &r);
-	push_wc(c, RDMA_WR_ID(RDMA_WR_RECV, 0), IBV_WC_LOC_LEN_ERR, 72);
-	rdma_conn_completions(c);
+	push_wc(c, RDMX_WR_ID(RDMX_WR_RECV, 0), IBV_WC_LOC_LEN_ERR, 72);
+	rdmx_conn_completions(c);
 	assert_int_equal(r.msgs, 0);
 	assert_int_equal(r.closed, 1);
 	assert_non_null(strstr(r.reason, "length"));
-	rdma_worker_close(w);
-	rdma_listener_close(l);
+	rdmx_worker_close(w);
+	rdmx_listener_close(l);
 	assert_int_equal(F.live, 0);
 }
 
 /* ---- transfers: bounds, pipelining, errors -------------------------------- */
 
-static void fill_items(struct rdma_xfer_item *it, uint32_t n)
+static void fill_items(struct rdmx_xfer_item *it, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++)
-		it[i] = (struct rdma_xfer_item){ arena + i * 4096, 4096, 0x10000 + i * 4096ull, 0x55 };
+		it[i] = (struct rdmx_xfer_item){ arena + i * 4096, 4096, 0x10000 + i * 4096ull, 0x55 };
 }
 
 /* Complete the first n outstanding transfer WRs (in posting order). */
-static void complete_xfers(struct rdma_conn *c, int *next_id, int n, enum ibv_wc_status st)
+static void complete_xfers(struct rdmx_conn *c, int *next_id, int n, enum ibv_wc_status st)
 {
 	for (int i = 0; i < n; i++)
 		push_wc(c, F.xfer_ids[(*next_id)++ % QMAX], st, 0);
-	rdma_conn_completions(c);
+	rdmx_conn_completions(c);
 }
 
 static void test_xfer_pipelined(void **state)
 {
-	struct rdma_listener *l;
-	struct rdma_worker *w;
-	struct rdma_conn *c;
+	struct rdmx_listener *l;
+	struct rdmx_worker *w;
+	struct rdmx_conn *c;
 	struct rec r = { 0 };
-	struct rdma_xfer_item it[100];
+	struct rdmx_xfer_item it[100];
 	int next = 0;
 
 	(void)state;
 	setup_conn(&l, &w, &c, &r);
 	fill_items(it, 100);
-	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, it, 100), 0);
-	assert_int_equal(F.posted_xfer, RDMA_QP_MAX_XFER); /* bounded per QP */
-	assert_int_equal(rdma_conn_outstanding(c), RDMA_QP_MAX_XFER);
+	assert_int_equal(rdmx_conn_xfer(c, RDMX_XFER_READ, it, 100), 0);
+	assert_int_equal(F.posted_xfer, RDMX_QP_MAX_XFER); /* bounded per QP */
+	assert_int_equal(rdmx_conn_outstanding(c), RDMX_QP_MAX_XFER);
 	assert_int_equal(F.last_wr.opcode, IBV_WR_RDMA_READ);
 	assert_int_equal(F.last_wr.wr.rdma.rkey, 0x55);
 	assert_int_equal(F.last_wr.sg_list->lkey, l->arena_mr->lkey);
-	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, it, 1), -EBUSY);
+	assert_int_equal(rdmx_conn_xfer(c, RDMX_XFER_READ, it, 1), -EBUSY);
 	complete_xfers(c, &next, 10, IBV_WC_SUCCESS);
-	assert_int_equal(F.posted_xfer, RDMA_QP_MAX_XFER + 10); /* refilled, not refused */
-	assert_int_equal(rdma_conn_outstanding(c), RDMA_QP_MAX_XFER);
+	assert_int_equal(F.posted_xfer, RDMX_QP_MAX_XFER + 10); /* refilled, not refused */
+	assert_int_equal(rdmx_conn_outstanding(c), RDMX_QP_MAX_XFER);
 	while (next < 100)
-		complete_xfers(c, &next, (int)rdma_conn_outstanding(c), IBV_WC_SUCCESS);
+		complete_xfers(c, &next, (int)rdmx_conn_outstanding(c), IBV_WC_SUCCESS);
 	assert_int_equal(r.xfer_done, 1);
 	assert_int_equal(F.posted_xfer, 100);
-	assert_int_equal(rdma_conn_outstanding(c), 0);
+	assert_int_equal(rdmx_conn_outstanding(c), 0);
 	assert_int_equal(w->budget.outstanding, 0);
 	/* WRITE next, the connection is free again. */
-	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_WRITE, it, 2), 0);
+	assert_int_equal(rdmx_conn_xfer(c, RDMX_XFER_WRITE, it, 2), 0);
 	assert_int_equal(F.last_wr.opcode, IBV_WR_RDMA_WRITE);
 	complete_xfers(c, &next, 2, IBV_WC_SUCCESS);
 	assert_int_equal(r.xfer_done, 2);
-	rdma_conn_close(c, "done");
-	rdma_worker_close(w);
-	rdma_listener_close(l);
+	rdmx_conn_close(c, "done");
+	rdmx_worker_close(w);
+	rdmx_listener_close(l);
 	assert_int_equal(F.live, 0);
 }
 
@@ -480,41 +480,41 @@ static void test_xfer_pipelined(void **state)
  * budget the first gives back, and gets it without a completion of its own. */
 static void test_worker_budget(void **state)
 {
-	struct rdma_listener *l;
-	struct rdma_worker *w;
-	struct rdma_conn *a, *b;
+	struct rdmx_listener *l;
+	struct rdmx_worker *w;
+	struct rdmx_conn *a, *b;
 	struct rec ra = { 0 }, rb = { 0 };
-	struct rdma_xfer_item it[40];
+	struct rdmx_xfer_item it[40];
 	void *req;
 	int next = 0;
 
 	(void)state;
 	setup_conn(&l, &w, &a, &ra);
 	push_cm(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, new_id(l->ch, NULL));
-	assert_int_equal(rdma_listener_take(l, &req), 1);
-	assert_int_equal(rdma_conn_accept(w, req, &cbs, &rb, &b), 0);
+	assert_int_equal(rdmx_listener_take(l, &req), 1);
+	assert_int_equal(rdmx_conn_accept(w, req, &cbs, &rb, &b), 0);
 	push_cm(w->ch, RDMA_CM_EVENT_ESTABLISHED, b->id);
-	rdma_worker_cm_events(w);
+	rdmx_worker_cm_events(w);
 	w->budget.max = 40;
 	fill_items(it, 40);
-	assert_int_equal(rdma_conn_xfer(a, RDMA_XFER_WRITE, it, 40), 0);
-	assert_int_equal(rdma_conn_outstanding(a), RDMA_QP_MAX_XFER);
-	assert_int_equal(rdma_conn_xfer(b, RDMA_XFER_WRITE, it, 40), 0);
-	assert_int_equal(rdma_conn_outstanding(b), 40 - RDMA_QP_MAX_XFER);
+	assert_int_equal(rdmx_conn_xfer(a, RDMX_XFER_WRITE, it, 40), 0);
+	assert_int_equal(rdmx_conn_outstanding(a), RDMX_QP_MAX_XFER);
+	assert_int_equal(rdmx_conn_xfer(b, RDMX_XFER_WRITE, it, 40), 0);
+	assert_int_equal(rdmx_conn_outstanding(b), 40 - RDMX_QP_MAX_XFER);
 	assert_int_equal(w->budget.outstanding, 40);
 	complete_xfers(a, &next, 5, IBV_WC_SUCCESS);
 	/* a refilled first (5 back, 5 posted), b got nothing yet. */
 	assert_int_equal(w->budget.outstanding, 40);
 	/* a closes: its budget returns, b is kicked on the next event. */
-	rdma_conn_close(a, "bye");
-	assert_int_equal(w->budget.outstanding, 40 - RDMA_QP_MAX_XFER);
-	rdma_conn_completions(b);
-	assert_int_equal(rdma_conn_outstanding(b), RDMA_QP_MAX_XFER);
-	assert_int_equal(w->budget.outstanding, RDMA_QP_MAX_XFER);
-	rdma_worker_close(w);
+	rdmx_conn_close(a, "bye");
+	assert_int_equal(w->budget.outstanding, 40 - RDMX_QP_MAX_XFER);
+	rdmx_conn_completions(b);
+	assert_int_equal(rdmx_conn_outstanding(b), RDMX_QP_MAX_XFER);
+	assert_int_equal(w->budget.outstanding, RDMX_QP_MAX_XFER);
+	rdmx_worker_close(w);
 	assert_int_equal(rb.closed, 1);
 	assert_string_equal(rb.reason, "server shutting down");
-	rdma_listener_close(l);
+	rdmx_listener_close(l);
 	assert_int_equal(F.live, 0);
 }
 
@@ -523,34 +523,34 @@ static void test_worker_budget(void **state)
  * second connection is undisturbed. */
 static void test_xfer_error(void **state)
 {
-	struct rdma_listener *l;
-	struct rdma_worker *w;
-	struct rdma_conn *a, *b;
+	struct rdmx_listener *l;
+	struct rdmx_worker *w;
+	struct rdmx_conn *a, *b;
 	struct rec ra = { 0 }, rb = { 0 };
-	struct rdma_xfer_item it[8];
+	struct rdmx_xfer_item it[8];
 	void *req;
 	int next = 0;
 
 	(void)state;
 	setup_conn(&l, &w, &a, &ra);
 	push_cm(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, new_id(l->ch, NULL));
-	assert_int_equal(rdma_listener_take(l, &req), 1);
-	assert_int_equal(rdma_conn_accept(w, req, &cbs, &rb, &b), 0);
+	assert_int_equal(rdmx_listener_take(l, &req), 1);
+	assert_int_equal(rdmx_conn_accept(w, req, &cbs, &rb, &b), 0);
 	push_cm(w->ch, RDMA_CM_EVENT_ESTABLISHED, b->id);
-	rdma_worker_cm_events(w);
+	rdmx_worker_cm_events(w);
 	fill_items(it, 8);
-	assert_int_equal(rdma_conn_xfer(a, RDMA_XFER_READ, it, 8), 0);
+	assert_int_equal(rdmx_conn_xfer(a, RDMX_XFER_READ, it, 8), 0);
 	complete_xfers(a, &next, 1, IBV_WC_REM_ACCESS_ERR);
 	assert_int_equal(ra.xfer_done, 0);
 	assert_int_equal(ra.closed, 1);
 	assert_non_null(strstr(ra.reason, "access"));
 	assert_int_equal(w->budget.outstanding, 0);
 	assert_ptr_equal(w->conns, b);
-	assert_int_equal(rdma_conn_state(b), RDMA_CONN_ESTABLISHED);
+	assert_int_equal(rdmx_conn_state(b), RDMX_CONN_ESTABLISHED);
 	assert_int_equal(rb.closed, 0);
-	assert_int_equal(rdma_conn_send(b, "ok", 2), 0);
-	rdma_worker_close(w);
-	rdma_listener_close(l);
+	assert_int_equal(rdmx_conn_send(b, "ok", 2), 0);
+	rdmx_worker_close(w);
+	rdmx_listener_close(l);
 	assert_int_equal(F.live, 0);
 }
 
@@ -558,68 +558,68 @@ static void test_xfer_error(void **state)
  * and closed on its next event. Items outside the arena MR are refused. */
 static void test_xfer_post_failure(void **state)
 {
-	struct rdma_listener *l;
-	struct rdma_worker *w;
-	struct rdma_conn *c;
+	struct rdmx_listener *l;
+	struct rdmx_worker *w;
+	struct rdmx_conn *c;
 	struct rec r = { 0 };
-	struct rdma_xfer_item it[8];
+	struct rdmx_xfer_item it[8];
 	uint8_t outside[16];
-	struct rdma_xfer_item bad = { outside, 16, 0x1000, 1 };
-	struct rdma_xfer_item over = { arena + sizeof(arena) - 8, 16, 0x1000, 1 };
+	struct rdmx_xfer_item bad = { outside, 16, 0x1000, 1 };
+	struct rdmx_xfer_item over = { arena + sizeof(arena) - 8, 16, 0x1000, 1 };
 
 	(void)state;
 	setup_conn(&l, &w, &c, &r);
-	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, &bad, 1), -EINVAL);
-	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, &over, 1), -EINVAL);
-	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, it, 0), -EINVAL);
+	assert_int_equal(rdmx_conn_xfer(c, RDMX_XFER_READ, &bad, 1), -EINVAL);
+	assert_int_equal(rdmx_conn_xfer(c, RDMX_XFER_READ, &over, 1), -EINVAL);
+	assert_int_equal(rdmx_conn_xfer(c, RDMX_XFER_READ, it, 0), -EINVAL);
 	fill_items(it, 8);
 	F.fail_post_send_at_xfer = 3;
-	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, it, 8), -EINVAL);
-	assert_int_equal(rdma_conn_state(c), RDMA_CONN_ERROR);
+	assert_int_equal(rdmx_conn_xfer(c, RDMX_XFER_READ, it, 8), -EINVAL);
+	assert_int_equal(rdmx_conn_state(c), RDMX_CONN_ERROR);
 	assert_int_equal(w->budget.outstanding, 2);
-	rdma_conn_completions(c);
+	rdmx_conn_completions(c);
 	assert_int_equal(r.closed, 1);
 	assert_int_equal(r.xfer_done, 0);
 	assert_int_equal(w->budget.outstanding, 0);
-	rdma_worker_close(w);
-	rdma_listener_close(l);
+	rdmx_worker_close(w);
+	rdmx_listener_close(l);
 	assert_int_equal(F.live, 0);
 }
 
 /* Closing from inside a callback is deferred until the drain ends. */
-static struct rdma_conn *close_me;
-static void cb_msg_close(struct rdma_conn *c, const uint8_t *m, size_t n, void *arg)
+static struct rdmx_conn *close_me;
+static void cb_msg_close(struct rdmx_conn *c, const uint8_t *m, size_t n, void *arg)
 {
 	(void)m; (void)n; (void)arg;
 	close_me = c;
-	rdma_conn_close(c, "closed by the handler");
+	rdmx_conn_close(c, "closed by the handler");
 }
-static const struct rdma_conn_cbs cbs_close = { cb_msg_close, cb_xfer, cb_close };
+static const struct rdmx_conn_cbs cbs_close = { cb_msg_close, cb_xfer, cb_close };
 
 static void test_close_in_callback(void **state)
 {
-	struct rdma_listener *l;
-	struct rdma_worker *w;
-	struct rdma_conn *c = NULL;
+	struct rdmx_listener *l;
+	struct rdmx_worker *w;
+	struct rdmx_conn *c = NULL;
 	struct rec r = { 0 };
 	void *req;
 
 	(void)state;
 	assert_int_equal(open_listener(&l, NULL, 0), 0);
-	assert_int_equal(rdma_worker_open(l, &w), 0);
+	assert_int_equal(rdmx_worker_open(l, &w), 0);
 	push_cm(l->ch, RDMA_CM_EVENT_CONNECT_REQUEST, new_id(l->ch, NULL));
-	assert_int_equal(rdma_listener_take(l, &req), 1);
-	assert_int_equal(rdma_conn_accept(w, req, &cbs_close, &r, &c), 0);
+	assert_int_equal(rdmx_listener_take(l, &req), 1);
+	assert_int_equal(rdmx_conn_accept(w, req, &cbs_close, &r, &c), 0);
 	push_cm(w->ch, RDMA_CM_EVENT_ESTABLISHED, c->id);
-	rdma_worker_cm_events(w);
-	push_wc(c, RDMA_WR_ID(RDMA_WR_RECV, 0), IBV_WC_SUCCESS, 8);
-	push_wc(c, RDMA_WR_ID(RDMA_WR_RECV, 1), IBV_WC_SUCCESS, 8);
-	rdma_conn_completions(c);
+	rdmx_worker_cm_events(w);
+	push_wc(c, RDMX_WR_ID(RDMX_WR_RECV, 0), IBV_WC_SUCCESS, 8);
+	push_wc(c, RDMX_WR_ID(RDMX_WR_RECV, 1), IBV_WC_SUCCESS, 8);
+	rdmx_conn_completions(c);
 	assert_ptr_equal(close_me, c);
 	assert_int_equal(r.closed, 1);
 	assert_string_equal(r.reason, "closed by the handler");
-	rdma_worker_close(w);
-	rdma_listener_close(l);
+	rdmx_worker_close(w);
+	rdmx_listener_close(l);
 	assert_int_equal(F.live, 0);
 }
 
@@ -627,11 +627,11 @@ static void test_close_in_callback(void **state)
 
 static void test_client_no_device(void **state)
 {
-	struct rdma_client *c = NULL;
+	struct rdmx_client *c = NULL;
 
 	(void)state;
 	F.n_devices = 0;
-	assert_int_equal(rdma_client_connect("127.0.0.1", 7472, 100, &fake_ops, &c), -ENODEV);
+	assert_int_equal(rdmx_client_connect("127.0.0.1", 7472, 100, &fake_ops, &c), -ENODEV);
 	assert_null(c);
 	assert_int_equal(F.live, 0);
 }
@@ -640,14 +640,14 @@ static void test_client_no_device(void **state)
  * failing leaves nothing either. */
 static void test_client_connect_paths(void **state)
 {
-	struct rdma_client *c = NULL;
+	struct rdmx_client *c = NULL;
 	int k, rc;
 
 	(void)state;
 	for (k = 1; k < 40; k++) {
 		reset(NULL);
 		F.fail_at = k;
-		rc = rdma_client_connect("127.0.0.1", 7472, 50, &fake_ops, &c);
+		rc = rdmx_client_connect("127.0.0.1", 7472, 50, &fake_ops, &c);
 		/* Without queued CM events the wait times out once the
 		 * failing step is past the resolve calls. */
 		assert_true(rc < 0);
@@ -660,34 +660,34 @@ static void test_client_connect_paths(void **state)
 /* ---- loopback: client and server through the in-process fake fabric ---- */
 
 struct loop_srv {
-	struct rdma_listener *l;
-	struct rdma_worker *w;
-	struct rdma_conn *c;
+	struct rdmx_listener *l;
+	struct rdmx_worker *w;
+	struct rdmx_conn *c;
 	int xfer_status, closed;
 	volatile int stop;
 };
 
 /* Server side: a READ of the described client buffer into the arena,
  * then a one-byte reply carrying the transfer's status. */
-static void loop_msg(struct rdma_conn *c, const uint8_t *m, size_t n, void *arg)
+static void loop_msg(struct rdmx_conn *c, const uint8_t *m, size_t n, void *arg)
 {
-	struct rdma_desc d;
-	struct rdma_xfer_item it;
+	struct rdmx_desc d;
+	struct rdmx_xfer_item it;
 
 	(void)arg;
-	assert_int_equal(n, RDMA_DESC_BYTES);
-	rdma_desc_decode(m, &d);
-	it = (struct rdma_xfer_item){ arena, d.length, d.addr, d.rkey };
-	assert_int_equal(rdma_conn_xfer(c, RDMA_XFER_READ, &it, 1), 0);
+	assert_int_equal(n, RDMX_DESC_BYTES);
+	rdmx_desc_decode(m, &d);
+	it = (struct rdmx_xfer_item){ arena, d.length, d.addr, d.rkey };
+	assert_int_equal(rdmx_conn_xfer(c, RDMX_XFER_READ, &it, 1), 0);
 }
-static void loop_xfer(struct rdma_conn *c, int st, void *arg)
+static void loop_xfer(struct rdmx_conn *c, int st, void *arg)
 {
 	uint8_t reply = st == 0 ? 'k' : 'e';
 
 	((struct loop_srv *)arg)->xfer_status = st;
-	assert_int_equal(rdma_conn_send(c, &reply, 1), 0);
+	assert_int_equal(rdmx_conn_send(c, &reply, 1), 0);
 }
-static void loop_close(struct rdma_conn *c, const char *why, void *arg)
+static void loop_close(struct rdmx_conn *c, const char *why, void *arg)
 {
 	struct loop_srv *ls = arg;
 
@@ -695,7 +695,7 @@ static void loop_close(struct rdma_conn *c, const char *why, void *arg)
 	ls->closed++;
 	ls->c = NULL;
 }
-static const struct rdma_conn_cbs loop_cbs = { loop_msg, loop_xfer, loop_close };
+static const struct rdmx_conn_cbs loop_cbs = { loop_msg, loop_xfer, loop_close };
 
 static void *loop_server(void *arg)
 {
@@ -703,11 +703,11 @@ static void *loop_server(void *arg)
 	void *req;
 
 	while (!ls->stop) {
-		if (rdma_listener_take(ls->l, &req) == 1)
-			assert_int_equal(rdma_conn_accept(ls->w, req, &loop_cbs, ls, &ls->c), 0);
-		rdma_worker_cm_events(ls->w);
+		if (rdmx_listener_take(ls->l, &req) == 1)
+			assert_int_equal(rdmx_conn_accept(ls->w, req, &loop_cbs, ls, &ls->c), 0);
+		rdmx_worker_cm_events(ls->w);
 		if (ls->c)
-			rdma_conn_completions(ls->c);
+			rdmx_conn_completions(ls->c);
 		usleep(200);
 	}
 	return NULL;
@@ -721,10 +721,10 @@ static void test_loopback_read(void **state)
 {
 	static uint8_t block[64 * 1024];
 	struct loop_srv ls = { 0 };
-	struct rdma_client *cl = NULL;
-	struct rdma_client_mr *mr = NULL;
-	struct rdma_desc d;
-	uint8_t msg[RDMA_DESC_BYTES], reply[8];
+	struct rdmx_client *cl = NULL;
+	struct rdmx_client_mr *mr = NULL;
+	struct rdmx_desc d;
+	uint8_t msg[RDMX_DESC_BYTES], reply[8];
 	size_t got = 0;
 	pthread_t th;
 
@@ -734,14 +734,14 @@ static void test_loopback_read(void **state)
 		block[i] = (uint8_t)(i * 7 + 3);
 	memset(arena, 0, sizeof(block));
 	assert_int_equal(open_listener(&ls.l, NULL, 0), 0);
-	assert_int_equal(rdma_worker_open(ls.l, &ls.w), 0);
+	assert_int_equal(rdmx_worker_open(ls.l, &ls.w), 0);
 	assert_int_equal(pthread_create(&th, NULL, loop_server, &ls), 0);
 
-	assert_int_equal(rdma_client_connect("127.0.0.1", 7472, 2000, &fake_ops, &cl), 0);
-	assert_int_equal(rdma_client_reg(cl, block, sizeof(block), &mr), 0);
-	d = (struct rdma_desc){ (uint64_t)(uintptr_t)block, rdma_client_mr_rkey(mr), sizeof(block) };
-	rdma_desc_encode(&d, msg);
-	assert_int_equal(rdma_client_call(cl, msg, sizeof(msg), reply, sizeof(reply), &got, 2000), 0);
+	assert_int_equal(rdmx_client_connect("127.0.0.1", 7472, 2000, &fake_ops, &cl), 0);
+	assert_int_equal(rdmx_client_reg(cl, block, sizeof(block), &mr), 0);
+	d = (struct rdmx_desc){ (uint64_t)(uintptr_t)block, rdmx_client_mr_rkey(mr), sizeof(block) };
+	rdmx_desc_encode(&d, msg);
+	assert_int_equal(rdmx_client_call(cl, msg, sizeof(msg), reply, sizeof(reply), &got, 2000), 0);
 	assert_int_equal(got, 1);
 	assert_int_equal(reply[0], 'k');
 	assert_memory_equal(arena, block, sizeof(block));
@@ -749,8 +749,8 @@ static void test_loopback_read(void **state)
 
 	/* A descriptor whose rkey is not the region's: remote access error. */
 	d.rkey ^= 0x7;
-	rdma_desc_encode(&d, msg);
-	assert_true(rdma_client_call(cl, msg, sizeof(msg), reply, sizeof(reply), &got, 500) < 0);
+	rdmx_desc_encode(&d, msg);
+	assert_true(rdmx_client_call(cl, msg, sizeof(msg), reply, sizeof(reply), &got, 500) < 0);
 	for (int i = 0; i < 2000 && !ls.closed; i++)
 		usleep(1000);
 	assert_int_equal(ls.closed, 1);
@@ -758,10 +758,10 @@ static void test_loopback_read(void **state)
 
 	ls.stop = 1;
 	pthread_join(th, NULL);
-	rdma_client_dereg(cl, mr);
-	rdma_client_close(cl);
-	rdma_worker_close(ls.w);
-	rdma_listener_close(ls.l);
+	rdmx_client_dereg(cl, mr);
+	rdmx_client_close(cl);
+	rdmx_worker_close(ls.w);
+	rdmx_listener_close(ls.l);
 	assert_int_equal(F.live, 0);
 }
 

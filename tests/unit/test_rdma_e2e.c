@@ -7,7 +7,7 @@
  * the server's RDMA counters agree, and a failed RDMA READ makes nothing
  * visible while the handle reconnects and goes on; a failed WRITE fails
  * the get and releases the server's pins; a too-small GET buffer, MATCH
- * with a lease, and a PUT batch split at rdma_max_batch. No device is used;
+ * with a lease, and a PUT batch split at rdmx_max_batch. No device is used;
  * this is not a hardware test. In an RDMA=0 build there is nothing to run.
  */
 #include <errno.h>
@@ -29,14 +29,14 @@
 
 #include <cmocka.h>
 
-#include "rdma.h"
+#include "rdmx.h"
 
 #ifndef KVPOOL_RDMA
 
 static void test_not_built(void **state)
 {
 	(void)state;
-	assert_false(rdma_built());
+	assert_false(rdmx_built());
 	skip();
 }
 
@@ -389,7 +389,7 @@ static void test_failed_write_releases_pins(void **state)
 static void test_put_batch_split(void **state)
 {
 	enum { BLK = 200 };
-	uint32_t n = rdma_max_batch(PROTO_PUT_ENTRY_BYTES) + 11;
+	uint32_t n = rdmx_max_batch(PROTO_PUT_ENTRY_BYTES) + 11;
 	uint8_t (*keys)[KVPOOL_KEY_BYTES] = calloc(n, KVPOOL_KEY_BYTES);
 	struct kvpool_put_block *pb = calloc(n, sizeof(*pb));
 	struct kvpool_get_block *gb = calloc(n, sizeof(*gb));
@@ -400,7 +400,7 @@ static void test_put_batch_split(void **state)
 	uint64_t puts0, gets0;
 
 	(void)state;
-	assert_int_equal(rdma_max_batch(PROTO_PUT_ENTRY_BYTES), 629);
+	assert_int_equal(rdmx_max_batch(PROTO_PUT_ENTRY_BYTES), 629);
 	assert_true(keys && pb && gb && piov && giov && src && dst && st);
 	c = connect_or_fail("rdma://127.0.0.1:7472", "e2e-split");
 	for (uint32_t i = 0; i < n; i++) {

@@ -2,12 +2,12 @@
  * test_srv_rdma.c - kvpoold serving requests over RDMA, in process: the
  * server (srv_main) runs on a thread with srv_rdma_test_ops set to the
  * loopback fake fabric (fake_verbs.h), and a raw client made of
- * rdma_client_connect / reg / call sends protocol frames with their
+ * rdmx_client_connect / reg / call sends protocol frames with their
  * remote-buffer descriptors (PROTOCOL.md section 13). Covers HELLO's
  * rdma_port, PUT by RDMA READ and GET by RDMA WRITE byte for byte, failed
  * READs and WRITEs (nothing visible, reservations and pins released,
  * other connections served), malformed messages, and a client leaving in
- * the middle of a READ, more than RDMA_MSG_DEPTH requests outstanding, and
+ * the middle of a READ, more than RDMX_MSG_DEPTH requests outstanding, and
  * messages that do not decode as a header. In an RDMA=0 build there is nothing to run.
  */
 #include <errno.h>
@@ -27,14 +27,14 @@
 
 #include <cmocka.h>
 
-#include "rdma.h"
+#include "rdmx.h"
 
 #ifndef KVPOOL_RDMA
 
 static void test_not_built(void **state)
 {
 	(void)state;
-	assert_false(rdma_built());
+	assert_false(rdmx_built());
 	skip();
 }
 
@@ -153,11 +153,11 @@ static int nvme_group_setup(void **state)
 /* ---- a raw client ----------------------------------------------------- */
 
 struct cli {
-	struct rdma_client *rc;
-	struct rdma_client_mr *mr;
+	struct rdmx_client *rc;
+	struct rdmx_client_mr *mr;
 	uint8_t *buf;          /* registered: PUT sources, GET destinations */
 	size_t buf_bytes;
-	uint8_t reply[RDMA_MSG_MAX_BYTES];
+	uint8_t reply[RDMX_MSG_MAX_BYTES];
 	size_t reply_bytes;
 	struct proto_header rh; /* the last reply's header */
 };
@@ -169,7 +169,7 @@ static void cli_open(struct cli *c, size_t buf_bytes)
 
 	memset(c, 0, sizeof(*c));
 	for (int i = 0; i < 500 && rc; i++) {
-		rc = rdma_client_connect("127.0.0.1", RDMA_DEFAULT_PORT, 1000, &fake_verbs_ops,
+		rc = rdmx_client_connect("127.0.0.1", RDMX_DEFAULT_PORT, 1000, &fake_verbs_ops,
 					 &c->rc);
 		if (rc)
 			usleep(10000);
@@ -178,24 +178,24 @@ static void cli_open(struct cli *c, size_t buf_bytes)
 	c->buf = calloc(1, buf_bytes);
 	assert_non_null(c->buf);
 	c->buf_bytes = buf_bytes;
-	assert_int_equal(rdma_client_reg(c->rc, c->buf, buf_bytes, &c->mr), 0);
+	assert_int_equal(rdmx_client_reg(c->rc, c->buf, buf_bytes, &c->mr), 0);
 }
 
 static void cli_close(struct cli *c)
 {
-	rdma_client_dereg(c->rc, c->mr);
-	rdma_client_close(c->rc);
+	rdmx_client_dereg(c->rc, c->mr);
+	rdmx_client_close(c->rc);
 	free(c->buf);
 	c->rc = NULL;
 }
 
 /* Send one message: header (opcode, body, payload_bytes), then the body,
- * then n descriptors. Returns rdma_client_call's result; the reply's
+ * then n descriptors. Returns rdmx_client_call's result; the reply's
  * header is decoded into c->rh. */
 static int cli_call(struct cli *c, uint8_t op, const uint8_t *body, uint32_t body_bytes,
-		    uint64_t payload_bytes, const struct rdma_desc *d, uint32_t n, size_t extra)
+		    uint64_t payload_bytes, const struct rdmx_desc *d, uint32_t n, size_t extra)
 {
-	static uint8_t msg[RDMA_MSG_MAX_BYTES];
+	static uint8_t msg[RDMX_MSG_MAX_BYTES];
 	struct proto_header h = {
 		.magic = PROTO_MAGIC, .version = PROTO_VERSION, .opcode = op,
 		.body_bytes = body_bytes, .request_id = next_req_id++, .payload_bytes = payload_bytes,
@@ -206,11 +206,11 @@ static int cli_call(struct cli *c, uint8_t op, const uint8_t *body, uint32_t bod
 	proto_header_encode(&h, msg);
 	if (body_bytes)
 		memcpy(msg + PROTO_HEADER_BYTES, body, body_bytes);
-	for (uint32_t i = 0; i < n; i++, len += RDMA_DESC_BYTES)
-		rdma_desc_encode(&d[i], msg + len);
+	for (uint32_t i = 0; i < n; i++, len += RDMX_DESC_BYTES)
+		rdmx_desc_encode(&d[i], msg + len);
 	memset(msg + len, 0, extra);
 	len += extra;
-	rc = rdma_client_call(c->rc, msg, len, c->reply, sizeof(c->reply), &c->reply_bytes,
+	rc = rdmx_client_call(c->rc, msg, len, c->reply, sizeof(c->reply), &c->reply_bytes,
 			      CALL_MS);
 	if (rc == 0) {
 		assert_true(c->reply_bytes >= PROTO_HEADER_BYTES);
@@ -273,7 +273,7 @@ static int cli_put(struct cli *c, uint32_t n, const uint32_t *keys, const size_t
 		   const uint32_t *len, int desc_len_delta, uint32_t rkey_xor)
 {
 	static uint8_t body[8 + MAX_BATCH * PROTO_PUT_ENTRY_BYTES];
-	static struct rdma_desc d[MAX_BATCH];
+	static struct rdmx_desc d[MAX_BATCH];
 	uint64_t payload = 0;
 
 	assert_true(n <= MAX_BATCH);
@@ -284,8 +284,8 @@ static int cli_put(struct cli *c, uint32_t n, const uint32_t *keys, const size_t
 		key_of(e.key, keys[i]);
 		e.checksum = XXH3_64bits(c->buf + off[i], len[i]);
 		proto_put_entry_encode(body, i, &e);
-		d[i] = (struct rdma_desc){ (uint64_t)(uintptr_t)(c->buf + off[i]),
-					   rdma_client_mr_rkey(c->mr) ^ rkey_xor, len[i] };
+		d[i] = (struct rdmx_desc){ (uint64_t)(uintptr_t)(c->buf + off[i]),
+					   rdmx_client_mr_rkey(c->mr) ^ rkey_xor, len[i] };
 		payload += len[i];
 	}
 	d[0].length = (uint32_t)((int)d[0].length + desc_len_delta);
@@ -298,7 +298,7 @@ static int cli_get(struct cli *c, uint32_t n, const uint32_t *keys, const size_t
 		   const uint32_t *cap)
 {
 	static uint8_t body[8 + MAX_BATCH * PROTO_GET_ENTRY_BYTES];
-	static struct rdma_desc d[MAX_BATCH];
+	static struct rdmx_desc d[MAX_BATCH];
 
 	assert_true(n <= MAX_BATCH);
 	proto_batch_encode_prefix(body, n, 0);
@@ -307,8 +307,8 @@ static int cli_get(struct cli *c, uint32_t n, const uint32_t *keys, const size_t
 
 		key_of(e.key, keys[i]);
 		proto_get_entry_encode(body, i, &e);
-		d[i] = (struct rdma_desc){ (uint64_t)(uintptr_t)(c->buf + off[i]),
-					   rdma_client_mr_rkey(c->mr), cap[i] };
+		d[i] = (struct rdmx_desc){ (uint64_t)(uintptr_t)(c->buf + off[i]),
+					   rdmx_client_mr_rkey(c->mr), cap[i] };
 	}
 	return cli_call(c, PROTO_OP_GET, body, (uint32_t)proto_batch_body_bytes(n, PROTO_GET_ENTRY_BYTES),
 			0, d, n, 0);
@@ -377,7 +377,7 @@ static int group_teardown(void **state)
 		size_t got;
 
 		proto_header_encode(&h, ping);
-		if (rdma_client_call(leftover->rc, ping, sizeof(ping), reply, sizeof(reply), &got,
+		if (rdmx_client_call(leftover->rc, ping, sizeof(ping), reply, sizeof(reply), &got,
 				     500) == 0) {
 			fprintf(stderr, "a connection outlived kvpoold\n");
 			return -1;
@@ -413,10 +413,10 @@ static void test_hello_rdma_port(void **state)
 	(void)state;
 	cli_open(&c, 4096);
 	cli_hello(&c, "hello", &port);
-	assert_int_equal(port, RDMA_DEFAULT_PORT);
+	assert_int_equal(port, RDMX_DEFAULT_PORT);
 	assert_true(cli_stat(&c, "\"connections\":{\"current\":") >= 1);
 	assert_true(cli_stat(&c, "\"rdma\":{\"built\":true,\"available\":true,\"port\":") ==
-		    RDMA_DEFAULT_PORT);
+		    RDMX_DEFAULT_PORT);
 	cli_close(&c);
 }
 
@@ -462,7 +462,7 @@ static void test_put_get_roundtrip(void **state)
 }
 
 /* A batch of 100 blocks, more than a QP may have in flight
- * (RDMA_QP_MAX_XFER): the READs and then the WRITEs are pipelined, and
+ * (RDMX_QP_MAX_XFER): the READs and then the WRITEs are pipelined, and
  * every block arrives intact. */
 static void test_pipelined_batch(void **state)
 {
@@ -473,7 +473,7 @@ static void test_pipelined_batch(void **state)
 	struct cli c;
 
 	(void)state;
-	assert_true(N > RDMA_QP_MAX_XFER);
+	assert_true(N > RDMX_QP_MAX_XFER);
 	cli_open(&c, 2 * N * LEN);
 	cli_hello(&c, "pipe", NULL);
 	for (uint32_t i = 0; i < N; i++) {
@@ -617,7 +617,7 @@ static void test_desc_mismatch(void **state)
 	const size_t off[2] = { 0, 4096 };
 	uint8_t body[8 + PROTO_GET_ENTRY_BYTES];
 	struct proto_get_entry e = { .max_length = 100 };
-	struct rdma_desc dd = { 0 };
+	struct rdmx_desc dd = { 0 };
 	struct cli c;
 
 	(void)state;
@@ -635,7 +635,7 @@ static void test_desc_mismatch(void **state)
 	proto_get_entry_encode(body, 0, &e);
 	assert_int_equal(cli_call(&c, PROTO_OP_GET, body, sizeof(body), 0, NULL, 0, 0), 0);
 	assert_int_equal(c.rh.status, PROTO_STATUS_BAD_REQUEST);
-	assert_int_equal(cli_call(&c, PROTO_OP_GET, body, sizeof(body), 0, &dd, 1, RDMA_DESC_BYTES), 0);
+	assert_int_equal(cli_call(&c, PROTO_OP_GET, body, sizeof(body), 0, &dd, 1, RDMX_DESC_BYTES), 0);
 	assert_int_equal(c.rh.status, PROTO_STATUS_BAD_REQUEST);
 	/* A PING with trailing bytes. */
 	assert_int_equal(cli_call(&c, PROTO_OP_PING, NULL, 0, 0, NULL, 0, 4), 0);
@@ -649,7 +649,7 @@ static void test_desc_mismatch(void **state)
 /* A raw one-block PUT message over RDMA: len bytes of c's buffer, filled
  * from seed, described for the server to READ. */
 #define PUT1_BODY_BYTES (8 + PROTO_PUT_ENTRY_BYTES)
-#define PUT1_MSG_BYTES (32 + PUT1_BODY_BYTES + RDMA_DESC_BYTES)
+#define PUT1_MSG_BYTES (32 + PUT1_BODY_BYTES + RDMX_DESC_BYTES)
 
 static void put1_msg(struct cli *c, uint32_t key, uint32_t len, uint32_t seed,
 		     uint64_t request_id, uint8_t msg[PUT1_MSG_BYTES])
@@ -658,7 +658,7 @@ static void put1_msg(struct cli *c, uint32_t key, uint32_t len, uint32_t seed,
 				  .opcode = PROTO_OP_PUT, .body_bytes = PUT1_BODY_BYTES,
 				  .request_id = request_id, .payload_bytes = len };
 	struct proto_put_entry e = { .length = len };
-	struct rdma_desc d = { (uint64_t)(uintptr_t)c->buf, rdma_client_mr_rkey(c->mr), len };
+	struct rdmx_desc d = { (uint64_t)(uintptr_t)c->buf, rdmx_client_mr_rkey(c->mr), len };
 
 	fill(c->buf, len, seed);
 	key_of(e.key, key);
@@ -666,7 +666,7 @@ static void put1_msg(struct cli *c, uint32_t key, uint32_t len, uint32_t seed,
 	proto_header_encode(&h, msg);
 	proto_batch_encode_prefix(msg + 32, 1, 0);
 	proto_put_entry_encode(msg + 32, 0, &e);
-	rdma_desc_encode(&d, msg + 32 + PUT1_BODY_BYTES);
+	rdmx_desc_encode(&d, msg + 32 + PUT1_BODY_BYTES);
 }
 
 /* The client goes away while the server's READ of its PUT is in flight
@@ -686,7 +686,7 @@ static void test_disconnect_mid_read(void **state)
 	put1_msg(&c, keys[0], 300000, 7, 77, msg);
 	held = F.held_xfers;
 	F.xfer_hold = 1;
-	assert_int_equal(rdma_client_call(c.rc, msg, sizeof(msg), reply, sizeof(reply), &got, 300),
+	assert_int_equal(rdmx_client_call(c.rc, msg, sizeof(msg), reply, sizeof(reply), &got, 300),
 			 -ETIMEDOUT);
 	assert_int_equal(F.held_xfers, held + 1);
 	cli_close(&c);
@@ -778,7 +778,7 @@ static void test_tcp_hello_and_large_stats(void **state)
 	struct cli c;
 
 	(void)state;
-	assert_int_equal(tcp_hello("tcp"), RDMA_DEFAULT_PORT);
+	assert_int_equal(tcp_hello("tcp"), RDMX_DEFAULT_PORT);
 	memset(ns, 'n', 200);
 	ns[200] = '\0';
 	for (unsigned int i = 0; i < 200; i++) {
@@ -931,7 +931,7 @@ static int limit_group_setup(void **state)
 static void test_max_connections(void **state)
 {
 	struct cli a, b, *c;
-	struct rdma_client *x = NULL;
+	struct rdmx_client *x = NULL;
 	int rc = 0;
 
 	(void)state;
@@ -942,18 +942,18 @@ static void test_max_connections(void **state)
 	assert_int_equal(cli_stat(&a, "\"connections\":{\"current\":"), 2);
 	assert_int_equal(cli_stat(&a, "\"rdma\":{\"built\":true,\"available\":true,\"port\":7472,"
 				  "\"reason\":\"\",\"connections\":{\"current\":"), 2);
-	assert_true(rdma_client_connect("127.0.0.1", RDMA_DEFAULT_PORT, 1000, &fake_verbs_ops, &x) < 0);
+	assert_true(rdmx_client_connect("127.0.0.1", RDMX_DEFAULT_PORT, 1000, &fake_verbs_ops, &x) < 0);
 	assert_true(cli_stat(&a, "\"rejected\":") >= 1);
 	cli_close(&b);
 	/* The worker gives the slot back when it sees the disconnect. */
 	for (int i = 0; i < 200; i++) {
-		rc = rdma_client_connect("127.0.0.1", RDMA_DEFAULT_PORT, 1000, &fake_verbs_ops, &x);
+		rc = rdmx_client_connect("127.0.0.1", RDMX_DEFAULT_PORT, 1000, &fake_verbs_ops, &x);
 		if (rc == 0)
 			break;
 		usleep(10000);
 	}
 	assert_int_equal(rc, 0);
-	rdma_client_close(x);
+	rdmx_client_close(x);
 	c = malloc(sizeof(*c));
 	assert_non_null(c);
 	for (int i = 0; i < 200 && cli_stat(&a, "\"connections\":{\"current\":") != 1; i++)
@@ -967,7 +967,7 @@ static void test_max_connections(void **state)
 /* Send a message of `bytes` bytes without waiting for its reply. */
 static void cli_send_raw(struct cli *c, const uint8_t *msg, size_t bytes)
 {
-	assert_int_equal(rdma_client_send(c->rc, msg, bytes), 0);
+	assert_int_equal(rdmx_client_send(c->rc, msg, bytes), 0);
 }
 
 /* Wait for kvpoold to take `n` more messages: it reposts a receive for
@@ -984,11 +984,11 @@ static void wait_taken(int posted0, int n)
 static int server_left(struct cli *c, int ms)
 {
 	for (int i = 0; i < ms / 10; i++) {
-		if (!rdma_client_ok(c->rc))
+		if (!rdmx_client_ok(c->rc))
 			return 1;
 		usleep(10000);
 	}
-	return !rdma_client_ok(c->rc);
+	return !rdmx_client_ok(c->rc);
 }
 
 /* A PING message with request id `id`. */
@@ -1000,7 +1000,7 @@ static void ping_msg(uint8_t msg[PROTO_HEADER_BYTES], uint64_t id)
 	proto_header_encode(&h, msg);
 }
 
-/* PROTOCOL.md section 13: a client with more than RDMA_MSG_DEPTH requests
+/* PROTOCOL.md section 13: a client with more than RDMX_MSG_DEPTH requests
  * outstanding is disconnected. A PUT whose READ is held keeps the server
  * busy; with it and 7 PINGs (8 outstanding) the connection stays, the 9th
  * request closes it, the PUT's reservation is aborted, and another
@@ -1025,14 +1025,14 @@ static void test_too_many_outstanding(void **state)
 	F.xfer_hold = 1;
 	posted0 = F.posted_recv;
 	cli_send_raw(&c, msg, sizeof(msg));
-	for (uint64_t i = 0; i < RDMA_MSG_DEPTH - 1; i++) {
+	for (uint64_t i = 0; i < RDMX_MSG_DEPTH - 1; i++) {
 		ping_msg(ping, 2 + i);
 		cli_send_raw(&c, ping, sizeof(ping));
 		wait_taken(posted0, (int)i + 2);
 	}
 	/* 8 outstanding: allowed, nothing answered yet (the PUT waits). */
 	assert_false(server_left(&c, 200));
-	assert_int_equal(rdma_client_recv(c.rc, reply, sizeof(reply), &got, 100), -ETIMEDOUT);
+	assert_int_equal(rdmx_client_recv(c.rc, reply, sizeof(reply), &got, 100), -ETIMEDOUT);
 	assert_int_equal(cli_key_op(&o, PROTO_OP_EXISTS, keys[0]), PROTO_STATUS_NOT_FOUND);
 	assert_true(cli_stat(&o, "\"inflight_put_bytes\":") >= len[0]);
 	/* The 9th: disconnected. */
@@ -1063,7 +1063,7 @@ static void fatal_reply(const uint8_t *msg, size_t bytes, struct proto_header *r
 	cli_open(&c, 4096);
 	cli_hello(&c, "fatal", NULL);
 	cli_send_raw(&c, msg, bytes);
-	assert_int_equal(rdma_client_recv(c.rc, reply, sizeof(reply), &got, CALL_MS), 0);
+	assert_int_equal(rdmx_client_recv(c.rc, reply, sizeof(reply), &got, CALL_MS), 0);
 	assert_true(got >= PROTO_HEADER_BYTES);
 	assert_int_equal(proto_header_decode(reply, 1, &lim, rh), 0);
 	assert_int_equal(got, PROTO_HEADER_BYTES + rh->body_bytes);
@@ -1114,7 +1114,7 @@ static void test_undecodable_messages(void **state)
 	ping_msg(msg, 4245);
 	msg[5] = 0x7e;
 	cli_send_raw(&c, msg, sizeof(msg));
-	assert_int_equal(rdma_client_recv(c.rc, c.reply, sizeof(c.reply), &c.reply_bytes, CALL_MS), 0);
+	assert_int_equal(rdmx_client_recv(c.rc, c.reply, sizeof(c.reply), &c.reply_bytes, CALL_MS), 0);
 	assert_int_equal(proto_header_decode(c.reply, 1, &lim, &rh), 0);
 	assert_int_equal(rh.status, PROTO_STATUS_UNSUPPORTED);
 	assert_int_equal(rh.request_id, 4245);

@@ -1,9 +1,9 @@
 /*
- * rdma_conn.c - one RDMA connection: its QP, CQ and completion channel,
+ * rdmx_conn.c - one RDMA connection: its QP, CQ and completion channel,
  * the ring of control-message buffers, completion handling, and the
  * bounded, pipelined READ/WRITE transfers of the server.
  *
- * Setup order (undone in reverse by rdma_conn_teardown): completion
+ * Setup order (undone in reverse by rdmx_conn_teardown): completion
  * channel, CQ (armed), QP, message buffers and their MR, RECVs posted;
  * then the caller accepts or connects.
  */
@@ -12,22 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rdma_impl.h"
+#include "rdmx_impl.h"
 
 #define CQ_DRAIN_BATCH 16
 #define CQ_ACK_EVERY 64
 
-bool rdma_built(void)
+bool rdmx_built(void)
 {
 	return true;
 }
 
-int rdma_errno(void)
+int rdmx_errno(void)
 {
 	return errno > 0 ? -errno : -EIO;
 }
 
-int rdma_set_nonblock(int fd)
+int rdmx_set_nonblock(int fd)
 {
 	int fl = fcntl(fd, F_GETFL);
 
@@ -36,24 +36,24 @@ int rdma_set_nonblock(int fd)
 	return 0;
 }
 
-uint8_t *rdma_recv_buf(struct rdma_conn *c, uint32_t i)
+uint8_t *rdmx_recv_buf(struct rdmx_conn *c, uint32_t i)
 {
-	return c->msgs + (size_t)i * RDMA_MSG_MAX_BYTES;
+	return c->msgs + (size_t)i * RDMX_MSG_MAX_BYTES;
 }
 
-uint8_t *rdma_send_buf(struct rdma_conn *c, uint32_t i)
+uint8_t *rdmx_send_buf(struct rdmx_conn *c, uint32_t i)
 {
-	return c->msgs + (size_t)(RDMA_MSG_DEPTH + i) * RDMA_MSG_MAX_BYTES;
+	return c->msgs + (size_t)(RDMX_MSG_DEPTH + i) * RDMX_MSG_MAX_BYTES;
 }
 
-int rdma_conn_post_recv(struct rdma_conn *c, uint32_t i)
+int rdmx_conn_post_recv(struct rdmx_conn *c, uint32_t i)
 {
 	struct ibv_sge sge = {
-		.addr = (uintptr_t)rdma_recv_buf(c, i),
-		.length = RDMA_MSG_MAX_BYTES,
+		.addr = (uintptr_t)rdmx_recv_buf(c, i),
+		.length = RDMX_MSG_MAX_BYTES,
 		.lkey = c->msg_mr->lkey,
 	};
-	struct ibv_recv_wr wr = { .wr_id = RDMA_WR_ID(RDMA_WR_RECV, i), .sg_list = &sge, .num_sge = 1 };
+	struct ibv_recv_wr wr = { .wr_id = RDMX_WR_ID(RDMX_WR_RECV, i), .sg_list = &sge, .num_sge = 1 };
 	struct ibv_recv_wr *bad = NULL;
 	int rc = c->ops->post_recv(c->id->qp, &wr, &bad);
 
@@ -62,46 +62,46 @@ int rdma_conn_post_recv(struct rdma_conn *c, uint32_t i)
 
 /* The QP's capacities: every transfer WR and every send buffer may be in
  * flight at once, plus one RECV per receive buffer. */
-static void qp_attr(struct rdma_conn *c, struct ibv_qp_init_attr *a)
+static void qp_attr(struct rdmx_conn *c, struct ibv_qp_init_attr *a)
 {
 	memset(a, 0, sizeof(*a));
 	a->send_cq = c->cq;
 	a->recv_cq = c->cq;
 	a->qp_type = IBV_QPT_RC;
-	a->cap.max_send_wr = RDMA_QP_MAX_XFER + RDMA_MSG_DEPTH;
-	a->cap.max_recv_wr = RDMA_MSG_DEPTH;
+	a->cap.max_send_wr = RDMX_QP_MAX_XFER + RDMX_MSG_DEPTH;
+	a->cap.max_recv_wr = RDMX_MSG_DEPTH;
 	a->cap.max_send_sge = 1;
 	a->cap.max_recv_sge = 1;
 }
 
 /* Allocate and register the message buffers. */
-static int msgs_setup(struct rdma_conn *c)
+static int msgs_setup(struct rdmx_conn *c)
 {
-	size_t bytes = (size_t)2 * RDMA_MSG_DEPTH * RDMA_MSG_MAX_BYTES;
+	size_t bytes = (size_t)2 * RDMX_MSG_DEPTH * RDMX_MSG_MAX_BYTES;
 
 	c->msgs = malloc(bytes);
 	if (!c->msgs)
 		return -ENOMEM;
 	c->msg_mr = c->ops->reg_mr(c->pd, c->msgs, bytes, IBV_ACCESS_LOCAL_WRITE);
 	if (!c->msg_mr)
-		return rdma_errno();
+		return rdmx_errno();
 	return 0;
 }
 
-int rdma_conn_setup_qp(struct rdma_conn *c, const char **why)
+int rdmx_conn_setup_qp(struct rdmx_conn *c, const char **why)
 {
 	struct ibv_context *ctx = c->id->verbs;
 	struct ibv_qp_init_attr attr;
-	int cqe = RDMA_QP_MAX_XFER + 2 * RDMA_MSG_DEPTH;
+	int cqe = RDMX_QP_MAX_XFER + 2 * RDMX_MSG_DEPTH;
 	int rc;
 
 	c->comp = c->ops->create_comp_channel(ctx);
 	if (!c->comp) {
 		*why = "cannot create a completion channel";
-		rc = rdma_errno();
+		rc = rdmx_errno();
 		goto out_teardown;
 	}
-	rc = rdma_set_nonblock(c->comp->fd);
+	rc = rdmx_set_nonblock(c->comp->fd);
 	if (rc) {
 		*why = "cannot make the completion channel non-blocking";
 		goto out_teardown;
@@ -109,7 +109,7 @@ int rdma_conn_setup_qp(struct rdma_conn *c, const char **why)
 	c->cq = c->ops->create_cq(ctx, cqe, c, c->comp, 0);
 	if (!c->cq) {
 		*why = "cannot create a completion queue";
-		rc = rdma_errno();
+		rc = rdmx_errno();
 		goto out_teardown;
 	}
 	rc = c->ops->req_notify_cq(c->cq, 0);
@@ -121,7 +121,7 @@ int rdma_conn_setup_qp(struct rdma_conn *c, const char **why)
 	qp_attr(c, &attr);
 	if (c->ops->create_qp(c->id, c->pd, &attr)) {
 		*why = "cannot create the queue pair";
-		rc = rdma_errno();
+		rc = rdmx_errno();
 		goto out_teardown;
 	}
 	c->qp_created = 1;
@@ -130,8 +130,8 @@ int rdma_conn_setup_qp(struct rdma_conn *c, const char **why)
 		*why = "cannot register the message buffers";
 		goto out_teardown;
 	}
-	for (uint32_t i = 0; i < RDMA_MSG_DEPTH; i++) {
-		rc = rdma_conn_post_recv(c, i);
+	for (uint32_t i = 0; i < RDMX_MSG_DEPTH; i++) {
+		rc = rdmx_conn_post_recv(c, i);
 		if (rc) {
 			*why = "cannot post a receive";
 			goto out_teardown;
@@ -140,15 +140,15 @@ int rdma_conn_setup_qp(struct rdma_conn *c, const char **why)
 	return 0;
 
 out_teardown:
-	rdma_conn_teardown(c);
+	rdmx_conn_teardown(c);
 	return rc;
 }
 
-void rdma_conn_teardown(struct rdma_conn *c)
+void rdmx_conn_teardown(struct rdmx_conn *c)
 {
-	if (c->id && (c->state == RDMA_CONN_ESTABLISHED || c->state == RDMA_CONN_ERROR))
+	if (c->id && (c->state == RDMX_CONN_ESTABLISHED || c->state == RDMX_CONN_ERROR))
 		c->ops->disconnect(c->id);
-	else if (c->id && c->cbs && c->state == RDMA_CONN_IDLE)
+	else if (c->id && c->cbs && c->state == RDMX_CONN_IDLE)
 		c->ops->reject(c->id, NULL, 0); /* a request we never accepted */
 	if (c->qp_created)
 		c->ops->destroy_qp(c->id);
@@ -175,43 +175,43 @@ void rdma_conn_teardown(struct rdma_conn *c)
 	if (c->budget)
 		c->budget->outstanding -= c->outstanding;
 	c->outstanding = 0;
-	c->state = RDMA_CONN_CLOSED;
+	c->state = RDMX_CONN_CLOSED;
 }
 
-int rdma_conn_fd(const struct rdma_conn *c)
+int rdmx_conn_fd(const struct rdmx_conn *c)
 {
 	return c->comp ? c->comp->fd : -1;
 }
 
-enum rdma_conn_state rdma_conn_state(const struct rdma_conn *c)
+enum rdmx_conn_state rdmx_conn_state(const struct rdmx_conn *c)
 {
 	return c->state;
 }
 
-uint32_t rdma_conn_outstanding(const struct rdma_conn *c)
+uint32_t rdmx_conn_outstanding(const struct rdmx_conn *c)
 {
 	return c->outstanding;
 }
 
-int rdma_conn_send(struct rdma_conn *c, const void *msg, size_t bytes)
+int rdmx_conn_send(struct rdmx_conn *c, const void *msg, size_t bytes)
 {
 	struct ibv_send_wr wr = { 0 }, *bad = NULL;
 	struct ibv_sge sge;
 	uint32_t i;
 	int rc;
 
-	if (bytes == 0 || bytes > RDMA_MSG_MAX_BYTES)
+	if (bytes == 0 || bytes > RDMX_MSG_MAX_BYTES)
 		return -EMSGSIZE;
-	if (c->state != RDMA_CONN_ESTABLISHED)
+	if (c->state != RDMX_CONN_ESTABLISHED)
 		return -ENOTCONN;
-	for (i = 0; i < RDMA_MSG_DEPTH && (c->send_busy & (1u << i)); i++)
+	for (i = 0; i < RDMX_MSG_DEPTH && (c->send_busy & (1u << i)); i++)
 		;
-	if (i == RDMA_MSG_DEPTH)
+	if (i == RDMX_MSG_DEPTH)
 		return -EAGAIN;
-	memcpy(rdma_send_buf(c, i), msg, bytes);
-	sge = (struct ibv_sge){ .addr = (uintptr_t)rdma_send_buf(c, i), .length = (uint32_t)bytes,
+	memcpy(rdmx_send_buf(c, i), msg, bytes);
+	sge = (struct ibv_sge){ .addr = (uintptr_t)rdmx_send_buf(c, i), .length = (uint32_t)bytes,
 				.lkey = c->msg_mr->lkey };
-	wr.wr_id = RDMA_WR_ID(RDMA_WR_SEND, i);
+	wr.wr_id = RDMX_WR_ID(RDMX_WR_SEND, i);
 	wr.sg_list = &sge;
 	wr.num_sge = 1;
 	wr.opcode = IBV_WR_SEND;
@@ -224,20 +224,20 @@ int rdma_conn_send(struct rdma_conn *c, const void *msg, size_t bytes)
 }
 
 /* Post transfer items while the QP and the worker have room. */
-static int xfer_post(struct rdma_conn *c)
+static int xfer_post(struct rdmx_conn *c)
 {
-	while (c->xfer_active && c->next_item < c->n_items && c->outstanding < RDMA_QP_MAX_XFER &&
+	while (c->xfer_active && c->next_item < c->n_items && c->outstanding < RDMX_QP_MAX_XFER &&
 	       c->budget->outstanding < c->budget->max) {
-		const struct rdma_xfer_item *it = &c->items[c->next_item];
+		const struct rdmx_xfer_item *it = &c->items[c->next_item];
 		struct ibv_sge sge = { .addr = (uintptr_t)it->local, .length = it->length,
 				       .lkey = c->w->l->arena_mr->lkey };
 		struct ibv_send_wr wr = { 0 }, *bad = NULL;
 		int rc;
 
-		wr.wr_id = RDMA_WR_ID(RDMA_WR_XFER, c->next_item);
+		wr.wr_id = RDMX_WR_ID(RDMX_WR_XFER, c->next_item);
 		wr.sg_list = &sge;
 		wr.num_sge = 1;
-		wr.opcode = c->op == RDMA_XFER_READ ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+		wr.opcode = c->op == RDMX_XFER_READ ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
 		wr.send_flags = IBV_SEND_SIGNALED;
 		wr.wr.rdma.remote_addr = it->remote_addr;
 		wr.wr.rdma.rkey = it->rkey;
@@ -259,13 +259,13 @@ static bool in_arena(const struct ibv_mr *mr, const void *local, uint32_t length
 	return a >= base && length <= mr->length && a - base <= mr->length - length;
 }
 
-int rdma_conn_xfer(struct rdma_conn *c, enum rdma_xfer_op op, const struct rdma_xfer_item *items,
+int rdmx_conn_xfer(struct rdmx_conn *c, enum rdmx_xfer_op op, const struct rdmx_xfer_item *items,
 		   uint32_t n)
 {
-	struct rdma_xfer_item *copy;
+	struct rdmx_xfer_item *copy;
 	int rc;
 
-	if (c->state != RDMA_CONN_ESTABLISHED)
+	if (c->state != RDMX_CONN_ESTABLISHED)
 		return -ENOTCONN;
 	if (c->xfer_active)
 		return -EBUSY;
@@ -289,18 +289,18 @@ int rdma_conn_xfer(struct rdma_conn *c, enum rdma_xfer_op op, const struct rdma_
 		/* Nothing reports this transfer: the caller gets the error now
 		 * and the connection is failed (items may be in flight). */
 		c->xfer_active = 0;
-		c->state = RDMA_CONN_ERROR;
+		c->state = RDMX_CONN_ERROR;
 		return rc;
 	}
 	return 0;
 }
 
 /* A RECV completed: hand the message up and post the buffer again. */
-static int handle_recv(struct rdma_conn *c, uint32_t slot, uint32_t bytes)
+static int handle_recv(struct rdmx_conn *c, uint32_t slot, uint32_t bytes)
 {
-	if (slot >= RDMA_MSG_DEPTH)
+	if (slot >= RDMX_MSG_DEPTH)
 		return -EIO;
-	if (!c->cbs) { /* client: kept until rdma_client_call takes it */
+	if (!c->cbs) { /* client: kept until rdmx_client_call takes it */
 		c->recv_ready = 1;
 		c->recv_slot = slot;
 		c->recv_bytes = bytes;
@@ -309,55 +309,55 @@ static int handle_recv(struct rdma_conn *c, uint32_t slot, uint32_t bytes)
 	/* A message can complete before the ESTABLISHED event is read from
 	 * the CM channel (the two are not ordered): a successful receive
 	 * proves the connection is up, so it is not dropped. */
-	if (c->state == RDMA_CONN_CONNECTING)
-		c->state = RDMA_CONN_ESTABLISHED;
-	if (c->state == RDMA_CONN_ESTABLISHED)
-		c->cbs->on_msg(c, rdma_recv_buf(c, slot), bytes, c->arg);
-	if (c->state == RDMA_CONN_CLOSED || c->state == RDMA_CONN_ERROR)
+	if (c->state == RDMX_CONN_CONNECTING)
+		c->state = RDMX_CONN_ESTABLISHED;
+	if (c->state == RDMX_CONN_ESTABLISHED)
+		c->cbs->on_msg(c, rdmx_recv_buf(c, slot), bytes, c->arg);
+	if (c->state == RDMX_CONN_CLOSED || c->state == RDMX_CONN_ERROR)
 		return 0;
-	return rdma_conn_post_recv(c, slot);
+	return rdmx_conn_post_recv(c, slot);
 }
 
-int rdma_conn_handle_wc(struct rdma_conn *c, const struct ibv_wc *wc)
+int rdmx_conn_handle_wc(struct rdmx_conn *c, const struct ibv_wc *wc)
 {
-	unsigned int kind = RDMA_WR_KIND(wc->wr_id);
-	uint32_t slot = RDMA_WR_SLOT(wc->wr_id);
+	unsigned int kind = RDMX_WR_KIND(wc->wr_id);
+	uint32_t slot = RDMX_WR_SLOT(wc->wr_id);
 
 	/* Whatever failed, the work request is no longer outstanding. */
-	if (kind == RDMA_WR_SEND && slot < RDMA_MSG_DEPTH) {
+	if (kind == RDMX_WR_SEND && slot < RDMX_MSG_DEPTH) {
 		c->send_busy &= ~(1u << slot);
 		c->send_done = 1;
 	}
-	if (kind == RDMA_WR_XFER && c->outstanding) {
+	if (kind == RDMX_WR_XFER && c->outstanding) {
 		c->outstanding--;
 		if (c->budget)
 			c->budget->outstanding--;
 	}
 	if (wc->status != IBV_WC_SUCCESS) {
-		c->state = RDMA_CONN_ERROR;
+		c->state = RDMX_CONN_ERROR;
 		return -EIO;
 	}
 	switch (kind) {
-	case RDMA_WR_RECV:
+	case RDMX_WR_RECV:
 		if (handle_recv(c, slot, wc->byte_len)) {
-			c->state = RDMA_CONN_ERROR;
+			c->state = RDMX_CONN_ERROR;
 			return -EIO;
 		}
 		return 0;
-	case RDMA_WR_SEND:
+	case RDMX_WR_SEND:
 		return 0;
-	case RDMA_WR_XFER:
+	case RDMX_WR_XFER:
 		c->done_items++;
 		return 0;
 	default:
-		c->state = RDMA_CONN_ERROR;
+		c->state = RDMX_CONN_ERROR;
 		return -EIO;
 	}
 }
 
 /* Take the CQ event (if any), acknowledge in batches, re-arm, then drain
  * the CQ. Returns 0 or -EIO (an error completion or a verbs failure). */
-static int cq_service(struct rdma_conn *c, const char **why)
+static int cq_service(struct rdmx_conn *c, const char **why)
 {
 	struct ibv_wc wc[CQ_DRAIN_BATCH];
 	struct ibv_cq *cq;
@@ -372,23 +372,23 @@ static int cq_service(struct rdma_conn *c, const char **why)
 	 * last poll still raises an event. */
 	if (c->ops->req_notify_cq(c->cq, 0)) {
 		*why = "cannot re-arm the completion queue";
-		c->state = RDMA_CONN_ERROR;
+		c->state = RDMX_CONN_ERROR;
 		return -EIO;
 	}
 	do {
 		n = c->ops->poll_cq(c->cq, CQ_DRAIN_BATCH, wc);
 		if (n < 0) {
 			*why = "polling the completion queue failed";
-			c->state = RDMA_CONN_ERROR;
+			c->state = RDMX_CONN_ERROR;
 			return -EIO;
 		}
 		for (int i = 0; i < n; i++) {
-			if (rdma_conn_handle_wc(c, &wc[i])) {
+			if (rdmx_conn_handle_wc(c, &wc[i])) {
 				*why = wc[i].status != IBV_WC_SUCCESS ?
 				       ibv_wc_status_str(wc[i].status) : "unexpected completion";
 				return -EIO;
 			}
-			if (c->state == RDMA_CONN_CLOSED || c->close_reason)
+			if (c->state == RDMX_CONN_CLOSED || c->close_reason)
 				return 0;
 		}
 	} while (n == CQ_DRAIN_BATCH);
@@ -396,16 +396,16 @@ static int cq_service(struct rdma_conn *c, const char **why)
 }
 
 /* Other connections of the worker may wait for budget this one freed. */
-static void kick_waiters(struct rdma_worker *w, struct rdma_conn *self)
+static void kick_waiters(struct rdmx_worker *w, struct rdmx_conn *self)
 {
-	for (struct rdma_conn *o = w->conns; o && w->budget.outstanding < w->budget.max; o = o->next)
+	for (struct rdmx_conn *o = w->conns; o && w->budget.outstanding < w->budget.max; o = o->next)
 		if (o != self && o->xfer_active && o->next_item < o->n_items &&
-		    o->state == RDMA_CONN_ESTABLISHED && xfer_post(o))
-			o->state = RDMA_CONN_ERROR; /* its next completion event closes it */
+		    o->state == RDMX_CONN_ESTABLISHED && xfer_post(o))
+			o->state = RDMX_CONN_ERROR; /* its next completion event closes it */
 }
 
 /* The transfer finished: report it (once). */
-static void xfer_check_done(struct rdma_conn *c)
+static void xfer_check_done(struct rdmx_conn *c)
 {
 	if (c->xfer_active && c->done_items == c->n_items) {
 		c->xfer_active = 0;
@@ -413,14 +413,14 @@ static void xfer_check_done(struct rdma_conn *c)
 	}
 }
 
-void rdma_conn_completions(struct rdma_conn *c)
+void rdmx_conn_completions(struct rdmx_conn *c)
 {
 	const char *why = NULL;
 	int rc;
 
 	c->in_completions = 1;
 	rc = cq_service(c, &why);
-	if (rc == 0 && c->state == RDMA_CONN_ESTABLISHED && !c->close_reason) {
+	if (rc == 0 && c->state == RDMX_CONN_ESTABLISHED && !c->close_reason) {
 		if (xfer_post(c)) {
 			why = "cannot post a transfer";
 			rc = -EIO;
@@ -432,14 +432,14 @@ void rdma_conn_completions(struct rdma_conn *c)
 	if (c->w)
 		kick_waiters(c->w, c);
 	if (c->close_reason)
-		rdma_conn_close(c, c->close_reason);
-	else if (rc || c->state == RDMA_CONN_ERROR)
-		rdma_conn_close(c, why ? why : "work request failed");
+		rdmx_conn_close(c, c->close_reason);
+	else if (rc || c->state == RDMX_CONN_ERROR)
+		rdmx_conn_close(c, why ? why : "work request failed");
 }
 
-void rdma_conn_close(struct rdma_conn *c, const char *reason)
+void rdmx_conn_close(struct rdmx_conn *c, const char *reason)
 {
-	struct rdma_worker *w;
+	struct rdmx_worker *w;
 
 	if (!c)
 		return;
@@ -449,7 +449,7 @@ void rdma_conn_close(struct rdma_conn *c, const char *reason)
 		return;
 	}
 	w = c->w;
-	rdma_conn_teardown(c);
+	rdmx_conn_teardown(c);
 	if (w) {
 		if (c->prev)
 			c->prev->next = c->next;

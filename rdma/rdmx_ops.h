@@ -1,13 +1,13 @@
 /*
- * rdma_ops.h - the table of function pointers through which rdma/ makes
+ * rdmx_ops.h - the table of function pointers through which rdma/ makes
  * every libibverbs and librdmacm call.
  *
  * Why a table: in Debian 12's rdma-core headers the data-path verbs
  * (ibv_post_send, ibv_post_recv, ibv_poll_cq, ibv_req_notify_cq) are
  * static inline and ibv_reg_mr is a macro, so neither --wrap nor symbol
  * interposition can reach them. Code in rdma/ therefore never calls a verb
- * directly: it calls ops->post_send(...) and so on. rdma_ops_real (in
- * rdma_ops_real.c) points at the real library; the unit tests pass a table
+ * directly: it calls ops->post_send(...) and so on. rdmx_ops_real (in
+ * rdmx_ops_real.c) points at the real library; the unit tests pass a table
  * of fakes that can fail any call and complete work requests with any
  * status.
  *
@@ -15,19 +15,19 @@
  * call it stands for (librdmacm calls return -1 and set errno; verbs that
  * return int return an errno value, or -1 with errno for the ibv_get_*
  * calls; constructors return NULL and set errno). rdma/ turns them into
- * negative errnos at the call site (rdma_errno).
+ * negative errnos at the call site (rdmx_errno).
  *
  * Only built with KVPOOL_RDMA (make RDMA=1): it needs the rdma-core headers.
  */
-#ifndef KVPOOL_RDMA_OPS_H
-#define KVPOOL_RDMA_OPS_H
+#ifndef KVPOOL_RDMX_OPS_H
+#define KVPOOL_RDMX_OPS_H
 
 #ifdef KVPOOL_RDMA
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
 
-struct rdma_ops {
+struct rdmx_ops {
 	/* Devices (rdma_get_devices / rdma_free_devices). */
 	struct ibv_context **(*get_devices)(int *num_devices);
 	void (*free_devices)(struct ibv_context **list);
@@ -72,7 +72,7 @@ struct rdma_ops {
 };
 
 /* The real libibverbs/librdmacm calls. */
-extern const struct rdma_ops rdma_ops_real;
+extern const struct rdmx_ops rdmx_ops_real;
 
 #endif /* KVPOOL_RDMA */
-#endif /* KVPOOL_RDMA_OPS_H */
+#endif /* KVPOOL_RDMX_OPS_H */

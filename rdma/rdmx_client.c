@@ -1,5 +1,5 @@
 /*
- * rdma_client.c - libkvpool's side of rdma_cm: connect, register caller
+ * rdmx_client.c - libkvpool's side of rdma_cm: connect, register caller
  * memory for the server's READs and WRITEs, and one control message out,
  * one reply in (the client never posts READ or WRITE itself).
  */
@@ -11,15 +11,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "rdma_impl.h"
+#include "rdmx_impl.h"
 
-struct rdma_client {
-	struct rdma_conn conn;
+struct rdmx_client {
+	struct rdmx_conn conn;
 	struct rdma_event_channel *ch;
 	struct ibv_context **devices;
 };
 
-struct rdma_client_mr {
+struct rdmx_client_mr {
 	struct ibv_mr *mr;
 };
 
@@ -48,9 +48,9 @@ static int wait_fd(int fd, uint64_t deadline_ms)
 }
 
 /* Wait for CM event `want` on the client's channel. */
-static int wait_cm(struct rdma_client *cl, enum rdma_cm_event_type want, uint64_t deadline_ms)
+static int wait_cm(struct rdmx_client *cl, enum rdma_cm_event_type want, uint64_t deadline_ms)
 {
-	const struct rdma_ops *ops = cl->conn.ops;
+	const struct rdmx_ops *ops = cl->conn.ops;
 	struct rdma_cm_event *ev;
 	enum rdma_cm_event_type got;
 	int status;
@@ -59,7 +59,7 @@ static int wait_cm(struct rdma_client *cl, enum rdma_cm_event_type want, uint64_
 		if (ops->get_cm_event(cl->ch, &ev) == 0)
 			break;
 		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return rdma_errno();
+			return rdmx_errno();
 		int rc = wait_fd(cl->ch->fd, deadline_ms);
 
 		if (rc)
@@ -79,7 +79,7 @@ static int wait_cm(struct rdma_client *cl, enum rdma_cm_event_type want, uint64_
 }
 
 /* Resolve host:port and the route to it. */
-static int resolve(struct rdma_client *cl, const char *host, uint16_t port, uint32_t timeout_ms,
+static int resolve(struct rdmx_client *cl, const char *host, uint16_t port, uint32_t timeout_ms,
 		   uint64_t deadline_ms)
 {
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
@@ -91,21 +91,21 @@ static int resolve(struct rdma_client *cl, const char *host, uint16_t port, uint
 	if (getaddrinfo(host, service, &hints, &ai) || !ai)
 		return -ENOENT;
 	rc = cl->conn.ops->resolve_addr(cl->conn.id, NULL, ai->ai_addr, (int)timeout_ms) ?
-	     rdma_errno() : 0;
+	     rdmx_errno() : 0;
 	freeaddrinfo(ai);
 	if (rc == 0)
 		rc = wait_cm(cl, RDMA_CM_EVENT_ADDR_RESOLVED, deadline_ms);
 	if (rc == 0)
-		rc = cl->conn.ops->resolve_route(cl->conn.id, (int)timeout_ms) ? rdma_errno() : 0;
+		rc = cl->conn.ops->resolve_route(cl->conn.id, (int)timeout_ms) ? rdmx_errno() : 0;
 	if (rc == 0)
 		rc = wait_cm(cl, RDMA_CM_EVENT_ROUTE_RESOLVED, deadline_ms);
 	return rc;
 }
 
-int rdma_client_connect(const char *host, uint16_t port, uint32_t timeout_ms,
-			const struct rdma_ops *ops, struct rdma_client **out)
+int rdmx_client_connect(const char *host, uint16_t port, uint32_t timeout_ms,
+			const struct rdmx_ops *ops, struct rdmx_client **out)
 {
-	struct rdma_client *cl = calloc(1, sizeof(*cl));
+	struct rdmx_client *cl = calloc(1, sizeof(*cl));
 	struct rdma_conn_param param = { 0 };
 	uint64_t deadline_ms = now_ms() + timeout_ms;
 	const char *why = NULL;
@@ -113,7 +113,7 @@ int rdma_client_connect(const char *host, uint16_t port, uint32_t timeout_ms,
 
 	if (!cl)
 		return -ENOMEM;
-	cl->conn.ops = ops ? ops : &rdma_ops_real;
+	cl->conn.ops = ops ? ops : &rdmx_ops_real;
 	cl->devices = cl->conn.ops->get_devices(&n);
 	if (!cl->devices || n <= 0) {
 		rc = -ENODEV;
@@ -121,27 +121,27 @@ int rdma_client_connect(const char *host, uint16_t port, uint32_t timeout_ms,
 	}
 	cl->ch = cl->conn.ops->create_event_channel();
 	if (!cl->ch) {
-		rc = rdma_errno();
+		rc = rdmx_errno();
 		goto out_close;
 	}
-	rc = rdma_set_nonblock(cl->ch->fd);
+	rc = rdmx_set_nonblock(cl->ch->fd);
 	if (rc)
 		goto out_close;
 	if (cl->conn.ops->create_id(cl->ch, &cl->conn.id, cl, RDMA_PS_TCP)) {
-		rc = rdma_errno();
+		rc = rdmx_errno();
 		cl->conn.id = NULL;
 		goto out_close;
 	}
-	cl->conn.state = RDMA_CONN_RESOLVING;
+	cl->conn.state = RDMX_CONN_RESOLVING;
 	rc = resolve(cl, host, port, timeout_ms, deadline_ms);
 	if (rc)
 		goto out_close;
 	cl->conn.pd = cl->conn.ops->alloc_pd(cl->conn.id->verbs);
 	if (!cl->conn.pd) {
-		rc = rdma_errno();
+		rc = rdmx_errno();
 		goto out_close;
 	}
-	rc = rdma_conn_setup_qp(&cl->conn, &why);
+	rc = rdmx_conn_setup_qp(&cl->conn, &why);
 	if (rc)
 		goto out_close;
 	/* The server READs from us: let it have reads in flight. */
@@ -149,32 +149,32 @@ int rdma_client_connect(const char *host, uint16_t port, uint32_t timeout_ms,
 	param.initiator_depth = 0;
 	param.retry_count = 7;
 	param.rnr_retry_count = 7;
-	cl->conn.state = RDMA_CONN_CONNECTING;
+	cl->conn.state = RDMX_CONN_CONNECTING;
 	if (cl->conn.ops->connect(cl->conn.id, &param)) {
-		rc = rdma_errno();
+		rc = rdmx_errno();
 		goto out_close;
 	}
 	rc = wait_cm(cl, RDMA_CM_EVENT_ESTABLISHED, deadline_ms);
 	if (rc)
 		goto out_close;
-	cl->conn.state = RDMA_CONN_ESTABLISHED;
+	cl->conn.state = RDMX_CONN_ESTABLISHED;
 	*out = cl;
 	return 0;
 
 out_close:
-	rdma_client_close(cl);
+	rdmx_client_close(cl);
 	return rc;
 }
 
-void rdma_client_close(struct rdma_client *cl)
+void rdmx_client_close(struct rdmx_client *cl)
 {
-	const struct rdma_ops *ops;
+	const struct rdmx_ops *ops;
 
 	if (!cl)
 		return;
 	ops = cl->conn.ops;
 	/* QP, buffers, CQ, channel and id; then the PD, which they all used. */
-	rdma_conn_teardown(&cl->conn);
+	rdmx_conn_teardown(&cl->conn);
 	if (cl->conn.pd)
 		ops->dealloc_pd(cl->conn.pd);
 	if (cl->ch)
@@ -184,9 +184,9 @@ void rdma_client_close(struct rdma_client *cl)
 	free(cl);
 }
 
-int rdma_client_reg(struct rdma_client *cl, void *buf, size_t len, struct rdma_client_mr **out)
+int rdmx_client_reg(struct rdmx_client *cl, void *buf, size_t len, struct rdmx_client_mr **out)
 {
-	struct rdma_client_mr *m;
+	struct rdmx_client_mr *m;
 
 	if (!cl || !buf || !len)
 		return -EINVAL;
@@ -197,7 +197,7 @@ int rdma_client_reg(struct rdma_client *cl, void *buf, size_t len, struct rdma_c
 				     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
 				     IBV_ACCESS_REMOTE_WRITE);
 	if (!m->mr) {
-		int rc = rdma_errno();
+		int rc = rdmx_errno();
 
 		free(m);
 		return rc;
@@ -206,12 +206,12 @@ int rdma_client_reg(struct rdma_client *cl, void *buf, size_t len, struct rdma_c
 	return 0;
 }
 
-uint32_t rdma_client_mr_rkey(const struct rdma_client_mr *m)
+uint32_t rdmx_client_mr_rkey(const struct rdmx_client_mr *m)
 {
 	return m->mr->rkey;
 }
 
-void rdma_client_dereg(struct rdma_client *cl, struct rdma_client_mr *m)
+void rdmx_client_dereg(struct rdmx_client *cl, struct rdmx_client_mr *m)
 {
 	if (!m)
 		return;
@@ -222,9 +222,9 @@ void rdma_client_dereg(struct rdma_client *cl, struct rdma_client_mr *m)
 /* Take the CM events pending on the client's channel (never blocks): a
  * DISCONNECTED (the server left or dropped us) or any error event fails
  * the connection. Returns 0 or -ECONNRESET. */
-static int check_cm(struct rdma_client *cl)
+static int check_cm(struct rdmx_client *cl)
 {
-	const struct rdma_ops *ops = cl->conn.ops;
+	const struct rdmx_ops *ops = cl->conn.ops;
 	struct rdma_cm_event *ev;
 
 	while (ops->get_cm_event(cl->ch, &ev) == 0) {
@@ -234,9 +234,9 @@ static int check_cm(struct rdma_client *cl)
 		if (got == RDMA_CM_EVENT_DISCONNECTED || got == RDMA_CM_EVENT_DEVICE_REMOVAL ||
 		    got == RDMA_CM_EVENT_TIMEWAIT_EXIT || got == RDMA_CM_EVENT_CONNECT_ERROR ||
 		    got == RDMA_CM_EVENT_UNREACHABLE)
-			cl->conn.state = RDMA_CONN_ERROR;
+			cl->conn.state = RDMX_CONN_ERROR;
 	}
-	return cl->conn.state == RDMA_CONN_ESTABLISHED ? 0 : -ECONNRESET;
+	return cl->conn.state == RDMX_CONN_ESTABLISHED ? 0 : -ECONNRESET;
 }
 
 /* Take completions from the CQ one at a time until it is empty or a
@@ -244,7 +244,7 @@ static int check_cm(struct rdma_client *cl)
  * in the CQ until the caller has taken this one (the connection keeps
  * one received message at a time). Returns the number of completions
  * handled, or -ECONNRESET (an error completion or a verbs failure). */
-static int drain_cq(struct rdma_conn *c)
+static int drain_cq(struct rdmx_conn *c)
 {
 	struct ibv_wc wc;
 	int handled = 0;
@@ -253,12 +253,12 @@ static int drain_cq(struct rdma_conn *c)
 		int n = c->ops->poll_cq(c->cq, 1, &wc);
 
 		if (n < 0) {
-			c->state = RDMA_CONN_ERROR;
+			c->state = RDMX_CONN_ERROR;
 			return -ECONNRESET;
 		}
 		if (n == 0)
 			break;
-		if (rdma_conn_handle_wc(c, &wc))
+		if (rdmx_conn_handle_wc(c, &wc))
 			return -ECONNRESET;
 		handled++;
 	}
@@ -267,7 +267,7 @@ static int drain_cq(struct rdma_conn *c)
 
 /* Wait until the completion channel or the CM channel is readable, or
  * the deadline passes. */
-static int wait_either(struct rdma_client *cl, uint64_t deadline_ms)
+static int wait_either(struct rdmx_client *cl, uint64_t deadline_ms)
 {
 	struct pollfd p[2] = { { .fd = cl->conn.comp->fd, .events = POLLIN },
 			       { .fd = cl->ch->fd, .events = POLLIN } };
@@ -284,9 +284,9 @@ static int wait_either(struct rdma_client *cl, uint64_t deadline_ms)
 
 /* Service the CQ (and watch the CM channel for the server leaving) until
  * a reply message is in or the deadline passes. */
-static int wait_reply(struct rdma_client *cl, uint64_t deadline_ms)
+static int wait_reply(struct rdmx_client *cl, uint64_t deadline_ms)
 {
-	struct rdma_conn *c = &cl->conn;
+	struct rdmx_conn *c = &cl->conn;
 	struct ibv_cq *cq;
 	void *ctx;
 	int n, rc;
@@ -303,7 +303,7 @@ static int wait_reply(struct rdma_client *cl, uint64_t deadline_ms)
 		if (rc)
 			return rc;
 		if (c->ops->req_notify_cq(c->cq, 0)) {
-			c->state = RDMA_CONN_ERROR;
+			c->state = RDMX_CONN_ERROR;
 			return -ECONNRESET;
 		}
 		n = drain_cq(c); /* a completion may have raced the arm */
@@ -325,32 +325,32 @@ static int wait_reply(struct rdma_client *cl, uint64_t deadline_ms)
 	}
 }
 
-int rdma_client_send(struct rdma_client *cl, const void *msg, size_t msg_bytes)
+int rdmx_client_send(struct rdmx_client *cl, const void *msg, size_t msg_bytes)
 {
-	struct rdma_conn *c = &cl->conn;
+	struct rdmx_conn *c = &cl->conn;
 	int rc = check_cm(cl);
 
 	if (rc)
 		return rc;
-	rc = rdma_conn_send(c, msg, msg_bytes);
+	rc = rdmx_conn_send(c, msg, msg_bytes);
 	if (rc == -EAGAIN) {
 		/* Every send buffer in flight: reap SEND completions and retry. */
 		rc = drain_cq(c);
 		if (rc < 0)
 			return rc;
-		rc = rdma_conn_send(c, msg, msg_bytes);
+		rc = rdmx_conn_send(c, msg, msg_bytes);
 	}
 	if (rc == -ENOTCONN || (rc < 0 && rc != -EMSGSIZE && rc != -EAGAIN)) {
-		c->state = RDMA_CONN_ERROR;
+		c->state = RDMX_CONN_ERROR;
 		return -ECONNRESET;
 	}
 	return rc;
 }
 
-int rdma_client_recv(struct rdma_client *cl, void *buf, size_t cap, size_t *bytes,
+int rdmx_client_recv(struct rdmx_client *cl, void *buf, size_t cap, size_t *bytes,
 		     uint32_t timeout_ms)
 {
-	struct rdma_conn *c = &cl->conn;
+	struct rdmx_conn *c = &cl->conn;
 	int rc;
 
 	rc = wait_reply(cl, now_ms() + timeout_ms);
@@ -360,27 +360,27 @@ int rdma_client_recv(struct rdma_client *cl, void *buf, size_t cap, size_t *byte
 	if (c->recv_bytes > cap) {
 		rc = -ENOBUFS;
 	} else {
-		memcpy(buf, rdma_recv_buf(c, c->recv_slot), c->recv_bytes);
+		memcpy(buf, rdmx_recv_buf(c, c->recv_slot), c->recv_bytes);
 		*bytes = c->recv_bytes;
 	}
-	if (rdma_conn_post_recv(c, c->recv_slot)) {
-		c->state = RDMA_CONN_ERROR;
+	if (rdmx_conn_post_recv(c, c->recv_slot)) {
+		c->state = RDMX_CONN_ERROR;
 		return -ECONNRESET;
 	}
 	return rc;
 }
 
-int rdma_client_call(struct rdma_client *cl, const void *msg, size_t msg_bytes, void *buf,
+int rdmx_client_call(struct rdmx_client *cl, const void *msg, size_t msg_bytes, void *buf,
 		     size_t cap, size_t *bytes, uint32_t timeout_ms)
 {
-	int rc = rdma_client_send(cl, msg, msg_bytes);
+	int rc = rdmx_client_send(cl, msg, msg_bytes);
 
 	if (rc)
 		return rc;
-	return rdma_client_recv(cl, buf, cap, bytes, timeout_ms);
+	return rdmx_client_recv(cl, buf, cap, bytes, timeout_ms);
 }
 
-bool rdma_client_ok(struct rdma_client *cl)
+bool rdmx_client_ok(struct rdmx_client *cl)
 {
 	return cl && check_cm(cl) == 0;
 }

@@ -1,5 +1,5 @@
 /*
- * rdma_listener.c - kvpoold's side of rdma_cm: the listener with the
+ * rdmx_listener.c - kvpoold's side of rdma_cm: the listener with the
  * arena's one memory region (main thread), per-worker event channels, and
  * accepting a connection onto a worker.
  */
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "rdma_impl.h"
+#include "rdmx_impl.h"
 
 #define LISTEN_BACKLOG 128
 
@@ -19,7 +19,7 @@
 __attribute__((format(printf, 4, 5)))
 static void set_why(char *why, size_t why_len, int err, const char *fmt, ...)
 {
-	char msg[RDMA_REASON_BYTES];
+	char msg[RDMX_REASON_BYTES];
 	va_list ap;
 
 	if (!why || !why_len)
@@ -34,7 +34,7 @@ static void set_why(char *why, size_t why_len, int err, const char *fmt, ...)
 }
 
 /* Bind l->id to listen:port. */
-static int bind_listen(struct rdma_listener *l, const char *listen, uint16_t port, char *why,
+static int bind_listen(struct rdmx_listener *l, const char *listen, uint16_t port, char *why,
 		       size_t why_len)
 {
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
@@ -48,14 +48,14 @@ static int bind_listen(struct rdma_listener *l, const char *listen, uint16_t por
 		set_why(why, why_len, 0, "cannot resolve listen address %s", listen);
 		return -EINVAL;
 	}
-	rc = l->ops->bind_addr(l->id, ai->ai_addr) ? rdma_errno() : 0;
+	rc = l->ops->bind_addr(l->id, ai->ai_addr) ? rdmx_errno() : 0;
 	freeaddrinfo(ai);
 	if (rc) {
 		set_why(why, why_len, rc, "cannot bind rdma_cm to %s port %u", listen, port);
 		return rc;
 	}
 	if (l->ops->listen(l->id, LISTEN_BACKLOG)) {
-		rc = rdma_errno();
+		rc = rdmx_errno();
 		set_why(why, why_len, rc, "cannot listen on rdma port %u", port);
 		return rc;
 	}
@@ -65,7 +65,7 @@ static int bind_listen(struct rdma_listener *l, const char *listen, uint16_t por
 /* Register the whole arena once. Local access only: the server reads it
  * for WRITEs and the NIC writes it for READs that the server posts; no
  * remote access flag, so its rkey is worthless to anyone. */
-static int arena_register(struct rdma_listener *l, void *arena, uint64_t bytes, char *why,
+static int arena_register(struct rdmx_listener *l, void *arena, uint64_t bytes, char *why,
 			  size_t why_len)
 {
 	struct rlimit rl;
@@ -74,7 +74,7 @@ static int arena_register(struct rdma_listener *l, void *arena, uint64_t bytes, 
 	l->arena_mr = l->ops->reg_mr(l->pd, arena, bytes, IBV_ACCESS_LOCAL_WRITE);
 	if (l->arena_mr)
 		return 0;
-	rc = rdma_errno();
+	rc = rdmx_errno();
 	if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
 		set_why(why, why_len, rc,
 			"cannot register the %llu-byte arena with the NIC (RLIMIT_MEMLOCK is %llu bytes; "
@@ -85,10 +85,10 @@ static int arena_register(struct rdma_listener *l, void *arena, uint64_t bytes, 
 	return rc;
 }
 
-int rdma_listener_open(const struct rdma_listener_config *cfg, struct rdma_listener **out,
+int rdmx_listener_open(const struct rdmx_listener_config *cfg, struct rdmx_listener **out,
 		       char *why, size_t why_len)
 {
-	struct rdma_listener *l = calloc(1, sizeof(*l));
+	struct rdmx_listener *l = calloc(1, sizeof(*l));
 	struct ibv_context *ctx;
 	int n = 0, rc;
 
@@ -96,7 +96,7 @@ int rdma_listener_open(const struct rdma_listener_config *cfg, struct rdma_liste
 		set_why(why, why_len, -ENOMEM, "rdma listener");
 		return -ENOMEM;
 	}
-	l->ops = cfg->ops ? cfg->ops : &rdma_ops_real;
+	l->ops = cfg->ops ? cfg->ops : &rdmx_ops_real;
 	l->devices = l->ops->get_devices(&n);
 	if (!l->devices || n <= 0) {
 		set_why(why, why_len, 0, "no RDMA device found (no RDMA NIC, or no kernel RDMA support)");
@@ -105,17 +105,17 @@ int rdma_listener_open(const struct rdma_listener_config *cfg, struct rdma_liste
 	}
 	l->ch = l->ops->create_event_channel();
 	if (!l->ch) {
-		rc = rdma_errno();
+		rc = rdmx_errno();
 		set_why(why, why_len, rc, "cannot open the rdma_cm event channel");
 		goto out_close;
 	}
-	rc = rdma_set_nonblock(l->ch->fd);
+	rc = rdmx_set_nonblock(l->ch->fd);
 	if (rc) {
 		set_why(why, why_len, rc, "cannot make the rdma_cm channel non-blocking");
 		goto out_close;
 	}
 	if (l->ops->create_id(l->ch, &l->id, l, RDMA_PS_TCP)) {
-		rc = rdma_errno();
+		rc = rdmx_errno();
 		l->id = NULL;
 		set_why(why, why_len, rc, "cannot create an rdma_cm id");
 		goto out_close;
@@ -128,7 +128,7 @@ int rdma_listener_open(const struct rdma_listener_config *cfg, struct rdma_liste
 	ctx = l->id->verbs ? l->id->verbs : l->devices[0];
 	l->pd = l->ops->alloc_pd(ctx);
 	if (!l->pd) {
-		rc = rdma_errno();
+		rc = rdmx_errno();
 		set_why(why, why_len, rc, "cannot allocate a protection domain");
 		goto out_close;
 	}
@@ -139,11 +139,11 @@ int rdma_listener_open(const struct rdma_listener_config *cfg, struct rdma_liste
 	return 0;
 
 out_close:
-	rdma_listener_close(l);
+	rdmx_listener_close(l);
 	return rc;
 }
 
-void rdma_listener_close(struct rdma_listener *l)
+void rdmx_listener_close(struct rdmx_listener *l)
 {
 	if (!l)
 		return;
@@ -160,19 +160,19 @@ void rdma_listener_close(struct rdma_listener *l)
 	free(l);
 }
 
-int rdma_listener_fd(const struct rdma_listener *l)
+int rdmx_listener_fd(const struct rdmx_listener *l)
 {
 	return l->ch->fd;
 }
 
-int rdma_listener_take(struct rdma_listener *l, void **req)
+int rdmx_listener_take(struct rdmx_listener *l, void **req)
 {
 	struct rdma_cm_event *ev;
-	struct rdma_request *r;
+	struct rdmx_request *r;
 
 	for (;;) {
 		if (l->ops->get_cm_event(l->ch, &ev))
-			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : rdma_errno();
+			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : rdmx_errno();
 		if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
 			l->ops->ack_cm_event(ev);
 			continue;
@@ -195,9 +195,9 @@ int rdma_listener_take(struct rdma_listener *l, void **req)
 	}
 }
 
-void rdma_listener_refuse(struct rdma_listener *l, void *req)
+void rdmx_listener_refuse(struct rdmx_listener *l, void *req)
 {
-	struct rdma_request *r = req;
+	struct rdmx_request *r = req;
 
 	if (!r)
 		return;
@@ -206,21 +206,21 @@ void rdma_listener_refuse(struct rdma_listener *l, void *req)
 	free(r);
 }
 
-int rdma_worker_open(struct rdma_listener *l, struct rdma_worker **out)
+int rdmx_worker_open(struct rdmx_listener *l, struct rdmx_worker **out)
 {
-	struct rdma_worker *w = calloc(1, sizeof(*w));
+	struct rdmx_worker *w = calloc(1, sizeof(*w));
 	int rc;
 
 	if (!w)
 		return -ENOMEM;
 	w->l = l;
-	w->budget.max = RDMA_WORKER_MAX_XFER;
+	w->budget.max = RDMX_WORKER_MAX_XFER;
 	w->ch = l->ops->create_event_channel();
 	if (!w->ch) {
-		rc = rdma_errno();
+		rc = rdmx_errno();
 		goto out_free;
 	}
-	rc = rdma_set_nonblock(w->ch->fd);
+	rc = rdmx_set_nonblock(w->ch->fd);
 	if (rc)
 		goto out_destroy_channel;
 	*out = w;
@@ -233,38 +233,38 @@ out_free:
 	return rc;
 }
 
-void rdma_worker_close(struct rdma_worker *w)
+void rdmx_worker_close(struct rdmx_worker *w)
 {
 	if (!w)
 		return;
 	while (w->conns)
-		rdma_conn_close(w->conns, "server shutting down");
+		rdmx_conn_close(w->conns, "server shutting down");
 	w->l->ops->destroy_event_channel(w->ch);
 	free(w);
 }
 
-int rdma_worker_fd(const struct rdma_worker *w)
+int rdmx_worker_fd(const struct rdmx_worker *w)
 {
 	return w->ch->fd;
 }
 
-struct rdma_budget *rdma_worker_budget(struct rdma_worker *w)
+struct rdmx_budget *rdmx_worker_budget(struct rdmx_worker *w)
 {
 	return &w->budget;
 }
 
 /* Refuse request r after a failed accept step. */
-static void accept_refuse(struct rdma_worker *w, struct rdma_request *r)
+static void accept_refuse(struct rdmx_worker *w, struct rdmx_request *r)
 {
-	rdma_listener_refuse(w->l, r);
+	rdmx_listener_refuse(w->l, r);
 }
 
-int rdma_conn_accept(struct rdma_worker *w, void *req, const struct rdma_conn_cbs *cbs,
-		     void *arg, struct rdma_conn **out)
+int rdmx_conn_accept(struct rdmx_worker *w, void *req, const struct rdmx_conn_cbs *cbs,
+		     void *arg, struct rdmx_conn **out)
 {
-	struct rdma_request *r = req;
+	struct rdmx_request *r = req;
 	struct rdma_conn_param param = { 0 };
-	struct rdma_conn *c;
+	struct rdmx_conn *c;
 	const char *why = NULL;
 	int rc;
 
@@ -284,12 +284,12 @@ int rdma_conn_accept(struct rdma_worker *w, void *req, const struct rdma_conn_cb
 	c->cbs = cbs;
 	c->arg = arg;
 	if (c->ops->migrate_id(r->id, w->ch)) {
-		rc = rdma_errno();
+		rc = rdmx_errno();
 		goto out_refuse;
 	}
 	c->id = r->id;
 	c->id->context = c;
-	rc = rdma_conn_setup_qp(c, &why);
+	rc = rdmx_conn_setup_qp(c, &why);
 	if (rc) {
 		/* setup_qp destroyed the id: only the request struct is left. */
 		free(r);
@@ -300,11 +300,11 @@ int rdma_conn_accept(struct rdma_worker *w, void *req, const struct rdma_conn_cb
 	param.initiator_depth = r->responder_resources;
 	param.responder_resources = r->initiator_depth;
 	param.rnr_retry_count = 7;
-	c->state = RDMA_CONN_CONNECTING;
+	c->state = RDMX_CONN_CONNECTING;
 	if (c->ops->accept(c->id, &param)) {
-		rc = rdma_errno();
+		rc = rdmx_errno();
 		c->ops->reject(c->id, NULL, 0);
-		rdma_conn_teardown(c);
+		rdmx_conn_teardown(c);
 		free(r);
 		free(c);
 		return rc;
@@ -324,35 +324,35 @@ out_refuse:
 }
 
 /* What a CM event means for an accepted connection. */
-static void conn_cm_event(struct rdma_conn *c, enum rdma_cm_event_type type)
+static void conn_cm_event(struct rdmx_conn *c, enum rdma_cm_event_type type)
 {
 	switch (type) {
 	case RDMA_CM_EVENT_ESTABLISHED:
-		if (c->state == RDMA_CONN_CONNECTING)
-			c->state = RDMA_CONN_ESTABLISHED;
+		if (c->state == RDMX_CONN_CONNECTING)
+			c->state = RDMX_CONN_ESTABLISHED;
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
-		rdma_conn_close(c, "peer disconnected");
+		rdmx_conn_close(c, "peer disconnected");
 		break;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		rdma_conn_close(c, "RDMA device removed");
+		rdmx_conn_close(c, "RDMA device removed");
 		break;
 	case RDMA_CM_EVENT_CONNECT_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE:
 	case RDMA_CM_EVENT_REJECTED:
-		rdma_conn_close(c, "connection failed before it was established");
+		rdmx_conn_close(c, "connection failed before it was established");
 		break;
 	default:
 		break;
 	}
 }
 
-void rdma_worker_cm_events(struct rdma_worker *w)
+void rdmx_worker_cm_events(struct rdmx_worker *w)
 {
 	struct rdma_cm_event *ev;
 
 	while (w->l->ops->get_cm_event(w->ch, &ev) == 0) {
-		struct rdma_conn *c = ev->id ? ev->id->context : NULL;
+		struct rdmx_conn *c = ev->id ? ev->id->context : NULL;
 		enum rdma_cm_event_type type = ev->event;
 
 		/* Acknowledge first: destroying an id waits for its events. */

@@ -1,10 +1,10 @@
 /*
- * rdma_ops_real.c - struct rdma_ops filled with the real library calls.
+ * rdmx_ops_real.c - struct rdmx_ops filled with the real library calls.
  *
  * The inline verbs and the ibv_reg_mr macro get small out-of-line
  * wrappers here so that their address can be taken.
  */
-#include "rdma_ops.h"
+#include "rdmx_ops.h"
 
 static struct ibv_mr *real_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
 {
@@ -31,7 +31,7 @@ static int real_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
 	return ibv_post_recv(qp, wr, bad_wr);
 }
 
-const struct rdma_ops rdma_ops_real = {
+const struct rdmx_ops rdmx_ops_real = {
 	.get_devices = rdma_get_devices,
 	.free_devices = rdma_free_devices,
 	.create_event_channel = rdma_create_event_channel,
