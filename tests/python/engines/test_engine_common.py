@@ -4,6 +4,7 @@ namespaces, keys, the rate-limited log, and the asynchronous shim."""
 import logging
 import select
 import time
+import types
 
 import pytest
 
@@ -116,6 +117,16 @@ def test_make_async_link_picks_the_native_kind_when_there(server, monkeypatch):
     assert not b.native
     b.close()
     link.close()
+
+
+def test_make_async_link_cluster_urls_get_the_thread_kind():
+    # libkvpool's asynchronous calls answer -EOPNOTSUPP on a cluster handle,
+    # so an adapter on a node list or an etcd:// URL must not pick them.
+    for url in ("tcp://127.0.0.1:1,127.0.0.1:2", "etcd://127.0.0.1:2379/c"):
+        link = types.SimpleNamespace(url=url)
+        a = make_async_link(link)
+        assert not a.native, url
+        a.close()
 
 
 @pytest.mark.parametrize("kind", KINDS)
