@@ -11,6 +11,7 @@ export KVPOOL_TEST_DATA="${KVPOOL_TEST_DATA:-$PWD/tests/data}"
 export KVPOOL_COPYCOUNT="${KVPOOL_COPYCOUNT:-$PWD/$BUILD/tests/libcopycount.so}"
 export KVPOOL_ROFS="${KVPOOL_ROFS:-$PWD/$BUILD/tests/librofs.so}"
 export KVPOOL_FUZZ_DIR="${KVPOOL_FUZZ_DIR:-$PWD/tests/fuzz}"
+export KVPOOL_VALGRIND_SUPP="${KVPOOL_VALGRIND_SUPP:-$PWD/tests/valgrind.supp}"
 passed=0 failed=0 bad_bins=() skipped_bins=()
 for bin in "$@"; do
 	name=$(basename "$bin")
