@@ -459,19 +459,24 @@ static bool mlog_make_room(struct store *s, struct store_mlog *log, uint64_t nee
 	return mlog_room(log) >= need;
 }
 
-int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
-		uint32_t count, uint32_t lease_ms, struct store_lessee *lessee,
-		uint32_t *matched, uint32_t *lease_ms_granted)
+int store_match_ex(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
+		   uint32_t count, const struct store_match_opts *opts,
+		   struct store_match_res *out)
 {
-	uint32_t granted = lease_ms_for(s, lease_ms, lessee), n = 0;
+	struct store_lessee *lessee = opts ? opts->lessee : NULL;
+	uint32_t granted = lease_ms_for(s, opts ? opts->lease_ms : 0, lessee), n = 0;
 	struct store_lessee *l = granted ? lessee : NULL;
 	uint64_t expiry_ms = granted ? store_now_ms() + granted : 0;
-	struct store_mlog *log = mlog_mine(s);
+	struct store_retain_res rr;
+	uint64_t until = store_retain_until_for(s, opts ? opts->retain_ms : 0, &rr);
+	struct store_match_res res = { 0 };
+	struct store_mlog *log = until ? NULL : mlog_mine(s);
 	int rc = -EAGAIN;
 
 	if (log && l && !lease_bounded(l) && stock_fill(log, count + STOCK_SLACK) < 0)
 		return -ENOMEM; /* nothing logged: nothing leased or marked */
-	/* a bounded lease is checked exactly, under the lock */
+	/* a bounded lease is checked exactly, under the lock; so is a
+	 * retention (budgets) */
 	if (log && !lease_bounded(l) && mlog_make_room(s, log, (uint64_t)count + 1)) {
 		__atomic_add_fetch(&log->epoch, 1, __ATOMIC_SEQ_CST);
 		rc = match_racy(s, log, ns_id, keys, count, l, expiry_ms, &n);
@@ -480,12 +485,34 @@ int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY
 	if (rc == -EAGAIN) {
 		store_lock(s);
 		rc = match_locked(s, ns_id, keys, count, l, expiry_ms, &n);
+		if (!rc && until && n)
+			res.retained = store_retain_run_locked(s, ns_id, keys, n, until, &res.flags);
 		pthread_mutex_unlock(&s->lock);
 	}
 	if (rc)
 		return rc;
-	*matched = n;
+	res.matched = n;
+	res.present = n;
+	res.lease_ms = n ? granted : 0;
+	if (rr.flags & STORE_RETAIN_CLAMPED)
+		res.flags |= STORE_MATCH_RETAIN_CLAMPED;
+	res.retain_ms = res.retained ? rr.retain_ms : 0;
+	*out = res;
+	return 0;
+}
+
+int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
+		uint32_t count, uint32_t lease_ms, struct store_lessee *lessee,
+		uint32_t *matched, uint32_t *lease_ms_granted)
+{
+	struct store_match_opts o = { .lease_ms = lease_ms, .lessee = lessee };
+	struct store_match_res r;
+	int rc = store_match_ex(s, ns_id, keys, count, &o, &r);
+
+	if (rc)
+		return rc;
+	*matched = r.matched;
 	if (lease_ms_granted)
-		*lease_ms_granted = n ? granted : 0;
+		*lease_ms_granted = r.lease_ms;
 	return 0;
 }

@@ -85,7 +85,8 @@ static void init_reservation(struct store_block *b, struct store_ns *ns, const u
 }
 
 /* The least recently used block of ns that can leave the pool now: no
- * visible children, no refs (GET, child reservation, I/O), no lease pins.
+ * visible children, no refs (GET, child reservation, I/O), no lease pins,
+ * no retention.
  * A scan of the namespace's blocks. NULL when there is none. */
 static struct store_block *ns_victim_locked(struct store *s, struct store_ns *ns)
 {
@@ -94,7 +95,7 @@ static struct store_block *ns_victim_locked(struct store *s, struct store_ns *ns
 	for (uint32_t id = ns->blocks; id; id = store_ring_next(s, ns->blocks, id, STORE_RING_LINK)) {
 		struct store_block *b = store_blk(s, id);
 
-		if (store_has_children(b) || b->refs || b->leased)
+		if (store_has_children(b) || b->refs || b->leased || b->retained)
 			continue;
 		if (!best || b->last_use < best->last_use)
 			best = b;
@@ -318,7 +319,11 @@ int store_put_commit(struct store *s, struct store_block *b)
 							 store_block_length(b)));
 }
 
-int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum)
+/* Commit b (payload hashed to sum) and, with until != 0, retain what
+ * the key names afterwards: b, or the block a concurrent put committed
+ * first (-EEXIST); the outcome goes to *res. */
+static int commit_retain(struct store *s, struct store_block *b, uint64_t sum, uint64_t until,
+			 struct store_retain_res *res)
 {
 	struct store_block *pin;
 	int rc;
@@ -327,6 +332,12 @@ int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum
 	pin = store_parent(s, b); /* the slab's chunk table only under the lock */
 	unreserve_locked(s, b);
 	rc = commit_locked(s, b, sum);
+	if (until && (rc == 0 || rc == -EEXIST)) {
+		struct store_block *e = rc ? store_find_locked(s, b->node.ns_id, b->node.key) : b;
+
+		if (e)
+			store_retain_apply_locked(s, e, until, res);
+	}
 	if (rc) {
 		(void)store_arena_free(s->arena, b->first_page);
 		store_slab_free(&s->slab, b);
@@ -334,6 +345,27 @@ int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum
 	if (pin)
 		store_block_unpin_locked(s, pin);
 	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum)
+{
+	return commit_retain(s, b, sum, 0, NULL);
+}
+
+int store_put_commit_retain(struct store *s, struct store_block *b, const uint64_t *sum,
+			    uint32_t retain_ms, struct store_retain_res *out)
+{
+	struct store_retain_res res;
+	uint64_t until = store_retain_until_for(s, retain_ms, &res);
+	uint64_t h = sum ? *sum : XXH3_64bits(store_arena_ptr(s->arena, b->first_page),
+					      store_block_length(b));
+	int rc = commit_retain(s, b, h, until, &res);
+
+	if (rc && rc != -EEXIST)
+		memset(&res, 0, sizeof(res));
+	if (out)
+		*out = res;
 	return rc;
 }
 

@@ -4,7 +4,7 @@
  *
  * Its blocks are sorted, under the lock, into
  *  - blocks that must stay: with visible children (no holes), refs (a GET
- *    or I/O in flight), lease pins, or a promotion pending;
+ *    or I/O in flight), lease pins, a retention, or a promotion pending;
  *  - blocks used recently (last_use in the newer half of the range from
  *    the segment's oldest use to now), up to half a segment of them so
  *    every reclaim frees at least half a segment of room;
@@ -74,7 +74,7 @@ uint32_t store_tier_oldest_sealed(const struct store_tier *t)
 
 static bool must_stay(const struct store_block *b)
 {
-	return store_has_children(b) || b->refs || b->leased || b->promoting;
+	return store_has_children(b) || b->refs || b->leased || b->promoting || b->retained;
 }
 
 /* Bytes of segment sg whose blocks the chain rule (or a pin) keeps. When
@@ -119,7 +119,8 @@ static bool subtree_cold_locked(const struct store *s, const struct store_block 
 	const struct store_block *cur = root;
 
 	for (;;) {
-		if (cur->refs || cur->leased || cur->promoting || cur->last_use > cut)
+		if (cur->refs || cur->leased || cur->promoting || cur->retained ||
+		    cur->last_use > cut)
 			return false;
 		if (cur->first_child) {
 			cur = store_blk(s, cur->first_child);
@@ -148,7 +149,7 @@ static bool subtree_cold_locked(const struct store *s, const struct store_block 
 static bool cold_interior(const struct store_block *b, uint64_t cut)
 {
 	return store_has_children(b) && !b->refs && !b->leased && !b->promoting &&
-	       b->last_use <= cut;
+	       !b->retained && b->last_use <= cut;
 }
 
 /* A segment that the chain rule fills (interior blocks whose children
@@ -227,18 +228,7 @@ static void plan_move_locked(struct store *s, struct reclaim *rc, struct store_b
 	m->disk_id = store_block_ns(s, b)->disk_id;
 	m->from_dram = b->in_dram;
 	m->status = 1;
-	memset(r, 0, sizeof(*r));
-	r->ns_disk_id = m->disk_id;
-	memcpy(r->key, b->node.key, STORE_KEY_BYTES);
-	if (b->parent_id) { /* a visible block's parent is its parent_id */
-		r->has_parent = 1;
-		memcpy(r->parent, store_parent(s, b)->node.key, STORE_KEY_BYTES);
-	}
-	r->segment = rc->target;
-	r->offset = m->new_off;
-	r->length = store_block_length(b);
-	r->checksum = store_block_checksum(b);
-	r->last_use = store_use_stamp(s, b);
+	store_tier_rec_fill_locked(s, b, m->disk_id, rc->target, m->new_off, r);
 	tg->fill_bytes += m->ext;
 	if (!m->from_dram && m->ext > rc->bounce_bytes)
 		rc->bounce_bytes = m->ext;
