@@ -154,6 +154,13 @@ static const struct conf_setting settings[] = {
 	  "SIZE",
 	  "bytes one connection may hold leased; a MATCH whose lease would pass it answers QUOTA; "
 	  "0 = a quarter of dram_capacity; dram_capacity or more = no bound", NULL, "bytes" },
+	{ "max_retain_ms", CONF_U32, FIELD(max_retain_ms), "86400000", 0, 2592000000u, 0, "MS",
+	  "longest retention a PUT or MATCH may ask (retain_ms); a longer one is cut to it and the "
+	  "reply says so; 0 = no retention is granted", NULL, "ms" },
+	{ "max_retained_bytes", CONF_SIZE, FIELD(max_retained_bytes), "0", 0, 1024 * TIB, 0, "SIZE",
+	  "payload bytes one tenant (with tokens_file; a token may set its own) or else one "
+	  "namespace may hold retained; a retention past it is refused and the block stored "
+	  "without it; 0 = a quarter of dram_capacity", NULL, "bytes" },
 	{ "allow_unauthenticated", CONF_BOOL, FIELD(allow_unauthenticated), "false", 0, 1, 0,
 	  "BOOL", "serve a non-loopback listen address without tokens_file", NULL, NULL },
 	{ "drain_timeout_ms", CONF_U32, FIELD(drain_timeout_ms), "10000", 0, 3600000, CONF_RELOAD,

@@ -65,6 +65,10 @@ struct conf {
 					  * connections; 0 (default) = dram_capacity / 2 */
 	uint64_t max_conn_leased_bytes;  /* leased bytes of one connection; 0 (default) =
 					  * dram_capacity / 4 */
+	uint32_t max_retain_ms;          /* longest retention granted; default 86400000
+					  * (24 h); 0 = none */
+	uint64_t max_retained_bytes;     /* retained payload bytes per tenant (with auth)
+					  * or namespace; 0 (default) = dram_capacity / 4 */
 	int allow_unauthenticated;       /* bool (0/1): serve a non-loopback `listen`
 					  * without tokens_file; default 0 */
 	uint32_t drain_timeout_ms;       /* SIGTERM/SIGINT: longest wait for requests
