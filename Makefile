@@ -252,15 +252,21 @@ $(BUILD)/tests/integ_%: $(call obj,tests/integration/test_%.c) $(INTEG_HOBJ) $(L
 # without sanitizers: it replaces memcpy in another program.
 BENCH_WIRE  := $(BUILD)/tests/wire
 BENCH_INDEX := $(BUILD)/tests/index_bytes
+BENCH_RETAIN := $(BUILD)/tests/retain_mix
 COPYCOUNT   := $(BUILD)/tests/libcopycount.so
 ROFS        := $(BUILD)/tests/librofs.so
-bench: all $(BENCH_WIRE) $(BENCH_INDEX) $(COPYCOUNT)
+bench: all $(BENCH_WIRE) $(BENCH_INDEX) $(BENCH_RETAIN) $(COPYCOUNT)
 
 $(BENCH_WIRE): tests/bench/wire.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $<
 
 $(BENCH_INDEX): $(call obj,tests/bench/index_bytes.c) $(STORETEST_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_SERVER)
+
+# Retention's target: system prompts beside a scan (tests/bench/retain_mix.c).
+$(BENCH_RETAIN): $(call obj,tests/bench/retain_mix.c) $(BUILD)/libstore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_SERVER)
 

@@ -494,7 +494,7 @@ int store_match_ex(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_
 	res.matched = n;
 	res.present = n;
 	res.lease_ms = n ? granted : 0;
-	if (rr.flags & STORE_RETAIN_CLAMPED)
+	if (rr.flags & STORE_PUT_RETAIN_CLAMPED)
 		res.flags |= STORE_MATCH_RETAIN_CLAMPED;
 	res.retain_ms = res.retained ? rr.retain_ms : 0;
 	*out = res;

@@ -370,7 +370,7 @@ uint64_t store_retain_until_for(const struct store *s, uint32_t retain_ms,
 	if (!retain_ms)
 		return 0;
 	if (retain_ms > max) {
-		res->flags |= STORE_RETAIN_CLAMPED;
+		res->flags |= STORE_PUT_RETAIN_CLAMPED;
 		retain_ms = max;
 	}
 	if (!retain_ms)
@@ -388,15 +388,15 @@ void store_retain_apply_locked(struct store *s, struct store_block *b, uint64_t 
 		return;
 	o = store_retain_block_locked(s, b, until, true);
 	if (o == STORE_RETAIN_OK) {
-		res->flags |= STORE_RETAINED;
+		res->flags |= STORE_PUT_RETAINED;
 		return;
 	}
 	if (o == STORE_RETAIN_REFUSED)
-		res->flags |= STORE_RETAIN_BUDGET;
+		res->flags |= STORE_PUT_RETAIN_BUDGET;
 	res->retain_ms = 0;
 }
 
-int store_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+int store_put_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		 uint32_t retain_ms, struct store_retain_res *out)
 {
 	struct store_retain_res res;

@@ -88,13 +88,13 @@ struct store_retain_acct *store_retain_holder_locked(struct store *s, struct sto
  * retained, or already past). */
 uint64_t store_retain_wall_until_locked(const struct store *s, const struct store_block *b);
 /* The deadline a request's retain_ms asks for, capped at max_retain_ms
- * (0: none); fills res->flags (STORE_RETAIN_CLAMPED) and res->retain_ms
+ * (0: none); fills res->flags (STORE_PUT_RETAIN_CLAMPED) and res->retain_ms
  * (what would be granted). No lock needed. */
 struct store_retain_res;
 uint64_t store_retain_until_for(const struct store *s, uint32_t retain_ms,
 				struct store_retain_res *res);
 /* Retain visible block b until `until` (0: nothing asked, no-op) and add
- * the outcome to *res: STORE_RETAINED, or STORE_RETAIN_BUDGET (then
+ * the outcome to *res: STORE_PUT_RETAINED, or STORE_PUT_RETAIN_BUDGET (then
  * res->retain_ms becomes 0; also 0 without memory). */
 void store_retain_apply_locked(struct store *s, struct store_block *b, uint64_t until,
 			       struct store_retain_res *res);

@@ -306,19 +306,19 @@ void store_put_abort(struct store *s, struct store_block *b);
  * charged to a tenant may not pass the tenant's budget
  * (store_tenant_retain_budget, default cfg.max_retained_bytes); a
  * namespace charged to no tenant has cfg.max_retained_bytes of its own.
- * A retention that would pass it is refused (STORE_RETAIN_BUDGET), not
+ * A retention that would pass it is refused (STORE_PUT_RETAIN_BUDGET), not
  * an error: the block stays stored, unretained. Extending a retention
  * costs nothing. A retention never evicts anything, so one tenant's
  * retentions never push out another tenant's retained blocks. */
 
 /* Outcome bits of one block's retention (the wire's PUT result flags). */
-#define STORE_RETAINED        0x01u /* retained (set or extended) for retain_ms */
-#define STORE_RETAIN_BUDGET   0x02u /* asked, refused for the budget: stored without it */
-#define STORE_RETAIN_CLAMPED  0x04u /* retain_ms was cut to max_retain_ms */
+#define STORE_PUT_RETAINED        0x01u /* retained (set or extended) for retain_ms */
+#define STORE_PUT_RETAIN_BUDGET   0x02u /* asked, refused for the budget: stored without it */
+#define STORE_PUT_RETAIN_CLAMPED  0x04u /* retain_ms was cut to max_retain_ms */
 
 struct store_retain_res {
-	uint32_t flags;     /* STORE_RETAIN* bits */
 	uint32_t retain_ms; /* granted (0 when none was) */
+	uint32_t flags;     /* STORE_PUT_RETAIN* bits */
 };
 
 /* Retain visible block (ns_id, key) for retain_ms from now (capped at
@@ -328,7 +328,7 @@ struct store_retain_res {
  * whose key is already stored (-EEXIST) with retain_ms: the refresh.
  * Errors: -EINVAL (unknown ns_id), -ENOENT (not stored). Without memory
  * for a retention record the block is not retained (flags 0). */
-int store_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+int store_put_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		 uint32_t retain_ms, struct store_retain_res *out);
 
 /* store_put_commit (sum NULL) or store_put_commit_hashed (*sum) that

@@ -93,7 +93,7 @@ static int put_ret(struct store *s, uint32_t ns, uint64_t id, uint64_t parent_id
 		sleep_ms(1);
 	}
 	if (rc == -EEXIST && retain_ms) /* as the server does: the refresh */
-		rc = store_retain(s, ns, key, retain_ms, res) ?: -EEXIST;
+		rc = store_put_retain(s, ns, key, retain_ms, res) ?: -EEXIST;
 	if (rc == 0) {
 		memcpy(dst, buf, BLOCK);
 		rc = store_put_commit_retain(s, b, &sum, retain_ms, res);
@@ -184,7 +184,7 @@ static void test_survives_flood(void **state)
 	(void)state;
 	put_chain(s, ns, 1, 16, 60000, res);
 	for (int i = 0; i < 16; i++) {
-		assert_int_equal(res[i].flags, STORE_RETAINED);
+		assert_int_equal(res[i].flags, STORE_PUT_RETAINED);
 		assert_int_equal(res[i].retain_ms, 60000);
 	}
 	put_chain(s, other, 100, 16, 0, res);
@@ -280,18 +280,18 @@ static void test_no_holes(void **state)
 	(void)state;
 	put_chain(s, ns, 1, 8, 0, NULL);
 	key_of(8, key);
-	assert_int_equal(store_retain(s, ns, key, 30000, &r), 0);
-	assert_int_equal(r.flags, STORE_RETAINED);
+	assert_int_equal(store_put_retain(s, ns, key, 30000, &r), 0);
+	assert_int_equal(r.flags, STORE_PUT_RETAINED);
 	assert_int_equal(stats_of(s).retained_blocks, 8);
 	for (uint64_t id = 1; id <= 8; id++)
 		assert_true(left_ms(s, ns, id) > 29000);
 	key_of(3, key);
-	assert_int_equal(store_retain(s, ns, key, 1000, &r), 0);
-	assert_int_equal(r.flags, STORE_RETAINED);
+	assert_int_equal(store_put_retain(s, ns, key, 1000, &r), 0);
+	assert_int_equal(r.flags, STORE_PUT_RETAINED);
 	assert_true(left_ms(s, ns, 3) > 29000); /* not shortened */
 	/* a longer one on a middle block extends it and its ancestors only */
 	key_of(4, key);
-	assert_int_equal(store_retain(s, ns, key, 50000, NULL), 0);
+	assert_int_equal(store_put_retain(s, ns, key, 50000, NULL), 0);
 	assert_true(left_ms(s, ns, 1) > 49000);
 	assert_true(left_ms(s, ns, 4) > 49000);
 	assert_true(left_ms(s, ns, 5) < 31000);
@@ -317,7 +317,7 @@ static void test_budget_leading_first(void **state)
 	(void)state;
 	put_chain(s, ns, 1, 8, 60000, res);
 	for (int i = 0; i < 8; i++) {
-		assert_int_equal(res[i].flags, i < 5 ? STORE_RETAINED : STORE_RETAIN_BUDGET);
+		assert_int_equal(res[i].flags, i < 5 ? STORE_PUT_RETAINED : STORE_PUT_RETAIN_BUDGET);
 		assert_int_equal(res[i].retain_ms, i < 5 ? 60000 : 0);
 	}
 	st = ns_stats(s, ns);
@@ -331,7 +331,7 @@ static void test_budget_leading_first(void **state)
 	assert_int_equal(present(s, ns, 1, 8), 5);
 	/* extending what is retained costs nothing, even at the budget */
 	put_chain(s, ns, 1, 5, 30000, res);
-	assert_int_equal(res[4].flags, STORE_RETAINED);
+	assert_int_equal(res[4].flags, STORE_PUT_RETAINED);
 	assert_check(s);
 	store_close(s);
 }
@@ -345,13 +345,13 @@ static void test_budget_zero_and_retention_off(void **state)
 
 	(void)state;
 	assert_int_equal(put_ret(s, ns, 1, 0, 1000, &r), 0);
-	assert_int_equal(r.flags, STORE_RETAIN_BUDGET);
+	assert_int_equal(r.flags, STORE_PUT_RETAIN_BUDGET);
 	assert_int_equal(r.retain_ms, 0);
 	store_close(s);
 	s = open_pool(2 * MIB, 0, 2 * MIB);
 	ns = ns_of(s, "m");
 	assert_int_equal(put_ret(s, ns, 1, 0, 1000, &r), 0);
-	assert_int_equal(r.flags, STORE_RETAIN_CLAMPED);
+	assert_int_equal(r.flags, STORE_PUT_RETAIN_CLAMPED);
 	assert_int_equal(r.retain_ms, 0);
 	assert_int_equal(stats_of(s).retained_blocks, 0);
 	store_close(s);
@@ -366,11 +366,11 @@ static void test_clamped(void **state)
 
 	(void)state;
 	assert_int_equal(put_ret(s, ns, 1, 0, UINT32_MAX, &r), 0);
-	assert_int_equal(r.flags, STORE_RETAINED | STORE_RETAIN_CLAMPED);
+	assert_int_equal(r.flags, STORE_PUT_RETAINED | STORE_PUT_RETAIN_CLAMPED);
 	assert_int_equal(r.retain_ms, 5000);
 	assert_true(left_ms(s, ns, 1) <= 5000);
 	assert_int_equal(put_ret(s, ns, 2, 1, 4000, &r), 0);
-	assert_int_equal(r.flags, STORE_RETAINED);
+	assert_int_equal(r.flags, STORE_PUT_RETAINED);
 	assert_int_equal(r.retain_ms, 4000);
 	store_close(s);
 }
@@ -394,12 +394,12 @@ static void test_tenants(void **state)
 	assert_int_equal(store_namespace_tenant(s, a2, t1), 0);
 	assert_int_equal(store_namespace_tenant(s, b, t2), 0);
 	put_chain(s, b, 500, 8, 60000, res);
-	assert_int_equal(res[7].flags, STORE_RETAINED); /* t2's budget: dram / 4 */
+	assert_int_equal(res[7].flags, STORE_PUT_RETAINED); /* t2's budget: dram / 4 */
 	put_chain(s, a1, 1, 4, 60000, res);
 	put_chain(s, a2, 100, 4, 60000, res);
 	/* the tenant's budget is shared: 4 + 2 fit */
-	assert_int_equal(res[1].flags, STORE_RETAINED);
-	assert_int_equal(res[2].flags, STORE_RETAIN_BUDGET);
+	assert_int_equal(res[1].flags, STORE_PUT_RETAINED);
+	assert_int_equal(res[2].flags, STORE_PUT_RETAIN_BUDGET);
 	store_tenant_retain_stats(s, t1, &rs);
 	assert_int_equal(rs.blocks, 6);
 	assert_int_equal(rs.bytes, 6 * BLOCK);
@@ -519,7 +519,7 @@ static void test_put_exists_extends(void **state)
 	(void)state;
 	put_chain(s, ns, 1, 4, 100, NULL);
 	assert_int_equal(put_ret(s, ns, 4, 3, 20000, &r), -EEXIST);
-	assert_int_equal(r.flags, STORE_RETAINED);
+	assert_int_equal(r.flags, STORE_PUT_RETAINED);
 	assert_int_equal(r.retain_ms, 20000);
 	assert_true(left_ms(s, ns, 1) > 19000);
 	assert_true(left_ms(s, ns, 4) > 19000);
@@ -632,7 +632,7 @@ static void test_random_ops(void **state)
 			(void)put_ret(s, ns, id, parent == 0 || id == 1 ? 0 : parent, op < 3 ? ms : 0,
 				      NULL);
 		} else if (op < 7) {
-			(void)store_retain(s, ns, key, ms, NULL);
+			(void)store_put_retain(s, ns, key, ms, NULL);
 		} else if (op == 7) {
 			(void)store_delete(s, ns, key, NULL);
 		} else if (op == 8) {
