@@ -95,7 +95,11 @@ static uint64_t stay_bytes_locked(const struct store *s, const struct store_seg 
 	return bytes;
 }
 
-/* The use clock value above which a block of segment sg counts as recent. */
+/* The use clock value above which a block of segment sg counts as recent.
+ * Retained blocks stay whatever their age, and are left out: one retained
+ * long ago (e.g. rebuilt at a restart and rewritten forward since) would
+ * otherwise pull the cut back until every other block looked recent and
+ * no cold subtree could ever go. */
 static uint64_t recent_cut(const struct store *s, const struct store_seg *sg)
 {
 	uint64_t oldest = s->clock;
@@ -103,7 +107,7 @@ static uint64_t recent_cut(const struct store *s, const struct store_seg *sg)
 	for (uint32_t id = sg->blocks; id; id = store_ring_next(s, sg->blocks, id, STORE_RING_SEG)) {
 		const struct store_block *b = store_blk(s, id);
 
-		if (b->last_use < oldest)
+		if (!b->retained && b->last_use < oldest)
 			oldest = b->last_use;
 	}
 	return oldest + (s->clock - oldest) / 2;

@@ -200,7 +200,7 @@ static void test_survives_flood(void **state)
 	assert_int_equal(match_chain(c, "plain", 0, 16, NULL, NULL), 0);
 	assert_true(harness_stat_or_fail(c, "evictions") > 0);
 	assert_int_equal(harness_stat_or_fail(c, "retention.retained_blocks"), 16);
-	kvpool_drop_namespace(c, "ret-survive");
+	kvpool_drop_namespace(c, "ret-survive", NULL);
 	kvpool_close(c);
 	kvpool_close(f);
 }
@@ -225,7 +225,7 @@ static void test_expires(void **state)
 	assert_int_equal(ns_stat(c, "ret-expire", "retained_blocks"), 0);
 	assert_int_equal(flood(c, 2ull * DRAM_MIB << 20), 0);
 	assert_int_equal(match_chain(c, "short", 0, 8, NULL, NULL), 0);
-	kvpool_drop_namespace(c, "ret-expire");
+	kvpool_drop_namespace(c, "ret-expire", NULL);
 	kvpool_close(c);
 }
 
@@ -248,7 +248,7 @@ static void test_budget(void **state)
 	assert_int_equal(ns_stat(c, "ret-budget", "retain_budget_bytes"), 2u << 20);
 	assert_int_equal(flood(c, 20ull * DRAM_MIB << 20), 0);
 	assert_int_equal(match_chain(c, "long", 0, 40, NULL, NULL), 32);
-	kvpool_drop_namespace(c, "ret-budget");
+	kvpool_drop_namespace(c, "ret-budget", NULL);
 	kvpool_close(c);
 }
 
@@ -269,7 +269,7 @@ static void test_clamped(void **state)
 	assert_int_equal(r.retained, 2);
 	assert_int_equal(r.retain_ms, 60000);
 	assert_int_equal(r.flags, KVPOOL_MATCH_RETAIN_CLAMPED);
-	kvpool_drop_namespace(c, "ret-clamp");
+	kvpool_drop_namespace(c, "ret-clamp", NULL);
 	kvpool_close(c);
 }
 
@@ -300,7 +300,7 @@ static void test_match_refresh(void **state)
 	assert_int_equal(flood(c, 10ull * DRAM_MIB << 20), 0);
 	assert_int_equal(match_chain(c, "ref", 0, 8, NULL, NULL), 8);
 	assert_int_equal(match_chain(c, "ref2", 0, 4, NULL, NULL), 4);
-	kvpool_drop_namespace(c, "ret-refresh");
+	kvpool_drop_namespace(c, "ret-refresh", NULL);
 	kvpool_close(c);
 }
 
@@ -324,7 +324,7 @@ static void test_lease_and_retention(void **state)
 	assert_int_equal(harness_wait_stat_or_fail(d, "leases_active", 0, 5000), 0);
 	assert_int_equal(flood(d, 10ull * DRAM_MIB << 20), 0);
 	assert_int_equal(match_chain(d, "both", 0, 6, NULL, NULL), 6);
-	kvpool_drop_namespace(d, "ret-lease");
+	kvpool_drop_namespace(d, "ret-lease", NULL);
 	kvpool_close(d);
 }
 
@@ -345,7 +345,7 @@ static void test_delete_and_drop(void **state)
 	assert_int_equal(ns_stat(c, "ret-delete", "retained_blocks"), 2);
 	assert_int_equal(match_chain(c, "del", 0, 6, NULL, NULL), 2);
 	put_chain(c, "del2", 0, 30, 60000, NULL);
-	assert_int_equal(kvpool_drop_namespace(c, "ret-delete"), 0);
+	assert_int_equal(kvpool_drop_namespace(c, "ret-delete", NULL), 0);
 	assert_int_equal(ns_stat(c, "ret-delete", "retained_blocks"), 0);
 	assert_int_equal(ns_stat(c, "ret-delete", "retained_bytes"), 0);
 	/* the whole budget (32 blocks) is free again */
@@ -355,7 +355,7 @@ static void test_delete_and_drop(void **state)
 		put_chain(c, "del3", 0, 32, 60000, flags);
 		assert_int_equal(flags[31], KVPOOL_PUT_RETAINED);
 	}
-	kvpool_drop_namespace(c, "ret-delete");
+	kvpool_drop_namespace(c, "ret-delete", NULL);
 	kvpool_close(c);
 }
 
@@ -451,7 +451,7 @@ static void test_tenants(void **state)
 /* A tokens-file budget that does not parse stops kvpoold with file:line. */
 static void test_bad_token_budget(void **state)
 {
-	const char *flags[] = { "--dram-capacity", "16MiB", "--threads", "1", "--tokens-file", NULL,
+	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "64KiB", "--threads", "1", "--tokens-file", NULL,
 				NULL };
 	char path[300], *err = NULL;
 	int status = 0;
@@ -460,7 +460,7 @@ static void test_bad_token_budget(void **state)
 	harness_need_server(&g.srv);
 	snprintf(path, sizeof(path), "%s/bad-tokens", g.dir);
 	assert_int_equal(write_file(path, "# tokens\n" TOK_A " rw max_retained_bytes=lots ta/\n"), 0);
-	flags[5] = path;
+	flags[7] = path;
 	assert_int_equal(harness_start_fail(flags, 10000, &status, &err), 0);
 	assert_int_equal(status, 2);
 	if (!strstr(err, "bad-tokens:2: bad max_retained_bytes \"lots\""))
