@@ -1,6 +1,7 @@
 /*
  * reclaim.c - NVMe space comes back a segment at a time: the oldest sealed
- * segment is emptied and becomes free.
+ * segment (passing over those that retained blocks fill, which wait for
+ * their retentions) is emptied and becomes free.
  *
  * Its blocks are sorted, under the lock, into
  *  - blocks that must stay: with visible children (no holes), refs (a GET
@@ -70,6 +71,62 @@ uint32_t store_tier_oldest_sealed(const struct store_tier *t)
 			best = i;
 	}
 	return best;
+}
+
+/* Extent bytes of segment sg's retained blocks. */
+static uint64_t retained_bytes_locked(const struct store *s, const struct store_seg *sg)
+{
+	uint64_t bytes = 0;
+
+	for (uint32_t id = sg->blocks; id; id = store_ring_next(s, sg->blocks, id, STORE_RING_SEG)) {
+		const struct store_block *b = store_blk(s, id);
+
+		if (b->retained)
+			bytes += store_extent_bytes(b);
+	}
+	return bytes;
+}
+
+static int cmp_seq(const void *a, const void *b, void *arg)
+{
+	const struct store_tier *t = arg;
+	uint64_t x = t->segs[*(const uint32_t *)a].seq, y = t->segs[*(const uint32_t *)b].seq;
+
+	return (x > y) - (x < y);
+}
+
+/* The segment to reclaim: the oldest sealed one, unless retained blocks
+ * fill most of it (rewriting them would free next to nothing, and as
+ * they stay until their deadlines the tier would stall on it for that
+ * long): then the oldest sealed one they do not fill. Retained blocks
+ * thus gather in segments that wait, and every other segment keeps
+ * cycling. Only when every sealed segment is mostly retained is the
+ * oldest returned (the reclaim then stalls, and DRAM evicts unretained
+ * leaves meanwhile). The oldest costs one scan of its blocks; the others
+ * are looked at only when it is mostly retained. */
+static uint32_t pick_segment_locked(const struct store *s)
+{
+	const struct store_tier *t = s->tier;
+	uint32_t oldest = store_tier_oldest_sealed(t), *order, n = 0, pick = oldest;
+
+	if (oldest == STORE_SEG_NONE ||
+	    retained_bytes_locked(s, &t->segs[oldest]) <= t->segment_bytes / 4 * 3)
+		return oldest;
+	order = malloc(t->nseg * sizeof(*order));
+	if (!order)
+		return oldest;
+	for (uint32_t i = 0; i < t->nseg; i++)
+		if (t->segs[i].state == STORE_SEG_SEALED && i != oldest)
+			order[n++] = i;
+	qsort_r(order, n, sizeof(*order), cmp_seq, (void *)t);
+	for (uint32_t k = 0; k < n; k++) {
+		if (retained_bytes_locked(s, &t->segs[order[k]]) <= t->segment_bytes / 4 * 3) {
+			pick = order[k];
+			break;
+		}
+	}
+	free(order);
+	return pick;
 }
 
 static bool must_stay(const struct store_block *b)
@@ -402,7 +459,7 @@ static void commit_move_locked(struct store *s, struct reclaim *rc, struct move 
 int store_reclaim_locked(struct store *s)
 {
 	struct store_tier *t = s->tier;
-	struct reclaim rc = { .seg = store_tier_oldest_sealed(t), .target = t->active };
+	struct reclaim rc = { .seg = pick_segment_locked(s), .target = t->active };
 	struct store_seg *sg;
 	int err;
 

@@ -451,8 +451,8 @@ static void test_tenants(void **state)
 /* A tokens-file budget that does not parse stops kvpoold with file:line. */
 static void test_bad_token_budget(void **state)
 {
-	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "64KiB", "--threads", "1", "--tokens-file", NULL,
-				NULL };
+	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "64KiB",
+				"--threads", "1", "--tokens-file", NULL, NULL };
 	char path[300], *err = NULL;
 	int status = 0;
 

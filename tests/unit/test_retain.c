@@ -701,6 +701,38 @@ static void test_nvme_demoted_not_evicted(void **state)
 	store_fixture_rmdir(dir);
 }
 
+/* Retained blocks filling whole segments (more than a segment of them,
+ * all on NVMe): segment reclaim works around them, so a flood of 10x both
+ * tiers keeps going, the tier stays healthy and a planned stop still
+ * writes DRAM out. */
+static void test_nvme_retained_segments(void **state)
+{
+	char dir[64];
+	struct store *s;
+	uint32_t ns;
+	uint64_t next = 1000000, full = 0, kept = 0, left = 1;
+
+	(void)state;
+	store_fixture_tmpdir(dir, sizeof(dir), "kvpool-retain");
+	s = open_nvme(dir, 6 * MIB, 60000);
+	ns = ns_of(s, "m");
+	/* 2 MiB retained: two whole segments' worth */
+	put_chain(s, ns, 1, 128, 60000, NULL);
+	assert_int_equal(stats_of(s).retained_blocks, 128);
+	assert_int_equal(store_debug_nvme_demote_all(s), 0);
+	flood(s, ns, &next, 10 * 8 * MIB, &full);
+	store_debug_nvme_wait_idle(s);
+	assert_int_equal(full, 0);
+	assert_int_equal(present(s, ns, 1, 128), 128);
+	assert_true(stats_of(s).nvme_healthy);
+	assert_true(stats_of(s).segments_reclaimed > 4);
+	assert_int_equal(store_keep_dram(s, 10000, &kept, &left), 0);
+	assert_int_equal(left, 0);
+	assert_check(s);
+	store_fixture_close(&s, 0);
+	store_fixture_rmdir(dir);
+}
+
 /* A warm restart keeps the deadlines: of blocks demoted with their
  * retention, and of blocks whose retention was extended after their
  * record was written. An expired one comes back ordinary. */
@@ -788,6 +820,7 @@ int main(void)
 		cmocka_unit_test(test_random_ops),
 		cmocka_unit_test(test_nvme_demoted_not_evicted),
 		cmocka_unit_test(test_nvme_restart_keeps_deadlines),
+		cmocka_unit_test(test_nvme_retained_segments),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
