@@ -56,15 +56,24 @@ class NodeProc:
             raise RuntimeError("node %s exited (status %s) without answering" % (self.name, rc))
         return json.loads(line)
 
-    def request(self, tokens, use_pool, put=False, decode=0, logits_out=None):
+    def request(self, tokens, use_pool, put=False, decode=0, logits_out=None, resident_blocks=0,
+                async_put=False):
         self.proc.stdin.write(json.dumps(dict(op="request", tokens=list(tokens),
                                               use_pool=use_pool, put=put, decode=decode,
-                                              logits_out=logits_out)) + "\n")
+                                              logits_out=logits_out,
+                                              resident_blocks=resident_blocks,
+                                              async_put=async_put)) + "\n")
         self.proc.stdin.flush()
         r = self._reply()
         if not r.get("ok"):
             raise RuntimeError("node %s: %s" % (self.name, r.get("error")))
         return r
+
+    def flush(self):
+        """Wait for the node's background puts; returns its put counts."""
+        self.proc.stdin.write(json.dumps(dict(op="flush")) + "\n")
+        self.proc.stdin.flush()
+        return self._reply()
 
     def load(self, tokens, repeats):
         self.proc.stdin.write(json.dumps(dict(op="load", tokens=list(tokens),
@@ -167,6 +176,14 @@ def sweep(a, b, cfg, prefixes, suffix, decode, warm_repeats, tmp, say):
         cold, warms, diff, same = check_pair(b, prompt, tmp, "p%d" % p, decode, warm_repeats)
         w = min(warms, key=lambda r: r["ttft_s"])
         load_s = median([r["load_s"] for r in warms])
+        # the compute floor: the same prompt with the prefix's KV already in
+        # B's cache (each warm run just put it there): only the suffix runs.
+        # Floor and warm runs alternate, so that both see the same load.
+        floors, paired = [], []
+        for _ in range(warm_repeats):
+            paired.append(b.request(prompt, use_pool=True)["ttft_s"])
+            floors.append(b.request(prompt, use_pool=False,
+                                    resident_blocks=w["loaded_blocks"])["ttft_s"])
         row = dict(prefix_tokens=p, suffix_tokens=suffix, prompt_tokens=len(prompt),
                    ttft_cold_s=cold["ttft_s"], ttft_warm_s=median([r["ttft_s"] for r in warms]),
                    ttft_warm_best_s=w["ttft_s"], warm_prefill_s=w["prefill_s"],
@@ -174,13 +191,14 @@ def sweep(a, b, cfg, prefixes, suffix, decode, warm_repeats, tmp, say):
                    loaded_blocks=w["loaded_blocks"], loaded_bytes=w["loaded_bytes"],
                    load_gbps=w["loaded_bytes"] / load_s / 1e9 if load_s > 0 else 0.0,
                    prefill_tok_s=len(prompt) / cold["prefill_s"],
+                   floor_s=median(floors), warm_paired_s=median(paired),
                    max_abs_diff=diff, tokens_equal=same, pool_error=w["pool_error"])
         row["ratio"] = row["ttft_warm_s"] / row["ttft_cold_s"]
         rows.append(row)
-        say("  prefix %5d: cold %7.3f s  warm %6.3f s  (%.3fx)  loaded %d blocks %6.1f MB "
-            "at %5.2f GB/s  max|dlogit| %.1e  tokens %s"
-            % (p, row["ttft_cold_s"], row["ttft_warm_s"], row["ratio"], row["loaded_blocks"],
-               row["loaded_bytes"] / 1e6, row["load_gbps"], diff,
+        say("  prefix %5d: cold %7.3f s  warm %6.3f s  (%.3fx)  floor %6.3f s  loaded %d blocks "
+            "%6.1f MB at %5.2f GB/s  max|dlogit| %.1e  tokens %s"
+            % (p, row["ttft_cold_s"], row["ttft_warm_s"], row["ratio"], row["floor_s"],
+               row["loaded_blocks"], row["loaded_bytes"] / 1e6, row["load_gbps"], diff,
                "same" if same else "DIFFER"))
     return rows, base
 
@@ -224,15 +242,46 @@ def break_even(b, cfg, base, suffix, rows, lengths, repeats, say):
 
 # ---- trace ---------------------------------------------------------------------
 
-def trace_prompts(path, n, tokens_per_hash, vocab):
-    """The first n requests of a Mooncake trace as token-id prompts: hash id
-    h stands for a fixed random block of tokens_per_hash ids (seeded by h),
-    and input lengths are scaled by tokens_per_hash / 512."""
+def window_reuse(recs):
+    """Of the block references of recs (trace records, in order), the share
+    that continue a prefix seen earlier among recs: the hit ratio an empty
+    pool would reach on them (the trace's hash ids are prefix-chained)."""
+    seen, hit, total = set(), 0, 0
+    for r in recs:
+        m = 0
+        for h in r["hash_ids"]:
+            if h not in seen:
+                break
+            m += 1
+        hit += m
+        total += len(r["hash_ids"])
+        seen.update(r["hash_ids"])
+    return hit / total if total else 0.0
+
+
+def choose_window(path, n, step=10):
+    """Where prefixes recur: of the n-request windows starting every `step`
+    requests, the one whose reuse (window_reuse) is highest, the earliest
+    among equals. Returns (start, its reuse, the median window's, the first
+    window's)."""
+    with open(path) as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    scores = [(window_reuse(recs[i:i + n]), i) for i in range(0, max(1, len(recs) - n + 1), step)]
+    best = max(scores, key=lambda x: (x[0], -x[1]))
+    return best[1], best[0], statistics.median([x[0] for x in scores]), scores[0][0]
+
+
+def trace_prompts(path, n, tokens_per_hash, vocab, start=0):
+    """Requests start..start+n-1 of a Mooncake trace as token-id prompts:
+    hash id h stands for a fixed random block of tokens_per_hash ids
+    (seeded by h), and input lengths are scaled by tokens_per_hash / 512."""
     out = []
     with open(path) as f:
-        for line in f:
+        for i, line in enumerate(f):
             if len(out) >= n:
                 break
+            if i < start:
+                continue
             rec = json.loads(line)
             length = max(1, round(rec["input_length"] * tokens_per_hash / TRACE_HASH_TOKENS))
             toks = []
@@ -263,31 +312,45 @@ def trace(nodes, prompts, say):
     """Replay: request i goes to node i % 2, which serves it twice: without
     the pool (full prefill) and with it (MATCH + GET, prefill the rest, put
     what was computed). Pairing the two runs in time keeps the comparison
-    fair on a busy machine."""
+    fair on a busy machine. The put runs on the node's put thread from a
+    copy taken after the first token, as an engine offloads KV: neither
+    this request's TTFT nor the next request waits for it."""
     without, with_, saved, total, hits = [], [], 0, 0, 0
     for i, p in enumerate(prompts):
         node = nodes[i % 2]
         if i % 2:   # which of the pair runs first alternates (caches, allocator warmth)
-            r1 = node.request(p["tokens"], use_pool=True, put=True)
+            r1 = node.request(p["tokens"], use_pool=True, put=True, async_put=True)
             r0 = node.request(p["tokens"], use_pool=False)
         else:
             r0 = node.request(p["tokens"], use_pool=False)
-            r1 = node.request(p["tokens"], use_pool=True, put=True)
+            r1 = node.request(p["tokens"], use_pool=True, put=True, async_put=True)
         without.append(r0["ttft_s"])
         with_.append(r1["ttft_s"])
         saved += len(p["tokens"]) - r1["computed_tokens"]
         total += len(p["tokens"])
         hits += r1["loaded_blocks"] > 0
+    for n in nodes:
+        n.flush()
+    worse = [w / o for w, o in zip(with_, without) if w > o]
     out = dict(requests=len(prompts), prompt_tokens=total, prefill_tokens_saved=saved,
                saved_fraction=saved / total if total else 0.0, requests_with_hit=hits,
                ttft_without_mean_s=statistics.mean(without), ttft_without_p90_s=p90(without),
-               ttft_with_mean_s=statistics.mean(with_), ttft_with_p90_s=p90(with_))
+               ttft_with_mean_s=statistics.mean(with_), ttft_with_p90_s=p90(with_),
+               requests_slower_with_pool=len(worse),
+               worst_slowdown=max(worse) if worse else 1.0,
+               ttft_without_s=without, ttft_with_s=with_)
+    out["pool_never_worse"] = (out["ttft_with_mean_s"] <= out["ttft_without_mean_s"]
+                               and out["ttft_with_p90_s"] <= out["ttft_without_p90_s"])
     say("trace: %d requests, %d prompt tokens; %d requests hit the pool; prefill tokens saved "
         "%d (%.1f%%)" % (out["requests"], total, hits, saved, 100 * out["saved_fraction"]))
     say("  TTFT without pool: mean %.3f s  p90 %.3f s" % (out["ttft_without_mean_s"],
                                                         out["ttft_without_p90_s"]))
     say("  TTFT with pool:    mean %.3f s  p90 %.3f s" % (out["ttft_with_mean_s"],
                                                         out["ttft_with_p90_s"]))
+    say("  pool never worse (mean and p90): %s; requests slower with the pool: %d of %d "
+        "(worst %.2fx: a miss costs its hashing and MATCH, and the machine's noise)"
+        % ("yes" if out["pool_never_worse"] else "NO", out["requests_slower_with_pool"],
+           out["requests"], out["worst_slowdown"]))
     return out
 
 
@@ -340,6 +403,30 @@ def bandwidth(b, args, cfg, base, rows, say):
     return out
 
 
+def floor_report(rows, bench_gbps, say):
+    """Warm TTFT against what moving the bytes must cost at least: the
+    compute floor (the same prompt with the prefix's KV already in the
+    node's cache) plus the prefix's bytes at `kvpool bench` GET speed.
+    Target: warm <= 1.2 x that, i.e. the pool adds next to nothing but the
+    transfer (hashing, MATCH, per-block overheads)."""
+    out = []
+    for r in rows:
+        transfer = r["loaded_bytes"] / (bench_gbps * 1e9) if bench_gbps > 0 else float("inf")
+        expected = r["floor_s"] + transfer
+        out.append(dict(prefix_tokens=r["prefix_tokens"], floor_s=r["floor_s"],
+                        transfer_at_bench_s=transfer, expected_s=expected,
+                        ttft_warm_s=r["warm_paired_s"], ratio=r["warm_paired_s"] / expected))
+    met = all(x["ratio"] <= 1.2 for x in out)
+    say("== warm TTFT against the compute floor + the prefix's bytes at kvpool bench GET speed "
+        "(%.2f GB/s); medians of warm and floor runs taken in turns" % bench_gbps)
+    for x in out:
+        say("  prefix %5d: floor %6.3f s + transfer %6.3f s = %6.3f s; warm %6.3f s: %.2fx"
+            % (x["prefix_tokens"], x["floor_s"], x["transfer_at_bench_s"], x["expected_s"],
+               x["ttft_warm_s"], x["ratio"]))
+    say("  target <= 1.2x at every prefix: %s" % ("met" if met else "NOT met"))
+    return dict(bench_get_gbps=bench_gbps, rows=out, target_le_1_2=met)
+
+
 def gpu_calculation(prefix, suffix, kv_bytes_per_token, prefill_tok_s, links_gbit):
     """CALCULATION, not a measurement: warm/cold TTFT on a GPU node if
     loading P tokens takes P*b/BW and prefill runs at S tokens/s:
@@ -389,8 +476,10 @@ def plot(rows, trace_out, path, title):
         ax2.set_xticks(list(x))
         ax2.set_xticklabels(labels)
         ax2.set_ylabel("TTFT (s)")
-        ax2.set_title("Mooncake trace, first %d requests (%.1f%% of prefill tokens saved)"
-                      % (trace_out["requests"], 100 * trace_out["saved_fraction"]), fontsize=9)
+        w = trace_out.get("window", dict(start=0))
+        ax2.set_title("Mooncake trace, requests %d..%d (%.1f%% of prefill tokens saved)"
+                      % (w["start"], w["start"] + trace_out["requests"] - 1,
+                         100 * trace_out["saved_fraction"]), fontsize=9)
         ax2.legend(fontsize=8)
         ax2.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
@@ -423,6 +512,9 @@ def main(argv=None):
     ap.add_argument("--trace", default=os.path.join(HERE, "..", "..", "tests", "data",
                                                     "synthetic_trace.jsonl"))
     ap.add_argument("--trace-requests", type=int, default=50, help="0 skips the trace mode")
+    ap.add_argument("--trace-window", default="auto",
+                    help="first request of the replayed window; auto (default): the window of "
+                    "--trace-requests requests, starting every 10, in which prefixes recur most")
     ap.add_argument("--trace-tokens-per-hash", type=int, default=16,
                     help="tokens per trace hash id (the trace has 512): the scale-down")
     ap.add_argument("--kvpool-cli", default="", help="kvpool CLI for the bench comparison")
@@ -449,10 +541,17 @@ def main(argv=None):
 
     import kvpool
     t_all = time.perf_counter()
-    prompts = []
+    prompts, window = [], None
     if args.trace_requests > 0:
+        if args.trace_window == "auto":
+            start, reuse, med, first = choose_window(args.trace, args.trace_requests)
+            window = dict(start=start, reuse=reuse, median_window_reuse=med,
+                          first_window_reuse=first, chosen="auto")
+        else:
+            start = int(args.trace_window)
+            window = dict(start=start, chosen="given")
         prompts = trace_prompts(args.trace, args.trace_requests, args.trace_tokens_per_hash,
-                                cfg.vocab)
+                                cfg.vocab, start)
     longest = max([max(prefixes) + args.suffix, CHECK_PREFIX + CHECK_SUFFIX]
                   + [len(p["tokens"]) for p in prompts])
     cache_blocks = (longest + args.decode) // cfg.block_tokens + 2
@@ -502,17 +601,28 @@ def main(argv=None):
             report["break_even"] = break_even(b, cfg, base, args.suffix, rows, be_lengths, 3, say)
         if args.kvpool_cli:
             report["bench"] = bandwidth(b, args, cfg, base, rows, say)
+            report["floor"] = floor_report(rows, report["bench"]["bench_get_gbps"], say)
         pool.drop_namespace()
         if prompts:
             prompts = fit_budget(prompts, rows, args.budget_s - (time.perf_counter() - t_all),
                                  say)
             report["trace_budget_trimmed"] = len(prompts) < args.trace_requests
         if prompts:
-            say("== trace: first %d requests of %s, %d tokens per hash id (lengths x %d/512), "
-                "alternating A/B" % (len(prompts), os.path.basename(args.trace),
-                                     args.trace_tokens_per_hash, args.trace_tokens_per_hash))
+            w = window
+            say("== trace: requests %d..%d of %s, %d tokens per hash id (lengths x %d/512), "
+                "alternating A/B" % (w["start"], w["start"] + len(prompts) - 1,
+                                     os.path.basename(args.trace), args.trace_tokens_per_hash,
+                                     args.trace_tokens_per_hash))
+            if w["chosen"] == "auto":
+                say("   the window: of the %d-request windows starting every 10 requests, the one "
+                    "whose prompts reuse most blocks of earlier prompts in it (an empty pool at "
+                    "its start would hit %.1f%% of its blocks; the median window %.1f%%, the "
+                    "trace's first %d requests %.1f%%)"
+                    % (args.trace_requests, 100 * w["reuse"], 100 * w["median_window_reuse"],
+                       args.trace_requests, 100 * w["first_window_reuse"]))
             report["trace"] = trace((a, b), prompts, say)
             report["trace"]["tokens_per_hash"] = args.trace_tokens_per_hash
+            report["trace"]["window"] = dict(w, requests=len(prompts))
             pool.drop_namespace()
     a.close()
     b.close()
