@@ -41,9 +41,10 @@ TRACE_HASH_TOKENS = 512    # tokens per hash id in the Mooncake traces
 class NodeProc:
     """A node.py child process, driven over its stdin/stdout."""
 
-    def __init__(self, name, cfg, url, cache_blocks, threads=2, env=None):
-        cmd = [sys.executable, os.path.join(HERE, "node.py"), "--name", name, "--url", url or "",
-               "--cache-blocks", str(cache_blocks), "--threads", str(threads)] + M.model_argv(cfg)
+    def __init__(self, name, cfg, url, cache_blocks, threads=2, env=None, prefix=()):
+        cmd = list(prefix) + [sys.executable, os.path.join(HERE, "node.py"), "--name", name,
+                              "--url", url or "", "--cache-blocks", str(cache_blocks),
+                              "--threads", str(threads)] + M.model_argv(cfg)
         self.name = name
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=env)
@@ -57,12 +58,13 @@ class NodeProc:
         return json.loads(line)
 
     def request(self, tokens, use_pool, put=False, decode=0, logits_out=None, resident_blocks=0,
-                async_put=False):
+                async_put=False, load_policy="always"):
         self.proc.stdin.write(json.dumps(dict(op="request", tokens=list(tokens),
                                               use_pool=use_pool, put=put, decode=decode,
                                               logits_out=logits_out,
                                               resident_blocks=resident_blocks,
-                                              async_put=async_put)) + "\n")
+                                              async_put=async_put,
+                                              load_policy=load_policy)) + "\n")
         self.proc.stdin.flush()
         r = self._reply()
         if not r.get("ok"):
@@ -403,6 +405,82 @@ def bandwidth(b, args, cfg, base, rows, say):
     return out
 
 
+# ---- a pool slowed on purpose -----------------------------------------------------
+
+def shape(netns, rate_bytes_s):
+    """Shape the loopback of network namespace `netns` to rate_bytes_s
+    (None: no shaping) with a token bucket (tc tbf). The loopback's MTU is
+    64 KiB, so the bucket holds a few of its packets."""
+    base = ["ip", "netns", "exec", netns, "tc", "qdisc"]
+    if rate_bytes_s is None:
+        subprocess.run(base + ["del", "dev", "lo", "root"], capture_output=True)
+        return
+    burst = max(256 << 10, int(rate_bytes_s / 50))
+    r = subprocess.run(base + ["replace", "dev", "lo", "root", "tbf", "rate",
+                               "%dbit" % int(rate_bytes_s * 8), "burst", str(burst),
+                               "latency", "10s"], capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError("tc: %s" % r.stderr.strip())
+
+
+def throttled(args, cfg, cache_blocks, prefixes, bench_gbps, prefill_tok_s, say):
+    """The pool in network namespace args.slow_netns, reached over its
+    loopback shaped by tc to a tenth of kvpool bench's GET speed, then to
+    half of what loading must reach to beat prefill here. Node B there
+    serves each prefix three ways: never loading (the cold TTFT), always
+    loading what matched, and as the adapter does (its estimator loads
+    only when loading is expected to beat recomputing). The estimator
+    learns from three warm-up requests at each speed first."""
+    pre = ["ip", "netns", "exec", args.slow_netns]
+    a = NodeProc("A-slow", cfg, args.slow_url, cache_blocks, args.threads, prefix=pre)
+    b = NodeProc("B-slow", cfg, args.slow_url, cache_blocks, args.threads, prefix=pre)
+    levels = [("a tenth of kvpool bench", bench_gbps * 1e9 / 10),
+              ("loading 2x slower than prefill", cfg.kv_bytes_per_token * prefill_tok_s / 2)]
+    out = []
+    try:
+        for n in (a, b):
+            if n.hello.get("pool_error"):
+                raise RuntimeError("node %s: %s" % (n.name, n.hello["pool_error"]))
+        shape(args.slow_netns, None)
+        base = random_tokens(max(prefixes), cfg.vocab, 20)
+        a.request(base, use_pool=False, put=True)     # stored at full speed
+        for name, rate in levels:
+            shape(args.slow_netns, rate)
+            for i in range(3):                        # the estimator learns this speed
+                b.request(base[:512] + random_tokens(args.suffix, cfg.vocab, 900 + i),
+                          use_pool=True, load_policy="estimate")
+            rows = []
+            for p in prefixes:
+                prompt = base[:p] + random_tokens(args.suffix, cfg.vocab, 950 + p)
+                r = {pol: b.request(prompt, use_pool=True, load_policy=pol)
+                     for pol in ("never", "always", "estimate")}
+                rows.append(dict(prefix_tokens=p, ttft_never_s=r["never"]["ttft_s"],
+                                 ttft_always_s=r["always"]["ttft_s"],
+                                 ttft_adapter_s=r["estimate"]["ttft_s"],
+                                 adapter_loaded_blocks=r["estimate"]["loaded_blocks"],
+                                 adapter_decision=r["estimate"].get("decision"),
+                                 always_load_gbps=r["always"]["loaded_bytes"]
+                                 / r["always"]["load_s"] / 1e9 if r["always"]["load_s"] else 0,
+                                 estimate=r["estimate"]["estimate"]))
+            out.append(dict(level=name, rate_bytes_s=rate, rows=rows))
+            say("  pool at %.1f MB/s (%s):" % (rate / 1e6, name))
+            for x in rows:
+                say("    prefix %5d: never-load %6.3f s  always-load %6.3f s  adapter %6.3f s "
+                    "(%s: %d blocks loaded)"
+                    % (x["prefix_tokens"], x["ttft_never_s"], x["ttft_always_s"],
+                       x["ttft_adapter_s"], x["adapter_decision"], x["adapter_loaded_blocks"]))
+    finally:
+        shape(args.slow_netns, None)
+        a.close()
+        b.close()
+    best = [min(x["ttft_never_s"], x["ttft_always_s"]) for lv in out for x in lv["rows"]]
+    adap = [x["ttft_adapter_s"] for lv in out for x in lv["rows"]]
+    worst = max(a / b for a, b in zip(adap, best)) if best else float("nan")
+    say("  adapter against the better of never/always: worst %.2fx over %d points"
+        % (worst, len(best)))
+    return dict(levels=out, adapter_over_best_worst=worst)
+
+
 def floor_report(rows, bench_gbps, say):
     """Warm TTFT against what moving the bytes must cost at least: the
     compute floor (the same prompt with the prefix's KV already in the
@@ -445,12 +523,14 @@ def gpu_calculation(prefix, suffix, kv_bytes_per_token, prefill_tok_s, links_gbi
     return out
 
 
-def plot(rows, trace_out, path, title):
+def plot(rows, trace_out, path, title, slow=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2 if trace_out else 1, figsize=(11 if trace_out else 6.5, 4.2))
-    ax = axes[0] if trace_out else axes
+    panels = 1 + bool(trace_out) + bool(slow)
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels + 1, 4.2))
+    axes = list(axes) if panels > 1 else [axes]
+    ax = axes[0]
     xs = [r["prefix_tokens"] for r in rows]
     ax.plot(xs, [r["ttft_cold_s"] for r in rows], "o-", label="cold (pool off: full prefill)")
     ax.plot(xs, [r["ttft_warm_s"] for r in rows], "s-", label="warm (prefix loaded from kvpool)")
@@ -465,6 +545,23 @@ def plot(rows, trace_out, path, title):
     ax.set_title(title, fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+    if slow:
+        ax3 = axes[-1]
+        lv = slow["levels"][-1]
+        xs3 = [x["prefix_tokens"] for x in lv["rows"]]
+        ax3.plot(xs3, [x["ttft_never_s"] for x in lv["rows"]], "o-", label="never load (cold)")
+        ax3.plot(xs3, [x["ttft_always_s"] for x in lv["rows"]], "s-", label="always load")
+        ax3.plot(xs3, [x["ttft_adapter_s"] for x in lv["rows"]], "^--",
+                 label="adapter (loads when it pays)")
+        ax3.set_xscale("log", base=2)
+        ax3.set_xticks(xs3)
+        ax3.set_xticklabels([str(x) for x in xs3])
+        ax3.set_xlabel("shared prefix length (tokens)")
+        ax3.set_ylabel("TTFT (s)")
+        ax3.set_title("pool slowed to %.1f MB/s (tc in a network namespace)"
+                      % (lv["rate_bytes_s"] / 1e6), fontsize=9)
+        ax3.grid(True, alpha=0.3)
+        ax3.legend(fontsize=8)
     if trace_out:
         ax2 = axes[1]
         labels = ["mean", "p90"]
@@ -527,6 +624,10 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=270.0,
                     help="seconds for the whole demo: the trace mode replays only as many "
                     "requests as the time left allows (default %(default)s)")
+    ap.add_argument("--slow-url", default="",
+                    help="a second kvpool server, inside network namespace --slow-netns, for "
+                    "the throttled panel ('' skips it)")
+    ap.add_argument("--slow-netns", default="", help="its network namespace (ip netns)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default="ttft.json")
     ap.add_argument("--png", default="ttft.png")
@@ -602,10 +703,18 @@ def main(argv=None):
         if args.kvpool_cli:
             report["bench"] = bandwidth(b, args, cfg, base, rows, say)
             report["floor"] = floor_report(rows, report["bench"]["bench_get_gbps"], say)
+        t_panel = time.perf_counter()
+        if args.slow_url and args.slow_netns and "bench" in report:
+            say("== a pool slowed on purpose (network namespace %s, loopback shaped with tc "
+                "tbf): the adapter's TTFT against never-load and always-load" % args.slow_netns)
+            report["throttled"] = throttled(
+                args, cfg, cache_blocks, prefixes, report["bench"]["bench_get_gbps"],
+                median([r["prefill_tok_s"] for r in rows]), say)
+        t_panel = time.perf_counter() - t_panel   # not charged to the trace's budget
         pool.drop_namespace()
         if prompts:
-            prompts = fit_budget(prompts, rows, args.budget_s - (time.perf_counter() - t_all),
-                                 say)
+            prompts = fit_budget(prompts, rows,
+                                 args.budget_s - (time.perf_counter() - t_all - t_panel), say)
             report["trace_budget_trimmed"] = len(prompts) < args.trace_requests
         if prompts:
             w = window
@@ -661,7 +770,7 @@ def main(argv=None):
         json.dump(report, f, indent=1)
     plot(rows, report.get("trace"), args.png,
          "reference Llama (%d layers, hidden %d), CPU %d threads; kvpool over loopback TCP"
-         % (cfg.layers, cfg.hidden, report["torch_threads"]))
+         % (cfg.layers, cfg.hidden, report["torch_threads"]), report.get("throttled"))
     say("")
     say("wrote %s and %s (%.0f s in all)" % (args.json, args.png, report["elapsed_s"]))
     ok = (chk["max_abs_diff"] <= TOLERANCE and chk["tokens_equal"]

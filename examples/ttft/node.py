@@ -8,7 +8,7 @@ stderr). A request:
 
     {"op": "request", "tokens": [...], "use_pool": true, "put": true,
      "decode": 16, "logits_out": "/path/or/null", "resident_blocks": 0,
-     "async_put": false}
+     "async_put": false, "load_policy": "always"}
     {"op": "load", "tokens": [...], "repeats": 5}   (the load path alone)
     {"op": "flush"}    (wait for the puts still in flight)
     {"op": "quit"}
@@ -20,6 +20,9 @@ nothing is hashed, matched or loaded, and only the rest is prefilled.
 async_put: the put of step 4 runs on the node's put thread, from a copy of
 the blocks taken right after the first token (as an engine offloads KV in
 the background), so the reply, and the next request, do not wait for it.
+load_policy: "always" loads every matched block; "never" matches but
+loads nothing; "estimate" loads the matched prefix only when the node's
+LoadEstimator expects its load to beat recomputing it.
 
 What the node does with it, as an engine would:
   1. block hashes of the prompt's full blocks (kvpool.block_hashes on the
@@ -66,6 +69,63 @@ LEASE_MS = 5000
 
 def log(name, msg):
     print("node %s: %s" % (name, msg), file=sys.stderr, flush=True)
+
+
+class LoadEstimator:
+    """When loading a matched prefix pays: running estimates of what a byte
+    loaded from the pool costs this node (from its own GETs) and of what a
+    prompt token costs it to prefill (from its own prefills), and the
+    decision to load the matched blocks or to recompute them.
+
+    Cost model: loading m blocks takes m x block_bytes x (s per byte);
+    recomputing them takes m x block_tokens x (s per token), the attention
+    part that grows with position folded into the measured cost. Both are
+    linear in m, so the choice is all of the matched prefix or none of it;
+    the common case (a pool faster than prefill) loads it all. The costs
+    (seconds per unit, not rates) are exponentially weighted with alpha
+    0.5, so that one slow GET after fast ones moves the estimate most of
+    the way at once. Until both are known the node loads (it must measure).
+    A node that skips still loads one request in PROBE_EVERY, so that a
+    pool that got fast again is noticed.
+    """
+
+    ALPHA = 0.5
+    PROBE_EVERY = 8
+    MIN_PREFILL_TOKENS = 64   # shorter computes are the LM head and fixed costs
+
+    def __init__(self):
+        self.s_per_byte = None
+        self.s_per_token = None
+        self.skipped = 0
+
+    def _mix(self, old, new):
+        return new if old is None else (1 - self.ALPHA) * old + self.ALPHA * new
+
+    def record_load(self, nbytes, seconds):
+        if nbytes > 0 and seconds > 0:
+            self.s_per_byte = self._mix(self.s_per_byte, seconds / nbytes)
+
+    def record_prefill(self, tokens, seconds, context_tokens):
+        if tokens >= self.MIN_PREFILL_TOKENS and seconds > 0:
+            self.s_per_token = self._mix(self.s_per_token, seconds / tokens)
+
+    def blocks_to_load(self, matched, block_bytes, block_tokens, prompt_tokens):
+        """(blocks to load, why) for a MATCH of `matched` blocks."""
+        if matched == 0:
+            return 0, "miss"
+        if self.s_per_byte is None or self.s_per_token is None:
+            return matched, "learning"
+        if matched * block_bytes * self.s_per_byte < matched * block_tokens * self.s_per_token:
+            self.skipped = 0
+            return matched, "load pays"
+        self.skipped += 1
+        if self.skipped % self.PROBE_EVERY == 0:
+            return matched, "probe"
+        return 0, "recompute pays"
+
+    def state(self):
+        return dict(load_bytes_per_s=1 / self.s_per_byte if self.s_per_byte else None,
+                    prefill_tok_per_s=1 / self.s_per_token if self.s_per_token else None)
 
 
 class Putter:
@@ -131,6 +191,7 @@ class Node:
         self._views = [self.cache[i] for i in range(cache_blocks)]
         self.url = url
         self.timeout_s = timeout_s
+        self.estimator = LoadEstimator()
         self.pool = None
         self.pool_error = None
         if url:
@@ -149,9 +210,11 @@ class Node:
         """kv[slot] of the request's blocks first..last-1: the payload buffers."""
         return [self._views[self._slots[i]] for i in range(first, last)]
 
-    def _load(self, keys, usable, r):
+    def _load(self, keys, usable, r, policy="always", prompt_tokens=0):
         """MATCH + GET into the cache; returns how many leading blocks are in
-        place. Fills r's match/load fields."""
+        place. Fills r's match/load fields. policy: "always" loads what
+        matched, "never" loads nothing (after the MATCH, to report it),
+        "estimate" asks the load estimator how much is worth loading."""
         if self.pool is None and self.url:
             self._connect()                 # the server may be back
         if self.pool is None or usable == 0:
@@ -161,20 +224,28 @@ class Node:
         try:
             t0 = time.perf_counter()
             matched = self.pool.match(keys[:usable], lease_ms=LEASE_MS)
+            want = matched
+            if policy == "never":
+                want = 0
+            elif policy == "estimate":
+                want, r["decision"] = self.estimator.blocks_to_load(
+                    matched, self.cfg.block_bytes, self.cfg.block_tokens, prompt_tokens)
             t1 = time.perf_counter()
-            got = self.pool.get_into_many(keys[:matched], self._slot_views(0, matched)) \
-                if matched else []
+            got = self.pool.get_into_many(keys[:want], self._slot_views(0, want)) \
+                if want else []
             t2 = time.perf_counter()
         except kvpool.Error as e:
             r["pool_error"] = "match/get failed: %s" % e
             return 0
+        if want:
+            self.estimator.record_load(want * self.cfg.block_bytes, t2 - t1)
         loaded = 0
         while loaded < len(got) and got[loaded] == self.cfg.block_bytes:
             loaded += 1
-        if loaded < matched:
+        if loaded < want:
             bad = got[loaded]
             r["pool_error"] = ("block %d of %d not loaded (%s): computing from there"
-                               % (loaded, matched, kvpool.strerror(bad) if bad < 0
+                               % (loaded, want, kvpool.strerror(bad) if bad < 0
                                   else "%d bytes, expected %d" % (bad, self.cfg.block_bytes)))
         r.update(matched_blocks=matched, match_s=t1 - t0, load_s=t2 - t1,
                  loaded_bytes=loaded * self.cfg.block_bytes)
@@ -233,7 +304,7 @@ class Node:
         return out
 
     def request(self, tokens, use_pool, put, decode, logits_out, resident_blocks=0,
-                async_put=False):
+                async_put=False, load_policy="always"):
         c = self.cfg
         bt = c.block_tokens
         n = len(tokens)
@@ -245,6 +316,8 @@ class Node:
                              % (n, decode, need_blocks, self.cache.shape[0]))
         if any((not isinstance(t, int)) or t < 0 or t >= c.vocab for t in tokens):
             raise ValueError("token ids must be ints in 0..%d" % (c.vocab - 1))
+        if load_policy not in ("always", "never", "estimate"):
+            raise ValueError("load_policy must be always, never or estimate")
         if resident_blocks < 0 or resident_blocks > (n - 1) // bt or (resident_blocks and use_pool):
             raise ValueError("resident_blocks must be 0..%d (the last token is computed), and "
                              "without use_pool" % ((n - 1) // bt))
@@ -260,7 +333,7 @@ class Node:
             r["hash_s"] = time.perf_counter() - t_start
         if use_pool:
             usable = min(len(keys), (n - 1) // bt)      # the last token is always computed
-            loaded = self._load(keys, usable, r)
+            loaded = self._load(keys, usable, r, load_policy, n)
         start = (loaded or resident_blocks) * bt
         t_pre = time.perf_counter()
         logits = self.model.forward(self.cache, self.table, ids[start:], start)
@@ -268,6 +341,8 @@ class Node:
         t_end = time.perf_counter()
         r.update(ttft_s=t_end - t_start, prefill_s=t_end - t_pre, loaded_blocks=loaded,
                  computed_tokens=n - start, first_token=first)
+        self.estimator.record_prefill(n - start, t_end - t_pre, n)
+        r["estimate"] = self.estimator.state()
         if put and async_put:
             self._put_async(keys, loaded, r)
         elif put:
@@ -324,7 +399,8 @@ def main(argv=None):
             rep = node.request(list(req["tokens"]), bool(req.get("use_pool")),
                                bool(req.get("put")), int(req.get("decode", 0)),
                                req.get("logits_out"), int(req.get("resident_blocks", 0)),
-                               bool(req.get("async_put")))
+                               bool(req.get("async_put")),
+                               str(req.get("load_policy", "always")))
         except (ValueError, KeyError, TypeError) as e:
             rep = dict(ok=False, error="%s: %s" % (type(e).__name__, e))
         print(json.dumps(rep), flush=True)
