@@ -368,10 +368,12 @@ struct kvpool_match_result {
  * flags 0. A cluster handle asks every node that owns part of the chain
  * in one round, each waiting for its own part of want.
  * Threads, blocking and errors as kvpool_match, plus -EPROTO when want >
- * count (the server's BAD_REQUEST; kvpool_last_server_message has its
- * reason), -EDQUOT when a lease over the connection's or tenant's
+ * count (the server's BAD_REQUEST, kvpool_last_server_message has its
+ * reason; a v1 server or a cluster handle: refused by the library, no
+ * message), -EDQUOT when a lease over the connection's or tenant's
  * leased-bytes bound is refused (servers before the lease cut) and
- * -EINVAL when out is NULL. */
+ * -EINVAL when out is NULL. After a BAD_REQUEST the handle reconnects at
+ * its next call. */
 int kvpool_match_ex(struct kvpool_client *c, const void *keys, size_t count,
 		    const struct kvpool_match_opts *opts, struct kvpool_match_result *out);
 
