@@ -1022,7 +1022,7 @@ static void put_text_chain(struct cli_env *e, int n)
 	assert_true(n <= 8);
 	assert_int_equal(kvpool_connect(e->url, "default", NULL, &c), 0);
 	for (int i = 0; i < n; i++) {
-		char text[16];
+		char text[32];
 
 		snprintf(text, sizeof(text), "text:k%d", i);
 		assert_int_equal(cli_key_parse(text, keys[i]), 0);
