@@ -153,7 +153,8 @@ enum srv_next srv_put_start(struct srv_conn *c)
 	char msg[400];
 	int rc;
 
-	rc = proto_batch_decode(c->body, c->hdr.body_bytes, PROTO_PUT_ENTRY_BYTES, l, &b);
+	rc = proto_batch_decode_v(c->body, c->hdr.body_bytes, PROTO_PUT_ENTRY_BYTES, c->hdr.version,
+				  l, &b);
 	if (rc == -EMSGSIZE) {
 		snprintf(msg, sizeof(msg), "batch of %u blocks exceeds max_batch_blocks %u",
 			 proto_get_u32(c->body), l->max_batch_blocks);
@@ -262,18 +263,28 @@ static void put_commit_one(struct srv_conn *c, uint32_t i, uint8_t *body)
 	struct srv_put_slot *sl = &c->slots[i];
 	struct srv_stats *st = &c->w->stats;
 	struct proto_result r = { 0 };
+	struct store_retain_res rr = { 0, 0 };
 
 	if (sl->block) {
+		/* v2: the retention the entry asked for is taken under the
+		 * commit's lock hold, so the block cannot be evicted between
+		 * (on EXISTS, the stored block's retention is extended) */
 		struct store *s = c->w->srv->store;
-		int rc = sl->hashed ? store_put_commit_hashed(s, sl->block, sl->sum) :
-				      store_put_commit(s, sl->block);
+		int rc = store_put_commit_retain(s, sl->block, sl->hashed ? &sl->sum : NULL,
+						 sl->e.retain_ms, &rr);
 
 		sl->block = NULL;
 		sl->dst = NULL;
 		sl->status = rc == 0 ? PROTO_STATUS_OK :
 			     rc == -EEXIST ? PROTO_STATUS_EXISTS : proto_status_from_errno(rc);
+	} else if (sl->e.retain_ms && sl->status == PROTO_STATUS_EXISTS) {
+		/* stored before this PUT: its retention is extended (a refresh) */
+		if (store_put_retain(c->w->srv->store, c->ns_id, sl->e.key, sl->e.retain_ms, &rr))
+			rr = (struct store_retain_res){ 0, 0 }; /* removed meanwhile */
 	}
 	r.status = sl->status;
+	r.flags = (uint8_t)rr.flags;
+	r.retain_ms = rr.retain_ms;
 	/* Bytes in from the network, whatever became of the block. */
 	srv_stats_add(st, SRV_C_put_bytes, sl->e.length);
 	if (sl->status == PROTO_STATUS_OK || sl->status == PROTO_STATUS_EXISTS) {
@@ -286,7 +297,7 @@ static void put_commit_one(struct srv_conn *c, uint32_t i, uint8_t *body)
 		srv_stats_add(st, SRV_C_put_errors, 1);
 		srv_stats_count_status(st, sl->status);
 	}
-	proto_result_encode(body, i, &r);
+	proto_result_encode_v(body, i, c->hdr.version, &r);
 }
 
 int srv_put_finish(struct srv_conn *c, uint64_t start_us)

@@ -311,7 +311,8 @@ void store_put_abort(struct store *s, struct store_block *b);
  * costs nothing. A retention never evicts anything, so one tenant's
  * retentions never push out another tenant's retained blocks. */
 
-/* Outcome bits of one block's retention (the wire's PUT result flags). */
+/* Outcome bits of one block's retention: the wire's PUT result flags
+ * (PROTO_PUT_*, checked at build time in server/srv_consts.c). */
 #define STORE_PUT_RETAINED        0x01u /* retained (set or extended) for retain_ms */
 #define STORE_PUT_RETAIN_BUDGET   0x02u /* asked, refused for the budget: stored without it */
 #define STORE_PUT_RETAIN_CLAMPED  0x04u /* retain_ms was cut to max_retain_ms */
@@ -442,37 +443,46 @@ int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY
 		uint32_t count, uint32_t lease_ms, struct store_lessee *lessee,
 		uint32_t *matched, uint32_t *lease_ms_granted);
 
-/* MATCH's options and result (store_match_ex); flags have the wire's
- * MATCH flag values (proto/PROTOCOL.md). */
+/* MATCH with options (protocol v2, PROTOCOL.md section 14): the flags
+ * of store_match_res. Their values are the wire's PROTO_MATCH_* flags,
+ * which the server checks at build time (server/srv_consts.c). */
+#define STORE_MATCH_LEASE_CUT 0x001u      /* the present run's lease would pass a bound:
+					     matched is the longest leading run whose
+					     lease fits (present > matched) */
+#define STORE_MATCH_RETAIN_BUDGET 0x040u  /* retention refused for the budget */
+#define STORE_MATCH_RETAIN_CLAMPED 0x080u /* retain_ms cut to the pool's maximum */
+
 struct store_match_opts {
-	uint32_t lease_ms;            /* as store_match's lease_ms */
-	uint32_t retain_ms;           /* > 0: retain the matched run (refresh on hit) */
-	struct store_lessee *lessee;  /* for the lease; may be NULL */
+	uint32_t lease_ms;            /* 0: no lease; capped at max_lease_ms */
+	uint32_t retain_ms;           /* 0: no retention; > 0: keep the matched run at
+					 least this long from now (refresh on hit) */
+	struct store_lessee *lessee;  /* who holds the lease; NULL: no lease */
 };
 
-#define STORE_MATCH_LEASE_CUT      0x001u
-#define STORE_MATCH_RETAIN_BUDGET  0x040u
-#define STORE_MATCH_RETAIN_CLAMPED 0x080u
-
 struct store_match_res {
-	uint32_t matched;   /* leading keys stored (leased, with a lease) */
-	uint32_t present;   /* leading keys stored when answered (>= matched) */
-	uint32_t lease_ms;  /* lease granted (0 when nothing was leased) */
+	uint32_t matched;   /* leading keys answered (leased, when a lease was granted) */
+	uint32_t present;   /* leading keys stored: >= matched; > matched only with
+			       STORE_MATCH_LEASE_CUT */
+	uint32_t lease_ms;  /* lease granted: 0 when nothing was leased */
 	uint32_t retained;  /* leading blocks whose retention was set or extended */
-	uint32_t retain_ms; /* retention granted (0 when none was) */
+	uint32_t retain_ms; /* retention granted: 0 when retained is 0 */
 	uint32_t flags;     /* STORE_MATCH_* */
 };
 
-/* store_match with options: opts->lease_ms and opts->lessee as there,
- * and with opts->retain_ms > 0 (capped at max_retain_ms:
- * STORE_MATCH_RETAIN_CLAMPED) the matched run is retained as
- * store_retain does, leading blocks first, as far as the budget allows
- * (STORE_MATCH_RETAIN_BUDGET when it stopped short; *out->retained says
- * how many). A MATCH with retain_ms takes the store lock (it decides on
- * budgets) instead of the lock-free path. Errors: as store_match. */
+/* store_match with options and a full result; store_match is this call
+ * with lease_ms and lessee only. With opts->retain_ms > 0 (capped at
+ * max_retain_ms: STORE_MATCH_RETAIN_CLAMPED) the matched run is retained
+ * as store_put_retain does, leading blocks first, as far as the budget
+ * allows (STORE_MATCH_RETAIN_BUDGET when it stopped short; res->retained
+ * says how many, res->retain_ms what was granted). A MATCH with
+ * retain_ms takes the store lock (budgets are decided exactly) instead
+ * of the lock-free path, and matches and retains under one hold of it.
+ * Today present = matched (the lease cut, issue 28, fills it in), and a
+ * lease over a bound still fails -EDQUOT. Same threads and errors as
+ * store_match; *res is written only on success. */
 int store_match_ex(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
 		   uint32_t count, const struct store_match_opts *opts,
-		   struct store_match_res *out);
+		   struct store_match_res *res);
 
 /* Remove a block and all its resident descendants. *removed (may be NULL)
  * receives the number of blocks removed. Pinned blocks leave the index at
