@@ -7,8 +7,9 @@
  * blocks survive a first tenant's flood and its own retentions; MATCH
  * with retain_ms refreshes; a lease and a retention together; DELETE and
  * drop of retained blocks; a PUT of a stored key extends; a warm restart
- * keeps deadlines; bad input (retain_ms of 2^32 - 1, a tokens-file budget
- * that does not parse). STATS is checked beside every behaviour.
+ * keeps deadlines; a cluster handle retains on every owner; bad input
+ * (retain_ms of 2^32 - 1, a tokens-file budget that does not parse).
+ * STATS is checked beside every behaviour.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -468,6 +469,61 @@ static void test_bad_token_budget(void **state)
 	free(err);
 }
 
+/* ---- several nodes ----------------------------------------------------------- */
+
+/* A cluster handle (a node list) retains on every owner: a chain of 8
+ * segments spread over three nodes is retained block by block where each
+ * block lives, and a MATCH with retain_ms through the handle refreshes
+ * the whole run on all of them. */
+static void test_cluster_retains_on_every_owner(void **state)
+{
+	enum { NODES = 3, BLOCKS = 256 };
+	const char *flags[] = {
+		"--dram-capacity", "16MiB", "--max-block-bytes", "64KiB", "--threads", "1",
+		"--max-retain-ms", "60000", "--max-retained-bytes", "16MiB", "--log-level", "warn",
+		NULL,
+	};
+	struct harness_server srv[NODES] = { { 0 } };
+	struct kvpool_match_opts o = { .retain_ms = 30000 };
+	struct kvpool_match_result r;
+	struct kvpool_client *cl, *d;
+	char list[256];
+	uint32_t *f = calloc(BLOCKS, sizeof(*f));
+	uint64_t total = 0;
+	int holding = 0;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_non_null(f);
+	for (int i = 0; i < NODES; i++)
+		assert_int_equal(harness_start(&srv[i], flags), 0);
+	snprintf(list, sizeof(list), "tcp://127.0.0.1:%u,127.0.0.1:%u,127.0.0.1:%u", srv[0].port,
+		 srv[1].port, srv[2].port);
+	assert_int_equal(kvpool_connect(list, "ret-cluster", NULL, &cl), 0);
+	put_chain(cl, "cl", 0, BLOCKS, 60000, f);
+	for (int i = 0; i < BLOCKS; i++)
+		assert_int_equal(f[i], KVPOOL_PUT_RETAINED);
+	for (int i = 0; i < NODES; i++) {
+		uint64_t n;
+
+		d = client_tok(&srv[i], "ret-cluster", NULL);
+		n = ns_stat(d, "ret-cluster", "retained_blocks");
+		assert_int_equal(n, ns_stat(d, "ret-cluster", "blocks"));
+		holding += n > 0;
+		total += n;
+		kvpool_close(d);
+	}
+	assert_int_equal(total, BLOCKS);
+	assert_true(holding >= 2);
+	assert_int_equal(match_chain(cl, "cl", 0, BLOCKS, &o, &r), BLOCKS);
+	assert_int_equal(r.retained, BLOCKS);
+	assert_int_equal(r.retain_ms, 30000);
+	kvpool_close(cl);
+	for (int i = 0; i < NODES; i++)
+		assert_int_equal(harness_stop(&srv[i]), 0);
+	free(f);
+}
+
 /* ---- warm restart ---------------------------------------------------------- */
 
 /* With an NVMe tier, retention deadlines survive a restart: the retained
@@ -525,6 +581,7 @@ int main(void)
 		cmocka_unit_test(test_tenants),
 		cmocka_unit_test(test_bad_token_budget),
 		cmocka_unit_test(test_restart_keeps_deadlines),
+		cmocka_unit_test(test_cluster_retains_on_every_owner),
 		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 
