@@ -408,6 +408,9 @@ demo-ttft: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) examples/ttft/run.sh
 
+# The Python package's sub-packages (installed beside its top-level modules).
+PY_SUBPACKAGES := _adapters vllm lmcache
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
 	  $(DESTDIR)$(PREFIX)/share/kvpool
@@ -417,8 +420,10 @@ install: all
 	ln -sf libkvpool.so.0 $(DESTDIR)$(PREFIX)/lib/libkvpool.so
 	install -m 644 client/kvpool.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 config/kvpool.conf $(DESTDIR)$(PREFIX)/share/kvpool/
-	install -d $(DESTDIR)$(PYDIR)/kvpool
+	install -d $(DESTDIR)$(PYDIR)/kvpool $(addprefix $(DESTDIR)$(PYDIR)/kvpool/,$(PY_SUBPACKAGES))
 	install -m 644 client/python/kvpool/*.py $(DESTDIR)$(PYDIR)/kvpool/
+	for d in $(PY_SUBPACKAGES); do \
+	  install -m 644 client/python/kvpool/$$d/*.py $(DESTDIR)$(PYDIR)/kvpool/$$d/ || exit 1; done
 	printf '"""Written by make install."""\nLIBDIR = "%s"\n' "$(PREFIX)/lib" \
 	  > $(DESTDIR)$(PYDIR)/kvpool/_installed.py
 	@# package metadata, for vLLM's plugin loader: the vllm.general_plugins

@@ -38,8 +38,10 @@ Written against the HiCacheStorage interface of SGLang at commit
 import logging
 import threading
 
-from . import _engine
-from ._engine import Link, RateLimitedLog, make_namespace, raw_buffer, string_key
+from ._adapters import link as _link
+from ._adapters.buffers import raw_buffer, tensor_address
+from ._adapters.keys import make_namespace, string_key
+from ._adapters.link import Link, RateLimitedLog
 
 log = logging.getLogger("kvpool.sglang")
 
@@ -301,13 +303,13 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             draft, ks, _ = self._chain(keys, None)
             link = self._link(draft, "read")
             bufs, page_bytes = self._page_buffers(host_indices, n)
-            st = _engine.statuses_or(link.call("batch_get_v1",
+            st = _link.statuses_or(link.call("batch_get_v1",
                                                lambda c: c.get_into_many(ks, bufs), None), n)
             ok = [st[i] == page_bytes[i] for i in range(n)]
             good = sum(ok)
             self._counts["get_pages"] += good
             self._counts["get_failed_pages"] += n - good
-            bad = [s for s in st if s <= 0 and s not in (_engine.MISS, _engine.DOWN)]
+            bad = [s for s in st if s <= 0 and s not in (_link.MISS, _link.DOWN)]
             if bad:
                 self.warn.warning("get", "kvpool.sglang: batch_get_v1: %d of %d pages failed "
                                   "(first status %d)", len(bad), n, bad[0])
@@ -333,8 +335,8 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             draft, ks, parents = self._chain(keys, extra_info)
             link = self._link(draft, "write")
             bufs, _ = self._page_buffers(host_indices, n)
-            st = _engine.statuses_or(link.call(
-                "batch_set_v1", lambda c: _engine.put_rerooting(c, ks, bufs, parents), None), n)
+            st = _link.statuses_or(link.call(
+                "batch_set_v1", lambda c: _link.put_rerooting(c, ks, bufs, parents), None), n)
             ok = [s == 0 for s in st]
             good = sum(ok)
             self._counts["set_pages"] += good
@@ -398,8 +400,8 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             if link is None:
                 return [None] * n
             targets = list(target_locations)
-            sizes = [_engine.tensor_address(t)[1] for t in targets]
-            st = _engine.statuses_or(link.call("batch_get",
+            sizes = [tensor_address(t)[1] for t in targets]
+            st = _link.statuses_or(link.call("batch_get",
                                                lambda c: c.get_into_many(ks, targets), None), n)
             return [targets[i] if st[i] == sizes[i] else None for i in range(n)]
         except Exception as e:
@@ -426,8 +428,8 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             if link is None:
                 return False
             vals = [v.contiguous() if hasattr(v, "contiguous") else v for v in values]
-            st = _engine.statuses_or(link.call(
-                "batch_set", lambda c: _engine.put_rerooting(c, ks, vals, parents), None), n)
+            st = _link.statuses_or(link.call(
+                "batch_set", lambda c: _link.put_rerooting(c, ks, vals, parents), None), n)
             return all(s == 0 for s in st)
         except Exception as e:
             self.warn.warning("set", "kvpool.sglang: batch_set: %r", e)

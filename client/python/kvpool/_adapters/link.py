@@ -1,27 +1,22 @@
-"""What the engine adapters (kvpool.sglang, kvpool.vllm, kvpool.lmcache)
-share: a connection that never raises into the engine and reconnects in
-the background, namespaces built from a configuration, keys from engine
-hashes, raw engine memory as buffer objects, and a rate-limited log.
+"""The connection every engine adapter (kvpool.sglang, kvpool.vllm,
+kvpool.lmcache) uses: a Link never raises into the engine and reconnects
+in the background; a rate-limited log; put_rerooting, the -ENOLINK re-put.
 
 Nothing here imports an engine. Internal: the names may change.
 """
 
 import builtins
-import ctypes
 import errno as _errno
-import hashlib
 import logging
 import os
 import threading
 import time
 
-from . import _lib
-from .client import Client
-from .errors import Error
+from ..client import Client
+from ..errors import Error
 
 log = logging.getLogger("kvpool.engines")
 
-KEY_BYTES = _lib.KEY_BYTES
 MISS = -_errno.ENOENT
 DOWN = -_errno.ENOTCONN        # the status an adapter reports when no call was made
 
@@ -65,84 +60,10 @@ class RateLimitedLog:
 def strerror_of(code):
     """The English description of a status (0 or a negative errno)."""
     try:
-        from .errors import strerror
+        from ..errors import strerror
         return strerror(code)
     except Exception:
         return os.strerror(-int(code)) if code else "success"
-
-
-# ---- namespaces and keys --------------------------------------------------------
-
-def namespace_part(value):
-    """One part of a namespace: str(value) with every byte outside printable
-    ASCII 0x21..0x7e (spaces included) replaced by '_'."""
-    raw = str(value).encode("utf-8", "replace")
-    return "".join(chr(b) if 0x21 <= b <= 0x7e else "_" for b in raw) or "_"
-
-
-def make_namespace(*parts):
-    """Join parts with ':' into a valid kvpool namespace (1..255 bytes). A
-    name over 255 bytes keeps its first 238 bytes and ends with ':' and
-    16 hex digits of the SHA-256 of the whole name, so different long
-    names stay different."""
-    name = ":".join(namespace_part(p) for p in parts)
-    if len(name) <= 255:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-    return name[:238] + ":" + digest
-
-
-def pad_key(h):
-    """An engine hash as a 32-byte kvpool key: 32 bytes as is, shorter ones
-    (16-byte xxhash-128) zero-padded at the end. TypeError for a non-bytes
-    value, ValueError for one longer than 32 bytes."""
-    if isinstance(h, (bytearray, memoryview)):
-        h = bytes(h)
-    if not isinstance(h, bytes):
-        raise TypeError("kvpool: a block hash must be bytes, not %s" % type(h).__name__)
-    if len(h) > KEY_BYTES or not h:
-        raise ValueError("kvpool: a block hash must be 1..32 bytes, got %d" % len(h))
-    return h + bytes(KEY_BYTES - len(h)) if len(h) < KEY_BYTES else h
-
-
-def string_key(s):
-    """A string key (LMCache's key strings, SGLang's non-hex keys) as 32
-    bytes: the SHA-256 of its UTF-8."""
-    if isinstance(s, bytes):
-        return hashlib.sha256(s).digest()
-    return hashlib.sha256(str(s).encode("utf-8")).digest()
-
-
-# ---- engine memory ---------------------------------------------------------------
-
-_ARRAY_TYPES = {}
-_ARRAY_TYPES_LOCK = threading.Lock()
-
-
-def raw_buffer(address, nbytes):
-    """A writable buffer object over nbytes of memory at `address` (an int),
-    with no copy. The caller keeps the memory alive while it is in use.
-    One ctypes array type is made per distinct size and kept (ctypes never
-    frees them), so engines with a few fixed piece sizes make a few."""
-    t = _ARRAY_TYPES.get(nbytes)
-    if t is None:
-        with _ARRAY_TYPES_LOCK:
-            t = _ARRAY_TYPES.setdefault(nbytes, ctypes.c_char * nbytes)
-    return t.from_address(address)
-
-
-def tensor_address(t):
-    """(address, nbytes) of a contiguous CPU torch tensor, or of any buffer
-    object (numpy array, memoryview); ValueError for a non-contiguous one."""
-    if hasattr(t, "data_ptr") and hasattr(t, "element_size"):
-        if not t.is_contiguous():
-            raise ValueError("kvpool: tensor is not contiguous")
-        return t.data_ptr(), t.numel() * t.element_size()
-    pin = _lib.Pin(t, False)
-    try:
-        return pin.address, pin.nbytes
-    finally:
-        pin.release()
 
 
 # ---- a connection that never raises ------------------------------------------------
