@@ -13,7 +13,7 @@ The backend keys it reads from the extra config (every one optional):
     token             an auth token, or token_file: a file holding it
     timeout_s         seconds per kvpool call (default 2.0)
     lease_ms          how long batch_exists pins what it matched for the
-                      batch_get_v1 that follows (default 30000; the server
+                      batch_get_v1 that follows (default 5000; the server
                       caps it at its max_lease_ms)
     namespace_prefix  the first part of the namespace (default "sglang"):
                       separates deployments that must not share blocks
@@ -47,7 +47,7 @@ log = logging.getLogger("kvpool.sglang")
 
 INTERFACE = "sglang HiCacheStorage v1 (sgl-project/sglang 8905cbd4, 2026-07-20)"
 DEFAULT_URL = "tcp://127.0.0.1:7470"
-DEFAULT_LEASE_MS = 30000
+DEFAULT_LEASE_MS = 5000     # kvpoold's default max_lease_ms
 
 
 def _engine_module():

@@ -60,8 +60,11 @@ def uses_standin(engine):
 @pytest.fixture
 def prefix(request):
     """A namespace prefix of the test's own."""
+    import hashlib
     import re
-    return "t-" + re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:60]
+    name = request.node.name
+    return "t-%s-%s" % (re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:48],
+                        hashlib.sha256(name.encode()).hexdigest()[:8])
 
 
 @pytest.fixture

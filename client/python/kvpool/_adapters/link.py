@@ -13,7 +13,8 @@ import threading
 import time
 
 from ..client import Client
-from ..errors import Error
+from ..errors import Denied, Error, InvalidArgument, Unsupported
+from .config import ConfigError
 
 log = logging.getLogger("kvpool.engines")
 
@@ -26,6 +27,10 @@ CALL_FAILURES = (Error, ValueError, TypeError, BufferError, OSError)
 # Those after which the connection is assumed gone: answer misses for a
 # back-off period while a background thread reconnects.
 _LINK_DOWN = (builtins.ConnectionError, TimeoutError)
+# What kvpool_connect answers for a configuration that cannot work (a
+# malformed URL or namespace, a token too long or refused, rdma:// without
+# a device): at start the adapter raises; later it logs and retries.
+_CONFIG_REFUSED = (InvalidArgument, Unsupported, Denied)
 
 
 class RateLimitedLog:
@@ -83,12 +88,21 @@ class Link:
     register(). The first connection is tried in the constructor (a
     refusal is quick) and in the background after that.
 
+    The first connection is made in the constructor: when kvpool_connect
+    refuses the configuration itself (InvalidArgument: a malformed URL or
+    namespace, a token too long; Unsupported: a scheme this build lacks;
+    Denied: the server refuses the token), the constructor raises
+    ConfigError, so the engine fails at start with the reason. Only a
+    pool that cannot be reached makes a Link start down. lease_ms, when
+    given, is compared with the server's max_lease_ms on each connection:
+    a lease the server will cut is logged once.
+
     Thread rules: any thread may call; the Client serialises calls.
     close() is idempotent and stops the reconnect thread.
     """
 
     def __init__(self, url, namespace, token=None, timeout_s=2.0, name="",
-                 backoff_s=(0.2, 5.0), warn=None):
+                 backoff_s=(0.2, 5.0), warn=None, lease_ms=None):
         self.url = url
         self.namespace = namespace
         self.token = token
@@ -100,11 +114,13 @@ class Link:
         self.reconnects = 0          # times the Link came back up
         self._arenas = []            # buffers to register on each connect
         self.on_down = None          # see _down
+        self.lease_ms = lease_ms
+        self._lease_warned = False
         self._client = None
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._thread = None
-        self._connect()
+        self._connect(first=True)
         if self._client is None:
             self._start_reconnect()
 
@@ -113,15 +129,25 @@ class Link:
     def up(self):
         return self._client is not None
 
-    def _connect(self):
-        """Try once to connect; True on success."""
+    def _connect(self, first=False):
+        """Try once to connect; True on success. On the first try, a
+        configuration kvpool_connect refuses raises ConfigError."""
         try:
             c = Client(self.url, self.namespace, token=self.token, timeout=self.timeout_s)
+        except _CONFIG_REFUSED as e:
+            if first:
+                raise ConfigError("kvpool: %s: cannot use url %r with namespace %r: %s"
+                                  % (self.name, self.url, self.namespace, e)) from None
+            self.warn.warning(("connect", self.url), "kvpool: %s refused by %s: %s; "
+                              "answering misses, retrying in the background",
+                              self.name, self.url, e)
+            return False
         except CALL_FAILURES as e:
             self.warn.warning(("connect", self.url), "kvpool: cannot reach %s for %s: %s; "
                               "answering misses, reconnecting in the background",
                               self.url, self.name, e)
             return False
+        self._check_lease(c)
         for arena in list(self._arenas):
             try:
                 c.register(arena)
@@ -139,6 +165,21 @@ class Link:
             else:
                 old.close()
         return True
+
+    def _check_lease(self, c):
+        """Log once when the server will cut lease_ms to its max_lease_ms."""
+        if not self.lease_ms or self._lease_warned:
+            return
+        try:
+            cap = c.limits().max_lease_ms
+        except CALL_FAILURES:
+            return
+        if cap and self.lease_ms > cap:
+            self._lease_warned = True
+            log.warning("kvpool: %s: lease_ms %d is cut to the server's max_lease_ms %d: "
+                        "what an exists check pins stays loadable for %d ms only (raise "
+                        "max_lease_ms in kvpoold's configuration, or lower lease_ms)",
+                        self.name, self.lease_ms, cap, cap)
 
     def _start_reconnect(self):
         with self._lock:

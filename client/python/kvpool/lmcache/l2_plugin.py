@@ -26,7 +26,7 @@ log = logging.getLogger("kvpool.lmcache")
 
 INTERFACE_MP = "LMCache native_plugin L2 adapter (native_plugin_l2_adapter.py @68c638a6)"
 DEFAULT_URL = "tcp://127.0.0.1:7470"
-DEFAULT_LEASE_MS = 30000
+DEFAULT_LEASE_MS = 5000     # kvpoold's default max_lease_ms
 
 
 def _row_of(key):
@@ -45,7 +45,7 @@ class KVPoolL2Plugin:
     """LMCache's native_plugin L2 adapter over a kvpool server.
 
     KVPoolL2Plugin(**adapter_params); params (all optional):
-        url, token, timeout_s (2.0), lease_ms (30000),
+        url, token, timeout_s (2.0), lease_ms (5000),
         namespace, or model / kv_dtype / chunk_tokens / namespace_prefix
         ("lmcache-mp") from which the namespace
         <prefix>:<model>:<kv_dtype>:c<chunk_tokens> is made.

@@ -26,7 +26,7 @@ log = logging.getLogger("kvpool.lmcache")
 
 INTERFACE_REMOTE = "LMCache RemoteConnector (base_connector.py @01712fbd)"
 DEFAULT_URL = "tcp://127.0.0.1:7470"
-DEFAULT_LEASE_MS = 30000
+DEFAULT_LEASE_MS = 5000     # kvpoold's default max_lease_ms
 
 
 def _lmcache_base(module, name):

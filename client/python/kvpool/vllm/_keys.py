@@ -10,7 +10,7 @@ from .._adapters.keys import pad_key
 log = logging.getLogger("kvpool.vllm")
 
 DEFAULT_URL = "tcp://127.0.0.1:7470"
-DEFAULT_LEASE_MS = 30000
+DEFAULT_LEASE_MS = 5000     # kvpoold's default max_lease_ms
 
 
 def _import(module, name):

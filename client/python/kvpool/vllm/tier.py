@@ -99,7 +99,7 @@ class KVPoolSecondaryTier(SecondaryTierManager):
     Constructed by vLLM as cls(vllm_config=, primary_kv_view=, tier_type=,
     **params) or cls(offloading_spec, primary_kv_view, tier_type, **params);
     params are the tier's config entry minus "type":
-        url, token, timeout_s (2.0), lease_ms (30000), namespace or
+        url, token, timeout_s (2.0), lease_ms (5000), namespace or
         namespace_prefix ("vllm"), model, kv_dtype, hash_algo,
         block_size (tokens per offloaded chunk), miss_ttl_s (1.0),
         failed_ttl_s (30.0), group (0)
