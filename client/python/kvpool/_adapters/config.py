@@ -87,14 +87,15 @@ def url(value, owner="", name="url", default=DEFAULT_URL):
         raise ConfigError("%s: %r: the scheme must be tcp, auto, rdma or etcd"
                           % (_where(owner, name), value))
     for i, node in enumerate(rest.split(",")):
+        node_scheme = scheme
         if i and "://" in node:
-            s, _, node = node.partition("://")
-            if s not in _NODE_SCHEMES:
+            node_scheme, _, node = node.partition("://")
+            if node_scheme not in _NODE_SCHEMES:
                 raise ConfigError("%s: %r: the scheme must be tcp, auto or rdma"
                                   % (_where(owner, name), value))
         if not node:
             raise ConfigError("%s: %r: an empty node in the list" % (_where(owner, name), value))
-        _host_port(node, owner, name, value, scheme != "rdma")
+        _host_port(node, owner, name, value, node_scheme != "rdma")
     return u
 
 

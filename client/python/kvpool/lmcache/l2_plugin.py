@@ -17,6 +17,7 @@ import logging
 import os
 import threading
 
+from .._adapters import config as _cfg
 from .._adapters import link as _link
 from .._adapters.async_link import Completion, make_async_link
 from .._adapters.keys import make_namespace, string_key
@@ -25,7 +26,6 @@ from .._adapters.link import Link, RateLimitedLog
 log = logging.getLogger("kvpool.lmcache")
 
 INTERFACE_MP = "LMCache native_plugin L2 adapter (native_plugin_l2_adapter.py @68c638a6)"
-DEFAULT_URL = "tcp://127.0.0.1:7470"
 DEFAULT_LEASE_MS = 5000     # kvpoold's default max_lease_ms
 
 
@@ -53,45 +53,62 @@ class KVPoolL2Plugin:
     submit_batch_{get,set,exists,delete} return a future id at once (also
     when the pool is down) and never raise; drain_completions() returns
     [(future_id, ok, error_str, result_bools)] and empties event_fd().
-    Exists gives, per (kv_rank, group, salt) row of the keys, the leading
-    run held by the pool (pinned by a MATCH lease until the get); get is
-    True per key whose view was filled exactly (the block's size is the
-    view's size). Threads: submit_* may be called from several threads
-    while another drains.
+    Exists answers per key (LMCache's gap-keeping trim policies,
+    SEGMENTED_PREFIX and SPARSE, see every key held); the leading run of
+    each (kv_rank, group, salt) row is pinned by a MATCH lease until the
+    get. Get is True per key whose view was filled exactly (the block's
+    size is the view's size). Every key is stored as a root (no parent):
+    a delete then removes exactly the keys LMCache names, so its usage
+    accounting stays exact (chained keys would take their descendants with
+    them, and the plugin interface can report only the keys asked).
+
+    Settings that cannot work raise ConfigError in the constructor.
+    After close(), submits still answer a future id (never completed) and
+    touch no file descriptor. Threads: submit_* may be called from several
+    threads while another drains.
     """
 
     def __init__(self, **params):
         self.params = dict(params)
-        self.url = str(params.get("url") or DEFAULT_URL)
-        self.lease_ms = int(params.get("lease_ms", DEFAULT_LEASE_MS))
-        ns = params.get("namespace")
+        who = "kvpool.lmcache native plugin"
+        self.url = _cfg.url(params.get("url"), who)
+        self.lease_ms = _cfg.milliseconds(params.get("lease_ms"), who, "lease_ms",
+                                          DEFAULT_LEASE_MS)
+        timeout = _cfg.seconds(params.get("timeout_s"), who, "timeout_s", 2.0)
+        token = _cfg.token(params.get("token"), who, token_file=params.get("token_file"))
+        ns = _cfg.text(params.get("namespace"), who, "namespace")
         if not ns:
-            ns = make_namespace(params.get("namespace_prefix") or "lmcache-mp",
-                                params.get("model") or "unknown-model",
-                                params.get("kv_dtype") or "unknown-dtype",
-                                "c%s" % params.get("chunk_tokens", 256))
+            ns = make_namespace(
+                _cfg.text(params.get("namespace_prefix"), who, "namespace_prefix", "lmcache-mp"),
+                _cfg.text(params.get("model"), who, "model", "unknown-model"),
+                _cfg.text(params.get("kv_dtype"), who, "kv_dtype", "unknown-dtype"),
+                "c%d" % _cfg.integer(params.get("chunk_tokens"), who, "chunk_tokens", 256, 1))
         self.namespace = ns
         self.warn = RateLimitedLog(log)
-        timeout = float(params.get("timeout_s", 2.0))
-        token = params.get("token")
         self._lock = threading.Lock()
         self._ids = 0
         self._ready = collections.deque()
         self._parts = {}          # future id -> [op, parts left, result bools, ok, err]
-        self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._closed = False
         self._read_link = Link(self.url, ns, token=token, timeout_s=timeout,
-                               name="lmcache-mp read " + ns, warn=self.warn)
-        self._write_link = Link(self.url, ns, token=token, timeout_s=timeout,
-                                name="lmcache-mp write " + ns, warn=self.warn)
+                               name="lmcache-mp read " + ns, warn=self.warn,
+                               lease_ms=self.lease_ms)
+        try:
+            self._write_link = Link(self.url, ns, token=token, timeout_s=timeout,
+                                    name="lmcache-mp write " + ns, warn=self.warn)
+        except Exception:
+            self._read_link.close()
+            raise
+        self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._read = make_async_link(self._read_link, on_complete=self._on_part)
         self._write = make_async_link(self._write_link, on_complete=self._on_part)
 
     # ---- completions -----------------------------------------------------------------
 
     def event_fd(self):
-        """An fd readable while completions wait for drain_completions()."""
-        return self._efd
+        """An fd readable while completions wait for drain_completions()
+        (-1 after close())."""
+        return -1 if self._efd is None else self._efd
 
     def _new_future(self, op, n, parts):
         with self._lock:
@@ -101,8 +118,11 @@ class KVPoolL2Plugin:
         return fid
 
     def _finish(self, fid):
-        """Move future fid to the ready list; the caller holds _lock."""
+        """Move future fid to the ready list; the caller holds _lock. After
+        close() the future is dropped: its fd is gone."""
         op, _, bools, ok, err = self._parts.pop(fid)
+        if self._efd is None:
+            return
         self._ready.append((fid, ok, err, bools))
         os.eventfd_write(self._efd, 1)
 
@@ -133,10 +153,15 @@ class KVPoolL2Plugin:
     def _merge(st, c, positions, what):
         """Fold one part's completion into future state st; caller holds _lock."""
         bools = st[2]
-        if what == "exists":
+        if what in ("exists", "exists-run"):
+            # the leased leading run (MATCH), or per key (exists): a key is
+            # there if either says so
             for j, pos in enumerate(positions):
-                bools[pos] = j < c.matched
-            if c.status:
+                if what == "exists-run":
+                    bools[pos] = bools[pos] or j < c.matched
+                else:
+                    bools[pos] = bools[pos] or (j < len(c.statuses) and c.statuses[j] == 0)
+            if c.status and c.status not in (_link.MISS,):
                 st[3], st[4] = False, _link.strerror_of(c.status)
         elif what == "get":
             sizes = c.tag[3]
@@ -160,39 +185,55 @@ class KVPoolL2Plugin:
         with self._lock:
             out = list(self._ready)
             self._ready.clear()
-            try:
-                os.eventfd_read(self._efd)
-            except (BlockingIOError, OSError):
-                pass
+            if self._efd is not None:
+                try:
+                    os.eventfd_read(self._efd)
+                except (BlockingIOError, OSError):
+                    pass
         return out
 
     # ---- submissions -------------------------------------------------------------------
 
     def _keys(self, keys):
+        for k in keys:
+            if not isinstance(k, (str, bytes)):
+                raise TypeError("a key must be a string, not %s" % type(k).__name__)
         return [string_key(k) for k in keys]
 
+    @staticmethod
+    def _count(keys):
+        try:
+            return len(keys)
+        except TypeError:
+            return 0
+
     def submit_batch_exists(self, keys):
-        """Future id; its bools: per row of the keys, the leading run present."""
-        keys = list(keys)
+        """Future id; its bools: per key, whether the pool holds it."""
         try:
             if self._closed:
-                return self._fail_now("exists", len(keys), "closed")
+                return self._fail_now("exists", self._count(keys), "closed")
+            keys = list(keys)
             rows = collections.OrderedDict()
             for i, k in enumerate(keys):
                 rows.setdefault(_row_of(k), []).append(i)
             ks = self._keys(keys)
-            fid = self._new_future("exists", len(keys), len(rows) or 1)
+            parts = sum(1 if len(p) == 1 else 2 for p in rows.values())
+            fid = self._new_future("exists", len(keys), parts or 1)
             if not rows:
                 with self._lock:
                     self._finish(fid)
                 return fid
             for positions in rows.values():
-                self._submit(self._read, "submit_match", fid, positions, "exists",
-                             [ks[i] for i in positions], self.lease_ms)
+                row = [ks[i] for i in positions]
+                self._submit(self._read, "submit_match", fid, positions, "exists-run", row,
+                             self.lease_ms)
+                if len(positions) > 1:
+                    self._submit(self._read, "submit_exists_many", fid, positions, "exists",
+                                 row)
             return fid
         except Exception as e:
             self.warn.warning("exists", "kvpool.lmcache: submit_batch_exists: %r", e)
-            return self._fail_now("exists", len(keys), repr(e))
+            return self._fail_now("exists", self._count(keys), repr(e))
 
     def _submit(self, alink, method, fid, positions, what, *args, sizes=None):
         """One part of future fid; a refused submission fails that part."""
@@ -207,22 +248,24 @@ class KVPoolL2Plugin:
 
     def submit_batch_get(self, keys, views):
         """Future id; its bools: True where views[i] was filled exactly."""
-        keys = list(keys)
         try:
-            views = list(views)
-            if self._closed or len(views) != len(keys):
-                return self._fail_now("get", len(keys), "closed" if self._closed else
-                                      "%d keys but %d views" % (len(keys), len(views)))
+            if self._closed:
+                return self._fail_now("get", self._count(keys), "closed")
+            keys, views = list(keys), list(views)
+            if len(views) != len(keys):
+                return self._fail_now("get", len(keys), "%d keys but %d views"
+                                      % (len(keys), len(views)))
             if not keys:
                 return self._empty("get")
+            ks = self._keys(keys)
             sizes = [memoryview(v).nbytes for v in views]
             fid = self._new_future("get", len(keys), 1)
             self._submit(self._read, "submit_get_into_many", fid, list(range(len(keys))), "get",
-                         self._keys(keys), views, sizes=sizes)
+                         ks, views, sizes=sizes)
             return fid
         except Exception as e:
             self.warn.warning("get", "kvpool.lmcache: submit_batch_get: %r", e)
-            return self._fail_now("get", len(keys), repr(e))
+            return self._fail_now("get", self._count(keys), repr(e))
 
     def _empty(self, op):
         fid = self._new_future(op, 0, 1)
@@ -232,61 +275,60 @@ class KVPoolL2Plugin:
 
     def submit_batch_set(self, keys, views):
         """Future id; its bools: True where the object is stored (or
-        already was). The parent of a key is the previous key of its row
-        in the batch."""
-        keys = list(keys)
+        already was). Every key is a root (see the class comment)."""
         try:
-            views = list(views)
-            if self._closed or len(views) != len(keys):
-                return self._fail_now("set", len(keys), "closed" if self._closed else
-                                      "%d keys but %d views" % (len(keys), len(views)))
+            if self._closed:
+                return self._fail_now("set", self._count(keys), "closed")
+            keys, views = list(keys), list(views)
+            if len(views) != len(keys):
+                return self._fail_now("set", len(keys), "%d keys but %d views"
+                                      % (len(keys), len(views)))
             if not keys:
                 return self._empty("set")
             ks = self._keys(keys)
-            last = {}
-            parents = []
-            for i, k in enumerate(keys):
-                row = _row_of(k)
-                parents.append(last.get(row))
-                last[row] = ks[i]
             fid = self._new_future("set", len(keys), 1)
             self._submit(self._write, "submit_put_many", fid, list(range(len(keys))), "set",
-                         ks, views, parents)
+                         ks, views, None)
             return fid
         except Exception as e:
             self.warn.warning("set", "kvpool.lmcache: submit_batch_set: %r", e)
-            return self._fail_now("set", len(keys), repr(e))
+            return self._fail_now("set", self._count(keys), repr(e))
 
     def submit_batch_delete(self, keys):
-        """Future id; deleting a key the pool does not hold is a success."""
-        keys = list(keys)
+        """Future id; deleting a key the pool does not hold is a success.
+        Exactly the keys named are removed."""
         try:
             if self._closed:
-                return self._fail_now("delete", len(keys), "closed")
+                return self._fail_now("delete", self._count(keys), "closed")
+            keys = list(keys)
             if not keys:
                 return self._empty("delete")
+            ks = self._keys(keys)
             fid = self._new_future("delete", len(keys), 1)
             self._submit(self._write, "submit_delete_many", fid, list(range(len(keys))),
-                         "delete", self._keys(keys))
+                         "delete", ks)
             return fid
         except Exception as e:
             self.warn.warning("delete", "kvpool.lmcache: submit_batch_delete: %r", e)
-            return self._fail_now("delete", len(keys), repr(e))
+            return self._fail_now("delete", self._count(keys), repr(e))
 
     def close(self):
         """Finish what is queued, close the connections and the event fd.
-        Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        Idempotent; later submits touch no fd."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         for a in (self._read, self._write):
             a.close()
         for link in (self._read_link, self._write_link):
             link.close()
+        with self._lock:
+            efd, self._efd = self._efd, None
+            self._ready.clear()
         try:
-            os.close(self._efd)
-        except OSError:
+            os.close(efd)
+        except (OSError, TypeError):
             pass
-
 
 __all__ = ["KVPoolL2Plugin", "INTERFACE_MP"]

@@ -18,6 +18,7 @@ import concurrent.futures
 import errno as _errno
 import logging
 
+from .._adapters import config as _cfg
 from .._adapters import link as _link
 from .._adapters.keys import make_namespace, string_key
 from .._adapters.link import Link, RateLimitedLog
@@ -25,7 +26,6 @@ from .._adapters.link import Link, RateLimitedLog
 log = logging.getLogger("kvpool.lmcache")
 
 INTERFACE_REMOTE = "LMCache RemoteConnector (base_connector.py @01712fbd)"
-DEFAULT_URL = "tcp://127.0.0.1:7470"
 DEFAULT_LEASE_MS = 5000     # kvpoold's default max_lease_ms
 
 
@@ -83,7 +83,21 @@ class KVPoolRemoteConnector(RemoteConnector):
     """
 
     def __init__(self, url, loop, local_cpu_backend, config, metadata, plugin_name="kvpool"):
-        # RemoteConnector defines no __init__ to call.
+        # LMCache's RemoteConnector.__init__(config, metadata) sets the chunk
+        # metadata (meta_shapes, meta_dtypes, meta_fmt, full_chunk_size_bytes,
+        # single_token_size) that reshape_partial_chunk uses; older ones
+        # define none.
+        self.meta_shapes = None
+        self.full_chunk_size_bytes = None
+        base_init = getattr(RemoteConnector, "__init__", object.__init__)
+        if RemoteConnector is not object and base_init is not object.__init__:
+            try:
+                base_init(self, config, metadata)
+            except Exception as e:
+                log.warning("kvpool.lmcache: RemoteConnector.__init__: %r (chunk sizes "
+                            "come from the metadata's kv_shape instead)", e)
+                self.meta_shapes = None
+                self.full_chunk_size_bytes = None
         self.loop = loop
         self.local_cpu_backend = local_cpu_backend
         self.config = config
@@ -93,9 +107,14 @@ class KVPoolRemoteConnector(RemoteConnector):
         pool_url = _cfg_get(config, plugin_name, "url")
         if not pool_url and url and str(url).startswith("kvpool://"):
             pool_url = "tcp://" + str(url)[len("kvpool://"):]
-        self.url = str(pool_url or DEFAULT_URL)
-        self.timeout_s = float(_cfg_get(config, plugin_name, "timeout_s", 2.0))
-        self.lease_ms = int(_cfg_get(config, plugin_name, "lease_ms", DEFAULT_LEASE_MS))
+        who = "kvpool.lmcache remote plugin (remote_storage_plugin.%s.*)" % plugin_name
+        self.url = _cfg.url(pool_url, who)
+        self.timeout_s = _cfg.seconds(_cfg_get(config, plugin_name, "timeout_s"), who,
+                                      "timeout_s", 2.0)
+        self.lease_ms = _cfg.milliseconds(_cfg_get(config, plugin_name, "lease_ms"), who,
+                                          "lease_ms", DEFAULT_LEASE_MS)
+        token = _cfg.token(_cfg_get(config, plugin_name, "token"), who,
+                           token_file=_cfg_get(config, plugin_name, "token_file"))
         extra = getattr(config, "extra_config", None) or {}
         self.mla = bool(extra.get("remote_enable_mla_worker_id_as0", False)) or bool(
             getattr(metadata, "use_mla", False))
@@ -112,8 +131,8 @@ class KVPoolRemoteConnector(RemoteConnector):
             str(self.dtype).replace("torch.", ""), "ws%d" % self.world_size,
             "w%d" % (0 if self.mla else self.worker_id), "c%d" % chunk)
         self.namespace = ns
-        self._link = Link(self.url, ns, token=_cfg_get(config, plugin_name, "token"),
-                          timeout_s=self.timeout_s, name="lmcache " + ns, warn=self.warn)
+        self._link = Link(self.url, ns, token=token, timeout_s=self.timeout_s,
+                          name="lmcache " + ns, warn=self.warn, lease_ms=self.lease_ms)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4,
                                                            thread_name_prefix="kvpool-lmc")
         self._closed = False
@@ -153,15 +172,24 @@ class KVPoolRemoteConnector(RemoteConnector):
         return (kv, layers, t, heads * dim), t
 
     def _allocate(self, nbytes):
-        got = self._shape_for(nbytes)
-        if got is None:
-            return None
-        shape, _ = got
+        """A memory object for nbytes from LMCache's local CPU backend: the
+        full chunk with LMCache's own shapes (RemoteConnector's meta_shapes)
+        when known, else the shape from kv_shape (a short last chunk by its
+        byte count). Shapes go as torch.Size: LocalCPUBackend.allocate reads
+        a plain tuple as a list of shapes."""
         fmt = _memory_format(self.mla)
+        if self.meta_shapes and nbytes == self.full_chunk_size_bytes:
+            shapes, dtypes = self.meta_shapes, self.meta_dtypes
+            fmt = getattr(self, "meta_fmt", None) or fmt
+        else:
+            got = self._shape_for(nbytes)
+            if got is None:
+                return None
+            shapes, dtypes = _size(got[0]), self.dtype
         try:
-            return self.local_cpu_backend.allocate(shape, self.dtype, fmt)
+            return self.local_cpu_backend.allocate(shapes, dtypes, fmt)
         except Exception as e:
-            self.warn.warning("alloc", "kvpool.lmcache: allocate %s: %r", shape, e)
+            self.warn.warning("alloc", "kvpool.lmcache: allocate %s: %r", shapes, e)
             return None
 
     @staticmethod
@@ -176,8 +204,12 @@ class KVPoolRemoteConnector(RemoteConnector):
                 return
 
     def _get_sync(self, key):
+        """The object of `key`: received into a full-chunk object; a short
+        last chunk (recognised by its byte count) is cut down with
+        RemoteConnector.reshape_partial_chunk when LMCache has it, else
+        received again into an object of its size."""
         k = self.key_bytes(key)
-        full = self._shape_for_full()
+        full = self._full_bytes()
         obj = self._allocate(full) if full else None
         if obj is None:
             return None
@@ -185,18 +217,37 @@ class KVPoolRemoteConnector(RemoteConnector):
                               [_link.DOWN])[0]
         if got == full:
             return obj
-        if 0 < got < full and self._shape_for(got) is not None:
-            # a short last chunk: receive it again into an object of its size
-            self._release(obj)
-            obj = self._allocate(got)
-            if obj is None:
-                return None
-            again = self._link.call("get", lambda c: c.get_into_many([k], [obj.byte_array]),
-                                    [_link.DOWN])[0]
-            if again == got:
-                return obj
+        token = self._token_bytes()
+        if 0 < got < full and token and got % token == 0:
+            if self.full_chunk_size_bytes and hasattr(self, "reshape_partial_chunk"):
+                try:
+                    return self.reshape_partial_chunk(obj, got)
+                except Exception as e:
+                    self.warn.warning("partial", "kvpool.lmcache: reshape_partial_chunk: %r", e)
+            else:
+                self._release(obj)
+                obj = self._allocate(got)
+                if obj is None:
+                    return None
+                again = self._link.call("get", lambda c: c.get_into_many(
+                    [k], [obj.byte_array]), [_link.DOWN])[0]
+                if again == got:
+                    return obj
         self._release(obj)
         return None
+
+    def _full_bytes(self):
+        if self.full_chunk_size_bytes:
+            return int(self.full_chunk_size_bytes)
+        return self._shape_for_full()
+
+    def _token_bytes(self):
+        if getattr(self, "single_token_size", None):
+            return int(self.single_token_size)
+        if len(self.kv_shape) != 5:
+            return 0
+        layers, kv, _, heads, dim = self.kv_shape
+        return layers * kv * heads * dim * _itemsize(self.dtype)
 
     def _shape_for_full(self):
         if len(self.kv_shape) != 5:
@@ -311,6 +362,15 @@ def _itemsize(dtype):
         return torch.empty((), dtype=dtype).element_size()
     except Exception:
         return 0
+
+
+def _size(shape):
+    """shape as a torch.Size (what LMCache's allocators take for one shape)."""
+    try:
+        import torch
+        return torch.Size(shape)
+    except Exception:
+        return tuple(shape)
 
 
 def _memory_format(mla):

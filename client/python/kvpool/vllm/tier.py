@@ -25,12 +25,13 @@ import os
 import threading
 import time
 
+from .._adapters import config as _cfg
 from .._adapters import link as _link
 from .._adapters.async_link import make_async_link
 from .._adapters.buffers import raw_buffer
 from .._adapters.keys import make_namespace
 from .._adapters.link import Link, RateLimitedLog
-from ._keys import (DEFAULT_LEASE_MS, DEFAULT_URL, _hash_algo, _import, _model_dtype,
+from ._keys import (DEFAULT_LEASE_MS, _hash_algo, _import, _model_dtype,
                     _parallel, block_key)
 
 log = logging.getLogger("kvpool.vllm")
@@ -140,11 +141,19 @@ class KVPoolSecondaryTier(SecondaryTierManager):
             pass
         self._offloading_spec = config
         self._primary_kv_view = view
-        self.url = str(params.get("url") or DEFAULT_URL)
-        self.lease_ms = int(params.get("lease_ms", DEFAULT_LEASE_MS))
-        self.miss_ttl_s = float(params.get("miss_ttl_s", 1.0))
-        self.failed_ttl_s = float(params.get("failed_ttl_s", 30.0))
-        self.group = int(params.get("group", 0))
+        who = "kvpool.vllm tier"
+        self.url = _cfg.url(params.get("url"), who)
+        self.lease_ms = _cfg.milliseconds(params.get("lease_ms"), who, "lease_ms",
+                                          DEFAULT_LEASE_MS)
+        self.miss_ttl_s = _cfg.seconds(params.get("miss_ttl_s"), who, "miss_ttl_s", 1.0,
+                                       allow_zero=True)
+        self.failed_ttl_s = _cfg.seconds(params.get("failed_ttl_s"), who, "failed_ttl_s", 30.0,
+                                         allow_zero=True)
+        self.group = _cfg.integer(params.get("group"), who, "group", 0)
+        _cfg.integer(params.get("block_size"), who, "block_size", 0)
+        _cfg.text(params.get("namespace_prefix"), who, "namespace_prefix")
+        token = _cfg.token(params.get("token"), who, token_file=params.get("token_file"))
+        timeout = _cfg.seconds(params.get("timeout_s"), who, "timeout_s", 2.0)
         self._rows = None
         try:
             self._rows = _Rows(view)
@@ -155,10 +164,9 @@ class KVPoolSecondaryTier(SecondaryTierManager):
         if not os.environ.get("PYTHONHASHSEED"):
             log.info("kvpool.vllm: PYTHONHASHSEED is not set: unless this vLLM hashes "
                      "deterministically, other instances cannot hit this one's blocks")
-        token = params.get("token")
-        timeout = float(params.get("timeout_s", 2.0))
         self._read_link = Link(self.url, self.namespace, token=token, timeout_s=timeout,
-                               name="vllm tier read " + self.namespace, warn=self.warn)
+                               name="vllm tier read " + self.namespace, warn=self.warn,
+                               lease_ms=self.lease_ms)
         self._write_link = Link(self.url, self.namespace, token=token, timeout_s=timeout,
                                 name="vllm tier write " + self.namespace, warn=self.warn)
         if self._rows is not None:
