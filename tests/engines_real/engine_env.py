@@ -98,6 +98,20 @@ class _AnyMeta(type):
         setattr(cls, name, value)
         return value
 
+    def __call__(cls, *args, **kwargs):
+        # used as a decorator (@stub.thing): the decorated object itself
+        if len(args) == 1 and not kwargs and (callable(args[0]) or isinstance(args[0], type)):
+            return args[0]
+        return super().__call__(*args, **kwargs)
+
+    def __getitem__(cls, item):          # Stub[int] in an annotation
+        return cls
+
+    def __or__(cls, other):              # Stub | None in an annotation
+        return cls
+
+    __ror__ = __or__
+
 
 class _Anything(metaclass=_AnyMeta):
     """What a stubbed name gives: a class that takes any arguments, whose
@@ -142,6 +156,7 @@ def stub(name, reason, _force=False, **attrs):
         if n not in sys.modules:
             m = _StubModule(n)
             m.__path__ = []
+            m.__spec__ = importlib.machinery.ModuleSpec(n, None, is_package=True)
             sys.modules[n] = m
             if i > 1:
                 setattr(sys.modules[".".join(parts[:i - 1])], parts[i - 1], m)

@@ -36,12 +36,13 @@ LAYOUT_VERSION = "kv1"
 # KV-cache spec classes, by name (vLLM's v1/kv_cache_interface.py), so that
 # nothing here imports vLLM: the served kinds, and those refused.
 _ATTENTION = ("FullAttentionSpec", "SlidingWindowSpec", "ChunkedLocalAttentionSpec",
-              "AttentionSpec", "TQFullAttentionSpec")
+              "AttentionSpec")
 _MLA = ("MLAAttentionSpec",)
 _REFUSED = {"MambaSpec": "a Mamba (state) group",
             "CrossAttentionSpec": "a cross-attention group",
             "EncoderOnlyAttentionSpec": "an encoder-only attention group",
-            "SinkFullAttentionSpec": "attention with sinks"}
+            "SinkFullAttentionSpec": "attention with sinks",
+            "TQFullAttentionSpec": "TurboQuant-packed KV"}
 
 
 def _kind(spec):
@@ -50,6 +51,11 @@ def _kind(spec):
     for n in names:
         if n in _REFUSED:
             return None, _REFUSED[n]
+    hv = getattr(spec, "head_size_v", None)
+    if hv not in (None, getattr(spec, "head_size", None)):
+        return None, "K and V of different head sizes (%s and %s)" % (spec.head_size, hv)
+    if int(getattr(spec, "kv_quant_mode", 0) or 0):
+        return None, "quantized KV with scales (kv_quant_mode %s)" % spec.kv_quant_mode
     for n in names:
         if n in _MLA:
             return "mla", None
