@@ -14,11 +14,9 @@ be installed here (no PyPI; Debian's python3-torch is 1.13), so loading
 them takes a few import-only stubs. Each is listed below with its reason
 (STUBS, printed by the runner); a stub never stands in for code the tests
 drive. Where a module would only run on a newer torch, the gap is filled
-the same way (TORCH_GAPS). What an engine imports and Debian packages
-(python3-psutil, python3-cachetools,
-python3-xxhash, python3-cbor2, python3-aiofiles, python3-sortedcontainers,
-python3-regex, pybind11-dev) is installed by `make test-engines-real`
-instead of being stubbed. LMCache's compiled native_storage_ops (its
+the same way (TORCH_GAPS). What an engine imports and Debian packages is installed
+instead of being stubbed (tests/engines_real/run.sh installs them).
+LMCache's compiled native_storage_ops (its
 Bitmap) is built from the snapshot's own csrc/storage_manager with
 pybind11 into a cache folder, once.
 """
@@ -291,7 +289,6 @@ def load_sglang():
     if got is None:
         return None
     root, checkout = got
-    torch_gaps()
     sys.path.insert(0, root)
     # sglang/__init__.py and sglang/srt/__init__.py import the whole server
     # (384 modules, CUDA kernels): the storage interface needs neither.
@@ -321,7 +318,7 @@ def report(engine, commit):
         {"vllm": "KVPOOL_VLLM_SRC", "sglang": "KVPOOL_SGLANG_SRC",
          "lmcache": "KVPOOL_LMCACHE_SRC"}[engine])))
     for name, why in TORCH_GAPS:
-        print("  torch gap: %s: %s" % (name, why))
+        print("  gap filled: %s: %s" % (name, why))
     for name, why in STUBS:
         print("  import-only stub %s: %s" % (name, why))
 

@@ -179,10 +179,17 @@ class Worker:
         raise KeyError(name)
 
     def _slot(self, ids, pos):
+        """(manager block, kernel block, token in it) of token `pos`: the
+        kernel blocks of a manager block from vLLM's own mapping
+        (BlockTable.map_to_kernel_blocks)."""
+        import numpy as np
+        from vllm.v1.worker.block_table import BlockTable
         block = self.setup["block"]
         kernel = self.setup.get("kernel", block)
+        r = block // kernel
         m = ids[pos // block]
-        return m, m * (block // kernel) + (pos % block) // kernel, pos % kernel
+        kernels = BlockTable.map_to_kernel_blocks(np.array([m]), r, np.arange(r))
+        return m, int(kernels[(pos % block) // kernel]), pos % kernel
 
     def forward(self, block_ids, first, n, seed):
         """Write KV values derived from (seed, rank, layer, kv, token, head,
