@@ -22,7 +22,9 @@ the blocks taken right after the first token (as an engine offloads KV in
 the background), so the reply, and the next request, do not wait for it.
 load_policy: "always" loads every matched block; "never" matches but
 loads nothing; "estimate" loads the matched prefix only when the node's
-LoadEstimator expects its load to beat recomputing it.
+LoadEstimator (the engine adapters' own, kvpool._adapters.policy, fed with
+this node's GET and prefill timings) expects its load to beat
+recomputing it.
 
 What the node does with it, as an engine would:
   1. block hashes of the prompt's full blocks (kvpool.block_hashes on the
@@ -63,98 +65,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model as M  # noqa: E402
 
 import kvpool  # noqa: E402  (PYTHONPATH: client/python)
+# the engine adapters' load estimator (loads a hit only when it pays)
+from kvpool._adapters.policy import LoadEstimator  # noqa: E402
 
 LEASE_MS = 5000
 
 
 def log(name, msg):
     print("node %s: %s" % (name, msg), file=sys.stderr, flush=True)
-
-
-class LoadEstimator:
-    """When loading a matched prefix pays: running estimates of what a byte
-    loaded from the pool costs this node (from its own GETs) and of what
-    prefilling costs it (from its own prefills), and the decision to load
-    the matched blocks or to recompute them.
-
-    Loading m blocks is modelled as m x block_bytes x (seconds per byte),
-    an exponentially weighted average (alpha 0.5: one slow GET after fast
-    ones moves it most of the way at once). Prefilling tokens p0..p1 (p0
-    of them already in the cache) as a x (p1 - p0) + b x (p1^2 - p0^2) / 2:
-    a per token (the matmuls) plus b per token per token before it
-    (attention), fitted by least squares, both >= 0, to the node's last
-    SAMPLES prefills. So recomputing a long prefix costs more per token
-    than a short one, and the choice can differ with the length: loading
-    the k matched tokens pays when its time is below a k + b k^2 / 2. The
-    choice is all of the matched prefix or none of it (both costs grow
-    with every block: a longer load saves a longer compute). Until both
-    are known the node loads (it must measure); a node that skips still
-    loads one request in PROBE_EVERY, so that a pool that got fast again
-    is noticed.
-    """
-
-    ALPHA = 0.5
-    PROBE_EVERY = 8
-    SAMPLES = 32
-    MIN_PREFILL_TOKENS = 64   # shorter computes are the LM head and fixed costs
-
-    def __init__(self):
-        self.s_per_byte = None
-        self.prefills = []    # (p0, p1, seconds)
-        self.a = self.b = None
-        self.skipped = 0
-
-    def record_load(self, nbytes, seconds):
-        if nbytes > 0 and seconds > 0:
-            x = seconds / nbytes
-            self.s_per_byte = x if self.s_per_byte is None else \
-                (1 - self.ALPHA) * self.s_per_byte + self.ALPHA * x
-
-    def record_prefill(self, tokens, seconds, context_tokens):
-        if tokens < self.MIN_PREFILL_TOKENS or seconds <= 0:
-            return
-        p1 = context_tokens
-        self.prefills = (self.prefills + [(p1 - tokens, p1, seconds)])[-self.SAMPLES:]
-        self._fit()
-
-    def _fit(self):
-        """Least squares of seconds = a x + b y, x = p1 - p0, y = (p1^2 - p0^2) / 2."""
-        rows = [(p1 - p0, (p1 * p1 - p0 * p0) / 2.0, t) for p0, p1, t in self.prefills]
-        sxx = sum(x * x for x, _, _ in rows)
-        sxy = sum(x * y for x, y, _ in rows)
-        syy = sum(y * y for _, y, _ in rows)
-        sxt = sum(x * t for x, _, t in rows)
-        syt = sum(y * t for _, y, t in rows)
-        det = sxx * syy - sxy * sxy
-        a = b = None
-        if det > 1e-12 * sxx * syy:
-            a = (sxt * syy - syt * sxy) / det
-            b = (syt * sxx - sxt * sxy) / det
-        if a is None or a < 0 or b < 0:   # one shape of prompt, or noise: no attention term
-            a, b = sxt / sxx, 0.0
-        self.a, self.b = a, b
-
-    def compute_s(self, tokens):
-        """Predicted seconds to prefill tokens 0..tokens."""
-        return self.a * tokens + self.b * tokens * tokens / 2
-
-    def blocks_to_load(self, matched, block_bytes, block_tokens, prompt_tokens):
-        """(blocks to load, why) for a MATCH of `matched` blocks."""
-        if matched == 0:
-            return 0, "miss"
-        if self.s_per_byte is None or self.a is None:
-            return matched, "learning"
-        if matched * block_bytes * self.s_per_byte < self.compute_s(matched * block_tokens):
-            self.skipped = 0
-            return matched, "load pays"
-        self.skipped += 1
-        if self.skipped % self.PROBE_EVERY == 0:
-            return matched, "probe"
-        return 0, "recompute pays"
-
-    def state(self):
-        return dict(load_bytes_per_s=1 / self.s_per_byte if self.s_per_byte else None,
-                    prefill_s_per_token=self.a, prefill_s_per_token_pair=self.b)
 
 
 class Putter:
@@ -257,8 +175,8 @@ class Node:
             if policy == "never":
                 want = 0
             elif policy == "estimate":
-                want, r["decision"] = self.estimator.blocks_to_load(
-                    matched, self.cfg.block_bytes, self.cfg.block_tokens, prompt_tokens)
+                want, r["decision"] = self.estimator.decide(
+                    matched, self.cfg.block_bytes, self.cfg.block_tokens)
             t1 = time.perf_counter()
             got = self.pool.get_into_many(keys[:want], self._slot_views(0, want)) \
                 if want else []

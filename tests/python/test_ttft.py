@@ -165,35 +165,6 @@ def test_choose_window_finds_recurring_prefixes(ttft):
     assert first == 0.0 and med == 0.0
 
 
-def test_load_estimator(ttft):
-    """The node's load-or-recompute choice, from synthetic measurements
-    (no timing): it learns first, fits prefill = a n + b n^2 / 2, loads
-    when the load is faster, recomputes a short prefix and loads a long
-    one when loading costs as much per token as mid-length prefill, and
-    probes one request in PROBE_EVERY when it skips."""
-    sys.path.insert(0, os.path.join(ROOT, "examples", "ttft"))
-    import node
-    est = node.LoadEstimator()
-    assert est.blocks_to_load(0, 65536, 16, 100) == (0, "miss")
-    assert est.blocks_to_load(8, 65536, 16, 200) == (8, "learning")
-    a, b = 5e-4, 2e-7                     # s per token, s per token pair
-    for p0, p1 in ((0, 1024), (0, 4096), (1024, 1280), (0, 2048), (4096, 4352), (0, 512)):
-        est.record_prefill(p1 - p0, a * (p1 - p0) + b * (p1 * p1 - p0 * p0) / 2, p1)
-    est.record_prefill(10, 1.0, 10)       # too short to count
-    assert est.a == pytest.approx(a, rel=1e-6) and est.b == pytest.approx(b, rel=1e-6)
-    est.record_load(64 << 20, 0.05)       # 1.3 GB/s
-    assert est.blocks_to_load(64, 65536, 16, 2000) == (64, "load pays")
-    # 4 KiB per token at 2 MB/s: 2 ms per token; compute per token is
-    # 0.5 ms + 0.1 us x position: ~0.6 ms at 1k, ~2.1 ms at 16k
-    for _ in range(12):
-        est.record_load(4 << 20, 2.0)
-    assert est.blocks_to_load(64, 4096 * 16, 16, 1100)[1] == "recompute pays"
-    assert est.blocks_to_load(2048, 4096 * 16, 16, 33000) == (2048, "load pays")
-    got = [est.blocks_to_load(64, 4096 * 16, 16, 1100) for _ in range(2 * est.PROBE_EVERY)]
-    assert [g[1] for g in got].count("probe") == 2
-    assert all(g[0] == (64 if g[1] == "probe" else 0) for g in got)
-
-
 def test_pool_gone_means_full_prefill(ttft, fresh_server):
     """Node B whose pool is not there serves every request by computing it
     all, with the same output, and says why in pool_error."""

@@ -267,13 +267,14 @@ def statuses_or(result, n, default=DOWN):
     return [default] * n
 
 
-def put_rerooting(client, keys, bufs, parents):
+def put_rerooting(client, keys, bufs, parents, retain_ms=0):
     """put_many, then again for the blocks refused with -ENOLINK (their
     parent was evicted or never stored): a refused block whose parent is
     an earlier refused block of the batch keeps it (both are put again, in
     order); the others are put with parent=None. A re-rooted block still
-    matches, since MATCH does not check links."""
-    st = client.put_many(keys, bufs, parents)
+    matches, since MATCH does not check links. retain_ms: as put_many (an
+    int, or one per block; a retention hint, kvpool._adapters.policy)."""
+    st = client.put_many(keys, bufs, parents, retain_ms=retain_ms)
     again = [i for i, s in enumerate(st) if s == -_errno.ENOLINK]
     if again:
         p2, earlier = [], set()
@@ -281,7 +282,9 @@ def put_rerooting(client, keys, bufs, parents):
             p = parents[i] if parents else None
             p2.append(p if p is not None and p in earlier else None)
             earlier.add(keys[i])
-        st2 = client.put_many([keys[i] for i in again], [bufs[i] for i in again], p2)
+        r2 = retain_ms if isinstance(retain_ms, int) else [retain_ms[i] for i in again]
+        st2 = client.put_many([keys[i] for i in again], [bufs[i] for i in again], p2,
+                              retain_ms=r2)
         for j, i in enumerate(again):
             st[i] = st2[j]
     return st

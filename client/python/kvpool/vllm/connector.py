@@ -15,9 +15,11 @@ scheduler answers (0, False) and failed loads are reported for recompute.
 
 import logging
 import threading
+import time
 
 from .._adapters import config as _cfg
 from .._adapters import link as _link
+from .._adapters import policy as _policy
 from .._adapters.keys import make_namespace
 from .._adapters.link import Link, RateLimitedLog
 from . import _layout
@@ -73,7 +75,8 @@ class KVPoolConnectorMetadata(_conn_meta or object):
     """What the scheduler tells the workers each step.
 
     loads:  [(req_id, [chunk key], [chunk])]: fill these blocks
-    stores: [(req_id, [chunk key], [chunk], parent key or None)]: store them
+    stores: [(req_id, [chunk key], [chunk], parent key or None, [retain_ms])]:
+            store them, each with its retention (0: an ordinary block)
     acked:  ranks whose layout verdict the scheduler has (they stop sending it)
     A chunk is a tuple with one list of chunk_blocks KV-manager block ids
     per KV-cache group (block 0 is vLLM's null block: nothing there).
@@ -88,18 +91,22 @@ class KVPoolConnectorMetadata(_conn_meta or object):
 class KVPoolWorkerMetadata(_worker_meta or object):
     """What workers tell the scheduler (build_connector_worker_meta):
     verdicts = {rank: (served, layout tag or the reason it is refused)},
-    merged across workers by aggregate()."""
+    loads = [(bytes, seconds)] of the whole loads done since the last
+    report (for the scheduler's load estimator), merged across workers
+    by aggregate()."""
 
-    def __init__(self, verdicts=None):
+    def __init__(self, verdicts=None, loads=None):
         self.verdicts = dict(verdicts or {})
+        self.loads = list(loads or [])
 
     def aggregate(self, other):
         merged = dict(self.verdicts)
         merged.update(getattr(other, "verdicts", None) or {})
-        return KVPoolWorkerMetadata(merged)
+        return KVPoolWorkerMetadata(merged, self.loads + list(getattr(other, "loads", None)
+                                                              or []))
 
     def __repr__(self):
-        return "KVPoolWorkerMetadata(%r)" % self.verdicts
+        return "KVPoolWorkerMetadata(%r, loads=%d)" % (self.verdicts, len(self.loads))
 
 
 def _is_scheduler(role):
@@ -119,7 +126,7 @@ def _groups_of(ids):
 
 class _ReqState:
     __slots__ = ("request", "asked", "computed", "answer", "block_ids", "stored", "load_from",
-                 "loads")
+                 "loads", "retain_ms")
 
     def __init__(self, request):
         self.request = request
@@ -130,6 +137,7 @@ class _ReqState:
         self.stored = 0          # chunks stored or loaded (need no store)
         self.load_from = 0
         self.loads = 0
+        self.retain_ms = None    # the request's own retention (kv_transfer_params), or None
 
 
 class KVPoolConnector(*_BASES):
@@ -140,8 +148,13 @@ class KVPoolConnector(*_BASES):
     lease_ms (5000), chunk_blocks (1: KV-manager blocks per kvpool block),
     namespace_prefix ("vllm-conn"), model, kv_dtype, hash_algo,
     stage_through_host (false; always on for KV caches in GPU memory),
-    scheduler_timeout_s (0.5: the scheduler's MATCHes block its thread).
-    A value that cannot work raises ConfigError here, at start.
+    scheduler_timeout_s (0.5: the scheduler's MATCHes block its thread),
+    retain_first_blocks and retain_ms (store, and refresh on a hit, the
+    first chunks of every prompt with a retention: the system prompt),
+    request_retain (true: a request's kv_transfer_params
+    {"kvpool_retain_ms": MS} retains its chunks), prefill_tokens_per_s
+    (offer a hit only when loading it beats recomputing it; unset: every
+    hit). A value that cannot work raises ConfigError here, at start.
 
     Roles (kv_transfer_config.kv_role): kv_producer stores and never
     loads, kv_consumer loads and never stores, kv_both does both.
@@ -204,6 +217,11 @@ class KVPoolConnector(*_BASES):
         self.chunk_blocks = _cfg.integer(extra.get("chunk_blocks"), who, "chunk_blocks", 1, 1)
         self.force_stage = _cfg.flag(extra.get("stage_through_host"), who,
                                      "stage_through_host", False)
+        # issue 29: retention hints for what is stored, and a load
+        # estimator (fed by the workers' load timings) for what is offered
+        self.retain = _policy.RetainHints(extra, who)
+        self.estimator = _policy.LoadEstimator.from_config(extra, who)
+        self._load_samples = []                # worker: (bytes, seconds) not reported yet
         _cfg.text(extra.get("namespace_prefix"), who, "namespace_prefix")
         self.role_name = str(getattr(ktc, "kv_role", None) or "kv_both")
         if self.role_name not in ("kv_producer", "kv_consumer", "kv_both"):
@@ -349,13 +367,22 @@ class KVPoolConnector(*_BASES):
             keys = self._chunk_keys(request)[start:limit]
             if not keys:
                 return st.answer
+            params = getattr(request, "kv_transfer_params", None)
+            st.retain_ms = self.retain.request_ms(params.get(_policy.VLLM_REQUEST_FIELD)) \
+                if isinstance(params, dict) else None
             hit = len(keys)
             for rank in self._ranks():
                 link = self._link(rank)
-                m = link.call("match", lambda c: c.match(keys[:hit], self.lease_ms), 0)
+                # a request's own retention is refreshed on the run it hits
+                m = link.call("match", lambda c: c.match(keys[:hit], self.lease_ms,
+                                                         retain_ms=st.retain_ms or 0), 0)
                 hit = min(hit, m if isinstance(m, int) else 0)
                 if hit == 0:
                     break
+            self._refresh_first(keys, start, hit, st)
+            if hit and self.estimator.enabled:
+                hit = self.estimator.offer(hit, self.layout.chunk_bytes(self.chunk_blocks),
+                                           self.chunk_tokens)
             tokens = hit * self.chunk_tokens
             tokens = min(tokens, total - num_computed_tokens)
             tokens -= tokens % self.chunk_tokens
@@ -365,6 +392,16 @@ class KVPoolConnector(*_BASES):
         except Exception as e:
             self.warn.warning("match", "kvpool.vllm: get_num_new_matched_tokens: %r", e)
             return (0, False)
+
+    def _refresh_first(self, keys, start, hit, st):
+        """retain_first_blocks: a hit on the prompt's first chunks extends
+        their retention (they are loaded, not stored again, so no PUT would)."""
+        if st.retain_ms is not None or not hit or start or not self.retain.first_blocks:
+            return      # a request's own retention was refreshed by its MATCH already
+        k = min(self.retain.first_blocks, hit)
+        for rank in self._ranks():
+            self._link(rank).call("retain", lambda c: c.match(keys[:k], 0,
+                                                              retain_ms=self.retain.retain_ms), 0)
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         """Remember the request's blocks; the loads follow in the next
@@ -447,7 +484,9 @@ class KVPoolConnector(*_BASES):
                     chunks = range(first, upto)
                     meta.stores.append((req_id, [keys[c] for c in chunks],
                                         [self._chunk(st, c) for c in chunks],
-                                        keys[first - 1] if first > 0 else None))
+                                        keys[first - 1] if first > 0 else None,
+                                        self.retain.for_blocks(first, upto - first,
+                                                               st.retain_ms)))
                 st.stored = max(st.stored, upto)
                 st.computed = done_tokens
         except Exception as e:
@@ -464,9 +503,12 @@ class KVPoolConnector(*_BASES):
         return self.request_finished(request, block_ids)
 
     def update_connector_output(self, connector_output):
-        """Take the workers' layout verdicts (KVPoolWorkerMetadata)."""
+        """Take the workers' layout verdicts and load timings
+        (KVPoolWorkerMetadata)."""
         try:
             wm = getattr(connector_output, "kv_connector_worker_meta", None)
+            for nbytes, secs in getattr(wm, "loads", None) or ():
+                self.estimator.record_load(nbytes, secs)
             verdicts = getattr(wm, "verdicts", None)
             if not verdicts:
                 return None
@@ -556,10 +598,14 @@ class KVPoolConnector(*_BASES):
                         "fails)", self.rank, e)
 
     def build_connector_worker_meta(self):
-        """This worker's layout verdict, until the scheduler has it."""
-        if self._verdict is None or self._acked:
+        """This worker's layout verdict, until the scheduler has it, and the
+        timings of its whole loads since the last call (the scheduler's
+        load estimator learns from them)."""
+        loads, self._load_samples = self._load_samples, []
+        verdict = None if self._verdict is None or self._acked else {self.rank: self._verdict}
+        if verdict is None and not loads:
             return None
-        return KVPoolWorkerMetadata({self.rank: self._verdict})
+        return KVPoolWorkerMetadata(verdict, loads)
 
     def bind_connector_metadata(self, connector_metadata):
         super().bind_connector_metadata(connector_metadata)
@@ -669,8 +715,12 @@ class KVPoolConnector(*_BASES):
             return
         link = self._link(self._own_rank())
         bufs, staged, size = self._buffers(chunks)
+        t0 = time.perf_counter()
         st = _link.statuses_or(link.call("load", lambda c: c.get_into_many(keys, bufs),
                                          None), len(keys))
+        if self.estimator.enabled and all(s == size for s in st):
+            self._load_samples = (self._load_samples +
+                                  [(size * len(keys), time.perf_counter() - t0)])[-64:]
         failed = 0
         for i, chunk in enumerate(chunks):
             if st[i] != size:
@@ -702,19 +752,24 @@ class KVPoolConnector(*_BASES):
                 return
             if not self.stores or (self.is_mla and self.rank % max(self.tp, 1) != 0):
                 return
-            for req_id, keys, chunks, parent in meta.stores:
-                self._save(keys, chunks, parent)
+            for store in meta.stores:
+                req_id, keys, chunks, parent = store[:4]
+                self._save(keys, chunks, parent, store[4] if len(store) > 4 else None)
         except Exception as e:
             self.warn.warning("save", "kvpool.vllm: wait_for_save: %r", e)
 
-    def _save(self, keys, chunks, parent):
+    def _save(self, keys, chunks, parent, retain=None):
         """The save path: put the chunks the pool lacks, chained from
-        `parent` (the request's previous chunk)."""
+        `parent` (the request's previous chunk), each with its retention
+        (retain[i] ms; None: none). A chunk the pool holds already is not
+        sent again; when it is to be retained, its retention is extended
+        (a MATCH with retain_ms of the leading such run)."""
+        retain = list(retain or [0] * len(keys))
         # a chunk with a null block (out of a sliding window) cannot be stored
         # whole, nor can any after it (they would never be matched)
         for i, chunk in enumerate(chunks):
             if any(not b for g in chunk for b in g):
-                keys, chunks = keys[:i], chunks[:i]
+                keys, chunks, retain = keys[:i], chunks[:i], retain[:i]
                 break
         if not keys:
             return
@@ -723,6 +778,12 @@ class KVPoolConnector(*_BASES):
         if have is None:
             return
         need = [i for i, h in enumerate(have) if not h]
+        held = 0
+        while held < len(have) and have[held] and retain[held]:
+            held += 1
+        if held:
+            ms = max(retain[:held])
+            link.call("retain", lambda c: c.match(keys[:held], 0, retain_ms=ms), 0)
         if not need:
             return
         ks = [keys[i] for i in need]
@@ -731,7 +792,8 @@ class KVPoolConnector(*_BASES):
             if staged[j]:
                 self._stage(bufs[j], chunks[i])
         parents = [keys[i - 1] if i > 0 else parent for i in need]
-        st = link.call("save", lambda c: _link.put_rerooting(c, ks, bufs, parents), None)
+        rs = [retain[i] for i in need]
+        st = link.call("save", lambda c: _link.put_rerooting(c, ks, bufs, parents, rs), None)
         if st is not None and any(st):
             self.warn.warning("save", "kvpool.vllm: %d of %d chunks not stored (first status "
                               "%d)", sum(1 for s in st if s), len(st), next(s for s in st if s))
