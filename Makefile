@@ -21,9 +21,11 @@
 #   make bench      build the benchmark tools of tests/bench (tests/bench/compare.sh runs them)
 #   make container-test  build docker/Dockerfile with buildah (no Docker engine), run kvpoold
 #                   from the image, check it from the host (~10 min; not in make test, in .ci/run)
-#   make install PREFIX=/usr/local DESTDIR=   binaries, library, header, the
+#   make install PREFIX=/usr/local DESTDIR=   binaries, library, header, kvpool.pc, the
+#                   Python package (the wheel, through pip; INSTALL_PYTHON=0: not), the
 #                   systemd unit and sysusers entry, /etc/kvpool/kvpool.conf (kept if present);
 #                   then runs ldconfig (LDCONFIG=) unless DESTDIR is set
+#   make wheel, make deb, make test-packaging: see "Packaging" below
 #   make clean
 
 PREFIX  ?= /usr/local
@@ -37,6 +39,9 @@ SYSCONFDIR ?= /etc
 SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 SYSUSERS_DIR ?= $(PREFIX)/lib/sysusers.d
 LIBDIR  ?= $(PREFIX)/lib
+# INSTALL_PYTHON=0: make install leaves out the Python package (an image
+# without python3, such as docker/Dockerfile's)
+INSTALL_PYTHON ?= 1
 INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 LDCONFIG ?= ldconfig
@@ -411,7 +416,7 @@ demo-ttft: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) examples/ttft/run.sh
 
-install: all wheel
+install: all $(if $(filter 1,$(INSTALL_PYTHON)),wheel)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
 	  $(DESTDIR)$(PREFIX)/share/kvpool $(DESTDIR)$(PKGCONFIGDIR)
 	install -m 755 $(KVPOOLD) $(KVPOOL) $(DESTDIR)$(PREFIX)/bin/
@@ -423,7 +428,7 @@ install: all wheel
 	install -m 644 config/kvpool.conf $(DESTDIR)$(PREFIX)/share/kvpool/
 	@# the Python package: the wheel of make wheel, installed by pip with its
 	@# metadata (the vllm.general_plugins entry point, RECORD for pip uninstall)
-	$(call pip_install_wheel,$(DESTDIR)$(PYDIR))
+	$(if $(filter 1,$(INSTALL_PYTHON)),$(call pip_install_wheel,$(DESTDIR)$(PYDIR)))
 	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(SYSCONFDIR)/kvpool
 	sed -e 's|/usr/local/bin/kvpoold|$(PREFIX)/bin/kvpoold|' -e 's|/etc/kvpool/|$(SYSCONFDIR)/kvpool/|' \
 	  config/kvpoold.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/kvpoold.service
@@ -457,7 +462,7 @@ WHEEL_LIB ?= $(LIB_SO)
 DEB_OUT   := $(BUILD)/deb
 # What make deb and make test-packaging need besides DEB_PACKAGES (kubectl,
 # when it is not installed, comes from Debian's kubernetes-client).
-PACKAGING_DEB_PACKAGES := debhelper devscripts dh-python lintian fakeroot python3-yaml
+PACKAGING_DEB_PACKAGES := debhelper dh-python lintian fakeroot python3-yaml
 .PHONY: wheel deb test-packaging deps-packaging
 
 # setuptools works in $(BUILD)/python, never in the source tree; the version
@@ -511,7 +516,7 @@ deb:
 
 deps-packaging: deps
 	@if ! command -v dpkg-buildpackage >/dev/null || ! command -v dh_python3 >/dev/null || \
-	    ! command -v lintian >/dev/null || ! command -v debuild >/dev/null || \
+	    ! command -v lintian >/dev/null || \
 	    ! $(PYTHON) -c 'import yaml, build, wheel, setuptools, pip' 2>/dev/null; then \
 	  echo "installing packaging tools: $(PACKAGING_DEB_PACKAGES)"; \
 	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
