@@ -501,7 +501,7 @@ endef
 # a copy of the tree (the files git knows, or everything but build dirs) in
 # $(DEB_OUT)/src, so the packages land in $(DEB_OUT) and the build in
 # $(DEB_OUT)/src/build. debian/changelog's version must be SRV_VERSION.
-deb:
+deb: deps-packaging
 	@for t in dpkg-buildpackage dh dh_python3; do command -v $$t >/dev/null || { echo "make deb" \
 	  "needs $$t: apt-get install $(PACKAGING_DEB_PACKAGES), or make deps-packaging"; exit 1; }; done
 	@v=$$(dpkg-parsechangelog -l debian/changelog -SVersion); [ "$$v" = "$(VERSION)" ] || { \
