@@ -462,7 +462,7 @@ WHEEL_LIB ?= $(LIB_SO)
 DEB_OUT   := $(BUILD)/deb
 # What make deb and make test-packaging need besides DEB_PACKAGES (kubectl,
 # when it is not installed, comes from Debian's kubernetes-client).
-PACKAGING_DEB_PACKAGES := debhelper dh-python lintian fakeroot python3-yaml
+PACKAGING_DEB_PACKAGES := debhelper dh-python help2man lintian fakeroot python3-yaml
 .PHONY: wheel deb test-packaging deps-packaging
 
 # setuptools works in $(BUILD)/python, never in the source tree; the version
@@ -502,7 +502,7 @@ endef
 # $(DEB_OUT)/src, so the packages land in $(DEB_OUT) and the build in
 # $(DEB_OUT)/src/build. debian/changelog's version must be SRV_VERSION.
 deb: deps-packaging
-	@for t in dpkg-buildpackage dh dh_python3; do command -v $$t >/dev/null || { echo "make deb" \
+	@for t in dpkg-buildpackage dh dh_python3 help2man; do command -v $$t >/dev/null || { echo "make deb" \
 	  "needs $$t: apt-get install $(PACKAGING_DEB_PACKAGES), or make deps-packaging"; exit 1; }; done
 	@v=$$(dpkg-parsechangelog -l debian/changelog -SVersion); [ "$$v" = "$(VERSION)" ] || { \
 	  echo "make deb: debian/changelog is at $$v, server/srv_server.h at $(VERSION):" \
@@ -515,7 +515,7 @@ deb: deps-packaging
 	@ls $(DEB_OUT)/*.deb
 
 deps-packaging: deps
-	@if ! command -v dpkg-buildpackage >/dev/null || ! command -v dh_python3 >/dev/null || \
+	@if ! command -v dpkg-buildpackage >/dev/null || ! command -v dh_python3 >/dev/null || ! command -v help2man >/dev/null || \
 	    ! command -v lintian >/dev/null || \
 	    ! $(PYTHON) -c 'import yaml, build, wheel, setuptools, pip' 2>/dev/null; then \
 	  echo "installing packaging tools: $(PACKAGING_DEB_PACKAGES)"; \
