@@ -431,9 +431,10 @@ test_deb() {
 	p=$(ls "$debs"/python3-kvpool_"$VERSION"_all.deb)
 	check "four packages at version $VERSION in $BUILD/deb" test -f "$k" -a -f "$l" -a -f "$d" -a -f "$p" ||
 		{ section_end; return; }
-	check "kvpool: kvpoold, kvpool, the unit, sysusers, tmpfiles, /etc/kvpool/kvpool.conf" \
+	check "kvpool: kvpoold, kvpool, the unit, sysusers, tmpfiles, /etc/kvpool/kvpool.conf, manual pages" \
 		deb_has "$k" /usr/bin/kvpoold /usr/bin/kvpool /lib/systemd/system/kvpoold.service \
-		/usr/lib/sysusers.d/kvpool.conf /usr/lib/tmpfiles.d/kvpool.conf /etc/kvpool/kvpool.conf
+		/usr/lib/sysusers.d/kvpool.conf /usr/lib/tmpfiles.d/kvpool.conf /etc/kvpool/kvpool.conf \
+		/usr/share/man/man8/kvpoold.8.gz /usr/share/man/man1/kvpool.1.gz
 	check "kvpool: the conffile" deb_control_has "$k" conffiles '^/etc/kvpool/kvpool.conf$'
 	check "kvpool: postinst creates the user, enables and starts the unit" kvpool_postinst_ok "$k"
 	check "kvpool: postrm purge removes /var/lib/kvpool" deb_control_has "$k" postrm 'rm -rf .*/var/lib/kvpool'

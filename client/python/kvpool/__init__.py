@@ -34,13 +34,14 @@ def _version():
     import re
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))))
-    try:
-        with open(os.path.join(root, "server", "srv_server.h"), encoding="utf-8") as f:
-            m = re.search(r'^#define SRV_VERSION "([^"]+)"', f.read(), re.M)
-        if m:
-            return m.group(1)
-    except OSError:
-        pass
+    if os.path.exists(os.path.join(root, "client", "kvpool.h")):  # a source tree
+        try:
+            with open(os.path.join(root, "server", "srv_server.h"), encoding="utf-8") as f:
+                m = re.search(r'^#define SRV_VERSION "([^"]+)"', f.read(), re.M)
+            if m:
+                return m.group(1)
+        except OSError:
+            pass
     try:
         from importlib.metadata import PackageNotFoundError, version
         return version("kvpool")
