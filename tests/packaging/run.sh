@@ -37,7 +37,7 @@ set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-cd "$root"
+cd "$root" || exit 2
 BUILD=${BUILD:-build}
 case "$BUILD" in /*) build_dir=$BUILD ;; *) build_dir=$root/$BUILD ;; esac
 PY=${PYTHON:-/usr/bin/python3}
