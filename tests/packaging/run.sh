@@ -374,7 +374,7 @@ deb_root_install() {
 	check "apt-get install the four packages (and what they depend on)" \
 		$in apt-get install -y -qq --no-install-recommends "${inroot[@]}" || return
 	check "kvpoold --version runs from the root" \
-		bash -c "$in /usr/bin/kvpoold --version | grep -qx 'kvpoold $VERSION (protocol [0-9]*)'"
+		bash -c "$in /usr/bin/kvpoold --version | grep -q '^kvpoold $VERSION (protocol '"
 	check "kvpool --version runs from the root" bash -c "$in /usr/bin/kvpool --version | grep -q '^kvpool $VERSION '"
 	check "sysusers made the system user kvpool" bash -c "$in getent passwd kvpool | grep -q ':/var/lib/kvpool:'"
 	check "tmpfiles made /var/lib/kvpool, kvpool's, mode 700" \
@@ -457,7 +457,7 @@ test_deb() {
 	local x=$work/unpacked
 	for f in "$k" "$l" "$d" "$p"; do dpkg-deb -x "$f" "$x"; done
 	check "kvpoold --version from the unpacked package" bash -c \
-		"'$x/usr/bin/kvpoold' --version | grep -qx 'kvpoold $VERSION (protocol [0-9]*)'"
+		"'$x/usr/bin/kvpoold' --version | grep -q '^kvpoold $VERSION (protocol '"
 	check "the SONAME of libkvpool0's library is libkvpool.so.0" bash -c \
 		"objdump -p '$x/usr/lib/$MULTIARCH/libkvpool.so.0' | grep -q 'SONAME *libkvpool.so.0'"
 
