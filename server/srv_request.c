@@ -17,6 +17,7 @@
 #include "srv_get.h"
 #include "srv_clock.h"
 #include "srv_log.h"
+#include "srv_mwait.h"
 #include "srv_put.h"
 #include "srv_server.h"
 #include "srv_snapshot.h"
@@ -348,22 +349,19 @@ static enum srv_next op_exists(struct srv_conn *c)
 	return keys_op(c, SRV_C_exists_requests, exists_one, SRV_LAT_EXISTS);
 }
 
-static enum srv_next op_match(struct srv_conn *c)
+int srv_match_answer(struct srv_conn *c, const struct srv_mwait_req *r, uint32_t flags)
 {
 	struct store *st = c->w->srv->store;
 	struct srv_stats *ss = &c->w->stats;
 	uint8_t reply[PROTO_MATCH_REPLY_BYTES];
 	uint32_t matched = 0, granted = 0;
-	struct proto_batch b;
-	int rc = batch_decode(c, &b, 1);
+	int rc;
 
-	srv_stats_add(ss, SRV_C_match_requests, 1);
-	if (rc)
-		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
+	(void)flags; /* version 1 replies carry no flags */
 	/* a namespace not created yet (srv_conn_ns_attach) holds nothing */
 	rc = !c->ns_id ? 0 :
-	     store_match(st, c->ns_id, (const uint8_t(*)[STORE_KEY_BYTES])b.entries, b.count,
-			 b.aux, c->lessee, &matched, &granted);
+	     store_match(st, c->ns_id, r->keys, r->count, r->lease_ms, c->lessee, &matched,
+			 &granted);
 	if (rc == -EDQUOT) {
 		const struct srv *s = c->w->srv;
 		char conn_b[64] = "", ten_b[80] = "";
@@ -374,19 +372,45 @@ static enum srv_next op_match(struct srv_conn *c)
 		if (c->tenant && s->tenant_max_leased_bytes)
 			snprintf(ten_b, sizeof(ten_b), "%sthe token's tenant_max_leased_bytes (%" PRIu64
 				 ")", conn_b[0] ? " or " : "", s->tenant_max_leased_bytes);
-		return done(reply_err(c, PROTO_STATUS_QUOTA,
-				      "match refused: its lease would pass %s%s; match without a "
-				      "lease, or let leases end", conn_b, ten_b));
+		return srv_conn_reply_error(c, PROTO_STATUS_QUOTA, SRV_QUOTE_NONE,
+					    "match refused: its lease would pass %s%s; match without a "
+					    "lease, or let leases end", conn_b, ten_b);
 	}
 	if (rc < 0)
-		return done(reply_err(c, proto_status_from_errno(rc), "match failed: %s",
-				      strerror(-rc)));
-	srv_stats_add(ss, SRV_C_match_blocks_queried, b.count);
+		return srv_conn_reply_error(c, proto_status_from_errno(rc), SRV_QUOTE_NONE,
+					    "match failed: %s", strerror(-rc));
+	srv_stats_add(ss, SRV_C_match_blocks_queried, r->count);
 	srv_stats_add(ss, SRV_C_match_blocks_matched, matched);
 	proto_match_reply_encode(matched, granted, reply);
 	rc = reply_fixed(c, reply, sizeof(reply));
-	srv_conn_lat_record(c, SRV_LAT_MATCH);
-	return done(rc);
+	/* latency: a MATCH answered without waiting (a wait is not service
+	 * time; its wake-up latency is recorded apart) */
+	if (!(flags & PROTO_MATCH_WAITED))
+		srv_conn_lat_record(c, SRV_LAT_MATCH);
+	return rc;
+}
+
+static enum srv_next op_match(struct srv_conn *c)
+{
+	struct proto_batch b;
+	struct srv_mwait_req r;
+	int rc;
+
+	/* behind parked MATCHes, a bad body waits its turn to be answered */
+	if (srv_mwait_pending(c) &&
+	    proto_batch_decode(c->body, c->hdr.body_bytes, PROTO_KEY_ENTRY_BYTES,
+			       &c->w->srv->limits, &b) < 0)
+		return srv_mwait_hold_frame(c);
+	rc = batch_decode(c, &b, 1);
+	srv_stats_add(&c->w->stats, SRV_C_match_requests, 1);
+	if (rc)
+		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
+	r = (struct srv_mwait_req){
+		.keys = (const uint8_t(*)[STORE_KEY_BYTES])b.entries,
+		.count = b.count,
+		.lease_ms = b.aux,
+	};
+	return srv_mwait_match(c, &r);
 }
 
 /* DELETE: every key of the batch in one store call, so that a batch of
