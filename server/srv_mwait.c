@@ -402,10 +402,11 @@ void srv_mwait_hook(struct srv_mwait *mw, const struct store_event *e)
 
 	if (!mw || e->announce)
 		return;
-	/* Pairs with the worker's count-then-look (mw_park): either it sees
-	 * this commit, or we see its count. */
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (!__atomic_load_n(&mw->waiting, __ATOMIC_SEQ_CST))
+	/* Pairs with the worker's count-then-look (mw_park): both are
+	 * read-modify-writes of `waiting`, so one comes first; if ours, the
+	 * worker's reads it and sees this commit when it looks, else we see
+	 * its count and take the lock, under which it links or has linked. */
+	if (!__atomic_fetch_add(&mw->waiting, 0, __ATOMIC_SEQ_CST))
 		return;
 	if (e->kind != STORE_EVENT_STORED && e->kind != STORE_EVENT_CLEARED)
 		return;
