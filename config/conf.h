@@ -39,6 +39,8 @@ struct conf {
 	uint32_t max_batch_blocks;       /* default 1024 */
 	uint32_t max_frame_bytes;        /* header + body, payload excluded; default 1 MiB */
 	uint32_t max_lease_ms;           /* default 5000 */
+	uint32_t max_match_wait_ms;      /* cap on a MATCH's wait_ms (v2); default 30000 */
+	uint32_t max_retain_ms;          /* cap on retain_ms (v2); default 86400000 (24 h) */
 	uint32_t max_connections;        /* default 1024 */
 	uint32_t idle_timeout_ms;        /* 0 = never; default 300000 */
 	uint32_t payload_timeout_ms;     /* a stalled payload closes the connection; default 10000 */
@@ -65,8 +67,6 @@ struct conf {
 					  * connections; 0 (default) = dram_capacity / 2 */
 	uint64_t max_conn_leased_bytes;  /* leased bytes of one connection; 0 (default) =
 					  * dram_capacity / 4 */
-	uint32_t max_match_wait_ms;      /* a MATCH's wait_ms is cut to this; 0 = no
-					  * waiting; default 30000 */
 	uint32_t max_conn_match_waits;   /* MATCHes waiting at once on one connection;
 					  * default 64 */
 	uint32_t tenant_max_match_waits; /* with auth: MATCHes waiting at once over one

@@ -36,6 +36,7 @@
 #include "srv_clock.h"
 #include "srv_conn.h"
 #include "srv_log.h"
+#include "srv_match.h"
 #include "srv_request.h"
 #include "srv_server.h"
 #include "srv_worker.h"
@@ -104,12 +105,13 @@ struct srv_mw {
 	uint8_t parked;               /* counted as waiting (ns, tenant, counts) */
 	uint8_t timer_on;
 	uint8_t indexed_once;         /* it has waited for a block: WAITED */
+	uint8_t version;              /* of its request: its reply's layout */
 	struct proto_header hdr;      /* its request's header */
 	uint64_t start_us;            /* request received */
 	uint64_t woken_us;            /* commit of the key that woke it last, 0 none */
 	uint32_t ns_id, count, want, lease_ms, wait_ms, retain_ms;
 	uint32_t present;             /* leading keys known present (checked again at the end) */
-	uint32_t flags;               /* PROTO_MATCH_WAIT_* to add to its reply */
+	uint32_t flags;               /* reply flags decided so far (WAIT_CLAMPED, _REFUSED) */
 	uint8_t end;                  /* enum mw_end once ready */
 	uint8_t keys[][STORE_KEY_BYTES];
 };
@@ -119,7 +121,6 @@ enum mw_end { END_NONE, END_COMPLETE, END_TIMEOUT, END_ENDED, END_REFUSED };
 struct srv_mwait {
 	pthread_mutex_t lock;
 	struct srv *srv;
-	srv_mwait_answer_fn answer;
 	struct mw_key **kb;
 	uint32_t nkb, nkeys;
 	struct mw_ns *nsb[NS_BUCKETS];
@@ -356,7 +357,7 @@ static void key_wake(struct mw_key *k, uint64_t now, struct srv_worker **wake, u
 
 /* ---- lifecycle ------------------------------------------------------------- */
 
-struct srv_mwait *srv_mwait_new(struct srv *s, srv_mwait_answer_fn answer)
+struct srv_mwait *srv_mwait_new(struct srv *s)
 {
 	struct srv_mwait *mw = calloc(1, sizeof(*mw));
 
@@ -369,7 +370,6 @@ struct srv_mwait *srv_mwait_new(struct srv *s, srv_mwait_answer_fn answer)
 	}
 	mw->nkb = KEY_BUCKETS_MIN;
 	mw->srv = s;
-	mw->answer = answer;
 	pthread_mutex_init(&mw->lock, NULL);
 	return mw;
 }
@@ -634,34 +634,36 @@ out:
 static int mw_answer(struct srv_conn *c, struct srv_mw *m)
 {
 	struct srv_stats *ss = &c->w->stats;
-	struct srv_mwait_req r = {
-		.keys = (const uint8_t(*)[STORE_KEY_BYTES])m->keys,
+	struct srv_match_req r = {
+		.keys = (const uint8_t(*)[PROTO_KEY_BYTES])m->keys,
 		.count = m->count,
 		.lease_ms = m->lease_ms,
 		.wait_ms = m->wait_ms,
 		.want = m->want,
 		.retain_ms = m->retain_ms,
+		.flags = m->flags,
+		.version = m->version,
 	};
 	struct proto_header saved = c->hdr;
 	uint64_t saved_start = c->req_start_us;
-	uint32_t flags = m->flags;
-	int rc;
+	uint32_t saved_have = c->body_have;
+	enum srv_next next;
 
-	if (m->indexed_once)
-		flags |= PROTO_MATCH_WAITED;
 	/* a wait that timed out behind an earlier MATCH may have been
 	 * completed before its turn came */
 	if (m->end == END_TIMEOUT && mw_probe(m, 0, m->want) >= m->want) {
 		m->end = END_COMPLETE;
 		m->woken_us = 0; /* not a wake-up's doing */
 	}
+	if (m->indexed_once)
+		r.flags |= PROTO_MATCH_WAITED;
 	switch (m->end) {
 	case END_TIMEOUT:
-		flags |= PROTO_MATCH_WAIT_TIMEOUT;
+		r.flags |= PROTO_MATCH_WAIT_TIMEOUT;
 		srv_stats_add(ss, SRV_C_match_waits_timeout, 1);
 		break;
 	case END_ENDED:
-		flags |= PROTO_MATCH_WAIT_ENDED;
+		r.flags |= PROTO_MATCH_WAIT_ENDED;
 		srv_stats_add(ss, SRV_C_match_waits_ended, 1);
 		break;
 	case END_COMPLETE:
@@ -672,15 +674,18 @@ static int mw_answer(struct srv_conn *c, struct srv_mw *m)
 		break;
 	}
 	/* the reply echoes m's request; the request being read (if any)
-	 * gets its header back */
+	 * gets its header back. No body of m's is at hand: an error reply
+	 * quotes none. */
 	c->hdr = m->hdr;
 	c->req_start_us = m->start_us;
-	rc = mw_of(c)->answer(c, &r, flags);
+	c->body_have = 0;
+	next = srv_match_answer(c, &r);
 	c->hdr = saved;
 	c->req_start_us = saved_start;
+	c->body_have = saved_have;
 	if (m->end == END_COMPLETE && m->woken_us)
 		srv_hist_record(&ss->match_wake, srv_now_us() - m->woken_us);
-	return rc;
+	return next == SRV_NEXT_ABORT ? -ENOMEM : 0;
 }
 
 /* Pop and answer the ready MATCHes at the head of c's queue. in_cycle:
@@ -765,29 +770,33 @@ static uint32_t conf_u32(const uint32_t *p)
 }
 
 /* Leading keys of request r present now, up to `upto` (c's namespace). */
-static uint32_t mw_probe_keys(const struct srv_conn *c, const struct srv_mwait_req *r,
+static uint32_t mw_probe_keys(const struct srv_conn *c, const struct srv_match_req *r,
 			      uint32_t upto)
 {
 	uint32_t n = 0;
 
-	store_present(c->w->srv->store, c->ns_id, r->keys, upto, &n);
+	store_present(c->w->srv->store, c->ns_id, (const uint8_t(*)[STORE_KEY_BYTES])r->keys,
+		      upto, &n);
 	return n;
 }
 
-/* Answer the MATCH in hand now (nothing queued before it). */
-static enum srv_next answer_now(struct srv_conn *c, const struct srv_mwait_req *r, uint32_t flags)
+/* Answer the MATCH in hand now (nothing queued before it), with `flags`
+ * added to its reply's. */
+static enum srv_next answer_now(struct srv_conn *c, const struct srv_match_req *r, uint32_t flags)
 {
-	return mw_of(c)->answer(c, r, flags) < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
+	struct srv_match_req now = *r;
+
+	now.flags |= flags;
+	return srv_match_answer(c, &now);
 }
 
-enum srv_next srv_mwait_match(struct srv_conn *c, const struct srv_mwait_req *r)
+enum srv_next srv_mwait_match(struct srv_conn *c, const struct srv_match_req *r)
 {
 	struct srv_worker *w = c->w;
 	struct srv *s = w->srv;
 	struct srv_stats *ss = &w->stats;
 	uint32_t want = r->want && r->want <= r->count ? r->want : r->count;
 	uint32_t wait_ms = r->wait_ms, flags = 0, present = 0;
-	uint32_t max_wait = conf_u32(&s->conf.max_match_wait_ms);
 	uint32_t conn_max = conf_u32(&s->conf.max_conn_match_waits);
 	uint32_t tenant_max = s->auth ? conf_u32(&s->conf.tenant_max_match_waits) : 0;
 	bool queued = c->mw_count != 0;
@@ -796,13 +805,11 @@ enum srv_next srv_mwait_match(struct srv_conn *c, const struct srv_mwait_req *r)
 	struct timeval tv;
 	char msg[160];
 
-	if (wait_ms > max_wait) {
-		wait_ms = max_wait;
-		flags |= PROTO_MATCH_WAIT_CLAMPED;
+	/* wait_ms is already cut to max_match_wait_ms (srv_match_decode) */
+	if (r->flags & PROTO_MATCH_WAIT_CLAMPED)
 		srv_stats_add(ss, SRV_C_match_waits_clamped, 1);
-	}
 	if (!wait_ms && !queued)
-		return answer_now(c, r, flags);
+		return srv_match_answer(c, r);
 	if (wait_ms) {
 		/* a waiting MATCH creates its namespace, as a PUT would, so
 		 * that the PUTs it waits for land where it looks */
@@ -813,7 +820,7 @@ enum srv_next srv_mwait_match(struct srv_conn *c, const struct srv_mwait_req *r)
 		if (why == END_NONE && !queued) {
 			present = mw_probe_keys(c, r, want);
 			if (present >= want)
-				return answer_now(c, r, flags);
+				return srv_match_answer(c, r);
 		}
 		if (why == END_NONE && w->mw_draining)
 			why = END_ENDED;
@@ -834,6 +841,7 @@ enum srv_next srv_mwait_match(struct srv_conn *c, const struct srv_mwait_req *r)
 	memcpy(m->keys, r->keys, (size_t)r->count * STORE_KEY_BYTES);
 	m->c = c;
 	m->hdr = c->hdr;
+	m->version = r->version;
 	m->start_us = c->req_start_us;
 	m->ns_id = c->ns_id;
 	m->count = r->count;
@@ -841,7 +849,7 @@ enum srv_next srv_mwait_match(struct srv_conn *c, const struct srv_mwait_req *r)
 	m->lease_ms = r->lease_ms;
 	m->wait_ms = wait_ms;
 	m->retain_ms = r->retain_ms;
-	m->flags = flags;
+	m->flags = r->flags | flags;
 	m->present = present;
 	m->state = MW_QUEUED;
 	if (c->mw_tail)

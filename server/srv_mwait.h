@@ -51,17 +51,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "srv_match.h"
 #include "srv_transport.h"
 #include "store.h"
-
-/* The MATCH reply flags of protocol v2 (proto.h), until proto.h has them. */
-#ifndef PROTO_MATCH_WAITED
-#define PROTO_MATCH_WAITED 0x002u
-#define PROTO_MATCH_WAIT_TIMEOUT 0x004u
-#define PROTO_MATCH_WAIT_REFUSED 0x008u
-#define PROTO_MATCH_WAIT_CLAMPED 0x010u
-#define PROTO_MATCH_WAIT_ENDED 0x020u
-#endif
 
 struct srv;
 struct srv_conn;
@@ -69,28 +61,9 @@ struct srv_worker;
 struct srv_mwait;
 struct srv_mw;
 
-/* A MATCH request as decoded from its body: what the answering code
- * needs, and the wait. keys are borrowed for the call. */
-struct srv_mwait_req {
-	const uint8_t (*keys)[STORE_KEY_BYTES];
-	uint32_t count;
-	uint32_t lease_ms;
-	uint32_t wait_ms;   /* 0: answer at once */
-	uint32_t want;      /* leading keys wanted, 1..count (0 is taken as count) */
-	uint32_t retain_ms;
-};
-
-/* Answer a MATCH now: match (lease, retention) and queue its reply with
- * the extra reply flags `flags` (PROTO_MATCH_WAIT_*; WAITED when it was
- * parked) and, for a parked MATCH, c->hdr set to its request's header.
- * Returns 0, or -ENOMEM when the reply could not be queued (the
- * connection must close). The MATCH handler's (srv_request.c). */
-typedef int (*srv_mwait_answer_fn)(struct srv_conn *c, const struct srv_mwait_req *r,
-				   uint32_t flags);
-
 /* A new, empty index for server s (s->workers need not exist yet).
- * answer: how a MATCH is answered. NULL on -ENOMEM. Main thread. */
-struct srv_mwait *srv_mwait_new(struct srv *s, srv_mwait_answer_fn answer);
+ * NULL on -ENOMEM. Main thread. */
+struct srv_mwait *srv_mwait_new(struct srv *s);
 
 /* Free the index. Every worker has stopped and every connection is
  * closed (so no waiter is left). Accepts NULL. Main thread. */
@@ -105,14 +78,18 @@ void srv_mwait_hook(struct srv_mwait *mw, const struct store_event *e);
 /* MATCHes waiting now in the whole server (any thread). */
 uint64_t srv_mwait_waiting(const struct srv_mwait *mw);
 
-/* The MATCH in hand on c (decoded into r; c->hdr is its header): answer
- * it now, park it, or queue it behind the MATCHes already queued on c.
+/* The MATCH in hand on c (decoded into r by srv_match_decode, its keys
+ * borrowed from c->body; c->hdr is its header): answer it now
+ * (srv_match_answer), park it, or queue it behind the MATCHes already
+ * queued on c. A parked or queued MATCH keeps a copy of r and its keys
+ * and is answered later through srv_match_answer, with c->hdr set to its
+ * request's header and r->flags telling how its wait ended.
  * Returns what the transport does next: SRV_NEXT_HEADER (answered, or
  * parked while the connection reads on), SRV_NEXT_WAIT (parked, and the
  * transport has no `kick`: it resumes through srv_conn_request_done when
  * the MATCH is answered), SRV_NEXT_ABORT (no memory for the reply).
  * Counts the MATCH's wait counters. Worker thread. */
-enum srv_next srv_mwait_match(struct srv_conn *c, const struct srv_mwait_req *r);
+enum srv_next srv_mwait_match(struct srv_conn *c, const struct srv_match_req *r);
 
 /* Is the request whose header is in c->hdr_raw to be held behind c's
  * queued MATCHes? True, and it is held (the caller returns

@@ -36,13 +36,4 @@ void srv_conn_ns_attach(struct srv_conn *c);
  * with a one-line reason in msg[0..cap). Worker thread. */
 uint16_t srv_conn_ns_create(struct srv_conn *c, char *msg, size_t cap);
 
-struct srv_mwait_req;
-
-/* Answer the MATCH r on c now (srv_mwait_answer_fn): match the keys in
- * c's namespace with r's lease, count the blocks, and queue the reply
- * (c->hdr is its request's header) with the reply flags `flags`; a lease
- * refused for a leased-bytes bound is a QUOTA error reply. Returns 0, or
- * -ENOMEM (the connection must close). Worker thread. */
-int srv_match_answer(struct srv_conn *c, const struct srv_mwait_req *r, uint32_t flags);
-
 #endif /* KVPOOL_SRV_REQUEST_H */

@@ -34,7 +34,6 @@
 #include "srv_log.h"
 #include "srv_mwait.h"
 #include "srv_prefault.h"
-#include "srv_request.h"
 #include "srv_worker.h"
 #include "store.h"
 
@@ -577,7 +576,7 @@ static int pool_open(struct srv *s)
 		return rc;
 	}
 	nvme_report(s);
-	s->mwait = srv_mwait_new(s, srv_match_answer);
+	s->mwait = srv_mwait_new(s);
 	if (!s->mwait)
 		return -ENOMEM;
 	rc = kv_events_open(s);
