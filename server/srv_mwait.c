@@ -907,7 +907,7 @@ bool srv_mwait_hold_header(struct srv_conn *c)
 	if (c->ops->kick && c->mw_count < conn_max + QUEUE_SLACK &&
 	    proto_header_decode(c->hdr_raw, 0, &s->limits, &h) == 0 &&
 	    h.opcode == PROTO_OP_MATCH && h.body_bytes &&
-	    h.body_bytes <= srv_conn_body_max(h.opcode, &s->limits))
+	    h.body_bytes <= srv_conn_body_max_v(h.opcode, h.version, &s->limits))
 		return false;
 	c->mw_held = HELD_HEADER;
 	return true;
