@@ -69,6 +69,10 @@ struct conf {
 					  * dram_capacity / 4 */
 	uint64_t max_retained_bytes;     /* retained payload bytes per tenant (with auth)
 					  * or namespace; 0 (default) = dram_capacity / 4 */
+	uint32_t max_conn_match_waits;   /* MATCHes waiting at once on one connection;
+					  * default 64 */
+	uint32_t tenant_max_match_waits; /* with auth: MATCHes waiting at once over one
+					  * token's connections; 0 = no limit; default 4096 */
 	int allow_unauthenticated;       /* bool (0/1): serve a non-loopback `listen`
 					  * without tokens_file; default 0 */
 	uint32_t drain_timeout_ms;       /* SIGTERM/SIGINT: longest wait for requests
