@@ -102,9 +102,10 @@ def vllm_config(setup, url, prefix, rank, role, policy):
     ktc = SimpleNamespace(
         kv_connector="KVPoolConnector", kv_connector_module_path="kvpool.vllm",
         kv_role=role, kv_load_failure_policy=policy, engine_id="real-tier",
-        kv_connector_extra_config={"url": url, "namespace_prefix": prefix, "timeout_s": 2.0,
-                                   "rank": rank, "lease_ms": 5000,
-                                   "chunk_blocks": setup.get("chunk_blocks", 1)},
+        kv_connector_extra_config=dict({"url": url, "namespace_prefix": prefix,
+                                        "timeout_s": 2.0, "rank": rank, "lease_ms": 5000,
+                                        "chunk_blocks": setup.get("chunk_blocks", 1)},
+                                       **setup.get("extra", {})),
         is_kv_producer=role in ("kv_producer", "kv_both"),
         is_kv_consumer=role in ("kv_consumer", "kv_both"))
     return SimpleNamespace(
@@ -226,21 +227,26 @@ class Worker:
 
     def step(self, so_blob, forward=None):
         """One forward pass: the pickled SchedulerOutput in, the pickled
-        KVConnectorOutput out (as vLLM's executor ships them)."""
+        KVConnectorOutput out (as vLLM's executor ships them). forward: one
+        (block_ids, first, n, seed) or a list of them (one per request)."""
         import pickle
-        meta = pickle.loads(so_blob).kv_connector_metadata
+        so = pickle.loads(so_blob)
+        meta = so.kv_connector_metadata
         c = self.connector
+        c.handle_preemptions(meta)
         c.bind_connector_metadata(meta)
         c.start_load_kv(SimpleNamespace())
         for name in self.attn_names:
             c.wait_for_layer_load(name)
-        if forward is not None:
-            self.forward(*forward)
+        for f in ([forward] if isinstance(forward, tuple) else forward or ()):
+            self.forward(*f)
         for name in self.attn_names:
             c.save_kv_layer(name, self.caches[name], None)
         c.wait_for_save()
         from vllm.v1.outputs import KVConnectorOutput
-        out = KVConnectorOutput(invalid_block_ids=c.get_block_ids_with_load_errors(),
+        sending, recving = c.get_finished(so.finished_req_ids)
+        out = KVConnectorOutput(finished_sending=sending, finished_recving=recving,
+                                invalid_block_ids=c.get_block_ids_with_load_errors(),
                                 kv_connector_worker_meta=c.build_connector_worker_meta())
         c.clear_connector_metadata()
         return pickle.dumps(out)

@@ -649,8 +649,11 @@ class KVPoolConnector(*_BASES):
                                "reached an instance that does not store (kv_role %s): the "
                                "decode instance will compute it", self.role_name)
                 elif "ABORT" not in status and "ERROR" not in status:
+                    # a worker that refused its layout stored nothing (the verdicts
+                    # of an instance's first step may still be on their way)
+                    refused = any(not v[0] for v in self._verdicts.values())
                     handed = st.stored * self.chunk_tokens \
-                        if st is not None and self._serving() else 0
+                        if st is not None and not refused else 0
                     params = {"do_remote_prefill": True, "do_remote_decode": False,
                               "kvpool_tokens": handed}
             return hold, params
