@@ -187,3 +187,17 @@ def test_pool_down_recomputes(prefix):
     finally:
         d.close()
         p.close()
+
+
+def test_hybrid_model_computes_handoffs_locally(server, prefix):
+    """Full-attention and sliding-window groups: vLLM's Scheduler cannot take
+    load errors for several KV-cache groups (it raises), so the connector
+    offers no hand-off load there and vLLM computes the request."""
+    d = Instance(server.url, prefix, "kv_consumer", s=dict(setup(), sliding=32))
+    try:
+        d.add("hma-1", tokens_for(N, 1), 1, {"do_remote_prefill": True}, seed=2)
+        st = d.run(done("hma-1"))
+        assert st["requests"]["hma-1"][0] == "FINISHED_LENGTH_CAPPED"
+        assert not d.events("invalid") and not d.events("finished_recving")
+    finally:
+        d.close()

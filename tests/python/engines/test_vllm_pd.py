@@ -238,3 +238,17 @@ def test_handoff_params_bound_the_wait(server, prefix):
     dec.run(dec.idle)
     assert dec.ask_log[0] == ("none-1", 0, False) and req.status.name == "FINISHED_LENGTH_CAPPED"
     dec.inst.close()
+
+
+def test_no_handoff_load_with_several_kv_cache_groups(server, prefix):
+    """A hybrid model (full-attention and sliding-window groups): vLLM's
+    scheduler cannot take load errors for several groups, so no hand-off
+    load is offered (a timeout could not be reported); the request is
+    computed on the decode instance."""
+    from test_vllm_connector import Setup
+    inst = Instance(server.url, prefix, Setup(sliding=32), role="kv_consumer")
+    tokens, hashes = tokens_and_hashes()
+    req = Req("hma-1", tokens, hashes, params={"do_remote_prefill": True})
+    assert inst.scheduler.get_num_new_matched_tokens(req, 0) == (0, False)
+    assert inst.scheduler.get_num_new_matched_tokens(req, 0) == (0, False)
+    inst.close()

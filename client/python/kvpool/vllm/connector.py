@@ -482,6 +482,18 @@ class KVPoolConnector(*_BASES):
             st.pd_used = True
             st.answer = (0, False)
             return st.answer
+        if self.layout.groups > 1:
+            # vLLM's scheduler handles reported load errors for one KV-cache group
+            # only (local-inference-lab/vllm 28be48fa raises ValueError in
+            # _update_requests_with_invalid_blocks with more): a hand-off that
+            # times out must be able to report its blocks, so none is offered
+            self._once("pd-hma", "kvpool.vllm: hand-off loads (do_remote_prefill) are not "
+                       "offered on models with %d KV-cache groups: vLLM cannot recover "
+                       "from a failed asynchronous load with several groups; these "
+                       "requests are computed here", self.layout.groups)
+            st.pd_used = True
+            st.answer = (0, False)
+            return st.answer
         if not self._serving():
             now = time.monotonic()
             if st.pd_first is None:
