@@ -252,3 +252,36 @@ def test_no_handoff_load_with_several_kv_cache_groups(server, prefix):
     assert inst.scheduler.get_num_new_matched_tokens(req, 0) == (0, False)
     assert inst.scheduler.get_num_new_matched_tokens(req, 0) == (0, False)
     inst.close()
+
+
+def test_a_waiting_handoff_holds_up_no_other(server, prefix):
+    """Two hand-offs on one decode instance: the first waits for blocks that
+    never come, the second's are in the pool. The second loads at once
+    (each wait has a connection of its own; a parked MATCH holds up its
+    connection's later requests), while the first still waits."""
+    prod = Engine(Instance(server.url, prefix, role="kv_producer"), seed=1)
+    t_b, h_b = tokens_and_hashes()
+    p = prod.add(Req("p-b", t_b, h_b, params={"do_remote_decode": True}, max_tokens=1,
+                     ids=PROD_IDS))
+    prod.run(prod.idle)
+    t_a = [(5 + 31 * i) % 30000 for i in range(64)]
+    h_a = kvpool.block_hashes(t_a, BS)
+    dec = decode_engine(server.url, prefix, pd_wait_ms=3000)
+    first = dec.add(Req("first", t_b, h_b, params=dict(p.result_params), max_tokens=1,
+                        ids=DEC_IDS))
+    dec.run(dec.idle)                    # one receiving thread, idle again
+    assert first.status.name == "FINISHED_LENGTH_CAPPED" and not first.load_failed
+    # both handed to the workers in one step, the one that waits first
+    a = dec.add(Req("never", t_a, h_a, params={"do_remote_prefill": True}, max_tokens=1,
+                    ids=list(range(12, 17))))
+    b = dec.add(Req("stored", t_b, h_b, params=dict(p.result_params), max_tokens=1,
+                    ids=DEC_IDS))
+    dec.run(lambda: b.finished(), timeout_s=2.5)
+    assert not b.load_failed and a in dec.remote, "the second did not queue behind the first"
+    r = dec.inst.workers[0]._receiver
+    dec.run(lambda: a.finished())
+    assert a.load_failed and a.status.name == "FINISHED_LENGTH_CAPPED"
+    assert (r.jobs, r.complete, r.short, r.timed_out) == (3, 2, 1, 1)
+    dec.run(dec.idle)
+    for e in (prod, dec):
+        e.inst.close()

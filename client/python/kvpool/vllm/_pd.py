@@ -262,7 +262,9 @@ class Receiver:
                 return
             self.jobs += 1
             self._jobs.append(job)
-            if self._idle == 0 and len(self._threads) < self.max_waits:
+            # one thread per job waiting to start (a job must not queue behind
+            # another's wait), up to max_waits
+            if len(self._jobs) > self._idle and len(self._threads) < self.max_waits:
                 t = threading.Thread(target=self._run, daemon=True,
                                      name="kvpool-pd-recv-%d" % len(self._threads))
                 self._threads.append(t)

@@ -611,6 +611,11 @@ class KVPoolConnector(*_BASES):
                     else:
                         self.warn.warning("meta", "kvpool.vllm: request %s: %d chunks to "
                                           "load but blocks for %d", req_id, lo + count, have)
+                        if what == "recv":
+                            # vLLM waits for this request's load: the workers must
+                            # report it, with its blocks failed (no keys)
+                            meta.recvs.append((req_id, [], [self._chunk(st, c) for c in
+                                                            range(lo, min(lo + count, have))]))
                     st.stored = max(st.stored, lo + count)
                     setattr(st, what, 0)
                 if req_id not in sched:
@@ -802,14 +807,18 @@ class KVPoolConnector(*_BASES):
 
     def _pd_link(self, what="hand-off"):
         """A connection of its own to this worker's namespace (the store
-        pipeline's, or one hand-off wait's), with the KV cache arenas
-        registered. Answers misses while the pool is down; never raises."""
+        pipeline's, with the KV cache arenas registered, or one hand-off
+        wait's: up to pd_max_waits of those, so they register nothing and
+        an RDMA transfer into host KV caches goes through the connection's
+        staging buffer). Answers misses while the pool is down; never
+        raises."""
         ns = self.namespace_for_rank(self._own_rank())
         link = Link(self.url, ns, token=self.token, timeout_s=self.timeout_s,
                     name="vllm connector %s %s" % (what, ns), warn=self.warn,
                     lease_ms=self.lease_ms, strict=False)
-        for t in self._arenas:
-            link.register(t)
+        if what == "store":
+            for t in self._arenas:
+                link.register(t)
         return link
 
     # the bytes of a chunk, in canonical order
@@ -963,7 +972,8 @@ class KVPoolConnector(*_BASES):
     def _recv(self, req_id, keys, chunks):
         """Start a hand-off load; a worker that cannot load reports the
         request at once, every block failed."""
-        if self._layers is None or not self.loads or self._closed:
+        if self._layers is None or not self.loads or self._closed or \
+                not keys or len(keys) != len(chunks):
             with self._links_lock:
                 self._recv_failed.append((req_id, self._blocks_of(chunks)))
             return
