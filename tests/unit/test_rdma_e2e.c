@@ -1,6 +1,6 @@
 /*
  * test_rdma_e2e.c - libkvpool against kvpoold over RDMA, both in this
- * process on the loopback fake fabric (fake_verbs.h): kvpoold (srv_main
+ * process on the loopback fake fabric (fake_verbs.h): kvpoold (srv_run
  * on a thread, srv_rdma_test_ops) and a kvpool handle (kvc_rdma_test_ops).
  * rdma:// and auto:// (TCP HELLO, then RDMA) put and get byte for byte
  * from registered memory (zero copy) and from other memory (staging),
@@ -68,7 +68,7 @@ static uint16_t tcp_port;
 
 static void *srv_thread_main(void *arg)
 {
-	srv_rc = srv_main(arg);
+	srv_rc = srv_run(arg, 0, NULL);
 	return NULL;
 }
 
@@ -121,7 +121,7 @@ static int group_teardown(void **state)
 	srv_rdma_test_ops = NULL;
 	kvc_rdma_test_ops = NULL;
 	if (srv_rc != 0 || F.live != 0) {
-		fprintf(stderr, "srv_main returned %d, %d fake objects alive\n", srv_rc, F.live);
+		fprintf(stderr, "srv_run returned %d, %d fake objects alive\n", srv_rc, F.live);
 		return -1;
 	}
 	return 0;
