@@ -119,7 +119,7 @@ static int group(struct kvcl_parent *p, const int *own, size_t count, size_t eac
 		by_node[j] = NULL;
 		if (!cnt[j])
 			continue;
-		c = kvcl_child_new(p, p->view.node[j], cnt[j] * (sizeof(size_t) + sizeof(int) + each));
+		c = kvcl_child_new(p, p->view.node[j], cnt[j] * (sizeof(size_t) + sizeof(int) + each) + 8);
 		if (!c)
 			return -ENOMEM;
 		c->perm = (size_t *)(c + 1);
@@ -162,7 +162,7 @@ static int split_put(struct kvcl *cl, struct kvcl_parent *p, int *own)
 		starts[i] = (unsigned char)kvcl_place_starts_run(&cl->place, &loc);
 		own[i] = kvcl_place_owner(&cl->place, &p->view, &loc); /* -1: no node, dropped */
 	}
-	rc = group(p, own, count, sizeof(struct kvpool_put_block) + 8, by);
+	rc = group(p, own, count, sizeof(struct kvpool_put_block), by);
 	for (size_t j = 0; j < p->view.n && !rc; j++) {
 		struct kvcl_child *c = by[j];
 		struct kvpool_put_block *pb;
@@ -195,7 +195,7 @@ static int split_get(struct kvcl *cl, struct kvcl_parent *p, int *own)
 		if (p->view.n && kvcl_place_find(&cl->place, p->r.get[i].key, &loc) == 0)
 			own[i] = kvcl_place_owner(&cl->place, &p->view, &loc);
 	}
-	rc = group(p, own, count, sizeof(struct kvpool_get_block) + 8, by);
+	rc = group(p, own, count, sizeof(struct kvpool_get_block), by);
 	for (size_t j = 0; j < p->view.n && !rc; j++) {
 		struct kvcl_child *c = by[j];
 		struct kvpool_get_block *gb;
