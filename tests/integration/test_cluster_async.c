@@ -15,6 +15,7 @@
  *    node killed with requests in flight (its shares are misses and
  *    dropped PUTs, nothing hangs), all waited for on the event fd with
  *    poll(2)
+ *  - kvpool_close with requests in flight (dropped at once)
  *  - kvpool_stats, kvpool_ping and kvpool_drop_namespace while
  *    asynchronous requests are in flight
  *  - kvpool_register on a cluster handle (the regions go to every node)
@@ -448,6 +449,30 @@ static void test_async_three_nodes(void **state)
 	nodes_stop(&w.n, 2);
 }
 
+/* kvpool_close with requests in flight on a stopped node drops them at
+ * once (no completion, no wait for the node's timeout); the node's
+ * buffers are never written afterwards (ASan and valgrind see the rest). */
+static void test_close_in_flight(void **state)
+{
+	static struct world w;
+	uint64_t t0;
+
+	(void)state;
+	world_open(&w);
+	stop_node(&w.n.s[0]);
+	submit_node_get(&w, 0, 1, 0xa5);
+	submit_node_get(&w, 1, 2, 0);
+	t0 = harness_now_ms();
+	kvpool_close(w.cl);
+	assert_true(harness_now_ms() - t0 < 2000);
+	assert_int_equal(kill(w.n.s[0].pid, SIGCONT), 0);
+	harness_sleep_ms(200);
+	for (int k = 0; k < w.cnt[0]; k++)
+		for (int b = 0; b < BYTES; b++)
+			assert_int_equal(w.back[w.idx[0][k]][b], 0xa5);
+	nodes_stop(&w.n, N_NODES);
+}
+
 /* Whole-pool calls while asynchronous requests are in flight: they run
  * beside them (they answered -EBUSY on one node), and the requests
  * complete as usual. */
@@ -632,6 +657,7 @@ int main(void)
 		cmocka_unit_test(test_bad_iovec),
 		cmocka_unit_test(test_share_refused),
 		cmocka_unit_test(test_async_three_nodes),
+		cmocka_unit_test(test_close_in_flight),
 		cmocka_unit_test(test_admin_while_async),
 		cmocka_unit_test(test_register),
 		cmocka_unit_test(test_threads),
