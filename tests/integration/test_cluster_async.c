@@ -187,7 +187,7 @@ static void test_bad_iovec(void **state)
 	static uint8_t data[64], back[64];
 	struct iovec good = { data, sizeof(data) }, bad = { NULL, 8 }, into = { back, sizeof(back) };
 	uint8_t k0[32], k1[32];
-	struct kvpool_put_block pb[2] = { { k0, NULL, &good, 1 }, { k1, k0, &bad, 1 } };
+	struct kvpool_put_block pb[2] = { { k0, NULL, &good, 1, 0 }, { k1, k0, &bad, 1, 0 } };
 	struct kvpool_get_block gb[2] = { { k0, &into, 1, 0 }, { k1, &bad, 1, 0 } };
 	struct kvpool_client *cl, *direct;
 	struct nodes n;
@@ -243,7 +243,7 @@ static void test_share_refused(void **state)
 		harness_fill(data[i], sizeof(data[i]), (uint64_t)i);
 		iov[i] = (struct iovec){ data[i], sizeof(data[i]) };
 		giov[i] = (struct iovec){ back[i], sizeof(back[i]) };
-		pb[i] = (struct kvpool_put_block){ keys[i], NULL, &iov[i], 1 };
+		pb[i] = (struct kvpool_put_block){ keys[i], NULL, &iov[i], 1, 0 };
 		gb[i] = (struct kvpool_get_block){ keys[i], &giov[i], 1, 0 };
 		own[i] = owner(&n, N_NODES, keys[i]);
 		refused += own[i] == 1;
@@ -302,7 +302,7 @@ static void world_open(struct world *w)
 		harness_key(w->keys[i], "cl-async", (uint64_t)i);
 		harness_fill(w->data[i], BYTES, (uint64_t)i + 100);
 		iov[i] = (struct iovec){ w->data[i], BYTES };
-		pb[i] = (struct kvpool_put_block){ w->keys[i], NULL, &iov[i], 1 };
+		pb[i] = (struct kvpool_put_block){ w->keys[i], NULL, &iov[i], 1, 0 };
 		w->own[i] = owner(&w->n, N_NODES, w->keys[i]);
 		w->idx[w->own[i]][w->cnt[w->own[i]]++] = i;
 	}
@@ -410,7 +410,7 @@ static void test_async_three_nodes(void **state)
 			if (owner(&w.n, N_NODES, nk[np]) != 2)
 				continue;
 			piov[np] = (struct iovec){ nd[np], sizeof(nd[np]) };
-			pb[np] = (struct kvpool_put_block){ nk[np], NULL, &piov[np], 1 };
+			pb[np] = (struct kvpool_put_block){ nk[np], NULL, &piov[np], 1, 0 };
 			np++;
 		}
 		assert_int_equal(np, 8);
@@ -571,7 +571,7 @@ static void *sync_worker(void *arg)
 			harness_fill(data[i], sizeof(data[i]), (uint64_t)(r * 4 + i));
 			iov[i] = (struct iovec){ data[i], sizeof(data[i]) };
 			giov[i] = (struct iovec){ back[i], sizeof(back[i]) };
-			pb[i] = (struct kvpool_put_block){ keys[i], i ? keys[i - 1] : NULL, &iov[i], 1 };
+			pb[i] = (struct kvpool_put_block){ keys[i], i ? keys[i - 1] : NULL, &iov[i], 1, 0 };
 			gb[i] = (struct kvpool_get_block){ keys[i], &giov[i], 1, 0 };
 		}
 		if (kvpool_put(t->w->cl, pb, 4, st) || kvpool_match(t->w->cl, keys, 4, 0, &m) ||

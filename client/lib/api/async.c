@@ -21,8 +21,14 @@ static int submit(struct kvpool_client *c, const struct kvc_req *r, uint64_t *id
 int kvpool_submit_put(struct kvpool_client *c, const struct kvpool_put_block *blocks,
 		      size_t count, int *statuses, uint64_t tag, uint64_t *id)
 {
+	return kvpool_submit_put_ex(c, blocks, count, statuses, NULL, tag, id);
+}
+
+int kvpool_submit_put_ex(struct kvpool_client *c, const struct kvpool_put_block *blocks,
+			 size_t count, int *statuses, uint32_t *flags, uint64_t tag, uint64_t *id)
+{
 	struct kvc_req r = { .op = KVPOOL_OP_PUT, .put = blocks, .count = count,
-			     .statuses = statuses, .tag = tag };
+			     .statuses = statuses, .flags = flags, .tag = tag };
 
 	return submit(c, &r, id);
 }
@@ -49,8 +55,22 @@ int kvpool_submit_match(struct kvpool_client *c, const void *keys, size_t count,
 			uint32_t lease_ms, uint64_t tag, uint64_t *id)
 {
 	struct kvc_req r = { .op = KVPOOL_OP_MATCH, .keys = keys, .count = count,
-			     .lease_ms = lease_ms, .tag = tag };
+			     .mopts = { .lease_ms = lease_ms }, .tag = tag };
 
+	return submit(c, &r, id);
+}
+
+int kvpool_submit_match_ex(struct kvpool_client *c, const void *keys, size_t count,
+			   const struct kvpool_match_opts *opts, struct kvpool_match_result *out,
+			   uint64_t tag, uint64_t *id)
+{
+	struct kvc_req r = { .op = KVPOOL_OP_MATCH, .keys = keys, .count = count, .mres = out,
+			     .tag = tag };
+
+	if (!out)
+		return -EINVAL;
+	if (opts)
+		r.mopts = *opts;
 	return submit(c, &r, id);
 }
 

@@ -19,12 +19,15 @@ static int fill(int *st, size_t count, int err)
 	return err;
 }
 
-/* A data call: check, then call (count 0 is done at once). */
-static int data_call(struct kvpool_client *c, struct kvc_req *r, size_t *matched)
+/* A data call: check, then call (count 0 is done at once). MATCH: *mres
+ * (required) is written on success. */
+static int data_call(struct kvpool_client *c, struct kvc_req *r, struct kvpool_match_result *mres)
 {
 	struct kvc_result res = { 0 };
 	int rc;
 
+	if (r->flags && r->count)
+		memset(r->flags, 0, r->count * sizeof(*r->flags)); /* always written */
 	if (!c)
 		rc = -EINVAL;
 	else
@@ -35,13 +38,13 @@ static int data_call(struct kvpool_client *c, struct kvc_req *r, size_t *matched
 		return rc;
 	}
 	if (r->count == 0) {
-		if (matched)
-			*matched = 0;
+		if (mres)
+			*mres = res.match;
 		return 0;
 	}
 	rc = c->ops->call(c->be, r, &res);
-	if (rc == 0 && matched)
-		*matched = res.matched;
+	if (rc == 0 && mres)
+		*mres = res.match;
 	kvc_result_clear(&res);
 	return rc;
 }
@@ -49,8 +52,14 @@ static int data_call(struct kvpool_client *c, struct kvc_req *r, size_t *matched
 int kvpool_put(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
 	       int *statuses)
 {
+	return kvpool_put_ex(c, blocks, count, statuses, NULL);
+}
+
+int kvpool_put_ex(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
+		  int *statuses, uint32_t *flags)
+{
 	struct kvc_req r = { .op = KVPOOL_OP_PUT, .put = blocks, .count = count,
-			     .statuses = statuses };
+			     .statuses = statuses, .flags = flags };
 
 	return data_call(c, &r, NULL);
 }
@@ -110,12 +119,28 @@ int kvpool_delete(struct kvpool_client *c, const void *keys, size_t count, int *
 int kvpool_match(struct kvpool_client *c, const void *keys, size_t count, uint32_t lease_ms,
 		 size_t *matched)
 {
-	struct kvc_req r = { .op = KVPOOL_OP_MATCH, .keys = keys, .count = count,
-			     .lease_ms = lease_ms };
+	struct kvpool_match_opts o = { .lease_ms = lease_ms };
+	struct kvpool_match_result res;
+	int rc;
 
 	if (!matched)
 		return -EINVAL;
-	return data_call(c, &r, matched);
+	rc = kvpool_match_ex(c, keys, count, &o, &res);
+	if (rc == 0)
+		*matched = res.matched;
+	return rc;
+}
+
+int kvpool_match_ex(struct kvpool_client *c, const void *keys, size_t count,
+		    const struct kvpool_match_opts *opts, struct kvpool_match_result *out)
+{
+	struct kvc_req r = { .op = KVPOOL_OP_MATCH, .keys = keys, .count = count };
+
+	if (!out)
+		return -EINVAL;
+	if (opts)
+		r.mopts = *opts;
+	return data_call(c, &r, out);
 }
 
 /* A whole-pool call: name checked, then the backend's call. */

@@ -69,9 +69,11 @@ static struct kvcl_parent *parent_new(struct kvcl *cl, const struct kvc_req *r, 
 	if (p->next)
 		p->next->prev = p;
 	cl->parents = p;
+	/* a waiting MATCH may take wait_ms longer (a v1 node answers at once) */
 	if (!r->deadline_ms)
 		p->r.deadline_ms = kvc_deadline_ms(cl->timeout_ms ? cl->timeout_ms
-							  : KVPOOL_DEFAULT_TIMEOUT_MS);
+							  : KVPOOL_DEFAULT_TIMEOUT_MS) +
+				   (r->op == KVPOOL_OP_MATCH ? r->mopts.wait_ms : 0);
 	return p;
 }
 
@@ -117,7 +119,7 @@ struct kvcl_child *kvcl_child_new(struct kvcl_parent *p, struct kvcl_node *n, si
 		p->holds++;
 		c->r.deadline_ms = p->r.deadline_ms;
 		c->r.op = p->r.op;
-		c->r.lease_ms = p->r.lease_ms;
+		c->r.mopts = p->r.mopts;
 		c->r.ns = p->r.ns;
 	}
 	c->r.tag = (uint64_t)(uintptr_t)c;
@@ -185,15 +187,23 @@ static int submit_locked(struct kvcl *cl, const struct kvc_req *r, int internal,
 	size_t count = kvcl_is_batch(r->op) ? r->count : 0, scratch;
 	struct kvcl_parent *p;
 
+	/* want > count: what a server answers (BAD_REQUEST), refused here as
+	 * the nodes each see only their part of the chain */
+	if (r->op == KVPOOL_OP_MATCH && r->mopts.want > r->count)
+		return -EPROTO;
+	if (r->op == KVPOOL_OP_PUT && r->flags && r->count)
+		memset(r->flags, 0, r->count * sizeof(*r->flags)); /* always written */
 	/* own statuses; per entry an owner (int) and a flag; MATCH: runs */
-	scratch = count * (sizeof(int) * 2 + 1 + 4 * sizeof(size_t)) + 64;
+	scratch = count * (sizeof(int) * 2 + 1 + 6 * sizeof(size_t)) + 64;
 	p = parent_new(cl, r, internal, scratch);
 	if (!p)
 		return -ENOMEM;
 	p->run_at = p->mem;
 	p->run_len = p->run_at + count;
 	p->run_m = p->run_len + count;
-	p->run_own = (int *)(p->run_m + count);
+	p->run_p = p->run_m + count;
+	p->run_r = p->run_p + count;
+	p->run_own = (int *)(p->run_r + count);
 	if (!p->st)
 		p->st = p->run_own + 2 * count + 1; /* after own[] and the PUT flags */
 	if (!internal)
@@ -264,7 +274,7 @@ static int pop_locked(struct kvcl *cl, struct kvpool_completion *out, int max)
 		cl->done_len--;
 		out[n++] = (struct kvpool_completion){
 			.id = p->id, .tag = p->r.tag, .op = p->r.op, .status = p->res.status,
-			.count = p->r.count, .matched = p->res.matched,
+			.count = p->r.count, .matched = p->res.match.matched,
 		};
 		kvc_frame_set_last_message(p->res.msg);
 		cl->used--;

@@ -87,7 +87,8 @@ struct kvcl_parent {
 	struct kvc_result res;
 	/* MATCH: runs of the chain */
 	size_t n_runs;
-	size_t *run_at, *run_len, *run_m;
+	size_t *run_at, *run_len;
+	size_t *run_m, *run_p, *run_r;  /* matched, present, retained per run */
 	int *run_own;
 	struct kvcl_view view;          /* the members it was split over */
 	void *mem;

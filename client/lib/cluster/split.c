@@ -26,32 +26,68 @@
 
 static void release_leases_locked(struct kvcl *cl, struct kvcl_parent *p, size_t stop);
 
-/* MATCH: how far the chain's leading run goes over its runs. */
-void kvcl_match_finish_locked(struct kvcl *cl, struct kvcl_parent *p)
+/* The chain's leading run from per-run counts run[]; *stop receives the
+ * first short run (n_runs when none). */
+static size_t leading(const struct kvcl_parent *p, const size_t *run, size_t *stop)
 {
-	size_t total = 0, stop = p->n_runs;
+	size_t total = 0;
 
+	*stop = p->n_runs;
 	for (size_t u = 0; u < p->n_runs; u++) {
-		total += p->run_m[u];
-		if (p->run_m[u] < p->run_len[u]) {
-			stop = u;
+		total += run[u];
+		if (run[u] < p->run_len[u]) {
+			*stop = u;
 			break;
 		}
 	}
-	p->res.matched = total;
-	if (p->r.lease_ms && stop + 1 < p->n_runs)
+	return total;
+}
+
+void kvcl_match_finish_locked(struct kvcl *cl, struct kvcl_parent *p)
+{
+	struct kvpool_match_result *m = &p->res.match;
+	size_t stop, stop_p, stop_r;
+
+	m->matched = leading(p, p->run_m, &stop);
+	m->present = leading(p, p->run_p, &stop_p);
+	m->retained = leading(p, p->run_r, &stop_r);
+	if (!m->matched)
+		m->lease_ms = 0;
+	if (p->r.mres)
+		*p->r.mres = *m;
+	if (p->r.mopts.lease_ms && stop + 1 < p->n_runs)
 		release_leases_locked(cl, p, stop);
 }
 
-/* Spread a node's leading run m over its runs of the chain, in order. */
-static void match_spread(struct kvcl_parent *p, const struct kvcl_child *c, size_t m)
+/* Spread a node's leading run m over its runs of the chain, in order,
+ * into run[]. */
+static void match_spread(struct kvcl_parent *p, const struct kvcl_child *c, size_t m, size_t *run)
 {
 	for (size_t k = 0; k < c->n; k++) {
 		size_t u = c->perm[k], len = p->run_len[u];
 
-		p->run_m[u] = m < len ? m : len;
-		m = p->run_m[u] < len ? 0 : m - len;
+		run[u] = m < len ? m : len;
+		m = run[u] < len ? 0 : m - len;
 	}
+}
+
+/* A node's MATCH answer into the chain's: leading runs per run, the flags
+ * of every node, the smallest lease and retention granted. */
+static void match_merge(struct kvcl_parent *p, const struct kvcl_child *c, int ok)
+{
+	const struct kvpool_match_result *r = &c->res.match;
+	struct kvpool_match_result *m = &p->res.match;
+
+	match_spread(p, c, ok ? r->matched : 0, p->run_m);
+	match_spread(p, c, ok ? r->present : 0, p->run_p);
+	match_spread(p, c, ok ? r->retained : 0, p->run_r);
+	if (!ok)
+		return;
+	m->flags |= r->flags;
+	if (r->lease_ms && (!m->lease_ms || r->lease_ms < m->lease_ms))
+		m->lease_ms = r->lease_ms;
+	if (r->retain_ms && (!m->retain_ms || r->retain_ms < m->retain_ms))
+		m->retain_ms = r->retain_ms;
 }
 
 void kvcl_child_merge_locked(struct kvcl *cl, struct kvcl_child *c)
@@ -81,7 +117,7 @@ void kvcl_child_merge_locked(struct kvcl *cl, struct kvcl_child *c)
 	else if (conn && op != KVPOOL_OP_MATCH)
 		n->misses_from_errors += c->n;
 	if (op == KVPOOL_OP_MATCH) {
-		match_spread(p, c, s ? 0 : c->res.matched);
+		match_merge(p, c, !s);
 		goto out;
 	}
 	for (size_t k = 0; k < c->n; k++) {
@@ -90,6 +126,8 @@ void kvcl_child_merge_locked(struct kvcl *cl, struct kvcl_child *c)
 
 		if (p->st)
 			p->st[i] = st;
+		if (op == KVPOOL_OP_PUT && p->r.flags)
+			p->r.flags[i] = conn ? 0 : c->r.flags[k];
 		if (op == KVPOOL_OP_GET && (st == 0 || st == -EMSGSIZE))
 			p->r.get[i].length = c->r.get[k].length;
 	}
@@ -162,7 +200,7 @@ static int split_put(struct kvcl *cl, struct kvcl_parent *p, int *own)
 		starts[i] = (unsigned char)kvcl_place_starts_run(&cl->place, &loc);
 		own[i] = kvcl_place_owner(&cl->place, &p->view, &loc); /* -1: no node, dropped */
 	}
-	rc = group(p, own, count, sizeof(struct kvpool_put_block), by);
+	rc = group(p, own, count, sizeof(struct kvpool_put_block) + sizeof(uint32_t), by);
 	for (size_t j = 0; j < p->view.n && !rc; j++) {
 		struct kvcl_child *c = by[j];
 		struct kvpool_put_block *pb;
@@ -170,6 +208,7 @@ static int split_put(struct kvcl *cl, struct kvcl_parent *p, int *own)
 		if (!c)
 			continue;
 		pb = child_entries(c, c->n);
+		c->r.flags = (uint32_t *)(pb + c->n);
 		for (size_t k = 0; k < c->n; k++) {
 			pb[k] = blocks[c->perm[k]];
 			if (starts[c->perm[k]])
@@ -252,6 +291,7 @@ static int split_match(struct kvcl *cl, struct kvcl_parent *p)
 	const uint8_t (*chain)[KVPOOL_KEY_BYTES] = p->r.keys;
 	struct kvcl_child *by[KVCL_MAX_NODES];
 	size_t count = p->r.count, keys[KVCL_MAX_NODES] = { 0 };
+	size_t want = p->r.mopts.want ? p->r.mopts.want : count;
 	int rc;
 
 	kvcl_place_learn_chain(&cl->place, chain, count);
@@ -265,7 +305,7 @@ static int split_match(struct kvcl *cl, struct kvcl_parent *p)
 
 			p->run_at[u] = i;
 			p->run_len[u] = 0;
-			p->run_m[u] = 0;
+			p->run_m[u] = p->run_p[u] = p->run_r[u] = 0;
 			p->run_own[u] = kvcl_place_owner(&cl->place, &p->view, &loc);
 		}
 		p->run_len[p->n_runs - 1]++;
@@ -284,6 +324,7 @@ static int split_match(struct kvcl *cl, struct kvcl_parent *p)
 			return -ENOMEM;
 		by[j]->perm = (size_t *)(by[j] + 1);
 		by[j]->r.keys = (const uint8_t(*)[KVPOOL_KEY_BYTES])(by[j]->perm + p->n_runs + 1);
+		by[j]->r.mopts.want = 0; /* set below: this node's share */
 	}
 	rc = 0;
 	for (size_t u = 0; u < p->n_runs; u++) {
@@ -295,7 +336,14 @@ static int split_match(struct kvcl *cl, struct kvcl_parent *p)
 		       p->run_len[u] * KVPOOL_KEY_BYTES);
 		c->r.count += p->run_len[u];
 		c->perm[c->n++] = u;
+		/* its share of want: its keys among the chain's first `want` */
+		if (p->run_at[u] < want)
+			c->r.mopts.want += (uint32_t)(want - p->run_at[u] < p->run_len[u] ?
+						      want - p->run_at[u] : p->run_len[u]);
 	}
+	for (size_t j = 0; j < p->view.n; j++)
+		if (by[j] && !by[j]->r.mopts.want)
+			by[j]->r.mopts.wait_ms = 0; /* nothing of it is wanted: no wait */
 	return rc;
 }
 
@@ -457,6 +505,9 @@ static int finish_limits(const struct kvcl_parent *p, struct kvc_result *res, in
 		KVCL_MIN(max_frame_bytes);
 		KVCL_MIN(max_lease_ms);
 		KVCL_MIN(max_inflight_put_bytes);
+		KVCL_MIN(protocol_version);
+		KVCL_MIN(max_match_wait_ms);
+		KVCL_MIN(max_retain_ms);
 #undef KVCL_MIN
 	}
 	if (first)

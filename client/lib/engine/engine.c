@@ -525,7 +525,7 @@ static int pop(struct kvc_engine *e, struct kvpool_completion *out, struct kvc_d
 		struct kvc_slot *s = e->done_head;
 		struct kvpool_completion c = {
 			.id = s->id, .tag = s->r.tag, .op = s->r.op, .status = s->res.status,
-			.count = s->r.count, .matched = s->res.matched,
+			.count = s->r.count, .matched = s->res.match.matched,
 		};
 
 		e->done_head = s->next;

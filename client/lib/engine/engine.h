@@ -43,7 +43,9 @@ struct kvc_req {
 	const uint8_t (*keys)[KVPOOL_KEY_BYTES]; /* EXISTS, MATCH, DELETE */
 	size_t count;
 	int *statuses;                           /* may be NULL where kvpool.h allows */
-	uint32_t lease_ms;                       /* MATCH */
+	uint32_t *flags;                         /* PUT: per block KVPOOL_PUT_*, or NULL */
+	struct kvpool_match_opts mopts;          /* MATCH: lease, wait, want, retention */
+	struct kvpool_match_result *mres;        /* MATCH: written when it ends with 0, or NULL */
 	const char *ns;                          /* STATS, DROP */
 	uint64_t tag;                            /* returned in the completion */
 	uint64_t deadline_ms;                    /* 0: the handle's timeout from submit */
@@ -52,7 +54,7 @@ struct kvc_req {
 /* What a finished request returns besides its statuses. */
 struct kvc_result {
 	int status;                  /* what the synchronous call returns */
-	size_t matched;              /* MATCH */
+	struct kvpool_match_result match; /* MATCH */
 	uint64_t u64;                /* DROP: blocks dropped; PING: round trip (us) */
 	char *json;                  /* STATS: the document, malloc'd, the caller's */
 	struct kvpool_limits limits; /* LIMITS */

@@ -63,9 +63,12 @@ struct kvc_slot {
 	size_t frames_left;         /* frames of this pass not answered yet */
 	size_t wire;                /* frames being sent or awaiting a reply */
 
-	size_t match_done;          /* MATCH: leading keys matched so far */
+	size_t match_done;          /* MATCH: keys of the chunks answered whole */
 	size_t match_n;             /* MATCH: keys of the chunk in flight */
-	size_t match_m;             /* MATCH: its leading run, when answered */
+	struct proto_match_reply mrep; /* MATCH: that chunk's answer */
+	struct kvpool_match_result macc; /* MATCH: folded over the chunks so far */
+	uint32_t want;              /* MATCH: leading keys wanted (1..count) */
+	uint64_t wait_end_ms;       /* MATCH: when its wait ends (0: none) */
 	int refused;                /* first whole-frame error other than BUSY */
 	int busy;                   /* a frame of this pass was refused BUSY */
 	struct kvc_backoff bo;

@@ -96,6 +96,27 @@ static int slot_scratch(struct kvc_slot *s, size_t count, int *statuses)
 	return 0;
 }
 
+/* MATCH: what is wanted and how long it may wait. A want above count is
+ * sent as it is to a v2 server, which refuses it BAD_REQUEST with its
+ * reason; a v1 server cannot, so it is refused here (-EPROTO, no
+ * message). A waiting MATCH (v2) has the handle's timeout plus wait_ms. */
+static int match_begin(struct kvc_engine *e, struct kvc_slot *s)
+{
+	const struct kvpool_match_opts *o = &s->r.mopts;
+	size_t count = s->r.count;
+
+	s->want = o->want && o->want <= count ? o->want :
+		  count < UINT32_MAX ? (uint32_t)count : UINT32_MAX;
+	if (o->want > count && kvc_session_version(&e->s) < PROTO_VERSION_2)
+		return -EPROTO;
+	if (o->wait_ms && kvc_session_version(&e->s) >= PROTO_VERSION_2) {
+		s->wait_end_ms = kvc_now_ms() + o->wait_ms;
+		if (!s->r.deadline_ms) /* a deadline given (a cluster's) has it already */
+			s->deadline_ms += o->wait_ms;
+	}
+	return 0;
+}
+
 int kvc_ops_begin(struct kvc_engine *e, struct kvc_slot *s)
 {
 	const struct kvc_req *r = &s->r;
@@ -108,8 +129,15 @@ int kvc_ops_begin(struct kvc_engine *e, struct kvc_slot *s)
 	}
 	if (!is_batch(r->op))
 		return kvc_ops_plan(e, s);
-	if (r->count == 0)
+	if (r->op == KVPOOL_OP_PUT && r->flags && r->count)
+		memset(r->flags, 0, r->count * sizeof(*r->flags));
+	if (r->op == KVPOOL_OP_MATCH && match_begin(e, s))
+		return -EPROTO;
+	if (r->count == 0) {
+		if (r->op == KVPOOL_OP_MATCH && r->mres)
+			*r->mres = s->res.match; /* nothing asked: nothing matched */
 		return 1;
+	}
 	if (slot_scratch(s, r->count, r->statuses))
 		return -ENOMEM;
 	for (size_t i = 0; i < r->count; i++) {
@@ -143,7 +171,9 @@ int kvc_ops_plan(struct kvc_engine *e, struct kvc_slot *s)
 	const struct kvc_link *l = &e->s.link;
 	int op = s->r.op, descs = with_descs(e, op);
 	uint32_t eb = is_batch(op) ? proto_request_entry_bytes(kvc_ops_wire_op(op)) : 1;
-	size_t cap = (lim->max_frame_bytes - PROTO_HEADER_BYTES - PROTO_BATCH_PREFIX_BYTES) / eb;
+	size_t prefix = op == KVPOOL_OP_MATCH ?
+			proto_match_body_bytes(kvc_session_version(&e->s), 0) : PROTO_BATCH_PREFIX_BYTES;
+	size_t cap = (lim->max_frame_bytes - PROTO_HEADER_BYTES - prefix) / eb;
 	uint64_t pay_cap = lim->max_inflight_put_bytes ? lim->max_inflight_put_bytes : UINT64_MAX;
 	uint64_t stage_cap = descs ? l->t->stage_capacity(l, lim->max_block_bytes) : 0;
 	size_t total = op == KVPOOL_OP_MATCH ? s->r.count - s->match_done : s->n_sent;
@@ -211,7 +241,8 @@ static int encode_admin(struct kvc_engine *e, struct kvc_frame *f)
 		return -ENOMEM;
 	if (body && proto_name_encode(r->ns, (uint16_t)len, e->tx_buf + PROTO_HEADER_BYTES, body))
 		return -ENOMEM;
-	kvc_frame_request(e->tx_buf, kvc_ops_wire_op(r->op), f->wire_id, (uint32_t)body, 0);
+	kvc_frame_request(e->tx_buf, kvc_session_version(&e->s), kvc_ops_wire_op(r->op),
+			  f->wire_id, (uint32_t)body, 0);
 	e->tx_iov[0] = (struct iovec){ e->tx_buf, PROTO_HEADER_BYTES + body };
 	e->tx_iov_n = 1;
 	return 0;
@@ -220,7 +251,8 @@ static int encode_admin(struct kvc_engine *e, struct kvc_frame *f)
 /* Encode one PUT entry; the checksum is computed here, one frame at a
  * time, so the bytes are still in cache when they are sent. A parent of
  * 32 zero bytes is the index's "no parent" and is sent as none. */
-static void encode_put(const struct kvc_slot *s, size_t idx, uint8_t *body, uint32_t j)
+static void encode_put(const struct kvc_slot *s, size_t idx, uint8_t *body, uint32_t j,
+		       uint8_t version)
 {
 	const struct kvpool_put_block *b = &s->r.put[idx];
 	struct proto_put_entry pe;
@@ -233,7 +265,25 @@ static void encode_put(const struct kvc_slot *s, size_t idx, uint8_t *body, uint
 	}
 	pe.length = s->words[idx];
 	pe.checksum = kvc_checksum_prefix(b->iov, b->iovcnt, pe.length);
-	proto_put_entry_encode(body, j, &pe);
+	pe.retain_ms = b->retain_ms; /* v1: not sent */
+	proto_put_entry_encode_v(body, j, version, &pe);
+}
+
+/* The options one MATCH frame carries: the frame asks keys first..+n of
+ * the chain; it waits only for its own share of what is wanted, within
+ * what is left of the call's wait. */
+static struct proto_match_opts match_frame_opts(const struct kvc_slot *s, size_t first, size_t n)
+{
+	struct proto_match_opts o = { .retain_ms = s->r.mopts.retain_ms };
+	uint64_t now = kvc_now_ms();
+
+	if (s->want > first && s->wait_end_ms > now) {
+		o.want = s->want - first < n ? (uint32_t)(s->want - first) : (uint32_t)n;
+		o.wait_ms = (uint32_t)(s->wait_end_ms - now);
+	}
+	if (s->r.mopts.want > s->r.count)
+		o.want = s->r.mopts.want; /* refused BAD_REQUEST, with the server's reason */
+	return o;
 }
 
 int kvc_ops_encode(struct kvc_engine *e, struct kvc_frame *f)
@@ -241,6 +291,7 @@ int kvc_ops_encode(struct kvc_engine *e, struct kvc_frame *f)
 	struct kvc_slot *s = f->s;
 	struct kvc_link *l = &e->s.link;
 	int op = s->r.op, descs = with_descs(e, op), stream = !l->t->message_mode;
+	uint8_t v = kvc_session_version(&e->s);
 	uint32_t eb;
 	size_t body_bytes, desc_bytes, iovs = 1;
 	uint64_t off = 0;
@@ -251,7 +302,8 @@ int kvc_ops_encode(struct kvc_engine *e, struct kvc_frame *f)
 	if (!is_batch(op))
 		return encode_admin(e, f);
 	eb = proto_request_entry_bytes(kvc_ops_wire_op(op));
-	body_bytes = proto_batch_body_bytes((uint32_t)f->n, eb);
+	body_bytes = op == KVPOOL_OP_MATCH ? proto_match_body_bytes(v, (uint32_t)f->n) :
+					     proto_batch_body_bytes((uint32_t)f->n, eb);
 	desc_bytes = descs ? f->n * l->t->desc_bytes : 0;
 	if (op == KVPOOL_OP_PUT && stream)
 		for (size_t i = 0; i < f->n; i++)
@@ -260,10 +312,17 @@ int kvc_ops_encode(struct kvc_engine *e, struct kvc_frame *f)
 		     1) ||
 	    kvc_grow((void **)&e->tx_iov, &e->tx_iov_cap, iovs, sizeof(struct iovec)))
 		return -ENOMEM;
-	kvc_frame_request(e->tx_buf, kvc_ops_wire_op(op), f->wire_id, (uint32_t)body_bytes,
+	kvc_frame_request(e->tx_buf, v, kvc_ops_wire_op(op), f->wire_id, (uint32_t)body_bytes,
 			  f->payload_bytes);
 	body = e->tx_buf + PROTO_HEADER_BYTES;
-	proto_batch_encode_prefix(body, (uint32_t)f->n, op == KVPOOL_OP_MATCH ? s->r.lease_ms : 0);
+	if (op == KVPOOL_OP_MATCH) {
+		struct proto_match_opts o = match_frame_opts(s, s->match_done + f->first, f->n);
+
+		/* a v1 server cannot wait or retain: the options are dropped */
+		proto_match_encode_prefix(body, v, (uint32_t)f->n, s->r.mopts.lease_ms, &o);
+	} else {
+		proto_batch_encode_prefix(body, (uint32_t)f->n, 0);
+	}
 	e->tx_iov[0] = (struct iovec){ e->tx_buf, PROTO_HEADER_BYTES + body_bytes + desc_bytes };
 	e->tx_iov_n = 1;
 	f->direct = 0;
@@ -271,7 +330,7 @@ int kvc_ops_encode(struct kvc_engine *e, struct kvc_frame *f)
 		size_t idx = op == KVPOOL_OP_MATCH ? s->match_done + f->first + i : s->sent[f->first + i];
 
 		if (op == KVPOOL_OP_PUT) {
-			encode_put(s, idx, body, (uint32_t)i);
+			encode_put(s, idx, body, (uint32_t)i, v);
 			if (stream) {
 				const struct kvpool_put_block *b = &s->r.put[idx];
 
@@ -285,6 +344,8 @@ int kvc_ops_encode(struct kvc_engine *e, struct kvc_frame *f)
 			memcpy(ge.key, s->r.get[idx].key, PROTO_KEY_BYTES);
 			ge.max_length = s->words[idx];
 			proto_get_entry_encode(body, (uint32_t)i, &ge);
+		} else if (op == KVPOOL_OP_MATCH) {
+			proto_match_key_encode(body, v, (uint32_t)i, s->r.keys[idx]);
 		} else {
 			proto_key_entry_encode(body, (uint32_t)i, s->r.keys[idx]);
 		}
@@ -463,7 +524,6 @@ int kvc_ops_reply(struct kvc_engine *e, struct kvc_frame *f, int err, const uint
 	struct kvc_slot *s = f->s;
 	const struct proto_header *h = &e->rx_h;
 	int active = s->state == SLOT_ACTIVE, op = s->r.op, rc;
-	uint32_t m, lease;
 	size_t iovs;
 
 	if (err) {
@@ -485,14 +545,14 @@ int kvc_ops_reply(struct kvc_engine *e, struct kvc_frame *f, int err, const uint
 		return 0;
 	}
 	if (op == KVPOOL_OP_MATCH) {
-		if (proto_match_reply_decode(body, h->body_bytes, &m, &lease) || m > f->n)
+		if (proto_match_reply_decode_v(body, h->body_bytes, h->version, &s->mrep) ||
+		    s->mrep.present > f->n)
 			return -EPROTO;
-		s->match_m = m;
 		kvc_frame_answered(e, f);
 		return 0;
 	}
-	if (proto_batch_decode(body, h->body_bytes, PROTO_RESULT_ENTRY_BYTES, &e->s.reply_limits,
-			       &e->rx_batch) ||
+	if (proto_batch_decode_v(body, h->body_bytes, PROTO_RESULT_ENTRY_BYTES, h->version,
+				 &e->s.reply_limits, &e->rx_batch) ||
 	    e->rx_batch.count != f->n)
 		return -EPROTO;
 	if (op != KVPOOL_OP_GET) {
@@ -503,8 +563,11 @@ int kvc_ops_reply(struct kvc_engine *e, struct kvc_frame *f, int err, const uint
 		for (size_t j = 0; j < f->n; j++) {
 			if (proto_result_decode(&e->rx_batch, (uint32_t)j, &res))
 				return -EPROTO;
-			if (active)
-				s->st[s->sent[f->first + j]] = proto_status_to_errno(res.status);
+			if (!active)
+				continue;
+			s->st[s->sent[f->first + j]] = proto_status_to_errno(res.status);
+			if (s->r.flags)
+				s->r.flags[s->sent[f->first + j]] = res.flags;
 		}
 		kvc_frame_answered(e, f);
 		return 0;
@@ -544,6 +607,25 @@ static int parent_listed(const struct kvc_slot *s, size_t n, const uint8_t *pare
 	return 0;
 }
 
+/* Fold one MATCH chunk's answer (keys first..first+n of the chain) into
+ * the call's result. Returns 1 when the next chunk is to be asked (this
+ * one matched whole). */
+static int match_fold(struct kvpool_match_result *acc, size_t first, size_t n,
+		      const struct proto_match_reply *r)
+{
+	acc->matched = first + r->matched;
+	acc->present = first + r->present;
+	/* leading blocks: a chunk's count adds only to a whole run before it */
+	if (acc->retained == first)
+		acc->retained = first + r->retained;
+	if (r->lease_ms && (!acc->lease_ms || r->lease_ms < acc->lease_ms))
+		acc->lease_ms = r->lease_ms;
+	if (r->retain_ms && (!acc->retain_ms || r->retain_ms < acc->retain_ms))
+		acc->retain_ms = r->retain_ms;
+	acc->flags |= r->flags;
+	return r->matched == n;
+}
+
 /* MATCH: the chunk is answered (or refused): go on, retry, or finish. */
 static void match_next(struct kvc_engine *e, struct kvc_slot *s)
 {
@@ -556,14 +638,21 @@ static void match_next(struct kvc_engine *e, struct kvc_slot *s)
 		kvc_slot_complete(e, s, s->refused);
 		return;
 	}
-	s->match_done += s->match_m;
+	if (s->r.mopts.want > s->r.count) {
+		kvc_slot_complete(e, s, -EPROTO); /* a server that let want > count pass */
+		return;
+	}
 	/* A later chunk can only extend the prefix if this one matched whole. */
-	if (s->match_done < s->r.count && s->match_m == s->match_n) {
+	if (match_fold(&s->macc, s->match_done, s->match_n, &s->mrep) &&
+	    s->match_done + s->match_n < s->r.count) {
+		s->match_done += s->match_n;
 		if (kvc_ops_plan(e, s))
 			kvc_slot_complete(e, s, -ENOMEM);
 		return;
 	}
-	s->res.matched = s->match_done;
+	s->res.match = s->macc;
+	if (s->r.mres)
+		*s->r.mres = s->macc;
 	kvc_slot_complete(e, s, 0);
 }
 

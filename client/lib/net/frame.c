@@ -7,12 +7,12 @@
 #include <errno.h>
 #include <string.h>
 
-void kvc_frame_request(uint8_t hdr[PROTO_HEADER_BYTES], uint8_t op, uint64_t request_id,
-		       uint32_t body_bytes, uint64_t payload_bytes)
+void kvc_frame_request(uint8_t hdr[PROTO_HEADER_BYTES], uint8_t version, uint8_t op,
+		       uint64_t request_id, uint32_t body_bytes, uint64_t payload_bytes)
 {
 	struct proto_header h = {
 		.magic = PROTO_MAGIC,
-		.version = PROTO_VERSION,
+		.version = version,
 		.opcode = op,
 		.body_bytes = body_bytes,
 		.request_id = request_id,

@@ -22,9 +22,10 @@ _Static_assert(KVPOOL_KEY_BYTES == PROTO_KEY_BYTES, "a libkvpool key is a wire k
 #define KVC_MESSAGE_MAX_BYTES 1024            /* server error messages kept */
 #define KVC_REPLY_BODY_MAX_BYTES (64u << 20) /* largest reply body accepted */
 
-/* Encode a request header (this library's protocol version). */
-void kvc_frame_request(uint8_t hdr[PROTO_HEADER_BYTES], uint8_t op, uint64_t request_id,
-		       uint32_t body_bytes, uint64_t payload_bytes);
+/* Encode a request header of protocol `version` (HELLO: PROTO_VERSION;
+ * every other request: the version the connection agreed). */
+void kvc_frame_request(uint8_t hdr[PROTO_HEADER_BYTES], uint8_t version, uint8_t op,
+		       uint64_t request_id, uint32_t body_bytes, uint64_t payload_bytes);
 
 /* Decode and check a reply header against the limits replies are held to.
  * Errors: -EOPNOTSUPP (another protocol version), -EPROTO (anything else

@@ -22,10 +22,12 @@
 /* Limits used to read the HELLO reply, before the server has told us its own. */
 static const struct proto_limits bootstrap_limits = {
 	.max_frame_bytes = PROTO_HEADER_BYTES + PROTO_ERROR_FIXED_BYTES + KVC_MESSAGE_MAX_BYTES +
-			   PROTO_HELLO_REPLY_BYTES,
+			   PROTO_HELLO_REPLY_MAX_BYTES,
 	.max_batch_blocks = 1,
 	.max_block_bytes = 1,
 };
+
+uint16_t kvc_test_max_version;
 
 /* Smallest frame limit that still lets a client send one entry of any batch. */
 #define MIN_SERVER_FRAME_BYTES (PROTO_HEADER_BYTES + PROTO_BATCH_PREFIX_BYTES + PROTO_PUT_ENTRY_BYTES)
@@ -96,6 +98,11 @@ void kvc_session_check(struct kvc_session *s)
 {
 	if (s->link.t && (s->reconnect_next || s->link.t->stale(&s->link)))
 		kvc_session_disconnect(s);
+}
+
+uint8_t kvc_session_version(const struct kvc_session *s)
+{
+	return s->limits.protocol_version >= PROTO_VERSION_2 ? PROTO_VERSION_2 : PROTO_VERSION_1;
 }
 
 uint64_t kvc_session_request_id(struct kvc_session *s)
@@ -218,6 +225,8 @@ static int adopt_limits(struct kvc_session *s, const struct proto_hello_reply *h
 		.rdma_port = hr->rdma_port,
 		.protocol_version = hr->version,
 		.max_inflight_put_bytes = hr->max_inflight_put_bytes,
+		.max_match_wait_ms = hr->max_match_wait_ms,
+		.max_retain_ms = hr->max_retain_ms,
 	};
 	s->reply_limits.max_batch_blocks = hr->max_batch_blocks;
 	s->reply_limits.max_block_bytes = hr->max_block_bytes;
@@ -232,7 +241,7 @@ static int hello(struct kvc_session *s, struct kvc_link *l, uint64_t deadline_ms
 {
 	struct proto_hello hl = {
 		.min_version = PROTO_VERSION_MIN,
-		.max_version = PROTO_VERSION_MAX,
+		.max_version = kvc_test_max_version ? kvc_test_max_version : PROTO_VERSION_MAX,
 		.ns = s->ns,
 		.ns_len = s->ns_len,
 		.token = s->token,
@@ -248,7 +257,7 @@ static int hello(struct kvc_session *s, struct kvc_link *l, uint64_t deadline_ms
 	rc = buf_reserve(s, PROTO_HEADER_BYTES + body_bytes);
 	if (rc)
 		return rc;
-	kvc_frame_request(s->buf, PROTO_OP_HELLO, id, (uint32_t)body_bytes, 0);
+	kvc_frame_request(s->buf, PROTO_VERSION, PROTO_OP_HELLO, id, (uint32_t)body_bytes, 0);
 	if (proto_hello_encode(&hl, s->buf + PROTO_HEADER_BYTES, body_bytes))
 		return -EINVAL;
 	iov = (struct iovec){ s->buf, PROTO_HEADER_BYTES + body_bytes };

@@ -87,4 +87,13 @@ void kvc_session_disconnect(struct kvc_session *s);
 /* A fresh request id (never 0). */
 uint64_t kvc_session_request_id(struct kvc_session *s);
 
+/* The protocol version the connection's requests carry: the one HELLO
+ * agreed (1 or 2; 1 before any HELLO). */
+uint8_t kvc_session_version(const struct kvc_session *s);
+
+/* Test hook: the highest protocol version HELLO offers (0, the default:
+ * PROTO_VERSION_MAX), so that tests can play a v1 client against a v2
+ * server. Set it before connecting. Not exported by libkvpool.so. */
+extern uint16_t kvc_test_max_version;
+
 #endif /* KVC_SESSION_H */
