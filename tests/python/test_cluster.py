@@ -63,7 +63,7 @@ def test_native_async_link_on_a_cluster(three):
     # requests one at a time while cluster handles answered -EOPNOTSUPP).
     import select
     from kvpool import _engine
-    from kvpool._engine_async import make_async_link
+    from kvpool._adapters.async_link import make_async_link
 
     url = "tcp://" + ",".join("127.0.0.1:%d" % s.port for s in three)
     keys = _chain("py-cluster-async", 40)
