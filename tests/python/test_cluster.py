@@ -62,13 +62,13 @@ def test_native_async_link_on_a_cluster(three):
     # calls on a cluster URL too (it fell back to a worker thread running
     # requests one at a time while cluster handles answered -EOPNOTSUPP).
     import select
-    from kvpool import _engine
+    from kvpool._adapters import link as _link
     from kvpool._adapters.async_link import make_async_link
 
     url = "tcp://" + ",".join("127.0.0.1:%d" % s.port for s in three)
     keys = _chain("py-cluster-async", 40)
     blocks = [bytes([i % 251]) * 300 for i in range(len(keys))]
-    link = _engine.Link(url, "pycl-async")
+    link = _link.Link(url, "pycl-async")
     a = make_async_link(link)
     try:
         assert a.native
