@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -1747,7 +1748,7 @@ static void *evict_churn(void *arg)
 			r->failed = "churn put failed";
 			break;
 		}
-		r->rounds++;
+		__atomic_store_n(&r->rounds, r->rounds + 1, __ATOMIC_RELAXED);
 	}
 	return NULL;
 }
@@ -1949,7 +1950,7 @@ static void *grow_reader_thread(void *arg)
 		uint32_t n = 0;
 
 		if (store_match(r->s, r->ns, keys, 8, 0, NULL, &n, NULL) != 0 || n != 8) {
-			r->failed = "the chain was not matched whole";
+			__atomic_store_n(&r->failed, "the chain was not matched whole", __ATOMIC_RELAXED);
 			break;
 		}
 		r->rounds++;
@@ -1976,6 +1977,12 @@ static void test_match_while_index_grows(void **state)
 	before = stats_of(s).index_bytes;
 	for (int k = 0; k < 2; k++)
 		assert_int_equal(pthread_create(&t[k], NULL, grow_reader_thread, &r[k]), 0);
+	/* both readers are reading before the index grows (on a loaded machine
+	 * a thread can start after the 4000 puts are done) */
+	for (int k = 0; k < 2; k++)
+		while (!__atomic_load_n(&r[k].rounds, __ATOMIC_RELAXED) &&
+		       !__atomic_load_n(&r[k].failed, __ATOMIC_RELAXED))
+			sched_yield();
 	for (uint64_t id = 100; id < 100 + 4000; id++)
 		assert_int_equal(put_id(s, ns, id, 0, 16), 0);
 	stop = true;
