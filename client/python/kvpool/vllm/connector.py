@@ -21,7 +21,8 @@ from .._adapters import link as _link
 from .._adapters.keys import make_namespace
 from .._adapters.link import Link, RateLimitedLog
 from . import _layout
-from ._keys import DEFAULT_LEASE_MS, _hash_algo, _import, _model_dtype, _parallel, block_key
+from ._keys import (DEFAULT_LEASE_MS, _hash_algo, _import, _model_dtype, _parallel, block_key,
+                    worker_rank)
 
 log = logging.getLogger("kvpool.vllm")
 
@@ -67,6 +68,10 @@ USING_REAL_CONNECTOR_BASE = _conn_base is not None
 # vLLM keeps its hybrid KV-cache manager on only for a SupportsHMA connector
 _BASES = (KVConnectorBase_V1,) + ((_supports_hma,) if _supports_hma is not None else ())
 _POLICY_WARNED = []        # warn once per process about kv_load_failure_policy "fail"
+_CONNECTOR_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "chunk_blocks",
+                   "namespace_prefix", "model", "kv_dtype", "hash_algo", "rank",
+                   "stage_through_host", "scheduler_timeout_s")
+MAX_CHUNK_BLOCKS = 1024    # KV-manager blocks per kvpool block
 
 
 class KVPoolConnectorMetadata(_conn_meta or object):
@@ -193,6 +198,7 @@ class KVPoolConnector(*_BASES):
         extra = dict(extra)
         self.extra = extra
         who = "kvpool.vllm connector"
+        _cfg.check_keys(extra, _CONNECTOR_KEYS, who)
         self.warn = RateLimitedLog(log)
         self.url = _cfg.url(extra.get("url"), who)
         self.token = _cfg.token(extra.get("token"), who, token_file=extra.get("token_file"))
@@ -201,17 +207,20 @@ class KVPoolConnector(*_BASES):
                                           DEFAULT_LEASE_MS)
         self.scheduler_timeout_s = _cfg.seconds(extra.get("scheduler_timeout_s"), who,
                                                 "scheduler_timeout_s", 0.5)
-        self.chunk_blocks = _cfg.integer(extra.get("chunk_blocks"), who, "chunk_blocks", 1, 1)
+        self.chunk_blocks = _cfg.integer(extra.get("chunk_blocks"), who, "chunk_blocks", 1, 1,
+                                         MAX_CHUNK_BLOCKS)
         self.force_stage = _cfg.flag(extra.get("stage_through_host"), who,
                                      "stage_through_host", False)
-        _cfg.text(extra.get("namespace_prefix"), who, "namespace_prefix")
+        for key in ("namespace_prefix", "model", "kv_dtype", "hash_algo"):
+            _cfg.text(extra.get(key), who, key)
         self.role_name = str(getattr(ktc, "kv_role", None) or "kv_both")
         if self.role_name not in ("kv_producer", "kv_consumer", "kv_both"):
             raise _cfg.ConfigError("%s: kv_role must be kv_producer, kv_consumer or kv_both, "
                                    "not %r" % (who, self.role_name))
         self.loads = self.role_name in ("kv_consumer", "kv_both")
         self.stores = self.role_name in ("kv_producer", "kv_both")
-        self.failure_policy = str(getattr(ktc, "kv_load_failure_policy", None) or "fail")
+        self.failure_policy = _cfg.choice(getattr(ktc, "kv_load_failure_policy", None), who,
+                                          "kv_load_failure_policy", "fail", ("fail", "recompute"))
         self.layout = _layout.ModelLayout(kv_cache_config)
         cc = getattr(vllm_config, "cache_config", None)
         self.block_size = self.layout.block_size or int(getattr(cc, "block_size", 16) or 16)
@@ -219,8 +228,7 @@ class KVPoolConnector(*_BASES):
         self.hash_block = int(hb) if hb else self.block_size
         self.chunk_tokens = self.block_size * self.chunk_blocks
         self.tp, self.pp, self.pcp, self.dcp = _parallel(vllm_config)
-        pc = getattr(vllm_config, "parallel_config", None)
-        self.rank = _cfg.integer(extra.get("rank", getattr(pc, "rank", 0) or 0), who, "rank", 0)
+        self.rank = worker_rank(vllm_config, extra.get("rank"), who)
         self.is_mla = self.layout.served and self.layout.is_mla
         self.refused = None                    # why nothing is served, or None
         if not self.layout.served:
@@ -292,7 +300,8 @@ class KVPoolConnector(*_BASES):
                         if self.scheduler else self.timeout_s
                     link = Link(self.url, ns, token=self.token, timeout_s=timeout,
                                 name="vllm connector " + ns, warn=self.warn,
-                                lease_ms=self.lease_ms if self.scheduler else None)
+                                lease_ms=self.lease_ms if self.scheduler else None,
+                                block_bytes=self._chunk_bytes() if self.layout.served else None)
                     self._links[rank] = link
         return link
 
