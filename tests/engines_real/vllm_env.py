@@ -24,7 +24,11 @@ get_kv_cache_shape and get_kv_cache_stride_order (FlashAttention,
 FlashInfer, Triton, the CPU backend, MLA) and get_kv_cache_layout /
 set_kv_cache_layout; the model runner's KV-cache reshape
 (v1/worker/gpu/attn_utils.py _reshape_kv_cache) and
-BlockTable.map_to_kernel_blocks.
+BlockTable.map_to_kernel_blocks; for the offloading tier, the tiering
+layer's SecondaryTierFactory, SecondaryTierManager, JobMetadata and
+OffloadKey (v1/kv_offload), and the attention backend registry
+(AttentionBackendEnum.get_class) with each backend's kernel block sizes
+and required KV-cache layout.
 """
 
 import builtins
@@ -55,6 +59,9 @@ REAL = {
     "vllm.utils", "vllm.utils.torch_utils", "vllm.utils.math_utils", "vllm.utils.func_utils",
     "vllm.utils.collection_utils", "vllm.v1.utils",
     "vllm.v1.core.kv_cache_manager",
+    "vllm.v1.kv_offload.base", "vllm.v1.kv_offload.tiering.base",
+    "vllm.v1.kv_offload.tiering.factory", "vllm.v1.attention.backends.registry",
+    "vllm.utils.import_utils",
 }
 _PARENTS = {".".join(m.split(".")[:i]) for m in REAL for i in range(1, m.count(".") + 1)}
 BARE = sorted(_PARENTS - REAL)

@@ -106,7 +106,7 @@ class Server:
                 return True
             except kvpool.errors.Denied:      # a server with a tokens file answers
                 return True
-            except kvpool.ConnectionError:
+            except (kvpool.ConnectionError, kvpool.errors.Timeout):   # not yet (or busy)
                 time.sleep(0.05)
         return False
 
