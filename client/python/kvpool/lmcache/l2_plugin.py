@@ -30,7 +30,7 @@ INTERFACE_MP = "LMCache native_plugin L2 adapter (native_plugin_l2_adapter.py @6
 DEFAULT_LEASE_MS = 5000     # kvpoold's default max_lease_ms
 _MP_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "namespace", "namespace_prefix",
             "model", "kv_dtype", "chunk_tokens")
-_MAX_SIZES = 1 << 20        # block sizes remembered between an exists and its get
+_MAX_SIZES = 1 << 16        # block sizes learnt by lookups (least recently seen dropped)
 
 
 def _weak_callback(method):
@@ -321,10 +321,10 @@ class KVPoolL2Plugin:
                 return self._empty("get")
             ks = self._keys(keys)
             sizes = [memoryview(v).nbytes for v in views]
-            # a block whose size an exists reported and that differs from its
+            # a block whose size a lookup reported and that differs from its
             # view is refused here, so the view is left untouched
             with self._lock:
-                known = [self._sizes.pop(k, None) for k in ks]
+                known = [self._sizes.get(k) for k in ks]
             go = [i for i in range(len(ks)) if known[i] is None or known[i] == sizes[i]]
             fid = self._new_future("get", len(keys), 1)
             if len(go) < len(ks):
@@ -380,6 +380,9 @@ class KVPoolL2Plugin:
             if not keys:
                 return self._empty("delete")
             ks = self._keys(keys)
+            with self._lock:
+                for k in ks:
+                    self._sizes.pop(k, None)
             fid = self._new_future("delete", len(keys), 1)
             self._submit(self._write, "submit_delete_many", fid, list(range(len(keys))),
                          "delete", ks)
