@@ -18,18 +18,27 @@ The backend keys it reads from the extra config (every one optional):
     namespace_prefix  the first part of the namespace (default "sglang"):
                       separates deployments that must not share blocks
     model             the model name when SGLang gives none
-    clear_drops_namespace  clear() drops this rank's namespace (default
-                      false: a shared namespace is left alone)
+    clear_drops_namespace  clear() drops the namespaces this backend
+                      writes (default false: clear() refuses, raising, since
+                      a namespace may be shared with other instances)
+A misspelt key is refused; other unknown keys are logged (SGLang's own
+keys in the same dictionary pass).
 
-Namespace: <prefix>:<model>:<kv dtype>:<layout>:p<page size>:tp<r>of<n>
-:pp<r>of<n>:cp<r>of<n> (and :lcm<n> when SGLang splits heads). An MLA
-model has no tp part: tp rank 0 writes one copy and every rank reads it.
-Keys: SGLang's 64-hex page hashes as their 32 bytes; "<hex>.draft" keys
-as the same bytes in the namespace <ns>:draft; other strings as their
-SHA-256. A page's parent is the previous key of its chain.
+Namespace: <prefix>:<model>[:w<weights>]:<kv dtype>:<layout>:p<page size>
+:tp<r>of<n>:pp<r>of<n>:cp<r>of<n> (and :lcm<n> when SGLang splits heads);
+w<weights> digests the model path and revision from SGLang's server
+arguments where they can be read. An MLA model has no tp part: tp rank 0
+writes one copy and every rank reads it. Keys: SGLang's 64-hex page
+hashes as their 32 bytes; "<hex>.draft" keys as the same bytes in the
+namespace <ns>:draft; other strings as their SHA-256. A page's parent is
+the previous key of its chain.
 
 Every entry point answers a miss or a failure rather than raising: SGLang's
-storage threads die for good on an exception.
+storage threads die for good on an exception. Two exceptions, both where
+SGLang expects them: register_mem_pool_host (and
+register_mem_host_pool_v2) raise ConfigError for a configuration the pool
+refuses, which fails SGLang's attach_storage_backend; clear() raises when
+it does not clear, which SGLang's clear_storage_backend catches and logs.
 
 Written against the HiCacheStorage interface of SGLang at commit
 8905cbd4 (2026-07-20); see docs/engines.md for what is not supported.

@@ -197,7 +197,8 @@ class KVPoolConnector(*_BASES):
     such waits at once per worker, one connection each), pd_retain_ms
     (0: the retention a prefill instance asks for the blocks it hands
     off; 0 = none), staging_mb (1024: host staging rows for stores and
-    hand-off loads in flight, per worker).
+    hand-off loads in flight, per worker). The worker's rank is vLLM's
+    (_keys.worker_rank): a "rank" setting that disagrees is refused.
     A value that cannot work raises ConfigError here, at start.
 
     Roles (kv_transfer_config.kv_role): kv_producer stores and never

@@ -10,7 +10,9 @@
 "type": "kvpool" is registered by kvpool.vllm.register() (a
 vllm.general_plugins entry point of the installed package); releases
 that take {"type": "KVPoolSecondaryTier", "module_path": "kvpool.vllm"}
-need no registration.
+need no registration. vLLM must be started with --attention-backend: the
+rows are raw KV pages whose bytes depend on the backend, and the tier
+refuses to start when vLLM picks it in each worker (tier_layout()).
 
 Keys: vLLM's block hashes, 32 bytes (sha256, sha256_cbor) as they are,
 16 bytes (xxhash, xxhash_cbor) zero-padded to 32; the parent of a chunk
