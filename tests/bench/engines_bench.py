@@ -129,7 +129,8 @@ def tier_config():
     --attention-backend and 16-token blocks."""
     from types import SimpleNamespace as NS
     return NS(attention_config=NS(backend=_FlashAttention),
-              cache_config=NS(block_size=16, cache_dtype="auto", prefix_caching_hash_algo="sha256"))
+              cache_config=NS(block_size=16, cache_dtype="auto",
+                              prefix_caching_hash_algo="sha256"))
 
 
 def bench_vllm(url, pages):

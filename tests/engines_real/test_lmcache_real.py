@@ -304,7 +304,7 @@ def test_nonmp_mla_worker0_writes(server, prefix):
     thread.join(5)
 
 
-# ---- the fresh-clone tester's report (items 6, 8, 10, 17) ----------------------------------
+# ---- issue 24, fresh-clone findings (items 6, 8, 10, 17) ------------------------------------
 
 def _remote_parts(url, prefix, extra_over, mla=False, worker=0, world=1, chunk=16):
     from lmcache.v1.config import LMCacheEngineConfig
@@ -328,7 +328,7 @@ def _remote_parts(url, prefix, extra_over, mla=False, worker=0, world=1, chunk=1
 @pytest.mark.parametrize("key,value", [("namespace", ["a"]), ("namespace_prefx", "x"),
                                        ("timeout_s", "0"), ("token", 42)])
 def test_nonmp_configuration_error_stops_the_backend(server, prefix, key, value, caplog):
-    """Report item 8: LMCache's RemoteBackend swallowed the plugin's
+    """Finding 8: LMCache's RemoteBackend swallowed the plugin's
     ConfigError and ran with no connection for ever. The error is now also
     LMCache's IrrecoverableException, which RemoteBackend lets through:
     building it fails (with the legacy remote_url that stops the engine);
@@ -368,7 +368,7 @@ def test_nonmp_configuration_error_stops_the_backend(server, prefix, key, value,
 
 @pytest.mark.parametrize("mla,flag", [(False, True), (True, False)])
 def test_nonmp_mla_mode_as_lmcache_reads_it(server, prefix, mla, flag):
-    """Report item 6: with the flag on a model that is not MLA (or an MLA
+    """Finding 6: with the flag on a model that is not MLA (or an MLA
     model with it off), LMCache keeps per-worker keys and every worker
     writes: worker 1 must store and find its own chunk (the adapter made it
     read-only on worker 0's namespace: never a hit)."""
@@ -393,7 +393,7 @@ def test_nonmp_mla_mode_as_lmcache_reads_it(server, prefix, mla, flag):
 
 
 def test_nonmp_remove_takes_one_key(server, prefix):
-    """Report item 10: batched_submit_put_task chained the batch, so
+    """Finding 10: batched_submit_put_task chained the batch, so
     RemoteBackend.remove(keys[0]) took all of it."""
     loop, thread = run_loop()
     rb, cpu, meta = remote_backend(server.url, prefix, loop)
@@ -410,7 +410,7 @@ def test_nonmp_remove_takes_one_key(server, prefix):
 
 
 def test_mp_load_into_a_bigger_object_writes_nothing(server, prefix):
-    """Report item 17: loading a stored object into a bigger memory object
+    """Finding 17: loading a stored object into a bigger memory object
     (another layout under the same key) failed only after writing part of
     it; the lookup LMCache makes first now learns the size, and the load
     leaves the object untouched."""

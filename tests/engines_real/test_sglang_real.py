@@ -187,10 +187,10 @@ def test_v2_get_round_trip(server, prefix):
     b.close()
 
 
-# ---- the fresh-clone tester's report (items 4 and 5) ---------------------------------------
+# ---- issue 24, fresh-clone findings (items 4 and 5) -----------------------------------------
 
 def test_refused_configuration_fails_the_attach(fresh_server, prefix, tmp_path):
-    """Report item 4: a token the server denies (and any configuration
+    """Finding 4: a token the server denies (and any configuration
     kvpool_connect refuses, or pages over max_block_bytes) raises from
     register_mem_pool_host, which SGLang's attach_storage_backend calls
     right after its factory: the attach fails and SGLang does not start
@@ -263,7 +263,7 @@ class SGLangMetaPool:
 
 
 def test_slots_outside_sglangs_host_pool_are_refused(server, prefix):
-    """Report item 5, with SGLang's own get_page_buffer_meta: host indices
+    """Finding 5, with SGLang's own get_page_buffer_meta: host indices
     past the pool's end made batch_get_v1 overwrite the memory after the
     pool (and batch_set_v1 store it); negative and unaligned ones went
     through too. They are refused before any I/O."""

@@ -219,10 +219,10 @@ def test_roles_and_unserved_groups(server, prefix):
                 i.close()
 
 
-# ---- the fresh-clone tester's report (items 1 and 2) ---------------------------------------
+# ---- issue 24, fresh-clone findings (items 1 and 2) -----------------------------------------
 
 def test_rank_in_the_extra_config_is_refused(server, prefix):
-    """Report item 2: vLLM hands every worker the same
+    """Finding 2: vLLM hands every worker the same
     kv_connector_extra_config, so "rank": 0 landed on both TP workers,
     both wrote r0 and another instance loaded TP rank 1's shard into rank
     0. The rank is vLLM's: worker 0 (where 0 is right) starts, worker 1
@@ -239,7 +239,7 @@ def test_rank_in_the_extra_config_is_refused(server, prefix):
 
 
 def test_tier_rows_name_their_byte_layout(server, prefix):
-    """Report item 1: vLLM's offloading worker copies raw KV pages into the
+    """Finding 1: vLLM's offloading worker copies raw KV pages into the
     primary rows, so tiers of one model, TP and row size hold different
     bytes under FlashAttention and FlashInfer, NHD and HND, and different
     kernel blocks. Built through vLLM's SecondaryTierFactory with vLLM's

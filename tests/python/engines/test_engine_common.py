@@ -164,7 +164,7 @@ def test_async_link_pool_down_then_back(fresh_server, kind):
 
 
 def test_lease_cap_is_warned_about(fresh_server, caplog):
-    """Report item 7: a lease_ms above the server's max_lease_ms is logged
+    """Finding 7: a lease_ms above the server's max_lease_ms is logged
     once on connecting (Client.limits is a property: calling it raised a
     TypeError the Link swallowed, so the warning never fired)."""
     fresh_server.extra += ["--max-lease-ms", "1000"]
@@ -182,7 +182,7 @@ def test_lease_cap_is_warned_about(fresh_server, caplog):
 
 
 def test_block_over_max_block_bytes_fails_at_start(fresh_server):
-    """Report item 14: a Link told its block size refuses at start a server
+    """Finding 14: a Link told its block size refuses at start a server
     whose max_block_bytes is smaller."""
     fresh_server.extra += ["--max-block-bytes", "4KiB"]
     fresh_server.start()
@@ -194,7 +194,7 @@ def test_block_over_max_block_bytes_fails_at_start(fresh_server):
 
 @pytest.mark.skipif(not NATIVE, reason="the binding has no asynchronous API")
 def test_failed_reput_is_reported_failed(server):
-    """Report item 9: when the re-put of a block refused with -ENOLINK
+    """Finding 9: when the re-put of a block refused with -ENOLINK
     cannot be sent (the client is busy, or its connection dropped), the
     completion reports that block failed, at its own position (it said 0,
     from another position's status, for a block never stored)."""

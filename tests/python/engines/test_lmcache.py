@@ -472,7 +472,7 @@ def test_bad_arguments_never_raise(server, prefix):
     w.close()
 
 
-# ---- the fresh-clone tester's report (items 6, 8, 10, 12, 14, 16, 17) ----------------------
+# ---- issue 24, fresh-clone findings (items 6, 8, 10, 12, 14, 16, 17) ------------------------
 
 @pytest.mark.parametrize("mla,flag,shared", [
     (False, True, False),        # the flag on a model that is not MLA: LMCache ignores it
@@ -480,7 +480,7 @@ def test_bad_arguments_never_raise(server, prefix):
     (True, None, True),          # an MLA model, flag unset: LMCache's default is on
     (True, "false", True)])      # LMCache takes the string "false" as true
 def test_remote_mla_mode_is_lmcaches(server, prefix, mla, flag, shared, caplog):
-    """Report item 6: worker 0's namespace is shared exactly when LMCache's
+    """Finding 6: worker 0's namespace is shared exactly when LMCache's
     RemoteBackend rewrites keys to worker 0 (flag and use_mla and world
     size > 1, the flag read as LMCache reads it); otherwise each worker
     writes and reads its own. The adapter read bool(flag) or use_mla, so a
@@ -515,7 +515,7 @@ def test_remote_mla_mode_is_lmcaches(server, prefix, mla, flag, shared, caplog):
     ("namespace_prefx", "x", "namespace_prefix"), ("token", 42, "quote")])
 def test_remote_configuration_error_is_loud_and_irrecoverable(server, prefix, caplog, key,
                                                                value, words):
-    """Report items 8 and 14: a setting that cannot work raises an error
+    """Findings 8 and 14: a setting that cannot work raises an error
     naming it (a list as namespace raised a bare TypeError; a misspelt key
     was ignored), logged once as an ERROR, of a class that is also LMCache's
     IrrecoverableException when LMCache is there (its RemoteBackend swallows
@@ -532,7 +532,7 @@ def test_remote_configuration_error_is_loud_and_irrecoverable(server, prefix, ca
 
 
 def test_remote_batched_put_keys_are_roots(server, prefix):
-    """Report item 10: batched_put chained its keys, so remove_sync(keys[0])
+    """Finding 10: batched_put chained its keys, so remove_sync(keys[0])
     removed the whole batch while LMCache believed the rest stored."""
     async def run():
         c = remote(server.url, prefix, loop=asyncio.get_running_loop())
@@ -546,7 +546,7 @@ def test_remote_batched_put_keys_are_roots(server, prefix):
 
 
 def test_remote_chunk_larger_than_max_block_bytes(fresh_server, prefix):
-    """Report item 14: a chunk the server can never store is a configuration
+    """Finding 14: a chunk the server can never store is a configuration
     error at start (LMCache then runs without this backend, loudly)."""
     fresh_server.extra += ["--max-block-bytes", "1KiB"]
     fresh_server.start()
@@ -564,7 +564,7 @@ def _fds_threads():
 
 
 def test_plugin_dropped_without_close_releases_everything(server, prefix):
-    """Report item 12: a plugin LMCache drops without close() (its own
+    """Finding 12: a plugin LMCache drops without close() (its own
     error paths) leaked its connections, event fd and threads."""
     params = spec(server.url, prefix)["adapter_params"]
     warm = kl.KVPoolL2Plugin(**params)           # first-use allocations, not leaks
@@ -583,7 +583,7 @@ def test_plugin_dropped_without_close_releases_everything(server, prefix):
 
 
 def test_plugin_settings_checked(server, prefix):
-    """Report item 14: a misspelt adapter_params key is refused, an unknown
+    """Finding 14: a misspelt adapter_params key is refused, an unknown
     one logged; an empty namespace is refused."""
     for params, words in (({"namespace_prefx": "x"}, "namespace_prefix"),
                           ({"namespace": ""}, "empty"), ({"timeout_s": 1e-9}, "timeout_s")):
@@ -593,7 +593,7 @@ def test_plugin_settings_checked(server, prefix):
 
 
 def test_get_into_a_view_of_another_size_writes_nothing(server, prefix):
-    """Report item 17: a view bigger than the block was partly overwritten
+    """Finding 17: a view bigger than the block was partly overwritten
     before the get reported False. LMCache looks keys up before it loads
     them; the lookup learns each block's size (a GET with no room sends
     none of its bytes), and the get refuses a view of another size before
@@ -614,7 +614,7 @@ def test_get_into_a_view_of_another_size_writes_nothing(server, prefix):
 
 
 def test_pool_eviction_and_lmcaches_accounting(server, prefix, raw):
-    """Report item 16 (what docs/engines.md says): when kvpool evicts keys
+    """Finding 16: when kvpool evicts keys
     LMCache stored, its lookups miss them at once, and a delete LMCache
     sends for them later (its own L2 eviction) reports them deleted, so
     its usage total comes back to what the pool holds."""

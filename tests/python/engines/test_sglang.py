@@ -406,10 +406,10 @@ def test_page_count_must_fit(server, prefix, raw):
     b.close()
 
 
-# ---- the fresh-clone tester's report (items 3, 4, 5, 11, 13, 14) ---------------------------
+# ---- issue 24, fresh-clone findings (items 3, 4, 5, 11, 13, 14) -----------------------------
 
 def test_clear_drops_every_namespace_written(server, prefix, raw):
-    """Report item 3: clear() with clear_drops_namespace drops the KV, draft
+    """Finding 3: clear() with clear_drops_namespace drops the KV, draft
     and every v2 pool namespace (the Mamba pool's was left), and returns
     True; without it clear() raises, which is how SGLang's
     clear_storage_backend learns of a failed clear (it ignores a return
@@ -457,7 +457,7 @@ def test_clear_with_the_pool_down_raises(fresh_server, prefix):
 
 
 def test_namespace_names_the_weights_where_sglang_says(server, prefix, monkeypatch):
-    """Report item 3: SGLang hands the backend the served model name only;
+    """Finding 3: SGLang hands the backend the served model name only;
     two deployments serving different weights under one name would share
     pages. Where SGLang's server arguments can be read, the model path and
     revision are part of the namespace."""
@@ -482,7 +482,7 @@ def test_namespace_names_the_weights_where_sglang_says(server, prefix, monkeypat
 
 
 def test_refused_configuration_fails_at_register(fresh_server, prefix, tmp_path):
-    """Report item 4: a token the server denies (or any configuration
+    """Finding 4: a token the server denies (or any configuration
     kvpool_connect refuses) raises ConfigError from register_mem_pool_host,
     so SGLang's attach_storage_backend fails (SGLang does not start)
     instead of running with the cache off and a new connection per call."""
@@ -507,7 +507,7 @@ def test_refused_configuration_fails_at_register(fresh_server, prefix, tmp_path)
     ({"namespace_prefix": ""}, "empty"), ({"namespace_prefx": "a"}, "namespace_prefix"),
     ({"url": "rdma://127.0.0.1:1"}, "rdma")])
 def test_settings_refused_at_start(server, prefix, extra, words):
-    """Report items 4 and 14: timeouts libkvpool would refuse, an empty
+    """Findings 4 and 14: timeouts libkvpool would refuse, an empty
     prefix, a misspelt key (which would merge deployments) and rdma://
     without a device fail at start, naming the setting."""
     p = dict(extra)
@@ -530,7 +530,7 @@ def test_unknown_keys_are_logged_sglangs_own_pass(server, prefix, caplog):
 
 
 def test_page_larger_than_max_block_bytes_fails_at_register(fresh_server, prefix):
-    """Report item 14: pages the server can never store are found at start."""
+    """Finding 14: pages the server can never store are found at start."""
     fresh_server.extra += ["--max-block-bytes", "4KiB"]
     fresh_server.start()
     pool = FakeHostPool(pages=4, layers=8, heads=4, head_dim=16)      # 8 KiB pages
@@ -540,7 +540,7 @@ def test_page_larger_than_max_block_bytes_fails_at_register(fresh_server, prefix
 
 
 def test_host_slots_outside_the_pool_are_refused(server, prefix, raw):
-    """Report item 5: host_indices outside the host pool, negative or not
+    """Finding 5: host_indices outside the host pool, negative or not
     page-aligned are refused before any I/O: nothing past the pool is
     overwritten by a get, nothing past it is stored by a set."""
     pool = FakeHostPool(pages=8, guard_pages=0)
@@ -563,7 +563,7 @@ def test_host_slots_outside_the_pool_are_refused(server, prefix, raw):
 
 
 def test_pieces_outside_the_pool_buffers_are_refused(server, prefix):
-    """Report item 5: a pool whose page meta points outside its buffers (a
+    """Finding 5: a pool whose page meta points outside its buffers (a
     pool with no size, or an off-by-one in its meta) is refused too."""
     pool = FakeHostPool(pages=4, guard_pages=0)
     real = pool.get_page_buffer_meta
@@ -579,7 +579,7 @@ def test_pieces_outside_the_pool_buffers_are_refused(server, prefix):
 
 
 def test_long_names_stay_valid_namespaces(server, prefix):
-    """Report item 11: <ns>:draft and <ns>:<pool> are capped at 255 bytes
+    """Finding 11: <ns>:draft and <ns>:<pool> are capped at 255 bytes
     like the namespace itself (a long model path made the draft namespace
     invalid, so draft pages never stored)."""
     from sglang.srt.mem_cache import hicache_storage as h
@@ -603,7 +603,7 @@ def test_long_names_stay_valid_namespaces(server, prefix):
 
 
 def test_unsized_arguments_answer(server, prefix):
-    """Report item 13: a generator, an int or None as keys answers, never
+    """Finding 13: a generator, an int or None as keys answers, never
     raises (SGLang's storage threads die for good on an exception)."""
     pool = FakeHostPool(pages=8)
     b = backend(server.url, prefix, pool)

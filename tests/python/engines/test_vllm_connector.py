@@ -524,7 +524,7 @@ def test_local_hits_and_limits(server, prefix):
 
 
 def test_rank_comes_from_vllm_and_a_configured_rank_must_agree(server, prefix, raw):
-    """Report item 2: vLLM gives every worker the same extra config, so a
+    """Finding 2: vLLM gives every worker the same extra config, so a
     "rank" there named one rank for all workers (both TP workers wrote
     r0 and a later instance loaded TP rank 1's shard into rank 0). The
     rank is vLLM's; a configured rank that disagrees, or one outside
@@ -565,7 +565,7 @@ def test_rank_comes_from_vllm_and_a_configured_rank_must_agree(server, prefix, r
     ({"namespace_prefix": ""}, "empty"), ({"timeout_s": 1e-9}, "timeout_s"),
     ({"timeout_s": 1e12}, "timeout_s")])
 def test_connector_settings_checked_at_start(server, prefix, extra, words):
-    """Report item 14: settings that cannot work fail at start, naming the
+    """Finding 14: settings that cannot work fail at start, naming the
     setting: a huge chunk_blocks, a misspelt key, an empty prefix, a
     timeout libkvpool would refuse."""
     s = Setup()
@@ -576,7 +576,7 @@ def test_connector_settings_checked_at_start(server, prefix, extra, words):
 
 
 def test_failure_policy_must_be_vllms(server, prefix):
-    """Report item 14: kv_load_failure_policy "bogus" is refused."""
+    """Finding 14: kv_load_failure_policy "bogus" is refused."""
     s = Setup()
     vc = vllm_config(server.url, prefix, s, policy="bogus")
     with pytest.raises(ValueError) as e:
@@ -595,7 +595,7 @@ def test_unknown_setting_is_logged(server, prefix, caplog):
 
 
 def test_chunk_larger_than_max_block_bytes_fails_at_start(fresh_server, prefix):
-    """Report item 14: a chunk the server can never store is found at start."""
+    """Finding 14: a chunk the server can never store is found at start."""
     fresh_server.extra += ["--max-block-bytes", "4KiB"]
     fresh_server.start()
     s = Setup()

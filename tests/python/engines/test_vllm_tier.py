@@ -281,7 +281,7 @@ def with_backend(backend, block=16):
 
 
 def test_rows_of_different_byte_layouts_never_share(server, prefix, monkeypatch):
-    """Report item 1: the primary rows are raw KV pages, so instances whose
+    """Finding 1: the primary rows are raw KV pages, so instances whose
     rows have the same size but other bytes (FlashAttention's separate K
     and V, FlashInfer's interleaved ones, HND, a kernel block smaller than
     the manager block) must not share blocks: the namespace names the
@@ -313,7 +313,7 @@ def test_rows_of_different_byte_layouts_never_share(server, prefix, monkeypatch)
 
 
 def test_tier_refused_when_the_backend_is_chosen_by_the_workers(server, prefix):
-    """Report item 1: with the attention backend left to vLLM ("auto"), the
+    """Finding 1: with the attention backend left to vLLM ("auto"), the
     scheduler-side tier cannot know the rows' byte layout: it refuses to
     start, naming --attention-backend."""
     auto = type("Cfg", (Cfg,), {"attention_config": type("a", (), {"backend": None})})
@@ -330,7 +330,7 @@ def test_tier_refused_when_the_backend_is_chosen_by_the_workers(server, prefix):
     ("namespace", 123, None), ("namespace", ["a"], "namespace"), ("namespace", "", "empty"),
     ("namespace_prefx", "x", "namespace_prefix"), ("model", ["a", "b"], "model")])
 def test_tier_settings_name_the_setting(server, prefix, key, value, words):
-    """Report items 8 and 14: a namespace of the wrong type, an empty one
+    """Findings 8 and 14: a namespace of the wrong type, an empty one
     or a misspelt setting is a ConfigError naming the setting (not a raw
     TypeError, and not ignored). A number is a valid name (its text)."""
     if words is None:
@@ -344,7 +344,7 @@ def test_tier_settings_name_the_setting(server, prefix, key, value, words):
 
 
 def test_row_larger_than_max_block_bytes_fails_at_start(fresh_server, prefix):
-    """Report item 14: a row the server can never store is found at start."""
+    """Finding 14: a row the server can never store is found at start."""
     fresh_server.extra += ["--max-block-bytes", "32KiB"]
     fresh_server.start()
     with pytest.raises(ValueError) as e:
@@ -353,7 +353,7 @@ def test_row_larger_than_max_block_bytes_fails_at_start(fresh_server, prefix):
 
 
 def test_batch_lookup_of_junk_never_raises(server, prefix):
-    """Report item 13: an unsized argument answers, never raises."""
+    """Finding 13: an unsized argument answers, never raises."""
     t, _ = make(server.url, prefix)
     assert t.batch_lookup(None, tb.ReqContext("r")) == []
     assert t.batch_lookup(5, tb.ReqContext("r")) == []
