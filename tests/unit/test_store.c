@@ -1748,7 +1748,7 @@ static void *evict_churn(void *arg)
 			r->failed = "churn put failed";
 			break;
 		}
-		__atomic_store_n(&r->rounds, r->rounds + 1, __ATOMIC_RELAXED);
+		__atomic_add_fetch(&r->rounds, 1, __ATOMIC_RELAXED);
 	}
 	return NULL;
 }
@@ -1977,12 +1977,14 @@ static void test_match_while_index_grows(void **state)
 	before = stats_of(s).index_bytes;
 	for (int k = 0; k < 2; k++)
 		assert_int_equal(pthread_create(&t[k], NULL, grow_reader_thread, &r[k]), 0);
-	/* both readers are reading before the index grows (on a loaded machine
-	 * a thread can start after the 4000 puts are done) */
-	for (int k = 0; k < 2; k++)
-		while (!__atomic_load_n(&r[k].rounds, __ATOMIC_RELAXED) &&
-		       !__atomic_load_n(&r[k].failed, __ATOMIC_RELAXED))
-			sched_yield();
+	/* Both readers must be reading before the index grows: on a loaded
+	 * machine a new thread may not run for a while (bounded: 10 s). */
+	for (int i = 0; i < 10000; i++) {
+		if (__atomic_load_n(&r[0].rounds, __ATOMIC_RELAXED) &&
+		    __atomic_load_n(&r[1].rounds, __ATOMIC_RELAXED))
+			break;
+		usleep(1000);
+	}
 	for (uint64_t id = 100; id < 100 + 4000; id++)
 		assert_int_equal(put_id(s, ns, id, 0, 16), 0);
 	stop = true;
