@@ -440,3 +440,38 @@ def test_request_retention_junk_and_settings(server, prefix, raw):
         with pytest.raises(ValueError) as e:
             make(server.url, prefix, **extra)
         assert "kvpool_retain_ms" in str(e.value)
+
+
+@pytest.mark.parametrize("speed,offered", [(1e-3, True), (1e12, False)])
+def test_estimator_answers_a_hit_only_when_loading_pays(server, prefix, speed, offered):
+    """prefill_tokens_per_s: once a load has been timed, a tier whose
+    engine prefills a token in 1000 s answers every hit True; one whose
+    prefill is practically free answers False (the engine recomputes),
+    but for one probe in PROBE_EVERY; the deferred lookups likewise."""
+    tier, rows = make(server.url, prefix, prefill_tokens_per_s=speed)
+    fill(rows, range(4), 45)
+    keys = [offload_key(h) for h in hashes(4, seed=45)]
+    ctx = tb.ReqContext("r")
+    tier.submit_store(tb.JobMetadata(1, keys, np.array([0, 1, 2, 3]), False, ctx))
+    tier.drain_jobs(timeout=10)
+    assert tier.batch_lookup(keys, ctx) == [True] * 4       # nothing timed yet: learning
+    tier.submit_load(tb.JobMetadata(2, keys, np.array([8, 9, 10, 11]), False, ctx))
+    tier.drain_jobs(timeout=10)
+    assert [r.success for r in tier.get_finished()] == [True, True]
+    assert tier.estimator.s_per_byte is not None
+    got = [tier.batch_lookup(keys, ctx) for _ in range(tier.estimator.PROBE_EVERY)]
+    if offered:
+        assert got == [[True] * 4] * len(got)
+        assert settle(tier, keys[0]) is True
+    else:
+        assert sorted(got) == [[False] * 4] * (len(got) - 1) + [[True] * 4]   # one probe
+        assert tier.declined == 4 * (len(got) - 1)
+        assert settle(tier, keys[0]) is False
+    tier.shutdown()
+
+
+def test_estimator_setting_checked(server, prefix):
+    for bad in (0, -1, "fast"):
+        with pytest.raises(ValueError) as e:
+            make(server.url, prefix, prefill_tokens_per_s=bad)
+        assert "prefill_tokens_per_s" in str(e.value)

@@ -27,6 +27,10 @@ lookup's ReqContext, stores that request's blocks with a retention of MS
 that their retention is extended) and refreshes it on the run its lookups
 hit (request_retain, default true). retain_first_blocks is refused: a
 tier's jobs do not say where their blocks sit in the prompt.
+
+Loads (docs/engines.md): with prefill_tokens_per_s set, a lookup's hit is
+answered True only when loading it is expected to beat recomputing it
+(the load speed from the tier's own loads; kvpool._adapters.policy).
 """
 
 import collections
@@ -107,7 +111,8 @@ def register():
 
 _TIER_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "namespace",
               "namespace_prefix", "model", "kv_dtype", "hash_algo", "block_size", "miss_ttl_s",
-              "failed_ttl_s", "group", "request_retain", "retain_first_blocks", "retain_ms")
+              "failed_ttl_s", "group", "request_retain", "retain_first_blocks", "retain_ms",
+              "prefill_tokens_per_s")
 
 
 def _backend_of(vllm_config):
@@ -259,7 +264,8 @@ class KVPoolSecondaryTier(SecondaryTierManager):
         namespace_prefix ("vllm"), model, kv_dtype, hash_algo,
         block_size (tokens per offloaded chunk), miss_ttl_s (1.0),
         failed_ttl_s (30.0), group (0), request_retain (true: a request's
-        kv_transfer_params {"kvpool_retain_ms": MS} retains its blocks)
+        kv_transfer_params {"kvpool_retain_ms": MS} retains its blocks),
+        prefill_tokens_per_s (unset: every hit is offered)
     Never raises, also when the pool is down.
 
     Every method runs on vLLM's scheduler thread and returns at once:
@@ -315,7 +321,11 @@ class KVPoolSecondaryTier(SecondaryTierManager):
                     "the prompt; retain per request instead (kv_transfer_params "
                     "{\"%s\": MS})" % (who, key, _policy.VLLM_REQUEST_FIELD))
         self.retain = _policy.RetainHints({"request_retain": params.get("request_retain")}, who)
-        _cfg.integer(params.get("block_size"), who, "block_size", 0)
+        self.estimator = _policy.LoadEstimator.from_config(params, who)
+        self.declined = 0             # lookups' hit blocks answered False by the estimator
+        self.block_tokens = _cfg.integer(params.get("block_size"), who, "block_size", 0) or \
+            int(getattr(getattr(getattr(config, "vllm_config", None) or config,
+                                "cache_config", None), "block_size", 0) or 0)
         for key in ("namespace", "namespace_prefix", "model", "kv_dtype", "hash_algo"):
             _cfg.text(params.get(key), who, key)
         token = _cfg.token(params.get("token"), who, token_file=params.get("token_file"))
@@ -398,7 +408,7 @@ class KVPoolSecondaryTier(SecondaryTierManager):
         now = time.monotonic()
         if kind == "lookup":
             keys = c.tag[2]
-            m = c.matched if c.status == 0 else 0
+            m = self._offer(c.matched if c.status == 0 else 0)
             with self._lock:
                 for i, k in enumerate(keys):
                     self._pending.pop(k, None)
@@ -411,9 +421,11 @@ class KVPoolSecondaryTier(SecondaryTierManager):
                 self.warn.warning("lookup", "kvpool.vllm: lookup failed: %s",
                                   _link.strerror_of(c.status))
         elif kind == "load":
-            job_id, keys, row_bytes = c.tag[1], c.tag[2], c.tag[3]
+            job_id, keys, row_bytes, t0 = c.tag[1], c.tag[2], c.tag[3], c.tag[4]
             ok = c.status == 0 and all(n == row_bytes for n in c.lengths) and \
                 len(c.lengths) == len(keys)
+            if ok:
+                self.estimator.record_load(row_bytes * len(keys), now - t0)
             with self._lock:
                 for k in keys:
                     if ok:
@@ -524,10 +536,22 @@ class KVPoolSecondaryTier(SecondaryTierManager):
             ms = self._retain_of(req_context)
             m = self._read_link.call("batch_lookup", lambda c: c.match(
                 ks, self.lease_ms, retain_ms=ms) if ms else c.match(ks, self.lease_ms), 0)
+            m = self._offer(m if isinstance(m, int) else 0)
             return [i < m for i in range(len(ks))]
         except Exception as e:
             self.warn.warning("lookup", "kvpool.vllm: batch_lookup: %r", e)
             return [False] * n
+
+    def _offer(self, matched):
+        """The leading blocks of a hit of `matched` to answer True: all of
+        them, or none when the estimator expects recomputing them to be
+        faster than loading (prefill_tokens_per_s)."""
+        if not matched or not self.estimator.enabled or self._rows is None or \
+                not self.block_tokens:
+            return matched
+        n = self.estimator.offer(matched, self._rows.row_bytes, self.block_tokens)
+        self.declined += matched - n
+        return n
 
     def _retain_of(self, req_context):
         """The retention (ms, 0: none) a request's kv_transfer_params ask
@@ -597,7 +621,8 @@ class KVPoolSecondaryTier(SecondaryTierManager):
                 return self._report(job_id, False)
             bufs = [self._rows.row(b) for b in ids]
             self._read.submit_get_into_many(keys, bufs, tag=("load", job_id, keys,
-                                                             self._rows.row_bytes))
+                                                             self._rows.row_bytes,
+                                                             time.monotonic()))
         except Exception as e:
             self.warn.warning("load", "kvpool.vllm: submit_load: %r", e)
             if job_id is not None:
