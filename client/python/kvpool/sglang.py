@@ -65,7 +65,7 @@ from ._adapters import link as _link
 from ._adapters import policy as _policy
 from ._adapters.buffers import raw_buffer, tensor_address
 from ._adapters.config import ConfigError
-from ._adapters.keys import make_namespace, string_key
+from ._adapters.keys import extend_namespace, make_namespace, string_key
 from ._adapters.link import Link, RateLimitedLog
 
 log = logging.getLogger("kvpool.sglang")
@@ -319,9 +319,9 @@ class KVPoolHiCacheStorage(HiCacheStorage):
     def _ns_of(self, draft):
         """The namespace of pool `draft` (see _link), at most 255 bytes."""
         if draft is True:
-            return make_namespace(self.namespace, "draft")
+            return extend_namespace(self.namespace, "draft")
         if draft:
-            return make_namespace(self.namespace, str(draft))
+            return extend_namespace(self.namespace, str(draft))
         return self.namespace
 
     def _link(self, draft, role, at_start=False):

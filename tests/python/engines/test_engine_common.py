@@ -18,11 +18,34 @@ KINDS = ["thread"] + (["native"] if NATIVE else [])
 
 
 def test_namespace_parts_and_long_names():
-    assert _keys.make_namespace("a b", "é", "x:y") == "a_b:__:x:y"
+    # a part that needed a replacement carries a digest of what it was
+    ns = _keys.make_namespace("a b", "é", "x:y")
+    assert ns.startswith("a_b~") and ":__~" in ns and ":x_y~" in ns and ns.count(":") == 2
+    # printable ASCII without ':' or '~' is kept as it is (existing namespaces)
+    assert _keys.make_namespace("vllm-conn", "meta/Llama-3@main", "bfloat16") == \
+        "vllm-conn:meta/Llama-3@main:bfloat16"
     long1 = _keys.make_namespace("p", "m" * 300)
     long2 = _keys.make_namespace("p", "m" * 299 + "n")
     assert len(long1) == 255 and len(long2) == 255 and long1 != long2
     assert long1.startswith("p:mmm")
+
+
+def test_namespace_parts_never_merge_names():
+    """Names that differ only where bytes are replaced give different
+    namespaces (a fresh-clone test found "/data/模型/x" == "/data/权重/x",
+    "a b" == "a_b" and prefix "x:a" + model "b" == prefix "x" + model "a:b")."""
+    pairs = [(("p", "/data/模型/Qwen2-7B"), ("p", "/data/权重/Qwen2-7B")),
+             (("p", "/models/Qwen2 7B"), ("p", "/models/Qwen2_7B")),
+             (("x:a", "b"), ("x", "a:b")),
+             (("p", "a_~0123456789ab"), ("p", "a b")),
+             (("p", "a\tb"), ("p", "a\nb"))]
+    for one, two in pairs:
+        assert _keys.make_namespace(*one) != _keys.make_namespace(*two), (one, two)
+    # a digested part is one printable part: the namespace stays valid
+    ns = _keys.make_namespace("p", "/data/模型/Qwen2-7B")
+    assert all(0x21 <= b <= 0x7e for b in ns.encode()) and ns.count(":") == 1
+    # a sub-namespace keeps its base as it is
+    assert _keys.extend_namespace("sg:m:p4", "draft") == "sg:m:p4:draft"
 
 
 def test_keys():

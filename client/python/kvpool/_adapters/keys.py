@@ -12,21 +12,41 @@ KEY_BYTES = _lib.KEY_BYTES
 
 def namespace_part(value):
     """One part of a namespace: str(value) with every byte outside printable
-    ASCII 0x21..0x7e (spaces included) replaced by '_'."""
-    raw = str(value).encode("utf-8", "replace")
-    return "".join(chr(b) if 0x21 <= b <= 0x7e else "_" for b in raw) or "_"
+    ASCII 0x21..0x7e (spaces included) and every ':' (the parts'
+    separator) replaced by '_'. A part that needed a replacement (or holds
+    a '~') ends with '~' and 12 hex digits of the SHA-256 of its UTF-8 bytes, so two
+    different values never give one part ("a b" and "a_b", names that
+    differ only in non-ASCII characters, "x:a" and "x_a"); a part of
+    printable ASCII without ':' is kept as it is, so the namespaces of
+    such names do not change."""
+    raw = str(value).encode("utf-8", "surrogatepass")
+    if not raw:
+        return "_"
+    clean = "".join(chr(b) if 0x21 <= b <= 0x7e and b != 0x3a else "_" for b in raw)
+    if clean.encode() != raw or "~" in clean:
+        clean += "~" + hashlib.sha256(raw).hexdigest()[:12]
+    return clean
 
 
 def make_namespace(*parts):
-    """Join parts with ':' into a valid kvpool namespace (1..255 bytes). A
-    name over 255 bytes keeps its first 238 bytes and ends with ':' and
-    16 hex digits of the SHA-256 of the whole name, so different long
-    names stay different."""
-    name = ":".join(namespace_part(p) for p in parts)
-    if len(name) <= 255:
+    """Join parts (each through namespace_part) with ':' into a valid
+    kvpool namespace (1..255 bytes). A name over 255 bytes keeps its first
+    238 bytes and ends with ':' and 16 hex digits of the SHA-256 of the
+    whole name, so different long names stay different."""
+    return _bounded(":".join(namespace_part(p) for p in parts))
+
+
+def extend_namespace(base, *parts):
+    """A namespace made by make_namespace, `base`, followed by more parts
+    (each through namespace_part): base's ':' are kept as they are."""
+    return _bounded(":".join([str(base)] + [namespace_part(p) for p in parts]))
+
+
+def _bounded(name):
+    if len(name.encode()) <= 255:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-    return name[:238] + ":" + digest
+    return name.encode()[:238].decode("ascii", "replace") + ":" + digest
 
 
 def pad_key(h):

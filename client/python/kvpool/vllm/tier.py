@@ -44,7 +44,7 @@ from .._adapters import link as _link
 from .._adapters import policy as _policy
 from .._adapters.async_link import make_async_link
 from .._adapters.buffers import raw_buffer
-from .._adapters.keys import make_namespace
+from .._adapters.keys import extend_namespace, make_namespace
 from .._adapters.link import Link, RateLimitedLog
 from ._keys import (DEFAULT_LEASE_MS, _hash_algo, _import, _model_dtype,
                     _parallel, block_key)
@@ -370,8 +370,9 @@ class KVPoolSecondaryTier(SecondaryTierManager):
         bytes agree. A configured `namespace` replaces the parts before
         <layout>; the layout and row size are always added."""
         vc = getattr(config, "vllm_config", None) or config
+        base = None
         if params.get("namespace"):
-            parts = [params["namespace"]]
+            base, parts = str(params["namespace"]), []
         else:
             model, dtype = _model_dtype(vc, params)
             tp, pp, pcp, dcp = _parallel(vc)
@@ -384,7 +385,7 @@ class KVPoolSecondaryTier(SecondaryTierManager):
             parts.append(layout)
         if rows is not None:
             parts.append("r%d" % rows.row_bytes)
-        return make_namespace(*parts)
+        return extend_namespace(base, *parts) if base else make_namespace(*parts)
 
     # ---- results ------------------------------------------------------------------------
 
