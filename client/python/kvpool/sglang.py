@@ -167,6 +167,17 @@ def _dtype_name(dtype):
     return str(dtype).replace("torch.", "")
 
 
+def _kv_format(pool):
+    """The KV format of host pool `pool`: its device pool's dtype (SGLang's
+    --kv-cache-dtype, e.g. float8_e4m3fn or float8_e5m2), which the host
+    pool's own dtype (the device pool's store_dtype: uint8 for every fp8
+    format) does not tell apart; the host pool's dtype where there is no
+    device pool or both agree."""
+    stored = _dtype_name(getattr(pool, "dtype", "unknown"))
+    dev = getattr(getattr(pool, "device_pool", None), "dtype", None)
+    return _dtype_name(dev) if dev is not None and _dtype_name(dev) != stored else stored
+
+
 def _element_size(dtype):
     """Bytes per element of a torch dtype (torch 1.13 has no dtype.itemsize)."""
     size = getattr(dtype, "itemsize", None)
@@ -260,7 +271,7 @@ class KVPoolHiCacheStorage(HiCacheStorage):
         parts = [self.prefix, self.model]
         if self.model_id:
             parts.append("w" + self.model_id)
-        parts += [_dtype_name(getattr(pool, "dtype", "unknown")), layout,
+        parts += [_kv_format(pool), layout,
                   "p%d" % int(getattr(pool, "page_size", 0))]
         if self.is_mla:
             parts.append("mla")

@@ -481,6 +481,29 @@ def test_namespace_names_the_weights_where_sglang_says(server, prefix, monkeypat
     b.close()
 
 
+@pytest.mark.parametrize("mla", [False, True])
+def test_namespace_names_the_kv_format_not_its_storage_dtype(server, prefix, mla):
+    """SGLang's host pool takes the device pool's store_dtype, uint8 for
+    every fp8 format: an fp8_e4m3 and an fp8_e5m2 instance must not share
+    pages (a fresh-clone test loaded one's bytes into the other). The
+    format is the device pool's dtype (SGLang's memory_pool: dtype, and
+    store_dtype uint8 for fp8). A pool whose two dtypes agree keeps its
+    namespace."""
+    import types
+    names = {}
+    for fmt in ("float8_e4m3fn", "float8_e5m2", None):
+        pool = FakeHostPool(mla=mla, pages=4, dtype=torch.uint8 if fmt else torch.bfloat16)
+        pool.device_pool = types.SimpleNamespace(
+            dtype="torch." + fmt if fmt else torch.bfloat16,
+            store_dtype=torch.uint8 if fmt else torch.bfloat16)
+        b = backend(server.url, prefix, pool)
+        names[fmt] = b.namespace
+        b.close()
+    assert names["float8_e4m3fn"] != names["float8_e5m2"]
+    assert ":float8_e5m2:" in names["float8_e5m2"] and ":uint8:" not in names["float8_e5m2"]
+    assert ":bfloat16:" in names[None]
+
+
 def test_refused_configuration_fails_at_register(fresh_server, prefix, tmp_path):
     """Finding 4: a token the server denies (or any configuration
     kvpool_connect refuses) raises ConfigError from register_mem_pool_host,

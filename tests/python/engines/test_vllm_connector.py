@@ -36,8 +36,9 @@ class Setup:
 
     def __init__(self, backend=vl.FlashAttentionBackend, block=BS, kernel=None, heads=HEADS,
                  dim=DIM, layers=LAYERS, dtype=torch.float16, mla=False, sliding=None,
-                 mamba=False):
+                 mamba=False, cache_dtype="auto"):
         self.backend, self.block, self.kernel = backend, block, kernel or block
+        self.cache_dtype = cache_dtype
         self.heads, self.dim, self.layers, self.dtype = heads, dim, layers, dtype
         self.mla, self.sliding, self.mamba = mla, sliding, mamba
 
@@ -76,7 +77,7 @@ def vllm_config(url, prefix, setup, tp=1, rank=0, role="kv_both", policy="recomp
                                            kv_role=role, kv_connector_extra_config=ec,
                                            kv_load_failure_policy=policy),
         model_config=SimpleNamespace(model="test/llama-8b", dtype="float16", use_mla=setup.mla),
-        cache_config=SimpleNamespace(block_size=setup.block, cache_dtype="auto",
+        cache_config=SimpleNamespace(block_size=setup.block, cache_dtype=setup.cache_dtype,
                                      prefix_caching_hash_algo="sha256"),
         parallel_config=SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=1,
                                         rank=rank),
@@ -327,6 +328,73 @@ def test_namespaces_name_the_byte_layout(server, prefix, setup):
     assert ext == (48 if same else 0) and errors == [set()]
     a.close()
     b.close()
+
+
+def test_namespace_names_the_kv_format_not_its_storage_dtype(server, prefix):
+    """vLLM stores every fp8 format as uint8 and builds MLA's spec without a
+    kv_quant_mode: an fp8_e4m3 and an fp8_e5m2 instance of one MLA model
+    must not share blocks (a fresh-clone test loaded one's latent bytes
+    into the other, a full hit). "auto" keeps the storage dtype's name."""
+    def ns(cache_dtype, dtype=torch.uint8, **cc):
+        s = Setup(vl.MLABackend, mla=True, dim=16, dtype=dtype, cache_dtype=cache_dtype)
+        vc = vllm_config(server.url, prefix, s)
+        for k, v in cc.items():
+            setattr(vc.cache_config, k, v)
+        c = KVConnectorFactory.create_connector(vc, KVConnectorRole.SCHEDULER,
+                                                vl.kv_cache_config(BLOCKS, s.groups()))
+        out = (c.refused, c.namespace_for_rank(0))
+        c.shutdown()
+        return out
+    e4, e5, auto = ns("fp8_e4m3"), ns("fp8_e5m2"), ns("auto", torch.float16)
+    assert e4[0] is None and e5[0] is None
+    assert e4[1] != e5[1] and ":fp8_e4m3:" in e4[1] and ":fp8_e5m2:" in e5[1]
+    assert ":float16:" in auto[1]
+    # a scale each instance computes for itself: its bytes are its own
+    why = ns("fp8_e4m3", calculate_kv_scales=True)[0]
+    assert why and "--calculate-kv-scales" in why
+
+
+def test_fp8_with_per_tensor_scales_is_refused_in_words(server, prefix, caplog):
+    """The refusal tells the operator which --kv-cache-dtype is not served
+    (not vLLM's internal kv_quant_mode number)."""
+    s = Setup()
+    groups = [(names, vl.FullAttentionSpec(BS, HEADS, DIM, torch.uint8))
+              for names, _ in s.groups()]
+    for _, spec in groups:
+        spec.kv_quant_mode = 1             # vLLM's KVQuantMode.FP8_PER_TENSOR
+    c = KVConnectorFactory.create_connector(vllm_config(server.url, prefix, s),
+                                            KVConnectorRole.SCHEDULER,
+                                            vl.kv_cache_config(BLOCKS, groups))
+    assert "fp8 KV cache with per-tensor scales (--kv-cache-dtype fp8" in c.refused
+    assert "kv_quant_mode" not in c.refused
+    c.shutdown()
+
+
+def test_namespace_names_options_that_change_kv(server, prefix):
+    """One checkpoint run with another K/V computation (YaRN through
+    --hf-overrides, --quantization fp8 on a bf16 checkpoint, another
+    --model-impl) gets its own namespace; a plain run keeps the name it
+    had, and the part is the same in every process (no object address)."""
+    def ns(**mc):
+        s = Setup()
+        vc = vllm_config(server.url, prefix, s)
+        for k, v in mc.items():
+            setattr(vc.model_config, k, v)
+        c = KVConnectorFactory.create_connector(vc, KVConnectorRole.SCHEDULER,
+                                                vl.kv_cache_config(BLOCKS, s.groups()))
+        out = c.namespace_for_rank(0)
+        c.shutdown()
+        return out
+    plain = ns()
+    assert ":kvo" not in plain and plain == ns(quantization=None, hf_overrides={},
+                                                model_impl="auto")
+    yarn = ns(hf_overrides={"rope_scaling": {"rope_type": "yarn", "factor": 4.0}})
+    yarn2 = ns(hf_overrides={"rope_scaling": {"factor": 4.0, "rope_type": "yarn"}})
+    fp8 = ns(quantization="fp8")
+    impl = ns(model_impl="transformers")
+    assert len({plain, yarn, fp8, impl}) == 4 and yarn == yarn2
+    # a function as hf_overrides: named by its qualified name, not its address
+    assert ns(hf_overrides=prompt) == ns(hf_overrides=prompt) != plain
 
 
 def test_two_ranks_take_the_min(server, prefix, raw):

@@ -64,6 +64,60 @@ def _model_dtype(vllm_config, params):
     return str(model), str(dtype).replace("torch.", "")
 
 
+# model_config fields that change the K and V one checkpoint produces
+# (checked against local-inference-lab/vllm 28be48fa's ModelConfig):
+# hf_overrides (rope scaling such as YaRN: K is cached after RoPE),
+# quantization (online-quantized projections), hf_config_path (another
+# config for the same weights), model_impl (another implementation),
+# code_revision (other remote code), disable_sliding_window and
+# override_attention_dtype. vLLM's own model_config.compute_hash() is not
+# used: it leaves hf_overrides out and takes in options that do not change
+# K/V (max_model_len, max_logprobs, generation_config, ...), which would
+# split instances that can share blocks.
+_KV_FACTORS = ("hf_overrides", "quantization", "hf_config_path", "model_impl",
+               "code_revision", "disable_sliding_window", "override_attention_dtype")
+_DEFAULTS = (None, False, "", "auto", {}, [])
+
+
+def _stable(x):
+    """x as JSON-able data that is the same in every process: a callable
+    (hf_overrides may be a function) by its qualified name, an enum by its
+    value, anything else unknown by its type's name and str()."""
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, dict):
+        return {str(k): _stable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, set, frozenset)):
+        items = [_stable(v) for v in x]
+        return sorted(items, key=repr) if isinstance(x, (set, frozenset)) else items
+    if callable(x):
+        return "%s.%s" % (getattr(x, "__module__", ""), getattr(x, "__qualname__", ""))
+    value = getattr(x, "value", None)
+    if value is not None and type(x).__module__ != "builtins":
+        return _stable(value)
+    return "%s:%s" % (type(x).__name__, x)
+
+
+def kv_options_part(vllm_config):
+    """"" for a model run as its checkpoint says, else "kvo" and 12 hex
+    digits of the SHA-256 of the model options in _KV_FACTORS that differ
+    from their defaults, so instances that compute other K/V from one
+    checkpoint never share blocks. The same in every process and rank (it
+    reads only vllm_config)."""
+    import json
+    mc = getattr(vllm_config, "model_config", None)
+    factors = {}
+    for name in _KV_FACTORS:
+        v = getattr(mc, name, None)
+        if any(v is d or (type(v) is type(d) and v == d) for d in _DEFAULTS):
+            continue
+        factors[name] = _stable(v)
+    if not factors:
+        return ""
+    blob = json.dumps(factors, sort_keys=True, default=str).encode()
+    return "kvo" + hashlib.sha256(blob).hexdigest()[:12]
+
+
 def _parallel(vllm_config):
     pc = getattr(vllm_config, "parallel_config", None)
     get = lambda n: int(getattr(pc, n, 1) or 1)  # noqa: E731

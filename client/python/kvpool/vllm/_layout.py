@@ -45,6 +45,21 @@ _REFUSED = {"MambaSpec": "a Mamba (state) group",
             "TQFullAttentionSpec": "TurboQuant-packed KV"}
 
 
+# vLLM's KVQuantMode values (vllm/v1/kv_cache_interface.py): the KV caches
+# whose bytes mean something only with scales kept outside the cache. A
+# per-tensor scale may be computed by each instance (--calculate-kv-scales),
+# so two instances' bytes of one token need not mean the same values.
+_QUANT_REFUSED = {
+    1: "an fp8 KV cache with per-tensor scales (--kv-cache-dtype fp8, fp8_e4m3 or "
+       "fp8_e5m2 on a non-MLA model)",
+    2: "an int8 KV cache with per-token-head scales (--kv-cache-dtype "
+       "int8_per_token_head)",
+    3: "an fp8 KV cache with per-token-head scales (--kv-cache-dtype "
+       "fp8_per_token_head)",
+    4: "an nvfp4 KV cache (--kv-cache-dtype nvfp4: packed data, block scales)",
+}
+
+
 def _kind(spec):
     """("kv" | "mla", None) or (None, why it is not served)."""
     names = [c.__name__ for c in type(spec).__mro__]
@@ -54,8 +69,10 @@ def _kind(spec):
     hv = getattr(spec, "head_size_v", None)
     if hv not in (None, getattr(spec, "head_size", None)):
         return None, "K and V of different head sizes (%s and %s)" % (spec.head_size, hv)
-    if int(getattr(spec, "kv_quant_mode", 0) or 0):
-        return None, "quantized KV with scales (kv_quant_mode %s)" % spec.kv_quant_mode
+    mode = int(getattr(spec, "kv_quant_mode", 0) or 0)
+    if mode:
+        return None, _QUANT_REFUSED.get(mode, "a quantized KV cache with scales (vLLM's "
+                                        "kv_quant_mode %d)" % mode)
     for n in names:
         if n in _MLA:
             return "mla", None

@@ -33,7 +33,7 @@ from .._adapters.keys import make_namespace
 from .._adapters.link import Link, RateLimitedLog
 from . import _layout, _pd
 from ._keys import (DEFAULT_LEASE_MS, _hash_algo, _import, _model_dtype, _parallel, block_key,
-                    worker_rank)
+                    kv_options_part, worker_rank)
 
 log = logging.getLogger("kvpool.vllm")
 
@@ -179,6 +179,13 @@ class _ReqState:
         params = getattr(request, "kv_transfer_params", None)
         # a prefill instance's hand-off: every prompt chunk goes to the pool
         self.handoff = bool(isinstance(params, dict) and params.get("do_remote_decode"))
+
+
+def _cache_format(vllm_config):
+    """cache_config.cache_dtype: "auto" or the KV format vLLM was started
+    with (--kv-cache-dtype: fp8, fp8_e4m3, fp8_e5m2, ...)."""
+    cc = getattr(vllm_config, "cache_config", None)
+    return str(getattr(cc, "cache_dtype", None) or "auto").replace("torch.", "")
 
 
 def _params(request):
@@ -327,6 +334,12 @@ class KVPoolConnector(*_BASES):
             self.refused = self.layout.why
         elif self.pcp * self.dcp > 1:
             self.refused = "context parallelism (pcp %d, dcp %d)" % (self.pcp, self.dcp)
+        elif self.is_mla and _cache_format(vllm_config).startswith("fp8") and \
+                getattr(getattr(vllm_config, "cache_config", None), "calculate_kv_scales",
+                        False):
+            self.refused = ("an fp8 MLA KV cache whose scale each instance computes "
+                            "(--calculate-kv-scales): two instances' bytes need not mean "
+                            "the same values")
         elif self.block_size % self.hash_block:
             self.refused = "a hash block of %d tokens for KV blocks of %d" % (
                 self.hash_block, self.block_size)
@@ -382,10 +395,19 @@ class KVPoolConnector(*_BASES):
         for several groups or mixed layers)."""
         model, dtype = _model_dtype(self._vllm_config, self.extra)
         if self.layout.served and not self.extra.get("kv_dtype"):
+            # the KV format, not only how it is stored: vLLM stores every fp8
+            # format (fp8, fp8_e4m3, fp8_e5m2) as uint8, and MLA's fp8 caches
+            # of two formats hold the same number of bytes
             dtype = _layout._dtype_name(self.layout.dtype)
+            fmt = _cache_format(self._vllm_config)
+            if fmt != "auto" and fmt != dtype:
+                dtype = fmt
         parts = [self.extra.get("namespace_prefix") or "vllm-conn", model, dtype,
                  _hash_algo(self._vllm_config, self.extra), "c%d" % self.chunk_tokens,
                  "tp%dpp%d" % (self.tp, self.pp)]
+        kvo = kv_options_part(self._vllm_config)
+        if kvo:
+            parts.append(kvo)
         if self.is_mla:
             parts.append("mla-pp%d" % (rank // max(self.tp, 1)))
         else:

@@ -47,7 +47,7 @@ from .._adapters.buffers import raw_buffer
 from .._adapters.keys import extend_namespace, make_namespace
 from .._adapters.link import Link, RateLimitedLog
 from ._keys import (DEFAULT_LEASE_MS, _hash_algo, _import, _model_dtype,
-                    _parallel, block_key)
+                    _parallel, block_key, kv_options_part)
 
 log = logging.getLogger("kvpool.vllm")
 
@@ -381,6 +381,9 @@ class KVPoolSecondaryTier(SecondaryTierManager):
             parts = [params.get("namespace_prefix") or "vllm", model, dtype,
                      _hash_algo(vc, params), "c%s" % chunk, "g%d" % int(params.get("group", 0)),
                      "tp%dpp%dpcp%ddcp%d" % (tp, pp, pcp, dcp)]
+            kvo = kv_options_part(vc)
+            if kvo:
+                parts.append(kvo)
         if layout:
             parts.append(layout)
         if rows is not None:
