@@ -515,7 +515,7 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             if link is None:
                 return 0
             self._counts["exists_calls"] += 1
-            hit = link.call("batch_exists", lambda c: c.match(ks, self.lease_ms), 0)
+            hit = link.match("batch_exists", ks, self.lease_ms, unleased=True)
             hit = hit if isinstance(hit, int) and 0 <= hit <= n else 0
             if hit and self._page_bytes and self.estimator.enabled:
                 # a hit is offered only when loading it beats recomputing it
@@ -691,7 +691,7 @@ class KVPoolHiCacheStorage(HiCacheStorage):
                     link = self._link(name, "read")
                     ks = [self.key_bytes(k)[1] for k in lease]
                     if link is not None and ks:
-                        link.call("lease_v2", lambda c: c.match(ks, self.lease_ms), 0)
+                        link.match("lease_v2", ks, self.lease_ms)
                 final = min(final, boundary)
             return _pool_result(final, hits)
         except Exception as e:

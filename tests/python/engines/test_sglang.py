@@ -389,6 +389,35 @@ def test_v2_hybrid_pools_round_trip(server, prefix, raw):
     b.close()
 
 
+def test_lease_bound_never_turns_a_hit_into_zero(fresh_server, prefix, caplog):
+    """kvpoold bounds the bytes one connection holds leased
+    (max_conn_leased_bytes): a batch_exists whose lease would pass it was
+    answered 0 although every page was there (a fresh-clone test). Now it
+    answers the longest run that can be leased (or, past that, an unleased
+    run: a prefetch that then misses loads fewer pages), and says once which
+    setting bounds it."""
+    pool = FakeHostPool(pages=12, layers=4, heads=4, head_dim=64)   # 16 KiB pages
+    page = pool.page_bytes()
+    fresh_server.extra += ["--max-conn-leased-bytes", str(5 * page)]
+    fresh_server.start()
+    pool.fill_random(3)
+    b = backend(fresh_server.url, prefix, pool)
+    keys = chain(12, seed=97)
+    assert b.batch_set_v1(keys, pool.indices(0, 12)) == [True] * 12
+    with caplog.at_level("WARNING"):
+        assert b.batch_exists(keys[:4]) == 4        # leased: 4 pages of the 5 allowed
+        assert b.batch_exists(keys) == 12           # was 0: 4 leased, the rest unleased
+        assert b.batch_exists(keys[4:]) == 8        # nothing more can be leased: unleased
+    assert sum("max_conn_leased_bytes" in r.getMessage() for r in caplog.records) == 1
+    # what it answers is really there
+    dst = FakeHostPool(pages=12, layers=4, heads=4, head_dim=64)
+    b2 = backend(fresh_server.url, prefix, dst)
+    assert b2.batch_get_v1(keys, dst.indices(0, 12)) == [True] * 12
+    assert dst.page_view(dst.indices(0, 12)) == pool.page_view(pool.indices(0, 12))
+    b.close()
+    b2.close()
+
+
 def test_page_count_must_fit(server, prefix, raw):
     """Row 14: host_indices must hold exactly len(keys) pages of integer
     slots; anything else is refused before a byte is sent (a 4-page block

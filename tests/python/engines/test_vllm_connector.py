@@ -91,14 +91,17 @@ class Instance:
     worker with the KV caches `setup` allocates."""
 
     def __init__(self, url, prefix, setup=None, tp=1, role="kv_both", policy="recompute",
-                 warm=True, **extra):
+                 warm=True, sched_setup=None, **extra):
         self.setup = setup or Setup()
         s = self.setup
         self.kcc = vl.kv_cache_config(BLOCKS, s.groups())
         self.backends = {n: s.backend for names, _ in s.groups() for n in names}
+        # sched_setup: the scheduler gets another config than its workers
+        # (vLLM hands it one worker's, UniformTypeKVCacheSpecs collapsed)
         self.scheduler = KVConnectorFactory.create_connector(
             vllm_config(url, prefix, s, tp, 0, role, policy, **extra),
-            KVConnectorRole.SCHEDULER, self.kcc)
+            KVConnectorRole.SCHEDULER,
+            vl.kv_cache_config(BLOCKS, sched_setup.groups()) if sched_setup else self.kcc)
         assert isinstance(self.scheduler, KVConnectorBase_V1)
         self.workers, self.caches = [], []
         for r in range(tp):
@@ -395,6 +398,42 @@ def test_namespace_names_options_that_change_kv(server, prefix):
     assert len({plain, yarn, fp8, impl}) == 4 and yarn == yarn2
     # a function as hf_overrides: named by its qualified name, not its address
     assert ns(hf_overrides=prompt) == ns(hf_overrides=prompt) != plain
+
+
+@pytest.mark.parametrize("policy", ["recompute", "fail"])
+def test_scheduler_lease_bound_is_not_zero_hits(fresh_server, prefix, policy, caplog):
+    """The scheduler's MATCH leases every hit on its own connection and the
+    workers' GETs (other connections) cannot end those leases: past
+    kvpoold's max_conn_leased_bytes every MATCH was refused QUOTA and the
+    instance got no hit at all (a fresh-clone test). Now the lease is short
+    (scheduler_lease_ms, 1000) and a hit the bound refuses is the run that
+    can be leased, or with the recompute policy an unleased one; the bound
+    is named once in the log."""
+    chunk = 2 * LAYERS * HEADS * DIM * BS * 2
+    fresh_server.extra += ["--max-conn-leased-bytes", str(7 * chunk)]
+    fresh_server.start()
+    a = Instance(fresh_server.url, prefix, policy=policy)
+    prompts = [prompt(64, seed=300 + i) for i in range(6)]
+    for i, (tokens, hashes) in enumerate(prompts):
+        run_request(a, "a%d" % i, tokens, hashes, seed=i)
+    b = Instance(fresh_server.url, prefix, policy=policy)
+    assert b.scheduler.scheduler_lease_ms == 1000
+    hits = []
+    with caplog.at_level("WARNING"):
+        for i, (tokens, hashes) in enumerate(prompts):
+            ext, errors = run_request(b, "b%d" % i, tokens, hashes, seed=50 + i,
+                                      ids=list(range(10, 14)))
+            assert errors == [set()]
+            hits.append(ext)
+    # 3 chunks of each prompt hit: two prompts' leases fit, the third's only in part
+    assert hits[:2] == [48, 48]
+    if policy == "recompute":
+        assert hits == [48] * 6
+    else:
+        assert hits[2] >= 16 and sum(hits) > 96
+    assert sum("max_conn_leased_bytes" in r.getMessage() for r in caplog.records) == 1
+    a.close()
+    b.close()
 
 
 def test_two_ranks_take_the_min(server, prefix, raw):

@@ -178,8 +178,9 @@ class AsyncLink:
                 return down
             return Completion(rid, tag, op, 0, [0 if g else _link.MISS for g in got], [], 0)
         if op == "match":
-            more = {"retain_ms": args[2]} if len(args) > 2 and args[2] else {}
-            m = self.link.call("match", lambda c: c.match(keys, args[1], **more), None)
+            m = self.link.match("match", keys, args[1],
+                                retain_ms=args[2] if len(args) > 2 and args[2] else 0,
+                                default=None)
             if m is None:
                 return down
             return Completion(rid, tag, op, 0, [], [], m)

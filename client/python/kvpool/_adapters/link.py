@@ -12,8 +12,8 @@ import os
 import threading
 import time
 
-from ..client import Client
-from ..errors import Denied, Error, InvalidArgument, Unsupported
+from ..client import MATCH_LEASE_CUT, Client
+from ..errors import Denied, Error, InvalidArgument, QuotaExceeded, Unsupported
 from .config import ConfigError
 
 log = logging.getLogger("kvpool.engines")
@@ -125,6 +125,8 @@ class Link:
         self._lease_warned = False
         self.block_bytes = block_bytes
         self._block_warned = False
+        self.lease_cuts = 0          # leased MATCHes the server's lease bound cut or refused
+        self._bound_warned = False
         self._client = None
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -273,6 +275,60 @@ class Link:
                 self.warn.warning(("call", what), "kvpool: %s on %s failed: %s",
                                   what, self.name, e)
             return default
+
+    def match(self, what, keys, lease_ms, retain_ms=0, unleased=False, default=0):
+        """A leased MATCH of `keys` that never turns the server's lease
+        bound into "nothing there": how many leading keys the pool holds
+        and leased (0 when the pool is down; never raises for a pool
+        failure).
+
+        kvpoold bounds the bytes one connection (or one tenant) holds
+        leased: max_conn_leased_bytes, tenant_max_leased_bytes. A server
+        that serves the lease cut answers the longest leading run whose
+        lease fits (flag LEASE_CUT): that run is the answer. An older one
+        refuses the whole MATCH with QUOTA: the call then asks again for
+        half the keys, and so on, and answers the longest run leased; with
+        unleased=True (a caller whose later GET may miss without harm) the
+        run an unleased MATCH finds when it is longer.
+        Either case is logged once per Link, naming the setting. `default`
+        is the answer when the pool is down."""
+        keys = list(keys)
+
+        def fn(c):
+            try:
+                r = c.match_detail(keys, lease_ms, retain_ms=retain_ms)
+            except QuotaExceeded:
+                if not lease_ms:
+                    raise
+                self._bound(what, len(keys), None)
+                n, leased = len(keys) // 2, 0
+                while n:
+                    try:
+                        leased = c.match_detail(keys[:n], lease_ms, retain_ms=retain_ms).matched
+                        break
+                    except QuotaExceeded:
+                        n //= 2
+                if unleased and leased < len(keys):
+                    return max(leased, c.match(keys, 0, retain_ms=retain_ms))
+                return leased
+            if r.flags & MATCH_LEASE_CUT:
+                self._bound(what, r.present, r.matched)
+            return r.matched
+        return self.call(what, fn, default)
+
+    def _bound(self, what, present, leased):
+        self.lease_cuts += 1
+        if self._bound_warned:
+            return
+        self._bound_warned = True
+        log.warning("kvpool: %s on %s: the server's lease bound (max_conn_leased_bytes, or "
+                    "tenant_max_leased_bytes for a token's tenant) %s: hits are cut to what "
+                    "can be leased; raise max_conn_leased_bytes in kvpoold's configuration, or "
+                    "shorten the adapter's lease (lease_ms; the vLLM connector's "
+                    "scheduler_lease_ms): a lease is held that long unless a GET on the same "
+                    "connection ends it", what, self.name,
+                    "refused a lease of %d blocks" % present if leased is None else
+                    "let %d of %d blocks present be leased" % (leased, present))
 
     def register(self, buffer):
         """Register an engine arena now (if connected) and on every

@@ -45,6 +45,19 @@ def _weak_callback(method):
     return call
 
 
+_BOUND_WARNED = []
+
+
+def _bound_refused():
+    """Log once that kvpoold's lease bound refused a lookup's lease."""
+    if not _BOUND_WARNED:
+        _BOUND_WARNED.append(True)
+        log.warning("kvpool.lmcache: the server's lease bound (max_conn_leased_bytes, or "
+                    "tenant_max_leased_bytes for a token's tenant) refused a lookup's lease: "
+                    "its keys are answered unleased; raise max_conn_leased_bytes in kvpoold's "
+                    "configuration, or lower lease_ms")
+
+
 def _release(alinks, links, efd):
     """Close what a plugin holds (close(), or its finalizer when it is
     dropped without close())."""
@@ -206,7 +219,11 @@ class KVPoolL2Plugin:
                     bools[pos] = bools[pos] or j < c.matched
                 elif j < len(c.statuses) and c.statuses[j] in (0, -_errno.EMSGSIZE):
                     bools[pos] = True
-            if c.status and c.status not in (_link.MISS, -_errno.EMSGSIZE):
+            if what == "exists-run" and c.status == -_errno.EDQUOT:
+                # the server's lease bound refused the row's lease (a kvpoold
+                # without the lease cut): the per-key size query still answers
+                _bound_refused()
+            elif c.status and c.status not in (_link.MISS, -_errno.EMSGSIZE):
                 st[3], st[4] = False, _link.strerror_of(c.status)
         elif what == "get":
             sizes = c.tag[3]

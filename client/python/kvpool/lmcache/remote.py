@@ -403,7 +403,7 @@ class KVPoolRemoteConnector(RemoteConnector):
             ks = [self.key_bytes(k) for k in keys]
             if not ks:
                 return 0
-            n = self._link.call("batched_contains", lambda c: c.match(ks, self.lease_ms), 0)
+            n = self._link.match("batched_contains", ks, self.lease_ms)
             n = n if isinstance(n, int) and 0 <= n <= len(ks) else 0
             if n and self.estimator.enabled and self._full_bytes():
                 n = self.estimator.offer(n, self._full_bytes(), self.chunk_tokens)

@@ -81,7 +81,7 @@ _BASES = (KVConnectorBase_V1,) + ((_supports_hma,) if _supports_hma is not None 
 _POLICY_WARNED = []        # warn once per process about kv_load_failure_policy "fail"
 _CONNECTOR_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "chunk_blocks",
                    "namespace_prefix", "model", "kv_dtype", "hash_algo", "rank",
-                   "stage_through_host", "scheduler_timeout_s", "pd_wait_ms", "pd_max_waits",
+                   "stage_through_host", "scheduler_timeout_s", "scheduler_lease_ms", "pd_wait_ms", "pd_max_waits",
                    "pd_retain_ms", "staging_mb", "retain_first_blocks", "retain_ms",
                    "request_retain", "prefill_tokens_per_s")
 MAX_CHUNK_BLOCKS = 1024    # KV-manager blocks per kvpool block
@@ -160,7 +160,8 @@ def _groups_of(ids):
 
 class _ReqState:
     __slots__ = ("request", "asked", "computed", "answer", "block_ids", "stored", "load_from",
-                 "loads", "recv", "pd_used", "pd_first", "batches", "handoff", "retain_ms")
+                 "loads", "recv", "pd_used", "pd_first", "batches", "handoff", "retain_ms",
+                 "matched_at")
 
     def __init__(self, request):
         self.request = request
@@ -176,6 +177,7 @@ class _ReqState:
         self.pd_first = None     # when do_remote_prefill was first asked about
         self.batches = 0         # store batches scheduled
         self.retain_ms = None    # the request's own retention (kv_transfer_params), or None
+        self.matched_at = 0.0    # when the answer's MATCH leased its hit (monotonic s)
         params = getattr(request, "kv_transfer_params", None)
         # a prefill instance's hand-off: every prompt chunk goes to the pool
         self.handoff = bool(isinstance(params, dict) and params.get("do_remote_decode"))
@@ -207,6 +209,8 @@ class KVPoolConnector(*_BASES):
     namespace_prefix ("vllm-conn"), model, kv_dtype, hash_algo,
     stage_through_host (false; always on for KV caches in GPU memory),
     scheduler_timeout_s (0.5: the scheduler's MATCHes block its thread),
+    scheduler_lease_ms (1000, at most lease_ms: how long the scheduler's
+    MATCH leases a hit; see get_num_new_matched_tokens),
     pd_wait_ms (30000: how long a decode instance's workers wait on the
     pool for a do_remote_prefill request's blocks), pd_max_waits (64:
     such waits at once per worker, one connection each), pd_retain_ms
@@ -295,6 +299,8 @@ class KVPoolConnector(*_BASES):
                                           DEFAULT_LEASE_MS)
         self.scheduler_timeout_s = _cfg.seconds(extra.get("scheduler_timeout_s"), who,
                                                 "scheduler_timeout_s", 0.5)
+        self.scheduler_lease_ms = min(self.lease_ms, _cfg.milliseconds(
+            extra.get("scheduler_lease_ms"), who, "scheduler_lease_ms", 1000))
         self.pd_wait_ms = _cfg.milliseconds(extra.get("pd_wait_ms"), who, "pd_wait_ms", 30000)
         self.pd_max_waits = _cfg.integer(extra.get("pd_max_waits"), who, "pd_max_waits", 64,
                                          1, 4096)
@@ -427,7 +433,7 @@ class KVPoolConnector(*_BASES):
                         if self.scheduler else self.timeout_s
                     link = Link(self.url, ns, token=self.token, timeout_s=timeout,
                                 name="vllm connector " + ns, warn=self.warn,
-                                lease_ms=self.lease_ms if self.scheduler else None,
+                                lease_ms=self.scheduler_lease_ms if self.scheduler else None,
                                 block_bytes=self._chunk_bytes() if self.layout.served else None)
                     self._links[rank] = link
         return link
@@ -487,8 +493,10 @@ class KVPoolConnector(*_BASES):
                 return self._remote_prefill(request, st, num_computed_tokens)
             if not self.loads or not self._serving():
                 return (0, False)
-            if st.asked == num_computed_tokens and not st.answer[1]:
-                return st.answer
+            if st.asked == num_computed_tokens and not st.answer[1] and (
+                    not st.answer[0] or
+                    time.monotonic() - st.matched_at < self.scheduler_lease_ms / 2000.0):
+                return st.answer           # (a hit asked again once its lease is half gone)
             st.asked = num_computed_tokens
             st.answer = (0, False)
             st.loads = 0
@@ -506,8 +514,17 @@ class KVPoolConnector(*_BASES):
             for rank in self._ranks():
                 link = self._link(rank)
                 # a request's own retention is refreshed on the run it hits
-                m = link.call("match", lambda c: c.match(keys[:hit], self.lease_ms,
-                                                         retain_ms=st.retain_ms or 0), 0)
+                # The lease protects the hit from eviction between this MATCH
+                # and the workers' GETs at the start of the step that loads it
+                # (one engine step). The workers GET on their own connections,
+                # which cannot end this connection's lease: it runs its whole
+                # term, so it is kept short (scheduler_lease_ms), and a hit
+                # the server's lease bound cuts or refuses is the run that
+                # could be leased, or (recompute policy: a load that misses
+                # costs a recompute, not the request) an unleased hit.
+                m = link.match("match", keys[:hit], self.scheduler_lease_ms,
+                               retain_ms=st.retain_ms or 0,
+                               unleased=self.failure_policy == "recompute")
                 hit = min(hit, m if isinstance(m, int) else 0)
                 if hit == 0:
                     break
@@ -520,6 +537,7 @@ class KVPoolConnector(*_BASES):
             tokens -= tokens % self.chunk_tokens
             st.answer = (tokens, False)
             st.load_from = start
+            st.matched_at = time.monotonic()
             return st.answer
         except Exception as e:
             self.warn.warning("match", "kvpool.vllm: get_num_new_matched_tokens: %r", e)

@@ -538,8 +538,7 @@ class KVPoolSecondaryTier(SecondaryTierManager):
             n = len(keys)
             ks = [block_key(k, None) for k in keys]
             ms = self._retain_of(req_context)
-            m = self._read_link.call("batch_lookup", lambda c: c.match(
-                ks, self.lease_ms, retain_ms=ms) if ms else c.match(ks, self.lease_ms), 0)
+            m = self._read_link.match("batch_lookup", ks, self.lease_ms, retain_ms=ms or 0)
             m = self._offer(m if isinstance(m, int) else 0)
             return [i < m for i in range(len(ks))]
         except Exception as e:
