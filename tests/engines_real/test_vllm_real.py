@@ -169,6 +169,33 @@ def test_layout_round_trip(server, prefix, name):
             b.close()
 
 
+def test_per_layer_kv_heads_hit(server, prefix):
+    """Layers of one type with different KV head counts (vLLM's
+    UniformTypeKVCacheSpecs): vLLM hands the scheduler a config collapsed
+    to one layer's spec (generate_scheduler_kv_cache_config), so the
+    scheduler's layout tag differed from the workers' and no request ever
+    hit. The scheduler MATCHes the namespace the workers say they write;
+    the loaded KV is byte-exact."""
+    s = base(uniform_heads=[2, 4], layers=4)
+    a = Instance(server.url, prefix, s)
+    b = None
+    try:
+        assert all(v[0] for v in a.verdicts), a.verdicts
+        toks = tokens_for(100, 31)
+        a_ids = ids(1, 3, 7)
+        ext, errors, _ = a.request("r1", toks, a_ids, seed=1)
+        assert ext == 0 and errors == []
+        b = Instance(server.url, prefix, s)
+        b_ids = [list(range(BLOCKS - 1, BLOCKS - 8, -1))]
+        ext, errors, _ = b.request("r2", toks, b_ids, seed=2)
+        assert ext == 96 and errors == []
+        assert b.read(0, b_ids, ext) == a.read(0, a_ids, ext)
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
 def test_hybrid_groups_with_sliding_window(server, prefix):
     """SupportsHMA: a full-attention and a sliding-window group; the second
     instance's sliding-window blocks out of the window are vLLM's null block."""

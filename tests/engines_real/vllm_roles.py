@@ -65,6 +65,21 @@ def kv_cache_config(setup):
         spec = ki.FullAttentionSpec(block_size=setup["block"], num_kv_heads=setup["heads"],
                                     head_size=setup["head_size"], dtype=dtype)
     groups = [(names, spec)]
+    if setup.get("uniform_heads"):
+        # layers of one type with different KV head counts: one group whose
+        # spec is vLLM's UniformTypeKVCacheSpecs, one tensor per layer
+        heads = setup["uniform_heads"]
+        specs = {n: ki.FullAttentionSpec(block_size=setup["block"],
+                                         num_kv_heads=heads[i % len(heads)],
+                                         head_size=setup["head_size"], dtype=dtype)
+                 for i, n in enumerate(names)}
+        assert ki.UniformTypeKVCacheSpecs.is_uniform_type(specs)
+        u = ki.UniformTypeKVCacheSpecs(block_size=setup["block"], kv_cache_specs=specs)
+        tensors = [ki.KVCacheTensor(size=specs[n].page_size_bytes * setup["num_blocks"],
+                                    shared_by=[n]) for n in names]
+        return ki.KVCacheConfig(num_blocks=setup["num_blocks"], kv_cache_tensors=tensors,
+                                kv_cache_groups=[ki.KVCacheGroupSpec(layer_names=names,
+                                                                     kv_cache_spec=u)])
     if setup.get("sliding"):
         swa = ki.SlidingWindowSpec(block_size=setup["block"], num_kv_heads=setup["heads"],
                                    head_size=setup["head_size"], dtype=dtype,
@@ -299,8 +314,11 @@ class Scheduler:
         from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
         from vllm.utils.hashing import sha256
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.core.kv_cache_utils import generate_scheduler_kv_cache_config
         self.setup = setup
-        self.kcc = kv_cache_config(setup)
+        # what vLLM's engine core hands the scheduler: one worker's config,
+        # UniformTypeKVCacheSpecs collapsed to one layer's spec
+        self.kcc = generate_scheduler_kv_cache_config([kv_cache_config(setup)])
         init_none_hash(sha256)          # PYTHONHASHSEED is set by the tier: a shared seed
         self.hasher = get_request_block_hasher(setup["block"], sha256)
         self.connector = KVConnectorFactory.create_connector(

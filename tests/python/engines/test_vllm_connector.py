@@ -436,6 +436,25 @@ def test_scheduler_lease_bound_is_not_zero_hits(fresh_server, prefix, policy, ca
     b.close()
 
 
+def test_scheduler_matches_the_namespace_its_workers_write(server, prefix):
+    """vLLM gives the scheduler one worker's kv_cache_config with every
+    UniformTypeKVCacheSpecs collapsed to one layer's spec, and with uneven
+    pipeline stages stage 0's layers: its own layout tag then differs from
+    the workers' and no request ever hit (a fresh-clone test). The scheduler
+    MATCHes the namespace each worker says it writes."""
+    tokens, hashes = prompt(64, seed=61)
+    a = Instance(server.url, prefix)
+    run_request(a, "r1", tokens, hashes, seed=61)
+    b = Instance(server.url, prefix, sched_setup=Setup(heads=4, layers=2))
+    assert b.scheduler.layout.tag != b.workers[0].layout.tag
+    assert b.scheduler.namespace_for_rank(0) == b.workers[0].namespace_for_rank(0)
+    ext, errors = run_request(b, "r2", tokens, hashes, seed=62, ids=list(range(10, 14)))
+    assert ext == 48 and errors == [set()]
+    assert torch.equal(b.read(0, b.block_ids, 48), a.read(0, a.block_ids, 48))
+    a.close()
+    b.close()
+
+
 def test_two_ranks_take_the_min(server, prefix, raw):
     tokens, hashes = prompt(100, seed=5)
     a = Instance(server.url, prefix, tp=2)

@@ -418,8 +418,21 @@ class KVPoolConnector(*_BASES):
             parts.append("mla-pp%d" % (rank // max(self.tp, 1)))
         else:
             parts.append("r%d" % rank)
-        parts.append(self.layout.tag or "unserved")
+        parts.append(self._tag_of(rank) or "unserved")
         return make_namespace(*parts)
+
+    def _tag_of(self, rank):
+        """The layout tag of rank's namespace. A worker names its own KV
+        caches; the scheduler takes the tag the worker reported once it has
+        (vLLM hands the scheduler one worker's kv_cache_config, with each
+        UniformTypeKVCacheSpecs group collapsed to one layer's spec, so with
+        per-layer head counts, or pipeline stages of different layer counts,
+        the scheduler's own tag names another worker's layers), else its own."""
+        if self.scheduler:
+            v = self._verdicts.get(rank)
+            if v is not None and v[0] and v[1]:
+                return v[1]
+        return self.layout.tag
 
     def _link(self, rank):
         link = self._links.get(rank)
@@ -812,9 +825,14 @@ class KVPoolConnector(*_BASES):
                     log.warning("kvpool.vllm: worker %s refused its KV caches (%s): this "
                                 "instance offers no kvpool hits", rank, what)
                 elif what != self.layout.tag:
-                    self._verdicts[rank] = (False, what)
-                    log.warning("kvpool.vllm: worker %s lays out %s, the scheduler %s: no "
-                                "kvpool hits", rank, what, self.layout.tag)
+                    # this worker's layers are not those of the config vLLM
+                    # gave the scheduler: MATCH the namespace the worker writes
+                    log.info("kvpool.vllm: worker %s lays out %s (the scheduler's config: %s); "
+                             "its namespace is matched", rank, what, self.layout.tag)
+                    with self._links_lock:
+                        old = self._links.pop(rank, None)
+                    if old is not None:
+                        old.close()
         except Exception as e:
             self.warn.warning("output", "kvpool.vllm: update_connector_output: %r", e)
         return None
