@@ -511,6 +511,25 @@ def test_roles(server, prefix, raw):
         i.close()
 
 
+@pytest.mark.parametrize("cap,words", [(0, "grants no retention"), (1000, "cut to")])
+def test_pd_retain_ms_the_server_does_not_grant_is_logged(fresh_server, prefix, caplog, cap,
+                                                          words):
+    """pd_retain_ms asks kvpoold to keep handed-off blocks; a server that
+    grants no retention (max_retain_ms 0) or less than asked made the
+    operator believe the blocks were protected: logged once, when the
+    store connection is made."""
+    fresh_server.extra += ["--max-retain-ms", str(cap)]
+    fresh_server.start()
+    tokens, hashes = prompt(64, seed=71)
+    with caplog.at_level("WARNING"):
+        p = Instance(fresh_server.url, prefix, role="kv_producer", pd_retain_ms=60000)
+        run_request(p, "p1", tokens, hashes, seed=71)
+        run_request(p, "p2", tokens, hashes, seed=72, ids=list(range(20, 24)))
+        p.close()
+    hits = [r.getMessage() for r in caplog.records if "retain" in r.getMessage()]
+    assert len(hits) == 1 and words in hits[0] and "60000" in hits[0], hits
+
+
 def test_failure_policy_warns_once_at_start(server, prefix, caplog):
     """Row 7: kv_load_failure_policy is read; an instance that loads with
     "fail" is warned about once, at start."""

@@ -101,7 +101,9 @@ class Link:
     is the size of the adapter's largest block: when it is over the
     server's max_block_bytes every store would fail, so on the first
     connection the constructor raises ConfigError, and on a later one
-    (the pool was down at start) it is logged once as an error.
+    (the pool was down at start) it is logged once as an error. retain_ms,
+    when given, is the retention the adapter asks for: a server that grants
+    none, or less, is logged once.
 
     Thread rules: any thread may call; the Client serialises calls.
     close() is idempotent and stops the reconnect thread.
@@ -109,7 +111,7 @@ class Link:
 
     def __init__(self, url, namespace, token=None, timeout_s=2.0, name="",
                  backoff_s=(0.2, 5.0), warn=None, lease_ms=None, strict=True,
-                 block_bytes=None):
+                 block_bytes=None, retain_ms=None):
         self.url = url
         self.namespace = namespace
         self.token = token
@@ -123,6 +125,8 @@ class Link:
         self.on_down = None          # see _down
         self.lease_ms = lease_ms
         self._lease_warned = False
+        self.retain_ms = retain_ms
+        self._retain_warned = False
         self.block_bytes = block_bytes
         self._block_warned = False
         self.lease_cuts = 0          # leased MATCHes the server's lease bound cut or refused
@@ -159,6 +163,7 @@ class Link:
                               self.url, self.name, e)
             return False
         self._check_lease(c)
+        self._check_retain(c)
         try:
             self._check_block(c, first)
         except ConfigError:
@@ -191,6 +196,28 @@ class Link:
             return lim() if callable(lim) else lim
         except CALL_FAILURES:
             return None
+
+    def _check_retain(self, c):
+        """Log once when the server grants no retention (max_retain_ms 0:
+        retention off, or a kvpoold that speaks protocol 1 only) or will
+        cut retain_ms to its max_retain_ms."""
+        if not self.retain_ms or self._retain_warned:
+            return
+        lim = self._limits(c)
+        if lim is None:
+            return
+        cap = int(getattr(lim, "max_retain_ms", 0) or 0)
+        if cap >= self.retain_ms:
+            return
+        self._retain_warned = True
+        if not cap:
+            log.warning("kvpool: %s: the server grants no retention (its max_retain_ms is 0, "
+                        "or it speaks protocol 1 only): the %d ms asked for are not kept, and "
+                        "these blocks can be evicted as soon as they are stored",
+                        self.name, self.retain_ms)
+        else:
+            log.warning("kvpool: %s: retain_ms %d is cut to the server's max_retain_ms %d",
+                        self.name, self.retain_ms, cap)
 
     def _check_lease(self, c):
         """Log once when the server will cut lease_ms to its max_lease_ms."""

@@ -941,7 +941,8 @@ class KVPoolConnector(*_BASES):
         ns = self.namespace_for_rank(self._own_rank())
         link = Link(self.url, ns, token=self.token, timeout_s=self.timeout_s,
                     name="vllm connector %s %s" % (what, ns), warn=self.warn,
-                    lease_ms=self.lease_ms, strict=False)
+                    lease_ms=self.lease_ms, strict=False,
+                    retain_ms=self.pd_retain_ms if what == "store" and self.stores else None)
         if what == "store":
             for t in self._arenas:
                 link.register(t)
