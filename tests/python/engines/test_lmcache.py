@@ -472,6 +472,24 @@ def test_bad_arguments_never_raise(server, prefix):
     w.close()
 
 
+def test_refused_views_say_why(server, prefix):
+    """A get into a read-only or non-contiguous view, or a set from a
+    non-contiguous one, completes with the reason (LMCache logs the error
+    string it gets), not "unknown error"."""
+    w = WrapperStandIn(spec(server.url, prefix))
+    key = mp_key(7)
+    assert w.wait(w.submit("submit_batch_set", [key], views(1, seed=3)))[0]
+    big = memoryview(bytearray(2 * OBJ))
+    for method, view, words in (("submit_batch_get", memoryview(bytes(OBJ)), "not writable"),
+                                ("submit_batch_get", big[::2], "contiguous"),
+                                ("submit_batch_set", big[::2], "contiguous")):
+        ok, err, bools = w.wait(w.submit(method, [key if "get" in method else mp_key(8)],
+                                         [view]))
+        assert not ok and bools == [False]
+        assert words in err and "unknown" not in err, err
+    w.close()
+
+
 # ---- issue 24, fresh-clone findings (items 6, 8, 10, 12, 14, 16, 17) ------------------------
 
 @pytest.mark.parametrize("mla,flag,shared", [

@@ -30,9 +30,11 @@ import threading
 from . import link as _link
 from ..errors import Busy
 
-Completion = collections.namedtuple("Completion", "id tag op status statuses lengths matched")
+Completion = collections.namedtuple("Completion", "id tag op status statuses lengths matched reason",
+                                    defaults=(None,))
 Completion.__doc__ = ("A finished request: op is put|get|exists|match|delete; status 0 or "
-                      "-errno; statuses per key; lengths per block (get); matched (match).")
+                      "-errno; statuses per key; lengths per block (get); matched (match); reason: "
+                      "why a request was refused before it was sent (else None).")
 
 DEFAULT_MAX_INFLIGHT = 1024
 
@@ -285,9 +287,12 @@ class NativeAsyncLink(AsyncLink):
         except _link.CALL_FAILURES as e:
             if isinstance(e, _link._LINK_DOWN):
                 self.link._down(c)
+                self._fail_soon(req)
             else:
                 _link.log.warning("kvpool: async %s refused: %s", op, e)
-            self._fail_soon(req)
+                code = getattr(e, "code", None)
+                code = -abs(code) if isinstance(code, int) and code else -_errno.EINVAL
+                self._fail_soon(req, code, "%s refused: %s" % (op, e))
         return rid
 
     def _send(self, c, req, args):
@@ -324,10 +329,10 @@ class NativeAsyncLink(AsyncLink):
         with self._cv:
             self._cv.notify_all()
 
-    def _fail_soon(self, req, status=_link.DOWN):
+    def _fail_soon(self, req, status=_link.DOWN, reason=None):
         n = len(req.args[0])
         c = Completion(req.rid, req.tag, req.op, status, [status] * n,
-                       [0] * n if req.op == "get" else [], 0)
+                       [0] * n if req.op == "get" else [], 0, reason)
         with self._cv:
             self._ready.append(c)
             self._cv.notify_all()

@@ -210,6 +210,7 @@ class KVPoolL2Plugin:
     def _merge(st, c, positions, what):
         """Fold one part's completion into future state st; caller holds _lock."""
         bools = st[2]
+        reason = getattr(c, "reason", None)    # why the part was refused before it was sent
         if what in ("exists", "exists-run"):
             # the leased leading run (MATCH), or per key (a size query: a GET
             # with no room answers -EMSGSIZE and the block's size, sending
@@ -224,7 +225,7 @@ class KVPoolL2Plugin:
                 # without the lease cut): the per-key size query still answers
                 _bound_refused()
             elif c.status and c.status not in (_link.MISS, -_errno.EMSGSIZE):
-                st[3], st[4] = False, _link.strerror_of(c.status)
+                st[3], st[4] = False, reason or _link.strerror_of(c.status)
         elif what == "get":
             sizes = c.tag[3]
             for j, pos in enumerate(positions):
@@ -232,7 +233,7 @@ class KVPoolL2Plugin:
                               and c.lengths[j] == sizes[j])
             if not all(bools[p] for p in positions):
                 st[3] = False
-                st[4] = st[4] or _link.strerror_of(
+                st[4] = st[4] or reason or _link.strerror_of(
                     next((s for s in c.statuses if s), -_errno.EMSGSIZE))
         else:   # set, delete
             for j, pos in enumerate(positions):
@@ -240,7 +241,7 @@ class KVPoolL2Plugin:
                                                     c.statuses[j] == _link.MISS)
             if not all(bools[p] for p in positions):
                 st[3] = False
-                st[4] = st[4] or _link.strerror_of(next(s for s in c.statuses if s))
+                st[4] = st[4] or reason or _link.strerror_of(next(s for s in c.statuses if s))
 
     def _remember_sizes(self, c):
         """Keep the block sizes a size query reported (tag[3]: its keys),
