@@ -71,6 +71,52 @@ def test_rate_limited_log(caplog):
         "one 1", "other topic", "three (1 similar messages suppressed)"]
 
 
+class _BoundClient:
+    """A Client double whose leased MATCH meets a lease bound: `fits`
+    blocks can be leased. cut=True answers as a kvpoold with the lease cut
+    (LEASE_CUT, matched = what fits); cut=False as one without it (QUOTA
+    for the whole MATCH)."""
+
+    def __init__(self, present, fits, cut):
+        self.present, self.fits, self.cut, self.calls = present, fits, cut, []
+
+    def match_detail(self, keys, lease_ms=0, wait_ms=0, want=None, retain_ms=0):
+        self.calls.append((len(keys), lease_ms))
+        have = min(len(keys), self.present)
+        if lease_ms and have > self.fits:
+            if not self.cut:
+                raise kvpool.errors.QuotaExceeded(-28, "match: quota exceeded")
+            return kvpool.MatchResult(self.fits, have, 0, lease_ms, 0, kvpool.MATCH_LEASE_CUT)
+        return kvpool.MatchResult(have, have, 0, lease_ms, 0, 0)
+
+    def match(self, keys, lease_ms=0, **kw):
+        return self.match_detail(keys, lease_ms, **kw).matched
+
+
+@pytest.mark.parametrize("cut", [True, False])
+def test_link_match_never_turns_the_lease_bound_into_zero(server, caplog, cut):
+    """A leased MATCH past kvpoold's max_conn_leased_bytes: the leased run
+    (LEASE_CUT) or, from a kvpoold that answers QUOTA, the run found by
+    asking for half, and so on; unleased=True takes the longer unleased run.
+    Logged once, naming the setting."""
+    link = _link.Link(server.url, "common-bound", timeout_s=1.0)
+    real = link._client
+    try:
+        keys = [bytes([i]) * 32 for i in range(12)]
+        with caplog.at_level("WARNING"):
+            link._client = _BoundClient(present=12, fits=5, cut=cut)
+            assert link.match("exists", keys, 1000) == (5 if cut else 3)
+            assert link.match("exists", keys, 1000, unleased=True) == (5 if cut else 12)
+            link._client = _BoundClient(present=12, fits=0, cut=cut)
+            assert link.match("exists", keys, 1000) == 0
+            assert link.match("exists", keys, 0) == 12     # no lease asked: no bound
+        assert sum("max_conn_leased_bytes" in r.getMessage() for r in caplog.records) == 1
+        assert link.lease_cuts == 3 and link.failures == 0
+    finally:
+        link._client = real
+        link.close()
+
+
 def test_link_down_answers_default_at_once(fresh_server):
     fresh_server.start()
     port = fresh_server.port

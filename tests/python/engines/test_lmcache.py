@@ -472,6 +472,24 @@ def test_bad_arguments_never_raise(server, prefix):
     w.close()
 
 
+def test_lease_bound_does_not_fail_a_lookup(fresh_server, prefix, caplog):
+    """A row whose lease would pass kvpoold's max_conn_leased_bytes: the
+    MATCH is refused (QUOTA from a kvpoold without the lease cut), but the
+    per-key size query still answers, so the lookup completes with every
+    key there instead of failing (LMCache then counted no hit)."""
+    fresh_server.extra += ["--max-conn-leased-bytes", str(3 * OBJ)]
+    fresh_server.start()
+    w = WrapperStandIn(spec(fresh_server.url, prefix))
+    keys = [mp_key(c) for c in range(8)]
+    assert w.wait(w.submit("submit_batch_set", keys, views(8, seed=4)))[0]
+    with caplog.at_level("WARNING"):
+        ok, err, bools = w.wait(w.submit("submit_batch_exists", keys))
+        assert ok and bools == [True] * 8, err
+        assert w.wait(w.submit("submit_batch_exists", keys))[0]
+    assert sum("max_conn_leased_bytes" in r.getMessage() for r in caplog.records) == 1
+    w.close()
+
+
 def test_refused_views_say_why(server, prefix):
     """A get into a read-only or non-contiguous view, or a set from a
     non-contiguous one, completes with the reason (LMCache logs the error
