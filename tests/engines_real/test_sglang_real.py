@@ -94,6 +94,50 @@ def test_factory_backup_prefetch_zero_copy(server, prefix, layout, mla):
     b.close()
 
 
+def test_fp8_formats_get_namespaces_of_their_own(server, prefix):
+    """SGLang's host pool takes the device pool's store_dtype, uint8 for
+    every fp8 format (memory_pool.py: index_put has no float8): an
+    fp8_e4m3 and an fp8_e5m2 instance, built through SGLang's factory with
+    the shipped configuration, must not share pages. (This torch has no
+    float8 dtypes: the device pool's dtype is given by name, as str() of
+    SGLang's torch dtype reads.)"""
+    import types
+    pools, names = [], []
+    for fmt in ("torch.float8_e4m3fn", "torch.float8_e5m2"):
+        pool = FakeHostPool("page_first", False, PAGE, pages=20, dtype=torch.uint8)
+        pool.device_pool = types.SimpleNamespace(dtype=fmt, store_dtype=torch.uint8)
+        pool.fill_random(len(pools) + 3)
+        pools.append(pool)
+        names.append(backend(server.url, prefix, pool))
+    a, b = names
+    assert a.namespace != b.namespace and ":float8_e5m2:" in b.namespace
+    keys = chain(8, seed=41)
+    assert ctl.backup(a, keys, pools[0].indices(0, 8), PAGE) == 8
+    hit, loaded = ctl.prefetch([b], keys, [pools[1].indices(0, 8)], PAGE)
+    assert hit == 0 and loaded == [0]
+    a.close()
+    b.close()
+
+
+def test_lease_bound_is_not_zero_hits(fresh_server, prefix, caplog):
+    """A leading run whose lease would pass kvpoold's max_conn_leased_bytes
+    was answered 0 by batch_exists although every page was there; now the
+    leased run, then the unleased one, and the bound is named once."""
+    src = FakeHostPool("page_first", False, 16, layers=8, heads=8, head_dim=32, pages=12)
+    page = src.page_bytes()
+    fresh_server.extra += ["--max-conn-leased-bytes", str(8 * page)]
+    fresh_server.start()
+    src.fill_random(1)
+    a = backend(fresh_server.url, prefix, src)
+    keys = [k.hex() for k in kvpool.block_hashes(list(range(12 * 16)), 16)]
+    assert sum(a.batch_set_v1(keys, src.indices(0, 12))) == 12
+    with caplog.at_level("WARNING"):
+        assert a.batch_exists(keys[:8]) == 8
+        assert a.batch_exists(keys) == 12
+    assert sum("max_conn_leased_bytes" in r.getMessage() for r in caplog.records) == 1
+    a.close()
+
+
 def test_page_count_refused(server, prefix):
     pool = FakeHostPool(pages=8)
     b = backend(server.url, prefix, pool)

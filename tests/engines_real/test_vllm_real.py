@@ -196,6 +196,70 @@ def test_per_layer_kv_heads_hit(server, prefix):
             b.close()
 
 
+def test_namespaces_tell_apart_what_changes_the_bytes(server, prefix):
+    """Through vLLM's own KVConnectorFactory and KV-cache specs: an MLA
+    model's fp8_e4m3 and fp8_e5m2 caches (both stored as uint8) get
+    different namespaces; an fp8 GQA cache is refused in words naming
+    --kv-cache-dtype; model paths that differ only in non-ASCII characters
+    or space vs '_', and YaRN through hf_overrides or --quantization fp8,
+    get namespaces of their own; a plain model keeps its plain name."""
+    mla = base(mla=True, heads=1, head_size=576, layers=2, backend="mla")
+    gqa = base()
+    cases = [("e4m3", mla, {}, "fp8_e4m3", "mla"), ("e5m2", mla, {}, "fp8_e5m2", "mla"),
+             ("mla-auto", mla, {}, "auto", "mla"), ("gqa-fp8", gqa, {}, "fp8", "fp8-full"),
+             ("plain", gqa, {}, "auto", "full"),
+             ("cjk1", gqa, {"model": "/data/模型/Qwen2-7B"}, "auto", "full"),
+             ("cjk2", gqa, {"model": "/data/权重/Qwen2-7B"}, "auto", "full"),
+             ("space", gqa, {"model": "/models/Qwen2 7B"}, "auto", "full"),
+             ("under", gqa, {"model": "/models/Qwen2_7B"}, "auto", "full"),
+             ("yarn", gqa, {"hf_overrides": {"rope_scaling": {"rope_type": "yarn",
+                                                              "factor": 4.0}}}, "auto", "full"),
+             ("quant", gqa, {"quantization": "fp8"}, "auto", "full")]
+    p = Proc(vllm_roles.namespaces_main, server.url, prefix, cases)
+    try:
+        ns = p.ready
+    finally:
+        p.p.join(10)
+    assert ns["e4m3"][0] is None and ns["e5m2"][0] is None
+    assert ns["e4m3"][1] != ns["e5m2"][1] != ns["mla-auto"][1]
+    assert ":fp8_e5m2:" in ns["e5m2"][1]
+    assert "--kv-cache-dtype fp8" in ns["gqa-fp8"][0]
+    assert ns["plain"][1] == "%s:real/llama:float16:sha256:c16:tp1pp1:r0:kv1-l3h2d64" % prefix
+    assert ns["cjk1"][1] != ns["cjk2"][1] and ns["space"][1] != ns["under"][1]
+    assert len({ns[k][1] for k in ("plain", "yarn", "quant")}) == 3
+
+
+def test_scheduler_lease_bound_is_not_zero_hits(fresh_server, prefix):
+    """The scheduler's MATCH leases on its own connection and the workers'
+    GETs cannot end those leases: past max_conn_leased_bytes every MATCH was
+    refused and the instance got no hit until the 5 s leases lapsed. With
+    the recompute policy every request now hits (a short lease, the leased
+    run, then an unleased one), byte-exact."""
+    s = base()
+    chunk = 2 * s["layers"] * s["heads"] * s["head_size"] * s["block"] * 2
+    fresh_server.extra += ["--max-conn-leased-bytes", str(10 * chunk)]
+    fresh_server.start()
+    a = Instance(fresh_server.url, prefix, s)
+    b = None
+    try:
+        prompts = [tokens_for(65, 100 + i) for i in range(6)]
+        for i, p in enumerate(prompts):
+            a.request("a%d" % i, p, ids(1, 1, 5), seed=i)
+        b = Instance(fresh_server.url, prefix, s)
+        hits = []
+        for i, p in enumerate(prompts):
+            ext, errors, _ = b.request("b%d" % i, p, ids(1, 6, 5), seed=50 + i)
+            assert errors == []
+            hits.append(ext)
+        assert hits == [64] * 6, hits
+        # both instances' blocks now hold the last prompt
+        assert b.read(0, ids(1, 6, 5), 64) == a.read(0, ids(1, 1, 5), 64)
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
 def test_hybrid_groups_with_sliding_window(server, prefix):
     """SupportsHMA: a full-attention and a sliding-window group; the second
     instance's sliding-window blocks out of the window are vLLM's null block."""

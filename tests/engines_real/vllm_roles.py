@@ -271,6 +271,49 @@ class Worker:
         return pickle.dumps(out)
 
 
+def namespaces_main(conn, url, prefix, cases):
+    """Build a scheduler-side connector through vLLM's KVConnectorFactory for
+    each case (label, setup, model_config changes, cache_dtype, spec kind:
+    "full", "mla" (the spec MLAAttention.get_kv_cache_spec builds for the
+    cache dtype: no kv_quant_mode, cache_dtype_str) or "fp8-full" (the
+    FullAttentionSpec an fp8 GQA cache gets: kv_quant_mode from the cache
+    dtype)); send back {label: (refused, namespace of rank 0)}."""
+    try:
+        load()
+        import torch
+        from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+        from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+        from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+        from vllm.v1 import kv_cache_interface as ki
+        out = {}
+        for label, setup, mc, cache_dtype, kind in cases:
+            dtype = torch.float16 if cache_dtype == "auto" else STR_DTYPE_TO_TORCH_DTYPE[
+                cache_dtype]
+            names = layer_names(setup["layers"])
+            if kind == "mla":
+                spec = ki.MLAAttentionSpec(block_size=setup["block"], num_kv_heads=1,
+                                           head_size=setup["head_size"], dtype=dtype,
+                                           cache_dtype_str=cache_dtype)
+            else:
+                spec = ki.FullAttentionSpec(
+                    block_size=setup["block"], num_kv_heads=setup["heads"],
+                    head_size=setup["head_size"], dtype=dtype,
+                    kv_quant_mode=ki.get_kv_quant_mode(cache_dtype))
+            kcc = ki.KVCacheConfig(num_blocks=setup["num_blocks"], kv_cache_tensors=[],
+                                   kv_cache_groups=[ki.KVCacheGroupSpec(layer_names=names,
+                                                                        kv_cache_spec=spec)])
+            vc = vllm_config(setup, url, prefix, 0, "kv_both", "recompute")
+            vc.cache_config.cache_dtype = cache_dtype
+            for k, v in mc.items():
+                setattr(vc.model_config, k, v)
+            c = KVConnectorFactory.create_connector(vc, KVConnectorRole.SCHEDULER, kcc)
+            out[label] = (c.refused, c.namespace_for_rank(0))
+            c.shutdown()
+        conn.send(("ok", out))
+    except Exception:
+        conn.send(("error", traceback.format_exc()))
+
+
 def report_main(conn):
     """The snapshot, the stubs and the gaps, as a text (its own process)."""
     try:
