@@ -73,7 +73,7 @@ static int take_print_config(int *argc, char **argv)
 int main(int argc, char **argv)
 {
 	struct conf c;
-	char err[512];
+	char err[512], warn[1400];
 	int help = 0, unprotected = 0, print_config;
 	char cg_source[600] = "";
 	uint64_t cg_bytes;
@@ -127,6 +127,12 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	srv_log_set_level(c.log_level);
+	/* the index of a full NVMe tier: a warning (blocks are rarely 4 KiB) */
+	if (c.nvme_dir[0] && srv_check_nvme_index_room(c.dram_capacity_bytes, c.nvme_capacity_bytes,
+						       srv_phys_bytes(), cg_bytes,
+						       cg_source[0] ? cg_source : NULL, warn,
+						       sizeof(warn)))
+		srv_warn("%s", warn);
 	if (unprotected)
 		srv_warn("listening on %s without authentication (allow_unauthenticated = true, no "
 			 "tokens_file): every client that reaches port %u may read and write every "
