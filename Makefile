@@ -353,9 +353,9 @@ $(ROFS): tests/bench/rofs.c
 FUZZ_TARGETS := frame config trace auth
 FUZZ_REPLAY  := $(patsubst %,$(BUILD)/tests/fuzz_%,$(FUZZ_TARGETS))
 FUZZ_DEPS_frame  := proto/proto.c
-FUZZ_DEPS_config := config/conf.c
+FUZZ_DEPS_config := $(CONF_SRC)
 FUZZ_DEPS_trace  := client/cli/trace.c
-FUZZ_DEPS_auth   := server/srv_auth.c server/srv_log.c config/conf.c
+FUZZ_DEPS_auth   := server/srv_auth.c server/srv_log.c $(CONF_SRC)
 FUZZ_LIBS := -linih -ljson-c -lcrypto
 
 # A static pattern: a free one would let make chain it into the .d files.
