@@ -106,6 +106,29 @@ def test_handoff_between_two_processes(server, prefix, raw):
         e.inst.close()
 
 
+def test_handoff_past_the_lease_bound_loads_every_block(fresh_server, prefix):
+    """A hand-off wait whose lease would pass kvpoold's
+    max_conn_leased_bytes (a kvpoold without the lease cut answers QUOTA):
+    the decode worker waits unleased and loads every block (the GET follows
+    at once on the same connection) instead of loading none."""
+    chunk = 2 * 3 * 2 * 16 * BS * 2          # test_vllm_connector's layers, heads, dim
+    fresh_server.extra += ["--max-conn-leased-bytes", str(2 * chunk)]
+    fresh_server.start()
+    prod = Producer(fresh_server.url, prefix).result()
+    tokens, hashes = tokens_and_hashes()
+    dec = decode_engine(fresh_server.url, prefix)
+    req = dec.add(Req("decode-1", tokens, hashes, params=dict(prod["params"]), max_tokens=2,
+                      ids=DEC_IDS))
+    dec.run(lambda: req.finished())
+    assert not req.load_failed
+    got, want = dec.inst.read(0, [DEC_IDS], N), torch.from_numpy(prod["kv"][0])
+    assert torch.equal(got[:, :, :FULL], want[:, :, :FULL])
+    r = dec.inst.workers[0]._receiver
+    assert (r.jobs, r.complete, r.short) == (1, 1, 0)
+    dec.run(dec.idle)
+    dec.inst.close()
+
+
 def test_decode_first_waits_for_prefill(server, prefix, raw):
     """The router sends the request to both instances at once: the decode
     instance's wait (one MATCH per request) covers the prefill still

@@ -316,9 +316,22 @@ class Receiver:
         conn = self.conn
         n = len(job.keys)
         wait = max(0, int((job.deadline - time.monotonic()) * 1000))
-        r = link.call("hand-off wait", lambda c: c.match_detail(
-            job.keys, lease_ms=conn.lease_ms, wait_ms=wait, want=job.want), None)
+        def wait_match(c):
+            try:
+                return c.match_detail(job.keys, lease_ms=conn.lease_ms, wait_ms=wait,
+                                      want=job.want)
+            except kvpool.QuotaExceeded:
+                # the lease bound (a kvpoold without the lease cut): wait
+                # unleased; the GET follows at once on this connection
+                link._bound("hand-off wait", n, None)
+                return c.match_detail(job.keys, lease_ms=0, wait_ms=wait, want=job.want)
+        r = link.call("hand-off wait", wait_match, None)
         m = min(int(r.matched), n) if r is not None else 0
+        if r is not None and r.flags & kvpool.MATCH_LEASE_CUT:
+            # the lease bound cut the leased run: the rest is there, unleased;
+            # the GET follows at once on this connection
+            link._bound("hand-off wait", r.present, r.matched)
+            m = min(int(r.present), n)
         if r is not None:
             if r.flags & kvpool.MATCH_WAITED:
                 self.waited += 1
