@@ -25,8 +25,10 @@
  *    evicted or reused.
  *  - A lease pins matched blocks for lease_ms on behalf of one connection
  *    (a "lessee"). A block's lease pin ends when a GET through the same
- *    lessee returns it, when lease_ms runs out (store_tick), or when the
- *    lessee is freed, whichever comes first.
+ *    lessee returns its bytes (a GET that only learns its size, or whose
+ *    buffer is too small, leaves the lease alone: store_get_fit_async),
+ *    when lease_ms runs out (store_tick), or when the lessee is freed,
+ *    whichever comes first.
  *
  * Threads: every function is thread-safe (one internal mutex; critical
  * sections never copy payload bytes). Functions return 0 or a negative
@@ -322,6 +324,20 @@ typedef void (*store_get_done_fn)(void *arg, int status);
 int store_get_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		    struct store_lessee *lessee, struct store_ref *out,
 		    store_get_done_fn done, void *arg);
+
+/* store_get_async for a GET entry whose buffer holds max_length bytes.
+ * A visible block longer than that is answered -EMSGSIZE: out->length
+ * receives its size and out->tier where it lies (STORE_TIER_DRAM or
+ * STORE_TIER_NVME), the rest of *out is zeroed, and nothing else
+ * happens: the block is not pinned, promoted, marked used or counted as
+ * a hit, and a lease `lessee` holds on it stays. So a client that asks
+ * the sizes first (max_length 0) and then fetches keeps its lease until
+ * the fetch: only a GET that returns the bytes ends a lease pin.
+ * Otherwise exactly store_get_async (max_length UINT64_MAX is
+ * store_get_async). Errors: -ENOENT, -ENOMEM, -EMSGSIZE (above). */
+int store_get_fit_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			uint64_t max_length, struct store_lessee *lessee, struct store_ref *out,
+			store_get_done_fn done, void *arg);
 
 /* Unpin a block returned by store_get. Any thread; accepts NULL. */
 void store_release(struct store *s, struct store_block *b);

@@ -1211,6 +1211,61 @@ static void test_enospc_when_all_leased(void **state)
 	store_close(s);
 }
 
+/* A GET that only learns a leased block's size (max_length 0), or whose
+ * buffer is too small, keeps the lease: the block is not evicted by the
+ * puts that follow, and the GET that fetches it ends the lease. Before
+ * this, the size query ended the lease and the fetch missed (issue 28
+ * item 8: Python's get_many on a new handle asks the sizes first). */
+static void test_size_query_keeps_lease(void **state)
+{
+	struct store *s = open_store(4 * PAGE, PAGE, 0, 60000);
+	uint32_t ns = ns_of(s, "m"), matched = 0, granted = 0;
+	struct store_lessee *l = store_lessee_new(s);
+	uint64_t ids[2] = { 1, 2 };
+	uint8_t keys[2][STORE_KEY_BYTES];
+	struct store_ns_stats before, after;
+	struct store_ref ref;
+
+	(void)state;
+	assert_non_null(l);
+	assert_int_equal(put_id(s, ns, 1, 0, PAGE), 0);
+	assert_int_equal(put_id(s, ns, 2, 1, PAGE), 0);
+	keys_of(ids, 2, keys);
+	assert_int_equal(store_match(s, ns, keys, 2, 30000, l, &matched, &granted), 0);
+	assert_int_equal(matched, 2);
+	assert_int_equal(stats_of(s).leases_active, 2);
+	before = ns_stats_of(s, ns);
+	for (uint64_t room = 0; room < PAGE; room += PAGE - 1) {
+		memset(&ref, 0xa5, sizeof(ref));
+		assert_int_equal(store_get_fit_async(s, ns, keys[1], room, l, &ref, NULL, NULL),
+				 -EMSGSIZE);
+		assert_int_equal(ref.length, PAGE);
+		assert_int_equal(ref.tier, STORE_TIER_DRAM);
+		assert_null(ref.block);
+		assert_null(ref.data);
+	}
+	after = ns_stats_of(s, ns);
+	assert_int_equal(after.get_hits, before.get_hits); /* nothing was sent */
+	assert_int_equal(stats_of(s).leases_active, 2);
+	/* fill the pool: the leased chain stays, the others go */
+	for (uint64_t i = 10; i < 20; i++)
+		assert_int_equal(put_id(s, ns, i, 0, PAGE), 0);
+	assert_true(stored(s, ns, 1));
+	assert_true(stored(s, ns, 2));
+	assert_check(s);
+	/* the fetch ends the lease of the block it returns */
+	assert_int_equal(store_get_fit_async(s, ns, keys[1], PAGE, l, &ref, NULL, NULL), 0);
+	assert_true(payload_ok(ref.data, PAGE, keys[1]));
+	store_release(s, ref.block);
+	assert_int_equal(stats_of(s).leases_active, 1);
+	/* a miss stays a miss */
+	key_of(999, keys[1]);
+	assert_int_equal(store_get_fit_async(s, ns, keys[1], 0, l, &ref, NULL, NULL), -ENOENT);
+	store_lessee_free(s, l);
+	assert_check(s);
+	store_close(s);
+}
+
 /* GET-pinned blocks are never evicted; -ENOSPC when all are pinned. */
 static void test_get_pins_block(void **state)
 {
@@ -2648,6 +2703,7 @@ int main(void)
 		cmocka_unit_test(test_prefault_keeps_bytes),
 		cmocka_unit_test(test_enospc_when_all_leased),
 		cmocka_unit_test(test_get_pins_block),
+		cmocka_unit_test(test_size_query_keeps_lease),
 		cmocka_unit_test(test_delete_removes_descendants),
 		cmocka_unit_test(test_delete_siblings_any_order),
 		cmocka_unit_test(test_delete_deep_chain),
