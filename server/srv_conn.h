@@ -68,6 +68,11 @@ struct srv_get_slot {
 	int done_status;           /* what the store's done callback said */
 };
 
+/* Why a session lost its grant at a tokens-file reload (srv_conn.revoked):
+ * every request but PING is refused from then on. */
+#define SRV_REVOKED_TOKEN 1     /* the token is no longer in the file */
+#define SRV_REVOKED_NAMESPACE 2 /* its grants no longer cover the namespace */
+
 /* Stop reading requests while the output holds more than this many bytes
  * or this many replies (counted since the output was last empty). */
 #define SRV_OUT_MAX_BYTES (64ull << 20)
@@ -118,6 +123,8 @@ struct srv_conn {
 	char ns_name[PROTO_NAME_MAX_BYTES + 1];
 	uint8_t may_write;            /* PUT/DELETE/DROP allowed (rw token, or no auth) */
 	uint8_t token_digest[32];     /* SHA-256 of the HELLO token (with auth) */
+	uint64_t auth_gen;            /* srv_auth_generation the token was checked at */
+	uint8_t revoked;              /* SRV_REVOKED_*: a reload took the token's grant away */
 	struct store_lessee *lessee;
 	struct store_tenant *tenant;  /* the token's (with auth), NULL without */
 	/* Output accounting. */

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <arpa/inet.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -437,6 +438,140 @@ static void test_tenant_bytes_and_leases(void **state)
 	assert_int_equal(harness_stop(&srv), 0);
 }
 
+#define TOK_GONE "rev-gone-0123456789abcdef"
+#define TOK_NARROW "rev-narrow-0123456789abcdef"
+#define TOK_MOVED "rev-moved-0123456789abcdef"
+#define TOK_STAY "rev-stay-0123456789abcdef"
+
+/* A raw session bound with a token; fails the test unless HELLO is OK. */
+static int raw_session(uint16_t port, const char *ns, const char *token)
+{
+	struct harness_frame f;
+	int fd = -1;
+
+	assert_int_equal(harness_raw_connect(port, &fd), 0);
+	raw_hello(fd, ns, token, &f);
+	assert_int_equal(f.h.status, PROTO_STATUS_OK);
+	harness_frame_free(&f);
+	return fd;
+}
+
+/* Send a one-key GET on fd and expect DENIED whose message holds `want`;
+ * the session stays refused (a second request too), and open so that
+ * the client reads why. */
+static void check_revoked(int fd, const uint8_t key[32], const char *want)
+{
+	struct harness_frame f;
+	char msg[512];
+
+	for (uint64_t id = 41; id <= 42; id++) {
+		assert_int_equal(harness_raw_get(fd, id, (const uint8_t(*)[32])key, 1, 4096, 5000,
+						 &f), 0);
+		assert_int_equal(f.h.status, PROTO_STATUS_DENIED);
+		assert_int_equal(f.h.request_id, id);
+		assert_int_equal(harness_error_message(&f, msg, sizeof(msg), NULL, NULL), 0);
+		if (!strstr(msg, want))
+			fail_msg("revocation message \"%s\" lacks \"%s\"", msg, want);
+		harness_frame_free(&f);
+	}
+	close(fd);
+}
+
+/* Issue 28 item 3: after a SIGHUP removes or narrows a token, the
+ * connections that authenticated with it lose what it no longer grants
+ * at their next request: a removed token (or one whose grants no longer
+ * cover the namespace) gets DENIED from then on, its leases ended; one
+ * narrowed to read-only keeps reading and may no longer write; DROP of a
+ * namespace the token does not grant says so (not "read-only"). Other
+ * tokens' connections are not disturbed. */
+static void test_revocation(void **state)
+{
+	static const char before[] =
+		TOK_GONE " rw rev/\n"
+		TOK_NARROW " rw rev/ revx/\n"
+		TOK_MOVED " rw rev/\n"
+		TOK_STAY " rw rev/\n";
+	static const char after[] =
+		TOK_NARROW " ro rev/\n"
+		TOK_MOVED " rw other/\n"
+		TOK_STAY " rw rev/\n";
+	char path[300], msg[512];
+	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "1MiB",
+				"--threads", "2", "--tokens-file", path, NULL };
+	struct kvpool_options o_gone = { .token = TOK_GONE, .timeout_ms = 10000 };
+	struct kvpool_options o_narrow = { .token = TOK_NARROW, .timeout_ms = 10000 };
+	struct kvpool_options o_stay = { .token = TOK_STAY, .timeout_ms = 10000 };
+	struct harness_server srv = { 0 };
+	struct kvpool_client *gone, *narrow, *stay, *probe = NULL;
+	uint8_t key[32], key2[32], data[4096], got[4096];
+	uint64_t len = 0;
+	int fd_gone, fd_moved, rc = 0, st = 0;
+	size_t matched = 0;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	snprintf(path, sizeof(path), "%s/tokens-rev", g.dir);
+	assert_int_equal(write_file(path, before, 0600), 0);
+	assert_int_equal(harness_start(&srv, flags), 0);
+	assert_int_equal(kvpool_connect(srv.url, "rev/a", &o_gone, &gone), 0);
+	assert_int_equal(kvpool_connect(srv.url, "rev/a", &o_narrow, &narrow), 0);
+	assert_int_equal(kvpool_connect(srv.url, "rev/a", &o_stay, &stay), 0);
+	fd_gone = raw_session(srv.port, "rev/a", TOK_GONE);
+	fd_moved = raw_session(srv.port, "rev/a", TOK_MOVED);
+	harness_key(key, "rev", 1);
+	harness_key(key2, "rev", 2);
+	harness_fill(data, sizeof(data), 3);
+	assert_int_equal(kvpool_put_bytes(gone, key, NULL, data, sizeof(data)), 0);
+	assert_int_equal(kvpool_put_bytes(narrow, key2, NULL, data, sizeof(data)), 0);
+	assert_int_equal(kvpool_match(gone, (const uint8_t(*)[32])key, 1, 60000, &matched), 0);
+	assert_int_equal(matched, 1);
+	assert_int_equal(harness_stat_or_fail(stay, "leases_active"), 1);
+
+	assert_int_equal(write_file(path, after, 0600), 0);
+	assert_int_equal(kill(srv.pid, SIGHUP), 0);
+	/* reloaded once a new session with the removed token is refused */
+	for (int i = 0; i < 250; i++) {
+		rc = kvpool_connect(srv.url, "rev/a", &o_gone, &probe);
+		kvpool_close(probe);
+		probe = NULL;
+		if (rc == -EACCES)
+			break;
+		harness_sleep_ms(20);
+	}
+	assert_int_equal(rc, -EACCES);
+
+	/* removed: the next request is refused, and every one after it */
+	check_revoked(fd_gone, key, "the token was revoked");
+	check_revoked(fd_moved, key, "no longer grants this namespace");
+	assert_int_equal(kvpool_put_bytes(gone, key2, key, data, sizeof(data)), -EACCES);
+	assert_int_equal(kvpool_get_bytes(gone, key, got, sizeof(got), &len), -EACCES);
+	if (!strstr(kvpool_last_server_message(), "the token was revoked"))
+		fail_msg("revoked GET refused with \"%s\"", kvpool_last_server_message());
+	/* its lease ended with the revocation */
+	assert_int_equal(harness_stat_or_fail(stay, "leases_active"), 0);
+	/* narrowed to read-only: reads work, writes are refused as such */
+	assert_int_equal(kvpool_get_bytes(narrow, key, got, sizeof(got), &len), 0);
+	assert_memory_equal(got, data, sizeof(data));
+	assert_int_equal(kvpool_put_bytes(narrow, key2, key, data, sizeof(data)), -EACCES);
+	if (!strstr(kvpool_last_server_message(), "read-only"))
+		fail_msg("narrowed PUT refused with \"%s\"", kvpool_last_server_message());
+	assert_int_equal(kvpool_delete(narrow, key, 1, &st), -EACCES);
+	assert_int_equal(kvpool_drop_namespace(narrow, NULL, NULL), -EACCES);
+	/* DROP of a namespace the token no longer grants at all */
+	assert_int_equal(kvpool_drop_namespace(narrow, "revx/b", NULL), -EACCES);
+	snprintf(msg, sizeof(msg), "%s", kvpool_last_server_message());
+	if (!strstr(msg, "does not grant") || strstr(msg, "read-only"))
+		fail_msg("drop of an ungranted namespace refused with \"%s\"", msg);
+	/* the token that stayed is not disturbed */
+	harness_check_block_or_fail(stay, key, data, sizeof(data));
+	assert_int_equal(kvpool_delete(stay, key, 1, &st), 0);
+	kvpool_close(gone);
+	kvpool_close(narrow);
+	kvpool_close(stay);
+	assert_int_equal(harness_stop(&srv), 0);
+	unlink(path);
+}
+
 /* Run the CLI with KVPOOL_TOKEN set to token (NULL: unset); returns its
  * exit status. */
 static int cli_with_token(const char *token, char *const argv[])
@@ -686,6 +821,7 @@ int main(void)
 		cmocka_unit_test(test_quota_prefix),
 		cmocka_unit_test(test_tenant_namespace_limit),
 		cmocka_unit_test(test_tenant_bytes_and_leases),
+		cmocka_unit_test(test_revocation),
 		cmocka_unit_test(test_cli_token),
 		cmocka_unit_test(test_cli_refusals_and_conveniences),
 		cmocka_unit_test(test_start_refusals),
