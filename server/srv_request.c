@@ -79,8 +79,9 @@ static void ns_quota_apply(struct srv_conn *c, uint32_t ns_id)
 	if (a)
 		(void)store_namespace_quota(c->w->srv->store, ns_id,
 					    srv_auth_quota(a, c->ns_name, strlen(c->ns_name)));
-	/* charged to the first tenant that may write it (its creator, or
-	 * after a warm restart the first read-write binder) */
+	/* counted against the first tenant that may write it: its creator,
+	 * or after a warm restart the first read-write binder (blocks are
+	 * billed to whoever writes them, srv_put.c) */
 	if (c->tenant && c->may_write)
 		(void)store_namespace_tenant(c->w->srv->store, ns_id, c->tenant);
 }
@@ -103,14 +104,19 @@ void srv_conn_ns_attach(struct srv_conn *c)
 	c->ns_id = id;
 }
 
-/* How many namespaces exist now whose names the connection's token
- * grants. O(namespaces), only when a PUT would create a namespace. */
+/* How many namespaces the connection's tenant created (and that exist
+ * now): a namespace counts against its creator only, so namespaces that
+ * another token (or the operator's) made under the same grants take
+ * nothing from this one. Without a tenant (no memory for one at HELLO):
+ * the namespaces its grants cover, O(namespaces). */
 static uint32_t tenant_namespaces(struct srv_conn *c)
 {
 	struct store *st = c->w->srv->store;
 	struct store_ns_stats n;
 	uint32_t count = 0;
 
+	if (c->tenant)
+		return store_tenant_namespaces(st, c->tenant);
 	for (uint32_t i = 0; i < STORE_MAX_NAMESPACES && store_ns_stats(st, i, &n) == 0; i++)
 		if (srv_auth_access(c->w->srv->auth, c->token_digest, n.name, strlen(n.name)) !=
 		    SRV_ACCESS_NONE)
@@ -163,12 +169,12 @@ static int hello_bind(struct srv_conn *c, const struct proto_hello *h)
 		if (!c->lessee)
 			return -ENOMEM;
 	}
-	/* with auth, the token's tenant: its namespaces' bytes and its
-	 * connections' leases have shared bounds */
-	c->tenant = s->tenants && (s->conf.tenant_max_bytes || s->tenant_max_leased_bytes)
-			    ? srv_tenant_get(s->tenants, st, c->token_digest, s->conf.tenant_max_bytes,
-					     s->tenant_max_leased_bytes)
-			    : NULL;
+	/* with auth, the token's tenant: billed for the bytes it writes, the
+	 * namespaces it creates and its connections' leases, under shared
+	 * bounds */
+	c->tenant = s->tenants ? srv_tenant_get(s->tenants, st, c->token_digest,
+						s->conf.tenant_max_bytes,
+						s->tenant_max_leased_bytes) : NULL;
 	store_lessee_limit(st, c->lessee, s->conn_max_leased_bytes, c->tenant);
 	c->ns_id = 0;
 	memcpy(c->ns_name, h->ns, h->ns_len);

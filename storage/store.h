@@ -189,11 +189,14 @@ int store_namespace_find(struct store *s, const char *name, size_t name_len, uin
 int store_namespace_quota(struct store *s, uint32_t ns_id, uint64_t quota_bytes);
 
 /* ---- tenants --------------------------------------------------------------
- * A tenant groups the namespaces charged to it and the lessees that name
- * it under shared limits: max_bytes of payload over all its namespaces
- * (visible + reserved; a store_put_begin that would pass it first evicts
- * the written namespace's own least recently used leaves, as a namespace
- * quota does, then fails -EDQUOT), and max_leased_bytes of leased blocks
+ * A tenant is who is billed: every block is charged to the tenant that
+ * wrote it (store_put_begin_for; visible + reserved payload bytes, in
+ * whatever namespace), every namespace to the tenant that created it
+ * (store_namespace_tenant), every lease to its lessee's tenant. Limits:
+ * max_bytes of payload over the blocks it wrote (a store_put_begin_for
+ * that would pass it first evicts the least recently used leaves it wrote
+ * in the namespace being written, then fails -EDQUOT; another tenant's
+ * blocks are never evicted for it), and max_leased_bytes of leased blocks
  * over all its lessees (store_match). 0 means no limit. */
 struct store_tenant;
 
@@ -207,13 +210,21 @@ struct store_tenant *store_tenant_new(struct store *s, uint64_t max_bytes,
 void store_tenant_limits(struct store *s, struct store_tenant *t, uint64_t max_bytes,
 			 uint64_t max_leased_bytes);
 
-/* A tenant's payload bytes and leased bytes now (either may be NULL). */
+/* A tenant's payload bytes (of the blocks it wrote) and leased bytes now
+ * (either may be NULL). */
 void store_tenant_usage(struct store *s, const struct store_tenant *t, uint64_t *bytes,
 			uint64_t *leased_bytes);
 
-/* Charge namespace ns_id to tenant t, if it is charged to none yet (a
- * namespace keeps its first tenant until it is reclaimed); its bytes now
- * count toward t. t NULL: no-op. Errors: -EINVAL (unknown ns_id). */
+/* How many namespaces are charged to tenant t now (store_namespace_tenant;
+ * a reclaimed namespace counts no more). Cannot fail. */
+uint32_t store_tenant_namespaces(struct store *s, const struct store_tenant *t);
+
+/* Charge namespace ns_id to tenant t - its creator - if it is charged to
+ * none yet (a namespace keeps its first tenant until it is reclaimed): it
+ * counts in store_tenant_namespaces(t). Its blocks that are charged to no
+ * tenant (rebuilt from NVMe at a warm restart) are charged to t from now
+ * on; blocks other tenants wrote stay theirs. t NULL: no-op.
+ * Errors: -EINVAL (unknown ns_id). */
 int store_namespace_tenant(struct store *s, uint32_t ns_id, struct store_tenant *t);
 
 /* Remove every block of a namespace (the namespace itself stays, empty),
@@ -260,6 +271,16 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 int store_put_begin(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		    const uint8_t *parent, uint32_t flags, uint64_t length, uint64_t checksum,
 		    struct store_block **out, void **dst);
+
+/* store_put_begin on behalf of tenant `writer`: the block's bytes are
+ * charged to it (also while reserved) and count against its max_bytes;
+ * to make room under that limit only leaves of namespace ns_id that it
+ * wrote are evicted. writer NULL: the namespace's tenant, if any
+ * (store_namespace_tenant), which is what store_put_begin does. Same
+ * errors as store_put_begin (-EDQUOT also for the writer's max_bytes). */
+int store_put_begin_for(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			const uint8_t *parent, uint32_t flags, uint64_t length, uint64_t checksum,
+			struct store_tenant *writer, struct store_block **out, void **dst);
 
 /* Verify the payload's checksum and make the block visible. Always
  * consumes the reservation (on error its space is freed).

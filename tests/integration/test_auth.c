@@ -438,6 +438,112 @@ static void test_tenant_bytes_and_leases(void **state)
 	assert_int_equal(harness_stop(&srv), 0);
 }
 
+#define TOK_BILL_A "bill-a-0123456789abcdef"
+#define TOK_BILL_B "bill-b-0123456789abcdef"
+#define TOK_BILL_OP "bill-op-0123456789abcdef"
+
+/* Connect to srv in ns with token, failing the test otherwise. */
+static struct kvpool_client *bill_client(const struct harness_server *srv, const char *ns,
+					 const char *token)
+{
+	struct kvpool_options o = { .token = token, .timeout_ms = 10000 };
+	struct kvpool_client *c = NULL;
+
+	assert_int_equal(kvpool_connect(srv->url, ns, &o, &c), 0);
+	return c;
+}
+
+/* Put block (tag, n) of `bytes` as a first block; returns the status. */
+static int bill_put(struct kvpool_client *c, const char *tag, uint64_t n, size_t bytes)
+{
+	static uint8_t data[64 * 1024];
+	uint8_t key[32];
+
+	harness_key(key, tag, n);
+	harness_fill(data, bytes, n);
+	return kvpool_put_bytes(c, key, NULL, data, bytes);
+}
+
+/* Issue 28 item 4: tenants cannot deny each other through shared grants.
+ * Bytes written into a namespace are billed to the writer's tenant, not
+ * to the namespace's creator: B filling a namespace A created neither
+ * makes A's own PUTs answer QUOTA nor evicts A's blocks, and B's own
+ * limit evicts only B's blocks. Namespaces count against the tenant that
+ * created them: the ones the operator's "*" token or B creates under A's
+ * grants take nothing from A's tenant_max_namespaces. */
+static void test_tenant_billing(void **state)
+{
+	static const char text[] =
+		TOK_BILL_A " rw shared/ a/\n"
+		TOK_BILL_B " rw shared/\n"
+		TOK_BILL_OP " rw *\n";
+	char path[300];
+	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "1MiB",
+				"--threads", "2", "--tokens-file", path,
+				"--tenant-max-bytes", "100KiB", "--tenant-max-namespaces", "3", NULL };
+	struct harness_server srv = { 0 };
+	struct kvpool_client *a_shared, *a_own, *b_shared, *c;
+	uint8_t key[32];
+	int st = 0;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	snprintf(path, sizeof(path), "%s/tokens-bill", g.dir);
+	assert_int_equal(write_file(path, text, 0600), 0);
+	assert_int_equal(harness_start(&srv, flags), 0);
+	/* A creates shared/x (16 KiB) and a/own */
+	a_shared = bill_client(&srv, "shared/x", TOK_BILL_A);
+	assert_int_equal(bill_put(a_shared, "bill-a", 0, 16 * 1024), 0);
+	/* B writes 80 KiB into A's namespace: billed to B */
+	b_shared = bill_client(&srv, "shared/x", TOK_BILL_B);
+	for (uint64_t i = 0; i < 5; i++)
+		assert_int_equal(bill_put(b_shared, "bill-b", i, 16 * 1024), 0);
+	/* A's own PUTs still fit A's 100 KiB: 16 + 64 KiB */
+	a_own = bill_client(&srv, "a/own", TOK_BILL_A);
+	for (uint64_t i = 1; i <= 4; i++)
+		assert_int_equal(bill_put(a_own, "bill-a", i, 16 * 1024), 0);
+	/* B past its own 100 KiB evicts its own oldest block, never A's */
+	assert_int_equal(bill_put(b_shared, "bill-b", 5, 16 * 1024), 0);
+	assert_int_equal(bill_put(b_shared, "bill-b", 6, 16 * 1024), 0);
+	harness_key(key, "bill-a", 0);
+	assert_int_equal(kvpool_exists(b_shared, key, 1, &st), 0);
+	assert_int_equal(st, 0);
+	harness_key(key, "bill-b", 0);
+	assert_int_equal(kvpool_exists(b_shared, key, 1, &st), 0);
+	assert_int_equal(st, -ENOENT);
+	/* A past its own limit: A's block in a/own goes, not B's */
+	assert_int_equal(bill_put(a_own, "bill-a", 5, 16 * 1024), 0);
+	assert_int_equal(bill_put(a_own, "bill-a", 6, 16 * 1024), 0);
+	harness_key(key, "bill-b", 1);
+	assert_int_equal(kvpool_exists(b_shared, key, 1, &st), 0);
+	assert_int_equal(st, 0);
+
+	/* the operator and B make namespaces under A's grants */
+	c = bill_client(&srv, "a/op1", TOK_BILL_OP);
+	assert_int_equal(bill_put(c, "bill-op", 1, 1024), 0);
+	kvpool_close(c);
+	c = bill_client(&srv, "a/op2", TOK_BILL_OP);
+	assert_int_equal(bill_put(c, "bill-op", 2, 1024), 0);
+	kvpool_close(c);
+	c = bill_client(&srv, "shared/b1", TOK_BILL_B);
+	assert_int_equal(bill_put(c, "bill-b2", 1, 1024), 0);
+	kvpool_close(c);
+	/* A has created 2 (shared/x, a/own): a third is allowed, a fourth not */
+	c = bill_client(&srv, "a/own2", TOK_BILL_A);
+	assert_int_equal(bill_put(c, "bill-a2", 1, 1024), 0);
+	kvpool_close(c);
+	c = bill_client(&srv, "a/own3", TOK_BILL_A);
+	assert_int_equal(bill_put(c, "bill-a2", 2, 1024), -EDQUOT);
+	if (!strstr(kvpool_last_server_message(), "already has 3 namespaces"))
+		fail_msg("namespace refusal says \"%s\"", kvpool_last_server_message());
+	kvpool_close(c);
+	kvpool_close(a_shared);
+	kvpool_close(a_own);
+	kvpool_close(b_shared);
+	assert_int_equal(harness_stop(&srv), 0);
+	unlink(path);
+}
+
 #define TOK_GONE "rev-gone-0123456789abcdef"
 #define TOK_NARROW "rev-narrow-0123456789abcdef"
 #define TOK_MOVED "rev-moved-0123456789abcdef"
@@ -822,6 +928,7 @@ int main(void)
 		cmocka_unit_test(test_tenant_namespace_limit),
 		cmocka_unit_test(test_tenant_bytes_and_leases),
 		cmocka_unit_test(test_revocation),
+		cmocka_unit_test(test_tenant_billing),
 		cmocka_unit_test(test_cli_token),
 		cmocka_unit_test(test_cli_refusals_and_conveniences),
 		cmocka_unit_test(test_start_refusals),
