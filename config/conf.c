@@ -177,6 +177,10 @@ static const struct conf_setting settings[] = {
 	  "events" },
 	{ "kv_events_block_size", CONF_U32, FIELD(kv_events_block_size), "16", 1, 1048576, 0, "N",
 	  "tokens per block, sent as the KV events' block_size", NULL, "tokens" },
+	{ "kv_events_replay_max_bytes", CONF_SIZE, FIELD(kv_events_replay_max_bytes), "64MiB", 0,
+	  64 * GIB, 0, "SIZE",
+	  "batch bytes one KV-event replay answer carries at most (then its end marker: ask "
+	  "again from the next sequence); 0 = no bound", NULL, "bytes" },
 	{ "cluster", CONF_STRING, FIELD(cluster), "", 0, 255, CONF_EMPTY_UNSET, "URL",
 	  "etcd://HOST[:PORT]/CLUSTER: register this node in that cluster's etcd; unset = "
 	  "standalone", NULL, NULL },

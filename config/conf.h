@@ -79,6 +79,7 @@ struct conf {
 	uint32_t kv_events_buffer;       /* batches kept for replay; default 1000 */
 	uint32_t kv_events_queue;        /* events queued to the publisher; default 65536 */
 	uint32_t kv_events_block_size;   /* tokens per block, the events' block_size; default 16 */
+	uint64_t kv_events_replay_max_bytes; /* batch bytes of one replay answer; 0 = no bound */
 	/* Several nodes (server/srv_etcd.c, docs/cluster.md). */
 	char cluster[256];               /* "etcd://HOST[:PORT]/CLUSTER": register this
 					  * node there; "" (default) = standalone */

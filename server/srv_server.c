@@ -511,6 +511,7 @@ static int kv_events_open(struct srv *s)
 		.buffer_batches = s->conf.kv_events_buffer,
 		.queue_events = s->conf.kv_events_queue,
 		.block_size = s->conf.kv_events_block_size,
+		.replay_max_bytes = s->conf.kv_events_replay_max_bytes,
 	};
 	char why[512] = "";
 	int rc;

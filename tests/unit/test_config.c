@@ -37,7 +37,8 @@ static const char *const keys[] = {
 	"max_conn_leased_bytes", "allow_unauthenticated", "drain_timeout_ms", "nvme_drain_ms",
 	"kv_events_endpoint",
 	"kv_events_replay_endpoint", "kv_events_topic", "kv_events_buffer", "kv_events_queue",
-	"kv_events_block_size", "cluster", "node_name", "advertise_address", "cluster_lease_s",
+	"kv_events_block_size", "kv_events_replay_max_bytes", "cluster", "node_name",
+	"advertise_address", "cluster_lease_s",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
