@@ -104,6 +104,8 @@ class Server:
                 with kvpool.Client(self.url, "ready-check", timeout=1) as c:
                     c.ping()
                 return True
+            except kvpool.Denied:
+                return True     # it answers (a tokens file: HELLO needs a token)
             except kvpool.ConnectionError:
                 time.sleep(0.05)
         return False

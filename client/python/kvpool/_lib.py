@@ -104,6 +104,7 @@ def _declare(lib):
         "kvpool_block_hashes": (c_int, [c_void_p, c_size_t, c_size_t, c_char_p, c_char_p,
                                         c_size_t, c_void_p, c_size_t, POINTER(c_size_t)]),
         "kvpool_strerror": (c_char_p, [c_int]),
+        "kvpool_last_server_message": (c_char_p, []),
         # asynchronous API
         "kvpool_set_max_inflight": (c_int, [h, c_uint32]),
         "kvpool_inflight": (c_uint32, [h]),
@@ -172,14 +173,17 @@ def _is_tensor(obj):
 class Pin:
     """The address and size of a caller buffer, held for as long as this
     object is not released: a buffer-protocol export (so a bytearray cannot
-    be resized under us) or a reference to a torch tensor."""
+    be resized under us) or a reference to a torch tensor (kept alive; torch
+    has no way to refuse a resize, so moved() tells whether it happened)."""
 
-    __slots__ = ("address", "nbytes", "_view", "_obj")
+    __slots__ = ("address", "nbytes", "_view", "_obj", "tensor")
 
     def __init__(self, obj, writable):
         self._view = None
         self._obj = obj
+        self.tensor = False
         if _is_tensor(obj):
+            self.tensor = True
             self._pin_tensor(obj)
             return
         view = Py_buffer()
@@ -198,6 +202,15 @@ class Pin:
             raise BufferError("kvpool: tensor is not contiguous")
         self.address = t.data_ptr()
         self.nbytes = t.numel() * t.element_size()
+
+    def moved(self):
+        """A pinned tensor was resized or given other storage (resize_,
+        set_) since it was pinned: its memory is no longer the pinned
+        range. Always False for buffer-protocol objects (they cannot be)."""
+        t = self._obj
+        if not self.tensor or t is None:
+            return False
+        return t.data_ptr() != self.address or t.numel() * t.element_size() < self.nbytes
 
     def release(self):
         if self._view is not None:
