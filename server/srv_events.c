@@ -5,11 +5,15 @@
  */
 #include "srv_events.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <zmq.h>
@@ -574,17 +578,66 @@ static void *publisher_main(void *arg)
 	return NULL;
 }
 
+/* endpoint is tcp://HOST:PORT with a HOST that is not an address or an
+ * interface (zmq's bind refuses a host name with ENODEV): resolve HOST
+ * (IPv4 first) and write tcp://ADDRESS:PORT into out. Returns 0, or
+ * -ENOENT when it does not resolve (or endpoint is not of that form). */
+static int resolve_tcp_endpoint(const char *endpoint, char *out, size_t out_len)
+{
+	static const int families[] = { AF_INET, AF_INET6 };
+	char host[256];
+	const char *h = endpoint + 6, *colon;
+	size_t hlen;
+
+	if (strncmp(endpoint, "tcp://", 6) != 0 || *h == '[')
+		return -ENOENT;
+	colon = strrchr(h, ':');
+	if (!colon || (hlen = (size_t)(colon - h)) == 0 || hlen >= sizeof(host))
+		return -ENOENT;
+	memcpy(host, h, hlen);
+	host[hlen] = '\0';
+	for (size_t f = 0; f < sizeof(families) / sizeof(families[0]); f++) {
+		struct addrinfo hints = { .ai_family = families[f], .ai_socktype = SOCK_STREAM };
+		struct addrinfo *ai = NULL;
+		char addr[INET6_ADDRSTRLEN];
+		const void *src;
+
+		if (getaddrinfo(host, NULL, &hints, &ai) != 0 || !ai)
+			continue;
+		src = ai->ai_family == AF_INET ?
+			(const void *)&((const struct sockaddr_in *)ai->ai_addr)->sin_addr :
+			(const void *)&((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
+		if (!inet_ntop(ai->ai_family, src, addr, sizeof(addr))) {
+			freeaddrinfo(ai);
+			continue;
+		}
+		snprintf(out, out_len, ai->ai_family == AF_INET ? "tcp://%s%s" : "tcp://[%s]%s", addr,
+			 colon);
+		freeaddrinfo(ai);
+		return 0;
+	}
+	return -ENOENT;
+}
+
+/* Create a socket of `type` and bind it to endpoint, for setting `what`.
+ * IPv6 addresses are taken (ZMQ_IPV6); a tcp:// host name, which zmq
+ * cannot bind, is resolved first (localhost -> 127.0.0.1) and the address
+ * bound is logged. Errors, with err saying which and why: -EINVAL (not an
+ * endpoint zmq binds: a host that does not resolve, an unknown interface,
+ * a bad scheme), -EADDRINUSE, -errno of socket creation. */
 static int bind_socket(void *ctx, int type, const char *endpoint, const char *what, void **out,
 		       char *err, size_t err_len)
 {
 	void *sock = zmq_socket(ctx, type);
-	int zero = 0, one = 1, hwm = 100000;
+	int zero = 0, one = 1, hwm = 100000, rc, e;
+	char resolved[300];
 
 	if (!sock) {
 		snprintf(err, err_len, "%s: cannot create a socket: %s", what, zmq_strerror(errno));
 		return -errno;
 	}
 	zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_setsockopt(sock, ZMQ_IPV6, &one, sizeof(one));
 	if (type == ZMQ_ROUTER) {
 		/* a replay answer waits while its peer does not read, rather
 		 * than piling up: a few unread messages per peer at most, and
@@ -593,10 +646,24 @@ static int bind_socket(void *ctx, int type, const char *endpoint, const char *wh
 		zmq_setsockopt(sock, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
 	}
 	zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-	if (zmq_bind(sock, endpoint) < 0) {
-		int e = errno;
-
-		snprintf(err, err_len, "%s %s: cannot bind: %s", what, endpoint, zmq_strerror(e));
+	rc = zmq_bind(sock, endpoint);
+	e = errno;
+	if (rc < 0 && e == ENODEV && resolve_tcp_endpoint(endpoint, resolved, sizeof(resolved)) == 0) {
+		rc = zmq_bind(sock, resolved);
+		e = errno;
+		if (rc == 0)
+			srv_info("%s %s: bound to %s (zmq binds addresses, not host names)", what,
+				 endpoint, resolved);
+	}
+	if (rc < 0) {
+		if (e == ENODEV && strncmp(endpoint, "tcp://", 6) == 0)
+			snprintf(err, err_len, "%s %s: cannot bind: the host is neither an IP address, "
+				 "an interface name, nor a host name that resolves (e.g. "
+				 "tcp://127.0.0.1:5557, tcp://[::1]:5557, tcp://eth0:5557, "
+				 "tcp://*:5557)", what, endpoint);
+		else
+			snprintf(err, err_len, "%s %s: cannot bind: %s", what, endpoint,
+				 zmq_strerror(e));
 		zmq_close(sock);
 		return e == EADDRINUSE ? -EADDRINUSE : -EINVAL;
 	}

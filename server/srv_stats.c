@@ -116,10 +116,11 @@ static void json_nvme(struct jw *j, const struct store_stats *st)
 	jw_printf(j,
 		  "\"corrupt_blocks\":%" PRIu64 ",\"read_errors\":%" PRIu64 ",\"write_errors\":%" PRIu64 ","
 		  "\"rebuild_ms\":%" PRIu64 ",\"rebuild_blocks\":%" PRIu64 ",\"orphans_dropped\":%" PRIu64 ","
+		  "\"rebuild_truncated\":%" PRIu64 ","
 		  "\"index_records_lost\":%" PRIu64 ",\"index_quarantined\":%" PRIu64 "}",
 		  st->corrupt_blocks, st->nvme_read_errors, st->nvme_write_errors, st->rebuild_ms,
-		  st->rebuild_blocks, st->orphans_dropped, st->index_records_lost,
-		  st->index_quarantined);
+		  st->rebuild_blocks, st->orphans_dropped, st->rebuild_truncated,
+		  st->index_records_lost, st->index_quarantined);
 }
 
 static void json_store(struct jw *j, const struct store_stats *st)

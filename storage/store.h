@@ -545,6 +545,8 @@ struct store_stats {
 	uint64_t rebuild_ms;           /* time the open's index rebuild took */
 	uint64_t rebuild_blocks;       /* blocks made matchable again by it */
 	uint64_t orphans_dropped;      /* blocks dropped by it: a stored ancestor did not survive */
+	uint64_t rebuild_truncated;    /* blocks dropped by it: their segment file was missing or
+					* cut short (their bytes are gone) */
 	uint64_t index_records_lost;   /* index log records written but lost to damage (the
 					* index was then moved aside: storage/nvme/NVME.md) */
 	uint64_t index_quarantined;    /* damaged indexes moved aside at this start (0 or 1) */

@@ -97,6 +97,7 @@ class Sub:
     def __init__(self, ctx, endpoint, prefix=TOPIC):
         self.sock = ctx.socket(zmq.SUB)
         self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.IPV6, 1)
         self.sock.setsockopt_string(zmq.SUBSCRIBE, prefix)
         self.sock.connect(endpoint)
 
@@ -446,3 +447,43 @@ def test_replay_flood_is_bounded(zctx):
         for d in peers:
             d.close()
         assert s.stop() == 0
+
+
+def test_endpoints_by_name_and_ipv6(zctx):
+    """Issue 28 item 7: zmq binds addresses and interfaces only, and
+    refused "tcp://localhost:P" and "tcp://[::1]:P" with "No such device".
+    A host name is resolved and bound (the log says to what), IPv6
+    addresses bind, and a host that does not resolve is named as such."""
+    import socket
+    import subprocess
+    cases = [("localhost", "tcp://127.0.0.1:%d")]
+    try:
+        with socket.socket(socket.AF_INET6) as s6:
+            s6.bind(("::1", 0))
+        cases.append(("[::1]", "tcp://[::1]:%d"))
+    except OSError:
+        pass                     # no IPv6 loopback here: the name case only
+    for host, sub_fmt in cases:
+        pub = free_port()
+        s = Server("--dram-capacity", "16MiB", "--max-block-bytes", "1MiB", "--threads", "1",
+                   "--kv-events-endpoint", "tcp://%s:%d" % (host, pub)).start()
+        try:
+            sub = Sub(zctx, sub_fmt % pub)
+            time.sleep(0.3)
+            with kvpool.Client(s.url, "byname") as c:
+                c.put(key("byname", 0), b"n" * 64)
+            m = sub.recv(5)
+            assert m is not None and m[0] == TOPIC + ".byname", (host, m)
+            if host == "localhost":
+                assert "bound to tcp://127.0.0.1:%d" % pub in s.log_text()
+        finally:
+            assert s.stop() == 0
+    bin_ = Server().binary
+    r = subprocess.run([bin_, "--port", str(free_port()), "--admin-port", "0",
+                        "--dram-capacity", "1MiB", "--max-block-bytes", "1MiB",
+                        "--max-inflight-put-bytes", "1MiB",
+                        "--kv-events-endpoint", "tcp://no-such-host.invalid:5557"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0
+    assert "neither an IP address, an interface name, nor a host name that resolves" \
+        in r.stderr, r.stderr
