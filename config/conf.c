@@ -76,6 +76,10 @@ static const char *const log_level_names[] = { "error", "warn", "info", "debug" 
 static const struct conf_choices log_levels = { "log level", log_level_names, 4 };
 /* Indexed by enum conf_admission. */
 static const char *const admission_names[] = { "all", "reused" };
+static const char *const tls_only_names[] = { "auto", "false", "true" };
+static const struct conf_choices tls_only_choices = {
+	"tls_only value (auto, true or false)", tls_only_names, 3,
+};
 static const struct conf_choices admissions = { "admission", admission_names, 2 };
 
 static const struct conf_setting settings[] = {
@@ -156,6 +160,26 @@ static const struct conf_setting settings[] = {
 	  "0 = a quarter of dram_capacity; dram_capacity or more = no bound", NULL, "bytes" },
 	{ "allow_unauthenticated", CONF_BOOL, FIELD(allow_unauthenticated), "false", 0, 1, 0,
 	  "BOOL", "serve a non-loopback listen address without tokens_file", NULL, NULL },
+	{ "tls_cert_file", CONF_STRING, FIELD(tls_cert_file), "", 0, CONF_PATH_MAX - 1,
+	  CONF_SPACES_OK | CONF_EMPTY_UNSET | CONF_RELOAD, "FILE",
+	  "PEM certificate chain (leaf first) for TLS on the data port; unset = no TLS; SIGHUP "
+	  "loads it again", NULL, NULL },
+	{ "tls_key_file", CONF_STRING, FIELD(tls_key_file), "", 0, CONF_PATH_MAX - 1,
+	  CONF_SPACES_OK | CONF_EMPTY_UNSET | CONF_RELOAD, "FILE",
+	  "PEM private key of tls_cert_file (others may not read it)", NULL, NULL },
+	{ "tls_client_ca_file", CONF_STRING, FIELD(tls_client_ca_file), "", 0, CONF_PATH_MAX - 1,
+	  CONF_SPACES_OK | CONF_EMPTY_UNSET | CONF_RELOAD, "FILE",
+	  "PEM CA certificates: TLS clients must present a certificate one of them signed; "
+	  "unset = any client", NULL, NULL },
+	{ "tls_only", CONF_CHOICE, FIELD(tls_only), "auto", CONF_TLS_ONLY_AUTO, CONF_TLS_ONLY_ON, 0,
+	  "WHEN", "refuse plaintext clients on the data port: true, false, or auto (true when "
+	  "tls_cert_file is set and listen is not a loopback address)", &tls_only_choices, NULL },
+	{ "allow_plaintext_tokens", CONF_BOOL, FIELD(allow_plaintext_tokens), "false", 0, 1, 0,
+	  "BOOL", "with tokens_file: accept tokens over plaintext from peers that are not on "
+	  "loopback (else such a HELLO is refused, and a non-loopback listen needs TLS)", NULL,
+	  NULL },
+	{ "tls_allow_rdma", CONF_BOOL, FIELD(tls_allow_rdma), "false", 0, 1, 0, "BOOL",
+	  "serve RDMA, which carries no TLS, even when tls_only is in force", NULL, NULL },
 	{ "drain_timeout_ms", CONF_U32, FIELD(drain_timeout_ms), "10000", 0, 3600000, CONF_RELOAD,
 	  "MS",
 	  "on SIGTERM or SIGINT, wait this long at most for requests in flight", NULL, "ms" },
@@ -1367,6 +1391,22 @@ int conf_validate(struct conf *c, char *err, size_t err_len)
 		set_err(err, err_len,
 			"admin_port (%" PRIu32 ") must differ from port: both listen on the listen "
 			"address (admin_port 0 turns admin http off)", c->admin_port);
+		return -EINVAL;
+	}
+	if (!!c->tls_cert_file[0] != !!c->tls_key_file[0]) {
+		set_err(err, err_len, "%s is set but %s is not: TLS needs both the certificate "
+			"and its private key", c->tls_cert_file[0] ? "tls_cert_file" : "tls_key_file",
+			c->tls_cert_file[0] ? "tls_key_file" : "tls_cert_file");
+		return -EINVAL;
+	}
+	if (c->tls_client_ca_file[0] && !c->tls_cert_file[0]) {
+		set_err(err, err_len, "tls_client_ca_file needs tls_cert_file and tls_key_file: "
+			"client certificates are checked in the TLS handshake");
+		return -EINVAL;
+	}
+	if (c->tls_only == CONF_TLS_ONLY_ON && !c->tls_cert_file[0]) {
+		set_err(err, err_len, "tls_only is true but tls_cert_file is not set: nothing "
+			"could connect");
 		return -EINVAL;
 	}
 	if (c->kv_events_replay_endpoint[0] && !c->kv_events_endpoint[0]) {

@@ -201,6 +201,17 @@ static int hello_auth(struct srv_conn *c, const struct proto_hello *h)
 		c->may_write = 1;
 		return 0;
 	}
+	/* a token that crossed a network in the clear is refused, so that a
+	 * deployment that forgot TLS finds out at once (the token is spent:
+	 * rotate it) */
+	if (h->token_len && c->tls_phase != SRV_TLS_UP && !c->peer_loopback &&
+	    !c->w->srv->conf.allow_plaintext_tokens) {
+		srv_stats_add(&c->w->stats, SRV_C_tls_token_refused, 1);
+		rc = reply_err(c, PROTO_STATUS_DENIED, "hello refused: a token over plaintext from "
+			       "a non-loopback peer; connect with tls:// (or set "
+			       "allow_plaintext_tokens on a trusted network)");
+		return rc < 0 ? -ENOMEM : 1;
+	}
 	srv_auth_digest(h->token, h->token_len, c->token_digest);
 	c->auth_gen = srv_auth_generation(a); /* before the check: see auth_recheck */
 	access = srv_auth_access(a, c->token_digest, h->ns, h->ns_len);

@@ -28,6 +28,7 @@
 #include "srv_auth.h"
 #include "srv_etcd.h"
 #include "srv_tenant.h"
+#include "srv_tls.h"
 #include "srv_admin.h"
 #include "srv_events.h"
 #include "srv_lifecycle.h"
@@ -499,6 +500,33 @@ static int auth_open(struct srv *s)
 	return 0;
 }
 
+/* TLS on the data port when tls_cert_file is set: load the certificate,
+ * key and client CA (srv_check_paths loaded them once already, so a
+ * failure here is a file changed meanwhile), and decide tls_only. */
+static int tls_open(struct srv *s)
+{
+	char warn[512] = "", err[512] = "", what[400];
+	int rc;
+
+	s->tls_only = srv_tls_only(&s->conf, srv_listen_is_loopback(s->conf.listen));
+	if (!srv_tls_configured(&s->conf))
+		return 0;
+	rc = srv_tls_ctx_open(&s->conf, &s->tls, warn, sizeof(warn), err, sizeof(err));
+	if (rc < 0) {
+		srv_err("%s", err);
+		return rc;
+	}
+	if (warn[0])
+		srv_warn("%s", warn);
+	srv_tls_ctx_describe(s->tls, what, sizeof(what));
+	srv_info("tls: %s; %s%s; kernel tls asked for (used per connection when the kernel "
+		 "has it: STATS tls.kernel_tls)", what,
+		 s->tls_only ? "plaintext clients refused (tls_only)" :
+			       "plaintext clients served too (tls_only false)",
+		 s->conf.tls_client_ca_file[0] ? "; client certificates required" : "");
+	return 0;
+}
+
 /* Start the KV-event publisher when kv_events_endpoint is set, and hook it
  * to the pool: what the pool holds already (blocks rebuilt from NVMe) is
  * announced first, once. */
@@ -702,6 +730,8 @@ int srv_run(const struct conf *c, int argc, char **argv)
 		goto out_base;
 	rc = auth_open(s);
 	if (rc == 0)
+		rc = tls_open(s);
+	if (rc == 0)
 		rc = pool_open(s);
 	if (rc == 0)
 		srv_rdma_open(s, &s->rdma, srv_rdma_test_ops);
@@ -722,6 +752,7 @@ int srv_run(const struct conf *c, int argc, char **argv)
 	srv_tenants_free(s->tenants);
 	store_close(s->store);
 	srv_auth_free(s->auth);
+	srv_tls_ctx_free(s->tls);
 out_base:
 	event_base_free(s->base);
 	if (rc == 0)
