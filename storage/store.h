@@ -391,10 +391,13 @@ int store_exists_where(struct store *s, uint32_t ns_id, const uint8_t key[STORE_
  * last. Rare cases take the lock as before: more than 128 threads
  * matching, a MATCH of more than 16,383 keys, a log that stays full,
  * or a long write (e.g. dropping a large namespace) in progress.
+ * A lease never makes MATCH fail: when the lease of the whole present run
+ * would take the lessee or its tenant past its bound (store_lessee_limit),
+ * *matched is the longest leading run whose lease fits, and only that run
+ * is leased and marked used (the lease is "cut"; 0 when not even the first
+ * block fits).
  * Errors: -EINVAL (unknown ns_id), -ENOMEM (no memory for lease records,
- * on the locked path; nothing was leased or marked used), -EDQUOT (the
- * lease would pass the lessee's or its tenant's bound, store_lessee_limit;
- * nothing was leased or marked used). On the lock-free
+ * on the locked path; nothing was leased or marked used). On the lock-free
  * path a lease record that cannot be allocated when the log is applied
  * leaves that block unpinned, as if its lease had ended early. */
 int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
@@ -435,8 +438,8 @@ void store_lessee_free(struct store *s, struct store_lessee *l);
 
 /* Bound what lessee l may lease: max_leased_bytes of payload (0 = no
  * bound), and, with t, t's max_leased_bytes over all of t's lessees. A
- * store_match with a lease that would take either past its bound fails
- * -EDQUOT with nothing leased or marked; blocks the lessee leases
+ * store_match with a lease that would take either past its bound answers
+ * the longest leading run whose lease fits; blocks the lessee leases
  * already count once (matching them again only extends). A bounded
  * lessee's leasing MATCHes take the store lock (the check must be exact)
  * instead of the lock-free path. Call it from the lessee's thread.

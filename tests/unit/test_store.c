@@ -2548,8 +2548,9 @@ static void test_print_figures(void **state)
 /* ---- tenants: leased bytes and payload bytes over namespaces (issue 20) ---- */
 
 /* A lessee bounded to 2 pages: a MATCH whose lease would pass the bound
- * is refused (-EDQUOT) with nothing leased; blocks leased already count
- * once; without a lease the same MATCH works. */
+ * answers the longest leading run whose lease fits and leases only that
+ * (issue 28 item 2: before, -EDQUOT and the whole prefix lost); blocks
+ * leased already count once; without a lease the whole run matches. */
 static void test_lease_bound_per_lessee(void **state)
 {
 	struct store *s = open_store(16 * PAGE, PAGE, 0, 60000);
@@ -2564,17 +2565,24 @@ static void test_lease_bound_per_lessee(void **state)
 		assert_int_equal(put_id(s, ns, ids[i], i ? ids[i - 1] : 0, PAGE), 0);
 	keys_of(ids, 4, keys);
 	store_lessee_limit(s, l, 2 * PAGE, NULL);
-	assert_int_equal(store_match(s, ns, keys, 4, 1000, l, &matched, &granted), -EDQUOT);
-	assert_int_equal(stats_of(s).leases_active, 0);
-	assert_int_equal(store_lessee_leased_bytes(s, l), 0);
-	assert_int_equal(store_match(s, ns, keys, 2, 1000, l, &matched, &granted), 0);
+	assert_int_equal(store_match(s, ns, keys, 4, 1000, l, &matched, &granted), 0);
 	assert_int_equal(matched, 2);
 	assert_int_equal(granted, 1000);
+	assert_int_equal(stats_of(s).leases_active, 2);
 	assert_int_equal(store_lessee_leased_bytes(s, l), 2 * PAGE);
 	/* the same two again: extended, no new bytes */
 	assert_int_equal(store_match(s, ns, keys, 2, 1000, l, &matched, &granted), 0);
+	assert_int_equal(matched, 2);
 	assert_int_equal(store_lessee_leased_bytes(s, l), 2 * PAGE);
-	assert_int_equal(store_match(s, ns, keys, 3, 1000, l, &matched, &granted), -EDQUOT);
+	/* full: the two it holds are answered again, nothing more */
+	assert_int_equal(store_match(s, ns, keys, 3, 1000, l, &matched, &granted), 0);
+	assert_int_equal(matched, 2);
+	assert_int_equal(store_lessee_leased_bytes(s, l), 2 * PAGE);
+	/* not even the first block of another chain fits: 0, nothing leased */
+	assert_int_equal(store_match(s, ns, keys + 2, 2, 1000, l, &matched, &granted), 0);
+	assert_int_equal(matched, 0);
+	assert_int_equal(granted, 0);
+	assert_int_equal(stats_of(s).leases_active, 2);
 	/* no lease asked: no bound */
 	assert_int_equal(store_match(s, ns, keys, 4, 0, l, &matched, &granted), 0);
 	assert_int_equal(matched, 4);
@@ -2609,8 +2617,11 @@ static void test_lease_bound_per_tenant(void **state)
 	assert_int_equal(store_match(s, ns, keys + 2, 1, 1000, b, &matched, NULL), 0);
 	store_tenant_usage(s, t, NULL, &leased);
 	assert_int_equal(leased, 3 * PAGE);
-	assert_int_equal(store_match(s, ns, keys + 3, 1, 1000, b, &matched, NULL), -EDQUOT);
+	/* the tenant is full: b's MATCH is cut to 0, another tenant's is not */
+	assert_int_equal(store_match(s, ns, keys + 3, 1, 1000, b, &matched, NULL), 0);
+	assert_int_equal(matched, 0);
 	assert_int_equal(store_match(s, ns, keys + 3, 1, 1000, other, &matched, NULL), 0);
+	assert_int_equal(matched, 1);
 	store_lessee_free(s, a);
 	store_tenant_usage(s, t, NULL, &leased);
 	assert_int_equal(leased, PAGE);
