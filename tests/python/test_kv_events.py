@@ -428,8 +428,14 @@ def test_replay_flood_is_bounded(zctx):
             after = c.stats()["kv_events"]
         assert after["dropped"] == before["dropped"] == 0
         # what is held for 30 unread answers: a small window each, not
-        # 30 copies of the ~20 MiB buffer
-        assert grown < 48 * 1024, "kvpoold grew %d KiB for 30 unread replays" % grown
+        # 30 copies of the ~20 MiB buffer (before: +335 MiB). An
+        # AddressSanitizer build keeps freed memory in quarantine (256 MiB
+        # by default), so its RSS says less: a looser bound there.
+        bound = 48 << 10
+        with open(s.binary, "rb") as f:
+            if b"__asan_init" in f.read():
+                bound = 200 << 10
+        assert grown < bound, "kvpoold grew %d KiB for 30 unread replays" % grown
         # a second request from a peer whose answer is still in flight
         # gets the end marker at once, after what the first one queued
         d = peers[0]
