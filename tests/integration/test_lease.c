@@ -352,9 +352,23 @@ static void test_long_chain_lease_cut(void **state)
 	assert_int_equal(harness_stat_or_fail(c, "leases_active"), 3);
 	assert_chain(c, chain, 3); /* the leased run is there, whole */
 	assert_int_equal(harness_wait_stat_or_fail(c, "leases_active", 0, 1000), 0);
-	/* the leases ended with the GETs: the whole bound is free again */
-	assert_int_equal(kvpool_match(c, (const uint8_t(*)[32])chain, 8, 60000, &matched), 0);
-	assert_int_equal(matched, 3);
+	/* the leases ended with the GETs: the whole bound is free again; in
+	 * protocol v2 the reply says the lease was cut and what is there */
+	{
+		struct kvpool_match_opts o = { .lease_ms = 60000 };
+		struct kvpool_match_result r;
+
+		assert_int_equal(kvpool_match_ex(c, chain, 8, &o, &r), 0);
+		assert_int_equal(r.matched, 3);
+		assert_int_equal(r.present, 8);
+		assert_true(r.flags & KVPOOL_MATCH_LEASE_CUT);
+		assert_int_equal(r.lease_ms, 60000);
+		/* without a lease nothing is cut */
+		o.lease_ms = 0;
+		assert_int_equal(kvpool_match_ex(c, chain, 8, &o, &r), 0);
+		assert_int_equal(r.matched, 8);
+		assert_int_equal(r.flags & KVPOOL_MATCH_LEASE_CUT, 0);
+	}
 	kvpool_close(c);
 	assert_int_equal(harness_stop(&srv), 0);
 }
