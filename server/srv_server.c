@@ -608,6 +608,7 @@ static void cluster_start(struct srv *s)
 		.address = s->conf.advertise_address, .listen = s->conf.listen,
 		.port = (uint16_t)s->conf.port, .rdma_port = s->rdma.port,
 		.admin_port = (uint16_t)s->conf.admin_port, .rdma = s->rdma.available,
+		.tls = s->tls != NULL,
 		.dram_capacity_bytes = s->conf.dram_capacity_bytes,
 		.nvme_capacity_bytes = s->conf.nvme_dir[0] ? s->conf.nvme_capacity_bytes : 0,
 		.lease_s = s->conf.cluster_lease_s,
