@@ -98,7 +98,7 @@ LDFLAGS += $(SANLD) -pthread
 
 LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lssl -lcrypto -lsystemd -lzmq \
                -lmsgpackc -lcurl -ljson-c -lm
-LIBS_CLIENT := -lcrypto -lxxhash -lcurl -ljson-c -lm
+LIBS_CLIENT := -lssl -lcrypto -lxxhash -lcurl -ljson-c -lm
 LIBS_TEST   := -lcmocka
 ifeq ($(RDMA),1)
 CFLAGS      += -DKVPOOL_RDMA=1

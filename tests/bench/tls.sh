@@ -9,7 +9,8 @@
 # port, runs $BUILD/tests/tls_bench twice - the client asking for kernel
 # TLS, then in user space only - and prints kvpoold's STATS "tls" object,
 # whose kernel_tls counts say whether the server's side ran in the kernel
-# (the Linux tls module and OpenSSL's kernel TLS) or in user space.
+# (the Linux tls module and OpenSSL's kernel TLS) or in user space. Then
+# libkvpool itself: kvpool bench over tcp:// and over tls://.
 # Needs make bench first.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,5 +50,20 @@ echo "== client asks for kernel TLS"
 "$b/tests/tls_bench" --port "$port" --ca ca.pem "${args[@]}"
 echo "== client in user space (--no-ktls)"
 "$b/tests/tls_bench" --port "$port" --ca ca.pem --no-ktls "${args[@]}"
+echo "== libkvpool (kvpool bench, 1 MiB, batch 4): tcp:// then tls:// on the same port"
+lib_bench() {
+	KVPOOL_TLS_CA=ca.pem "$b/kvpool" bench --server "$1" --sizes 1MiB --ops put,get --batch 4 \
+		--duration 2 --source-bytes 64MiB --json
+}
+plain=$(lib_bench "tcp://127.0.0.1:$port")
+tls=$(lib_bench "tls://127.0.0.1:$port")
+python3 - "$plain" "$tls" <<'PYEOF'
+import json, sys
+plain, tls = (json.loads(a) for a in sys.argv[1:3])
+rate = lambda doc, op: [r["gbps"] for r in doc["results"] if r["op"] == op][0]
+for op in ("put", "get"):
+    p, t = rate(plain, op), rate(tls, op)
+    print("%s  plaintext %.3f GB/s  tls %.3f GB/s  ratio %.2f" % (op, p, t, t / p))
+PYEOF
 echo "== kvpoold STATS tls"
 curl -sf "http://127.0.0.1:$admin/stats" | python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["tls"]))'

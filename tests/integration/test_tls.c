@@ -22,9 +22,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "etcd_proc.h"
 #include "harness.h"
 
 #define BLOCK (1u << 20)
@@ -33,6 +35,7 @@ static struct {
 	struct harness_server srv;
 	char dir[256];
 	char ca[300], other_ca[300], cert[300], key[300];
+	char client[300], client_key[300], other_name[300], other_name_key[300];
 	const char *flags[24];
 } g;
 
@@ -59,12 +62,24 @@ static int make_certs(void)
 	    sh("printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > ext.cnf") ||
 	    sh("openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
 	       "-out srv.pem -days 2 -extfile ext.cnf") ||
-	    sh("chmod 600 srv.key"))
+	    sh("chmod 600 srv.key") ||
+	    sh("openssl req %s -keyout client.key -out client.csr -subj /CN=tls-client", ec) ||
+	    sh("openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+	       "-out client.pem -days 2") ||
+	    sh("openssl req %s -keyout elsewhere.key -out elsewhere.csr -subj /CN=other.example", ec) ||
+	    sh("printf 'subjectAltName=DNS:other.example\\n' > other_ext.cnf") ||
+	    sh("openssl x509 -req -in elsewhere.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+	       "-out elsewhere.pem -days 2 -extfile other_ext.cnf") ||
+	    sh("chmod 600 client.key elsewhere.key"))
 		return -1;
 	snprintf(g.ca, sizeof(g.ca), "%s/ca.pem", g.dir);
 	snprintf(g.other_ca, sizeof(g.other_ca), "%s/other.pem", g.dir);
 	snprintf(g.cert, sizeof(g.cert), "%s/srv.pem", g.dir);
 	snprintf(g.key, sizeof(g.key), "%s/srv.key", g.dir);
+	snprintf(g.client, sizeof(g.client), "%s/client.pem", g.dir);
+	snprintf(g.client_key, sizeof(g.client_key), "%s/client.key", g.dir);
+	snprintf(g.other_name, sizeof(g.other_name), "%s/elsewhere.pem", g.dir);
+	snprintf(g.other_name_key, sizeof(g.other_name_key), "%s/elsewhere.key", g.dir);
 	return 0;
 }
 
@@ -345,6 +360,271 @@ static void test_reload_keeps_sessions(void **state)
 	tls_close(&t);
 }
 
+/* ---- libkvpool over tls:// ---------------------------------------------------- */
+
+/* Connect libkvpool to port over tls://HOST with CA ca (NULL: from the
+ * environment); returns kvpool_connect's result. */
+static int lib_connect(const char *host, uint16_t port, const char *ca, const char *cert,
+		       const char *key, uint32_t flags, struct kvpool_client **out)
+{
+	struct kvpool_options o = { .timeout_ms = 10000, .tls_ca_file = ca, .tls_cert_file = cert,
+				    .tls_key_file = key, .tls_flags = flags };
+	char url[128];
+
+	snprintf(url, sizeof(url), "tls://%s:%u", host, port);
+	return kvpool_connect(url, "tls-lib", &o, out);
+}
+
+/* PUT a chain of n 1 MiB blocks with kvpool_put and GET them back. */
+static void lib_roundtrip(struct kvpool_client *c, const char *tag, int n)
+{
+	uint8_t *data = malloc((size_t)n * BLOCK), *back = malloc((size_t)n * BLOCK);
+	uint8_t (*keys)[32] = malloc((size_t)n * 32);
+	struct kvpool_put_block *pb = calloc((size_t)n, sizeof(*pb));
+	struct kvpool_get_block *gb = calloc((size_t)n, sizeof(*gb));
+	struct iovec *pi = calloc((size_t)n, sizeof(*pi)), *gi = calloc((size_t)n, sizeof(*gi));
+	int *st = calloc((size_t)n, sizeof(int));
+
+	assert_true(data && back && keys && pb && gb && pi && gi && st);
+	for (int i = 0; i < n; i++) {
+		harness_key(keys[i], tag, (uint64_t)i);
+		harness_fill(data + (size_t)i * BLOCK, BLOCK, harness_key_seed(keys[i]));
+		pi[i] = (struct iovec){ data + (size_t)i * BLOCK, BLOCK };
+		gi[i] = (struct iovec){ back + (size_t)i * BLOCK, BLOCK };
+		pb[i] = (struct kvpool_put_block){ .key = keys[i], .parent = i ? keys[i - 1] : NULL,
+						   .iov = &pi[i], .iovcnt = 1 };
+		gb[i] = (struct kvpool_get_block){ .key = keys[i], .iov = &gi[i], .iovcnt = 1 };
+	}
+	assert_int_equal(kvpool_put(c, pb, (size_t)n, st), 0);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(st[i], 0);
+	assert_int_equal(kvpool_get(c, gb, (size_t)n, st), 0);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(st[i], 0);
+	assert_memory_equal(back, data, (size_t)n * BLOCK);
+	free(data);
+	free(back);
+	free(keys);
+	free(pb);
+	free(gb);
+	free(pi);
+	free(gi);
+	free(st);
+}
+
+/* libkvpool's TLS peer: options, then the environment; the host name is
+ * checked (the certificate names localhost and 127.0.0.1). */
+static void test_libkvpool_tls(void **state)
+{
+	struct kvpool_client *c = NULL;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_int_equal(lib_connect("localhost", g.srv.port, g.ca, NULL, NULL, 0, &c), 0);
+	lib_roundtrip(c, "lib-tls", 8);
+	assert_true(harness_stat_or_fail(c, "tls.connections.total") >= 1);
+	kvpool_close(c);
+	/* the CA from the environment, the host as an IP address */
+	setenv("KVPOOL_TLS_CA", g.ca, 1);
+	assert_int_equal(lib_connect("127.0.0.1", g.srv.port, NULL, NULL, NULL, 0, &c), 0);
+	lib_roundtrip(c, "lib-tls-env", 2);
+	kvpool_close(c);
+	unsetenv("KVPOOL_TLS_CA");
+}
+
+/* A CA that did not sign the server's certificate, and plaintext on a
+ * tls_only port: clear errors, nothing connected. */
+static void test_libkvpool_tls_refusals(void **state)
+{
+	struct kvpool_options plain = { .timeout_ms = 5000 };
+	struct kvpool_client *c = NULL;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_int_equal(lib_connect("localhost", g.srv.port, g.other_ca, NULL, NULL, 0, &c),
+			 -EPROTO);
+	if (!strstr(kvpool_last_server_message(), "certificate is refused"))
+		fail_msg("wrong CA: \"%s\"", kvpool_last_server_message());
+	assert_int_equal(kvpool_connect(g.srv.url, "tls-lib", &plain, &c), -EACCES);
+	if (!strstr(kvpool_last_server_message(), "requires TLS"))
+		fail_msg("plaintext: \"%s\"", kvpool_last_server_message());
+	/* a file that does not load */
+	assert_int_equal(lib_connect("localhost", g.srv.port, "/nonexistent/ca.pem", NULL, NULL, 0,
+				     &c), -EINVAL);
+	if (!strstr(kvpool_last_server_message(), "/nonexistent/ca.pem"))
+		fail_msg("missing CA file: \"%s\"", kvpool_last_server_message());
+}
+
+/* A server of its own with the given extra flags (borrowed strings). */
+static void start_extra(struct harness_server *s, const char *const *more)
+{
+	const char *flags[32];
+	int n = 0;
+
+	for (int i = 0; g.flags[i]; i++)
+		flags[n++] = g.flags[i];
+	for (int i = 0; more[i]; i++)
+		flags[n++] = more[i];
+	flags[n] = NULL;
+	assert_int_equal(harness_start(s, flags), 0);
+}
+
+/* Mutual TLS: without a client certificate the handshake is refused;
+ * with one signed by the server's client CA it works. */
+static void test_libkvpool_mutual(void **state)
+{
+	const char *more[] = { "--tls-client-ca-file", g.ca, NULL };
+	struct harness_server s = { 0 };
+	struct kvpool_client *c = NULL;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	start_extra(&s, more);
+	assert_int_equal(lib_connect("localhost", s.port, g.ca, NULL, NULL, 0, &c), -EPROTO);
+	assert_int_equal(lib_connect("localhost", s.port, g.ca, g.client, g.client_key, 0, &c), 0);
+	lib_roundtrip(c, "lib-mtls", 2);
+	kvpool_close(c);
+	assert_int_equal(harness_stop(&s), 0);
+}
+
+/* A certificate that does not name the host: refused by default, taken
+ * with KVPOOL_TLS_NO_VERIFY_HOSTNAME (the chain is still checked). */
+static void test_libkvpool_hostname(void **state)
+{
+	const char *more[] = { "--tls-cert-file", g.other_name, "--tls-key-file",
+			       g.other_name_key, NULL };
+	struct harness_server s = { 0 };
+	struct kvpool_client *c = NULL;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	start_extra(&s, more);
+	assert_int_equal(lib_connect("localhost", s.port, g.ca, NULL, NULL, 0, &c), -EPROTO);
+	if (!strstr(kvpool_last_server_message(), "hostname mismatch"))
+		fail_msg("host name: \"%s\"", kvpool_last_server_message());
+	assert_int_equal(lib_connect("localhost", s.port, g.ca, NULL, NULL,
+				     KVPOOL_TLS_NO_VERIFY_HOSTNAME, &c), 0);
+	lib_roundtrip(c, "lib-noverify", 1);
+	kvpool_close(c);
+	assert_int_equal(lib_connect("localhost", s.port, g.other_ca, NULL, NULL,
+				     KVPOOL_TLS_NO_VERIFY_HOSTNAME, &c), -EPROTO);
+	assert_int_equal(harness_stop(&s), 0);
+}
+
+/* A cluster of three TLS nodes behind one tls:// node list: a chain put
+ * through the handle spreads over the nodes and comes back whole. */
+static void test_tls_cluster(void **state)
+{
+	const char *none[] = { NULL };
+	struct harness_server s[3] = { { 0 } };
+	struct kvpool_options o = { .timeout_ms = 10000, .tls_ca_file = NULL };
+	struct kvpool_client *c = NULL, *node = NULL;
+	char url[256];
+	uint64_t blocks = 0;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	for (int i = 0; i < 3; i++)
+		start_extra(&s[i], none);
+	snprintf(url, sizeof(url), "tls://localhost:%u,localhost:%u,localhost:%u", s[0].port,
+		 s[1].port, s[2].port);
+	o.tls_ca_file = g.ca;
+	assert_int_equal(kvpool_connect(url, "tls-cluster", &o, &c), 0);
+	lib_roundtrip(c, "tls-cluster", 48);
+	kvpool_close(c);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(lib_connect("localhost", s[i].port, g.ca, NULL, NULL, 0, &node), 0);
+		blocks += harness_ns_stat_or_fail(node, "tls-cluster", "blocks");
+		kvpool_close(node);
+		assert_int_equal(harness_stop(&s[i]), 0);
+	}
+	assert_true(blocks >= 48); /* every block on some node (hot ones on several) */
+}
+
+/* The same through etcd: nodes with a certificate register "tls": true,
+ * and an etcd:// handle reaches them as tls:// members with its options. */
+static void test_tls_etcd_cluster(void **state)
+{
+	static char curl[96], names[3][16];
+	struct harness_server s[3] = { { 0 } };
+	struct etcd_proc e = { 0 };
+	struct kvpool_options o = { .timeout_ms = 10000 };
+	struct kvpool_client *c = NULL;
+	struct json_object *doc, *cj, *nodes, *v;
+	char url[96];
+	int rc = -1;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	if (!etcd_proc_available())
+		harness_skip("etcd is not installed (apt-get install etcd-server)");
+	assert_int_equal(etcd_proc_start(&e), 0);
+	snprintf(curl, sizeof(curl), "etcd://%s/tlstest", e.endpoint);
+	for (int i = 0; i < 3; i++) {
+		const char *more[] = { "--cluster", curl, "--node-name", names[i], NULL };
+
+		snprintf(names[i], sizeof(names[i]), "tls%d", i);
+		start_extra(&s[i], more);
+	}
+	o.tls_ca_file = g.ca;
+	snprintf(url, sizeof(url), "etcd://%s/tlstest", e.endpoint);
+	for (int i = 0; i < 100; i++) {
+		size_t n = 0;
+
+		rc = kvpool_connect(url, "tls-etcd", &o, &c);
+		if (rc == 0) {
+			assert_int_equal(harness_stats(c, NULL, &doc), 0);
+			assert_true(json_object_object_get_ex(doc, "cluster", &cj));
+			assert_true(json_object_object_get_ex(cj, "nodes", &nodes));
+			n = json_object_array_length(nodes);
+			json_object_put(doc);
+			if (n == 3)
+				break;
+			kvpool_close(c);
+			c = NULL;
+		}
+		usleep(100 * 1000);
+	}
+	assert_non_null(c);
+	/* every member is a tls:// one */
+	assert_int_equal(harness_stats(c, NULL, &doc), 0);
+	assert_true(json_object_object_get_ex(doc, "cluster", &cj));
+	assert_true(json_object_object_get_ex(cj, "nodes", &nodes));
+	assert_int_equal(json_object_array_length(nodes), 3);
+	for (size_t i = 0; i < 3; i++) {
+		struct json_object *m = json_object_array_get_idx(nodes, i);
+
+		assert_true(json_object_object_get_ex(m, "url", &v));
+		if (strncmp(json_object_get_string(v), "tls://", 6))
+			fail_msg("member %zu: %s", i, json_object_get_string(v));
+	}
+	json_object_put(doc);
+	lib_roundtrip(c, "tls-etcd", 48);
+	kvpool_close(c);
+	/* without the CA (and none in the environment) every member refuses
+	 * the handshake: the handle connects (etcd answers) but no node is up,
+	 * and each says why */
+	o.tls_ca_file = NULL;
+	unsetenv("KVPOOL_TLS_CA");
+	rc = kvpool_connect(url, "tls-etcd", &o, &c);
+	if (rc == 0) {
+		assert_int_equal(harness_stats(c, NULL, &doc), 0);
+		assert_true(json_object_object_get_ex(doc, "cluster", &cj));
+		assert_true(json_object_object_get_ex(cj, "nodes", &nodes));
+		for (size_t i = 0; i < json_object_array_length(nodes); i++) {
+			struct json_object *m = json_object_array_get_idx(nodes, i);
+
+			assert_true(json_object_object_get_ex(m, "up", &v));
+			assert_false(json_object_get_boolean(v));
+		}
+		json_object_put(doc);
+		kvpool_close(c);
+	}
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(harness_stop(&s[i]), 0);
+	etcd_proc_destroy(&e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -352,6 +632,12 @@ int main(void)
 		cmocka_unit_test(test_wrong_ca_then_good),
 		cmocka_unit_test(test_plaintext_refused),
 		cmocka_unit_test(test_reload_keeps_sessions),
+		cmocka_unit_test(test_libkvpool_tls),
+		cmocka_unit_test(test_libkvpool_tls_refusals),
+		cmocka_unit_test(test_libkvpool_mutual),
+		cmocka_unit_test(test_libkvpool_hostname),
+		cmocka_unit_test(test_tls_cluster),
+		cmocka_unit_test(test_tls_etcd_cluster),
 		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 

@@ -91,7 +91,8 @@ def make_pki(d):
     rotated, rotated_key      its replacement: CN kvpool-rotated, same SANs
     expired, expired_key      a server certificate valid in 2020 only
     client, client_key        a client certificate signed by ca
-    stranger, stranger_key    a client certificate signed by other_ca"""
+    stranger, stranger_key    a client certificate signed by other_ca
+    elsewhere, elsewhere_key  a server certificate for other.example only"""
     d = str(d)
     _ca(d, "ca", "kvpool test CA")
     _ca(d, "other_ca", "another CA")
@@ -99,15 +100,18 @@ def make_pki(d):
     for name, cn in (("srv", "kvpool-server"), ("rotated", "kvpool-rotated"),
                      ("expired", "kvpool-expired")):
         _key_and_csr(d, name, cn, san)
+    _key_and_csr(d, "elsewhere", "kvpool-elsewhere", "DNS:other.example")
     _key_and_csr(d, "client", "kvpool-client")
     _key_and_csr(d, "stranger", "kvpool-stranger")
     _sign(d, "ca", "srv")
     _sign(d, "ca", "rotated")
     _sign(d, "ca", "expired", start="20200101000000Z", end="20200102000000Z")
+    _sign(d, "ca", "elsewhere")
     _sign(d, "ca", "client")
     _sign(d, "other_ca", "stranger")
     out = {}
-    for name in ("ca", "other_ca", "srv", "rotated", "expired", "client", "stranger"):
+    for name in ("ca", "other_ca", "srv", "rotated", "expired", "client", "stranger",
+                 "elsewhere"):
         out[name] = os.path.join(d, name + ".pem")
         out[name + "_key"] = os.path.join(d, name + ".key")
     return out

@@ -43,7 +43,13 @@ class completion(Structure):
 
 
 class options(Structure):
-    _fields_ = [("token", c_char_p), ("timeout_ms", c_uint32)]
+    """struct kvpool_options."""
+    _fields_ = [("token", c_char_p), ("timeout_ms", c_uint32), ("tls_flags", c_uint32),
+                ("tls_ca_file", c_char_p), ("tls_cert_file", c_char_p),
+                ("tls_key_file", c_char_p)]
+
+
+TLS_NO_VERIFY_HOSTNAME = 1  # KVPOOL_TLS_NO_VERIFY_HOSTNAME
 
 
 class limits(Structure):

@@ -12,6 +12,7 @@ in Python. The GIL is released while libkvpool waits for the network.
 import ctypes
 import errno as _errno
 import json
+import os
 import select
 import threading
 import time
@@ -170,6 +171,17 @@ def _text_arg(value, name, none_ok=False):
                     % (name, " or None" if none_ok else "", type(value).__name__, hint))
 
 
+def _path_arg(value, name):
+    """A file name (str, bytes or os.PathLike) as bytes, or None."""
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str):
+        return os.fsencode(value)
+    return _text_arg(value, name)
+
+
 def _namespace(namespace, what):
     """A namespace name as bytes: 1..255 bytes of printable ASCII 0x21..0x7e
     (no spaces). TypeError for anything but str or bytes; InvalidArgument
@@ -302,14 +314,24 @@ class Client:
     """A connection to a kvpool server, bound to one namespace.
 
     Client(url="tcp://127.0.0.1:7470", namespace="default", token=None,
-           timeout=10.0)
+           timeout=10.0, tls_ca=None, tls_cert=None, tls_key=None,
+           tls_verify_hostname=True)
 
-    url        "tcp://host:port" (host: a name, IPv4, or [IPv6])
+    url        "tcp://host:port" (host: a name, IPv4, or [IPv6]); "tls://host:port"
+               for a server with a certificate (also "auto://", "rdma://" and
+               node lists, as libkvpool takes them)
     namespace  1..255 printable ASCII bytes, no spaces (e.g.
                "llama3-8b:bf16:tp1:b16": blocks of different models or
                layouts must not share one)
     token      auth token (str or bytes) or None
     timeout    seconds allowed for each call, reconnect included (float)
+    tls_ca     tls://: file of the CA certificates the server's must chain to
+               (None: KVPOOL_TLS_CA, else the system's store)
+    tls_cert, tls_key
+               tls://: this client's certificate and key, for a server that
+               asks for one (None: KVPOOL_TLS_CERT / KVPOOL_TLS_KEY)
+    tls_verify_hostname
+               tls://: check the certificate names the URL's host (True)
 
     Connects at once (raises ConnectionError, Denied, InvalidArgument ...).
     Use it as a context manager, or call close(). A Client may be shared by
@@ -317,7 +339,8 @@ class Client:
     for parallel transfers use one Client per thread.
     """
 
-    def __init__(self, url=_lib.DEFAULT_URL, namespace="default", token=None, timeout=10.0):
+    def __init__(self, url=_lib.DEFAULT_URL, namespace="default", token=None, timeout=10.0,
+                 tls_ca=None, tls_cert=None, tls_key=None, tls_verify_hostname=True):
         self._handle = None
         self._lock = threading.Lock()
         self._get_hint_bytes = 0      # size of the last block get() returned
@@ -328,6 +351,11 @@ class Client:
         url_b = _text_arg(url, "url")
         token = _text_arg(token, "token", none_ok=True)
         opts = _lib.options(token=token, timeout_ms=_timeout_ms(timeout))
+        opts.tls_ca_file = _path_arg(tls_ca, "tls_ca")
+        opts.tls_cert_file = _path_arg(tls_cert, "tls_cert")
+        opts.tls_key_file = _path_arg(tls_key, "tls_key")
+        if not tls_verify_hostname:
+            opts.tls_flags |= _lib.TLS_NO_VERIFY_HOSTNAME
         ns = _namespace(namespace, "connect %s" % url)
         handle = ctypes.c_void_p()
         rc = _lib_fns.kvpool_connect(url_b, ns,
