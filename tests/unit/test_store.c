@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -2003,7 +2004,7 @@ static void *grow_reader_thread(void *arg)
 			r->failed = "the chain was not matched whole";
 			break;
 		}
-		r->rounds++;
+		__atomic_fetch_add(&r->rounds, 1, __ATOMIC_RELAXED);
 	}
 	return NULL;
 }
@@ -2027,6 +2028,12 @@ static void test_match_while_index_grows(void **state)
 	before = stats_of(s).index_bytes;
 	for (int k = 0; k < 2; k++)
 		assert_int_equal(pthread_create(&t[k], NULL, grow_reader_thread, &r[k]), 0);
+	/* both readers inside their loop before the index grows (on a loaded
+	 * machine the puts could otherwise finish before a reader ran) */
+	for (int k = 0; k < 2; k++)
+		while (!__atomic_load_n(&r[k].rounds, __ATOMIC_RELAXED) &&
+		       !__atomic_load_n(&r[k].failed, __ATOMIC_RELAXED))
+			sched_yield();
 	for (uint64_t id = 100; id < 100 + 4000; id++)
 		assert_int_equal(put_id(s, ns, id, 0, 16), 0);
 	stop = true;
