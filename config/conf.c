@@ -159,12 +159,13 @@ static const struct conf_setting settings[] = {
 	{ "tenant_max_leased_bytes", CONF_SIZE, FIELD(tenant_max_leased_bytes), "0", 0, 1024 * TIB,
 	  0, "SIZE",
 	  "with tokens_file: bytes all of one token's connections may hold leased; a MATCH whose "
-	  "lease would pass it answers QUOTA; 0 = half of dram_capacity; dram_capacity or more = "
-	  "no bound", NULL, "bytes" },
+	  "lease would pass it answers the longest leading run whose lease fits (LEASE_CUT); 0 = "
+	  "half of dram_capacity; dram_capacity or more = no bound", NULL, "bytes" },
 	{ "max_conn_leased_bytes", CONF_SIZE, FIELD(max_conn_leased_bytes), "0", 0, 1024 * TIB, 0,
 	  "SIZE",
-	  "bytes one connection may hold leased; a MATCH whose lease would pass it answers QUOTA; "
-	  "0 = a quarter of dram_capacity; dram_capacity or more = no bound", NULL, "bytes" },
+	  "bytes one connection may hold leased; a MATCH whose lease would pass it answers the "
+	  "longest leading run whose lease fits (LEASE_CUT); 0 = a quarter of dram_capacity; "
+	  "dram_capacity or more = no bound", NULL, "bytes" },
 	{ "max_conn_match_waits", CONF_U32, FIELD(max_conn_match_waits), "64", 1, 65536, CONF_RELOAD,
 	  "N",
 	  "MATCHes one connection may have waiting for blocks at once; one more answers at once "
