@@ -425,6 +425,10 @@ class NativeAsyncLink(AsyncLink):
             st = [0 if s == 0 else s for s in st]
         else:
             lengths = []
+        res = getattr(comp, "result", None)
+        if req.op == "match" and res is not None and res.flags & _link.MATCH_LEASE_CUT:
+            # the server's lease bound cut the leased run: said once per Link
+            self.link._bound("match", res.present, res.matched)
         self._deliver(Completion(req.rid, req.tag, req.op, status, st, lengths, comp.matched))
 
     def close(self):

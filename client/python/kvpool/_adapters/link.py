@@ -312,7 +312,8 @@ class Link:
         kvpoold bounds the bytes one connection (or one tenant) holds
         leased: max_conn_leased_bytes, tenant_max_leased_bytes. A server
         that serves the lease cut answers the longest leading run whose
-        lease fits (flag LEASE_CUT): that run is the answer. An older one
+        lease fits (flag LEASE_CUT): that run is the answer (with
+        unleased=True the run present, leased or not). An older one
         refuses the whole MATCH with QUOTA: the call then asks again for
         half the keys, and so on, and answers the longest run leased; with
         unleased=True (a caller whose later GET may miss without harm) the
@@ -340,6 +341,8 @@ class Link:
                 return leased
             if r.flags & MATCH_LEASE_CUT:
                 self._bound(what, r.present, r.matched)
+                if unleased:
+                    return max(r.matched, r.present)
             return r.matched
         return self.call(what, fn, default)
 
