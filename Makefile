@@ -203,7 +203,7 @@ UNIT_LIBS_auth   := $(LIBS_SERVER)
 UNIT_DEPS_memlimit := $(UNIT_DEPS_server)
 UNIT_LIBS_memlimit := $(LIBS_SERVER)
 # kvpoold's pure parts, one test program per subject (test_srv_<subject>.c).
-UNIT_SRV_PURE := srv_log srv_conn srv_stats srv_limits srv_out
+UNIT_SRV_PURE := srv_log srv_conn srv_stats srv_limits srv_out srv_etcd
 $(foreach t,$(UNIT_SRV_PURE),$(eval UNIT_DEPS_$(t) := $(UNIT_DEPS_server))$(eval UNIT_LIBS_$(t) := $(LIBS_SERVER)))
 UNIT_DEPS_admin  := $(UNIT_DEPS_server)
 UNIT_DEPS_events := $(BUILD)/libserver.a $(STORETEST_LIBS) $(BUILD)/libconf.a $(BUILD)/libproto.a

@@ -178,8 +178,9 @@ static const struct conf_setting settings[] = {
 	{ "kv_events_block_size", CONF_U32, FIELD(kv_events_block_size), "16", 1, 1048576, 0, "N",
 	  "tokens per block, sent as the KV events' block_size", NULL, "tokens" },
 	{ "cluster", CONF_STRING, FIELD(cluster), "", 0, 255, CONF_EMPTY_UNSET, "URL",
-	  "etcd://HOST[:PORT]/CLUSTER: register this node in that cluster's etcd; unset = "
-	  "standalone", NULL, NULL },
+	  "etcd://HOST[:PORT][,HOST[:PORT]...]/CLUSTER: register this node in that cluster's "
+	  "etcd (several members: calls fail over between them); unset = standalone", NULL,
+	  NULL },
 	{ "node_name", CONF_STRING, FIELD(node_name), "", 0, 128, CONF_EMPTY_UNSET, "NAME",
 	  "this node's stable name in the cluster (placement uses it); unset = HOSTNAME:PORT",
 	  NULL, NULL },
@@ -1292,7 +1293,8 @@ static int name_ok(const char *s, size_t max, const char *extra)
 	return 1;
 }
 
-/* cluster: etcd://HOST[:PORT]/NAME; node_name: a name placement can hash. */
+/* cluster: etcd://HOST[:PORT][,HOST[:PORT]...]/NAME; node_name: a name
+ * placement can hash. */
 static int validate_cluster(const struct conf *c, char *err, size_t err_len)
 {
 	const char *host, *slash;
@@ -1302,8 +1304,8 @@ static int validate_cluster(const struct conf *c, char *err, size_t err_len)
 		slash = host ? strchr(host, '/') : NULL;
 		if (!host || !slash || slash == host || !name_ok(slash + 1, 64, "._-")) {
 			set_err(err, err_len,
-				"cluster '%s' is not etcd://HOST[:PORT]/NAME (NAME: 1..64 of "
-				"A-Z a-z 0-9 . _ -)", c->cluster);
+				"cluster '%s' is not etcd://HOST[:PORT][,HOST[:PORT]...]/NAME "
+				"(NAME: 1..64 of A-Z a-z 0-9 . _ -)", c->cluster);
 			return -EINVAL;
 		}
 	}
