@@ -547,6 +547,9 @@ int kvpool_block_hashes(const uint32_t *tokens, size_t n_tokens, size_t block_to
  * expose that placement (docs/cluster.md: the score function), e.g. for
  * tools and for the Python binding's tests. */
 #define KVPOOL_SEGMENT_BLOCKS 32
+/* Nodes a hot block (one many chains share, e.g. a system prompt) is
+ * written to under per-block placement (docs/cluster.md). */
+#define KVPOOL_HOT_REPLICAS 2
 
 /* The HRW score of `key` (KVPOOL_KEY_BYTES) on the node called node_name
  * (NUL-terminated): higher wins. Pure; any thread. Returns 0 for NULL
@@ -559,6 +562,17 @@ uint64_t kvpool_hrw_score(const uint8_t key[KVPOOL_KEY_BYTES], const char *node_
  * Errors: -EINVAL (NULL key or array, a NULL name, n == 0). */
 int kvpool_hrw_owner(const uint8_t key[KVPOOL_KEY_BYTES], const char *const *node_names,
 		     size_t n);
+
+/* The ranking of the nodes node_names[0..n) for `key`: their indices in
+ * out[0..), highest score first, an equal score going to the smaller name
+ * (strcmp); out[0] is kvpool_hrw_owner's answer. Writes the first
+ * min(k, n, 64) indices and returns how many. Per-block placement puts a
+ * block on out[0] of its own key's ranking, and a hot block on the first
+ * KVPOOL_HOT_REPLICAS (docs/cluster.md); the ranking depends on the key
+ * and the names only. Pure; any thread.
+ * Errors: -EINVAL (NULL key, array or out, a NULL name, n == 0, k == 0). */
+int kvpool_hrw_rank(const uint8_t key[KVPOOL_KEY_BYTES], const char *const *node_names,
+		    size_t n, size_t *out, size_t k);
 
 /* Segment length D of a cluster handle, in blocks (0 = KVPOOL_SEGMENT_BLOCKS).
  * Every client of one pool must use the same D. Cluster handles remember
