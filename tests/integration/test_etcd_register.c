@@ -366,15 +366,18 @@ static void test_etcd_wiped(void **state)
 	snprintf(url, sizeof(url), "etcd://%s/test", e.endpoint);
 	assert_int_equal(kvpool_connect(url, "reg", NULL, &cl), 0);
 	assert_int_equal(members(cl), 3);
-	/* Some history, so the client's revision is well past what the new
-	 * store will have. */
+	/* Some history under the prefix the client watches, so the revision
+	 * it resumes from is well past what the new store will reach. */
 	{
 		struct kvc_etcd *k;
 
 		assert_int_equal(kvc_etcd_open(e.endpoint, 2000, &k), 0);
-		for (int i = 0; i < 20; i++)
-			assert_int_equal(kvc_etcd_put(k, "other/x", "1", 1, 0), 0);
+		for (int i = 0; i < 20; i++) {
+			assert_int_equal(kvc_etcd_put(k, "kvpool/test/nodes/zz", "x", 1, 0), 0);
+			assert_int_equal(kvc_etcd_delete(k, "kvpool/test/nodes/zz", NULL), 0);
+		}
 		kvc_etcd_close(k);
+		sleep_ms(300); /* the client has applied them */
 	}
 	t0 = now_ms();
 	assert_int_equal(etcd_proc_wipe(&e), 0);
