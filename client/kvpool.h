@@ -35,8 +35,8 @@
  *   -ECONNRESET    the connection broke during the call
  *   -EPIPE         the server closed the connection while we were sending
  *   -ETIMEDOUT     no complete reply within the timeout
- *   -EPROTO        the server sent something that is not protocol v1, or
- *                  refused the request as malformed (BAD_REQUEST)
+ *   -EPROTO        the server sent something that is not protocol v1 or v2,
+ *                  or refused the request as malformed (BAD_REQUEST)
  *   -EACCES        the token does not allow the namespace (DENIED)
  *   -ENOMEM        allocation failed
  *   -EAGAIN        the server turned the connection away as busy (e.g. at
@@ -100,8 +100,12 @@ struct kvpool_limits {
 	uint32_t max_frame_bytes;      /* header + body of one frame */
 	uint32_t max_lease_ms;         /* leases are capped to this */
 	uint16_t rdma_port;            /* 0: the server does not serve RDMA */
-	uint16_t protocol_version;
+	uint16_t protocol_version;     /* the version the connection uses: 1 or 2 */
 	uint64_t max_inflight_put_bytes;
+	uint32_t max_match_wait_ms;    /* a MATCH's wait_ms is cut to this (ms);
+					  0 from a v1 server (it never waits) */
+	uint32_t max_retain_ms;        /* retain_ms is cut to this (ms); 0 from a
+					  v1 server (it never retains) */
 };
 
 /* Constructor. Connect to `url` ("tcp://host:port"; host may be a name, an
@@ -193,6 +197,12 @@ struct kvpool_put_block {
 				  (32 zero bytes mean the same as NULL) */
 	const struct iovec *iov;
 	int iovcnt;            /* >= 1 */
+	uint32_t retain_ms;    /* 0: an ordinary block. > 0: ask the server not
+				  to evict it for retain_ms after it is stored
+				  (or, if already stored, to extend its
+				  retention), capped at max_retain_ms and
+				  subject to the server's retention budget:
+				  see kvpool_put_ex. Ignored by a v1 server. */
 };
 
 /* Put `count` blocks (any count: batches larger than the server's
@@ -218,6 +228,23 @@ struct kvpool_put_block {
  *   kept), per-block errors, shared errors. */
 int kvpool_put(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
 	       int *statuses);
+
+/* Per-block retention outcome of kvpool_put_ex (the wire's PUT result
+ * flags, PROTOCOL.md section 14). */
+#define KVPOOL_PUT_RETAINED 0x01u       /* a retention was taken */
+#define KVPOOL_PUT_RETAIN_BUDGET 0x02u  /* asked, refused for the retention
+					   budget: the block is stored without it */
+#define KVPOOL_PUT_RETAIN_CLAMPED 0x04u /* retain_ms was cut to max_retain_ms */
+
+/* kvpool_put, plus flags[i] (array of count; may be NULL) receiving each
+ * block's KVPOOL_PUT_* bits: 0 for a block that asked no retention
+ * (retain_ms 0), failed, or was put through a server that speaks
+ * protocol v1 only (which ignores retain_ms). A retention refused is not
+ * an error: the block's status stays 0. flags[] is always written (0
+ * where nothing is known), like statuses. Same arguments, blocking,
+ * threads and errors as kvpool_put. */
+int kvpool_put_ex(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
+		  int *statuses, uint32_t *flags);
 
 /* One block to get into caller memory: the block's bytes are scattered
  * over iov[0..iovcnt) in order (entries with iov_len > 0 need a non-NULL
@@ -282,6 +309,73 @@ int kvpool_exists(struct kvpool_client *c, const void *keys, size_t count,
  * Errors: -EINVAL, shared errors. */
 int kvpool_match(struct kvpool_client *c, const void *keys, size_t count,
 		 uint32_t lease_ms, size_t *matched);
+
+/* Options of kvpool_match_ex. Zero-initialise, then set what you need
+ * (all zero: kvpool_match without a lease). */
+struct kvpool_match_opts {
+	uint32_t lease_ms;  /* > 0: lease the matched blocks (as kvpool_match) */
+	uint32_t wait_ms;   /* > 0: if fewer than `want` leading blocks are
+			       present, let the server wait up to this long
+			       (capped at max_match_wait_ms) for PUTs that
+			       complete them, then answer what is present */
+	uint32_t want;      /* leading blocks needed; 0 = count; above count
+			       is -EPROTO (the server's BAD_REQUEST) */
+	uint32_t retain_ms; /* > 0: extend the matched run's retention to at
+			       least this long from now (capped at
+			       max_retain_ms, within the retention budget) */
+};
+
+/* Flags of kvpool_match_result (the wire's MATCH flags). */
+#define KVPOOL_MATCH_LEASE_CUT 0x001u      /* a lease of the whole present run
+					      would pass the connection's or tenant's
+					      leased-bytes bound: matched is the
+					      longest leading run whose lease fits */
+#define KVPOOL_MATCH_WAITED 0x002u         /* the server waited (fewer than want present) */
+#define KVPOOL_MATCH_WAIT_TIMEOUT 0x004u   /* answered because wait_ms passed */
+#define KVPOOL_MATCH_WAIT_REFUSED 0x008u   /* the server's limit on waiting MATCHes was
+					      reached: answered at once */
+#define KVPOOL_MATCH_WAIT_CLAMPED 0x010u   /* wait_ms was cut to max_match_wait_ms */
+#define KVPOOL_MATCH_WAIT_ENDED 0x020u     /* the server ended the wait early (namespace
+					      dropped, reload, shutdown) */
+#define KVPOOL_MATCH_RETAIN_BUDGET 0x040u  /* retention refused (in part) for the budget */
+#define KVPOOL_MATCH_RETAIN_CLAMPED 0x080u /* retain_ms was cut to max_retain_ms */
+
+/* What kvpool_match_ex answers. */
+struct kvpool_match_result {
+	size_t matched;     /* leading blocks matched (leased, when a lease was asked) */
+	size_t present;     /* leading blocks present when answered: >= matched,
+			       > matched only with KVPOOL_MATCH_LEASE_CUT */
+	size_t retained;    /* leading blocks whose retention was set or extended */
+	uint32_t lease_ms;  /* lease granted (0: none) */
+	uint32_t retain_ms; /* retention granted (0: none) */
+	uint32_t flags;     /* KVPOOL_MATCH_* */
+};
+
+/* kvpool_match with options: a lease, a bounded wait for blocks that are
+ * still being put (prefill -> decode hand-off), and a retention refresh.
+ * keys: count * KVPOOL_KEY_BYTES contiguous bytes, the chain in order;
+ * opts may be NULL (all zero); *out (required) is written on success.
+ * With wait_ms > 0 the call may block until `want` leading blocks are
+ * present or the server's wait ends, so its deadline is the handle's
+ * timeout plus wait_ms. A timeout of the wait is not an error: the call
+ * answers 0 with what is present (a shorter match, flags
+ * KVPOOL_MATCH_WAITED | KVPOOL_MATCH_WAIT_TIMEOUT). Chains longer than
+ * one frame are asked frame by frame, each frame asked only if the one
+ * before matched whole; each frame waits for its share of want within
+ * what is left of wait_ms. A server that speaks protocol v1 only
+ * (kvpool_limits.protocol_version 1) is sent none of wait_ms, want and
+ * retain_ms: it answers at once, with present = matched, retained 0 and
+ * flags 0. A cluster handle asks every node that owns part of the chain
+ * in one round, each waiting for its own part of want.
+ * Threads, blocking and errors as kvpool_match, plus -EPROTO when want >
+ * count (the server's BAD_REQUEST, kvpool_last_server_message has its
+ * reason; a v1 server or a cluster handle: refused by the library, no
+ * message), -EDQUOT when a lease over the connection's or tenant's
+ * leased-bytes bound is refused (servers before the lease cut) and
+ * -EINVAL when out is NULL. After a BAD_REQUEST the handle reconnects at
+ * its next call. */
+int kvpool_match_ex(struct kvpool_client *c, const void *keys, size_t count,
+		    const struct kvpool_match_opts *opts, struct kvpool_match_result *out);
 
 /* Remove blocks and their descendants (keys: count * KVPOOL_KEY_BYTES
  * contiguous bytes). statuses[i] (may be NULL): 0 or
@@ -481,6 +575,21 @@ int kvpool_submit_match(struct kvpool_client *c, const void *keys, size_t count,
 			uint32_t lease_ms, uint64_t tag, uint64_t *id);
 int kvpool_submit_delete(struct kvpool_client *c, const void *keys, size_t count,
 			 int *statuses, uint64_t tag, uint64_t *id);
+/* The asynchronous twins of kvpool_put_ex and kvpool_match_ex. flags
+ * (put, may be NULL) and *out (match, required) belong to the library
+ * until the completion is polled, like the statuses; *out is written
+ * when the request finishes with status 0 (the completion's `matched`
+ * then equals out->matched). A waiting MATCH (wait_ms > 0) has the
+ * handle's timeout plus wait_ms; while the server holds it, the requests
+ * submitted after it on the handle are answered after it (the server
+ * answers a connection's requests in order). Same checks, threads and
+ * errors as kvpool_submit_put / kvpool_submit_match, plus -EINVAL for a
+ * NULL out. */
+int kvpool_submit_put_ex(struct kvpool_client *c, const struct kvpool_put_block *blocks,
+			 size_t count, int *statuses, uint32_t *flags, uint64_t tag, uint64_t *id);
+int kvpool_submit_match_ex(struct kvpool_client *c, const void *keys, size_t count,
+			   const struct kvpool_match_opts *opts, struct kvpool_match_result *out,
+			   uint64_t tag, uint64_t *id);
 
 /* Make progress and copy up to `max` finished requests into out[0..max),
  * oldest finished first. Waits up to timeout_ms for the first one

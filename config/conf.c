@@ -96,6 +96,12 @@ static const struct conf_setting settings[] = {
 	  "largest frame header + body (block payload not counted)", NULL, "bytes" },
 	{ "max_lease_ms", CONF_U32, FIELD(max_lease_ms), "5000", 0, 3600000, 0, "MS",
 	  "longest MATCH lease; 0 = MATCH never leases", NULL, "ms" },
+	{ "max_match_wait_ms", CONF_U32, FIELD(max_match_wait_ms), "30000", 0, 3600000, 0, "MS",
+	  "longest wait a MATCH may ask for (protocol v2 wait_ms; longer asks are cut to it); "
+	  "0 = MATCH never waits", NULL, "ms" },
+	{ "max_retain_ms", CONF_U32, FIELD(max_retain_ms), "86400000", 0, 2592000000u, 0, "MS",
+	  "longest retention a PUT or MATCH may ask for (protocol v2 retain_ms; longer asks "
+	  "are cut to it); 0 = no retention", NULL, "ms" },
 	{ "max_connections", CONF_U32, FIELD(max_connections), "1024", 1, 1048576, CONF_RELOAD,
 	  "N",
 	  "open client connections; more are refused with BUSY", NULL, "connections" },

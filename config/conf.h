@@ -39,6 +39,8 @@ struct conf {
 	uint32_t max_batch_blocks;       /* default 1024 */
 	uint32_t max_frame_bytes;        /* header + body, payload excluded; default 1 MiB */
 	uint32_t max_lease_ms;           /* default 5000 */
+	uint32_t max_match_wait_ms;      /* cap on a MATCH's wait_ms (v2); default 30000 */
+	uint32_t max_retain_ms;          /* cap on retain_ms (v2); default 86400000 (24 h) */
 	uint32_t max_connections;        /* default 1024 */
 	uint32_t idle_timeout_ms;        /* 0 = never; default 300000 */
 	uint32_t payload_timeout_ms;     /* a stalled payload closes the connection; default 10000 */

@@ -1,5 +1,5 @@
 /*
- * proto.c - kvpool wire protocol v1 encoder/decoder.
+ * proto.c - kvpool wire protocol encoder/decoder (versions 1 and 2).
  *
  * Every decoder checks each length against the bytes it was given before
  * reading, in 64-bit arithmetic that cannot overflow, and writes its
@@ -28,13 +28,16 @@
 #define PUT_LENGTH 64
 #define PUT_CHECKSUM 72
 #define PUT_FLAGS 80
-#define PUT_RESERVED 84
+#define PUT_RESERVED 84  /* v1; v2: retain_ms */
+#define PUT_RETAIN_MS 84
 
 /* Offsets inside a result entry. */
 #define RES_STATUS 0
 #define RES_TIER 2
-#define RES_RESERVED8 3
-#define RES_RESERVED32 4
+#define RES_RESERVED8 3   /* v1; v2: flags */
+#define RES_RESERVED32 4  /* v1; v2: retain_ms */
+#define RES_FLAGS 3
+#define RES_RETAIN_MS 4
 #define RES_LENGTH 8
 #define RES_CHECKSUM 16
 
@@ -47,6 +50,22 @@
 #define HR_MAX_LEASE 20
 #define HR_MAX_INFLIGHT 24
 #define HR_SERVER_FLAGS 32
+#define HR_MAX_MATCH_WAIT 40 /* v2 */
+#define HR_MAX_RETAIN 44     /* v2 */
+
+/* Offsets inside a v2 MATCH request's options (from the body's start). */
+#define MO_WAIT_MS 8
+#define MO_WANT 12
+#define MO_RETAIN_MS 16
+#define MO_RESERVED 20
+
+/* Offsets inside a v2 MATCH reply. */
+#define MR_MATCHED 0
+#define MR_LEASE_MS 4
+#define MR_FLAGS 8
+#define MR_PRESENT 12
+#define MR_RETAINED 16
+#define MR_RETAIN_MS 20
 
 /* Smallest useful frame: a header and a PUT batch of one entry. */
 #define MIN_USEFUL_FRAME_BYTES \
@@ -100,6 +119,17 @@ static int frame_has_payload(uint8_t op, int is_reply, uint16_t status)
 		return op == PROTO_OP_GET &&
 		       (status == PROTO_STATUS_OK || status == PROTO_STATUS_EXISTS);
 	return op == PROTO_OP_PUT;
+}
+
+/* A layout version a decoder accepts: 0 (read as 1), 1 or 2. */
+static int layout_version_valid(uint8_t version)
+{
+	return version <= PROTO_VERSION_MAX;
+}
+
+static int is_v2(uint8_t version)
+{
+	return version >= PROTO_VERSION_2;
 }
 
 static int status_is_success(uint16_t status)
@@ -209,9 +239,12 @@ size_t proto_batch_body_bytes(uint32_t count, uint32_t entry_bytes)
 	return PROTO_BATCH_PREFIX_BYTES + (size_t)count * entry_bytes;
 }
 
-/* Reserved bytes of one entry, for the entry kinds that have them. */
-static int entry_reserved_clear(const uint8_t *e, uint32_t entry_bytes)
+/* Reserved bytes of one entry, for the entry kinds that have them in
+ * this version (v2 turns them into fields, checked by the entry decoders). */
+static int entry_reserved_clear(const uint8_t *e, uint32_t entry_bytes, uint8_t version)
 {
+	if (is_v2(version))
+		return 1;
 	if (entry_bytes == PROTO_PUT_ENTRY_BYTES)
 		return proto_get_u32(e + PUT_RESERVED) == 0;
 	if (entry_bytes == PROTO_RESULT_ENTRY_BYTES)
@@ -219,34 +252,55 @@ static int entry_reserved_clear(const uint8_t *e, uint32_t entry_bytes)
 	return 1;
 }
 
-int proto_batch_decode(const uint8_t *body, size_t body_bytes, uint32_t entry_bytes,
-		       const struct proto_limits *limits, struct proto_batch *out)
+/* The batch prefix and its count, the first checks of every batch body. */
+static int batch_count(const uint8_t *body, size_t body_bytes, const struct proto_limits *limits,
+		       uint32_t *count)
+{
+	if (body_bytes < PROTO_BATCH_PREFIX_BYTES)
+		return -EPROTO;
+	*count = proto_get_u32(body);
+	if (*count == 0)
+		return -EPROTO;
+	if (limits && *count > limits->max_batch_blocks)
+		return -EMSGSIZE;
+	return 0;
+}
+
+int proto_batch_decode_v(const uint8_t *body, size_t body_bytes, uint32_t entry_bytes,
+			 uint8_t version, const struct proto_limits *limits,
+			 struct proto_batch *out)
 {
 	uint32_t count;
+	int rc;
 
 	if (entry_bytes == 0)
 		return -EINVAL;
-	if (body_bytes < PROTO_BATCH_PREFIX_BYTES)
-		return -EPROTO;
-	count = proto_get_u32(body);
-	if (count == 0)
-		return -EPROTO;
-	if (limits && count > limits->max_batch_blocks)
-		return -EMSGSIZE;
+	rc = batch_count(body, body_bytes, limits, &count);
+	if (rc)
+		return rc;
 	/* count * entry_bytes fits easily in 64 bits: both are 32-bit. */
 	if ((uint64_t)body_bytes != PROTO_BATCH_PREFIX_BYTES + (uint64_t)count * entry_bytes)
+		return -EPROTO;
+	if (!layout_version_valid(version))
 		return -EPROTO;
 	for (uint32_t i = 0; i < count; i++) {
 		const uint8_t *e = body + PROTO_BATCH_PREFIX_BYTES + (size_t)i * entry_bytes;
 
-		if (!entry_reserved_clear(e, entry_bytes))
+		if (!entry_reserved_clear(e, entry_bytes, version))
 			return -EPROTO;
 	}
 	out->count = count;
 	out->aux = proto_get_u32(body + 4);
 	out->entries = body + PROTO_BATCH_PREFIX_BYTES;
 	out->entry_bytes = entry_bytes;
+	out->version = version ? version : PROTO_VERSION_1;
 	return 0;
+}
+
+int proto_batch_decode(const uint8_t *body, size_t body_bytes, uint32_t entry_bytes,
+		       const struct proto_limits *limits, struct proto_batch *out)
+{
+	return proto_batch_decode_v(body, body_bytes, entry_bytes, PROTO_VERSION_1, limits, out);
 }
 
 void proto_batch_encode_prefix(uint8_t *body, uint32_t count, uint32_t aux)
@@ -268,15 +322,17 @@ static uint8_t *entry_out(uint8_t *body, uint32_t i, uint32_t entry_bytes)
 /* ---- PUT entries -------------------------------------------------------- */
 
 /* One meaning, one encoding: a parent is present exactly when the flag
- * says so, and a present parent is never the all-zero "no parent" key. */
-static int put_entry_valid(const uint8_t *e)
+ * says so, and a present parent is never the all-zero "no parent" key.
+ * In v1 the word at offset 84 is reserved; in v2 it is retain_ms, any
+ * value (the server caps it). */
+static int put_entry_valid(const uint8_t *e, uint8_t version)
 {
 	uint32_t flags = proto_get_u32(e + PUT_FLAGS);
 	int parent_zero = all_zero(e + PUT_PARENT, PROTO_KEY_BYTES);
 
 	if (flags & ~PROTO_PUT_HAS_PARENT)
 		return 0;
-	if (proto_get_u32(e + PUT_RESERVED) != 0)
+	if (!is_v2(version) && proto_get_u32(e + PUT_RESERVED) != 0)
 		return 0;
 	if ((flags & PROTO_PUT_HAS_PARENT) ? parent_zero : !parent_zero)
 		return 0;
@@ -287,17 +343,19 @@ int proto_put_entry_decode(const struct proto_batch *b, uint32_t i, struct proto
 {
 	const uint8_t *e = entry_at(b, i);
 
-	if (!put_entry_valid(e))
+	if (!put_entry_valid(e, b->version))
 		return -EPROTO;
 	memcpy(out->key, e + PUT_KEY, PROTO_KEY_BYTES);
 	memcpy(out->parent, e + PUT_PARENT, PROTO_KEY_BYTES);
 	out->length = proto_get_u64(e + PUT_LENGTH);
 	out->checksum = proto_get_u64(e + PUT_CHECKSUM);
 	out->flags = proto_get_u32(e + PUT_FLAGS);
+	out->retain_ms = is_v2(b->version) ? proto_get_u32(e + PUT_RETAIN_MS) : 0;
 	return 0;
 }
 
-void proto_put_entry_encode(uint8_t *body, uint32_t i, const struct proto_put_entry *e)
+void proto_put_entry_encode_v(uint8_t *body, uint32_t i, uint8_t version,
+			      const struct proto_put_entry *e)
 {
 	uint8_t *p = entry_out(body, i, PROTO_PUT_ENTRY_BYTES);
 
@@ -306,7 +364,12 @@ void proto_put_entry_encode(uint8_t *body, uint32_t i, const struct proto_put_en
 	proto_put_u64(p + PUT_LENGTH, e->length);
 	proto_put_u64(p + PUT_CHECKSUM, e->checksum);
 	proto_put_u32(p + PUT_FLAGS, e->flags);
-	proto_put_u32(p + PUT_RESERVED, 0);
+	proto_put_u32(p + PUT_RETAIN_MS, is_v2(version) ? e->retain_ms : 0);
+}
+
+void proto_put_entry_encode(uint8_t *body, uint32_t i, const struct proto_put_entry *e)
+{
+	proto_put_entry_encode_v(body, i, PROTO_VERSION_1, e);
 }
 
 /* Walk the entries in order; the first bad one decides the error. The
@@ -322,7 +385,7 @@ int proto_put_batch_check(const struct proto_batch *b, uint64_t payload_bytes,
 		uint64_t length = proto_get_u64(e + PUT_LENGTH);
 		int err = 0;
 
-		if (!put_entry_valid(e) || length == 0)
+		if (!put_entry_valid(e, b->version) || length == 0)
 			err = -EPROTO;
 		else if (limits && length > limits->max_block_bytes)
 			err = -EMSGSIZE;
@@ -371,32 +434,123 @@ void proto_key_entry_encode(uint8_t *body, uint32_t i, const uint8_t key[PROTO_K
 
 /* ---- result entries ----------------------------------------------------- */
 
+/* A v2 result's flags and retain_ms say the same thing: a retention
+ * was granted exactly when RETAINED is set and retain_ms is nonzero. */
+static int result_v2_valid(uint8_t flags, uint32_t retain_ms)
+{
+	if (flags & ~PROTO_PUT_RESULT_FLAGS)
+		return 0;
+	return !(flags & PROTO_PUT_RETAINED) == !retain_ms;
+}
+
 int proto_result_decode(const struct proto_batch *b, uint32_t i, struct proto_result *out)
 {
 	const uint8_t *e = entry_at(b, i);
 	uint16_t status = proto_get_u16(e + RES_STATUS);
+	uint8_t flags = 0;
+	uint32_t retain_ms = 0;
 
-	if (!entry_reserved_clear(e, PROTO_RESULT_ENTRY_BYTES))
+	if (!entry_reserved_clear(e, PROTO_RESULT_ENTRY_BYTES, b->version))
 		return -EPROTO;
 	if (status > PROTO_STATUS_MAX || e[RES_TIER] > PROTO_TIER_NVME)
 		return -EPROTO;
+	if (is_v2(b->version)) {
+		flags = e[RES_FLAGS];
+		retain_ms = proto_get_u32(e + RES_RETAIN_MS);
+		if (!result_v2_valid(flags, retain_ms))
+			return -EPROTO;
+	}
 	out->status = status;
 	out->tier = e[RES_TIER];
+	out->flags = flags;
+	out->retain_ms = retain_ms;
 	out->length = proto_get_u64(e + RES_LENGTH);
 	out->checksum = proto_get_u64(e + RES_CHECKSUM);
 	return 0;
 }
 
-void proto_result_encode(uint8_t *body, uint32_t i, const struct proto_result *r)
+void proto_result_encode_v(uint8_t *body, uint32_t i, uint8_t version,
+			   const struct proto_result *r)
 {
 	uint8_t *p = entry_out(body, i, PROTO_RESULT_ENTRY_BYTES);
+	int v2 = is_v2(version);
 
 	proto_put_u16(p + RES_STATUS, r->status);
 	p[RES_TIER] = r->tier;
-	p[RES_RESERVED8] = 0;
-	proto_put_u32(p + RES_RESERVED32, 0);
+	p[RES_FLAGS] = v2 ? r->flags : 0;
+	proto_put_u32(p + RES_RETAIN_MS, v2 ? r->retain_ms : 0);
 	proto_put_u64(p + RES_LENGTH, r->length);
 	proto_put_u64(p + RES_CHECKSUM, r->checksum);
+}
+
+void proto_result_encode(uint8_t *body, uint32_t i, const struct proto_result *r)
+{
+	proto_result_encode_v(body, i, PROTO_VERSION_1, r);
+}
+
+/* ---- MATCH requests ------------------------------------------------------- */
+
+static size_t match_prefix_bytes(uint8_t version)
+{
+	return is_v2(version) ? PROTO_MATCH_V2_PREFIX_BYTES : PROTO_BATCH_PREFIX_BYTES;
+}
+
+size_t proto_match_body_bytes(uint8_t version, uint32_t count)
+{
+	return match_prefix_bytes(version) + (size_t)count * PROTO_KEY_ENTRY_BYTES;
+}
+
+void proto_match_encode_prefix(uint8_t *body, uint8_t version, uint32_t count, uint32_t lease_ms,
+			       const struct proto_match_opts *opts)
+{
+	static const struct proto_match_opts none;
+
+	if (!opts)
+		opts = &none;
+	proto_batch_encode_prefix(body, count, lease_ms);
+	if (!is_v2(version))
+		return;
+	proto_put_u32(body + MO_WAIT_MS, opts->wait_ms);
+	proto_put_u32(body + MO_WANT, opts->want);
+	proto_put_u32(body + MO_RETAIN_MS, opts->retain_ms);
+	proto_put_u32(body + MO_RESERVED, 0);
+}
+
+void proto_match_key_encode(uint8_t *body, uint8_t version, uint32_t i,
+			    const uint8_t key[PROTO_KEY_BYTES])
+{
+	memcpy(body + match_prefix_bytes(version) + (size_t)i * PROTO_KEY_ENTRY_BYTES, key,
+	       PROTO_KEY_BYTES);
+}
+
+int proto_match_decode(const uint8_t *body, size_t body_bytes, uint8_t version,
+		       const struct proto_limits *limits, struct proto_match_req *out)
+{
+	struct proto_match_req m;
+	uint32_t count;
+	int rc = batch_count(body, body_bytes, limits, &count);
+
+	memset(&m, 0, sizeof(m));
+	if (rc)
+		return rc;
+	if (!layout_version_valid(version) ||
+	    (uint64_t)body_bytes != match_prefix_bytes(version) + (uint64_t)count * PROTO_KEY_ENTRY_BYTES)
+		return -EPROTO;
+	if (is_v2(version)) {
+		m.opts.wait_ms = proto_get_u32(body + MO_WAIT_MS);
+		m.opts.want = proto_get_u32(body + MO_WANT);
+		m.opts.retain_ms = proto_get_u32(body + MO_RETAIN_MS);
+		if (proto_get_u32(body + MO_RESERVED) != 0 || m.opts.want > count)
+			return -EPROTO;
+	}
+	m.keys.count = count;
+	m.keys.aux = proto_get_u32(body + 4);
+	m.keys.entries = body + match_prefix_bytes(version);
+	m.keys.entry_bytes = PROTO_KEY_ENTRY_BYTES;
+	m.keys.version = version ? version : PROTO_VERSION_1;
+	m.lease_ms = m.keys.aux;
+	*out = m;
+	return 0;
 }
 
 /* ---- HELLO -------------------------------------------------------------- */
@@ -455,7 +609,12 @@ int proto_hello_decode(const uint8_t *body, size_t body_bytes, struct proto_hell
 	return 0;
 }
 
-void proto_hello_reply_encode(const struct proto_hello_reply *r, uint8_t body[PROTO_HELLO_REPLY_BYTES])
+size_t proto_hello_reply_bytes(uint16_t version)
+{
+	return version >= PROTO_VERSION_2 ? PROTO_HELLO_REPLY_V2_BYTES : PROTO_HELLO_REPLY_BYTES;
+}
+
+void proto_hello_reply_encode(const struct proto_hello_reply *r, uint8_t *body)
 {
 	proto_put_u16(body + HR_VERSION, r->version);
 	proto_put_u16(body + HR_RDMA_PORT, r->rdma_port);
@@ -465,15 +624,22 @@ void proto_hello_reply_encode(const struct proto_hello_reply *r, uint8_t body[PR
 	proto_put_u32(body + HR_MAX_LEASE, r->max_lease_ms);
 	proto_put_u64(body + HR_MAX_INFLIGHT, r->max_inflight_put_bytes);
 	proto_put_u64(body + HR_SERVER_FLAGS, r->server_flags);
+	if (r->version < PROTO_VERSION_2)
+		return;
+	proto_put_u32(body + HR_MAX_MATCH_WAIT, r->max_match_wait_ms);
+	proto_put_u32(body + HR_MAX_RETAIN, r->max_retain_ms);
 }
 
 int proto_hello_reply_decode(const uint8_t *body, size_t body_bytes, struct proto_hello_reply *out)
 {
-	struct proto_hello_reply r;
+	struct proto_hello_reply r = { 0 };
 
-	if (body_bytes != PROTO_HELLO_REPLY_BYTES)
+	if (body_bytes < PROTO_HELLO_REPLY_BYTES)
 		return -EPROTO;
 	r.version = proto_get_u16(body + HR_VERSION);
+	if (r.version < PROTO_VERSION_MIN || r.version > PROTO_VERSION_MAX ||
+	    body_bytes != proto_hello_reply_bytes(r.version))
+		return -EPROTO;
 	r.rdma_port = proto_get_u16(body + HR_RDMA_PORT);
 	r.max_batch_blocks = proto_get_u32(body + HR_MAX_BATCH);
 	r.max_block_bytes = proto_get_u64(body + HR_MAX_BLOCK);
@@ -481,8 +647,10 @@ int proto_hello_reply_decode(const uint8_t *body, size_t body_bytes, struct prot
 	r.max_lease_ms = proto_get_u32(body + HR_MAX_LEASE);
 	r.max_inflight_put_bytes = proto_get_u64(body + HR_MAX_INFLIGHT);
 	r.server_flags = proto_get_u64(body + HR_SERVER_FLAGS);
-	if (r.version < PROTO_VERSION_MIN || r.version > PROTO_VERSION_MAX)
-		return -EPROTO;
+	if (r.version >= PROTO_VERSION_2) {
+		r.max_match_wait_ms = proto_get_u32(body + HR_MAX_MATCH_WAIT);
+		r.max_retain_ms = proto_get_u32(body + HR_MAX_RETAIN);
+	}
 	if (r.server_flags != 0 || r.max_batch_blocks == 0 || r.max_block_bytes == 0)
 		return -EPROTO;
 	if (r.max_frame_bytes < MIN_USEFUL_FRAME_BYTES)
@@ -505,6 +673,50 @@ int proto_match_reply_decode(const uint8_t *body, size_t body_bytes, uint32_t *m
 		return -EPROTO;
 	*matched = proto_get_u32(body);
 	*lease_ms = proto_get_u32(body + 4);
+	return 0;
+}
+
+size_t proto_match_reply_bytes(uint8_t version)
+{
+	return is_v2(version) ? PROTO_MATCH_REPLY_V2_BYTES : PROTO_MATCH_REPLY_BYTES;
+}
+
+void proto_match_reply_encode_v(uint8_t version, const struct proto_match_reply *r, uint8_t *body)
+{
+	proto_put_u32(body + MR_MATCHED, r->matched);
+	proto_put_u32(body + MR_LEASE_MS, r->lease_ms);
+	if (!is_v2(version))
+		return;
+	proto_put_u32(body + MR_FLAGS, r->flags);
+	proto_put_u32(body + MR_PRESENT, r->present);
+	proto_put_u32(body + MR_RETAINED, r->retained);
+	proto_put_u32(body + MR_RETAIN_MS, r->retain_ms);
+}
+
+int proto_match_reply_decode_v(const uint8_t *body, size_t body_bytes, uint8_t version,
+			       struct proto_match_reply *out)
+{
+	struct proto_match_reply r = { 0 };
+
+	if (!layout_version_valid(version) || body_bytes != proto_match_reply_bytes(version))
+		return -EPROTO;
+	r.matched = proto_get_u32(body + MR_MATCHED);
+	r.lease_ms = proto_get_u32(body + MR_LEASE_MS);
+	r.present = r.matched;
+	if (is_v2(version)) {
+		r.flags = proto_get_u32(body + MR_FLAGS);
+		r.present = proto_get_u32(body + MR_PRESENT);
+		r.retained = proto_get_u32(body + MR_RETAINED);
+		r.retain_ms = proto_get_u32(body + MR_RETAIN_MS);
+		if (r.flags & ~PROTO_MATCH_FLAGS)
+			return -EPROTO;
+		if (r.present < r.matched ||
+		    (r.present > r.matched && !(r.flags & PROTO_MATCH_LEASE_CUT)))
+			return -EPROTO;
+		if (r.retained > r.present || !r.retained != !r.retain_ms)
+			return -EPROTO;
+	}
+	*out = r;
 	return 0;
 }
 

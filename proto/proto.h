@@ -1,6 +1,6 @@
 /*
- * proto.h - kvpool wire protocol v1: frame and message layouts, opcodes,
- * status codes, and a bounds-checked encoder/decoder.
+ * proto.h - kvpool wire protocol (versions 1 and 2): frame and message
+ * layouts, opcodes, status codes, and a bounds-checked encoder/decoder.
  *
  * PROTOCOL.md in this folder is the specification; this header is its C
  * rendering. Nothing here does I/O or allocates: every function works on
@@ -19,6 +19,12 @@
  *  5. A `limits` argument may be NULL: then only the protocol's own rules
  *     are checked, not configured limits (a client before its HELLO reply).
  *  6. Every function may be called from any thread: there is no state.
+ *  7. Versions. A body's layout depends on the version in its frame's
+ *     header (PROTOCOL.md section 14 lists what version 2 changes). The
+ *     functions that read or write a layout that differs take that version
+ *     (`version`: 1 or 2; 0 is taken as 1) or read it from a decoded
+ *     struct proto_batch; the older functions without it keep the v1
+ *     layout, so v1 code builds and behaves as before.
  */
 #ifndef KVPOOL_PROTO_H
 #define KVPOOL_PROTO_H
@@ -28,9 +34,13 @@
 #include <stdint.h>
 
 #define PROTO_MAGIC 0x4C50564Bu /* bytes 'K' 'V' 'P' 'L' on the wire */
-#define PROTO_VERSION 1
-#define PROTO_VERSION_MIN 1
-#define PROTO_VERSION_MAX 1
+#define PROTO_VERSION_1 1
+#define PROTO_VERSION_2 2
+/* The header version of every HELLO (its layout is frozen, so that any
+ * server reads it) and of every frame on a version-1 connection. */
+#define PROTO_VERSION PROTO_VERSION_1
+#define PROTO_VERSION_MIN PROTO_VERSION_1
+#define PROTO_VERSION_MAX PROTO_VERSION_2
 #define PROTO_HEADER_BYTES 32
 #define PROTO_KEY_BYTES 32
 #define PROTO_NAME_MAX_BYTES 255  /* namespace names */
@@ -84,6 +94,26 @@ enum proto_tier {
 /* PUT entry flags. */
 #define PROTO_PUT_HAS_PARENT 0x00000001u
 
+/* PUT result flags (v2; result entry offset 3). */
+#define PROTO_PUT_RETAINED 0x01u       /* a retention was taken (retain_ms > 0) */
+#define PROTO_PUT_RETAIN_BUDGET 0x02u  /* retention asked, refused for the budget;
+					  the block is stored without it */
+#define PROTO_PUT_RETAIN_CLAMPED 0x04u /* retain_ms was cut to max_retain_ms */
+#define PROTO_PUT_RESULT_FLAGS 0x07u   /* every bit defined */
+
+/* MATCH reply flags (v2; MATCH reply offset 8). */
+#define PROTO_MATCH_LEASE_CUT 0x001u      /* the lease of the present run would pass a
+					     leased-bytes bound: matched is the longest
+					     leading run whose lease fits */
+#define PROTO_MATCH_WAITED 0x002u         /* parked: fewer than `want` were present */
+#define PROTO_MATCH_WAIT_TIMEOUT 0x004u   /* answered because wait_ms passed */
+#define PROTO_MATCH_WAIT_REFUSED 0x008u   /* a waiting limit was reached: answered at once */
+#define PROTO_MATCH_WAIT_CLAMPED 0x010u   /* wait_ms was cut to max_match_wait_ms */
+#define PROTO_MATCH_WAIT_ENDED 0x020u     /* the server ended the wait early */
+#define PROTO_MATCH_RETAIN_BUDGET 0x040u  /* retention refused for the budget */
+#define PROTO_MATCH_RETAIN_CLAMPED 0x080u /* retain_ms was cut to max_retain_ms */
+#define PROTO_MATCH_FLAGS 0x0ffu          /* every bit defined */
+
 /* The 32-byte frame header. Layout (byte offset: field):
  *   0: magic u32 | 4: version u8 | 5: opcode u8 | 6: flags u16 |
  *   8: status u16 | 10: reserved u16 (0) | 12: body_bytes u32 |
@@ -112,10 +142,18 @@ struct proto_limits {
 #define PROTO_PUT_ENTRY_BYTES 88    /* key 32, parent 32, length u64, checksum u64, flags u32, reserved u32 */
 #define PROTO_GET_ENTRY_BYTES 40    /* key 32, max_length u64 */
 #define PROTO_KEY_ENTRY_BYTES 32    /* EXISTS, MATCH, DELETE */
-#define PROTO_RESULT_ENTRY_BYTES 24 /* status u16, tier u8, reserved u8, reserved u32, length u64, checksum u64 */
+#define PROTO_RESULT_ENTRY_BYTES 24 /* status u16, tier u8, flags u8 (v1 reserved),
+				       retain_ms u32 (v1 reserved), length u64, checksum u64 */
 #define PROTO_HELLO_FIXED_BYTES 8   /* min_version u16, max_version u16, ns_len u16, token_len u16 */
-#define PROTO_HELLO_REPLY_BYTES 40
-#define PROTO_MATCH_REPLY_BYTES 8   /* matched u32, lease_ms u32 */
+#define PROTO_HELLO_REPLY_BYTES 40  /* v1 */
+#define PROTO_HELLO_REPLY_V2_BYTES 48 /* v2: v1's 40, max_match_wait_ms u32, max_retain_ms u32 */
+#define PROTO_HELLO_REPLY_MAX_BYTES PROTO_HELLO_REPLY_V2_BYTES
+#define PROTO_MATCH_REPLY_BYTES 8   /* v1: matched u32, lease_ms u32 */
+#define PROTO_MATCH_REPLY_V2_BYTES 24 /* v2: matched, lease_ms, flags, present, retained,
+					 retain_ms (u32 each) */
+#define PROTO_MATCH_REPLY_MAX_BYTES PROTO_MATCH_REPLY_V2_BYTES
+#define PROTO_MATCH_OPTS_BYTES 16   /* v2 MATCH request: wait_ms, want, retain_ms, reserved */
+#define PROTO_MATCH_V2_PREFIX_BYTES (PROTO_BATCH_PREFIX_BYTES + PROTO_MATCH_OPTS_BYTES)
 #define PROTO_DROP_REPLY_BYTES 16   /* blocks u64, bytes u64 */
 #define PROTO_ERROR_FIXED_BYTES 8   /* min_version u16, max_version u16, message_bytes u32 */
 #define PROTO_ERROR_MESSAGE_MAX_BYTES 1024
@@ -154,34 +192,46 @@ int proto_header_decode(const uint8_t in[PROTO_HEADER_BYTES], int is_reply,
 /* ---- batch messages (PUT, GET, EXISTS, MATCH, DELETE requests; per-block
  * results in replies) ---------------------------------------------------
  * Body: u32 count, u32 aux, then count fixed-size entries. aux is lease_ms
- * for MATCH and 0 elsewhere. */
+ * for MATCH and 0 elsewhere. A v2 MATCH request has 16 bytes of options
+ * between the prefix and the keys: decode it with proto_match_decode. */
 
 struct proto_batch {
 	uint32_t count;
 	uint32_t aux;
 	const uint8_t *entries; /* borrowed from the decoded body */
 	uint32_t entry_bytes;
+	uint8_t version;        /* layout of the entries: 1 or 2 (0 reads as 1) */
 };
 
 /* Entry size in bytes of a request batch of `op` (PUT 88, GET 40,
- * EXISTS/MATCH/DELETE 32), or 0 if `op` carries no batch. */
+ * EXISTS/MATCH/DELETE 32), or 0 if `op` carries no batch. The same in
+ * both versions. */
 uint32_t proto_request_entry_bytes(uint8_t op);
 
-/* Body bytes of a batch of `count` entries of `entry_bytes` each. */
+/* Body bytes of a batch of `count` entries of `entry_bytes` each (not a
+ * v2 MATCH request: proto_match_body_bytes). */
 size_t proto_batch_body_bytes(uint32_t count, uint32_t entry_bytes);
 
-/* Decode a batch body of `body_bytes` bytes with entries of `entry_bytes`.
- * Reserved bytes are checked for the entry sizes that have them (PUT 88,
- * result 24). Checks run in the order listed.
+/* Decode a v1 batch body of `body_bytes` bytes with entries of
+ * `entry_bytes`: proto_batch_decode_v with version 1. */
+int proto_batch_decode(const uint8_t *body, size_t body_bytes, uint32_t entry_bytes,
+		       const struct proto_limits *limits, struct proto_batch *out);
+
+/* Decode a batch body of protocol `version` (1 or 2; 0 reads as 1).
+ * Reserved bytes are checked for the entry sizes that have them in that
+ * version: in v1, a PUT entry's offset 84 and a result's offsets 3..7; in
+ * v2 those bytes are fields (retain_ms, flags) and the entry decoders
+ * check them. Checks run in the order listed.
  * Errors:
  *   -EINVAL    entry_bytes == 0 (a caller bug)
  *   -EPROTO    body shorter than the prefix, count == 0
  *   -EMSGSIZE  count > limits->max_batch_blocks
  *   -EPROTO    body_bytes not exactly 8 + count * entry_bytes, nonzero
- *              reserved bytes; nonzero aux where the op takes none is
- *              checked by the caller */
-int proto_batch_decode(const uint8_t *body, size_t body_bytes, uint32_t entry_bytes,
-		       const struct proto_limits *limits, struct proto_batch *out);
+ *              reserved bytes, a version other than 0, 1 or 2; nonzero
+ *              aux where the op takes none is checked by the caller */
+int proto_batch_decode_v(const uint8_t *body, size_t body_bytes, uint32_t entry_bytes,
+			 uint8_t version, const struct proto_limits *limits,
+			 struct proto_batch *out);
 
 /* Write the batch prefix into body[0..7]. The caller then writes entries.
  * Cannot fail; `body` must hold proto_batch_body_bytes(count, ...). */
@@ -193,6 +243,8 @@ struct proto_put_entry {
 	uint64_t length;                 /* payload bytes of this block */
 	uint64_t checksum;               /* xxh3-64, seed 0, of the payload */
 	uint32_t flags;                  /* PROTO_PUT_HAS_PARENT */
+	uint32_t retain_ms;              /* v2: keep the block this long after its
+					    commit (0: an ordinary block); v1: 0 */
 };
 
 struct proto_get_entry {
@@ -207,21 +259,33 @@ struct proto_result {
 	uint64_t length;   /* GET: bytes that follow in the payload (status OK);
 			      PUT/EXISTS: the stored block's length, else 0 */
 	uint64_t checksum; /* GET/PUT: xxh3-64 of the stored bytes, else 0 */
+	uint8_t flags;     /* v2 PUT results: PROTO_PUT_RETAINED...; else 0 */
+	uint32_t retain_ms;/* v2 PUT results: retention granted (ms); else 0 */
 };
 
 /* Entry accessors. i must be < batch->count (not checked); encoders write
  * entry i of a batch body whose prefix starts at `body`. Entry decoders
- * return -EPROTO for nonzero reserved bytes, unknown flags, a PUT parent
- * that is nonzero without PROTO_PUT_HAS_PARENT or all zero with it, or a
- * result with an unknown status or tier; else 0. */
+ * follow b->version and return -EPROTO for nonzero reserved bytes (v1),
+ * unknown flags, a PUT parent that is nonzero without
+ * PROTO_PUT_HAS_PARENT or all zero with it, or a result with an unknown
+ * status or tier; in v2 also a result with flag bits outside
+ * PROTO_PUT_RESULT_FLAGS, or whose PROTO_PUT_RETAINED and nonzero
+ * retain_ms disagree; else 0.
+ * The encoders without a version write the v1 layout: a PUT entry's
+ * retain_ms and a result's flags and retain_ms are not written (zeros go
+ * on the wire). The _v encoders write them when version >= 2. */
 int proto_put_entry_decode(const struct proto_batch *b, uint32_t i, struct proto_put_entry *out);
 void proto_put_entry_encode(uint8_t *body, uint32_t i, const struct proto_put_entry *e);
+void proto_put_entry_encode_v(uint8_t *body, uint32_t i, uint8_t version,
+			      const struct proto_put_entry *e);
 void proto_get_entry_decode(const struct proto_batch *b, uint32_t i, struct proto_get_entry *out);
 void proto_get_entry_encode(uint8_t *body, uint32_t i, const struct proto_get_entry *e);
 const uint8_t *proto_key_entry(const struct proto_batch *b, uint32_t i);
 void proto_key_entry_encode(uint8_t *body, uint32_t i, const uint8_t key[PROTO_KEY_BYTES]);
 int proto_result_decode(const struct proto_batch *b, uint32_t i, struct proto_result *out);
 void proto_result_encode(uint8_t *body, uint32_t i, const struct proto_result *r);
+void proto_result_encode_v(uint8_t *body, uint32_t i, uint8_t version,
+			   const struct proto_result *r);
 
 /* Check a decoded PUT batch against its header: every entry is valid (as
  * proto_put_entry_decode), every length is in 1..limits->max_block_bytes
@@ -229,10 +293,53 @@ void proto_result_encode(uint8_t *body, uint32_t i, const struct proto_result *r
  * error *bad_index names the first offending entry: for a sum mismatch,
  * the entry that takes the sum past payload_bytes, or the last entry when
  * the lengths fall short. Errors: -EPROTO (zero length, bad flags or
- * parent, sum differs from payload_bytes), -EMSGSIZE (a block over
- * max_block_bytes). */
+ * parent, a v1 entry with nonzero reserved bytes, sum differs from
+ * payload_bytes), -EMSGSIZE (a block over max_block_bytes). */
 int proto_put_batch_check(const struct proto_batch *b, uint64_t payload_bytes,
 			  const struct proto_limits *limits, uint32_t *bad_index);
+
+/* ---- MATCH requests ------------------------------------------------------
+ * v1: a batch of keys, aux = lease_ms.
+ * v2: count u32, lease_ms u32, then the options (wait_ms u32, want u32,
+ * retain_ms u32, reserved u32 = 0), then the keys from offset 24:
+ * body_bytes = 24 + 32 * count. */
+
+struct proto_match_opts {
+	uint32_t wait_ms;   /* > 0: the server may wait up to this for `want` keys */
+	uint32_t want;      /* leading keys wanted, 0 = count; never above count */
+	uint32_t retain_ms; /* > 0: extend the matched run's retention */
+};
+
+struct proto_match_req {
+	struct proto_batch keys;     /* count, aux = lease_ms, 32-byte key entries
+					(proto_key_entry), version */
+	uint32_t lease_ms;           /* = keys.aux */
+	struct proto_match_opts opts;/* all zero in v1 */
+};
+
+/* Body bytes of a MATCH request of `count` keys in `version`. */
+size_t proto_match_body_bytes(uint8_t version, uint32_t count);
+
+/* Write a MATCH request's prefix (and in v2 its options; opts may be NULL
+ * for none) into body, for `count` keys that the caller then writes with
+ * proto_match_key_encode. In v1 the options are not sent: the caller drops
+ * them (a v1 server cannot wait or retain). body must hold
+ * proto_match_body_bytes(version, count). Cannot fail. */
+void proto_match_encode_prefix(uint8_t *body, uint8_t version, uint32_t count, uint32_t lease_ms,
+			       const struct proto_match_opts *opts);
+void proto_match_key_encode(uint8_t *body, uint8_t version, uint32_t i,
+			    const uint8_t key[PROTO_KEY_BYTES]);
+
+/* Decode a MATCH request body of `version` (0 reads as 1). On success
+ * out->keys.entries points at the keys (borrowed from body) and
+ * out->opts.want is as sent (0 = count). Checks in this order:
+ *   -EPROTO    body shorter than its prefix, count == 0
+ *   -EMSGSIZE  count > limits->max_batch_blocks
+ *   -EPROTO    body_bytes not exactly proto_match_body_bytes(version,
+ *              count), nonzero reserved option bytes, want > count, a
+ *              version other than 0, 1 or 2 */
+int proto_match_decode(const uint8_t *body, size_t body_bytes, uint8_t version,
+		       const struct proto_limits *limits, struct proto_match_req *out);
 
 /* ---- HELLO ----------------------------------------------------------- */
 
@@ -257,29 +364,68 @@ int proto_hello_encode(const struct proto_hello *h, uint8_t *body, size_t cap);
 int proto_hello_decode(const uint8_t *body, size_t body_bytes, struct proto_hello *out);
 
 struct proto_hello_reply {
-	uint16_t version;          /* the version this connection will use */
+	uint16_t version;          /* the version this connection will use; also
+				      the layout of this reply (40 or 48 bytes) */
 	uint16_t rdma_port;        /* 0: RDMA not served */
 	uint32_t max_batch_blocks;
 	uint64_t max_block_bytes;
 	uint32_t max_frame_bytes;
 	uint32_t max_lease_ms;
 	uint64_t max_inflight_put_bytes;
-	uint64_t server_flags;     /* reserved, 0 in v1 */
+	uint64_t server_flags;     /* reserved, 0 */
+	uint32_t max_match_wait_ms;/* v2: a MATCH's wait_ms is cut to this; v1: 0 */
+	uint32_t max_retain_ms;    /* v2: retain_ms is cut to this; v1: 0 */
 };
 /* Layout: version u16, rdma_port u16, max_batch_blocks u32,
  * max_block_bytes u64, max_frame_bytes u32, max_lease_ms u32,
- * max_inflight_put_bytes u64, server_flags u64 = 40 bytes. */
-void proto_hello_reply_encode(const struct proto_hello_reply *r, uint8_t body[PROTO_HELLO_REPLY_BYTES]);
-/* -EPROTO if body_bytes != 40, version outside PROTO_VERSION_MIN..MAX,
- * server_flags nonzero, a zero max_batch_blocks or max_block_bytes, or a
- * max_frame_bytes too small for one PUT entry (32 + 8 + 88). */
+ * max_inflight_put_bytes u64, server_flags u64 = 40 bytes (v1); v2 adds
+ * max_match_wait_ms u32, max_retain_ms u32 = 48 bytes. */
+
+/* Bytes of the HELLO reply of `version`: 40 for 1 (and 0), 48 from 2. */
+size_t proto_hello_reply_bytes(uint16_t version);
+/* Write the reply in the layout of r->version: body must hold
+ * proto_hello_reply_bytes(r->version) bytes (PROTO_HELLO_REPLY_MAX_BYTES
+ * always does). In v1 the two v2 fields are not written. */
+void proto_hello_reply_encode(const struct proto_hello_reply *r, uint8_t *body);
+/* -EPROTO if version is outside PROTO_VERSION_MIN..MAX or body_bytes is
+ * not proto_hello_reply_bytes(version), server_flags nonzero, a zero
+ * max_batch_blocks or max_block_bytes, or a max_frame_bytes too small for
+ * one PUT entry (32 + 8 + 88). A v1 reply decodes with the v2 fields 0. */
 int proto_hello_reply_decode(const uint8_t *body, size_t body_bytes, struct proto_hello_reply *out);
 
 /* ---- MATCH reply, DROP_NAMESPACE, STATS -------------------------------- */
 
+/* The MATCH reply. v1 carries matched and lease_ms only. */
+struct proto_match_reply {
+	uint32_t matched;   /* leading run answered (leased, when a lease was asked) */
+	uint32_t lease_ms;  /* lease granted (0: none) */
+	uint32_t flags;     /* PROTO_MATCH_* */
+	uint32_t present;   /* leading run present when answered: >= matched, and
+			       > matched only with PROTO_MATCH_LEASE_CUT */
+	uint32_t retained;  /* leading blocks whose retention was set or extended,
+			       <= present */
+	uint32_t retain_ms; /* retention granted (0 when retained is 0) */
+};
+
+/* v1 only (8 bytes): kept for v1 code. */
 void proto_match_reply_encode(uint32_t matched, uint32_t lease_ms, uint8_t body[PROTO_MATCH_REPLY_BYTES]);
 /* -EPROTO if body_bytes != 8. */
 int proto_match_reply_decode(const uint8_t *body, size_t body_bytes, uint32_t *matched, uint32_t *lease_ms);
+
+/* Bytes of a MATCH reply of `version`: 8 for 1 (and 0), 24 from 2. */
+size_t proto_match_reply_bytes(uint8_t version);
+/* Write r in the layout of `version` (v1: matched and lease_ms only);
+ * body must hold proto_match_reply_bytes(version). Cannot fail. */
+void proto_match_reply_encode_v(uint8_t version, const struct proto_match_reply *r, uint8_t *body);
+/* Decode a MATCH reply of `version`; a v1 reply gives present = matched
+ * and the v2 fields 0. -EPROTO if body_bytes is not
+ * proto_match_reply_bytes(version), a version other than 0, 1 or 2, and
+ * in v2: flag bits outside PROTO_MATCH_FLAGS, present < matched, present
+ * > matched without PROTO_MATCH_LEASE_CUT, retained > present, or
+ * retained and retain_ms not both zero or both nonzero. The caller checks
+ * the counts against the keys it sent. */
+int proto_match_reply_decode_v(const uint8_t *body, size_t body_bytes, uint8_t version,
+			       struct proto_match_reply *out);
 
 /* The namespace-name rule, the one copy of it that the server, the
  * client library and the CLI check against: is name[0..len) 1 ..

@@ -82,7 +82,8 @@ int main(int argc, char **argv)
 	 * tenants' data: owner only, whatever umask it was started with. */
 	umask(077);
 	if (early_flag(argc, argv, "--version")) {
-		printf("kvpoold %s (protocol %d)\n", SRV_VERSION, PROTO_VERSION);
+		printf("kvpoold %s (protocol %d..%d)\n", SRV_VERSION, PROTO_VERSION_MIN,
+		       PROTO_VERSION_MAX);
 		return 0;
 	}
 	if (early_flag(argc, argv, "--help") || early_flag(argc, argv, "-h")) {

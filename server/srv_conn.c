@@ -178,7 +178,7 @@ int srv_conn_reply_begin(struct srv_conn *c, uint16_t status, uint32_t body_byte
 {
 	struct proto_header h = {
 		.magic = PROTO_MAGIC,
-		.version = PROTO_VERSION,
+		.version = srv_conn_reply_version(c),
 		.opcode = c->hdr.opcode,
 		.flags = PROTO_FLAG_REPLY,
 		.status = status,
@@ -323,6 +323,26 @@ int srv_conn_reply_error(struct srv_conn *c, uint16_t status, enum srv_quote quo
 	return 0;
 }
 
+uint8_t srv_conn_reply_version(const struct srv_conn *c)
+{
+	uint8_t v = c->hdr.version;
+
+	if (!c->hello_done || c->hdr.opcode == PROTO_OP_HELLO || v < PROTO_VERSION_MIN ||
+	    v > c->version)
+		return PROTO_VERSION_1;
+	return v;
+}
+
+uint32_t srv_conn_body_max_v(uint8_t opcode, uint8_t version, const struct proto_limits *l)
+{
+	uint64_t max;
+
+	if (opcode != PROTO_OP_MATCH || version < PROTO_VERSION_2)
+		return srv_conn_body_max(opcode, l);
+	max = proto_match_body_bytes(version, l->max_batch_blocks);
+	return max > UINT32_MAX ? UINT32_MAX : (uint32_t)max;
+}
+
 uint32_t srv_conn_body_max(uint8_t opcode, const struct proto_limits *l)
 {
 	uint64_t entry_bytes = proto_request_entry_bytes(opcode), max;
@@ -462,8 +482,10 @@ static enum srv_next on_body_too_large(struct srv_conn *c, uint32_t max)
 					   "ping body must be empty");
 	else if (entry_bytes)
 		err = srv_conn_reply_error(c, PROTO_STATUS_TOO_LARGE, SRV_QUOTE_HEADER,
-					   "%s body of %u bytes exceeds 8 + %u * max_batch_blocks %u (%u)",
-					   op, c->hdr.body_bytes, entry_bytes, l->max_batch_blocks, max);
+					   "%s body of %u bytes exceeds %u + %u * max_batch_blocks %u (%u)",
+					   op, c->hdr.body_bytes,
+					   (uint32_t)(max - (uint64_t)entry_bytes * l->max_batch_blocks),
+					   entry_bytes, l->max_batch_blocks, max);
 	else
 		err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, SRV_QUOTE_HEADER,
 					   "%s body of %u bytes exceeds the %u bytes it can need", op,
@@ -482,7 +504,7 @@ enum srv_next srv_conn_header(struct srv_conn *c)
 	rc = proto_header_decode(c->hdr_raw, 0, &s->limits, &c->hdr);
 	if (rc < 0)
 		return on_bad_header(c, rc);
-	max = srv_conn_body_max(c->hdr.opcode, &s->limits);
+	max = srv_conn_body_max_v(c->hdr.opcode, c->hdr.version, &s->limits);
 	if (c->hdr.body_bytes > max)
 		return on_body_too_large(c, max);
 	if (c->hdr.body_bytes == 0) {

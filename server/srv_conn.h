@@ -114,6 +114,7 @@ struct srv_conn {
 	int zombie;                   /* closed while get_pending > 0 */
 	/* Session. */
 	int hello_done;
+	uint16_t version;             /* protocol version HELLO agreed (0 before) */
 	uint32_t ns_id;
 	char ns_name[PROTO_NAME_MAX_BYTES + 1];
 	uint8_t may_write;            /* PUT/DELETE/DROP allowed (rw token, or no auth) */
@@ -276,5 +277,15 @@ size_t srv_conn_quote_body(const struct proto_header *h, const uint8_t *body, si
  * unknown opcodes. A header announcing more is refused before any body
  * byte is buffered. Pure. */
 uint32_t srv_conn_body_max(uint8_t opcode, const struct proto_limits *l);
+/* srv_conn_body_max for a frame of protocol `version` (the header's): the
+ * same, except a v2 MATCH, whose options take 16 bytes more
+ * (24 + 32 * max_batch_blocks). Pure. */
+uint32_t srv_conn_body_max_v(uint8_t opcode, uint8_t version, const struct proto_limits *l);
+
+/* The header version of the reply to the current request: the request's
+ * own once HELLO agreed a version (a client may send frames of any
+ * version from 1 to the agreed one, PROTOCOL.md 6.1), 1 before that, for
+ * HELLO itself and for a version the server does not speak. Pure. */
+uint8_t srv_conn_reply_version(const struct srv_conn *c);
 
 #endif /* KVPOOL_SRV_CONN_H */

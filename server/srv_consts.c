@@ -14,3 +14,11 @@ _Static_assert(STORE_NAME_MAX_BYTES == PROTO_NAME_MAX_BYTES,
 	       "the pool takes every namespace name the wire can carry, and no longer one");
 _Static_assert(STORE_TIER_DRAM == PROTO_TIER_DRAM && STORE_TIER_NVME == PROTO_TIER_NVME,
 	       "store_ref.tier goes on the wire as it is");
+_Static_assert(STORE_MATCH_LEASE_CUT == PROTO_MATCH_LEASE_CUT &&
+		       STORE_MATCH_RETAIN_BUDGET == PROTO_MATCH_RETAIN_BUDGET &&
+		       STORE_MATCH_RETAIN_CLAMPED == PROTO_MATCH_RETAIN_CLAMPED,
+	       "store_match_res.flags go into the MATCH reply as they are");
+_Static_assert(STORE_PUT_RETAINED == PROTO_PUT_RETAINED &&
+		       STORE_PUT_RETAIN_BUDGET == PROTO_PUT_RETAIN_BUDGET &&
+		       STORE_PUT_RETAIN_CLAMPED == PROTO_PUT_RETAIN_CLAMPED,
+	       "store_retain_res.flags go into the PUT result as they are");

@@ -153,7 +153,8 @@ enum srv_next srv_put_start(struct srv_conn *c)
 	char msg[400];
 	int rc;
 
-	rc = proto_batch_decode(c->body, c->hdr.body_bytes, PROTO_PUT_ENTRY_BYTES, l, &b);
+	rc = proto_batch_decode_v(c->body, c->hdr.body_bytes, PROTO_PUT_ENTRY_BYTES, c->hdr.version,
+				  l, &b);
 	if (rc == -EMSGSIZE) {
 		snprintf(msg, sizeof(msg), "batch of %u blocks exceeds max_batch_blocks %u",
 			 proto_get_u32(c->body), l->max_batch_blocks);
@@ -274,6 +275,17 @@ static void put_commit_one(struct srv_conn *c, uint32_t i, uint8_t *body)
 			     rc == -EEXIST ? PROTO_STATUS_EXISTS : proto_status_from_errno(rc);
 	}
 	r.status = sl->status;
+	/* v2: the retention the entry asked for, on the block stored or
+	 * already there (store_put_retain: "no retention" until issue 29). */
+	if (sl->e.retain_ms &&
+	    (sl->status == PROTO_STATUS_OK || sl->status == PROTO_STATUS_EXISTS)) {
+		struct store_retain_res rr;
+
+		if (store_put_retain(c->w->srv->store, c->ns_id, sl->e.key, sl->e.retain_ms, &rr) == 0) {
+			r.flags = (uint8_t)rr.flags;
+			r.retain_ms = rr.retain_ms;
+		}
+	}
 	/* Bytes in from the network, whatever became of the block. */
 	srv_stats_add(st, SRV_C_put_bytes, sl->e.length);
 	if (sl->status == PROTO_STATUS_OK || sl->status == PROTO_STATUS_EXISTS) {
@@ -286,7 +298,7 @@ static void put_commit_one(struct srv_conn *c, uint32_t i, uint8_t *body)
 		srv_stats_add(st, SRV_C_put_errors, 1);
 		srv_stats_count_status(st, sl->status);
 	}
-	proto_result_encode(body, i, &r);
+	proto_result_encode_v(body, i, c->hdr.version, &r);
 }
 
 int srv_put_finish(struct srv_conn *c, uint64_t start_us)

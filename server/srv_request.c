@@ -1,6 +1,7 @@
 /*
- * srv_request.c - dispatch and every request but PUT and GET (srv_put.c,
- * srv_get.c): HELLO, EXISTS, MATCH, DELETE, DROP_NAMESPACE, STATS, PING.
+ * srv_request.c - dispatch and every request but PUT, GET and MATCH
+ * (srv_put.c, srv_get.c, srv_match.c): HELLO, EXISTS, DELETE,
+ * DROP_NAMESPACE, STATS, PING.
  */
 #include "srv_request.h"
 
@@ -17,6 +18,7 @@
 #include "srv_get.h"
 #include "srv_clock.h"
 #include "srv_log.h"
+#include "srv_match.h"
 #include "srv_put.h"
 #include "srv_server.h"
 #include "srv_snapshot.h"
@@ -54,8 +56,10 @@ static int reply_fixed(struct srv_conn *c, const uint8_t *src, uint32_t n)
 
 /* ---- HELLO ---------------------------------------------------------- */
 
-/* Fill the HELLO reply with this server's limits. */
-static void hello_limits(const struct srv *s, uint16_t version, uint8_t out[PROTO_HELLO_REPLY_BYTES])
+/* Fill the HELLO reply with this server's limits, in the layout of
+ * `version`; returns its bytes. */
+static uint32_t hello_limits(const struct srv *s, uint16_t version,
+			     uint8_t out[PROTO_HELLO_REPLY_MAX_BYTES])
 {
 	struct proto_hello_reply r = {
 		.version = version,
@@ -66,9 +70,12 @@ static void hello_limits(const struct srv *s, uint16_t version, uint8_t out[PROT
 		.max_lease_ms = s->conf.max_lease_ms,
 		.max_inflight_put_bytes = s->conf.max_inflight_put_bytes,
 		.server_flags = 0,
+		.max_match_wait_ms = s->conf.max_match_wait_ms,
+		.max_retain_ms = s->conf.max_retain_ms,
 	};
 
 	proto_hello_reply_encode(&r, out);
+	return (uint32_t)proto_hello_reply_bytes(version);
 }
 
 /* Apply the tokens file's quota (if any) to namespace ns_id. */
@@ -220,9 +227,10 @@ static int deny_write(struct srv_conn *c, const char *ns, size_t ns_len)
 static enum srv_next op_hello(struct srv_conn *c)
 {
 	const struct srv *s = c->w->srv;
-	uint8_t reply[PROTO_HELLO_REPLY_BYTES];
+	uint8_t reply[PROTO_HELLO_REPLY_MAX_BYTES];
 	struct proto_hello h;
 	uint16_t version;
+	uint32_t n;
 	int rc;
 
 	if (c->hello_done)
@@ -251,10 +259,11 @@ static enum srv_next op_hello(struct srv_conn *c)
 		return done(reply_err(c, proto_status_from_errno(rc), "cannot bind namespace: %s",
 				      strerror(-rc)));
 	version = h.max_version < PROTO_VERSION_MAX ? h.max_version : PROTO_VERSION_MAX;
-	hello_limits(s, version, reply);
+	c->version = version;
+	n = hello_limits(s, version, reply);
 	srv_debug("conn %" PRIu64 " %s: hello namespace %s version %u", c->id, c->peer,
 		  c->ns_name, version);
-	return done(reply_fixed(c, reply, sizeof(reply)));
+	return done(reply_fixed(c, reply, n));
 }
 
 /* ---- batches ---------------------------------------------------------- */
@@ -346,47 +355,6 @@ static void exists_one(struct srv_conn *c, const uint8_t *key, struct proto_resu
 static enum srv_next op_exists(struct srv_conn *c)
 {
 	return keys_op(c, SRV_C_exists_requests, exists_one, SRV_LAT_EXISTS);
-}
-
-static enum srv_next op_match(struct srv_conn *c)
-{
-	struct store *st = c->w->srv->store;
-	struct srv_stats *ss = &c->w->stats;
-	uint8_t reply[PROTO_MATCH_REPLY_BYTES];
-	uint32_t matched = 0, granted = 0;
-	struct proto_batch b;
-	int rc = batch_decode(c, &b, 1);
-
-	srv_stats_add(ss, SRV_C_match_requests, 1);
-	if (rc)
-		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
-	/* a namespace not created yet (srv_conn_ns_attach) holds nothing */
-	rc = !c->ns_id ? 0 :
-	     store_match(st, c->ns_id, (const uint8_t(*)[STORE_KEY_BYTES])b.entries, b.count,
-			 b.aux, c->lessee, &matched, &granted);
-	if (rc == -EDQUOT) {
-		const struct srv *s = c->w->srv;
-		char conn_b[64] = "", ten_b[80] = "";
-
-		if (s->conn_max_leased_bytes)
-			snprintf(conn_b, sizeof(conn_b), "max_conn_leased_bytes (%" PRIu64 ")",
-				 s->conn_max_leased_bytes);
-		if (c->tenant && s->tenant_max_leased_bytes)
-			snprintf(ten_b, sizeof(ten_b), "%sthe token's tenant_max_leased_bytes (%" PRIu64
-				 ")", conn_b[0] ? " or " : "", s->tenant_max_leased_bytes);
-		return done(reply_err(c, PROTO_STATUS_QUOTA,
-				      "match refused: its lease would pass %s%s; match without a "
-				      "lease, or let leases end", conn_b, ten_b));
-	}
-	if (rc < 0)
-		return done(reply_err(c, proto_status_from_errno(rc), "match failed: %s",
-				      strerror(-rc)));
-	srv_stats_add(ss, SRV_C_match_blocks_queried, b.count);
-	srv_stats_add(ss, SRV_C_match_blocks_matched, matched);
-	proto_match_reply_encode(matched, granted, reply);
-	rc = reply_fixed(c, reply, sizeof(reply));
-	srv_conn_lat_record(c, SRV_LAT_MATCH);
-	return done(rc);
 }
 
 /* DELETE: every key of the batch in one store call, so that a batch of
@@ -560,6 +528,16 @@ enum srv_next srv_request_dispatch(struct srv_conn *c)
 		return reply_err(c, PROTO_STATUS_BAD_REQUEST, "hello required") < 0 ?
 			       SRV_NEXT_ABORT : SRV_NEXT_SKIP;
 	}
+	/* Frames may carry any version from 1 to the one HELLO agreed: each
+	 * body has its own header's layout, and so has the reply. */
+	if (c->hello_done && c->hdr.version > c->version) {
+		if (op == PROTO_OP_PUT)
+			srv_stats_add(&c->w->stats, SRV_C_put_requests, 1);
+		c->skip_bytes = c->hdr.payload_bytes;
+		return reply_err(c, PROTO_STATUS_BAD_REQUEST,
+				 "frame of protocol version %u on a connection that agreed version %u",
+				 c->hdr.version, c->version) < 0 ? SRV_NEXT_ABORT : SRV_NEXT_SKIP;
+	}
 	switch (op) {
 	case PROTO_OP_HELLO:
 		return op_hello(c);
@@ -580,7 +558,7 @@ enum srv_next srv_request_dispatch(struct srv_conn *c)
 		return op_exists(c);
 	case PROTO_OP_MATCH:
 		srv_conn_ns_attach(c);
-		return op_match(c);
+		return srv_match_start(c);
 	case PROTO_OP_DELETE:
 		srv_conn_ns_attach(c);
 		return op_delete(c);

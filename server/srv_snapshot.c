@@ -81,7 +81,7 @@ int srv_snapshot_take(struct srv *s, const char *name, uint16_t len, struct srv_
 	for (uint32_t i = 0; i < s->n_workers; i++)
 		srv_stats_sum(&snap->ops, &s->workers[i].stats);
 	doc->version = SRV_VERSION;
-	doc->protocol = PROTO_VERSION;
+	doc->protocol = PROTO_VERSION_MAX; /* the highest version it speaks */
 	doc->pid = (long)getpid();
 	doc->uptime_s = (srv_now_ms() - s->start_ms) / 1000;
 	doc->conn_current = __atomic_load_n(&s->conn_current, __ATOMIC_RELAXED);

@@ -459,11 +459,12 @@ static bool mlog_make_room(struct store *s, struct store_mlog *log, uint64_t nee
 	return mlog_room(log) >= need;
 }
 
-int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
-		uint32_t count, uint32_t lease_ms, struct store_lessee *lessee,
-		uint32_t *matched, uint32_t *lease_ms_granted)
+int store_match_ex(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
+		   uint32_t count, const struct store_match_opts *opts,
+		   struct store_match_res *res)
 {
-	uint32_t granted = lease_ms_for(s, lease_ms, lessee), n = 0;
+	struct store_lessee *lessee = opts ? opts->lessee : NULL;
+	uint32_t granted = lease_ms_for(s, opts ? opts->lease_ms : 0, lessee), n = 0;
 	struct store_lessee *l = granted ? lessee : NULL;
 	uint64_t expiry_ms = granted ? store_now_ms() + granted : 0;
 	struct store_mlog *log = mlog_mine(s);
@@ -484,8 +485,28 @@ int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY
 	}
 	if (rc)
 		return rc;
-	*matched = n;
+	/* opts->retain_ms: no retention yet (issue 29 sets retained,
+	 * retain_ms and the RETAIN_* flags here). */
+	*res = (struct store_match_res){
+		.matched = n,
+		.present = n,
+		.lease_ms = n ? granted : 0,
+	};
+	return 0;
+}
+
+int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
+		uint32_t count, uint32_t lease_ms, struct store_lessee *lessee,
+		uint32_t *matched, uint32_t *lease_ms_granted)
+{
+	struct store_match_opts o = { .lease_ms = lease_ms, .lessee = lessee };
+	struct store_match_res r;
+	int rc = store_match_ex(s, ns_id, keys, count, &o, &r);
+
+	if (rc)
+		return rc;
+	*matched = r.matched;
 	if (lease_ms_granted)
-		*lease_ms_granted = n ? granted : 0;
+		*lease_ms_granted = r.lease_ms;
 	return 0;
 }

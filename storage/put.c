@@ -350,3 +350,19 @@ void store_put_abort(struct store *s, struct store_block *b)
 		store_block_unpin_locked(s, pin);
 	pthread_mutex_unlock(&s->lock);
 }
+
+/* The retention of a PUT's block: nothing is granted yet (issue 29 takes
+ * it here: cap at the pool's maximum, the tenant's budget, ancestors at
+ * least as long). */
+int store_put_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+		     uint32_t retain_ms, struct store_retain_res *out)
+{
+	(void)s;
+	(void)ns_id;
+	(void)key;
+	(void)retain_ms;
+	if (!out)
+		return -EINVAL;
+	*out = (struct store_retain_res){ 0, 0 };
+	return 0;
+}

@@ -277,6 +277,29 @@ int store_put_commit(struct store *s, struct store_block *b);
  * the same errors (-EBADMSG: sum is not the checksum given at begin). */
 int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum);
 
+/* A PUT's retention (protocol v2, PROTOCOL.md section 14): the bits of
+ * store_retain_res.flags, the wire's PROTO_PUT_* result flags (checked in
+ * server/srv_consts.c). */
+#define STORE_PUT_RETAINED 0x01u       /* a retention was taken (retain_ms > 0) */
+#define STORE_PUT_RETAIN_BUDGET 0x02u  /* refused for the budget: stored without it */
+#define STORE_PUT_RETAIN_CLAMPED 0x04u /* retain_ms cut to the pool's maximum */
+
+struct store_retain_res {
+	uint32_t retain_ms; /* retention granted, 0: none */
+	uint32_t flags;     /* STORE_PUT_* */
+};
+
+/* The retention a PUT asked for: keep visible block (ns_id, key) - just
+ * committed (OK), or already stored (EXISTS, where it extends the
+ * block's retention as a MATCH refresh does) - from eviction for
+ * retain_ms from now. The PUT handler calls it once per such block with
+ * retain_ms > 0, after the block's commit. *out is always written.
+ * Today it grants nothing: *out = { 0, 0 } and 0 ("no retention"); the
+ * retention work (issue 29) fills it in (cap, budget, ancestors).
+ * Thread-safe. Errors: -EINVAL (out NULL). */
+int store_put_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+		     uint32_t retain_ms, struct store_retain_res *out);
+
 /* Drop a reservation (connection died, payload timed out). Consumes it. */
 void store_put_abort(struct store *s, struct store_block *b);
 
@@ -363,6 +386,42 @@ int store_exists_where(struct store *s, uint32_t ns_id, const uint8_t key[STORE_
 int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
 		uint32_t count, uint32_t lease_ms, struct store_lessee *lessee,
 		uint32_t *matched, uint32_t *lease_ms_granted);
+
+/* MATCH with options (protocol v2, PROTOCOL.md section 14): the flags
+ * of store_match_res. Their values are the wire's PROTO_MATCH_* flags,
+ * which the server checks at build time (server/srv_consts.c). */
+#define STORE_MATCH_LEASE_CUT 0x001u      /* the present run's lease would pass a bound:
+					     matched is the longest leading run whose
+					     lease fits (present > matched) */
+#define STORE_MATCH_RETAIN_BUDGET 0x040u  /* retention refused for the budget */
+#define STORE_MATCH_RETAIN_CLAMPED 0x080u /* retain_ms cut to the pool's maximum */
+
+struct store_match_opts {
+	uint32_t lease_ms;            /* 0: no lease; capped at max_lease_ms */
+	uint32_t retain_ms;           /* 0: no retention; > 0: keep the matched run at
+					 least this long from now (refresh on hit) */
+	struct store_lessee *lessee;  /* who holds the lease; NULL: no lease */
+};
+
+struct store_match_res {
+	uint32_t matched;   /* leading keys answered (leased, when a lease was granted) */
+	uint32_t present;   /* leading keys stored: >= matched; > matched only with
+			       STORE_MATCH_LEASE_CUT */
+	uint32_t lease_ms;  /* lease granted: 0 when nothing was leased */
+	uint32_t retained;  /* leading blocks whose retention was set or extended */
+	uint32_t retain_ms; /* retention granted: 0 when retained is 0 */
+	uint32_t flags;     /* STORE_MATCH_* */
+};
+
+/* store_match with options and a full result; store_match is this call
+ * with lease_ms and lessee only. Today: present = matched, retained = 0,
+ * retain_ms = 0 and flags = 0 (a retention is not taken yet, and a lease
+ * over a bound still fails -EDQUOT); the lease cut (issue 28) and the
+ * retention refresh (issue 29) fill the other fields here. Same locking,
+ * threads and errors as store_match; *res is written only on success. */
+int store_match_ex(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
+		   uint32_t count, const struct store_match_opts *opts,
+		   struct store_match_res *res);
 
 /* Remove a block and all its resident descendants. *removed (may be NULL)
  * receives the number of blocks removed. Pinned blocks leave the index at

@@ -18,7 +18,52 @@
 enum {
 	OPT_PARENT = CLI_OPT_FIRST_LOCAL,
 	OPT_LEASE_MS,
+	OPT_RETAIN_MS,
+	OPT_WAIT_MS,
+	OPT_WANT,
 };
+
+/* Parse a millisecond option's value (0 .. 2^32-1) into *out; prints why
+ * a bad one is refused. Returns 1 or -EINVAL. */
+static int ms_opt(const char *prog, const char *name, const char *arg, uint32_t *out)
+{
+	uint64_t v;
+
+	if (cli_parse_u64(arg, 0, UINT32_MAX, &v)) {
+		cli_usage_error(prog, "%s wants milliseconds (0..%u), not '%s'", name, UINT32_MAX,
+				arg);
+		return -EINVAL;
+	}
+	*out = (uint32_t)v;
+	return 1;
+}
+
+/* Append ", WORD" (or "WORD" first) to buf[0..len). */
+static void add_word(char *buf, size_t len, const char *word)
+{
+	size_t used = strlen(buf);
+
+	snprintf(buf + used, len - used, "%s%s", used ? ", " : "", word);
+}
+
+/* The retention outcome of a put that asked retain_ms (> 0), in words. */
+static void retention_words(uint32_t flags, uint32_t asked, uint16_t version, char *buf,
+			    size_t len)
+{
+	buf[0] = '\0';
+	if (version < 2) {
+		snprintf(buf, len, "retention not asked: the server speaks protocol 1 only");
+		return;
+	}
+	if (flags & KVPOOL_PUT_RETAINED)
+		snprintf(buf, len, "retained");
+	else if (flags & KVPOOL_PUT_RETAIN_BUDGET)
+		snprintf(buf, len, "not retained: over the retention budget");
+	else
+		snprintf(buf, len, "not retained (%u ms asked)", asked);
+	if (flags & KVPOOL_PUT_RETAIN_CLAMPED)
+		add_word(buf, len, "cut to the server's max_retain_ms");
+}
 
 /* Parse argv[first..argc) as keys into a malloc'd array (*keys, *n).
  * Prints the offending argument on failure and returns CLI_EXIT_ERROR. */
@@ -124,7 +169,8 @@ static int parse_opts(int argc, char **argv, const char *usage, const struct opt
 /* ---- put --------------------------------------------------------------- */
 
 static const char put_usage[] =
-	"usage: kvpool put KEY [--parent KEY] (FILE | -) [--server URL] [--namespace NS]\n"
+	"usage: kvpool put KEY [--parent KEY] [--retain-ms MS] (FILE | -) [--server URL]\n"
+	"                  [--namespace NS]\n"
 	"\n"
 	"Store the bytes of FILE (- for standard input) as block KEY. KEY and the\n"
 	"parent are 64 hex digits or text:STRING (SHA-256 of STRING). A block with a\n"
@@ -135,17 +181,25 @@ static const char put_usage[] =
 	"than the server's max_block_bytes.\n"
 	"\n"
 	"  --parent KEY        the block before this one in its prompt\n"
+	"  --retain-ms MS      ask the server to keep the block MS milliseconds from\n"
+	"                      eviction (protocol 2; capped at the server's\n"
+	"                      max_retain_ms, within its retention budget); also\n"
+	"                      extends the retention of a block already stored. The\n"
+	"                      outcome is printed: retained, or why not\n"
 	CLI_COMMON_HELP;
 
 struct put_args {
 	const char *parent;
+	uint32_t retain_ms;
 };
 
-/* put's own option. */
+/* put's own options. */
 static int put_opt(int opt, const char *arg, void *ctx)
 {
 	struct put_args *a = ctx;
 
+	if (opt == OPT_RETAIN_MS)
+		return ms_opt("kvpool put", "--retain-ms", arg, &a->retain_ms);
 	if (opt != OPT_PARENT)
 		return 0;
 	a->parent = arg;
@@ -193,11 +247,15 @@ static int put_read(const char *prog, const char *path, uint64_t max, uint8_t **
  * above the server's limit is named with that limit. Returns the exit
  * code. */
 static int put_checked(const char *prog, struct kvpool_client *c, const uint8_t *key,
-		       const uint8_t *parent, const uint8_t *data, size_t len)
+		       const uint8_t *parent, const uint8_t *data, size_t len, uint32_t retain_ms)
 {
-	char hex[CLI_KEY_HEX_BYTES], nbytes[32];
+	char hex[CLI_KEY_HEX_BYTES], nbytes[32], words[160];
+	struct iovec iov = { (void *)data, len };
+	struct kvpool_put_block pb = { .key = key, .parent = parent, .iov = &iov, .iovcnt = 1,
+				       .retain_ms = retain_ms };
 	struct kvpool_limits lim;
-	int rc, st;
+	uint32_t flags = 0;
+	int rc, st, exists;
 
 	cli_key_hex(key, hex);
 	rc = kvpool_get_limits(c, &lim);
@@ -211,11 +269,13 @@ static int put_checked(const char *prog, struct kvpool_client *c, const uint8_t 
 	rc = kvpool_exists(c, key, 1, &st);
 	if (rc)
 		return call_failed(prog, hex, rc);
-	if (st == 0) {
+	exists = st == 0;
+	if (exists && !retain_ms) {
 		printf("%s already stored (nothing written)\n", hex);
 		return CLI_EXIT_OK;
 	}
-	rc = kvpool_put_bytes(c, key, parent, data, len);
+	/* with a retention, a stored block is put again: that extends it */
+	rc = kvpool_put_ex(c, &pb, 1, NULL, &flags);
 	if (rc == -EMSGSIZE) {
 		/* Within max_block_bytes, yet more than the server can hold. */
 		fprintf(stderr, "%s: %s: block of %zu bytes refused as too large by the server "
@@ -225,7 +285,16 @@ static int put_checked(const char *prog, struct kvpool_client *c, const uint8_t 
 	}
 	if (rc)
 		return call_failed(prog, hex, rc);
-	printf("%s stored (%s)\n", hex, cli_fmt_bytes(len, nbytes, sizeof(nbytes)));
+	if (!retain_ms) {
+		printf("%s stored (%s)\n", hex, cli_fmt_bytes(len, nbytes, sizeof(nbytes)));
+		return CLI_EXIT_OK;
+	}
+	retention_words(flags, retain_ms, lim.protocol_version, words, sizeof(words));
+	if (exists)
+		printf("%s already stored (nothing written); %s\n", hex, words);
+	else
+		printf("%s stored (%s); %s\n", hex, cli_fmt_bytes(len, nbytes, sizeof(nbytes)),
+		       words);
 	return CLI_EXIT_OK;
 }
 
@@ -234,6 +303,7 @@ int cli_put_main(int argc, char **argv)
 	static const struct option longopts[] = {
 		CLI_COMMON_LONGOPTS,
 		{ "parent", required_argument, NULL, OPT_PARENT },
+		{ "retain-ms", required_argument, NULL, OPT_RETAIN_MS },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *prog = argv[0];
@@ -269,7 +339,7 @@ int cli_put_main(int argc, char **argv)
 		kvpool_close(c);
 		return rc;
 	}
-	rc = put_checked(prog, c, key, a.parent ? parent : NULL, data, len);
+	rc = put_checked(prog, c, key, a.parent ? parent : NULL, data, len, a.retain_ms);
 	kvpool_close(c);
 	free(data);
 	return rc;
@@ -468,27 +538,100 @@ int cli_delete_main(int argc, char **argv)
 /* ---- match ------------------------------------------------------------- */
 
 static const char match_usage[] =
-	"usage: kvpool match KEY... [--lease-ms N] [--server URL] [--namespace NS]\n"
+	"usage: kvpool match KEY... [--lease-ms N] [--wait-ms MS] [--want N] [--retain-ms MS]\n"
+	"                    [--server URL] [--namespace NS]\n"
 	"\n"
 	"Prefix match: how many leading KEYs of the chain KEY... the pool holds.\n"
-	"Exit 1 unless all of them are held.\n"
+	"Exit 1 unless the first N keys (--want; default all) are held.\n"
 	"\n"
 	"  --lease-ms N        pin the matched blocks for N ms (default 0: no lease)\n"
+	"  --wait-ms MS        if fewer than N leading blocks are there, let the server\n"
+	"                      wait up to MS ms for puts that complete them, then\n"
+	"                      answer what is there (protocol 2; capped at the\n"
+	"                      server's max_match_wait_ms). The call may take\n"
+	"                      --timeout-ms plus MS\n"
+	"  --want N            leading blocks needed (1..number of KEYs; default all)\n"
+	"  --retain-ms MS      extend the matched blocks' retention to MS ms from now\n"
+	"                      (protocol 2; capped at the server's max_retain_ms)\n"
+	"\n"
+	"With any of the last three, or when the server says more than the match,\n"
+	"a second line gives the blocks present, the lease and retention granted,\n"
+	"and the server's flags in words (lease cut, waited, wait timed out, wait\n"
+	"refused, wait cut, wait ended, retention over budget, retention cut).\n"
 	CLI_COMMON_HELP;
 
-/* match's own option. */
+struct match_args {
+	struct kvpool_match_opts o;
+	int v2_asked;       /* --wait-ms, --want or --retain-ms given */
+};
+
+/* match's own options. */
 static int match_opt(int opt, const char *arg, void *ctx)
 {
+	struct match_args *a = ctx;
 	uint64_t v;
 
-	if (opt != OPT_LEASE_MS)
+	switch (opt) {
+	case OPT_LEASE_MS:
+		return ms_opt("kvpool match", "--lease-ms", arg, &a->o.lease_ms);
+	case OPT_WAIT_MS:
+		a->v2_asked = 1;
+		return ms_opt("kvpool match", "--wait-ms", arg, &a->o.wait_ms);
+	case OPT_RETAIN_MS:
+		a->v2_asked = 1;
+		return ms_opt("kvpool match", "--retain-ms", arg, &a->o.retain_ms);
+	case OPT_WANT:
+		if (cli_parse_u64(arg, 1, UINT32_MAX, &v)) {
+			cli_usage_error("kvpool match", "--want wants a count of blocks (1 or more), "
+					"not '%s'", arg);
+			return -EINVAL;
+		}
+		a->v2_asked = 1;
+		a->o.want = (uint32_t)v;
+		return 1;
+	default:
 		return 0;
-	if (cli_parse_u64(arg, 0, UINT32_MAX, &v)) {
-		cli_usage_error("kvpool match", "--lease-ms wants milliseconds, not '%s'", arg);
-		return -EINVAL;
 	}
-	*(uint32_t *)ctx = (uint32_t)v;
-	return 1;
+}
+
+/* The MATCH flags in words, into buf[0..len) ("none" when 0). */
+static void match_flag_words(uint32_t flags, char *buf, size_t len)
+{
+	static const struct {
+		uint32_t bit;
+		const char *word;
+	} names[] = {
+		{ KVPOOL_MATCH_LEASE_CUT, "lease cut" },
+		{ KVPOOL_MATCH_WAITED, "waited" },
+		{ KVPOOL_MATCH_WAIT_TIMEOUT, "wait timed out" },
+		{ KVPOOL_MATCH_WAIT_REFUSED, "wait refused" },
+		{ KVPOOL_MATCH_WAIT_CLAMPED, "wait cut to max_match_wait_ms" },
+		{ KVPOOL_MATCH_WAIT_ENDED, "wait ended by the server" },
+		{ KVPOOL_MATCH_RETAIN_BUDGET, "retention over budget" },
+		{ KVPOOL_MATCH_RETAIN_CLAMPED, "retention cut to max_retain_ms" },
+	};
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (flags & names[i].bit)
+			add_word(buf, len, names[i].word);
+	if (!buf[0])
+		snprintf(buf, len, "none");
+}
+
+/* The second line of `kvpool match`: what the server said beyond the run. */
+static void match_print_detail(const struct kvpool_match_result *r, uint16_t version)
+{
+	char words[256];
+
+	if (version < 2) {
+		printf("server speaks protocol 1 only: --wait-ms, --want and --retain-ms were "
+		       "not sent\n");
+		return;
+	}
+	match_flag_words(r->flags, words, sizeof(words));
+	printf("present %zu, lease %u ms, retained %zu for %u ms, flags: %s\n", r->present,
+	       r->lease_ms, r->retained, r->retain_ms, words);
 }
 
 int cli_match_main(int argc, char **argv)
@@ -496,35 +639,50 @@ int cli_match_main(int argc, char **argv)
 	static const struct option longopts[] = {
 		CLI_COMMON_LONGOPTS,
 		{ "lease-ms", required_argument, NULL, OPT_LEASE_MS },
+		{ "wait-ms", required_argument, NULL, OPT_WAIT_MS },
+		{ "want", required_argument, NULL, OPT_WANT },
+		{ "retain-ms", required_argument, NULL, OPT_RETAIN_MS },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *prog = argv[0];
 	uint8_t (*keys)[KVPOOL_KEY_BYTES];
+	struct kvpool_match_result r;
+	struct match_args a = { { 0 }, 0 };
+	struct kvpool_limits lim = { 0 };
 	struct kvpool_client *c;
 	struct cli_conn conn;
-	uint32_t lease_ms = 0;
-	size_t n, matched;
+	size_t n, want;
 	int rc;
 
 	cli_conn_init(&conn, "default");
-	rc = parse_opts(argc, argv, match_usage, longopts, "h", &conn, match_opt, &lease_ms);
+	rc = parse_opts(argc, argv, match_usage, longopts, "h", &conn, match_opt, &a);
 	if (rc >= 0)
 		return rc;
 	rc = parse_keys(prog, argc, argv, optind, &keys, &n);
 	if (rc)
 		return rc;
+	if (a.o.want > n) {
+		free(keys);
+		return cli_usage_error(prog, "--want %u is more than the %zu keys given", a.o.want,
+				       n);
+	}
+	want = a.o.want ? a.o.want : n;
 	rc = cli_connect(&conn, prog, &c);
 	if (rc) {
 		free(keys);
 		return cli_connect_exit_code(rc);
 	}
-	rc = kvpool_match(c, keys, n, lease_ms, &matched);
+	rc = kvpool_match_ex(c, keys, n, &a.o, &r);
+	if (rc == 0)
+		rc = kvpool_get_limits(c, &lim);
 	kvpool_close(c);
 	free(keys);
 	if (rc)
 		return call_failed(prog, "match", rc);
-	printf("matched %zu of %zu\n", matched, n);
-	return matched == n ? CLI_EXIT_OK : CLI_EXIT_MISS;
+	printf("matched %zu of %zu\n", r.matched, n);
+	if (a.v2_asked || r.flags || r.present != r.matched || r.retained)
+		match_print_detail(&r, lim.protocol_version);
+	return r.matched >= want ? CLI_EXIT_OK : CLI_EXIT_MISS;
 }
 
 /* ---- ping -------------------------------------------------------------- */

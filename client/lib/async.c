@@ -74,6 +74,12 @@ struct kva_slot {
 	const uint8_t (*keys)[KVPOOL_KEY_BYTES];
 	int *st;                  /* per block/key: the caller's or own_st */
 	uint32_t lease_ms;
+	uint32_t *flags;          /* PUT: per block KVPOOL_PUT_* (the caller's), or NULL */
+	struct kvpool_match_opts mopts;    /* MATCH: wait_ms, want, retain_ms */
+	struct kvpool_match_result *mres;  /* MATCH: the caller's result, or NULL */
+	struct kvpool_match_result macc;   /* MATCH: folded over the chunks so far */
+	uint32_t want;            /* MATCH: leading keys wanted (1..count) */
+	uint64_t wait_end_ms;     /* MATCH: when the wait ends (0: no wait) */
 
 	void *mem;                /* scratch: sent map, words, own statuses */
 	size_t mem_bytes;
@@ -430,7 +436,8 @@ static struct kva_frame *frame_add(struct kva_slot *s, size_t first, size_t n, u
 static int pass_start(struct kvpool_client *c, struct kva_slot *s)
 {
 	struct kva *k = c->async;
-	size_t cap = (c->limits.max_frame_bytes - PROTO_HEADER_BYTES - PROTO_BATCH_PREFIX_BYTES) /
+	size_t cap = s->op == KVPOOL_OP_MATCH ? kvc_match_chunk(c) :
+		     (c->limits.max_frame_bytes - PROTO_HEADER_BYTES - PROTO_BATCH_PREFIX_BYTES) /
 		     entry_bytes(s->op);
 	uint64_t pay_cap = c->limits.max_inflight_put_bytes ? c->limits.max_inflight_put_bytes
 							    : UINT64_MAX;
@@ -577,12 +584,14 @@ static int tx_encode(struct kvpool_client *c, struct kva_frame *f)
 	struct kva *k = c->async;
 	struct kva_slot *s = f->s;
 	uint32_t eb = entry_bytes(s->op);
-	size_t body_bytes = proto_batch_body_bytes((uint32_t)f->n, eb);
+	uint8_t v = kvc_version(c);
+	size_t body_bytes = s->op == KVPOOL_OP_MATCH ? proto_match_body_bytes(v, (uint32_t)f->n) :
+						       proto_batch_body_bytes((uint32_t)f->n, eb);
 	size_t iovs = 1;
 	uint8_t *body;
 	struct proto_header h = {
 		.magic = PROTO_MAGIC,
-		.version = PROTO_VERSION,
+		.version = v,
 		.opcode = wire_op(s->op),
 		.body_bytes = (uint32_t)body_bytes,
 		.payload_bytes = f->payload_bytes,
@@ -598,8 +607,19 @@ static int tx_encode(struct kvpool_client *c, struct kva_frame *f)
 	h.request_id = f->wire_id;
 	proto_header_encode(&h, k->tx_buf);
 	body = k->tx_buf + PROTO_HEADER_BYTES;
-	proto_batch_encode_prefix(body, (uint32_t)f->n,
-				  s->op == KVPOOL_OP_MATCH ? s->lease_ms : 0);
+	if (s->op == KVPOOL_OP_MATCH) {
+		uint64_t now = kvc_now_ms();
+		uint32_t left = s->wait_end_ms > now ? (uint32_t)(s->wait_end_ms - now) : 0;
+		struct proto_match_opts o = kvc_match_frame_opts((uint32_t)s->match_done,
+								 (uint32_t)f->n, s->want, left,
+								 s->mopts.retain_ms);
+
+		if (s->mopts.want > s->count)
+			o.want = s->mopts.want; /* refused BAD_REQUEST, with the server's reason */
+		proto_match_encode_prefix(body, v, (uint32_t)f->n, s->lease_ms, &o);
+	} else {
+		proto_batch_encode_prefix(body, (uint32_t)f->n, 0);
+	}
 	k->tx_iov[0] = (struct iovec){ k->tx_buf, PROTO_HEADER_BYTES + body_bytes };
 	k->tx_iov_n = 1;
 	for (size_t i = 0; i < f->n; i++) {
@@ -618,7 +638,8 @@ static int tx_encode(struct kvpool_client *c, struct kva_frame *f)
 			}
 			e.length = s->words[idx];
 			e.checksum = kvc_checksum_prefix(b->iov, b->iovcnt, e.length);
-			proto_put_entry_encode(body, (uint32_t)i, &e);
+			e.retain_ms = b->retain_ms; /* v1: not sent */
+			proto_put_entry_encode_v(body, (uint32_t)i, v, &e);
 			memcpy(k->tx_iov + k->tx_iov_n, b->iov, (size_t)b->iovcnt * sizeof(*b->iov));
 			k->tx_iov_n += (size_t)b->iovcnt;
 		} else if (s->op == KVPOOL_OP_GET) {
@@ -627,6 +648,8 @@ static int tx_encode(struct kvpool_client *c, struct kva_frame *f)
 			memcpy(e.key, s->get[idx].key, PROTO_KEY_BYTES);
 			e.max_length = s->words[idx];
 			proto_get_entry_encode(body, (uint32_t)i, &e);
+		} else if (s->op == KVPOOL_OP_MATCH) {
+			proto_match_key_encode(body, v, (uint32_t)i, s->keys[idx]);
 		} else {
 			proto_key_entry_encode(body, (uint32_t)i, s->keys[idx]);
 		}
@@ -808,7 +831,7 @@ static void frame_refused(struct kva_slot *s, struct kva_frame *f, int err)
 
 /* MATCH: one chunk answered (or refused); go on, retry, or finish. */
 static void match_step(struct kvpool_client *c, struct kva_slot *s, struct kva_frame *f,
-		       int err, uint32_t m)
+		       int err, const struct proto_match_reply *r)
 {
 	s->refused = 0;
 	if (err == -EAGAIN) {
@@ -821,17 +844,22 @@ static void match_step(struct kvpool_client *c, struct kva_slot *s, struct kva_f
 			return;
 		}
 	}
+	if (!err && s->mopts.want > s->count)
+		err = -EPROTO; /* a server that let want > count pass */
 	if (err) {
 		slot_complete(c, s, err);
 		return;
 	}
-	s->match_done += m;
-	if (m == f->n && s->match_done < s->count) {
+	if (kvc_match_fold(&s->macc, s->match_done, f->n, r) && s->match_done + f->n < s->count) {
+		s->match_done += f->n;
 		if (pass_start(c, s))
 			slot_complete(c, s, -ENOMEM);
 		return;
 	}
-	s->matched = s->match_done;
+	s->match_done = s->macc.matched;
+	s->matched = s->macc.matched;
+	if (s->mres)
+		*s->mres = s->macc;
 	slot_complete(c, s, 0);
 }
 
@@ -965,21 +993,21 @@ static int rx_reply(struct kvpool_client *c)
 			frame_refused(s, f, err);
 		frame_answered(c, f, is_tx);
 		if (s->state == SLOT_ACTIVE && s->op == KVPOOL_OP_MATCH && s->frames_left == 0)
-			match_step(c, s, f, s->refused, 0);
+			match_step(c, s, f, s->refused, NULL);
 		return 0;
 	}
 	if (s->op == KVPOOL_OP_MATCH) {
-		uint32_t m, lease;
+		struct proto_match_reply mr;
 
-		if (proto_match_reply_decode(k->rx_body, k->rx_h.body_bytes, &m, &lease) || m > f->n)
+		if (kvc_match_reply(k->rx_h.version, k->rx_body, k->rx_h.body_bytes, f->n, &mr))
 			return -EPROTO;
 		frame_answered(c, f, is_tx);
 		if (s->state == SLOT_ACTIVE)
-			match_step(c, s, f, 0, m);
+			match_step(c, s, f, 0, &mr);
 		return 0;
 	}
-	if (proto_batch_decode(k->rx_body, k->rx_h.body_bytes, PROTO_RESULT_ENTRY_BYTES,
-			       &c->reply_limits, &k->rx_batch) ||
+	if (proto_batch_decode_v(k->rx_body, k->rx_h.body_bytes, PROTO_RESULT_ENTRY_BYTES,
+				 k->rx_h.version, &c->reply_limits, &k->rx_batch) ||
 	    k->rx_batch.count != f->n)
 		return -EPROTO;
 	if (s->op != KVPOOL_OP_GET) {
@@ -990,8 +1018,11 @@ static int rx_reply(struct kvpool_client *c)
 		for (size_t j = 0; j < f->n; j++) {
 			if (proto_result_decode(&k->rx_batch, (uint32_t)j, &r))
 				return -EPROTO;
-			if (s->state == SLOT_ACTIVE)
-				s->st[s->sent[f->first + j]] = proto_status_to_errno(r.status);
+			if (s->state != SLOT_ACTIVE)
+				continue;
+			s->st[s->sent[f->first + j]] = proto_status_to_errno(r.status);
+			if (s->flags)
+				s->flags[s->sent[f->first + j]] = r.flags;
 		}
 		frame_answered(c, f, is_tx);
 		return 0;
@@ -1341,20 +1372,35 @@ struct submit_args {
 	size_t count;
 	int *statuses;
 	uint32_t lease_ms;
+	uint32_t *flags;                      /* PUT, may be NULL */
+	const struct kvpool_match_opts *mopts;/* MATCH, may be NULL */
+	struct kvpool_match_result *mres;     /* MATCH, may be NULL */
 };
 
 /* RDMA: run the request as its synchronous twin right here. */
 static int run_inline(struct kvpool_client *c, struct kva_slot *s, const struct submit_args *a)
 {
+	struct kvpool_match_opts o = { .lease_ms = a->lease_ms };
+	struct kvpool_match_result r;
+	int rc;
+
 	switch (a->op) {
 	case KVPOOL_OP_PUT:
-		return kvc_put_sync(c, a->put, a->count, a->statuses);
+		return kvc_put_sync_ex(c, a->put, a->count, a->statuses, a->flags);
 	case KVPOOL_OP_GET:
 		return kvc_get_sync(c, a->get, a->count, a->statuses);
 	case KVPOOL_OP_EXISTS:
 		return kvc_exists_sync(c, a->keys, a->count, a->statuses);
 	case KVPOOL_OP_MATCH:
-		return kvc_match_sync(c, a->keys, a->count, a->lease_ms, &s->matched);
+		if (a->mopts)
+			o = *a->mopts;
+		rc = kvc_match_sync_ex(c, a->keys, a->count, &o, &r);
+		if (rc == 0) {
+			s->matched = r.matched;
+			if (a->mres)
+				*a->mres = r;
+		}
+		return rc;
 	default:
 		return kvc_delete_sync(c, a->keys, a->count, a->statuses);
 	}
@@ -1373,6 +1419,16 @@ static int slot_start(struct kvpool_client *c, struct kva_slot *s, const struct 
 	s->get = a->get;
 	s->keys = a->keys;
 	s->lease_ms = a->lease_ms;
+	s->flags = a->flags;
+	s->mopts = a->mopts ? *a->mopts : (struct kvpool_match_opts){ .lease_ms = a->lease_ms };
+	s->lease_ms = s->mopts.lease_ms;
+	s->mres = a->mres;
+	s->macc = (struct kvpool_match_result){ 0 };
+	s->want = s->mopts.want && s->mopts.want <= a->count ? s->mopts.want :
+		  a->count < UINT32_MAX ? (uint32_t)a->count : UINT32_MAX;
+	s->wait_end_ms = 0;
+	if (s->flags && a->count)
+		memset(s->flags, 0, a->count * sizeof(*s->flags));
 	s->match_done = 0;
 	s->matched = 0;
 	s->refused = 0;
@@ -1382,6 +1438,11 @@ static int slot_start(struct kvpool_client *c, struct kva_slot *s, const struct 
 	s->polled = 0;
 	s->n_frames = 0;
 	s->deadline_ms = kvc_deadline_ms(timeout_of(c));
+	if (a->op == KVPOOL_OP_MATCH && s->mopts.wait_ms && kvc_version(c) >= PROTO_VERSION_2) {
+		/* a waiting MATCH may take that much longer */
+		s->wait_end_ms = kvc_now_ms() + s->mopts.wait_ms;
+		s->deadline_ms += s->mopts.wait_ms;
+	}
 	rc = slot_scratch(s, a->count, a->statuses);
 	if (rc)
 		return rc;
@@ -1415,6 +1476,8 @@ static int slot_start(struct kvpool_client *c, struct kva_slot *s, const struct 
 		}
 		s->sent[s->n_sent++] = i;
 	}
+	if (a->op == KVPOOL_OP_MATCH && a->count == 0 && s->mres)
+		*s->mres = s->macc; /* nothing asked: nothing matched */
 	if (a->count == 0 || (a->op != KVPOOL_OP_MATCH && s->n_sent == 0)) {
 		slot_complete(c, s, a->op == KVPOOL_OP_PUT ? first_error(s->st, s->count) : 0);
 		return 0;
@@ -1464,6 +1527,11 @@ static int submit(struct kvpool_client *c, const struct submit_args *a, int inte
 		if (rc)
 			return rc;
 	}
+	/* want > count: a v2 server refuses it with its reason; a v1 server
+	 * cannot, so it is refused here (as kvc_match_sync_ex does) */
+	if (a->op == KVPOOL_OP_MATCH && a->mopts && a->mopts->want > a->count &&
+	    kvc_version(c) < PROTO_VERSION_2 && !c->rdma)
+		return -EPROTO;
 	s->internal = internal;
 	rc = slot_start(c, s, a);
 	if (rc)
@@ -1497,6 +1565,19 @@ int kvpool_submit_put(struct kvpool_client *c, const struct kvpool_put_block *bl
 {
 	struct submit_args a = { .op = KVPOOL_OP_PUT, .put = blocks, .count = count,
 				 .statuses = statuses };
+
+	if (c && c->cluster)
+		return -EOPNOTSUPP; /* a cluster handle: synchronous calls only */
+	if (!c || !id || (count && !blocks) || !kvc_put_blocks_valid(blocks, count))
+		return -EINVAL;
+	return submit_public(c, &a, tag, id);
+}
+
+int kvpool_submit_put_ex(struct kvpool_client *c, const struct kvpool_put_block *blocks,
+			 size_t count, int *statuses, uint32_t *flags, uint64_t tag, uint64_t *id)
+{
+	struct submit_args a = { .op = KVPOOL_OP_PUT, .put = blocks, .count = count,
+				 .statuses = statuses, .flags = flags };
 
 	if (c && c->cluster)
 		return -EOPNOTSUPP; /* a cluster handle: synchronous calls only */
@@ -1540,6 +1621,21 @@ int kvpool_submit_match(struct kvpool_client *c, const void *keys, size_t count,
 	if (c && c->cluster)
 		return -EOPNOTSUPP; /* a cluster handle: synchronous calls only */
 	if (!c || !id || (count && !keys))
+		return -EINVAL;
+	return submit_public(c, &a, tag, id);
+}
+
+int kvpool_submit_match_ex(struct kvpool_client *c, const void *keys, size_t count,
+			   const struct kvpool_match_opts *opts, struct kvpool_match_result *out,
+			   uint64_t tag, uint64_t *id)
+{
+	struct submit_args a = { .op = KVPOOL_OP_MATCH, .keys = keys, .count = count,
+				 .lease_ms = opts ? opts->lease_ms : 0, .mopts = opts,
+				 .mres = out };
+
+	if (c && c->cluster)
+		return -EOPNOTSUPP; /* a cluster handle: synchronous calls only */
+	if (!c || !id || !out || (count && !keys))
 		return -EINVAL;
 	return submit_public(c, &a, tag, id);
 }
@@ -1715,9 +1811,26 @@ int kvpool_cancel(struct kvpool_client *c, uint64_t id)
 int kvc_async_call(struct kvpool_client *c, int op, const void *blocks_or_keys, size_t count,
 		   int *statuses, uint32_t lease_ms, size_t *matched)
 {
+	struct kvpool_match_opts o = { .lease_ms = lease_ms };
+	struct kvpool_match_result r;
+	int rc;
+
+	if (op != KVPOOL_OP_MATCH)
+		return kvc_async_call_ex(c, op, blocks_or_keys, count, statuses, NULL, NULL, NULL);
+	rc = kvc_async_call_ex(c, op, blocks_or_keys, count, statuses, NULL, &o, &r);
+	if (rc == 0 && matched)
+		*matched = r.matched;
+	return rc;
+}
+
+int kvc_async_call_ex(struct kvpool_client *c, int op, const void *blocks_or_keys, size_t count,
+		      int *statuses, uint32_t *flags, const struct kvpool_match_opts *mopts,
+		      struct kvpool_match_result *mres)
+{
 	struct kva *k = c->async;
 	struct submit_args a = { .op = op, .count = count, .statuses = statuses,
-				 .lease_ms = lease_ms };
+				 .lease_ms = mopts ? mopts->lease_ms : 0, .flags = flags,
+				 .mopts = mopts, .mres = mres };
 	struct kva_slot *s;
 	uint64_t id;
 	int rc;
@@ -1741,8 +1854,6 @@ int kvc_async_call(struct kvpool_client *c, int op, const void *blocks_or_keys, 
 		wait_io(c, wait_for(k, 0, 1));
 	}
 	rc = s->status;
-	if (matched)
-		*matched = s->matched;
 	s->polled = 1;
 	slot_release_if_idle(k, s);
 	unlock_sync(c);

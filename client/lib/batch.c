@@ -158,8 +158,8 @@ static int recv_frame(struct kvpool_client *c, const struct kvc_batch *b, const 
 		b->ops->refused(b->ctx, f->first, f->n, r.err);
 		return 0;
 	}
-	if (proto_batch_decode(r.body, r.body_bytes, PROTO_RESULT_ENTRY_BYTES, &c->reply_limits,
-			       &res) ||
+	if (proto_batch_decode_v(r.body, r.body_bytes, PROTO_RESULT_ENTRY_BYTES, r.h.version,
+				 &c->reply_limits, &res) ||
 	    res.count != f->n)
 		return kvc_stream_error(c, -EPROTO);
 	return b->ops->results(b->ctx, c, f->first, f->n, &res, r.h.payload_bytes, deadline_ms);

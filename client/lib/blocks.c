@@ -20,6 +20,8 @@
  * blocks refused locally (empty or too large) are not sent. */
 struct put_call {
 	const struct kvpool_put_block *blocks;
+	uint8_t version;  /* of the frames: the handle's */
+	uint32_t *flags;  /* per block KVPOOL_PUT_* (the caller's), or NULL */
 	int *st;          /* per block */
 	size_t *sent;     /* entry -> block index */
 	uint64_t *bytes;  /* per block payload bytes */
@@ -168,7 +170,8 @@ static void put_encode(void *ctx, size_t i, uint8_t *body, uint32_t j)
 	}
 	e.length = pc->bytes[pc->sent[i]];
 	e.checksum = kvc_checksum_prefix(b->iov, b->iovcnt, e.length);
-	proto_put_entry_encode(body, j, &e);
+	e.retain_ms = b->retain_ms; /* v1: not sent */
+	proto_put_entry_encode_v(body, j, pc->version, &e);
 }
 
 static uint64_t put_payload_bytes(void *ctx, size_t i)
@@ -207,6 +210,8 @@ static int put_results(void *ctx, struct kvpool_client *c, size_t first, size_t 
 		if (proto_result_decode(b, (uint32_t)j, &r))
 			return kvc_stream_error(c, -EPROTO);
 		pc->st[pc->sent[first + j]] = proto_status_to_errno(r.status);
+		if (pc->flags)
+			pc->flags[pc->sent[first + j]] = r.flags;
 	}
 	return 0;
 }
@@ -352,10 +357,23 @@ static size_t put_busy_select(void *ctx, size_t count)
 	return n;
 }
 
+/* Zero count flags (NULL: none). */
+static void flags_clear(uint32_t *flags, size_t count)
+{
+	if (flags && count)
+		memset(flags, 0, count * sizeof(*flags));
+}
+
 int kvc_put_sync(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
 		 int *statuses)
 {
-	struct put_call pc = { .blocks = blocks };
+	return kvc_put_sync_ex(c, blocks, count, statuses, NULL);
+}
+
+int kvc_put_sync_ex(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
+		    int *statuses, uint32_t *flags)
+{
+	struct put_call pc = { .blocks = blocks, .flags = flags };
 	struct kvc_batch b = {
 		.op = PROTO_OP_PUT,
 		.entry_bytes = PROTO_PUT_ENTRY_BYTES,
@@ -366,8 +384,9 @@ int kvc_put_sync(struct kvpool_client *c, const struct kvpool_put_block *blocks,
 	uint64_t deadline_ms;
 	int rc;
 
+	flags_clear(flags, count);
 	if (c && c->cluster)
-		return kvcl_put(c->cluster, blocks, count, statuses);
+		return kvcl_put(c->cluster, blocks, count, statuses, flags);
 	if (!c || (count && !blocks) || !kvc_put_blocks_valid(blocks, count))
 		return fill_status(statuses, count, -EINVAL);
 	if (count == 0)
@@ -375,6 +394,7 @@ int kvc_put_sync(struct kvpool_client *c, const struct kvpool_put_block *blocks,
 	rc = call_start(c, count, statuses, &m, &deadline_ms);
 	if (rc)
 		return rc;
+	pc.version = kvc_version(c);
 	pc.st = m.st;
 	pc.sent = (size_t *)m.a;
 	pc.bytes = m.b;
@@ -386,12 +406,19 @@ int kvc_put_sync(struct kvpool_client *c, const struct kvpool_put_block *blocks,
 int kvpool_put(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
 	       int *statuses)
 {
+	return kvpool_put_ex(c, blocks, count, statuses, NULL);
+}
+
+int kvpool_put_ex(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
+		  int *statuses, uint32_t *flags)
+{
 	if (c && count && blocks && kvc_async_busy(c)) {
+		flags_clear(flags, count);
 		if (!kvc_put_blocks_valid(blocks, count))
 			return fill_status(statuses, count, -EINVAL);
-		return kvc_async_call(c, KVPOOL_OP_PUT, blocks, count, statuses, 0, NULL);
+		return kvc_async_call_ex(c, KVPOOL_OP_PUT, blocks, count, statuses, flags, NULL, NULL);
 	}
-	return kvc_put_sync(c, blocks, count, statuses);
+	return kvc_put_sync_ex(c, blocks, count, statuses, flags);
 }
 
 int kvpool_put_bytes(struct kvpool_client *c, const uint8_t key[KVPOOL_KEY_BYTES],

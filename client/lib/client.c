@@ -17,10 +17,12 @@
 /* Limits used to read the HELLO reply, before the server has told us its own. */
 static const struct proto_limits bootstrap_limits = {
 	.max_frame_bytes = PROTO_HEADER_BYTES + PROTO_ERROR_FIXED_BYTES + KVC_MESSAGE_MAX_BYTES +
-			   PROTO_HELLO_REPLY_BYTES,
+			   PROTO_HELLO_REPLY_MAX_BYTES,
 	.max_batch_blocks = 1,
 	.max_block_bytes = 1,
 };
+
+uint16_t kvc_test_max_version;
 
 /* Smallest frame limit that still lets a client send one entry of any batch. */
 #define MIN_SERVER_FRAME_BYTES (PROTO_HEADER_BYTES + PROTO_BATCH_PREFIX_BYTES + PROTO_PUT_ENTRY_BYTES)
@@ -92,7 +94,7 @@ int kvc_send_request(struct kvpool_client *c, uint8_t op, uint64_t request_id, c
 {
 	struct proto_header h = {
 		.magic = PROTO_MAGIC,
-		.version = PROTO_VERSION,
+		.version = op == PROTO_OP_HELLO ? PROTO_VERSION : kvc_version(c),
 		.opcode = op,
 		.body_bytes = (uint32_t)body_bytes,
 		.request_id = request_id,
@@ -269,6 +271,8 @@ static int adopt_limits(struct kvpool_client *c, const struct proto_hello_reply 
 		.rdma_port = hr->rdma_port,
 		.protocol_version = hr->version,
 		.max_inflight_put_bytes = hr->max_inflight_put_bytes,
+		.max_match_wait_ms = hr->max_match_wait_ms,
+		.max_retain_ms = hr->max_retain_ms,
 	};
 	c->reply_limits.max_batch_blocks = hr->max_batch_blocks;
 	c->reply_limits.max_block_bytes = hr->max_block_bytes;
@@ -281,7 +285,7 @@ int kvc_hello(struct kvpool_client *c, uint64_t deadline_ms)
 {
 	struct proto_hello h = {
 		.min_version = PROTO_VERSION_MIN,
-		.max_version = PROTO_VERSION_MAX,
+		.max_version = kvc_test_max_version ? kvc_test_max_version : PROTO_VERSION_MAX,
 		.ns = c->ns,
 		.ns_len = c->ns_len,
 		.token = c->token,

@@ -178,6 +178,11 @@ void kvc_regions_free(struct kvpool_client *c);
  * server's limits. On error the caller closes the connection. */
 int kvc_hello(struct kvpool_client *c, uint64_t deadline_ms);
 
+/* Test hook: the highest protocol version HELLO offers (0, the default:
+ * PROTO_VERSION_MAX), so that tests can play a v1 client against a v2
+ * server. Set it before connecting. Not exported by libkvpool.so. */
+extern uint16_t kvc_test_max_version;
+
 /* ---- RDMA (conn_rdma.c) -------------------------------------------------- */
 
 /* Test hook: the verbs/rdma_cm table libkvpool's RDMA connections use.
@@ -249,6 +254,11 @@ int kvc_async_busy(const struct kvpool_client *c);
  * it finishes. Returns what the twin returns; *matched for MATCH. */
 int kvc_async_call(struct kvpool_client *c, int op, const void *blocks_or_keys, size_t count,
 		   int *statuses, uint32_t lease_ms, size_t *matched);
+/* kvc_async_call with the _ex twins' extras: PUT flags (may be NULL);
+ * MATCH options (may be NULL) and result (required for MATCH). */
+int kvc_async_call_ex(struct kvpool_client *c, int op, const void *blocks_or_keys, size_t count,
+		      int *statuses, uint32_t *flags, const struct kvpool_match_opts *mopts,
+		      struct kvpool_match_result *mres);
 
 /* The synchronous data calls without the routing above (blocks.c,
  * keys.c): what kvpool_put etc. run when nothing asynchronous is in
@@ -261,6 +271,44 @@ int kvc_exists_sync(struct kvpool_client *c, const void *keys, size_t count, int
 int kvc_delete_sync(struct kvpool_client *c, const void *keys, size_t count, int *statuses);
 int kvc_match_sync(struct kvpool_client *c, const void *keys, size_t count, uint32_t lease_ms,
 		   size_t *matched);
+/* The _ex forms (kvpool_put_ex, kvpool_match_ex); the ones above call them. */
+int kvc_put_sync_ex(struct kvpool_client *c, const struct kvpool_put_block *blocks, size_t count,
+		    int *statuses, uint32_t *flags);
+int kvc_match_sync_ex(struct kvpool_client *c, const void *keys, size_t count,
+		      const struct kvpool_match_opts *opts, struct kvpool_match_result *out);
+
+/* ---- protocol version 2 (keys.c) ------------------------------------------ */
+
+/* The version this handle's frames carry (after HELLO: the one agreed;
+ * 1 before). */
+uint8_t kvc_version(const struct kvpool_client *c);
+
+/* Keys per MATCH frame under the handle's limits and version. */
+size_t kvc_match_chunk(const struct kvpool_client *c);
+
+/* The options one MATCH frame carries: the frame asks keys
+ * first..first+n-1 of a chain (0-based), want_total leading keys of the
+ * whole chain are wanted (1..count), wait_left_ms is what is left of the
+ * call's wait. The frame waits only for its own share of want. */
+struct proto_match_opts kvc_match_frame_opts(uint32_t first, uint32_t n, uint32_t want_total,
+					     uint32_t wait_left_ms, uint32_t retain_ms);
+
+/* Encode a MATCH request of keys[0..n) into the handle's write buffer
+ * (c->wbuf) in the handle's version; *body_bytes receives its size.
+ * Errors: -ENOMEM. */
+int kvc_match_encode(struct kvpool_client *c, const uint8_t *keys, size_t n, uint32_t lease_ms,
+		     const struct proto_match_opts *o, size_t *body_bytes);
+
+/* Decode a MATCH reply body of protocol `version` (its header's) to a
+ * frame of n keys. Errors: -EPROTO (malformed, or counts above n). */
+int kvc_match_reply(uint8_t version, const uint8_t *body, size_t body_bytes, size_t n,
+		    struct proto_match_reply *out);
+
+/* Fold one MATCH frame's reply into the result of the whole call: first
+ * is where the frame starts in the chain. Returns 1 when the next frame
+ * is to be asked (this one matched whole), else 0. */
+int kvc_match_fold(struct kvpool_match_result *acc, size_t first, size_t n,
+		   const struct proto_match_reply *r);
 
 /* The argument checks of kvpool_put / kvpool_get (blocks.c): 1 when every
  * block has a key and a valid scatter-gather list. */

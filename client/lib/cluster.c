@@ -177,8 +177,11 @@ struct part {
 	struct kvpool_get_block *gb;
 	const uint8_t *keys;        /* n keys */
 	int *st;                    /* n statuses */
+	uint32_t *flags;            /* PUT: n KVPOOL_PUT_* words, or NULL */
 	uint32_t lease_ms;
 	size_t matched;
+	struct kvpool_match_opts mopts;   /* MATCH: this node's options */
+	struct kvpool_match_result mres;  /* MATCH: this node's answer */
 	const char *ns;
 	uint64_t u64;               /* DROP blocks, PING rtt */
 	char *json;                 /* STATS */
@@ -258,7 +261,8 @@ static int part_run(struct kvcl *cl, struct kvcl_node *n, void *arg)
 		rc = kvpool_delete(n->h, p->keys, p->n, p->st);
 		break;
 	case PART_MATCH:
-		rc = kvpool_match(n->h, p->keys, p->n, p->lease_ms, &p->matched);
+		rc = kvpool_match_ex(n->h, p->keys, p->n, &p->mopts, &p->mres);
+		p->matched = rc ? 0 : p->mres.matched;
 		break;
 	case PART_DROP:
 		rc = kvpool_drop_namespace(n->h, p->ns, &p->u64);
@@ -306,7 +310,7 @@ static void submit_round(struct kvcl *cl, const struct view *v, struct part *par
 		if (rc == 0) {
 			switch (p->op) {
 			case PART_PUT:
-				rc = kvpool_submit_put(n->h, p->pb, p->n, p->st, j, &id);
+				rc = kvpool_submit_put_ex(n->h, p->pb, p->n, p->st, p->flags, j, &id);
 				break;
 			case PART_GET:
 				rc = kvpool_submit_get(n->h, p->gb, p->n, p->st, j, &id);
@@ -431,8 +435,9 @@ static int match_send(struct kvcl *cl, struct kvcl_node *n, const struct part *p
 		      uint64_t *deadline_ms, uint64_t *id)
 {
 	struct kvpool_client *h;
+	struct proto_match_opts o;
 	struct iovec iov[2];
-	size_t body, chunk;
+	size_t body;
 	int rc = node_ready(cl, n);
 
 	if (rc)
@@ -441,37 +446,35 @@ static int match_send(struct kvcl *cl, struct kvcl_node *n, const struct part *p
 	rc = kvc_begin(h, deadline_ms);
 	if (rc)
 		return rc;
-	chunk = (h->limits.max_frame_bytes - PROTO_HEADER_BYTES - PROTO_BATCH_PREFIX_BYTES) /
-		PROTO_KEY_ENTRY_BYTES;
-	if (chunk > h->limits.max_batch_blocks)
-		chunk = h->limits.max_batch_blocks;
-	if (p->n > chunk)
+	if (p->n > kvc_match_chunk(h))
 		return -E2BIG;
-	body = proto_batch_body_bytes((uint32_t)p->n, PROTO_KEY_ENTRY_BYTES);
-	rc = kvc_wbuf_reserve(h, body);
+	o = kvc_match_frame_opts(0, (uint32_t)p->n, p->mopts.want, p->mopts.wait_ms,
+				 p->mopts.retain_ms);
+	if (kvc_version(h) >= PROTO_VERSION_2)
+		*deadline_ms += o.wait_ms; /* the node may wait that much longer */
+	rc = kvc_match_encode(h, p->keys, p->n, p->lease_ms, &o, &body);
 	if (rc)
 		return rc;
-	proto_batch_encode_prefix(h->wbuf, (uint32_t)p->n, p->lease_ms);
-	for (size_t i = 0; i < p->n; i++)
-		proto_key_entry_encode(h->wbuf, (uint32_t)i, p->keys + i * KVPOOL_KEY_BYTES);
 	*id = kvc_next_request_id(h);
 	return kvc_send_request(h, PROTO_OP_MATCH, *id, h->wbuf, body, iov, 2, 0, *deadline_ms);
 }
 
-static int match_recv(struct kvpool_client *h, uint64_t id, uint64_t deadline_ms, size_t n,
-		      size_t *matched)
+static int match_recv(struct kvpool_client *h, uint64_t id, uint64_t deadline_ms,
+		      struct part *p)
 {
+	struct proto_match_reply m;
 	struct kvc_reply r;
-	uint32_t m, lease;
 	int rc = kvc_recv_reply(h, PROTO_OP_MATCH, id, deadline_ms, &r);
 
 	if (rc)
 		return rc;
 	if (r.err)
 		return r.err;
-	if (proto_match_reply_decode(r.body, r.body_bytes, &m, &lease) || m > n)
+	if (kvc_match_reply(r.h.version, r.body, r.body_bytes, p->n, &m))
 		return kvc_stream_error(h, -EPROTO);
-	*matched = m;
+	p->mres = (struct kvpool_match_result){ 0 };
+	kvc_match_fold(&p->mres, 0, p->n, &m);
+	p->matched = p->mres.matched;
 	return 0;
 }
 
@@ -508,7 +511,7 @@ static void match_round(struct kvcl *cl, const struct view *v, struct part *part
 
 		if (!sent[j])
 			continue;
-		rc = match_recv(v->node[j]->h, id[j], deadline[j], parts[j].n, &parts[j].matched);
+		rc = match_recv(v->node[j]->h, id[j], deadline[j], &parts[j]);
 		if (rc == -EAGAIN) {
 			later = 1; /* BUSY: kvpool_match retries it with backoff */
 			continue;
@@ -527,6 +530,7 @@ static void match_round(struct kvcl *cl, const struct view *v, struct part *part
 		if (rest[j].op == PART_MATCH) {
 			parts[j].rc = rest[j].rc;
 			parts[j].matched = rest[j].matched;
+			parts[j].mres = rest[j].mres;
 		}
 }
 
@@ -576,42 +580,109 @@ out:
 	free(st);
 }
 
+/* Spread a node's leading run `m` (of its segments, concatenated in chain
+ * order) over those segments: seg[s] receives how much of segment s it
+ * covers, up to its first short one. */
+static void spread(size_t m, const size_t *perm, size_t first, size_t cnt, size_t n_seg,
+		   size_t count, size_t D, size_t *seg)
+{
+	for (size_t p = first; p < first + cnt; p++) {
+		size_t s = perm[p], len = s + 1 < n_seg ? D : count - s * D;
+
+		seg[s] = m < len ? m : len;
+		m -= seg[s];
+		if (seg[s] < len)
+			m = 0;
+	}
+}
+
+/* The chain's leading run from per-segment runs; *stop receives the first
+ * short segment (n_seg when none). */
+static size_t leading(const size_t *seg, size_t n_seg, size_t count, size_t D, size_t *stop)
+{
+	size_t total = 0;
+
+	*stop = n_seg;
+	for (size_t s = 0; s < n_seg; s++) {
+		size_t len = s + 1 < n_seg ? D : count - s * D;
+
+		total += seg[s];
+		if (seg[s] < len) {
+			*stop = s;
+			break;
+		}
+	}
+	return total;
+}
+
 int kvcl_match(struct kvcl *cl, const void *keys, size_t count, uint32_t lease_ms,
 	       size_t *matched)
 {
+	struct kvpool_match_opts o = { .lease_ms = lease_ms };
+	struct kvpool_match_result r;
+	int rc;
+
+	if (!matched)
+		return -EINVAL;
+	*matched = 0;
+	rc = kvcl_match_ex(cl, keys, count, &o, &r);
+	if (rc == 0)
+		*matched = r.matched;
+	return rc;
+}
+
+int kvcl_match_ex(struct kvcl *cl, const void *keys, size_t count,
+		  const struct kvpool_match_opts *opts, struct kvpool_match_result *out)
+{
+	static const struct kvpool_match_opts none;
 	const uint8_t (*chain)[KVPOOL_KEY_BYTES] = keys;
 	const size_t D = cl->segment_blocks;
-	size_t n_seg, *perm, *seg_m, start[KVCL_MAX_NODES], cnt[KVCL_MAX_NODES], total = 0;
+	size_t n_seg, *perm, *seg_m, *seg_p, *seg_r, start[KVCL_MAX_NODES], cnt[KVCL_MAX_NODES];
+	struct kvpool_match_result res = { 0 };
 	struct part parts[KVCL_MAX_NODES];
 	uint8_t (*kb)[KVPOOL_KEY_BYTES];
+	size_t want, stop, stop_p, stop_r;
 	struct view v;
 	int *own;
 	char *mem;
 
-	if (!matched || (count && !keys))
+	if (!out || (count && !keys))
 		return -EINVAL;
-	*matched = 0;
-	if (count == 0)
+	if (!opts)
+		opts = &none;
+	if (opts->want > count)
+		return -EPROTO; /* as a server answers want > count (BAD_REQUEST) */
+	if (count == 0) {
+		*out = res;
 		return 0;
+	}
+	want = opts->want ? opts->want : count;
 	for (size_t i = 0; i < count; i++)
 		pos_put(cl, chain[i], (uint32_t)i, chain[i - i % D]);
 	view_take(cl, &v);
-	if (v.n == 0)
+	if (v.n == 0) {
+		*out = res;
 		return 0;
+	}
 	n_seg = (count + D - 1) / D;
-	mem = scratch(cl, n_seg * (sizeof(int) + 2 * sizeof(size_t)) + count * KVPOOL_KEY_BYTES);
+	mem = scratch(cl, n_seg * (sizeof(int) + 4 * sizeof(size_t)) + count * KVPOOL_KEY_BYTES);
 	if (!mem)
 		return -ENOMEM;
 	kb = (void *)mem;
 	perm = (size_t *)(mem + count * KVPOOL_KEY_BYTES);
 	seg_m = perm + n_seg;
-	own = (int *)(seg_m + n_seg);
+	seg_p = seg_m + n_seg;
+	seg_r = seg_p + n_seg;
+	own = (int *)(seg_r + n_seg);
 	for (size_t s = 0; s < n_seg; s++)
 		own[s] = view_owner(&v, chain[s * D]);
 	group(own, n_seg, v.n, perm, start, cnt);
-	/* Node j's keys: its segments, concatenated in chain order. */
+	/* Node j's keys: its segments, concatenated in chain order; its share
+	 * of want: those of its keys among the chain's first `want`. */
 	memset(parts, 0, v.n * sizeof(parts[0]));
 	for (size_t j = 0, k = 0; j < v.n; j++) {
+		size_t node_want = 0;
+
 		parts[j].keys = kb[k];
 		for (size_t p = start[j]; p < start[j] + cnt[j]; p++) {
 			size_t s = perm[p], len = s + 1 < n_seg ? D : count - s * D;
@@ -619,42 +690,48 @@ int kvcl_match(struct kvcl *cl, const void *keys, size_t count, uint32_t lease_m
 			memcpy(kb[k], chain[s * D], len * KVPOOL_KEY_BYTES);
 			k += len;
 			parts[j].n += len;
+			if (s * D < want)
+				node_want += want - s * D < len ? want - s * D : len;
 		}
 		if (parts[j].n) {
 			parts[j].op = PART_MATCH;
-			parts[j].lease_ms = lease_ms;
+			parts[j].lease_ms = opts->lease_ms;
+			parts[j].mopts = (struct kvpool_match_opts){
+				.lease_ms = opts->lease_ms,
+				.wait_ms = node_want ? opts->wait_ms : 0,
+				.want = (uint32_t)node_want,
+				.retain_ms = opts->retain_ms,
+			};
 		}
 	}
 	match_round(cl, &v, parts);
-	/* Each node's leading run says how much of each of its segments is held,
-	 * up to its first short one; later ones do not matter. */
+	/* Each node's leading runs say how much of each of its segments is
+	 * matched, present and retained, up to its first short one; later
+	 * ones do not matter. */
 	for (size_t j = 0; j < v.n; j++) {
-		size_t m = parts[j].rc ? 0 : parts[j].matched;
+		const struct kvpool_match_result *r = &parts[j].mres;
+		int ok = !parts[j].rc;
 
 		if (parts[j].rc)
 			v.node[j]->errors++;
-		for (size_t p = start[j]; p < start[j] + cnt[j]; p++) {
-			size_t s = perm[p], len = s + 1 < n_seg ? D : count - s * D;
-
-			seg_m[s] = m < len ? m : len;
-			m -= seg_m[s];
-			if (seg_m[s] < len)
-				m = 0;
-		}
+		spread(ok ? parts[j].matched : 0, perm, start[j], cnt[j], n_seg, count, D, seg_m);
+		spread(ok ? r->present : 0, perm, start[j], cnt[j], n_seg, count, D, seg_p);
+		spread(ok ? r->retained : 0, perm, start[j], cnt[j], n_seg, count, D, seg_r);
+		if (!ok || !cnt[j])
+			continue;
+		res.flags |= r->flags;
+		if (r->lease_ms && (!res.lease_ms || r->lease_ms < res.lease_ms))
+			res.lease_ms = r->lease_ms;
+		if (r->retain_ms && (!res.retain_ms || r->retain_ms < res.retain_ms))
+			res.retain_ms = r->retain_ms;
 	}
-	size_t stop = n_seg;
-
-	for (size_t s = 0; s < n_seg; s++) {
-		size_t len = s + 1 < n_seg ? D : count - s * D;
-
-		total += seg_m[s];
-		if (seg_m[s] < len) {
-			stop = s;
-			break;
-		}
-	}
-	*matched = total;
-	if (lease_ms && stop + 1 < n_seg)
+	res.matched = leading(seg_m, n_seg, count, D, &stop);
+	res.present = leading(seg_p, n_seg, count, D, &stop_p);
+	res.retained = leading(seg_r, n_seg, count, D, &stop_r);
+	if (!res.matched)
+		res.lease_ms = 0;
+	*out = res;
+	if (opts->lease_ms && stop + 1 < n_seg)
 		release_leases(cl, &v, chain, count, stop, seg_m, own);
 	return 0;
 }
@@ -669,13 +746,13 @@ static int key_is_zero(const uint8_t *k)
 }
 
 int kvcl_put(struct kvcl *cl, const struct kvpool_put_block *blocks, size_t count,
-	     int *statuses)
+	     int *statuses, uint32_t *flags)
 {
 	const size_t D = cl->segment_blocks;
 	size_t *perm, start[KVCL_MAX_NODES], cnt[KVCL_MAX_NODES];
 	struct part parts[KVCL_MAX_NODES];
 	struct kvpool_put_block *pb;
-	uint32_t *posv;
+	uint32_t *posv, *pfl;
 	struct view v;
 	int *own, *st, *pst, ret = 0;
 	char *mem;
@@ -691,9 +768,9 @@ int kvcl_put(struct kvcl *cl, const struct kvpool_put_block *blocks, size_t coun
 	if (count == 0)
 		return 0;
 	view_take(cl, &v);
-	/* pb[count] perm[count] own[count] st[count] pst[count] posv[count] */
+	/* pb[count] perm[count] own[count] st[count] pst[count] posv[count] pfl[count] */
 	mem = scratch(cl, count * (sizeof(*pb) + sizeof(size_t) + 3 * sizeof(int) +
-				   sizeof(uint32_t)));
+				   2 * sizeof(uint32_t)));
 	if (!mem)
 		return -ENOMEM;
 	pb = (void *)mem;
@@ -702,6 +779,7 @@ int kvcl_put(struct kvcl *cl, const struct kvpool_put_block *blocks, size_t coun
 	st = own + count;
 	pst = st + count;
 	posv = (uint32_t *)(pst + count);
+	pfl = posv + count;
 	/* Position of each block: 0 with no parent, else one past its parent
 	 * (known from an earlier call or from this batch). */
 	for (size_t i = 0; i < count; i++) {
@@ -734,6 +812,7 @@ int kvcl_put(struct kvcl *cl, const struct kvpool_put_block *blocks, size_t coun
 	for (size_t j = 0; j < v.n; j++) {
 		parts[j].pb = pb + start[j];
 		parts[j].st = pst + start[j];
+		parts[j].flags = flags ? pfl + start[j] : NULL;
 		parts[j].n = cnt[j];
 		parts[j].op = cnt[j] ? PART_PUT : PART_NONE;
 		for (size_t p = start[j]; p < start[j] + cnt[j]; p++) {
@@ -755,8 +834,11 @@ int kvcl_put(struct kvcl *cl, const struct kvpool_put_block *blocks, size_t coun
 			v.node[j]->errors++;
 			v.node[j]->puts_dropped += cnt[j];
 		}
-		for (size_t p = start[j]; p < start[j] + cnt[j]; p++)
+		for (size_t p = start[j]; p < start[j] + cnt[j]; p++) {
 			st[perm[p]] = conn ? 0 : pst[p];
+			if (flags)
+				flags[perm[p]] = conn ? 0 : pfl[p];
+		}
 	}
 	for (size_t i = 0; i < count; i++) {
 		if (statuses)
@@ -1022,6 +1104,9 @@ int kvcl_get_limits(struct kvcl *cl, struct kvpool_limits *out)
 		KVCL_MIN(max_frame_bytes);
 		KVCL_MIN(max_lease_ms);
 		KVCL_MIN(max_inflight_put_bytes);
+		KVCL_MIN(protocol_version);
+		KVCL_MIN(max_match_wait_ms);
+		KVCL_MIN(max_retain_ms);
 #undef KVCL_MIN
 	}
 	*out = m;

@@ -117,13 +117,21 @@ void kvcl_set_timeout(struct kvcl *cl, uint32_t timeout_ms);
 void kvcl_set_busy_tries(struct kvcl *cl, uint32_t tries);
 int kvcl_get_limits(struct kvcl *cl, struct kvpool_limits *out);
 int kvcl_get_counters(const struct kvcl *cl, struct kvpool_counters *out);
+/* flags (may be NULL): per block KVPOOL_PUT_* (kvpool_put_ex). */
 int kvcl_put(struct kvcl *cl, const struct kvpool_put_block *blocks, size_t count,
-	     int *statuses);
+	     int *statuses, uint32_t *flags);
 int kvcl_get(struct kvcl *cl, struct kvpool_get_block *blocks, size_t count, int *statuses);
 int kvcl_exists(struct kvcl *cl, const void *keys, size_t count, int *statuses);
 int kvcl_delete(struct kvcl *cl, const void *keys, size_t count, int *statuses);
 int kvcl_match(struct kvcl *cl, const void *keys, size_t count, uint32_t lease_ms,
 	       size_t *matched);
+/* kvpool_match_ex on the pool: every owner of the chain's segments is
+ * asked in one round, each waiting (wait_ms) for its own part of want;
+ * the result is the chain's (present and retained leading runs, flags of
+ * every node, the smallest lease and retention granted). opts may be
+ * NULL. Errors: as kvcl_match, -EPROTO (want > count). */
+int kvcl_match_ex(struct kvcl *cl, const void *keys, size_t count,
+		  const struct kvpool_match_opts *opts, struct kvpool_match_result *out);
 int kvcl_drop_namespace(struct kvcl *cl, const char *ns, uint64_t *blocks);
 int kvcl_stats(struct kvcl *cl, const char *ns, char **json);
 int kvcl_ping(struct kvcl *cl, uint64_t *rtt_us);

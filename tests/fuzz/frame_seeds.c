@@ -32,12 +32,15 @@ static void seed_start(struct seed *s, uint8_t selector)
 	s->len = 1;
 }
 
+/* The header version of the frames add_frame writes. */
+static uint8_t frame_version = PROTO_VERSION;
+
 static void add_frame(struct seed *s, uint8_t op, int reply, uint16_t status, uint64_t id,
 		      const void *body, uint32_t body_bytes, const void *payload,
 		      uint64_t payload_bytes)
 {
 	struct proto_header h = {
-		.magic = PROTO_MAGIC, .version = PROTO_VERSION, .opcode = op,
+		.magic = PROTO_MAGIC, .version = frame_version, .opcode = op,
 		.flags = reply ? PROTO_FLAG_REPLY : 0, .status = status,
 		.body_bytes = body_bytes, .request_id = id, .payload_bytes = payload_bytes,
 	};
@@ -110,6 +113,45 @@ static size_t put_body(uint8_t *body, int n, const uint64_t *lengths, uint8_t *p
 	}
 	*payload_bytes = off;
 	return proto_batch_body_bytes((uint32_t)n, PROTO_PUT_ENTRY_BYTES);
+}
+
+/* A v2 PUT of n chained blocks, each retained for retain_ms. */
+static size_t put_body_v2(uint8_t *body, int n, const uint64_t *lengths, uint32_t retain_ms,
+			  uint8_t *payload, uint64_t *payload_bytes)
+{
+	uint64_t off = 0;
+
+	proto_batch_encode_prefix(body, (uint32_t)n, 0);
+	for (int i = 0; i < n; i++) {
+		struct proto_put_entry e = { .length = lengths[i], .retain_ms = retain_ms };
+
+		key_of(e.key, i);
+		if (i) {
+			key_of(e.parent, i - 1);
+			e.flags = PROTO_PUT_HAS_PARENT;
+		}
+		for (uint64_t k = 0; k < lengths[i]; k++)
+			payload[off + k] = (uint8_t)('a' + (i + k) % 26);
+		e.checksum = 0x1234567890abcdefull ^ (uint64_t)i;
+		proto_put_entry_encode_v(body, (uint32_t)i, PROTO_VERSION_2, &e);
+		off += lengths[i];
+	}
+	*payload_bytes = off;
+	return proto_batch_body_bytes((uint32_t)n, PROTO_PUT_ENTRY_BYTES);
+}
+
+/* A v2 MATCH of n keys with options. */
+static size_t match_v2_body(uint8_t *body, int n, uint32_t lease_ms,
+			    const struct proto_match_opts *o)
+{
+	uint8_t key[PROTO_KEY_BYTES];
+
+	proto_match_encode_prefix(body, PROTO_VERSION_2, (uint32_t)n, lease_ms, o);
+	for (int i = 0; i < n; i++) {
+		key_of(key, i);
+		proto_match_key_encode(body, PROTO_VERSION_2, (uint32_t)i, key);
+	}
+	return proto_match_body_bytes(PROTO_VERSION_2, (uint32_t)n);
 }
 
 static size_t get_body(uint8_t *body, int n)
@@ -241,6 +283,38 @@ static void write_requests(const char *dir)
 	add_frame(&s, PROTO_OP_GET, 0, 0, 4, body, (uint32_t)n, NULL, 0);
 	add_frame(&s, PROTO_OP_PING, 0, 0, 5, NULL, 0, NULL, 0);
 	seed_write(&s, dir, "req-session");
+
+	/* protocol v2: a waiting MATCH with a retention, a PUT that retains,
+	 * and a v2 session (HELLO's header stays version 1) */
+	{
+		const struct proto_match_opts wait = { .wait_ms = 2000, .want = 3, .retain_ms = 60000 };
+
+		frame_version = PROTO_VERSION_2;
+		seed_start(&s, SEL_REQUESTS_DEFAULT);
+		n = match_v2_body(body, 4, 5000, &wait);
+		add_frame(&s, PROTO_OP_MATCH, 0, 0, 21, body, (uint32_t)n, NULL, 0);
+		seed_write(&s, dir, "req-match-v2-wait");
+
+		seed_start(&s, SEL_REQUESTS_DEFAULT);
+		n = put_body_v2(body, 3, lens, 3600000, payload, &pay);
+		add_frame(&s, PROTO_OP_PUT, 0, 0, 22, body, (uint32_t)n, payload, pay);
+		seed_write(&s, dir, "req-put-v2-retain");
+
+		seed_start(&s, SEL_REQUESTS_DEFAULT);
+		frame_version = PROTO_VERSION;
+		n = hello_body(body, "session-v2", NULL);
+		proto_put_u16(body + 2, PROTO_VERSION_2); /* max_version */
+		add_frame(&s, PROTO_OP_HELLO, 0, 0, 1, body, (uint32_t)n, NULL, 0);
+		frame_version = PROTO_VERSION_2;
+		n = put_body_v2(body, 2, lens, 0, payload, &pay);
+		add_frame(&s, PROTO_OP_PUT, 0, 0, 2, body, (uint32_t)n, payload, pay);
+		n = match_v2_body(body, 2, 1000, NULL);
+		add_frame(&s, PROTO_OP_MATCH, 0, 0, 3, body, (uint32_t)n, NULL, 0);
+		frame_version = PROTO_VERSION; /* a v1 frame on a v2 connection */
+		n = keys_body(body, 2, 1000);
+		add_frame(&s, PROTO_OP_MATCH, 0, 0, 4, body, (uint32_t)n, NULL, 0);
+		seed_write(&s, dir, "req-session-v2");
+	}
 }
 
 static void write_replies(const char *dir)
@@ -308,6 +382,42 @@ static void write_replies(const char *dir)
 	n = results_body(body, 1, PROTO_STATUS_FULL, 0);
 	add_frame(&s, PROTO_OP_PUT, 1, PROTO_STATUS_OK, 3, body, (uint32_t)n, NULL, 0);
 	seed_write(&s, dir, "rep-denied-busy-full");
+
+	/* protocol v2: the 48-byte HELLO reply, PUT results with retention
+	 * flags, the 24-byte MATCH reply */
+	{
+		const struct proto_match_reply mr = {
+			.matched = 3, .lease_ms = 5000,
+			.flags = PROTO_MATCH_LEASE_CUT | PROTO_MATCH_WAITED | PROTO_MATCH_WAIT_TIMEOUT,
+			.present = 4, .retained = 4, .retain_ms = 60000,
+		};
+		struct proto_result r = { .status = PROTO_STATUS_OK, .tier = PROTO_TIER_DRAM,
+					  .length = 11, .checksum = 0xfeed,
+					  .flags = PROTO_PUT_RETAINED | PROTO_PUT_RETAIN_CLAMPED,
+					  .retain_ms = 86400000 };
+
+		hr.version = PROTO_VERSION_2;
+		hr.max_match_wait_ms = 30000;
+		hr.max_retain_ms = 86400000;
+		seed_start(&s, SEL_REPLIES_DEFAULT);
+		proto_hello_reply_encode(&hr, body);
+		add_frame(&s, PROTO_OP_HELLO, 1, PROTO_STATUS_OK, 1, body,
+			  PROTO_HELLO_REPLY_V2_BYTES, NULL, 0);
+		frame_version = PROTO_VERSION_2;
+		proto_batch_encode_prefix(body, 2, 0);
+		proto_result_encode_v(body, 0, PROTO_VERSION_2, &r);
+		r.status = PROTO_STATUS_EXISTS;
+		r.flags = PROTO_PUT_RETAIN_BUDGET;
+		r.retain_ms = 0;
+		proto_result_encode_v(body, 1, PROTO_VERSION_2, &r);
+		add_frame(&s, PROTO_OP_PUT, 1, PROTO_STATUS_OK, 2, body,
+			  (uint32_t)proto_batch_body_bytes(2, PROTO_RESULT_ENTRY_BYTES), NULL, 0);
+		proto_match_reply_encode_v(PROTO_VERSION_2, &mr, body);
+		add_frame(&s, PROTO_OP_MATCH, 1, PROTO_STATUS_OK, 3, body,
+			  PROTO_MATCH_REPLY_V2_BYTES, NULL, 0);
+		frame_version = PROTO_VERSION;
+		seed_write(&s, dir, "rep-v2-hello-put-match");
+	}
 }
 
 int main(int argc, char **argv)

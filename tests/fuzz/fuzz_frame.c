@@ -9,6 +9,7 @@
  * libkvpool does). Bits 1-2: the limits the decoders enforce (none, the
  * server's defaults, the smallest legal ones, the widest).
  *
+ * Bodies are decoded in the layout of their header's version (1 or 2).
  * Each body is copied into a buffer of exactly its size, so a decoder
  * that reads one byte too far trips AddressSanitizer. Beyond "no crash",
  * the target checks properties that must hold whatever the bytes:
@@ -60,10 +61,10 @@ static void check_hello(const uint8_t *body, size_t n)
 
 /* Decode a batch body of entries of entry_bytes; on success the count and
  * size agree with the body and the limits. */
-static int decode_batch(const uint8_t *body, size_t n, uint32_t entry_bytes,
+static int decode_batch(const uint8_t *body, size_t n, uint32_t entry_bytes, uint8_t version,
 			const struct proto_limits *lim, struct proto_batch *b)
 {
-	int rc = proto_batch_decode(body, n, entry_bytes, lim, b);
+	int rc = proto_batch_decode_v(body, n, entry_bytes, version, lim, b);
 
 	FUZZ_CHECK(rc == 0 || rc == -EPROTO || rc == -EMSGSIZE);
 	if (rc)
@@ -72,12 +73,13 @@ static int decode_batch(const uint8_t *body, size_t n, uint32_t entry_bytes,
 	FUZZ_CHECK(proto_batch_body_bytes(b->count, entry_bytes) == n);
 	FUZZ_CHECK(!lim || b->count <= lim->max_batch_blocks);
 	FUZZ_CHECK(b->entries == body + PROTO_BATCH_PREFIX_BYTES);
+	FUZZ_CHECK(b->version == (version ? version : 1));
 	return 0;
 }
 
 /* Every PUT entry re-encodes to its bytes; a batch that passes the check
  * has lengths that add up to the payload. */
-static void check_put(const uint8_t *body, size_t n, uint64_t payload_bytes,
+static void check_put(const uint8_t *body, size_t n, uint8_t version, uint64_t payload_bytes,
 		      const struct proto_limits *lim)
 {
 	uint8_t again[PROTO_BATCH_PREFIX_BYTES + PROTO_PUT_ENTRY_BYTES];
@@ -86,7 +88,7 @@ static void check_put(const uint8_t *body, size_t n, uint64_t payload_bytes,
 	uint64_t sum = 0;
 	int rc, all_valid = 1;
 
-	if (decode_batch(body, n, PROTO_PUT_ENTRY_BYTES, lim, &b))
+	if (decode_batch(body, n, PROTO_PUT_ENTRY_BYTES, version, lim, &b))
 		return;
 	for (uint32_t i = 0; i < b.count; i++) {
 		struct proto_put_entry e;
@@ -97,7 +99,8 @@ static void check_put(const uint8_t *body, size_t n, uint64_t payload_bytes,
 		}
 		FUZZ_CHECK(!!(e.flags & PROTO_PUT_HAS_PARENT) ==
 			   !!memcmp(e.parent, (uint8_t[PROTO_KEY_BYTES]){ 0 }, PROTO_KEY_BYTES));
-		proto_put_entry_encode(again, 0, &e);
+		FUZZ_CHECK(b.version >= 2 || e.retain_ms == 0);
+		proto_put_entry_encode_v(again, 0, b.version, &e);
 		FUZZ_CHECK(memcmp(again + PROTO_BATCH_PREFIX_BYTES,
 				  b.entries + (size_t)i * PROTO_PUT_ENTRY_BYTES,
 				  PROTO_PUT_ENTRY_BYTES) == 0);
@@ -126,7 +129,7 @@ static void check_get(const uint8_t *body, size_t n, const struct proto_limits *
 	uint8_t again[PROTO_BATCH_PREFIX_BYTES + PROTO_GET_ENTRY_BYTES];
 	struct proto_batch b;
 
-	if (decode_batch(body, n, PROTO_GET_ENTRY_BYTES, lim, &b))
+	if (decode_batch(body, n, PROTO_GET_ENTRY_BYTES, 1, lim, &b))
 		return;
 	for (uint32_t i = 0; i < b.count; i++) {
 		struct proto_get_entry e;
@@ -144,7 +147,7 @@ static void check_keys(const uint8_t *body, size_t n, const struct proto_limits 
 	uint8_t again[PROTO_BATCH_PREFIX_BYTES + PROTO_KEY_ENTRY_BYTES];
 	struct proto_batch b;
 
-	if (decode_batch(body, n, PROTO_KEY_ENTRY_BYTES, lim, &b))
+	if (decode_batch(body, n, PROTO_KEY_ENTRY_BYTES, 1, lim, &b))
 		return;
 	for (uint32_t i = 0; i < b.count; i++) {
 		proto_key_entry_encode(again, 0, proto_key_entry(&b, i));
@@ -152,6 +155,31 @@ static void check_keys(const uint8_t *body, size_t n, const struct proto_limits 
 				  b.entries + (size_t)i * PROTO_KEY_ENTRY_BYTES,
 				  PROTO_KEY_ENTRY_BYTES) == 0);
 	}
+}
+
+/* A MATCH request in its version's layout: options (v2) and keys
+ * re-encode to the same bytes; want never passes the count. */
+static void check_match(const uint8_t *body, size_t n, uint8_t version,
+			const struct proto_limits *lim)
+{
+	struct proto_match_req m;
+	uint8_t *again;
+	int rc = proto_match_decode(body, n, version, lim, &m);
+
+	FUZZ_CHECK(rc == 0 || rc == -EPROTO || rc == -EMSGSIZE);
+	if (rc)
+		return;
+	FUZZ_CHECK(m.keys.count >= 1 && m.opts.want <= m.keys.count);
+	FUZZ_CHECK(!lim || m.keys.count <= lim->max_batch_blocks);
+	FUZZ_CHECK(proto_match_body_bytes(version, m.keys.count) == n);
+	FUZZ_CHECK(version >= 2 || (!m.opts.wait_ms && !m.opts.want && !m.opts.retain_ms));
+	again = malloc(n);
+	FUZZ_CHECK(again);
+	proto_match_encode_prefix(again, version, m.keys.count, m.lease_ms, &m.opts);
+	for (uint32_t i = 0; i < m.keys.count; i++)
+		proto_match_key_encode(again, version, i, proto_key_entry(&m.keys, i));
+	FUZZ_CHECK(memcmp(again, body, n) == 0);
+	free(again);
 }
 
 static void check_name(const uint8_t *body, size_t n)
@@ -178,13 +206,15 @@ static void check_request(const struct proto_header *h, const uint8_t *body, siz
 		check_hello(body, n);
 		break;
 	case PROTO_OP_PUT:
-		check_put(body, n, h->payload_bytes, lim);
+		check_put(body, n, h->version, h->payload_bytes, lim);
 		break;
 	case PROTO_OP_GET:
 		check_get(body, n, lim);
 		break;
-	case PROTO_OP_EXISTS:
 	case PROTO_OP_MATCH:
+		check_match(body, n, h->version, lim);
+		break;
+	case PROTO_OP_EXISTS:
 	case PROTO_OP_DELETE:
 		FUZZ_CHECK(proto_request_entry_bytes(h->opcode) == PROTO_KEY_ENTRY_BYTES);
 		check_keys(body, n, lim);
@@ -222,23 +252,25 @@ static void check_error(const uint8_t *body, size_t n)
 
 static void check_hello_reply(const uint8_t *body, size_t n)
 {
-	uint8_t again[PROTO_HELLO_REPLY_BYTES];
+	uint8_t again[PROTO_HELLO_REPLY_MAX_BYTES];
 	struct proto_hello_reply r;
 
 	if (proto_hello_reply_decode(body, n, &r))
 		return;
-	FUZZ_CHECK(n == PROTO_HELLO_REPLY_BYTES);
+	FUZZ_CHECK(n == proto_hello_reply_bytes(r.version));
+	FUZZ_CHECK(r.version >= 2 || (!r.max_match_wait_ms && !r.max_retain_ms));
 	FUZZ_CHECK(r.max_batch_blocks && r.max_block_bytes && !r.server_flags);
 	proto_hello_reply_encode(&r, again);
 	FUZZ_CHECK(memcmp(again, body, n) == 0);
 }
 
-static void check_results(const uint8_t *body, size_t n, const struct proto_limits *lim)
+static void check_results(const uint8_t *body, size_t n, uint8_t version,
+			  const struct proto_limits *lim)
 {
 	uint8_t again[PROTO_BATCH_PREFIX_BYTES + PROTO_RESULT_ENTRY_BYTES];
 	struct proto_batch b;
 
-	if (decode_batch(body, n, PROTO_RESULT_ENTRY_BYTES, lim, &b))
+	if (decode_batch(body, n, PROTO_RESULT_ENTRY_BYTES, version, lim, &b))
 		return;
 	for (uint32_t i = 0; i < b.count; i++) {
 		struct proto_result r;
@@ -246,22 +278,32 @@ static void check_results(const uint8_t *body, size_t n, const struct proto_limi
 		if (proto_result_decode(&b, i, &r))
 			continue;
 		FUZZ_CHECK(r.status <= PROTO_STATUS_MAX && r.tier <= PROTO_TIER_NVME);
-		proto_result_encode(again, 0, &r);
+		FUZZ_CHECK(!(r.flags & ~PROTO_PUT_RESULT_FLAGS));
+		FUZZ_CHECK(!(r.flags & PROTO_PUT_RETAINED) == !r.retain_ms);
+		proto_result_encode_v(again, 0, b.version, &r);
 		FUZZ_CHECK(memcmp(again + PROTO_BATCH_PREFIX_BYTES,
 				  b.entries + (size_t)i * PROTO_RESULT_ENTRY_BYTES,
 				  PROTO_RESULT_ENTRY_BYTES) == 0);
 	}
 }
 
-static void check_fixed_replies(uint8_t op, const uint8_t *body, size_t n)
+static void check_fixed_replies(uint8_t op, uint8_t version, const uint8_t *body, size_t n)
 {
-	uint8_t again[PROTO_DROP_REPLY_BYTES];
+	uint8_t again[PROTO_MATCH_REPLY_MAX_BYTES];
 	uint32_t matched, lease_ms;
 	uint64_t blocks, bytes;
+	struct proto_match_reply m;
 
 	if (op == PROTO_OP_MATCH && proto_match_reply_decode(body, n, &matched, &lease_ms) == 0) {
 		proto_match_reply_encode(matched, lease_ms, again);
 		FUZZ_CHECK(n == PROTO_MATCH_REPLY_BYTES && memcmp(again, body, n) == 0);
+	}
+	if (op == PROTO_OP_MATCH && proto_match_reply_decode_v(body, n, version, &m) == 0) {
+		FUZZ_CHECK(n == proto_match_reply_bytes(version));
+		FUZZ_CHECK(m.present >= m.matched && m.retained <= m.present);
+		FUZZ_CHECK(m.present == m.matched || (m.flags & PROTO_MATCH_LEASE_CUT));
+		proto_match_reply_encode_v(version, &m, again);
+		FUZZ_CHECK(memcmp(again, body, n) == 0);
 	}
 	if (op == PROTO_OP_DROP_NAMESPACE &&
 	    proto_drop_reply_decode(body, n, &blocks, &bytes) == 0) {
@@ -286,10 +328,10 @@ static void check_reply(const struct proto_header *h, const uint8_t *body, size_
 	case PROTO_OP_GET:
 	case PROTO_OP_EXISTS:
 	case PROTO_OP_DELETE:
-		check_results(body, n, lim);
+		check_results(body, n, h->version, lim);
 		break;
 	default:
-		check_fixed_replies(h->opcode, body, n);
+		check_fixed_replies(h->opcode, h->version, body, n);
 		break;
 	}
 }

@@ -541,8 +541,16 @@ int harness_send_all(int fd, const void *buf, size_t len)
 int harness_send_frame(int fd, uint8_t op, uint64_t request_id, const void *body,
 		       uint32_t body_bytes, const void *payload, uint64_t payload_bytes)
 {
+	return harness_send_frame_v(fd, PROTO_VERSION, op, request_id, body, body_bytes, payload,
+				    payload_bytes);
+}
+
+int harness_send_frame_v(int fd, uint8_t version, uint8_t op, uint64_t request_id,
+			 const void *body, uint32_t body_bytes, const void *payload,
+			 uint64_t payload_bytes)
+{
 	struct proto_header h = {
-		.magic = PROTO_MAGIC, .version = PROTO_VERSION, .opcode = op,
+		.magic = PROTO_MAGIC, .version = version, .opcode = op,
 		.body_bytes = body_bytes, .request_id = request_id,
 		.payload_bytes = payload_bytes,
 	};
@@ -659,8 +667,14 @@ int harness_wait_closed(int fd, int timeout_ms)
 
 int harness_raw_hello(int fd, const char *ns, struct proto_hello_reply *out)
 {
+	return harness_raw_hello_v(fd, ns, PROTO_VERSION_MIN, PROTO_VERSION_MAX, out);
+}
+
+int harness_raw_hello_v(int fd, const char *ns, uint16_t min_version, uint16_t max_version,
+			struct proto_hello_reply *out)
+{
 	struct proto_hello h = {
-		.min_version = PROTO_VERSION_MIN, .max_version = PROTO_VERSION_MAX,
+		.min_version = min_version, .max_version = max_version,
 		.ns = ns, .ns_len = (uint16_t)strlen(ns),
 	};
 	uint8_t body[PROTO_HELLO_FIXED_BYTES + PROTO_NAME_MAX_BYTES + 1];
@@ -728,7 +742,8 @@ int harness_reply_result(const struct harness_frame *f, uint32_t i, struct proto
 
 	if (!f->body)
 		return -EPROTO;
-	err = proto_batch_decode(f->body, f->h.body_bytes, PROTO_RESULT_ENTRY_BYTES, &wide, &b);
+	err = proto_batch_decode_v(f->body, f->h.body_bytes, PROTO_RESULT_ENTRY_BYTES, f->h.version,
+				   &wide, &b);
 	if (err)
 		return err;
 	if (i >= b.count)

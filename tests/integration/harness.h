@@ -148,8 +148,14 @@ int harness_send_all(int fd, const void *buf, size_t len);
 int harness_send_frame(int fd, uint8_t op, uint64_t request_id, const void *body,
 		       uint32_t body_bytes, const void *payload, uint64_t payload_bytes);
 
+/* harness_send_frame with header version `version` (a v2 frame, or a
+ * version the server does not speak). */
+int harness_send_frame_v(int fd, uint8_t version, uint8_t op, uint64_t request_id,
+			 const void *body, uint32_t body_bytes, const void *payload,
+			 uint64_t payload_bytes);
+
 /* Read one reply frame within timeout_ms. The header must decode as a
- * protocol v1 reply. Errors: -ETIMEDOUT, -ECONNRESET (peer closed or reset,
+ * reply of a version the codec knows (1 or 2). Errors: -ETIMEDOUT, -ECONNRESET (peer closed or reset,
  * also mid-frame), -EPROTO/-EMSGSIZE/... (header did not decode as a reply),
  * -ENOMEM. *f is written only on success. */
 int harness_read_frame(int fd, int timeout_ms, struct harness_frame *f);
@@ -167,6 +173,12 @@ int harness_wait_closed(int fd, int timeout_ms);
  * malformed reply. */
 int harness_raw_hello(int fd, const char *ns, struct proto_hello_reply *out);
 
+/* harness_raw_hello offering versions min_version..max_version (the
+ * HELLO header is version 1, as every client sends it); out->version
+ * says which one the server chose. */
+int harness_raw_hello_v(int fd, const char *ns, uint16_t min_version, uint16_t max_version,
+			struct proto_hello_reply *out);
+
 /* harness_raw_connect to port, then harness_raw_hello for namespace ns
  * (limits may be NULL); fails the test if either fails. Returns the
  * connected fd, which the caller closes. Test thread only. */
@@ -178,7 +190,8 @@ int harness_raw_session_or_fail(uint16_t port, const char *ns, struct proto_hell
 int harness_error_message(const struct harness_frame *f, char *buf, size_t cap,
 			  uint16_t *min_v, uint16_t *max_v);
 
-/* Decode result i of a batch reply body. Errors: -EPROTO. */
+/* Decode result i of a batch reply body, in the layout of the frame's
+ * header version. Errors: -EPROTO. */
 int harness_reply_result(const struct harness_frame *f, uint32_t i, struct proto_result *out);
 
 /* Send a one-block PUT request (first block when parent is NULL). The

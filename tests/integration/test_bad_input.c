@@ -228,13 +228,14 @@ static void test_wrong_version(void **state)
 	harness_need_server(&g.srv);
 	for (int in_body = 0; in_body < 2; in_body++) {
 		struct proto_hello hello = {
-			.min_version = in_body ? 2 : 1, .max_version = in_body ? 5 : 1,
+			.min_version = in_body ? PROTO_VERSION_MAX + 1 : 1,
+			.max_version = in_body ? PROTO_VERSION_MAX + 4 : 1,
 			.ns = "bad-version", .ns_len = 11,
 		};
 		uint8_t buf[PROTO_HEADER_BYTES + 64];
 		size_t body_bytes = proto_hello_body_bytes(&hello);
 		struct proto_header h = {
-			.magic = PROTO_MAGIC, .version = in_body ? PROTO_VERSION : 2,
+			.magic = PROTO_MAGIC, .version = in_body ? PROTO_VERSION : PROTO_VERSION_MAX + 1,
 			.opcode = PROTO_OP_HELLO, .body_bytes = (uint32_t)body_bytes, .request_id = 6,
 		};
 		struct harness_frame f;
@@ -680,7 +681,9 @@ static void test_library_refuses_locally(void **state)
 	assert_int_equal(limits.max_block_bytes, MAX_BLOCK);
 	assert_int_equal(limits.max_frame_bytes, MAX_FRAME);
 	assert_int_equal(limits.max_batch_blocks, 64);
-	assert_int_equal(limits.protocol_version, 1);
+	assert_int_equal(limits.protocol_version, PROTO_VERSION_MAX);
+	assert_int_equal(limits.max_match_wait_ms, 30000);
+	assert_int_equal(limits.max_retain_ms, 86400000);
 	puts0 = harness_stat_or_fail(g.good, "ops.put.requests");
 	too_large0 = harness_stat_or_fail(g.good, "ops.errors.too_large");
 

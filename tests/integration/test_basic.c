@@ -512,7 +512,7 @@ static void assert_stats_keys(struct json_object *doc, const char *ns)
 	snprintf(path, sizeof(path), "namespaces.%s.match_hit_ratio", ns);
 	harness_json_double_or_fail(doc, path);
 	assert_int_equal(harness_json_u64(doc, "protocol", &u), 0);
-	assert_int_equal(u, 1);
+	assert_int_equal(u, PROTO_VERSION_MAX);
 	assert_int_equal(harness_json_u64(doc, "pid", &u), 0);
 	assert_int_equal(u, (uint64_t)g.srv.pid);
 	assert_int_equal(harness_json_u64(doc, "tiers.dram.capacity_bytes", &u), 0);

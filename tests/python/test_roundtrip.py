@@ -189,7 +189,7 @@ def test_stats_delete_drop(client, namespace):
     keys = kvpool.block_hashes(list(range(24)), 8)
     client.put_chain(keys, [payload(512, i) for i in range(3)])
     s = client.stats(namespace)
-    assert s["protocol"] == 1 and list(s["namespaces"]) == [namespace]
+    assert s["protocol"] == 2 and list(s["namespaces"]) == [namespace]
     ns = s["namespaces"][namespace]
     assert ns["blocks"] == 3 and ns["bytes"] == 3 * 512 and ns["puts"] == 3
     assert client.delete(keys[1]) is True                     # takes keys[2] with it

@@ -32,6 +32,10 @@ struct frame {
 	uint8_t *payload;
 };
 
+/* The header version of the replies the serving thread sends: the one of
+ * the request being answered (1 before and for HELLO). */
+static __thread uint8_t reply_version = PROTO_VERSION;
+
 static int read_full(int fd, void *buf, size_t n)
 {
 	uint8_t *p = buf;
@@ -92,7 +96,7 @@ static int send_reply(int fd, uint8_t op, uint64_t id, uint16_t status, const vo
 {
 	struct proto_header h = {
 		.magic = PROTO_MAGIC,
-		.version = PROTO_VERSION,
+		.version = reply_version,
 		.opcode = op,
 		.flags = PROTO_FLAG_REPLY,
 		.status = status,
@@ -167,7 +171,8 @@ static int put_results(struct fake *fk, const struct frame *f, uint8_t **out, si
 	uint64_t off = 0;
 	uint8_t *res;
 
-	if (proto_batch_decode(f->body, f->h.body_bytes, PROTO_PUT_ENTRY_BYTES, NULL, &b))
+	if (proto_batch_decode_v(f->body, f->h.body_bytes, PROTO_PUT_ENTRY_BYTES, f->h.version, NULL,
+				 &b))
 		return -1;
 	*out_bytes = proto_batch_body_bytes(b.count, PROTO_RESULT_ENTRY_BYTES);
 	res = calloc(1, *out_bytes);
@@ -185,7 +190,12 @@ static int put_results(struct fake *fk, const struct frame *f, uint8_t **out, si
 			r.status = fk->status_table[fk->status_next++ % fk->n_status];
 		r.length = e.length;
 		r.checksum = e.checksum;
-		proto_result_encode(res, i, &r);
+		fk->last_put_retain_ms = e.retain_ms;
+		if (r.status == PROTO_STATUS_OK || r.status == PROTO_STATUS_EXISTS) {
+			r.flags = fk->put_flags;
+			r.retain_ms = fk->put_retain_ms;
+		}
+		proto_result_encode_v(res, i, f->h.version, &r);
 		off += e.length;
 		atomic_fetch_add(&fk->put_blocks, 1);
 	}
@@ -343,24 +353,42 @@ static int handle_keys(struct fake *fk, int fd, const struct frame *f)
 
 static int handle_match(struct fake *fk, int fd, const struct frame *f)
 {
-	uint8_t out[PROTO_MATCH_REPLY_BYTES];
-	struct proto_batch b;
+	uint8_t out[PROTO_MATCH_REPLY_MAX_BYTES];
+	struct proto_match_reply r;
+	struct proto_match_req q;
 	uint32_t m = 0;
 
-	if (proto_batch_decode(f->body, f->h.body_bytes, PROTO_KEY_ENTRY_BYTES, NULL, &b))
-		return -1;
+	if (proto_match_decode(f->body, f->h.body_bytes, f->h.version, NULL, &q))
+		return send_error(fd, PROTO_OP_MATCH, f->h.request_id, PROTO_STATUS_BAD_REQUEST,
+				  "malformed MATCH");
 	pthread_mutex_lock(&fk->lock);
-	while (m < b.count && fake_find(fk, proto_key_entry(&b, m)))
+	while (m < q.keys.count && fake_find(fk, proto_key_entry(&q.keys, m)))
 		m++;
+	fk->last_match_version = f->h.version;
+	fk->last_match_count = q.keys.count;
+	fk->last_match_opts = q.opts;
+	fk->last_match_lease_ms = q.lease_ms;
+	r = (struct proto_match_reply){ .matched = m, .lease_ms = m ? q.lease_ms : 0, .present = m };
+	if (f->h.version >= PROTO_VERSION_2) {
+		/* a configured LEASE_CUT shortens what was present */
+		uint32_t cut = fk->match_cut < m ? fk->match_cut : m;
+
+		r.flags = fk->match_v2.flags;
+		r.matched = m - cut;
+		r.lease_ms = r.matched ? q.lease_ms : 0;
+		r.retained = fk->match_v2.retained < m ? fk->match_v2.retained : m;
+		r.retain_ms = r.retained ? fk->match_v2.retain_ms : 0;
+	}
 	pthread_mutex_unlock(&fk->lock);
-	proto_match_reply_encode(m, b.aux, out);
-	return send_reply(fd, PROTO_OP_MATCH, reply_id(fk, f), PROTO_STATUS_OK, out, sizeof(out),
-			  NULL, 0);
+	proto_match_reply_encode_v(f->h.version, &r, out);
+	return send_reply(fd, PROTO_OP_MATCH, reply_id(fk, f), PROTO_STATUS_OK, out,
+			  proto_match_reply_bytes(f->h.version), NULL, 0);
 }
 
 static int handle_hello(struct fake *fk, int fd, const struct frame *f)
 {
-	uint8_t out[PROTO_HELLO_REPLY_BYTES];
+	uint8_t out[PROTO_HELLO_REPLY_MAX_BYTES];
+	struct proto_hello_reply r;
 	struct proto_hello h;
 	int mode = atomic_load(&fk->mode);
 
@@ -380,9 +408,13 @@ static int handle_hello(struct fake *fk, int fd, const struct frame *f)
 			   "protocol version not supported");
 		return -1;
 	}
-	proto_hello_reply_encode(&fk->limits, out);
-	return send_reply(fd, PROTO_OP_HELLO, f->h.request_id, PROTO_STATUS_OK, out, sizeof(out),
-			  NULL, 0);
+	/* the highest version both speak (a v1 fake: 1) */
+	r = fk->limits;
+	if (h.max_version < r.version)
+		r.version = h.max_version;
+	proto_hello_reply_encode(&r, out);
+	return send_reply(fd, PROTO_OP_HELLO, f->h.request_id, PROTO_STATUS_OK, out,
+			  proto_hello_reply_bytes(r.version), NULL, 0);
 }
 
 /* Drop every block (the fake has one store for all namespaces). */
@@ -435,6 +467,7 @@ static int fake_handle(struct fake *fk, int fd, const struct frame *f)
 	int mode = atomic_load(&fk->mode);
 
 	atomic_fetch_add(&fk->frames[f->h.opcode], 1);
+	reply_version = f->h.opcode == PROTO_OP_HELLO ? PROTO_VERSION : f->h.version;
 	if (f->h.opcode == PROTO_OP_HELLO)
 		return handle_hello(fk, fd, f);
 	if (mode == MODE_SILENT)

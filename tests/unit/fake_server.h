@@ -1,7 +1,8 @@
 /*
  * fake_server.h - a small fake kvpoold for the unit tests of libkvpool and
- * of the kvpool CLI: protocol v1 on a loopback port, one thread per
- * connection, blocks kept in memory in one store (whatever the namespace).
+ * of the kvpool CLI: protocol v1 on a loopback port (v2 when its limits
+ * say version 2), one thread per connection, blocks kept in memory in one
+ * store (whatever the namespace).
  *
  * It answers HELLO, PUT, GET, EXISTS, DELETE, MATCH, DROP_NAMESPACE, STATS
  * and PING the way the real server does, and its modes misbehave on
@@ -73,7 +74,20 @@ struct fake {
 	atomic_int check_parents;           /* PUT: NO_PARENT when the parent is not stored */
 	atomic_int get_hits;                /* GET entries found (as the server counts) */
 	int hold;                           /* MODE_HOLD: requests to read first */
-	struct proto_hello_reply limits;    /* sent in HELLO replies */
+	struct proto_hello_reply limits;    /* sent in HELLO replies; version is the
+					       highest the fake speaks (1 or 2) */
+	/* Protocol v2 (limits.version 2): what the fake answers, and what it
+	 * was last asked, so that tests see the library's encoding. */
+	uint8_t put_flags;                  /* PUT results: flags of every OK/EXISTS block */
+	uint32_t put_retain_ms;             /* ... and their retain_ms */
+	struct proto_match_reply match_v2;  /* MATCH: flags, retained and retain_ms sent */
+	uint32_t match_cut;                 /* MATCH: answer this many fewer than present
+					       (with match_v2.flags LEASE_CUT) */
+	uint32_t last_put_retain_ms;        /* retain_ms of the last PUT entry received */
+	uint8_t last_match_version;         /* header version of the last MATCH */
+	uint32_t last_match_count;          /* its keys */
+	struct proto_match_opts last_match_opts; /* its options (zero in v1) */
+	uint32_t last_match_lease_ms;
 	char hello_ns[PROTO_NAME_MAX_BYTES + 1];  /* of the last HELLO */
 	char hello_token[64];
 	uint16_t status_table[PROTO_STATUS_MAX + 1];

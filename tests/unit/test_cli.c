@@ -949,6 +949,172 @@ static void test_put_already_stored(void **state)
 	assert_string_equal(e->fk.hello_ns, "t-put");
 }
 
+/* A fake that speaks protocol 2. */
+static struct cli_env *cli_env_open_v2(void)
+{
+	struct proto_hello_reply lim = fake_default_limits;
+
+	lim.version = 2;
+	lim.max_match_wait_ms = 30000;
+	lim.max_retain_ms = 86400000;
+	return cli_env_open(&lim);
+}
+
+/* put --retain-ms sends the retention (also for a block already stored,
+ * which it extends) and says what the server granted, in words. */
+static void test_put_retain_ms(void **state)
+{
+	struct cli_env *e = cli_env_open_v2();
+	struct run r;
+
+	(void)state;
+	write_file(e, "some kv bytes", 13);
+	e->fk.put_flags = PROTO_PUT_RETAINED | PROTO_PUT_RETAIN_CLAMPED;
+	e->fk.put_retain_ms = 86400000;
+	run_cmd(&r, cli_put_main, "kvpool put", "text:r", "--retain-ms", "90000000", e->path,
+		"--server", e->url, NULL);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, " stored (13 B); retained, cut to the server's "
+				      "max_retain_ms\n"));
+	assert_int_equal(e->fk.last_put_retain_ms, 90000000);
+	run_free(&r);
+	/* already stored: put again, which extends the retention */
+	e->fk.put_flags = PROTO_PUT_RETAIN_BUDGET;
+	e->fk.put_retain_ms = 0;
+	run_cmd(&r, cli_put_main, "kvpool put", "text:r", "--retain-ms", "1000", e->path,
+		"--server", e->url, NULL);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, " already stored (nothing written); not retained: over "
+				      "the retention budget\n"));
+	assert_int_equal(e->fk.last_put_retain_ms, 1000);
+	run_free(&r);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_PUT]), 2);
+	run_cmd(&r, cli_put_main, "kvpool put", "text:r", "--retain-ms", "-1", e->path,
+		"--server", e->url, NULL);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "--retain-ms wants milliseconds"));
+	run_free(&r);
+	run_cmd(&r, cli_put_main, "kvpool put", "text:r", "--retain-ms", "4294967296", e->path,
+		"--server", e->url, NULL);
+	assert_int_equal(r.status, 2);
+	run_free(&r);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_PUT]), 2);
+	cli_env_close(e);
+	/* a v1 server: the block is stored, the retention not asked */
+	e = cli_env_open(&fake_default_limits);
+	write_file(e, "abc", 3);
+	run_cmd(&r, cli_put_main, "kvpool put", "text:v1", "--retain-ms", "500", e->path,
+		"--server", e->url, NULL);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, " stored (3 B); retention not asked: the server speaks "
+				      "protocol 1 only\n"));
+	assert_int_equal(e->fk.last_put_retain_ms, 0);
+	run_free(&r);
+	cli_env_close(e);
+}
+
+/* Put keys text:k0 .. text:k{n-1} as a chain through the library. */
+static void put_text_chain(struct cli_env *e, int n)
+{
+	struct kvpool_client *c;
+	uint8_t keys[8][KVPOOL_KEY_BYTES];
+
+	assert_true(n <= 8);
+	assert_int_equal(kvpool_connect(e->url, "default", NULL, &c), 0);
+	for (int i = 0; i < n; i++) {
+		char text[32];
+
+		snprintf(text, sizeof(text), "text:k%d", i);
+		assert_int_equal(cli_key_parse(text, keys[i]), 0);
+		assert_int_equal(kvpool_put_bytes(c, keys[i], i ? keys[i - 1] : NULL, "x", 1), 0);
+	}
+	kvpool_close(c);
+}
+
+/* match --wait-ms --want --retain-ms: sent as asked, the answer in words,
+ * exit 0 once the wanted run is held; bad values are usage errors. */
+static void test_match_v2_options(void **state)
+{
+	struct cli_env *e = cli_env_open_v2();
+	struct run r;
+
+	(void)state;
+	put_text_chain(e, 2);
+	e->fk.match_v2.flags = PROTO_MATCH_WAITED | PROTO_MATCH_WAIT_TIMEOUT;
+	run_cmd(&r, cli_match_main, "kvpool match", "text:k0", "text:k1", "text:k2",
+		"--wait-ms", "100", "--want", "2", "--retain-ms", "50", "--lease-ms", "7",
+		"--server", e->url, NULL);
+	assert_int_equal(r.status, 0); /* the 2 wanted are held */
+	assert_string_equal(r.out, "matched 2 of 3\n"
+				   "present 2, lease 7 ms, retained 0 for 0 ms, flags: waited, "
+				   "wait timed out\n");
+	assert_int_equal(e->fk.last_match_version, 2);
+	assert_int_equal(e->fk.last_match_opts.want, 2);
+	assert_int_equal(e->fk.last_match_opts.retain_ms, 50);
+	assert_true(e->fk.last_match_opts.wait_ms > 0 && e->fk.last_match_opts.wait_ms <= 100);
+	run_free(&r);
+	/* all three wanted: a miss; a lease cut is said even unasked */
+	e->fk.match_v2.flags = PROTO_MATCH_LEASE_CUT;
+	e->fk.match_cut = 1;
+	run_cmd(&r, cli_match_main, "kvpool match", "text:k0", "text:k1", "text:k2",
+		"--lease-ms", "100", "--server", e->url, NULL);
+	assert_int_equal(r.status, 1);
+	assert_string_equal(r.out, "matched 1 of 3\n"
+				   "present 2, lease 100 ms, retained 0 for 0 ms, flags: lease cut\n");
+	run_free(&r);
+	/* a plain match prints one line, as before */
+	e->fk.match_v2.flags = 0;
+	e->fk.match_cut = 0;
+	run_cmd(&r, cli_match_main, "kvpool match", "text:k0", "text:k1", "--server", e->url,
+		NULL);
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.out, "matched 2 of 2\n");
+	run_free(&r);
+	/* bad values: nothing sent */
+	atomic_store(&e->fk.frames[PROTO_OP_MATCH], 0);
+	run_cmd(&r, cli_match_main, "kvpool match", "text:k0", "--want", "2", "--server",
+		e->url, NULL);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "--want 2 is more than the 1 keys given"));
+	run_free(&r);
+	run_cmd(&r, cli_match_main, "kvpool match", "text:k0", "--want", "0", "--server",
+		e->url, NULL);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "--want wants a count of blocks"));
+	run_free(&r);
+	run_cmd(&r, cli_match_main, "kvpool match", "text:k0", "--wait-ms", "soon", "--server",
+		e->url, NULL);
+	assert_int_equal(r.status, 2);
+	assert_non_null(strstr(r.err, "--wait-ms wants milliseconds"));
+	run_free(&r);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_MATCH]), 0);
+	run_cmd(&r, cli_match_main, "kvpool match", "--help", NULL);
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "--wait-ms MS"));
+	assert_non_null(strstr(r.out, "--want N"));
+	assert_non_null(strstr(r.out, "--retain-ms MS"));
+	run_free(&r);
+	cli_env_close(e);
+}
+
+/* Against a v1 server the options are not sent, and the output says so. */
+static void test_match_v2_options_v1_server(void **state)
+{
+	struct cli_env *e = *state;
+	struct run r;
+
+	put_text_chain(e, 2);
+	run_cmd(&r, cli_match_main, "kvpool match", "text:k0", "text:k1", "--wait-ms", "100",
+		"--server", e->url, NULL);
+	assert_int_equal(r.status, 0);
+	assert_string_equal(r.out, "matched 2 of 2\n"
+				   "server speaks protocol 1 only: --wait-ms, --want and "
+				   "--retain-ms were not sent\n");
+	assert_int_equal(e->fk.last_match_version, 1);
+	assert_int_equal(e->fk.last_match_opts.wait_ms, 0);
+	run_free(&r);
+}
+
 /* A block above the server's limit is refused (exit 1) naming that limit,
  * without reading more of the file than the limit. */
 static void test_put_too_large(void **state)
@@ -1534,6 +1700,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_put_already_stored, cli_setup, cli_teardown),
 		cmocka_unit_test(test_put_too_large),
 		cmocka_unit_test_setup_teardown(test_option_messages, cli_setup, cli_teardown),
+		cmocka_unit_test(test_put_retain_ms),
+		cmocka_unit_test(test_match_v2_options),
+		cmocka_unit_test_setup_teardown(test_match_v2_options_v1_server, cli_setup,
+						cli_teardown),
 		cmocka_unit_test_setup_teardown(test_replay_drops_namespace, cli_setup,
 						cli_teardown),
 		cmocka_unit_test_setup_teardown(test_replay_retries_busy, cli_setup, cli_teardown),

@@ -1,7 +1,7 @@
 /*
  * test_client.c - libkvpool: URL parsing, kvpool_strerror, checksums, and
  * the client against the fake server of fake_server.h speaking protocol v1
- * on a loopback port (status mapping, splitting and pipelining, protocol
+ * (and v2: the _ex calls) on a loopback port (status mapping, splitting and pipelining, protocol
  * errors, checksum mismatch, timeouts, reconnects, local refusals, bad
  * scatter-gather lists, the length of a block too large for its buffer).
  */
@@ -333,7 +333,7 @@ static void test_put_get_split(void **state)
 		piov[i][0] = (struct iovec){ src[i], 100 };
 		piov[i][1] = (struct iovec){ src[i] + 100, 1000 };
 		piov[i][2] = (struct iovec){ src[i] + 1100, LEN - 1100 };
-		pb[i] = (struct kvpool_put_block){ keys[i], i ? keys[i - 1] : NULL, piov[i], 3 };
+		pb[i] = (struct kvpool_put_block){ keys[i], i ? keys[i - 1] : NULL, piov[i], 3, 0 };
 		giov[i][0] = (struct iovec){ dst[i], 7 };
 		giov[i][1] = (struct iovec){ dst[i] + 7, sizeof(dst[i]) - 7 };
 		gb[i] = (struct kvpool_get_block){ keys[i], giov[i], 2, 0 };
@@ -766,7 +766,7 @@ static void test_local_refusal(void **state)
 	assert_int_equal(env_open(&e, &lim, MODE_NORMAL), 0);
 	for (int i = 0; i < 3; i++) {
 		make_key(keys[i], i);
-		pb[i] = (struct kvpool_put_block){ keys[i], NULL, &iov[i], 1 };
+		pb[i] = (struct kvpool_put_block){ keys[i], NULL, &iov[i], 1, 0 };
 	}
 	assert_int_equal(kvpool_put(e.c, pb, 1, st), -EMSGSIZE);
 	assert_int_equal(st[0], -EMSGSIZE);
@@ -899,7 +899,7 @@ static void test_invalid_args(void **state)
 	struct env *e = *state;
 	uint8_t key[KVPOOL_KEY_BYTES] = { 1 }, data[4] = { 0 };
 	struct iovec iov = { data, sizeof(data) };
-	struct kvpool_put_block pb[2] = { { key, NULL, &iov, 1 }, { NULL, NULL, &iov, 1 } };
+	struct kvpool_put_block pb[2] = { { key, NULL, &iov, 1, 0 }, { NULL, NULL, &iov, 1, 0 } };
 	struct kvpool_get_block gb[1] = { { key, &iov, 0, 0 } };
 	size_t matched;
 	int st[2] = { 5, 5 };
@@ -927,7 +927,7 @@ static void test_invalid_iovecs(void **state)
 	struct iovec null_base[2] = { { data, sizeof(data) }, { NULL, 100 } };
 	struct iovec overflow[2] = { { data, SIZE_MAX }, { data, 2 } };
 	struct iovec empty_piece[2] = { { data, sizeof(data) }, { NULL, 0 } };
-	struct kvpool_put_block pb = { key, NULL, null_base, 2 };
+	struct kvpool_put_block pb = { key, NULL, null_base, 2, 0 };
 	struct kvpool_get_block gb = { key, &null_base[1], 1, 0 };
 	uint64_t len = 7;
 	int st[1] = { 5 };
@@ -1045,6 +1045,262 @@ static void test_register_use(void **state)
 	assert_int_equal(kvpool_register(e->c, &arena[0][16], 8), -EEXIST);
 }
 
+/* ---- protocol v2 against the fake ---------------------------------------- */
+
+/* A fake that speaks v2, with a small batch limit (4 keys per frame). */
+static int setup_v2(void **state)
+{
+	struct proto_hello_reply lim = fake_default_limits;
+	struct env *e = malloc(sizeof(*e));
+
+	lim.version = 2;
+	lim.max_match_wait_ms = 30000;
+	lim.max_retain_ms = 86400000;
+	if (!e || env_open(e, &lim, MODE_NORMAL)) {
+		free(e);
+		return -1;
+	}
+	*state = e;
+	return 0;
+}
+
+/* Put the chain make_key(0..n-1), 100 bytes each. */
+static void put_chain_of(struct env *e, int n)
+{
+	int st[32];
+
+	assert_int_equal(put_simple(e->c, 0, n, 100, st), 0);
+}
+
+/* The options go on the wire as asked; every field of the v2 reply
+ * reaches the caller (here made up by the fake: a cut lease, a wait, a
+ * budget). */
+static void test_v2_match_ex_fields(void **state)
+{
+	struct env *e = *state;
+	struct kvpool_match_opts o = { .lease_ms = 100, .wait_ms = 5000, .want = 2, .retain_ms = 700 };
+	struct kvpool_match_result r;
+	struct kvpool_limits l;
+	uint8_t keys[3][KVPOOL_KEY_BYTES];
+
+	assert_int_equal(kvpool_get_limits(e->c, &l), 0);
+	assert_int_equal(l.protocol_version, 2);
+	assert_int_equal(l.max_match_wait_ms, 30000);
+	assert_int_equal(l.max_retain_ms, 86400000);
+	put_chain_of(e, 3);
+	for (int i = 0; i < 3; i++)
+		make_key(keys[i], i);
+	e->fk.match_v2 = (struct proto_match_reply){
+		.flags = PROTO_MATCH_LEASE_CUT | PROTO_MATCH_WAITED | PROTO_MATCH_RETAIN_BUDGET,
+		.retained = 2, .retain_ms = 700,
+	};
+	e->fk.match_cut = 1;
+	assert_int_equal(kvpool_match_ex(e->c, keys, 3, &o, &r), 0);
+	assert_int_equal(e->fk.last_match_version, 2);
+	assert_int_equal(e->fk.last_match_count, 3);
+	assert_int_equal(e->fk.last_match_lease_ms, 100);
+	assert_int_equal(e->fk.last_match_opts.want, 2);
+	assert_int_equal(e->fk.last_match_opts.retain_ms, 700);
+	/* what is left of the wait when the frame left: at most asked, not much less */
+	assert_true(e->fk.last_match_opts.wait_ms <= 5000 && e->fk.last_match_opts.wait_ms > 4000);
+	assert_int_equal(r.matched, 2);
+	assert_int_equal(r.present, 3);
+	assert_int_equal(r.retained, 2);
+	assert_int_equal(r.retain_ms, 700);
+	assert_int_equal(r.lease_ms, 100);
+	assert_int_equal(r.flags, KVPOOL_MATCH_LEASE_CUT | KVPOOL_MATCH_WAITED |
+				  KVPOOL_MATCH_RETAIN_BUDGET);
+	/* kvpool_match is kvpool_match_ex with a lease only */
+	e->fk.match_v2 = (struct proto_match_reply){ 0 };
+	e->fk.match_cut = 0;
+	{
+		size_t m = 0;
+
+		assert_int_equal(kvpool_match(e->c, keys, 3, 50, &m), 0);
+		assert_int_equal(m, 3);
+		assert_int_equal(e->fk.last_match_opts.wait_ms, 0);
+		assert_int_equal(e->fk.last_match_opts.want, 0);
+		assert_int_equal(e->fk.last_match_opts.retain_ms, 0);
+		assert_int_equal(e->fk.last_match_lease_ms, 50);
+	}
+	/* want > count is sent as it is: the server's refusal comes back */
+	o.want = 4;
+	assert_int_equal(kvpool_match_ex(e->c, keys, 3, &o, &r), -EPROTO);
+	assert_string_equal(kvpool_last_server_message(), "malformed MATCH");
+	assert_int_equal(kvpool_match_ex(e->c, keys, 3, NULL, NULL), -EINVAL);
+}
+
+/* A chain of several frames: each frame waits only for its share of
+ * want, within what is left of the wait; the answers are folded. */
+static void test_v2_match_ex_frames(void **state)
+{
+	struct env *e = *state;
+	struct kvpool_match_opts o = { .wait_ms = 5000, .want = 6, .retain_ms = 9 };
+	struct kvpool_match_result r;
+	uint8_t keys[10][KVPOOL_KEY_BYTES];
+
+	put_chain_of(e, 10);
+	for (int i = 0; i < 10; i++)
+		make_key(keys[i], i);
+	e->fk.match_v2 = (struct proto_match_reply){ .flags = PROTO_MATCH_WAITED, .retained = 4,
+						      .retain_ms = 9 };
+	assert_int_equal(kvpool_match_ex(e->c, keys, 10, &o, &r), 0);
+	/* 4 + 4 + 2 keys; the last frame wants nothing and does not wait */
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_MATCH]), 3);
+	assert_int_equal(e->fk.last_match_count, 2);
+	assert_int_equal(e->fk.last_match_opts.want, 0);
+	assert_int_equal(e->fk.last_match_opts.wait_ms, 0);
+	assert_int_equal(e->fk.last_match_opts.retain_ms, 9);
+	assert_int_equal(r.matched, 10);
+	assert_int_equal(r.present, 10);
+	assert_int_equal(r.retained, 10);
+	assert_int_equal(r.retain_ms, 9);
+	assert_int_equal(r.flags, KVPOOL_MATCH_WAITED);
+	/* a frame that retains only part: later frames do not add to the run */
+	e->fk.match_v2.retained = 3;
+	assert_int_equal(kvpool_match_ex(e->c, keys, 10, &o, &r), 0);
+	assert_int_equal(r.matched, 10);
+	assert_int_equal(r.retained, 3);
+	/* a cut lease in the first frame stops the chain there */
+	e->fk.match_v2 = (struct proto_match_reply){ .flags = PROTO_MATCH_LEASE_CUT };
+	e->fk.match_cut = 1;
+	atomic_store(&e->fk.frames[PROTO_OP_MATCH], 0);
+	assert_int_equal(kvpool_match_ex(e->c, keys, 10, &o, &r), 0);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_MATCH]), 1);
+	assert_int_equal(r.matched, 3);
+	assert_int_equal(r.present, 4);
+	assert_true(r.flags & KVPOOL_MATCH_LEASE_CUT);
+}
+
+/* PUT results' flags reach kvpool_put_ex; retain_ms goes on the wire; a
+ * result whose flags and retain_ms disagree is a broken stream. */
+static void test_v2_put_ex_flags(void **state)
+{
+	struct env *e = *state;
+	uint8_t key[2][KVPOOL_KEY_BYTES], data[64] = { 7 };
+	struct iovec iov = { data, sizeof(data) };
+	struct kvpool_put_block pb[2];
+	uint32_t flags[2] = { 0xff, 0xff };
+	int st[2];
+
+	make_key(key[0], 40);
+	make_key(key[1], 41);
+	pb[0] = (struct kvpool_put_block){ .key = key[0], .iov = &iov, .iovcnt = 1,
+					   .retain_ms = 123456 };
+	pb[1] = (struct kvpool_put_block){ .key = key[1], .parent = key[0], .iov = &iov,
+					   .iovcnt = 1 };
+	e->fk.put_flags = PROTO_PUT_RETAINED | PROTO_PUT_RETAIN_CLAMPED;
+	e->fk.put_retain_ms = 1000;
+	assert_int_equal(kvpool_put_ex(e->c, pb, 2, st, flags), 0);
+	assert_int_equal(e->fk.last_put_retain_ms, 0); /* the last entry asked none */
+	assert_int_equal(flags[0], KVPOOL_PUT_RETAINED | KVPOOL_PUT_RETAIN_CLAMPED);
+	assert_int_equal(flags[1], KVPOOL_PUT_RETAINED | KVPOOL_PUT_RETAIN_CLAMPED);
+	assert_int_equal(kvpool_put_ex(e->c, pb, 1, st, flags), 0);
+	assert_int_equal(e->fk.last_put_retain_ms, 123456);
+	assert_int_equal(st[0], 0); /* EXISTS */
+	/* asynchronous twin */
+	{
+		struct kvpool_completion comp;
+		uint64_t id;
+
+		flags[0] = flags[1] = 0;
+		e->fk.put_flags = PROTO_PUT_RETAIN_BUDGET;
+		e->fk.put_retain_ms = 0;
+		assert_int_equal(kvpool_submit_put_ex(e->c, pb, 2, st, flags, 5, &id), 0);
+		assert_int_equal(kvpool_poll(e->c, &comp, 1, 3000), 1);
+		assert_int_equal(comp.status, 0);
+		assert_int_equal(flags[0], KVPOOL_PUT_RETAIN_BUDGET);
+		assert_int_equal(flags[1], KVPOOL_PUT_RETAIN_BUDGET);
+	}
+	/* RETAINED without a retention: not a valid reply */
+	e->fk.put_flags = PROTO_PUT_RETAINED;
+	e->fk.put_retain_ms = 0;
+	assert_int_equal(kvpool_put_ex(e->c, pb, 1, st, flags), -EPROTO);
+	assert_int_equal(flags[0], 0);
+}
+
+/* The asynchronous MATCH twin answers as the synchronous one. */
+static void test_v2_submit_match_ex(void **state)
+{
+	struct env *e = *state;
+	struct kvpool_match_opts o = { .lease_ms = 10, .want = 3, .wait_ms = 100 };
+	struct kvpool_match_result r, rs;
+	struct kvpool_completion comp;
+	uint8_t keys[6][KVPOOL_KEY_BYTES];
+	uint64_t id;
+
+	put_chain_of(e, 5);
+	for (int i = 0; i < 6; i++)
+		make_key(keys[i], i);
+	e->fk.match_v2 = (struct proto_match_reply){ .flags = PROTO_MATCH_WAIT_TIMEOUT |
+								PROTO_MATCH_WAITED };
+	memset(&r, 0xee, sizeof(r));
+	assert_int_equal(kvpool_submit_match_ex(e->c, keys, 6, &o, &r, 77, &id), 0);
+	assert_int_equal(kvpool_poll(e->c, &comp, 1, 3000), 1);
+	assert_int_equal(comp.status, 0);
+	assert_int_equal(comp.tag, 77);
+	assert_int_equal(comp.matched, 5);
+	assert_int_equal(kvpool_match_ex(e->c, keys, 6, &o, &rs), 0);
+	assert_memory_equal(&r, &rs, sizeof(r));
+	assert_int_equal(r.matched, 5);
+	assert_int_equal(r.present, 5);
+	assert_int_equal(r.flags, KVPOOL_MATCH_WAIT_TIMEOUT | KVPOOL_MATCH_WAITED);
+	/* frames of 4 + 2 keys: the second wants none of the first 3 */
+	assert_int_equal(e->fk.last_match_count, 2);
+	assert_int_equal(e->fk.last_match_opts.want, 0);
+	o.want = 7;
+	assert_int_equal(kvpool_submit_match_ex(e->c, keys, 6, &o, &r, 78, &id), 0);
+	assert_int_equal(kvpool_poll(e->c, &comp, 1, 3000), 1);
+	assert_int_equal(comp.status, -EPROTO);
+	assert_int_equal(kvpool_submit_match_ex(e->c, keys, 6, &o, NULL, 79, &id), -EINVAL);
+}
+
+/* Against a v1 server the options are not sent: the call answers at
+ * once, flags 0, present = matched; want > count is refused locally. */
+static void test_v1_server_drops_options(void **state)
+{
+	struct env *e = *state;
+	struct kvpool_match_opts o = { .lease_ms = 9, .wait_ms = 5000, .want = 2, .retain_ms = 700 };
+	struct kvpool_match_result r;
+	struct kvpool_limits l;
+	uint8_t keys[4][KVPOOL_KEY_BYTES], data[8] = { 1 };
+	struct iovec iov = { data, sizeof(data) };
+	struct kvpool_put_block pb;
+	uint32_t flags = 0xff;
+	int st = 1;
+
+	assert_int_equal(kvpool_get_limits(e->c, &l), 0);
+	assert_int_equal(l.protocol_version, 1);
+	assert_int_equal(l.max_match_wait_ms, 0);
+	assert_int_equal(l.max_retain_ms, 0);
+	put_chain_of(e, 3);
+	for (int i = 0; i < 4; i++)
+		make_key(keys[i], i);
+	e->fk.match_v2.flags = PROTO_MATCH_WAITED; /* not sent in v1 */
+	assert_int_equal(kvpool_match_ex(e->c, keys, 4, &o, &r), 0);
+	assert_int_equal(e->fk.last_match_version, 1);
+	assert_int_equal(e->fk.last_match_lease_ms, 9);
+	assert_int_equal(e->fk.last_match_opts.wait_ms | e->fk.last_match_opts.want |
+				 e->fk.last_match_opts.retain_ms, 0);
+	assert_int_equal(r.matched, 3);
+	assert_int_equal(r.present, 3);
+	assert_int_equal(r.flags, 0);
+	assert_int_equal(r.retained, 0);
+	assert_int_equal(r.lease_ms, 9);
+	o.want = 5;
+	atomic_store(&e->fk.frames[PROTO_OP_MATCH], 0);
+	assert_int_equal(kvpool_match_ex(e->c, keys, 4, &o, &r), -EPROTO);
+	assert_int_equal(atomic_load(&e->fk.frames[PROTO_OP_MATCH]), 0);
+	pb = (struct kvpool_put_block){ .key = keys[3], .parent = keys[2], .iov = &iov,
+					.iovcnt = 1, .retain_ms = 5000 };
+	e->fk.put_flags = PROTO_PUT_RETAINED; /* a v1 reply cannot carry it */
+	e->fk.put_retain_ms = 5;
+	assert_int_equal(kvpool_put_ex(e->c, &pb, 1, &st, &flags), 0);
+	assert_int_equal(st, 0);
+	assert_int_equal(flags, 0);
+	assert_int_equal(e->fk.last_put_retain_ms, 0);
+}
+
 #define FAKE_TEST(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -1086,6 +1342,11 @@ int main(void)
 		FAKE_TEST(test_register_args),
 		FAKE_TEST(test_register_table),
 		FAKE_TEST(test_register_use),
+		cmocka_unit_test_setup_teardown(test_v2_match_ex_fields, setup_v2, teardown),
+		cmocka_unit_test_setup_teardown(test_v2_match_ex_frames, setup_v2, teardown),
+		cmocka_unit_test_setup_teardown(test_v2_put_ex_flags, setup_v2, teardown),
+		cmocka_unit_test_setup_teardown(test_v2_submit_match_ex, setup_v2, teardown),
+		FAKE_TEST(test_v1_server_drops_options),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -30,7 +30,7 @@
 /* Every key, in table order. */
 static const char *const keys[] = {
 	"listen", "port", "threads", "dram_capacity", "max_block_bytes", "max_batch_blocks",
-	"max_frame_bytes", "max_lease_ms", "max_connections", "idle_timeout_ms",
+	"max_frame_bytes", "max_lease_ms", "max_match_wait_ms", "max_retain_ms", "max_connections", "idle_timeout_ms",
 	"payload_timeout_ms", "max_inflight_put_bytes", "log_level", "nvme_dir", "nvme_capacity",
 	"nvme_admission", "nvme_segment_size", "nvme_io_threads", "rdma_port", "admin_port",
 	"tokens_file", "tenant_max_namespaces", "tenant_max_bytes", "tenant_max_leased_bytes",

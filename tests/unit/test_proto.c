@@ -183,7 +183,7 @@ static void test_header_bad_magic(void **state)
 
 static void test_header_wrong_version(void **state)
 {
-	static const uint8_t versions[] = { 0, 2, 255 };
+	static const uint8_t versions[] = { 0, 3, 255 };
 	struct proto_header out;
 
 	(void)state;
@@ -441,11 +441,11 @@ static void test_key_batch_roundtrip(void **state)
 static void test_result_roundtrip(void **state)
 {
 	const struct proto_result in[] = {
-		{ PROTO_STATUS_OK, PROTO_TIER_DRAM, 4096, 0xdeadbeefcafef00dull },
-		{ PROTO_STATUS_EXISTS, PROTO_TIER_NONE, 7, 9 },
-		{ PROTO_STATUS_NOT_FOUND, PROTO_TIER_NONE, 0, 0 },
-		{ PROTO_STATUS_TOO_LARGE, PROTO_TIER_NVME, UINT64_MAX, 0 },
-		{ PROTO_STATUS_BAD_CHECKSUM, PROTO_TIER_NONE, 0, 0 },
+		{ PROTO_STATUS_OK, PROTO_TIER_DRAM, 4096, 0xdeadbeefcafef00dull, 0, 0 },
+		{ PROTO_STATUS_EXISTS, PROTO_TIER_NONE, 7, 9, 0, 0 },
+		{ PROTO_STATUS_NOT_FOUND, PROTO_TIER_NONE, 0, 0, 0, 0 },
+		{ PROTO_STATUS_TOO_LARGE, PROTO_TIER_NVME, UINT64_MAX, 0, 0, 0 },
+		{ PROTO_STATUS_BAD_CHECKSUM, PROTO_TIER_NONE, 0, 0, 0, 0 },
 	};
 	uint8_t body[8 + 5 * 24];
 	struct proto_batch b;
@@ -540,7 +540,7 @@ static void test_batch_reserved_nonzero(void **state)
 	uint8_t body[8 + 2 * 88];
 	uint8_t res[8 + 24];
 	struct proto_batch b;
-	struct proto_result r = { PROTO_STATUS_OK, PROTO_TIER_DRAM, 1, 2 };
+	struct proto_result r = { PROTO_STATUS_OK, PROTO_TIER_DRAM, 1, 2, 0, 0 };
 	size_t n;
 
 	(void)state;
@@ -569,7 +569,7 @@ static void test_result_unknown_values(void **state)
 {
 	uint8_t res[8 + 24];
 	struct proto_batch b;
-	struct proto_result r = { PROTO_STATUS_OK, PROTO_TIER_DRAM, 1, 2 }, out;
+	struct proto_result r = { PROTO_STATUS_OK, PROTO_TIER_DRAM, 1, 2, 0, 0 }, out;
 
 	(void)state;
 	proto_batch_encode_prefix(res, 1, 0);
@@ -833,41 +833,368 @@ static void test_hello_reply(void **state)
 		.max_lease_ms = 5000, .max_inflight_put_bytes = 512ull << 20,
 	};
 	struct proto_hello_reply out, bad;
-	uint8_t body[PROTO_HELLO_REPLY_BYTES];
+	uint8_t body[PROTO_HELLO_REPLY_MAX_BYTES];
 
 	(void)state;
 	proto_hello_reply_encode(&in, body);
 	assert_int_equal(proto_get_u16(body + 2), 7471);
 	assert_int_equal(proto_get_u32(body + 16), 4u << 20);
-	assert_int_equal(proto_hello_reply_decode(body, sizeof(body), &out), 0);
+	assert_int_equal(proto_hello_reply_decode(body, PROTO_HELLO_REPLY_BYTES, &out), 0);
 	assert_memory_equal(&out, &in, sizeof(in));
 
-	assert_int_equal(proto_hello_reply_decode(body, sizeof(body) - 1, &out), -EPROTO);
-	assert_int_equal(proto_hello_reply_decode(body, sizeof(body) + 1, &out), -EPROTO);
+	assert_int_equal(proto_hello_reply_decode(body, PROTO_HELLO_REPLY_BYTES - 1, &out), -EPROTO);
+	assert_int_equal(proto_hello_reply_decode(body, PROTO_HELLO_REPLY_BYTES + 1, &out), -EPROTO);
 
 	bad = in;
-	bad.version = 2;
+	bad.version = 3; /* no such version */
 	proto_hello_reply_encode(&bad, body);
-	assert_int_equal(proto_hello_reply_decode(body, sizeof(body), &out), -EPROTO);
+	assert_int_equal(proto_hello_reply_decode(body, PROTO_HELLO_REPLY_BYTES, &out), -EPROTO);
+	bad.version = 0;
+	proto_hello_reply_encode(&bad, body);
+	assert_int_equal(proto_hello_reply_decode(body, PROTO_HELLO_REPLY_BYTES, &out), -EPROTO);
 	bad = in;
 	bad.server_flags = 1;
 	proto_hello_reply_encode(&bad, body);
-	assert_int_equal(proto_hello_reply_decode(body, sizeof(body), &out), -EPROTO);
+	assert_int_equal(proto_hello_reply_decode(body, PROTO_HELLO_REPLY_BYTES, &out), -EPROTO);
 	bad = in;
 	bad.max_batch_blocks = 0;
 	proto_hello_reply_encode(&bad, body);
-	assert_int_equal(proto_hello_reply_decode(body, sizeof(body), &out), -EPROTO);
+	assert_int_equal(proto_hello_reply_decode(body, PROTO_HELLO_REPLY_BYTES, &out), -EPROTO);
 	bad = in;
 	bad.max_block_bytes = 0;
 	proto_hello_reply_encode(&bad, body);
-	assert_int_equal(proto_hello_reply_decode(body, sizeof(body), &out), -EPROTO);
+	assert_int_equal(proto_hello_reply_decode(body, PROTO_HELLO_REPLY_BYTES, &out), -EPROTO);
 	bad = in;
 	bad.max_frame_bytes = 32 + 8 + 88 - 1;
 	proto_hello_reply_encode(&bad, body);
-	assert_int_equal(proto_hello_reply_decode(body, sizeof(body), &out), -EPROTO);
+	assert_int_equal(proto_hello_reply_decode(body, PROTO_HELLO_REPLY_BYTES, &out), -EPROTO);
 	bad.max_frame_bytes++;
 	proto_hello_reply_encode(&bad, body);
-	assert_int_equal(proto_hello_reply_decode(body, sizeof(body), &out), 0);
+	assert_int_equal(proto_hello_reply_decode(body, PROTO_HELLO_REPLY_BYTES, &out), 0);
+}
+
+/* ---- protocol version 2 --------------------------------------------------- */
+
+static void test_header_v2_accepted(void **state)
+{
+	struct proto_header h = request_header(PROTO_OP_MATCH, 24 + 32, 0), out;
+
+	(void)state;
+	h.version = PROTO_VERSION_2;
+	assert_int_equal(header_roundtrip(&h, 0, &limits, &out), 0);
+	assert_int_equal(out.version, 2);
+	h = reply_header(PROTO_OP_MATCH, PROTO_STATUS_OK, 24, 0);
+	h.version = PROTO_VERSION_2;
+	assert_int_equal(header_roundtrip(&h, 1, &limits, &out), 0);
+	assert_int_equal(PROTO_VERSION, 1); /* HELLO's header version is frozen */
+	assert_int_equal(PROTO_VERSION_MIN, 1);
+	assert_int_equal(PROTO_VERSION_MAX, 2);
+}
+
+/* A v2 PUT entry carries retain_ms at offset 84; v1 keeps it reserved. */
+static void test_put_entry_v2(void **state)
+{
+	struct proto_put_entry e = { .length = 5, .checksum = 7, .retain_ms = 60000 }, out;
+	uint8_t body[8 + 88];
+	struct proto_batch b;
+	uint32_t bad = 9;
+
+	(void)state;
+	fill_key(e.key, 1);
+	proto_batch_encode_prefix(body, 1, 0);
+	proto_put_entry_encode_v(body, 0, PROTO_VERSION_2, &e);
+	assert_int_equal(proto_get_u32(body + 8 + 84), 60000);
+	assert_int_equal(proto_batch_decode_v(body, sizeof(body), 88, 2, &limits, &b), 0);
+	assert_int_equal(b.version, 2);
+	assert_int_equal(proto_put_entry_decode(&b, 0, &out), 0);
+	assert_int_equal(out.retain_ms, 60000);
+	assert_memory_equal(out.key, e.key, PROTO_KEY_BYTES);
+	assert_int_equal(proto_put_batch_check(&b, 5, &limits, &bad), 0);
+	/* the same bytes are malformed in v1: offset 84 is reserved there */
+	assert_int_equal(proto_batch_decode(body, sizeof(body), 88, &limits, &b), -EPROTO);
+	assert_int_equal(proto_batch_decode_v(body, sizeof(body), 88, 1, &limits, &b), -EPROTO);
+	b.version = 1; /* a batch whose entries were not checked: the entry checks say it too */
+	assert_int_equal(proto_put_entry_decode(&b, 0, &out), -EPROTO);
+	assert_int_equal(proto_put_batch_check(&b, 5, &limits, &bad), -EPROTO);
+	assert_int_equal(bad, 0);
+	/* v1 encoders drop retain_ms; a v1 entry decodes with retain_ms 0 */
+	proto_put_entry_encode(body, 0, &e);
+	assert_int_equal(proto_get_u32(body + 8 + 84), 0);
+	proto_put_entry_encode_v(body, 0, PROTO_VERSION_1, &e);
+	assert_int_equal(proto_get_u32(body + 8 + 84), 0);
+	assert_int_equal(proto_batch_decode(body, sizeof(body), 88, &limits, &b), 0);
+	assert_int_equal(b.version, 1);
+	out.retain_ms = 1;
+	assert_int_equal(proto_put_entry_decode(&b, 0, &out), 0);
+	assert_int_equal(out.retain_ms, 0);
+	/* other v2 rules still hold: unknown flags, inconsistent parent */
+	e.flags = 2;
+	proto_put_entry_encode_v(body, 0, PROTO_VERSION_2, &e);
+	assert_int_equal(proto_batch_decode_v(body, sizeof(body), 88, 2, &limits, &b), 0);
+	assert_int_equal(proto_put_entry_decode(&b, 0, &out), -EPROTO);
+	e.flags = PROTO_PUT_HAS_PARENT; /* with an all-zero parent */
+	proto_put_entry_encode_v(body, 0, PROTO_VERSION_2, &e);
+	assert_int_equal(proto_put_entry_decode(&b, 0, &out), -EPROTO);
+	/* a layout version nobody speaks */
+	assert_int_equal(proto_batch_decode_v(body, sizeof(body), 88, 3, &limits, &b), -EPROTO);
+}
+
+/* A v2 result carries flags (offset 3) and retain_ms (offset 4). */
+static void test_result_v2(void **state)
+{
+	struct proto_result r = { PROTO_STATUS_OK, PROTO_TIER_DRAM, 5, 7, 0, 0 }, out;
+	uint8_t body[8 + 24];
+	struct proto_batch b;
+
+	(void)state;
+	proto_batch_encode_prefix(body, 1, 0);
+	r.flags = PROTO_PUT_RETAINED | PROTO_PUT_RETAIN_CLAMPED;
+	r.retain_ms = 86400000;
+	proto_result_encode_v(body, 0, PROTO_VERSION_2, &r);
+	assert_int_equal(body[8 + 3], PROTO_PUT_RETAINED | PROTO_PUT_RETAIN_CLAMPED);
+	assert_int_equal(proto_get_u32(body + 8 + 4), 86400000);
+	assert_int_equal(proto_batch_decode_v(body, sizeof(body), 24, 2, &limits, &b), 0);
+	assert_int_equal(proto_result_decode(&b, 0, &out), 0);
+	assert_int_equal(out.flags, r.flags);
+	assert_int_equal(out.retain_ms, r.retain_ms);
+	assert_int_equal(out.length, 5);
+	assert_int_equal(out.checksum, 7);
+	/* reserved in v1 */
+	assert_int_equal(proto_batch_decode(body, sizeof(body), 24, &limits, &b), -EPROTO);
+	/* budget refusal: a flag without a retention is consistent */
+	r.flags = PROTO_PUT_RETAIN_BUDGET;
+	r.retain_ms = 0;
+	proto_result_encode_v(body, 0, PROTO_VERSION_2, &r);
+	assert_int_equal(proto_batch_decode_v(body, sizeof(body), 24, 2, &limits, &b), 0);
+	assert_int_equal(proto_result_decode(&b, 0, &out), 0);
+	assert_int_equal(out.flags, PROTO_PUT_RETAIN_BUDGET);
+	/* RETAINED and retain_ms disagree; an unknown bit */
+	r.flags = PROTO_PUT_RETAINED;
+	proto_result_encode_v(body, 0, PROTO_VERSION_2, &r);
+	assert_int_equal(proto_result_decode(&b, 0, &out), -EPROTO);
+	r.flags = 0;
+	r.retain_ms = 10;
+	proto_result_encode_v(body, 0, PROTO_VERSION_2, &r);
+	assert_int_equal(proto_result_decode(&b, 0, &out), -EPROTO);
+	r.flags = 0x08;
+	r.retain_ms = 0;
+	proto_result_encode_v(body, 0, PROTO_VERSION_2, &r);
+	assert_int_equal(proto_result_decode(&b, 0, &out), -EPROTO);
+	/* v1 encoders write zeros there, whatever the struct says */
+	r.flags = PROTO_PUT_RETAINED;
+	r.retain_ms = 10;
+	proto_result_encode(body, 0, &r);
+	assert_int_equal(body[8 + 3], 0);
+	assert_int_equal(proto_get_u32(body + 8 + 4), 0);
+	proto_result_encode_v(body, 0, PROTO_VERSION_1, &r);
+	assert_int_equal(proto_get_u32(body + 8 + 4), 0);
+	assert_int_equal(proto_batch_decode(body, sizeof(body), 24, &limits, &b), 0);
+	assert_int_equal(proto_result_decode(&b, 0, &out), 0);
+	assert_int_equal(out.flags, 0);
+	assert_int_equal(out.retain_ms, 0);
+}
+
+/* Build a MATCH request of n keys in `version` into body; returns its bytes. */
+static size_t match_body(uint8_t *body, uint8_t version, uint32_t n, uint32_t lease_ms,
+			 const struct proto_match_opts *o)
+{
+	proto_match_encode_prefix(body, version, n, lease_ms, o);
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t key[PROTO_KEY_BYTES];
+
+		fill_key(key, (uint8_t)i);
+		proto_match_key_encode(body, version, i, key);
+	}
+	return proto_match_body_bytes(version, n);
+}
+
+static void test_match_request_v1_v2(void **state)
+{
+	const struct proto_match_opts o = { .wait_ms = 2500, .want = 2, .retain_ms = 60000 };
+	uint8_t body[24 + 32 * 20], key[PROTO_KEY_BYTES];
+	struct proto_match_req m;
+	size_t n;
+
+	(void)state;
+	assert_int_equal(proto_match_body_bytes(1, 3), 8 + 3 * 32);
+	assert_int_equal(proto_match_body_bytes(0, 3), 8 + 3 * 32);
+	assert_int_equal(proto_match_body_bytes(2, 3), 24 + 3 * 32);
+	/* v2: options after the prefix, keys from offset 24 */
+	n = match_body(body, 2, 3, 1000, &o);
+	assert_int_equal(n, 24 + 96);
+	assert_int_equal(proto_get_u32(body + 8), 2500);
+	assert_int_equal(proto_get_u32(body + 12), 2);
+	assert_int_equal(proto_get_u32(body + 16), 60000);
+	assert_int_equal(proto_get_u32(body + 20), 0);
+	assert_int_equal(proto_match_decode(body, n, 2, &limits, &m), 0);
+	assert_int_equal(m.keys.count, 3);
+	assert_int_equal(m.lease_ms, 1000);
+	assert_int_equal(m.keys.aux, 1000);
+	assert_int_equal(m.keys.version, 2);
+	assert_int_equal(m.opts.wait_ms, 2500);
+	assert_int_equal(m.opts.want, 2);
+	assert_int_equal(m.opts.retain_ms, 60000);
+	fill_key(key, 2);
+	assert_memory_equal(proto_key_entry(&m.keys, 2), key, PROTO_KEY_BYTES);
+	/* v1 still decodes, options zero; its options are not sent */
+	n = match_body(body, 1, 3, 7, &o);
+	assert_int_equal(n, 8 + 96);
+	assert_int_equal(proto_match_decode(body, n, 1, &limits, &m), 0);
+	assert_int_equal(m.keys.count, 3);
+	assert_int_equal(m.lease_ms, 7);
+	assert_int_equal(m.opts.wait_ms, 0);
+	assert_int_equal(m.opts.want, 0);
+	assert_int_equal(m.opts.retain_ms, 0);
+	fill_key(key, 1);
+	assert_memory_equal(proto_key_entry(&m.keys, 1), key, PROTO_KEY_BYTES);
+	assert_int_equal(proto_match_decode(body, n, 0, &limits, &m), 0); /* 0 reads as 1 */
+	/* a v1 body read as v2 and a v2 body read as v1: wrong body_bytes */
+	assert_int_equal(proto_match_decode(body, n, 2, &limits, &m), -EPROTO);
+	n = match_body(body, 2, 3, 7, NULL);
+	assert_int_equal(proto_get_u32(body + 8) | proto_get_u32(body + 12), 0);
+	assert_int_equal(proto_match_decode(body, n, 1, &limits, &m), -EPROTO);
+	assert_int_equal(proto_match_decode(body, n, 2, &limits, &m), 0);
+	assert_int_equal(m.opts.want, 0); /* 0 = count, left to the server */
+	/* v2 body_bytes one off either way */
+	assert_int_equal(proto_match_decode(body, n - 1, 2, &limits, &m), -EPROTO);
+	assert_int_equal(proto_match_decode(body, n + 1, 2, &limits, &m), -EPROTO);
+	/* want == count is fine; want > count is not */
+	proto_put_u32(body + 12, 3);
+	assert_int_equal(proto_match_decode(body, n, 2, &limits, &m), 0);
+	proto_put_u32(body + 12, 4);
+	assert_int_equal(proto_match_decode(body, n, 2, &limits, &m), -EPROTO);
+	proto_put_u32(body + 12, UINT32_MAX);
+	assert_int_equal(proto_match_decode(body, n, 2, &limits, &m), -EPROTO);
+	proto_put_u32(body + 12, 1);
+	/* reserved option word */
+	proto_put_u32(body + 20, 1);
+	assert_int_equal(proto_match_decode(body, n, 2, &limits, &m), -EPROTO);
+	proto_put_u32(body + 20, 0);
+	/* any wait and retention are well-formed (the server caps them) */
+	proto_put_u32(body + 8, UINT32_MAX);
+	proto_put_u32(body + 16, UINT32_MAX);
+	assert_int_equal(proto_match_decode(body, n, 2, &limits, &m), 0);
+	assert_true(m.opts.wait_ms == UINT32_MAX && m.opts.retain_ms == UINT32_MAX);
+	/* count 0, count over the limit, short bodies, unknown version */
+	proto_put_u32(body, 0);
+	assert_int_equal(proto_match_decode(body, 24, 2, &limits, &m), -EPROTO);
+	n = match_body(body, 2, 17, 0, NULL);
+	assert_int_equal(proto_match_decode(body, n, 2, &limits, &m), -EMSGSIZE);
+	assert_int_equal(proto_match_decode(body, n, 2, NULL, &m), 0);
+	n = match_body(body, 2, 1, 0, NULL);
+	for (size_t len = 0; len < n; len++)
+		assert_int_equal(proto_match_decode(body, len, 2, &limits, &m), -EPROTO);
+	assert_int_equal(proto_match_decode(body, n, 3, &limits, &m), -EPROTO);
+	m.keys.count = 99; /* out is written only on success */
+	assert_int_equal(proto_match_decode(body, n - 1, 2, &limits, &m), -EPROTO);
+	assert_int_equal(m.keys.count, 99);
+}
+
+static void test_match_reply_v2(void **state)
+{
+	const struct proto_match_reply in = {
+		.matched = 5, .lease_ms = 5000,
+		.flags = PROTO_MATCH_LEASE_CUT | PROTO_MATCH_WAITED | PROTO_MATCH_RETAIN_CLAMPED,
+		.present = 9, .retained = 9, .retain_ms = 3600000,
+	};
+	struct proto_match_reply out, bad;
+	uint8_t body[PROTO_MATCH_REPLY_MAX_BYTES];
+	uint32_t m, lease;
+
+	(void)state;
+	assert_int_equal(proto_match_reply_bytes(1), 8);
+	assert_int_equal(proto_match_reply_bytes(2), 24);
+	proto_match_reply_encode_v(2, &in, body);
+	assert_int_equal(proto_get_u32(body + 8), in.flags);
+	assert_int_equal(proto_get_u32(body + 12), 9);
+	assert_int_equal(proto_get_u32(body + 20), 3600000);
+	assert_int_equal(proto_match_reply_decode_v(body, 24, 2, &out), 0);
+	assert_memory_equal(&out, &in, sizeof(in));
+	assert_int_equal(proto_match_reply_decode_v(body, 23, 2, &out), -EPROTO);
+	assert_int_equal(proto_match_reply_decode_v(body, 25, 2, &out), -EPROTO);
+	assert_int_equal(proto_match_reply_decode_v(body, 8, 2, &out), -EPROTO);
+	assert_int_equal(proto_match_reply_decode_v(body, 24, 3, &out), -EPROTO);
+	/* v1: 8 bytes, the same first two words; present = matched */
+	memset(body, 0xee, sizeof(body));
+	proto_match_reply_encode_v(1, &in, body);
+	assert_int_equal(body[8], 0xee); /* nothing past the v1 layout */
+	assert_int_equal(proto_match_reply_decode_v(body, 8, 1, &out), 0);
+	assert_int_equal(out.matched, 5);
+	assert_int_equal(out.lease_ms, 5000);
+	assert_int_equal(out.present, 5);
+	assert_int_equal(out.flags | out.retained | out.retain_ms, 0);
+	assert_int_equal(proto_match_reply_decode(body, 8, &m, &lease), 0);
+	assert_int_equal(m, 5);
+	assert_int_equal(proto_match_reply_decode_v(body, 24, 1, &out), -EPROTO);
+	/* what a v2 reply must agree with */
+	bad = in;
+	bad.flags = 0x100;
+	proto_match_reply_encode_v(2, &bad, body);
+	assert_int_equal(proto_match_reply_decode_v(body, 24, 2, &out), -EPROTO);
+	bad = in;
+	bad.present = 4; /* < matched */
+	bad.retained = 4;
+	proto_match_reply_encode_v(2, &bad, body);
+	assert_int_equal(proto_match_reply_decode_v(body, 24, 2, &out), -EPROTO);
+	bad = in;
+	bad.flags = 0; /* present > matched without LEASE_CUT */
+	proto_match_reply_encode_v(2, &bad, body);
+	assert_int_equal(proto_match_reply_decode_v(body, 24, 2, &out), -EPROTO);
+	bad = in;
+	bad.retained = 10; /* > present */
+	proto_match_reply_encode_v(2, &bad, body);
+	assert_int_equal(proto_match_reply_decode_v(body, 24, 2, &out), -EPROTO);
+	bad = in;
+	bad.retain_ms = 0; /* retained without a retention */
+	proto_match_reply_encode_v(2, &bad, body);
+	assert_int_equal(proto_match_reply_decode_v(body, 24, 2, &out), -EPROTO);
+	bad = in;
+	bad.retained = 0; /* a retention of nothing */
+	proto_match_reply_encode_v(2, &bad, body);
+	assert_int_equal(proto_match_reply_decode_v(body, 24, 2, &out), -EPROTO);
+	/* a plain answer, as a server without wait and retention gives it */
+	bad = (struct proto_match_reply){ .matched = 3, .lease_ms = 0, .present = 3 };
+	proto_match_reply_encode_v(2, &bad, body);
+	assert_int_equal(proto_match_reply_decode_v(body, 24, 2, &out), 0);
+	assert_memory_equal(&out, &bad, sizeof(bad));
+}
+
+static void test_hello_reply_v2(void **state)
+{
+	const struct proto_hello_reply in = {
+		.version = 2, .rdma_port = 0, .max_batch_blocks = 1024,
+		.max_block_bytes = 64ull << 20, .max_frame_bytes = 1u << 20,
+		.max_lease_ms = 5000, .max_inflight_put_bytes = 512ull << 20,
+		.max_match_wait_ms = 30000, .max_retain_ms = 86400000,
+	};
+	struct proto_hello_reply out, v1;
+	uint8_t body[PROTO_HELLO_REPLY_MAX_BYTES + 8];
+
+	(void)state;
+	assert_int_equal(proto_hello_reply_bytes(1), 40);
+	assert_int_equal(proto_hello_reply_bytes(2), 48);
+	proto_hello_reply_encode(&in, body);
+	assert_int_equal(proto_get_u32(body + 40), 30000);
+	assert_int_equal(proto_get_u32(body + 44), 86400000);
+	assert_int_equal(proto_hello_reply_decode(body, 48, &out), 0);
+	assert_memory_equal(&out, &in, sizeof(in));
+	/* the version field says the layout: a v2 reply of 40 bytes, or a v1
+	 * reply of 48, is malformed */
+	assert_int_equal(proto_hello_reply_decode(body, 40, &out), -EPROTO);
+	assert_int_equal(proto_hello_reply_decode(body, 47, &out), -EPROTO);
+	assert_int_equal(proto_hello_reply_decode(body, 49, &out), -EPROTO);
+	v1 = in;
+	v1.version = 1;
+	memset(body, 0xee, sizeof(body));
+	proto_hello_reply_encode(&v1, body);
+	assert_int_equal(body[40], 0xee); /* v1 writes 40 bytes only */
+	assert_int_equal(proto_hello_reply_decode(body, 48, &out), -EPROTO);
+	assert_int_equal(proto_hello_reply_decode(body, 40, &out), 0);
+	assert_int_equal(out.version, 1);
+	assert_int_equal(out.max_match_wait_ms, 0);
+	assert_int_equal(out.max_retain_ms, 0);
+	assert_int_equal(out.max_lease_ms, 5000);
+	assert_int_equal(proto_hello_reply_decode(body, 12, &out), -EPROTO);
 }
 
 /* ---- MATCH, DROP, names, STATS ------------------------------------------ */
@@ -1130,8 +1457,8 @@ static void test_worked_example_reply(void **state)
 	uint8_t want[128], frame[128];
 	size_t want_len = hex_decode(example_reply_hex, want, sizeof(want));
 	struct proto_header h = reply_header(PROTO_OP_PUT, PROTO_STATUS_OK, 8 + 2 * 24, 0), dh;
-	struct proto_result r0 = { PROTO_STATUS_OK, PROTO_TIER_DRAM, 11, 0xdbfc59c602e9a711ull };
-	struct proto_result r1 = { PROTO_STATUS_OK, PROTO_TIER_DRAM, 6, 0x30584211054b083aull };
+	struct proto_result r0 = { PROTO_STATUS_OK, PROTO_TIER_DRAM, 11, 0xdbfc59c602e9a711ull, 0, 0 };
+	struct proto_result r1 = { PROTO_STATUS_OK, PROTO_TIER_DRAM, 6, 0x30584211054b083aull, 0, 0 };
 	struct proto_batch b;
 	struct proto_result out;
 
@@ -1226,6 +1553,28 @@ static void test_random_bodies(void **state)
 		assert_true(rc == 0 || rc == -EPROTO);
 		rc = proto_match_reply_decode(buf, len, &u32a, &u32b);
 		assert_true(rc == 0 || rc == -EPROTO);
+		/* v2 layouts */
+		{
+			struct proto_match_reply mr;
+			struct proto_match_req mq;
+			struct proto_result r;
+
+			rc = proto_match_reply_decode_v(buf, len, 2, &mr);
+			assert_true(rc == 0 || rc == -EPROTO);
+			if (rc == 0)
+				assert_true(mr.present >= mr.matched && mr.retained <= mr.present);
+			rc = proto_match_decode(buf, len, 2, &limits, &mq);
+			assert_true(rc == 0 || rc == -EPROTO || rc == -EMSGSIZE);
+			if (rc == 0) {
+				assert_true(mq.opts.want <= mq.keys.count);
+				assert_true(proto_key_entry(&mq.keys, mq.keys.count - 1) + 32 <= buf + len);
+			}
+			rc = proto_batch_decode_v(buf, len, 24, 2, NULL, &b);
+			assert_true(rc == 0 || rc == -EPROTO);
+			for (uint32_t i = 0; rc == 0 && i < b.count; i++)
+				if (proto_result_decode(&b, i, &r) == 0)
+					assert_true(!(r.flags & ~PROTO_PUT_RESULT_FLAGS));
+		}
 		rc = proto_drop_reply_decode(buf, len, &u64a, &u64b);
 		assert_true(rc == 0 || rc == -EPROTO);
 		if (len >= PROTO_HEADER_BYTES) {
@@ -1271,6 +1620,12 @@ int main(void)
 		cmocka_unit_test(test_hello_decode_errors),
 		cmocka_unit_test(test_hello_reply),
 		cmocka_unit_test(test_match_and_drop_replies),
+		cmocka_unit_test(test_header_v2_accepted),
+		cmocka_unit_test(test_put_entry_v2),
+		cmocka_unit_test(test_result_v2),
+		cmocka_unit_test(test_match_request_v1_v2),
+		cmocka_unit_test(test_match_reply_v2),
+		cmocka_unit_test(test_hello_reply_v2),
 		cmocka_unit_test(test_name_valid),
 		cmocka_unit_test(test_name_body),
 		cmocka_unit_test(test_error_body),

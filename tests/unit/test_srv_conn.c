@@ -97,6 +97,11 @@ static void test_body_max_per_opcode(void **state)
 	(void)state;
 	assert_int_equal(srv_conn_body_max(PROTO_OP_EXISTS, &l), 8 + 32 * 1024);
 	assert_int_equal(srv_conn_body_max(PROTO_OP_MATCH, &l), 8 + 32 * 1024);
+	/* a v2 MATCH carries 16 bytes of options before its keys */
+	assert_int_equal(srv_conn_body_max_v(PROTO_OP_MATCH, 2, &l), 24 + 32 * 1024);
+	assert_int_equal(srv_conn_body_max_v(PROTO_OP_MATCH, 1, &l), 8 + 32 * 1024);
+	assert_int_equal(srv_conn_body_max_v(PROTO_OP_PUT, 2, &l), 8 + 88 * 1024);
+	assert_int_equal(srv_conn_body_max_v(PROTO_OP_HELLO, 2, &l), 8 + 255 + 1024);
 	assert_int_equal(srv_conn_body_max(PROTO_OP_DELETE, &l), 8 + 32 * 1024);
 	assert_int_equal(srv_conn_body_max(PROTO_OP_GET, &l), 8 + 40 * 1024);
 	assert_int_equal(srv_conn_body_max(PROTO_OP_PUT, &l), 8 + 88 * 1024);

@@ -1096,7 +1096,7 @@ static void test_undecodable_messages(void **state)
 	assert_int_equal(rh.status, PROTO_STATUS_BAD_REQUEST);
 
 	ping_msg(msg, 4243);
-	msg[4] = PROTO_VERSION + 1;
+	msg[4] = PROTO_VERSION_MAX + 1;
 	fatal_reply(msg, sizeof(msg), &rh);
 	assert_int_equal(rh.opcode, PROTO_OP_PING);
 	assert_int_equal(rh.request_id, 4243);

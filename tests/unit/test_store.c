@@ -1567,6 +1567,53 @@ static void test_match_prefix(void **state)
 	store_close(s);
 }
 
+/* store_match_ex with options: today's answer (no lease cut, no
+ * retention) and store_match as its wrapper; the PUT retention seam
+ * answers "no retention". */
+static void test_match_ex_and_retain_seam(void **state)
+{
+	struct store *s = open_store(64 * PAGE, PAGE, 0, 1000);
+	uint32_t ns = ns_of(s, "mx"), matched = 0, granted = 0;
+	uint64_t ids[4] = { 1, 2, 3, 9 };
+	uint8_t keys[4][STORE_KEY_BYTES];
+	struct store_lessee *l = store_lessee_new(s);
+	struct store_match_opts o = { .lease_ms = 5000, .retain_ms = 60000, .lessee = l };
+	struct store_match_res r;
+	struct store_retain_res rr = { 7, 7 };
+
+	(void)state;
+	assert_non_null(l);
+	for (uint64_t i = 1; i <= 3; i++)
+		assert_int_equal(put_id(s, ns, i, i - 1, 10), 0);
+	keys_of(ids, 4, keys);
+	memset(&r, 0xee, sizeof(r));
+	assert_int_equal(store_match_ex(s, ns, keys, 4, &o, &r), 0);
+	assert_int_equal(r.matched, 3);
+	assert_int_equal(r.present, 3);
+	assert_int_equal(r.lease_ms, 1000); /* capped at max_lease_ms */
+	assert_int_equal(r.retained, 0);
+	assert_int_equal(r.retain_ms, 0);
+	assert_int_equal(r.flags, 0);
+	assert_int_equal(store_lessee_leased_bytes(s, l), 30);
+	assert_int_equal(store_match(s, ns, keys, 4, 100, l, &matched, &granted), 0);
+	assert_int_equal(matched, 3);
+	assert_int_equal(granted, 100);
+	/* no lessee, no options: no lease */
+	assert_int_equal(store_match_ex(s, ns, keys + 3, 1, NULL, &r), 0);
+	assert_int_equal(r.matched, 0);
+	assert_int_equal(r.lease_ms, 0);
+	memset(&r, 0xee, sizeof(r));
+	assert_int_equal(store_match_ex(s, 42, keys, 4, &o, &r), -EINVAL);
+	assert_int_equal(r.matched, 0xeeeeeeeeu); /* written only on success */
+	/* the PUT retention seam */
+	assert_int_equal(store_put_retain(s, ns, keys[0], 60000, &rr), 0);
+	assert_int_equal(rr.retain_ms, 0);
+	assert_int_equal(rr.flags, 0);
+	assert_int_equal(store_put_retain(s, ns, keys[0], 60000, NULL), -EINVAL);
+	store_lessee_free(s, l);
+	store_close(s);
+}
+
 /* ---- MATCH without the lock, racing puts that evict ---- */
 
 #define RACE_CHAIN 8u
@@ -2657,6 +2704,7 @@ int main(void)
 		cmocka_unit_test(test_release_other_thread),
 		cmocka_unit_test(test_drop_namespace),
 		cmocka_unit_test(test_match_prefix),
+		cmocka_unit_test(test_match_ex_and_retain_seam),
 		cmocka_unit_test(test_lease_lifecycle),
 		cmocka_unit_test(test_lease_expiry),
 		cmocka_unit_test(test_many_leases),

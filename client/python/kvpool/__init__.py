@@ -16,7 +16,10 @@ build/libkvpool.so, or the installed libkvpool.so.0.
 
 from ._lib import DEFAULT_URL, KEY_BYTES
 from ._lib import path as library_path
-from .client import Client, Completion, Limits
+from .client import (Client, Completion, Limits, MatchResult, MATCH_LEASE_CUT, MATCH_RETAIN_BUDGET,
+                     MATCH_RETAIN_CLAMPED, MATCH_WAIT_CLAMPED, MATCH_WAIT_ENDED,
+                     MATCH_WAIT_REFUSED, MATCH_WAIT_TIMEOUT, MATCH_WAITED, PUT_RETAIN_BUDGET,
+                     PUT_RETAIN_CLAMPED, PUT_RETAINED)
 from .errors import (AlreadyRegistered, Busy, ChecksumError, ConnectionError, Denied, Error,
                      Full, InvalidArgument, Miss, NoParent, NotRegistered, OutOfMemory,
                      ProtocolError, QuotaExceeded, ServerIOError, Timeout, TooLarge,
@@ -27,7 +30,11 @@ from . import placement
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Completion", "Limits", "block_hashes", "placement", "strerror", "error_class",
+    "Client", "Completion", "Limits", "MatchResult", "block_hashes", "placement", "strerror",
+    "error_class",
+    "MATCH_LEASE_CUT", "MATCH_WAITED", "MATCH_WAIT_TIMEOUT", "MATCH_WAIT_REFUSED",
+    "MATCH_WAIT_CLAMPED", "MATCH_WAIT_ENDED", "MATCH_RETAIN_BUDGET", "MATCH_RETAIN_CLAMPED",
+    "PUT_RETAINED", "PUT_RETAIN_BUDGET", "PUT_RETAIN_CLAMPED",
     "DEFAULT_URL", "KEY_BYTES",
     "library_path", "Error", "Miss", "NoParent", "Full", "QuotaExceeded", "Busy", "TooLarge",
     "Denied", "ChecksumError", "ServerIOError", "ProtocolError", "Unsupported",

@@ -25,7 +25,7 @@ class iovec(Structure):
 
 class put_block(Structure):
     _fields_ = [("key", c_char_p), ("parent", c_char_p),
-                ("iov", POINTER(iovec)), ("iovcnt", c_int)]
+                ("iov", POINTER(iovec)), ("iovcnt", c_int), ("retain_ms", c_uint32)]
 
 
 class get_block(Structure):
@@ -47,7 +47,20 @@ class limits(Structure):
     _fields_ = [("max_block_bytes", c_uint64), ("max_batch_blocks", c_uint32),
                 ("max_frame_bytes", c_uint32), ("max_lease_ms", c_uint32),
                 ("rdma_port", c_uint16), ("protocol_version", c_uint16),
-                ("max_inflight_put_bytes", c_uint64)]
+                ("max_inflight_put_bytes", c_uint64), ("max_match_wait_ms", c_uint32),
+                ("max_retain_ms", c_uint32)]
+
+
+class match_opts(Structure):
+    """struct kvpool_match_opts."""
+    _fields_ = [("lease_ms", c_uint32), ("wait_ms", c_uint32), ("want", c_uint32),
+                ("retain_ms", c_uint32)]
+
+
+class match_result(Structure):
+    """struct kvpool_match_result."""
+    _fields_ = [("matched", c_size_t), ("present", c_size_t), ("retained", c_size_t),
+                ("lease_ms", c_uint32), ("retain_ms", c_uint32), ("flags", c_uint32)]
 
 
 def _candidates():
@@ -89,11 +102,15 @@ def _declare(lib):
         "kvpool_set_timeout": (None, [h, c_uint32]),
         "kvpool_get_limits": (c_int, [h, POINTER(limits)]),
         "kvpool_put": (c_int, [h, POINTER(put_block), c_size_t, POINTER(c_int)]),
+        "kvpool_put_ex": (c_int, [h, POINTER(put_block), c_size_t, POINTER(c_int),
+                                  POINTER(c_uint32)]),
         "kvpool_get": (c_int, [h, POINTER(get_block), c_size_t, POINTER(c_int)]),
         "kvpool_put_bytes": (c_int, [h, c_char_p, c_char_p, c_void_p, c_size_t]),
         "kvpool_get_bytes": (c_int, [h, c_char_p, c_void_p, c_size_t, POINTER(c_uint64)]),
         "kvpool_exists": (c_int, [h, c_char_p, c_size_t, POINTER(c_int)]),
         "kvpool_match": (c_int, [h, c_char_p, c_size_t, c_uint32, POINTER(c_size_t)]),
+        "kvpool_match_ex": (c_int, [h, c_char_p, c_size_t, POINTER(match_opts),
+                                    POINTER(match_result)]),
         "kvpool_delete": (c_int, [h, c_char_p, c_size_t, POINTER(c_int)]),
         "kvpool_drop_namespace": (c_int, [h, c_char_p, POINTER(c_uint64)]),
         "kvpool_stats": (c_int, [h, c_char_p, POINTER(c_void_p)]),
@@ -104,6 +121,7 @@ def _declare(lib):
         "kvpool_block_hashes": (c_int, [c_void_p, c_size_t, c_size_t, c_char_p, c_char_p,
                                         c_size_t, c_void_p, c_size_t, POINTER(c_size_t)]),
         "kvpool_strerror": (c_char_p, [c_int]),
+        "kvpool_last_server_message": (c_char_p, []),
         # asynchronous API
         "kvpool_set_max_inflight": (c_int, [h, c_uint32]),
         "kvpool_inflight": (c_uint32, [h]),
@@ -115,6 +133,11 @@ def _declare(lib):
                                          POINTER(c_uint64)]),
         "kvpool_submit_match": (c_int, [h, c_char_p, c_size_t, c_uint32, c_uint64,
                                         POINTER(c_uint64)]),
+        "kvpool_submit_put_ex": (c_int, [h, POINTER(put_block), c_size_t, POINTER(c_int),
+                                         POINTER(c_uint32), c_uint64, POINTER(c_uint64)]),
+        "kvpool_submit_match_ex": (c_int, [h, c_char_p, c_size_t, POINTER(match_opts),
+                                           POINTER(match_result), c_uint64,
+                                           POINTER(c_uint64)]),
         "kvpool_submit_delete": (c_int, [h, c_char_p, c_size_t, POINTER(c_int), c_uint64,
                                          POINTER(c_uint64)]),
         "kvpool_poll": (c_int, [h, POINTER(completion), c_int, c_int]),

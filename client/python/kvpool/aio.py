@@ -118,8 +118,9 @@ class AsyncClient:
     def __init__(self, client):
         self.client = client
 
-    async def put_many(self, keys, buffers, parents=None):
-        comp = await wait(self.client, self.client.submit_put_many(keys, buffers, parents))
+    async def put_many(self, keys, buffers, parents=None, retain_ms=0, flags=None):
+        comp = await wait(self.client, self.client.submit_put_many(
+            keys, buffers, parents, retain_ms=retain_ms, flags=flags))
         _raise_call_error(comp, "put_many")
         return comp.statuses
 
@@ -147,8 +148,14 @@ class AsyncClient:
             raise make_error(comp.status, "delete")
         return [s == 0 for s in comp.statuses]
 
-    async def match(self, keys, lease_ms=0):
-        comp = await wait(self.client, self.client.submit_match(keys, lease_ms))
+    async def match(self, keys, lease_ms=0, wait_ms=0, want=None, retain_ms=0):
+        """As Client.match; a wait (wait_ms > 0) does not block the loop."""
+        return (await self.match_detail(keys, lease_ms, wait_ms, want, retain_ms)).matched
+
+    async def match_detail(self, keys, lease_ms=0, wait_ms=0, want=None, retain_ms=0):
+        """As Client.match_detail: a kvpool.MatchResult."""
+        comp = await wait(self.client, self.client.submit_match(
+            keys, lease_ms, wait_ms=wait_ms, want=want, retain_ms=retain_ms))
         if comp.status:
             raise make_error(comp.status, "match")
-        return comp.matched
+        return comp.result

@@ -36,10 +36,44 @@ _CALL_ERRORS = frozenset(-e for e in (
 _GET_MANY_GUESS_BYTES = 256 << 20
 
 Limits = namedtuple("Limits", "max_block_bytes max_batch_blocks max_frame_bytes max_lease_ms "
-                              "rdma_port protocol_version max_inflight_put_bytes")
-Limits.__doc__ = "The server's limits, from its HELLO reply (sizes in bytes)."
+                              "rdma_port protocol_version max_inflight_put_bytes "
+                              "max_match_wait_ms max_retain_ms")
+Limits.__doc__ = """The server's limits, from its HELLO reply (sizes in bytes, times in
+ms). protocol_version is the version the connection uses (1 or 2);
+max_match_wait_ms and max_retain_ms cap match(wait_ms=) and retain_ms=
+(0 from a server that speaks protocol 1 only: it neither waits nor
+retains)."""
 
-Completion = namedtuple("Completion", "id tag op status statuses lengths matched")
+# Flags of MatchResult.flags (protocol v2, proto/PROTOCOL.md section 14).
+MATCH_LEASE_CUT = 0x001       # the lease of the whole present run would pass a
+#                               leased-bytes bound: matched is the run whose lease fits
+MATCH_WAITED = 0x002          # the server waited (fewer than `want` were present)
+MATCH_WAIT_TIMEOUT = 0x004    # answered because wait_ms passed
+MATCH_WAIT_REFUSED = 0x008    # the server's limit on waiting matches: answered at once
+MATCH_WAIT_CLAMPED = 0x010    # wait_ms was cut to the server's max_match_wait_ms
+MATCH_WAIT_ENDED = 0x020      # the server ended the wait early (drop, reload, shutdown)
+MATCH_RETAIN_BUDGET = 0x040   # retention refused (in part) for the budget
+MATCH_RETAIN_CLAMPED = 0x080  # retain_ms was cut to the server's max_retain_ms
+
+# Per-block flags put_many(..., flags=[]) fills in.
+PUT_RETAINED = 0x01           # a retention was taken
+PUT_RETAIN_BUDGET = 0x02      # asked, refused for the budget: stored without it
+PUT_RETAIN_CLAMPED = 0x04     # retain_ms was cut to the server's max_retain_ms
+
+MatchResult = namedtuple("MatchResult", "matched present retained lease_ms retain_ms flags")
+MatchResult.__doc__ = """What Client.match_detail answers.
+
+matched    leading blocks of the chain the pool holds (leased, when a lease
+           was asked): what match() returns
+present    leading blocks present when the server answered (> matched only
+           with MATCH_LEASE_CUT)
+retained   leading blocks whose retention was set or extended
+lease_ms   lease granted (0: none)
+retain_ms  retention granted (0: none)
+flags      MATCH_* bits (0 from a server that speaks protocol 1 only)"""
+
+Completion = namedtuple("Completion", "id tag op status statuses lengths matched flags result",
+                        defaults=((), None))
 Completion.__doc__ = """A finished asynchronous request (Client.poll).
 
 id        what submit_* returned
@@ -50,7 +84,9 @@ status    0 or a negative errno: what the synchronous call would have
 statuses  per block/key: 0 or a negative errno ([] for match)
 lengths   get: bytes received per block (the block's size also for
           -errno.EMSGSIZE when the server said it; 0 otherwise); else []
-matched   match: the leading run the pool holds; else 0"""
+matched   match: the leading run the pool holds; else 0
+flags     put: per block PUT_* bits (0 where none); else []
+result    match: the MatchResult when status is 0; else None"""
 
 _OP_NAMES = {1: "put", 2: "get", 3: "exists", 4: "match", 5: "delete"}
 
@@ -60,11 +96,12 @@ class _Pending:
     polled: the pins of its buffers and every ctypes array libkvpool was
     given (blocks, iovecs, keys, statuses)."""
 
-    __slots__ = ("tag", "pins", "keep", "st", "blocks", "n")
+    __slots__ = ("tag", "pins", "keep", "st", "blocks", "n", "fl", "flags_out", "mres")
 
-    def __init__(self, tag, pins, keep, st, blocks, n):
+    def __init__(self, tag, pins, keep, st, blocks, n, fl=None, flags_out=None, mres=None):
         self.tag, self.pins, self.keep, self.st, self.blocks, self.n = \
             tag, pins, keep, st, blocks, n
+        self.fl, self.flags_out, self.mres = fl, flags_out, mres
 
     def release(self):
         if self.pins is not None:
@@ -124,6 +161,58 @@ def _keys(keys):
 
 def _short(key):
     return key.hex()[:16]
+
+
+def _ms(value, name, what):
+    """A time in milliseconds (lease_ms, wait_ms, retain_ms) as a u32: an
+    int (TypeError for anything else, bool included), 0 .. 2**32 - 1
+    (InvalidArgument otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("kvpool: %s: %s must be an int (milliseconds), not %s"
+                        % (what, name, type(value).__name__))
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise InvalidArgument(-_errno.EINVAL, "%s: %s must be 0 .. 4294967295 ms, got %d"
+                              % (what, name, value))
+    return value
+
+
+def _match_opts(n, lease_ms, wait_ms, want, retain_ms, what):
+    """struct kvpool_match_opts of a match over n keys; want None (or 0)
+    is the whole chain."""
+    if want is None:
+        w = 0
+    elif isinstance(want, bool) or not isinstance(want, int):
+        raise TypeError("kvpool: %s: want must be an int or None, not %s"
+                        % (what, type(want).__name__))
+    elif want < 0 or want > n:
+        raise InvalidArgument(-_errno.EINVAL, "%s: want %d is not within the chain of %d keys"
+                              % (what, want, n))
+    else:
+        w = want
+    return _lib.match_opts(_ms(lease_ms, "lease_ms", what), _ms(wait_ms, "wait_ms", what), w,
+                           _ms(retain_ms, "retain_ms", what))
+
+
+def _retains(retain_ms, n, what):
+    """retain_ms for each of n blocks: one int for all, or a sequence of n."""
+    if isinstance(retain_ms, (list, tuple)):
+        if len(retain_ms) != n:
+            raise InvalidArgument(-_errno.EINVAL, "%s: %d blocks but %d retain_ms values"
+                                  % (what, n, len(retain_ms)))
+        return [_ms(r, "retain_ms", what) for r in retain_ms]
+    return [_ms(retain_ms, "retain_ms", what)] * n
+
+
+def _flags_list(flags, what):
+    """The caller's list for per-block flags (None: not wanted)."""
+    if flags is not None and not isinstance(flags, list):
+        raise TypeError("kvpool: %s: flags must be a list to fill (or None), not %s"
+                        % (what, type(flags).__name__))
+    return flags
+
+
+def _match_result(r):
+    return MatchResult(r.matched, r.present, r.retained, r.lease_ms, r.retain_ms, r.flags)
 
 
 def _timeout_ms(timeout):
@@ -268,20 +357,22 @@ class Client:
 
     # ---- single blocks --------------------------------------------------------
 
-    def put(self, key, data, parent=None):
+    def put(self, key, data, parent=None, retain_ms=0):
         """Store one block: `data` is a buffer or a list of buffers (their
         concatenation is the block). `parent` is the key of the block
         before it in its prompt, or None for a prompt's first block.
         A key already stored is a success (content is never replaced).
-        Raises InvalidArgument for an empty block (0 bytes), NoParent,
-        TooLarge, Full, Busy, ChecksumError, ... ."""
+        retain_ms > 0 asks the server to keep the block that long (see
+        put_many). Raises InvalidArgument for an empty block (0 bytes),
+        NoParent, TooLarge, Full, Busy, ChecksumError, ... ."""
         k = _key(key)
         p = None if parent is None else _key(parent, "parent")
+        r = _ms(retain_ms, "retain_ms", "put")
         with _lib.Pins() as pins:
-            if isinstance(data, (list, tuple)):
+            if isinstance(data, (list, tuple)) or r:
                 iov, n, total = _iovecs(pins, data, False)
                 _not_empty(total, "put %s" % _short(k))
-                block = _lib.put_block(k, p, iov, n)
+                block = _lib.put_block(k, p, iov, n, r)
                 with self._lock:
                     rc = _lib_fns.kvpool_put(self._h(), ctypes.byref(block), 1, None)
             else:
@@ -356,16 +447,30 @@ class Client:
 
     # ---- batches --------------------------------------------------------------
 
-    def put_many(self, keys, buffers, parents=None):
+    def put_many(self, keys, buffers, parents=None, retain_ms=0, flags=None):
         """Store len(keys) blocks in pipelined batches. buffers[i] is a
         buffer or a list of buffers; parents[i] (parents=None: all None) the
         parent key of block i or None. Returns a list of statuses: 0 for a
         block stored (or already there), else a negative errno (kvpool.
         strerror(s) describes it, kvpool.error_class(s) is its exception).
+
+        retain_ms (an int for every block, or a sequence of one int per
+        block; ms): > 0 asks the server not to evict the block for that
+        long after it is stored (or, already stored, to extend its
+        retention), capped at Limits.max_retain_ms and within the server's
+        retention budget; a retention refused is not an error. flags: a
+        list the call fills (replacing its contents) with each block's
+        PUT_* bits saying what was granted (all 0 from a server that speaks
+        protocol 1 only).
+
         Raises only for errors that fail the whole call (ConnectionError,
         Timeout, ProtocolError ...) and, before anything is sent, for bad
-        arguments (InvalidArgument: an empty block, lengths that differ)."""
+        arguments (InvalidArgument: an empty block, lengths that differ, a
+        retain_ms out of range; TypeError: a retain_ms that is not an int,
+        flags that is not a list)."""
         ks = [_key(k) for k in keys]
+        rs = _retains(retain_ms, len(ks), "put_many")
+        fl_out = _flags_list(flags, "put_many")
         if len(buffers) != len(ks):
             raise InvalidArgument(-_errno.EINVAL, "put_many: %d keys but %d buffers"
                                   % (len(ks), len(buffers)))
@@ -377,23 +482,31 @@ class Client:
                                       % (len(ks), len(parents)))
             ps = [None if p is None else _key(p, "parent") for p in parents]
         if not ks:
+            if fl_out is not None:
+                fl_out[:] = []
             return []
         blocks = (_lib.put_block * len(ks))()
         st = (ctypes.c_int * len(ks))()
+        fl = (ctypes.c_uint32 * len(ks))() if fl_out is not None else None
         with _lib.Pins() as pins:
             for i, k in enumerate(ks):
                 iov, n, total = _iovecs(pins, buffers[i], False)
                 _not_empty(total, "put_many block %d (%s)" % (i, _short(k)))
-                blocks[i] = _lib.put_block(k, ps[i], iov, n)  # blocks keeps iov alive
+                blocks[i] = _lib.put_block(k, ps[i], iov, n, rs[i])  # blocks keeps iov alive
             with self._lock:
-                rc = _lib_fns.kvpool_put(self._h(), blocks, len(ks), st)
-        return self._statuses(rc, st, "put_many")
+                rc = _lib_fns.kvpool_put_ex(self._h(), blocks, len(ks), st, fl)
+        out = self._statuses(rc, st, "put_many")
+        if fl_out is not None:
+            fl_out[:] = list(fl)
+        return out
 
-    def put_chain(self, keys, buffers, parent=None):
+    def put_chain(self, keys, buffers, parent=None, retain_ms=0, flags=None):
         """put_many for one prompt's consecutive blocks: block i's parent is
-        keys[i-1], block 0's is `parent` (None: the prompt's first block)."""
+        keys[i-1], block 0's is `parent` (None: the prompt's first block).
+        retain_ms and flags as put_many."""
         ks = list(keys)
-        return self.put_many(ks, buffers, [parent] + ks[:-1] if ks else [])
+        return self.put_many(ks, buffers, [parent] + ks[:-1] if ks else [],
+                             retain_ms=retain_ms, flags=flags)
 
     def get_into_many(self, keys, buffers):
         """Receive len(keys) blocks into buffers[i] (each a writable buffer
@@ -497,22 +610,37 @@ class Client:
             raise make_error(rc, "delete")
         return list(st) if statuses else [s == 0 for s in st]
 
-    def match(self, keys, lease_ms=0):
+    def match(self, keys, lease_ms=0, wait_ms=0, want=None, retain_ms=0):
         """How many leading keys of the chain `keys` the pool holds (an int).
         With lease_ms > 0 those blocks stay pinned for this connection for
         lease_ms (capped by the server's max_lease_ms) or until a get on this
-        Client returns them, so the gets that follow cannot miss."""
+        Client returns them, so the gets that follow cannot miss.
+
+        wait_ms > 0: if fewer than `want` leading blocks (None: the whole
+        chain) are there, the server waits up to wait_ms (capped at
+        Limits.max_match_wait_ms) for puts that complete them, then answers
+        what is there - a timeout is a shorter match, not an error. The
+        call may take the Client's timeout plus wait_ms. retain_ms > 0
+        extends the matched blocks' retention (see put_many). A server that
+        speaks protocol 1 only ignores wait_ms, want and retain_ms.
+        Raises TypeError for arguments that are not ints, InvalidArgument
+        for values out of range (want above len(keys))."""
+        return self.match_detail(keys, lease_ms, wait_ms, want, retain_ms).matched
+
+    def match_detail(self, keys, lease_ms=0, wait_ms=0, want=None, retain_ms=0):
+        """match() with the server's whole answer: a MatchResult (matched,
+        present, retained, lease_ms, retain_ms, flags: MATCH_* bits)."""
         raw, n = _keys(keys)
-        if not isinstance(lease_ms, int) or not 0 <= lease_ms <= 0xFFFFFFFF:
-            raise InvalidArgument(-_errno.EINVAL, "match: lease_ms must be an int >= 0")
-        matched = ctypes.c_size_t(0)
+        opts = _match_opts(n, lease_ms, wait_ms, want, retain_ms, "match")
+        out = _lib.match_result()
         if not n:
-            return 0
+            return MatchResult(0, 0, 0, 0, 0, 0)
         with self._lock:
-            rc = _lib_fns.kvpool_match(self._h(), raw, n, lease_ms, ctypes.byref(matched))
+            rc = _lib_fns.kvpool_match_ex(self._h(), raw, n, ctypes.byref(opts),
+                                          ctypes.byref(out))
         if rc:
             raise make_error(rc, "match")
-        return matched.value
+        return _match_result(out)
 
     # ---- asynchronous requests ----------------------------------------------------
     #
@@ -536,10 +664,14 @@ class Client:
             raise make_error(rc, what)
         return rid.value
 
-    def submit_put_many(self, keys, buffers, parents=None, tag=None):
+    def submit_put_many(self, keys, buffers, parents=None, tag=None, retain_ms=0, flags=None):
         """Asynchronous put_many: returns the request id at once. The
-        completion's statuses are put_many's list."""
+        completion's statuses are put_many's list and its flags the
+        per-block PUT_* bits (also copied into `flags`, a list, when the
+        completion is polled)."""
         ks = [_key(k) for k in keys]
+        rs = _retains(retain_ms, len(ks), "submit_put_many")
+        fl_out = _flags_list(flags, "submit_put_many")
         if len(buffers) != len(ks):
             raise InvalidArgument(-_errno.EINVAL, "submit_put_many: %d keys but %d buffers"
                                   % (len(ks), len(buffers)))
@@ -553,19 +685,21 @@ class Client:
         n = len(ks)
         blocks = (_lib.put_block * max(n, 1))()
         st = (ctypes.c_int * max(n, 1))()
+        fl = (ctypes.c_uint32 * max(n, 1))()
         pins = _lib.Pins()
         keep = [ks, ps]
         try:
             for i, k in enumerate(ks):
                 iov, cnt, total = _iovecs(pins, buffers[i], False)
                 _not_empty(total, "submit_put_many block %d (%s)" % (i, _short(k)))
-                blocks[i] = _lib.put_block(k, ps[i], iov, cnt)
+                blocks[i] = _lib.put_block(k, ps[i], iov, cnt, rs[i])
                 keep.append(iov)
         except BaseException:
             pins.__exit__(None, None, None)
             raise
-        rec = _Pending(tag, pins, keep, st, None, n)
-        return self._submit(_lib_fns.kvpool_submit_put, (blocks, n, st), rec, "submit_put_many")
+        rec = _Pending(tag, pins, keep, st, None, n, fl=fl, flags_out=fl_out)
+        return self._submit(_lib_fns.kvpool_submit_put_ex, (blocks, n, st, fl), rec,
+                            "submit_put_many")
 
     def submit_get_into_many(self, keys, buffers, tag=None):
         """Asynchronous get_into_many: the blocks land in buffers[i] (each a
@@ -609,14 +743,17 @@ class Client:
         """Asynchronous delete_many: statuses are 0 (was there) or -ENOENT."""
         return self._submit_keys(_lib_fns.kvpool_submit_delete, keys, tag, "submit_delete_many")
 
-    def submit_match(self, keys, lease_ms=0, tag=None):
-        """Asynchronous match: the completion's `matched` is the leading run."""
-        if not isinstance(lease_ms, int) or not 0 <= lease_ms <= 0xFFFFFFFF:
-            raise InvalidArgument(-_errno.EINVAL, "submit_match: lease_ms must be an int >= 0")
+    def submit_match(self, keys, lease_ms=0, tag=None, wait_ms=0, want=None, retain_ms=0):
+        """Asynchronous match (same arguments): the completion's `matched`
+        is the leading run and its `result` the MatchResult. A waiting
+        match (wait_ms > 0) holds up the requests submitted after it on
+        this Client until it is answered (the server answers in order)."""
         raw, n = _keys(keys)
-        rec = _Pending(tag, None, [raw], None, None, n)
-        return self._submit(_lib_fns.kvpool_submit_match, (raw, n, lease_ms), rec,
-                            "submit_match")
+        opts = _match_opts(n, lease_ms, wait_ms, want, retain_ms, "submit_match")
+        res = _lib.match_result()
+        rec = _Pending(tag, None, [raw, opts], None, None, n, mres=res)
+        return self._submit(_lib_fns.kvpool_submit_match_ex,
+                            (raw, n, ctypes.byref(opts), ctypes.byref(res)), rec, "submit_match")
 
     def _completion(self, c):
         rec = self._pending.pop(c.id, None)
@@ -629,8 +766,14 @@ class Client:
         if op == "get":
             lengths = [rec.blocks[i].length if statuses[i] in (0, -_errno.EMSGSIZE) else 0
                        for i in range(rec.n)]
+        flags = list(rec.fl[:rec.n]) if rec.fl is not None else []
+        if rec.flags_out is not None:
+            rec.flags_out[:] = flags
+        result = None
+        if op == "match" and rec.mres is not None and c.status == 0:
+            result = _match_result(rec.mres)
         return Completion(c.id, rec.tag, op, c.status, statuses, lengths,
-                          c.matched if op == "match" else 0)
+                          c.matched if op == "match" else 0, flags, result)
 
     def poll(self, max=64, timeout=0.0):
         """Up to `max` finished requests as a list of Completion, waiting up
