@@ -192,6 +192,7 @@ UNIT_DEPS_hash   := $(LIB_A)
 UNIT_LIBS_hash   := -ljson-c
 UNIT_DEPS_hrw    := $(LIB_A)
 UNIT_LIBS_hrw    := -ljson-c
+UNIT_DEPS_cluster_hot := $(call obj,client/lib/cluster/hot.c)
 UNIT_FAKE        := $(call obj,tests/unit/fake_server.c)
 UNIT_DEPS_client := $(UNIT_FAKE) $(LIB_A)
 UNIT_DEPS_async  := $(UNIT_FAKE) $(LIB_A)
