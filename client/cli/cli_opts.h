@@ -73,8 +73,14 @@ int cli_conn_opt(struct cli_conn *conn, const char *prog, int opt, const char *a
 /* Say for a person why connecting as `conn` failed with `err` (a result of
  * kvpool_connect) into buf[0..len), truncated to fit:
  *   -EINVAL with a bad namespace   "bad namespace \"NS\": " CLI_NS_RULE
+ *   -EINVAL on an etcd:// URL      "bad etcd URL: expected etcd://HOST[:PORT][,...]/CLUSTER..."
+ *   -ENXIO on an etcd:// URL       "no kvpoold is registered in etcd under kvpool/CLUSTER/nodes/..."
+ *   -EINVAL, -EOPNOTSUPP, -E2BIG on a node list
+ *                                  "bad node list: WHY: expected ..." (WHY: an empty entry,
+ *                                  mixed schemes, a node listed twice, more than 64 nodes)
  *   -EINVAL otherwise, and -EOPNOTSUPP for a URL not starting tcp://
- *                                  "bad URL: expected tcp://, rdma:// or auto://..., got 'URL'"
+ *                                  "bad URL: expected tcp://, rdma:// or auto://..., a node
+ *                                  list (...) or etcd://..., got 'URL'"
  *   -ENOENT                        "cannot connect to URL: host name does not resolve"
  *   anything else                  "cannot connect to URL (namespace \"NS\"): "
  *                                  and kvpool_strerror(err)
