@@ -133,7 +133,7 @@ UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
 .PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme demo-ttft install clean \
-	nvme-bench bench fuzz fuzz-seeds soak container-test test-tsan
+	nvme-bench bench fuzz fuzz-seeds soak container-test test-tsan test-engines-real
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
@@ -361,6 +361,14 @@ test: deps deps-check
 	@# (not in the sanitizer build: ThreadSanitizer and AddressSanitizer do not mix)
 	@if [ "$(SAN)" = 0 ]; then $(MAKE) --no-print-directory test-tsan; fi
 
+# The engine adapters inside vLLM's, SGLang's and LMCache's own code, from
+# source snapshots named by KVPOOL_VLLM_SRC (the folder with vllm/),
+# KVPOOL_SGLANG_SRC (the checkout, or its python/ folder) and
+# KVPOOL_LMCACHE_SRC (the folder with lmcache/); not part of make test (CI
+# has no snapshots); skips with one line when none is set.
+test-engines-real: all
+	@BUILD=$(BUILD) tests/engines_real/run.sh
+
 # The integration tests with kvpoold under valgrind: a leak or memory error
 # makes the daemon exit 99, which fails the test's clean-shutdown check.
 test-valgrind: deps
@@ -409,6 +417,9 @@ demo-ttft: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) examples/ttft/run.sh
 
+# The Python package's sub-packages (installed beside its top-level modules).
+PY_SUBPACKAGES := _adapters vllm lmcache
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
 	  $(DESTDIR)$(PREFIX)/share/kvpool
@@ -418,8 +429,10 @@ install: all
 	ln -sf libkvpool.so.0 $(DESTDIR)$(PREFIX)/lib/libkvpool.so
 	install -m 644 client/kvpool.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 config/kvpool.conf $(DESTDIR)$(PREFIX)/share/kvpool/
-	install -d $(DESTDIR)$(PYDIR)/kvpool
+	install -d $(DESTDIR)$(PYDIR)/kvpool $(addprefix $(DESTDIR)$(PYDIR)/kvpool/,$(PY_SUBPACKAGES))
 	install -m 644 client/python/kvpool/*.py $(DESTDIR)$(PYDIR)/kvpool/
+	for d in $(PY_SUBPACKAGES); do \
+	  install -m 644 client/python/kvpool/$$d/*.py $(DESTDIR)$(PYDIR)/kvpool/$$d/ || exit 1; done
 	printf '"""Written by make install."""\nLIBDIR = "%s"\n' "$(PREFIX)/lib" \
 	  > $(DESTDIR)$(PYDIR)/kvpool/_installed.py
 	@# package metadata, for vLLM's plugin loader: the vllm.general_plugins

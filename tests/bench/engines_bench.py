@@ -1,29 +1,34 @@
 #!/usr/bin/env python3
 """Engine adapter throughput against the raw binding, on one kvpoold.
 
-For each engine adapter (kvpool.sglang, kvpool.vllm tier, kvpool.lmcache
-MP plugin) this moves 1 MiB pages through the adapter and the same pages,
-from and into the same buffers, through the raw binding, alternating the
-two, and prints the best round of each in GiB/s and their ratio:
-  set         the engine's store call        vs put_chain
-  get         the engine's load call         vs get_into_many
-  exists+get  its exists/lookup, then load   vs match (with a lease), then
-                                                get_into_many The engines are not needed: the adapters run over
-the contract tests' stand-in base classes.
+For each adapter path (kvpool.sglang, the kvpool.vllm tier and connector,
+the kvpool.lmcache MP plugin and remote connector) this moves 1 MiB pages
+through the adapter's own entry point and the same pages, from and into
+the same buffers, through the raw binding:
+  set   the engine's store call     vs put_chain (the same pieces)
+  get   the engine's load call      vs get_into_many (the same pieces)
+Adapter and raw runs alternate in pairs (which goes first alternates too);
+each pair gives a ratio adapter GiB/s / raw GiB/s, and the table prints
+the median GiB/s of each side and the median of the pair ratios (the
+target is >= 0.9). The engines are not needed: the adapters run over the
+contract tests' stand-in base classes.
 
-  tests/bench/engines_bench.py [--url tcp://host:port] [--pages 64] [--rounds 5]
-                               [--engines sglang,vllm,lmcache]
+  tests/bench/engines_bench.py [--url tcp://host:port] [--pages 64] [--rounds 9]
+                               [--engines sglang,vllm-tier,vllm-connector,lmcache-mp,lmcache-remote]
 
 Without --url it starts build/kvpoold on a free loopback port.
 """
 
 import argparse
+import asyncio
 import os
 import select
 import socket
+import statistics
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -55,15 +60,6 @@ class Keys:
         self.n += 1
         return kvpool.block_hashes(list(range(pages)), 1,
                                    extra=("%s-%d" % (self.tag, self.n)).encode())
-
-
-def state_keys(r_get):
-    """The raw keys of the last round (kept in the closure's state dict)."""
-    for cell in r_get.__closure__ or ():
-        v = cell.cell_contents
-        if isinstance(v, dict) and "r" in v:
-            return v["r"]
-    raise LookupError("no raw keys")
 
 
 def timed(fn):
@@ -192,13 +188,152 @@ def bench_lmcache(url, pages):
     return a_set, a_exists, a_get, r_set, r_get, raw, lambda: (p.close(), raw.close())
 
 
+def bench_vllm_connector(url, pages):
+    """Worker-side save (wait_for_save) and load (start_load_kv) of chunks of
+    2 blocks x 8 layers x K,V x (16 tokens x 8 heads x 128) fp16 = 1 MiB."""
+    import torch
+    import vllm_standin_layouts as vl
+    from test_vllm_connector import Setup, vllm_config
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    setup = Setup(heads=8, dim=128, layers=8, dtype=torch.float16)
+    kcc = vl.kv_cache_config(4 * pages + 2, setup.groups())
+    backends = {n: setup.backend for names, _ in setup.groups() for n in names}
+    caches = vl.reshape(kcc, backends, [setup.block])
+    for t in caches.values():
+        t.fill_(1)
+    w = KVConnectorFactory.create_connector(vllm_config(url, "bench-a", setup, chunk_blocks=2),
+                                            KVConnectorRole.WORKER, kcc)
+    w.register_kv_caches(caches)
+    raw = kvpool.Client(url, "bench-raw-vllm-conn")
+    src = [([2 * i + 1, 2 * i + 2],) for i in range(pages)]
+    dst = [([2 * pages + 2 * i + 1, 2 * pages + 2 * i + 2],) for i in range(pages)]
+    assert w._chunk_bytes() == MIB
+    src_bufs, _, _ = w._buffers(src)
+    dst_bufs, _, _ = w._buffers(dst)
+    keys_a, keys_r = Keys("vca"), Keys("vcr")
+    state = {}
+
+    def meta(loads=(), stores=()):
+        from kvpool.vllm.connector import KVPoolConnectorMetadata
+        m = KVPoolConnectorMetadata()
+        m.loads, m.stores = list(loads), list(stores)
+        return m
+
+    def a_set():
+        state["a"] = keys_a(pages)
+        w.bind_connector_metadata(meta(stores=[("r", state["a"], src, None)]))
+        w.wait_for_save()
+        w.clear_connector_metadata()
+
+    def a_get():
+        w.bind_connector_metadata(meta(loads=[("r", state["a"], dst)]))
+        w.start_load_kv(SimpleNamespace())
+        w.clear_connector_metadata()
+        assert not w.get_block_ids_with_load_errors()
+
+    def r_set():
+        state["r"] = keys_r(pages)
+        assert not any(raw.put_chain(state["r"], src_bufs))
+
+    def r_get():
+        assert all(n == MIB for n in raw.get_into_many(state["r"], dst_bufs))
+    return a_set, a_get, r_set, r_get, lambda: (w.shutdown(), raw.close())
+
+
+def bench_lmcache_remote(url, pages):
+    """The non-MP remote connector's batched_put and batched_get, driven
+    on an asyncio loop as LMCache's RemoteBackend does, with memory objects
+    from a pool (as LMCache's allocator reuses its buffers)."""
+    import torch
+    import kvpool.lmcache as kl
+    from lmcache.v1.storage_backend.connector import ConnectorContext
+    shape = (2, 8, 256, 128)                 # (K/V, layers, tokens, hidden) fp16 = 1 MiB
+
+    class Obj:
+        def __init__(self):
+            self.tensor = torch.ones(shape, dtype=torch.float16)
+            self.byte_array = memoryview(self.tensor.numpy()).cast("B")
+
+        def get_shape(self):
+            return torch.Size(shape)
+
+        def get_dtype(self):
+            return torch.float16
+
+        def get_memory_format(self):
+            return "KV_2LTD"
+
+        def ref_count_down(self):
+            pass
+
+    class Backend:
+        def __init__(self, n):
+            self.free = [Obj() for _ in range(n)]
+            self.i = 0
+
+        def allocate(self, shapes, dtypes, fmt=None, eviction=True, busy_loop=True):
+            o = self.free[self.i % len(self.free)]
+            self.i += 1
+            return o
+
+    class Key:
+        def __init__(self, s):
+            self.s = s
+
+        def to_string(self):
+            return self.s
+
+    loop = asyncio.new_event_loop()
+    config = SimpleNamespace(chunk_size=256, extra_config={
+        "remote_storage_plugin.kvpool.url": url,
+        "remote_storage_plugin.kvpool.namespace_prefix": "bench-a", "save_chunk_meta": False})
+    meta = SimpleNamespace(model_name="bench", world_size=1, worker_id=0,
+                           kv_dtype=torch.float16, kv_shape=(8, 2, 256, 1, 128))
+    backend = Backend(pages)
+    conn = kl.KVPoolConnectorAdapter().create_connector(
+        ConnectorContext("plugin://kvpool", loop, backend, config, meta, "kvpool"))
+    raw = kvpool.Client(url, "bench-raw-lmc-remote")
+    src = [Obj() for _ in range(pages)]
+    src_bufs = [o.byte_array for o in src]
+    dst_bufs = [o.byte_array for o in backend.free]
+    keys_a, keys_r = Keys("lra"), Keys("lrr")
+    state = {}
+
+    def a_set():
+        state["a"] = [Key("bench@1@0@%s@half" % k.hex()) for k in keys_a(pages)]
+        loop.run_until_complete(conn.batched_put(state["a"], src))
+
+    def a_get():
+        got = loop.run_until_complete(conn.batched_get(state["a"]))
+        assert all(g is not None for g in got)
+
+    def r_set():
+        state["r"] = keys_r(pages)
+        assert not any(raw.put_chain(state["r"], src_bufs))
+
+    def r_get():
+        assert all(n == MIB for n in raw.get_into_many(state["r"], dst_bufs))
+
+    def close():
+        loop.run_until_complete(conn.close())
+        loop.close()
+        raw.close()
+    return a_set, a_get, r_set, r_get, close
+
+
+ADAPTERS = [("sglang", bench_sglang), ("vllm-tier", bench_vllm),
+            ("vllm-connector", bench_vllm_connector), ("lmcache-mp", bench_lmcache),
+            ("lmcache-remote", bench_lmcache_remote)]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--url")
     ap.add_argument("--pages", type=int, default=64, help="1 MiB pages per round")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--engines", default="sglang,vllm,lmcache",
-                    help="comma-separated subset of sglang,vllm,lmcache")
+    ap.add_argument("--rounds", type=int, default=9, help="adapter/raw pairs per op")
+    ap.add_argument("--engines", default=",".join(n for n, _ in ADAPTERS),
+                    help="comma-separated subset of " + ",".join(n for n, _ in ADAPTERS))
     args = ap.parse_args()
     proc = None
     url = args.url
@@ -220,31 +355,39 @@ def main():
                     raise
                 time.sleep(0.05)
     gib = args.pages * MIB / (1 << 30)
-    print("1 MiB pages, %d per round, best of %d rounds, GiB/s (kvpoold at %s)"
+    print("1 MiB pages, %d per call, %d interleaved adapter/raw pairs per op; median GiB/s "
+          "of each side and median of the pair ratios (kvpoold at %s)"
           % (args.pages, args.rounds, url))
-    print("%-8s %-10s %10s %10s %7s" % ("engine", "op", "adapter", "raw", "ratio"))
+    print("%-15s %-4s %9s %9s %13s %11s" % ("adapter", "op", "adapter", "raw",
+                                           "median ratio", "min..max"))
     try:
         wanted = args.engines.split(",")
-        for name, make in (("sglang", bench_sglang), ("vllm", bench_vllm),
-                           ("lmcache", bench_lmcache)):
+        for name, make in ADAPTERS:
             if name not in wanted:
                 continue
-            a_set, a_exists, a_get, r_set, r_get, raw, close = make(url, args.pages)
-
-            def r_exists():
-                assert raw.match(state_keys(r_get), 30000) == args.pages
-            a_set(), a_exists(), a_get(), r_set(), r_get()          # warm up
-            t = {k: float("inf") for k in ("as", "ae", "ag", "rs", "re", "rg")}
+            fns = make(url, args.pages)
+            if len(fns) == 7:             # (set, exists, get, raw set, raw get, raw, close)
+                a_set, _, a_get, r_set, r_get, _, close = fns
+            else:
+                a_set, a_get, r_set, r_get, close = fns
+            a_set(), a_get(), r_set(), r_get()          # warm up
+            res = {op: {"a": [], "r": [], "ratio": []} for op in ("set", "get")}
             for i in range(args.rounds):
-                # alternate which side goes first, so neither gets the warmer pool
-                sides = [("a", a_set, a_exists, a_get), ("r", r_set, r_exists, r_get)]
-                for side, put, exists, get in (sides if i % 2 == 0 else sides[::-1]):
-                    t[side + "s"] = min(t[side + "s"], timed(put))
-                    t[side + "e"] = min(t[side + "e"], timed(exists))
-                    t[side + "g"] = min(t[side + "g"], timed(get))
-            for op, a, r in (("set", t["as"], t["rs"]), ("get", t["ag"], t["rg"]),
-                             ("exists+get", t["ae"] + t["ag"], t["re"] + t["rg"])):
-                print("%-8s %-10s %10.2f %10.2f %7.2f" % (name, op, gib / a, gib / r, r / a))
+                for op, a_fn, r_fn in (("set", a_set, r_set), ("get", a_get, r_get)):
+                    # alternate which side goes first, so neither gets the warmer pool
+                    if i % 2 == 0:
+                        ta, tr = timed(a_fn), timed(r_fn)
+                    else:
+                        tr, ta = timed(r_fn), timed(a_fn)
+                    res[op]["a"].append(gib / ta)
+                    res[op]["r"].append(gib / tr)
+                    res[op]["ratio"].append(tr / ta)
+            for op in ("set", "get"):
+                r = res[op]
+                print("%-15s %-4s %9.2f %9.2f %13.2f %5.2f..%4.2f" % (
+                    name, op, statistics.median(r["a"]), statistics.median(r["r"]),
+                    statistics.median(r["ratio"]), min(r["ratio"]), max(r["ratio"])))
+            sys.stdout.flush()
             close()
     finally:
         if proc is not None:

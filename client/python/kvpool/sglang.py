@@ -13,7 +13,7 @@ The backend keys it reads from the extra config (every one optional):
     token             an auth token, or token_file: a file holding it
     timeout_s         seconds per kvpool call (default 2.0)
     lease_ms          how long batch_exists pins what it matched for the
-                      batch_get_v1 that follows (default 30000; the server
+                      batch_get_v1 that follows (default 5000; the server
                       caps it at its max_lease_ms)
     namespace_prefix  the first part of the namespace (default "sglang"):
                       separates deployments that must not share blocks
@@ -38,14 +38,17 @@ Written against the HiCacheStorage interface of SGLang at commit
 import logging
 import threading
 
-from . import _engine
-from ._engine import Link, RateLimitedLog, make_namespace, raw_buffer, string_key
+from ._adapters import config as _cfg
+from ._adapters import link as _link
+from ._adapters.buffers import raw_buffer, tensor_address
+from ._adapters.keys import make_namespace, string_key
+from ._adapters.link import Link, RateLimitedLog
 
 log = logging.getLogger("kvpool.sglang")
 
 INTERFACE = "sglang HiCacheStorage v1 (sgl-project/sglang 8905cbd4, 2026-07-20)"
 DEFAULT_URL = "tcp://127.0.0.1:7470"
-DEFAULT_LEASE_MS = 30000
+DEFAULT_LEASE_MS = 5000     # kvpoold's default max_lease_ms
 
 
 def _engine_module():
@@ -129,19 +132,16 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             cfg.update({k: v for k, v in kwargs.items() if k not in cfg})
         cfg.update(extra)
         self.extra_config = cfg
-        self.url = str(cfg.get("url") or DEFAULT_URL)
-        token = cfg.get("token")
-        if token is None and cfg.get("token_file"):
-            try:
-                with open(cfg["token_file"]) as f:
-                    token = f.read().strip()
-            except OSError as e:
-                log.warning("kvpool.sglang: cannot read token_file %s: %s", cfg["token_file"], e)
-        self.token = token
-        self.timeout_s = float(cfg.get("timeout_s", 2.0))
-        self.lease_ms = int(cfg.get("lease_ms", DEFAULT_LEASE_MS))
-        self.prefix = str(cfg.get("namespace_prefix") or "sglang")
-        self.clear_drops = bool(cfg.get("clear_drops_namespace", False))
+        who = "kvpool.sglang"
+        self.url = _cfg.url(cfg.get("url"), who)
+        self.token = _cfg.token(cfg.get("token"), who, token_file=cfg.get("token_file"))
+        self.timeout_s = _cfg.seconds(cfg.get("timeout_s"), who, "timeout_s", 2.0)
+        self.lease_ms = _cfg.milliseconds(cfg.get("lease_ms"), who, "lease_ms",
+                                          DEFAULT_LEASE_MS)
+        self.prefix = _cfg.text(cfg.get("namespace_prefix"), who, "namespace_prefix", "sglang")
+        self.clear_drops = _cfg.flag(cfg.get("clear_drops_namespace"), who,
+                                     "clear_drops_namespace", False)
+        _cfg.text(cfg.get("model"), who, "model")
         sc = storage_config
         self.tp_rank = int(getattr(sc, "tp_rank", 0) or 0)
         self.tp_size = int(getattr(sc, "tp_size", 1) or 1)
@@ -156,7 +156,8 @@ class KVPoolHiCacheStorage(HiCacheStorage):
         self.warn = RateLimitedLog(log)
         self.namespace = None
         self.mem_pool_host = None
-        self._links = {}         # (draft, "read"|"write") -> Link
+        self._links = {}         # (pool, "read"|"write") -> Link; pool False: KV, True: draft
+        self._pools = {}         # v2: pool name -> host pool
         self._links_lock = threading.Lock()
         self._closed = False
         self._counts = {k: 0 for k in ("exists_calls", "exists_hit_pages", "get_pages",
@@ -208,16 +209,24 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             self.warn.warning("register", "kvpool.sglang: register_mem_pool_host: %s", e)
 
     def _link(self, draft, role):
-        """The Link for (draft namespace?, read/write), made on first use."""
+        """The Link for (pool, read/write), made on first use: pool False is
+        the KV namespace, True the draft namespace (<ns>:draft), a string
+        the v2 pool of that name (<ns>:<name>)."""
         link = self._links.get((draft, role))
         if link is not None or self.namespace is None:
             return link
         with self._links_lock:
             link = self._links.get((draft, role))
             if link is None and not self._closed:
-                ns = self.namespace + ":draft" if draft else self.namespace
+                if draft is True:
+                    ns = self.namespace + ":draft"
+                elif draft:
+                    ns = make_namespace(self.namespace, str(draft))
+                else:
+                    ns = self.namespace
                 link = Link(self.url, ns, token=self.token, timeout_s=self.timeout_s,
-                            name="sglang %s %s" % (role, ns), warn=self.warn)
+                            name="sglang %s %s" % (role, ns), warn=self.warn,
+                            lease_ms=self.lease_ms if role == "read" else None)
                 self._links[(draft, role)] = link
         return link
 
@@ -251,11 +260,30 @@ class KVPoolHiCacheStorage(HiCacheStorage):
 
     # ---- zero-copy interface (interface_v1) ---------------------------------------
 
-    def _page_buffers(self, host_indices, n):
+    def _page_buffers(self, host_indices, n, pool=None):
         """Per page: its pieces in the host pool (a buffer, or a list of
         them: MHA pages are a K and a V piece, layer_first pages one pair
-        per layer) and its size in bytes."""
-        ptrs, sizes = self.mem_pool_host.get_page_buffer_meta(host_indices)
+        per layer) and its size in bytes. ValueError unless host_indices
+        are exactly n pages of integer slots."""
+        pool = pool if pool is not None else self.mem_pool_host
+        page = int(getattr(pool, "page_size", 1) or 1)
+        count = host_indices.numel() if hasattr(host_indices, "numel") else \
+            len(host_indices) if host_indices is not None else 0
+        if count != n * page:
+            raise ValueError("%d keys need %d host slots (%d pages of %d), got %d"
+                             % (n, n * page, n, page, count))
+        dtype = getattr(host_indices, "dtype", None)
+        if dtype is not None and (getattr(dtype, "is_floating_point", False) or
+                                  getattr(dtype, "is_complex", False) or
+                                  str(dtype) in ("torch.bool", "bool")):
+            raise ValueError("host indices of dtype %s: slots are integers" % dtype)
+        if dtype is None and not all(isinstance(i, int) and not isinstance(i, bool)
+                                     for i in host_indices):
+            raise ValueError("host indices must be integers")
+        meta = pool.get_page_buffer_meta(host_indices)
+        if meta is None:
+            raise ValueError("the host pool has no page buffers (a logical pool)")
+        ptrs, sizes = meta
         if n == 0 or len(ptrs) != len(sizes) or len(ptrs) % n:
             raise ValueError("get_page_buffer_meta gave %d pointers and %d sizes for %d pages"
                              % (len(ptrs), len(sizes), n))
@@ -300,14 +328,18 @@ class KVPoolHiCacheStorage(HiCacheStorage):
                 return [False] * n
             draft, ks, _ = self._chain(keys, None)
             link = self._link(draft, "read")
-            bufs, page_bytes = self._page_buffers(host_indices, n)
-            st = _engine.statuses_or(link.call("batch_get_v1",
+            try:
+                bufs, page_bytes = self._page_buffers(host_indices, n)
+            except ValueError as e:
+                self.warn.warning("pages", "kvpool.sglang: batch_get_v1: %s", e)
+                return [False] * n
+            st = _link.statuses_or(link.call("batch_get_v1",
                                                lambda c: c.get_into_many(ks, bufs), None), n)
             ok = [st[i] == page_bytes[i] for i in range(n)]
             good = sum(ok)
             self._counts["get_pages"] += good
             self._counts["get_failed_pages"] += n - good
-            bad = [s for s in st if s <= 0 and s not in (_engine.MISS, _engine.DOWN)]
+            bad = [s for s in st if s <= 0 and s not in (_link.MISS, _link.DOWN)]
             if bad:
                 self.warn.warning("get", "kvpool.sglang: batch_get_v1: %d of %d pages failed "
                                   "(first status %d)", len(bad), n, bad[0])
@@ -332,9 +364,15 @@ class KVPoolHiCacheStorage(HiCacheStorage):
                 return [False] * n
             draft, ks, parents = self._chain(keys, extra_info)
             link = self._link(draft, "write")
-            bufs, _ = self._page_buffers(host_indices, n)
-            st = _engine.statuses_or(link.call(
-                "batch_set_v1", lambda c: _engine.put_rerooting(c, ks, bufs, parents), None), n)
+            try:
+                bufs, _ = self._page_buffers(host_indices, n)
+            except ValueError as e:
+                self.warn.warning("pages", "kvpool.sglang: batch_set_v1: %s (nothing stored)",
+                                  e)
+                self._counts["set_failed_pages"] += n
+                return [False] * n
+            st = _link.statuses_or(link.call(
+                "batch_set_v1", lambda c: _link.put_rerooting(c, ks, bufs, parents), None), n)
             ok = [s == 0 for s in st]
             good = sum(ok)
             self._counts["set_pages"] += good
@@ -348,20 +386,136 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             self.warn.warning("set", "kvpool.sglang: batch_set_v1: %r", e)
             return [False] * n
 
-    # ---- hybrid models (v2): not supported, answered as "nothing there" ------------
+    # ---- hybrid models (v2): the extra pools of SGLang's hybrid cache controller -------
+
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        """Keep a host pool of the hybrid controller (KV, Mamba, SWA,
+        indexer ...). The KV pool is the one register_mem_pool_host got;
+        every other pool's pages go to <namespace>:<pool name>."""
+        try:
+            super().register_mem_host_pool_v2(host_pool, host_pool_name)
+        except Exception:
+            pass
+        name = str(getattr(host_pool_name, "value", host_pool_name))
+        self._pools[name] = host_pool
+        if name != "kv" and self.namespace is not None:
+            for role in ("read", "write"):
+                link = self._link(name, role)
+                arena = getattr(host_pool, "kv_buffer", None)
+                if link is not None and hasattr(arena, "data_ptr"):
+                    link.register(arena)
+
+    @staticmethod
+    def _pool_name(t):
+        name = getattr(t, "name", "?")
+        return str(getattr(name, "value", name))
+
+    def _pool_pages_present(self, name, keys):
+        """Per key: whether pool `name` holds its page (no lease)."""
+        if name == "kv":
+            link, ks = self._link(False, "read"), [self.key_bytes(k)[1] for k in keys]
+        else:
+            link, ks = self._link(name, "read"), [self.key_bytes(k)[1] for k in keys]
+        if link is None or not ks:
+            return [False] * len(keys)
+        got = link.call("exists_v2", lambda c: c.exists_many(ks), None)
+        return list(got) if isinstance(got, list) and len(got) == len(ks) else [False] * len(ks)
 
     def batch_exists_v2(self, keys, pool_transfers=None, extra_info=None):
-        """Hybrid (Mamba/SWA/DSA) models are not supported: nothing is there."""
-        return _pool_result(0, {str(getattr(t, "name", "?")): 0 for t in (pool_transfers or [])})
+        """The usable prefix over the KV pool and every extra pool of
+        pool_transfers (ALL_PAGES: each page of the prefix; TRAILING_PAGES:
+        its last len(transfer.keys) pages), as PoolTransferResult
+        (kv_hit_pages, {pool: pages}). The pages a prefix needs are pinned
+        by a MATCH lease. Never raises."""
+        try:
+            n = len(keys or [])
+            anchor = self.mem_pool_host
+            if anchor is not None and getattr(anchor, "kv_buffer", True) is None:
+                kv = n                  # a logical anchor: no KV pages of its own
+            else:
+                kv = self.batch_exists(keys, extra_info) if n else 0
+            hits = {"kv": kv} if kv else {}
+            final = kv
+            for t in pool_transfers or []:
+                if final == 0:
+                    break
+                name = self._pool_name(t)
+                present = self._pool_pages_present(name, keys[:kv])
+                policy = str(getattr(getattr(t, "hit_policy", "all_pages"), "value",
+                                     getattr(t, "hit_policy", "all_pages")))
+                if policy == "trailing_pages":
+                    need = max(1, len(getattr(t, "keys", None) or []) or 1)
+                    boundary = next((p for p in range(kv, 0, -1)
+                                     if all(present[max(0, p - need):p])), 0)
+                    lease = keys[max(0, boundary - need):boundary]
+                else:
+                    boundary = next((i for i, h in enumerate(present) if not h), kv)
+                    lease = keys[:boundary]
+                if boundary:
+                    hits[name] = boundary
+                    link = self._link(name, "read")
+                    ks = [self.key_bytes(k)[1] for k in lease]
+                    if link is not None and ks:
+                        link.call("lease_v2", lambda c: c.match(ks, self.lease_ms), 0)
+                final = min(final, boundary)
+            return _pool_result(final, hits)
+        except Exception as e:
+            self.warn.warning("exists_v2", "kvpool.sglang: batch_exists_v2: %r", e)
+            return _pool_result(0, {})
+
+    def _batch_io_v2(self, transfers, write):
+        out = {}
+        for t in transfers or []:
+            name = self._pool_name(t)
+            keys = list(getattr(t, "keys", None) or [])
+            n = len(keys)
+            try:
+                pool = self._pools.get(name) if name != "kv" else \
+                    (self._pools.get("kv") or self.mem_pool_host)
+                if pool is None or n == 0:
+                    if n:
+                        self.warn.warning("pool", "kvpool.sglang: no host pool %r registered "
+                                          "(register_mem_host_pool_v2)", name)
+                    out[name] = [False] * n
+                    continue
+                if write and self.is_mla and self.tp_rank != 0:
+                    out[name] = [True] * n
+                    continue
+                bufs, page_bytes = self._page_buffers(t.host_indices, n, pool)
+                link = self._link(name if name != "kv" else False, "write" if write else "read")
+                ks = [self.key_bytes(k)[1] for k in keys]
+                if write:
+                    st = _link.statuses_or(link.call(
+                        "batch_set_v2", lambda c: _link.put_rerooting(c, ks, bufs, None),
+                        None), n)
+                    out[name] = [s == 0 for s in st]
+                else:
+                    st = _link.statuses_or(link.call(
+                        "batch_get_v2", lambda c: c.get_into_many(ks, bufs), None), n)
+                    out[name] = [st[i] == page_bytes[i] for i in range(n)]
+            except Exception as e:
+                self.warn.warning("v2", "kvpool.sglang: batch_%s_v2 %s: %s",
+                                  "set" if write else "get", name, e)
+                out[name] = [False] * n
+        return out
 
     def batch_get_v2(self, transfers, extra_info=None):
-        """Not supported: every page of every pool is a miss."""
-        return {str(getattr(t, "name", "?")): [False] * len(getattr(t, "keys", None) or [])
-                for t in (transfers or [])}
+        """Load each transfer's pages (keys, host_indices) into its pool;
+        {pool name: [bool per key]}: True where the page arrived whole."""
+        try:
+            return self._batch_io_v2(transfers, False)
+        except Exception as e:
+            self.warn.warning("v2", "kvpool.sglang: batch_get_v2: %r", e)
+            return {}
 
     def batch_set_v2(self, transfers, extra_info=None):
-        """Not supported: nothing is stored."""
-        return self.batch_get_v2(transfers, extra_info)
+        """Store each transfer's pages from its pool; {pool name: [bool per
+        key]}: True where stored (or already there)."""
+        try:
+            return self._batch_io_v2(transfers, True)
+        except Exception as e:
+            self.warn.warning("v2", "kvpool.sglang: batch_set_v2: %r", e)
+            return {}
 
     # ---- the copy-based interface (draft pages; SGLang without interface_v1) -------
 
@@ -398,8 +552,8 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             if link is None:
                 return [None] * n
             targets = list(target_locations)
-            sizes = [_engine.tensor_address(t)[1] for t in targets]
-            st = _engine.statuses_or(link.call("batch_get",
+            sizes = [tensor_address(t)[1] for t in targets]
+            st = _link.statuses_or(link.call("batch_get",
                                                lambda c: c.get_into_many(ks, targets), None), n)
             return [targets[i] if st[i] == sizes[i] else None for i in range(n)]
         except Exception as e:
@@ -426,8 +580,8 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             if link is None:
                 return False
             vals = [v.contiguous() if hasattr(v, "contiguous") else v for v in values]
-            st = _engine.statuses_or(link.call(
-                "batch_set", lambda c: _engine.put_rerooting(c, ks, vals, parents), None), n)
+            st = _link.statuses_or(link.call(
+                "batch_set", lambda c: _link.put_rerooting(c, ks, vals, parents), None), n)
             return all(s == 0 for s in st)
         except Exception as e:
             self.warn.warning("set", "kvpool.sglang: batch_set: %r", e)

@@ -34,10 +34,12 @@ def _install_standins():
                 del sys.modules[name]
         sys.path.append(os.path.join(HERE, "standins", engine + "_root"))
         USED_STANDINS.append(engine)
-    # the adapters bind their base class when first imported: after the above
-    for name in ("kvpool.sglang", "kvpool.vllm", "kvpool.lmcache"):
-        if name in sys.modules:
-            importlib.reload(sys.modules[name])
+    # the adapters bind their base class when first imported: forget any
+    # import made before the above (kvpool.vllm and kvpool.lmcache are
+    # packages: their modules go too)
+    for name in [m for m in sys.modules if m.split(".")[:2] in
+                 (["kvpool", "sglang"], ["kvpool", "vllm"], ["kvpool", "lmcache"])]:
+        del sys.modules[name]
 
 
 _install_standins()
@@ -58,8 +60,11 @@ def uses_standin(engine):
 @pytest.fixture
 def prefix(request):
     """A namespace prefix of the test's own."""
+    import hashlib
     import re
-    return "t-" + re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:60]
+    name = request.node.name
+    return "t-%s-%s" % (re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:48],
+                        hashlib.sha256(name.encode()).hexdigest()[:8])
 
 
 @pytest.fixture

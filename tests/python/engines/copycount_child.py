@@ -85,6 +85,43 @@ def run_vllm():
     return rnd
 
 
+def run_vllm_connector():
+    """The connector's worker side (FlashAttention NHD KV caches in host
+    memory: zero copy), chunks of 2 blocks x 8 layers x K,V = 1 MiB."""
+    from types import SimpleNamespace
+    import torch
+    import vllm_standin_layouts as vl
+    from kvpool.vllm.connector import KVPoolConnectorMetadata
+    from test_vllm_connector import Setup, vllm_config
+    from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    setup = Setup(heads=8, dim=128, layers=8, dtype=torch.float16)
+    kcc = vl.kv_cache_config(4 * PAGES + 2, setup.groups())
+    caches = vl.reshape(kcc, {n: setup.backend for names, _ in setup.groups() for n in names},
+                        [setup.block])
+    w = KVConnectorFactory.create_connector(vllm_config(url, prefix, setup, chunk_blocks=2),
+                                            KVConnectorRole.WORKER, kcc)
+    w.register_kv_caches(caches)
+    assert w._chunk_bytes() == MIB and not w.stage
+    src = [([2 * i + 1, 2 * i + 2],) for i in range(PAGES)]
+    dst = [([2 * PAGES + 2 * i + 1, 2 * PAGES + 2 * i + 2],) for i in range(PAGES)]
+
+    def rnd(r):
+        ks_ = keys(PAGES, r)
+        for field, chunks in (("stores", src), ("loads", dst)):
+            m = KVPoolConnectorMetadata()
+            if field == "stores":
+                m.stores = [("r", ks_, chunks, None)]
+            else:
+                m.loads = [("r", ks_, chunks)]
+            w.bind_connector_metadata(m)
+            w.start_load_kv(SimpleNamespace())
+            w.wait_for_save()
+            w.clear_connector_metadata()
+        assert not w.get_block_ids_with_load_errors()
+    return rnd
+
+
 def run_lmcache():
     import select
     import kvpool.lmcache as kl
@@ -118,7 +155,8 @@ def run_control():
     return rnd
 
 
-rnd = {"control": run_control, "sglang": run_sglang, "vllm": run_vllm, "lmcache": run_lmcache}[engine]()
+rnd = {"control": run_control, "sglang": run_sglang, "vllm": run_vllm, "lmcache": run_lmcache,
+       "vllm-connector": run_vllm_connector}[engine]()
 rnd(0)                               # warm up: connections, caches, ctypes types
 snapshot(rename_to=out_before)
 for r in range(1, ROUNDS + 1):

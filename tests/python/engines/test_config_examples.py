@@ -51,3 +51,31 @@ def test_lmcache_configs_name_real_classes():
         text = f.read()
     assert "remote_storage_plugin.kvpool.class_name: KVPoolConnectorAdapter" in text
     assert 'remote_storage_plugins: ["kvpool"]' in text
+
+
+def test_leases_fit_the_servers_default_cap():
+    """Row 16: every lease_ms in config/engines fits kvpoold's default
+    max_lease_ms (config/kvpool.conf), which would otherwise cut it."""
+    import re
+    with open(os.path.join(ROOT, "config", "kvpool.conf")) as f:
+        cap = int(re.search(r"^max_lease_ms\s*=\s*(\d+)", f.read(), re.M).group(1))
+    found = 0
+    for name in sorted(os.listdir(CFG)):
+        with open(os.path.join(CFG, name)) as f:
+            text = f.read()
+        for m in re.finditer(r"lease_ms\"?\s*:\s*(\d+)", text):
+            found += 1
+            assert int(m.group(1)) <= cap, "%s: lease_ms %s > max_lease_ms %d" % (
+                name, m.group(1), cap)
+    assert found >= 5
+
+
+def test_configs_build_with_the_config_rule():
+    """The shipped settings pass the adapters' checks (ConfigError otherwise)."""
+    from kvpool._adapters import config as cfg
+    for name in ("sglang-hicache.json", "lmcache-mp-l2.json"):
+        ec = load(name)
+        ec = ec.get("adapter_params", ec)
+        cfg.url(ec["url"])
+        cfg.seconds(ec["timeout_s"])
+        cfg.milliseconds(ec["lease_ms"])

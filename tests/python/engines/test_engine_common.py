@@ -1,5 +1,5 @@
-"""The adapters' shared helpers (kvpool._engine, kvpool._engine_async):
-namespaces, keys, the rate-limited log, and the asynchronous shim."""
+"""The adapters' shared helpers (kvpool._adapters): namespaces, keys, the
+rate-limited log, the reconnecting Link and the asynchronous link."""
 
 import logging
 import select
@@ -9,34 +9,35 @@ import types
 import pytest
 
 import kvpool
-from kvpool import _engine
-from kvpool._engine_async import AsyncLink, NativeAsyncLink, make_async_link
+from kvpool._adapters import keys as _keys
+from kvpool._adapters import link as _link
+from kvpool._adapters.async_link import AsyncLink, NativeAsyncLink, make_async_link
 
 NATIVE = hasattr(kvpool.Client, "submit_get_into_many")
 KINDS = ["thread"] + (["native"] if NATIVE else [])
 
 
 def test_namespace_parts_and_long_names():
-    assert _engine.make_namespace("a b", "é", "x:y") == "a_b:__:x:y"
-    long1 = _engine.make_namespace("p", "m" * 300)
-    long2 = _engine.make_namespace("p", "m" * 299 + "n")
+    assert _keys.make_namespace("a b", "é", "x:y") == "a_b:__:x:y"
+    long1 = _keys.make_namespace("p", "m" * 300)
+    long2 = _keys.make_namespace("p", "m" * 299 + "n")
     assert len(long1) == 255 and len(long2) == 255 and long1 != long2
     assert long1.startswith("p:mmm")
 
 
 def test_keys():
-    assert _engine.pad_key(b"\1" * 16) == b"\1" * 16 + bytes(16)
-    assert _engine.pad_key(b"\2" * 32) == b"\2" * 32
+    assert _keys.pad_key(b"\1" * 16) == b"\1" * 16 + bytes(16)
+    assert _keys.pad_key(b"\2" * 32) == b"\2" * 32
     with pytest.raises(ValueError):
-        _engine.pad_key(b"\3" * 33)
+        _keys.pad_key(b"\3" * 33)
     with pytest.raises(TypeError):
-        _engine.pad_key("not bytes")
-    assert len(_engine.string_key("model@1@0@ab")) == 32
-    assert _engine.string_key("a") != _engine.string_key("a@salt")
+        _keys.pad_key("not bytes")
+    assert len(_keys.string_key("model@1@0@ab")) == 32
+    assert _keys.string_key("a") != _keys.string_key("a@salt")
 
 
 def test_rate_limited_log(caplog):
-    log = _engine.RateLimitedLog(logging.getLogger("kvpool.test"), interval_s=0.2)
+    log = _link.RateLimitedLog(logging.getLogger("kvpool.test"), interval_s=0.2)
     with caplog.at_level(logging.WARNING, "kvpool.test"):
         assert log.warning("t", "one %d", 1)
         assert not log.warning("t", "two")
@@ -50,7 +51,7 @@ def test_rate_limited_log(caplog):
 def test_link_down_answers_default_at_once(fresh_server):
     fresh_server.start()
     port = fresh_server.port
-    link = _engine.Link(fresh_server.url, "common", timeout_s=1.0)
+    link = _link.Link(fresh_server.url, "common", timeout_s=1.0)
     assert link.up and link.call("ping", lambda c: c.ping(), None) is not None
     fresh_server.kill()
     assert link.call("ping", lambda c: c.ping(), "down") == "down"
@@ -71,7 +72,7 @@ def test_link_down_answers_default_at_once(fresh_server):
 def test_async_link_completions(server, kind):
     """Both AsyncLink kinds (the thread-backed one, and the one over the
     binding's asynchronous API when the binding has it)."""
-    link = _engine.Link(server.url, "common-async-" + kind)
+    link = _link.Link(server.url, "common-async-" + kind)
     a = (AsyncLink if kind == "thread" else NativeAsyncLink)(link, max_inflight=4)
     keys = kvpool.block_hashes(list(range(4)), 1, extra=b"async" + kind.encode())
     missing = kvpool.block_hashes([1], 1, extra=b"never stored")[0]
@@ -108,7 +109,7 @@ def test_async_link_completions(server, kind):
 
 
 def test_make_async_link_picks_the_native_kind_when_there(server, monkeypatch):
-    link = _engine.Link(server.url, "common-pick")
+    link = _link.Link(server.url, "common-pick")
     a = make_async_link(link)
     assert a.native == NATIVE
     a.close()
@@ -133,7 +134,7 @@ def test_make_async_link_cluster_urls_get_the_thread_kind():
 def test_async_link_pool_down_then_back(fresh_server, kind):
     fresh_server.start()
     port = fresh_server.port
-    link = _engine.Link(fresh_server.url, "common-down", timeout_s=1.0)
+    link = _link.Link(fresh_server.url, "common-down", timeout_s=1.0)
     a = (AsyncLink if kind == "thread" else NativeAsyncLink)(link)
     keys = kvpool.block_hashes(list(range(3)), 1, extra=b"down")
 

@@ -83,7 +83,7 @@ def test_exists_interleaved_ranks_per_row_runs(server, prefix):
     w.wait(w.submit("submit_batch_set", r1[3:], views(1, 3)))       # a hole at chunk 2
     interleaved = [k for pair in zip(r0, r1) for k in pair]
     ok, _, bools = w.wait(w.submit("submit_batch_exists", interleaved))
-    assert bools == [True, True, True, True, True, False, True, False]
+    assert bools == [True, True, True, True, True, False, True, True], "per key (row 11)"
     w.close()
 
 
@@ -227,15 +227,32 @@ class MemoryObj:
     def ref_count_down(self):
         self.released = True
 
+    def cut_tokens(self, tokens):
+        """What LMCache's reshape_partial_chunk does to a MemoryObj: its first
+        bytes, read as the shape with the token dimension (2) cut."""
+        shape = list(self.shape)
+        shape[2] = tokens
+        self.shape = torch.Size(shape)
+        self.tensor = self.tensor.reshape(-1)[:self.shape.numel()].view(self.shape)
+        n = self.tensor.numel() * self.tensor.element_size()
+        self.byte_array = self.byte_array[:n]
+        return self
+
 
 class CpuBackend:
     def __init__(self, fail=False):
         self.fail = fail
         self.allocated = []
 
-    def allocate(self, shape, dtype, fmt):
+    def allocate(self, shape, dtype, fmt=None, eviction=True, busy_loop=True):
+        """LocalCPUBackend.allocate(shapes: Size or list[Size], dtypes: dtype
+        or list[dtype], fmt): one memory object (one group here)."""
         if self.fail:
             return None
+        if isinstance(shape, list):
+            shape = shape[0]
+        if isinstance(dtype, list):
+            dtype = dtype[0]
         m = MemoryObj(shape, dtype, fmt)
         self.allocated.append(m)
         return m
@@ -338,3 +355,112 @@ def test_remote_pool_down_does_not_block_the_loop(prefix):
         assert time.monotonic() - t0 < 3 * 1.0 + 1
         await c.close()
     asyncio.run(run())
+
+
+# ---- rows 8-11, 13, 16 ---------------------------------------------------------------------
+
+class RealishCpuBackend(CpuBackend):
+    """LocalCPUBackend.allocate(shapes: torch.Size or list[torch.Size], ...):
+    a plain tuple is read as a list of shapes (as LMCache's does)."""
+
+    def allocate(self, shapes, dtypes, fmt=None, eviction=True, busy_loop=True):
+        if not isinstance(shapes, torch.Size):
+            shapes = list(shapes)
+            assert all(isinstance(s, torch.Size) for s in shapes), "a list of shapes"
+            shapes = shapes[0]
+        return super().allocate(shapes, dtypes, fmt)
+
+
+def test_remote_get_with_lmcaches_allocate(server, prefix):
+    """Row 8: non-MP get through LocalCPUBackend's allocate signature."""
+    async def run():
+        loop = asyncio.get_running_loop()
+        c = remote(server.url, prefix, loop=loop)
+        c.local_cpu_backend = RealishCpuBackend()
+        k = Key("test-model@1@0@77@half")
+        await c.put(k, chunk_obj(CHUNK, 5.0))
+        got = await c.get(k)
+        assert got is not None and torch.equal(got.tensor, chunk_obj(CHUNK, 5.0).tensor)
+        await c.put(Key("short"), chunk_obj(3, 6.0))
+        short = await c.get(Key("short"))
+        assert short is not None and tuple(short.get_shape())[2] == 3
+        await c.close()
+    asyncio.run(run())
+
+
+def test_remote_connector_base_init_runs(server, prefix):
+    """Row 10: RemoteConnector.__init__(config, metadata) runs (chunk
+    metadata for reshape_partial_chunk)."""
+    async def run():
+        c = remote(server.url, prefix, loop=asyncio.get_running_loop())
+        if not hasattr(RemoteConnector.__init__, "__code__") or \
+                RemoteConnector.__init__ is object.__init__:
+            pytest.skip("this RemoteConnector has no __init__")
+        assert c.full_chunk_size_bytes == LAYERS * 2 * CHUNK * HEADS * DIM * 2
+        await c.close()
+    asyncio.run(run())
+
+
+def test_delete_keeps_lmcaches_accounting_exact(server, prefix, raw):
+    """Row 9: a delete removes exactly the keys LMCache names, so what it
+    believes stored equals what the pool holds."""
+    w = WrapperStandIn(spec(server.url, prefix))
+    keys = [mp_key(c, rank=0) for c in range(4)]
+    assert w.wait(w.submit("submit_batch_set", keys, views(4, 9)))[0]
+    ok, _, _ = w.wait(w.submit("submit_batch_delete", keys[:1]))
+    assert ok
+    ns = w.obj.namespace
+    assert raw(ns).exists_many([kl.l2_plugin.string_key(k) for k in keys]) == \
+        [False, True, True, True]
+    _, _, bools = w.wait(w.submit("submit_batch_exists", keys))
+    assert bools == [False, True, True, True]
+    w.close()
+
+
+def test_exists_per_key_keeps_gaps(server, prefix):
+    """Row 11: per-key answers, so gap-keeping trim policies (SEGMENTED_PREFIX,
+    SPARSE) see every stored key."""
+    w = WrapperStandIn(spec(server.url, prefix))
+    keys = [mp_key(c, rank=1) for c in range(5)]
+    w.wait(w.submit("submit_batch_set", [keys[0], keys[1], keys[3]], views(3, 2)))
+    _, _, bools = w.wait(w.submit("submit_batch_exists", keys))
+    assert bools == [True, True, False, True, False]
+    dst = views(5)
+    ok, _, bools = w.wait(w.submit("submit_batch_get", keys, dst))
+    assert bools == [True, True, False, True, False]
+    w.close()
+
+
+def test_submit_after_close_touches_no_fd(server, prefix):
+    """Row 13: a submit after close() answers a future id and writes nothing
+    to the old event fd number (which another file may reuse)."""
+    p = kl.KVPoolL2Plugin(**spec(server.url, prefix)["adapter_params"])
+    old = p.event_fd()
+    p.close()
+    reuse = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    try:
+        for method, args in (("submit_batch_exists", ([mp_key(1)],)),
+                             ("submit_batch_get", ([mp_key(1)], views(1))),
+                             ("submit_batch_set", ([mp_key(1)], views(1))),
+                             ("submit_batch_delete", ([mp_key(1)],))):
+            assert isinstance(getattr(p, method)(*args), int)
+        assert reuse != old or not readable(reuse), "the closed plugin wrote to a reused fd"
+        assert not readable(reuse)
+        assert p.drain_completions() == []
+    finally:
+        os.close(reuse)
+    p.close()
+
+
+def test_bad_arguments_never_raise(server, prefix):
+    """Row 16: None or mismatched arguments complete with ok=False."""
+    w = WrapperStandIn(spec(server.url, prefix))
+    for method, args in (("submit_batch_get", (None, views(1))),
+                         ("submit_batch_set", (None, None)),
+                         ("submit_batch_exists", (None,)),
+                         ("submit_batch_delete", (None,)),
+                         ("submit_batch_get", ([mp_key(1)], None)),
+                         ("submit_batch_set", ([mp_key(1), 5], views(2)))):
+        ok, err, bools = w.wait(w.submit(method, *args))
+        assert not ok and err
+    w.close()

@@ -309,8 +309,9 @@ def test_pool_down_then_back(fresh_server, prefix):
     assert time.monotonic() - t0 < 10
     fresh_server.start(port=port)
     deadline = time.monotonic() + 20
+    # the read and write connections reconnect on their own back-offs
     while time.monotonic() < deadline:
-        if all(b.batch_set_v1(keys, pool.indices(0, 20))):
+        if all(b.batch_set_v1(keys, pool.indices(0, 20))) and ctl.exists_run(b, keys) == 20:
             break
         time.sleep(0.2)
     assert ctl.exists_run(b, keys) == 20
@@ -327,4 +328,78 @@ def test_pool_down_at_start(prefix):
     keys = chain(4)
     assert b.batch_exists(keys) == 0
     assert b.batch_set_v1(keys, pool.indices(0, 4)) == [False] * 4
+    b.close()
+
+
+# ---- hybrid models (the v2 interface), and pages that do not fit ---------------------------
+
+def test_v2_hybrid_pools_round_trip(server, prefix, raw):
+    """Row 12: SGLang's hybrid cache controller stores and loads the extra
+    pools (Mamba states, sliding-window KV, indexers) through the v2 calls;
+    they hit, byte-exact, on a second instance."""
+    kv_pool = FakeHostPool(pages=16)
+    kv_pool.fill_random(1)
+    mamba = FakeHostPool(mla=True, pages=16, layers=2, head_dim=8)   # a state pool stand-in
+    mamba.fill_random(2)
+    idx = FakeHostPool(mla=True, pages=16, layers=1, head_dim=4)     # an indexer pool
+    idx.fill_random(3)
+    a = backend(server.url, prefix, kv_pool)
+    for name, p in ((hs.PoolName.KV, kv_pool), (hs.PoolName.MAMBA, mamba),
+                    (hs.PoolName.INDEXER, idx)):
+        a.register_mem_host_pool_v2(p, name)
+    keys = chain(8, seed=81)
+    assert all(a.batch_set_v1(keys, kv_pool.indices(0, 8)))
+    trailing = hs.PoolHitPolicy.TRAILING_PAGES
+    got = a.batch_set_v2([
+        hs.PoolTransfer(name=hs.PoolName.MAMBA, host_indices=mamba.indices(7, 1),
+                        keys=keys[-1:], hit_policy=trailing),
+        hs.PoolTransfer(name=hs.PoolName.INDEXER, host_indices=idx.indices(0, 4),
+                        keys=keys[:4])])
+    assert got == {"mamba": [True], "indexer": [True] * 4}
+    r = a.batch_exists_v2(keys, [hs.PoolTransfer(name=hs.PoolName.MAMBA, keys=keys[-1:],
+                                                 hit_policy=trailing)])
+    assert r.kv_hit_pages == 8 and r.extra_pool_hit_pages["mamba"] == 8
+    # an all-pages pool holding only the first 4 pages limits the prefix to 4
+    r = a.batch_exists_v2(keys, [hs.PoolTransfer(name=hs.PoolName.INDEXER, keys=keys)])
+    assert r.kv_hit_pages == 4
+    # the trailing page of a longer prefix is absent: the prefix stops at 8
+    more = keys + chain(2, seed=82)
+    r = a.batch_exists_v2(more, [hs.PoolTransfer(name=hs.PoolName.MAMBA, keys=more[-1:],
+                                                 hit_policy=trailing)])
+    assert r.kv_hit_pages == 8
+    kv2 = FakeHostPool(pages=16)
+    m2 = FakeHostPool(mla=True, pages=16, layers=2, head_dim=8)
+    b = backend(server.url, prefix, kv2)
+    b.register_mem_host_pool_v2(kv2, hs.PoolName.KV)
+    b.register_mem_host_pool_v2(m2, hs.PoolName.MAMBA)
+    assert b.batch_get_v1(keys, kv2.indices(4, 8)) == [True] * 8
+    got = b.batch_get_v2([hs.PoolTransfer(name=hs.PoolName.MAMBA, host_indices=m2.indices(3, 1),
+                                          keys=keys[-1:], hit_policy=trailing)])
+    assert got == {"mamba": [True]}
+    assert m2.page_view(m2.indices(3, 1)) == mamba.page_view(mamba.indices(7, 1))
+    assert b.batch_get_v2([hs.PoolTransfer(name=hs.PoolName.MAMBA, host_indices=m2.indices(
+        4, 1), keys=chain(1, seed=83))]) == {"mamba": [False]}
+    # an unregistered pool, or indices that do not fit, answer False, never raise
+    assert b.batch_get_v2([hs.PoolTransfer(name="swa", host_indices=m2.indices(0, 1),
+                                           keys=keys[:1])]) == {"swa": [False]}
+    assert b.batch_set_v2([hs.PoolTransfer(name=hs.PoolName.MAMBA, host_indices=m2.indices(
+        0, 2), keys=keys[:1])]) == {"mamba": [False]}
+    a.close()
+    b.close()
+
+
+def test_page_count_must_fit(server, prefix, raw):
+    """Row 14: host_indices must hold exactly len(keys) pages of integer
+    slots; anything else is refused before a byte is sent (a 4-page block
+    under one key would poison it for every later writer and reader)."""
+    pool = FakeHostPool(pages=8)
+    pool.fill_random(5)
+    b = backend(server.url, prefix, pool)
+    keys = chain(4, seed=91)
+    assert b.batch_set_v1(keys[:1], pool.indices(0, 4)) == [False]
+    assert b.batch_set_v1(keys[:2], pool.indices(0, 2).float()) == [False, False]
+    assert b.batch_set_v1(keys[:2], pool.indices(0, 2)[:-1]) == [False, False]
+    assert raw(b.namespace).exists_many([bytes.fromhex(k) for k in keys]) == [False] * 4
+    assert b.batch_get_v1(keys[:1], pool.indices(0, 4)) == [False]
+    assert all(b.batch_set_v1(keys, pool.indices(0, 4)))
     b.close()

@@ -1,8 +1,13 @@
-"""Contract tests of kvpool.vllm.KVPoolConnector (a vLLM KV connector, for
-releases without the tiering layer), driven as vLLM's scheduler and model
-runner drive a connector, against a real kvpoold. See docs/engines.md and
-the engine notes (§3.2, §5)."""
+"""Contract tests of kvpool.vllm.KVPoolConnector (a vLLM KV connector),
+driven as vLLM's scheduler and model runner drive a connector, against a
+real kvpoold, with the KV caches each attention backend allocates (built
+as the model runner builds them: vllm_standin_layouts). One instance
+stores, another loads into other block ids, and the KV of every loaded
+token must be byte-exact. See docs/engines.md and the engine notes
+(§0b, §3.2, §5)."""
 
+import inspect
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -12,76 +17,160 @@ torch = pytest.importorskip("torch")
 import kvpool  # noqa: E402
 import kvpool.vllm as kv  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory  # noqa: E402
+from vllm.distributed.kv_transfer.kv_connector.v1 import base as vbase  # noqa: E402
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,  # noqa: E402
                                                                KVConnectorRole)
 
-from vllm_standin_scheduler import Request, step  # noqa: E402
+import vllm_standin_layouts as vl  # noqa: E402
+from vllm_standin_scheduler import Blocks, Request, aggregate, step, worker_step  # noqa: E402
 
-BS = 16          # tokens per vLLM block
+BS = 16          # tokens per vLLM (manager) block
 LAYERS = 3
 HEADS = 2
 DIM = 16
 BLOCKS = 32
 
 
-def vllm_config(url, prefix, tp=1, mla=False, rank=0, **extra):
+class Setup:
+    """How one instance lays out its KV caches."""
+
+    def __init__(self, backend=vl.FlashAttentionBackend, block=BS, kernel=None, heads=HEADS,
+                 dim=DIM, layers=LAYERS, dtype=torch.float16, mla=False, sliding=None,
+                 mamba=False):
+        self.backend, self.block, self.kernel = backend, block, kernel or block
+        self.heads, self.dim, self.layers, self.dtype = heads, dim, layers, dtype
+        self.mla, self.sliding, self.mamba = mla, sliding, mamba
+
+    def groups(self):
+        names = ["model.layers.%d.self_attn.attn" % i for i in range(self.layers)]
+        if self.mla:
+            spec = vl.MLAAttentionSpec(self.block, 1, self.dim, self.dtype)
+        else:
+            spec = vl.FullAttentionSpec(self.block, self.heads, self.dim, self.dtype)
+        if self.sliding:       # every other layer in a sliding-window group (HMA)
+            swa = vl.SlidingWindowSpec(self.block, self.heads, self.dim, self.dtype,
+                                       self.sliding)
+            return [(names[0::2], spec), (names[1::2], swa)]
+        if self.mamba:
+            return [(names[:-1], spec), (names[-1:], vl.MambaSpec(self.block, [(4,)],
+                                                                  [self.dtype]))]
+        return [(names, spec)]
+
+    def __repr__(self):
+        return "%s-b%d-k%d%s" % (self.backend.__name__, self.block, self.kernel,
+                                 "-swa" if self.sliding else "")
+
+
+FA = vl.FlashAttentionBackend
+
+
+def vllm_config(url, prefix, setup, tp=1, rank=0, role="kv_both", policy="recompute",
+                **extra):
     ec = dict({"url": url, "namespace_prefix": prefix, "timeout_s": 1.0, "rank": rank}, **extra)
+    backends = {n: setup.backend for names, _ in setup.groups() for n in names}
     return SimpleNamespace(
         kv_transfer_config=SimpleNamespace(kv_connector="KVPoolConnector",
                                            kv_connector_module_path="kvpool.vllm",
-                                           kv_role="kv_both", kv_connector_extra_config=ec,
-                                           kv_load_failure_policy="recompute"),
-        model_config=SimpleNamespace(model="test/llama-8b", dtype="float16", use_mla=mla),
-        cache_config=SimpleNamespace(block_size=BS, cache_dtype="auto",
-                                     prefix_caching_hash_algo="sha256", num_gpu_blocks=BLOCKS),
+                                           kv_role=role, kv_connector_extra_config=ec,
+                                           kv_load_failure_policy=policy),
+        model_config=SimpleNamespace(model="test/llama-8b", dtype="float16", use_mla=setup.mla),
+        cache_config=SimpleNamespace(block_size=setup.block, cache_dtype="auto",
+                                     prefix_caching_hash_algo="sha256"),
         parallel_config=SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=1,
-                                        rank=rank))
-
-
-def kv_caches(mla):
-    shape = (BLOCKS, BS, DIM) if mla else (2, BLOCKS, BS, HEADS, DIM)
-    return {"layer.%d" % i: torch.zeros(shape, dtype=torch.float16) for i in range(LAYERS)}
+                                        rank=rank),
+        scheduler_config=SimpleNamespace(
+            disable_hybrid_kv_cache_manager=len(setup.groups()) == 1),
+        compilation_config=SimpleNamespace(static_forward_context=vl.forward_context(backends)))
 
 
 class Instance:
-    """One vLLM instance: a scheduler-side connector and tp workers."""
+    """One vLLM instance: a scheduler-side connector and tp workers, each
+    worker with the KV caches `setup` allocates."""
 
-    def __init__(self, url, prefix, tp=1, mla=False, **extra):
+    def __init__(self, url, prefix, setup=None, tp=1, role="kv_both", policy="recompute",
+                 warm=True, **extra):
+        self.setup = setup or Setup()
+        s = self.setup
+        self.kcc = vl.kv_cache_config(BLOCKS, s.groups())
+        self.backends = {n: s.backend for names, _ in s.groups() for n in names}
         self.scheduler = KVConnectorFactory.create_connector(
-            vllm_config(url, prefix, tp, mla, **extra), KVConnectorRole.SCHEDULER, None)
+            vllm_config(url, prefix, s, tp, 0, role, policy, **extra),
+            KVConnectorRole.SCHEDULER, self.kcc)
         assert isinstance(self.scheduler, KVConnectorBase_V1)
         self.workers, self.caches = [], []
         for r in range(tp):
-            w = KVConnectorFactory.create_connector(vllm_config(url, prefix, tp, mla, rank=r,
-                                                                **extra),
-                                                    KVConnectorRole.WORKER, None)
-            caches = kv_caches(mla)
+            w = KVConnectorFactory.create_connector(
+                vllm_config(url, prefix, s, tp, r, role, policy, **extra),
+                KVConnectorRole.WORKER, self.kcc)
+            caches = vl.reshape(self.kcc, self.backends,
+                                [s.kernel] * len(self.kcc.kv_cache_groups))
             w.register_kv_caches(caches)
             w.layer_names = list(caches)
             self.workers.append(w)
             self.caches.append(caches)
+        if warm:
+            self.idle_step()
 
-    def block_bytes(self, rank, block):
+    def idle_step(self):
+        """A step with no request: the workers' metadata reaches the scheduler."""
+        meta = self.scheduler.build_connector_meta(SimpleNamespace(
+            scheduled_new_reqs=[], scheduled_cached_reqs=None, num_scheduled_tokens={},
+            finished_req_ids=set()))
+        metas = [worker_step(w, meta)[1] for w in self.workers]
+        self.scheduler.update_connector_output(SimpleNamespace(
+            kv_connector_worker_meta=aggregate(metas), invalid_block_ids=set()))
+
+    # the KV of a layer in logical (kv, kernel block, token, head, dim) order
+    def _logical(self, t):
+        b = self.setup.backend
+        if self.setup.mla:
+            return t.unsqueeze(0).unsqueeze(3)
+        if issubclass(b, vl.FlashInferBackend) or b is vl.ScaledTritonBackend:
+            return t.permute(1, 0, 2, 3, 4)
+        if b is vl.CPUAttentionBackend:
+            return t.permute(0, 1, 3, 2, 4)
+        return t
+
+    def _layers(self, rank):
+        """[(group index, layer name, logical tensor)] in group order."""
         out = []
-        for t in self.caches[rank].values():
-            if t.dim() == 5:
-                out += [t[0, block].numpy().tobytes(), t[1, block].numpy().tobytes()]
-            else:
-                out.append(t[block].numpy().tobytes())
-        return b"".join(out)
+        for g, group in enumerate(self.kcc.kv_cache_groups):
+            for name in group.layer_names:
+                out.append((g, name, self._logical(self.caches[rank][name])))
+        return out
+
+    def _slot(self, ids, pos):
+        s = self.setup
+        m = ids[pos // s.block]
+        r = s.block // s.kernel
+        return m * r + (pos % s.block) // s.kernel, pos % s.kernel
+
+    def read(self, rank, block_ids, n):
+        """KV of tokens [0, n) as (layer, kv, token, head, dim) values."""
+        ids = block_ids if isinstance(block_ids[0], (list, tuple)) else [block_ids]
+        rows = []
+        for g, _, t in self._layers(rank):
+            rows.append(torch.stack([t[:, kb, tk, :, :self.setup.dim] for kb, tk in
+                                     (self._slot(ids[g], p) for p in range(n))], 1))
+        return torch.stack(rows)
 
     def forward(self, seed):
         """A stand-in forward pass: writes KV values derived from (seed,
-        rank, block position) into the blocks computed in this step."""
-        def run(rank, first_block, block_ids=None):
-            ids = self.block_ids
-            for pos in range(first_block, len(ids)):
-                for t in self.caches[rank].values():
-                    value = float((seed * 31 + rank * 7 + pos) % 200)
-                    if t.dim() == 5:
-                        t[:, ids[pos]] = value
-                    else:
-                        t[ids[pos]] = value
+        rank, layer, kv, token, head, dim) into the blocks computed in
+        this step, through the backend's own layout."""
+        def run(rank, first_block):
+            ids = self.block_ids if isinstance(self.block_ids[0], (list, tuple)) \
+                else [self.block_ids]
+            h = torch.arange(self.setup.heads if not self.setup.mla else 1).view(-1, 1)
+            d = torch.arange(self.setup.dim).view(1, -1)
+            for li, (g, _, t) in enumerate(self._layers(rank)):
+                for p in range(first_block * self.setup.block, self.n_tokens):
+                    kb, tk = self._slot(ids[g], p)
+                    if ids[g][p // self.setup.block] == 0:
+                        continue                    # a sliding window's null block
+                    for k in range(t.shape[0]):
+                        base = seed * 131 + rank * 17 + li * 29 + k * 7 + p * 3
+                        t[k, kb, tk, :, :self.setup.dim] = ((base + h * 37 + d) % 1021).to(t.dtype)
         return run
 
     def close(self):
@@ -96,43 +185,146 @@ def prompt(n, seed=1):
 
 
 def run_request(inst, req_id, tokens, hashes, seed, local=0, ids=None):
-    inst.block_ids = ids or list(range(3, 3 + (len(tokens) + BS - 1) // BS))
-    return step(inst.scheduler, inst.workers, Request(req_id, tokens, hashes), inst.block_ids,
-                local, inst.forward(seed))
+    n = (len(tokens) + inst.setup.block - 1) // inst.setup.block
+    groups = len(inst.kcc.kv_cache_groups)
+    if ids is None:
+        ids = list(range(3, 3 + n))
+    inst.block_ids = ids if groups == 1 or isinstance(ids[0], (list, tuple)) else \
+        [[b + 40 * g for b in ids] for g in range(groups)]
+    inst.n_tokens = len(tokens)
+    return step(inst.scheduler, inst.workers, Request(req_id, tokens, hashes),
+                inst.block_ids, local, inst.forward(seed))
 
 
-@pytest.mark.parametrize("stage_a,stage_b", [(False, False), (True, False), (False, True)])
-def test_factory_and_store_then_load(server, prefix, stage_a, stage_b):
-    """Also through the host staging buffer used for KV caches in GPU
-    memory (forced here on CPU tensors): both paths store the same bytes."""
-    tokens, hashes = prompt(100)
-    a = Instance(server.url, prefix, stage_through_host=stage_a)
+def hashes_for(tokens, block):
+    return kvpool.block_hashes(tokens, block)
+
+
+LAYOUTS = [
+    # (storing instance, loading instance): every layout vLLM's backends allocate
+    (Setup(FA), Setup(FA)),
+    (Setup(vl.FlashAttentionHND), Setup(vl.FlashAttentionHND)),
+    (Setup(vl.FlashInferBackend), Setup(vl.FlashInferBackend)),
+    (Setup(vl.FlashInferHND), Setup(vl.FlashInferHND)),
+    # kernel block smaller than the manager block (FlashInfer: --block-size 128 runs 64)
+    (Setup(vl.FlashInferBackend, block=32, kernel=16), Setup(vl.FlashInferBackend, block=32,
+                                                             kernel=16)),
+    (Setup(FA, block=32, kernel=16), Setup(FA, block=32, kernel=16)),
+    (Setup(vl.FlashInferHND, block=32, kernel=16), Setup(vl.FlashInferHND, block=32,
+                                                         kernel=16)),
+    (Setup(vl.CPUAttentionBackend), Setup(vl.CPUAttentionBackend)),
+    (Setup(vl.MLABackend, mla=True, dim=24), Setup(vl.MLABackend, mla=True, dim=24)),
+    # one canonical byte layout: NHD and HND instances share blocks, and so
+    # do instances whose kernel blocks differ
+    (Setup(FA), Setup(vl.FlashInferHND)),
+    (Setup(vl.CPUAttentionBackend), Setup(FA)),
+    (Setup(FA, block=32, kernel=16), Setup(vl.FlashInferHND, block=32, kernel=32)),
+]
+
+
+@pytest.mark.parametrize("a_setup,b_setup", LAYOUTS, ids=lambda s: repr(s))
+def test_layouts_round_trip_byte_exact(server, prefix, a_setup, b_setup):
+    """Rows 1, 2 and 4: what one instance stores, another loads into other
+    block ids, byte-exact, for every layout; hits are whole chunks."""
+    tokens = [(977 + i) % 30000 for i in range(100)]
+    hashes = hashes_for(tokens, a_setup.block)
+    a = Instance(server.url, prefix, a_setup)
+    assert all(w._layers is not None for w in a.workers), "the layout must be served"
     ext, errors = run_request(a, "r1", tokens, hashes, seed=1)
     assert ext == 0 and errors == [set()]
-    want = [a.block_bytes(0, b) for b in a.block_ids[:6]]
-    b = Instance(server.url, prefix, stage_through_host=stage_b)   # empty caches
-    ext, errors = run_request(b, "r2", tokens, hashes, seed=2, ids=list(range(10, 17)))
-    assert ext == 96, "aligned len(prompt) - 1 = 96 tokens (6 blocks)"
+    b = Instance(server.url, prefix, b_setup)
+    assert b.scheduler.namespace_for_rank(0) == a.scheduler.namespace_for_rank(0)
+    ids = list(range(BLOCKS - 1, BLOCKS - 1 - 7, -1))       # other blocks, reversed
+    ext, errors = run_request(b, "r2", tokens, hashes, seed=2, ids=ids)
+    want = (99 // a_setup.block) * a_setup.block
+    assert ext == want, "aligned len(prompt) - 1 tokens"
     assert errors == [set()]
-    assert [b.block_bytes(0, x) for x in b.block_ids[:6]] == want
-    # the block after the loaded ones was computed, not loaded
-    assert b.block_bytes(0, b.block_ids[6]) != a.block_bytes(0, a.block_ids[6])
+    assert torch.equal(b.read(0, b.block_ids, ext), a.read(0, a.block_ids, ext))
+    # the token after the loaded ones was computed by b, not loaded
+    assert not torch.equal(b.read(0, b.block_ids, ext + 1)[:, :, ext],
+                           a.read(0, a.block_ids, ext + 1)[:, :, ext])
     a.close()
     b.close()
 
 
-def test_local_hits_and_limits(server, prefix):
-    tokens, hashes = prompt(64, seed=3)
-    a = Instance(server.url, prefix)
-    run_request(a, "r1", tokens, hashes, seed=3)
+def test_stage_through_host_stores_the_same_bytes(server, prefix):
+    """The host staging buffer (for KV caches in GPU memory; forced here on
+    CPU tensors) stores and loads the same bytes as the zero-copy path."""
+    tokens, hashes = prompt(100)
+    a = Instance(server.url, prefix, stage_through_host=True)
+    run_request(a, "r1", tokens, hashes, seed=1)
     b = Instance(server.url, prefix)
-    ext, _ = run_request(b, "r2", tokens, hashes, seed=4, local=32)
-    assert ext == 16, "64 tokens: at most 63 -> 3 blocks, 2 computed locally"
-    c = Instance(server.url, prefix, chunk_blocks=2)
-    ext, _ = run_request(c, "r3", tokens, hashes, seed=4, local=16)
-    assert ext == 0, "16 local tokens are not a whole 2-block chunk"
+    ext, errors = run_request(b, "r2", tokens, hashes, seed=2, ids=list(range(10, 17)))
+    assert ext == 96 and errors == [set()]
+    assert torch.equal(b.read(0, b.block_ids, 96), a.read(0, a.block_ids, 96))
+    c = Instance(server.url, prefix, stage_through_host=True)
+    ext, errors = run_request(c, "r3", tokens, hashes, seed=3, ids=list(range(20, 27)))
+    assert ext == 96 and torch.equal(c.read(0, c.block_ids, 96), a.read(0, a.block_ids, 96))
     for i in (a, b, c):
         i.close()
+
+
+def test_refused_layout_offers_no_hits(server, prefix, raw):
+    """A layout the adapter cannot serve is refused at register_kv_caches,
+    and the scheduler then offers no hits (reuse is lost, no request fails)."""
+    tokens, hashes = prompt(100, seed=4)
+    a = Instance(server.url, prefix)
+    run_request(a, "r1", tokens, hashes, seed=4)
+    ns = a.scheduler.namespace_for_rank(0)
+    b = Instance(server.url, prefix, Setup(vl.ScaledTritonBackend))
+    assert b.workers[0]._layers is None, "a last dimension of head_size + 2 is refused"
+    assert b.scheduler.namespace_for_rank(0) == ns
+    for i in range(2):
+        ext, errors = run_request(b, "r2-%d" % i, tokens, hashes, seed=5)
+        assert ext == 0 and errors == [set()]
+    # it stored nothing either
+    t2, h2 = prompt(64, seed=44)
+    run_request(b, "r3", t2, h2, seed=6)
+    assert raw(ns).match([kv.block_key(h) for h in h2]) == 0
+    a.close()
+    b.close()
+
+
+def test_unserved_kv_cache_groups_offer_no_hits(server, prefix, raw):
+    """A model with a Mamba group: the scheduler knows from kv_cache_config
+    that the workers cannot serve it, from the start."""
+    tokens, hashes = prompt(64, seed=7)
+    m = Instance(server.url, prefix, Setup(mamba=True), warm=False)
+    assert m.scheduler.get_num_new_matched_tokens(Request("x", tokens, hashes), 0) == (0, False)
+    m.close()
+
+
+def test_first_step_waits_for_the_workers_verdict(server, prefix):
+    """Before any worker has said its layout is served, no hits are offered."""
+    tokens, hashes = prompt(64, seed=8)
+    a = Instance(server.url, prefix)
+    run_request(a, "r1", tokens, hashes, seed=8)
+    b = Instance(server.url, prefix, warm=False)
+    assert b.scheduler.get_num_new_matched_tokens(Request("y", tokens, hashes), 0) == (0, False)
+    b.idle_step()
+    assert b.scheduler.get_num_new_matched_tokens(Request("z", tokens, hashes), 0) == (48, False)
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("setup", [Setup(), Setup(heads=4), Setup(dim=32),
+                                   Setup(dtype=torch.bfloat16), Setup(layers=2),
+                                   Setup(vl.MLABackend, mla=True, dim=16)],
+                         ids=["same", "heads", "head_size", "dtype", "layers", "mla"])
+def test_namespaces_name_the_byte_layout(server, prefix, setup):
+    """Row 4: instances share blocks only when their bytes agree."""
+    tokens, hashes = prompt(64, seed=9)
+    a = Instance(server.url, prefix)
+    run_request(a, "r1", tokens, hashes, seed=9)
+    b = Instance(server.url, prefix, setup)
+    same = b.scheduler.namespace_for_rank(0) == a.scheduler.namespace_for_rank(0)
+    assert same == (repr(setup) == repr(Setup()) and setup.heads == HEADS and
+                    setup.dim == DIM and setup.dtype == torch.float16 and
+                    setup.layers == LAYERS and not setup.mla)
+    ext, errors = run_request(b, "r2", tokens, hashes, seed=10, ids=list(range(10, 14)))
+    assert ext == (48 if same else 0) and errors == [set()]
+    a.close()
+    b.close()
 
 
 def test_two_ranks_take_the_min(server, prefix, raw):
@@ -143,28 +335,106 @@ def test_two_ranks_take_the_min(server, prefix, raw):
     assert ns1 != a.workers[0].namespace_for_rank(0)
     raw(ns1).delete(kv.block_key(hashes[3]))
     b = Instance(server.url, prefix, tp=2)
-    ext, errors = run_request(b, "r2", tokens, hashes, seed=6)
+    ext, errors = run_request(b, "r2", tokens, hashes, seed=6, ids=list(range(20, 27)))
     assert ext == 48 and errors == [set(), set()]
     for r in (0, 1):
-        assert [b.block_bytes(r, x) for x in b.block_ids[:3]] == \
-            [a.block_bytes(r, x) for x in a.block_ids[:3]]
+        assert torch.equal(b.read(r, b.block_ids, 48), a.read(r, a.block_ids, 48))
+    assert not torch.equal(a.read(0, a.block_ids, 48), a.read(1, a.block_ids, 48))
     a.close()
     b.close()
 
 
 def test_mla_rank0_writes_every_rank_reads(server, prefix, raw):
     tokens, hashes = prompt(80, seed=7)
-    a = Instance(server.url, prefix, tp=2, mla=True)
+    mla = Setup(vl.MLABackend, mla=True, dim=24)
+    a = Instance(server.url, prefix, mla, tp=2)
     ns = a.workers[0].namespace_for_rank(0)
     assert ns == a.workers[1].namespace_for_rank(1)
     run_request(a, "r1", tokens, hashes, seed=7)
     assert raw(ns).match([kv.block_key(h) for h in hashes]) == 5
-    b = Instance(server.url, prefix, tp=2, mla=True)
-    ext, errors = run_request(b, "r2", tokens, hashes, seed=8)
+    b = Instance(server.url, prefix, mla, tp=2)
+    ext, errors = run_request(b, "r2", tokens, hashes, seed=8, ids=list(range(20, 25)))
     assert ext == 64 and errors == [set(), set()]
     for r in (0, 1):
-        assert [b.block_bytes(r, x) for x in b.block_ids[:4]] == \
-            [a.block_bytes(0, x) for x in a.block_ids[:4]]
+        assert torch.equal(b.read(r, b.block_ids, 64), a.read(0, a.block_ids, 64))
+    a.close()
+    b.close()
+
+
+def test_roles(server, prefix, raw):
+    """Row 3: kv_producer stores and never loads; kv_consumer loads and
+    never stores; kv_both does both."""
+    tokens, hashes = prompt(64, seed=11)
+    keys = [kv.block_key(h) for h in hashes]
+    c = Instance(server.url, prefix, role="kv_consumer")
+    ns = c.scheduler.namespace_for_rank(0)
+    ext, errors = run_request(c, "c1", tokens, hashes, seed=11)
+    assert ext == 0 and raw(ns).match(keys) == 0, "a consumer never stores"
+    p = Instance(server.url, prefix, role="kv_producer")
+    run_request(p, "p1", tokens, hashes, seed=12)
+    assert raw(ns).match(keys) == 4
+    want = p.read(0, p.block_ids, 48)
+    ext, _ = run_request(p, "p2", tokens, hashes, seed=13, ids=list(range(20, 24)))
+    assert ext == 0, "a producer never loads"
+    ext, errors = run_request(c, "c2", tokens, hashes, seed=14, ids=list(range(20, 24)))
+    assert ext == 48 and errors == [set()]
+    assert torch.equal(c.read(0, c.block_ids, 48), want)
+    for i in (c, p):
+        i.close()
+
+
+def test_failure_policy_warns_once_at_start(server, prefix, caplog):
+    """Row 7: kv_load_failure_policy is read; an instance that loads with
+    "fail" is warned about once, at start."""
+    with caplog.at_level(logging.WARNING, "kvpool.vllm"):
+        a = Instance(server.url, prefix, role="kv_consumer", policy="fail")
+        b = Instance(server.url, prefix, role="kv_consumer", policy="fail")
+    warned = [r for r in caplog.records if "kv_load_failure_policy" in r.getMessage()]
+    assert len(warned) == 1 and "recompute" in warned[0].getMessage()
+    assert a.scheduler.failure_policy == "fail"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "kvpool.vllm"):
+        c = Instance(server.url, prefix, role="kv_both", policy="recompute")
+        d = Instance(server.url, prefix, role="kv_producer", policy="fail")
+    assert not [r for r in caplog.records if "kv_load_failure_policy" in r.getMessage()]
+    for i in (a, b, c, d):
+        i.close()
+
+
+def test_required_layout_is_a_classmethod():
+    """Row 5: vLLM calls get_required_kvcache_layout on the class."""
+    attr = inspect.getattr_static(kv.KVPoolConnector, "get_required_kvcache_layout")
+    assert isinstance(attr, classmethod)
+    assert kv.KVPoolConnector.get_required_kvcache_layout(SimpleNamespace()) is None
+
+
+def test_supports_hma_and_hybrid_groups(server, prefix):
+    """Row 6: the connector is SupportsHMA, so vLLM keeps the hybrid KV-cache
+    manager on; a model with a full-attention and a sliding-window group
+    round-trips, loading nothing into the sliding window's null blocks."""
+    assert vbase.supports_hma(kv.KVPoolConnector)
+    assert issubclass(kv.KVPoolConnector, vbase.SupportsHMA)
+    tokens = [(31 * i) % 30000 for i in range(100)]
+    hashes = hashes_for(tokens, BS)
+    swa = Setup(sliding=32)
+    a = Instance(server.url, prefix, swa)
+    assert a.workers[0]._layers is not None
+    ext, errors = run_request(a, "r1", tokens, hashes, seed=1,
+                              ids=[list(range(3, 10)), list(range(12, 19))])
+    assert ext == 0 and errors == [set()]
+    b = Instance(server.url, prefix, swa)
+    # the sliding-window group gets null blocks (0) for the tokens out of the window
+    ids = [list(range(20, 27)), [0, 0, 0, 0, 28, 29, 30]]
+    ext, errors = run_request(b, "r2", tokens, hashes, seed=2, ids=ids)
+    assert ext == 96 and errors == [set()]
+    full_a = a.read(0, a.block_ids, 96)
+    full_b = b.read(0, b.block_ids, 96)
+    for i, (g, _, t) in enumerate(b._layers(0)):
+        if g == 0:
+            assert torch.equal(full_b[i], full_a[i])
+        else:                          # only the window's blocks were loaded
+            assert torch.equal(full_b[i][:, 64:96], full_a[i][:, 64:96])
+            assert not t[:, 0].any(), "nothing is written into the null block"
     a.close()
     b.close()
 
@@ -182,11 +452,11 @@ def test_pool_down_and_failed_loads(fresh_server, prefix):
     assert ext == 48
     fresh_server.kill()
     b.block_ids = list(range(20, 24))
+    b.n_tokens = len(tokens)
     b.scheduler._reqs.pop("r2")                  # forget the answer: ask again, pool down
     ext, errors = step(b.scheduler, b.workers, req, b.block_ids, 0, b.forward(10))
     assert ext == 0, "a pool that is down gives (0, False)"
     assert errors == [set()]
-    # a load that fails: answered by a live pool, loaded from a dead one
     fresh_server.start(port=port)
     c = Instance(fresh_server.url, prefix)
     run_request(c, "r3", tokens, hashes, seed=11)
@@ -205,10 +475,10 @@ def test_pool_down_and_failed_loads(fresh_server, prefix):
     scheduler, worker = d.scheduler, d.workers[0]
     req = Request("r4", tokens, hashes)
     assert scheduler.get_num_new_matched_tokens(req, 0) == (48, False)
-    from vllm_standin_scheduler import Blocks
     scheduler.update_state_after_alloc(req, Blocks([1, 2, 3, 4]), 48)
     meta = scheduler.build_connector_meta(SimpleNamespace(
-        scheduled_new_reqs=[], scheduled_cached_reqs=None, num_scheduled_tokens={}))
+        scheduled_new_reqs=[], scheduled_cached_reqs=None, num_scheduled_tokens={},
+        finished_req_ids=set()))
     fresh_server.kill()
     worker.bind_connector_metadata(meta)
     worker.start_load_kv(SimpleNamespace())
@@ -218,7 +488,7 @@ def test_pool_down_and_failed_loads(fresh_server, prefix):
         i.close()
 
 
-def test_other_seed_and_layout_never_hit(server, prefix):
+def test_other_seed_and_hash_algo_never_hit(server, prefix):
     tokens, hashes = prompt(40, seed=12)
     a = Instance(server.url, prefix)
     run_request(a, "r1", tokens, hashes, seed=12)
@@ -229,5 +499,19 @@ def test_other_seed_and_layout_never_hit(server, prefix):
     c = Instance(server.url, prefix, hash_algo="xxhash")
     ext, _ = run_request(c, "r3", tokens, hashes, seed=13)
     assert ext == 0
+    for i in (a, b, c):
+        i.close()
+
+
+def test_local_hits_and_limits(server, prefix):
+    tokens, hashes = prompt(64, seed=3)
+    a = Instance(server.url, prefix)
+    run_request(a, "r1", tokens, hashes, seed=3)
+    b = Instance(server.url, prefix)
+    ext, _ = run_request(b, "r2", tokens, hashes, seed=4, local=32)
+    assert ext == 16, "64 tokens: at most 63 -> 3 blocks, 2 computed locally"
+    c = Instance(server.url, prefix, chunk_blocks=2)
+    ext, _ = run_request(c, "r3", tokens, hashes, seed=4, local=16)
+    assert ext == 0, "16 local tokens are not a whole 2-block chunk"
     for i in (a, b, c):
         i.close()

@@ -27,7 +27,7 @@ def counts(path):
     return out
 
 
-@pytest.mark.parametrize("engine", ["control", "sglang", "vllm", "lmcache"])
+@pytest.mark.parametrize("engine", ["control", "sglang", "vllm", "vllm-connector", "lmcache"])
 def test_no_python_copy_of_payload(server, engine, tmp_path):
     lib = os.environ.get("KVPOOL_COPYCOUNT") or os.path.join(ROOT, "build", "tests",
                                                              "libcopycount.so")

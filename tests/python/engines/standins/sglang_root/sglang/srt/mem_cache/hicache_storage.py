@@ -5,6 +5,7 @@ Used only when the real SGLang is not importable."""
 
 import abc
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Optional
 
 STANDIN = True
@@ -34,12 +35,32 @@ class HiCacheStorageExtraInfo:
     extra_info: Optional[dict] = None
 
 
+class PoolName(str, Enum):
+    """Pool names of the v2 interface (hybrid models)."""
+    KV = "kv"
+    MAMBA = "mamba"
+    SWA = "swa"
+    INDEXER = "indexer"
+    DRAFT = "draft"
+
+    def __str__(self):
+        return self.value
+
+
+class PoolHitPolicy(str, Enum):
+    """ALL_PAGES: every page of the KV prefix must exist in the pool;
+    TRAILING_PAGES: only the last len(transfer.keys) pages of it."""
+    ALL_PAGES = "all_pages"
+    TRAILING_PAGES = "trailing_pages"
+
+
 @dataclass
 class PoolTransfer:
     name: Any
     host_indices: Any = None
+    device_indices: Any = None
     keys: Optional[list] = None
-    hit_policy: str = "all_pages"
+    hit_policy: PoolHitPolicy = PoolHitPolicy.ALL_PAGES
 
 
 @dataclass
@@ -54,6 +75,11 @@ class HiCacheStorage(abc.ABC):
 
     def register_mem_pool_host(self, mem_pool_host):
         self.mem_pool_host = mem_pool_host
+
+    def register_mem_host_pool_v2(self, host_pool, host_pool_name):
+        if not hasattr(self, "registered_pools"):
+            self.registered_pools = {}
+        self.registered_pools[host_pool_name] = host_pool
 
     def batch_get_v1(self, keys, host_indices, extra_info=None):
         raise NotImplementedError

@@ -27,8 +27,8 @@ import itertools
 import os
 import threading
 
-from . import _engine
-from .errors import Busy
+from . import link as _link
+from ..errors import Busy
 
 Completion = collections.namedtuple("Completion", "id tag op status statuses lengths matched")
 Completion.__doc__ = ("A finished request: op is put|get|exists|match|delete; status 0 or "
@@ -134,7 +134,7 @@ class AsyncLink:
                 c = self._execute(rid, tag, op, args)
             except Exception as e:    # a bug in a request: fail it, keep serving
                 n = len(args[0])
-                _engine.log.warning("kvpool: async %s failed: %r", op, e)
+                _link.log.warning("kvpool: async %s failed: %r", op, e)
                 c = Completion(rid, tag, op, -_errno.EIO, [-_errno.EIO] * n, [], 0)
             self._deliver(c)
 
@@ -144,7 +144,7 @@ class AsyncLink:
             try:
                 self.on_complete(c)
             except Exception as e:
-                _engine.log.warning("kvpool: async completion callback: %r", e)
+                _link.log.warning("kvpool: async completion callback: %r", e)
             with self._cv:
                 self._inflight -= 1
             return
@@ -156,9 +156,9 @@ class AsyncLink:
     def _execute(self, rid, tag, op, args):
         keys = args[0]
         n = len(keys)
-        down = Completion(rid, tag, op, _engine.DOWN, [_engine.DOWN] * n, [], 0)
+        down = Completion(rid, tag, op, _link.DOWN, [_link.DOWN] * n, [], 0)
         if op == "put":
-            st = self.link.call("put", lambda c: _engine.put_rerooting(
+            st = self.link.call("put", lambda c: _link.put_rerooting(
                 c, keys, args[1], args[2]), None)
             if st is None:
                 return down
@@ -174,7 +174,7 @@ class AsyncLink:
             got = self.link.call("exists", lambda c: c.exists_many(keys), None)
             if got is None:
                 return down
-            return Completion(rid, tag, op, 0, [0 if g else _engine.MISS for g in got], [], 0)
+            return Completion(rid, tag, op, 0, [0 if g else _link.MISS for g in got], [], 0)
         if op == "match":
             m = self.link.call("match", lambda c: c.match(keys, args[1]), None)
             if m is None:
@@ -184,7 +184,7 @@ class AsyncLink:
             got = self.link.call("delete", lambda c: c.delete_many(keys), None)
             if got is None:
                 return down
-            return Completion(rid, tag, op, 0, [0 if g else _engine.MISS for g in got], [], 0)
+            return Completion(rid, tag, op, 0, [0 if g else _link.MISS for g in got], [], 0)
         raise ValueError("unknown op %r" % op)
 
     def close(self):
@@ -263,11 +263,11 @@ class NativeAsyncLink(AsyncLink):
             with self._cv:
                 self._inflight -= 1
             raise
-        except _engine.CALL_FAILURES as e:
-            if isinstance(e, _engine._LINK_DOWN):
+        except _link.CALL_FAILURES as e:
+            if isinstance(e, _link._LINK_DOWN):
                 self.link._down(c)
             else:
-                _engine.log.warning("kvpool: async %s refused: %s", op, e)
+                _link.log.warning("kvpool: async %s refused: %s", op, e)
             self._fail_soon(req)
         return rid
 
@@ -278,7 +278,7 @@ class NativeAsyncLink(AsyncLink):
             try:
                 if c.inflight == 0:
                     c.max_inflight = max(c.max_inflight, self.max_inflight)
-            except _engine.CALL_FAILURES:
+            except _link.CALL_FAILURES:
                 pass
         with self._cv:
             req.client = c
@@ -303,7 +303,7 @@ class NativeAsyncLink(AsyncLink):
         with self._cv:
             self._cv.notify_all()
 
-    def _fail_soon(self, req, status=_engine.DOWN):
+    def _fail_soon(self, req, status=_link.DOWN):
         n = len(req.args[0])
         c = Completion(req.rid, req.tag, req.op, status, [status] * n,
                        [0] * n if req.op == "get" else [], 0)
@@ -333,8 +333,8 @@ class NativeAsyncLink(AsyncLink):
                 continue
             try:
                 got = c.poll(max=64, timeout=self.POLL_S)
-            except _engine.CALL_FAILURES as e:
-                _engine.log.warning("kvpool: async poll failed: %s", e)
+            except _link.CALL_FAILURES as e:
+                _link.log.warning("kvpool: async poll failed: %s", e)
                 self.link._down(c)
                 continue
             for comp in got:
@@ -348,11 +348,11 @@ class NativeAsyncLink(AsyncLink):
                 del self._reqs[r.rid]
         for r in mine:
             n = len(r.args[0])
-            self._deliver(Completion(r.rid, r.tag, r.op, _engine.DOWN, [_engine.DOWN] * n,
+            self._deliver(Completion(r.rid, r.tag, r.op, _link.DOWN, [_link.DOWN] * n,
                                      [0] * n if r.op == "get" else [], 0))
         try:
             client.close()
-        except _engine.CALL_FAILURES:
+        except _link.CALL_FAILURES:
             pass
 
     def _complete(self, client, comp):
@@ -377,8 +377,8 @@ class NativeAsyncLink(AsyncLink):
                     self._send(client, req, ([keys[i] for i in again], [bufs[i] for i in again],
                                              p2))
                     return
-                except _engine.CALL_FAILURES as e:
-                    _engine.log.warning("kvpool: re-put after -ENOLINK refused: %s", e)
+                except _link.CALL_FAILURES as e:
+                    _link.log.warning("kvpool: re-put after -ENOLINK refused: %s", e)
         if req.again is not None:
             merged = list(req.first)
             for j, i in enumerate(req.again):
@@ -415,7 +415,7 @@ def make_async_link(link, max_inflight=DEFAULT_MAX_INFLIGHT, on_complete=None):
     A cluster URL (a node list "tcp://a,b" or "etcd://...") always gets the
     thread-backed kind: libkvpool's asynchronous calls answer -EOPNOTSUPP on
     a cluster handle, whose synchronous calls already fan out to the nodes."""
-    from .client import Client
+    from ..client import Client
     url = getattr(link, "url", "") or ""
     cluster = url.startswith("etcd://") or "," in url
     if not cluster and hasattr(Client, "submit_get_into_many") and \

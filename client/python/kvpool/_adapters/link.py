@@ -1,27 +1,23 @@
-"""What the engine adapters (kvpool.sglang, kvpool.vllm, kvpool.lmcache)
-share: a connection that never raises into the engine and reconnects in
-the background, namespaces built from a configuration, keys from engine
-hashes, raw engine memory as buffer objects, and a rate-limited log.
+"""The connection every engine adapter (kvpool.sglang, kvpool.vllm,
+kvpool.lmcache) uses: a Link never raises into the engine and reconnects
+in the background; a rate-limited log; put_rerooting, the -ENOLINK re-put.
 
 Nothing here imports an engine. Internal: the names may change.
 """
 
 import builtins
-import ctypes
 import errno as _errno
-import hashlib
 import logging
 import os
 import threading
 import time
 
-from . import _lib
-from .client import Client
-from .errors import Error
+from ..client import Client
+from ..errors import Denied, Error, InvalidArgument, Unsupported
+from .config import ConfigError
 
 log = logging.getLogger("kvpool.engines")
 
-KEY_BYTES = _lib.KEY_BYTES
 MISS = -_errno.ENOENT
 DOWN = -_errno.ENOTCONN        # the status an adapter reports when no call was made
 
@@ -31,6 +27,10 @@ CALL_FAILURES = (Error, ValueError, TypeError, BufferError, OSError)
 # Those after which the connection is assumed gone: answer misses for a
 # back-off period while a background thread reconnects.
 _LINK_DOWN = (builtins.ConnectionError, TimeoutError)
+# What kvpool_connect answers for a configuration that cannot work (a
+# malformed URL or namespace, a token too long or refused, rdma:// without
+# a device): at start the adapter raises; later it logs and retries.
+_CONFIG_REFUSED = (InvalidArgument, Unsupported, Denied)
 
 
 class RateLimitedLog:
@@ -65,84 +65,10 @@ class RateLimitedLog:
 def strerror_of(code):
     """The English description of a status (0 or a negative errno)."""
     try:
-        from .errors import strerror
+        from ..errors import strerror
         return strerror(code)
     except Exception:
         return os.strerror(-int(code)) if code else "success"
-
-
-# ---- namespaces and keys --------------------------------------------------------
-
-def namespace_part(value):
-    """One part of a namespace: str(value) with every byte outside printable
-    ASCII 0x21..0x7e (spaces included) replaced by '_'."""
-    raw = str(value).encode("utf-8", "replace")
-    return "".join(chr(b) if 0x21 <= b <= 0x7e else "_" for b in raw) or "_"
-
-
-def make_namespace(*parts):
-    """Join parts with ':' into a valid kvpool namespace (1..255 bytes). A
-    name over 255 bytes keeps its first 238 bytes and ends with ':' and
-    16 hex digits of the SHA-256 of the whole name, so different long
-    names stay different."""
-    name = ":".join(namespace_part(p) for p in parts)
-    if len(name) <= 255:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:16]
-    return name[:238] + ":" + digest
-
-
-def pad_key(h):
-    """An engine hash as a 32-byte kvpool key: 32 bytes as is, shorter ones
-    (16-byte xxhash-128) zero-padded at the end. TypeError for a non-bytes
-    value, ValueError for one longer than 32 bytes."""
-    if isinstance(h, (bytearray, memoryview)):
-        h = bytes(h)
-    if not isinstance(h, bytes):
-        raise TypeError("kvpool: a block hash must be bytes, not %s" % type(h).__name__)
-    if len(h) > KEY_BYTES or not h:
-        raise ValueError("kvpool: a block hash must be 1..32 bytes, got %d" % len(h))
-    return h + bytes(KEY_BYTES - len(h)) if len(h) < KEY_BYTES else h
-
-
-def string_key(s):
-    """A string key (LMCache's key strings, SGLang's non-hex keys) as 32
-    bytes: the SHA-256 of its UTF-8."""
-    if isinstance(s, bytes):
-        return hashlib.sha256(s).digest()
-    return hashlib.sha256(str(s).encode("utf-8")).digest()
-
-
-# ---- engine memory ---------------------------------------------------------------
-
-_ARRAY_TYPES = {}
-_ARRAY_TYPES_LOCK = threading.Lock()
-
-
-def raw_buffer(address, nbytes):
-    """A writable buffer object over nbytes of memory at `address` (an int),
-    with no copy. The caller keeps the memory alive while it is in use.
-    One ctypes array type is made per distinct size and kept (ctypes never
-    frees them), so engines with a few fixed piece sizes make a few."""
-    t = _ARRAY_TYPES.get(nbytes)
-    if t is None:
-        with _ARRAY_TYPES_LOCK:
-            t = _ARRAY_TYPES.setdefault(nbytes, ctypes.c_char * nbytes)
-    return t.from_address(address)
-
-
-def tensor_address(t):
-    """(address, nbytes) of a contiguous CPU torch tensor, or of any buffer
-    object (numpy array, memoryview); ValueError for a non-contiguous one."""
-    if hasattr(t, "data_ptr") and hasattr(t, "element_size"):
-        if not t.is_contiguous():
-            raise ValueError("kvpool: tensor is not contiguous")
-        return t.data_ptr(), t.numel() * t.element_size()
-    pin = _lib.Pin(t, False)
-    try:
-        return pin.address, pin.nbytes
-    finally:
-        pin.release()
 
 
 # ---- a connection that never raises ------------------------------------------------
@@ -162,12 +88,21 @@ class Link:
     register(). The first connection is tried in the constructor (a
     refusal is quick) and in the background after that.
 
+    The first connection is made in the constructor: when kvpool_connect
+    refuses the configuration itself (InvalidArgument: a malformed URL or
+    namespace, a token too long; Unsupported: a scheme this build lacks;
+    Denied: the server refuses the token), the constructor raises
+    ConfigError, so the engine fails at start with the reason. Only a
+    pool that cannot be reached makes a Link start down. lease_ms, when
+    given, is compared with the server's max_lease_ms on each connection:
+    a lease the server will cut is logged once.
+
     Thread rules: any thread may call; the Client serialises calls.
     close() is idempotent and stops the reconnect thread.
     """
 
     def __init__(self, url, namespace, token=None, timeout_s=2.0, name="",
-                 backoff_s=(0.2, 5.0), warn=None):
+                 backoff_s=(0.2, 5.0), warn=None, lease_ms=None):
         self.url = url
         self.namespace = namespace
         self.token = token
@@ -179,11 +114,13 @@ class Link:
         self.reconnects = 0          # times the Link came back up
         self._arenas = []            # buffers to register on each connect
         self.on_down = None          # see _down
+        self.lease_ms = lease_ms
+        self._lease_warned = False
         self._client = None
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._thread = None
-        self._connect()
+        self._connect(first=True)
         if self._client is None:
             self._start_reconnect()
 
@@ -192,15 +129,25 @@ class Link:
     def up(self):
         return self._client is not None
 
-    def _connect(self):
-        """Try once to connect; True on success."""
+    def _connect(self, first=False):
+        """Try once to connect; True on success. On the first try, a
+        configuration kvpool_connect refuses raises ConfigError."""
         try:
             c = Client(self.url, self.namespace, token=self.token, timeout=self.timeout_s)
+        except _CONFIG_REFUSED as e:
+            if first:
+                raise ConfigError("kvpool: %s: cannot use url %r with namespace %r: %s"
+                                  % (self.name, self.url, self.namespace, e)) from None
+            self.warn.warning(("connect", self.url), "kvpool: %s refused by %s: %s; "
+                              "answering misses, retrying in the background",
+                              self.name, self.url, e)
+            return False
         except CALL_FAILURES as e:
             self.warn.warning(("connect", self.url), "kvpool: cannot reach %s for %s: %s; "
                               "answering misses, reconnecting in the background",
                               self.url, self.name, e)
             return False
+        self._check_lease(c)
         for arena in list(self._arenas):
             try:
                 c.register(arena)
@@ -218,6 +165,21 @@ class Link:
             else:
                 old.close()
         return True
+
+    def _check_lease(self, c):
+        """Log once when the server will cut lease_ms to its max_lease_ms."""
+        if not self.lease_ms or self._lease_warned:
+            return
+        try:
+            cap = c.limits().max_lease_ms
+        except CALL_FAILURES:
+            return
+        if cap and self.lease_ms > cap:
+            self._lease_warned = True
+            log.warning("kvpool: %s: lease_ms %d is cut to the server's max_lease_ms %d: "
+                        "what an exists check pins stays loadable for %d ms only (raise "
+                        "max_lease_ms in kvpoold's configuration, or lower lease_ms)",
+                        self.name, self.lease_ms, cap, cap)
 
     def _start_reconnect(self):
         with self._lock:

@@ -1,0 +1,187 @@
+"""kvpool.sglang inside SGLang's own code (KVPOOL_SGLANG_SRC).
+
+Loaded from the snapshot: SGLang's storage interface module
+(mem_cache/hicache_storage.py: HiCacheStorage, HiCacheStorageConfig,
+HiCacheStorageExtraInfo, PoolTransfer, PoolHitPolicy, PoolName,
+PoolTransferResult, and its own file backend HiCacheFile) and its
+storage backend factory. The backend is built by
+StorageBackendFactory.create_backend("dynamic", ...) from the shipped
+config/engines/sglang-hicache.json.
+
+SGLang's cache controllers and host pools do not load on this machine
+(they import the whole server, Triton and torch 2 APIs), so the host
+pool is the contract tests' FakeHostPool and the controller's call order
+is the contract tests' stand-in. For the hybrid (v2) interface SGLang's
+own HiCacheFile is the oracle: for the same pages present in each pool,
+kvpool's batch_exists_v2 must answer what SGLang's does."""
+
+import json
+import os
+import sys
+
+import pytest
+
+import engine_env
+
+COMMIT = engine_env.load_sglang()
+if COMMIT is None:
+    pytest.skip("KVPOOL_SGLANG_SRC is not set", allow_module_level=True)
+
+import torch  # noqa: E402
+
+from sglang.srt.mem_cache import hicache_storage as hs  # noqa: E402
+from sglang.srt.mem_cache.storage.backend_factory import StorageBackendFactory  # noqa: E402
+
+import kvpool  # noqa: E402
+import kvpool.sglang as ks  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python", "engines"))
+from sglang_fake_pool import FakeHostPool  # noqa: E402
+import sglang_standin_controller as ctl  # noqa: E402
+
+PAGE = 4
+
+
+def test_report():
+    engine_env.report("sglang", COMMIT)
+    assert not getattr(hs, "STANDIN", False), "the snapshot's module, not the stand-in"
+
+
+def config(url, prefix, tp_rank=0, tp_size=1, mla=False, layout="page_first"):
+    with open(os.path.join(ROOT, "config", "engines", "sglang-hicache.json")) as f:
+        ec = json.load(f)
+    ec.pop("prefetch_threshold", None)          # SGLang's controller pops it
+    ec.update(url=url, namespace_prefix=prefix, timeout_s=1.0)
+    return hs.HiCacheStorageConfig(
+        tp_rank=tp_rank, tp_size=tp_size, pp_rank=0, pp_size=1, attn_cp_rank=0,
+        attn_cp_size=1, is_mla_model=mla, enable_storage_metrics=False,
+        is_page_first_layout=layout == "page_first", model_name="real/model-7b",
+        extra_config=ec)
+
+
+def backend(url, prefix, pool, **kw):
+    """As HiCacheController.attach_storage_backend: create_backend, then
+    register_mem_pool_host."""
+    b = StorageBackendFactory.create_backend("dynamic", config(url, prefix, layout=pool.layout,
+                                                               mla=pool.mla, **kw), pool)
+    assert isinstance(b, hs.HiCacheStorage) and isinstance(b, ks.KVPoolHiCacheStorage)
+    b.register_mem_pool_host(pool)
+    return b
+
+
+def chain(n, seed=1):
+    tokens = [(seed * 7919 + i) % 50000 for i in range(n * PAGE)]
+    return [k.hex() for k in kvpool.block_hashes(tokens, PAGE)]
+
+
+@pytest.mark.parametrize("layout,mla", [("page_first", False), ("layer_first", False),
+                                        ("page_first", True), ("layer_first", True)])
+def test_factory_backup_prefetch_zero_copy(server, prefix, layout, mla):
+    src = FakeHostPool(layout, mla, PAGE, pages=300)
+    src.fill_random(3)
+    keys = chain(260)
+    a = backend(server.url, prefix, src)
+    assert a.mem_pool_host is src
+    assert ctl.backup(a, keys, src.indices(0, 260), PAGE) == 260
+    dst = FakeHostPool(layout, mla, PAGE, pages=300)
+    b = backend(server.url, prefix, dst)
+    hit, loaded = ctl.prefetch([b], keys, [dst.indices(20, 260)], PAGE)
+    assert hit == 260 and loaded == [260]
+    assert dst.page_view(dst.indices(20, 260)) == src.page_view(src.indices(0, 260))
+    a.close()
+    b.close()
+
+
+def test_page_count_refused(server, prefix):
+    pool = FakeHostPool(pages=8)
+    b = backend(server.url, prefix, pool)
+    keys = chain(2, seed=5)
+    assert b.batch_set_v1(keys[:1], pool.indices(0, 2)) == [False]
+    assert b.batch_exists(keys) == 0
+    b.close()
+
+
+@pytest.mark.parametrize("present", [
+    {"kv": 8, "mamba": [7], "indexer": range(8)},
+    {"kv": 8, "mamba": [5], "indexer": range(8)},
+    {"kv": 6, "mamba": [5, 7], "indexer": range(3)},
+    {"kv": 8, "mamba": [], "indexer": range(8)},
+    {"kv": 0, "mamba": [0], "indexer": range(8)},
+], ids=["all", "trailing-short", "kv-short", "no-state", "no-kv"])
+def test_v2_hit_policies_agree_with_sglangs_file_backend(server, prefix, tmp_path, present):
+    """Row 12: batch_exists_v2 answers, pool by pool and hit policy by hit
+    policy, what SGLang's own HiCacheFile answers for the same pages."""
+    keys = chain(8, seed=hash(repr(present)) % 1000)
+    kv_pool = FakeHostPool(pages=16)
+    kv_pool.fill_random(1)
+    mamba = FakeHostPool(mla=True, pages=16, layers=2, head_dim=8)
+    idx = FakeHostPool(mla=True, pages=16, layers=1, head_dim=4)
+    ours = backend(server.url, prefix, kv_pool)
+    # SGLang's file backend, its hit-policy logic (batch_exists_v2 over the
+    # files present) as the oracle; its __init__ (an LRU evictor that imports
+    # the server's utilities) is skipped: the pages are written as its files
+    theirs = object.__new__(hs.HiCacheFile)
+    theirs.file_path, theirs.config_suffix, theirs.metadata_cache = str(tmp_path), "_m", None
+
+    def their_set(key, name=None):
+        open(os.path.join(theirs.file_path, "%s.bin" % theirs._get_component_key(key, name)),
+             "wb").close()
+    for b in (ours, theirs):
+        b.register_mem_host_pool_v2(kv_pool, hs.PoolName.KV)
+        b.register_mem_host_pool_v2(mamba, hs.PoolName.MAMBA)
+        b.register_mem_host_pool_v2(idx, hs.PoolName.INDEXER)
+    n = present["kv"]
+    if n:
+        assert all(ours.batch_set_v1(keys[:n], kv_pool.indices(0, n)))
+    for i in range(n):
+        their_set(keys[i])
+    for name, pool, pages in ((hs.PoolName.MAMBA, mamba, present["mamba"]),
+                              (hs.PoolName.INDEXER, idx, present["indexer"])):
+        pages = list(pages)
+        if not pages:
+            continue
+        got = ours.batch_set_v2([hs.PoolTransfer(
+            name=name, host_indices=torch.cat([pool.indices(p, 1) for p in pages]),
+            keys=[keys[p] for p in pages])])
+        assert got == {str(name): [True] * len(pages)}
+        for p in pages:
+            their_set(keys[p], name)
+    trailing = hs.PoolHitPolicy.TRAILING_PAGES
+    for transfers in ([hs.PoolTransfer(name=hs.PoolName.MAMBA, keys=keys[-1:],
+                                       hit_policy=trailing)],
+                      [hs.PoolTransfer(name=hs.PoolName.MAMBA, keys=keys[-2:],
+                                       hit_policy=trailing)],
+                      [hs.PoolTransfer(name=hs.PoolName.INDEXER, keys=keys)],
+                      [hs.PoolTransfer(name=hs.PoolName.INDEXER, keys=keys),
+                       hs.PoolTransfer(name=hs.PoolName.MAMBA, keys=keys[-1:],
+                                       hit_policy=trailing)]):
+        a = ours.batch_exists_v2(keys, transfers)
+        b = theirs.batch_exists_v2(keys, transfers)
+        assert isinstance(a, hs.PoolTransferResult)
+        assert a.kv_hit_pages == b.kv_hit_pages, (transfers, a, b)
+        assert {str(k): v for k, v in a.extra_pool_hit_pages.items()} == \
+            {str(k): v for k, v in b.extra_pool_hit_pages.items()}, (a, b)
+    ours.close()
+
+
+def test_v2_get_round_trip(server, prefix):
+    kv_pool = FakeHostPool(pages=16)
+    mamba = FakeHostPool(mla=True, pages=16, layers=2, head_dim=8)
+    mamba.fill_random(4)
+    a = backend(server.url, prefix, kv_pool)
+    a.register_mem_host_pool_v2(mamba, hs.PoolName.MAMBA)
+    keys = chain(3, seed=9)
+    t = hs.PoolTransfer(name=hs.PoolName.MAMBA, host_indices=mamba.indices(2, 1),
+                        keys=keys[-1:], hit_policy=hs.PoolHitPolicy.TRAILING_PAGES)
+    assert a.batch_set_v2([t]) == {"mamba": [True]}
+    m2 = FakeHostPool(mla=True, pages=16, layers=2, head_dim=8)
+    b = backend(server.url, prefix, FakeHostPool(pages=16))
+    b.register_mem_host_pool_v2(m2, hs.PoolName.MAMBA)
+    got = b.batch_get_v2([hs.PoolTransfer(name=hs.PoolName.MAMBA, host_indices=m2.indices(9, 1),
+                                          keys=keys[-1:])])
+    assert got == {"mamba": [True]}
+    assert m2.page_view(m2.indices(9, 1)) == mamba.page_view(mamba.indices(2, 1))
+    a.close()
+    b.close()

@@ -1,0 +1,204 @@
+"""kvpool.vllm's KV connector inside vLLM's own code (KVPOOL_VLLM_SRC).
+
+Each vLLM instance is a scheduler-side process and one process per
+worker rank (vllm_roles), driven step by step as vLLM's engine core and
+executor drive them. The KV caches are allocated and shaped by vLLM's
+model runner code for each attention backend; one instance stores, a
+second loads into other blocks, and every loaded token's K and V must be
+byte-exact. A layout the connector refuses must cost hits, never a
+request."""
+
+import multiprocessing
+import os
+
+import pytest
+
+import engine_env
+
+if engine_env.source("vllm") is None:
+    pytest.skip("KVPOOL_VLLM_SRC is not set", allow_module_level=True)
+
+os.environ.setdefault("PYTHONHASHSEED", "0")
+import vllm_roles  # noqa: E402
+
+CTX = multiprocessing.get_context("spawn")
+BLOCKS = 24
+
+
+def base(**kw):
+    s = {"backend": "flash_attn", "block": 16, "heads": 2, "head_size": 64, "layers": 3,
+         "num_blocks": BLOCKS, "layout": "NHD"}
+    s.update(kw)
+    return s
+
+
+class Proc:
+    def __init__(self, target, *args):
+        self.conn, child = CTX.Pipe()
+        self.p = CTX.Process(target=target, args=(child,) + args, daemon=True)
+        self.p.start()
+        self.ready = self._recv(120)
+
+    def _recv(self, timeout=60):
+        assert self.conn.poll(timeout), "no answer from %s" % self.p
+        kind, value = self.conn.recv()
+        if kind == "error":
+            raise AssertionError("vLLM-side process failed:\n" + value)
+        return value
+
+    def __call__(self, what, *args):
+        self.conn.send((what, args))
+        return self._recv()
+
+    def stop(self):
+        try:
+            self("stop")
+        finally:
+            self.p.join(10)
+
+
+class Instance:
+    """A vLLM instance: the scheduler process and a process per worker rank."""
+
+    def __init__(self, url, prefix, setup, role="kv_both", policy="recompute"):
+        self.setup = setup
+        self.scheduler = Proc(vllm_roles.scheduler_main, setup, url, prefix, role, policy)
+        self.workers = [Proc(vllm_roles.worker_main, setup, url, prefix, r, role, policy)
+                        for r in range(setup.get("tp", 1))]
+        self.verdicts = [w.ready for w in self.workers]
+        # one idle step: the workers' layout verdicts reach the scheduler
+        so = self.scheduler("idle")
+        outs = [w("step", so) for w in self.workers]
+        self.scheduler("outputs", outs)
+
+    def request(self, req_id, tokens, block_ids, seed, local=0):
+        ext, so, hashes = self.scheduler("schedule", req_id, tokens, block_ids, local)
+        first = local + ext
+        outs = [w("step", so, (block_ids, first, len(tokens), seed))
+                for w in self.workers]
+        errors = self.scheduler("outputs", outs, req_id, block_ids)
+        return ext, errors, hashes
+
+    def read(self, rank, block_ids, n, groups=None):
+        return self.workers[rank]("read", block_ids, n, groups)
+
+    def close(self):
+        for p in [self.scheduler] + self.workers:
+            p.stop()
+
+
+def tokens_for(n, seed):
+    return [(seed * 977 + i) % 30000 for i in range(n)]
+
+
+def ids(groups, first, n):
+    return [list(range(first + 8 * g, first + 8 * g + n)) for g in range(groups)]
+
+
+def test_report():
+    """The snapshot's commit, the modules driven, the stubs (every vLLM
+    module is loaded in the vLLM-side processes only)."""
+    p = Proc(vllm_roles.report_main)
+    print(p.ready)
+    p.p.join(10)
+
+
+LAYOUTS = {
+    "flash_attn-nhd": (base(), base()),
+    "flash_attn-hnd": (base(layout="HND"), base(layout="HND")),
+    "flash_attn-kernel16-block32": (base(block=32, kernel=16), base(block=32, kernel=16)),
+    "flashinfer-nhd": (base(backend="flashinfer"), base(backend="flashinfer")),
+    "flashinfer-hnd": (base(backend="flashinfer", layout="HND"),
+                       base(backend="flashinfer", layout="HND")),
+    "flashinfer-hnd-kernel16-block32": (base(backend="flashinfer", layout="HND", block=32,
+                                             kernel=16),
+                                        base(backend="flashinfer", layout="HND", block=32,
+                                             kernel=16)),
+    "triton": (base(backend="triton"), base(backend="triton")),
+    "cpu": (base(backend="cpu"), base(backend="cpu")),
+    "mla": (base(backend="mla", mla=True, head_size=96), base(backend="mla", mla=True,
+                                                              head_size=96)),
+    "tp2": (base(tp=2), base(tp=2)),
+    "nhd-stores-hnd-loads": (base(), base(backend="flashinfer", layout="HND")),
+    "cpu-stores-flashinfer-loads": (base(backend="cpu"), base(backend="flashinfer")),
+    "kernel16-stores-kernel32-loads": (base(block=32, kernel=16),
+                                       base(backend="flashinfer", layout="HND", block=32)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_layout_round_trip(server, prefix, name):
+    a_setup, b_setup = LAYOUTS[name]
+    a = Instance(server.url, prefix, a_setup)
+    b = None
+    try:
+        assert all(v[0] for v in a.verdicts), a.verdicts
+        block = a_setup["block"]
+        toks = tokens_for(100, 1)
+        n = (len(toks) + block - 1) // block
+        a_ids = ids(1, 3, n)
+        ext, errors, _ = a.request("r1", toks, a_ids, seed=1)
+        assert ext == 0 and errors == []
+        b = Instance(server.url, prefix, b_setup)
+        assert all(v[0] for v in b.verdicts), b.verdicts
+        b_ids = [list(range(BLOCKS - 1, BLOCKS - 1 - n, -1))]
+        ext, errors, _ = b.request("r2", toks, b_ids, seed=2)
+        want = (99 // block) * block
+        assert ext == want and errors == []
+        for r in range(a_setup.get("tp", 1)):
+            assert b.read(r, b_ids, ext) == a.read(r, a_ids, ext), "rank %d differs" % r
+        assert b.read(0, b_ids, ext + 1)[0][ext] != a.read(0, a_ids, ext + 1)[0][ext]
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
+def test_hybrid_groups_with_sliding_window(server, prefix):
+    """SupportsHMA: a full-attention and a sliding-window group; the second
+    instance's sliding-window blocks out of the window are vLLM's null block."""
+    setup = base(sliding=32)
+    a = Instance(server.url, prefix, setup)
+    b = None
+    try:
+        toks = tokens_for(100, 3)
+        a_ids = [list(range(3, 10)), list(range(12, 19))]    # one block pool, shared
+        ext, errors, _ = a.request("r1", toks, a_ids, seed=1)
+        assert ext == 0 and errors == []
+        b = Instance(server.url, prefix, setup)
+        b_ids = [list(range(10, 17)), [0, 0, 0, 0, 20, 21, 22]]
+        ext, errors, _ = b.request("r2", toks, b_ids, seed=2)
+        assert ext == 96 and errors == []
+        assert b.read(0, b_ids, 96, [0]) == a.read(0, a_ids, 96, [0])
+        got, want = b.read(0, b_ids, 96, [1]), a.read(0, a_ids, 96, [1])
+        assert [row[64:] for row in got] == [row[64:] for row in want]
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
+def test_roles_and_unserved_groups(server, prefix):
+    """A consumer never stores, a producer never loads; a model with a
+    Mamba group offers no hits and stores nothing."""
+    toks = tokens_for(64, 5)
+    c = Instance(server.url, prefix, base(), role="kv_consumer")
+    p = m = None
+    try:
+        ext, errors, _ = c.request("c1", toks, ids(1, 3, 4), seed=1)
+        assert ext == 0
+        p = Instance(server.url, prefix, base(), role="kv_producer")
+        ext, _, _ = p.request("p1", toks, ids(1, 3, 4), seed=2)
+        assert ext == 0
+        ext, _, _ = p.request("p2", toks, ids(1, 8, 4), seed=3)
+        assert ext == 0, "a producer never loads"
+        ext, errors, _ = c.request("c2", toks, ids(1, 9, 4), seed=4)
+        assert ext == 48 and errors == []
+        assert c.read(0, ids(1, 9, 4), 48) == p.read(0, ids(1, 3, 4), 48)
+        m = Instance(server.url, prefix, base(mamba=True))
+        ext, errors, _ = m.request("m1", toks, [[3, 4, 5, 6], [8, 9, 10, 11]], seed=5)
+        assert ext == 0 and errors == []
+    finally:
+        for i in (c, p, m):
+            if i is not None:
+                i.close()
