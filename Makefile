@@ -21,9 +21,11 @@
 #   make bench      build the benchmark tools of tests/bench (tests/bench/compare.sh runs them)
 #   make container-test  build docker/Dockerfile with buildah (no Docker engine), run kvpoold
 #                   from the image, check it from the host (~10 min; not in make test, in .ci/run)
-#   make install PREFIX=/usr/local DESTDIR=   binaries, library, header, the
+#   make install PREFIX=/usr/local DESTDIR=   binaries, library, header, kvpool.pc, the
+#                   Python package (the wheel, through pip; INSTALL_PYTHON=0: not), the
 #                   systemd unit and sysusers entry, /etc/kvpool/kvpool.conf (kept if present);
 #                   then runs ldconfig (LDCONFIG=) unless DESTDIR is set
+#   make wheel, make deb, make test-packaging: see "Packaging" below
 #   make clean
 
 PREFIX  ?= /usr/local
@@ -36,6 +38,12 @@ PYDIR   ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX
 SYSCONFDIR ?= /etc
 SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 SYSUSERS_DIR ?= $(PREFIX)/lib/sysusers.d
+LIBDIR  ?= $(PREFIX)/lib
+# INSTALL_PYTHON=0: make install leaves out the Python package (an image
+# without python3, such as docker/Dockerfile's)
+INSTALL_PYTHON ?= 1
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 LDCONFIG ?= ldconfig
 SAN     ?= 0
 CC      ?= cc
@@ -58,7 +66,7 @@ DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev l
                 librocksdb-dev libsystemd-dev prometheus python3-pytest python3-numpy \
                 python3-torch python3-matplotlib libopenblas0-pthread \
                 librdmacm-dev libibverbs-dev rdma-core etcd-server libzmq3-dev libmsgpack-dev python3-zmq \
-                python3-msgpack
+                python3-msgpack python3-build python3-pip python3-setuptools python3-wheel python3-venv
 PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c libcurl rocksdb libsystemd \
            libibverbs librdmacm libzmq msgpack
 
@@ -139,7 +147,7 @@ all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 # Install missing Debian packages (needs root or sudo). A no-op when all are present.
 deps:
 	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null || \
-	    ! $(PYTHON) -c 'import pytest, numpy, zmq, msgpack, torch, matplotlib' 2>/dev/null || \
+	    ! $(PYTHON) -c 'import pytest, numpy, zmq, msgpack, torch, matplotlib, build, pip, wheel' 2>/dev/null || \
 	    ! ls /usr/lib/*/openblas-pthread/libblas.so.3 >/dev/null 2>&1 || ! command -v promtool >/dev/null || \
 	    ! command -v etcd >/dev/null; then \
 	  echo "installing build dependencies: $(DEB_PACKAGES)"; \
@@ -150,7 +158,7 @@ deps:
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libproto.a: $(PROTO_OBJ)
 $(BUILD)/libstore.a: $(STORE_OBJ)
@@ -417,31 +425,19 @@ demo-ttft: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) examples/ttft/run.sh
 
-# The Python package's sub-packages (installed beside its top-level modules).
-PY_SUBPACKAGES := _adapters vllm lmcache
-
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include \
-	  $(DESTDIR)$(PREFIX)/share/kvpool
+install: all $(if $(filter 1,$(INSTALL_PYTHON)),wheel)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
+	  $(DESTDIR)$(PREFIX)/share/kvpool $(DESTDIR)$(PKGCONFIGDIR)
 	install -m 755 $(KVPOOLD) $(KVPOOL) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libkvpool.so.0
-	ln -sf libkvpool.so.0 $(DESTDIR)$(PREFIX)/lib/libkvpool.so
-	install -m 644 client/kvpool.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libkvpool.so.0
+	ln -sf libkvpool.so.0 $(DESTDIR)$(LIBDIR)/libkvpool.so
+	install -m 644 client/kvpool.h $(DESTDIR)$(INCLUDEDIR)/
+	$(call kvpool_pc) > $(DESTDIR)$(PKGCONFIGDIR)/kvpool.pc
 	install -m 644 config/kvpool.conf $(DESTDIR)$(PREFIX)/share/kvpool/
-	install -d $(DESTDIR)$(PYDIR)/kvpool $(addprefix $(DESTDIR)$(PYDIR)/kvpool/,$(PY_SUBPACKAGES))
-	install -m 644 client/python/kvpool/*.py $(DESTDIR)$(PYDIR)/kvpool/
-	for d in $(PY_SUBPACKAGES); do \
-	  install -m 644 client/python/kvpool/$$d/*.py $(DESTDIR)$(PYDIR)/kvpool/$$d/ || exit 1; done
-	printf '"""Written by make install."""\nLIBDIR = "%s"\n' "$(PREFIX)/lib" \
-	  > $(DESTDIR)$(PYDIR)/kvpool/_installed.py
-	@# package metadata, for vLLM's plugin loader: the vllm.general_plugins
-	@# entry point registers the "kvpool" offloading tier (docs/engines.md)
-	install -d $(DESTDIR)$(PYDIR)/kvpool-0.1.0.dist-info
-	printf 'Metadata-Version: 2.1\nName: kvpool\nVersion: 0.1.0\n' \
-	  > $(DESTDIR)$(PYDIR)/kvpool-0.1.0.dist-info/METADATA
-	printf '[vllm.general_plugins]\nkvpool_tier = kvpool.vllm:register\n' \
-	  > $(DESTDIR)$(PYDIR)/kvpool-0.1.0.dist-info/entry_points.txt
+	@# the Python package: the wheel of make wheel, installed by pip with its
+	@# metadata (the vllm.general_plugins entry point, RECORD for pip uninstall)
+	$(if $(filter 1,$(INSTALL_PYTHON)),$(call pip_install_wheel,$(DESTDIR)$(PYDIR)))
 	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(SYSCONFDIR)/kvpool
 	sed -e 's|/usr/local/bin/kvpoold|$(PREFIX)/bin/kvpoold|' -e 's|/etc/kvpool/|$(SYSCONFDIR)/kvpool/|' \
 	  config/kvpoold.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/kvpoold.service
@@ -456,6 +452,96 @@ install: all
 	  if [ "$$(id -u)" = 0 ]; then $(LDCONFIG) || echo "make install: $(LDCONFIG) failed"; \
 	  else echo "make install: run '$(LDCONFIG)' as root so that libkvpool.so.0 is found"; fi; \
 	fi
+
+# ---- Packaging ---------------------------------------------------------------
+# How kvpool is installed outside the build tree (docs/building.md, Packages):
+#   make wheel           $(BUILD)/dist/kvpool-VERSION-py3-none-PLATFORM.whl: the Python
+#                        package (client/python/pyproject.toml) with libkvpool.so inside;
+#                        WHEEL_LIB= makes a pure wheel that loads the system's libkvpool.so.0
+#   make install         (above) the binaries, the library, kvpool.h, kvpool.pc, the wheel
+#                        through pip, the unit, the sysusers entry, /etc/kvpool/kvpool.conf
+#   make deb             dpkg-buildpackage -b -us -uc on a copy of the tree: kvpool,
+#                        libkvpool0, libkvpool-dev and python3-kvpool in $(BUILD)/deb/
+#   make test-packaging  installs the tools below, then tests/packaging/run.sh: the wheel in
+#                        a fresh virtualenv, pkg-config on a staged install, the Debian
+#                        packages (contents, lintian, an install and purge in a Debian 12
+#                        root), the Kubernetes manifests of deploy/kubernetes against kvpoold
+DIST      := $(BUILD)/dist
+WHEEL_LIB ?= $(LIB_SO)
+DEB_OUT   := $(BUILD)/deb
+# What make deb and make test-packaging need besides DEB_PACKAGES (kubectl,
+# when it is not installed, comes from Debian's kubernetes-client).
+PACKAGING_DEB_PACKAGES := debhelper dh-python help2man lintian fakeroot python3-yaml
+.PHONY: wheel deb test-packaging deps-packaging
+
+# setuptools works in $(BUILD)/python, never in the source tree; the version
+# comes from server/srv_server.h (client/python/setup.py).
+wheel: $(if $(WHEEL_LIB),$(WHEEL_LIB))
+	@$(PYTHON) -c 'import build, setuptools, wheel' 2>/dev/null || { echo "make wheel needs" \
+	  "python3-build, python3-setuptools and python3-wheel (make deps)"; exit 1; }
+	@rm -rf $(BUILD)/python $(DIST)/kvpool-*.whl && mkdir -p $(BUILD)/python $(DIST)
+	@KVPOOL_BUNDLE_LIB=$(if $(WHEEL_LIB),$(abspath $(WHEEL_LIB))) KVPOOL_PY_BUILD=$(abspath $(BUILD)/python) \
+	  $(PYTHON) -m build --no-isolation --wheel --outdir $(DIST) client/python \
+	  >$(BUILD)/python/build.log 2>&1 || { cat $(BUILD)/python/build.log; exit 1; }
+	@ls $(DIST)/kvpool-$(VERSION)-*.whl
+
+# pip install of the wheel into one directory (make install's Python step):
+# --target keeps pip off the system's own packages (and Debian's
+# EXTERNALLY-MANAGED guard off a staged DESTDIR); --upgrade replaces an
+# older kvpool there, hand-written dist-info of older make installs included.
+define pip_install_wheel
+rm -rf $(1)/kvpool-*.dist-info
+$(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+  --no-index --no-deps --no-compile --upgrade --target $(1) $(DIST)/kvpool-$(VERSION)-*.whl
+endef
+
+# kvpool.pc for make install: paths relative to ${prefix} where they can be,
+# so that PKG_CONFIG_SYSROOT_DIR works on a staged tree; Libs.private lists
+# what the static library needs (pkg-config --static).
+define kvpool_pc
+printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))' \
+  'includedir=$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))' '' 'Name: kvpool' \
+  'Description: client library of the kvpool KV-cache pool' 'URL: https://github.com/kvpool/kvpool' \
+  'Version: $(VERSION)' 'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -lkvpool' \
+  'Libs.private: $(LIBS_CLIENT) -pthread'
+endef
+
+# dpkg-buildpackage writes its packages next to the tree it builds: it builds
+# a copy of the tree (the files git knows, or everything but build dirs) in
+# $(DEB_OUT)/src, so the packages land in $(DEB_OUT) and the build in
+# $(DEB_OUT)/src/build. debian/changelog's version must be SRV_VERSION.
+deb: deps-packaging
+	@for t in dpkg-buildpackage dh dh_python3 help2man; do command -v $$t >/dev/null || { echo "make deb" \
+	  "needs $$t: apt-get install $(PACKAGING_DEB_PACKAGES), or make deps-packaging"; exit 1; }; done
+	@v=$$(dpkg-parsechangelog -l debian/changelog -SVersion); [ "$$v" = "$(VERSION)" ] || { \
+	  echo "make deb: debian/changelog is at $$v, server/srv_server.h at $(VERSION):" \
+	  "add a changelog entry (dch -v $(VERSION))"; exit 1; }
+	rm -rf $(DEB_OUT) && mkdir -p $(DEB_OUT)/src
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  git ls-files -z -co --exclude-standard | tar --null --ignore-failed-read -T - -cf -; \
+	else tar --exclude=./build --exclude='./build-*' --exclude=./.git -cf - .; fi | tar -C $(DEB_OUT)/src -xf -
+	cd $(DEB_OUT)/src && dpkg-buildpackage -b -us -uc -J$$(nproc)
+	@ls $(DEB_OUT)/*.deb
+
+deps-packaging: deps
+	@if ! command -v dpkg-buildpackage >/dev/null || ! command -v dh_python3 >/dev/null || ! command -v help2man >/dev/null || \
+	    ! command -v lintian >/dev/null || \
+	    ! $(PYTHON) -c 'import yaml, build, wheel, setuptools, pip' 2>/dev/null; then \
+	  echo "installing packaging tools: $(PACKAGING_DEB_PACKAGES)"; \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+	    --no-install-recommends $(PACKAGING_DEB_PACKAGES) >/dev/null; \
+	fi
+	@if ! command -v kubectl >/dev/null; then \
+	  echo "installing kubectl: Debian's kubernetes-client"; \
+	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
+	    kubernetes-client >/dev/null; \
+	fi
+
+test-packaging: deps-packaging
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) tests/packaging/run.sh
 
 # build/ and every top-level build-*/ directory (BUILD=build-<name> ones);
 # a file called build-something is not a build directory and stays.

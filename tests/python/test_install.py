@@ -1,11 +1,19 @@
-"""make install puts a package the system python3 imports, and it loads
-the installed libkvpool without $KVPOOL_LIB or the source tree."""
+"""make install puts a package the system python3 imports (the wheel of
+make wheel, installed by pip), and it loads the libkvpool.so that came
+inside it, without $KVPOOL_LIB or the source tree."""
 
 import os
+import re
 import subprocess
 import sys
 
 from conftest import ROOT, skip_or_fail
+
+
+def version():
+    """SRV_VERSION, the one version number (server/srv_server.h)."""
+    with open(os.path.join(ROOT, "server", "srv_server.h")) as f:
+        return re.search(r'^#define SRV_VERSION "([^"]+)"', f.read(), re.M).group(1)
 
 
 def test_make_install(tmp_path):
@@ -28,7 +36,11 @@ def test_make_install(tmp_path):
     assert r.returncode == 0, r.stderr
     mod, libpath, h = r.stdout.split()
     assert mod.startswith(str(pydir))
-    assert libpath == str(prefix / "lib" / "libkvpool.so.0")
+    assert libpath == str(pydir / "kvpool" / "libkvpool.so")
+    # pip's record of what it installed, so that pip uninstall can remove it
+    record = (pydir / ("kvpool-%s.dist-info" % version()) / "RECORD").read_text()
+    assert "kvpool/libkvpool.so," in record and "kvpool/__init__.py," in record
+    assert not (pydir / "kvpool" / "_installed.py").exists()
     assert h == "5d85718ec594b982c252d0279e5966ffca33a5eaf2a455038d3ab331fde70cea"
 
 

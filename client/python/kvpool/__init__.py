@@ -27,7 +27,32 @@ from .errors import (AlreadyRegistered, Busy, ChecksumError, ConnectionError, De
 from .hashes import block_hashes
 from . import placement
 
-__version__ = "0.1.0"
+
+
+def _version():
+    """kvpoold's version (SRV_VERSION in server/srv_server.h): read from
+    the source tree this package sits in, else from the installed package's
+    metadata (which setup.py took from the same line)."""
+    import os
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    if os.path.exists(os.path.join(root, "client", "kvpool.h")):  # a source tree
+        try:
+            with open(os.path.join(root, "server", "srv_server.h"), encoding="utf-8") as f:
+                m = re.search(r'^#define SRV_VERSION "([^"]+)"', f.read(), re.M)
+            if m:
+                return m.group(1)
+        except OSError:
+            pass
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+        return version("kvpool")
+    except (ImportError, PackageNotFoundError):
+        return "unknown"
+
+
+__version__ = _version()
 
 __all__ = [
     "Client", "Completion", "Limits", "MatchResult", "block_hashes", "placement", "strerror",

@@ -2,11 +2,14 @@
 C-API calls the binding uses to reach caller memory without copying it.
 
 The library is looked for, in order:
-  1. $KVPOOL_LIB, the path of the library file itself (any build dir);
-  2. build/libkvpool.so of the source tree this package sits in
+  1. libkvpool.so next to this file: the copy a wheel carries (make wheel,
+     make install);
+  2. $KVPOOL_LIB, the path of the library file itself (any build dir);
+     when it is set, nothing after it is tried;
+  3. build/libkvpool.so of the source tree this package sits in
      (client/python/kvpool -> ../../../build), after `make`;
-  3. the lib directory `make install` put it in (recorded in _installed.py);
-  4. libkvpool.so.0 on the dynamic linker's search path.
+  4. libkvpool.so.0 on the dynamic linker's search path (Debian's
+     libkvpool0, or `make install` then ldconfig).
 """
 
 import ctypes
@@ -64,17 +67,18 @@ class match_result(Structure):
 
 
 def _candidates():
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = []
+    bundled = os.path.join(here, "libkvpool.so")
+    if os.path.exists(bundled):
+        found.append(bundled)
     env = os.environ.get("KVPOOL_LIB")
     if env:
-        return [env]
-    here = os.path.dirname(os.path.abspath(__file__))
+        return found + [env]
     root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
-    found = [os.path.join(root, "build", "libkvpool.so")]
-    try:
-        from . import _installed
-        found.append(os.path.join(_installed.LIBDIR, "libkvpool.so.0"))
-    except ImportError:
-        pass
+    tree = os.path.join(root, "build", "libkvpool.so")
+    if os.path.exists(os.path.join(root, "client", "kvpool.h")):
+        found.append(tree)
     found.append("libkvpool.so.0")
     return found
 

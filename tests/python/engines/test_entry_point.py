@@ -1,5 +1,6 @@
 """make install gives vLLM's plugin loader its vllm.general_plugins entry
-point, which names kvpool.vllm:register (the "kvpool" tier type)."""
+point, which names kvpool.vllm:register (the "kvpool" tier type): it comes
+from client/python/pyproject.toml, through the wheel's metadata."""
 
 import os
 import subprocess
