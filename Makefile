@@ -16,9 +16,13 @@
 #   make demo-ttft  time to first token with and without kvpool on a reference Llama decoder
 #                   (torch, CPU): two node processes share one kvpoold; correctness checks,
 #                   a 1k-8k prefix sweep, the Mooncake trace; JSON + PNG in build/ttft (~5 min)
+#   make demo-pd    prefill -> decode hand-off through the pool: a router, a prefill node and a
+#                   decode node (MATCH that waits) on the same decoder; output checks, 1k-8k
+#                   hand-off times, three failure cases; JSON + PNG in build/pd (~3 min)
 #   make demo-nvme  the same trace on DRAM only, then DRAM + an NVMe tier (both admission
 #                   settings): hit ratios and NVMe bytes written side by side
-#   make bench      build the benchmark tools of tests/bench (tests/bench/compare.sh runs them)
+#   make bench      build the benchmark tools of tests/bench (tests/bench/compare.sh runs them;
+#                   tests/bench/match_wait.sh the wake-up latency of waiting MATCHes)
 #   make container-test  build docker/Dockerfile with buildah (no Docker engine), run kvpoold
 #                   from the image, check it from the host (~10 min; not in make test, in .ci/run)
 #   make install PREFIX=/usr/local DESTDIR=   binaries, library, header, kvpool.pc, the
@@ -140,7 +144,7 @@ LIB_SO    := $(BUILD)/libkvpool.so
 UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
-.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme demo-ttft install clean \
+.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme demo-ttft demo-pd install clean \
 	nvme-bench bench fuzz fuzz-seeds soak container-test test-tsan test-engines-real
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
@@ -259,13 +263,19 @@ $(BUILD)/tests/integ_%: $(call obj,tests/integration/test_%.c) $(INTEG_HOBJ) $(L
 # without sanitizers: it replaces memcpy in another program.
 BENCH_WIRE  := $(BUILD)/tests/wire
 BENCH_INDEX := $(BUILD)/tests/index_bytes
+BENCH_MWAIT := $(BUILD)/tests/match_wait
 COPYCOUNT   := $(BUILD)/tests/libcopycount.so
 ROFS        := $(BUILD)/tests/librofs.so
-bench: all $(BENCH_WIRE) $(BENCH_INDEX) $(COPYCOUNT)
+bench: all $(BENCH_WIRE) $(BENCH_INDEX) $(BENCH_MWAIT) $(COPYCOUNT)
 
 $(BENCH_WIRE): tests/bench/wire.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $<
+
+# Wake-up latency of waiting MATCHes (tests/bench/match_wait.sh runs it).
+$(BENCH_MWAIT): $(call obj,tests/bench/match_wait.c) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_CLIENT)
 
 $(BENCH_INDEX): $(call obj,tests/bench/index_bytes.c) $(STORETEST_LIBS)
 	@mkdir -p $(dir $@)
@@ -418,6 +428,13 @@ container-test: deps
 demo-nvme: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/demo_nvme.sh
+
+# The prefill -> decode hand-off demo (examples/pd, docs/pd.md): a router,
+# a prefill node and a decode node on the TTFT demo's decoder; the report
+# and the picture go to $(BUILD)/pd.
+demo-pd: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) examples/pd/run.sh
 
 # The TTFT demo (examples/ttft, described in docs/ttft.md): python3-torch and
 # python3-matplotlib come from deps; the report goes to $(BUILD)/ttft.

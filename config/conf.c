@@ -96,7 +96,8 @@ static const struct conf_setting settings[] = {
 	  "largest frame header + body (block payload not counted)", NULL, "bytes" },
 	{ "max_lease_ms", CONF_U32, FIELD(max_lease_ms), "5000", 0, 3600000, 0, "MS",
 	  "longest MATCH lease; 0 = MATCH never leases", NULL, "ms" },
-	{ "max_match_wait_ms", CONF_U32, FIELD(max_match_wait_ms), "30000", 0, 3600000, 0, "MS",
+	{ "max_match_wait_ms", CONF_U32, FIELD(max_match_wait_ms), "30000", 0, 3600000, CONF_RELOAD,
+	  "MS",
 	  "longest wait a MATCH may ask for (protocol v2 wait_ms; longer asks are cut to it); "
 	  "0 = MATCH never waits", NULL, "ms" },
 	{ "max_retain_ms", CONF_U32, FIELD(max_retain_ms), "86400000", 0, 2592000000u, 0, "MS",
@@ -160,6 +161,14 @@ static const struct conf_setting settings[] = {
 	  "SIZE",
 	  "bytes one connection may hold leased; a MATCH whose lease would pass it answers QUOTA; "
 	  "0 = a quarter of dram_capacity; dram_capacity or more = no bound", NULL, "bytes" },
+	{ "max_conn_match_waits", CONF_U32, FIELD(max_conn_match_waits), "64", 1, 65536, CONF_RELOAD,
+	  "N",
+	  "MATCHes one connection may have waiting for blocks at once; one more answers at once "
+	  "without waiting", NULL, "matches" },
+	{ "tenant_max_match_waits", CONF_U32, FIELD(tenant_max_match_waits), "4096", 0, 1048576,
+	  CONF_RELOAD, "N",
+	  "with tokens_file: MATCHes all of one token's connections may have waiting at once; one "
+	  "more answers at once without waiting; 0 = no limit", NULL, "matches" },
 	{ "allow_unauthenticated", CONF_BOOL, FIELD(allow_unauthenticated), "false", 0, 1, 0,
 	  "BOOL", "serve a non-loopback listen address without tokens_file", NULL, NULL },
 	{ "drain_timeout_ms", CONF_U32, FIELD(drain_timeout_ms), "10000", 0, 3600000, CONF_RELOAD,

@@ -67,6 +67,10 @@ struct conf {
 					  * connections; 0 (default) = dram_capacity / 2 */
 	uint64_t max_conn_leased_bytes;  /* leased bytes of one connection; 0 (default) =
 					  * dram_capacity / 4 */
+	uint32_t max_conn_match_waits;   /* MATCHes waiting at once on one connection;
+					  * default 64 */
+	uint32_t tenant_max_match_waits; /* with auth: MATCHes waiting at once over one
+					  * token's connections; 0 = no limit; default 4096 */
 	int allow_unauthenticated;       /* bool (0/1): serve a non-loopback `listen`
 					  * without tokens_file; default 0 */
 	uint32_t drain_timeout_ms;       /* SIGTERM/SIGINT: longest wait for requests

@@ -17,6 +17,7 @@
 
 #include "srv_clock.h"
 #include "srv_log.h"
+#include "srv_mwait.h"
 #include "srv_request.h"
 #include "srv_server.h"
 #include "srv_worker.h"
@@ -110,6 +111,7 @@ void srv_conn_release(struct srv_conn *c)
 {
 	struct srv_worker *w = c->w;
 
+	srv_mwait_conn_free(c);
 	conn_unlink(&w->conns, c);
 	w->n_conns--;
 	__atomic_fetch_sub(&w->srv->conn_current, 1, __ATOMIC_RELAXED);
@@ -163,6 +165,9 @@ int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms)
 		srv_conn_close(c, SRV_LOG_DEBUG, why);
 		return 1;
 	}
+	/* Parked MATCHes: the reply is the server's to send, not idleness. */
+	if (c->mw_count)
+		return 0;
 	if (!idle_ms || quiet_ms < idle_ms)
 		return 0;
 	snprintf(why, sizeof(why), "idle for %" PRIu64 " ms (idle_timeout_ms %u)", quiet_ms,
@@ -499,6 +504,9 @@ enum srv_next srv_conn_header(struct srv_conn *c)
 	uint32_t max;
 	int rc;
 
+	/* Behind parked MATCHes only another MATCH goes on (srv_mwait.h). */
+	if (srv_mwait_hold_header(c))
+		return SRV_NEXT_WAIT;
 	memset(&c->hdr, 0, sizeof(c->hdr));
 	c->body_have = 0;
 	rc = proto_header_decode(c->hdr_raw, 0, &s->limits, &c->hdr);

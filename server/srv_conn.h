@@ -17,6 +17,11 @@
  * reported back through the worker's completion queue, so replies stay in
  * request order. A connection closed meanwhile becomes a zombie, freed
  * when its last promotion reports.
+ *
+ * A MATCH that waits for blocks (srv_mwait.h) is parked without stopping
+ * the connection: further MATCHes are read and queued behind it, and any
+ * other request is held, unhandled, until every MATCH before it has been
+ * answered.
  */
 #ifndef KVPOOL_SRV_CONN_H
 #define KVPOOL_SRV_CONN_H
@@ -31,6 +36,7 @@
 
 struct srv_worker;
 struct srv_rconn;
+struct srv_mw;
 struct store_block;
 struct XXH3_state_s;
 struct store_lessee;
@@ -127,6 +133,16 @@ struct srv_conn {
 	/* RDMA (srv_rdma_conn.c only; NULL over TCP): the queue pair, the
 	 * message queue, the reply being built, the transfer in progress. */
 	struct srv_rconn *rdma;
+	/* MATCHes queued on the connection, in request order (srv_mwait.c):
+	 * parked ones waiting for blocks, and those waiting for their turn. */
+	struct srv_mw *mw_head, *mw_tail;
+	uint32_t mw_count;            /* queued */
+	uint32_t mw_waiting;          /* of them, parked (max_conn_match_waits) */
+	uint8_t mw_held;              /* a request held behind them: its header
+				       * (hdr_raw, 1) or its whole frame (2) */
+	uint8_t mw_listed;            /* on its worker's mw_ready list */
+	uint8_t mw_in_cycle;          /* srv_mwait_match is running for it */
+	struct srv_conn *mw_ready_next;
 };
 
 /* Start connection c (zeroed by the caller) as connection `id` from

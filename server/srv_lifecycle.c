@@ -330,6 +330,11 @@ static void reload_publish(struct srv *s, const struct conf *next)
 	__atomic_store_n(&s->conf.payload_timeout_ms, next->payload_timeout_ms,
 			 __ATOMIC_RELAXED);
 	__atomic_store_n(&s->conf.drain_timeout_ms, next->drain_timeout_ms, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->conf.max_match_wait_ms, next->max_match_wait_ms, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->conf.max_conn_match_waits, next->max_conn_match_waits,
+			 __ATOMIC_RELAXED);
+	__atomic_store_n(&s->conf.tenant_max_match_waits, next->tenant_max_match_waits,
+			 __ATOMIC_RELAXED);
 	memcpy(s->conf.tokens_file, next->tokens_file, sizeof(s->conf.tokens_file));
 	pthread_mutex_unlock(&s->conf_lock);
 	srv_log_set_level(next->log_level);
@@ -354,6 +359,9 @@ void srv_lifecycle_reload(struct srv *s)
 		reload_tokens(s, next.tokens_file); /* same path: its contents may be new */
 	applied = conf_reload(&cur, &next, log_change, s);
 	reload_publish(s, &cur);
+	/* waiting MATCHes whose token's grant changed are answered now */
+	for (uint32_t i = 0; s->auth && i < s->n_workers; i++)
+		srv_worker_recheck_waits(&s->workers[i]);
 	srv_info("sighup: %d settings applied", applied);
 }
 

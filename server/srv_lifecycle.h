@@ -64,9 +64,12 @@ void srv_lifecycle_stop(struct srv *s, int sig);
 /* Main thread, on SIGHUP: read every source again (conf_load with the
  * process's argv and environment), log each changed setting, apply the
  * reloadable ones (log_level, max_connections, idle_timeout_ms,
- * payload_timeout_ms, drain_timeout_ms, tokens_file) and keep the others
- * until a restart. A configuration that does not load is logged and
- * changes nothing. */
+ * payload_timeout_ms, drain_timeout_ms, max_match_wait_ms,
+ * max_conn_match_waits, tenant_max_match_waits, tokens_file) and keep the
+ * others until a restart. With a tokens file, every worker is then asked
+ * to answer the waiting MATCHes whose token's grant changed
+ * (srv_worker_recheck_waits). A configuration that does not load is
+ * logged and changes nothing. */
 void srv_lifecycle_reload(struct srv *s);
 
 /* Free what srv_lifecycle_ready and srv_lifecycle_stop set up (timers).

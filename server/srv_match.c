@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "srv_mwait.h"
 #include "srv_server.h"
 #include "srv_worker.h"
 #include "store.h"
@@ -26,7 +27,8 @@ int srv_match_decode(struct srv_conn *c, struct srv_match_req *req)
 	const struct srv *s = c->w->srv;
 	const struct proto_limits *l = &s->limits;
 	uint8_t version = c->hdr.version;
-	uint32_t max_wait = s->conf.max_match_wait_ms;
+	/* SIGHUP may change it while workers run */
+	uint32_t max_wait = __atomic_load_n(&s->conf.max_match_wait_ms, __ATOMIC_RELAXED);
 	struct proto_match_req m;
 	int rc = proto_match_decode(c->body, c->hdr.body_bytes, version, l, &m);
 
@@ -124,18 +126,29 @@ enum srv_next srv_match_answer(struct srv_conn *c, const struct srv_match_req *r
 		return SRV_NEXT_ABORT;
 	memcpy(out, body, n);
 	srv_conn_reply_commit(c, n);
-	srv_conn_lat_record(c, SRV_LAT_MATCH);
+	/* a wait is not service time: a MATCH that waited for blocks has its
+	 * wake-up latency recorded apart (srv_mwait.c) */
+	if (!(r.flags & PROTO_MATCH_WAITED))
+		srv_conn_lat_record(c, SRV_LAT_MATCH);
 	return SRV_NEXT_HEADER;
 }
 
 enum srv_next srv_match_start(struct srv_conn *c)
 {
 	struct srv_match_req req;
+	struct proto_match_req m;
 	int rc;
 
+	/* behind queued MATCHes a malformed one waits its turn, so that its
+	 * error reply goes out in request order (srv_mwait.h) */
+	if (srv_mwait_pending(c) &&
+	    proto_match_decode(c->body, c->hdr.body_bytes, c->hdr.version, &c->w->srv->limits,
+			       &m) < 0)
+		return srv_mwait_hold_frame(c);
 	srv_stats_add(&c->w->stats, SRV_C_match_requests, 1);
 	rc = srv_match_decode(c, &req);
 	if (rc)
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
-	return srv_match_answer(c, &req);
+	/* answered now, or parked until its run is complete or its wait ends */
+	return srv_mwait_match(c, &req);
 }

@@ -4,11 +4,10 @@
  * function that asks the store and encodes the reply in the request's
  * version.
  *
- * The seam for a MATCH that waits (issue 26): srv_match_start decodes and
- * validates, then calls srv_match_answer at once. A waiting MATCH is
- * parked between the two (the request, its keys borrowed from c->body,
- * stays as it is while later requests of the connection wait behind it)
- * and answered by srv_match_answer when the run is complete, wait_ms
+ * A MATCH that waits: srv_match_start decodes and validates, then hands
+ * the request to srv_mwait_match (srv_mwait.h), which answers it at once
+ * through srv_match_answer, or parks it (with a copy of its keys) and
+ * answers it through srv_match_answer when the run is complete, wait_ms
  * passed, or the wait ended; the lease and retention are taken then.
  */
 #ifndef KVPOOL_SRV_MATCH_H

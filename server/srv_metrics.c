@@ -289,6 +289,45 @@ static void write_latency(struct mw *m, const struct srv_stats *s)
 	}
 }
 
+/* MATCHes that wait for blocks: how many wait now, how their waits
+ * ended, and the wake-up latency (the commit of the block that completed
+ * the run to the reply queued) as a histogram. */
+static void write_match_waits(struct mw *m, const struct srv_stats_doc *d)
+{
+	static const char *const ends[] = { "complete", "timeout", "refused", "ended" };
+	static const enum srv_counter end_c[] = {
+		SRV_C_match_waits_complete, SRV_C_match_waits_timeout, SRV_C_match_waits_refused,
+		SRV_C_match_waits_ended,
+	};
+	const struct srv_hist *h = &d->ops->match_wake;
+	const uint64_t *c = d->ops->c;
+	const char *fam = "kvpool_match_wake_seconds";
+
+	single(m, "kvpool_match_waiting", "gauge", "MATCHes waiting for blocks now.",
+	       d->match_waiting);
+	single(m, "kvpool_match_waits_total", "counter",
+	       "MATCHes that waited for blocks (parked).", c[SRV_C_match_waits_started]);
+	labelled(m, "kvpool_match_wait_results_total",
+		 "MATCHes that asked to wait, by how the wait ended: complete (a PUT completed the "
+		 "run), timeout (wait_ms passed), refused (a waiting limit: answered at once), ended "
+		 "(the server ended it: namespace dropped, grant changed, shutdown).",
+		 "result", ends, end_c, 4, c);
+	single(m, "kvpool_match_wait_clamped_total", "counter",
+	       "MATCHes whose wait_ms was cut to max_match_wait_ms.", c[SRV_C_match_waits_clamped]);
+	family(m, fam, "histogram",
+	       "Waiting MATCH wake-up latency: from the commit of the block that completed the run "
+	       "to the reply queued.");
+	for (unsigned k = SRV_METRICS_LE_MIN_SHIFT; k <= SRV_METRICS_LE_MAX_SHIFT; k++) {
+		mw_printf(m, "%s_bucket{le=\"", fam);
+		seconds(m, 1ull << k);
+		mw_printf(m, "\"} %" PRIu64 "\n", srv_metrics_hist_below(h, 1ull << k));
+	}
+	mw_printf(m, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n", fam, h->count);
+	mw_printf(m, "%s_sum ", fam);
+	seconds(m, h->sum_us);
+	mw_printf(m, "\n%s_count %" PRIu64 "\n", fam, h->count);
+}
+
 /* ---- namespaces ----------------------------------------------------------- */
 
 /* One per-namespace family: the field at `off` of each namespace, with an
@@ -375,6 +414,7 @@ int srv_metrics_write(const struct srv_stats_doc *doc, struct evbuffer *out)
 	write_nvme(&m, doc->store);
 	write_ops(&m, doc->ops->c);
 	write_latency(&m, doc->ops);
+	write_match_waits(&m, doc);
 	write_namespaces(&m, doc);
 	write_events(&m, doc->events);
 	return m.err;

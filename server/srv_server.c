@@ -32,6 +32,7 @@
 #include "srv_events.h"
 #include "srv_lifecycle.h"
 #include "srv_log.h"
+#include "srv_mwait.h"
 #include "srv_prefault.h"
 #include "srv_worker.h"
 #include "store.h"
@@ -523,22 +524,35 @@ static int kv_events_open(struct srv *s)
 		srv_err("cannot start kv events: %s", why[0] ? why : strerror(-rc));
 		return rc;
 	}
-	store_set_event_hook(s->store, srv_events_hook, s->kv_events);
 	srv_info("kv events: publishing on %s%s%s, topic %s", s->conf.kv_events_endpoint,
 		 s->conf.kv_events_replay_endpoint[0] ? ", replay on " : "",
 		 s->conf.kv_events_replay_endpoint, s->conf.kv_events_topic);
 	return 0;
 }
 
-/* Unhook and stop the publisher (what is queued is sent first). */
+/* The store's event hook (store lock held, any thread): the MATCH waits
+ * first (a wake-up is what a waiting decode node is timed by), then the
+ * KV-event publisher. */
+static void store_event(void *arg, const struct store_event *e)
+{
+	struct srv *s = arg;
+
+	srv_mwait_hook(s->mwait, e);
+	if (s->kv_events)
+		srv_events_hook(s->kv_events, e);
+}
+
+/* Unhook the pool's events (every worker has stopped: no MATCH waits),
+ * then stop the publisher (what is queued is sent first). */
 static void kv_events_close(struct srv *s)
 {
-	if (!s->kv_events)
-		return;
 	if (s->store)
 		store_set_event_hook(s->store, NULL, NULL);
-	srv_events_close(s->kv_events);
+	if (s->kv_events)
+		srv_events_close(s->kv_events);
 	s->kv_events = NULL;
+	srv_mwait_free(s->mwait);
+	s->mwait = NULL;
 }
 
 /* Open the pool; with an NVMe tier this rebuilds its index first, which
@@ -562,9 +576,15 @@ static int pool_open(struct srv *s)
 		return rc;
 	}
 	nvme_report(s);
+	s->mwait = srv_mwait_new(s);
+	if (!s->mwait)
+		return -ENOMEM;
 	rc = kv_events_open(s);
 	if (rc < 0)
 		return rc;
+	/* what the pool holds already (blocks rebuilt from NVMe) is announced
+	 * to the publisher first, once */
+	store_set_event_hook(s->store, store_event, s);
 	srv_prefault_start(s);
 	return 0;
 }

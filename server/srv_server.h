@@ -31,6 +31,7 @@ struct srv_admin;
 struct srv_worker;
 struct srv_linger;
 struct srv_events;
+struct srv_mwait;
 
 struct srv {
 	struct conf conf;             /* written by the main thread only: SIGHUP
@@ -54,6 +55,8 @@ struct srv {
 	struct srv_admin *admin;      /* admin HTTP (srv_admin.h), NULL when off */
 	struct srv_events *kv_events; /* KV-event publisher (srv_events.h), NULL when off;
 				       * fixed from pool_open to shutdown */
+	struct srv_mwait *mwait;      /* MATCHes waiting for blocks (srv_mwait.h); fixed
+				       * from pool_open to shutdown */
 	struct event_base *base;      /* main thread only */
 	struct evconnlistener *listener;
 	struct event *ev_sigterm, *ev_sigint, *ev_sighup, *ev_tick;

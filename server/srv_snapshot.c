@@ -10,6 +10,7 @@
 #include "srv_clock.h"
 #include "srv_etcd.h"
 #include "srv_lifecycle.h"
+#include "srv_mwait.h"
 #include "srv_server.h"
 #include "srv_worker.h"
 
@@ -88,6 +89,7 @@ int srv_snapshot_take(struct srv *s, const char *name, uint16_t len, struct srv_
 	doc->conn_total = __atomic_load_n(&s->conn_total, __ATOMIC_RELAXED);
 	doc->conn_rejected = __atomic_load_n(&s->conn_rejected, __ATOMIC_RELAXED);
 	doc->ops = &snap->ops;
+	doc->match_waiting = srv_mwait_waiting(s->mwait);
 	doc->store = &snap->store;
 	doc->ns = snap->ns;
 	doc->transport_rdma = &s->rdma;

@@ -40,6 +40,7 @@ void srv_stats_sum(struct srv_stats *dst, const struct srv_stats *src)
 		dst->c[i] += __atomic_load_n(&src->c[i], __ATOMIC_RELAXED);
 	for (int i = 0; i < SRV_LAT_COUNT; i++)
 		srv_hist_merge(&dst->lat[i], &src->lat[i]);
+	srv_hist_merge(&dst->match_wake, &src->match_wake);
 }
 
 /* A JSON writer over an evbuffer that remembers the first failure, so the
@@ -142,8 +143,11 @@ static void json_store(struct jw *j, const struct store_stats *st)
 		  st->index_bytes, st->evictions, st->leases_active, st->checksum_errors);
 }
 
-static void json_ops(struct jw *j, const uint64_t *c)
+static void json_ops(struct jw *j, const struct srv_stats_doc *d)
 {
+	const uint64_t *c = d->ops->c;
+	const struct srv_hist *wake = &d->ops->match_wake;
+
 	jw_printf(j,
 		  "\"ops\":{\"put\":{\"requests\":%" PRIu64 ",\"blocks\":%" PRIu64 ",\"ok\":%" PRIu64 ","
 		  "\"exists\":%" PRIu64 ",\"errors\":%" PRIu64 ",\"bytes\":%" PRIu64 "},",
@@ -157,10 +161,20 @@ static void json_ops(struct jw *j, const uint64_t *c)
 		  c[SRV_C_exists_requests], c[SRV_C_exists_hits], c[SRV_C_exists_misses]);
 	jw_printf(j,
 		  "\"match\":{\"requests\":%" PRIu64 ",\"blocks_queried\":%" PRIu64 ","
-		  "\"blocks_matched\":%" PRIu64 ",\"hit_ratio\":%.6f},",
+		  "\"blocks_matched\":%" PRIu64 ",\"hit_ratio\":%.6f,",
 		  c[SRV_C_match_requests], c[SRV_C_match_blocks_queried],
 		  c[SRV_C_match_blocks_matched],
 		  ratio(c[SRV_C_match_blocks_matched], c[SRV_C_match_blocks_queried]));
+	jw_printf(j,
+		  "\"waits\":{\"waiting\":%" PRIu64 ",\"started\":%" PRIu64 ",\"complete\":%" PRIu64
+		  ",\"timeout\":%" PRIu64 ",\"refused\":%" PRIu64 ",\"ended\":%" PRIu64
+		  ",\"clamped\":%" PRIu64 ",\"wake_us\":{\"p50\":%" PRIu64 ",\"p99\":%" PRIu64
+		  ",\"p999\":%" PRIu64 "}}},",
+		  d->match_waiting, c[SRV_C_match_waits_started], c[SRV_C_match_waits_complete],
+		  c[SRV_C_match_waits_timeout], c[SRV_C_match_waits_refused],
+		  c[SRV_C_match_waits_ended], c[SRV_C_match_waits_clamped],
+		  srv_hist_percentile(wake, 0.5), srv_hist_percentile(wake, 0.99),
+		  srv_hist_percentile(wake, 0.999));
 	jw_printf(j, "\"delete\":{\"requests\":%" PRIu64 ",\"blocks\":%" PRIu64 "},",
 		  c[SRV_C_delete_requests], c[SRV_C_delete_blocks]);
 	jw_printf(j, "\"ping\":{\"requests\":%" PRIu64 "},\"stats\":{\"requests\":%" PRIu64 "},",
@@ -241,7 +255,7 @@ int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 		  d->uptime_s);
 	json_connections(&j, d);
 	json_store(&j, d->store);
-	json_ops(&j, d->ops->c);
+	json_ops(&j, d);
 	json_latency(&j, d->ops);
 	jw_printf(&j, "\"blocks\":%" PRIu64 ",", d->store->blocks);
 	if (d->transport_rdma)

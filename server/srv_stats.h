@@ -26,6 +26,8 @@ struct evbuffer;
 	X(get_requests) X(get_hits) X(get_misses) X(get_bytes)                 \
 	X(exists_requests) X(exists_hits) X(exists_misses)                     \
 	X(match_requests) X(match_blocks_queried) X(match_blocks_matched)      \
+	X(match_waits_started) X(match_waits_complete) X(match_waits_timeout)  \
+	X(match_waits_refused) X(match_waits_ended) X(match_waits_clamped)     \
 	X(delete_requests) X(delete_blocks)                                    \
 	X(ping_requests) X(stats_requests)                                     \
 	X(errors_bad_request) X(errors_too_large) X(errors_busy) X(errors_full) \
@@ -46,6 +48,9 @@ enum srv_lat_op { SRV_LAT_PUT, SRV_LAT_GET, SRV_LAT_EXISTS, SRV_LAT_MATCH, SRV_L
 struct srv_stats {
 	uint64_t c[SRV_C_COUNT];
 	struct srv_hist lat[SRV_LAT_COUNT];
+	/* MATCHes that waited and were completed by a PUT: from the commit
+	 * of the block that completed the run to the reply queued */
+	struct srv_hist match_wake;
 };
 
 /* Add n to counter c. Only the owning thread may call it (relaxed atomic
@@ -86,6 +91,7 @@ struct srv_stats_doc {
 	const char *settings;         /* the effective settings as a JSON object
 				       * (conf_json), shown as "settings"; NULL
 				       * leaves the key out */
+	uint64_t match_waiting;       /* MATCHes waiting for blocks now */
 	const char *cluster;          /* etcd registration state as a JSON object
 				       * (srv_etcd_json), shown as "cluster"; NULL
 				       * (standalone) leaves the key out */

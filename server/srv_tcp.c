@@ -394,6 +394,25 @@ static void tcp_request_done(struct srv_conn *c, enum srv_next next)
 	conn_flush(c);
 }
 
+/* srv_transport.kick: replies of parked MATCHes were queued. */
+static void tcp_kick(struct srv_conn *c)
+{
+	conn_flush(c);
+}
+
+/* srv_transport.resume: the header held behind parked MATCHes. */
+static void tcp_resume(struct srv_conn *c)
+{
+	if (conn_next(c, srv_conn_header(c)) < 0) {
+		srv_conn_close(c, SRV_LOG_WARN, "aborted: out of memory");
+		return;
+	}
+	/* the rest of its frame, if any, is read now */
+	if (c->state == SRV_CONN_BODY || c->state == SRV_CONN_PAYLOAD || c->state == SRV_CONN_SKIP)
+		conn_set_reading(c, 1);
+	conn_flush(c);
+}
+
 static void conn_write_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct srv_conn *c = arg;
@@ -463,6 +482,9 @@ static const struct srv_transport tcp_ops = {
 	.request_done = tcp_request_done,
 	.idle = tcp_idle,
 	.close = tcp_close,
+	/* A parked MATCH's reply goes out while the connection reads on. */
+	.kick = tcp_kick,
+	.resume = tcp_resume,
 	/* PUT bytes pass through readv: hashed as they land. */
 	.put_hashes = true,
 	/* No buffers of the peer's: every byte travels in the stream. */

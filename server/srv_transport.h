@@ -87,6 +87,16 @@ struct srv_transport {
 	 * the pins it holds), abort the PUT in progress, log `reason` at
 	 * `level`, then srv_conn_release. c may be freed on return. */
 	void (*close)(struct srv_conn *c, int level, const char *reason);
+	/* Replies were queued outside the request cycle (a parked MATCH
+	 * answered while the connection reads on, srv_mwait.h): send them.
+	 * May close c. NULL for a transport that parks the whole connection
+	 * while a MATCH waits (SRV_NEXT_WAIT, then request_done). */
+	void (*kick)(struct srv_conn *c);
+	/* The request whose header waits in c->hdr_raw, held behind parked
+	 * MATCHes (srv_mwait_hold_header), may now be handled: decode it
+	 * (srv_conn_header) and go on as its answer says. May close c.
+	 * Needed only with kick. */
+	void (*resume)(struct srv_conn *c);
 
 	/* ---- where the bytes of the request in hand come from and go ---- */
 

@@ -20,6 +20,7 @@
 #include "srv_conn.h"
 #include "srv_get.h"
 #include "srv_log.h"
+#include "srv_mwait.h"
 #include "srv_rdma_conn.h"
 #include "srv_server.h"
 #include "srv_tcp.h"
@@ -57,7 +58,7 @@ static void drain_cb(evutil_socket_t fd, short what, void *arg)
 	(void)what;
 	for (c = w->conns; c; c = next) {
 		next = c->next;
-		if (c->ops->idle(c))
+		if (c->ops->idle(c) && !c->mw_count)
 			srv_conn_close(c, SRV_LOG_DEBUG, "server draining");
 		else
 			busy++;
@@ -72,6 +73,8 @@ static void drain_start(struct srv_worker *w)
 
 	if (w->ev_drain)
 		return;
+	/* waiting MATCHes are answered now: their connections can go idle */
+	srv_mwait_worker_drain(w);
 	w->ev_drain = event_new(w->base, -1, EV_PERSIST, drain_cb, w);
 	if (!w->ev_drain || event_add(w->ev_drain, &tv) < 0) {
 		/* no timer: close everything now rather than never */
@@ -121,7 +124,7 @@ static void notify_cb(evutil_socket_t fd, short what, void *arg)
 	struct srv_handoff *h, *next;
 	struct srv_get_slot *done;
 	uint64_t n;
-	int stop, drain;
+	int stop, drain, recheck;
 
 	(void)what;
 	if (read(fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
@@ -133,8 +136,13 @@ static void notify_cb(evutil_socket_t fd, short what, void *arg)
 	w->done_head = NULL;
 	stop = w->stop;
 	drain = w->drain;
+	recheck = w->mw_recheck;
+	w->mw_recheck = 0;
 	pthread_mutex_unlock(&w->lock);
 	done_run(done);
+	srv_mwait_worker_run(w);
+	if (recheck && !stop)
+		srv_mwait_worker_recheck(w);
 	for (; h; h = next) {
 		next = h->next;
 		if (stop)
@@ -246,8 +254,7 @@ int srv_worker_start(struct srv_worker *w)
 	return 0;
 }
 
-/* Wake the worker (eventfd counter += 1). */
-static void worker_wake(struct srv_worker *w)
+void srv_worker_wake(struct srv_worker *w)
 {
 	uint64_t one = 1;
 
@@ -270,7 +277,7 @@ void srv_worker_get_done(void *arg, int status)
 	/* The worker takes the whole queue at once: only the first slot of a
 	 * batch needs to wake it. */
 	if (was_empty)
-		worker_wake(w);
+		srv_worker_wake(w);
 }
 
 void srv_worker_drain(struct srv_worker *w)
@@ -294,7 +301,7 @@ static void handoff_push(struct srv_worker *w, struct srv_handoff *h)
 		w->queue_head = h;
 	w->queue_tail = h;
 	pthread_mutex_unlock(&w->lock);
-	worker_wake(w);
+	srv_worker_wake(w);
 }
 
 int srv_worker_hand_rdma(struct srv_worker *w, void *req, uint64_t id)
@@ -333,9 +340,19 @@ void srv_worker_stop(struct srv_worker *w)
 	pthread_mutex_lock(&w->lock);
 	w->stop = 1;
 	pthread_mutex_unlock(&w->lock);
-	worker_wake(w);
+	srv_worker_wake(w);
 	pthread_join(w->thread, NULL);
 	w->started = 0;
+}
+
+void srv_worker_recheck_waits(struct srv_worker *w)
+{
+	if (!w->started)
+		return;
+	pthread_mutex_lock(&w->lock);
+	w->mw_recheck = 1;
+	pthread_mutex_unlock(&w->lock);
+	srv_worker_wake(w);
 }
 
 void srv_worker_drain_begin(struct srv_worker *w)
@@ -345,7 +362,7 @@ void srv_worker_drain_begin(struct srv_worker *w)
 	pthread_mutex_lock(&w->lock);
 	w->drain = 1;
 	pthread_mutex_unlock(&w->lock);
-	worker_wake(w);
+	srv_worker_wake(w);
 }
 
 uint32_t srv_worker_busy(struct srv_worker *w)
@@ -366,8 +383,10 @@ void srv_worker_destroy(struct srv_worker *w)
 		free(h);
 	}
 	w->queue_head = w->queue_tail = NULL;
-	if (w->srv)
+	if (w->srv) {
 		close_all(w, "server shutting down");
+		srv_mwait_worker_run(w); /* frees keys woken for waiters now gone */
+	}
 	/* Its connections are gone: now the worker's rdma_cm channel. */
 	srv_rdma_worker_close(w);
 	/* Only a promotion that never reported (store_drain broke its word)

@@ -23,6 +23,7 @@ struct srv;
 struct srv_conn;
 struct srv_handoff;
 struct srv_get_slot;
+struct mw_sub;
 struct event;
 struct event_base;
 struct rdmx_worker;
@@ -52,6 +53,11 @@ struct srv_worker {
 	/* Shared with the store's I/O threads, under `lock`: finished
 	 * promotions (a stack; order does not matter). */
 	struct srv_get_slot *done_head;
+	int mw_recheck;                 /* SIGHUP: look at waiting MATCHes' grants */
+	/* Shared with the store's event hook, under the MATCH-wait index's
+	 * lock (srv_mwait.c): keys committed that this worker's waiting
+	 * MATCHes wait for. */
+	struct mw_sub *mw_woken;
 	/* Worker thread only. */
 	struct srv_conn *conns;         /* doubly linked list */
 	uint32_t n_conns;
@@ -64,6 +70,8 @@ struct srv_worker {
 	struct rdmx_worker *rdma;
 	struct event *ev_rdma_cm;       /* rdmx_worker_fd, EV_READ */
 	struct srv_ratelimit proto_log; /* protocol-error log lines */
+	struct srv_conn *mw_ready;      /* connections with a MATCH to answer (one pass) */
+	int mw_draining;                /* waiting MATCHes are answered at once */
 	/* Written by this worker only; read by any worker for STATS. On
 	 * cache lines of their own (the workers array is allocated 64-byte
 	 * aligned), so that counting never invalidates a line that another
@@ -112,6 +120,17 @@ uint32_t srv_worker_busy(struct srv_worker *w);
  * connection's worker and wakes the worker. Any thread; never blocks
  * beyond the worker's queue mutex. */
 void srv_worker_get_done(void *arg, int status);
+
+/* Wake the worker's event loop (its eventfd), from any thread, after
+ * queueing something it looks at in notify: a finished promotion, a
+ * committed key its waiting MATCHes wait for (srv_mwait.c). A write(2);
+ * never blocks. */
+void srv_worker_wake(struct srv_worker *w);
+
+/* Main thread, after SIGHUP reloaded the tokens: ask the worker to look
+ * at its waiting MATCHes' grants (srv_mwait_worker_recheck) and wake it.
+ * No-op for a worker that never started. */
+void srv_worker_recheck_waits(struct srv_worker *w);
 
 /* Main thread, after srv_worker_stop and store_drain (so every promotion
  * has reported): handle what is left in the completion queue, which

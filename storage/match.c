@@ -510,3 +510,65 @@ int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY
 		*lease_ms_granted = r.lease_ms;
 	return 0;
 }
+
+/* The lookups of store_present without the lock: as match_racy, but
+ * nothing is logged. Errors: -EAGAIN (read sections kept failing). */
+static int present_racy(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
+			uint32_t count, uint32_t *present)
+{
+	uint32_t n = 0;
+	bool miss = false;
+
+	while (n < count && !miss) {
+		uint32_t tries = 0, done;
+		int64_t seq;
+
+		for (;;) {
+			uint32_t id = 0;
+
+			seq = store_index_read_begin(&s->index, READ_SPINS);
+			if (seq < 0 || ++tries > KEY_RETRIES)
+				return -EAGAIN;
+			miss = false;
+			for (done = 0; done < SECTION_KEYS && n + done < count; done++) {
+				if (store_index_find_racy(&s->index, seq, ns_id, keys[n + done],
+							  &id) < 0)
+					break; /* invalid: the retry below will say so */
+				if (!id) {
+					miss = true;
+					break;
+				}
+			}
+			if (!store_index_read_retry(&s->index, seq))
+				break;
+		}
+		n += done;
+	}
+	*present = n;
+	return 0;
+}
+
+int store_present(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
+		  uint32_t count, uint32_t *present)
+{
+	struct store_mlog *log = mlog_mine(s);
+	uint32_t n = 0;
+	int rc = -EAGAIN;
+
+	if (log) {
+		/* the odd epoch keeps the bucket array and headers alive
+		 * while we read them (store_quiesce) */
+		__atomic_add_fetch(&log->epoch, 1, __ATOMIC_SEQ_CST);
+		rc = present_racy(s, ns_id, keys, count, &n);
+		__atomic_add_fetch(&log->epoch, 1, __ATOMIC_RELEASE);
+	}
+	if (rc == -EAGAIN) {
+		n = 0;
+		store_lock(s);
+		while (n < count && store_find_locked(s, ns_id, keys[n]))
+			n++;
+		pthread_mutex_unlock(&s->lock);
+	}
+	*present = n;
+	return 0;
+}

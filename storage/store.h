@@ -387,6 +387,16 @@ int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY
 		uint32_t count, uint32_t lease_ms, struct store_lessee *lessee,
 		uint32_t *matched, uint32_t *lease_ms_granted);
 
+/* How many leading keys of keys[0..count) namespace ns_id holds now
+ * (*present), with no effect at all: no use mark, no lease, no counter
+ * (store_match does all three). For a caller that watches a chain fill
+ * (a MATCH that waits) without disturbing eviction order or statistics.
+ * Lock-free on its usual path, as store_match (one probe per key in
+ * seqlock read sections); an unknown ns_id holds nothing (*present 0).
+ * Any thread. Cannot fail: returns 0. */
+int store_present(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
+		  uint32_t count, uint32_t *present);
+
 /* MATCH with options (protocol v2, PROTOCOL.md section 14): the flags
  * of store_match_res. Their values are the wire's PROTO_MATCH_* flags,
  * which the server checks at build time (server/srv_consts.c). */

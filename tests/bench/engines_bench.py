@@ -224,6 +224,7 @@ def bench_vllm_connector(url, pages):
         state["a"] = keys_a(pages)
         w.bind_connector_metadata(meta(stores=[("r", state["a"], src, None)]))
         w.wait_for_save()
+        assert w.flush_stores()              # the store runs in the background: its end
         w.clear_connector_metadata()
 
     def a_get():

@@ -64,7 +64,7 @@ if engine == "vllm":
 engine_env.report(engine, commit)
 PYEOF
 	xml=$(mktemp)
-	"$PY" -m pytest -p no:cacheprovider -q -rfs --junitxml="$xml" "test_${engine}_real.py" \
+	"$PY" -m pytest -p no:cacheprovider -q -rfs --junitxml="$xml" test_${engine}_real.py $(ls test_${engine}_*_real.py 2>/dev/null) \
 		2>&1 | grep -v "^\[\|LMCache \(INFO\|WARNING\|DEBUG\)\|generated xml file" | tail -25
 	read -r p f < <("$PY" - "$xml" <<'PYEOF'
 import sys

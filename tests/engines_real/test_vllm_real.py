@@ -77,7 +77,22 @@ class Instance:
         outs = [w("step", so, (block_ids, first, len(tokens), seed))
                 for w in self.workers]
         errors = self.scheduler("outputs", outs, req_id, block_ids)
+        self.release(req_id)
         return ext, errors, hashes
+
+    def release(self, req_id, timeout_s=30):
+        """Steps with nothing scheduled (the first names the request as
+        finished) until vLLM may free its blocks: every worker has reported
+        it finished sending (its stores run in the background)."""
+        import time
+        end = time.monotonic() + timeout_s
+        finished = [req_id]
+        while self.scheduler("holding", req_id):
+            assert time.monotonic() < end, "%s was never reported finished sending" % req_id
+            so = self.scheduler("idle", finished)
+            finished = []
+            self.scheduler("outputs", [w("step", so) for w in self.workers])
+            time.sleep(0.005)
 
     def read(self, rank, block_ids, n, groups=None):
         return self.workers[rank]("read", block_ids, n, groups)

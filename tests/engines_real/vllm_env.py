@@ -24,7 +24,10 @@ get_kv_cache_shape and get_kv_cache_stride_order (FlashAttention,
 FlashInfer, Triton, the CPU backend, MLA) and get_kv_cache_layout /
 set_kv_cache_layout; the model runner's KV-cache reshape
 (v1/worker/gpu/attn_utils.py _reshape_kv_cache) and
-BlockTable.map_to_kernel_blocks.
+BlockTable.map_to_kernel_blocks; for the hand-off tests, the engine
+core's Scheduler with its KVCacheManager, coordinator, block pool,
+request queues and stop checks (v1/core/...), and KVOutputAggregator
+(kv_connector/utils.py).
 """
 
 import builtins
@@ -55,6 +58,12 @@ REAL = {
     "vllm.utils", "vllm.utils.torch_utils", "vllm.utils.math_utils", "vllm.utils.func_utils",
     "vllm.utils.collection_utils", "vllm.v1.utils",
     "vllm.v1.core.kv_cache_manager",
+    # the engine core's scheduler (the hand-off tests: vllm_pd_roles)
+    "vllm.v1.core.sched.scheduler", "vllm.v1.core.sched.interface",
+    "vllm.v1.core.sched.request_queue", "vllm.v1.core.sched.utils",
+    "vllm.v1.core.kv_cache_coordinator", "vllm.v1.core.block_pool",
+    "vllm.v1.core.single_type_kv_cache_manager", "vllm.v1.core.kv_cache_metrics",
+    "vllm.v1.core.encoder_cache_manager", "vllm.distributed.kv_transfer.kv_connector.utils",
 }
 _PARENTS = {".".join(m.split(".")[:i]) for m in REAL for i in range(1, m.count(".") + 1)}
 BARE = sorted(_PARENTS - REAL)

@@ -102,9 +102,10 @@ def vllm_config(setup, url, prefix, rank, role, policy):
     ktc = SimpleNamespace(
         kv_connector="KVPoolConnector", kv_connector_module_path="kvpool.vllm",
         kv_role=role, kv_load_failure_policy=policy, engine_id="real-tier",
-        kv_connector_extra_config={"url": url, "namespace_prefix": prefix, "timeout_s": 2.0,
-                                   "rank": rank, "lease_ms": 5000,
-                                   "chunk_blocks": setup.get("chunk_blocks", 1)},
+        kv_connector_extra_config=dict({"url": url, "namespace_prefix": prefix,
+                                        "timeout_s": 2.0, "rank": rank, "lease_ms": 5000,
+                                        "chunk_blocks": setup.get("chunk_blocks", 1)},
+                                       **setup.get("extra", {})),
         is_kv_producer=role in ("kv_producer", "kv_both"),
         is_kv_consumer=role in ("kv_consumer", "kv_both"))
     return SimpleNamespace(
@@ -226,21 +227,26 @@ class Worker:
 
     def step(self, so_blob, forward=None):
         """One forward pass: the pickled SchedulerOutput in, the pickled
-        KVConnectorOutput out (as vLLM's executor ships them)."""
+        KVConnectorOutput out (as vLLM's executor ships them). forward: one
+        (block_ids, first, n, seed) or a list of them (one per request)."""
         import pickle
-        meta = pickle.loads(so_blob).kv_connector_metadata
+        so = pickle.loads(so_blob)
+        meta = so.kv_connector_metadata
         c = self.connector
+        c.handle_preemptions(meta)
         c.bind_connector_metadata(meta)
         c.start_load_kv(SimpleNamespace())
         for name in self.attn_names:
             c.wait_for_layer_load(name)
-        if forward is not None:
-            self.forward(*forward)
+        for f in ([forward] if isinstance(forward, tuple) else forward or ()):
+            self.forward(*f)
         for name in self.attn_names:
             c.save_kv_layer(name, self.caches[name], None)
         c.wait_for_save()
         from vllm.v1.outputs import KVConnectorOutput
-        out = KVConnectorOutput(invalid_block_ids=c.get_block_ids_with_load_errors(),
+        sending, recving = c.get_finished(so.finished_req_ids)
+        out = KVConnectorOutput(finished_sending=sending, finished_recving=recving,
+                                invalid_block_ids=c.get_block_ids_with_load_errors(),
                                 kv_connector_worker_meta=c.build_connector_worker_meta())
         c.clear_connector_metadata()
         return pickle.dumps(out)
@@ -297,8 +303,11 @@ class Scheduler:
             vllm_config(setup, url, prefix, 0, role, policy), KVConnectorRole.SCHEDULER,
             self.kcc)
         self.requests = {}
+        from vllm.distributed.kv_transfer.kv_connector.utils import KVOutputAggregator
+        self.aggregator = KVOutputAggregator(setup.get("tp", 1))
+        self.held = set()            # finished requests whose blocks the connector holds
 
-    def _output(self, new=(), num_scheduled=None):
+    def _output(self, new=(), num_scheduled=None, finished=()):
         from vllm.v1.core.sched.output import CachedRequestData, SchedulerOutput
         groups = len(self.kcc.kv_cache_groups)
         return SchedulerOutput(
@@ -306,12 +315,14 @@ class Scheduler:
             num_scheduled_tokens=dict(num_scheduled or {}),
             total_num_scheduled_tokens=sum((num_scheduled or {}).values()),
             scheduled_spec_decode_tokens={}, scheduled_encoder_inputs={},
-            num_common_prefix_blocks=[0] * groups, finished_req_ids=set(),
+            num_common_prefix_blocks=[0] * groups, finished_req_ids=set(finished),
             free_encoder_mm_hashes=[])
 
-    def idle(self):
+    def idle(self, finished=()):
+        """A step with nothing scheduled; `finished` names the requests that
+        finished since the last step (finished_req_ids)."""
         import pickle
-        so = self._output()
+        so = self._output(finished=finished)
         so.kv_connector_metadata = self.connector.build_connector_meta(so)
         return pickle.dumps(so)
 
@@ -344,24 +355,27 @@ class Scheduler:
         return ext, pickle.dumps(so), [bytes(h) for h in req.block_hashes]
 
     def outputs(self, worker_outputs, req_id=None, block_ids=None):
-        """The workers' KVConnectorOutputs, aggregated as vLLM's executor
-        does, to update_connector_output; then the request finishes."""
+        """The workers' KVConnectorOutputs, aggregated by vLLM's
+        KVOutputAggregator as its executor does, to update_connector_output;
+        then the request finishes. A request whose blocks the connector
+        holds (stores in flight) stays in `held` until every worker has
+        reported it finished sending."""
         import pickle
-        outs = [pickle.loads(b) for b in worker_outputs]
-        meta = None
-        for o in outs:
-            m = o.kv_connector_worker_meta
-            if m is not None:
-                meta = m if meta is None else meta.aggregate(m)
-        agg = outs[0]
-        agg.kv_connector_worker_meta = meta
-        agg.invalid_block_ids = set().union(*(o.invalid_block_ids for o in outs))
+        from vllm.v1.outputs import ModelRunnerOutput
+        outs = [ModelRunnerOutput(req_ids=[], req_id_to_index={},
+                                  kv_connector_output=pickle.loads(b)) for b in worker_outputs]
+        agg = self.aggregator.aggregate(outs).kv_connector_output
         self.connector.update_connector_output(agg)
+        self.held -= set(agg.finished_sending or ())
         if req_id is not None:
             hold, _ = self.connector.request_finished_all_groups(
                 self.requests.pop(req_id), tuple(block_ids))
-            assert hold is False
+            if hold:
+                self.held.add(req_id)
         return sorted(agg.invalid_block_ids)
+
+    def holding(self, req_id):
+        return req_id in self.held
 
     def namespace(self, rank):
         return self.connector.namespace_for_rank(rank)

@@ -381,6 +381,13 @@ static void metrics_agree_or_fail(struct samples *m, struct json_object *doc)
 		{ "kvpool_rdma_read_bytes_total", "rdma.bytes_read" },
 		{ "kvpool_rdma_written_bytes_total", "rdma.bytes_written" },
 		{ "kvpool_rdma_transfer_errors_total", "rdma.transfer_errors" },
+		{ "kvpool_match_waiting", "ops.match.waits.waiting" },
+		{ "kvpool_match_waits_total", "ops.match.waits.started" },
+		{ "kvpool_match_wait_results_total{result=\"complete\"}", "ops.match.waits.complete" },
+		{ "kvpool_match_wait_results_total{result=\"timeout\"}", "ops.match.waits.timeout" },
+		{ "kvpool_match_wait_results_total{result=\"refused\"}", "ops.match.waits.refused" },
+		{ "kvpool_match_wait_results_total{result=\"ended\"}", "ops.match.waits.ended" },
+		{ "kvpool_match_wait_clamped_total", "ops.match.waits.clamped" },
 	};
 	static const char *const tiers[] = { "capacity_bytes", "used_bytes", "payload_bytes", "blocks" };
 	static const char *const ops[] = { "put", "get", "exists", "match", "delete", "ping", "stats" };
@@ -446,8 +453,28 @@ static void metrics_agree_or_fail(struct samples *m, struct json_object *doc)
 	sample_or_fail(m, "kvpool_uptime_seconds");
 	sample_or_fail(m, "kvpool_build_info{version=\"0.1.0\",protocol=\"2\"}");
 	for (size_t i = 0; i < m->n; i++)
-		if (!m->s[i].used && strncmp(m->s[i].key, "kvpool_request_duration_seconds", 31))
+		if (!m->s[i].used && strncmp(m->s[i].key, "kvpool_request_duration_seconds", 31) &&
+		    strncmp(m->s[i].key, "kvpool_match_wake_seconds", 25))
 			fail_msg("metric %s is not checked against /stats", m->s[i].key);
+}
+
+/* The wake-up histogram: buckets never decrease, +Inf equals _count. */
+static void wake_histogram_sane_or_fail(const struct samples *m)
+{
+	double last = 0, inf_v = -1, count_v = -2;
+
+	for (size_t i = 0; i < m->n; i++) {
+		if (!strncmp(m->s[i].key, "kvpool_match_wake_seconds_bucket{", 33)) {
+			assert_true(m->s[i].value >= last);
+			last = m->s[i].value;
+		}
+		if (!strcmp(m->s[i].key, "kvpool_match_wake_seconds_bucket{le=\"+Inf\"}"))
+			inf_v = m->s[i].value;
+		if (!strcmp(m->s[i].key, "kvpool_match_wake_seconds_count"))
+			count_v = m->s[i].value;
+	}
+	assert_true(inf_v == count_v);
+	assert_true(inf_v == last);
 }
 
 /* Each histogram: buckets never decrease, +Inf equals _count. */
@@ -584,6 +611,7 @@ static void test_agreement(void **state)
 	assert_int_equal(harness_json_u64_or_fail(doc, "namespaces.tenant-a.get_misses"), 1);
 	metrics_agree_or_fail(&m, doc);
 	histograms_sane_or_fail(&m);
+	wake_histogram_sane_or_fail(&m);
 	samples_free(&m);
 	/* CLI vs /stats: the same but for uptime and its own connection. */
 	assert_int_equal(harness_json_u64_or_fail(cli, "connections.current"), 1);

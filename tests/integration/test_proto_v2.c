@@ -6,10 +6,11 @@
  * BAD_REQUEST with the server's reason), PUT with retain_ms, and the
  * library's _ex calls (sync, async, long chains, and as a v1 client).
  *
- * What the server does with a wait or a retention (issues 26 and 29) is
- * not asserted here beyond what is true today: no wait is taken, no
- * retention granted (flags 0), and wait_ms above max_match_wait_ms says
- * WAIT_CLAMPED.
+ * What the server does with a retention (issue 29) is not asserted here
+ * beyond what is true today: no retention granted (flags 0). A wait is
+ * asserted only where the blocks are all there (answered at once) and
+ * where wait_ms above max_match_wait_ms says WAIT_CLAMPED; the waiting
+ * itself is test_match_wait.c's.
  */
 #include <stdarg.h>
 #include <stddef.h>

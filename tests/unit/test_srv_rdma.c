@@ -1127,6 +1127,87 @@ static void test_undecodable_messages(void **state)
 	cli_close(&c);
 }
 
+/* A MATCH that waits, over RDMA (server/srv_mwait.c): the transport has
+ * no `kick`, so the waiting MATCH holds its connection (a PING sent after
+ * it is answered after it); a PUT on another connection completes the
+ * run and the MATCH is answered with it (WAITED), then the PING; one that
+ * nothing completes is answered when wait_ms passes (WAIT_TIMEOUT). */
+static void test_match_waits(void **state)
+{
+	const uint32_t keys[2] = { 1701, 1702 }, len[2] = { 4096, 4096 };
+	const size_t off[2] = { 0, 4096 };
+	struct proto_hello hl = { .min_version = 1, .max_version = 2, .ns = "wait",
+				  .ns_len = 4 };
+	struct proto_match_opts o = { .wait_ms = 10000, .want = 0 };
+	struct proto_match_reply mr;
+	struct proto_header h, rh;
+	uint8_t msg[PROTO_HEADER_BYTES + PROTO_MATCH_V2_PREFIX_BYTES + 2 * PROTO_KEY_BYTES];
+	uint8_t body[512], ping[PROTO_HEADER_BYTES], k[PROTO_KEY_BYTES];
+	uint8_t reply[RDMX_MSG_MAX_BYTES];
+	size_t got = 0;
+	struct cli w, p;
+
+	(void)state;
+	cli_open(&w, 4096);
+	assert_int_equal(proto_hello_encode(&hl, body, sizeof(body)), 0);
+	assert_int_equal(cli_call(&w, PROTO_OP_HELLO, body, (uint32_t)proto_hello_body_bytes(&hl), 0,
+				  NULL, 0, 0), 0);
+	assert_int_equal(w.rh.status, PROTO_STATUS_OK);
+	cli_open(&p, 8192);
+	cli_hello(&p, "wait", NULL);
+	/* the v2 MATCH of keys 1701, 1702, then a PING, without waiting */
+	h = (struct proto_header){ .magic = PROTO_MAGIC, .version = PROTO_VERSION_2,
+				   .opcode = PROTO_OP_MATCH,
+				   .body_bytes = PROTO_MATCH_V2_PREFIX_BYTES + 2 * PROTO_KEY_BYTES,
+				   .request_id = 501 };
+	proto_header_encode(&h, msg);
+	proto_match_encode_prefix(msg + PROTO_HEADER_BYTES, PROTO_VERSION_2, 2, 0, &o);
+	for (uint32_t i = 0; i < 2; i++) {
+		key_of(k, keys[i]);
+		proto_match_key_encode(msg + PROTO_HEADER_BYTES, PROTO_VERSION_2, i, k);
+	}
+	cli_send_raw(&w, msg, sizeof(msg));
+	ping_msg(ping, 502);
+	cli_send_raw(&w, ping, sizeof(ping));
+	assert_int_equal(cli_stat_wait(&p, "\"waiting\":", 1), 1);
+	/* held: nothing answered, not even the PING */
+	assert_int_equal(rdmx_client_recv(w.rc, reply, sizeof(reply), &got, 200), -ETIMEDOUT);
+	fill(p.buf, 8192, 17);
+	assert_int_equal(cli_put(&p, 2, keys, off, len, 0, 0), 0);
+	assert_int_equal(result_status(&p, 1, NULL), PROTO_STATUS_OK);
+	assert_int_equal(rdmx_client_recv(w.rc, reply, sizeof(reply), &got, CALL_MS), 0);
+	assert_int_equal(proto_header_decode(reply, 1, &lim, &rh), 0);
+	assert_int_equal(rh.request_id, 501);
+	assert_int_equal(rh.status, PROTO_STATUS_OK);
+	assert_int_equal(proto_match_reply_decode_v(reply + PROTO_HEADER_BYTES, rh.body_bytes,
+						    PROTO_VERSION_2, &mr), 0);
+	assert_int_equal(mr.matched, 2);
+	assert_int_equal(mr.flags, PROTO_MATCH_WAITED);
+	assert_int_equal(rdmx_client_recv(w.rc, reply, sizeof(reply), &got, CALL_MS), 0);
+	assert_int_equal(proto_header_decode(reply, 1, &lim, &rh), 0);
+	assert_int_equal(rh.request_id, 502);
+	assert_int_equal(rh.opcode, PROTO_OP_PING);
+	/* nothing completes this one: answered when 150 ms pass */
+	o.wait_ms = 150;
+	key_of(k, 1799);
+	h.request_id = 503;
+	h.body_bytes = PROTO_MATCH_V2_PREFIX_BYTES + PROTO_KEY_BYTES;
+	proto_header_encode(&h, msg);
+	proto_match_encode_prefix(msg + PROTO_HEADER_BYTES, PROTO_VERSION_2, 1, 0, &o);
+	proto_match_key_encode(msg + PROTO_HEADER_BYTES, PROTO_VERSION_2, 0, k);
+	cli_send_raw(&w, msg, PROTO_HEADER_BYTES + h.body_bytes);
+	assert_int_equal(rdmx_client_recv(w.rc, reply, sizeof(reply), &got, CALL_MS), 0);
+	assert_int_equal(proto_header_decode(reply, 1, &lim, &rh), 0);
+	assert_int_equal(rh.request_id, 503);
+	assert_int_equal(proto_match_reply_decode_v(reply + PROTO_HEADER_BYTES, rh.body_bytes,
+						    PROTO_VERSION_2, &mr), 0);
+	assert_int_equal(mr.matched, 0);
+	assert_int_equal(mr.flags, PROTO_MATCH_WAITED | PROTO_MATCH_WAIT_TIMEOUT);
+	assert_int_equal(cli_stat(&p, "\"waiting\":"), 0);
+	cli_close(&w);
+	cli_close(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1142,6 +1223,7 @@ int main(void)
 		cmocka_unit_test(test_hello_required),
 		cmocka_unit_test(test_too_many_outstanding),
 		cmocka_unit_test(test_undecodable_messages),
+		cmocka_unit_test(test_match_waits),
 		cmocka_unit_test(test_tcp_hello_and_large_stats),
 	};
 

@@ -1535,6 +1535,56 @@ static void test_drop_namespace(void **state)
 	store_close(s);
 }
 
+/* ---- store_present: a look without effects ---- */
+
+/* store_present counts the leading keys held, like store_match, but
+ * marks nothing used (eviction order unchanged), counts nothing and
+ * leases nothing; an unknown namespace holds nothing. */
+static void test_present_has_no_effect(void **state)
+{
+	struct store *s = open_store(4 * PAGE, PAGE, 0, 1000);
+	uint32_t ns = ns_of(s, "p"), present = 99;
+	uint64_t ids[4] = { 1, 2, 3, 4 }, first = 1;
+	uint8_t keys[4][STORE_KEY_BYTES], k1[1][STORE_KEY_BYTES];
+	struct store_ns_stats before, after;
+
+	(void)state;
+	for (uint64_t i = 1; i <= 3; i++)
+		assert_int_equal(put_id(s, ns, i, i - 1, PAGE), 0);
+	assert_int_equal(put_id(s, ns, 50, 0, PAGE), 0); /* the newest leaf */
+	keys_of(ids, 4, keys);
+	before = ns_stats_of(s, ns);
+	assert_int_equal(store_present(s, ns, keys, 4, &present), 0);
+	assert_int_equal(present, 3);
+	assert_int_equal(store_present(s, ns, keys + 1, 3, &present), 0);
+	assert_int_equal(present, 2);
+	assert_int_equal(store_present(s, ns, keys + 3, 1, &present), 0);
+	assert_int_equal(present, 0);
+	assert_int_equal(store_present(s, ns + 100, keys, 4, &present), 0);
+	assert_int_equal(present, 0);
+	after = ns_stats_of(s, ns);
+	assert_int_equal(after.match_requests, before.match_requests);
+	assert_int_equal(after.match_blocks_queried, before.match_blocks_queried);
+	assert_int_equal(after.exists_hits, before.exists_hits);
+	assert_int_equal(after.exists_misses, before.exists_misses);
+	assert_int_equal(after.get_hits, before.get_hits);
+	assert_int_equal(stats_of(s).leases_active, 0);
+	/* not a use: the chain's leaf 3 is still older than leaf 50, so a
+	 * full arena evicts 3 first (a MATCH of 1..3 would have made 50 go) */
+	keys_of(&first, 1, k1);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(store_present(s, ns, keys, 3, &present), 0);
+	assert_int_equal(put_id(s, ns, 60, 0, PAGE), 0);
+	assert_false(stored(s, ns, 3));
+	assert_true(stored(s, ns, 50));
+	assert_int_equal(store_present(s, ns, keys, 4, &present), 0);
+	assert_int_equal(present, 2);
+	assert_int_equal(store_present(s, ns, k1, 1, &present), 0);
+	assert_int_equal(present, 1);
+	assert_check(s);
+	store_close(s);
+}
+
 /* ---- MATCH and leases ---- */
 
 static void test_match_prefix(void **state)
@@ -2703,6 +2753,7 @@ int main(void)
 		cmocka_unit_test(test_bytes_add_up_while_pinned),
 		cmocka_unit_test(test_release_other_thread),
 		cmocka_unit_test(test_drop_namespace),
+		cmocka_unit_test(test_present_has_no_effect),
 		cmocka_unit_test(test_match_prefix),
 		cmocka_unit_test(test_match_ex_and_retain_seam),
 		cmocka_unit_test(test_lease_lifecycle),

@@ -117,6 +117,7 @@ def run_vllm_connector():
             w.bind_connector_metadata(m)
             w.start_load_kv(SimpleNamespace())
             w.wait_for_save()
+            assert w.flush_stores()          # stores run in the background
             w.clear_connector_metadata()
         assert not w.get_block_ids_with_load_errors()
     return rnd

@@ -79,3 +79,45 @@ def test_configs_build_with_the_config_rule():
         cfg.url(ec["url"])
         cfg.seconds(ec["timeout_s"])
         cfg.milliseconds(ec["lease_ms"])
+
+
+def test_vllm_pd_configs_pair_up(server):
+    """config/engines/vllm-pd-producer.json and vllm-pd-consumer.json: the
+    prefill instance stores and never loads, the decode instance loads and
+    never stores, both recompute failed loads, and their namespaces agree
+    (blocks one stores, the other finds); the decode side's wait fits
+    kvpoold's default max_match_wait_ms and the producer's retention its
+    max_retain_ms (config/kvpool.conf)."""
+    import re
+    from types import SimpleNamespace
+    import kvpool.vllm as kv
+    prod, cons = load("vllm-pd-producer.json"), load("vllm-pd-consumer.json")
+    assert (prod["kv_role"], cons["kv_role"]) == ("kv_producer", "kv_consumer")
+    assert prod["kv_load_failure_policy"] == cons["kv_load_failure_policy"] == "recompute"
+    with open(os.path.join(ROOT, "config", "kvpool.conf")) as f:
+        conf = f.read()
+    wait_cap = int(re.search(r"^max_match_wait_ms\s*=\s*(\d+)", conf, re.M).group(1))
+    assert 0 < cons["kv_connector_extra_config"]["pd_wait_ms"] <= wait_cap
+    m = re.search(r"^#?\s*max_retain_ms\s*=\s*(\d+)", conf, re.M)
+    retain_cap = int(m.group(1)) if m else 24 * 3600 * 1000
+    assert 0 < prod["kv_connector_extra_config"]["pd_retain_ms"] <= retain_cap
+    conns = []
+    for c, role in ((prod, "SCHEDULER"), (cons, "SCHEDULER")):
+        ec = dict(c["kv_connector_extra_config"], url=server.url)
+        vc = SimpleNamespace(
+            kv_transfer_config=SimpleNamespace(kv_role=c["kv_role"],
+                                               kv_load_failure_policy="recompute",
+                                               kv_connector_extra_config=ec),
+            model_config=SimpleNamespace(model="m", dtype="float16"),
+            cache_config=SimpleNamespace(block_size=16, cache_dtype="auto",
+                                         prefix_caching_hash_algo="sha256"),
+            parallel_config=SimpleNamespace(tensor_parallel_size=1, pipeline_parallel_size=1))
+        conn = getattr(__import__(c["kv_connector_module_path"], fromlist=["x"]),
+                       c["kv_connector"])(vc, 0)
+        assert conn is not None and isinstance(conn, kv.KVPoolConnector)
+        conns.append(conn)
+    assert conns[0].stores and not conns[0].loads and conns[1].loads and not conns[1].stores
+    assert conns[0].namespace_for_rank(0) == conns[1].namespace_for_rank(0)
+    assert conns[1].pd_wait_ms == cons["kv_connector_extra_config"]["pd_wait_ms"]
+    for conn in conns:
+        conn.shutdown()

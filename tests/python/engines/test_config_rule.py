@@ -111,3 +111,22 @@ def test_url_forms():
                 "tcp://[::1:7470", "tcp://a:0"):
         with pytest.raises(cfg.ConfigError):
             cfg.url(bad)
+
+
+@pytest.mark.parametrize("params,words", [
+    ({"pd_wait_ms": -1}, "pd_wait_ms"), ({"pd_wait_ms": "soon"}, "pd_wait_ms"),
+    ({"pd_wait_ms": 2 ** 32}, "pd_wait_ms"), ({"pd_max_waits": 0}, "pd_max_waits"),
+    ({"pd_max_waits": 1.5}, "pd_max_waits"), ({"pd_retain_ms": -1}, "pd_retain_ms"),
+    ({"staging_mb": 0}, "staging_mb")], ids=lambda p: repr(p))
+def test_handoff_settings_fail_at_start(server, params, words):
+    """The vLLM connector's hand-off settings follow the same rule."""
+    with pytest.raises(cfg.ConfigError) as e:
+        connector(server.url, params)
+    assert words in str(e.value)
+
+
+def test_handoff_settings_accepted_forms(server):
+    c = connector(server.url, {"pd_wait_ms": "2500", "pd_max_waits": 8.0, "pd_retain_ms": 0,
+                               "staging_mb": "64"})
+    assert (c.pd_wait_ms, c.pd_max_waits, c.pd_retain_ms, c.staging_mb) == (2500, 8, 0, 64)
+    c.shutdown()

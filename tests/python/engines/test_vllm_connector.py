@@ -386,6 +386,8 @@ def test_roles(server, prefix, raw):
 def test_failure_policy_warns_once_at_start(server, prefix, caplog):
     """Row 7: kv_load_failure_policy is read; an instance that loads with
     "fail" is warned about once, at start."""
+    from kvpool.vllm import connector
+    connector._POLICY_WARNED.clear()         # once per process: other tests may have seen it
     with caplog.at_level(logging.WARNING, "kvpool.vllm"):
         a = Instance(server.url, prefix, role="kv_consumer", policy="fail")
         b = Instance(server.url, prefix, role="kv_consumer", policy="fail")

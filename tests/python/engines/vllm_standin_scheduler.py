@@ -4,11 +4,19 @@ notes (§3.2, §0b), not from vLLM's code: per new request,
 get_num_new_matched_tokens (asked twice: the answer must repeat), the
 assertion local + external <= num_tokens, update_state_after_alloc with
 the request's blocks (one list per KV-cache group), build_connector_meta;
-per worker, bind metadata, start_load_kv, per layer wait_for_layer_load
-and save_kv_layer, then wait_for_save, get_block_ids_with_load_errors and
+per worker, handle_preemptions, bind metadata, start_load_kv, per layer
+wait_for_layer_load and save_kv_layer, then wait_for_save,
+get_finished(finished_req_ids), get_block_ids_with_load_errors and
 build_connector_worker_meta; the workers' metadata, aggregated, goes to
 the scheduler's update_connector_output; then request_finished (or
-request_finished_all_groups for a SupportsHMA connector)."""
+request_finished_all_groups for a SupportsHMA connector). When that
+answers True (stores still in flight), the request's blocks stay held
+and the following steps (the first naming the request in
+finished_req_ids) run until every worker has reported it in
+finished_sending. The asynchronous (hand-off) paths are driven by
+vllm_standin_engine."""
+
+import time
 
 from types import SimpleNamespace
 
@@ -32,8 +40,11 @@ class Request:
         self.block_hashes = list(block_hashes)
 
 
-def worker_step(w, meta, forward=None, index=0, first_block=0):
-    """One forward pass of one worker; (load errors, worker metadata)."""
+def worker_step(w, meta, forward=None, index=0, first_block=0, finished=(), sent=None):
+    """One forward pass of one worker; (load errors, worker metadata).
+    sent, a list, gets the requests the worker reports finished sending."""
+    if hasattr(w, "handle_preemptions"):
+        w.handle_preemptions(meta)
     w.bind_connector_metadata(meta)
     w.start_load_kv(SimpleNamespace())
     for name in w.layer_names:
@@ -43,6 +54,10 @@ def worker_step(w, meta, forward=None, index=0, first_block=0):
     for name in w.layer_names:
         w.save_kv_layer(name, None, None)
     w.wait_for_save()
+    sending, recving = w.get_finished(set(finished))
+    assert not recving, "no asynchronous load was offered"
+    if sent is not None:
+        sent.extend(sending or ())
     errors = w.get_block_ids_with_load_errors()
     wmeta = w.build_connector_worker_meta() if hasattr(w, "build_connector_worker_meta") \
         else None
@@ -93,5 +108,30 @@ def step(scheduler, workers, request, block_ids, local_tokens=0, forward=None):
         hold, params = scheduler.request_finished_all_groups(request, blocks.get_block_ids())
     else:
         hold, params = scheduler.request_finished(request, blocks.get_block_ids()[0])
-    assert hold is False
+    if hold:
+        release(scheduler, workers, request.request_id)
     return ext, errors
+
+
+def idle_output(finished=()):
+    return SimpleNamespace(scheduled_new_reqs=[], scheduled_cached_reqs=None,
+                           num_scheduled_tokens={}, finished_req_ids=set(finished))
+
+
+def release(scheduler, workers, req_id, timeout_s=20.0):
+    """Steps with nothing scheduled (the first names req_id as finished)
+    until every worker has reported req_id finished sending: what vLLM
+    does before it frees a request whose request_finished answered True."""
+    end = time.monotonic() + timeout_s
+    sent, finished = [], {req_id}
+    while sent.count(req_id) < len(workers):
+        assert time.monotonic() < end, "%s never reported finished sending" % req_id
+        meta = scheduler.build_connector_meta(idle_output(finished))
+        wmetas = [worker_step(w, meta, finished=finished, sent=sent)[1] for w in workers]
+        finished = ()
+        scheduler.update_connector_output(SimpleNamespace(
+            kv_connector_worker_meta=aggregate(wmetas), invalid_block_ids=set(),
+            finished_sending={req_id} if sent.count(req_id) == len(workers) else None,
+            finished_recving=None))
+        time.sleep(0.002)
+    assert sent.count(req_id) == len(workers), "reported once per worker"

@@ -82,8 +82,10 @@ class AsyncLink:
             self._cv.notify()
         return rid
 
-    def submit_put_many(self, keys, buffers, parents=None, tag=None):
-        return self._submit("put", (list(keys), list(buffers), parents), tag)
+    def submit_put_many(self, keys, buffers, parents=None, tag=None, retain_ms=0):
+        """retain_ms: as Client.put_many's (an int for every block); a server
+        that keeps no retention ignores it."""
+        return self._submit("put", (list(keys), list(buffers), parents, retain_ms), tag)
 
     def submit_get_into_many(self, keys, buffers, tag=None):
         return self._submit("get", (list(keys), list(buffers)), tag)
@@ -91,8 +93,9 @@ class AsyncLink:
     def submit_exists_many(self, keys, tag=None):
         return self._submit("exists", (list(keys),), tag)
 
-    def submit_match(self, keys, lease_ms=0, tag=None):
-        return self._submit("match", (list(keys), lease_ms), tag)
+    def submit_match(self, keys, lease_ms=0, tag=None, retain_ms=0):
+        """retain_ms > 0: extend the matched run's retention (Client.match)."""
+        return self._submit("match", (list(keys), lease_ms, retain_ms), tag)
 
     def submit_delete_many(self, keys, tag=None):
         return self._submit("delete", (list(keys),), tag)
@@ -159,7 +162,7 @@ class AsyncLink:
         down = Completion(rid, tag, op, _link.DOWN, [_link.DOWN] * n, [], 0)
         if op == "put":
             st = self.link.call("put", lambda c: _link.put_rerooting(
-                c, keys, args[1], args[2]), None)
+                c, keys, args[1], args[2], args[3]), None)
             if st is None:
                 return down
             return Completion(rid, tag, op, next((s for s in st if s), 0), st, [], 0)
@@ -176,7 +179,8 @@ class AsyncLink:
                 return down
             return Completion(rid, tag, op, 0, [0 if g else _link.MISS for g in got], [], 0)
         if op == "match":
-            m = self.link.call("match", lambda c: c.match(keys, args[1]), None)
+            more = {"retain_ms": args[2]} if len(args) > 2 and args[2] else {}
+            m = self.link.call("match", lambda c: c.match(keys, args[1], **more), None)
             if m is None:
                 return down
             return Completion(rid, tag, op, 0, [], [], m)
@@ -285,13 +289,15 @@ class NativeAsyncLink(AsyncLink):
             self._reqs[req.rid] = req
         try:
             if req.op == "put":
-                c.submit_put_many(args[0], args[1], args[2], tag=req.rid)
+                c.submit_put_many(args[0], args[1], args[2], tag=req.rid,
+                                  retain_ms=args[3] if len(args) > 3 else 0)
             elif req.op == "get":
                 c.submit_get_into_many(args[0], args[1], tag=req.rid)
             elif req.op == "exists":
                 c.submit_exists_many(args[0], tag=req.rid)
             elif req.op == "match":
-                c.submit_match(args[0], args[1], tag=req.rid)
+                c.submit_match(args[0], args[1], tag=req.rid,
+                               retain_ms=args[2] if len(args) > 2 else 0)
             elif req.op == "delete":
                 c.submit_delete_many(args[0], tag=req.rid)
             else:
@@ -366,7 +372,8 @@ class NativeAsyncLink(AsyncLink):
         if req.op == "put" and req.again is None and comp.status not in _CONN_ERRORS:
             again = [i for i, s in enumerate(st) if s == -_errno.ENOLINK]
             if again:
-                keys, bufs, parents = req.args
+                keys, bufs, parents = req.args[:3]
+                retain = req.args[3] if len(req.args) > 3 else 0
                 p2, earlier = [], set()
                 for i in again:
                     p = parents[i] if parents else None
@@ -375,7 +382,7 @@ class NativeAsyncLink(AsyncLink):
                 req.first, req.again = st, again
                 try:
                     self._send(client, req, ([keys[i] for i in again], [bufs[i] for i in again],
-                                             p2))
+                                             p2, retain))
                     return
                 except _link.CALL_FAILURES as e:
                     _link.log.warning("kvpool: re-put after -ENOLINK refused: %s", e)

@@ -93,7 +93,9 @@ class Link:
     namespace, a token too long; Unsupported: a scheme this build lacks;
     Denied: the server refuses the token), the constructor raises
     ConfigError, so the engine fails at start with the reason. Only a
-    pool that cannot be reached makes a Link start down. lease_ms, when
+    pool that cannot be reached makes a Link start down (with
+    strict=False, for a Link opened while the engine runs, a refusal too:
+    it is logged and retried like an unreachable pool). lease_ms, when
     given, is compared with the server's max_lease_ms on each connection:
     a lease the server will cut is logged once.
 
@@ -102,7 +104,7 @@ class Link:
     """
 
     def __init__(self, url, namespace, token=None, timeout_s=2.0, name="",
-                 backoff_s=(0.2, 5.0), warn=None, lease_ms=None):
+                 backoff_s=(0.2, 5.0), warn=None, lease_ms=None, strict=True):
         self.url = url
         self.namespace = namespace
         self.token = token
@@ -120,7 +122,7 @@ class Link:
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._thread = None
-        self._connect(first=True)
+        self._connect(first=strict)
         if self._client is None:
             self._start_reconnect()
 
@@ -267,13 +269,15 @@ def statuses_or(result, n, default=DOWN):
     return [default] * n
 
 
-def put_rerooting(client, keys, bufs, parents):
+def put_rerooting(client, keys, bufs, parents, retain_ms=0):
     """put_many, then again for the blocks refused with -ENOLINK (their
     parent was evicted or never stored): a refused block whose parent is
     an earlier refused block of the batch keeps it (both are put again, in
     order); the others are put with parent=None. A re-rooted block still
-    matches, since MATCH does not check links."""
-    st = client.put_many(keys, bufs, parents)
+    matches, since MATCH does not check links. retain_ms (an int, ms): the
+    retention asked for every block (0: none; see Client.put_many)."""
+    st = client.put_many(keys, bufs, parents, retain_ms=retain_ms) if retain_ms else \
+        client.put_many(keys, bufs, parents)
     again = [i for i, s in enumerate(st) if s == -_errno.ENOLINK]
     if again:
         p2, earlier = [], set()
@@ -281,7 +285,8 @@ def put_rerooting(client, keys, bufs, parents):
             p = parents[i] if parents else None
             p2.append(p if p is not None and p in earlier else None)
             earlier.add(keys[i])
-        st2 = client.put_many([keys[i] for i in again], [bufs[i] for i in again], p2)
+        more = {"retain_ms": retain_ms} if retain_ms else {}
+        st2 = client.put_many([keys[i] for i in again], [bufs[i] for i in again], p2, **more)
         for j, i in enumerate(again):
             st[i] = st2[j]
     return st

@@ -11,16 +11,26 @@ Keys: vLLM's block hashes (see kvpool.vllm._keys); a kvpool block is a
 chunk of vLLM blocks of one worker, keyed by its last block's hash. No
 entry point raises into vLLM when the pool is down, slow or full: the
 scheduler answers (0, False) and failed loads are reported for recompute.
+
+Prefill-to-decode hand-off (vLLM's disaggregated flow, driven by its
+proxy's kv_transfer_params): a request with do_remote_decode is stored
+in full by the prefill instance (kv_producer), whose blocks are freed
+once the pool has acknowledged them; a request with do_remote_prefill is
+loaded asynchronously by the decode instance (kv_consumer), whose
+workers wait on the pool for its blocks (one MATCH that waits, at most
+pd_wait_ms), then report it finished receiving, with the blocks that did
+not arrive for kv_load_failure_policy to decide about.
 """
 
 import logging
 import threading
+import time
 
 from .._adapters import config as _cfg
 from .._adapters import link as _link
 from .._adapters.keys import make_namespace
 from .._adapters.link import Link, RateLimitedLog
-from . import _layout
+from . import _layout, _pd
 from ._keys import DEFAULT_LEASE_MS, _hash_algo, _import, _model_dtype, _parallel, block_key
 
 log = logging.getLogger("kvpool.vllm")
@@ -72,8 +82,16 @@ _POLICY_WARNED = []        # warn once per process about kv_load_failure_policy 
 class KVPoolConnectorMetadata(_conn_meta or object):
     """What the scheduler tells the workers each step.
 
-    loads:  [(req_id, [chunk key], [chunk])]: fill these blocks
-    stores: [(req_id, [chunk key], [chunk], parent key or None)]: store them
+    loads:  [(req_id, [chunk key], [chunk])]: fill these blocks now
+    recvs:  [(req_id, [chunk key], [chunk])]: fill these blocks in the
+            background, waiting for the chunks up to pd_wait_ms (a
+            hand-off); report the request finished receiving when done
+    stores: [(req_id, [chunk key], [chunk], parent key or None[, retain_ms])]:
+            store them (asynchronously); each entry is one store batch
+    held:   requests whose blocks vLLM keeps for their store batches:
+            report each finished sending once they are all done
+    flush:  preempted requests: wait for their store batches before the
+            step (their blocks are about to be reused)
     acked:  ranks whose layout verdict the scheduler has (they stop sending it)
     A chunk is a tuple with one list of chunk_blocks KV-manager block ids
     per KV-cache group (block 0 is vLLM's null block: nothing there).
@@ -81,25 +99,35 @@ class KVPoolConnectorMetadata(_conn_meta or object):
 
     def __init__(self):
         self.loads = []
+        self.recvs = []
         self.stores = []
+        self.held = frozenset()
+        self.flush = frozenset()
         self.acked = frozenset()
 
 
 class KVPoolWorkerMetadata(_worker_meta or object):
     """What workers tell the scheduler (build_connector_worker_meta):
-    verdicts = {rank: (served, layout tag or the reason it is refused)},
-    merged across workers by aggregate()."""
+    verdicts = {rank: (served, layout tag or the reason it is refused)};
+    done = {rank: {req_id: store batches done so far}} (counts that
+    changed). Merged across workers by aggregate()."""
 
-    def __init__(self, verdicts=None):
+    def __init__(self, verdicts=None, done=None):
         self.verdicts = dict(verdicts or {})
+        self.done = dict(done or {})
 
     def aggregate(self, other):
         merged = dict(self.verdicts)
         merged.update(getattr(other, "verdicts", None) or {})
-        return KVPoolWorkerMetadata(merged)
+        done = {r: dict(d) for r, d in self.done.items()}
+        for r, d in (getattr(other, "done", None) or {}).items():
+            mine = done.setdefault(r, {})
+            for req, n in d.items():
+                mine[req] = max(mine.get(req, 0), n)
+        return KVPoolWorkerMetadata(merged, done)
 
     def __repr__(self):
-        return "KVPoolWorkerMetadata(%r)" % self.verdicts
+        return "KVPoolWorkerMetadata(%r, done=%r)" % (self.verdicts, self.done)
 
 
 def _is_scheduler(role):
@@ -119,7 +147,7 @@ def _groups_of(ids):
 
 class _ReqState:
     __slots__ = ("request", "asked", "computed", "answer", "block_ids", "stored", "load_from",
-                 "loads")
+                 "loads", "recv", "pd_used", "pd_first", "batches", "handoff")
 
     def __init__(self, request):
         self.request = request
@@ -129,7 +157,24 @@ class _ReqState:
         self.block_ids = []      # one list per KV-cache group
         self.stored = 0          # chunks stored or loaded (need no store)
         self.load_from = 0
-        self.loads = 0
+        self.loads = 0           # chunks to load now (the next step's meta)
+        self.recv = 0            # chunks to load in the background (a hand-off)
+        self.pd_used = False     # the hand-off load was given: never offered again
+        self.pd_first = None     # when do_remote_prefill was first asked about
+        self.batches = 0         # store batches scheduled
+        params = getattr(request, "kv_transfer_params", None)
+        # a prefill instance's hand-off: every prompt chunk goes to the pool
+        self.handoff = bool(isinstance(params, dict) and params.get("do_remote_decode"))
+
+
+def _params(request):
+    p = getattr(request, "kv_transfer_params", None)
+    return p if isinstance(p, dict) else {}
+
+
+def _status_name(request):
+    st = getattr(request, "status", None)
+    return str(getattr(st, "name", st) or "")
 
 
 class KVPoolConnector(*_BASES):
@@ -140,7 +185,13 @@ class KVPoolConnector(*_BASES):
     lease_ms (5000), chunk_blocks (1: KV-manager blocks per kvpool block),
     namespace_prefix ("vllm-conn"), model, kv_dtype, hash_algo,
     stage_through_host (false; always on for KV caches in GPU memory),
-    scheduler_timeout_s (0.5: the scheduler's MATCHes block its thread).
+    scheduler_timeout_s (0.5: the scheduler's MATCHes block its thread),
+    pd_wait_ms (30000: how long a decode instance's workers wait on the
+    pool for a do_remote_prefill request's blocks), pd_max_waits (64:
+    such waits at once per worker, one connection each), pd_retain_ms
+    (0: the retention a prefill instance asks for the blocks it hands
+    off; 0 = none), staging_mb (1024: host staging rows for stores and
+    hand-off loads in flight, per worker).
     A value that cannot work raises ConfigError here, at start.
 
     Roles (kv_transfer_config.kv_role): kv_producer stores and never
@@ -155,14 +206,29 @@ class KVPoolConnector(*_BASES):
     scheduler MATCHes every rank's namespace and takes the MIN; an MLA
     model stores one copy (TP rank 0) that every rank reads.
 
-    Save and load paths (kept apart for later uses such as a
-    prefill-to-decode hand-off): the scheduler decides, in
-    build_connector_meta, which chunks each worker loads (the hits it
-    offered, into the blocks vLLM allocated) and stores (prompt chunks
-    complete after this step); the worker loads them in start_load_kv
-    (_load) and stores them in wait_for_save (_save), both synchronous.
-    A failed load is reported by get_block_ids_with_load_errors, never
-    raised.
+    Save and load paths: the scheduler decides, in build_connector_meta,
+    which chunks each worker loads (the hits it offered, into the blocks
+    vLLM allocated) and stores (prompt chunks complete after this step).
+    The worker loads hits synchronously in start_load_kv (_load). It
+    stores in wait_for_save (_save) without waiting: the batch goes to
+    a StorePipeline (kvpool.vllm._pd) on a connection of its own. The
+    scheduler learns from the workers' metadata which store batches are
+    done; request_finished holds a finished request's blocks (returns
+    True) only while one of its batches is in flight, and the workers
+    report it finished sending (get_finished) once they are. A failed
+    load is reported by get_block_ids_with_load_errors, never raised.
+
+    Hand-off (kv_transfer_params as vLLM's disaggregated proxy sets
+    them): the prefill instance stores every prompt chunk of a request
+    with do_remote_decode (local prefix hits too), and its
+    request_finished answers {"do_remote_prefill": true,
+    "do_remote_decode": false, "kvpool_tokens": N} for the decode
+    instance. There, get_num_new_matched_tokens answers a request with
+    do_remote_prefill with (its whole prompt chunks, True): an
+    asynchronous load. Each worker's Receiver waits on the pool (one
+    MATCH per request, up to pd_wait_ms, so the request may be sent to
+    both instances at once), loads the chunks present, and reports the
+    request finished receiving with the blocks that did not arrive.
 
     Layouts: every KV cache vLLM's attention backends allocate (FlashAttention,
     FlashInfer, Triton, FlexAttention, the CPU backend, MLA; NHD and HND;
@@ -201,6 +267,12 @@ class KVPoolConnector(*_BASES):
                                           DEFAULT_LEASE_MS)
         self.scheduler_timeout_s = _cfg.seconds(extra.get("scheduler_timeout_s"), who,
                                                 "scheduler_timeout_s", 0.5)
+        self.pd_wait_ms = _cfg.milliseconds(extra.get("pd_wait_ms"), who, "pd_wait_ms", 30000)
+        self.pd_max_waits = _cfg.integer(extra.get("pd_max_waits"), who, "pd_max_waits", 64,
+                                         1, 4096)
+        self.pd_retain_ms = _cfg.milliseconds(extra.get("pd_retain_ms"), who, "pd_retain_ms",
+                                              0)
+        self.staging_mb = _cfg.integer(extra.get("staging_mb"), who, "staging_mb", 1024, 1)
         self.chunk_blocks = _cfg.integer(extra.get("chunk_blocks"), who, "chunk_blocks", 1, 1)
         self.force_stage = _cfg.flag(extra.get("stage_through_host"), who,
                                      "stage_through_host", False)
@@ -243,6 +315,19 @@ class KVPoolConnector(*_BASES):
         self.stage = self.force_stage
         self._staging = None
         self._closed = False
+        # scheduler: hand-offs and store batches
+        self._done = {}                        # req_id -> {rank: store batches done}
+        self._held = set()                     # finished requests whose blocks are held
+        self._announce = set()                 # ... not told to the workers yet
+        self._warned = set()
+        # worker: the asynchronous paths (kvpool.vllm._pd)
+        self._ledger = _pd.StoreLedger()
+        self._pipeline = None
+        self._receiver = None
+        self._rows = None                      # staging rows of batches in flight
+        self._holding = set()                  # requests the scheduler holds for us
+        self._arenas = []                      # KV cache tensors registered per connection
+        self._recv_failed = []                 # hand-offs this worker cannot load
         if self.refused:
             log.warning("kvpool.vllm: %s: not served (%s): this instance stores and loads "
                         "nothing through kvpool", "scheduler" if self.scheduler else
@@ -321,20 +406,37 @@ class KVPoolConnector(*_BASES):
         want = set(range(self.tp * self.pp))
         return want.issubset(r for r, v in self._verdicts.items() if v[0])
 
+    def _once(self, topic, fmt, *args):
+        if topic not in self._warned:
+            self._warned.add(topic)
+            log.warning(fmt, *args)
+
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
-        """(tokens loadable beyond num_computed_tokens, False): whole chunks
-        every rank holds, at most the chunk-aligned len(prompt) - 1. The
-        same answer when asked again for the same request and tokens.
-        (0, False) for a producer, for a layout not served, and until
-        every worker has confirmed its layout."""
+        """(tokens loadable beyond num_computed_tokens, asynchronously?).
+
+        A request with kv_transfer_params do_remote_prefill (a hand-off
+        from a prefill instance): (every whole prompt chunk beyond
+        num_computed_tokens, True), at once and without asking the pool:
+        the workers wait for the chunks (pd_wait_ms) and load them in the
+        background; offered once per request. (None, False), "ask again",
+        while the workers have not said their layout is served, for at
+        most pd_wait_ms.
+
+        Other requests: (whole chunks every rank holds, False), at most the
+        chunk-aligned len(prompt) - 1. The same answer when asked again
+        for the same request and tokens. (0, False) for a producer, for a
+        layout not served, and until every worker has confirmed its
+        layout."""
         try:
-            if not self.loads or not self._serving():
-                return (0, False)
             req_id = request.request_id
             st = self._reqs.get(req_id)
             if st is None:
                 st = self._reqs[req_id] = _ReqState(request)
-            if st.asked == num_computed_tokens:
+            if _params(request).get("do_remote_prefill") and not st.pd_used:
+                return self._remote_prefill(request, st, num_computed_tokens)
+            if not self.loads or not self._serving():
+                return (0, False)
+            if st.asked == num_computed_tokens and not st.answer[1]:
                 return st.answer
             st.asked = num_computed_tokens
             st.answer = (0, False)
@@ -366,9 +468,62 @@ class KVPoolConnector(*_BASES):
             self.warn.warning("match", "kvpool.vllm: get_num_new_matched_tokens: %r", e)
             return (0, False)
 
+    def _remote_prefill(self, request, st, num_computed_tokens):
+        """The hand-off answer (see get_num_new_matched_tokens)."""
+        st.asked = num_computed_tokens
+        if not self.loads:
+            self._once("pd-producer", "kvpool.vllm: a request with do_remote_prefill reached a "
+                       "kv_producer instance: it is computed here (use kv_consumer or kv_both "
+                       "for decode instances)")
+            st.pd_used = True
+            st.answer = (0, False)
+            return st.answer
+        if self.refused:
+            st.pd_used = True
+            st.answer = (0, False)
+            return st.answer
+        if self.layout.groups > 1:
+            # vLLM's scheduler handles reported load errors for one KV-cache group
+            # only (local-inference-lab/vllm 28be48fa raises ValueError in
+            # _update_requests_with_invalid_blocks with more): a hand-off that
+            # times out must be able to report its blocks, so none is offered
+            self._once("pd-hma", "kvpool.vllm: hand-off loads (do_remote_prefill) are not "
+                       "offered on models with %d KV-cache groups: vLLM cannot recover "
+                       "from a failed asynchronous load with several groups; these "
+                       "requests are computed here", self.layout.groups)
+            st.pd_used = True
+            st.answer = (0, False)
+            return st.answer
+        if not self._serving():
+            now = time.monotonic()
+            if st.pd_first is None:
+                st.pd_first = now
+            if now - st.pd_first < self.pd_wait_ms / 1000.0 and \
+                    not any(not v[0] for v in self._verdicts.values()):
+                return (None, False)       # ask again once the workers have answered
+            st.pd_used = True
+            st.answer = (0, False)
+            return st.answer
+        st.answer = (0, False)
+        if num_computed_tokens % self.chunk_tokens:
+            return st.answer
+        prompt = len(getattr(request, "prompt_token_ids", None) or []) or \
+            int(getattr(request, "num_prompt_tokens", 0))
+        total = int(getattr(request, "num_tokens", prompt) or prompt)
+        limit = min(prompt, total) // self.chunk_tokens
+        handed = _params(request).get("kvpool_tokens")
+        if isinstance(handed, int) and not isinstance(handed, bool) and handed >= 0:
+            limit = min(limit, handed // self.chunk_tokens)
+        start = num_computed_tokens // self.chunk_tokens
+        n = len(self._chunk_keys(request)[start:limit])
+        if n > 0:
+            st.answer = (n * self.chunk_tokens, True)
+            st.load_from = start
+        return st.answer
+
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         """Remember the request's blocks; the loads follow in the next
-        build_connector_meta."""
+        build_connector_meta (an asynchronous answer: a hand-off load)."""
         try:
             st = self._reqs.get(request.request_id)
             if st is None:
@@ -376,7 +531,12 @@ class KVPoolConnector(*_BASES):
             ids = blocks.get_block_ids() if blocks is not None else None
             if ids:
                 st.block_ids = _groups_of(ids)
-            st.loads = (num_external_tokens or 0) // self.chunk_tokens
+            n = (num_external_tokens or 0) // self.chunk_tokens
+            if st.answer[1] and not st.pd_used:
+                st.pd_used = True              # one hand-off load per request
+                st.recv, st.loads = n, 0
+            else:
+                st.loads = n
             st.computed = (st.asked or 0) + (num_external_tokens or 0)
         except Exception as e:
             self.warn.warning("alloc", "kvpool.vllm: update_state_after_alloc: %r", e)
@@ -385,17 +545,31 @@ class KVPoolConnector(*_BASES):
         n = self.chunk_blocks
         return tuple(g[c * n:(c + 1) * n] for g in st.block_ids)
 
+    def _confirmed(self, req_id, batches):
+        """Every rank has reported `batches` store batches of req_id done."""
+        done = self._done.get(req_id) or {}
+        return all(done.get(r, 0) >= batches for r in range(self.tp * self.pp))
+
     def build_connector_meta(self, scheduler_output):
-        """This step's loads (requests given external tokens) and stores
-        (prompt chunks complete after this step, not loaded, not stored;
-        none for a consumer or a layout not served)."""
+        """This step's loads (requests given external tokens; hand-off loads
+        go to recvs) and stores (prompt chunks complete after this step,
+        not loaded, not stored; none for a consumer or a layout not
+        served), the requests held for their stores (held) and the
+        preempted requests whose stores must end first (flush)."""
         meta = KVPoolConnectorMetadata()
         try:
             meta.acked = frozenset(self._verdicts)
+            meta.held, self._announce = frozenset(self._announce), set()
             n = self.chunk_blocks
             sched = getattr(scheduler_output, "num_scheduled_tokens", None) or {}
             for req_id in getattr(scheduler_output, "finished_req_ids", None) or ():
                 self._reqs.pop(req_id, None)
+            flush = set()
+            for req_id in getattr(scheduler_output, "preempted_req_ids", None) or ():
+                st = self._reqs.get(req_id)
+                if st is not None and st.batches and not self._confirmed(req_id, st.batches):
+                    flush.add(req_id)
+            meta.flush = frozenset(flush)
             for new in getattr(scheduler_output, "scheduled_new_reqs", None) or []:
                 st = self._reqs.get(new.req_id)
                 if st is None:
@@ -423,18 +597,27 @@ class KVPoolConnector(*_BASES):
                 return meta
             for req_id, st in self._reqs.items():
                 keys = self._chunk_keys(st.request)
-                if st.loads:
+                for what in ("loads", "recv"):
+                    count = getattr(st, what)
+                    if not count:
+                        continue
                     lo = st.load_from
-                    chunks = range(lo, lo + st.loads)
+                    chunks = range(lo, lo + count)
                     have = min((len(g) for g in st.block_ids), default=0) // n
-                    if lo + st.loads <= have and lo + st.loads <= len(keys):
-                        meta.loads.append((req_id, [keys[c] for c in chunks],
-                                           [self._chunk(st, c) for c in chunks]))
+                    if lo + count <= have and lo + count <= len(keys):
+                        (meta.loads if what == "loads" else meta.recvs).append(
+                            (req_id, [keys[c] for c in chunks],
+                             [self._chunk(st, c) for c in chunks]))
                     else:
                         self.warn.warning("meta", "kvpool.vllm: request %s: %d chunks to "
-                                          "load but blocks for %d", req_id, lo + st.loads, have)
-                    st.stored = max(st.stored, lo + st.loads)
-                    st.loads = 0
+                                          "load but blocks for %d", req_id, lo + count, have)
+                        if what == "recv":
+                            # vLLM waits for this request's load: the workers must
+                            # report it, with its blocks failed (no keys)
+                            meta.recvs.append((req_id, [], [self._chunk(st, c) for c in
+                                                            range(lo, min(lo + count, have))]))
+                    st.stored = max(st.stored, lo + count)
+                    setattr(st, what, 0)
                 if req_id not in sched:
                     continue
                 done_tokens = st.computed + int(sched[req_id])
@@ -442,12 +625,15 @@ class KVPoolConnector(*_BASES):
                 upto = min(done_tokens, prompt) // self.chunk_tokens
                 have = min((len(g) for g in st.block_ids), default=0) // n
                 upto = min(upto, len(keys), have)
-                first = max(st.stored, st.computed // self.chunk_tokens)
+                # a hand-off stores the local prefix hits too: the decode side needs them all
+                first = st.stored if st.handoff else max(st.stored, st.computed // self.chunk_tokens)
                 if self.stores and upto > first:
                     chunks = range(first, upto)
                     meta.stores.append((req_id, [keys[c] for c in chunks],
                                         [self._chunk(st, c) for c in chunks],
-                                        keys[first - 1] if first > 0 else None))
+                                        keys[first - 1] if first > 0 else None,
+                                        self.pd_retain_ms if st.handoff else 0))
+                    st.batches += 1
                 st.stored = max(st.stored, upto)
                 st.computed = done_tokens
         except Exception as e:
@@ -455,18 +641,61 @@ class KVPoolConnector(*_BASES):
         return meta
 
     def request_finished(self, request, block_ids=None):
-        """(False, None): stores are done in wait_for_save, so no block is held."""
-        self._reqs.pop(getattr(request, "request_id", None), None)
-        return False, None
+        """(hold, kv_transfer_params). hold is True while a store batch of
+        the request is in flight on some worker: vLLM then keeps its blocks
+        until every worker reports it finished sending (get_finished);
+        otherwise they are freed at once. A request with do_remote_decode
+        that finished normally gets the params the decode instance needs
+        ({"do_remote_prefill": true, "do_remote_decode": false,
+        "kvpool_tokens": prompt tokens handed to the pool}). Never waits."""
+        try:
+            req_id = getattr(request, "request_id", None)
+            st = self._reqs.pop(req_id, None)
+            hold = bool(st is not None and st.batches and not self._confirmed(req_id,
+                                                                            st.batches))
+            if hold:
+                self._held.add(req_id)
+                self._announce.add(req_id)
+            else:
+                self._done.pop(req_id, None)
+            params = None
+            if _params(request).get("do_remote_decode"):
+                status = _status_name(request)
+                if not self.stores:
+                    self._once("pd-consumer", "kvpool.vllm: a request with do_remote_decode "
+                               "reached an instance that does not store (kv_role %s): the "
+                               "decode instance will compute it", self.role_name)
+                elif "ABORT" not in status and "ERROR" not in status:
+                    # a worker that refused its layout stored nothing (the verdicts
+                    # of an instance's first step may still be on their way)
+                    refused = any(not v[0] for v in self._verdicts.values())
+                    handed = st.stored * self.chunk_tokens \
+                        if st is not None and not refused else 0
+                    params = {"do_remote_prefill": True, "do_remote_decode": False,
+                              "kvpool_tokens": handed}
+            return hold, params
+        except Exception as e:
+            self.warn.warning("finished", "kvpool.vllm: request_finished: %r", e)
+            return False, None
 
     def request_finished_all_groups(self, request, block_ids=None):
         """SupportsHMA: the same as request_finished, for every KV-cache group."""
         return self.request_finished(request, block_ids)
 
     def update_connector_output(self, connector_output):
-        """Take the workers' layout verdicts (KVPoolWorkerMetadata)."""
+        """Take the workers' layout verdicts and store-batch counts
+        (KVPoolWorkerMetadata), and forget the held requests vLLM has freed
+        (finished_sending)."""
         try:
+            for req_id in getattr(connector_output, "finished_sending", None) or ():
+                self._held.discard(req_id)
+                self._done.pop(req_id, None)
             wm = getattr(connector_output, "kv_connector_worker_meta", None)
+            for rank, per in (getattr(wm, "done", None) or {}).items():
+                for req_id, count in per.items():
+                    if req_id in self._reqs or req_id in self._held:
+                        d = self._done.setdefault(req_id, {})
+                        d[rank] = max(d.get(rank, 0), count)
             verdicts = getattr(wm, "verdicts", None)
             if not verdicts:
                 return None
@@ -539,12 +768,18 @@ class KVPoolConnector(*_BASES):
             self.stage = self.force_stage or any(x.device_type != "cpu" or not x.dense
                                                  for x in layers)
             if not self.stage:
-                link = self._link(self._own_rank())
                 seen = set()
                 for layer in layers:
                     if layer.base not in seen:
                         seen.add(layer.base)
-                        link.register(layer.tensor)
+                        self._arenas.append(layer.tensor)
+                link = self._link(self._own_rank())
+                for t in self._arenas:
+                    link.register(t)
+            self._rows = _pd.StagingRows(self._chunk_bytes(), self.staging_mb << 20)
+            if self.stores and not (self.is_mla and self.rank % max(self.tp, 1) != 0):
+                self._pipeline = _pd.StorePipeline(self._pd_link("store"), self._ledger,
+                                                   self.warn)
             self._verdict = (True, self.layout.tag)
             log.info("kvpool.vllm: worker %d serves %d layers as %s (%s)", self.rank,
                      len(layers), self.layout.tag, "staged" if self.stage else "zero copy")
@@ -556,15 +791,35 @@ class KVPoolConnector(*_BASES):
                         "fails)", self.rank, e)
 
     def build_connector_worker_meta(self):
-        """This worker's layout verdict, until the scheduler has it."""
-        if self._verdict is None or self._acked:
+        """This worker's layout verdict, until the scheduler has it, and its
+        store batches done since the last call."""
+        verdicts = {} if self._verdict is None or self._acked else {self.rank: self._verdict}
+        done = self._ledger.report()
+        if not verdicts and not done:
             return None
-        return KVPoolWorkerMetadata({self.rank: self._verdict})
+        return KVPoolWorkerMetadata(verdicts, {self.rank: done} if done else None)
 
     def bind_connector_metadata(self, connector_metadata):
         super().bind_connector_metadata(connector_metadata)
         if self.rank in (getattr(connector_metadata, "acked", None) or ()):
             self._acked = True
+        self._holding.update(getattr(connector_metadata, "held", None) or ())
+
+    def _pd_link(self, what="hand-off"):
+        """A connection of its own to this worker's namespace (the store
+        pipeline's, with the KV cache arenas registered, or one hand-off
+        wait's: up to pd_max_waits of those, so they register nothing and
+        an RDMA transfer into host KV caches goes through the connection's
+        staging buffer). Answers misses while the pool is down; never
+        raises."""
+        ns = self.namespace_for_rank(self._own_rank())
+        link = Link(self.url, ns, token=self.token, timeout_s=self.timeout_s,
+                    name="vllm connector %s %s" % (what, ns), warn=self.warn,
+                    lease_ms=self.lease_ms, strict=False)
+        if what == "store":
+            for t in self._arenas:
+                link.register(t)
+        return link
 
     # the bytes of a chunk, in canonical order
 
@@ -618,6 +873,33 @@ class KVPoolConnector(*_BASES):
                     row += 1
         return out, staged, size
 
+    def _async_buffers(self, chunks):
+        """_buffers for a batch that outlives the call (a store in flight,
+        a hand-off load): staging rows of its own, from the worker's
+        StagingRows. (bufs, staged flags, rows taken) or (None, None, None)
+        when the staging limit (staging_mb) is reached."""
+        out, staged = [], []
+        for chunk in chunks:
+            segs = self._segments(chunk)
+            if not self.stage and all(b is not None for _, _, b in segs):
+                spans = [sp for layer, kv, b in segs for sp in layer.spans(b, kv)]
+                out.append(_layout.pieces(spans))
+                staged.append(False)
+            else:
+                out.append(None)
+                staged.append(True)
+        rows = []
+        need = sum(staged)
+        if need:
+            rows = self._rows.take(need) if self._rows is not None else None
+            if rows is None:
+                self.warn.warning("staging", "kvpool.vllm: %d MiB of staging rows in use "
+                                  "(staging_mb): %d chunks skipped", self.staging_mb, need)
+                return None, None, None
+            it = iter(rows)
+            out = [next(it) if s else b for b, s in zip(out, staged)]
+        return out, staged, rows
+
     def _stage(self, row, chunk):
         """Copy a chunk's KV (any layout, any device) into its staging row."""
         off = 0
@@ -642,15 +924,42 @@ class KVPoolConnector(*_BASES):
     def _block_ids(chunk):
         return [b for g in chunk for b in g if b]
 
+    def _blocks_of(self, chunks):
+        """The block ids of chunks (null blocks left out), as a set."""
+        return {b for chunk in chunks for b in self._block_ids(chunk)}
+
+    def handle_preemptions(self, kv_connector_metadata=None):
+        """Before the step: wait for the store batches of the requests just
+        preempted (meta.flush), whose blocks this step may reuse; bounded
+        by 2 x timeout_s."""
+        try:
+            flush = getattr(kv_connector_metadata, "flush", None)
+            if flush and not self._ledger.wait(flush, 2 * self.timeout_s):
+                self.warn.warning("flush", "kvpool.vllm: stores of preempted requests still "
+                                  "in flight after %.1f s", 2 * self.timeout_s)
+        except Exception as e:
+            self.warn.warning("flush", "kvpool.vllm: handle_preemptions: %r", e)
+
     def start_load_kv(self, forward_context=None, **kwargs):
-        """Load this step's chunks into their blocks (before the forward
-        pass). A chunk that does not arrive whole is a load error."""
+        """Load this step's hits into their blocks (before the forward
+        pass; a chunk that does not arrive whole is a load error), and hand
+        this step's hand-off loads (recvs) to the Receiver, which loads
+        them in the background."""
         try:
             meta = self._get_connector_metadata()
         except Exception:
             return
+        if not meta:
+            return
+        if getattr(meta, "flush", None):
+            self.handle_preemptions(meta)      # vLLM releases without that hook
         try:
-            if not meta or not getattr(meta, "loads", None):
+            for req_id, keys, chunks in getattr(meta, "recvs", None) or ():
+                self._recv(req_id, keys, chunks)
+        except Exception as e:
+            self.warn.warning("recv", "kvpool.vllm: start_load_kv (hand-off): %r", e)
+        try:
+            if not getattr(meta, "loads", None):
                 return
             for req_id, keys, chunks in meta.loads:
                 self._load(keys, chunks)
@@ -659,6 +968,67 @@ class KVPoolConnector(*_BASES):
             for _, _, chunks in getattr(meta, "loads", None) or ():
                 for chunk in chunks:
                     self._load_errors.update(self._block_ids(chunk))
+
+    def _recv(self, req_id, keys, chunks):
+        """Start a hand-off load; a worker that cannot load reports the
+        request at once, every block failed."""
+        if self._layers is None or not self.loads or self._closed or \
+                not keys or len(keys) != len(chunks):
+            with self._links_lock:
+                self._recv_failed.append((req_id, self._blocks_of(chunks)))
+            return
+        if self._receiver is None:
+            self._receiver = _pd.Receiver(self, self.pd_wait_ms, self.pd_max_waits)
+        self._receiver.submit(req_id, keys, chunks)
+
+    def _receive(self, link, keys, chunks):
+        """GET chunks into their blocks on `link` (a hand-off's connection,
+        whose MATCH leased them); the indices of the chunks loaded whole."""
+        bufs, staged, rows = self._async_buffers(chunks)
+        if bufs is None:
+            return set()
+        try:
+            size = self._chunk_bytes()
+            st = _link.statuses_or(link.call("hand-off load",
+                                             lambda c: c.get_into_many(keys, bufs), None),
+                                   len(keys))
+            ok = {i for i in range(len(chunks)) if st[i] == size}
+            if any(staged[i] for i in ok):
+                with self._side_stream() as sync:
+                    for i in sorted(ok):
+                        if staged[i]:
+                            self._unstage(bufs[i], chunks[i])
+                    sync()
+            return ok
+        finally:
+            self._rows.give(rows)
+
+    def _side_stream(self):
+        """A context for copies made off the engine's thread: on KV caches in
+        GPU memory, a CUDA stream of the calling thread (yields its
+        synchronize); elsewhere nothing (yields a no-op)."""
+        import contextlib
+        dev = self._layers[0].tensor.device if self._layers else None
+
+        @contextlib.contextmanager
+        def ctx():
+            if dev is None or dev.type != "cuda":
+                yield lambda: None
+                return
+            import torch
+            local = self._thread_local()
+            s = getattr(local, "stream", None)
+            if s is None:
+                s = local.stream = torch.cuda.Stream(device=dev)
+            with torch.cuda.stream(s):
+                yield s.synchronize
+        return ctx()
+
+    def _thread_local(self):
+        tl = getattr(self, "_tls", None)
+        if tl is None:
+            tl = self._tls = threading.local()
+        return tl
 
     def _load(self, keys, chunks):
         """The load path: get each chunk into its blocks; failures are
@@ -690,26 +1060,33 @@ class KVPoolConnector(*_BASES):
         return None
 
     def wait_for_save(self):
-        """Store this step's complete chunks (after the forward pass); the
-        keys the pool already holds are skipped. MLA: only TP rank 0 writes;
-        a consumer never writes."""
+        """Hand this step's complete chunks to the store pipeline (after the
+        forward pass) and return: staged chunks are copied into staging
+        rows here, the PUTs run on the pipeline's connection. Every store
+        batch counts as done on this worker once acknowledged, failed, or
+        skipped (MLA: only TP rank 0 writes; a consumer never writes; a
+        layout not served writes nothing)."""
         try:
             meta = self._get_connector_metadata()
         except Exception:
             return
-        try:
-            if not meta or not getattr(meta, "stores", None) or self._layers is None:
-                return
-            if not self.stores or (self.is_mla and self.rank % max(self.tp, 1) != 0):
-                return
-            for req_id, keys, chunks, parent in meta.stores:
-                self._save(keys, chunks, parent)
-        except Exception as e:
-            self.warn.warning("save", "kvpool.vllm: wait_for_save: %r", e)
+        for entry in (getattr(meta, "stores", None) or ()) if meta else ():
+            req_id = entry[0]
+            try:
+                started = False
+                if self._pipeline is not None and self._layers is not None and \
+                        not self._closed:
+                    started = self._save(req_id, entry[1], entry[2], entry[3],
+                                         entry[4] if len(entry) > 4 else 0)
+            except Exception as e:
+                self.warn.warning("save", "kvpool.vllm: wait_for_save: %r", e)
+            if not started:
+                self._ledger.end(req_id, began=False)
 
-    def _save(self, keys, chunks, parent):
-        """The save path: put the chunks the pool lacks, chained from
-        `parent` (the request's previous chunk)."""
+    def _save(self, req_id, keys, chunks, parent, retain_ms=0):
+        """The save path: stage the chunks (when they go through staging) and
+        submit them to the pipeline, chained from `parent` (the request's
+        previous chunk); True if submitted."""
         # a chunk with a null block (out of a sliding window) cannot be stored
         # whole, nor can any after it (they would never be matched)
         for i, chunk in enumerate(chunks):
@@ -717,27 +1094,53 @@ class KVPoolConnector(*_BASES):
                 keys, chunks = keys[:i], chunks[:i]
                 break
         if not keys:
-            return
-        link = self._link(self._own_rank())
-        have = link.call("exists", lambda c: c.exists_many(keys), None)
-        if have is None:
-            return
-        need = [i for i, h in enumerate(have) if not h]
-        if not need:
-            return
-        ks = [keys[i] for i in need]
-        bufs, staged, _ = self._buffers([chunks[i] for i in need])
-        for j, i in enumerate(need):
-            if staged[j]:
-                self._stage(bufs[j], chunks[i])
-        parents = [keys[i - 1] if i > 0 else parent for i in need]
-        st = link.call("save", lambda c: _link.put_rerooting(c, ks, bufs, parents), None)
-        if st is not None and any(st):
-            self.warn.warning("save", "kvpool.vllm: %d of %d chunks not stored (first status "
-                              "%d)", sum(1 for s in st if s), len(st), next(s for s in st if s))
+            return False
+        bufs, staged, rows = self._async_buffers(chunks)
+        if bufs is None:
+            return False
+        try:
+            for i, chunk in enumerate(chunks):
+                if staged[i]:
+                    self._stage(bufs[i], chunk)
+        except Exception:
+            self._rows.give(rows)
+            raise
+        self._pipeline.submit(req_id, keys, bufs, parent, rows, self._rows, retain_ms)
+        return True
+
+    def flush_stores(self, timeout_s=30.0):
+        """Wait until every store batch handed to this worker's pipeline is
+        done (acknowledged or failed); True if so within timeout_s. For
+        tools and tests: vLLM never calls it (it learns from get_finished)."""
+        return self._ledger.wait(None, timeout_s)
 
     def get_finished(self, finished_req_ids=None):
-        return None, None
+        """(finished sending, finished receiving): the held requests (meta.held)
+        whose store batches are all done on this worker, and the hand-off
+        loads done since the last call (their failed blocks go to
+        get_block_ids_with_load_errors in the same pass). None for none."""
+        try:
+            sending = {r for r in self._holding if not self._ledger.busy(r)}
+            self._holding -= sending
+            for r in set(finished_req_ids or ()) | sending:
+                if r not in self._holding:
+                    self._ledger.forget(r)
+            recving, failed = self._receiver.take() if self._receiver is not None \
+                else ([], set())
+            with self._links_lock:
+                early, self._recv_failed = self._recv_failed, []
+            for r, blocks in early:
+                recving.append(r)
+                failed |= blocks
+            self._load_errors.update(failed)
+            if failed and self.failure_policy == "fail":
+                self.warn.warning("loadfail", "kvpool.vllm: a hand-off left %d blocks "
+                                  "missing; with kv_load_failure_policy \"fail\" their "
+                                  "requests fail", len(failed))
+            return (sending or None), (set(recving) or None)
+        except Exception as e:
+            self.warn.warning("finished", "kvpool.vllm: get_finished: %r", e)
+            return None, None
 
     def get_block_ids_with_load_errors(self):
         """The blocks whose load failed since the last call (then cleared)."""
@@ -745,10 +1148,19 @@ class KVPoolConnector(*_BASES):
         return out
 
     def shutdown(self):
-        """Close every connection. Idempotent."""
+        """Wait up to 2 x timeout_s for the stores in flight, stop the
+        hand-off loads (a waiting one ends by its deadline), close every
+        connection. Idempotent."""
         with self._links_lock:
             self._closed = True
             links, self._links = list(self._links.values()), {}
+            pipeline, self._pipeline = self._pipeline, None
+            receiver = self._receiver
+        if receiver is not None:
+            receiver.close()
+        if pipeline is not None:
+            pipeline.close(2 * self.timeout_s)
+            pipeline.link.close()
         for link in links:
             link.close()
 
