@@ -477,7 +477,14 @@ char *srv_etcd_json(struct srv_etcd *e)
 	json_object_object_add(o, "reregistrations",
 			       json_object_new_int64((int64_t)e->reregistrations));
 	json_object_object_add(o, "failures", json_object_new_int64((int64_t)e->failures));
-	json_object_object_add(o, "lease", json_object_new_int64(e->lease_shown));
+	{
+		char lease[24] = "";
+
+		/* hex, as etcdctl shows it; a string, so no summing tool adds ids */
+		if (e->lease_shown)
+			snprintf(lease, sizeof(lease), "%" PRIx64, (uint64_t)e->lease_shown);
+		json_object_object_add(o, "lease", json_object_new_string(lease));
+	}
 	json_object_object_add(o, "endpoint", json_object_new_string(e->current));
 	json_object_object_add(o, "failovers", json_object_new_int64((int64_t)e->failovers));
 	pthread_mutex_unlock(&e->lock);

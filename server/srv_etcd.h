@@ -60,8 +60,8 @@ void srv_etcd_free(struct srv_etcd *e);
  * the caller frees it): {"url","key","registered" (the record is in etcd
  * under this process's lease, as last checked),"state","last_error",
  * "registrations","reregistrations" (records found deleted or replaced
- * while the lease lived),"failures","lease" (its id, 0 when not
- * registered),"endpoint" (the etcd member in use),"failovers"}. NULL when
+ * while the lease lived),"failures","lease" (its id in hex as etcdctl
+ * shows it, "" when not registered),"endpoint" (the etcd member in use),"failovers"}. NULL when
  * e is NULL or out of memory. Any thread. */
 char *srv_etcd_json(struct srv_etcd *e);
 
