@@ -465,9 +465,11 @@ def test_pool_down_and_failed_loads(fresh_server, prefix):
     # the instance that saw the pool die hits again, with no restart of its own
     import time
     deadline = time.monotonic() + 20
+    # the scheduler's and each worker's connections reconnect on their own back-offs
     while time.monotonic() < deadline:
         if b.scheduler.get_num_new_matched_tokens(Request("r2b%f" % time.monotonic(), tokens,
-                                                          hashes), 0)[0] == 48:
+                                                          hashes), 0)[0] == 48 and \
+                all(link.up for w in b.workers for link in list(w._links.values())):
             break
         time.sleep(0.2)
     ext, errors = step(b.scheduler, b.workers, Request("r2c", tokens, hashes),
