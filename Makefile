@@ -7,8 +7,9 @@
 #   make test-san   the same tests built with AddressSanitizer + UBSan (build-san/)
 #   make RDMA=0 BUILD=build-nordma test   the tests with the RDMA stub (TCP only, no rdma-core)
 #   make test-valgrind  integration tests with kvpoold under valgrind (leaks fail)
-#   make test-tsan  the asynchronous API's tests (threads submitting and polling one
-#                   handle) with libkvpool built under ThreadSanitizer (build-tsan/);
+#   make test-tsan  the asynchronous API's tests (threads submitting, polling and making
+#                   blocking calls on one handle, one node and a cluster) with libkvpool
+#                   built under ThreadSanitizer (build-tsan/);
 #                   make test runs it too
 #   make fuzz       build the libFuzzer targets with clang, run each FUZZ_SECONDS (60)
 #   make soak       the churn soak for SOAK_SECONDS (600); make test runs it for 30 s
@@ -117,7 +118,7 @@ CONF_SRC   := $(wildcard config/*.c)
 # itself with it, libkvpool reads and watches the membership with it.
 ETCD_SRC   := $(wildcard etcd/*.c)
 SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c)) $(ETCD_SRC) $(RDMA_SRC)
-CLIENT_SRC := $(wildcard client/lib/*.c) $(ETCD_SRC) $(RDMA_SRC)
+CLIENT_SRC := $(wildcard client/lib/*.c client/lib/*/*.c) $(ETCD_SRC) $(RDMA_SRC)
 CLI_SRC    := $(wildcard client/cli/*.c)
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 INTEG_SRC  := $(wildcard tests/integration/test_*.c)
@@ -212,7 +213,7 @@ UNIT_LIBS_auth   := $(LIBS_SERVER)
 UNIT_DEPS_memlimit := $(UNIT_DEPS_server)
 UNIT_LIBS_memlimit := $(LIBS_SERVER)
 # kvpoold's pure parts, one test program per subject (test_srv_<subject>.c).
-UNIT_SRV_PURE := srv_log srv_conn srv_stats srv_limits srv_out srv_etcd
+UNIT_SRV_PURE := srv_log srv_conn srv_stats srv_fdlimit srv_out srv_etcd
 $(foreach t,$(UNIT_SRV_PURE),$(eval UNIT_DEPS_$(t) := $(UNIT_DEPS_server))$(eval UNIT_LIBS_$(t) := $(LIBS_SERVER)))
 UNIT_DEPS_admin  := $(UNIT_DEPS_server)
 UNIT_DEPS_events := $(BUILD)/libserver.a $(STORETEST_LIBS) $(BUILD)/libconf.a $(BUILD)/libproto.a
@@ -387,16 +388,20 @@ test-valgrind: deps
 test-san: deps
 	@$(MAKE) --no-print-directory SAN=1 test
 
-# ThreadSanitizer over libkvpool's asynchronous core: tests/integration/
-# test_async.c (its test_threads has three threads submitting while a fourth
-# polls one handle) built with -fsanitize=thread against an uninstrumented
-# kvpoold; a reported race fails it (exit code 66).
+# ThreadSanitizer over libkvpool's request engine and cluster backend:
+# tests/integration/test_async.c (its test_threads has three threads
+# submitting, a fourth polling and two more making blocking calls on one
+# handle) and test_cluster_async.c (node threads; sync and async calls from
+# several threads on one cluster handle), built with -fsanitize=thread
+# against an uninstrumented kvpoold; a reported race fails it (exit code 66).
 TSAN_BUILD ?= $(BUILD)-tsan
+TSAN_TESTS := integ_async integ_cluster_async
 test-tsan: deps
 	@$(MAKE) --no-print-directory $(KVPOOLD)
-	@$(MAKE) --no-print-directory SAN=tsan BUILD=$(TSAN_BUILD) $(TSAN_BUILD)/tests/integ_async
-	@KVPOOLD=$(CURDIR)/$(KVPOOLD) TSAN_OPTIONS="halt_on_error=1 exitcode=66 $(TSAN_OPTIONS)" \
-	  $(TSAN_BUILD)/tests/integ_async
+	@$(MAKE) --no-print-directory SAN=tsan BUILD=$(TSAN_BUILD) $(patsubst %,$(TSAN_BUILD)/tests/%,$(TSAN_TESTS))
+	@for t in $(TSAN_TESTS); do \
+	  KVPOOLD=$(CURDIR)/$(KVPOOLD) TSAN_OPTIONS="halt_on_error=1 exitcode=66 $(TSAN_OPTIONS)" \
+	    $(TSAN_BUILD)/tests/$$t || exit 1; done
 
 # The NVMe tier benchmark binary (tests/bench/nvme_tier.sh runs it; not in make test).
 NVME_BENCH := $(BUILD)/tests/nvme_bench

@@ -16,10 +16,12 @@
  *  4. Sizes are in bytes, times in milliseconds, unless a name says so.
  *  5. Pointers passed in are borrowed for the duration of the call only,
  *     unless a function says otherwise.
- *  6. Threads: a client handle may be used by one thread at a time (use one
- *     handle per thread, or serialise). Different handles are independent.
- *     kvpool_block_hashes and kvpool_strerror may be called from any thread.
- *     The asynchronous calls are the exception: see "Asynchronous API".
+ *  6. Threads: every call may be made from several threads at once on one
+ *     handle (each takes the handle's lock; a call that waits for the
+ *     server releases it meanwhile), except kvpool_close, which must not
+ *     overlap any other call on the handle. Different handles are
+ *     independent. kvpool_block_hashes and kvpool_strerror may be called
+ *     from any thread. See "Asynchronous API", Threads.
  *  7. Every call that talks to the server blocks until its reply arrives or
  *     its timeout (kvpool_set_timeout) expires; the timeout bounds the whole
  *     call, including a reconnect and every frame of a split batch. After
@@ -41,9 +43,6 @@
  *   -ENOMEM        allocation failed
  *   -EAGAIN        the server turned the connection away as busy (e.g. at
  *                  its connection limit) on every try (see Backpressure)
- *   -EBUSY         kvpool_stats, kvpool_ping, kvpool_drop_namespace only:
- *                  asynchronous requests are in flight on the handle (poll
- *                  them first; see "Asynchronous API")
  *
  * Wire status -> errno (per block, and for whole requests):
  *   OK, EXISTS -> 0; NOT_FOUND -> -ENOENT; NO_PARENT -> -ENOLINK;
@@ -139,16 +138,19 @@ struct kvpool_limits {
  * works on the whole pool, chains cut into segments placed by rendezvous
  * hashing (see "several nodes" below). Node names are "host:port" for a
  * list and the record's name for etcd. A cluster handle runs one thread
- * per node (the per-node parts of a call run in parallel on them) and,
+ * per node, which drives that node's connection (the per-node parts of a
+ * call run in parallel on them: sending, receiving and checksums) and,
  * for etcd, one thread that watches the membership; they end in
  * kvpool_close (which may then take up to a second: the watch notices
- * its stop on libcurl's next progress call). The asynchronous calls
- * (kvpool_submit_*, kvpool_poll, kvpool_event_fd, kvpool_cancel,
- * kvpool_set_max_inflight) answer -EOPNOTSUPP on a cluster handle: its
- * synchronous calls already ask the nodes in parallel. A node that
- * cannot be reached is not an error: its share of a call is a miss (GET, EXISTS, DELETE: -ENOENT; MATCH: the chain
- * stops there), its share of a PUT is dropped (status 0), and it is
- * tried again a second later. Errors: for a list, the first node's error
+ * its stop on libcurl's next progress call). Every call of this header
+ * works on a cluster handle, the asynchronous ones included;
+ * kvpool_register reaches every node's connection. A node that cannot be
+ * reached is not an error: its share of a call is a miss (GET, EXISTS,
+ * DELETE: -ENOENT; MATCH: the chain stops there), its share of a PUT is
+ * dropped (status 0), and it is tried again a second later. Any other
+ * error of a node's share (e.g. -EACCES: it refused HELLO for the
+ * namespace) is the status of every block of that share, as on one
+ * node. Errors: for a list, the first node's error
  * when none answers; for etcd, -ECONNREFUSED / -ETIMEDOUT / -EPROTO when
  * etcd cannot be read at connect (once connected, an unreachable etcd
  * keeps the last membership and says so in kvpool_stats' "cluster"
@@ -423,7 +425,11 @@ void kvpool_free(void *p);
  *   registered with this handle, e.g. the same buffer twice),
  *   -ENOMEM (the region table could not grow), and on RDMA the
  *   registration's -ENOMEM / -EPERM (RLIMIT_MEMLOCK too small); the
- *   region is then not recorded. */
+ *   region is then not recorded.
+ * A cluster handle records the region and passes it to every node's
+ * connection, in order with the requests that follow (nodes that join
+ * later get it too); a node whose RDMA registration fails moves those
+ * buffers through its staging buffer instead (no error is returned). */
 int kvpool_register(struct kvpool_client *c, const void *buf, size_t len);
 
 /* Forget the region registered at `buf` (the exact start address given to
@@ -454,26 +460,31 @@ int kvpool_unregister(struct kvpool_client *c, const void *buf);
  * their xxh3-64 checksum matched the server's; a block whose bytes did
  * not arrive whole is never 0.
  *
- * Inside. Requests are pipelined on the handle's one TCP connection, each
- * frame with its own request id, which its reply must echo (the server
- * answers in request order; a reply out of that order is a broken stream,
+ * Inside. Every call, synchronous or not, is a request of the handle's
+ * one request engine: a synchronous call is its twin submitted and waited
+ * for. Requests are pipelined on the handle's one connection, each frame
+ * with its own request id, which its reply must echo (the server answers
+ * in request order; a reply out of that order is a broken stream,
  * -EPROTO). Completions come in whatever order requests finish: a request
  * that waits for a BUSY retry, or has more frames, finishes after later
- * ones. Batches are split
- * into frames as in the synchronous calls; blocks answered BUSY are tried
- * again with the backoff of "Backpressure", the wait being spent in
- * kvpool_poll rather than sleeping; MATCH leases (lease_ms) work as in
- * kvpool_match. The library starts no thread: all I/O happens inside
- * kvpool_submit_* (sending what the socket takes at once, reading what
- * has arrived) and kvpool_poll (which waits for the socket). A caller that
- * does not poll makes no progress beyond what its submits do.
+ * ones. Batches are split into frames within the server's limits; blocks
+ * answered BUSY are tried again with the backoff of "Backpressure", the
+ * wait being spent in kvpool_poll rather than sleeping; MATCH leases
+ * (lease_ms) work as in kvpool_match. A one-node handle starts no thread:
+ * all I/O happens inside kvpool_submit_* (sending what the connection
+ * takes at once, reading what has arrived) and kvpool_poll (which waits
+ * for the connection). A caller that does not poll makes no progress
+ * beyond what its submits do. On a cluster handle the node threads make
+ * the progress, and completions of different nodes come in any order.
  *
  * RDMA. On an RDMA connection (rdma://, or auto:// after moving) the
- * asynchronous calls work but are not asynchronous: a submit runs the
- * request to the end like its synchronous twin (it blocks up to the
- * timeout), queues its completion and makes the event fd readable. Nothing
- * is in flight after a submit returns, so kvpool_cancel always answers
- * -ENOENT there. Use auto:// with care when you rely on overlap.
+ * asynchronous calls are as asynchronous as on TCP: a submit returns with
+ * its request in flight (up to 4 requests pipelined; one that needs the
+ * staging buffer has it to itself). kvpool_cancel cannot stop a request
+ * whose buffers were described to the server as they are (one iovec
+ * inside a registered region) once it is sent, since the server may still
+ * READ or WRITE them: it answers -EINPROGRESS and the request completes as
+ * usual.
  *
  * Connection errors. When the connection breaks (the server closed or
  * reset it, a frame could not be parsed, a connection-level error reply),
@@ -491,18 +502,18 @@ int kvpool_unregister(struct kvpool_client *c, const void *buf);
  * connection (as a timeout does in the synchronous calls): every other
  * request in flight then completes with -ECONNRESET.
  *
- * Threads. The asynchronous calls (kvpool_submit_*, kvpool_poll,
- * kvpool_cancel, kvpool_event_fd, kvpool_inflight, kvpool_set_max_inflight)
- * may be called from several threads at once on one handle: they take
- * the handle's lock (kvpool_poll releases it while it waits). The
- * synchronous calls and kvpool_close keep convention 6: they must not run
- * at the same time as any other call on the handle. A synchronous data
- * call (put, get, exists, match, delete) made while asynchronous requests
- * are in flight is queued behind them on the same connection (it does not
- * steal their completions); kvpool_stats, kvpool_ping and
- * kvpool_drop_namespace answer -EBUSY then. kvpool_close with requests in
- * flight drops them: no completion comes, and no buffer is touched after
- * it returns.
+ * Threads. Every call may be made from several threads at once on one
+ * handle (convention 6): they take the handle's lock (kvpool_poll and the
+ * synchronous calls release it while they wait). A synchronous call made
+ * while asynchronous requests are in flight is queued behind them on the
+ * same connection (it does not steal their completions), kvpool_stats,
+ * kvpool_ping and kvpool_drop_namespace included. kvpool_close must not
+ * overlap another call; with requests in flight it drops them: no
+ * completion comes, and no buffer is touched after it returns.
+ *
+ * Refusals. kvpool_last_server_message is set, on the thread that polls a
+ * completion, to the server's words for that request's refusal ("" when
+ * it carries none).
  *
  * Sizing max_inflight. Each request in flight holds one slot (a few
  * hundred bytes plus per-block scratch kept for reuse). Enough requests
@@ -552,8 +563,8 @@ uint32_t kvpool_inflight(struct kvpool_client *c);
 
 /* Submit the asynchronous twin of kvpool_put / kvpool_get / kvpool_exists /
  * kvpool_match / kvpool_delete (same arguments, same checks, same
- * per-block results). Each returns at once (but see RDMA, and a reconnect
- * when the handle is disconnected) with 0 and *id (never 0), or -errno and
+ * per-block results). Each returns at once (on a one-node handle, after
+ * a reconnect when it is disconnected) with 0 and *id (never 0), or -errno and
  * nothing submitted, nothing written to the statuses.
  * Ownership: see "Ownership" above; statuses may be NULL where the twin
  * allows it (put, get, delete), exists requires it. tag is the caller's
@@ -606,10 +617,12 @@ int kvpool_poll(struct kvpool_client *c, struct kvpool_completion *out, int max,
  * is readable while completions wait to be polled, or while the
  * connection has I/O ready so that kvpool_poll(c, out, n, 0) makes
  * progress. Wait on it for readability, then call kvpool_poll with
- * timeout 0; it stays valid, the same number, until kvpool_close (it is
- * an epoll descriptor that holds the handle's eventfd, its socket, and a
- * timerfd that fires when a request's timeout or BUSY retry is due, so
- * waiting on this descriptor alone never stalls a request).
+ * timeout 0; it stays valid, the same number, until kvpool_close (one
+ * node: an epoll descriptor that holds the handle's eventfd, its
+ * connection's descriptors, and a timerfd that fires when a request's
+ * timeout or BUSY retry is due, so waiting on this descriptor alone never
+ * stalls a request; a cluster: an eventfd, the node threads making the
+ * progress).
  * Returns the descriptor, or -EINVAL (c NULL), -ENOMEM / -EMFILE (it could
  * not be created). Thread-safe. */
 int kvpool_event_fd(struct kvpool_client *c);
@@ -620,9 +633,13 @@ int kvpool_event_fd(struct kvpool_client *c);
  * read and dropped) and its completion, status -ECANCELED, will be
  * returned by kvpool_poll (statuses and lengths are left as they were).
  * Errors: -EINVAL (c NULL), -ENOENT (no such request in flight: unknown,
- *   or already finished; its completion, if not polled yet, still comes).
- * This implementation never answers -EINPROGRESS. Does not block.
- * Thread-safe. */
+ *   or already finished; its completion, if not polled yet, still comes),
+ *   -EINPROGRESS (RDMA: the server was given the request's buffers and may
+ *   still move bytes; the request completes as usual, on a cluster handle
+ *   with -ECANCELED when part of it was cancelled; until then its memory
+ *   is the library's). Does not block (on a cluster handle it may wait
+ *   the few microseconds a node thread needs to hand a part of the request
+ *   to its connection). Thread-safe. */
 int kvpool_cancel(struct kvpool_client *c, uint64_t id);
 
 /* ---- helpers -------------------------------------------------------------- */
@@ -694,7 +711,7 @@ int kvpool_hrw_rank(const uint8_t key[KVPOOL_KEY_BYTES], const char *const *node
  * revision, failures, resumes), epoch, segment_blocks, unplaced_blocks,
  * and nodes[] (name, url, up, error, share of segments, calls, errors,
  * misses_from_errors, puts_dropped, stats: that node's own document).
- * Not thread-safe with other calls on the handle.
+ * Thread-safe (the cluster's lock); calls already split keep the old D.
  * Errors: -EINVAL (NULL, or more than 65536), -EOPNOTSUPP (not a cluster
  * handle). */
 int kvpool_set_segment_blocks(struct kvpool_client *c, uint32_t blocks);

@@ -274,6 +274,21 @@ int rdmx_client_send(struct rdmx_client *c, const void *msg, size_t msg_bytes);
 int rdmx_client_recv(struct rdmx_client *c, void *buf, size_t cap, size_t *bytes,
 		     uint32_t timeout_ms);
 
+/* rdmx_client_recv without waiting, for an event loop: the next message
+ * if one is in (0, *bytes), else -EAGAIN, having armed the completion
+ * channel so that rdmx_client_fds become readable when one comes (or the
+ * server leaves). Takes the pending channel events, so a loop that calls
+ * it until -EAGAIN before waiting never spins. Reaps SEND completions,
+ * making room for rdmx_client_send after its -EAGAIN.
+ * Errors: -ECONNRESET (error completion, or the server left), -ENOBUFS
+ * (message larger than cap; it is dropped). */
+int rdmx_client_try_recv(struct rdmx_client *c, void *buf, size_t cap, size_t *bytes);
+
+/* The two descriptors to wait on for readability with poll(2)/epoll:
+ * fds[0] the completion channel, fds[1] the CM event channel. They stay
+ * the same until rdmx_client_close. Returns 0 (-EOPNOTSUPP with RDMA=0). */
+int rdmx_client_fds(const struct rdmx_client *c, int fds[2]);
+
 /* Whether the connection is established and has seen no error; takes the
  * CM events pending first (never blocks), so a server that left between
  * calls is noticed here (as a TCP client notices a closed socket). */

@@ -347,15 +347,12 @@ int rdmx_client_send(struct rdmx_client *cl, const void *msg, size_t msg_bytes)
 	return rc;
 }
 
-int rdmx_client_recv(struct rdmx_client *cl, void *buf, size_t cap, size_t *bytes,
-		     uint32_t timeout_ms)
+/* The message the CQ delivered (c->recv_ready): copy it out and post its
+ * receive buffer again. */
+static int take_message(struct rdmx_conn *c, void *buf, size_t cap, size_t *bytes)
 {
-	struct rdmx_conn *c = &cl->conn;
-	int rc;
+	int rc = 0;
 
-	rc = wait_reply(cl, now_ms() + timeout_ms);
-	if (rc)
-		return rc;
 	c->recv_ready = 0;
 	if (c->recv_bytes > cap) {
 		rc = -ENOBUFS;
@@ -368,6 +365,57 @@ int rdmx_client_recv(struct rdmx_client *cl, void *buf, size_t cap, size_t *byte
 		return -ECONNRESET;
 	}
 	return rc;
+}
+
+int rdmx_client_recv(struct rdmx_client *cl, void *buf, size_t cap, size_t *bytes,
+		     uint32_t timeout_ms)
+{
+	int rc = wait_reply(cl, now_ms() + timeout_ms);
+
+	if (rc)
+		return rc;
+	return take_message(&cl->conn, buf, cap, bytes);
+}
+
+int rdmx_client_try_recv(struct rdmx_client *cl, void *buf, size_t cap, size_t *bytes)
+{
+	struct rdmx_conn *c = &cl->conn;
+	struct ibv_cq *cq;
+	void *ctx;
+	int n, rc;
+
+	/* Take the channel's events (its fd is non-blocking), so that it is
+	 * readable again only for completions that come after this. */
+	while (c->ops->get_cq_event(c->comp, &cq, &ctx) == 0)
+		if (++c->cq_events >= 16) {
+			c->ops->ack_cq_events(c->cq, c->cq_events);
+			c->cq_events = 0;
+		}
+	n = drain_cq(c);
+	if (n < 0)
+		return n;
+	if (!c->recv_ready) {
+		rc = check_cm(cl);
+		if (rc)
+			return rc;
+		if (c->ops->req_notify_cq(c->cq, 0)) {
+			c->state = RDMX_CONN_ERROR;
+			return -ECONNRESET;
+		}
+		n = drain_cq(c); /* a completion may have raced the arm */
+		if (n < 0)
+			return n;
+		if (!c->recv_ready)
+			return -EAGAIN;
+	}
+	return take_message(c, buf, cap, bytes);
+}
+
+int rdmx_client_fds(const struct rdmx_client *cl, int fds[2])
+{
+	fds[0] = cl->conn.comp->fd;
+	fds[1] = cl->ch->fd;
+	return 0;
 }
 
 int rdmx_client_call(struct rdmx_client *cl, const void *msg, size_t msg_bytes, void *buf,

@@ -205,6 +205,22 @@ int rdmx_client_recv(struct rdmx_client *c, void *buf, size_t cap, size_t *bytes
 	return -EOPNOTSUPP;
 }
 
+int rdmx_client_try_recv(struct rdmx_client *c, void *buf, size_t cap, size_t *bytes)
+{
+	(void)c;
+	(void)buf;
+	(void)cap;
+	(void)bytes;
+	return -EOPNOTSUPP;
+}
+
+int rdmx_client_fds(const struct rdmx_client *c, int fds[2])
+{
+	(void)c;
+	(void)fds;
+	return -EOPNOTSUPP;
+}
+
 bool rdmx_client_ok(struct rdmx_client *c)
 {
 	(void)c;

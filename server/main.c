@@ -1,5 +1,5 @@
 /*
- * main.c - kvpoold: parse the settings, then serve (srv_main).
+ * main.c - kvpoold: parse the settings, then serve (srv_run).
  *
  * Exit status: 0 after a clean shutdown (SIGTERM, SIGINT) or --help /
  * --version; 2 for a bad setting (including a dram_capacity larger than
@@ -70,13 +70,39 @@ static int take_print_config(int *argc, char **argv)
 	return found;
 }
 
+/* The checks of the settings against this host, each naming the setting
+ * and where it came from: dram_capacity against the memory limit (the
+ * cgroups /proc/self/cgroup leads to, v1 or v2, nested ones included, or
+ * physical memory), the paths, and protected mode. Returns 0, or -1 with
+ * the message in err. */
+static int check_settings(const struct conf *c, int *unprotected, char *err, size_t err_len)
+{
+	char cg_source[600] = "";
+	uint64_t cg_bytes;
+
+	cg_bytes = srv_cgroup_memory_limit("/proc/self/cgroup", "/sys/fs/cgroup", cg_source,
+					   sizeof(cg_source));
+	if (srv_check_dram_room(c->dram_capacity_bytes, srv_phys_bytes(), cg_bytes,
+				cg_source[0] ? cg_source : NULL, err, err_len) < 0) {
+		name_source(err, err_len, "dram_capacity");
+		return -1;
+	}
+	if (srv_check_paths(c, err, err_len) < 0) {
+		name_source(err, err_len, NULL);
+		return -1;
+	}
+	if (srv_protected_check(c, unprotected, err, err_len) < 0) {
+		name_source(err, err_len, "listen");
+		return -1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct conf c;
 	char err[512];
 	int help = 0, unprotected = 0, print_config;
-	char cg_source[600] = "";
-	uint64_t cg_bytes;
 
 	/* Everything kvpoold creates (NVMe segments, the RocksDB index) holds
 	 * tenants' data: owner only, whatever umask it was started with. */
@@ -102,23 +128,7 @@ int main(int argc, char **argv)
 		conf_print(&c, stdout);
 		return 0;
 	}
-	/* the memory limit: the cgroups /proc/self/cgroup leads to (v1 or v2,
-	 * nested ones included), else the old fixed cgroup v2 file */
-	cg_bytes = srv_cgroup_memory_limit("/proc/self/cgroup", "/sys/fs/cgroup", cg_source,
-					   sizeof(cg_source));
-	if (!cg_bytes)
-		cg_bytes = srv_cgroup_memory_max();
-	/* the checks below name the setting; say where it was set */
-	if ((!help && srv_check_dram(c.dram_capacity_bytes, srv_phys_bytes(), cg_bytes, err,
-				     sizeof(err)) < 0 &&
-	     (name_source(err, sizeof(err), "dram_capacity"), 1)) ||
-	    (!help && srv_check_dram_room(c.dram_capacity_bytes, srv_phys_bytes(), cg_bytes,
-					  cg_source[0] ? cg_source : NULL, err, sizeof(err)) < 0 &&
-	     (name_source(err, sizeof(err), "dram_capacity"), 1)) ||
-	    (!help && srv_check_paths(&c, err, sizeof(err)) < 0 &&
-	     (name_source(err, sizeof(err), NULL), 1)) ||
-	    (!help && srv_protected_check(&c, &unprotected, err, sizeof(err)) < 0 &&
-	     (name_source(err, sizeof(err), "listen"), 1))) {
+	if (!help && check_settings(&c, &unprotected, err, sizeof(err)) < 0) {
 		fprintf(stderr, "kvpoold: %s\n", err);
 		return 2;
 	}

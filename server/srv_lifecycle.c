@@ -24,6 +24,7 @@
 
 #include "srv_auth.h"
 #include "srv_clock.h"
+#include "srv_fdlimit.h"
 #include "srv_log.h"
 #include "srv_server.h"
 #include "srv_worker.h"

@@ -1,6 +1,6 @@
 /*
- * srv_memlimit.c - cgroup memory limits and dram_capacity's room
- * (srv_memlimit.h).
+ * srv_memlimit.c - physical memory, cgroup memory limits and
+ * dram_capacity's room (srv_memlimit.h).
  */
 #include "srv_memlimit.h"
 
@@ -11,12 +11,39 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "srv_server.h"
+#include <unistd.h>
 
 /* Is a cgroup v1 limit a real one? v1 says "no limit" with a huge number
  * (PAGE_COUNTER_MAX pages: 9223372036854771712 on x86-64). */
 #define SRV_CGROUP_V1_UNLIMITED (1ull << 62)
+
+uint64_t srv_phys_bytes(void)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
+
+	if (pages <= 0 || page_bytes <= 0)
+		return 0;
+	return (uint64_t)pages * (uint64_t)page_bytes;
+}
+
+int srv_parse_memory_max(const char *text, uint64_t *bytes)
+{
+	unsigned long long v;
+	char *end;
+
+	if (!strcmp(text, "max") || !strcmp(text, "max\n")) {
+		*bytes = 0;
+		return 0;
+	}
+	if (*text < '0' || *text > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(text, &end, 10);
+	if (errno || (*end && strcmp(end, "\n")))
+		return -EINVAL;
+	*bytes = v;
+	return 0;
+}
 
 /* Read one limit file: a byte count (v1 or v2) or "max". Returns the
  * limit, 0 when none or unreadable. */

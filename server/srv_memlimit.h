@@ -1,9 +1,11 @@
 /*
  * srv_memlimit.h - the memory this process may use, as start-up checks
- * see it: the cgroup limits that /proc/self/cgroup leads to (cgroup v2
- * memory.max and v1 memory.limit_in_bytes, of the process's cgroup and
- * every ancestor), and the room dram_capacity must leave below the
- * smaller of that and physical memory for the index and the process.
+ * see it: the host's physical memory, the cgroup limits that
+ * /proc/self/cgroup leads to (cgroup v2 memory.max and v1
+ * memory.limit_in_bytes, of the process's cgroup and every ancestor), and
+ * the room dram_capacity must leave below the smaller of the two for the
+ * index and the process. One check: a dram_capacity that passes it fits
+ * in memory with room to spare.
  *
  * Threads: any; these read files and keep no state.
  */
@@ -12,6 +14,15 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* The host's physical memory in bytes (sysconf _SC_PHYS_PAGES times the
+ * page size), 0 when unknown. */
+uint64_t srv_phys_bytes(void);
+
+/* Parse the text of a cgroup limit file: a decimal byte count or "max"
+ * (no limit: *bytes = 0), optionally followed by one newline.
+ * Returns 0, or -EINVAL for anything else (*bytes untouched). Pure. */
+int srv_parse_memory_max(const char *text, uint64_t *bytes);
 
 /* The smallest memory limit of this process's cgroups: for each line of
  * proc_cgroup ("/proc/self/cgroup"), a v2 line "0::PATH" is looked up

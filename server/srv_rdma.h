@@ -33,7 +33,7 @@ struct srv_rdma_state {
 };
 
 /* Tests: the verbs/rdma_cm table srv_run passes to srv_rdma_open (NULL,
- * the default: the real library). Set it before srv_main() to run kvpoold
+ * the default: the real library). Set it before srv_run() to run kvpoold
  * in-process on a fake fabric. */
 extern const struct rdmx_ops *srv_rdma_test_ops;
 

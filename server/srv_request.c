@@ -25,11 +25,6 @@
 #include "srv_worker.h"
 #include "store.h"
 
-bool srv_ns_name_valid(const char *name, size_t len)
-{
-	return proto_name_valid(name, len);
-}
-
 /* Queue an error reply for the current request. The log line quotes the
  * body, except a HELLO's (srv_conn_quote_body). */
 #define reply_err(c, status, ...) srv_conn_reply_error((c), (status), SRV_QUOTE_BODY, __VA_ARGS__)
@@ -239,7 +234,7 @@ static enum srv_next op_hello(struct srv_conn *c)
 		uint16_t ns_len = c->hdr.body_bytes >= 8 ? proto_get_u16(c->body + 4) : 0;
 
 		if (c->hdr.body_bytes >= 8u + ns_len &&
-		    !srv_ns_name_valid((const char *)c->body + 8, ns_len))
+		    !proto_name_valid((const char *)c->body + 8, ns_len))
 			return done(reply_err(c, PROTO_STATUS_BAD_REQUEST,
 					      "bad namespace name: 1..255 bytes of 0x21..0x7e"));
 		return done(reply_err(c, PROTO_STATUS_BAD_REQUEST,

@@ -17,10 +17,6 @@
  * SRV_NEXT_SKIP, c->skip_bytes is set. Worker thread only. */
 enum srv_next srv_request_dispatch(struct srv_conn *c);
 
-/* Is name[0..len) a valid namespace name: 1..255 bytes of printable ASCII
- * 0x21..0x7e (no spaces, no control bytes)? */
-bool srv_ns_name_valid(const char *name, size_t len);
-
 /* HELLO names a namespace but does not create it (a health check, STATS
  * or DROP must not fill the namespace table). srv_conn_ns_attach takes
  * the connection's reference on it once it exists (c->ns_id stays 0

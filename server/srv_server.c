@@ -27,6 +27,7 @@
 
 #include "srv_auth.h"
 #include "srv_etcd.h"
+#include "srv_fdlimit.h"
 #include "srv_tenant.h"
 #include "srv_admin.h"
 #include "srv_events.h"
@@ -639,11 +640,6 @@ static void libevent_log(int severity, const char *msg)
 		srv_log(level, "libevent: %" PRIu64 " more messages not logged", suppressed);
 	if (allow)
 		srv_log(level, "libevent: %s", msg);
-}
-
-int srv_main(const struct conf *c)
-{
-	return srv_run(c, 0, NULL);
 }
 
 int srv_run(const struct conf *c, int argc, char **argv)

@@ -16,7 +16,6 @@
 #include "conf.h"
 #include "proto.h"
 #include "srv_clock.h"
-#include "srv_limits.h"
 #include "srv_log.h"
 #include "srv_rdma.h"
 
@@ -88,15 +87,12 @@ struct srv {
  * workers, listen, tell systemd READY=1, serve until SIGTERM or SIGINT,
  * drain (srv_lifecycle.h), then shut down cleanly. SIGHUP reloads the
  * reloadable settings from the same arguments and environment; SIGUSR1
- * and SIGUSR2 are ignored. argv must outlive the call. Called by main()
- * on the main thread; blocks until shutdown. Returns 0 after a clean
+ * and SIGUSR2 are ignored. argv must outlive the call (argc 0 and argv NULL:
+ * SIGHUP then reads defaults and environment only, as tests run it).
+ * Called by main() on the main thread; blocks until shutdown. Returns 0 after a clean
  * shutdown, or a negative errno when start-up failed (the reason is
  * logged): -EADDRINUSE and other bind errors, -ENOMEM, -EINVAL (listen
  * address does not resolve). */
 int srv_run(const struct conf *c, int argc, char **argv);
-
-/* srv_run without arguments: SIGHUP then reads defaults and environment
- * only. */
-int srv_main(const struct conf *c);
 
 #endif /* KVPOOL_SRV_SERVER_H */

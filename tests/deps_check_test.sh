@@ -59,8 +59,25 @@ inject proto/proto.c '#include "store.h"'
 expect "proto includes storage" 1 "^proto/proto.c:[0-9]+: includes storage/store.h"
 
 fresh_copy
-inject client/lib/client.c '#include "store.h"'
-expect "client includes storage" 1 "^client/lib/client.c:[0-9]+: includes storage/store.h"
+inject client/lib/api/handle.c '#include "store.h"'
+expect "client includes storage" 1 "^client/lib/api/handle.c:[0-9]+: includes storage/store.h"
+
+fresh_copy
+inject client/lib/engine/engine.c '#include "lib/cluster/cluster.h"'
+expect "the engine includes the cluster above it" 1 \
+	"^client/lib/engine/engine.c:[0-9]+: includes client/lib/cluster/cluster.h"
+
+fresh_copy
+inject client/lib/net/session.c '#include "lib/engine/engine.h"'
+expect "the session includes the engine above it" 1 "includes client/lib/engine/engine.h"
+
+fresh_copy
+inject client/lib/engine/ops.c '#include "rdmx.h"'
+expect "the engine names rdma/ (only the RDMA peer may)" 1 "includes rdma/rdmx.h"
+
+fresh_copy
+inject client/lib/cluster/cluster.c '#include "lib/engine/engine_impl.h"'
+expect "the cluster includes the engine's insides" 1 "includes client/lib/engine/engine_impl.h"
 
 fresh_copy
 inject storage/get.c '#include "srv_server.h"'

@@ -3,10 +3,8 @@
  */
 #include "backoff.h"
 
-#include <errno.h>
-#include <time.h>
-
-#include "conn.h"
+#include "clock.h"
+#include "kvpool.h"
 
 /* splitmix64: cheap, well mixed, enough for jitter. */
 static uint64_t next_random(uint64_t *state)
@@ -18,26 +16,17 @@ static uint64_t next_random(uint64_t *state)
 	return z ^ (z >> 31);
 }
 
-static void sleep_ms(uint32_t ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
-
-	while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
-		;
-}
-
-void kvc_backoff_start(struct kvc_backoff *b, const struct kvpool_client *c)
+void kvc_backoff_start(struct kvc_backoff *b, uint32_t max_tries, uint64_t seed)
 {
 	b->tries = 1;
-	b->max_tries = c->busy_tries ? c->busy_tries : KVPOOL_BUSY_TRIES;
+	b->max_tries = max_tries ? max_tries : KVPOOL_BUSY_TRIES;
 	b->wait_ms = KVPOOL_BUSY_FIRST_WAIT_MS;
-	/* Clients that were refused together should not come back together:
-	 * seed from the clock and the handle. */
-	b->rng = kvc_now_us() ^ (uint64_t)(uintptr_t)c;
+	/* Clients refused together should not come back together: seed from
+	 * the clock and the caller's seed. */
+	b->rng = kvc_now_us() ^ seed;
 }
 
-int kvc_backoff_next(struct kvc_backoff *b, struct kvpool_client *c, uint64_t deadline_ms,
-		     uint32_t *wait_ms)
+int kvc_backoff_next(struct kvc_backoff *b, uint64_t deadline_ms, uint32_t *wait_ms)
 {
 	uint32_t half = b->wait_ms / 2, wait;
 
@@ -50,17 +39,6 @@ int kvc_backoff_next(struct kvc_backoff *b, struct kvpool_client *c, uint64_t de
 	b->tries++;
 	b->wait_ms = b->wait_ms >= KVPOOL_BUSY_MAX_WAIT_MS / 2 ? KVPOOL_BUSY_MAX_WAIT_MS
 							       : b->wait_ms * 2;
-	c->busy_retries++;
 	*wait_ms = wait;
-	return 1;
-}
-
-int kvc_backoff_again(struct kvc_backoff *b, struct kvpool_client *c, uint64_t deadline_ms)
-{
-	uint32_t wait;
-
-	if (!kvc_backoff_next(b, c, deadline_ms, &wait))
-		return 0;
-	sleep_ms(wait);
 	return 1;
 }

@@ -5,9 +5,10 @@
  * request's buffers), a server killed with requests in flight (each one
  * fails cleanly; its buffers are write-protected the moment its
  * completion is polled, so a late write would crash the test), the event
- * fd with poll(2), a synchronous call while asynchronous ones run, and
- * several threads submitting while another polls (run under
- * ThreadSanitizer by make test-tsan).
+ * fd with poll(2), synchronous and whole-pool calls while asynchronous
+ * ones run, and several threads submitting while another polls and two
+ * more make blocking calls on the same handle (run under ThreadSanitizer
+ * by make test-tsan).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -353,7 +354,8 @@ static void test_event_fd(void **state)
 }
 
 /* A synchronous call while asynchronous requests are in flight queues
- * behind them; their completions still come to poll. */
+ * behind them, whole-pool calls included; their completions still come
+ * to poll. */
 static void test_sync_while_async(void **state)
 {
 	static uint8_t buf[SMALL_BYTES], back[4][SMALL_BYTES];
@@ -379,11 +381,19 @@ static void test_sync_while_async(void **state)
 	assert_int_equal(st, 0);
 	assert_int_equal(kvpool_match(g.c, key, 1, 0, &matched), 0);
 	assert_int_equal(matched, 1);
-	/* Admin calls cannot share the connection with frames in flight. */
-	if (kvpool_inflight(g.c) > 0) {
-		int rc = kvpool_ping(g.c, &rtt);
+	/* Whole-pool calls queue behind them too (they answered -EBUSY while
+	 * the synchronous calls had an engine of their own). */
+	assert_true(kvpool_inflight(g.c) > 0);
+	assert_int_equal(kvpool_ping(g.c, &rtt), 0);
+	{
+		char *json = NULL;
+		uint64_t dropped = 7;
 
-		assert_true(rc == -EBUSY || rc == 0);
+		assert_int_equal(kvpool_stats(g.c, "async", &json), 0);
+		assert_non_null(strstr(json, "\"blocks\""));
+		kvpool_free(json);
+		assert_int_equal(kvpool_drop_namespace(g.c, "async-none", &dropped), 0);
+		assert_int_equal(dropped, 0);
 	}
 	poll_all(g.c, comp, 4);
 	for (int i = 0; i < 4; i++) {
@@ -466,11 +476,37 @@ static void *poller(void *arg)
 	return NULL;
 }
 
-/* Submitters on three threads, one poller on a fourth, one handle. */
+/* Blocking calls from other threads meanwhile: EXISTS, MATCH and GET of
+ * the same blocks, and PING, each checked. */
+static void *sync_caller(void *arg)
+{
+	struct tctx *ts = arg;
+	uint8_t back[SMALL_BYTES];
+
+	for (int i = 0; i < T_PER_THREAD / 4; i++) {
+		struct tctx *t = &ts[i % T_SUBMITTERS];
+		uint64_t len = 0;
+		size_t m = 0;
+		int st = 1;
+
+		if (kvpool_exists(t->c, t->key, 1, &st) || st ||
+		    kvpool_match(t->c, t->key, 1, 0, &m) || m != 1 ||
+		    kvpool_get_bytes(t->c, t->key, back, sizeof(back), &len) || len != SMALL_BYTES ||
+		    memcmp(back, t->data, SMALL_BYTES) || kvpool_ping(t->c, NULL)) {
+			pthread_mutex_lock(&done_lock);
+			bad_count++;
+			pthread_mutex_unlock(&done_lock);
+		}
+	}
+	return NULL;
+}
+
+/* Submitters on three threads, one poller on a fourth, two threads making
+ * blocking calls: one handle. */
 static void test_threads(void **state)
 {
 	static struct tctx t[T_SUBMITTERS];
-	pthread_t sub[T_SUBMITTERS], pol;
+	pthread_t sub[T_SUBMITTERS], pol, syn[2];
 
 	(void)state;
 	harness_need_server(&g.srv);
@@ -488,8 +524,12 @@ static void test_threads(void **state)
 	assert_int_equal(pthread_create(&pol, NULL, poller, t), 0);
 	for (int i = 0; i < T_SUBMITTERS; i++)
 		assert_int_equal(pthread_create(&sub[i], NULL, submitter, &t[i]), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&syn[i], NULL, sync_caller, t), 0);
 	for (int i = 0; i < T_SUBMITTERS; i++)
 		pthread_join(sub[i], NULL);
+	for (int i = 0; i < 2; i++)
+		pthread_join(syn[i], NULL);
 	pthread_join(pol, NULL);
 	for (int i = 0; i < T_SUBMITTERS; i++)
 		assert_int_equal(t[i].failed, 0);

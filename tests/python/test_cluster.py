@@ -57,6 +57,46 @@ def test_node_list_and_placement(three):
             d.close()
 
 
+def test_native_async_link_on_a_cluster(three):
+    # The engine adapters' asynchronous link uses libkvpool's asynchronous
+    # calls on a cluster URL too (it fell back to a worker thread running
+    # requests one at a time while cluster handles answered -EOPNOTSUPP).
+    import select
+    from kvpool._adapters import link as _link
+    from kvpool._adapters.async_link import make_async_link
+
+    url = "tcp://" + ",".join("127.0.0.1:%d" % s.port for s in three)
+    keys = _chain("py-cluster-async", 40)
+    blocks = [bytes([i % 251]) * 300 for i in range(len(keys))]
+    link = _link.Link(url, "pycl-async")
+    a = make_async_link(link)
+    try:
+        assert a.native
+        ids = {a.submit_put_many(keys, blocks, [None] + keys[:-1], tag="p"): "p"}
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 1 and time.monotonic() < deadline:
+            select.select([a.event_fd()], [], [], 1)
+            got += a.poll()
+        assert got and got[0].status == 0 and got[0].statuses == [0] * len(keys)
+        bufs = [bytearray(300) for _ in keys]
+        ids = [a.submit_match(keys, tag="m"), a.submit_get_into_many(keys, bufs, tag="g"),
+               a.submit_exists_many(keys, tag="e")]
+        got = []
+        deadline = time.monotonic() + 10
+        while len(got) < 3 and time.monotonic() < deadline:
+            select.select([a.event_fd()], [], [], 1)
+            got += a.poll()
+        by = {c.tag: c for c in got}
+        assert sorted(c.id for c in got) == sorted(ids)
+        assert by["m"].matched == len(keys)
+        assert by["g"].status == 0 and [bytes(b) for b in bufs] == blocks
+        assert by["e"].statuses == [0] * len(keys)
+    finally:
+        a.close()
+        link.close()
+
+
 def test_node_down_is_a_miss(three):
     url = "tcp://" + ",".join("127.0.0.1:%d" % s.port for s in three)
     keys = _chain("py-down", 96)

@@ -5,7 +5,8 @@
  * (a protocol error),
  * BUSY retries of PUT blocks, a timeout with the server silent, replies
  * with wrong ids, a corrupted and a truncated GET (never reported as
- * data), the event fd staying readable until completions are polled.
+ * data), the event fd staying readable until completions are polled,
+ * and a refusal's message reaching kvpool_last_server_message.
  */
 #include <errno.h>
 #include <poll.h>
@@ -280,6 +281,29 @@ static void test_event_fd_ready(void **state)
 	assert_int_equal(kvpool_poll(e->c, &comp, 1, -2), -EINVAL);
 }
 
+/* A refusal that arrives through the asynchronous calls sets the polling
+ * thread's kvpool_last_server_message, as a synchronous call's does (the
+ * asynchronous core used to decode error replies with its own copy, which
+ * did not); a completion without one clears it, as a call without one does. */
+static void test_refusal_message(void **state)
+{
+	struct env *e = *state;
+	struct kvpool_completion comp;
+	uint64_t id;
+
+	kvpool_set_busy_tries(e->c, 1);
+	atomic_store(&e->fk.refuse_next, 1);
+	assert_int_equal(kvpool_submit_get(e->c, &e->gb[0], 1, &e->st[0], 9, &id), 0);
+	assert_int_equal(kvpool_poll(e->c, &comp, 1, 5000), 1);
+	assert_int_equal(comp.status, -EAGAIN);
+	assert_int_equal(e->st[0], -EAGAIN);
+	assert_string_equal(kvpool_last_server_message(), FAKE_BUSY_MESSAGE);
+	assert_int_equal(kvpool_submit_get(e->c, &e->gb[0], 1, &e->st[0], 10, &id), 0);
+	assert_int_equal(kvpool_poll(e->c, &comp, 1, 5000), 1);
+	assert_int_equal(comp.status, 0);
+	assert_string_equal(kvpool_last_server_message(), "");
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -293,6 +317,7 @@ int main(void)
 		T(test_wrong_id),
 		T(test_corrupt_and_truncated),
 		T(test_event_fd_ready),
+		T(test_refusal_message),
 	};
 
 	return cmocka_run_group_tests_name("unit_async", tests, NULL, NULL);

@@ -24,8 +24,9 @@
 #include <cmocka.h>
 
 #include "kvpool.h"
-#include "lib/client.h"
-#include "lib/conn.h"
+#include "lib/api/testing.h"
+#include "lib/clock.h"
+#include "lib/net/rdma.h"
 
 #ifdef KVPOOL_RDMA
 
@@ -49,6 +50,22 @@ struct env {
 	struct fake_rdma_server fs;
 	struct kvpool_client *c;
 };
+
+/* What the test sees inside a handle (lib/api/testing.h). */
+static struct kvc_engine_info info(const struct kvpool_client *c)
+{
+	struct kvc_engine_info i;
+
+	kvc_info(c, &i);
+	return i;
+}
+
+static int on_rdma(const struct kvpool_client *c)
+{
+	const char *t = info(c).transport;
+
+	return t && !strcmp(t, "rdma");
+}
 
 /* Loopback fake fabric, the fake RDMA server on 7472, an rdma:// handle. */
 static int setup(void **state)
@@ -159,7 +176,7 @@ static void test_registered_zero_copy(void **state)
 		assert_true(e->fs.desc_addr[i] == (uint64_t)(uintptr_t)(src + i * bytes));
 		assert_true(e->fs.desc_addr[n + i] == (uint64_t)(uintptr_t)(dst + i * bytes));
 	}
-	assert_null(e->c->stage);
+	assert_null(info(e->c).stage);
 	assert_int_equal(e->fs.msgs[PROTO_OP_PUT], 1);
 	assert_int_equal(e->fs.msgs[PROTO_OP_GET], 1);
 	assert_int_equal(e->fs.read_bytes, n * bytes);
@@ -191,9 +208,9 @@ static void test_unregistered_staging(void **state)
 	assert_memory_equal(out1, a, sizeof(a));
 	assert_memory_equal(out1 + sizeof(a), b, sizeof(out1) - sizeof(a));
 	assert_memory_equal(out2, b + sizeof(out1) - sizeof(a), 4000 - sizeof(out1));
-	assert_non_null(e->c->stage);
-	lo = (uintptr_t)e->c->stage;
-	hi = lo + e->c->stage_bytes;
+	assert_non_null(info(e->c).stage);
+	lo = (uintptr_t)info(e->c).stage;
+	hi = lo + info(e->c).stage_bytes;
 	assert_int_equal(e->fs.n_desc, 2);
 	for (int i = 0; i < 2; i++)
 		assert_true(e->fs.desc_addr[i] >= lo && e->fs.desc_addr[i] < hi);
@@ -226,7 +243,7 @@ static void test_batch_split(void **state)
 	assert_int_equal(kvpool_register(e->c, dst, g * bytes), 0);
 	assert_int_equal(put_n(e->c, src, n, bytes, 1000), 0);
 	assert_int_equal(e->fs.msgs[PROTO_OP_PUT], 2);
-	assert_int_equal(e->c->max_frames_in_flight, 2); /* zero copy: pipelined */
+	assert_int_equal(info(e->c).max_wire_frames, 2); /* zero copy: pipelined */
 	assert_int_equal(put_n(e->c, src + n * bytes, g - n, bytes, 1000 + (unsigned int)n), 0);
 	assert_int_equal(get_n(e->c, dst, g, bytes, 1000), 0);
 	assert_int_equal(e->fs.msgs[PROTO_OP_GET], 2);
@@ -251,12 +268,12 @@ static void test_staging_pieces(void **state)
 	kvc_disconnect(e->c);
 	fill(src, n * bytes, 6);
 	assert_int_equal(put_n(e->c, src, n, bytes, 2000), 0);
-	assert_int_equal(e->c->stage_bytes, 4 * BLOCK_BYTES);
+	assert_int_equal(info(e->c).stage_bytes, 4 * BLOCK_BYTES);
 	assert_int_equal(e->fs.msgs[PROTO_OP_PUT], 3);
 	assert_int_equal(get_n(e->c, dst, n, bytes, 2000), 0);
 	assert_int_equal(e->fs.msgs[PROTO_OP_GET], 3);
 	assert_memory_equal(src, dst, n * bytes);
-	assert_int_equal(e->c->max_frames_in_flight, 1); /* staged frames go alone */
+	assert_int_equal(info(e->c).max_wire_frames, 1); /* staged frames go alone */
 	free(src);
 	free(dst);
 }
@@ -302,7 +319,7 @@ static void check_recovers(struct env *e, uint64_t t0, int rc)
 	assert_int_equal(kvpool_get_counters(e->c, &k), 0);
 	assert_int_equal(k.reconnects, 1);
 	assert_int_equal(e->fs.accepted, 2);
-	assert_int_equal(e->c->rdma_connects, 2);
+	assert_int_equal(info(e->c).rdma_connects, 2);
 }
 
 /* The server's READ of a PUT fails: nothing stored, the connection goes,
@@ -422,16 +439,131 @@ static void test_register_errors(void **state)
 	/* A region registered while disconnected is registered at connect. */
 	kvc_disconnect(e->c);
 	assert_int_equal(kvpool_register(e->c, buf, sizeof(buf)), 0);
-	assert_null(e->c->regions[0].mr);
+	assert_null(kvc_region_find(e->c, buf, 1)->mr);
 	assert_int_equal(put_n(e->c, buf, 2, 4096, 40), 0);
-	assert_non_null(e->c->regions[0].mr);
-	assert_null(e->c->stage);
+	assert_non_null(kvc_region_find(e->c, buf, 1)->mr);
+	assert_null(info(e->c).stage);
 	/* A registration the fake refuses: the error, and no region. */
 	F.reg_mr_errno = EPERM;
 	assert_int_equal(kvpool_register(e->c, other, sizeof(other)), -EPERM);
 	F.reg_mr_errno = 0;
 	assert_int_equal(kvpool_unregister(e->c, other), -ENOENT);
 	assert_int_equal(kvpool_unregister(e->c, buf), 0);
+}
+
+/* ---- asynchronous calls ------------------------------------------------- */
+
+/* One completion, waited for. */
+static struct kvpool_completion one_completion(struct kvpool_client *c)
+{
+	struct kvpool_completion comp;
+
+	assert_int_equal(kvpool_poll(c, &comp, 1, 5000), 1);
+	return comp;
+}
+
+/* Submits return at once on RDMA, requests are in flight, and cancel
+ * works where it can: a GET through staging on the wire (the server
+ * writes only into the handle's staging buffer) and one not sent yet are
+ * cancelled; a GET whose buffer the server was given (a registered
+ * region) cannot be, -EINPROGRESS, and completes as usual (here: its
+ * timeout, the server's WRITE being held in the fabric). The buffers of
+ * cancelled requests are never written; the next call reconnects. */
+static void test_async_cancel(void **state)
+{
+	struct env *e = *state;
+	static uint8_t data[BLOCK_BYTES], reg[BLOCK_BYTES], st2[BLOCK_BYTES], st3[BLOCK_BYTES];
+	uint8_t key[KVPOOL_KEY_BYTES];
+	struct iovec io[3] = { { reg, sizeof(reg) }, { st2, sizeof(st2) }, { st3, sizeof(st3) } };
+	struct kvpool_get_block gb[3];
+	struct kvpool_completion comp;
+	uint64_t id[3];
+	int gets, st[3];
+
+	fill(data, sizeof(data), 70);
+	key_of(key, 70);
+	assert_int_equal(kvpool_put_bytes(e->c, key, NULL, data, sizeof(data)), 0);
+	assert_int_equal(kvpool_register(e->c, reg, sizeof(reg)), 0);
+	memset(st2, 0xa5, sizeof(st2));
+	memset(st3, 0xa5, sizeof(st3));
+	for (int i = 0; i < 3; i++)
+		gb[i] = (struct kvpool_get_block){ .key = key, .iov = &io[i], .iovcnt = 1 };
+	kvpool_set_timeout(e->c, 600);
+	gets = e->fs.msgs[PROTO_OP_GET];
+	F.xfer_hold = 1; /* the server's WRITEs never complete: no replies */
+	assert_int_equal(kvpool_submit_get(e->c, &gb[0], 1, &st[0], 0, &id[0]), 0);
+	assert_int_equal(kvpool_submit_get(e->c, &gb[1], 1, &st[1], 1, &id[1]), 0);
+	assert_int_equal(kvpool_submit_get(e->c, &gb[2], 1, &st[2], 2, &id[2]), 0);
+	assert_int_equal(kvpool_inflight(e->c), 3);
+	/* The first two are on the wire (the server queues the second behind
+	 * the first's transfer); the third waits for the staging buffer. */
+	for (int i = 0; i < 2000 && e->fs.max_queued < 1; i++)
+		usleep(1000);
+	assert_int_equal(e->fs.msgs[PROTO_OP_GET], gets + 1);
+	assert_int_equal(e->fs.max_queued, 1);
+	assert_int_equal(kvpool_cancel(e->c, id[0]), -EINPROGRESS);
+	assert_int_equal(kvpool_cancel(e->c, id[2]), 0);
+	assert_int_equal(kvpool_cancel(e->c, id[1]), 0);
+	assert_int_equal(kvpool_cancel(e->c, id[1]), -ENOENT);
+	comp = one_completion(e->c);
+	assert_int_equal(comp.id, id[2]);
+	assert_int_equal(comp.status, -ECANCELED);
+	comp = one_completion(e->c);
+	assert_int_equal(comp.id, id[1]);
+	assert_int_equal(comp.status, -ECANCELED);
+	comp = one_completion(e->c);
+	assert_int_equal(comp.id, id[0]);
+	assert_int_equal(comp.status, -ETIMEDOUT);
+	assert_int_equal(e->fs.max_queued, 1); /* the third never went */
+	for (size_t i = 0; i < sizeof(st2); i++)
+		assert_true(st2[i] == 0xa5 && st3[i] == 0xa5);
+	F.xfer_hold = 0;
+	assert_int_equal(kvpool_get(e->c, &gb[1], 1, NULL), 0);
+	assert_memory_equal(st2, data, sizeof(data));
+	assert_int_equal(kvpool_unregister(e->c, reg), 0);
+}
+
+/* A cluster handle of two rdma:// nodes (both reach the one fake server
+ * here, as two connections): kvpool_register on the cluster reaches
+ * every node's connection, so PUT and GET describe the caller's own
+ * addresses to the server on both (zero copy; a node without the region
+ * would describe its staging buffer), and the bytes come back exact. */
+static void test_cluster_register(void **state)
+{
+	struct env *e = *state;
+	enum { NB = 16 };
+	static uint8_t src[NB * BLOCK_BYTES], dst[NB * BLOCK_BYTES];
+	struct kvpool_options opts = { .timeout_ms = 2000 };
+	struct kvpool_client *cl = NULL;
+	const char *names[2] = { "127.0.0.1:7472", "127.0.0.2:7472" };
+	int on[2] = { 0, 0 }, descs;
+
+	fill(src, sizeof(src), 80);
+	assert_int_equal(kvpool_connect("rdma://127.0.0.1:7472,127.0.0.2:7472", "ns-cl", &opts,
+					&cl), 0);
+	assert_int_equal(kvpool_register(cl, src, sizeof(src)), 0);
+	assert_int_equal(kvpool_register(cl, dst, sizeof(dst)), 0);
+	descs = e->fs.n_desc;
+	assert_int_equal(put_n(cl, src, NB, BLOCK_BYTES, 800), 0);
+	assert_int_equal(get_n(cl, dst, NB, BLOCK_BYTES, 800), 0);
+	assert_memory_equal(src, dst, sizeof(src));
+	assert_int_equal(e->fs.n_desc, descs + 2 * NB);
+	for (int i = descs; i < descs + 2 * NB; i++) {
+		uint64_t a = e->fs.desc_addr[i];
+		int in_src = a >= (uint64_t)(uintptr_t)src && a < (uint64_t)(uintptr_t)(src + sizeof(src));
+		int in_dst = a >= (uint64_t)(uintptr_t)dst && a < (uint64_t)(uintptr_t)(dst + sizeof(dst));
+
+		assert_true(in_src || in_dst);
+	}
+	for (unsigned int i = 0; i < NB; i++) {
+		uint8_t key[KVPOOL_KEY_BYTES];
+
+		key_of(key, 800 + i);
+		on[kvpool_hrw_owner(key, names, 2)]++;
+	}
+	assert_true(on[0] > 0 && on[1] > 0); /* both nodes took part */
+	assert_int_equal(e->fs.accepted, 3);   /* the setup's handle, then one per node */
+	kvpool_close(cl);
 }
 
 /* ---- auto:// -------------------------------------------------------------- */
@@ -505,7 +637,7 @@ static void test_auto_moves_to_rdma(void **state)
 	(void)state;
 	auto_open(a);
 	assert_int_equal(kvpool_connect(a->url, "ns-auto", &opts, &c), 0);
-	assert_non_null(c->rdma);
+	assert_true(on_rdma(c));
 	assert_int_equal(a->fs.msgs[PROTO_OP_HELLO], 1);
 	assert_string_equal(a->fs.hello_ns, "ns-auto");
 	fill(data, sizeof(data), 11);
@@ -518,7 +650,7 @@ static void test_auto_moves_to_rdma(void **state)
 	assert_int_equal(a->fk.frames[PROTO_OP_PUT], 0);
 	assert_int_equal(a->fk.frames[PROTO_OP_GET], 0);
 	/* The limits are the RDMA server's now. */
-	assert_int_equal(c->limits.max_batch_blocks, frs_limits.max_batch_blocks);
+	assert_int_equal(info(c).limits.max_batch_blocks, frs_limits.max_batch_blocks);
 	/* Lost connection: TCP again, then RDMA again; said once. */
 	kvc_disconnect(c);
 	assert_int_equal(kvpool_get_bytes(c, key, back, sizeof(back), &len), 0);
@@ -547,8 +679,8 @@ static void test_auto_registration_fails(void **state)
 	auto_open(a);
 	F.reg_mr_errno = EPERM;
 	assert_int_equal(kvpool_connect(a->url, "ns-auto", &opts, &c), 0);
-	assert_null(c->rdma);
-	assert_true(c->fd >= 0);
+	assert_false(on_rdma(c));
+	assert_true(info(c).fd >= 0);
 	fill(data, sizeof(data), 12);
 	key_of(key, 60);
 	assert_int_equal(kvpool_put_bytes(c, key, NULL, data, sizeof(data)), 0);
@@ -585,6 +717,8 @@ int main(void)
 		RDMA_TEST(test_get_too_large),
 		RDMA_TEST(test_timeout),
 		RDMA_TEST(test_register_errors),
+		RDMA_TEST(test_async_cancel),
+		RDMA_TEST(test_cluster_register),
 		cmocka_unit_test(test_auto_moves_to_rdma),
 		cmocka_unit_test(test_auto_registration_fails),
 	};

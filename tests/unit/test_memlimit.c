@@ -1,8 +1,9 @@
 /*
  * test_memlimit.c - the memory limit kvpoold checks dram_capacity
  * against (server/srv_memlimit.c): cgroup v2 and v1 limits found from a
- * /proc/self/cgroup, nested ones included, on fake cgroup trees; and the
- * room dram_capacity must leave for the index and the process.
+ * /proc/self/cgroup, nested ones included, on fake cgroup trees; the
+ * room dram_capacity must leave for the index and the process, and which
+ * of physical memory and the cgroup limit decides; the limit-file parser.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -133,11 +134,79 @@ static void test_dram_room(void **state)
 	assert_non_null(strstr(err, "at most 0 bytes fit"));
 }
 
+/* Which limit decides (moved from test_srv_limits.c, whose srv_check_dram
+ * srv_check_dram_room replaced: the same cases, with the room it asks for):
+ * the smaller of physical memory and the cgroup limit, and the message
+ * names that one. */
+static void test_which_limit(void **state)
+{
+	const uint64_t g16 = 16ull << 30, cg = 314572800;
+	char err[800] = "";
+
+	(void)state;
+	assert_int_equal(srv_check_dram_room(1ull << 30, g16, 0, NULL, err, sizeof(err)), 0);
+	assert_int_equal(srv_check_dram_room(1ull << 42, 0, 0, NULL, err, sizeof(err)), 0);
+	assert_string_equal(err, "");
+	assert_int_equal(srv_check_dram_room(1ull << 42, g16, 0, NULL, err, sizeof(err)), -ENOMEM);
+	assert_non_null(strstr(err, "dram_capacity (4398046511104 bytes)"));
+	assert_non_null(strstr(err, "physical memory (17179869184 bytes)"));
+	/* the cgroup limit below physical memory decides: at its room passes,
+	 * one byte more fails */
+	memset(err, 0, sizeof(err));
+	assert_int_equal(srv_check_dram_room(cg - srv_dram_headroom(cg), g16, cg, NULL, err,
+					     sizeof(err)), 0);
+	assert_string_equal(err, "");
+	assert_int_equal(srv_check_dram_room(cg - srv_dram_headroom(cg) + 1, g16, cg, NULL, err,
+					     sizeof(err)), -ENOMEM);
+	assert_non_null(strstr(err, "cgroup memory limit (314572800 bytes)"));
+	assert_null(strstr(err, "physical memory"));
+	/* a cgroup limit above physical memory: physical memory decides */
+	memset(err, 0, sizeof(err));
+	assert_int_equal(srv_check_dram_room(1ull << 36, g16, 1ull << 40, NULL, err, sizeof(err)),
+			 -ENOMEM);
+	assert_non_null(strstr(err, "physical memory (17179869184 bytes)"));
+	assert_null(strstr(err, "cgroup"));
+	/* physical memory unknown: the cgroup limit alone */
+	assert_int_equal(srv_check_dram_room(1ull << 30, 0, 1ull << 29, NULL, err, sizeof(err)),
+			 -ENOMEM);
+	assert_non_null(strstr(err, "cgroup memory limit (536870912 bytes)"));
+	assert_int_equal(srv_check_dram_room(1ull << 28, 0, 1ull << 29, NULL, err, sizeof(err)), 0);
+	/* This host's figure is known and sane. */
+	assert_true(srv_phys_bytes() >= (64ull << 20));
+}
+
+/* The parser of cgroup limit files (moved from test_srv_limits.c). */
+static void test_parse_memory_max(void **state)
+{
+	uint64_t v = 7;
+
+	(void)state;
+	assert_int_equal(srv_parse_memory_max("max\n", &v), 0);
+	assert_int_equal(v, 0);
+	v = 7;
+	assert_int_equal(srv_parse_memory_max("max", &v), 0);
+	assert_int_equal(v, 0);
+	assert_int_equal(srv_parse_memory_max("314572800\n", &v), 0);
+	assert_int_equal(v, 314572800);
+	assert_int_equal(srv_parse_memory_max("18446744073709551615", &v), 0);
+	assert_int_equal(v, UINT64_MAX);
+	v = 7;
+	assert_int_equal(srv_parse_memory_max("", &v), -EINVAL);
+	assert_int_equal(srv_parse_memory_max("-1\n", &v), -EINVAL);
+	assert_int_equal(srv_parse_memory_max("12x\n", &v), -EINVAL);
+	assert_int_equal(srv_parse_memory_max("1 2", &v), -EINVAL);
+	assert_int_equal(srv_parse_memory_max("99999999999999999999999", &v), -EINVAL);
+	assert_int_equal(srv_parse_memory_max("maximum", &v), -EINVAL);
+	assert_int_equal(v, 7);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cgroup_limits),
 		cmocka_unit_test(test_dram_room),
+		cmocka_unit_test(test_which_limit),
+		cmocka_unit_test(test_parse_memory_max),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -27,17 +27,17 @@ static void test_ns_name_valid(void **state)
 
 	(void)state;
 	memset(longest, 'n', sizeof(longest));
-	assert_true(srv_ns_name_valid("llama3-8b/bf16/tp2:r0", 21));
-	assert_true(srv_ns_name_valid("!", 1));
-	assert_true(srv_ns_name_valid("~", 1));
-	assert_true(srv_ns_name_valid(longest, PROTO_NAME_MAX_BYTES));
-	assert_false(srv_ns_name_valid(longest, PROTO_NAME_MAX_BYTES + 1));
-	assert_false(srv_ns_name_valid("", 0));
-	assert_false(srv_ns_name_valid("a b", 3));
-	assert_false(srv_ns_name_valid("a\x7f", 2));
-	assert_false(srv_ns_name_valid("a\tb", 3));
-	assert_false(srv_ns_name_valid("caf\xc3\xa9", 5));
-	assert_false(srv_ns_name_valid("a\0b", 3));
+	assert_true(proto_name_valid("llama3-8b/bf16/tp2:r0", 21));
+	assert_true(proto_name_valid("!", 1));
+	assert_true(proto_name_valid("~", 1));
+	assert_true(proto_name_valid(longest, PROTO_NAME_MAX_BYTES));
+	assert_false(proto_name_valid(longest, PROTO_NAME_MAX_BYTES + 1));
+	assert_false(proto_name_valid("", 0));
+	assert_false(proto_name_valid("a b", 3));
+	assert_false(proto_name_valid("a\x7f", 2));
+	assert_false(proto_name_valid("a\tb", 3));
+	assert_false(proto_name_valid("caf\xc3\xa9", 5));
+	assert_false(proto_name_valid("a\0b", 3));
 }
 
 /* ---- what a protocol-error log line quotes ------------------------------------ */

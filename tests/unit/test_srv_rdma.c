@@ -1,6 +1,6 @@
 /*
  * test_srv_rdma.c - kvpoold serving requests over RDMA, in process: the
- * server (srv_main) runs on a thread with srv_rdma_test_ops set to the
+ * server (srv_run) runs on a thread with srv_rdma_test_ops set to the
  * loopback fake fabric (fake_verbs.h), and a raw client made of
  * rdmx_client_connect / reg / call sends protocol frames with their
  * remote-buffer descriptors (PROTOCOL.md section 13). Covers HELLO's
@@ -76,7 +76,7 @@ static void *srv_thread_main(void *arg)
 {
 	const struct conf *c = arg;
 
-	srv_rc = srv_main(c);
+	srv_rc = srv_run(c, 0, NULL);
 	return NULL;
 }
 
@@ -395,7 +395,7 @@ static int group_teardown(void **state)
 		nvme_dir[0] = '\0';
 	}
 	if (srv_rc != 0 || F.live != 0) {
-		fprintf(stderr, "srv_main returned %d, %d fake objects alive\n", srv_rc, F.live);
+		fprintf(stderr, "srv_run returned %d, %d fake objects alive\n", srv_rc, F.live);
 		return -1;
 	}
 	srv_rc = -1;

@@ -120,13 +120,14 @@ def test_make_async_link_picks_the_native_kind_when_there(server, monkeypatch):
     link.close()
 
 
-def test_make_async_link_cluster_urls_get_the_thread_kind():
-    # libkvpool's asynchronous calls answer -EOPNOTSUPP on a cluster handle,
-    # so an adapter on a node list or an etcd:// URL must not pick them.
+def test_make_async_link_cluster_urls_get_the_native_kind():
+    # libkvpool's asynchronous calls work on cluster handles (they answered
+    # -EOPNOTSUPP, and adapters on a node list or an etcd:// URL fell back
+    # to a worker thread running requests one at a time).
     for url in ("tcp://127.0.0.1:1,127.0.0.1:2", "etcd://127.0.0.1:2379/c"):
-        link = types.SimpleNamespace(url=url)
+        link = types.SimpleNamespace(url=url, on_down=None, _client=None)
         a = make_async_link(link)
-        assert not a.native, url
+        assert a.native == NATIVE, url
         a.close()
 
 

@@ -412,13 +412,11 @@ class NativeAsyncLink(AsyncLink):
 def make_async_link(link, max_inflight=DEFAULT_MAX_INFLIGHT, on_complete=None):
     """NativeAsyncLink when the binding has the asynchronous API (and
     KVPOOL_ENGINE_ASYNC is not "thread"), else the thread-backed AsyncLink.
-    A cluster URL (a node list "tcp://a,b" or "etcd://...") always gets the
-    thread-backed kind: libkvpool's asynchronous calls answer -EOPNOTSUPP on
-    a cluster handle, whose synchronous calls already fan out to the nodes."""
+    Every URL: one node, a node list or etcd:// (libkvpool's asynchronous
+    calls work on cluster handles, whose node threads run the nodes' parts
+    in parallel)."""
     from ..client import Client
-    url = getattr(link, "url", "") or ""
-    cluster = url.startswith("etcd://") or "," in url
-    if not cluster and hasattr(Client, "submit_get_into_many") and \
+    if hasattr(Client, "submit_get_into_many") and \
             os.environ.get("KVPOOL_ENGINE_ASYNC") != "thread":
         return NativeAsyncLink(link, max_inflight, on_complete)
     return AsyncLink(link, max_inflight, on_complete)

@@ -1,7 +1,8 @@
 /*
  * membership.c - who the nodes of a cluster handle are: a static list
  * from the URL, or etcd's kvpool/<cluster>/nodes/ prefix, read at connect
- * and then followed by a watch thread.
+ * and then followed by a watch thread. Each node gets its thread
+ * (nodes.c) when it is first seen.
  *
  * The watch thread (one per cluster handle, documented in kvpool.h):
  * watches the prefix from the revision it read, applies each PUT (a node
@@ -19,13 +20,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "cluster.h"
-#include "hrw.h"
-#include "url.h"
+#include "cluster_impl.h"
+#include "lib/hrw.h"
+#include "lib/url.h"
 
 #define WATCH_RETRY_MS 500
-
-static void *node_thread(void *arg);
 
 struct kvcl_node *kvcl_node_get_locked(struct kvcl *cl, const char *name)
 {
@@ -42,43 +41,13 @@ struct kvcl_node *kvcl_node_get_locked(struct kvcl *cl, const char *name)
 	n->cl = cl;
 	snprintf(n->name, sizeof(n->name), "%s", name);
 	n->seed = kvc_hrw_node_seed(name);
-	if (pthread_create(&n->thread, NULL, node_thread, n) != 0) {
+	n->wake_fd = -1;
+	if (kvcl_node_start(n) != 0) {
 		free(n);
 		return NULL;
 	}
-	n->has_thread = 1;
 	cl->nodes[cl->n_nodes++] = n;
 	return n;
-}
-
-/* ---- node threads --------------------------------------------------------- */
-
-/* Run the jobs the caller hands this node (cluster.c, run_jobs). */
-static void *node_thread(void *arg)
-{
-	struct kvcl_node *n = arg;
-	struct kvcl *cl = n->cl;
-
-	pthread_mutex_lock(&cl->lock);
-	for (;;) {
-		int (*fn)(struct kvcl *, struct kvcl_node *, void *);
-		int rc;
-
-		while (!n->job && !n->quit)
-			pthread_cond_wait(&cl->job_cond, &cl->lock);
-		if (n->quit)
-			break;
-		fn = n->job;
-		pthread_mutex_unlock(&cl->lock);
-		rc = fn(cl, n, n->job_arg);
-		pthread_mutex_lock(&cl->lock);
-		n->job_rc = rc;
-		n->job = NULL;
-		cl->jobs_pending--;
-		pthread_cond_broadcast(&cl->done_cond);
-	}
-	pthread_mutex_unlock(&cl->lock);
-	return NULL;
 }
 
 /* ---- static lists --------------------------------------------------------- */

@@ -1,0 +1,299 @@
+/*
+ * nodes.c - a thread per node drives the node's engine (cluster_impl.h):
+ * it takes the children posted to the node's inbox, connects the engine
+ * when needed, submits them, and polls the engine, merging each finished
+ * child into its parent. So N nodes' sends, receives and checksums run
+ * on N threads, as librdkafka runs a thread per broker connection.
+ *
+ * A node whose engine could not connect (or lost a request to a
+ * connection error) is down until retry_at_ms: its children fail at once
+ * with its last error meanwhile. A node that left the membership, or
+ * whose address changed, gets its engine closed once nothing of it is in
+ * flight.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "cluster_impl.h"
+#include "lib/clock.h"
+
+#define NODE_POLL_BATCH 64
+
+void kvcl_node_post_locked(struct kvcl_child *c)
+{
+	struct kvcl_node *n = c->node;
+	uint64_t one = 1;
+
+	c->next = NULL;
+	c->state = CH_QUEUED;
+	if (n->inbox_tail)
+		n->inbox_tail->next = c;
+	else
+		n->inbox = c;
+	n->inbox_tail = c;
+	if (write(n->wake_fd, &one, sizeof(one)) < 0) {
+		/* the counter is already nonzero: the thread wakes anyway */
+	}
+}
+
+void kvcl_node_failed_locked(struct kvcl_node *n, int rc)
+{
+	n->reachable = 0;
+	n->last_error = rc;
+	n->last_msg[0] = '\0';
+	n->retry_at_ms = kvc_now_ms() + KVCL_RETRY_MS;
+}
+
+/* Child c is finished with err before reaching the engine (with the
+ * node's refusal message, if it gave one). */
+static void child_fail_locked(struct kvcl *cl, struct kvcl_child *c, int err)
+{
+	if (c->state != CH_DONE) {
+		c->state = CH_DONE;
+		c->res.status = err;
+		if (c->node->last_msg[0] && !c->res.msg)
+			c->res.msg = strdup(c->node->last_msg);
+		for (size_t i = 0; c->st && c->r.op != KVPOOL_OP_MATCH && i < c->r.count; i++)
+			c->st[i] = err;
+		kvcl_child_merge_locked(cl, c);
+	}
+	kvcl_child_drop_locked(cl, c);
+}
+
+/* The engine finished child c (done's results are moved into it). */
+static void child_done_locked(struct kvcl *cl, struct kvcl_node *n, struct kvc_done *d)
+{
+	struct kvcl_child *c = (struct kvcl_child *)(uintptr_t)d->c.tag;
+	int s = d->c.status;
+
+	n->engine_children--;
+	if (c->state == CH_DONE) { /* cancelled: its parent no longer waits for it */
+		kvc_result_clear(&d->res);
+		kvcl_child_drop_locked(cl, c);
+		return;
+	}
+	c->state = CH_DONE;
+	c->res = d->res;
+	if (kvcl_is_conn_error(s)) {
+		kvcl_node_failed_locked(n, s);
+	} else {
+		n->reachable = 1;
+		n->last_error = 0;
+	}
+	kvcl_child_merge_locked(cl, c);
+	kvcl_child_drop_locked(cl, c);
+}
+
+/* A new engine for node n, with the cluster's settings and regions. */
+static struct kvc_engine *node_engine(struct kvcl *cl, const char *url, int *err)
+{
+	struct kvc_engine *e;
+
+	*err = kvc_engine_open(url, cl->ns, cl->token, cl->timeout_ms, &e);
+	if (*err)
+		return NULL;
+	kvc_engine_backend.set_max_inflight(e, KVPOOL_MAX_INFLIGHT_LIMIT);
+	kvc_engine_backend.set_busy_tries(e, cl->busy_tries);
+	pthread_mutex_lock(&cl->lock);
+	for (size_t i = 0; i < cl->regions.n; i++)
+		(void)kvc_engine_backend.reg(e, (const void *)cl->regions.r[i].start,
+					     cl->regions.r[i].len_bytes);
+	pthread_mutex_unlock(&cl->lock);
+	return e;
+}
+
+/* Hand child c to node n's engine. */
+static void child_submit(struct kvcl *cl, struct kvcl_node *n, struct kvcl_child *c)
+{
+	uint64_t id = 0;
+	int rc;
+
+	pthread_mutex_lock(&cl->lock);
+	if (c->state == CH_DONE) { /* cancelled while queued */
+		kvcl_child_drop_locked(cl, c);
+		pthread_mutex_unlock(&cl->lock);
+		return;
+	}
+	c->state = CH_SUBMITTING;
+	pthread_mutex_unlock(&cl->lock);
+	rc = kvc_engine_submit(n->e, &c->r, KVC_SUBMIT_NOCONNECT, &id);
+	pthread_mutex_lock(&cl->lock);
+	if (rc == 0) {
+		c->state = CH_ENGINE;
+		c->engine_id = id;
+		n->engine_children++;
+	} else {
+		if (kvcl_is_conn_error(rc))
+			kvcl_node_failed_locked(n, rc);
+		c->state = CH_QUEUED;
+		child_fail_locked(cl, c, rc);
+	}
+	pthread_cond_broadcast(&cl->child_cond);
+	pthread_mutex_unlock(&cl->lock);
+}
+
+/* Work through the children taken from the inbox, in order. */
+static void node_run(struct kvcl *cl, struct kvcl_node *n, struct kvcl_child *list)
+{
+	char url[sizeof(n->url)];
+	int down, err, reqs = 0;
+
+	for (struct kvcl_child *c = list; c; c = c->next)
+		reqs |= c->kind == CHILD_REQ;
+	pthread_mutex_lock(&cl->lock);
+	down = kvc_now_ms() < n->retry_at_ms;
+	err = n->last_error ? n->last_error : -ECONNREFUSED;
+	memcpy(url, n->url, sizeof(url));
+	pthread_mutex_unlock(&cl->lock);
+	if (!down && !n->e) {
+		struct kvc_engine *e = node_engine(cl, url, &err);
+
+		pthread_mutex_lock(&cl->lock);
+		n->e = e;
+		n->url_changed = 0;
+		if (!e)
+			kvcl_node_failed_locked(n, err);
+		pthread_mutex_unlock(&cl->lock);
+		down = !e;
+	}
+	if (!down && reqs) {
+		int rc = kvc_engine_connect(n->e);
+
+		if (rc) {
+			struct kvc_engine_info info;
+
+			kvc_engine_info(n->e, &info); /* a HELLO refusal's words */
+			pthread_mutex_lock(&cl->lock);
+			kvcl_node_failed_locked(n, rc);
+			snprintf(n->last_msg, sizeof(n->last_msg), "%s", info.server_message);
+			pthread_mutex_unlock(&cl->lock);
+			down = 1;
+			err = rc;
+		}
+	}
+	while (list) {
+		struct kvcl_child *c = list;
+
+		list = c->next;
+		if (c->kind != CHILD_REQ) {
+			if (n->e && c->kind == CHILD_REG)
+				(void)kvc_engine_backend.reg(n->e, c->buf, c->len);
+			else if (n->e)
+				(void)kvc_engine_backend.unreg(n->e, c->buf);
+			pthread_mutex_lock(&cl->lock);
+			kvcl_child_drop_locked(cl, c);
+			pthread_mutex_unlock(&cl->lock);
+		} else if (down || kvc_now_ms() >= c->r.deadline_ms) {
+			pthread_mutex_lock(&cl->lock);
+			child_fail_locked(cl, c, down ? err : -ETIMEDOUT);
+			pthread_mutex_unlock(&cl->lock);
+		} else {
+			child_submit(cl, n, c);
+		}
+	}
+}
+
+/* Close the engine of a node that left or moved, once nothing of it is in
+ * flight (the next child makes a new one). */
+static void node_idle_locked(struct kvcl_node *n)
+{
+	if (!n->e || n->engine_children || n->inbox || (n->member && !n->url_changed))
+		return;
+	kvc_engine_close(n->e);
+	n->e = NULL;
+	n->url_changed = 0;
+	n->retry_at_ms = 0;
+}
+
+/* Wait (cl->lock released) for the inbox or the engine. */
+static void node_wait(struct kvcl *cl, struct kvcl_node *n)
+{
+	struct pollfd p[2] = { { .fd = n->wake_fd, .events = POLLIN } };
+	nfds_t k = 1;
+
+	if (n->e) {
+		int fd = kvc_engine_backend.event_fd(n->e);
+
+		if (fd >= 0)
+			p[k++] = (struct pollfd){ .fd = fd, .events = POLLIN };
+	}
+	pthread_mutex_unlock(&cl->lock);
+	(void)poll(p, k, -1);
+	pthread_mutex_lock(&cl->lock);
+}
+
+static void *node_thread(void *arg)
+{
+	struct kvcl_node *n = arg;
+	struct kvcl *cl = n->cl;
+	struct kvc_done done[NODE_POLL_BATCH];
+
+	pthread_mutex_lock(&cl->lock);
+	while (!n->quit) {
+		struct kvcl_child *list = n->inbox;
+		uint64_t v;
+		int got;
+
+		n->inbox = n->inbox_tail = NULL;
+		pthread_mutex_unlock(&cl->lock);
+		if (read(n->wake_fd, &v, sizeof(v)) < 0) {
+			/* nothing posted since the last read */
+		}
+		if (list)
+			node_run(cl, n, list);
+		got = n->e ? kvc_engine_poll_ex(n->e, done, NODE_POLL_BATCH) : 0;
+		pthread_mutex_lock(&cl->lock);
+		for (int i = 0; i < got; i++)
+			child_done_locked(cl, n, &done[i]);
+		node_idle_locked(n);
+		if (!n->inbox && got < NODE_POLL_BATCH && !n->quit)
+			node_wait(cl, n);
+	}
+	pthread_mutex_unlock(&cl->lock);
+	return NULL;
+}
+
+int kvcl_node_start(struct kvcl_node *n)
+{
+	int rc;
+
+	n->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (n->wake_fd < 0)
+		return -errno;
+	rc = -pthread_create(&n->thread, NULL, node_thread, n);
+	if (rc) {
+		close(n->wake_fd);
+		n->wake_fd = -1;
+		return rc;
+	}
+	n->has_thread = 1;
+	return 0;
+}
+
+void kvcl_node_stop(struct kvcl_node *n)
+{
+	struct kvcl *cl = n->cl;
+	uint64_t one = 1;
+
+	pthread_mutex_lock(&cl->lock);
+	n->quit = 1;
+	if (n->wake_fd >= 0 && write(n->wake_fd, &one, sizeof(one)) < 0) {
+		/* already readable */
+	}
+	pthread_mutex_unlock(&cl->lock);
+	if (n->has_thread)
+		pthread_join(n->thread, NULL);
+	n->has_thread = 0;
+	/* Requests in flight are dropped with the engine; their parents and
+	 * detached children are freed by the cluster. */
+	kvc_engine_close(n->e);
+	n->e = NULL;
+	if (n->wake_fd >= 0)
+		close(n->wake_fd);
+	n->wake_fd = -1;
+}
