@@ -48,16 +48,32 @@ void kvcl_view_take_locked(struct kvcl *cl, struct kvcl_view *v)
 
 /* ---- parents and children ------------------------------------------------------------ */
 
+/* A parent and `scratch` bytes for its entries (not zeroed: split writes
+ * every entry). The scratch of the last parent freed is kept for the next
+ * one (the cluster's lock held): a MATCH of 1,000 keys needs ~75 KB, and
+ * fetching it from the allocator each call cost more than the split. */
 static struct kvcl_parent *parent_new(struct kvcl *cl, const struct kvc_req *r, int internal,
 				      size_t scratch)
 {
-	struct kvcl_parent *p = calloc(1, sizeof(*p) + scratch);
+	struct kvcl_parent *p = calloc(1, sizeof(*p));
 
 	if (!p)
 		return NULL;
+	if (scratch <= cl->spare_bytes) {
+		p->mem = cl->spare;
+		p->mem_bytes = cl->spare_bytes;
+		cl->spare = NULL;
+		cl->spare_bytes = 0;
+	} else if (scratch) {
+		p->mem = malloc(scratch);
+		p->mem_bytes = scratch;
+		if (!p->mem) {
+			free(p);
+			return NULL;
+		}
+	}
 	p->r = *r;
 	p->internal = internal;
-	p->mem = p + 1;
 	p->st = r->statuses;
 	p->id = ++cl->seq;
 	p->next = cl->parents;
@@ -88,6 +104,13 @@ static void parent_free(struct kvcl *cl, struct kvcl_parent *p)
 		free(c);
 	}
 	kvc_result_clear(&p->res);
+	if (p->mem_bytes > cl->spare_bytes) {
+		free(cl->spare);
+		cl->spare = p->mem;
+		cl->spare_bytes = p->mem_bytes;
+	} else {
+		free(p->mem);
+	}
 	free(p);
 }
 
@@ -535,6 +558,7 @@ static void cl_close(void *be)
 		close(cl->efd);
 	kvc_regions_free(&cl->regions);
 	kvcl_place_free(&cl->place);
+	free(cl->spare);
 	pthread_cond_destroy(&cl->child_cond);
 	pthread_cond_destroy(&cl->done_cond);
 	pthread_mutex_destroy(&cl->lock);

@@ -146,7 +146,8 @@ struct kvcl_parent {
 	int *own_st;                    /* statuses when the caller gave none */
 	size_t hot_prefix;              /* MATCH: leading keys that are hot */
 	struct kvcl_view view;          /* the members it was split over */
-	void *mem;
+	void *mem;                      /* entries' scratch (not zeroed), mem_bytes long */
+	size_t mem_bytes;
 };
 
 /* One node: its name (placement hashes it), address, engine and thread. */
@@ -197,6 +198,8 @@ struct kvcl {
 	uint64_t budget_expired, puts_nowhere;
 	uint64_t copy_inflight_bytes, copy_inflight;
 	struct kvcl_removal *removals;  /* not finished yet */
+	void *spare;                    /* the last freed parent's scratch, for the next */
+	size_t spare_bytes;
 	size_t ignored_nodes;           /* etcd: registered past KVCL_MAX_NODES */
 	char ignored_name[KVCL_NAME_MAX_BYTES + 1];
 	struct kvc_regions regions;     /* kvpool_register'ed memory, passed to every node */

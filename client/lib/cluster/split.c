@@ -56,6 +56,29 @@ struct pair {
 	uint8_t amb;
 };
 
+/* A growing list of pairs (one per block in the common case). */
+struct pairs {
+	struct pair *v;
+	size_t n, cap;
+	int err;
+};
+
+static void push(struct pairs *pv, size_t i, size_t j, int amb)
+{
+	if (pv->n == pv->cap) {
+		size_t cap = pv->cap ? pv->cap * 2 : 16;
+		struct pair *v = realloc(pv->v, cap * sizeof(*v));
+
+		if (!v) {
+			pv->err = -ENOMEM;
+			return;
+		}
+		pv->v = v;
+		pv->cap = cap;
+	}
+	pv->v[pv->n++] = (struct pair){ .i = i, .j = (uint8_t)j, .amb = (uint8_t)amb };
+}
+
 static void release_leases_locked(struct kvcl *cl, struct kvcl_parent *p);
 static void copy_locked(struct kvcl *cl, struct kvcl_parent *p, size_t i, int from);
 static void copy_matched_locked(struct kvcl *cl, struct kvcl_parent *p);
@@ -203,6 +226,9 @@ static void place_entry(struct kvcl *cl, struct kvcl_parent *p, struct kvcl_entr
 {
 	size_t own[KVCL_MAX_REPLICAS], prev[KVCL_MAX_NODES], n_own, n_prev;
 
+	e->cov = e->covp = e->covr = e->missed = e->asked = 0;
+	e->st = 0;
+	e->pending_removal = 0;
 	e->hot = (uint8_t)hot;
 	n_own = kvcl_place_owners(&cl->place, &p->view, key, hot, own);
 	n_prev = kvcl_place_prev_owners(&cl->place, &p->view, key, hot, own, n_own, prev);
@@ -255,9 +281,8 @@ static const uint8_t *entry_key(const struct kvcl_parent *p, size_t i)
 
 /* ---- split ---------------------------------------------------------------------------- */
 
-static int split_put(struct kvcl *cl, struct kvcl_parent *p, struct pair *pr)
+static int split_put(struct kvcl *cl, struct kvcl_parent *p, struct pairs *pv)
 {
-	size_t n = 0;
 
 	for (size_t i = 0; i < p->r.count; i++) {
 		struct kvcl_entry *e = &p->ent[i];
@@ -277,15 +302,14 @@ static int split_put(struct kvcl *cl, struct kvcl_parent *p, struct pair *pr)
 			p->view.node[e->own[0]]->puts_redirected++;
 		}
 		for (size_t r = 0; r < e->n_own; r++)
-			pr[n++] = (struct pair){ .i = i, .j = e->own[r] };
+			push(pv, i, e->own[r], 0);
 	}
-	return post_pairs(cl, p, pr, n, 0);
+	return pv->err ? pv->err : post_pairs(cl, p, pv->v, pv->n, 0);
 }
 
 /* GET and EXISTS: the first place of each block. */
-static int split_read(struct kvcl *cl, struct kvcl_parent *p, struct pair *pr)
+static int split_read(struct kvcl *cl, struct kvcl_parent *p, struct pairs *pv)
 {
-	size_t n = 0;
 
 	for (size_t i = 0; i < p->r.count; i++) {
 		struct kvcl_entry *e = &p->ent[i];
@@ -295,16 +319,13 @@ static int split_read(struct kvcl *cl, struct kvcl_parent *p, struct pair *pr)
 		e->st = -ENOENT; /* no node: a miss */
 		if (!e->n_alt)
 			continue;
-		pr[n++] = (struct pair){ .i = i, .j = e->alt[e->next_alt++] };
+		push(pv, i, e->alt[e->next_alt++], 0);
 	}
-	return post_pairs(cl, p, pr, n, 0);
+	return pv->err ? pv->err : post_pairs(cl, p, pv->v, pv->n, 0);
 }
 
-static int split_delete(struct kvcl *cl, struct kvcl_parent *p, struct pair *pr)
+static int split_delete(struct kvcl *cl, struct kvcl_parent *p, struct pairs *pv)
 {
-	uint8_t (*down_keys)[KVPOOL_KEY_BYTES] = NULL;
-	size_t n = 0, cap = p->r.count * (KVCL_MAX_REPLICAS * 3) + 1;
-	int rc;
 
 	for (size_t i = 0; i < p->r.count; i++) {
 		struct kvcl_entry *e = &p->ent[i];
@@ -334,19 +355,15 @@ static int split_delete(struct kvcl *cl, struct kvcl_parent *p, struct pair *pr)
 				e->pending_removal = 1;
 				continue;
 			}
-			if (n < cap)
-				pr[n++] = (struct pair){ .i = i, .j = (uint8_t)where[a] };
+			push(pv, i, where[a], 0);
 		}
 	}
-	rc = post_pairs(cl, p, pr, n, 0);
-	free(down_keys);
-	return rc;
+	return pv->err ? pv->err : post_pairs(cl, p, pv->v, pv->n, 0);
 }
 
-static int split_match(struct kvcl *cl, struct kvcl_parent *p, struct pair *pr)
+static int split_match(struct kvcl *cl, struct kvcl_parent *p, struct pairs *pv)
 {
 	const uint8_t (*chain)[KVPOOL_KEY_BYTES] = p->r.keys;
-	size_t n = 0;
 
 	p->hot_prefix = kvcl_hot_learn(&cl->place.hot, chain, p->r.count);
 	for (size_t i = 0; i < p->r.count; i++) {
@@ -355,13 +372,13 @@ static int split_match(struct kvcl *cl, struct kvcl_parent *p, struct pair *pr)
 		place_entry(cl, p, e, chain[i], i < p->hot_prefix);
 		if (!e->hot && !e->moved) {
 			if (e->n_own)
-				pr[n++] = (struct pair){ .i = i, .j = e->own[0] };
+				push(pv, i, e->own[0], 0);
 			continue;
 		}
 		for (size_t r = 0; r < e->n_alt; r++)
-			pr[n++] = (struct pair){ .i = i, .j = e->alt[r], .amb = 1 };
+			push(pv, i, e->alt[r], 1);
 	}
-	return post_pairs(cl, p, pr, n, 0);
+	return pv->err ? pv->err : post_pairs(cl, p, pv->v, pv->n, 0);
 }
 
 /* Whole-pool calls: a child on every member. A PING or STATS share has
@@ -387,36 +404,37 @@ static int split_all(struct kvcl *cl, struct kvcl_parent *p)
 int kvcl_split_post_locked(struct kvcl *cl, struct kvcl_parent *p)
 {
 	int op = p->r.op, rc = 0;
-	struct pair *pr = NULL;
+	struct pairs pv = { 0 };
 
 	kvcl_view_take_locked(cl, &p->view);
 	kvcl_place_observe(&cl->place, &p->view, kvc_now_ms());
 	if (kvcl_is_batch(op) && p->r.count) {
-		pr = malloc(p->r.count * (KVCL_MAX_REPLICAS * 3 + KVCL_MAX_ALT) * sizeof(*pr));
-		if (!pr)
+		pv.cap = p->r.count + 16;
+		pv.v = malloc(pv.cap * sizeof(*pv.v));
+		if (!pv.v)
 			rc = -ENOMEM;
 	}
 	if (!rc) {
 		switch (op) {
 		case KVPOOL_OP_PUT:
-			rc = split_put(cl, p, pr);
+			rc = split_put(cl, p, &pv);
 			break;
 		case KVPOOL_OP_GET:
 		case KVPOOL_OP_EXISTS:
-			rc = split_read(cl, p, pr);
+			rc = split_read(cl, p, &pv);
 			break;
 		case KVPOOL_OP_DELETE:
-			rc = split_delete(cl, p, pr);
+			rc = split_delete(cl, p, &pv);
 			break;
 		case KVPOOL_OP_MATCH:
-			rc = split_match(cl, p, pr);
+			rc = split_match(cl, p, &pv);
 			break;
 		default:
 			rc = split_all(cl, p);
 			break;
 		}
 	}
-	free(pr);
+	free(pv.v);
 	if (rc) {
 		/* Children not posted yet: count them as done, with the error. */
 		for (struct kvcl_child *c = p->children; c; c = c->sibling) {
