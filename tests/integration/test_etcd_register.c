@@ -356,7 +356,7 @@ static void test_etcd_wiped(void **state)
 	}
 	assert_int_equal(etcd_proc_start(&e), 0);
 	for (int i = 0; i < 3; i++) {
-		char name[8];
+		char name[16];
 
 		snprintf(name, sizeof(name), "w%d", i);
 		flags_for(&f[i], e.endpoint, name);
@@ -383,7 +383,7 @@ static void test_etcd_wiped(void **state)
 	assert_int_equal(etcd_proc_wipe(&e), 0);
 	/* the nodes find their leases gone and register afresh */
 	for (int i = 0; i < 3; i++) {
-		char name[8];
+		char name[16];
 
 		snprintf(name, sizeof(name), "w%d", i);
 		assert_int_equal(wait_record(e.endpoint, name, s[i].port, 6000), s[i].port);
@@ -427,7 +427,7 @@ static void test_several_etcd_members(void **state)
 	assert_int_equal(etcd_proc_start_cluster(m, 3), 0);
 	etcd_proc_endpoints(m, 3, list, sizeof(list));
 	for (int i = 0; i < 2; i++) {
-		char name[8];
+		char name[16];
 
 		snprintf(name, sizeof(name), "m%d", i);
 		flags_for(&f[i], list, name);
@@ -449,7 +449,7 @@ static void test_several_etcd_members(void **state)
 	/* two lease periods later both nodes are still registered */
 	sleep_ms(4500);
 	for (int i = 0; i < 2; i++) {
-		char name[8];
+		char name[16];
 
 		snprintf(name, sizeof(name), "m%d", i);
 		assert_int_equal(record_port(list, name, NULL), s[i].port);
