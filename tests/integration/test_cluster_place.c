@@ -531,7 +531,7 @@ static void test_join(void **state)
 		harness_skip("etcd is not installed (apt-get install etcd-server)");
 	assert_int_equal(etcd_proc_start(&e), 0);
 	for (int i = 0; i < 3; i++) {
-		char name[8];
+		char name[16];
 
 		snprintf(name, sizeof(name), "j%d", i);
 		etcd_node_flags(&f[i], &e, name, "16MiB");
@@ -659,7 +659,7 @@ static void test_shared_prompt_balance(void **state)
 	/* fixed node names (etcd), so the placement does not move with the ports */
 	assert_int_equal(etcd_proc_start(&e), 0);
 	for (int i = 0; i < 3; i++) {
-		char name[8];
+		char name[16];
 
 		snprintf(name, sizeof(name), "n%d", i);
 		etcd_node_flags(&f[i], &e, name, "17568KiB");
