@@ -74,9 +74,9 @@ static void test_owners(void **state)
 		memset(up, 1, sizeof(up));
 		view(&v, 3, up);
 	}
+	kvcl_place_free(&pl);
 	assert_int_equal(kvcl_place_init(&pl, 0, 32, 0), -EINVAL);
 	assert_int_equal(kvcl_place_init(&pl, KVCL_MAX_REPLICAS + 1, 32, 0), -EINVAL);
-	kvcl_place_free(&pl);
 }
 
 static void test_fallback_epoch(void **state)

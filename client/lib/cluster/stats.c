@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <json-c/json.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@ static void stats_merge(struct json_object *dst, struct json_object *src)
 	json_object_object_foreach(src, key, sv) {
 		struct json_object *dv;
 
+		if (!strcmp(key, "cluster"))
+			continue; /* a node's etcd registration: in its own document */
 		if (!json_object_object_get_ex(dst, key, &dv)) {
 			json_object_object_add(dst, key, json_object_get(sv));
 			continue;
@@ -33,8 +36,12 @@ static void stats_merge(struct json_object *dst, struct json_object *src)
 			stats_merge(dv, sv);
 		} else if (json_object_is_type(dv, json_type_int) &&
 			   json_object_is_type(sv, json_type_int)) {
-			json_object_object_add(dst, key, json_object_new_int64(
-						  json_object_get_int64(dv) + json_object_get_int64(sv)));
+			int64_t sum;
+
+			if (__builtin_add_overflow(json_object_get_int64(dv),
+						   json_object_get_int64(sv), &sum))
+				sum = INT64_MAX; /* not a counter anyone reads summed */
+			json_object_object_add(dst, key, json_object_new_int64(sum));
 		} else if (json_object_is_type(dv, json_type_double) &&
 			   json_object_is_type(sv, json_type_double)) {
 			if (json_object_get_double(sv) > json_object_get_double(dv))
