@@ -309,11 +309,17 @@ static int on_event(void *arg, enum kvc_etcd_event type, const struct kvc_etcd_k
 	return 0;
 }
 
+/* The watch thread's stop flag (set by kvcl_etcd_stop). */
+static int stopping(struct kvcl *cl)
+{
+	return __atomic_load_n(&cl->stop, __ATOMIC_ACQUIRE);
+}
+
 static void pause_ms(struct kvcl *cl, int ms)
 {
 	struct timespec ts = { 0, 50 * 1000000L };
 
-	for (int t = 0; t < ms && !cl->stop; t += 50)
+	for (int t = 0; t < ms && !stopping(cl); t += 50)
 		nanosleep(&ts, NULL);
 }
 
@@ -342,11 +348,11 @@ static void *watch_thread(void *arg)
 	pthread_mutex_lock(&cl->lock);
 	from = cl->etcd_revision + 1;
 	pthread_mutex_unlock(&cl->lock);
-	while (!cl->stop) {
+	while (!stopping(cl)) {
 		int64_t next = from;
 		int rc = kvc_etcd_watch_prefix(e, cl->prefix, from, on_event, cl, &cl->stop, &next);
 
-		if (cl->stop)
+		if (stopping(cl))
 			break;
 		pthread_mutex_lock(&cl->lock);
 		cl->etcd_reachable = 0;
@@ -357,7 +363,7 @@ static void *watch_thread(void *arg)
 		pause_ms(cl, WATCH_RETRY_MS);
 		if (rc == -ESTALE) {
 			/* compacted: read everything again, watch from there */
-			while (!cl->stop && read_all(cl, e) != 0)
+			while (!stopping(cl) && read_all(cl, e) != 0)
 				pause_ms(cl, WATCH_RETRY_MS);
 			pthread_mutex_lock(&cl->lock);
 			from = cl->etcd_revision + 1;
@@ -396,7 +402,7 @@ void kvcl_etcd_stop(struct kvcl *cl)
 {
 	if (!cl->has_watch)
 		return;
-	cl->stop = 1;
+	__atomic_store_n(&cl->stop, 1, __ATOMIC_RELEASE);
 	pthread_join(cl->watch_thread, NULL);
 	cl->has_watch = 0;
 }
