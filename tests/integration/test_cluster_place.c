@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -696,6 +697,80 @@ static void test_shared_prompt_balance(void **state)
 	assert_true((double)busiest * 3 <= 1.25 * (double)sum);
 }
 
+/* ---- a MATCH that waits, over every owner in one round --------------------------- */
+
+struct waiter {
+	struct kvpool_client *cl;
+	const uint8_t (*chain)[32];
+	size_t count;
+	struct kvpool_match_opts opts;
+	struct kvpool_match_result res;
+	int rc;
+	uint64_t took_ms;
+};
+
+static void *wait_thread(void *arg)
+{
+	struct waiter *w = arg;
+	uint64_t t0 = now_ms();
+
+	w->rc = kvpool_match_ex(w->cl, w->chain, w->count, &w->opts, &w->res);
+	w->took_ms = now_ms() - t0;
+	return NULL;
+}
+
+static void test_match_waits_on_every_owner(void **state)
+{
+	static struct workload w;
+	struct nodes n;
+	struct kvpool_client *consumer, *producer;
+	struct waiter wt = { 0 };
+	pthread_t t;
+	int owners[3] = { 0 };
+
+	(void)state;
+	nodes_start(&n, 3);
+	workload_init(&w, "wait");
+	for (int b = 0; b < LEN; b++)
+		owners[rank_of(&n, w.keys[1][b], 0)] = 1;
+	assert_true(owners[0] + owners[1] + owners[2] >= 2); /* the chain spans nodes */
+	assert_int_equal(kvpool_connect(n.list, "wait", NULL, &consumer), 0);
+	assert_int_equal(kvpool_connect(n.list, "wait", NULL, &producer), 0);
+	wt = (struct waiter){ .cl = consumer, .chain = (const uint8_t(*)[32])w.keys[1], .count = LEN,
+			      .opts = { .wait_ms = 8000, .want = LEN } };
+	assert_int_equal(pthread_create(&t, NULL, wait_thread, &wt), 0);
+	sleep_ms(400);
+	{
+		struct pass p = { 0 };
+
+		/* the producer computes the chain and stores it (the consumer is
+		 * parked on each node meanwhile) */
+		one_request(producer, &w, 1, &p);
+		assert_clean(&p);
+	}
+	pthread_join(t, NULL);
+	printf("a MATCH waiting for %d blocks on %d nodes answered after %" PRIu64 " ms: matched "
+	       "%zu, flags 0x%x\n", LEN, owners[0] + owners[1] + owners[2], wt.took_ms,
+	       wt.res.matched, wt.res.flags);
+	assert_int_equal(wt.rc, 0);
+	assert_int_equal(wt.res.matched, LEN);
+	assert_true(wt.res.flags & KVPOOL_MATCH_WAITED);
+	assert_false(wt.res.flags & KVPOOL_MATCH_WAIT_TIMEOUT);
+	assert_true(wt.took_ms >= 300 && wt.took_ms < 8000);
+	/* nothing comes: answered when the wait ends */
+	wt = (struct waiter){ .cl = consumer, .chain = (const uint8_t(*)[32])w.keys[2][PREFIX],
+			      .count = LEN - PREFIX, .opts = { .wait_ms = 1500, .want = LEN - PREFIX } };
+	assert_int_equal(pthread_create(&t, NULL, wait_thread, &wt), 0);
+	pthread_join(t, NULL);
+	assert_int_equal(wt.rc, 0);
+	assert_int_equal(wt.res.matched, 0); /* nobody stored it */
+	assert_true(wt.res.flags & KVPOOL_MATCH_WAIT_TIMEOUT);
+	assert_true(wt.took_ms >= 1000 && wt.took_ms < 4000);
+	kvpool_close(producer);
+	kvpool_close(consumer);
+	nodes_stop(&n);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -704,6 +779,7 @@ int main(void)
 		cmocka_unit_test(test_node_killed),
 		cmocka_unit_test(test_node_stopped),
 		cmocka_unit_test(test_join),
+		cmocka_unit_test(test_match_waits_on_every_owner),
 		cmocka_unit_test(test_shared_prompt_balance),
 	};
 
