@@ -827,7 +827,7 @@ static int watch_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, c
 	struct watch *w = arg;
 
 	(void)a, (void)b, (void)c, (void)d;
-	if (w->stop && *w->stop) {
+	if (w->stop && __atomic_load_n(w->stop, __ATOMIC_ACQUIRE)) {
 		w->stopped = 1;
 		return 1;
 	}

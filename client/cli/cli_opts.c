@@ -108,6 +108,11 @@ static const char *node_list_problem(const char *url, char *buf, size_t len)
 	return NULL;
 }
 
+bool cli_is_cluster_url(const char *url)
+{
+	return url && (strchr(url, ',') || strncasecmp(url, "etcd://", 7) == 0);
+}
+
 char *cli_connect_error(const struct cli_conn *conn, int err, char *buf, size_t len)
 {
 	const char *url = conn->url ? conn->url : "";

@@ -87,6 +87,9 @@ int cli_conn_opt(struct cli_conn *conn, const char *prog, int opt, const char *a
  * Pure. Returns buf. */
 char *cli_connect_error(const struct cli_conn *conn, int err, char *buf, size_t len);
 
+/* Is url a cluster URL (a node list, or etcd://)? Pure. */
+bool cli_is_cluster_url(const char *url);
+
 /* Connect as `conn` says, with the auth token in $KVPOOL_TOKEN if set
  * and not empty. On failure prints "PROG: " and the reason
  * (cli_connect_error) on stderr and returns the library's -errno (see

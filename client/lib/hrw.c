@@ -29,6 +29,7 @@
  *    (kvpool/placement.py), so placement is the same in C and in the
  *    binding; tests/data/hrw_vectors.json holds shared vectors.
  */
+#include <endian.h>
 #include <errno.h>
 #include <openssl/sha.h>
 #include <stdint.h>
@@ -39,11 +40,16 @@
 
 static uint64_t le64(const uint8_t *p)
 {
-	uint64_t v = 0;
+	uint64_t v;
 
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
+	memcpy(&v, p, sizeof(v));
+	return le64toh(v);
+}
+
+/* The key's half of the score: its four words XORed. */
+static uint64_t fold(const uint8_t key[32])
+{
+	return le64(key) ^ le64(key + 8) ^ le64(key + 16) ^ le64(key + 24);
 }
 
 static uint64_t fmix64(uint64_t k)
@@ -66,9 +72,7 @@ uint64_t kvc_hrw_node_seed(const char *name)
 
 uint64_t kvc_hrw_score_seeded(const uint8_t key[32], uint64_t node_seed)
 {
-	uint64_t f = le64(key) ^ le64(key + 8) ^ le64(key + 16) ^ le64(key + 24);
-
-	return fmix64(f ^ node_seed);
+	return fmix64(fold(key) ^ node_seed);
 }
 
 /* Does (s, name) rank before (bs, bname)? Higher score first, then the
@@ -81,7 +85,7 @@ static int before(uint64_t s, const char *name, uint64_t bs, const char *bname)
 size_t kvc_hrw_rank(const uint8_t key[32], const uint64_t *seeds, const char *const *names,
 		    const unsigned char *up, size_t n, size_t *out, size_t k)
 {
-	uint64_t sc[KVC_HRW_RANK_MAX];
+	uint64_t sc[KVC_HRW_RANK_MAX], f = fold(key);
 	size_t got = 0;
 
 	if (k > KVC_HRW_RANK_MAX)
@@ -93,7 +97,7 @@ size_t kvc_hrw_rank(const uint8_t key[32], const uint64_t *seeds, const char *co
 
 		if (up && !up[i])
 			continue;
-		s = kvc_hrw_score_seeded(key, seeds[i]);
+		s = fmix64(f ^ seeds[i]);
 		at = got;
 		while (at > 0 && before(s, names[i], sc[at - 1], names[out[at - 1]]))
 			at--;
