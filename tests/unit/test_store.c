@@ -1743,7 +1743,7 @@ static void *evict_churn(void *arg)
 			r->failed = "churn put failed";
 			break;
 		}
-		r->rounds++;
+		__atomic_add_fetch(&r->rounds, 1, __ATOMIC_RELAXED);
 	}
 	return NULL;
 }
@@ -1972,6 +1972,14 @@ static void test_match_while_index_grows(void **state)
 	before = stats_of(s).index_bytes;
 	for (int k = 0; k < 2; k++)
 		assert_int_equal(pthread_create(&t[k], NULL, grow_reader_thread, &r[k]), 0);
+	/* Both readers must be reading before the index grows: on a loaded
+	 * machine a new thread may not run for a while (bounded: 10 s). */
+	for (int i = 0; i < 10000; i++) {
+		if (__atomic_load_n(&r[0].rounds, __ATOMIC_RELAXED) &&
+		    __atomic_load_n(&r[1].rounds, __ATOMIC_RELAXED))
+			break;
+		usleep(1000);
+	}
 	for (uint64_t id = 100; id < 100 + 4000; id++)
 		assert_int_equal(put_id(s, ns, id, 0, 16), 0);
 	stop = true;
