@@ -106,12 +106,39 @@ def bench_sglang(url, pages):
     return a_set, a_exists, a_get, r_set, r_get, raw, lambda: (b.close(), raw.close())
 
 
+class _FlashAttention:
+    """What the tier asks of vLLM's --attention-backend (a stand-in of
+    FlashAttention's answers: any multiple of 16 tokens, no required
+    layout)."""
+
+    @staticmethod
+    def get_name():
+        return "FLASH_ATTN"
+
+    @staticmethod
+    def get_supported_kernel_block_sizes():
+        return [16, 32, 64, 128, 256]
+
+    @classmethod
+    def get_required_kv_cache_layout(cls):
+        return None
+
+
+def tier_config():
+    """The vllm_config fields the tier reads: vLLM run with
+    --attention-backend and 16-token blocks."""
+    from types import SimpleNamespace as NS
+    return NS(attention_config=NS(backend=_FlashAttention),
+              cache_config=NS(block_size=16, cache_dtype="auto",
+                              prefix_caching_hash_algo="sha256"))
+
+
 def bench_vllm(url, pages):
     import kvpool.vllm as kv
     from vllm.v1.kv_offload.tiering.base import JobMetadata, ReqContext
     rows = np.zeros((2 * pages, MIB), dtype=np.uint8)
     rows[:pages] = 1
-    t = kv.KVPoolSecondaryTier(None, memoryview(rows), "kvpool", url=url,
+    t = kv.KVPoolSecondaryTier(tier_config(), memoryview(rows), "kvpool", url=url,
                                namespace_prefix="bench-a")
     raw = kvpool.Client(url, "bench-raw-vllm")
     src = [memoryview(rows[i]) for i in range(pages)]

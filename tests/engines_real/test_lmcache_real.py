@@ -302,3 +302,132 @@ def test_nonmp_mla_worker0_writes(server, prefix):
         b.close()
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)
+
+
+# ---- issue 24, fresh-clone findings (items 6, 8, 10, 17) ------------------------------------
+
+def _remote_parts(url, prefix, extra_over, mla=False, worker=0, world=1, chunk=16):
+    from lmcache.v1.config import LMCacheEngineConfig
+    from lmcache.v1.metadata import LMCacheMetadata
+    config = LMCacheEngineConfig.from_file(os.path.join(CFG, "lmcache-remote.yaml"))
+    extra = dict(config.extra_config or {})
+    extra.update({"remote_storage_plugin.kvpool.url": url,
+                  "remote_storage_plugin.kvpool.namespace_prefix": prefix,
+                  "remote_storage_plugin.kvpool.timeout_s": 1.0})
+    extra.update(extra_over)
+    config.extra_config = extra
+    config.chunk_size = chunk
+    config.max_local_cpu_size = 0.05
+    config.blocking_timeout_secs = 5
+    meta = LMCacheMetadata(model_name="real-model", world_size=world, local_world_size=world,
+                           worker_id=worker, local_worker_id=worker, kv_dtype=torch.float16,
+                           kv_shape=(4, 1 if mla else 2, chunk, 2, 32), use_mla=mla)
+    return config, meta
+
+
+@pytest.mark.parametrize("key,value", [("namespace", ["a"]), ("namespace_prefx", "x"),
+                                       ("timeout_s", "0"), ("token", 42)])
+def test_nonmp_configuration_error_stops_the_backend(server, prefix, key, value, caplog):
+    """Finding 8: LMCache's RemoteBackend swallowed the plugin's
+    ConfigError and ran with no connection for ever. The error is now also
+    LMCache's IrrecoverableException, which RemoteBackend lets through:
+    building it fails (with the legacy remote_url that stops the engine);
+    LMCache's CreateStorageBackends, for remote_storage_plugins, logs it
+    and builds no kvpool backend. Either way the adapter logs it once as an
+    ERROR naming the setting."""
+    import logging
+    from lmcache.v1.exceptions import IrrecoverableException
+    from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
+    from lmcache.v1.storage_backend.remote_backend import RemoteBackend
+    loop, thread = run_loop()
+    config, meta = _remote_parts(server.url, prefix,
+                                 {"remote_storage_plugin.kvpool." + key: value})
+    cpu = LocalCPUBackend(config, meta)
+    with caplog.at_level(logging.ERROR, "kvpool.lmcache"):
+        with pytest.raises(IrrecoverableException) as e:
+            RemoteBackend(config, meta, loop, cpu, "cpu", plugin_name="kvpool")
+    assert key.replace("prefx", "prefix") in str(e.value)
+    ours = [r for r in caplog.records if r.name == "kvpool.lmcache" and
+            r.levelno >= logging.ERROR]
+    assert len(ours) == 1 and "CONFIGURATION ERROR" in ours[0].getMessage()
+    try:
+        from lmcache.v1.storage_backend import CreateStorageBackends
+        backends = CreateStorageBackends(config, meta, loop, "cpu")
+    except Exception as err:        # more of LMCache than this machine loads
+        print("CreateStorageBackends not driven here: %r" % (err,))
+    else:
+        assert not any("kvpool" in name for name in backends), list(backends)
+        for b in backends.values():
+            try:
+                b.close()
+            except Exception:
+                pass
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
+@pytest.mark.parametrize("mla,flag", [(False, True), (True, False)])
+def test_nonmp_mla_mode_as_lmcache_reads_it(server, prefix, mla, flag):
+    """Finding 6: with the flag on a model that is not MLA (or an MLA
+    model with it off), LMCache keeps per-worker keys and every worker
+    writes: worker 1 must store and find its own chunk (the adapter made it
+    read-only on worker 0's namespace: never a hit)."""
+    from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
+    from lmcache.v1.storage_backend.remote_backend import RemoteBackend
+    loop, thread = run_loop()
+    config, meta = _remote_parts(server.url, prefix, {"remote_enable_mla_worker_id_as0": flag},
+                                 mla=mla, worker=1, world=2)
+    cpu = LocalCPUBackend(config, meta)
+    w1 = RemoteBackend(config, meta, loop, cpu, "cpu", plugin_name="kvpool")
+    assert w1._mla_worker_id_as0_mode is False
+    k1 = cache_key(meta, 31)
+    w1.submit_put_task(k1, chunk_obj(cpu, meta, 16, 6.0))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not w1.contains(k1):
+        time.sleep(0.05)
+    got = w1.get_blocking(k1)
+    assert got is not None and float(got.tensor.flatten()[0]) == 6.0
+    w1.close()
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
+def test_nonmp_remove_takes_one_key(server, prefix):
+    """Finding 10: batched_submit_put_task chained the batch, so
+    RemoteBackend.remove(keys[0]) took all of it."""
+    loop, thread = run_loop()
+    rb, cpu, meta = remote_backend(server.url, prefix, loop)
+    keys = [cache_key(meta, 40 + i) for i in range(4)]
+    rb.batched_submit_put_task(keys, [chunk_obj(cpu, meta, 16, float(i)) for i in range(4)])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and rb.batched_contains(keys) < 4:
+        time.sleep(0.05)
+    assert rb.remove(keys[0]) is True
+    assert [rb.contains(k) for k in keys] == [False, True, True, True]
+    rb.close()
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
+def test_mp_load_into_a_bigger_object_writes_nothing(server, prefix):
+    """Finding 17: loading a stored object into a bigger memory object
+    (another layout under the same key) failed only after writing part of
+    it; the lookup LMCache makes first now learns the size, and the load
+    leaves the object untouched."""
+    a = mp_adapter(server.url, prefix)
+    objs = Objects(16)
+    keys = [okey(500 + c) for c in range(2)]
+    store(a, keys, [objs.make(1.0), objs.make(2.0)])
+    layout = MemoryLayoutDesc([SHAPE], [torch.float16])
+    bm = query(lambda: a.submit_lookup_and_lock_task(keys, layout),
+               a.get_lookup_and_lock_event_fd(), a.query_lookup_and_lock_result)
+    assert bits(bm, 2) == [True, True]
+    big = objs.alloc.allocate(torch.Size((2, 4, 32, 64)), torch.float16, MemoryFormat.KV_2LTD)
+    big.tensor.fill_(-1)
+    good = objs.make(0.0)
+    bm = query(lambda: a.submit_load_task(keys, [big, good]), a.get_load_event_fd(),
+               a.query_load_result)
+    assert bits(bm, 2) == [False, True]
+    assert bool((big.tensor == -1).all()), "the bigger object was written"
+    assert bool((good.tensor == 2.0).all())
+    a.close()

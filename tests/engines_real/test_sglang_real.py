@@ -185,3 +185,103 @@ def test_v2_get_round_trip(server, prefix):
     assert m2.page_view(m2.indices(9, 1)) == mamba.page_view(mamba.indices(2, 1))
     a.close()
     b.close()
+
+
+# ---- issue 24, fresh-clone findings (items 4 and 5) -----------------------------------------
+
+def test_refused_configuration_fails_the_attach(fresh_server, prefix, tmp_path):
+    """Finding 4: a token the server denies (and any configuration
+    kvpool_connect refuses, or pages over max_block_bytes) raises from
+    register_mem_pool_host, which SGLang's attach_storage_backend calls
+    right after its factory: the attach fails and SGLang does not start
+    (it used to start with the cache off, a new connection per call)."""
+    good = "c0ffee00c0ffee00c0ffee00c0ffee00"
+    tokens = tmp_path / "tokens"
+    tokens.write_text("[tokens]\n%s rw %s:\n" % (good, prefix))
+    tokens.chmod(0o600)
+    fresh_server.extra += ["--tokens-file", str(tokens), "--max-block-bytes", "4KiB"]
+    fresh_server.start()
+    pool = FakeHostPool(pages=4)
+    bad = config(fresh_server.url, prefix)
+    bad.extra_config["token"] = "5d6e7f8091a2b3c4d5e6f708192a3b4c"
+    b = StorageBackendFactory.create_backend("dynamic", bad, pool)
+    with pytest.raises(ValueError) as e:
+        b.register_mem_pool_host(pool)
+    assert "token" in str(e.value) or "denied" in str(e.value).lower()
+    b.close()
+    big = FakeHostPool(pages=4, layers=8, heads=4, head_dim=16)          # 8 KiB pages
+    ok = config(fresh_server.url, prefix)
+    ok.extra_config["token"] = good
+    b = StorageBackendFactory.create_backend("dynamic", ok, big)
+    with pytest.raises(ValueError) as e:
+        b.register_mem_pool_host(big)
+    assert "max_block_bytes" in str(e.value)
+    b.close()
+    b = StorageBackendFactory.create_backend("dynamic", ok, pool)
+    b.register_mem_pool_host(pool)
+    assert b.batch_set_v1(chain(1, seed=161), pool.indices(0, 1)) == [True]
+    b.close()
+
+
+def _sglang_mha_meta():
+    """SGLang's own MHATokenToKVPoolHost.get_page_buffer_meta, compiled from
+    the snapshot's source alone (the class does not import here: it needs
+    the whole server); it reads kv_buffer, size, layer_num, head_num,
+    head_dim, dtype, page_size and layout."""
+    import ast
+    root = engine_env.source("sglang")[0]
+    path = os.path.join(root, "sglang", "srt", "mem_cache", "pool_host", "mha.py")
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and
+               n.name == "MHATokenToKVPoolHost")
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and
+              n.name == "get_page_buffer_meta")
+    ns = {}
+    exec(compile(ast.Module([fn], []), path, "exec"), ns)
+    return ns["get_page_buffer_meta"]
+
+
+class SGLangMetaPool:
+    """A page_first MHA host pool whose page meta is SGLang's own, with a
+    canary region right after its KV buffer."""
+
+    def __init__(self, pages=4):
+        engine_env.torch_gaps()
+        self.get_page_buffer_meta = _sglang_mha_meta().__get__(self)
+        self.layout, self.page_size, self.layer_num, self.head_num = "page_first", PAGE, 2, 2
+        self.head_dim, self.dtype, self.mla = 8, torch.bfloat16, False
+        self.size = pages * PAGE
+        n = 2 * self.size * self.layer_num * self.head_num * self.head_dim
+        self.backing = torch.zeros(2 * n, dtype=self.dtype)
+        self.kv_buffer = self.backing[:n].view(2, self.size, self.layer_num, self.head_num,
+                                               self.head_dim)
+        self.canary = self.backing[n:]
+
+    def get_size_per_token(self):
+        return 2 * self.layer_num * self.head_num * self.head_dim * 2
+
+
+def test_slots_outside_sglangs_host_pool_are_refused(server, prefix):
+    """Finding 5, with SGLang's own get_page_buffer_meta: host indices
+    past the pool's end made batch_get_v1 overwrite the memory after the
+    pool (and batch_set_v1 store it); negative and unaligned ones went
+    through too. They are refused before any I/O."""
+    a_pool = SGLangMetaPool()
+    a_pool.kv_buffer.normal_()
+    a = backend(server.url, prefix, a_pool)
+    keys = chain(2, seed=171)
+    assert a.batch_set_v1(keys[:1], torch.arange(0, PAGE)) == [True]
+    b_pool = SGLangMetaPool()
+    b = backend(server.url, prefix, b_pool)
+    size = b_pool.size
+    for bad in (torch.arange(size, size + PAGE), torch.arange(-PAGE, 0),
+                torch.arange(2, 2 + PAGE)):
+        assert b.batch_get_v1(keys[:1], bad) == [False]
+        assert b.batch_set_v1(keys[1:2], bad) == [False]
+    assert int((b_pool.canary != 0).sum()) == 0, "memory after the pool was written"
+    assert b.batch_exists(keys[1:2]) == 0, "memory after the pool was stored"
+    assert b.batch_get_v1(keys[:1], torch.arange(PAGE, 2 * PAGE)) == [True]
+    assert torch.equal(b_pool.kv_buffer[:, PAGE:2 * PAGE], a_pool.kv_buffer[:, :PAGE])
+    a.close()
+    b.close()

@@ -217,3 +217,44 @@ def test_roles_and_unserved_groups(server, prefix):
         for i in (c, p, m):
             if i is not None:
                 i.close()
+
+
+# ---- issue 24, fresh-clone findings (items 1 and 2) -----------------------------------------
+
+def test_rank_in_the_extra_config_is_refused(server, prefix):
+    """Finding 2: vLLM hands every worker the same
+    kv_connector_extra_config, so "rank": 0 landed on both TP workers,
+    both wrote r0 and another instance loaded TP rank 1's shard into rank
+    0. The rank is vLLM's: worker 0 (where 0 is right) starts, worker 1
+    refuses to."""
+    setup = base(tp=2, extra_rank=0)
+    w0 = Proc(vllm_roles.worker_main, setup, server.url, prefix, 0, "kv_both", "recompute")
+    try:
+        assert w0.ready[0], w0.ready
+        with pytest.raises(AssertionError) as e:
+            Proc(vllm_roles.worker_main, setup, server.url, prefix, 1, "kv_both", "recompute")
+        assert "ConfigError" in str(e.value) and "rank 0" in str(e.value), str(e.value)[-600:]
+    finally:
+        w0.stop()
+
+
+def test_tier_rows_name_their_byte_layout(server, prefix):
+    """Finding 1: vLLM's offloading worker copies raw KV pages into the
+    primary rows, so tiers of one model, TP and row size hold different
+    bytes under FlashAttention and FlashInfer, NHD and HND, and different
+    kernel blocks. Built through vLLM's SecondaryTierFactory with vLLM's
+    own backend classes, each gets a namespace of its own (a row one
+    stores is a miss for the others), and a tier whose backend vLLM picks
+    in the workers refuses to start."""
+    p = Proc(vllm_roles.tier_main, server.url, prefix)
+    out = p.ready
+    p.p.join(10)
+    assert out["store"] == [(1, True)]
+    assert out["same"] == (True, True)
+    tags = {n: ns.split(":")[-2] for n, ns in out["namespaces"].items()}
+    assert tags == {"flash_attn": "FLASH_ATTN-NHD-k16", "flashinfer": "FLASHINFER-NHD-k16",
+                    "flash_attn_block128": "FLASH_ATTN-NHD-k128",
+                    "flashinfer_block128": "FLASHINFER-NHD-k64",
+                    "flash_attn_hnd": "FLASH_ATTN-HND-k16"}, tags
+    assert out["others"] == {n: False for n in out["others"]}, out["others"]
+    assert "ConfigError" in out["auto"] and "--attention-backend" in out["auto"], out["auto"]

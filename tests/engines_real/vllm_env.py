@@ -27,7 +27,11 @@ set_kv_cache_layout; the model runner's KV-cache reshape
 BlockTable.map_to_kernel_blocks; for the hand-off tests, the engine
 core's Scheduler with its KVCacheManager, coordinator, block pool,
 request queues and stop checks (v1/core/...), and KVOutputAggregator
-(kv_connector/utils.py).
+(kv_connector/utils.py); for the offloading tier, the tiering layer's
+SecondaryTierFactory, SecondaryTierManager, JobMetadata and OffloadKey
+(v1/kv_offload), and the attention backend registry
+(AttentionBackendEnum.get_class) with each backend's kernel block sizes
+and required KV-cache layout.
 """
 
 import builtins
@@ -58,6 +62,9 @@ REAL = {
     "vllm.utils", "vllm.utils.torch_utils", "vllm.utils.math_utils", "vllm.utils.func_utils",
     "vllm.utils.collection_utils", "vllm.v1.utils",
     "vllm.v1.core.kv_cache_manager",
+    "vllm.v1.kv_offload.base", "vllm.v1.kv_offload.tiering.base",
+    "vllm.v1.kv_offload.tiering.factory", "vllm.v1.attention.backends.registry",
+    "vllm.utils.import_utils",
     # the engine core's scheduler (the hand-off tests: vllm_pd_roles)
     "vllm.v1.core.sched.scheduler", "vllm.v1.core.sched.interface",
     "vllm.v1.core.sched.request_queue", "vllm.v1.core.sched.utils",

@@ -97,15 +97,19 @@ class AttentionLayer:
 
 
 def vllm_config(setup, url, prefix, rank, role, policy):
-    """The attributes of VllmConfig a KV connector reads."""
+    """The attributes of VllmConfig a KV connector reads. The worker's rank
+    is vLLM's (parallel_config.rank, set by its WorkerBase); the extra
+    config is the one every worker of the instance gets (setup
+    "extra_rank": a "rank" setting in it)."""
     backend = backend_class(setup["backend"])
+    extra = {"url": url, "namespace_prefix": prefix, "timeout_s": 2.0, "lease_ms": 5000,
+             "chunk_blocks": setup.get("chunk_blocks", 1)}
+    if setup.get("extra_rank") is not None:
+        extra["rank"] = setup["extra_rank"]
     ktc = SimpleNamespace(
         kv_connector="KVPoolConnector", kv_connector_module_path="kvpool.vllm",
         kv_role=role, kv_load_failure_policy=policy, engine_id="real-tier",
-        kv_connector_extra_config=dict({"url": url, "namespace_prefix": prefix,
-                                        "timeout_s": 2.0, "rank": rank, "lease_ms": 5000,
-                                        "chunk_blocks": setup.get("chunk_blocks", 1)},
-                                       **setup.get("extra", {})),
+        kv_connector_extra_config=dict(extra, **setup.get("extra", {})),
         is_kv_producer=role in ("kv_producer", "kv_both"),
         is_kv_consumer=role in ("kv_consumer", "kv_both"))
     return SimpleNamespace(
@@ -393,5 +397,84 @@ def scheduler_main(conn, setup, url, prefix, role, policy):
                 conn.send(("ok", None))
                 return
             conn.send(("ok", getattr(s, what)(*args)))
+    except Exception:
+        conn.send(("error", traceback.format_exc()))
+
+
+# ---- the offloading tier (route A) -----------------------------------------------------------
+
+def tier_main(conn, url, prefix):
+    """Build kvpool tiers through vLLM's SecondaryTierFactory for several
+    attention backends and KV-cache layouts, store a row with one and look
+    it up with the others; send back what each saw."""
+    try:
+        load()
+        import time
+        import numpy as np
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+        from vllm.v1.kv_offload.base import ReqContext, make_offload_key
+        from vllm.v1.kv_offload.tiering.base import JobMetadata
+        from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory
+        import kvpool.vllm as kv
+        kv.register()
+        rows_shape = (8, 4096)
+
+        def config(backend, block=16):
+            return SimpleNamespace(
+                model_config=SimpleNamespace(model="real/llama", served_model_name="real/llama",
+                                             dtype="bfloat16"),
+                cache_config=SimpleNamespace(block_size=block, cache_dtype="auto",
+                                             prefix_caching_hash_algo="sha256"),
+                parallel_config=SimpleNamespace(tensor_parallel_size=1,
+                                                pipeline_parallel_size=1,
+                                                prefill_context_parallel_size=1,
+                                                decode_context_parallel_size=1),
+                attention_config=SimpleNamespace(backend=backend),
+                kv_transfer_config=SimpleNamespace(kv_connector="OffloadingConnector",
+                                                   kv_connector_extra_config={}))
+
+        def tier(backend, block=16, rows=None):
+            rows = rows if rows is not None else np.zeros(rows_shape, dtype=np.int8)
+            t = SecondaryTierFactory.create_secondary_tier(
+                {"type": "kvpool", "url": url, "namespace_prefix": prefix, "timeout_s": 1.0,
+                 "block_size": 64}, memoryview(rows), config(backend, block))
+            return t, rows
+
+        def settle(t, key):
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                r = t.lookup(key, ReqContext(req_id="q"))
+                if r is not None:
+                    return r
+                time.sleep(0.002)
+            return None
+        out = {}
+        fa = AttentionBackendEnum.FLASH_ATTN
+        fi = AttentionBackendEnum.FLASHINFER
+        a, rows_a = tier(fa)
+        rows_a[2] = np.arange(rows_shape[1], dtype=np.int64).astype(np.int8)
+        key = make_offload_key(bytes(range(32)), 0)
+        a.submit_store(JobMetadata(job_id=1, keys=[key], block_ids=np.array([2]),
+                                   is_promotion=False, req_context=ReqContext(req_id="r")))
+        a.drain_jobs(timeout=10)
+        out["store"] = [(r.job_id, r.success) for r in a.get_finished()]
+        same, _ = tier(fa)
+        out["same"] = (same.namespace == a.namespace, settle(same, key))
+        others = {"flashinfer": tier(fi)[0], "flash_attn_block128": tier(fa, 128)[0],
+                  "flashinfer_block128": tier(fi, 128)[0]}
+        os.environ["VLLM_KV_CACHE_LAYOUT"] = "HND"
+        others["flash_attn_hnd"] = tier(fa)[0]
+        del os.environ["VLLM_KV_CACHE_LAYOUT"]
+        out["namespaces"] = {"flash_attn": a.namespace}
+        out["namespaces"].update({n: t.namespace for n, t in others.items()})
+        out["others"] = {n: settle(t, key) for n, t in others.items()}
+        for t in [a, same] + list(others.values()):
+            t.shutdown()
+        try:
+            tier(None)
+            out["auto"] = "accepted"
+        except Exception as e:
+            out["auto"] = "%s: %s" % (type(e).__name__, e)
+        conn.send(("ok", out))
     except Exception:
         conn.send(("error", traceback.format_exc()))

@@ -104,6 +104,8 @@ class Server:
                 with kvpool.Client(self.url, "ready-check", timeout=5) as c:
                     c.ping()
                 return True
+            except kvpool.errors.Denied:      # a server with a tokens file answers
+                return True
             except (kvpool.ConnectionError, kvpool.Timeout):
                 # a loaded machine (2 cores shared by builds) can take
                 # over a second to answer the first HELLO: not a failure

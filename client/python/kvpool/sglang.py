@@ -18,29 +18,40 @@ The backend keys it reads from the extra config (every one optional):
     namespace_prefix  the first part of the namespace (default "sglang"):
                       separates deployments that must not share blocks
     model             the model name when SGLang gives none
-    clear_drops_namespace  clear() drops this rank's namespace (default
-                      false: a shared namespace is left alone)
+    clear_drops_namespace  clear() drops the namespaces this backend
+                      writes (default false: clear() refuses, raising, since
+                      a namespace may be shared with other instances)
+A misspelt key is refused; other unknown keys are logged (SGLang's own
+keys in the same dictionary pass).
 
-Namespace: <prefix>:<model>:<kv dtype>:<layout>:p<page size>:tp<r>of<n>
-:pp<r>of<n>:cp<r>of<n> (and :lcm<n> when SGLang splits heads). An MLA
-model has no tp part: tp rank 0 writes one copy and every rank reads it.
-Keys: SGLang's 64-hex page hashes as their 32 bytes; "<hex>.draft" keys
-as the same bytes in the namespace <ns>:draft; other strings as their
-SHA-256. A page's parent is the previous key of its chain.
+Namespace: <prefix>:<model>[:w<weights>]:<kv dtype>:<layout>:p<page size>
+:tp<r>of<n>:pp<r>of<n>:cp<r>of<n> (and :lcm<n> when SGLang splits heads);
+w<weights> digests the model path and revision from SGLang's server
+arguments where they can be read. An MLA model has no tp part: tp rank 0
+writes one copy and every rank reads it. Keys: SGLang's 64-hex page
+hashes as their 32 bytes; "<hex>.draft" keys as the same bytes in the
+namespace <ns>:draft; other strings as their SHA-256. A page's parent is
+the previous key of its chain.
 
 Every entry point answers a miss or a failure rather than raising: SGLang's
-storage threads die for good on an exception.
+storage threads die for good on an exception. Two exceptions, both where
+SGLang expects them: register_mem_pool_host (and
+register_mem_host_pool_v2) raise ConfigError for a configuration the pool
+refuses, which fails SGLang's attach_storage_backend; clear() raises when
+it does not clear, which SGLang's clear_storage_backend catches and logs.
 
 Written against the HiCacheStorage interface of SGLang at commit
 8905cbd4 (2026-07-20); see docs/engines.md for what is not supported.
 """
 
+import hashlib
 import logging
 import threading
 
 from ._adapters import config as _cfg
 from ._adapters import link as _link
 from ._adapters.buffers import raw_buffer, tensor_address
+from ._adapters.config import ConfigError
 from ._adapters.keys import make_namespace, string_key
 from ._adapters.link import Link, RateLimitedLog
 
@@ -49,6 +60,37 @@ log = logging.getLogger("kvpool.sglang")
 INTERFACE = "sglang HiCacheStorage v1 (sgl-project/sglang 8905cbd4, 2026-07-20)"
 DEFAULT_URL = "tcp://127.0.0.1:7470"
 DEFAULT_LEASE_MS = 5000     # kvpoold's default max_lease_ms
+# the backend's own keys in --hicache-storage-backend-extra-config
+_OWN_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "namespace_prefix", "model",
+             "clear_drops_namespace")
+# keys SGLang itself reads from the same dictionary (sgl-project/sglang 8905cbd4:
+# the dynamic loader, cache controllers and storage backends)
+_SGLANG_KEYS = ("backend_name", "module_path", "class_name", "interface_v1",
+                "hicache_storage_pass_prefix_keys", "prefetch_threshold", "prefetch_timeout_base",
+                "prefetch_timeout_per_ki_token", "prefetch_timeout_max", "tp_lcm_size",
+                "enable_metadata_cache", "metadata_ttl")
+
+
+def _served_model():
+    """(model path, revision) of the SGLang server this process runs, from
+    SGLang's server arguments (runtime context, or the legacy global), or
+    None where they cannot be read (not inside SGLang's scheduler)."""
+    args = None
+    for module, name in (("sglang.srt.runtime_context", "get_context"),
+                         ("sglang.srt.server_args", "get_global_server_args")):
+        try:
+            mod = __import__(module, fromlist=[name])
+            got = getattr(mod, name)()
+            args = getattr(got, "server_args", None) if name == "get_context" else got
+        except Exception:
+            args = None
+        if args is not None:
+            break
+    path = getattr(args, "model_path", None)
+    if not isinstance(path, str) or not path:
+        return None
+    revision = getattr(args, "revision", None)
+    return path, revision if isinstance(revision, str) else None
 
 
 def _engine_module():
@@ -97,6 +139,16 @@ def _pool_result(kv, extra):
     return (cls or _Result)(kv, extra)
 
 
+def _as_list(keys):
+    """SGLang's keys as a list (None: none). TypeError (caught by the entry
+    points) for something that is not a collection of keys."""
+    if keys is None:
+        return []
+    if isinstance(keys, (str, bytes)):
+        raise TypeError("keys must be a list of strings, not one %s" % type(keys).__name__)
+    return list(keys)
+
+
 def _dtype_name(dtype):
     return str(dtype).replace("torch.", "")
 
@@ -128,11 +180,12 @@ class KVPoolHiCacheStorage(HiCacheStorage):
     def __init__(self, storage_config=None, kwargs=None, **extra):
         self.storage_config = storage_config
         cfg = dict(getattr(storage_config, "extra_config", None) or {})
+        who = "kvpool.sglang"
+        _cfg.check_keys(dict(cfg, **extra), _OWN_KEYS, who, ignored=_SGLANG_KEYS)
         if isinstance(kwargs, dict):
             cfg.update({k: v for k, v in kwargs.items() if k not in cfg})
         cfg.update(extra)
         self.extra_config = cfg
-        who = "kvpool.sglang"
         self.url = _cfg.url(cfg.get("url"), who)
         self.token = _cfg.token(cfg.get("token"), who, token_file=cfg.get("token_file"))
         self.timeout_s = _cfg.seconds(cfg.get("timeout_s"), who, "timeout_s", 2.0)
@@ -151,13 +204,23 @@ class KVPoolHiCacheStorage(HiCacheStorage):
         self.cp_size = int(getattr(sc, "attn_cp_size", 1) or 1)
         self.is_mla = bool(getattr(sc, "is_mla_model", False))
         self.model = getattr(sc, "model_name", None) or cfg.get("model") or "unknown-model"
+        # SGLang passes the served name only; two deployments may serve different
+        # weights under one name, so the model path and revision, where SGLang's
+        # server arguments can be read, name the weights too
+        served = _served_model()
+        self.model_id = None
+        if served is not None:
+            self.model_id = hashlib.sha256(("%s@%s" % (served[0], served[1] or "")).encode(
+                "utf-8", "replace")).hexdigest()[:12]
         self.split_heads = bool(getattr(sc, "should_split_heads", False))
         self.tp_lcm = getattr(sc, "tp_lcm_size", None)
         self.warn = RateLimitedLog(log)
         self.namespace = None
+        self.page_bytes = None
         self.mem_pool_host = None
         self._links = {}         # (pool, "read"|"write") -> Link; pool False: KV, True: draft
         self._pools = {}         # v2: pool name -> host pool
+        self._refused = {}       # (pool, role) -> why its namespace was refused
         self._links_lock = threading.Lock()
         self._closed = False
         self._counts = {k: 0 for k in ("exists_calls", "exists_hit_pages", "get_pages",
@@ -174,8 +237,11 @@ class KVPoolHiCacheStorage(HiCacheStorage):
         layout = getattr(pool, "layout", None) or (
             "page_first" if getattr(self.storage_config, "is_page_first_layout", False)
             else "layer_first")
-        parts = [self.prefix, self.model, _dtype_name(getattr(pool, "dtype", "unknown")),
-                 layout, "p%d" % int(getattr(pool, "page_size", 0))]
+        parts = [self.prefix, self.model]
+        if self.model_id:
+            parts.append("w" + self.model_id)
+        parts += [_dtype_name(getattr(pool, "dtype", "unknown")), layout,
+                  "p%d" % int(getattr(pool, "page_size", 0))]
         if self.is_mla:
             parts.append("mla")
         else:
@@ -188,7 +254,14 @@ class KVPoolHiCacheStorage(HiCacheStorage):
 
     def register_mem_pool_host(self, mem_pool_host):
         """Keep the host pool, derive the namespace and register the pool's
-        KV buffers with both connections (once; again after a reconnect)."""
+        KV buffers with both connections (once; again after a reconnect).
+
+        A configuration the pool refuses (a token it denies, a URL or
+        namespace libkvpool refuses, pages larger than the server's
+        max_block_bytes) raises ConfigError here: SGLang's
+        attach_storage_backend, which calls this, then fails (at start,
+        SGLang does not start) and rolls the attach back. Only a pool that
+        cannot be reached is not an error."""
         try:
             super().register_mem_pool_host(mem_pool_host)
         except Exception:      # a base that refuses: keep it ourselves
@@ -198,35 +271,66 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             self.namespace = self.namespace_for(mem_pool_host)
             self.page_size = int(getattr(mem_pool_host, "page_size", 1))
             self.dtype = getattr(mem_pool_host, "dtype", None)
+            self.page_bytes = self._pool_page_bytes(mem_pool_host)
             arenas = getattr(mem_pool_host, "kv_buffer", None)
             arenas = list(arenas) if isinstance(arenas, (list, tuple)) else [arenas]
             self._arenas = [a for a in arenas if a is not None]
             for role in ("read", "write"):
-                link = self._link(False, role)
+                link = self._link(False, role, at_start=True)
                 for a in self._arenas:
                     link.register(a)
+        except ConfigError as e:
+            log.error("kvpool.sglang: %s", e)
+            raise
         except Exception as e:
             self.warn.warning("register", "kvpool.sglang: register_mem_pool_host: %s", e)
 
-    def _link(self, draft, role):
+    def _pool_page_bytes(self, pool):
+        """Bytes of one page of host pool `pool`, or None if it cannot say."""
+        try:
+            if hasattr(pool, "get_size_per_token"):
+                per = pool.get_size_per_token()
+            else:
+                per = pool.get_ksize_per_token() * (1 if self.is_mla else 2)
+            return int(per) * int(getattr(pool, "page_size", 1) or 1)
+        except Exception:
+            return None
+
+    def _ns_of(self, draft):
+        """The namespace of pool `draft` (see _link), at most 255 bytes."""
+        if draft is True:
+            return make_namespace(self.namespace, "draft")
+        if draft:
+            return make_namespace(self.namespace, str(draft))
+        return self.namespace
+
+    def _link(self, draft, role, at_start=False):
         """The Link for (pool, read/write), made on first use: pool False is
         the KV namespace, True the draft namespace (<ns>:draft), a string
-        the v2 pool of that name (<ns>:<name>)."""
+        the v2 pool of that name (<ns>:<name>). None before the namespace
+        is known, after close(), or when the pool refused this namespace's
+        configuration: then ConfigError at start (at_start), else logged
+        once and remembered, so later calls answer misses without
+        connecting again."""
         link = self._links.get((draft, role))
         if link is not None or self.namespace is None:
             return link
         with self._links_lock:
             link = self._links.get((draft, role))
-            if link is None and not self._closed:
-                if draft is True:
-                    ns = self.namespace + ":draft"
-                elif draft:
-                    ns = make_namespace(self.namespace, str(draft))
-                else:
-                    ns = self.namespace
-                link = Link(self.url, ns, token=self.token, timeout_s=self.timeout_s,
-                            name="sglang %s %s" % (role, ns), warn=self.warn,
-                            lease_ms=self.lease_ms if role == "read" else None)
+            if link is None and not self._closed and (draft, role) not in self._refused:
+                ns = self._ns_of(draft)
+                try:
+                    link = Link(self.url, ns, token=self.token, timeout_s=self.timeout_s,
+                                name="sglang %s %s" % (role, ns), warn=self.warn,
+                                lease_ms=self.lease_ms if role == "read" else None,
+                                block_bytes=self.page_bytes if role == "write" and not draft
+                                else None)
+                except ConfigError as e:
+                    if at_start:
+                        raise
+                    self._refused[(draft, role)] = str(e)
+                    log.error("kvpool.sglang: %s (this namespace answers misses)", e)
+                    return None
                 self._links[(draft, role)] = link
         return link
 
@@ -260,13 +364,13 @@ class KVPoolHiCacheStorage(HiCacheStorage):
 
     # ---- zero-copy interface (interface_v1) ---------------------------------------
 
-    def _page_buffers(self, host_indices, n, pool=None):
-        """Per page: its pieces in the host pool (a buffer, or a list of
-        them: MHA pages are a K and a V piece, layer_first pages one pair
-        per layer) and its size in bytes. ValueError unless host_indices
-        are exactly n pages of integer slots."""
-        pool = pool if pool is not None else self.mem_pool_host
-        page = int(getattr(pool, "page_size", 1) or 1)
+    @staticmethod
+    def _check_slots(host_indices, n, page, size):
+        """ValueError unless host_indices are n whole pages of integer slots
+        of the host pool: n * page of them, each page page_size consecutive
+        slots from a multiple of page_size, all in 0 .. size-1 (size None:
+        the pool does not say its size; the range is then left to the
+        buffer check in _page_buffers)."""
         count = host_indices.numel() if hasattr(host_indices, "numel") else \
             len(host_indices) if host_indices is not None else 0
         if count != n * page:
@@ -277,9 +381,58 @@ class KVPoolHiCacheStorage(HiCacheStorage):
                                   getattr(dtype, "is_complex", False) or
                                   str(dtype) in ("torch.bool", "bool")):
             raise ValueError("host indices of dtype %s: slots are integers" % dtype)
-        if dtype is None and not all(isinstance(i, int) and not isinstance(i, bool)
-                                     for i in host_indices):
-            raise ValueError("host indices must be integers")
+        if hasattr(host_indices, "reshape") and hasattr(host_indices, "numel"):
+            import torch
+            t = host_indices.reshape(n, page)
+            if t.device.type != "cpu":
+                t = t.cpu()
+            t = t.to(torch.int64)
+            lo, hi = int(t.min()), int(t.max())
+            starts = t[:, 0]
+            aligned = bool((starts % page == 0).all())
+            runs = bool((t - starts.unsqueeze(1) == torch.arange(page).unsqueeze(0)).all())
+        else:
+            slots = list(host_indices)
+            if not all(isinstance(i, int) and not isinstance(i, bool) for i in slots):
+                raise ValueError("host indices must be integers")
+            lo, hi = min(slots), max(slots)
+            aligned = all(slots[i * page] % page == 0 for i in range(n))
+            runs = all(slots[i * page + j] == slots[i * page] + j
+                       for i in range(n) for j in range(page))
+        if lo < 0 or (size is not None and hi >= size):
+            raise ValueError("host slots %d..%d are outside the host pool's 0..%s"
+                             % (lo, hi, size - 1 if size is not None else "?"))
+        if not aligned or not runs:
+            raise ValueError("host slots are not whole pages (%d consecutive slots from a "
+                             "multiple of %d)" % (page, page))
+
+    @staticmethod
+    def _arena_ranges(pool):
+        """[(start, end)] of the host pool's buffers, or None if unknown."""
+        bufs = getattr(pool, "kv_buffer", None)
+        bufs = list(bufs) if isinstance(bufs, (list, tuple)) else [bufs]
+        out = []
+        for b in bufs:
+            if not (hasattr(b, "data_ptr") and hasattr(b, "element_size")):
+                return None
+            try:
+                start = int(b.data_ptr())
+                out.append((start, start + b.numel() * b.element_size()))
+            except Exception:
+                return None
+        return out or None
+
+    def _page_buffers(self, host_indices, n, pool=None):
+        """Per page: its pieces in the host pool (a buffer, or a list of
+        them: MHA pages are a K and a V piece, layer_first pages one pair
+        per layer) and its size in bytes. ValueError, before any I/O,
+        unless host_indices are n whole pages of the pool (_check_slots)
+        and every piece lies inside the pool's buffers."""
+        pool = pool if pool is not None else self.mem_pool_host
+        page = int(getattr(pool, "page_size", 1) or 1)
+        size = getattr(pool, "size", None)
+        size = size if isinstance(size, int) and not isinstance(size, bool) else None
+        self._check_slots(host_indices, n, page, size)
         meta = pool.get_page_buffer_meta(host_indices)
         if meta is None:
             raise ValueError("the host pool has no page buffers (a logical pool)")
@@ -287,6 +440,13 @@ class KVPoolHiCacheStorage(HiCacheStorage):
         if n == 0 or len(ptrs) != len(sizes) or len(ptrs) % n:
             raise ValueError("get_page_buffer_meta gave %d pointers and %d sizes for %d pages"
                              % (len(ptrs), len(sizes), n))
+        arenas = self._arena_ranges(pool)
+        if arenas is not None:
+            for p, z in zip(ptrs, sizes):
+                p, z = int(p), int(z)
+                if z < 0 or not any(a <= p and p + z <= b for a, b in arenas):
+                    raise ValueError("a page piece (%#x, %d bytes) lies outside the host "
+                                     "pool's buffers" % (p, z))
         per = len(ptrs) // n
         bufs, page_bytes = [], []
         for i in range(n):
@@ -301,6 +461,7 @@ class KVPoolHiCacheStorage(HiCacheStorage):
         int in 0..len(keys). They stay pinned (a MATCH lease) for the
         batch_get_v1 that follows, so what is present is loadable."""
         try:
+            keys = _as_list(keys)
             n = len(keys)
             if n == 0:
                 return 0
@@ -322,12 +483,16 @@ class KVPoolHiCacheStorage(HiCacheStorage):
         bools, one per key: True where the page arrived whole (its size is
         the page's size); False for a miss, a block of another size, or a
         pool that is down."""
-        n = len(keys) if keys is not None else 0
+        n = 0
         try:
+            keys = _as_list(keys)
+            n = len(keys)
             if n == 0 or self.mem_pool_host is None:
                 return [False] * n
             draft, ks, _ = self._chain(keys, None)
             link = self._link(draft, "read")
+            if link is None:
+                return [False] * n
             try:
                 bufs, page_bytes = self._page_buffers(host_indices, n)
             except ValueError as e:
@@ -353,8 +518,10 @@ class KVPoolHiCacheStorage(HiCacheStorage):
         of bools, one per key: True where the page is stored (or already
         was). On an MLA model only tp rank 0 writes; other ranks answer
         True without sending (rank 0 stores the one shared copy)."""
-        n = len(keys) if keys is not None else 0
+        n = 0
         try:
+            keys = _as_list(keys)
+            n = len(keys)
             if n == 0:
                 return []
             if self.is_mla and self.tp_rank != 0:
@@ -364,6 +531,9 @@ class KVPoolHiCacheStorage(HiCacheStorage):
                 return [False] * n
             draft, ks, parents = self._chain(keys, extra_info)
             link = self._link(draft, "write")
+            if link is None:
+                self._counts["set_failed_pages"] += n
+                return [False] * n
             try:
                 bufs, _ = self._page_buffers(host_indices, n)
             except ValueError as e:
@@ -391,7 +561,9 @@ class KVPoolHiCacheStorage(HiCacheStorage):
     def register_mem_host_pool_v2(self, host_pool, host_pool_name):
         """Keep a host pool of the hybrid controller (KV, Mamba, SWA,
         indexer ...). The KV pool is the one register_mem_pool_host got;
-        every other pool's pages go to <namespace>:<pool name>."""
+        every other pool's pages go to <namespace>:<pool name>. A
+        configuration the pool refuses for that namespace raises
+        ConfigError, as register_mem_pool_host does."""
         try:
             super().register_mem_host_pool_v2(host_pool, host_pool_name)
         except Exception:
@@ -400,7 +572,11 @@ class KVPoolHiCacheStorage(HiCacheStorage):
         self._pools[name] = host_pool
         if name != "kv" and self.namespace is not None:
             for role in ("read", "write"):
-                link = self._link(name, role)
+                try:
+                    link = self._link(name, role, at_start=True)
+                except ConfigError as e:
+                    log.error("kvpool.sglang: %s", e)
+                    raise
                 arena = getattr(host_pool, "kv_buffer", None)
                 if link is not None and hasattr(arena, "data_ptr"):
                     link.register(arena)
@@ -428,7 +604,8 @@ class KVPoolHiCacheStorage(HiCacheStorage):
         (kv_hit_pages, {pool: pages}). The pages a prefix needs are pinned
         by a MATCH lease. Never raises."""
         try:
-            n = len(keys or [])
+            keys = _as_list(keys)
+            n = len(keys)
             anchor = self.mem_pool_host
             if anchor is not None and getattr(anchor, "kv_buffer", True) is None:
                 kv = n                  # a logical anchor: no KV pages of its own
@@ -483,6 +660,9 @@ class KVPoolHiCacheStorage(HiCacheStorage):
                     continue
                 bufs, page_bytes = self._page_buffers(t.host_indices, n, pool)
                 link = self._link(name if name != "kv" else False, "write" if write else "read")
+                if link is None:
+                    out[name] = [False] * n
+                    continue
                 ks = [self.key_bytes(k)[1] for k in keys]
                 if write:
                     st = _link.statuses_or(link.call(
@@ -539,8 +719,10 @@ class KVPoolHiCacheStorage(HiCacheStorage):
     def batch_get(self, keys, target_locations=None, target_sizes=None):
         """Pages into target_locations[i] (flat page tensors; None: new
         ones). A list with the tensor or None per key."""
-        n = len(keys) if keys is not None else 0
+        n = 0
         try:
+            keys = _as_list(keys)
+            n = len(keys)
             if n == 0:
                 return []
             if target_locations is None:
@@ -569,8 +751,9 @@ class KVPoolHiCacheStorage(HiCacheStorage):
     def batch_set(self, keys, values=None, target_locations=None, target_sizes=None):
         """Store pages values[i] (tensors) as one chain. True if every page
         is stored (False when none given)."""
-        n = len(keys) if keys is not None else 0
         try:
+            keys = _as_list(keys)
+            n = len(keys)
             if n == 0 or values is None or len(values) != n:
                 return False
             if self.is_mla and self.tp_rank != 0:
@@ -602,22 +785,47 @@ class KVPoolHiCacheStorage(HiCacheStorage):
 
     # ---- administration ----------------------------------------------------------------
 
+    def namespaces(self):
+        """Every namespace this backend writes: the KV pool's, the draft
+        pages' (<ns>:draft) and each v2 pool's (<ns>:<pool name>)."""
+        if self.namespace is None:
+            return []
+        return [self._ns_of(d) for d in [False, True] + sorted(n for n in self._pools
+                                                               if n != "kv")]
+
     def clear(self):
-        """SGLang's "clear HiCache storage": drops this rank's namespace (and
-        its draft namespace) only with clear_drops_namespace set; otherwise
-        a shared namespace is left alone and this only logs."""
-        try:
-            if not self.clear_drops:
-                log.info("kvpool.sglang: clear() leaves namespace %s alone "
-                         "(set clear_drops_namespace to drop it)", self.namespace)
-                return None
-            for draft in (False, True):
-                link = self._link(draft, "write")
-                if link is not None:
-                    link.call("clear", lambda c: c.drop_namespace(), None)
-        except Exception as e:
-            self.warn.warning("clear", "kvpool.sglang: clear: %r", e)
-        return None
+        """SGLang's "clear HiCache storage": with clear_drops_namespace,
+        drops every namespace this backend writes (namespaces()) and
+        returns True. Otherwise, or when a drop fails, raises RuntimeError
+        with the reason: SGLang's clear_storage_backend learns of a failed
+        clear only through an exception (it catches it and logs "Failed to
+        clear hierarchical cache storage backend"), and ignores the return
+        value. A namespace is left alone unless clear_drops_namespace says
+        it may be dropped: other instances may be using it."""
+        if not self.clear_drops:
+            raise RuntimeError(
+                "kvpool.sglang: clear() refused: namespace %s may be shared with other "
+                "instances; set \"clear_drops_namespace\": true in the backend's extra config "
+                "to let clear() drop it" % self.namespace)
+        if self.namespace is None:
+            raise RuntimeError("kvpool.sglang: clear() before register_mem_pool_host: "
+                               "there is no namespace yet")
+        link = self._link(False, "write")
+        failed, dropped = [], 0
+        for ns in self.namespaces():
+            got = link.call("clear", lambda c, ns=ns: c.drop_namespace(ns), None) \
+                if link is not None else None
+            if got is None:
+                failed.append(ns)
+            else:
+                dropped += int(got)
+        if failed:
+            raise RuntimeError("kvpool.sglang: clear() could not drop %s (the pool is down or "
+                               "refused it); %d blocks of the others were dropped"
+                               % (", ".join(failed), dropped))
+        log.info("kvpool.sglang: clear() dropped %s (%d blocks)",
+                 ", ".join(self.namespaces()), dropped)
+        return True
 
     def stats(self):
         """This backend's counters (a dict) and whether its links are up."""

@@ -57,10 +57,37 @@ def run_sglang():
     return rnd
 
 
+class _FlashAttention:
+    """What the tier asks of vLLM's --attention-backend (a stand-in of
+    FlashAttention's answers: any multiple of 16 tokens, no required
+    layout)."""
+
+    @staticmethod
+    def get_name():
+        return "FLASH_ATTN"
+
+    @staticmethod
+    def get_supported_kernel_block_sizes():
+        return [16, 32, 64, 128, 256]
+
+    @classmethod
+    def get_required_kv_cache_layout(cls):
+        return None
+
+
+def tier_config():
+    """The vllm_config fields the tier reads: vLLM run with
+    --attention-backend and 16-token blocks."""
+    from types import SimpleNamespace as NS
+    return NS(attention_config=NS(backend=_FlashAttention),
+              cache_config=NS(block_size=16, cache_dtype="auto",
+                              prefix_caching_hash_algo="sha256"))
+
+
 def run_vllm():
     import kvpool.vllm as kv
     rows = np.zeros((2 * PAGES, MIB), dtype=np.uint8)
-    t = kv.KVPoolSecondaryTier(None, memoryview(rows), "kvpool", url=url,
+    t = kv.KVPoolSecondaryTier(tier_config(), memoryview(rows), "kvpool", url=url,
                                namespace_prefix=prefix)
     from vllm.v1.kv_offload.tiering.base import JobMetadata, ReqContext
     state = {"job": 0}

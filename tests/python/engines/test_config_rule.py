@@ -36,7 +36,8 @@ def sglang(url, params):
 
 def tier(url, params):
     import numpy as np
-    return kv.KVPoolSecondaryTier(None, memoryview(np.zeros((4, 64), dtype=np.uint8)),
+    from test_vllm_tier import Cfg
+    return kv.KVPoolSecondaryTier(Cfg, memoryview(np.zeros((4, 64), dtype=np.uint8)),
                                   "kvpool", **dict({"url": url, "timeout_s": 0.5}, **params))
 
 

@@ -161,3 +161,62 @@ def test_async_link_pool_down_then_back(fresh_server, kind):
     assert one(lambda: a.submit_match(keys, 0)).matched == 3
     a.close()
     link.close()
+
+
+def test_lease_cap_is_warned_about(fresh_server, caplog):
+    """Finding 7: a lease_ms above the server's max_lease_ms is logged
+    once on connecting (Client.limits is a property: calling it raised a
+    TypeError the Link swallowed, so the warning never fired)."""
+    fresh_server.extra += ["--max-lease-ms", "1000"]
+    fresh_server.start()
+    with caplog.at_level(logging.WARNING, "kvpool.engines"):
+        link = _link.Link(fresh_server.url, "lease-cap", lease_ms=60000, name="t")
+    got = [r.getMessage() for r in caplog.records if "max_lease_ms" in r.getMessage()]
+    assert len(got) == 1 and "1000" in got[0]
+    link.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "kvpool.engines"):
+        link = _link.Link(fresh_server.url, "lease-cap", lease_ms=1000, name="t")
+    assert not [r for r in caplog.records if "max_lease_ms" in r.getMessage()]
+    link.close()
+
+
+def test_block_over_max_block_bytes_fails_at_start(fresh_server):
+    """Finding 14: a Link told its block size refuses at start a server
+    whose max_block_bytes is smaller."""
+    fresh_server.extra += ["--max-block-bytes", "4KiB"]
+    fresh_server.start()
+    with pytest.raises(_link.ConfigError) as e:
+        _link.Link(fresh_server.url, "mbb", block_bytes=8192, name="t")
+    assert "max_block_bytes" in str(e.value) and "8192" in str(e.value)
+    _link.Link(fresh_server.url, "mbb", block_bytes=4096, name="t").close()
+
+
+@pytest.mark.skipif(not NATIVE, reason="the binding has no asynchronous API")
+def test_failed_reput_is_reported_failed(server):
+    """Finding 9: when the re-put of a block refused with -ENOLINK
+    cannot be sent (the client is busy, or its connection dropped), the
+    completion reports that block failed, at its own position (it said 0,
+    from another position's status, for a block never stored)."""
+    got = []
+    link = _link.Link(server.url, "reput-fail")
+    a = NativeAsyncLink(link, on_complete=got.append)
+    real = a._send
+
+    def flaky(c, req, args):
+        if req.again is not None:               # the re-put
+            raise kvpool.Busy(-11, "simulated: in-flight limit reached")
+        return real(c, req, args)
+    a._send = flaky
+    keys = kvpool.block_hashes(list(range(2)), 1, extra=b"reput-fail")
+    missing = kvpool.block_hashes([7], 1, extra=b"never stored")[0]
+    a.submit_put_many(keys, [b"A" * 64, b"B" * 64], [None, missing])
+    deadline = time.monotonic() + 10
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.02)
+    held = link.call("exists", lambda c: c.exists_many(keys), None)
+    assert held == [True, False]
+    assert got[0].statuses[0] == 0 and got[0].statuses[1] == -11
+    assert got[0].status == -11
+    a.close()
+    link.close()

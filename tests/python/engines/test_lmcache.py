@@ -269,16 +269,22 @@ class Key:
 LAYERS, HEADS, DIM, CHUNK = 2, 2, 8, 16
 
 
-def remote(url, prefix, worker=0, world=1, mla=False, fail_alloc=False, loop=None):
-    config = SimpleNamespace(chunk_size=CHUNK, extra_config={
-        "remote_storage_plugin.kvpool.module_path": "kvpool.lmcache",
-        "remote_storage_plugin.kvpool.class_name": "KVPoolConnectorAdapter",
-        "remote_storage_plugin.kvpool.url": url,
-        "remote_storage_plugin.kvpool.namespace_prefix": prefix,
-        "remote_storage_plugin.kvpool.timeout_s": 1.0,
-        "save_chunk_meta": False, "remote_enable_mla_worker_id_as0": mla})
+def remote(url, prefix, worker=0, world=1, mla=False, fail_alloc=False, loop=None,
+           flag=None, **extra):
+    """The plugin as LMCache's RemoteBackend makes it; mla: an MLA model
+    (LMCacheMetadata.use_mla); flag: remote_enable_mla_worker_id_as0 (None:
+    unset, LMCache's default is use_mla)."""
+    ec = {"remote_storage_plugin.kvpool.module_path": "kvpool.lmcache",
+          "remote_storage_plugin.kvpool.class_name": "KVPoolConnectorAdapter",
+          "remote_storage_plugin.kvpool.url": url,
+          "remote_storage_plugin.kvpool.namespace_prefix": prefix,
+          "remote_storage_plugin.kvpool.timeout_s": 1.0, "save_chunk_meta": False}
+    if flag is not None:
+        ec["remote_enable_mla_worker_id_as0"] = flag
+    ec.update(extra)
+    config = SimpleNamespace(chunk_size=CHUNK, extra_config=ec)
     meta = SimpleNamespace(model_name="test-model", world_size=world, worker_id=worker,
-                           kv_dtype=torch.float16,
+                           kv_dtype=torch.float16, use_mla=mla,
                            kv_shape=(LAYERS, 1 if mla else 2, CHUNK, HEADS, DIM))
     adapter = kl.KVPoolConnectorAdapter()
     assert adapter.can_parse("plugin://kvpool") and adapter.can_parse("plugin://kvpool.a")
@@ -463,4 +469,163 @@ def test_bad_arguments_never_raise(server, prefix):
                          ("submit_batch_set", ([mp_key(1), 5], views(2)))):
         ok, err, bools = w.wait(w.submit(method, *args))
         assert not ok and err
+    w.close()
+
+
+# ---- issue 24, fresh-clone findings (items 6, 8, 10, 12, 14, 16, 17) ------------------------
+
+@pytest.mark.parametrize("mla,flag,shared", [
+    (False, True, False),        # the flag on a model that is not MLA: LMCache ignores it
+    (True, False, False),        # an MLA model with the flag off: per-worker keys
+    (True, None, True),          # an MLA model, flag unset: LMCache's default is on
+    (True, "false", True)])      # LMCache takes the string "false" as true
+def test_remote_mla_mode_is_lmcaches(server, prefix, mla, flag, shared, caplog):
+    """Finding 6: worker 0's namespace is shared exactly when LMCache's
+    RemoteBackend rewrites keys to worker 0 (flag and use_mla and world
+    size > 1, the flag read as LMCache reads it); otherwise each worker
+    writes and reads its own. The adapter read bool(flag) or use_mla, so a
+    non-MLA model with the flag made worker 1 read-only on worker 0's
+    namespace (never a hit)."""
+    import logging
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        with caplog.at_level(logging.WARNING, "kvpool.lmcache"):
+            w0 = remote(server.url, prefix, worker=0, world=2, mla=mla, flag=flag, loop=loop)
+            w1 = remote(server.url, prefix, worker=1, world=2, mla=mla, flag=flag, loop=loop)
+        assert (w0.namespace == w1.namespace) == shared
+        assert w1._writes() == (not shared)
+        if isinstance(flag, str):
+            assert any("LMCache reads" in r.getMessage() for r in caplog.records)
+        k1 = Key("test-model@%d@1@abc@half" % (0 if shared else 1))
+        await w1.put(k1, chunk_obj(CHUNK, 5.0, mla=mla))
+        if not shared:
+            got = await w1.get(k1)
+            assert got is not None and float(got.tensor.flatten()[0]) == 5.0
+        else:
+            assert w1.exists_sync(k1) is False
+        for c in (w0, w1):
+            await c.close()
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("namespace", ["a"], "namespace"), ("namespace", "", "empty"),
+    ("namespace_prefix", {"a": 1}, "namespace_prefix"), ("timeout_s", "0", "timeout_s"),
+    ("namespace_prefx", "x", "namespace_prefix"), ("token", 42, "quote")])
+def test_remote_configuration_error_is_loud_and_irrecoverable(server, prefix, caplog, key,
+                                                               value, words):
+    """Findings 8 and 14: a setting that cannot work raises an error
+    naming it (a list as namespace raised a bare TypeError; a misspelt key
+    was ignored), logged once as an ERROR, of a class that is also LMCache's
+    IrrecoverableException when LMCache is there (its RemoteBackend swallows
+    any other exception and runs with no connection for ever)."""
+    import logging
+    with caplog.at_level(logging.ERROR, "kvpool.lmcache"):
+        with pytest.raises(ValueError) as e:
+            remote(server.url, prefix, **{"remote_storage_plugin.kvpool." + key: value})
+    assert isinstance(e.value, kl.remote.RemoteConfigError) and words in str(e.value)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "CONFIGURATION ERROR" in errors[0].getMessage()
+    if kl.remote._Irrecoverable is not None:
+        assert isinstance(e.value, kl.remote._Irrecoverable)
+
+
+def test_remote_batched_put_keys_are_roots(server, prefix):
+    """Finding 10: batched_put chained its keys, so remove_sync(keys[0])
+    removed the whole batch while LMCache believed the rest stored."""
+    async def run():
+        c = remote(server.url, prefix, loop=asyncio.get_running_loop())
+        keys = [Key("test-model@1@0@%x@half" % (100 + i)) for i in range(4)]
+        await c.batched_put(keys, [chunk_obj(CHUNK, float(i)) for i in range(4)])
+        assert c.batched_contains(keys) == 4
+        assert c.remove_sync(keys[0]) is True
+        assert [c.exists_sync(k) for k in keys] == [False, True, True, True]
+        await c.close()
+    asyncio.run(run())
+
+
+def test_remote_chunk_larger_than_max_block_bytes(fresh_server, prefix):
+    """Finding 14: a chunk the server can never store is a configuration
+    error at start (LMCache then runs without this backend, loudly)."""
+    fresh_server.extra += ["--max-block-bytes", "1KiB"]
+    fresh_server.start()
+    with pytest.raises(ValueError) as e:
+        remote(fresh_server.url, prefix)
+    assert "max_block_bytes" in str(e.value)
+
+
+def _fds_threads():
+    import gc
+    gc.collect()
+    time.sleep(0.3)
+    gc.collect()
+    return len(os.listdir("/proc/self/fd")), threading.active_count()
+
+
+def test_plugin_dropped_without_close_releases_everything(server, prefix):
+    """Finding 12: a plugin LMCache drops without close() (its own
+    error paths) leaked its connections, event fd and threads."""
+    params = spec(server.url, prefix)["adapter_params"]
+    warm = kl.KVPoolL2Plugin(**params)           # first-use allocations, not leaks
+    warm.close()
+    fds0, threads0 = _fds_threads()
+    for i in range(20):
+        p = kl.KVPoolL2Plugin(**params)
+        fid = p.submit_batch_exists([mp_key(i)])
+        deadline = time.monotonic() + 10
+        while not p.drain_completions() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert fid
+        del p
+    fds1, threads1 = _fds_threads()
+    assert fds1 <= fds0 + 2 and threads1 <= threads0 + 1, (fds0, fds1, threads0, threads1)
+
+
+def test_plugin_settings_checked(server, prefix):
+    """Finding 14: a misspelt adapter_params key is refused, an unknown
+    one logged; an empty namespace is refused."""
+    for params, words in (({"namespace_prefx": "x"}, "namespace_prefix"),
+                          ({"namespace": ""}, "empty"), ({"timeout_s": 1e-9}, "timeout_s")):
+        with pytest.raises(ValueError) as e:
+            kl.KVPoolL2Plugin(**dict(spec(server.url, prefix)["adapter_params"], **params))
+        assert words in str(e.value)
+
+
+def test_get_into_a_view_of_another_size_writes_nothing(server, prefix):
+    """Finding 17: a view bigger than the block was partly overwritten
+    before the get reported False. LMCache looks keys up before it loads
+    them; the lookup learns each block's size (a GET with no room sends
+    none of its bytes), and the get refuses a view of another size before
+    anything is received."""
+    w = WrapperStandIn(spec(server.url, prefix))
+    keys = [mp_key(c, group=3) for c in range(3)]
+    assert w.wait(w.submit("submit_batch_set", keys, views(3, 11)))[0]
+    _, _, bools = w.wait(w.submit("submit_batch_exists", keys))
+    assert bools == [True] * 3
+    big = memoryview(bytearray(b"\xee" * (OBJ + 512)))
+    small = memoryview(bytearray(b"\xee" * (OBJ - 512)))
+    good = memoryview(bytearray(OBJ))
+    ok, err, bools = w.wait(w.submit("submit_batch_get", keys, [big, good, small]))
+    assert not ok and bools == [False, True, False]
+    assert bytes(big) == b"\xee" * (OBJ + 512), "the bigger view was written"
+    assert bytes(small) == b"\xee" * (OBJ - 512)
+    w.close()
+
+
+def test_pool_eviction_and_lmcaches_accounting(server, prefix, raw):
+    """Finding 16: when kvpool evicts keys
+    LMCache stored, its lookups miss them at once, and a delete LMCache
+    sends for them later (its own L2 eviction) reports them deleted, so
+    its usage total comes back to what the pool holds."""
+    w = WrapperStandIn(spec(server.url, prefix))
+    keys = [mp_key(c, group=4) for c in range(8)]
+    assert w.wait(w.submit("submit_batch_set", keys, views(8, 12)))[0]
+    # what kvpool's eviction does to them (as seen by the plugin)
+    assert raw(w.obj.namespace).delete_many([kl.l2_plugin.string_key(k) for k in keys[:5]],
+                                            statuses=True) == [0] * 5
+    _, _, bools = w.wait(w.submit("submit_batch_exists", keys))
+    assert bools == [False] * 5 + [True] * 3
+    ok, _, bools = w.wait(w.submit("submit_batch_delete", keys[:5]))
+    assert ok and bools == [True] * 5
     w.close()

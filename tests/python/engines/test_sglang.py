@@ -231,10 +231,11 @@ def test_types_v2_stats_clear_close(server, prefix, raw):
     assert b.batch_set_v2([t]) == {"mamba": [False] * 4}
     assert b.get_stats() is None
     assert b.stats()["set_pages"] == 4
-    b.clear()
+    with pytest.raises(RuntimeError):
+        b.clear()
     assert b.batch_exists(keys) == 4, "clear() leaves a shared namespace alone by default"
     c = backend(server.url, prefix, pool, clear_drops_namespace=True)
-    c.clear()
+    assert c.clear() is True
     assert b.batch_exists(keys) == 0
     c.close()
     b.close()
@@ -402,4 +403,217 @@ def test_page_count_must_fit(server, prefix, raw):
     assert raw(b.namespace).exists_many([bytes.fromhex(k) for k in keys]) == [False] * 4
     assert b.batch_get_v1(keys[:1], pool.indices(0, 4)) == [False]
     assert all(b.batch_set_v1(keys, pool.indices(0, 4)))
+    b.close()
+
+
+# ---- issue 24, fresh-clone findings (items 3, 4, 5, 11, 13, 14) -----------------------------
+
+def test_clear_drops_every_namespace_written(server, prefix, raw):
+    """Finding 3: clear() with clear_drops_namespace drops the KV, draft
+    and every v2 pool namespace (the Mamba pool's was left), and returns
+    True; without it clear() raises, which is how SGLang's
+    clear_storage_backend learns of a failed clear (it ignores a return
+    value, so answering None made it report success with every page
+    still held)."""
+    kv_pool = FakeHostPool(pages=8)
+    kv_pool.fill_random(1)
+    mamba = FakeHostPool(mla=True, pages=8, layers=2, head_dim=8)
+    mamba.fill_random(2)
+    keys = chain(4, seed=101)
+    made = []
+    for drop in (False, True):
+        b = backend(server.url, prefix, kv_pool, clear_drops_namespace=drop)
+        b.register_mem_host_pool_v2(mamba, hs.PoolName.MAMBA)
+        assert all(b.batch_set_v1(keys, kv_pool.indices(0, 4)))
+        assert b.batch_set_v2([hs.PoolTransfer(name=hs.PoolName.MAMBA,
+                                               host_indices=mamba.indices(0, 1),
+                                               keys=keys[-1:])]) == {"mamba": [True]}
+        flat = [torch.zeros(kv_pool.page_bytes() // 2, dtype=torch.bfloat16)]
+        assert b.batch_set([keys[0] + ".draft"], flat) is True
+        made.append(b)
+    keep, drop = made
+    assert keep.namespaces() == drop.namespaces() and len(drop.namespaces()) == 3
+    with pytest.raises(RuntimeError) as e:
+        keep.clear()
+    assert "clear_drops_namespace" in str(e.value)
+    for ns in keep.namespaces():
+        assert raw(ns).stats(ns)["blocks"] > 0, ns
+    assert drop.clear() is True
+    for ns in drop.namespaces():
+        assert raw(ns).exists_many([bytes.fromhex(k) for k in keys]) == [False] * 4, ns
+    assert keep.batch_exists(keys) == 0
+    assert keep._pool_pages_present("mamba", keys[-1:]) == [False]
+    for b in made:
+        b.close()
+
+
+def test_clear_with_the_pool_down_raises(fresh_server, prefix):
+    fresh_server.start()
+    b = backend(fresh_server.url, prefix, FakeHostPool(pages=4), clear_drops_namespace=True)
+    fresh_server.kill()
+    with pytest.raises(RuntimeError):
+        b.clear()
+    b.close()
+
+
+def test_namespace_names_the_weights_where_sglang_says(server, prefix, monkeypatch):
+    """Finding 3: SGLang hands the backend the served model name only;
+    two deployments serving different weights under one name would share
+    pages. Where SGLang's server arguments can be read, the model path and
+    revision are part of the namespace."""
+    import sys
+    import types
+    pool = FakeHostPool(pages=4)
+    names = []
+    for path, rev in (("/models/a", None), ("/models/b", None), ("/models/a", "v2"),
+                      ("/models/a", None)):
+        ctx = types.ModuleType("sglang.srt.runtime_context")
+        args = types.SimpleNamespace(model_path=path, revision=rev)
+        ctx.get_context = lambda args=args: types.SimpleNamespace(server_args=args)
+        monkeypatch.setitem(sys.modules, "sglang.srt.runtime_context", ctx)
+        b = backend(server.url, prefix, pool)
+        names.append(b.namespace)
+        b.close()
+    assert len(set(names[:3])) == 3 and names[0] == names[3]
+    monkeypatch.delitem(sys.modules, "sglang.srt.runtime_context")
+    b = backend(server.url, prefix, pool)
+    assert b.namespace not in names        # not readable: the served name only
+    b.close()
+
+
+def test_refused_configuration_fails_at_register(fresh_server, prefix, tmp_path):
+    """Finding 4: a token the server denies (or any configuration
+    kvpool_connect refuses) raises ConfigError from register_mem_pool_host,
+    so SGLang's attach_storage_backend fails (SGLang does not start)
+    instead of running with the cache off and a new connection per call."""
+    tokens = tmp_path / "tokens"
+    good = "c0ffee00c0ffee00c0ffee00c0ffee00"
+    tokens.write_text("[tokens]\n%s rw %s:\n" % (good, prefix))
+    tokens.chmod(0o600)
+    fresh_server.extra += ["--tokens-file", str(tokens)]
+    fresh_server.start()
+    pool = FakeHostPool(pages=4)
+    with pytest.raises(ValueError) as e:
+        backend(fresh_server.url, prefix, pool, token="5d6e7f8091a2b3c4d5e6f708192a3b4c")
+    assert "Denied" in type(e.value).__name__ or "denied" in str(e.value).lower() or \
+        "refuse" in str(e.value).lower()
+    b = backend(fresh_server.url, prefix, pool, token=good)
+    assert all(b.batch_set_v1(chain(1, seed=111), pool.indices(0, 1)))
+    b.close()
+
+
+@pytest.mark.parametrize("extra,words", [
+    ({"timeout_s": 1e-9}, "timeout_s"), ({"timeout_s": 1e12}, "timeout_s"),
+    ({"namespace_prefix": ""}, "empty"), ({"namespace_prefx": "a"}, "namespace_prefix"),
+    ({"url": "rdma://127.0.0.1:1"}, "rdma")])
+def test_settings_refused_at_start(server, prefix, extra, words):
+    """Findings 4 and 14: timeouts libkvpool would refuse, an empty
+    prefix, a misspelt key (which would merge deployments) and rdma://
+    without a device fail at start, naming the setting."""
+    p = dict(extra)
+    url = p.pop("url", server.url)
+    with pytest.raises(ValueError) as e:
+        b = backend(url, prefix, FakeHostPool(pages=4), **p)
+        b.close()
+    assert words in str(e.value), str(e.value)
+
+
+def test_unknown_keys_are_logged_sglangs_own_pass(server, prefix, caplog):
+    import logging
+    with caplog.at_level(logging.WARNING, "kvpool.engines"):
+        b = backend(server.url, prefix, FakeHostPool(pages=4), prefetch_timeout_base=1,
+                    tp_lcm_size=2, something_else=3)
+    msgs = [r.getMessage() for r in caplog.records]
+    assert any("something_else" in m for m in msgs)
+    assert not any("prefetch_timeout_base" in m or "tp_lcm_size" in m for m in msgs)
+    b.close()
+
+
+def test_page_larger_than_max_block_bytes_fails_at_register(fresh_server, prefix):
+    """Finding 14: pages the server can never store are found at start."""
+    fresh_server.extra += ["--max-block-bytes", "4KiB"]
+    fresh_server.start()
+    pool = FakeHostPool(pages=4, layers=8, heads=4, head_dim=16)      # 8 KiB pages
+    with pytest.raises(ValueError) as e:
+        backend(fresh_server.url, prefix, pool)
+    assert "max_block_bytes" in str(e.value)
+
+
+def test_host_slots_outside_the_pool_are_refused(server, prefix, raw):
+    """Finding 5: host_indices outside the host pool, negative or not
+    page-aligned are refused before any I/O: nothing past the pool is
+    overwritten by a get, nothing past it is stored by a set."""
+    pool = FakeHostPool(pages=8, guard_pages=0)
+    pool.fill_random(3)
+    b = backend(server.url, prefix, pool)
+    keys = chain(2, seed=121)
+    assert all(b.batch_set_v1(keys, pool.indices(0, 2)))
+    before = pool.raw_bytes()
+    size = pool.size
+    for bad in (torch.arange(size, size + PAGE), torch.arange(-PAGE, 0),
+                torch.arange(1, 1 + PAGE), torch.tensor([0, 1, 3, 2])):
+        assert b.batch_get_v1(keys[:1], bad) == [False], bad
+        assert b.batch_set_v1(chain(1, seed=122), bad) == [False], bad
+        assert b.batch_get_v1(keys[:1], bad.tolist()) == [False], bad
+    assert pool.raw_bytes() == before
+    assert raw(b.namespace).exists_many([bytes.fromhex(k) for k in chain(1, seed=122)]) == \
+        [False]
+    assert b.batch_get_v1(keys, pool.indices(2, 2)) == [True, True]
+    b.close()
+
+
+def test_pieces_outside_the_pool_buffers_are_refused(server, prefix):
+    """Finding 5: a pool whose page meta points outside its buffers (a
+    pool with no size, or an off-by-one in its meta) is refused too."""
+    pool = FakeHostPool(pages=4, guard_pages=0)
+    real = pool.get_page_buffer_meta
+
+    def shifted(idx):
+        ptrs, sizes = real(idx)
+        return [p + sizes[0] for p in ptrs], sizes      # one page further
+    b = backend(server.url, prefix, pool)
+    keys = chain(1, seed=131)
+    pool.get_page_buffer_meta = shifted
+    assert b.batch_set_v1(keys, pool.indices(3, 1)) == [False]
+    b.close()
+
+
+def test_long_names_stay_valid_namespaces(server, prefix):
+    """Finding 11: <ns>:draft and <ns>:<pool> are capped at 255 bytes
+    like the namespace itself (a long model path made the draft namespace
+    invalid, so draft pages never stored)."""
+    from sglang.srt.mem_cache import hicache_storage as h
+    pool = FakeHostPool(pages=8)
+    pool.fill_random(2)
+    model = "/mnt/checkpoints/" + "run-2026-07-01-grpo-math/" * 8 + "global_step_1200/hf"
+    c = h.HiCacheStorageConfig(0, 1, 0, 1, 0, 1, False, False, True, model,
+                               extra_config={"url": server.url, "namespace_prefix": prefix,
+                                             "timeout_s": 1.0})
+    b = ks.KVPoolHiCacheStorage(c, pool)
+    mamba = FakeHostPool(mla=True, pages=8, layers=2, head_dim=8)
+    b.register_mem_host_pool_v2(mamba, "mamba")
+    assert all(len(ns) <= 255 for ns in b.namespaces())
+    keys = chain(2, seed=141)
+    flat = [torch.rand(pool.page_bytes() // 2).to(torch.bfloat16) for _ in range(2)]
+    assert b.batch_set([k + ".draft" for k in keys], flat) is True
+    assert b.exists(keys[0] + ".draft")
+    assert b.batch_set_v2([hs.PoolTransfer(name="mamba", host_indices=mamba.indices(0, 1),
+                                           keys=keys[:1])]) == {"mamba": [True]}
+    b.close()
+
+
+def test_unsized_arguments_answer(server, prefix):
+    """Finding 13: a generator, an int or None as keys answers, never
+    raises (SGLang's storage threads die for good on an exception)."""
+    pool = FakeHostPool(pages=8)
+    b = backend(server.url, prefix, pool)
+    keys = chain(2, seed=151)
+    assert b.batch_set_v1(iter(keys), pool.indices(0, 2)) == [True, True]
+    assert b.batch_get_v1((k for k in keys), pool.indices(2, 2)) == [True, True]
+    for junk in (5, None, 3.5):
+        assert b.batch_get_v1(junk, pool.indices(0, 1)) == []
+        assert b.batch_set_v1(junk, pool.indices(0, 1)) == []
+        assert b.batch_get(junk) == []
+        assert b.batch_set(junk, []) is False
+        assert b.batch_exists(junk) == 0
     b.close()

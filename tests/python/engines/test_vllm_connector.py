@@ -66,7 +66,9 @@ FA = vl.FlashAttentionBackend
 
 def vllm_config(url, prefix, setup, tp=1, rank=0, role="kv_both", policy="recompute",
                 **extra):
-    ec = dict({"url": url, "namespace_prefix": prefix, "timeout_s": 1.0, "rank": rank}, **extra)
+    """What a connector reads of VllmConfig; the worker's rank is vLLM's
+    (parallel_config.rank), not a setting."""
+    ec = dict({"url": url, "namespace_prefix": prefix, "timeout_s": 1.0}, **extra)
     backends = {n: setup.backend for names, _ in setup.groups() for n in names}
     return SimpleNamespace(
         kv_transfer_config=SimpleNamespace(kv_connector="KVPoolConnector",
@@ -519,3 +521,85 @@ def test_local_hits_and_limits(server, prefix):
     assert ext == 0, "16 local tokens are not a whole 2-block chunk"
     for i in (a, b, c):
         i.close()
+
+
+def test_rank_comes_from_vllm_and_a_configured_rank_must_agree(server, prefix, raw):
+    """Finding 2: vLLM gives every worker the same extra config, so a
+    "rank" there named one rank for all workers (both TP workers wrote
+    r0 and a later instance loaded TP rank 1's shard into rank 0). The
+    rank is vLLM's; a configured rank that disagrees, or one outside
+    0..tp*pp-1, is refused at start."""
+    s = Setup()
+    kcc = vl.kv_cache_config(BLOCKS, s.groups())
+
+    def config(tp, vllm_rank, configured=None):
+        vc = vllm_config(server.url, prefix, s, tp, vllm_rank)
+        if configured is not None:
+            vc.kv_transfer_config.kv_connector_extra_config["rank"] = configured
+        return vc
+    for tp, vllm_rank, configured in ((2, 1, 0), (1, 0, 7), (2, 0, 1)):
+        with pytest.raises(ValueError) as e:
+            kv.KVPoolConnector(config(tp, vllm_rank, configured), KVConnectorRole.WORKER, kcc)
+        assert "rank" in str(e.value)
+    ok = kv.KVPoolConnector(config(2, 1, 1), KVConnectorRole.WORKER, kcc)
+    assert ok.rank == 1 and ok.namespace_for_rank(1).split(":")[-2] == "r1"
+    ok.shutdown()
+    with pytest.raises(ValueError):     # vLLM's own rank outside the instance
+        kv.KVPoolConnector(config(2, 2), KVConnectorRole.WORKER, kcc)
+    # with no setting, each TP worker writes its own shard under its own rank
+    tokens, hashes = prompt(64, seed=61)
+    a = Instance(server.url, prefix, tp=2)
+    run_request(a, "r1", tokens, hashes, seed=61)
+    keys = [kv.block_key(h) for h in hashes[:3]]
+    for r in (0, 1):
+        c = raw(a.workers[r].namespace_for_rank(r))
+        assert c.match(keys) == 3
+        got = [bytes(x) for x in c.get_many(keys[:1])]
+        want = a.workers[r]._layers[0].view(a.block_ids[0], 0).contiguous().numpy().tobytes()
+        assert got[0].startswith(want), "rank %d's namespace holds rank %d's shard" % (r, r)
+    a.close()
+
+
+@pytest.mark.parametrize("extra,words", [
+    ({"chunk_blocks": 10 ** 9}, "chunk_blocks"), ({"namespace_prefx": "x"}, "namespace_prefix"),
+    ({"namespace_prefix": ""}, "empty"), ({"timeout_s": 1e-9}, "timeout_s"),
+    ({"timeout_s": 1e12}, "timeout_s")])
+def test_connector_settings_checked_at_start(server, prefix, extra, words):
+    """Finding 14: settings that cannot work fail at start, naming the
+    setting: a huge chunk_blocks, a misspelt key, an empty prefix, a
+    timeout libkvpool would refuse."""
+    s = Setup()
+    vc = vllm_config(server.url, prefix, s, **extra)
+    with pytest.raises(ValueError) as e:
+        kv.KVPoolConnector(vc, KVConnectorRole.SCHEDULER, vl.kv_cache_config(BLOCKS, s.groups()))
+    assert words in str(e.value)
+
+
+def test_failure_policy_must_be_vllms(server, prefix):
+    """Finding 14: kv_load_failure_policy "bogus" is refused."""
+    s = Setup()
+    vc = vllm_config(server.url, prefix, s, policy="bogus")
+    with pytest.raises(ValueError) as e:
+        kv.KVPoolConnector(vc, KVConnectorRole.SCHEDULER, vl.kv_cache_config(BLOCKS, s.groups()))
+    assert "kv_load_failure_policy" in str(e.value)
+
+
+def test_unknown_setting_is_logged(server, prefix, caplog):
+    s = Setup()
+    vc = vllm_config(server.url, prefix, s, some_other_tool_key=1)
+    with caplog.at_level(logging.WARNING, "kvpool.engines"):
+        c = kv.KVPoolConnector(vc, KVConnectorRole.SCHEDULER,
+                               vl.kv_cache_config(BLOCKS, s.groups()))
+    assert any("some_other_tool_key" in r.getMessage() for r in caplog.records)
+    c.shutdown()
+
+
+def test_chunk_larger_than_max_block_bytes_fails_at_start(fresh_server, prefix):
+    """Finding 14: a chunk the server can never store is found at start."""
+    fresh_server.extra += ["--max-block-bytes", "4KiB"]
+    fresh_server.start()
+    s = Setup()
+    with pytest.raises(ValueError) as e:
+        kv.KVPoolConnector(vllm_config(fresh_server.url, prefix, s, chunk_blocks=4),
+                           KVConnectorRole.SCHEDULER, vl.kv_cache_config(BLOCKS, s.groups()))
+    assert "max_block_bytes" in str(e.value)

@@ -13,6 +13,7 @@ import kvpool.vllm as kv  # noqa: E402
 from vllm.v1.kv_offload.tiering import base as tb  # noqa: E402
 from vllm.v1.kv_offload.tiering.factory import SecondaryTierFactory  # noqa: E402
 
+import vllm_standin_layouts as vl  # noqa: E402
 from vllm_standin_manager import ManagerStandIn  # noqa: E402
 
 ROW = 64 << 10
@@ -35,6 +36,9 @@ class Cfg:
         tensor_parallel_size = 1
         pipeline_parallel_size = 1
 
+    class attention_config:                # --attention-backend
+        backend = vl.FlashAttentionBackend
+
 
 def offload_key(h, group=0):
     return bytes(h) + group.to_bytes(4, "big")
@@ -45,14 +49,14 @@ def hashes(n, seed=1, size=32):
     return [h[:size] for h in out]
 
 
-def make(url, prefix, rows=None, **params):
+def make(url, prefix, rows=None, cfg=Cfg, **params):
     rows = rows if rows is not None else np.zeros((ROWS, ROW), dtype=np.uint8)
     if not kv.register():     # a second call is refused by the factory: fine
         pass
     tier = SecondaryTierFactory.create(dict({"type": "kvpool", "url": url,
                                              "namespace_prefix": prefix, "timeout_s": 1.0,
                                              "block_size": 64}, **params),
-                                       Cfg, memoryview(rows))
+                                       cfg, memoryview(rows))
     assert isinstance(tier, tb.SecondaryTierManager)
     return tier, rows
 
@@ -267,3 +271,92 @@ def test_block_of_the_wrong_size_is_a_failed_load(server, prefix, raw):
     assert mgr.load_rows and (rows[others] == 0x5A).all(), "only the job's rows are written"
     assert [settle(tier, k) for k in keys] == [False, False]
     tier.shutdown()
+
+
+def with_backend(backend, block=16):
+    """Cfg with another attention backend and KV-manager block."""
+    return type("Cfg", (Cfg,), {
+        "attention_config": type("attention_config", (), {"backend": backend}),
+        "cache_config": type("cache_config", (Cfg.cache_config,), {"block_size": block})})
+
+
+def test_rows_of_different_byte_layouts_never_share(server, prefix, monkeypatch):
+    """Finding 1: the primary rows are raw KV pages, so instances whose
+    rows have the same size but other bytes (FlashAttention's separate K
+    and V, FlashInfer's interleaved ones, HND, a kernel block smaller than
+    the manager block) must not share blocks: the namespace names the
+    attention backend, NHD/HND and the kernel block."""
+    keys = [offload_key(h) for h in hashes(2, seed=21)]
+    a, rows_a = make(server.url, prefix)
+    fill(rows_a, [0, 1], 21)
+    mgr = ManagerStandIn(a, rows_a)
+    mgr.store("r1", keys, [0, 1])
+    assert mgr.wait_jobs() and mgr.reported[-1][2] is True
+    same, _ = make(server.url, prefix)
+    assert same.namespace == a.namespace and settle(same, keys[0]) is True
+    others = [make(server.url, prefix, cfg=with_backend(vl.FlashInferBackend))[0],
+              make(server.url, prefix, cfg=with_backend(vl.FlashInferBlackwell))[0]]
+    monkeypatch.setenv("VLLM_KV_CACHE_LAYOUT", "HND")
+    others.append(make(server.url, prefix)[0])
+    monkeypatch.delenv("VLLM_KV_CACHE_LAYOUT")
+    # FlashInfer runs 64-token kernel blocks under 128-token manager blocks
+    others.append(make(server.url, prefix, cfg=with_backend(vl.FlashInferBackend, 128))[0])
+    names = [t.namespace for t in others]
+    assert ":FLASH_ATTN-NHD-k16:" in a.namespace
+    assert [n.split(":")[-2] for n in names] == ["FLASHINFER-NHD-k16", "FLASHINFER-HND-k16",
+                                                 "FLASH_ATTN-HND-k16", "FLASHINFER-NHD-k64"]
+    assert len(set(names + [a.namespace])) == 5
+    for t in others:
+        assert settle(t, keys[0]) is False, t.namespace
+    for t in [a, same] + others:
+        t.shutdown()
+
+
+def test_tier_refused_when_the_backend_is_chosen_by_the_workers(server, prefix):
+    """Finding 1: with the attention backend left to vLLM ("auto"), the
+    scheduler-side tier cannot know the rows' byte layout: it refuses to
+    start, naming --attention-backend."""
+    auto = type("Cfg", (Cfg,), {"attention_config": type("a", (), {"backend": None})})
+    with pytest.raises(ValueError) as e:
+        make(server.url, prefix, cfg=auto)
+    assert "--attention-backend" in str(e.value)
+    with pytest.raises(ValueError) as e:       # no attention_config at all (older vLLM)
+        make(server.url, prefix, cfg=type("Cfg", (), {"model_config": Cfg.model_config,
+                                                      "cache_config": Cfg.cache_config}))
+    assert "--attention-backend" in str(e.value)
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("namespace", 123, None), ("namespace", ["a"], "namespace"), ("namespace", "", "empty"),
+    ("namespace_prefx", "x", "namespace_prefix"), ("model", ["a", "b"], "model")])
+def test_tier_settings_name_the_setting(server, prefix, key, value, words):
+    """Findings 8 and 14: a namespace of the wrong type, an empty one
+    or a misspelt setting is a ConfigError naming the setting (not a raw
+    TypeError, and not ignored). A number is a valid name (its text)."""
+    if words is None:
+        t, _ = make(server.url, prefix, **{key: value})
+        assert t.namespace.startswith("123:")
+        t.shutdown()
+        return
+    with pytest.raises(ValueError) as e:
+        make(server.url, prefix, **{key: value})
+    assert isinstance(e.value, kv.tier._cfg.ConfigError) and words in str(e.value)
+
+
+def test_row_larger_than_max_block_bytes_fails_at_start(fresh_server, prefix):
+    """Finding 14: a row the server can never store is found at start."""
+    fresh_server.extra += ["--max-block-bytes", "32KiB"]
+    fresh_server.start()
+    with pytest.raises(ValueError) as e:
+        make(fresh_server.url, prefix)
+    assert "max_block_bytes" in str(e.value)
+
+
+def test_batch_lookup_of_junk_never_raises(server, prefix):
+    """Finding 13: an unsized argument answers, never raises."""
+    t, _ = make(server.url, prefix)
+    assert t.batch_lookup(None, tb.ReqContext("r")) == []
+    assert t.batch_lookup(5, tb.ReqContext("r")) == []
+    assert t.batch_lookup(iter([offload_key(hashes(1, seed=30)[0])]),
+                          tb.ReqContext("r")) == [False]
+    t.shutdown()

@@ -17,7 +17,11 @@ runs vLLM's own backends and reshape code instead.
   manager block // kernel block, the raw buffer viewed in the physical
   (stride-ordered) shape and permuted back to the logical shape;
 - the static forward context: one layer object per name whose
-  get_attn_backend() names the layer's backend.
+  get_attn_backend() names the layer's backend;
+- what a backend says to the offloading tier's scheduler side: get_name(),
+  get_supported_kernel_block_sizes() (ints and MultipleOf(n)) and
+  get_required_kv_cache_layout() (FlashInfer on compute capability 10.x
+  requires HND: FlashInferBlackwell).
 """
 
 import math
@@ -68,8 +72,27 @@ class MambaSpec(KVCacheSpec):
         self.page_size_bytes = 4096
 
 
+class MultipleOf:
+    """A supported kernel block size: any multiple of base."""
+
+    def __init__(self, base):
+        self.base = base
+
+
 class FlashAttentionBackend:
     layout = "NHD"
+
+    @staticmethod
+    def get_name():
+        return "FLASH_ATTN"
+
+    @staticmethod
+    def get_supported_kernel_block_sizes():
+        return [MultipleOf(16)]
+
+    @classmethod
+    def get_required_kv_cache_layout(cls):
+        return None
 
     @staticmethod
     def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size,
@@ -89,6 +112,18 @@ class FlashInferBackend:
     layout = "NHD"
 
     @staticmethod
+    def get_name():
+        return "FLASHINFER"
+
+    @staticmethod
+    def get_supported_kernel_block_sizes():
+        return [16, 32, 64]
+
+    @classmethod
+    def get_required_kv_cache_layout(cls):
+        return None
+
+    @staticmethod
     def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size,
                            cache_dtype_str="auto"):
         return (num_blocks, 2, block_size, num_kv_heads, head_size)
@@ -100,6 +135,16 @@ class FlashInferBackend:
 
 class FlashInferHND(FlashInferBackend):
     layout = "HND"
+
+
+class FlashInferBlackwell(FlashInferBackend):
+    """FlashInfer on compute capability 10.x: it requires HND."""
+
+    layout = "HND"
+
+    @classmethod
+    def get_required_kv_cache_layout(cls):
+        return "HND"
 
 
 class CPUAttentionBackend:

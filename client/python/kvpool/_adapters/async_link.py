@@ -167,12 +167,11 @@ class AsyncLink:
                 return down
             return Completion(rid, tag, op, next((s for s in st if s), 0), st, [], 0)
         if op == "get":
-            got = self.link.call("get", lambda c: c.get_into_many(keys, args[1]), None)
+            got = self.link.call("get", lambda c: _get_lengths(c, keys, args[1]), None)
             if got is None:
                 return down
-            st = [0 if g > 0 else g for g in got]
-            return Completion(rid, tag, op, next((s for s in st if s), 0), st,
-                              [g if g > 0 else 0 for g in got], 0)
+            st, lengths = got
+            return Completion(rid, tag, op, next((s for s in st if s), 0), st, lengths, 0)
         if op == "exists":
             got = self.link.call("exists", lambda c: c.exists_many(keys), None)
             if got is None:
@@ -205,6 +204,21 @@ class AsyncLink:
             os.close(self._efd)
         except OSError:
             pass
+
+
+def _get_lengths(client, keys, buffers):
+    """(statuses, lengths) of a get into buffers, as the asynchronous API
+    reports them: lengths[i] is the block's size when statuses[i] is 0 or
+    -EMSGSIZE (a buffer too small: nothing written), else 0."""
+    from .. import _lib
+    from .. import client as _client
+    if len(buffers) != len(keys) or not hasattr(client, "_get_batch"):
+        got = client.get_into_many(keys, buffers)
+        return [0 if g >= 0 else g for g in got], [g if g >= 0 else 0 for g in got]
+    ks = [_client._key(k) for k in keys]
+    with _lib.Pins() as pins:
+        iovs = [_client._iovecs(pins, b, True)[:2] for b in buffers]
+        return client._get_batch(ks, iovs, "get_into_many")
 
 
 # ---- over the binding's asynchronous API ----------------------------------------------
@@ -385,7 +399,15 @@ class NativeAsyncLink(AsyncLink):
                                              p2, retain))
                     return
                 except _link.CALL_FAILURES as e:
+                    # the re-put was never sent: its blocks are not stored
                     _link.log.warning("kvpool: re-put after -ENOLINK refused: %s", e)
+                    code = getattr(e, "code", None) or getattr(e, "errno", None)
+                    code = -abs(code) if isinstance(code, int) and code else -_errno.EIO
+                    for i in again:
+                        st[i] = code
+                    req.first, req.again = None, None
+                    if isinstance(e, _link._LINK_DOWN):
+                        self.link._down(client)
         if req.again is not None:
             merged = list(req.first)
             for j, i in enumerate(req.again):

@@ -13,11 +13,16 @@ Nothing here imports an engine or touches the network. Internal: the
 names may change.
 """
 
+import difflib
 import ipaddress
+import logging
 import math
 import re
 
 DEFAULT_URL = "tcp://127.0.0.1:7470"
+MAX_SECONDS = 4294967          # libkvpool takes durations as u32 milliseconds
+
+log = logging.getLogger("kvpool.engines")
 
 # What libkvpool's kvpool_connect accepts (client/kvpool.h): tcp://, auto://
 # and rdma:// with a host (a name, IPv4, or [IPv6]) and a port, or a
@@ -113,14 +118,23 @@ def _number(value, owner, name):
                       % (_where(owner, name), type(value).__name__, value))
 
 
-def seconds(value, owner="", name="timeout_s", default=2.0, minimum=0.0, allow_zero=False):
-    """A duration in seconds: a finite number > minimum (>= with allow_zero)."""
+def seconds(value, owner="", name="timeout_s", default=2.0, minimum=0.0, allow_zero=False,
+            maximum=MAX_SECONDS):
+    """A duration in seconds: a finite number > minimum (>= with allow_zero)
+    and <= maximum (libkvpool's 4294967 s). Without allow_zero, at least
+    0.001 s: libkvpool counts milliseconds, and a shorter one rounds to 0."""
     if value is None:
         return float(default)
     v = float(_number(value, owner, name))
     if not math.isfinite(v) or v < minimum or (v == minimum and not allow_zero):
         raise ConfigError("%s must be a number of seconds %s %g, not %r"
                           % (_where(owner, name), ">=" if allow_zero else ">", minimum, value))
+    if v > maximum:
+        raise ConfigError("%s must be at most %g s, not %r" % (_where(owner, name), maximum,
+                                                                value))
+    if not allow_zero and v < 0.001:
+        raise ConfigError("%s must be at least 0.001 s (libkvpool counts milliseconds), not %r"
+                          % (_where(owner, name), value))
     return v
 
 
@@ -161,15 +175,21 @@ def flag(value, owner="", name="", default=False):
 
 
 def text(value, owner="", name="", default=None, allow_empty=False):
-    """A string setting (a number is turned into its text)."""
+    """A string setting (a number is turned into its text). An empty string
+    is refused unless allow_empty (then it gives `default`): "" where a
+    name belongs is a mistake, not a request for the default."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ConfigError("%s must be a string, not %s %r"
                           % (_where(owner, name), type(value).__name__, value))
     s = str(value)
-    if not s and not allow_empty:
-        return default
+    if not s:
+        if allow_empty:
+            return default
+        raise ConfigError("%s must not be empty (leave it out for the default%s)"
+                          % (_where(owner, name), "" if default is None else
+                             ", %r" % (default,)))
     return s
 
 
@@ -207,3 +227,28 @@ def choice(value, owner="", name="", default=None, allowed=()):
         raise ConfigError("%s must be one of %s, not %r"
                           % (_where(owner, name), ", ".join(map(repr, allowed)), value))
     return value
+
+
+_WARNED_UNKNOWN = set()
+
+
+def check_keys(settings, known, owner="", ignored=(), prefix=""):
+    """Check the names of an adapter's settings (a dict) against `known`.
+    A name close to a known one (a typo such as namespace_prefx) raises
+    ConfigError naming both: a misspelt namespace_prefix would silently
+    merge deployments. Any other unknown name is logged once as a warning
+    and ignored. Names in `ignored` (the engine's own keys in a shared
+    dictionary) pass. `prefix` is shown before each name in messages."""
+    known = sorted(set(known))
+    for key in settings:
+        if key in known or key in ignored:
+            continue
+        name = str(key)
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+        if close:
+            raise ConfigError("%s: unknown setting %s%s: did you mean %s%s?"
+                              % (owner, prefix, name, prefix, close[0]))
+        if (owner, name) not in _WARNED_UNKNOWN:
+            _WARNED_UNKNOWN.add((owner, name))
+            log.warning("%s: ignoring unknown setting %s%s (known: %s)", owner, prefix, name,
+                        ", ".join(prefix + k for k in known))

@@ -97,14 +97,19 @@ class Link:
     strict=False, for a Link opened while the engine runs, a refusal too:
     it is logged and retried like an unreachable pool). lease_ms, when
     given, is compared with the server's max_lease_ms on each connection:
-    a lease the server will cut is logged once.
+    a lease the server will cut is logged once. block_bytes, when given,
+    is the size of the adapter's largest block: when it is over the
+    server's max_block_bytes every store would fail, so on the first
+    connection the constructor raises ConfigError, and on a later one
+    (the pool was down at start) it is logged once as an error.
 
     Thread rules: any thread may call; the Client serialises calls.
     close() is idempotent and stops the reconnect thread.
     """
 
     def __init__(self, url, namespace, token=None, timeout_s=2.0, name="",
-                 backoff_s=(0.2, 5.0), warn=None, lease_ms=None, strict=True):
+                 backoff_s=(0.2, 5.0), warn=None, lease_ms=None, strict=True,
+                 block_bytes=None):
         self.url = url
         self.namespace = namespace
         self.token = token
@@ -118,6 +123,8 @@ class Link:
         self.on_down = None          # see _down
         self.lease_ms = lease_ms
         self._lease_warned = False
+        self.block_bytes = block_bytes
+        self._block_warned = False
         self._client = None
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -150,6 +157,11 @@ class Link:
                               self.url, self.name, e)
             return False
         self._check_lease(c)
+        try:
+            self._check_block(c, first)
+        except ConfigError:
+            c.close()
+            raise
         for arena in list(self._arenas):
             try:
                 c.register(arena)
@@ -168,20 +180,43 @@ class Link:
                 old.close()
         return True
 
+    @staticmethod
+    def _limits(c):
+        """The server's Limits (a property of the binding's Client; a method
+        in bindings before it), or None when it cannot be read."""
+        try:
+            lim = c.limits
+            return lim() if callable(lim) else lim
+        except CALL_FAILURES:
+            return None
+
     def _check_lease(self, c):
         """Log once when the server will cut lease_ms to its max_lease_ms."""
         if not self.lease_ms or self._lease_warned:
             return
-        try:
-            cap = c.limits().max_lease_ms
-        except CALL_FAILURES:
-            return
+        cap = getattr(self._limits(c), "max_lease_ms", 0)
         if cap and self.lease_ms > cap:
             self._lease_warned = True
             log.warning("kvpool: %s: lease_ms %d is cut to the server's max_lease_ms %d: "
                         "what an exists check pins stays loadable for %d ms only (raise "
                         "max_lease_ms in kvpoold's configuration, or lower lease_ms)",
                         self.name, self.lease_ms, cap, cap)
+
+    def _check_block(self, c, first):
+        """A block larger than the server's max_block_bytes can never be
+        stored: ConfigError on the first connection, else one error."""
+        if not self.block_bytes or self._block_warned:
+            return
+        cap = getattr(self._limits(c), "max_block_bytes", 0)
+        if cap and self.block_bytes > cap:
+            msg = ("kvpool: %s: blocks of %d bytes are over the server's max_block_bytes %d at "
+                   "%s: every store would fail (raise max_block_bytes in kvpoold's "
+                   "configuration, or use smaller pages or chunks)"
+                   % (self.name, self.block_bytes, cap, self.url))
+            if first:
+                raise ConfigError(msg)
+            self._block_warned = True
+            log.error(msg)
 
     def _start_reconnect(self):
         with self._lock:

@@ -16,6 +16,7 @@ import errno as _errno
 import logging
 import os
 import threading
+import weakref
 
 from .._adapters import config as _cfg
 from .._adapters import link as _link
@@ -27,6 +28,40 @@ log = logging.getLogger("kvpool.lmcache")
 
 INTERFACE_MP = "LMCache native_plugin L2 adapter (native_plugin_l2_adapter.py @68c638a6)"
 DEFAULT_LEASE_MS = 5000     # kvpoold's default max_lease_ms
+_MP_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "namespace", "namespace_prefix",
+            "model", "kv_dtype", "chunk_tokens")
+_MAX_SIZES = 1 << 16        # block sizes learnt by lookups (least recently seen dropped)
+
+
+def _weak_callback(method):
+    """on_complete for an AsyncLink that does not keep `method`'s object
+    alive (so a plugin dropped without close() is collected and closed)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(c):
+        fn = ref()
+        if fn is not None:
+            fn(c)
+    return call
+
+
+def _release(alinks, links, efd):
+    """Close what a plugin holds (close(), or its finalizer when it is
+    dropped without close())."""
+    for a in alinks:
+        try:
+            a.close()
+        except Exception:
+            pass
+    for link in links:
+        try:
+            link.close()
+        except Exception:
+            pass
+    try:
+        os.close(efd)
+    except (OSError, TypeError):
+        pass
 
 
 def _row_of(key):
@@ -71,6 +106,7 @@ class KVPoolL2Plugin:
     def __init__(self, **params):
         self.params = dict(params)
         who = "kvpool.lmcache native plugin"
+        _cfg.check_keys(params, _MP_KEYS, who)
         self.url = _cfg.url(params.get("url"), who)
         self.lease_ms = _cfg.milliseconds(params.get("lease_ms"), who, "lease_ms",
                                           DEFAULT_LEASE_MS)
@@ -89,6 +125,7 @@ class KVPoolL2Plugin:
         self._ids = 0
         self._ready = collections.deque()
         self._parts = {}          # future id -> [op, parts left, result bools, ok, err]
+        self._sizes = collections.OrderedDict()   # key -> block size seen by an exists
         self._closed = False
         self._read_link = Link(self.url, ns, token=token, timeout_s=timeout,
                                name="lmcache-mp read " + ns, warn=self.warn,
@@ -100,8 +137,13 @@ class KVPoolL2Plugin:
             self._read_link.close()
             raise
         self._efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._read = make_async_link(self._read_link, on_complete=self._on_part)
-        self._write = make_async_link(self._write_link, on_complete=self._on_part)
+        self._read = make_async_link(self._read_link, on_complete=_weak_callback(self._on_part))
+        self._write = make_async_link(self._write_link,
+                                      on_complete=_weak_callback(self._on_part))
+        # LMCache may drop a plugin without close(): its connections,
+        # threads and event fd go with it
+        self._finalizer = weakref.finalize(self, _release, (self._read, self._write),
+                                           (self._read_link, self._write_link), self._efd)
 
     # ---- completions -----------------------------------------------------------------
 
@@ -137,6 +179,8 @@ class KVPoolL2Plugin:
     def _on_part(self, c):
         """An AsyncLink completion: c.tag = (future id, positions, what)."""
         fid, positions, what = c.tag[:3]
+        if what == "exists":
+            self._remember_sizes(c)
         with self._lock:
             st = self._parts.get(fid)
             if st is None:
@@ -154,14 +198,15 @@ class KVPoolL2Plugin:
         """Fold one part's completion into future state st; caller holds _lock."""
         bools = st[2]
         if what in ("exists", "exists-run"):
-            # the leased leading run (MATCH), or per key (exists): a key is
-            # there if either says so
+            # the leased leading run (MATCH), or per key (a size query: a GET
+            # with no room answers -EMSGSIZE and the block's size, sending
+            # nothing): a key is there if either says so
             for j, pos in enumerate(positions):
                 if what == "exists-run":
                     bools[pos] = bools[pos] or j < c.matched
-                else:
-                    bools[pos] = bools[pos] or (j < len(c.statuses) and c.statuses[j] == 0)
-            if c.status and c.status not in (_link.MISS,):
+                elif j < len(c.statuses) and c.statuses[j] in (0, -_errno.EMSGSIZE):
+                    bools[pos] = True
+            if c.status and c.status not in (_link.MISS, -_errno.EMSGSIZE):
                 st[3], st[4] = False, _link.strerror_of(c.status)
         elif what == "get":
             sizes = c.tag[3]
@@ -179,6 +224,22 @@ class KVPoolL2Plugin:
             if not all(bools[p] for p in positions):
                 st[3] = False
                 st[4] = st[4] or _link.strerror_of(next(s for s in c.statuses if s))
+
+    def _remember_sizes(self, c):
+        """Keep the block sizes a size query reported (tag[3]: its keys),
+        so the get that follows can refuse a view of another size."""
+        keys = c.tag[3] if len(c.tag) > 3 else ()
+        with self._lock:
+            for j, k in enumerate(keys):
+                s = c.statuses[j] if j < len(c.statuses) else None
+                n = c.lengths[j] if j < len(c.lengths) else 0
+                if s in (0, -_errno.EMSGSIZE) and n:
+                    self._sizes[k] = n
+                    self._sizes.move_to_end(k)
+                else:
+                    self._sizes.pop(k, None)
+            while len(self._sizes) > _MAX_SIZES:
+                self._sizes.popitem(last=False)
 
     def drain_completions(self):
         """Every finished future: [(future_id, ok, error_str, result_bools)]."""
@@ -217,8 +278,7 @@ class KVPoolL2Plugin:
             for i, k in enumerate(keys):
                 rows.setdefault(_row_of(k), []).append(i)
             ks = self._keys(keys)
-            parts = sum(1 if len(p) == 1 else 2 for p in rows.values())
-            fid = self._new_future("exists", len(keys), parts or 1)
+            fid = self._new_future("exists", len(keys), 2 * len(rows) or 1)
             if not rows:
                 with self._lock:
                     self._finish(fid)
@@ -227,17 +287,19 @@ class KVPoolL2Plugin:
                 row = [ks[i] for i in positions]
                 self._submit(self._read, "submit_match", fid, positions, "exists-run", row,
                              self.lease_ms)
-                if len(positions) > 1:
-                    self._submit(self._read, "submit_exists_many", fid, positions, "exists",
-                                 row)
+                # each key's presence and size, with no bytes sent
+                self._submit(self._read, "submit_get_into_many", fid, positions, "exists",
+                             row, [bytearray(0) for _ in row], extra=row)
             return fid
         except Exception as e:
             self.warn.warning("exists", "kvpool.lmcache: submit_batch_exists: %r", e)
             return self._fail_now("exists", self._count(keys), repr(e))
 
-    def _submit(self, alink, method, fid, positions, what, *args, sizes=None):
-        """One part of future fid; a refused submission fails that part."""
-        tag = (fid, positions, what) if sizes is None else (fid, positions, what, sizes)
+    def _submit(self, alink, method, fid, positions, what, *args, sizes=None, extra=None):
+        """One part of future fid; a refused submission fails that part.
+        The tag is (fid, positions, what[, sizes or extra])."""
+        tag = (fid, positions, what) if sizes is None and extra is None else \
+            (fid, positions, what, sizes if sizes is not None else extra)
         try:
             getattr(alink, method)(*args, tag=tag)
         except Exception as e:
@@ -259,9 +321,23 @@ class KVPoolL2Plugin:
                 return self._empty("get")
             ks = self._keys(keys)
             sizes = [memoryview(v).nbytes for v in views]
+            # a block whose size a lookup reported and that differs from its
+            # view is refused here, so the view is left untouched
+            with self._lock:
+                known = [self._sizes.get(k) for k in ks]
+            go = [i for i in range(len(ks)) if known[i] is None or known[i] == sizes[i]]
             fid = self._new_future("get", len(keys), 1)
-            self._submit(self._read, "submit_get_into_many", fid, list(range(len(keys))), "get",
-                         ks, views, sizes=sizes)
+            if len(go) < len(ks):
+                with self._lock:
+                    st = self._parts[fid]
+                    st[3], st[4] = False, _link.strerror_of(-_errno.EMSGSIZE)
+            if not go:
+                with self._lock:
+                    self._finish(fid)
+                return fid
+            self._submit(self._read, "submit_get_into_many", fid, go, "get",
+                         [ks[i] for i in go], [views[i] for i in go],
+                         sizes=[sizes[i] for i in go])
             return fid
         except Exception as e:
             self.warn.warning("get", "kvpool.lmcache: submit_batch_get: %r", e)
@@ -304,6 +380,9 @@ class KVPoolL2Plugin:
             if not keys:
                 return self._empty("delete")
             ks = self._keys(keys)
+            with self._lock:
+                for k in ks:
+                    self._sizes.pop(k, None)
             fid = self._new_future("delete", len(keys), 1)
             self._submit(self._write, "submit_delete_many", fid, list(range(len(keys))),
                          "delete", ks)
@@ -314,11 +393,13 @@ class KVPoolL2Plugin:
 
     def close(self):
         """Finish what is queued, close the connections and the event fd.
-        Idempotent; later submits touch no fd."""
+        Idempotent; later submits touch no fd. A plugin dropped without
+        close() is closed when it is collected."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        self._finalizer.detach()
         for a in (self._read, self._write):
             a.close()
         for link in (self._read_link, self._write_link):
@@ -326,9 +407,11 @@ class KVPoolL2Plugin:
         with self._lock:
             efd, self._efd = self._efd, None
             self._ready.clear()
+            self._sizes.clear()
         try:
             os.close(efd)
         except (OSError, TypeError):
             pass
+
 
 __all__ = ["KVPoolL2Plugin", "INTERFACE_MP"]

@@ -44,6 +44,19 @@ _RealRemoteConnector = _lmcache_base("lmcache.v1.storage_backend.connector.base_
 _RealConnectorAdapter = _lmcache_base("lmcache.v1.storage_backend.connector",
                                       "ConnectorAdapter")
 USING_REAL_BASE = _RealRemoteConnector is not None and _RealConnectorAdapter is not None
+_Irrecoverable = _lmcache_base("lmcache.v1.exceptions", "IrrecoverableException")
+# the plugin's own settings (remote_storage_plugin.<plugin>.<key>) and LMCache's
+_REMOTE_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "namespace",
+                "namespace_prefix")
+_LMCACHE_PLUGIN_KEYS = ("module_path", "class_name")
+
+
+class RemoteConfigError(_cfg.ConfigError, *((_Irrecoverable,) if _Irrecoverable else ())):
+    """A setting of the remote storage plugin that cannot work. Also
+    LMCache's IrrecoverableException (when LMCache is there), which its
+    RemoteBackend does not swallow: with the legacy remote_url the engine
+    then fails to start; with remote_storage_plugins LMCache (9f5cee0c)
+    logs it and runs without this backend (see docs/engines.md)."""
 
 
 class _FallbackConnectorAdapter:
@@ -83,6 +96,17 @@ class KVPoolRemoteConnector(RemoteConnector):
     """
 
     def __init__(self, url, loop, local_cpu_backend, config, metadata, plugin_name="kvpool"):
+        try:
+            self._init(url, loop, local_cpu_backend, config, metadata, plugin_name)
+        except _cfg.ConfigError as e:
+            # LMCache's RemoteBackend swallows any other exception (it then
+            # runs with no connection, retrying every 10 s for ever): say it
+            # loudly, once, and raise what it lets through
+            log.error("kvpool.lmcache: CONFIGURATION ERROR, the kvpool remote backend is off: "
+                      "%s", e)
+            raise RemoteConfigError(str(e)) from None
+
+    def _init(self, url, loop, local_cpu_backend, config, metadata, plugin_name):
         # LMCache's RemoteConnector.__init__(config, metadata) sets the chunk
         # metadata (meta_shapes, meta_dtypes, meta_fmt, full_chunk_size_bytes,
         # single_token_size) that reshape_partial_chunk uses; older ones
@@ -108,6 +132,12 @@ class KVPoolRemoteConnector(RemoteConnector):
         if not pool_url and url and str(url).startswith("kvpool://"):
             pool_url = "tcp://" + str(url)[len("kvpool://"):]
         who = "kvpool.lmcache remote plugin (remote_storage_plugin.%s.*)" % plugin_name
+        extra = getattr(config, "extra_config", None) or {}
+        head = "remote_storage_plugin.%s." % plugin_name
+        if isinstance(extra, dict):
+            _cfg.check_keys({k[len(head):]: v for k, v in extra.items()
+                             if isinstance(k, str) and k.startswith(head)},
+                            _REMOTE_KEYS, who, ignored=_LMCACHE_PLUGIN_KEYS, prefix=head)
         self.url = _cfg.url(pool_url, who)
         self.timeout_s = _cfg.seconds(_cfg_get(config, plugin_name, "timeout_s"), who,
                                       "timeout_s", 2.0)
@@ -115,24 +145,36 @@ class KVPoolRemoteConnector(RemoteConnector):
                                           "lease_ms", DEFAULT_LEASE_MS)
         token = _cfg.token(_cfg_get(config, plugin_name, "token"), who,
                            token_file=_cfg_get(config, plugin_name, "token_file"))
-        extra = getattr(config, "extra_config", None) or {}
-        self.mla = bool(extra.get("remote_enable_mla_worker_id_as0", False)) or bool(
-            getattr(metadata, "use_mla", False))
+        use_mla = bool(getattr(metadata, "use_mla", False))
         self.worker_id = int(getattr(metadata, "worker_id", 0) or 0)
         self.world_size = int(getattr(metadata, "world_size", 1) or 1)
+        # LMCache's RemoteBackend reads every worker's chunks under worker 0's
+        # keys (and only worker 0 writes) exactly when this holds; the flag is
+        # taken as LMCache takes it (its truth value, use_mla when unset), so
+        # the namespaces follow the keys LMCache asks for
+        flag = extra.get("remote_enable_mla_worker_id_as0", use_mla) \
+            if isinstance(extra, dict) else use_mla
+        if isinstance(flag, str):
+            log.warning("kvpool.lmcache: remote_enable_mla_worker_id_as0 is the string %r, "
+                        "which LMCache reads as %s: write a YAML boolean", flag, bool(flag))
+        self.mla = bool(flag) and use_mla and self.world_size > 1
+        self.use_mla = use_mla
         self.kv_shape = tuple(getattr(metadata, "kv_shape", ()) or ())
         self.dtype = getattr(metadata, "kv_dtype", None)
         chunk = int(getattr(config, "chunk_size", 0) or (self.kv_shape[2] if len(self.kv_shape)
                                                          > 2 else 256))
         self.chunk_tokens = chunk
-        ns = _cfg_get(config, plugin_name, "namespace") or make_namespace(
-            _cfg_get(config, plugin_name, "namespace_prefix", "lmcache"),
+        ns = _cfg.text(_cfg_get(config, plugin_name, "namespace"), who, "namespace")
+        ns = ns or make_namespace(
+            _cfg.text(_cfg_get(config, plugin_name, "namespace_prefix"), who, "namespace_prefix",
+                      "lmcache"),
             getattr(metadata, "model_name", None) or "unknown-model",
             str(self.dtype).replace("torch.", ""), "ws%d" % self.world_size,
             "w%d" % (0 if self.mla else self.worker_id), "c%d" % chunk)
         self.namespace = ns
         self._link = Link(self.url, ns, token=token, timeout_s=self.timeout_s,
-                          name="lmcache " + ns, warn=self.warn, lease_ms=self.lease_ms)
+                          name="lmcache " + ns, warn=self.warn, lease_ms=self.lease_ms,
+                          block_bytes=self._full_bytes() or None)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4,
                                                            thread_name_prefix="kvpool-lmc")
         self._closed = False
@@ -177,7 +219,7 @@ class KVPoolRemoteConnector(RemoteConnector):
         when known, else the shape from kv_shape (a short last chunk by its
         byte count). Shapes go as torch.Size: LocalCPUBackend.allocate reads
         a plain tuple as a list of shapes."""
-        fmt = _memory_format(self.mla)
+        fmt = _memory_format(self.use_mla)
         if self.meta_shapes and nbytes == self.full_chunk_size_bytes:
             shapes, dtypes = self.meta_shapes, self.meta_dtypes
             fmt = getattr(self, "meta_fmt", None) or fmt
@@ -308,10 +350,12 @@ class KVPoolRemoteConnector(RemoteConnector):
     async def batched_put(self, keys, memory_objs):
         if not self._writes():
             return None
+        # every key a root: a chained batch would make remove_sync(keys[0])
+        # remove the whole batch while LMCache believes the rest stored
         ks = [self.key_bytes(k) for k in keys]
         bufs = [m.byte_array for m in memory_objs]
-        await self._run(lambda: self._link.call("batched_put", lambda c: _link.put_rerooting(
-            c, ks, bufs, [None] + ks[:-1]), None), None)
+        await self._run(lambda: self._link.call("batched_put", lambda c: c.put_many(
+            ks, bufs, None), None), None)
         return None
 
     def support_batched_get(self):

@@ -31,7 +31,8 @@ from .._adapters import link as _link
 from .._adapters.keys import make_namespace
 from .._adapters.link import Link, RateLimitedLog
 from . import _layout, _pd
-from ._keys import DEFAULT_LEASE_MS, _hash_algo, _import, _model_dtype, _parallel, block_key
+from ._keys import (DEFAULT_LEASE_MS, _hash_algo, _import, _model_dtype, _parallel, block_key,
+                    worker_rank)
 
 log = logging.getLogger("kvpool.vllm")
 
@@ -77,6 +78,11 @@ USING_REAL_CONNECTOR_BASE = _conn_base is not None
 # vLLM keeps its hybrid KV-cache manager on only for a SupportsHMA connector
 _BASES = (KVConnectorBase_V1,) + ((_supports_hma,) if _supports_hma is not None else ())
 _POLICY_WARNED = []        # warn once per process about kv_load_failure_policy "fail"
+_CONNECTOR_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "chunk_blocks",
+                   "namespace_prefix", "model", "kv_dtype", "hash_algo", "rank",
+                   "stage_through_host", "scheduler_timeout_s", "pd_wait_ms", "pd_max_waits",
+                   "pd_retain_ms", "staging_mb")
+MAX_CHUNK_BLOCKS = 1024    # KV-manager blocks per kvpool block
 
 
 class KVPoolConnectorMetadata(_conn_meta or object):
@@ -191,7 +197,8 @@ class KVPoolConnector(*_BASES):
     such waits at once per worker, one connection each), pd_retain_ms
     (0: the retention a prefill instance asks for the blocks it hands
     off; 0 = none), staging_mb (1024: host staging rows for stores and
-    hand-off loads in flight, per worker).
+    hand-off loads in flight, per worker). The worker's rank is vLLM's
+    (_keys.worker_rank): a "rank" setting that disagrees is refused.
     A value that cannot work raises ConfigError here, at start.
 
     Roles (kv_transfer_config.kv_role): kv_producer stores and never
@@ -259,6 +266,7 @@ class KVPoolConnector(*_BASES):
         extra = dict(extra)
         self.extra = extra
         who = "kvpool.vllm connector"
+        _cfg.check_keys(extra, _CONNECTOR_KEYS, who)
         self.warn = RateLimitedLog(log)
         self.url = _cfg.url(extra.get("url"), who)
         self.token = _cfg.token(extra.get("token"), who, token_file=extra.get("token_file"))
@@ -273,17 +281,20 @@ class KVPoolConnector(*_BASES):
         self.pd_retain_ms = _cfg.milliseconds(extra.get("pd_retain_ms"), who, "pd_retain_ms",
                                               0)
         self.staging_mb = _cfg.integer(extra.get("staging_mb"), who, "staging_mb", 1024, 1)
-        self.chunk_blocks = _cfg.integer(extra.get("chunk_blocks"), who, "chunk_blocks", 1, 1)
+        self.chunk_blocks = _cfg.integer(extra.get("chunk_blocks"), who, "chunk_blocks", 1, 1,
+                                         MAX_CHUNK_BLOCKS)
         self.force_stage = _cfg.flag(extra.get("stage_through_host"), who,
                                      "stage_through_host", False)
-        _cfg.text(extra.get("namespace_prefix"), who, "namespace_prefix")
+        for key in ("namespace_prefix", "model", "kv_dtype", "hash_algo"):
+            _cfg.text(extra.get(key), who, key)
         self.role_name = str(getattr(ktc, "kv_role", None) or "kv_both")
         if self.role_name not in ("kv_producer", "kv_consumer", "kv_both"):
             raise _cfg.ConfigError("%s: kv_role must be kv_producer, kv_consumer or kv_both, "
                                    "not %r" % (who, self.role_name))
         self.loads = self.role_name in ("kv_consumer", "kv_both")
         self.stores = self.role_name in ("kv_producer", "kv_both")
-        self.failure_policy = str(getattr(ktc, "kv_load_failure_policy", None) or "fail")
+        self.failure_policy = _cfg.choice(getattr(ktc, "kv_load_failure_policy", None), who,
+                                          "kv_load_failure_policy", "fail", ("fail", "recompute"))
         self.layout = _layout.ModelLayout(kv_cache_config)
         cc = getattr(vllm_config, "cache_config", None)
         self.block_size = self.layout.block_size or int(getattr(cc, "block_size", 16) or 16)
@@ -291,8 +302,7 @@ class KVPoolConnector(*_BASES):
         self.hash_block = int(hb) if hb else self.block_size
         self.chunk_tokens = self.block_size * self.chunk_blocks
         self.tp, self.pp, self.pcp, self.dcp = _parallel(vllm_config)
-        pc = getattr(vllm_config, "parallel_config", None)
-        self.rank = _cfg.integer(extra.get("rank", getattr(pc, "rank", 0) or 0), who, "rank", 0)
+        self.rank = worker_rank(vllm_config, extra.get("rank"), who)
         self.is_mla = self.layout.served and self.layout.is_mla
         self.refused = None                    # why nothing is served, or None
         if not self.layout.served:
@@ -377,7 +387,8 @@ class KVPoolConnector(*_BASES):
                         if self.scheduler else self.timeout_s
                     link = Link(self.url, ns, token=self.token, timeout_s=timeout,
                                 name="vllm connector " + ns, warn=self.warn,
-                                lease_ms=self.lease_ms if self.scheduler else None)
+                                lease_ms=self.lease_ms if self.scheduler else None,
+                                block_bytes=self._chunk_bytes() if self.layout.served else None)
                     self._links[rank] = link
         return link
 

@@ -10,7 +10,9 @@
 "type": "kvpool" is registered by kvpool.vllm.register() (a
 vllm.general_plugins entry point of the installed package); releases
 that take {"type": "KVPoolSecondaryTier", "module_path": "kvpool.vllm"}
-need no registration.
+need no registration. vLLM must be started with --attention-backend: the
+rows are raw KV pages whose bytes depend on the backend, and the tier
+refuses to start when vLLM picks it in each worker (tier_layout()).
 
 Keys: vLLM's block hashes, 32 bytes (sha256, sha256_cbor) as they are,
 16 bytes (xxhash, xxhash_cbor) zero-padded to 32; the parent of a chunk
@@ -94,6 +96,150 @@ def register():
         return False
 
 
+_TIER_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "namespace",
+              "namespace_prefix", "model", "kv_dtype", "hash_algo", "block_size", "miss_ttl_s",
+              "failed_ttl_s", "group")
+
+
+def _backend_of(vllm_config):
+    """(name, class) of the attention backend vLLM was told to use
+    (attention_config.backend, --attention-backend), or None when vLLM
+    chooses it in each worker ("auto")."""
+    ac = getattr(vllm_config, "attention_config", None)
+    backend = getattr(ac, "backend", None)
+    if backend is None or (isinstance(backend, str) and backend.strip().lower() in ("", "auto")):
+        return None
+    if isinstance(backend, type):                 # a backend class itself
+        name = backend.get_name() if hasattr(backend, "get_name") else backend.__name__
+        return str(name), backend
+    if isinstance(backend, str):
+        enum = _import("vllm.v1.attention.backends.registry", "AttentionBackendEnum")
+        if enum is None:
+            raise _cfg.ConfigError("kvpool.vllm tier: attention backend %r: vLLM's backend "
+                                   "registry is not importable" % backend)
+        try:
+            backend = enum[backend.strip().upper()]
+        except (KeyError, ValueError) as e:
+            raise _cfg.ConfigError("kvpool.vllm tier: %s" % e) from None
+    name = getattr(backend, "name", None) or str(backend)
+    try:
+        cls = backend.get_class()
+    except Exception as e:
+        raise _cfg.ConfigError("kvpool.vllm tier: cannot load attention backend %s: %r"
+                               % (name, e)) from None
+    return str(name), cls
+
+
+def _kernel_block(cls, block, vllm_config):
+    """The attention kernel's block size vLLM's model runner picks for KV
+    manager blocks of `block` tokens and this backend: `block` itself if
+    the backend supports it, else the largest size it lists that divides
+    `block` (see vLLM's v1/worker/utils.py select_common_block_size)."""
+    fn = getattr(cls, "get_supported_kernel_block_sizes", None)
+    if fn is None:
+        return block
+    ctx = _import("vllm.config", "set_current_vllm_config")
+    try:
+        if callable(ctx) and vllm_config is not None:
+            try:
+                with ctx(vllm_config):
+                    sizes = list(fn())
+            except (TypeError, AttributeError):
+                sizes = list(fn())
+        else:
+            sizes = list(fn())
+    except Exception as e:
+        raise _cfg.ConfigError("kvpool.vllm tier: %s.get_supported_kernel_block_sizes(): %r"
+                               % (getattr(cls, "__name__", cls), e)) from None
+
+    def fits(n):
+        for s in sizes:
+            if isinstance(s, int) and not isinstance(s, bool):
+                if s == n:
+                    return True
+            elif isinstance(getattr(s, "base", None), int) and s.base > 0 and n % s.base == 0:
+                return True
+        return False
+    if fits(block):
+        return block
+    for s in sorted((s for s in sizes if isinstance(s, int) and not isinstance(s, bool)),
+                    reverse=True):
+        if s > 0 and block % s == 0 and fits(s):
+            return s
+    raise _cfg.ConfigError("kvpool.vllm tier: attention backend %s has no kernel block size "
+                           "for KV blocks of %d tokens (it supports %r)"
+                           % (getattr(cls, "__name__", cls), block, sizes))
+
+
+def _kv_layout(cls, vllm_config):
+    """NHD or HND, in vLLM's order of precedence (v1/attention/backends/
+    utils.py get_kv_cache_layout): a layout the backend requires, then
+    VLLM_KV_CACHE_LAYOUT, then a layout the configured KV connector
+    requires, else NHD."""
+    fn = getattr(cls, "get_required_kv_cache_layout", None)
+    required = None
+    if fn is not None:
+        try:
+            required = fn()
+        except Exception as e:
+            raise _cfg.ConfigError("kvpool.vllm tier: %s.get_required_kv_cache_layout(): %r"
+                                   % (getattr(cls, "__name__", cls), e)) from None
+    if required in ("NHD", "HND"):
+        return required
+    env = os.environ.get("VLLM_KV_CACHE_LAYOUT")
+    if env:
+        if env not in ("NHD", "HND"):
+            raise _cfg.ConfigError("kvpool.vllm tier: VLLM_KV_CACHE_LAYOUT=%r is neither NHD "
+                                   "nor HND" % env)
+        return env
+    ktc = getattr(vllm_config, "kv_transfer_config", None)
+    factory = _import("vllm.distributed.kv_transfer.kv_connector.factory", "KVConnectorFactory")
+    if ktc is not None and factory is not None:
+        try:
+            got = factory.get_connector_class(ktc).get_required_kvcache_layout(vllm_config)
+        except Exception as e:
+            log.debug("kvpool.vllm tier: the connector's required layout: %r", e)
+            got = None
+        if got in ("NHD", "HND"):
+            return got
+    return "NHD"
+
+
+def tier_layout(vllm_config, block=None):
+    """The name of the byte layout of the primary tier's rows, for the
+    namespace: <attention backend>-<NHD|HND>-k<kernel block>.
+
+    vLLM's offloading worker copies each worker's KV-cache pages into the
+    primary rows as raw bytes, so two instances whose rows have the same
+    size can still hold different bytes: FlashAttention keeps K and V
+    apart, FlashInfer and Triton interleave them per kernel block, HND
+    orders heads before tokens, and a kernel block smaller than the KV
+    manager's block splits each row into kernel blocks. The tier runs in
+    the scheduler process, which does not see the workers' KV caches; it
+    can name their layout only when vLLM was told which attention backend
+    to use. Raises ConfigError otherwise (and for a backend that cannot
+    be loaded), so a tier that could serve wrong bytes never starts."""
+    got = _backend_of(vllm_config)
+    if got is None:
+        raise _cfg.ConfigError(
+            "kvpool.vllm tier: vLLM chooses the attention backend in each worker, so the tier "
+            "cannot name the byte layout of the KV pages it stores (FlashAttention, FlashInfer, "
+            "NHD/HND and the kernel block size all give rows of the same size and different "
+            "bytes): start vLLM with --attention-backend (attention_config.backend), e.g. "
+            "FLASH_ATTN or FLASHINFER")
+    name, cls = got
+    cc = getattr(vllm_config, "cache_config", None)
+    if block is None:
+        block = getattr(cc, "block_size", None)
+    try:
+        block = int(block)
+    except (TypeError, ValueError):
+        raise _cfg.ConfigError("kvpool.vllm tier: vLLM's cache_config.block_size %r is not "
+                               "known" % (block,)) from None
+    kernel = _kernel_block(cls, block, vllm_config)
+    return "%s-%s-k%d" % (name, _kv_layout(cls, vllm_config), kernel)
+
+
 class KVPoolSecondaryTier(SecondaryTierManager):
     """vLLM secondary tier over kvpool.
 
@@ -142,6 +288,7 @@ class KVPoolSecondaryTier(SecondaryTierManager):
         self._offloading_spec = config
         self._primary_kv_view = view
         who = "kvpool.vllm tier"
+        _cfg.check_keys(params, _TIER_KEYS, who)
         self.url = _cfg.url(params.get("url"), who)
         self.lease_ms = _cfg.milliseconds(params.get("lease_ms"), who, "lease_ms",
                                           DEFAULT_LEASE_MS)
@@ -151,7 +298,8 @@ class KVPoolSecondaryTier(SecondaryTierManager):
                                          allow_zero=True)
         self.group = _cfg.integer(params.get("group"), who, "group", 0)
         _cfg.integer(params.get("block_size"), who, "block_size", 0)
-        _cfg.text(params.get("namespace_prefix"), who, "namespace_prefix")
+        for key in ("namespace", "namespace_prefix", "model", "kv_dtype", "hash_algo"):
+            _cfg.text(params.get(key), who, key)
         token = _cfg.token(params.get("token"), who, token_file=params.get("token_file"))
         timeout = _cfg.seconds(params.get("timeout_s"), who, "timeout_s", 2.0)
         self._rows = None
@@ -159,16 +307,22 @@ class KVPoolSecondaryTier(SecondaryTierManager):
             self._rows = _Rows(view)
         except Exception as e:
             self.warn.warning("view", "kvpool.vllm: primary_kv_view unusable: %r", e)
-        self.namespace = params.get("namespace") or self.namespace_for(config, params,
-                                                                       self._rows)
+        vc = getattr(config, "vllm_config", None) or config
+        self.layout = tier_layout(vc)
+        self.namespace = self.namespace_for(config, params, self._rows, self.layout)
         if not os.environ.get("PYTHONHASHSEED"):
             log.info("kvpool.vllm: PYTHONHASHSEED is not set: unless this vLLM hashes "
                      "deterministically, other instances cannot hit this one's blocks")
         self._read_link = Link(self.url, self.namespace, token=token, timeout_s=timeout,
                                name="vllm tier read " + self.namespace, warn=self.warn,
                                lease_ms=self.lease_ms)
-        self._write_link = Link(self.url, self.namespace, token=token, timeout_s=timeout,
-                                name="vllm tier write " + self.namespace, warn=self.warn)
+        try:
+            self._write_link = Link(self.url, self.namespace, token=token, timeout_s=timeout,
+                                    name="vllm tier write " + self.namespace, warn=self.warn,
+                                    block_bytes=self._rows.row_bytes if self._rows else None)
+        except Exception:
+            self._read_link.close()
+            raise
         if self._rows is not None:
             for link in (self._read_link, self._write_link):
                 link.register(self._rows.array)
@@ -180,18 +334,26 @@ class KVPoolSecondaryTier(SecondaryTierManager):
         self._flusher.start()
 
     @staticmethod
-    def namespace_for(config, params, rows=None):
-        """vllm:<model>:<kv dtype>:<hash algo>:c<tokens per chunk>:g<group>
-        :tp<n>pp<n>pcp<n>dcp<n>:r<row bytes> (the primary row holds every
-        TP worker's shard, so the row size pins the layout)."""
+    def namespace_for(config, params, rows=None, layout=None):
+        """<prefix>:<model>:<kv dtype>:<hash algo>:c<tokens per chunk>:g<group>
+        :tp<n>pp<n>pcp<n>dcp<n>:<layout>:r<row bytes>, where <layout> is
+        tier_layout() (attention backend, NHD/HND, kernel block): the rows
+        are raw KV pages, so instances share blocks only when their page
+        bytes agree. A configured `namespace` replaces the parts before
+        <layout>; the layout and row size are always added."""
         vc = getattr(config, "vllm_config", None) or config
-        model, dtype = _model_dtype(vc, params)
-        tp, pp, pcp, dcp = _parallel(vc)
-        chunk = params.get("block_size") or getattr(
-            getattr(vc, "cache_config", None), "block_size", 0)
-        parts = [params.get("namespace_prefix") or "vllm", model, dtype,
-                 _hash_algo(vc, params), "c%s" % chunk, "g%d" % int(params.get("group", 0)),
-                 "tp%dpp%dpcp%ddcp%d" % (tp, pp, pcp, dcp)]
+        if params.get("namespace"):
+            parts = [params["namespace"]]
+        else:
+            model, dtype = _model_dtype(vc, params)
+            tp, pp, pcp, dcp = _parallel(vc)
+            chunk = params.get("block_size") or getattr(
+                getattr(vc, "cache_config", None), "block_size", 0)
+            parts = [params.get("namespace_prefix") or "vllm", model, dtype,
+                     _hash_algo(vc, params), "c%s" % chunk, "g%d" % int(params.get("group", 0)),
+                     "tp%dpp%dpcp%ddcp%d" % (tp, pp, pcp, dcp)]
+        if layout:
+            parts.append(layout)
         if rows is not None:
             parts.append("r%d" % rows.row_bytes)
         return make_namespace(*parts)
@@ -327,13 +489,16 @@ class KVPoolSecondaryTier(SecondaryTierManager):
     def batch_lookup(self, keys, req_context=None):
         """Newer vLLM's AsyncLookupManager runs this on a thread of its own:
         a list of bools, the leading run held by the pool (pinned)."""
+        n = 0
         try:
+            keys = list(keys)
+            n = len(keys)
             ks = [block_key(k, None) for k in keys]
             m = self._read_link.call("batch_lookup", lambda c: c.match(ks, self.lease_ms), 0)
             return [i < m for i in range(len(ks))]
         except Exception as e:
             self.warn.warning("lookup", "kvpool.vllm: batch_lookup: %r", e)
-            return [False] * len(keys)
+            return [False] * n
 
     def _job(self, job):
         job_id = getattr(job, "job_id")
