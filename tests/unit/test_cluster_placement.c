@@ -31,6 +31,7 @@ static void view(struct kvcl_view *v, size_t n, const unsigned char *up)
 		v->name[j] = names[j];
 		v->node[j] = (struct kvcl_node *)&fake_nodes[j];
 		v->up[j] = up ? up[j] : 1;
+		v->age_ms[j] = UINT64_MAX; /* a static list: no registration time */
 		v->n_up += v->up[j];
 	}
 	v->n = n;
@@ -136,6 +137,75 @@ static void test_fallback_epoch(void **state)
 	kvcl_place_free(&pl);
 }
 
+/* A handle whose first call comes after a node joined (etcd records say
+ * how long ago each member registered): the older members are the
+ * previous view, so the keys the young node took are also asked there. */
+static void test_first_call_after_a_join(void **state)
+{
+	struct kvcl_place pl;
+	struct kvcl_view v4;
+	size_t moved = 0;
+
+	(void)state;
+	assert_int_equal(kvcl_place_init(&pl, 2, 32, 10000), 0);
+	view(&v4, 4, NULL);
+	for (size_t j = 0; j < 3; j++)
+		v4.age_ms[j] = 3600000; /* an hour */
+	v4.age_ms[3] = 4000;            /* node-d registered 4 s ago */
+	kvcl_place_observe(&pl, &v4, 500);
+	assert_true(kvcl_place_in_epoch(&pl));
+	assert_int_equal(pl.n_prev, 3);
+	for (uint32_t i = 0; i < 1000; i++) {
+		uint8_t k[32];
+		size_t own[2], prev[8], n_prev, old;
+
+		key_of(i, k);
+		kvcl_place_owners(&pl, &v4, k, 0, own);
+		n_prev = kvcl_place_prev_owners(&pl, &v4, k, 0, own, 1, prev);
+		old = (size_t)kvpool_hrw_owner(k, names, 3);
+		if (own[0] == old) {
+			assert_int_equal(n_prev, 0);
+		} else {
+			assert_int_equal(own[0], 3);
+			assert_int_equal(n_prev, 1);
+			assert_int_equal(prev[0], old);
+			moved++;
+		}
+	}
+	assert_true(moved > 100);
+	/* its time is counted from node-d's registration: 10 s - 4 s */
+	kvcl_place_observe(&pl, &v4, 500 + 5999);
+	assert_true(kvcl_place_in_epoch(&pl));
+	kvcl_place_observe(&pl, &v4, 500 + 6000);
+	assert_false(kvcl_place_in_epoch(&pl));
+	kvcl_place_free(&pl);
+
+	/* every member young (a pool just started), every one old, or the
+	 * ages unknown (a static list): nothing to fall back to */
+	for (int c = 0; c < 3; c++) {
+		assert_int_equal(kvcl_place_init(&pl, 2, 32, 10000), 0);
+		view(&v4, 4, NULL);
+		for (size_t j = 0; j < 4; j++)
+			v4.age_ms[j] = c == 0 ? 1000 : c == 1 ? 3600000 : UINT64_MAX;
+		kvcl_place_observe(&pl, &v4, 0);
+		assert_false(kvcl_place_in_epoch(&pl));
+		kvcl_place_free(&pl);
+	}
+	/* a young member that is down is not a join this handle can use */
+	{
+		unsigned char up[4] = { 1, 1, 1, 0 };
+
+		assert_int_equal(kvcl_place_init(&pl, 2, 32, 10000), 0);
+		view(&v4, 4, up);
+		for (size_t j = 0; j < 3; j++)
+			v4.age_ms[j] = 3600000;
+		v4.age_ms[3] = 10;
+		kvcl_place_observe(&pl, &v4, 0);
+		assert_false(kvcl_place_in_epoch(&pl));
+		kvcl_place_free(&pl);
+	}
+}
+
 static void test_shares(void **state)
 {
 	struct kvcl_place pl;
@@ -162,6 +232,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_owners),
 		cmocka_unit_test(test_fallback_epoch),
+		cmocka_unit_test(test_first_call_after_a_join),
 		cmocka_unit_test(test_shares),
 	};
 

@@ -30,6 +30,11 @@ int kvcl_is_batch(int op)
 
 void kvcl_view_take_locked(struct kvcl *cl, struct kvcl_view *v)
 {
+	struct timespec ts;
+	uint64_t wall_ms;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	wall_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 	v->n = 0;
 	v->n_up = 0;
 	for (size_t i = 0; i < cl->n_nodes; i++) {
@@ -41,6 +46,9 @@ void kvcl_view_take_locked(struct kvcl *cl, struct kvcl_view *v)
 		v->seed[v->n] = n->seed;
 		v->name[v->n] = n->name;
 		v->up[v->n] = !n->down;
+		/* a record from the future (clocks apart) is a member just registered */
+		v->age_ms[v->n] = !n->registered_ms ? UINT64_MAX
+			: wall_ms > n->registered_ms ? wall_ms - n->registered_ms : 0;
 		v->n_up += !n->down;
 		v->n++;
 	}

@@ -159,6 +159,8 @@ struct kvcl_node {
 	int url_changed;                /* under cl->lock: a new engine before the next child */
 	int member;                     /* under cl->lock: in the current membership */
 	char record[512];               /* the etcd record (JSON), "" for static lists */
+	uint64_t registered_ms;         /* under cl->lock: the record's start_epoch_ms (wall
+					 * clock, ms since 1970), 0 when unknown (static lists) */
 
 	struct kvc_engine *e;           /* made and replaced by the node thread, under cl->lock */
 	pthread_t thread;

@@ -227,6 +227,22 @@ static int record_url(const uint8_t *value, size_t len, char *url, size_t cap)
 	return rc;
 }
 
+/* The record's start_epoch_ms (when the node registered, wall clock ms),
+ * 0 when absent or not a positive number. */
+static uint64_t record_registered_ms(const uint8_t *value)
+{
+	struct json_object *o = json_tokener_parse((const char *)value), *t;
+	int64_t ms = 0;
+
+	if (!o)
+		return 0;
+	if (json_object_object_get_ex(o, "start_epoch_ms", &t) &&
+	    json_object_is_type(t, json_type_int))
+		ms = json_object_get_int64(t);
+	json_object_put(o);
+	return ms > 0 ? (uint64_t)ms : 0;
+}
+
 /* Apply one node record (PUT) or its removal (DELETE). Under cl->lock.
  * Returns 1 when the membership changed. */
 static int apply_locked(struct kvcl *cl, enum kvc_etcd_event type, const struct kvc_etcd_kv *kv)
@@ -256,6 +272,7 @@ static int apply_locked(struct kvcl *cl, enum kvc_etcd_event type, const struct 
 		return 0;
 	}
 	snprintf(n->record, sizeof(n->record), "%s", (const char *)kv->value);
+	n->registered_ms = record_registered_ms(kv->value);
 	if (strcmp(n->url, url) != 0) {
 		if (n->url[0])
 			n->url_changed = 1;

@@ -27,6 +27,35 @@ void kvcl_place_free(struct kvcl_place *pl)
 	kvcl_hot_free(&pl->hot);
 }
 
+/* The first call of a handle: members that registered less than
+ * fallback_ms ago beside older ones are a change this handle did not see;
+ * the older usable members become the previous view. */
+static void inherit_epoch(struct kvcl_place *pl, const struct kvcl_view *v, uint64_t now_ms)
+{
+	uint64_t youngest = UINT64_MAX;
+	size_t n_old = 0, n_young = 0;
+
+	for (size_t j = 0; j < v->n; j++) {
+		if (!v->up[j])
+			continue;
+		if (v->age_ms[j] < pl->fallback_ms) {
+			n_young++;
+			youngest = v->age_ms[j] < youngest ? v->age_ms[j] : youngest;
+			continue;
+		}
+		pl->prev[n_old] = v->node[j];
+		pl->prev_seed[n_old] = v->seed[j];
+		pl->prev_name[n_old] = v->name[j];
+		n_old++;
+	}
+	if (!n_young || !n_old)
+		return;
+	pl->n_prev = n_old;
+	pl->fallback = 1;
+	pl->fallback_until_ms = now_ms + (pl->fallback_ms - youngest);
+	pl->epoch_asked = pl->epoch_only_prev = 0;
+}
+
 void kvcl_place_observe(struct kvcl_place *pl, const struct kvcl_view *v, uint64_t now_ms)
 {
 	struct kvcl_node *cur[KVCL_MAX_NODES];
@@ -59,6 +88,8 @@ void kvcl_place_observe(struct kvcl_place *pl, const struct kvcl_view *v, uint64
 		pl->fallback_until_ms = now_ms + pl->fallback_ms;
 		pl->epoch_asked = pl->epoch_only_prev = 0;
 	}
+	if (!pl->have_last && pl->fallback_ms > 0)
+		inherit_epoch(pl, v, now_ms);
 	if (!same) {
 		memcpy(pl->last, cur, n * sizeof(cur[0]));
 		memcpy(pl->last_seed, seed, n * sizeof(seed[0]));

@@ -18,6 +18,14 @@
  * new owners are warm (of the last KVCL_WARM_SAMPLE keys asked at their
  * previous owners, fewer than 1% were found only there).
  *
+ * A handle that starts after a change has not seen it: at its first call,
+ * members registered less than fallback_ms ago (the age etcd's records
+ * give; a static list gives none) count as joining, and when older
+ * members are there too, an epoch starts with the older ones as the
+ * previous view (ending as above, its time counted from the youngest
+ * member's registration). So a process started after a node joined a warm
+ * pool still finds the blocks at their previous owners.
+ *
  * Everything else in the cluster asks only these functions, so the rule
  * can change here alone. Threads: under the cluster's lock.
  */
@@ -44,6 +52,8 @@ struct kvcl_view {
 	const char *name[KVCL_MAX_NODES];
 	struct kvcl_node *node[KVCL_MAX_NODES];
 	unsigned char up[KVCL_MAX_NODES]; /* usable now: not in a back-off */
+	uint64_t age_ms[KVCL_MAX_NODES];  /* since the member registered (etcd's record);
+					   * UINT64_MAX when unknown (a static list) */
 	size_t n_up;
 };
 
@@ -75,8 +85,10 @@ int kvcl_place_init(struct kvcl_place *pl, uint32_t replicas, uint32_t hot_child
 void kvcl_place_free(struct kvcl_place *pl);
 
 /* Compare v's usable members with those of the last call: a change starts
- * a fallback epoch (the last set becomes the previous view). now_ms: the
- * monotonic clock. Also ends an epoch that ran out. */
+ * a fallback epoch (the last set becomes the previous view); at the first
+ * call, members younger than fallback_ms beside older ones start one with
+ * the older ones as the previous view. now_ms: the monotonic clock. Also
+ * ends an epoch that ran out. */
 void kvcl_place_observe(struct kvcl_place *pl, const struct kvcl_view *v, uint64_t now_ms);
 
 /* Is a fallback epoch on? */
