@@ -179,8 +179,9 @@ static const struct conf_setting settings[] = {
 	  "batch bytes one KV-event replay answer carries at most (then its end marker: ask "
 	  "again from the next sequence); 0 = no bound", NULL, "bytes" },
 	{ "cluster", CONF_STRING, FIELD(cluster), "", 0, 255, CONF_EMPTY_UNSET, "URL",
-	  "etcd://HOST[:PORT]/CLUSTER: register this node in that cluster's etcd; unset = "
-	  "standalone", NULL, NULL },
+	  "etcd://HOST[:PORT][,HOST[:PORT]...]/CLUSTER: register this node in that cluster's "
+	  "etcd (several members: calls fail over between them); unset = standalone", NULL,
+	  NULL },
 	{ "node_name", CONF_STRING, FIELD(node_name), "", 0, 128, CONF_EMPTY_UNSET, "NAME",
 	  "this node's stable name in the cluster (placement uses it); unset = HOSTNAME:PORT",
 	  NULL, NULL },

@@ -57,6 +57,14 @@ const char *kvpool_strerror(int err)
 		return "asynchronous requests are in flight";
 	case EMFILE:
 		return "too many open files";
+	case EHOSTDOWN:
+		return "no node could take it: every node that may hold it is down (not stored)";
+	case EINPROGRESS:
+		return "in progress: not finished yet (a cancel the server may still carry out, or a removal finished when an unreachable node is back)";
+	case ENXIO:
+		return "no pool node is registered under that cluster name";
+	case E2BIG:
+		return "too many nodes: a handle uses at most 64";
 	default:
 		return "unknown error";
 	}

@@ -157,7 +157,7 @@ static void stop_node(struct harness_server *s)
 	assert_true(all_stopped(s->pid));
 }
 
-/* The node that holds a first block (a segment's first: its own key). */
+/* The node that holds a block (per-block placement: its own key's owner). */
 static int owner(const struct nodes *n, size_t count, const uint8_t *key)
 {
 	return kvpool_hrw_owner(key, n->name, count);

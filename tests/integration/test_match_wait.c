@@ -800,7 +800,7 @@ static void test_waiting_is_not_idle(void **state)
 }
 
 /* A cluster handle over three nodes: one MATCH round asks every owner of
- * the chain's segments at once, each waiting for its own part of want; a
+ * the chain's blocks at once, each waiting for its own part of want; a
  * PUT of the chain through another cluster handle completes every part,
  * and the call answers the whole chain. A part that never comes answers
  * the shorter run when the wait ends. */
@@ -808,7 +808,7 @@ static void test_cluster_three_nodes(void **state)
 {
 	static const char *const flags[] = { "--threads", "1", "--log-level", "warn",
 					     "--rdma-port", "0", NULL };
-	enum { NODES = 3, BLOCKS = 80 };   /* segments of 32: 32, 32, 16 */
+	enum { NODES = 3, BLOCKS = 80 };   /* each block on its own key's owner */
 	struct harness_server s[NODES];
 	struct kvpool_client *put, *direct;
 	char list[256];
@@ -829,8 +829,8 @@ static void test_cluster_three_nodes(void **state)
 
 		assert_int_equal(kvpool_connect(list, "waits", &o, &put), 0);
 	}
-	/* the nodes that own the chain's segments (the ports are random, so
-	 * all three segments land on one node about one run in nine) */
+	/* the nodes that own the chain's blocks (per block: each block's own
+	 * key; 80 blocks reach all three nodes but for a vanishing chance) */
 	{
 		char names[NODES][32];
 		const char *np[NODES];
@@ -843,7 +843,7 @@ static void test_cluster_three_nodes(void **state)
 		}
 		keys_of("cluster", BLOCKS, keys);
 		owners = 0;
-		for (int b = 0; b < BLOCKS; b += KVPOOL_SEGMENT_BLOCKS) {
+		for (int b = 0; b < BLOCKS; b++) {
 			int o = kvpool_hrw_owner(keys[b], np, NODES);
 
 			assert_true(o >= 0 && o < NODES);
@@ -853,7 +853,7 @@ static void test_cluster_three_nodes(void **state)
 	}
 	/* the waiter's handle: the cluster URL */
 	waiter_start_url(&w, list, "waits", NULL, "cluster", BLOCKS, 0, 20000, 0);
-	/* every node that owns a segment has a MATCH parked */
+	/* every node that owns a block of it has a MATCH parked */
 	for (uint64_t t0 = harness_now_ms();; harness_sleep_ms(20)) {
 		uint64_t parked = 0;
 

@@ -113,7 +113,9 @@ class OutOfMemory(Error, MemoryError):
 class ConnectionError(Error, builtins.ConnectionError):
     """The server is not reachable, or the connection broke during the call
     (-ECONNREFUSED, -ECONNRESET, -EPIPE; -ENOENT when connecting: the host
-    name does not resolve). The next call reconnects."""
+    name does not resolve). The next call reconnects. On a cluster URL also:
+    every node that may hold a block is down (-EHOSTDOWN), and no node is
+    registered under the etcd cluster name (-ENXIO, at connect)."""
 
 
 class Timeout(Error, builtins.TimeoutError):
@@ -142,6 +144,8 @@ _BY_ERRNO = {
     _errno.ECONNREFUSED: ConnectionError,
     _errno.ECONNRESET: ConnectionError,
     _errno.EPIPE: ConnectionError,
+    _errno.EHOSTDOWN: ConnectionError,
+    _errno.ENXIO: ConnectionError,
     _errno.ETIMEDOUT: Timeout,
 }
 
