@@ -769,9 +769,11 @@ const char *kvpool_strerror(int err);
  * message of the last error reply (e.g. "hello refused: the token does
  * not grant namespace x", "put refused: the token is read-only in
  * namespace x"), through any handle or kvpool_connect; "" when the last
- * call got none (a timeout, a miss, a local error). Thread-local storage
- * of the calling thread: valid until that thread's next call into the
- * library. Never NULL; cannot fail. Any thread. */
+ * call got none (a timeout, a miss, a local error). On a cluster handle
+ * the words are those of the first node that refused, after its name
+ * ("10.0.0.2:7470: hello refused: ..."). Thread-local storage of the
+ * calling thread: valid until that thread's next call into the library.
+ * Never NULL; cannot fail. Any thread. */
 const char *kvpool_last_server_message(void);
 
 #ifdef __cplusplus

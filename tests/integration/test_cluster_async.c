@@ -8,7 +8,9 @@
  *    handle answered 0 and stored nothing, or reported a GET of nothing as
  *    a hit)
  *  - a node that refuses HELLO with -EACCES: every block of its share says
- *    -EACCES, for PUT, GET and EXISTS (its PUT share was reported stored)
+ *    -EACCES, for PUT, GET and EXISTS (its PUT share was reported stored);
+ *    the message names the node, STATS says "refused" (not down) and
+ *    counts its errors, and `kvpool ping` lists it as refused and fails
  *  - the asynchronous calls on three nodes (-EOPNOTSUPP before): in
  *    order, out of order (a stopped node's request finishes after a later
  *    one), cancel (a stopped node's GET: its buffers are never written), a
@@ -40,6 +42,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <json-c/json.h>
 #include <dirent.h>
 
 #include "harness.h"
@@ -258,7 +261,10 @@ static void test_share_refused(void **state)
 	assert_int_equal(rc, -EACCES);
 	for (int i = 0; i < N_KEYS; i++)
 		assert_int_equal(st[i], own[i] == 1 ? -EACCES : 0);
-	assert_true(strlen(kvpool_last_server_message()) > 0); /* the node's words */
+	/* the node's words, after the node's name */
+	assert_true(strlen(kvpool_last_server_message()) > strlen(n.name[1]) + 2);
+	assert_memory_equal(kvpool_last_server_message(), n.name[1], strlen(n.name[1]));
+	assert_memory_equal(kvpool_last_server_message() + strlen(n.name[1]), ": ", 2);
 	rc = kvpool_get(cl, gb, N_KEYS, st);
 	assert_int_equal(rc, -EACCES);
 	for (int i = 0; i < N_KEYS; i++) {
@@ -269,6 +275,52 @@ static void test_share_refused(void **state)
 	assert_int_equal(kvpool_exists(cl, keys, N_KEYS, st), -EACCES);
 	for (int i = 0; i < N_KEYS; i++)
 		assert_int_equal(st[i], own[i] == 1 ? -EACCES : 0);
+	/* STATS: the refusing node answers, so it is "refused" (not down),
+	 * with its words, and its failed shares are counted as errors */
+	{
+		char *json = NULL;
+		struct json_object *doc, *cl_o, *nodes, *v;
+
+		assert_int_equal(kvpool_stats(cl, NULL, &json), 0);
+		doc = json_tokener_parse(json);
+		assert_non_null(doc);
+		assert_true(json_object_object_get_ex(doc, "cluster", &cl_o));
+		assert_true(json_object_object_get_ex(cl_o, "nodes", &nodes));
+		for (size_t i = 0; i < json_object_array_length(nodes); i++) {
+			struct json_object *x = json_object_array_get_idx(nodes, i);
+			const char *name = json_object_get_string(json_object_object_get(x, "name"));
+			int refusing = !strcmp(name, n.name[1]);
+
+			assert_true(json_object_object_get_ex(x, "state", &v));
+			assert_string_equal(json_object_get_string(v), refusing ? "refused" : "up");
+			assert_true(json_object_object_get_ex(x, "errors", &v));
+			if (refusing) {
+				assert_true(json_object_get_int64(v) >= 3); /* put, get, exists */
+				assert_true(json_object_object_get_ex(x, "error", &v));
+				assert_non_null(strstr(json_object_get_string(v), "hello refused"));
+			} else {
+				assert_int_equal(json_object_get_int64(v), 0);
+			}
+		}
+		json_object_put(doc);
+		kvpool_free(json);
+	}
+	/* kvpool ping names the node that refuses, as refused, and fails */
+	if (getenv("KVPOOL_CLI") && access(getenv("KVPOOL_CLI"), X_OK) == 0) {
+		/* (no token: that node refuses HELLO, the others answer) */
+		char *argv[] = { (char *)getenv("KVPOOL_CLI"), "ping", "--server", n.list,
+				 "--namespace", "acc-test", NULL };
+		char *out = NULL, line[128];
+		int status = -1;
+
+		assert_int_equal(harness_run(argv, 20000, &out, &status), 0);
+		assert_int_not_equal(status, 0);
+		snprintf(line, sizeof(line), "%s", n.name[1]);
+		assert_non_null(strstr(out, line));
+		assert_non_null(strstr(out, "REFUSED"));
+		assert_null(strstr(out, "DOWN"));
+		free(out);
+	}
 	kvpool_close(cl);
 	nodes_stop(&n, N_NODES);
 }

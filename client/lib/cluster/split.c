@@ -41,6 +41,7 @@
  * then on (nodes.c).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -656,11 +657,17 @@ void kvcl_child_merge_locked(struct kvcl *cl, struct kvcl_child *c)
 	}
 	op = p->r.op;
 	n->calls++;
-	if (conn)
+	/* a share that failed as a whole (a miss or a block already stored is
+	 * an answer, not an error) */
+	if (conn || (s && s != -ENOENT && s != -EEXIST && s != -ECANCELED))
 		n->errors++;
 	if (!p->cancelled && c->res.msg && !p->res.msg) {
-		p->res.msg = c->res.msg;
-		c->res.msg = NULL;
+		/* the refusal's words, with the node that said them */
+		size_t len = strlen(n->name) + strlen(c->res.msg) + 3;
+
+		p->res.msg = malloc(len);
+		if (p->res.msg)
+			snprintf(p->res.msg, len, "%s: %s", n->name, c->res.msg);
 	}
 	if (!p->cancelled && s && !conn && !p->share_err && op != KVPOOL_OP_PUT &&
 	    op != KVPOOL_OP_GET)
