@@ -943,6 +943,55 @@ static void test_wait_follows_join(void **state)
 	etcd_proc_destroy(&e);
 }
 
+/* A cluster handle keeps no memory of where blocks went (Finding F2 of a
+ * fresh-clone test: a bounded table of chain positions forgot blocks after
+ * ~65,536 keys, or after 8 keys whose low bits collide, and then answered
+ * misses and "parent block not stored" for stored blocks). Keys with
+ * constant low bits, then 8,000 other blocks through the same handle:
+ * every block is still found, and a PUT under the chain's last block is
+ * taken. */
+static void test_no_position_memory(void **state)
+{
+	enum { CHAIN = 48, OTHERS = 8000, BATCH = 1000 }; /* OTHERS: fits the nodes (no eviction) */
+	static uint8_t chain[CHAIN][32], other[BATCH][32], one = 1;
+	struct kvpool_put_block pb[BATCH];
+	struct iovec iov = { &one, 1 };
+	struct nodes n;
+	struct kvpool_client *cl;
+	int st[BATCH];
+	uint8_t next[32];
+
+	(void)state;
+	nodes_start(&n, 3);
+	assert_int_equal(kvpool_connect(n.list, "nopos", NULL, &cl), 0);
+	for (int i = 0; i < CHAIN; i++) {
+		memset(chain[i], 0, 32);
+		chain[i][2] = (uint8_t)i; /* word0 ^ word1's low 13 bits all alike */
+		chain[i][20] = 0x5a;
+		pb[i] = (struct kvpool_put_block){ chain[i], i ? chain[i - 1] : NULL, &iov, 1, 0 };
+	}
+	assert_int_equal(kvpool_put(cl, pb, CHAIN, st), 0);
+	assert_int_equal(kvpool_exists(cl, (const uint8_t(*)[32])chain, CHAIN, st), 0);
+	for (int i = 0; i < CHAIN; i++)
+		assert_int_equal(st[i], 0);
+	for (int k = 0; k < OTHERS / BATCH; k++) {
+		for (int i = 0; i < BATCH; i++) {
+			harness_key(other[i], "nopos-other", (uint64_t)(k * BATCH + i));
+			pb[i] = (struct kvpool_put_block){ other[i], NULL, &iov, 1, 0 };
+		}
+		assert_int_equal(kvpool_put(cl, pb, BATCH, st), 0);
+	}
+	assert_int_equal(kvpool_exists(cl, (const uint8_t(*)[32])chain, CHAIN, st), 0);
+	for (int i = 0; i < CHAIN; i++)
+		assert_int_equal(st[i], 0);
+	harness_key(next, "nopos-next", 0);
+	pb[0] = (struct kvpool_put_block){ next, chain[CHAIN - 1], &iov, 1, 0 };
+	assert_int_equal(kvpool_put(cl, pb, 1, st), 0);
+	assert_int_equal(st[0], 0);
+	kvpool_close(cl);
+	nodes_stop(&n);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -954,6 +1003,7 @@ int main(void)
 		cmocka_unit_test(test_match_waits_on_every_owner),
 		cmocka_unit_test(test_wait_node_lost),
 		cmocka_unit_test(test_wait_follows_join),
+		cmocka_unit_test(test_no_position_memory),
 		cmocka_unit_test(test_shared_prompt_balance),
 	};
 
