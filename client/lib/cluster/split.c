@@ -22,7 +22,10 @@
  * chain cannot go past the node's first missing key) and, in a second
  * request of the same round, the keys that may be elsewhere too (hot
  * blocks at every replica, moved keys at new and previous owners), so a
- * gap among those cannot hide the node's other keys. A key is present
+ * gap among those cannot hide the node's other keys; that request is an
+ * EXISTS (each key answered on its own, so a gap among those keys cannot
+ * hide the ones after it either), a MATCH only when the call extends
+ * retention. A key is present
  * where a run covers it; the chain's match is its first key no run
  * covers. Leases are taken on the first request only (the blocks a GET
  * will fetch from their one owner); a lease a node took past the chain's
@@ -153,6 +156,15 @@ static int post_pairs(struct kvcl *cl, struct kvcl_parent *p, const struct pair 
 					 * come */
 					c->r.mopts.lease_ms = 0;
 					c->r.mopts.wait_ms = 0;
+					/* and asked as EXISTS, each key answered on
+					 * its own: a MATCH's run would stop at the
+					 * node's first gap among them, and a previous
+					 * owner lacks every block put since the change
+					 * - which hid the keys after it for the whole
+					 * epoch. A MATCH that extends retention keeps
+					 * asking MATCH (EXISTS retains nothing). */
+					if (!p->r.mopts.retain_ms)
+						c->r.op = KVPOOL_OP_EXISTS;
 				}
 			}
 		}
@@ -470,6 +482,18 @@ static void merge_match(struct kvcl_parent *p, const struct kvcl_child *c, int o
 	size_t retained = ok ? r->retained : 0;
 	uint64_t bit = BIT(c->vj);
 
+	if (c->r.op == KVPOOL_OP_EXISTS) {
+		/* a second request asked as EXISTS (post_pairs): per key */
+		for (size_t k = 0; k < c->n && ok; k++) {
+			struct kvcl_entry *e = &p->ent[c->perm[k]];
+
+			if (c->st[k] == 0)
+				e->cov |= bit, e->covp |= bit;
+			else if (c->st[k] == -ENOENT)
+				e->missed |= bit;
+		}
+		return;
+	}
 	if (present < matched)
 		present = matched;
 	for (size_t k = 0; k < c->n; k++) {
