@@ -63,6 +63,7 @@ struct auth_table {
 struct srv_auth {
 	pthread_rwlock_t lock; /* guards t against srv_auth_reload */
 	struct auth_table *t;
+	uint64_t generation;   /* tables loaded since the first (atomic) */
 };
 
 /* Where the parser is, for messages. */
@@ -625,6 +626,9 @@ int srv_auth_reload(struct srv_auth *a, const char *path, uint32_t *tokens, uint
 	pthread_rwlock_wrlock(&a->lock);
 	old = a->t;
 	a->t = t;
+	/* after the swap: a reader that sees the new generation asks the
+	 * new table (or a newer one) */
+	__atomic_add_fetch(&a->generation, 1, __ATOMIC_RELEASE);
 	pthread_rwlock_unlock(&a->lock);
 	table_free(old);
 	if (tokens)
@@ -632,6 +636,11 @@ int srv_auth_reload(struct srv_auth *a, const char *path, uint32_t *tokens, uint
 	if (quotas)
 		*quotas = t->nquotas;
 	return 0;
+}
+
+uint64_t srv_auth_generation(const struct srv_auth *a)
+{
+	return __atomic_load_n(&a->generation, __ATOMIC_ACQUIRE);
 }
 
 void srv_auth_free(struct srv_auth *a)

@@ -104,6 +104,12 @@ void srv_auth_log_loaded(struct srv_auth *a, const char *what, const char *path)
 int srv_auth_reload(struct srv_auth *a, const char *path, uint32_t *tokens, uint32_t *quotas,
 		    char *err, size_t err_len);
 
+/* The table's generation: 0 for the table loaded at start, one more for
+ * each srv_auth_reload that replaced it. A connection remembers the
+ * generation it was checked against and checks its token again when it
+ * changes (revocation). Any thread; cannot fail. */
+uint64_t srv_auth_generation(const struct srv_auth *a);
+
 /* Destructor. Accepts NULL. */
 void srv_auth_free(struct srv_auth *a);
 

@@ -168,6 +168,9 @@ static void write_nvme(struct mw *m, const struct store_stats *st)
 		   rebuild_blocks),
 		NV("rebuild_orphans_dropped", "gauge",
 		   "Blocks the start-up rebuild dropped: an ancestor did not survive.", orphans_dropped),
+		NV("rebuild_truncated", "gauge",
+		   "Blocks the start-up rebuild dropped: their segment file was missing or cut short.",
+		   rebuild_truncated),
 		NV("index_records_lost", "gauge",
 		   "Index log records lost to damage at start (the index was moved aside).",
 		   index_records_lost),
@@ -405,6 +408,33 @@ static void write_events(struct mw *m, const struct srv_events_stats *e)
 	       "KV-event batches sent in replay answers.", e->replayed_batches);
 }
 
+/* TLS on the data port; none when it is off. */
+static void write_tls(struct mw *m, const struct srv_stats_doc *d)
+{
+	const uint64_t *c = d->ops->c;
+
+	if (!d->tls)
+		return;
+	single(m, "kvpool_tls_connections", "gauge", "TLS connections open now.",
+	       c[SRV_C_tls_conns_current]);
+	single(m, "kvpool_tls_connections_total", "counter", "TLS handshakes completed.",
+	       c[SRV_C_tls_conns_total]);
+	single(m, "kvpool_tls_handshake_errors_total", "counter",
+	       "TLS handshakes that failed (certificate refused, bad bytes, no shared cipher).",
+	       c[SRV_C_tls_handshake_errors]);
+	single(m, "kvpool_tls_kernel_send_connections_total", "counter",
+	       "TLS connections whose kernel encrypts what they send (kernel TLS).",
+	       c[SRV_C_tls_ktls_send]);
+	single(m, "kvpool_tls_kernel_recv_connections_total", "counter",
+	       "TLS connections whose kernel decrypts what they receive (kernel TLS).",
+	       c[SRV_C_tls_ktls_recv]);
+	single(m, "kvpool_tls_plaintext_refused_total", "counter",
+	       "Plaintext connections refused by tls_only.", c[SRV_C_tls_plaintext_refused]);
+	single(m, "kvpool_tls_plaintext_tokens_refused_total", "counter",
+	       "HELLOs refused for a token sent in plaintext from a non-loopback peer.",
+	       c[SRV_C_tls_token_refused]);
+}
+
 int srv_metrics_write(const struct srv_stats_doc *doc, struct evbuffer *out)
 {
 	struct mw m = { .out = out, .err = 0 };
@@ -417,5 +447,6 @@ int srv_metrics_write(const struct srv_stats_doc *doc, struct evbuffer *out)
 	write_match_waits(&m, doc);
 	write_namespaces(&m, doc);
 	write_events(&m, doc->events);
+	write_tls(&m, doc);
 	return m.err;
 }

@@ -89,8 +89,9 @@ static void slot_begin(struct srv_conn *c, uint32_t i)
 		if (c->slots[j].block)
 			flags = STORE_PUT_PARENT_IN_BATCH;
 	}
-	rc = store_put_begin(s, c->ns_id, sl->e.key, parent, flags, sl->e.length, sl->e.checksum,
-			     &sl->block, &dst);
+	/* charged to the writer's tenant, whoever created the namespace */
+	rc = store_put_begin_for(s, c->ns_id, sl->e.key, parent, flags, sl->e.length,
+				 sl->e.checksum, c->tenant, &sl->block, &dst);
 	if (rc == 0) {
 		sl->dst = dst;
 		sl->status = PROTO_STATUS_OK;

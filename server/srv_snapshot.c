@@ -93,6 +93,8 @@ int srv_snapshot_take(struct srv *s, const char *name, uint16_t len, struct srv_
 	doc->store = &snap->store;
 	doc->ns = snap->ns;
 	doc->transport_rdma = &s->rdma;
+	doc->tls = s->tls != NULL;
+	doc->tls_only = s->tls_only;
 	if (s->kv_events) {
 		srv_events_stats(s->kv_events, &snap->events);
 		doc->events = &snap->events;

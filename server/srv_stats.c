@@ -117,10 +117,11 @@ static void json_nvme(struct jw *j, const struct store_stats *st)
 	jw_printf(j,
 		  "\"corrupt_blocks\":%" PRIu64 ",\"read_errors\":%" PRIu64 ",\"write_errors\":%" PRIu64 ","
 		  "\"rebuild_ms\":%" PRIu64 ",\"rebuild_blocks\":%" PRIu64 ",\"orphans_dropped\":%" PRIu64 ","
+		  "\"rebuild_truncated\":%" PRIu64 ","
 		  "\"index_records_lost\":%" PRIu64 ",\"index_quarantined\":%" PRIu64 "}",
 		  st->corrupt_blocks, st->nvme_read_errors, st->nvme_write_errors, st->rebuild_ms,
-		  st->rebuild_blocks, st->orphans_dropped, st->index_records_lost,
-		  st->index_quarantined);
+		  st->rebuild_blocks, st->orphans_dropped, st->rebuild_truncated,
+		  st->index_records_lost, st->index_quarantined);
 }
 
 static void json_store(struct jw *j, const struct store_stats *st)
@@ -233,6 +234,19 @@ static void json_rdma(struct jw *j, const struct srv_rdma_state *r, const uint64
 		  c[SRV_C_rdma_bytes_read], c[SRV_C_rdma_bytes_written], c[SRV_C_rdma_xfer_errors]);
 }
 
+/* "tls": TLS on the data port (srv_tls.h), with its connection counters. */
+static void json_tls(struct jw *j, const struct srv_stats_doc *d, const uint64_t *c)
+{
+	jw_printf(j,
+		  "\"tls\":{\"enabled\":true,\"tls_only\":%s,\"connections\":{\"current\":%" PRIu64
+		  ",\"total\":%" PRIu64 "},\"handshake_errors\":%" PRIu64 ",\"kernel_tls\":"
+		  "{\"send\":%" PRIu64 ",\"recv\":%" PRIu64 "},\"plaintext_refused\":%" PRIu64
+		  ",\"plaintext_tokens_refused\":%" PRIu64 "},",
+		  d->tls_only ? "true" : "false", c[SRV_C_tls_conns_current], c[SRV_C_tls_conns_total],
+		  c[SRV_C_tls_handshake_errors], c[SRV_C_tls_ktls_send], c[SRV_C_tls_ktls_recv],
+		  c[SRV_C_tls_plaintext_refused], c[SRV_C_tls_token_refused]);
+}
+
 /* "kv_events": the publisher's counters (srv_events.h). */
 static void json_events(struct jw *j, const struct srv_events_stats *e)
 {
@@ -240,9 +254,11 @@ static void json_events(struct jw *j, const struct srv_events_stats *e)
 		  "\"kv_events\":{\"enabled\":true,\"produced\":%" PRIu64 ",\"published\":%" PRIu64
 		  ",\"dropped\":%" PRIu64 ",\"queued\":%" PRIu64 ",\"batches\":%" PRIu64
 		  ",\"resync_batches\":%" PRIu64 ",\"replay_requests\":%" PRIu64
-		  ",\"replayed_batches\":%" PRIu64 ",\"replay_errors\":%" PRIu64 "},",
+		  ",\"replayed_batches\":%" PRIu64 ",\"replay_errors\":%" PRIu64
+		  ",\"replay_refused\":%" PRIu64 ",\"replay_truncated\":%" PRIu64 "},",
 		  e->produced, e->published, e->dropped, e->queued, e->batches, e->resync_batches,
-		  e->replay_requests, e->replayed_batches, e->replay_errors);
+		  e->replay_requests, e->replayed_batches, e->replay_errors, e->replay_refused,
+		  e->replay_truncated);
 }
 
 int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
@@ -260,6 +276,8 @@ int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 	jw_printf(&j, "\"blocks\":%" PRIu64 ",", d->store->blocks);
 	if (d->transport_rdma)
 		json_rdma(&j, d->transport_rdma, d->ops->c);
+	if (d->tls)
+		json_tls(&j, d, d->ops->c);
 	if (d->events)
 		json_events(&j, d->events);
 	jw_printf(&j, "\"namespaces\":{");

@@ -18,8 +18,8 @@
 struct evbuffer;
 
 /* X(name): one counter each, rendered under "ops" in the JSON; the rdma_
- * ones under "rdma" (rdma_conns_current goes down too: it wraps as an
- * unsigned and sums right over workers). */
+ * ones under "rdma" and the tls_ ones under "tls" (*_conns_current go down
+ * too: they wrap as unsigned and sum right over workers). */
 #define SRV_COUNTERS(X)                                                         \
 	X(put_requests) X(put_blocks) X(put_ok) X(put_exists) X(put_errors)     \
 	X(put_bytes)                                                            \
@@ -32,7 +32,10 @@ struct evbuffer;
 	X(ping_requests) X(stats_requests)                                     \
 	X(errors_bad_request) X(errors_too_large) X(errors_busy) X(errors_full) \
 	X(rdma_conns_current) X(rdma_conns_total) X(rdma_bytes_read)            \
-	X(rdma_bytes_written) X(rdma_xfer_errors)
+	X(rdma_bytes_written) X(rdma_xfer_errors)                              \
+	X(tls_conns_current) X(tls_conns_total) X(tls_handshake_errors)        \
+	X(tls_ktls_send) X(tls_ktls_recv) X(tls_plaintext_refused)             \
+	X(tls_token_refused)
 
 enum srv_counter {
 #define SRV_COUNTER_ENUM(name) SRV_C_##name,
@@ -88,6 +91,8 @@ struct srv_stats_doc {
 	const struct srv_rdma_state *transport_rdma; /* "rdma" object; NULL leaves it out */
 	const struct srv_events_stats *events; /* "kv_events" object; NULL (events off)
 						* leaves it out */
+	int tls;                      /* TLS on the data port: the "tls" object */
+	int tls_only;                 /* plaintext is refused (tls_only in force) */
 	const char *settings;         /* the effective settings as a JSON object
 				       * (conf_json), shown as "settings"; NULL
 				       * leaves the key out */

@@ -64,7 +64,10 @@ struct store_ns {
 	uint32_t reservations;    /* uncommitted puts (RESERVED blocks) */
 	uint64_t reserved_bytes;  /* their payload bytes (quota) */
 	uint64_t quota_bytes;     /* payload bytes allowed (visible + reserved); 0 = no limit */
-	struct store_tenant *tenant; /* charged with its bytes; NULL = none */
+	/* the tenant that created it (counted in its namespaces), or after a
+	 * warm restart its first read-write binder; NULL = none. Blocks are
+	 * charged to their writers (store_block.tenant_id), not to it. */
+	struct store_tenant *tenant;
 	uint32_t blocks;          /* ring of its visible blocks (struct store_block.link) */
 	uint64_t nblocks, bytes;
 	uint64_t puts, put_exists, put_errors;
@@ -108,6 +111,8 @@ struct store {
 	uint32_t zombies;             /* ring of REMOVED blocks still referenced */
 	struct store_list lessees;
 	struct store_list tenants;    /* struct store_tenant.link */
+	struct store_tenant **tenant_by_id; /* [id - 1], ntenants of them */
+	uint32_t ntenants, tenants_cap;
 	struct store_list expiry;     /* active leases, ascending expiry_ms */
 	struct store_list lease_pool; /* spare lease records */
 	uint64_t nreserved, nzombies, nlessees;
@@ -280,6 +285,12 @@ struct store_ns *store_ns_find_locked(struct store *s, uint32_t ns_id);
 static inline struct store_ns *store_block_ns(struct store *s, const struct store_block *b)
 {
 	return store_ns_find_locked(s, b->node.ns_id);
+}
+/* The tenant block b's bytes are charged to, or NULL. */
+static inline struct store_tenant *store_block_tenant(const struct store *s,
+						      const struct store_block *b)
+{
+	return b->tenant_id ? s->tenant_by_id[b->tenant_id - 1] : NULL;
 }
 /* The visible block (ns_id, key), or NULL. */
 struct store_block *store_find_locked(struct store *s, uint32_t ns_id,

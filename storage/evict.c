@@ -275,8 +275,8 @@ void store_block_remove_locked(struct store *s, struct store_block *b)
 	store_ring_del(s, &ns->blocks, b, STORE_RING_LINK);
 	ns->nblocks--;
 	ns->bytes -= store_block_length(b);
-	if (ns->tenant)
-		ns->tenant->bytes -= store_block_length(b);
+	if (store_block_tenant(s, b))
+		store_block_tenant(s, b)->bytes -= store_block_length(b);
 	s->blocks--;
 	if (b->in_dram) {
 		s->payload_bytes -= store_block_length(b);

@@ -206,6 +206,7 @@ void store_close(struct store *s)
 		store_list_del(&t->link);
 		free(t);
 	}
+	free(s->tenant_by_id);
 	store_match_free_logs(s);
 	free_all_blocks(s);
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
@@ -286,6 +287,8 @@ static int ns_reclaim_locked(struct store *s)
 	ns_unchain(&s->ns_by_id[ns->ns_id & (STORE_NS_BUCKETS - 1)], ns,
 		   offsetof(struct store_ns, id_next));
 	store_wr_end(s);
+	if (ns->tenant)
+		ns->tenant->namespaces--;
 	memmove(&s->ns[i], &s->ns[i + 1], (s->nns - i - 1) * sizeof(*s->ns));
 	s->nns--;
 	store_quiesce(s); /* a lock-free MATCH may be reading it (match.c) */
@@ -467,7 +470,18 @@ int store_namespace_tenant(struct store *s, uint32_t ns_id, struct store_tenant 
 		rc = -EINVAL;
 	else if (!ns->tenant && t) {
 		ns->tenant = t;
-		t->bytes += ns->bytes + ns->reserved_bytes;
+		t->namespaces++;
+		/* blocks charged to nobody (rebuilt from NVMe at a warm
+		 * restart) are charged to it from now on */
+		for (uint32_t id = ns->blocks; id;
+		     id = store_ring_next(s, ns->blocks, id, STORE_RING_LINK)) {
+			struct store_block *b = store_blk(s, id);
+
+			if (b->tenant_id)
+				continue;
+			b->tenant_id = t->id;
+			t->bytes += store_block_length(b);
+		}
 	}
 	pthread_mutex_unlock(&s->lock);
 	return rc;

@@ -25,8 +25,10 @@
  *    evicted or reused.
  *  - A lease pins matched blocks for lease_ms on behalf of one connection
  *    (a "lessee"). A block's lease pin ends when a GET through the same
- *    lessee returns it, when lease_ms runs out (store_tick), or when the
- *    lessee is freed, whichever comes first.
+ *    lessee returns its bytes (a GET that only learns its size, or whose
+ *    buffer is too small, leaves the lease alone: store_get_fit_async),
+ *    when lease_ms runs out (store_tick), or when the lessee is freed,
+ *    whichever comes first.
  *
  * Threads: every function is thread-safe (one internal mutex; critical
  * sections never copy payload bytes). Functions return 0 or a negative
@@ -187,11 +189,14 @@ int store_namespace_find(struct store *s, const char *name, size_t name_len, uin
 int store_namespace_quota(struct store *s, uint32_t ns_id, uint64_t quota_bytes);
 
 /* ---- tenants --------------------------------------------------------------
- * A tenant groups the namespaces charged to it and the lessees that name
- * it under shared limits: max_bytes of payload over all its namespaces
- * (visible + reserved; a store_put_begin that would pass it first evicts
- * the written namespace's own least recently used leaves, as a namespace
- * quota does, then fails -EDQUOT), and max_leased_bytes of leased blocks
+ * A tenant is who is billed: every block is charged to the tenant that
+ * wrote it (store_put_begin_for; visible + reserved payload bytes, in
+ * whatever namespace), every namespace to the tenant that created it
+ * (store_namespace_tenant), every lease to its lessee's tenant. Limits:
+ * max_bytes of payload over the blocks it wrote (a store_put_begin_for
+ * that would pass it first evicts the least recently used leaves it wrote
+ * in the namespace being written, then fails -EDQUOT; another tenant's
+ * blocks are never evicted for it), and max_leased_bytes of leased blocks
  * over all its lessees (store_match). 0 means no limit. */
 struct store_tenant;
 
@@ -205,13 +210,21 @@ struct store_tenant *store_tenant_new(struct store *s, uint64_t max_bytes,
 void store_tenant_limits(struct store *s, struct store_tenant *t, uint64_t max_bytes,
 			 uint64_t max_leased_bytes);
 
-/* A tenant's payload bytes and leased bytes now (either may be NULL). */
+/* A tenant's payload bytes (of the blocks it wrote) and leased bytes now
+ * (either may be NULL). */
 void store_tenant_usage(struct store *s, const struct store_tenant *t, uint64_t *bytes,
 			uint64_t *leased_bytes);
 
-/* Charge namespace ns_id to tenant t, if it is charged to none yet (a
- * namespace keeps its first tenant until it is reclaimed); its bytes now
- * count toward t. t NULL: no-op. Errors: -EINVAL (unknown ns_id). */
+/* How many namespaces are charged to tenant t now (store_namespace_tenant;
+ * a reclaimed namespace counts no more). Cannot fail. */
+uint32_t store_tenant_namespaces(struct store *s, const struct store_tenant *t);
+
+/* Charge namespace ns_id to tenant t - its creator - if it is charged to
+ * none yet (a namespace keeps its first tenant until it is reclaimed): it
+ * counts in store_tenant_namespaces(t). Its blocks that are charged to no
+ * tenant (rebuilt from NVMe at a warm restart) are charged to t from now
+ * on; blocks other tenants wrote stay theirs. t NULL: no-op.
+ * Errors: -EINVAL (unknown ns_id). */
 int store_namespace_tenant(struct store *s, uint32_t ns_id, struct store_tenant *t);
 
 /* Remove every block of a namespace (the namespace itself stays, empty),
@@ -258,6 +271,16 @@ int store_drop_namespace(struct store *s, uint32_t ns_id, uint64_t *blocks, uint
 int store_put_begin(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		    const uint8_t *parent, uint32_t flags, uint64_t length, uint64_t checksum,
 		    struct store_block **out, void **dst);
+
+/* store_put_begin on behalf of tenant `writer`: the block's bytes are
+ * charged to it (also while reserved) and count against its max_bytes;
+ * to make room under that limit only leaves of namespace ns_id that it
+ * wrote are evicted. writer NULL: the namespace's tenant, if any
+ * (store_namespace_tenant), which is what store_put_begin does. Same
+ * errors as store_put_begin (-EDQUOT also for the writer's max_bytes). */
+int store_put_begin_for(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			const uint8_t *parent, uint32_t flags, uint64_t length, uint64_t checksum,
+			struct store_tenant *writer, struct store_block **out, void **dst);
 
 /* Verify the payload's checksum and make the block visible. Always
  * consumes the reservation (on error its space is freed).
@@ -346,6 +369,20 @@ int store_get_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 		    struct store_lessee *lessee, struct store_ref *out,
 		    store_get_done_fn done, void *arg);
 
+/* store_get_async for a GET entry whose buffer holds max_length bytes.
+ * A visible block longer than that is answered -EMSGSIZE: out->length
+ * receives its size and out->tier where it lies (STORE_TIER_DRAM or
+ * STORE_TIER_NVME), the rest of *out is zeroed, and nothing else
+ * happens: the block is not pinned, promoted, marked used or counted as
+ * a hit, and a lease `lessee` holds on it stays. So a client that asks
+ * the sizes first (max_length 0) and then fetches keeps its lease until
+ * the fetch: only a GET that returns the bytes ends a lease pin.
+ * Otherwise exactly store_get_async (max_length UINT64_MAX is
+ * store_get_async). Errors: -ENOENT, -ENOMEM, -EMSGSIZE (above). */
+int store_get_fit_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			uint64_t max_length, struct store_lessee *lessee, struct store_ref *out,
+			store_get_done_fn done, void *arg);
+
 /* Unpin a block returned by store_get. Any thread; accepts NULL. */
 void store_release(struct store *s, struct store_block *b);
 
@@ -377,10 +414,13 @@ int store_exists_where(struct store *s, uint32_t ns_id, const uint8_t key[STORE_
  * last. Rare cases take the lock as before: more than 128 threads
  * matching, a MATCH of more than 16,383 keys, a log that stays full,
  * or a long write (e.g. dropping a large namespace) in progress.
+ * A lease never makes MATCH fail: when the lease of the whole present run
+ * would take the lessee or its tenant past its bound (store_lessee_limit),
+ * *matched is the longest leading run whose lease fits, and only that run
+ * is leased and marked used (the lease is "cut"; 0 when not even the first
+ * block fits).
  * Errors: -EINVAL (unknown ns_id), -ENOMEM (no memory for lease records,
- * on the locked path; nothing was leased or marked used), -EDQUOT (the
- * lease would pass the lessee's or its tenant's bound, store_lessee_limit;
- * nothing was leased or marked used). On the lock-free
+ * on the locked path; nothing was leased or marked used). On the lock-free
  * path a lease record that cannot be allocated when the log is applied
  * leaves that block unpinned, as if its lease had ended early. */
 int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
@@ -424,11 +464,13 @@ struct store_match_res {
 };
 
 /* store_match with options and a full result; store_match is this call
- * with lease_ms and lessee only. Today: present = matched, retained = 0,
- * retain_ms = 0 and flags = 0 (a retention is not taken yet, and a lease
- * over a bound still fails -EDQUOT); the lease cut (issue 28) and the
- * retention refresh (issue 29) fill the other fields here. Same locking,
- * threads and errors as store_match; *res is written only on success. */
+ * with lease_ms and lessee only. present is the leading run stored;
+ * matched the run answered, shorter only with STORE_MATCH_LEASE_CUT (the
+ * lease of the whole present run would pass the lessee's or its tenant's
+ * bound: matched is the longest leading run whose lease fits). Today
+ * retained = 0 and retain_ms = 0 (the retention refresh, issue 29, fills
+ * them here). Same locking, threads and errors as store_match; *res is
+ * written only on success. */
 int store_match_ex(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
 		   uint32_t count, const struct store_match_opts *opts,
 		   struct store_match_res *res);
@@ -467,8 +509,8 @@ void store_lessee_free(struct store *s, struct store_lessee *l);
 
 /* Bound what lessee l may lease: max_leased_bytes of payload (0 = no
  * bound), and, with t, t's max_leased_bytes over all of t's lessees. A
- * store_match with a lease that would take either past its bound fails
- * -EDQUOT with nothing leased or marked; blocks the lessee leases
+ * store_match with a lease that would take either past its bound answers
+ * the longest leading run whose lease fits; blocks the lessee leases
  * already count once (matching them again only extends). A bounded
  * lessee's leasing MATCHes take the store lock (the check must be exact)
  * instead of the lock-free path. Call it from the lessee's thread.
@@ -577,6 +619,8 @@ struct store_stats {
 	uint64_t rebuild_ms;           /* time the open's index rebuild took */
 	uint64_t rebuild_blocks;       /* blocks made matchable again by it */
 	uint64_t orphans_dropped;      /* blocks dropped by it: a stored ancestor did not survive */
+	uint64_t rebuild_truncated;    /* blocks dropped by it: their segment file was missing or
+					* cut short (their bytes are gone) */
 	uint64_t index_records_lost;   /* index log records written but lost to damage (the
 					* index was then moved aside: storage/nvme/NVME.md) */
 	uint64_t index_quarantined;    /* damaged indexes moved aside at this start (0 or 1) */

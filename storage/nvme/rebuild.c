@@ -486,6 +486,7 @@ int store_rebuild(struct store *s, char *why, size_t why_len)
 	s->tier->rebuild_ms = ms;
 	s->tier->rebuild_blocks = rb.kept;
 	s->tier->orphans_dropped = rb.orphans;
+	s->tier->rebuild_truncated = rb.lost;
 	store_log(s, STORE_LOG_INFO,
 		  "nvme rebuild: %llu blocks in %llu ms (%llu blocks/s), %llu orphans dropped, "
 		  "%llu bad records dropped",

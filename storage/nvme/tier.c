@@ -816,6 +816,7 @@ void store_tier_stats_locked(const struct store *s, struct store_stats *st)
 	st->rebuild_ms = t->rebuild_ms;
 	st->rebuild_blocks = t->rebuild_blocks;
 	st->orphans_dropped = t->orphans_dropped;
+	st->rebuild_truncated = t->rebuild_truncated;
 	st->index_records_lost = t->index_records_lost;
 	st->index_quarantined = t->index_quarantined;
 }

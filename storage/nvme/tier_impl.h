@@ -129,6 +129,8 @@ struct store_tier {
 	 * that moves it must make its removal durable before it answers */
 	uint64_t disk_removals;
 	uint64_t rebuild_ms, rebuild_blocks, orphans_dropped;
+	uint64_t rebuild_truncated;   /* records the open dropped: their segment file was
+				       * missing or cut short */
 	uint64_t index_records_lost;  /* write-ahead log records the open's replay lost */
 	uint64_t index_quarantined;   /* damaged indexes moved aside at this open */
 };

@@ -374,6 +374,7 @@ static void metrics_agree_or_fail(struct samples *m, struct json_object *doc)
 		{ "kvpool_nvme_write_errors_total", "tiers.nvme.write_errors" },
 		{ "kvpool_nvme_rebuild_blocks", "tiers.nvme.rebuild_blocks" },
 		{ "kvpool_nvme_rebuild_orphans_dropped", "tiers.nvme.orphans_dropped" },
+		{ "kvpool_nvme_rebuild_truncated", "tiers.nvme.rebuild_truncated" },
 		{ "kvpool_nvme_index_records_lost", "tiers.nvme.index_records_lost" },
 		{ "kvpool_nvme_index_quarantined", "tiers.nvme.index_quarantined" },
 		{ "kvpool_rdma_connections", "rdma.connections.current" },

@@ -283,6 +283,7 @@ static void test_stats_json_nvme(void **state)
 	st.segments_reclaimed = 108, st.admission_rejections = 109, st.nvme_evictions = 110;
 	st.corrupt_blocks = 111, st.nvme_read_errors = 112, st.nvme_write_errors = 113;
 	st.rebuild_ms = 114, st.rebuild_blocks = 115, st.orphans_dropped = 116;
+	st.rebuild_truncated = 118;
 	st.index_records_lost = 117, st.index_quarantined = 1;
 	ns[0].blocks = 9, ns[0].nvme_blocks = 8;
 	s = render(&doc);
@@ -297,7 +298,7 @@ static void test_stats_json_nvme(void **state)
 			      "\"admission_rejections\":109,\"evictions\":110,\"corrupt_blocks\":111,"
 			      "\"read_errors\":112,\"write_errors\":113,\"rebuild_ms\":114,"
 			      "\"rebuild_blocks\":115,\"orphans_dropped\":116,"
-			      "\"index_records_lost\":117,\"index_quarantined\":1}},\"index_bytes\":"));
+			      "\"rebuild_truncated\":118,\"index_records_lost\":117,\"index_quarantined\":1}},\"index_bytes\":"));
 	assert_non_null(strstr(s, "\"p999\":0}},\"blocks\":9,\"namespaces\":{"));
 	assert_non_null(strstr(s, "{\"blocks\":9,\"nvme_blocks\":8,\"bytes\":5000,"));
 	st.nvme_direct_io = 1, st.nvme_healthy = 0;

@@ -583,6 +583,7 @@ static void cl_close(void *be)
 	pthread_cond_destroy(&cl->done_cond);
 	pthread_mutex_destroy(&cl->lock);
 	free(cl->token);
+	kvc_tls_ctx_unref(cl->tls);
 	free(cl);
 }
 
@@ -674,7 +675,7 @@ static size_t members_now(struct kvcl *cl)
 }
 
 int kvcl_open(const char *url, const char *ns, const char *token, uint32_t timeout_ms,
-	      struct kvcl **out)
+	      struct kvc_tls_ctx *tls, struct kvcl **out)
 {
 	struct kvc_req connect = { .op = KVC_OP_LIMITS };
 	uint32_t budget_ms = KVCL_DEFAULT_BUDGET_MS, replicas = KVPOOL_HOT_REPLICAS;
@@ -701,6 +702,7 @@ int kvcl_open(const char *url, const char *ns, const char *token, uint32_t timeo
 	cl->efd = -1;
 	cl->max = KVPOOL_DEFAULT_MAX_INFLIGHT;
 	cl->timeout_ms = timeout_ms;
+	cl->tls = kvc_tls_ctx_ref(tls);
 	snprintf(cl->ns, sizeof(cl->ns), "%s", ns);
 	cl->budget_ms = budget_ms;
 	rc = kvcl_place_init(&cl->place, replicas, hot_children, fallback_ms);

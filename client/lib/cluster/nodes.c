@@ -222,7 +222,7 @@ static struct kvc_engine *node_engine(struct kvcl *cl, const char *url, int *err
 {
 	struct kvc_engine *e;
 
-	*err = kvc_engine_open(url, cl->ns, cl->token, cl->timeout_ms, &e);
+	*err = kvc_engine_open(url, cl->ns, cl->token, cl->timeout_ms, cl->tls, &e);
 	if (*err)
 		return NULL;
 	kvc_engine_backend.set_max_inflight(e, KVPOOL_MAX_INFLIGHT_LIMIT);
@@ -386,7 +386,7 @@ static void node_probe_locked(struct kvcl *cl, struct kvcl_node *n)
 	memcpy(url, n->url, sizeof(url));
 	n->probes++;
 	pthread_mutex_unlock(&cl->lock);
-	rc = kvc_engine_open(url, cl->ns, cl->token, t, &pe);
+	rc = kvc_engine_open(url, cl->ns, cl->token, t, cl->tls, &pe);
 	if (!rc)
 		rc = kvc_engine_connect(pe);
 	kvc_engine_close(pe);

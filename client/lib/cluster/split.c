@@ -29,7 +29,8 @@
  * where a run covers it; the chain's match is its first key no run
  * covers. Leases are taken on the first request only (the blocks a GET
  * will fetch from their one owner); a lease a node took past the chain's
- * end is ended at once. Waiting (v2 wait_ms/want) is asked of the first
+ * end runs its term (only a GET that returns a block's bytes ends a
+ * lease: PROTOCOL.md 6.3). Waiting (v2 wait_ms/want) is asked of the first
  * requests, each node for its own keys among the chain's first `want`.
  *
  * DELETE goes everywhere a block may be (its first R ranked members,
@@ -83,7 +84,6 @@ static void push(struct pairs *pv, size_t i, size_t j, int amb)
 	pv->v[pv->n++] = (struct pair){ .i = i, .j = (uint8_t)j, .amb = (uint8_t)amb };
 }
 
-static void release_leases_locked(struct kvcl *cl, struct kvcl_parent *p);
 static void copy_locked(struct kvcl *cl, struct kvcl_parent *p, size_t i, int from);
 static void copy_matched_locked(struct kvcl *cl, struct kvcl_parent *p);
 
@@ -772,8 +772,6 @@ void kvcl_match_finish_locked(struct kvcl *cl, struct kvcl_parent *p)
 	copy_matched_locked(cl, p);
 	if (p->r.mres)
 		*p->r.mres = *m;
-	if (p->r.mopts.lease_ms)
-		release_leases_locked(cl, p);
 }
 
 /* PUT, GET, EXISTS, DELETE: each entry's status, the call's result. */
@@ -809,50 +807,6 @@ void kvcl_batch_finish_locked(struct kvcl *cl, struct kvcl_parent *p)
  * the node's cache: end them now with a GET that asks for no bytes (each
  * answers -EMSGSIZE; a GET that finds a leased block ends its lease).
  * Best effort, detached. */
-static void release_leases_locked(struct kvcl *cl, struct kvcl_parent *p)
-{
-	size_t cnt[KVCL_MAX_NODES] = { 0 }, from = p->res.match.matched;
-
-	for (size_t i = from; i < p->r.count; i++) {
-		struct kvcl_entry *e = &p->ent[i];
-
-		if (!e->hot && !e->moved && e->n_own && (e->cov & BIT(e->own[0])))
-			cnt[e->own[0]]++;
-	}
-	for (size_t j = 0; j < p->view.n; j++) {
-		struct kvpool_get_block *gb;
-		uint8_t (*kb)[KVPOOL_KEY_BYTES];
-		struct iovec *none;
-		struct kvcl_child *c;
-		size_t k = 0;
-
-		if (!cnt[j])
-			continue;
-		c = kvcl_child_new(NULL, p->view.node[j], sizeof(*none) +
-				   cnt[j] * (sizeof(*gb) + KVPOOL_KEY_BYTES + sizeof(int)));
-		if (!c)
-			continue;
-		none = (struct iovec *)(c + 1); /* { NULL, 0 }: no bytes asked for */
-		gb = (struct kvpool_get_block *)(none + 1);
-		kb = (uint8_t(*)[KVPOOL_KEY_BYTES])(gb + cnt[j]);
-		c->st = (int *)(kb + cnt[j]);
-		for (size_t i = from; i < p->r.count; i++) {
-			struct kvcl_entry *e = &p->ent[i];
-
-			if (e->hot || e->moved || !e->n_own || e->own[0] != j || !(e->cov & BIT(j)))
-				continue;
-			memcpy(kb[k], p->r.keys[i], KVPOOL_KEY_BYTES);
-			gb[k] = (struct kvpool_get_block){ .key = kb[k], .iov = none, .iovcnt = 1 };
-			k++;
-		}
-		c->r = (struct kvc_req){ .op = KVPOOL_OP_GET, .get = gb, .count = k,
-					 .statuses = c->st, .tag = (uint64_t)(uintptr_t)c,
-					 .deadline_ms = kvc_deadline_ms(cl->timeout_ms ?
-						cl->timeout_ms : KVPOOL_DEFAULT_TIMEOUT_MS) };
-		kvcl_node_post_locked(c);
-	}
-}
-
 /* ---- background copies -------------------------------------------------------------------- */
 
 /* A copy of block `key` from node `from` to node `to`, at `stage`: 0 asks
