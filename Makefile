@@ -252,6 +252,7 @@ UNIT_DEPS_store  := $(STORETEST_LIBS)
 UNIT_DEPS_arena  := $(BUILD)/libstore.a
 UNIT_DEPS_tier   := $(STORETEST_LIBS)
 UNIT_DEPS_tier_durable := $(STORETEST_LIBS)
+UNIT_DEPS_retain := $(STORETEST_LIBS)
 UNIT_DEPS_index  := $(BUILD)/libstore.a
 UNIT_DEPS_config := $(BUILD)/libconf.a
 UNIT_FAKE_VERBS  := $(if $(filter 1,$(RDMA)),$(call obj,tests/unit/fake_verbs.c))
@@ -308,6 +309,7 @@ UNIT_PRE_tier         := $(STORE_FIXTURE)
 UNIT_PRE_store_faults := $(STORE_FIXTURE)
 UNIT_PRE_events       := $(STORE_FIXTURE)
 UNIT_PRE_tier_durable := $(STORE_FIXTURE)
+UNIT_PRE_retain       := $(STORE_FIXTURE)
 $(BUILD)/tests/unit_%: $(call obj,tests/unit/test_%.c) $$(UNIT_PRE_$$*) $$(UNIT_DEPS_$$*)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(UNIT_LIBS_$*) $(LIBS_CLIENT) $(LIBS_SERVER) $(LIBS_TEST)
@@ -322,10 +324,11 @@ $(BUILD)/tests/integ_%: $(call obj,tests/integration/test_%.c) $(INTEG_HOBJ) $(L
 BENCH_WIRE  := $(BUILD)/tests/wire
 BENCH_INDEX := $(BUILD)/tests/index_bytes
 BENCH_TLS   := $(BUILD)/tests/tls_bench
+BENCH_RETAIN := $(BUILD)/tests/retain_mix
 BENCH_MWAIT := $(BUILD)/tests/match_wait
 COPYCOUNT   := $(BUILD)/tests/libcopycount.so
 ROFS        := $(BUILD)/tests/librofs.so
-bench: all $(BENCH_WIRE) $(BENCH_INDEX) $(BENCH_MWAIT) $(BENCH_TLS) $(COPYCOUNT)
+bench: all $(BENCH_WIRE) $(BENCH_INDEX) $(BENCH_RETAIN) $(BENCH_MWAIT) $(BENCH_TLS) $(COPYCOUNT)
 
 # 1 MiB PUT and GET over TLS against plaintext, one kvpoold (tests/bench/tls.sh).
 $(BENCH_TLS): $(call obj,tests/bench/tls_bench.c) $(BUILD)/libproto.a
@@ -342,6 +345,11 @@ $(BENCH_MWAIT): $(call obj,tests/bench/match_wait.c) $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_CLIENT)
 
 $(BENCH_INDEX): $(call obj,tests/bench/index_bytes.c) $(STORETEST_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_SERVER)
+
+# Retention's target: system prompts beside a scan (tests/bench/retain_mix.c).
+$(BENCH_RETAIN): $(call obj,tests/bench/retain_mix.c) $(BUILD)/libstore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_SERVER)
 

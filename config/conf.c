@@ -119,6 +119,10 @@ static const struct conf_setting settings[] = {
 	  "bytes one connection may hold leased; a MATCH whose lease would pass it answers the "
 	  "longest leading run whose lease fits (LEASE_CUT); 0 = a quarter of dram_capacity; "
 	  "dram_capacity or more = no bound", NULL, "bytes" },
+	{ "max_retained_bytes", CONF_SIZE, FIELD(max_retained_bytes), "0", 0, 1024 * TIB, 0, "SIZE",
+	  "payload bytes one tenant (with tokens_file; a token may set its own) or else one "
+	  "namespace may hold retained; a retention past it is refused and the block stored "
+	  "without it; 0 = a quarter of dram_capacity", NULL, "bytes" },
 	{ "max_conn_match_waits", CONF_U32, FIELD(max_conn_match_waits), "64", 1, 65536, CONF_RELOAD,
 	  "N",
 	  "MATCHes one connection may have waiting for blocks at once; one more answers at once "

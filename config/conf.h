@@ -71,6 +71,8 @@ struct conf {
 					  * connections; 0 (default) = dram_capacity / 2 */
 	uint64_t max_conn_leased_bytes;  /* leased bytes of one connection; 0 (default) =
 					  * dram_capacity / 4 */
+	uint64_t max_retained_bytes;     /* retained payload bytes per tenant (with auth)
+					  * or namespace; 0 (default) = dram_capacity / 4 */
 	uint32_t max_conn_match_waits;   /* MATCHes waiting at once on one connection;
 					  * default 64 */
 	uint32_t tenant_max_match_waits; /* with auth: MATCHes waiting at once over one

@@ -156,6 +156,19 @@ uint16_t srv_conn_ns_create(struct srv_conn *c, char *msg, size_t cap)
 	return PROTO_STATUS_OK;
 }
 
+/* The retention budget of the token with this digest: its line's
+ * max_retained_bytes=, else the setting (0 = a quarter of the arena).
+ * Read at every HELLO, so a reloaded tokens file applies from the next. */
+static uint64_t tenant_retain_budget(const struct srv *s, const uint8_t *digest)
+{
+	uint64_t bytes;
+
+	if (s->auth && srv_auth_retain_budget(s->auth, digest, &bytes) == 0)
+		return bytes;
+	return s->conf.max_retained_bytes ? s->conf.max_retained_bytes
+					  : s->conf.dram_capacity_bytes / 4;
+}
+
 /* Bind the connection to its namespace's name and create its lessee.
  * The namespace itself is not created here: a HELLO from a health check,
  * STATS or DROP must not fill the namespace table (PROTOCOL.md 6.1); it
@@ -177,6 +190,8 @@ static int hello_bind(struct srv_conn *c, const struct proto_hello *h)
 	c->tenant = s->tenants ? srv_tenant_get(s->tenants, st, c->token_digest,
 						s->conf.tenant_max_bytes,
 						s->tenant_max_leased_bytes) : NULL;
+	if (c->tenant)
+		store_tenant_retain_budget(st, c->tenant, tenant_retain_budget(s, c->token_digest));
 	store_lessee_limit(st, c->lessee, s->conn_max_leased_bytes, c->tenant);
 	c->ns_id = 0;
 	memcpy(c->ns_name, h->ns, h->ns_len);

@@ -446,6 +446,10 @@ static void pool_config(const struct conf *c, struct store_config *sc)
 		.max_block_bytes = c->max_block_bytes,
 		.max_inflight_put_bytes = c->max_inflight_put_bytes,
 		.max_lease_ms = c->max_lease_ms,
+		.max_retain_ms = c->max_retain_ms,
+		/* per namespace, and each tenant's unless its token sets one */
+		.max_retained_bytes = c->max_retained_bytes ? c->max_retained_bytes :
+							      c->dram_capacity_bytes / 4,
 		.nvme_dir = c->nvme_dir[0] ? c->nvme_dir : NULL,
 		.nvme_capacity_bytes = c->nvme_capacity_bytes,
 		.nvme_segment_bytes = c->nvme_segment_bytes,

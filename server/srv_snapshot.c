@@ -12,6 +12,7 @@
 #include "srv_lifecycle.h"
 #include "srv_mwait.h"
 #include "srv_server.h"
+#include "srv_tenant.h"
 #include "srv_worker.h"
 
 /* Find a namespace by name without creating it (a STATS of a name nobody
@@ -103,6 +104,15 @@ int srv_snapshot_take(struct srv *s, const char *name, uint16_t len, struct srv_
 	doc->settings = snap->settings;
 	snap->cluster = srv_etcd_json(s->etcd);
 	doc->cluster = snap->cluster;
+	doc->max_retain_ms = s->conf.max_retain_ms;
+	doc->max_retained_bytes = s->conf.max_retained_bytes ? s->conf.max_retained_bytes
+							     : s->conf.dram_capacity_bytes / 4;
+	/* with a tokens file, every tenant (an empty object before the
+	 * first HELLO); out of memory leaves them out */
+	if (s->tenants && srv_tenants_stats(s->tenants, s->store, &snap->tenants,
+					    &doc->tenant_count) == 0)
+		doc->tenants_on = 1;
+	doc->tenants = snap->tenants;
 	*out = snap;
 	return 0;
 }
@@ -114,5 +124,6 @@ void srv_snapshot_free(struct srv_snapshot *snap)
 	free(snap->ns);
 	free(snap->settings);
 	free(snap->cluster);
+	free(snap->tenants);
 	free(snap);
 }

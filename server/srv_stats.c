@@ -2,6 +2,7 @@
  * srv_stats.c - per-worker counters, their sum, and the STATS JSON writer.
  */
 #include "srv_stats.h"
+#include "srv_tenant.h"
 #include "srv_events.h"
 #include "srv_rdma.h"
 
@@ -144,6 +145,37 @@ static void json_store(struct jw *j, const struct store_stats *st)
 		  st->index_bytes, st->evictions, st->leases_active, st->checksum_errors);
 }
 
+/* "retention": what is retained pool-wide, the settings that bound it. */
+static void json_retention(struct jw *j, const struct srv_stats_doc *d)
+{
+	const struct store_stats *st = d->store;
+
+	jw_printf(j,
+		  "\"retention\":{\"retained_blocks\":%" PRIu64 ",\"retained_bytes\":%" PRIu64 ","
+		  "\"refused\":%" PRIu64 ",\"expired\":%" PRIu64 ",\"max_retain_ms\":%" PRIu32 ","
+		  "\"max_retained_bytes\":%" PRIu64 "},",
+		  st->retained_blocks, st->retained_bytes, st->retain_refused, st->retain_expired,
+		  d->max_retain_ms, d->max_retained_bytes);
+}
+
+/* "tenants": each tenant's retention (with a tokens file). */
+static void json_tenants(struct jw *j, const struct srv_stats_doc *d)
+{
+	jw_printf(j, "\"tenants\":{");
+	for (uint32_t i = 0; i < d->tenant_count; i++) {
+		const struct store_retain_stats *r = &d->tenants[i].retain;
+
+		jw_printf(j, "%s", i ? "," : "");
+		jw_string(j, d->tenants[i].id);
+		jw_printf(j,
+			  ":{\"retained_blocks\":%" PRIu64 ",\"retained_bytes\":%" PRIu64 ","
+			  "\"retain_budget_bytes\":%" PRIu64 ",\"retain_refused\":%" PRIu64 ","
+			  "\"retain_expired\":%" PRIu64 "}",
+			  r->blocks, r->bytes, r->budget_bytes, r->refused, r->expired);
+	}
+	jw_printf(j, "},");
+}
+
 static void json_ops(struct jw *j, const struct srv_stats_doc *d)
 {
 	const uint64_t *c = d->ops->c;
@@ -214,10 +246,16 @@ static void json_namespace(struct jw *j, const struct store_ns_stats *n)
 	jw_printf(j,
 		  "\"exists_hits\":%" PRIu64 ",\"exists_misses\":%" PRIu64 ",\"match_requests\":%" PRIu64 ","
 		  "\"match_blocks_queried\":%" PRIu64 ",\"match_blocks_matched\":%" PRIu64 ","
-		  "\"match_hit_ratio\":%.6f,\"evictions\":%" PRIu64 ",\"deletes\":%" PRIu64 "}",
+		  "\"match_hit_ratio\":%.6f,\"evictions\":%" PRIu64 ",\"deletes\":%" PRIu64 ",",
 		  n->exists_hits, n->exists_misses, n->match_requests, n->match_blocks_queried,
 		  n->match_blocks_matched, ratio(n->match_blocks_matched, n->match_blocks_queried),
 		  n->evictions, n->deletes);
+	jw_printf(j,
+		  "\"retained_blocks\":%" PRIu64 ",\"retained_bytes\":%" PRIu64 ","
+		  "\"retain_budget_bytes\":%" PRIu64 ",\"retain_budget_of\":\"%s\","
+		  "\"retain_refused\":%" PRIu64 ",\"retain_expired\":%" PRIu64 "}",
+		  n->retained_blocks, n->retained_bytes, n->retain_budget_bytes,
+		  n->retain_tenant ? "tenant" : "namespace", n->retain_refused, n->retain_expired);
 }
 
 /* "rdma": whether the transport is built and served, on which port, and
@@ -274,6 +312,9 @@ int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 	json_ops(&j, d);
 	json_latency(&j, d->ops);
 	jw_printf(&j, "\"blocks\":%" PRIu64 ",", d->store->blocks);
+	json_retention(&j, d);
+	if (d->tenants_on)
+		json_tenants(&j, d);
 	if (d->transport_rdma)
 		json_rdma(&j, d->transport_rdma, d->ops->c);
 	if (d->tls)

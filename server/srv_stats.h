@@ -77,6 +77,7 @@ void srv_stats_sum(struct srv_stats *dst, const struct srv_stats *src);
  * duration of srv_stats_json. */
 struct srv_rdma_state;
 struct srv_events_stats;
+struct srv_tenant_stats;
 
 struct srv_stats_doc {
 	const char *version;          /* server version, e.g. "0.1.0" */
@@ -100,6 +101,12 @@ struct srv_stats_doc {
 	const char *cluster;          /* etcd registration state as a JSON object
 				       * (srv_etcd_json), shown as "cluster"; NULL
 				       * (standalone) leaves the key out */
+	/* retention: the settings in force (max_retained_bytes resolved) */
+	uint32_t max_retain_ms;
+	uint64_t max_retained_bytes;
+	int tenants_on;               /* 1: show "tenants" (a tokens file is in use) */
+	const struct srv_tenant_stats *tenants; /* tenant_count of them */
+	uint32_t tenant_count;
 };
 
 /* Append the STATS JSON document (compact, one line, keys as in

@@ -21,7 +21,7 @@
  *
  * LRU heaps (min-heaps on last_use, a use counter):
  *   EVICT  VISIBLE, in DRAM, no visible children (either tier), no refs,
- *          no lease pins: what leaves the pool when DRAM must make room
+ *          no lease pins, not retained: what leaves the pool when DRAM must make room
  *          and no NVMe tier can take it (absent, unhealthy, stalled).
  *   CLEAN  NVMe tier only: VISIBLE, in DRAM and on NVMe, no refs, no lease
  *          pins: DRAM copies dropped instantly on the put path.
@@ -110,6 +110,8 @@ struct store_block {
 	uint16_t mark : 1;                /* scratch for rebuild and checks */
 	uint16_t slot1_clean : 1;         /* heap_idx[1] is a CLEAN slot, not DIRTY */
 	uint16_t leased : 1;              /* a lease pins it (in s->lease_by_block) */
+	uint16_t retained : 1;            /* a retention keeps it (in s->retain, retain.h) */
+	uint16_t retain_dirty : 1;        /* its NVMe record must learn a new deadline (tier) */
 	/* visible parent; for a reservation the pinned one (store_parent) */
 	uint32_t parent_id;
 	/* the tenant its bytes are charged to (store_tenant.id: the writer's,

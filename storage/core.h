@@ -40,6 +40,7 @@
 #include "lease.h"
 #include "list.h"
 #include "match.h"
+#include "retain.h"
 #include "slab.h"
 #include "store.h"
 
@@ -75,6 +76,7 @@ struct store_ns {
 	uint64_t match_requests, match_blocks_queried, match_blocks_matched;
 	uint64_t evictions, deletes;
 	uint64_t nvme_blocks;     /* visible blocks with an NVMe copy */
+	struct store_retain_acct racct; /* its retained blocks (retain.h) */
 	uint32_t disk_id;         /* NVMe disk id, 0 until its first demotion */
 	bool disk_named;          /* disk_id recorded with the name in the index */
 };
@@ -115,6 +117,7 @@ struct store {
 	uint32_t ntenants, tenants_cap;
 	struct store_list expiry;     /* active leases, ascending expiry_ms */
 	struct store_list lease_pool; /* spare lease records */
+	struct store_retain_tab retain; /* retentions by block and deadline (retain.h) */
 	uint64_t nreserved, nzombies, nlessees;
 	uint64_t lease_records;       /* allocated lease records, active or spare */
 	uint64_t lease_spare;
@@ -302,7 +305,8 @@ uint64_t store_pages_of(uint64_t length);
 int store_ns_get_locked(struct store *s, const char *name, size_t len, struct store_ns **out);
 
 /* ---- evict.c: LRU heaps, removal, eviction, DRAM room ---- */
-/* VISIBLE, in DRAM, no visible children, no refs, no lease pins. */
+/* VISIBLE, in DRAM, no visible children, no refs, no lease pins, not
+ * retained. */
 bool store_block_evictable(const struct store_block *b);
 /* Does b belong in heap `kind` now? */
 bool store_lru_member(const struct store *s, const struct store_block *b, enum store_lru_kind kind);

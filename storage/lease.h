@@ -10,6 +10,7 @@
 
 #include "block.h"
 #include "list.h"
+#include "retain.h"
 
 struct store;
 
@@ -33,6 +34,7 @@ struct store_tenant {
 	uint64_t max_leased_bytes; /* bytes its lessees may lease; 0 = no bound */
 	uint64_t bytes;            /* visible + reserved payload bytes of its blocks */
 	uint64_t leased_bytes;     /* bytes its lessees lease now */
+	struct store_retain_acct racct; /* its namespaces' retained blocks, its budget */
 };
 
 /* One lease pin: (lessee, block) until expiry_ms. At most one per pair;

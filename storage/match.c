@@ -458,18 +458,22 @@ static bool mlog_make_room(struct store *s, struct store_mlog *log, uint64_t nee
 
 int store_match_ex(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
 		   uint32_t count, const struct store_match_opts *opts,
-		   struct store_match_res *res)
+		   struct store_match_res *out)
 {
 	struct store_lessee *lessee = opts ? opts->lessee : NULL;
 	uint32_t granted = lease_ms_for(s, opts ? opts->lease_ms : 0, lessee), n = 0, present = 0;
 	struct store_lessee *l = granted ? lessee : NULL;
 	uint64_t expiry_ms = granted ? store_now_ms() + granted : 0;
-	struct store_mlog *log = mlog_mine(s);
+	struct store_retain_res rr;
+	uint64_t until = store_retain_until_for(s, opts ? opts->retain_ms : 0, &rr);
+	struct store_match_res res = { 0 };
+	struct store_mlog *log = until ? NULL : mlog_mine(s);
 	int rc = -EAGAIN;
 
 	if (log && l && !lease_bounded(l) && stock_fill(log, count + STOCK_SLACK) < 0)
 		return -ENOMEM; /* nothing logged: nothing leased or marked */
-	/* a bounded lease is checked exactly, under the lock */
+	/* a bounded lease is checked exactly, under the lock; so is a
+	 * retention (budgets) */
 	if (log && !lease_bounded(l) && mlog_make_room(s, log, (uint64_t)count + 1)) {
 		__atomic_add_fetch(&log->epoch, 1, __ATOMIC_SEQ_CST);
 		rc = match_racy(s, log, ns_id, keys, count, l, expiry_ms, &n);
@@ -478,20 +482,23 @@ int store_match_ex(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_
 	if (rc == -EAGAIN) {
 		store_lock(s);
 		rc = match_locked(s, ns_id, keys, count, l, expiry_ms, &n, &present);
+		if (!rc && until && n)
+			res.retained = store_retain_run_locked(s, ns_id, keys, n, until, &res.flags);
 		pthread_mutex_unlock(&s->lock);
 	} else {
 		present = n;
 	}
 	if (rc)
 		return rc;
-	/* opts->retain_ms: no retention yet (issue 29 sets retained,
-	 * retain_ms and the RETAIN_* flags here). */
-	*res = (struct store_match_res){
-		.matched = n,
-		.present = present,
-		.lease_ms = n ? granted : 0,
-		.flags = present > n ? STORE_MATCH_LEASE_CUT : 0,
-	};
+	res.matched = n;
+	res.present = present;
+	res.lease_ms = n ? granted : 0;
+	if (present > n)
+		res.flags |= STORE_MATCH_LEASE_CUT;
+	if (rr.flags & STORE_PUT_RETAIN_CLAMPED)
+		res.flags |= STORE_MATCH_RETAIN_CLAMPED;
+	res.retain_ms = res.retained ? rr.retain_ms : 0;
+	*out = res;
 	return 0;
 }
 

@@ -85,9 +85,9 @@ static void init_reservation(struct store_block *b, struct store_ns *ns, const u
 }
 
 /* The least recently used block of ns that can leave the pool now: no
- * visible children, no refs (GET, child reservation, I/O), no lease pins;
- * with t, only a block charged to t. A scan of the namespace's blocks.
- * NULL when there is none. */
+ * visible children, no refs (GET, child reservation, I/O), no lease pins,
+ * no retention; with t, only a block charged to t. A scan of the
+ * namespace's blocks. NULL when there is none. */
 static struct store_block *ns_victim_locked(struct store *s, struct store_ns *ns,
 					    const struct store_tenant *t)
 {
@@ -96,7 +96,8 @@ static struct store_block *ns_victim_locked(struct store *s, struct store_ns *ns
 	for (uint32_t id = ns->blocks; id; id = store_ring_next(s, ns->blocks, id, STORE_RING_LINK)) {
 		struct store_block *b = store_blk(s, id);
 
-		if (store_has_children(b) || b->refs || b->leased || (t && b->tenant_id != t->id))
+		if (store_has_children(b) || b->refs || b->leased || b->retained ||
+		    (t && b->tenant_id != t->id))
 			continue;
 		if (!best || b->last_use < best->last_use)
 			best = b;
@@ -331,7 +332,11 @@ int store_put_commit(struct store *s, struct store_block *b)
 							 store_block_length(b)));
 }
 
-int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum)
+/* Commit b (payload hashed to sum) and, with until != 0, retain what
+ * the key names afterwards: b, or the block a concurrent put committed
+ * first (-EEXIST); the outcome goes to *res. */
+static int commit_retain(struct store *s, struct store_block *b, uint64_t sum, uint64_t until,
+			 struct store_retain_res *res)
 {
 	struct store_block *pin;
 	int rc;
@@ -340,6 +345,12 @@ int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum
 	pin = store_parent(s, b); /* the slab's chunk table only under the lock */
 	unreserve_locked(s, b);
 	rc = commit_locked(s, b, sum);
+	if (until && (rc == 0 || rc == -EEXIST)) {
+		struct store_block *e = rc ? store_find_locked(s, b->node.ns_id, b->node.key) : b;
+
+		if (e)
+			store_retain_apply_locked(s, e, until, res);
+	}
 	if (rc) {
 		(void)store_arena_free(s->arena, b->first_page);
 		store_slab_free(&s->slab, b);
@@ -347,6 +358,27 @@ int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum
 	if (pin)
 		store_block_unpin_locked(s, pin);
 	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum)
+{
+	return commit_retain(s, b, sum, 0, NULL);
+}
+
+int store_put_commit_retain(struct store *s, struct store_block *b, const uint64_t *sum,
+			    uint32_t retain_ms, struct store_retain_res *out)
+{
+	struct store_retain_res res;
+	uint64_t until = store_retain_until_for(s, retain_ms, &res);
+	uint64_t h = sum ? *sum : XXH3_64bits(store_arena_ptr(s->arena, b->first_page),
+					      store_block_length(b));
+	int rc = commit_retain(s, b, h, until, &res);
+
+	if (rc && rc != -EEXIST)
+		memset(&res, 0, sizeof(res));
+	if (out)
+		*out = res;
 	return rc;
 }
 
@@ -362,20 +394,4 @@ void store_put_abort(struct store *s, struct store_block *b)
 	if (pin)
 		store_block_unpin_locked(s, pin);
 	pthread_mutex_unlock(&s->lock);
-}
-
-/* The retention of a PUT's block: nothing is granted yet (issue 29 takes
- * it here: cap at the pool's maximum, the tenant's budget, ancestors at
- * least as long). */
-int store_put_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
-		     uint32_t retain_ms, struct store_retain_res *out)
-{
-	(void)s;
-	(void)ns_id;
-	(void)key;
-	(void)retain_ms;
-	if (!out)
-		return -EINVAL;
-	*out = (struct store_retain_res){ 0, 0 };
-	return 0;
 }

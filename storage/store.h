@@ -23,6 +23,9 @@
  *  - A GET pins the block (a reference) until store_release, so the bytes
  *    can be sent from the arena without a copy; a pinned block is never
  *    evicted or reused.
+ *  - A retention keeps a block (and its stored ancestors: no holes) from
+ *    eviction until a deadline, within a budget per tenant or namespace
+ *    (store_retain, store_put_commit_retain, store_match_ex).
  *  - A lease pins matched blocks for lease_ms on behalf of one connection
  *    (a "lessee"). A block's lease pin ends when a GET through the same
  *    lessee returns its bytes (a GET that only learns its size, or whose
@@ -75,6 +78,13 @@ struct store_config {
 	uint64_t max_block_bytes;        /* largest payload accepted */
 	uint64_t max_inflight_put_bytes; /* reserved by uncommitted puts; 0 = no limit */
 	uint32_t max_lease_ms;           /* lease_ms above this is capped */
+	/* Retention (store_retain): retain_ms above max_retain_ms is capped
+	 * (0 = no retention is ever granted); max_retained_bytes is the
+	 * payload bytes each namespace that is charged to no tenant may
+	 * retain, and a new tenant's budget (store_tenant_retain_budget);
+	 * 0 = none may be retained. */
+	uint32_t max_retain_ms;
+	uint64_t max_retained_bytes;
 
 	/* NVMe tier (storage/nvme/NVME.md). NULL or "" = no NVMe tier, and every
 	 * nvme_* field below is ignored. */
@@ -300,31 +310,77 @@ int store_put_commit(struct store *s, struct store_block *b);
  * the same errors (-EBADMSG: sum is not the checksum given at begin). */
 int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum);
 
-/* A PUT's retention (protocol v2, PROTOCOL.md section 14): the bits of
- * store_retain_res.flags, the wire's PROTO_PUT_* result flags (checked in
- * server/srv_consts.c). */
-#define STORE_PUT_RETAINED 0x01u       /* a retention was taken (retain_ms > 0) */
-#define STORE_PUT_RETAIN_BUDGET 0x02u  /* refused for the budget: stored without it */
-#define STORE_PUT_RETAIN_CLAMPED 0x04u /* retain_ms cut to the pool's maximum */
-
-struct store_retain_res {
-	uint32_t retain_ms; /* retention granted, 0: none */
-	uint32_t flags;     /* STORE_PUT_* */
-};
-
-/* The retention a PUT asked for: keep visible block (ns_id, key) - just
- * committed (OK), or already stored (EXISTS, where it extends the
- * block's retention as a MATCH refresh does) - from eviction for
- * retain_ms from now. The PUT handler calls it once per such block with
- * retain_ms > 0, after the block's commit. *out is always written.
- * Today it grants nothing: *out = { 0, 0 } and 0 ("no retention"); the
- * retention work (issue 29) fills it in (cap, budget, ancestors).
- * Thread-safe. Errors: -EINVAL (out NULL). */
-int store_put_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
-		     uint32_t retain_ms, struct store_retain_res *out);
-
 /* Drop a reservation (connection died, payload timed out). Consumes it. */
 void store_put_abort(struct store *s, struct store_block *b);
+
+/* ---- retention -------------------------------------------------------------
+ * A retained block is not evicted before its deadline passes: eviction
+ * takes unretained blocks only (chain tails first, least recently used
+ * first), so when nothing else can go a PUT answers -ENOSPC rather than
+ * break a retention. With an NVMe tier a retained block may still be
+ * demoted (its DRAM copy dropped), and segment reclaim keeps it; its
+ * deadline is kept in its NVMe record (CLOCK_REALTIME) and survives a
+ * warm restart. Retaining a block retains its stored ancestors at least
+ * as long (no holes). An expired retention makes the block ordinary
+ * again (store_tick, and every eviction pass, end them). DELETE, a
+ * namespace drop, a failed checksum remove a retained block as any other.
+ *
+ * Budget: the payload bytes of the retained blocks of all the namespaces
+ * charged to a tenant may not pass the tenant's budget
+ * (store_tenant_retain_budget, default cfg.max_retained_bytes); a
+ * namespace charged to no tenant has cfg.max_retained_bytes of its own.
+ * A retention that would pass it is refused (STORE_PUT_RETAIN_BUDGET), not
+ * an error: the block stays stored, unretained. Extending a retention
+ * costs nothing. A retention never evicts anything, so one tenant's
+ * retentions never push out another tenant's retained blocks. */
+
+/* Outcome bits of one block's retention: the wire's PUT result flags
+ * (PROTO_PUT_*, checked at build time in server/srv_consts.c). */
+#define STORE_PUT_RETAINED        0x01u /* retained (set or extended) for retain_ms */
+#define STORE_PUT_RETAIN_BUDGET   0x02u /* asked, refused for the budget: stored without it */
+#define STORE_PUT_RETAIN_CLAMPED  0x04u /* retain_ms was cut to max_retain_ms */
+
+struct store_retain_res {
+	uint32_t retain_ms; /* granted (0 when none was) */
+	uint32_t flags;     /* STORE_PUT_RETAIN* bits */
+};
+
+/* Retain visible block (ns_id, key) for retain_ms from now (capped at
+ * max_retain_ms; 0 = nothing asked, *out says 0): a block already
+ * retained longer keeps its deadline. Its stored ancestors are retained
+ * at least as long. *out (may be NULL) receives the outcome. For a PUT
+ * whose key is already stored (-EEXIST) with retain_ms: the refresh.
+ * Errors: -EINVAL (unknown ns_id), -ENOENT (not stored). Without memory
+ * for a retention record the block is not retained (flags 0). */
+int store_put_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+		 uint32_t retain_ms, struct store_retain_res *out);
+
+/* store_put_commit (sum NULL) or store_put_commit_hashed (*sum) that
+ * also retains the block for retain_ms (as store_retain) under the same
+ * lock as its commit, so it is never evicted in between; on -EEXIST (a
+ * concurrent put committed first) the stored block is retained instead.
+ * *out (may be NULL) receives the outcome (all 0 on other errors).
+ * Errors: as store_put_commit. */
+int store_put_commit_retain(struct store *s, struct store_block *b, const uint64_t *sum,
+			    uint32_t retain_ms, struct store_retain_res *out);
+
+/* Set tenant t's retention budget: payload bytes all its namespaces may
+ * retain (0 = none). Lowering it ends no retention; new ones are refused
+ * until retained bytes fall below it. Cannot fail. */
+void store_tenant_retain_budget(struct store *s, struct store_tenant *t,
+				uint64_t max_retained_bytes);
+
+/* What a tenant or namespace retains, and its counters. */
+struct store_retain_stats {
+	uint64_t blocks, bytes;    /* retained now (payload bytes) */
+	uint64_t budget_bytes;     /* the budget that bounds it */
+	uint64_t refused;          /* blocks whose retention the budget refused */
+	uint64_t expired;          /* retentions that ran out */
+};
+
+/* Tenant t's retention figures. Cannot fail. */
+void store_tenant_retain_stats(struct store *s, const struct store_tenant *t,
+			       struct store_retain_stats *out);
 
 /* ---- GET, EXISTS, MATCH, DELETE ---------------------------------------- */
 
@@ -467,10 +523,15 @@ struct store_match_res {
  * with lease_ms and lessee only. present is the leading run stored;
  * matched the run answered, shorter only with STORE_MATCH_LEASE_CUT (the
  * lease of the whole present run would pass the lessee's or its tenant's
- * bound: matched is the longest leading run whose lease fits). Today
- * retained = 0 and retain_ms = 0 (the retention refresh, issue 29, fills
- * them here). Same locking, threads and errors as store_match; *res is
- * written only on success. */
+ * bound: matched is the longest leading run whose lease fits). With
+ * opts->retain_ms > 0 (capped at max_retain_ms: STORE_MATCH_RETAIN_CLAMPED)
+ * the matched run is retained as store_put_retain does, leading blocks
+ * first, as far as the budget allows (STORE_MATCH_RETAIN_BUDGET when it
+ * stopped short; res->retained says how many, res->retain_ms what was
+ * granted). A MATCH with retain_ms takes the store lock (budgets are
+ * decided exactly) instead of the lock-free path, and matches and retains
+ * under one hold of it. Same locking, threads and errors as store_match;
+ * *res is written only on success. */
 int store_match_ex(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
 		   uint32_t count, const struct store_match_opts *opts,
 		   struct store_match_res *res);
@@ -595,6 +656,9 @@ struct store_stats {
 	uint64_t leases_active;        /* lease pins held now */
 	uint64_t checksum_errors;
 	uint32_t namespaces;           /* held now (not reclaimed), <= STORE_MAX_NAMESPACES */
+	/* Retention, pool-wide: blocks and payload bytes retained now,
+	 * retentions refused for a budget (blocks), retentions expired. */
+	uint64_t retained_blocks, retained_bytes, retain_refused, retain_expired;
 
 	/* Tiers. `blocks` above counts visible blocks in either tier. */
 	uint64_t dram_blocks;          /* blocks with a DRAM copy (== blocks without NVMe) */
@@ -636,6 +700,12 @@ struct store_ns_stats {
 	uint64_t exists_hits, exists_misses;
 	uint64_t match_requests, match_blocks_queried, match_blocks_matched;
 	uint64_t evictions, deletes;         /* deletes: blocks removed by store_delete */
+	/* Retention: this namespace's own figures; retain_budget_bytes is
+	 * the budget that bounds it (its tenant's when it is charged to one,
+	 * shared with the tenant's other namespaces). */
+	uint64_t retained_blocks, retained_bytes, retain_budget_bytes;
+	uint64_t retain_refused, retain_expired;
+	uint8_t retain_tenant;               /* 1: charged to a tenant (budget is the tenant's) */
 };
 
 void store_stats(struct store *s, struct store_stats *out);

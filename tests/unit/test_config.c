@@ -34,7 +34,7 @@ static const char *const keys[] = {
 	"payload_timeout_ms", "max_inflight_put_bytes", "log_level", "nvme_dir", "nvme_capacity",
 	"nvme_admission", "nvme_segment_size", "nvme_io_threads", "rdma_port", "admin_port",
 	"tokens_file", "tenant_max_namespaces", "tenant_max_bytes", "tenant_max_leased_bytes",
-	"max_conn_leased_bytes", "max_conn_match_waits",
+	"max_conn_leased_bytes", "max_retained_bytes", "max_conn_match_waits",
 	"tenant_max_match_waits", "allow_unauthenticated", "tls_cert_file", "tls_key_file",
 	"tls_client_ca_file", "tls_only", "allow_plaintext_tokens", "tls_allow_rdma",
 	"drain_timeout_ms", "nvme_drain_ms",

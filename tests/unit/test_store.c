@@ -1697,9 +1697,11 @@ static void test_match_ex_and_retain_seam(void **state)
 	assert_int_equal(r.matched, 3);
 	assert_int_equal(r.present, 3);
 	assert_int_equal(r.lease_ms, 1000); /* capped at max_lease_ms */
+	/* this pool grants no retention (max_retain_ms 0): asked, cut to 0
+	 * (test_retain.c has retention itself) */
 	assert_int_equal(r.retained, 0);
 	assert_int_equal(r.retain_ms, 0);
-	assert_int_equal(r.flags, 0);
+	assert_int_equal(r.flags, STORE_MATCH_RETAIN_CLAMPED);
 	assert_int_equal(store_lessee_leased_bytes(s, l), 30);
 	assert_int_equal(store_match(s, ns, keys, 4, 100, l, &matched, &granted), 0);
 	assert_int_equal(matched, 3);
@@ -1711,11 +1713,13 @@ static void test_match_ex_and_retain_seam(void **state)
 	memset(&r, 0xee, sizeof(r));
 	assert_int_equal(store_match_ex(s, 42, keys, 4, &o, &r), -EINVAL);
 	assert_int_equal(r.matched, 0xeeeeeeeeu); /* written only on success */
-	/* the PUT retention seam */
+	/* the PUT retention seam: stored, but this pool grants none */
 	assert_int_equal(store_put_retain(s, ns, keys[0], 60000, &rr), 0);
 	assert_int_equal(rr.retain_ms, 0);
-	assert_int_equal(rr.flags, 0);
-	assert_int_equal(store_put_retain(s, ns, keys[0], 60000, NULL), -EINVAL);
+	assert_int_equal(rr.flags, STORE_PUT_RETAIN_CLAMPED);
+	assert_int_equal(store_put_retain(s, ns, keys[0], 60000, NULL), 0);
+	assert_int_equal(store_put_retain(s, ns, keys[3], 60000, &rr), -ENOENT);
+	assert_int_equal(store_put_retain(s, 42, keys[0], 60000, &rr), -EINVAL);
 	store_lessee_free(s, l);
 	store_close(s);
 }
@@ -2001,7 +2005,7 @@ static void *grow_reader_thread(void *arg)
 		uint32_t n = 0;
 
 		if (store_match(r->s, r->ns, keys, 8, 0, NULL, &n, NULL) != 0 || n != 8) {
-			r->failed = "the chain was not matched whole";
+			__atomic_store_n(&r->failed, "the chain was not matched whole", __ATOMIC_RELAXED);
 			break;
 		}
 		__atomic_fetch_add(&r->rounds, 1, __ATOMIC_RELAXED);
