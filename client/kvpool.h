@@ -424,7 +424,11 @@ struct kvpool_match_result {
  * (kvpool_limits.protocol_version 1) is sent none of wait_ms, want and
  * retain_ms: it answers at once, with present = matched, retained 0 and
  * flags 0. A cluster handle asks every node that owns part of the chain
- * in one round, each waiting for its own part of want.
+ * in one round, each waiting for its own part of want; when one of them
+ * is lost during the wait, or the membership changes so that a missing
+ * wanted block has another owner, the wait ends at once and the call
+ * answers what is present, flags KVPOOL_MATCH_WAITED |
+ * KVPOOL_MATCH_WAIT_ENDED: ask again (docs/cluster.md, "Waiting MATCH").
  * Threads, blocking and errors as kvpool_match, plus -EPROTO when want >
  * count (the server's BAD_REQUEST, kvpool_last_server_message has its
  * reason; a v1 server or a cluster handle: refused by the library, no
@@ -803,9 +807,11 @@ const char *kvpool_strerror(int err);
  * message of the last error reply (e.g. "hello refused: the token does
  * not grant namespace x", "put refused: the token is read-only in
  * namespace x"), through any handle or kvpool_connect; "" when the last
- * call got none (a timeout, a miss, a local error). Thread-local storage
- * of the calling thread: valid until that thread's next call into the
- * library. Never NULL; cannot fail. Any thread. */
+ * call got none (a timeout, a miss, a local error). On a cluster handle
+ * the words are those of the first node that refused, after its name
+ * ("10.0.0.2:7470: hello refused: ..."). Thread-local storage of the
+ * calling thread: valid until that thread's next call into the library.
+ * Never NULL; cannot fail. Any thread. */
 const char *kvpool_last_server_message(void);
 
 #ifdef __cplusplus

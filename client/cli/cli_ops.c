@@ -761,7 +761,8 @@ int cli_ping_main(int argc, char **argv)
 		kvpool_close(c);
 		if (rc || down != 0) {
 			fprintf(stderr, "%s: %s: %s\n", prog, conn.url,
-				down > 0 ? "some nodes do not answer" : kvpool_strerror(rc));
+				down > 0 ? "some nodes are down or refuse (listed above)"
+					 : kvpool_strerror(rc));
 			return CLI_EXIT_ERROR;
 		}
 		printf("slowest round trip %" PRIu64 " us\n", rtt_us);

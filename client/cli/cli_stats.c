@@ -563,7 +563,10 @@ int cli_cluster_nodes_report(FILE *f, const char *json, const char *indent)
 			continue;
 		}
 		down++;
-		fprintf(f, "%s%-24s %-28s DOWN: %s\n", indent, name ? name : "?", url ? url : "?",
+		/* a node that answers and refuses (token, namespace) is not down */
+		fprintf(f, "%s%-24s %-28s %s: %s\n", indent, name ? name : "?", url ? url : "?",
+			json_object_object_get_ex(n, "state", &v) &&
+			!strcmp(json_object_get_string(v), "refused") ? "REFUSED" : "DOWN",
 			json_object_get_string(json_object_object_get(n, "error")));
 	}
 	if (json_object_object_get_ex(cl, "error", &nodes) && json_object_get_string_len(nodes))

@@ -180,6 +180,8 @@ void kvcl_parent_complete_locked(struct kvcl *cl, struct kvcl_parent *p)
 {
 	int op = p->r.op;
 
+	if (p->done)
+		return; /* once: it is on the completion queue already */
 	if (p->cancelled)
 		p->res.status = -ECANCELED;
 	else if (op == KVPOOL_OP_MATCH && !p->share_err)
@@ -362,7 +364,9 @@ static int cl_event_fd(void *be)
 
 /* Cancel every child of p that can be: queued ones are dropped, submitted
  * ones cancelled on their engine. Returns 0, or -EINPROGRESS when a child
- * could not be stopped (RDMA: the server may still move its bytes). */
+ * could not be stopped (RDMA: the server may still move its bytes).
+ * cl->lock is released while a child is being handed to its engine: its
+ * node may finish it meanwhile, and with it p (the caller holds p). */
 static int cancel_children_locked(struct kvcl *cl, struct kvcl_parent *p)
 {
 	int rc = 0;
@@ -399,9 +403,17 @@ static int cl_cancel(void *be, uint64_t id)
 			break;
 	if (p && id) {
 		p->cancelled = 1;
+		/* Held while cancel_children_locked waits with cl->lock released:
+		 * another thread may poll p meanwhile. */
+		p->holds++;
 		rc = cancel_children_locked(cl, p);
-		if (!p->pending)
+		/* Its last child may have finished during that wait, completing p
+		 * already: a second completion queued it twice, which lost the
+		 * completions queued after it. */
+		if (!p->pending && !p->done)
 			kvcl_parent_complete_locked(cl, p);
+		p->holds--;
+		parent_maybe_free(cl, p);
 	}
 	pthread_mutex_unlock(&cl->lock);
 	return rc;

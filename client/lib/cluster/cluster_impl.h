@@ -92,6 +92,10 @@ struct kvcl_child {
 	enum kvcl_child_kind kind;
 	enum kvcl_child_state state;
 	int cancel;                     /* its parent was cancelled while it was submitted */
+	int ended;                      /* a waiting MATCH ended early: 1 its parent let
+					 * go of it while it sat on its node's engine
+					 * (parked at the node: the node thread drops
+					 * the connection for it), 2 dropped since */
 	uint64_t engine_id;
 	struct kvc_req r;               /* on the node's engine (arrays in mem) */
 	size_t n;                       /* entries (MATCH: runs) */
@@ -136,6 +140,8 @@ struct kvcl_parent {
 	int done;                       /* completed */
 	int polled;                     /* handed out, or its call returned */
 	int cancelled;
+	int wait_ended;                 /* MATCH: its waits were ended early (a node of the
+					 * wait lost, the membership changed): WAIT_ENDED */
 	struct kvc_req r;               /* the caller's request */
 	int *st;                        /* r.statuses or own */
 	size_t pending;                 /* children not done */
@@ -169,6 +175,7 @@ struct kvcl_node {
 	int wake_fd;                    /* eventfd: the inbox has work, or quit */
 	struct kvcl_child *inbox, *inbox_tail;
 	int engine_children;            /* children on the engine now */
+	int ended_children;             /* of which ended waits (kvcl_child.ended 1) */
 	int quit;
 
 	/* state and counters, under cl->lock */
@@ -265,6 +272,11 @@ void kvcl_batch_finish_locked(struct kvcl *cl, struct kvcl_parent *p);
 int kvcl_finish_admin(struct kvcl *cl, struct kvcl_parent *p, struct kvc_result *res);
 /* A detached child (a copy, a removal) finished (under cl->lock). */
 void kvcl_job_done_locked(struct kvcl *cl, struct kvcl_child *c);
+/* The membership changed (under cl->lock): every waiting MATCH a key of
+ * whose wanted, not yet present run now has another owner stops waiting
+ * and answers what it has, flagged WAIT_ENDED, so that its caller asks
+ * again where the blocks now go (docs/cluster.md, "Waiting MATCH"). */
+void kvcl_waits_follow_locked(struct kvcl *cl);
 
 /* ---- nodes.c ---- */
 
@@ -272,6 +284,10 @@ void kvcl_job_done_locked(struct kvcl *cl, struct kvcl_child *c);
 int kvcl_node_start(struct kvcl_node *n);
 /* Stop and join n's thread, close its engine, free what its inbox holds. */
 void kvcl_node_stop(struct kvcl_node *n);
+/* Child c, on its node's engine, is no longer waited for (a waiting
+ * MATCH ended early): the node's thread drops the connection once only
+ * such children are on it (cl->lock held). */
+void kvcl_node_ended_locked(struct kvcl_child *c);
 /* Queue child c on its node and wake the node (cl->lock held). */
 void kvcl_node_post_locked(struct kvcl_child *c);
 /* Node n could not be reached: down, probed after a back-off (cl->lock

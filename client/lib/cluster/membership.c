@@ -304,8 +304,10 @@ static void apply_all(struct kvcl *cl, const struct kvc_etcd_kv *kvs, size_t n, 
 		apply_locked(cl, KVC_ETCD_PUT, &kvs[i]);
 	for (size_t i = 0; i < cl->n_nodes; i++)
 		changed |= i >= KVCL_MAX_NODES || was[i] != cl->nodes[i]->member;
-	if (changed)
+	if (changed) {
 		cl->epoch++;
+		kvcl_waits_follow_locked(cl);
+	}
 	cl->etcd_revision = rev;
 	cl->etcd_reachable = 1;
 	pthread_mutex_unlock(&cl->lock);
@@ -320,8 +322,10 @@ static int on_event(void *arg, enum kvc_etcd_event type, const struct kvc_etcd_k
 		cl->etcd_reachable = 1;
 		cl->etcd_error[0] = 0;
 	} else {
-		if (apply_locked(cl, type, kv))
+		if (apply_locked(cl, type, kv)) {
 			cl->epoch++;
+			kvcl_waits_follow_locked(cl);
+		}
 		if (kv->mod_revision > cl->etcd_revision)
 			cl->etcd_revision = kv->mod_revision;
 	}

@@ -47,6 +47,45 @@ void kvcl_node_post_locked(struct kvcl_child *c)
 	}
 }
 
+void kvcl_node_ended_locked(struct kvcl_child *c)
+{
+	uint64_t one = 1;
+
+	c->ended = 1;
+	c->node->ended_children++;
+	if (write(c->node->wake_fd, &one, sizeof(one)) < 0) {
+		/* the counter is already nonzero: the thread wakes anyway */
+	}
+}
+
+/* Only ended waits are on node n's engine: they sit parked at the node,
+ * and whatever is sent next would wait behind them. Drop the connection
+ * (the node forgets waiters whose client left) and them with it; the next
+ * child gets a fresh engine (cl->lock held). */
+static void node_flush_ended_locked(struct kvcl *cl, struct kvcl_node *n)
+{
+	if (!n->e || !n->ended_children || n->ended_children != n->engine_children)
+		return;
+	kvc_engine_close(n->e);
+	n->e = NULL;
+	n->engine_children = n->ended_children = 0;
+	for (struct kvcl_parent *p = cl->parents, *next; p; p = next) {
+		struct kvcl_child *last = NULL;
+
+		next = p->next; /* p may be freed below */
+		for (struct kvcl_child *c = p->children; c; c = c->sibling) {
+			if (c->node != n || c->ended != 1)
+				continue;
+			c->ended = 2;
+			if (last)
+				p->holds--;
+			last = c;
+		}
+		if (last)
+			kvcl_child_drop_locked(cl, last); /* the last hold: may free p */
+	}
+}
+
 void kvcl_node_failed_locked(struct kvcl_node *n, int rc)
 {
 	n->reachable = 0;
@@ -153,6 +192,10 @@ static void child_done_locked(struct kvcl *cl, struct kvcl_node *n, struct kvc_d
 	int s = d->c.status;
 
 	n->engine_children--;
+	if (c->ended == 1) {
+		n->ended_children--;
+		c->ended = 2;
+	}
 	if (c->state == CH_DONE) { /* cancelled: its parent no longer waits for it */
 		kvc_result_clear(&d->res);
 		kvcl_child_drop_locked(cl, c);
@@ -212,6 +255,13 @@ static void child_submit(struct kvcl *cl, struct kvcl_node *n, struct kvcl_child
 		c->state = CH_ENGINE;
 		c->engine_id = id;
 		n->engine_children++;
+		if (c->ended && c->p) {
+			/* its parent stopped waiting for it meanwhile */
+			kvcl_node_ended_locked(c);
+			c->state = CH_DONE;
+			if (--c->p->pending == 0)
+				kvcl_parent_complete_locked(cl, c->p);
+		}
 	} else {
 		if (kvcl_is_conn_error(rc))
 			kvcl_node_failed_locked(n, rc);
@@ -366,9 +416,12 @@ static void *node_thread(void *arg)
 
 	pthread_mutex_lock(&cl->lock);
 	while (!n->quit) {
-		struct kvcl_child *list = n->inbox;
+		struct kvcl_child *list;
 		uint64_t v;
 		int got;
+
+		node_flush_ended_locked(cl, n); /* before anything is sent behind them */
+		list = n->inbox;
 
 		n->inbox = n->inbox_tail = NULL;
 		pthread_mutex_unlock(&cl->lock);

@@ -45,6 +45,7 @@
  * then on (nodes.c).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -603,6 +604,69 @@ static void merge_delete(struct kvcl *cl, struct kvcl_parent *p, struct kvcl_chi
 	}
 }
 
+/* Stop waiting for p's waiting MATCH children (cl->lock held; the caller
+ * completes p when nothing is pending any more). A child parked at its
+ * node is let go by the node's thread, which drops that connection once
+ * only such children are on it (the node forgets a waiter whose client
+ * left; a request sent behind a parked MATCH would wait for it); one
+ * being submitted right now is let go by child_submit. */
+static void end_waits_locked(struct kvcl_parent *p)
+{
+	p->wait_ended = 1;
+	for (struct kvcl_child *c = p->children; c; c = c->sibling) {
+		if (!c->r.mopts.wait_ms || c->state == CH_DONE)
+			continue;
+		if (c->state == CH_SUBMITTING) {
+			c->ended = 1;
+			continue;
+		}
+		if (c->state == CH_ENGINE)
+			kvcl_node_ended_locked(c);
+		c->state = CH_DONE;
+		p->pending--;
+	}
+}
+
+void kvcl_waits_follow_locked(struct kvcl *cl)
+{
+	struct kvcl_view *v = NULL;
+
+	for (struct kvcl_parent *p = cl->parents, *next; p; p = next) {
+		size_t want = p->r.mopts.want ? p->r.mopts.want : p->r.count, moved = 0;
+		int waiting = 0;
+
+		next = p->next;
+		if (p->done || p->cancelled || p->wait_ended || p->r.op != KVPOOL_OP_MATCH ||
+		    !p->r.mopts.wait_ms)
+			continue;
+		for (struct kvcl_child *c = p->children; c; c = c->sibling)
+			waiting |= c->r.mopts.wait_ms && c->state != CH_DONE;
+		if (!waiting)
+			continue;
+		if (!v) {
+			v = malloc(sizeof(*v));
+			if (!v)
+				return;
+			kvcl_view_take_locked(cl, v);
+		}
+		for (size_t i = 0; i < want && i < p->r.count && !moved; i++) {
+			const struct kvcl_entry *e = &p->ent[i];
+			size_t own[KVCL_MAX_REPLICAS], n;
+
+			if (e->cov)
+				continue;
+			n = kvcl_place_owners(&cl->place, v, p->r.keys[i], e->hot, own);
+			moved = !n || !e->n_own || v->node[own[0]] != p->view.node[e->own[0]];
+		}
+		if (!moved)
+			continue;
+		end_waits_locked(p);
+		if (!p->pending)
+			kvcl_parent_complete_locked(cl, p);
+	}
+	free(v);
+}
+
 void kvcl_child_merge_locked(struct kvcl *cl, struct kvcl_child *c)
 {
 	struct kvcl_parent *p = c->p;
@@ -617,11 +681,17 @@ void kvcl_child_merge_locked(struct kvcl *cl, struct kvcl_child *c)
 	}
 	op = p->r.op;
 	n->calls++;
-	if (conn)
+	/* a share that failed as a whole (a miss or a block already stored is
+	 * an answer, not an error) */
+	if (conn || (s && s != -ENOENT && s != -EEXIST && s != -ECANCELED))
 		n->errors++;
 	if (!p->cancelled && c->res.msg && !p->res.msg) {
-		p->res.msg = c->res.msg;
-		c->res.msg = NULL;
+		/* the refusal's words, with the node that said them */
+		size_t len = strlen(n->name) + strlen(c->res.msg) + 3;
+
+		p->res.msg = malloc(len);
+		if (p->res.msg)
+			snprintf(p->res.msg, len, "%s: %s", n->name, c->res.msg);
 	}
 	if (!p->cancelled && s && !conn && !p->share_err && op != KVPOOL_OP_PUT &&
 	    op != KVPOOL_OP_GET)
@@ -632,6 +702,10 @@ void kvcl_child_merge_locked(struct kvcl *cl, struct kvcl_child *c)
 		n->misses_from_errors += c->n;
 	if (op == KVPOOL_OP_MATCH) {
 		merge_match(p, c, !s);
+		/* a node of the wait lost: its part never comes, so the others
+		 * stop waiting too and the answer says the wait ended */
+		if (s && c->r.mopts.wait_ms)
+			end_waits_locked(p);
 		goto out;
 	}
 	if (op == KVPOOL_OP_DELETE) {
@@ -690,6 +764,10 @@ void kvcl_match_finish_locked(struct kvcl *cl, struct kvcl_parent *p)
 	m->retained = i < m->matched ? i : m->matched;
 	if (!m->matched)
 		m->lease_ms = 0;
+	/* short because a wait was ended (never only WAITED: that reads as
+	 * complete) */
+	if (p->wait_ended && m->matched < (p->r.mopts.want ? p->r.mopts.want : count))
+		m->flags |= KVPOOL_MATCH_WAITED | KVPOOL_MATCH_WAIT_ENDED;
 	kvcl_place_epoch_note(&cl->place, moved, only_prev);
 	copy_matched_locked(cl, p);
 	if (p->r.mres)

@@ -147,9 +147,19 @@ static struct json_object *node_object_locked(const struct kvcl_node *n,
 	json_object_object_add(x, "name", json_object_new_string(n->name));
 	json_object_object_add(x, "url", json_object_new_string(n->url));
 	json_object_object_add(x, "up", json_object_new_boolean(rc == 0));
+	/* refused: it answers, and says no (a token, a namespace) */
 	json_object_object_add(x, "state", json_object_new_string(
-				   rc == 0 ? "up" : n->down ? "down" : "unreachable"));
-	json_object_object_add(x, "error", json_object_new_string(rc ? kvpool_strerror(rc) : ""));
+				   rc == 0 ? "up" : !kvcl_is_conn_error(rc) ? "refused"
+				   : n->down ? "down" : "unreachable"));
+	if (rc && c && c->res.msg) {
+		char why[1200];
+
+		snprintf(why, sizeof(why), "%s: %s", kvpool_strerror(rc), c->res.msg);
+		json_object_object_add(x, "error", json_object_new_string(why));
+	} else {
+		json_object_object_add(x, "error",
+				       json_object_new_string(rc ? kvpool_strerror(rc) : ""));
+	}
 	ADD_I64(x, "retry_in_ms", n->down && n->retry_at_ms > kvc_now_ms() ?
 		n->retry_at_ms - kvc_now_ms() : 0);
 	ADD_I64(x, "downs", n->downs);
