@@ -27,7 +27,8 @@ The backend keys it reads from the extra config (every one optional):
                       server caps and budgets it: docs/engines.md)
     request_retain    honour a retention that the cache controller passes
                       in HiCacheStorageExtraInfo.extra_info["retain_ms"]
-                      (default true; this SGLang commit passes none)
+                      (default false; this SGLang commit passes none);
+                      request_retain_max_ms caps it
     prefill_tokens_per_s  the engine's prefill speed: batch_exists then
                       offers a hit only when loading it is expected to beat
                       recomputing it (from the load speed its own GETs see);
@@ -76,7 +77,7 @@ DEFAULT_LEASE_MS = 5000     # kvpoold's default max_lease_ms
 # the backend's own keys in --hicache-storage-backend-extra-config
 _OWN_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "namespace_prefix", "model",
              "clear_drops_namespace", "retain_first_blocks", "retain_ms", "request_retain",
-             "prefill_tokens_per_s")
+             "request_retain_max_ms", "prefill_tokens_per_s")
 # keys SGLang itself reads from the same dictionary (sgl-project/sglang 8905cbd4:
 # the dynamic loader, cache controllers and storage backends)
 _SGLANG_KEYS = ("backend_name", "module_path", "class_name", "interface_v1",
@@ -256,7 +257,7 @@ class KVPoolHiCacheStorage(HiCacheStorage):
         self._counts = {k: 0 for k in ("exists_calls", "exists_hit_pages", "get_pages",
                                        "get_failed_pages", "set_pages", "set_failed_pages",
                                        "set_skipped_pages", "declined_hit_pages",
-                                       "retained_pages")}
+                                       "retained_pages", "retain_refreshes")}
         mem_pool = kwargs if hasattr(kwargs, "get_page_buffer_meta") else None
         if mem_pool is not None:
             self.register_mem_pool_host(mem_pool)
@@ -407,6 +408,26 @@ class KVPoolHiCacheStorage(HiCacheStorage):
         prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
         return self.retain.for_blocks(len(prefix or ()), n, req)
 
+    def _refresh_first(self, link, ks, extra_info):
+        """retain_first_blocks: a prefetch of a chain refreshes the
+        retention of its first retain_first_blocks pages (a MATCH of them
+        with retain_ms, without a lease), also when this instance holds
+        them itself (in extra_info.prefix_keys, before this batch): SGLang
+        never stores a page it prefetched again, so no PUT would. At most
+        once per retain_ms / 2 per chain (RetainHints.refresh_due)."""
+        k = self.retain.first_blocks
+        if not k:
+            return
+        prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
+        prefix = list(prefix or ())
+        if len(prefix) >= k:
+            head = [self.key_bytes(p)[1] for p in prefix[:k]]
+        else:
+            head = [self.key_bytes(p)[1] for p in prefix] + list(ks[:k - len(prefix)])
+        if head and self.retain.refresh_due((link.namespace, head[-1])):
+            self._counts["retain_refreshes"] += 1
+            link.call("retain", lambda c: c.match(head, 0, retain_ms=self.retain.retain_ms), 0)
+
     # ---- zero-copy interface (interface_v1) ---------------------------------------
 
     @staticmethod
@@ -515,11 +536,20 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             if link is None:
                 return 0
             self._counts["exists_calls"] += 1
-            hit = link.match("batch_exists", ks, self.lease_ms, unleased=True)
+            self._refresh_first(link, ks, extra_info)
+            # a hit the estimator will decline is matched without a lease:
+            # it is never loaded, so it must not pin blocks for lease_ms
+            est = self.estimator
+            leased = est.wants_lease(n, self._page_bytes, self.page_size)
+            hit = link.match("batch_exists", ks, self.lease_ms if leased else 0, unleased=True)
             hit = hit if isinstance(hit, int) and 0 <= hit <= n else 0
-            if hit and self._page_bytes and self.estimator.enabled:
+            if hit and est.enabled:
                 # a hit is offered only when loading it beats recomputing it
-                offered = self.estimator.offer(hit, self._page_bytes, self.page_size)
+                offered = est.offer(hit, self._page_bytes or 0, self.page_size)
+                if offered and not leased:     # another thread's load changed the model
+                    again = link.match("batch_exists", ks[:offered], self.lease_ms,
+                                       unleased=True)
+                    offered = min(offered, again if isinstance(again, int) else 0)
                 self._counts["declined_hit_pages"] += hit - offered
                 hit = offered
             self._counts["exists_hit_pages"] += hit
@@ -556,6 +586,11 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             good = sum(ok)
             if good == n:
                 self.estimator.record_load(sum(page_bytes), time.perf_counter() - t0)
+            elif any(s < 0 and s != _link.MISS for s in st):
+                # timed out or failed: at least a timeout's worth (a page
+                # that is simply not there says nothing of the pool's speed)
+                self.estimator.record_failed_load(sum(page_bytes), time.perf_counter() - t0,
+                                                  self.timeout_s)
             self._counts["get_pages"] += good
             self._counts["get_failed_pages"] += n - good
             bad = [s for s in st if s <= 0 and s not in (_link.MISS, _link.DOWN)]

@@ -2,6 +2,7 @@
 way SGLang's cache controller drives a backend, against a real kvpoold.
 See ../../../docs/engines.md and the engine notes (§2, §5)."""
 
+import signal
 import threading
 import time
 
@@ -696,7 +697,7 @@ def test_retention_per_request_through_extra_info(server, prefix, raw):
     pool = FakeHostPool(pages=16)
     pool.fill_random(12)
     keys = chain(12, seed=22)
-    b = backend(server.url, prefix, pool)
+    b = backend(server.url, prefix, pool, request_retain=True)
     info = hs.HiCacheStorageExtraInfo(prefix_keys=None, extra_info={"retain_ms": 30000})
     assert b.batch_set_v1(keys[:6], pool.indices(0, 6), info) == [True] * 6
     bad = hs.HiCacheStorageExtraInfo(prefix_keys=keys[:6], extra_info={"retain_ms": "soon"})
@@ -741,3 +742,96 @@ def test_estimator_offers_a_hit_only_when_loading_pays(server, prefix, speed, of
         assert sorted(hits) == [0] * (len(hits) - 1) + [64]     # one probe
         assert b.stats()["declined_hit_pages"] == 64 * (len(hits) - 1)
     b.close()
+
+
+def test_prefetch_refreshes_first_pages_retention(server, prefix, raw):
+    """retain_first_blocks: a prefetch refreshes the retention of the
+    chain's first pages (SGLang never stores a page it prefetched again),
+    also when this instance holds them itself (they are then in
+    prefix_keys, before the batch it asks about); at most one refresh
+    per retain_ms / 2 per chain."""
+    pool = FakeHostPool(pages=12)
+    pool.fill_random(14)
+    keys = chain(10, seed=24)
+    b = backend(server.url, prefix, pool, retain_first_blocks=2, retain_ms=2000)
+    assert ctl.backup(b, keys, pool.indices(0, 10), PAGE) == 10
+    t0 = time.monotonic()
+    ns = raw(b.namespace).stats(b.namespace)["namespaces"][b.namespace]
+    assert ns["retained_blocks"] == 2
+    reader = backend(server.url, prefix, pool, retain_first_blocks=2, retain_ms=2000)
+    time.sleep(max(0.0, 1.2 - (time.monotonic() - t0)))
+    # the first 4 pages are in this instance's host memory: it asks for the rest
+    assert ctl.exists_run(reader, keys[4:], prefix_keys=keys[:4]) == 6
+    assert reader.stats()["retain_refreshes"] == 1
+    assert ctl.exists_run(reader, keys[4:], prefix_keys=keys[:4]) == 6
+    assert reader.stats()["retain_refreshes"] == 1        # not again so soon
+    # 2.6 s after the backup its own retention has lapsed: only the
+    # refresh at 1.2 s keeps the first two pages retained (until 3.2 s)
+    time.sleep(max(0.0, 2.6 - (time.monotonic() - t0)))
+    ns = raw(b.namespace).stats(b.namespace)["namespaces"][b.namespace]
+    assert ns["retained_blocks"] == 2
+    # a prefetch from the chain's start refreshes them too
+    assert ctl.exists_run(reader, keys) == 10
+    assert reader.stats()["retain_refreshes"] == 2
+    b.close()
+    reader.close()
+
+
+def test_declined_hit_keeps_no_lease(fresh_server, prefix):
+    """A hit the estimator declines is matched without a lease (it is
+    never loaded, so it must not pin blocks for lease_ms); the probe it
+    still offers one time in PROBE_EVERY is leased."""
+    fresh_server.start()
+    pool = FakeHostPool(pages=40)
+    pool.fill_random(15)
+    keys = chain(32, seed=25)
+    b = backend(fresh_server.url, prefix, pool, prefill_tokens_per_s=1e12, lease_ms=60000)
+    assert ctl.backup(b, keys, pool.indices(0, 32), PAGE) == 32
+    assert ctl.exists_run(b, keys) == 32              # learning
+    dst = FakeHostPool(pages=40)
+    assert ctl.load(b, keys, dst.indices(0, 32), PAGE) == 32      # ends that lease
+    with kvpool.Client(fresh_server.url, "stats") as c:
+        assert c.stats()["leases_active"] == 0
+        for _ in range(b.estimator.PROBE_EVERY - 1):
+            assert ctl.exists_run(b, keys) == 0
+            assert c.stats()["leases_active"] == 0
+        assert ctl.exists_run(b, keys) == 32          # the probe
+        assert c.stats()["leases_active"] == 32
+    b.close()
+
+
+def test_timed_out_load_teaches_the_estimator(fresh_server, prefix):
+    """A load that times out counts as a load of at least timeout_s: on a
+    pool that does not answer in time, later hits are declined (but for
+    the probe) instead of each costing a whole timeout."""
+    fresh_server.start()
+    pool = FakeHostPool(pages=40)
+    pool.fill_random(16)
+    keys = chain(32, seed=26)
+    b = backend(fresh_server.url, prefix, pool, prefill_tokens_per_s=1e6, timeout_s=0.5)
+    assert ctl.backup(b, keys, pool.indices(0, 32), PAGE) == 32
+    assert ctl.exists_run(b, keys) == 32              # learning
+    dst = FakeHostPool(pages=40)
+    fresh_server.proc.send_signal(signal.SIGSTOP)     # a pool that does not answer
+    try:
+        t0 = time.monotonic()
+        assert ctl.load(b, keys, dst.indices(0, 32), PAGE) == 0
+        assert time.monotonic() - t0 >= 0.45
+    finally:
+        fresh_server.proc.send_signal(signal.SIGCONT)
+    assert b.estimator.s_per_byte >= 0.5 / (32 * b._page_bytes)
+    deadline = time.monotonic() + 10
+    while not b._link(False, "read").up and time.monotonic() < deadline:
+        time.sleep(0.05)
+    hits = [ctl.exists_run(b, keys) for _ in range(b.estimator.PROBE_EVERY)]
+    assert sorted(hits) == [0] * (len(hits) - 1) + [32]
+    b.close()
+
+
+def test_prefill_speed_empty_string_refused(server, prefix):
+    """prefill_tokens_per_s "" is refused like any other value that is no
+    speed (it used to switch the estimator off silently)."""
+    from kvpool._adapters.config import ConfigError
+    pool = FakeHostPool(pages=4)
+    with pytest.raises(ConfigError, match="prefill_tokens_per_s"):
+        ks.KVPoolHiCacheStorage(config(server.url, prefix, prefill_tokens_per_s=""), pool)
