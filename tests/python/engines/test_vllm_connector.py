@@ -8,6 +8,7 @@ token must be byte-exact. See docs/engines.md and the engine notes
 
 import inspect
 import logging
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -774,8 +775,9 @@ def test_retention_first_chunks_and_refresh(server, prefix, raw):
 
 def test_retention_per_request(server, prefix, raw):
     """kv_transfer_params {"kvpool_retain_ms": MS} retains every chunk of
-    that request; a value that is no retention is ignored."""
-    a = Instance(server.url, prefix)
+    that request (request_retain true: the operator opts in); a value that
+    is no retention is ignored."""
+    a = Instance(server.url, prefix, request_retain=True)
     tokens, hashes = prompt(70, seed=33)
     req = Request("r1", tokens, hashes)
     req.kv_transfer_params = {"kvpool_retain_ms": 30000}
@@ -791,6 +793,86 @@ def test_retention_per_request(server, prefix, raw):
     st = raw(ns).stats(ns)["namespaces"][ns]
     assert st["blocks"] == 8 and st["retained_blocks"] == 4
     a.close()
+
+
+def test_request_retention_is_opt_in_and_never_lowers_the_hint(server, prefix, raw):
+    """kv_transfer_params come from the end user's request body: by
+    default (request_retain unset) a request's kvpool_retain_ms retains
+    nothing; opted in, it is cut to request_retain_max_ms, and a request
+    asking 0 still has the operator's first chunks retained (the larger
+    of the two per chunk)."""
+    tokens, hashes = prompt(70, seed=37)
+    a = Instance(server.url, prefix)
+    req = Request("r1", tokens, hashes)
+    req.kv_transfer_params = {"kvpool_retain_ms": 86400000}
+    a.block_ids, a.n_tokens = list(range(3, 8)), len(tokens)
+    step(a.scheduler, a.workers, req, a.block_ids, 0, a.forward(37))
+    ns = a.scheduler.namespace_for_rank(0)
+    st = raw(ns).stats(ns)["namespaces"][ns]
+    assert st["blocks"] == 4 and st["retained_blocks"] == 0
+    a.close()
+    b = Instance(server.url, prefix, namespace_prefix=prefix + "-hint", request_retain=True,
+                 request_retain_max_ms=60000, retain_first_blocks=2, retain_ms=60000)
+    assert b.scheduler.retain.request_ms(86400000) == 60000
+    req = Request("r2", tokens, hashes)
+    req.kv_transfer_params = {"kvpool_retain_ms": 0}
+    b.block_ids, b.n_tokens = list(range(3, 8)), len(tokens)
+    step(b.scheduler, b.workers, req, b.block_ids, 0, b.forward(38))
+    ns = b.scheduler.namespace_for_rank(0)
+    st = raw(ns).stats(ns)["namespaces"][ns]
+    assert st["blocks"] == 4 and st["retained_blocks"] == 2
+    b.close()
+
+
+def test_first_chunks_refreshed_when_held_locally(server, prefix, raw):
+    """An instance that holds the prompt's first chunks in its own prefix
+    cache (num_computed_tokens past them) still refreshes their retention
+    in the pool, so a hot system prompt stays retained while it is used."""
+    tokens, hashes = prompt(100, seed=39)             # 6 whole chunks of 16 tokens
+    a = Instance(server.url, prefix, retain_first_blocks=2, retain_ms=2000)
+    run_request(a, "r1", tokens, hashes, seed=39)
+    t0 = time.monotonic()
+    ns = a.scheduler.namespace_for_rank(0)
+    assert raw(ns).stats(ns)["namespaces"][ns]["retained_blocks"] == 2
+    b = Instance(server.url, prefix, retain_first_blocks=2, retain_ms=2000)
+    time.sleep(max(0.0, 1.2 - (time.monotonic() - t0)))
+    ext, errors = run_request(b, "r2", tokens, hashes, seed=40, local=32,
+                              ids=list(range(20, 27)))
+    assert ext == 64 and errors == [set()]
+    # asked again at once: no second MATCH (at most one per retain_ms / 2)
+    before = raw(ns).stats(ns)["namespaces"][ns]["match_requests"]
+    b.scheduler.get_num_new_matched_tokens(Request("r3", tokens, hashes), 96)
+    assert raw(ns).stats(ns)["namespaces"][ns]["match_requests"] == before
+    # 2.6 s after the store its own retention has lapsed: only the refresh
+    # at 1.2 s keeps the two chunks retained (until 3.2 s)
+    time.sleep(max(0.0, 2.6 - (time.monotonic() - t0)))
+    assert raw(ns).stats(ns)["namespaces"][ns]["retained_blocks"] == 2
+    a.close()
+    b.close()
+
+
+def test_declined_hit_keeps_no_lease(fresh_server, prefix):
+    """A hit the estimator declines is matched without a lease: it is
+    never loaded, so it must not pin blocks (nor count against the
+    server's lease bounds); the probe it still offers is leased."""
+    fresh_server.start()
+    tokens, hashes = prompt(100, seed=45)
+    a = Instance(fresh_server.url, prefix)
+    run_request(a, "r1", tokens, hashes, seed=45)
+    b = Instance(fresh_server.url, prefix, prefill_tokens_per_s=1e12)
+    ext, _ = run_request(b, "r2", tokens, hashes, seed=46, ids=list(range(20, 27)))
+    assert ext == 96                                   # learning: the first load is measured
+    time.sleep(b.scheduler.scheduler_lease_ms / 1000.0 + 0.2)   # that lease has lapsed
+    probe = b.scheduler.estimator.PROBE_EVERY
+    with kvpool.Client(fresh_server.url, "stats") as c:
+        for i in range(probe - 1):
+            ext = b.scheduler.get_num_new_matched_tokens(Request("q%d" % i, tokens, hashes), 0)
+            assert ext[0] == 0
+            assert c.stats()["leases_active"] == 0
+        ext = b.scheduler.get_num_new_matched_tokens(Request("probe", tokens, hashes), 0)
+        assert ext[0] == 96 and c.stats()["leases_active"] == 6
+    a.close()
+    b.close()
 
 
 @pytest.mark.parametrize("speed,offered", [(1e-3, True), (1e12, False)])

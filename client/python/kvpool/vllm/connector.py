@@ -83,7 +83,7 @@ _CONNECTOR_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "chunk
                    "namespace_prefix", "model", "kv_dtype", "hash_algo", "rank",
                    "stage_through_host", "scheduler_timeout_s", "scheduler_lease_ms", "pd_wait_ms", "pd_max_waits",
                    "pd_retain_ms", "staging_mb", "retain_first_blocks", "retain_ms",
-                   "request_retain", "prefill_tokens_per_s")
+                   "request_retain", "request_retain_max_ms", "prefill_tokens_per_s")
 MAX_CHUNK_BLOCKS = 1024    # KV-manager blocks per kvpool block
 
 
@@ -218,9 +218,9 @@ class KVPoolConnector(*_BASES):
     off; 0 = none), staging_mb (1024: host staging rows for stores and
     hand-off loads in flight, per worker), retain_first_blocks and
     retain_ms (store, and refresh on a hit, the first chunks of every
-    prompt with a retention: the system prompt), request_retain (true: a
-    request's kv_transfer_params {"kvpool_retain_ms": MS} retains its
-    chunks), prefill_tokens_per_s (offer a hit only when loading it beats
+    prompt with a retention: the system prompt), request_retain (false;
+    true: a request's kv_transfer_params {"kvpool_retain_ms": MS} retains
+    its chunks, cut to request_retain_max_ms), prefill_tokens_per_s (offer a hit only when loading it beats
     recomputing it; unset: every hit). The worker's rank is vLLM's
     (_keys.worker_rank): a "rank" setting that disagrees is refused.
     A value that cannot work raises ConfigError here, at start.
@@ -520,10 +520,15 @@ class KVPoolConnector(*_BASES):
             total = int(getattr(request, "num_tokens", prompt) or prompt)
             limit = min(max(prompt - 1, 0), total) // self.chunk_tokens
             start = num_computed_tokens // self.chunk_tokens
-            keys = self._chunk_keys(request)[start:limit]
+            every = self._chunk_keys(request)[:limit]
+            self._refresh_first(every, start, st)
+            keys = every[start:]
             if not keys:
                 return st.answer
             hit = len(keys)
+            # a hit the estimator will decline is matched without a lease
+            leased = not self.estimator.enabled or self.estimator.wants_lease(
+                len(keys), self.layout.chunk_bytes(self.chunk_blocks), self.chunk_tokens)
             for rank in self._ranks():
                 link = self._link(rank)
                 # a request's own retention is refreshed on the run it hits
@@ -535,16 +540,20 @@ class KVPoolConnector(*_BASES):
                 # the server's lease bound cuts or refuses is the run that
                 # could be leased, or (recompute policy: a load that misses
                 # costs a recompute, not the request) an unleased hit.
-                m = link.match("match", keys[:hit], self.scheduler_lease_ms,
+                m = link.match("match", keys[:hit], self.scheduler_lease_ms if leased else 0,
                                retain_ms=st.retain_ms or 0,
                                unleased=self.failure_policy == "recompute")
                 hit = min(hit, m if isinstance(m, int) else 0)
                 if hit == 0:
                     break
-            self._refresh_first(keys, start, hit, st)
             if hit and self.estimator.enabled:
                 hit = self.estimator.offer(hit, self.layout.chunk_bytes(self.chunk_blocks),
                                            self.chunk_tokens)
+                for rank in self._ranks() if hit and not leased else ():
+                    # offered after all (the model changed meanwhile): lease it now
+                    m = self._link(rank).match("match", keys[:hit], self.scheduler_lease_ms,
+                                               unleased=self.failure_policy == "recompute")
+                    hit = min(hit, m if isinstance(m, int) else 0)
             tokens = hit * self.chunk_tokens
             tokens = min(tokens, total - num_computed_tokens)
             tokens -= tokens % self.chunk_tokens
@@ -562,12 +571,19 @@ class KVPoolConnector(*_BASES):
         st.retain_ms = self.retain.request_ms(_params(request).get(_policy.VLLM_REQUEST_FIELD))
         return st
 
-    def _refresh_first(self, keys, start, hit, st):
-        """retain_first_blocks: a hit on the prompt's first chunks extends
-        their retention (they are loaded, not stored again, so no PUT would)."""
-        if st.retain_ms is not None or not hit or start or not self.retain.first_blocks:
-            return      # a request's own retention was refreshed by its MATCH already
-        k = min(self.retain.first_blocks, hit)
+    def _refresh_first(self, keys, start, st):
+        """retain_first_blocks: a request that uses the prompt's first
+        chunks (`keys`: its chunk keys from the first) extends their
+        retention in the pool by a MATCH of them with retain_ms and no
+        lease, whether it loads them or already holds them in its own
+        prefix cache (start: chunks computed locally): they are not
+        stored again, so no PUT would. At most once per retain_ms / 2 per
+        prompt head (RetainHints.refresh_due)."""
+        k = min(self.retain.first_blocks, len(keys))
+        if not k or (not start and (st.retain_ms or 0) >= self.retain.retain_ms):
+            return      # the request's own MATCH below extends them as long
+        if not self.retain.refresh_due(keys[k - 1]):
+            return
         for rank in self._ranks():
             self._link(rank).call("retain", lambda c: c.match(keys[:k], 0,
                                                               retain_ms=self.retain.retain_ms), 0)
@@ -1169,9 +1185,14 @@ class KVPoolConnector(*_BASES):
         t0 = time.perf_counter()
         st = _link.statuses_or(link.call("load", lambda c: c.get_into_many(keys, bufs),
                                          None), len(keys))
-        if self.estimator.enabled and st and all(s == size for s in st):
-            self._load_samples = (self._load_samples +
-                                  [(size * len(keys), time.perf_counter() - t0)])[-64:]
+        if self.estimator.enabled and st:
+            secs = time.perf_counter() - t0
+            if all(s == size for s in st):
+                self._load_samples = (self._load_samples + [(size * len(keys), secs)])[-64:]
+            elif any(s < 0 and s != _link.MISS for s in st):
+                # timed out or failed: it counts as a load of at least the timeout
+                self._load_samples = (self._load_samples + [
+                    (size * len(keys), max(secs, self.timeout_s))])[-64:]
         failed = 0
         for i, chunk in enumerate(chunks):
             if st[i] != size:
