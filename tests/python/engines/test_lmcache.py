@@ -679,12 +679,16 @@ class ConfigKey(Key):
         self.request_configs = request_configs
 
 
-def test_remote_request_retention(server, prefix, raw):
+@pytest.mark.parametrize("opt_in", [False, True])
+def test_remote_request_retention(server, prefix, raw, opt_in):
     """kv_transfer_params {"lmcache.kvpool.retain_ms": MS} reach the keys:
-    those chunks are stored retained; a request without it, or with a
-    value that is no retention, stores ordinary chunks."""
+    with request_retain true those chunks are stored retained; a request
+    without it, or with a value that is no retention, stores ordinary
+    chunks. The field comes from the end user's request body, so without
+    request_retain (the default) no request retains anything."""
     async def run():
-        c = remote(server.url, prefix, loop=asyncio.get_running_loop())
+        extra = {"remote_storage_plugin.kvpool.request_retain": True} if opt_in else {}
+        c = remote(server.url, prefix, loop=asyncio.get_running_loop(), **extra)
         kept = [ConfigKey("test-model@1@0@r%x@half" % i, {"lmcache.kvpool.retain_ms": 30000})
                 for i in range(3)]
         plain = [Key("test-model@1@0@p%x@half" % i) for i in range(2)]
@@ -693,7 +697,7 @@ def test_remote_request_retention(server, prefix, raw):
         await c.batched_put(plain, [chunk_obj(CHUNK, 2.0)] * 2)
         await c.put(bad, chunk_obj(CHUNK, 3.0))
         ns = raw(c.namespace).stats(c.namespace)["namespaces"][c.namespace]
-        assert ns["blocks"] == 6 and ns["retained_blocks"] == 3
+        assert ns["blocks"] == 6 and ns["retained_blocks"] == (3 if opt_in else 0)
         await c.close()
     asyncio.run(run())
 

@@ -372,8 +372,9 @@ def test_request_retention_stores_and_refreshes(server, prefix, raw):
     """kv_transfer_params {"kvpool_retain_ms": MS} in a job's ReqContext
     (vLLM passes the request's own): its blocks are stored retained, those
     the pool held already included; a request without it stores ordinary
-    blocks; a lookup with it refreshes the retention of the run it hits."""
-    tier, rows = make(server.url, prefix)
+    blocks; a lookup with it refreshes the retention of the run it hits
+    (request_retain true: the operator opts in)."""
+    tier, rows = make(server.url, prefix, request_retain=True)
     fill(rows, range(6), 41)
     keys = [offload_key(h) for h in hashes(4, seed=41)]
     plain = tb.ReqContext("plain")
@@ -414,10 +415,11 @@ def settle_ctx(tier, key, ctx, timeout=10.0):
 
 def test_request_retention_junk_and_settings(server, prefix, raw):
     """A retention that is not a whole number of ms is ignored (the job
-    succeeds, nothing retained); request_retain false ignores every one;
+    succeeds, nothing retained); without request_retain (the default: the
+    field comes from the end user's request body) every one is ignored;
     retain_first_blocks and retain_ms are refused at start (a tier's jobs
     carry no block position), naming the per-request field instead."""
-    tier, rows = make(server.url, prefix)
+    tier, rows = make(server.url, prefix, request_retain=True)
     fill(rows, range(2), 43)
     keys = [offload_key(h) for h in hashes(2, seed=43)]
     bad = tb.ReqContext("bad", kv_transfer_params={"kvpool_retain_ms": "long"})
@@ -427,8 +429,7 @@ def test_request_retention_junk_and_settings(server, prefix, raw):
     assert tier.batch_lookup(keys, tb.ReqContext("x", kv_transfer_params=[1])) == [True, True]
     assert _ns_stats(raw, tier.namespace)["retained_blocks"] == 0
     tier.shutdown()
-    off, rows = make(server.url, prefix, namespace_prefix=prefix + "-off",
-                     request_retain=False)
+    off, rows = make(server.url, prefix, namespace_prefix=prefix + "-off")
     fill(rows, range(2), 44)
     keys = [offload_key(h) for h in hashes(2, seed=44)]
     kept = tb.ReqContext("kept", kv_transfer_params={"kvpool_retain_ms": 60000})
@@ -440,6 +441,8 @@ def test_request_retention_junk_and_settings(server, prefix, raw):
         with pytest.raises(ValueError) as e:
             make(server.url, prefix, **extra)
         assert "kvpool_retain_ms" in str(e.value)
+    with pytest.raises(ValueError, match="request_retain"):
+        make(server.url, prefix, request_retain_max_ms=1000)
 
 
 @pytest.mark.parametrize("speed,offered", [(1e-3, True), (1e12, False)])

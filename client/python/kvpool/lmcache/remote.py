@@ -15,7 +15,8 @@ See docs/engines.md.
 Retention and loads (issue 29): a request's kv_transfer_params
 {"lmcache.kvpool.retain_ms": MS} reaches each chunk's key
 (CacheEngineKey.request_configs) and the chunk is stored with that
-retention (request_retain, default true). With
+retention (request_retain, default false: the field is the end user's;
+request_retain_max_ms caps it). With
 remote_storage_plugin.kvpool.prefill_tokens_per_s set, batched_contains
 offers a hit only when loading it is expected to beat recomputing it.
 """
@@ -56,7 +57,8 @@ USING_REAL_BASE = _RealRemoteConnector is not None and _RealConnectorAdapter is 
 _Irrecoverable = _lmcache_base("lmcache.v1.exceptions", "IrrecoverableException")
 # the plugin's own settings (remote_storage_plugin.<plugin>.<key>) and LMCache's
 _REMOTE_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "namespace",
-                "namespace_prefix", "request_retain", "prefill_tokens_per_s",
+                "namespace_prefix", "request_retain", "request_retain_max_ms",
+                "prefill_tokens_per_s",
                 "retain_first_blocks")
 _LMCACHE_PLUGIN_KEYS = ("module_path", "class_name")
 
@@ -186,6 +188,7 @@ class KVPoolRemoteConnector(RemoteConnector):
                           name="lmcache " + ns, warn=self.warn, lease_ms=self.lease_ms,
                           block_bytes=self._full_bytes() or None)
         pol = {k: _cfg_get(config, plugin_name, k) for k in ("request_retain",
+                                                              "request_retain_max_ms",
                                                               "prefill_tokens_per_s")}
         if _cfg_get(config, plugin_name, "retain_first_blocks") is not None:
             raise _cfg.ConfigError("%s: retain_first_blocks: LMCache's keys carry no position "
@@ -280,6 +283,9 @@ class KVPoolRemoteConnector(RemoteConnector):
         if got == full:
             self.estimator.record_load(full, time.perf_counter() - t0)
             return obj
+        if got < 0 and got != _link.MISS:
+            # timed out or failed: a load of at least the timeout
+            self.estimator.record_failed_load(full, time.perf_counter() - t0, self.timeout_s)
         token = self._token_bytes()
         if 0 < got < full and token and got % token == 0:
             if self.full_chunk_size_bytes and hasattr(self, "reshape_partial_chunk"):
@@ -403,10 +409,16 @@ class KVPoolRemoteConnector(RemoteConnector):
             ks = [self.key_bytes(k) for k in keys]
             if not ks:
                 return 0
-            n = self._link.match("batched_contains", ks, self.lease_ms)
+            est, full = self.estimator, self._full_bytes()
+            # a hit the estimator will decline is matched without a lease
+            leased = est.wants_lease(len(ks), full, self.chunk_tokens)
+            n = self._link.match("batched_contains", ks, self.lease_ms if leased else 0)
             n = n if isinstance(n, int) and 0 <= n <= len(ks) else 0
-            if n and self.estimator.enabled and self._full_bytes():
-                n = self.estimator.offer(n, self._full_bytes(), self.chunk_tokens)
+            if n and est.enabled:
+                n = est.offer(n, full or 0, self.chunk_tokens)
+                if n and not leased:     # offered after all: lease it now
+                    m = self._link.match("batched_contains", ks[:n], self.lease_ms)
+                    n = min(n, m if isinstance(m, int) else 0)
             return n
         except Exception as e:
             self.warn.warning("contains", "kvpool.lmcache: batched_contains: %r", e)

@@ -25,7 +25,8 @@ Retention (docs/engines.md): a request's kv_transfer_params
 lookup's ReqContext, stores that request's blocks with a retention of MS
 (every block of its store jobs, those the pool holds already included, so
 that their retention is extended) and refreshes it on the run its lookups
-hit (request_retain, default true). retain_first_blocks is refused: a
+hit (request_retain, default false: the field is the end user's; capped
+by request_retain_max_ms). retain_first_blocks is refused: a
 tier's jobs do not say where their blocks sit in the prompt.
 
 Loads (docs/engines.md): with prefill_tokens_per_s set, a lookup's hit is
@@ -111,8 +112,8 @@ def register():
 
 _TIER_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "namespace",
               "namespace_prefix", "model", "kv_dtype", "hash_algo", "block_size", "miss_ttl_s",
-              "failed_ttl_s", "group", "request_retain", "retain_first_blocks", "retain_ms",
-              "prefill_tokens_per_s")
+              "failed_ttl_s", "group", "request_retain", "request_retain_max_ms",
+              "retain_first_blocks", "retain_ms", "prefill_tokens_per_s")
 
 
 def _backend_of(vllm_config):
@@ -263,8 +264,9 @@ class KVPoolSecondaryTier(SecondaryTierManager):
         url, token, timeout_s (2.0), lease_ms (5000), namespace or
         namespace_prefix ("vllm"), model, kv_dtype, hash_algo,
         block_size (tokens per offloaded chunk), miss_ttl_s (1.0),
-        failed_ttl_s (30.0), group (0), request_retain (true: a request's
-        kv_transfer_params {"kvpool_retain_ms": MS} retains its blocks),
+        failed_ttl_s (30.0), group (0), request_retain (false; true: a
+        request's kv_transfer_params {"kvpool_retain_ms": MS} retains its
+        blocks, cut to request_retain_max_ms),
         prefill_tokens_per_s (unset: every hit is offered)
     Never raises, also when the pool is down.
 
@@ -320,7 +322,8 @@ class KVPoolSecondaryTier(SecondaryTierManager):
                     "%s: %s: the tier's store jobs do not say where their blocks sit in "
                     "the prompt; retain per request instead (kv_transfer_params "
                     "{\"%s\": MS})" % (who, key, _policy.VLLM_REQUEST_FIELD))
-        self.retain = _policy.RetainHints({"request_retain": params.get("request_retain")}, who)
+        self.retain = _policy.RetainHints({k: params.get(k) for k in (
+            "request_retain", "request_retain_max_ms")}, who)
         self.estimator = _policy.LoadEstimator.from_config(params, who)
         self.declined = 0             # lookups' hit blocks answered False by the estimator
         self.block_tokens = _cfg.integer(params.get("block_size"), who, "block_size", 0) or \
@@ -330,6 +333,7 @@ class KVPoolSecondaryTier(SecondaryTierManager):
             _cfg.text(params.get(key), who, key)
         token = _cfg.token(params.get("token"), who, token_file=params.get("token_file"))
         timeout = _cfg.seconds(params.get("timeout_s"), who, "timeout_s", 2.0)
+        self.timeout_s = timeout
         self._rows = None
         try:
             self._rows = _Rows(view)
@@ -430,6 +434,10 @@ class KVPoolSecondaryTier(SecondaryTierManager):
                 len(c.lengths) == len(keys)
             if ok:
                 self.estimator.record_load(row_bytes * len(keys), now - t0)
+            elif c.status not in (0, _link.MISS):
+                # timed out or failed: a load of at least the timeout
+                self.estimator.record_failed_load(row_bytes * len(keys), now - t0,
+                                                  self.timeout_s)
             with self._lock:
                 for k in keys:
                     if ok:
@@ -517,11 +525,12 @@ class KVPoolSecondaryTier(SecondaryTierManager):
             for req, keys in batches:
                 try:
                     ms = retain.get(req, 0)
+                    lease = self._lease_for(len(keys))
                     if ms:      # the request's retention, refreshed on the run it hits
-                        self._read.submit_match(keys, self.lease_ms, tag=("lookup", req, keys),
+                        self._read.submit_match(keys, lease, tag=("lookup", req, keys),
                                                 retain_ms=ms)
                     else:
-                        self._read.submit_match(keys, self.lease_ms, tag=("lookup", req, keys))
+                        self._read.submit_match(keys, lease, tag=("lookup", req, keys))
                 except Exception as e:
                     self.warn.warning("lookup", "kvpool.vllm: lookup refused: %r", e)
                     with self._lock:
@@ -538,12 +547,22 @@ class KVPoolSecondaryTier(SecondaryTierManager):
             n = len(keys)
             ks = [block_key(k, None) for k in keys]
             ms = self._retain_of(req_context)
-            m = self._read_link.match("batch_lookup", ks, self.lease_ms, retain_ms=ms or 0)
+            m = self._read_link.match("batch_lookup", ks, self._lease_for(len(ks)),
+                                      retain_ms=ms or 0)
             m = self._offer(m if isinstance(m, int) else 0)
             return [i < m for i in range(len(ks))]
         except Exception as e:
             self.warn.warning("lookup", "kvpool.vllm: batch_lookup: %r", e)
             return [False] * n
+
+    def _lease_for(self, count):
+        """The lease for a lookup's MATCH of `count` blocks: lease_ms, or 0
+        when the estimator would decline any hit of them (a hit that is
+        not loaded must not pin blocks)."""
+        if not self.estimator.enabled or self._rows is None or not self.block_tokens or \
+                self.estimator.wants_lease(count, self._rows.row_bytes, self.block_tokens):
+            return self.lease_ms
+        return 0
 
     def _offer(self, matched):
         """The leading blocks of a hit of `matched` to answer True: all of
