@@ -209,7 +209,7 @@ def test_mp_threads_and_pool_down(fresh_server, prefix):
 
 # ---- non-MP mode -----------------------------------------------------------------------------
 
-def remote_backend(url, prefix, loop, chunk=16, mla=False, worker=0, world=1):
+def remote_backend(url, prefix, loop, chunk=16, mla=False, worker=0, world=1, **plugin):
     from lmcache.v1.config import LMCacheEngineConfig
     from lmcache.v1.metadata import LMCacheMetadata
     from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
@@ -220,6 +220,7 @@ def remote_backend(url, prefix, loop, chunk=16, mla=False, worker=0, world=1):
                   "remote_storage_plugin.kvpool.namespace_prefix": prefix,
                   "remote_storage_plugin.kvpool.timeout_s": 1.0,
                   "remote_enable_mla_worker_id_as0": mla})
+    extra.update({"remote_storage_plugin.kvpool." + k: v for k, v in plugin.items()})
     config.extra_config = extra
     config.chunk_size = chunk
     config.max_local_cpu_size = 0.05
@@ -444,7 +445,8 @@ def _retained(url, prefix):
     return next(iter(nss.values()))["retained_blocks"]
 
 
-def test_nonmp_request_retention_reaches_the_pool(server, prefix):
+@pytest.mark.parametrize("opt_in", [False, True])
+def test_nonmp_request_retention_reaches_the_pool(server, prefix, opt_in):
     """Issue 29: a request's retention in LMCache's non-MP mode. LMCache's
     vLLM integration (extract_request_configs, not importable without
     vLLM) copies a request's "lmcache."-prefixed kv_transfer_params into
@@ -453,10 +455,13 @@ def test_nonmp_request_retention_reaches_the_pool(server, prefix):
     {"lmcache.kvpool.retain_ms": MS}: its key string is the same as
     without it (the chunks stay shared), and the chunks LMCache's
     RemoteBackend stores through the plugin are retained in the pool,
-    those of a key without it not."""
+    those of a key without it not - when the operator opts in
+    (request_retain true): the field comes from the end user's request
+    body, so by default no request retains anything."""
     from lmcache.utils import CacheEngineKey
     loop, thread = run_loop()
-    rb, cpu, meta = remote_backend(server.url, prefix, loop)
+    rb, cpu, meta = remote_backend(server.url, prefix, loop,
+                                   **({"request_retain": True} if opt_in else {}))
 
     def key(i, cfgs):
         return CacheEngineKey(model_name=meta.model_name, world_size=meta.world_size,
@@ -471,7 +476,7 @@ def test_nonmp_request_retention_reaches_the_pool(server, prefix):
     while time.monotonic() < deadline and rb.batched_contains(kept + plain) < 5:
         time.sleep(0.05)
     assert rb.batched_contains(kept + plain) == 5
-    assert _retained(server.url, prefix) == 3
+    assert _retained(server.url, prefix) == (3 if opt_in else 0)
     rb.close()
     loop.call_soon_threadsafe(loop.stop)
     thread.join(5)

@@ -49,11 +49,12 @@ def test_report():
     assert not getattr(hs, "STANDIN", False), "the snapshot's module, not the stand-in"
 
 
-def config(url, prefix, tp_rank=0, tp_size=1, mla=False, layout="page_first"):
+def config(url, prefix, tp_rank=0, tp_size=1, mla=False, layout="page_first", **extra):
     with open(os.path.join(ROOT, "config", "engines", "sglang-hicache.json")) as f:
         ec = json.load(f)
     ec.pop("prefetch_threshold", None)          # SGLang's controller pops it
     ec.update(url=url, namespace_prefix=prefix, timeout_s=1.0)
+    ec.update(extra)
     return hs.HiCacheStorageConfig(
         tp_rank=tp_rank, tp_size=tp_size, pp_rank=0, pp_size=1, attn_cp_rank=0,
         attn_cp_size=1, is_mla_model=mla, enable_storage_metrics=False,
@@ -329,3 +330,35 @@ def test_slots_outside_sglangs_host_pool_are_refused(server, prefix):
     assert torch.equal(b_pool.kv_buffer[:, PAGE:2 * PAGE], a_pool.kv_buffer[:, :PAGE])
     a.close()
     b.close()
+
+
+def test_prefetch_refreshes_first_pages_retention(server, prefix):
+    """Issue 29 (retain_first_blocks): SGLang never stores a page it
+    prefetched again, so the backend refreshes the first pages' retention
+    from batch_exists - also when the instance holds them itself and
+    SGLang's HiCacheStorageExtraInfo names them in prefix_keys only. 2.6 s
+    after the backup its own 2 s retention has lapsed; the refresh at
+    1.2 s keeps the two pages retained."""
+    import time
+    pool = FakeHostPool(pages=12)
+    pool.fill_random(31)
+    keys = chain(10, seed=31)
+    cfg = dict(retain_first_blocks=2, retain_ms=2000)
+    writer = backend(server.url, prefix, pool, **cfg)
+    assert ctl.backup(writer, keys, pool.indices(0, 10), PAGE) == 10
+    t0 = time.monotonic()
+    ns = writer.namespace
+
+    def retained():
+        with kvpool.Client(server.url, ns) as c:
+            return c.stats(ns)["namespaces"][ns]["retained_blocks"]
+    assert retained() == 2
+    reader = backend(server.url, prefix, pool, **cfg)
+    time.sleep(max(0.0, 1.2 - (time.monotonic() - t0)))
+    info = hs.HiCacheStorageExtraInfo(prefix_keys=keys[:4])
+    assert reader.batch_exists(keys[4:], info) == 6
+    assert reader.stats()["retain_refreshes"] == 1
+    time.sleep(max(0.0, 2.6 - (time.monotonic() - t0)))
+    assert retained() == 2
+    writer.close()
+    reader.close()

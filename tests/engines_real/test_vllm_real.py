@@ -349,3 +349,38 @@ def test_tier_rows_name_their_byte_layout(server, prefix):
                     "flash_attn_hnd": "FLASH_ATTN-HND-k16"}, tags
     assert out["others"] == {n: False for n in out["others"]}, out["others"]
     assert "ConfigError" in out["auto"] and "--attention-backend" in out["auto"], out["auto"]
+
+
+def test_first_chunks_refreshed_when_held_locally(server, prefix):
+    """Issue 29 (retain_first_blocks): an instance whose own prefix cache
+    holds the prompt's first chunks (vLLM asks the connector with
+    num_computed_tokens past them) still refreshes their retention in the
+    pool. 2.6 s after the store its own 2 s retention has lapsed; the
+    refresh at 1.2 s keeps the two chunks retained."""
+    import time
+
+    import kvpool
+    s = base(extra={"retain_first_blocks": 2, "retain_ms": 2000})
+
+    def retained():
+        with kvpool.Client(server.url) as c:
+            nss = {k: v for k, v in c.stats()["namespaces"].items() if k.startswith(prefix)}
+        assert len(nss) == 1, nss
+        return next(iter(nss.values()))["retained_blocks"]
+    a = Instance(server.url, prefix, s)
+    b = None
+    try:
+        p = tokens_for(65, 7)
+        a.request("a", p, ids(1, 1, 5), seed=7)
+        t0 = time.monotonic()
+        assert retained() == 2
+        b = Instance(server.url, prefix, s)
+        time.sleep(max(0.0, 1.2 - (time.monotonic() - t0)))
+        ext, errors, _ = b.request("b", p, ids(1, 6, 5), seed=8, local=32)
+        assert ext == 32 and errors == []
+        time.sleep(max(0.0, 2.6 - (time.monotonic() - t0)))
+        assert retained() == 2
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
