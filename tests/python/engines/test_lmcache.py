@@ -716,3 +716,38 @@ def test_remote_policy_settings_checked(server, prefix):
         with pytest.raises(ConfigError, match=what):
             kl.KVPoolConnectorAdapter().create_connector(
                 ConnectorContext("plugin://kvpool", None, CpuBackend(), config, meta, "kvpool"))
+
+
+def test_remote_declined_hit_keeps_no_lease_and_failed_loads_teach(fresh_server, prefix):
+    """batched_contains matches a hit the estimator declines without a
+    lease (it is never loaded, so it pins nothing); a get that times out
+    counts as a load of at least timeout_s, so later hits on a pool that
+    does not answer in time are declined (but for the probe)."""
+    import signal
+    import kvpool
+    fresh_server.start()
+
+    async def run():
+        c = remote(fresh_server.url, prefix, loop=asyncio.get_running_loop(),
+                   **{"remote_storage_plugin.kvpool.prefill_tokens_per_s": 1e6,
+                      "remote_storage_plugin.kvpool.timeout_s": 0.5})
+        keys = [Key("test-model@1@0@%x@half" % (200 + i)) for i in range(3)]
+        await c.batched_put(keys, [chunk_obj(CHUNK, float(i)) for i in range(3)])
+        assert c.batched_contains(keys) == 3                 # nothing timed yet: learning
+        fresh_server.proc.send_signal(signal.SIGSTOP)        # a pool that does not answer
+        try:
+            assert await c.get(keys[0]) is None
+        finally:
+            fresh_server.proc.send_signal(signal.SIGCONT)
+        assert c.estimator.s_per_byte >= 0.5 / c._full_bytes()
+        deadline = time.monotonic() + 10
+        while not c._link.up and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        with kvpool.Client(fresh_server.url, "stats") as s:
+            for _ in range(c.estimator.PROBE_EVERY - 1):
+                assert c.batched_contains(keys) == 0
+                assert s.stats()["leases_active"] == 0
+            assert c.batched_contains(keys) == 3             # the probe, leased
+            assert s.stats()["leases_active"] == 3
+        await c.close()
+    asyncio.run(run())
