@@ -495,7 +495,12 @@ int kvpool_unregister(struct kvpool_client *c, const void *buf);
  * to the timeout while it does, as a synchronous call would).
  *
  * Timeouts. Each request has the handle's timeout (kvpool_set_timeout) from
- * its submit, covering its BUSY retries. A request whose timeout passes
+ * its submit, covering its BUSY retries; a request submitted behind
+ * waiting MATCHes still owed a reply on the connection (the server answers
+ * it only after them) has its timeout from the end of the last of their
+ * waits, so that a call made while a wait is parked (kvpool_ping,
+ * kvpool_stats, a put...) neither times out nor, by closing the
+ * connection, ends that wait. A request whose timeout passes
  * before any of its frames went on the wire (or while it waits to retry)
  * completes with -ETIMEDOUT alone. One whose timeout passes while the
  * server owes it a reply completes with -ETIMEDOUT and closes the
@@ -637,7 +642,14 @@ int kvpool_event_fd(struct kvpool_client *c);
  *   -EINPROGRESS (RDMA: the server was given the request's buffers and may
  *   still move bytes; the request completes as usual, on a cluster handle
  *   with -ECANCELED when part of it was cancelled; until then its memory
- *   is the library's). Does not block (on a cluster handle it may wait
+ *   is the library's). A waiting MATCH (wait_ms > 0) cannot be withdrawn
+ *   from the server, which answers nothing sent after it on the connection
+ *   before it answers it: when nothing else of the handle is in flight, the
+ *   library closes the connection (the server drops the wait; the next
+ *   call reconnects, counted in kvpool_counters.reconnects); otherwise the
+ *   requests behind it are answered when its wait ends (at the latest
+ *   wait_ms after its submit), within their deadlines, which cover it.
+ *   Does not block (on a cluster handle it may wait
  *   the few microseconds a node thread needs to hand a part of the request
  *   to its connection). Thread-safe. */
 int kvpool_cancel(struct kvpool_client *c, uint64_t id);

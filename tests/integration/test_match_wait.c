@@ -589,6 +589,108 @@ static void test_replies_in_request_order(void **state)
 	close(fd);
 }
 
+/* Submit a waiting MATCH of one absent key of chain `tag` on c. */
+static uint64_t submit_wait(struct kvpool_client *c, const char *tag, uint32_t wait_ms,
+			    struct kvpool_match_result *res)
+{
+	struct kvpool_match_opts o = { .wait_ms = wait_ms };
+	uint8_t k[1][32];
+	uint64_t id = 0;
+
+	key(k[0], tag, 0);
+	assert_int_equal(kvpool_submit_match_ex(c, k, 1, &o, res, 1, &id), 0);
+	return id;
+}
+
+/* A synchronous call (ping, put) made on a handle while its waiting MATCH
+ * is parked in the server queues behind it: its deadline covers the wait
+ * ahead (PROTOCOL.md 14.3), so it neither times out after the handle's
+ * timeout (1 s here, the wait 2.5 s) nor, by closing the connection,
+ * ends the wait it queued behind. */
+static void test_calls_behind_a_wait_keep_it(void **state)
+{
+	struct kvpool_client *c;
+	struct kvpool_match_result res;
+	struct kvpool_completion done;
+	uint8_t k[32];
+	uint64_t rtt = 0, id, t0;
+	int rc;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	c = client_to(&g.srv, "waits", NULL);
+	kvpool_set_timeout(c, 1000);
+	id = submit_wait(c, "behind-ping", 2500, &res);
+	wait_waiting(g.put, 1);
+	t0 = harness_now_ms();
+	rc = kvpool_ping(c, &rtt);
+	if (rc)
+		fail_msg("ping behind a waiting MATCH: %s after %llu ms", kvpool_strerror(rc),
+			 (unsigned long long)(harness_now_ms() - t0));
+	assert_int_equal(kvpool_poll(c, &done, 1, 5000), 1);
+	assert_int_equal(done.id, id);
+	assert_int_equal(done.status, 0);
+	assert_int_equal(res.flags, KVPOOL_MATCH_WAITED | KVPOOL_MATCH_WAIT_TIMEOUT);
+	/* a PUT too, and the wait answered as a wait, not a reset */
+	id = submit_wait(c, "behind-put", 2500, &res);
+	wait_waiting(g.put, 1);
+	key(k, "behind-put-other", 0);
+	harness_fill(g.buf, BLOCK, 7);
+	rc = kvpool_put_bytes(c, k, NULL, g.buf, BLOCK);
+	if (rc)
+		fail_msg("put behind a waiting MATCH: %s", kvpool_strerror(rc));
+	assert_int_equal(kvpool_poll(c, &done, 1, 5000), 1);
+	assert_int_equal(done.status, 0);
+	assert_int_equal(res.flags, KVPOOL_MATCH_WAITED | KVPOOL_MATCH_WAIT_TIMEOUT);
+	struct kvpool_counters cn;
+	assert_int_equal(kvpool_get_counters(c, &cn), 0);
+	assert_int_equal(cn.reconnects, 0);
+	kvpool_close(c);
+}
+
+/* kvpool_cancel of a waiting MATCH with nothing else in flight: the
+ * library closes the connection, which ends the wait in the server, so
+ * the next call is not held up for the rest of wait_ms (30 s here) and
+ * does not time out. With a request behind it, that request is answered
+ * when the wait ends, within its deadline (not -ETIMEDOUT). */
+static void test_cancel_of_a_wait(void **state)
+{
+	struct kvpool_client *c;
+	struct kvpool_match_result res;
+	struct kvpool_completion done;
+	uint8_t k[1][32];
+	int st = 1;
+	uint64_t id, id2, rtt;
+	int rc;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	c = client_to(&g.srv, "waits", NULL);
+	kvpool_set_timeout(c, 1000);
+	id = submit_wait(c, "cancel-alone", 30000, &res);
+	wait_waiting(g.put, 1);
+	assert_int_equal(kvpool_cancel(c, id), 0);
+	assert_int_equal(kvpool_poll(c, &done, 1, 1000), 1);
+	assert_int_equal(done.status, -ECANCELED);
+	wait_waiting(g.put, 0);
+	rc = kvpool_ping(c, &rtt);
+	if (rc)
+		fail_msg("ping after cancelling a wait: %s", kvpool_strerror(rc));
+	/* a request behind the cancelled wait is answered after it */
+	id = submit_wait(c, "cancel-behind", 2000, &res);
+	wait_waiting(g.put, 1);
+	key(k[0], "cancel-behind-exists", 0);
+	assert_int_equal(kvpool_submit_exists(c, k, 1, &st, 2, &id2), 0);
+	assert_int_equal(kvpool_cancel(c, id), 0);
+	assert_int_equal(kvpool_poll(c, &done, 1, 1000), 1);
+	assert_int_equal(done.status, -ECANCELED);
+	assert_int_equal(kvpool_poll(c, &done, 1, 5000), 1);
+	assert_int_equal(done.id, id2);
+	assert_int_equal(done.status, 0);
+	assert_int_equal(st, -ENOENT);
+	kvpool_close(c);
+}
+
 /* max_conn_match_waits 2: a connection's third waiting MATCH is answered
  * without waiting (WAIT_REFUSED), in its turn after the first two. */
 static void test_conn_limit(void **state)
@@ -941,6 +1043,8 @@ int main(void)
 		cmocka_unit_test(test_waiter_disconnects),
 		cmocka_unit_test(test_ten_thousand_waiters),
 		cmocka_unit_test(test_replies_in_request_order),
+		cmocka_unit_test(test_calls_behind_a_wait_keep_it),
+		cmocka_unit_test(test_cancel_of_a_wait),
 		cmocka_unit_test(test_conn_limit),
 		cmocka_unit_test(test_clamp),
 		cmocka_unit_test(test_tenant_limit),
