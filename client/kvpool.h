@@ -321,7 +321,7 @@ struct kvpool_match_opts {
 			       (capped at max_match_wait_ms) for PUTs that
 			       complete them, then answer what is present */
 	uint32_t want;      /* leading blocks needed; 0 = count; above count
-			       is -EPROTO (the server's BAD_REQUEST) */
+			       is -EINVAL (refused before anything is sent) */
 	uint32_t retain_ms; /* > 0: extend the matched run's retention to at
 			       least this long from now (capped at
 			       max_retain_ms, within the retention budget) */
@@ -369,13 +369,11 @@ struct kvpool_match_result {
  * retain_ms: it answers at once, with present = matched, retained 0 and
  * flags 0. A cluster handle asks every node that owns part of the chain
  * in one round, each waiting for its own part of want.
- * Threads, blocking and errors as kvpool_match, plus -EPROTO when want >
- * count (the server's BAD_REQUEST, kvpool_last_server_message has its
- * reason; a v1 server or a cluster handle: refused by the library, no
- * message), -EDQUOT when a lease over the connection's or tenant's
- * leased-bytes bound is refused (servers before the lease cut) and
- * -EINVAL when out is NULL. After a BAD_REQUEST the handle reconnects at
- * its next call. */
+ * Threads, blocking and errors as kvpool_match, plus -EINVAL when want >
+ * count or out is NULL (checked before anything is sent; the connection
+ * is kept, on every kind of handle), and -EDQUOT when a lease over the
+ * connection's or tenant's leased-bytes bound is refused (servers before
+ * the lease cut). */
 int kvpool_match_ex(struct kvpool_client *c, const void *keys, size_t count,
 		    const struct kvpool_match_opts *opts, struct kvpool_match_result *out);
 
@@ -516,9 +514,12 @@ int kvpool_unregister(struct kvpool_client *c, const void *buf);
  * overlap another call; with requests in flight it drops them: no
  * completion comes, and no buffer is touched after it returns.
  *
- * Refusals. kvpool_last_server_message is set, on the thread that polls a
- * completion, to the server's words for that request's refusal ("" when
- * it carries none).
+ * Refusals. kvpool_poll sets the calling thread's
+ * kvpool_last_server_message to the server's words for the refusal of
+ * the first completion it returns that carries any, and to "" when none
+ * of them does (a submit sets "" unless its own reconnect is refused). To
+ * read the words of every refused request, poll one completion at a time
+ * (max 1).
  *
  * Sizing max_inflight. Each request in flight holds one slot (a few
  * hundred bytes plus per-block scratch kept for reuse). Enough requests
@@ -726,7 +727,9 @@ const char *kvpool_strerror(int err);
  * message of the last error reply (e.g. "hello refused: the token does
  * not grant namespace x", "put refused: the token is read-only in
  * namespace x"), through any handle or kvpool_connect; "" when the last
- * call got none (a timeout, a miss, a local error). Thread-local storage
+ * call got none (a timeout, a miss, a local error); after kvpool_poll,
+ * the first refusal among the completions it returned (see "Refusals"
+ * under the asynchronous API). Thread-local storage
  * of the calling thread: valid until that thread's next call into the
  * library. Never NULL; cannot fail. Any thread. */
 const char *kvpool_last_server_message(void);

@@ -995,6 +995,31 @@ static void test_cluster_three_nodes(void **state)
 		kvpool_close(direct);
 	}
 	assert_true(started >= owners);
+	/* a ping on the cluster handle behind its waiting MATCH (timeout 1 s,
+	 * wait 2.5 s) neither times out nor turns the wait into a flagless
+	 * miss; want above count is -EINVAL at once, as on one node */
+	{
+		struct kvpool_match_result res;
+		struct kvpool_match_opts o = { .want = 2 };
+		struct kvpool_completion done;
+		uint8_t k[1][32];
+		uint64_t rtt, id = 0;
+		int rc;
+
+		kvpool_set_timeout(put, 1000);
+		submit_wait(put, "cluster-behind", 2500, &res);
+		harness_sleep_ms(300);
+		rc = kvpool_ping(put, &rtt);
+		if (rc)
+			fail_msg("cluster ping behind a wait: %s", kvpool_strerror(rc));
+		assert_int_equal(kvpool_poll(put, &done, 1, 5000), 1);
+		assert_int_equal(done.status, 0);
+		assert_int_equal(res.flags, KVPOOL_MATCH_WAITED | KVPOOL_MATCH_WAIT_TIMEOUT);
+		key(k[0], "cluster-behind", 0);
+		assert_int_equal(kvpool_match_ex(put, k, 1, &o, &res), -EINVAL);
+		assert_int_equal(kvpool_submit_match_ex(put, k, 1, &o, &res, 1, &id), -EINVAL);
+		kvpool_set_timeout(put, 10000);
+	}
 	/* a chain only partly put: the wait ends with the leading run there */
 	{
 		uint8_t keys[BLOCKS][32];

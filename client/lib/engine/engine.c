@@ -569,7 +569,7 @@ static int pop(struct kvc_engine *e, struct kvpool_completion *out, struct kvc_d
 			s->res.json = s->res.msg = NULL;
 		} else {
 			out[n] = c;
-			kvc_frame_set_last_message(s->res.msg);
+			kvc_frame_first_message(s->res.msg);
 		}
 		n++;
 		s->polled = 1;
