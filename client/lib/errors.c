@@ -20,7 +20,8 @@ const char *kvpool_strerror(int err)
 	case EDQUOT:
 		return "quota exceeded: a namespace, token or lease limit (the server says which)";
 	case EAGAIN:
-		return "server busy, retry later";
+		return "busy: the server asked to retry later (from kvpool_submit_*: too many "
+		       "requests in flight on this handle (max_inflight): poll some first)";
 	case EMSGSIZE:
 		return "block too large, empty, or larger than its buffer";
 	case EACCES:
@@ -57,6 +58,16 @@ const char *kvpool_strerror(int err)
 		return "asynchronous requests are in flight";
 	case EMFILE:
 		return "too many open files";
+	case EPERM:
+		return "operation not permitted (rdma://: memory registration refused, "
+		       "e.g. RLIMIT_MEMLOCK too small)";
+	case EINPROGRESS:
+		return "cannot cancel: the server may still move this request's bytes (RDMA); "
+		       "it completes as usual";
+	case E2BIG:
+		return "too many nodes in the cluster URL (at most 64)";
+	case ENOTCONN:
+		return "not connected";
 	default:
 		return "unknown error";
 	}
