@@ -159,6 +159,10 @@ def make_error(code, context=None, cls=None, **extra):
     """Build (not raise) the exception for `code`; `context` (e.g. "get
     5d85718e...") prefixes the message."""
     message = strerror(code)
+    if int(code) == -_errno.EAGAIN:
+        # libkvpool's words cover a submit's full queue too; the binding
+        # says that case itself (Client._submit), so here it is the server
+        message = "server busy, retry later"
     if context:
         message = "%s: %s" % (context, message)
     return (cls or error_class(code))(code, message, **extra)
