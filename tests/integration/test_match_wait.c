@@ -881,6 +881,63 @@ static void test_drain_answers_waits(void **state)
 	assert_true(harness_now_ms() - t0 < 20000);
 }
 
+/* `kvpool match --wait-ms` on its own thread (harness_run blocks). */
+struct cli_run {
+	char *argv[12];
+	char *out;
+	int status, err;
+	pthread_t t;
+};
+
+static void *cli_main(void *arg)
+{
+	struct cli_run *r = arg;
+
+	r->err = harness_run(r->argv, 30000, &r->out, &r->status);
+	return NULL;
+}
+
+/* The CLI during a drain: kvpoold answers the waiting MATCH (WAIT_ENDED)
+ * and closes; the CLI prints that answer and exits 1 (a miss). It used
+ * to ask for the limits after the match, reconnect to the stopped server
+ * and exit 2 with "connection refused", losing the answer. */
+static void test_cli_wait_answered_by_drain(void **state)
+{
+	static const char *const flags[] = { "--threads", "1", "--log-level", "warn", NULL };
+	const char *cli = getenv("KVPOOL_CLI");
+	struct harness_server s = { 0 };
+	struct kvpool_client *c;
+	struct cli_run r = { .status = -1 };
+
+	(void)state;
+	harness_need_server(&g.srv);
+	if (!cli || access(cli, X_OK) != 0)
+		harness_skip("kvpool CLI not built (is KVPOOL_CLI set?)");
+	assert_int_equal(harness_start(&s, flags), 0);
+	r.argv[0] = (char *)cli;
+	r.argv[1] = "match";
+	r.argv[2] = "text:cli-drain";
+	r.argv[3] = "--server";
+	r.argv[4] = s.url;
+	r.argv[5] = "--namespace";
+	r.argv[6] = "waits";
+	r.argv[7] = "--wait-ms";
+	r.argv[8] = "20000";
+	assert_int_equal(pthread_create(&r.t, NULL, cli_main, &r), 0);
+	c = client_to(&s, "waits", NULL);
+	wait_waiting(c, 1);
+	kvpool_close(c);
+	assert_int_equal(kill(s.pid, SIGTERM), 0);
+	pthread_join(r.t, NULL);
+	assert_int_equal(r.err, 0);
+	if (r.status != 1 || !r.out || !strstr(r.out, "matched 0 of 1") ||
+	    !strstr(r.out, "wait ended"))
+		fail_msg("kvpool match during a drain: exit %d, output: %s", r.status,
+			 r.out ? r.out : "(none)");
+	free(r.out);
+	assert_int_equal(harness_stop(&s), 0);
+}
+
 /* A connection whose MATCH waits is not idle: idle_timeout_ms (300 ms
  * here) does not close it during a 1.5 s wait. */
 static void test_waiting_is_not_idle(void **state)
@@ -1075,6 +1132,7 @@ int main(void)
 		cmocka_unit_test(test_tenant_limit),
 		cmocka_unit_test(test_reload_during_waits),
 		cmocka_unit_test(test_drain_answers_waits),
+		cmocka_unit_test(test_cli_wait_answered_by_drain),
 		cmocka_unit_test(test_waiting_is_not_idle),
 		cmocka_unit_test(test_cluster_three_nodes),
 		cmocka_unit_test(test_clean_shutdown),
