@@ -124,6 +124,8 @@ struct srv_conn {
 	uint32_t ns_id;
 	char ns_name[PROTO_NAME_MAX_BYTES + 1];
 	uint8_t may_write;            /* PUT/DELETE/DROP allowed (rw token, or no auth) */
+	uint8_t ns_made_by_wait;      /* a waiting MATCH of this connection created
+					 ns_id: forgotten at close if still empty */
 	uint8_t token_digest[32];     /* SHA-256 of the HELLO token (with auth) */
 	struct store_lessee *lessee;
 	struct store_tenant *tenant;  /* the token's (with auth), NULL without */

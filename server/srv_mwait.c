@@ -813,9 +813,21 @@ enum srv_next srv_mwait_match(struct srv_conn *c, const struct srv_match_req *r)
 	if (wait_ms) {
 		/* a waiting MATCH creates its namespace, as a PUT would, so
 		 * that the PUTs it waits for land where it looks */
-		if (!c->ns_id && srv_conn_ns_create(c, msg, sizeof(msg)) != PROTO_STATUS_OK) {
-			srv_debug("conn %" PRIu64 " %s: match not parked: %s", c->id, c->peer, msg);
-			why = END_REFUSED;
+		if (!c->ns_id) {
+			uint32_t id;
+			bool made = store_namespace_find(s->store, c->ns_name, strlen(c->ns_name),
+							 &id) == -ENOENT;
+
+			if (srv_conn_ns_create(c, msg, sizeof(msg)) != PROTO_STATUS_OK) {
+				srv_debug("conn %" PRIu64 " %s: match not parked: %s", c->id,
+					  c->peer, msg);
+				why = END_REFUSED;
+			} else if (made) {
+				/* nobody has put to it yet (a consumer, possibly a
+				 * read-only token, waiting for its producer): it goes
+				 * with this connection if it is still empty then */
+				c->ns_made_by_wait = 1;
+			}
 		}
 		if (why == END_NONE && !queued) {
 			present = mw_probe_keys(c, r, want);

@@ -881,6 +881,67 @@ static void test_drain_answers_waits(void **state)
 	assert_true(harness_now_ms() - t0 < 20000);
 }
 
+/* Does STATS (through the general server) list namespace ns? */
+static bool ns_listed(const char *ns)
+{
+	struct json_object *doc, *all, *one;
+	bool found;
+
+	assert_int_equal(harness_stats(g.put, NULL, &doc), 0);
+	assert_true(json_object_object_get_ex(doc, "namespaces", &all));
+	found = json_object_object_get_ex(all, ns, &one);
+	json_object_put(doc);
+	return found;
+}
+
+/* A waiting MATCH creates its namespace so that the PUTs it waits for
+ * land there; when nothing was put to it by the time its connection
+ * closes, it goes (a read-only consumer waiting in namespaces nobody
+ * fills used to leave one empty namespace each, counted against
+ * tenant_max_namespaces). One that received a block stays. */
+static void test_wait_leaves_no_empty_namespace(void **state)
+{
+	struct kvpool_match_opts o = { .wait_ms = 200 };
+	struct kvpool_match_result res;
+	struct kvpool_client *c, *p;
+	uint8_t k[1][32];
+	bool listed = true;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	key(k[0], "made-empty", 0);
+	c = client_to(&g.srv, "wait-made-empty", NULL);
+	assert_int_equal(kvpool_match_ex(c, k, 1, &o, &res), 0);
+	assert_int_equal(res.flags, KVPOOL_MATCH_WAITED | KVPOOL_MATCH_WAIT_TIMEOUT);
+	assert_true(ns_listed("wait-made-empty")); /* its connection still holds it */
+	kvpool_close(c);
+	for (uint64_t t0 = harness_now_ms(); listed && harness_now_ms() - t0 < 5000;
+	     harness_sleep_ms(20))
+		listed = ns_listed("wait-made-empty");
+	assert_false(listed);
+	/* a namespace the wait created and a PUT then filled stays */
+	key(k[0], "made-kept", 0);
+	c = client_to(&g.srv, "wait-made-kept", NULL);
+	p = client_to(&g.srv, "wait-made-kept", NULL);
+	o.wait_ms = 10000;
+	{
+		uint64_t id;
+		struct kvpool_completion done;
+
+		assert_int_equal(kvpool_submit_match_ex(c, k, 1, &o, &res, 1, &id), 0);
+		wait_waiting(g.put, 1);
+		harness_fill(g.buf, BLOCK, 5);
+		assert_int_equal(kvpool_put_bytes(p, k[0], NULL, g.buf, BLOCK), 0);
+		assert_int_equal(kvpool_poll(c, &done, 1, 5000), 1);
+		assert_int_equal(done.status, 0);
+		assert_int_equal(res.matched, 1);
+	}
+	kvpool_close(c);
+	kvpool_close(p);
+	harness_sleep_ms(200);
+	assert_true(ns_listed("wait-made-kept"));
+}
+
 /* `kvpool match --wait-ms` on its own thread (harness_run blocks). */
 struct cli_run {
 	char *argv[12];
@@ -1133,6 +1194,7 @@ int main(void)
 		cmocka_unit_test(test_reload_during_waits),
 		cmocka_unit_test(test_drain_answers_waits),
 		cmocka_unit_test(test_cli_wait_answered_by_drain),
+		cmocka_unit_test(test_wait_leaves_no_empty_namespace),
 		cmocka_unit_test(test_waiting_is_not_idle),
 		cmocka_unit_test(test_cluster_three_nodes),
 		cmocka_unit_test(test_clean_shutdown),
