@@ -336,6 +336,8 @@ static void reload_publish(struct srv *s, const struct conf *next)
 			 __ATOMIC_RELAXED);
 	__atomic_store_n(&s->conf.tenant_max_match_waits, next->tenant_max_match_waits,
 			 __ATOMIC_RELAXED);
+	__atomic_store_n(&s->conf.max_match_wait_bytes, next->max_match_wait_bytes,
+			 __ATOMIC_RELAXED);
 	memcpy(s->conf.tokens_file, next->tokens_file, sizeof(s->conf.tokens_file));
 	pthread_mutex_unlock(&s->conf_lock);
 	srv_log_set_level(next->log_level);

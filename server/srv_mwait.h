@@ -78,6 +78,10 @@ void srv_mwait_hook(struct srv_mwait *mw, const struct store_event *e);
 /* MATCHes waiting now in the whole server (any thread). */
 uint64_t srv_mwait_waiting(const struct srv_mwait *mw);
 
+/* Bytes the parked MATCHes hold now (records and keys; what
+ * max_match_wait_bytes bounds). 0 for NULL. Any thread. */
+uint64_t srv_mwait_bytes(const struct srv_mwait *mw);
+
 /* The MATCH in hand on c (decoded into r by srv_match_decode, its keys
  * borrowed from c->body; c->hdr is its header): answer it now
  * (srv_match_answer), park it, or queue it behind the MATCHes already
