@@ -30,6 +30,8 @@
 #                   Python package (the wheel, through pip; INSTALL_PYTHON=0: not), the
 #                   systemd unit and sysusers entry, /etc/kvpool/kvpool.conf (kept if present);
 #                   then runs ldconfig (LDCONFIG=) unless DESTDIR is set
+#   make uninstall  what make install put there (same variables), but the configuration
+#   make deps-build, deps-wheel, deps-deb, deps: the Debian packages a target needs (below)
 #   make wheel, make deb, make test-packaging: see "Packaging" below
 #   make clean
 
@@ -67,6 +69,21 @@ OPT     ?= -O2
 SANLD   :=
 endif
 
+# Debian packages, by what needs them. Each deps target installs the
+# missing ones of its list, with apt-get --no-install-recommends (as root,
+# else through sudo; APT_GET and SUDO are for tests):
+#   make deps-build   DEB_BUILD_PACKAGES: `make all` (a compiler and the
+#                     libraries' -dev packages; debian/control's Build-Depends)
+#   make deps-wheel   and DEB_WHEEL_PACKAGES: make wheel, make install's
+#                     Python step, virtualenvs
+#   make deps-deb     debian/control's Build-Depends (apt-get satisfy): make deb
+#   make deps         DEB_PACKAGES, everything make test and the demos use
+#                     (cmocka, pytest, etcd-server and prometheus's promtool,
+#                     torch...): make test, make demo and the like run it
+DEB_BUILD_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev \
+                libjson-c-dev libcurl4-openssl-dev librocksdb-dev libsystemd-dev librdmacm-dev \
+                libibverbs-dev libzmq3-dev libmsgpack-dev
+DEB_WHEEL_PACKAGES := python3-build python3-pip python3-setuptools python3-wheel python3-venv
 DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev libcurl4-openssl-dev \
                 librocksdb-dev libsystemd-dev prometheus python3-pytest python3-numpy \
                 python3-torch python3-matplotlib libopenblas0-pthread \
@@ -145,20 +162,58 @@ LIB_SO    := $(BUILD)/libkvpool.so
 UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
-.PHONY: all deps test test-san test-valgrind test-unit test-integration demo demo-nvme demo-ttft demo-pd install clean \
+# The wheel of make wheel (the Packaging section), defined here because make
+# install names it as a prerequisite: with libkvpool.so inside (WHEEL_LIB)
+# it is for this platform, without (WHEEL_LIB=) pure.
+DIST      := $(BUILD)/dist
+WHEEL_LIB ?= $(LIB_SO)
+WHEEL_PLATFORM := $(if $(WHEEL_LIB),$(shell $(PYTHON) -c 'import sysconfig; \
+	print(sysconfig.get_platform().replace("-", "_").replace(".", "_"))' 2>/dev/null))
+WHEEL_FILE := $(DIST)/kvpool-$(VERSION)-py3-none-$(if $(WHEEL_LIB),$(WHEEL_PLATFORM),any).whl
+
+.PHONY: all deps deps-build deps-wheel deps-deb uninstall test test-san test-valgrind test-unit test-integration demo demo-nvme demo-ttft demo-pd install clean \
 	nvme-bench bench fuzz fuzz-seeds soak container-test test-tsan test-engines-real
 all: $(KVPOOLD) $(LIB_A) $(LIB_SO) $(KVPOOL)
 
-# Install missing Debian packages (needs root or sudo). A no-op when all are present.
+# Install missing Debian packages (needs root or sudo). A no-op when all
+# are present. DEPS_FORCE=1 installs without looking (tests of the lists).
+APT_GET ?= apt-get
+SUDO    ?= $(if $(filter 0,$(shell id -u)),,sudo)
+DEPS_FORCE ?=
+# $(1): what for, $(2): the apt-get command after "apt-get" (install PACKAGES, satisfy DEPENDS)
+define apt_get
+echo 'installing $(1): $(2)'; \
+$(SUDO) $(APT_GET) update -qq && \
+$(SUDO) env DEBIAN_FRONTEND=noninteractive $(APT_GET) $(2)
+endef
+APT_INSTALL := install -y -qq --no-install-recommends
+BUILD_PKGS  := $(filter-out cmocka,$(PKGS))
+deps-build:
+	@if [ -n "$(DEPS_FORCE)" ] || ! pkg-config --exists $(BUILD_PKGS) 2>/dev/null || \
+	    ! command -v cc >/dev/null; then \
+	  $(call apt_get,build dependencies,$(APT_INSTALL) $(DEB_BUILD_PACKAGES)); \
+	fi
+
+deps-wheel: deps-build
+	@if [ -n "$(DEPS_FORCE)" ] || ! $(PYTHON) -c 'import build, setuptools, wheel, pip, ensurepip' 2>/dev/null; then \
+	  $(call apt_get,Python packaging tools,$(APT_INSTALL) $(DEB_WHEEL_PACKAGES)); \
+	fi
+
+# debian/control's Build-Depends, and build-essential, which dpkg-buildpackage assumes.
+DEB_BUILD_DEPENDS = build-essential,$(shell awk '/^Build-Depends:/ { f = 1; sub(/^Build-Depends:/, ""); print; next } \
+	f && /^[ \t]/ { print; next } { f = 0 }' debian/control | tr -d '\n' | sed 's/,[[:space:]]*$$//; s/[[:space:]][[:space:]]*/ /g')
+deps-deb:
+	@if [ -n "$(DEPS_FORCE)" ] || ! command -v dpkg-checkbuilddeps >/dev/null || \
+	    ! dpkg-checkbuilddeps >/dev/null 2>&1; then \
+	  $(call apt_get,the Build-Depends of debian/control,satisfy -y -qq --no-install-recommends "$(DEB_BUILD_DEPENDS)"); \
+	fi
+
 deps:
-	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null || \
-	    ! $(PYTHON) -c 'import pytest, numpy, zmq, msgpack, torch, matplotlib, build, pip, wheel' 2>/dev/null || \
+	@if [ -n "$(DEPS_FORCE)" ] || ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null || \
+	    ! $(PYTHON) -c 'import pytest, numpy, zmq, msgpack, torch, matplotlib, build, pip, wheel, ensurepip' 2>/dev/null || \
 	    ! ls /usr/lib/*/openblas-pthread/libblas.so.3 >/dev/null 2>&1 || ! command -v promtool >/dev/null || \
 	    ! command -v etcd >/dev/null; then \
-	  echo "installing build dependencies: $(DEB_PACKAGES)"; \
-	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	  $$SUDO apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(DEB_PACKAGES); \
+	  $(call apt_get,build and test dependencies,$(APT_INSTALL) $(DEB_PACKAGES)); \
 	fi
 
 $(BUILD)/obj/%.o: %.c
@@ -446,7 +501,7 @@ demo-ttft: deps
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) examples/ttft/run.sh
 
-install: all $(if $(filter 1,$(INSTALL_PYTHON)),wheel)
+install: all $(if $(filter 1,$(INSTALL_PYTHON)),$(WHEEL_FILE))
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) \
 	  $(DESTDIR)$(PREFIX)/share/kvpool $(DESTDIR)$(PKGCONFIGDIR)
 	install -m 755 $(KVPOOLD) $(KVPOOL) $(DESTDIR)$(PREFIX)/bin/
@@ -474,6 +529,29 @@ install: all $(if $(filter 1,$(INSTALL_PYTHON)),wheel)
 	  else echo "make install: run '$(LDCONFIG)' as root so that libkvpool.so.0 is found"; fi; \
 	fi
 
+# What make install put there, with the same variables; the configuration
+# in SYSCONFDIR/kvpool stays (as apt-get remove leaves it), and so do the
+# kvpool user and /var/lib/kvpool. The Python package goes by the RECORD
+# pip wrote: Debian's pip will not uninstall from its own python3's
+# directories without --break-system-packages.
+uninstall:
+	@if [ -z "$(DESTDIR)" ] && [ -e /etc/systemd/system/multi-user.target.wants/kvpoold.service ]; then \
+	  echo "make uninstall: kvpoold.service is enabled: run 'systemctl disable --now kvpoold' first"; exit 1; fi
+	rm -f $(DESTDIR)$(PREFIX)/bin/kvpoold $(DESTDIR)$(PREFIX)/bin/kvpool
+	rm -f $(DESTDIR)$(LIBDIR)/libkvpool.a $(DESTDIR)$(LIBDIR)/libkvpool.so.0 $(DESTDIR)$(LIBDIR)/libkvpool.so
+	rm -f $(DESTDIR)$(INCLUDEDIR)/kvpool.h $(DESTDIR)$(PKGCONFIGDIR)/kvpool.pc
+	rm -f $(DESTDIR)$(PREFIX)/share/kvpool/kvpool.conf
+	-rmdir $(DESTDIR)$(PREFIX)/share/kvpool 2>/dev/null
+	rm -f $(DESTDIR)$(SYSTEMD_UNIT_DIR)/kvpoold.service $(DESTDIR)$(SYSUSERS_DIR)/kvpool.conf
+	@for r in $(DESTDIR)$(PYDIR)/kvpool-*.dist-info/RECORD; do \
+	  [ -f "$$r" ] || continue; d=$${r%/kvpool-*}; echo "removing the Python package in $$d ($$r)"; \
+	  cut -d, -f1 "$$r" | grep -E '^kvpool(/|-[^/]*\.dist-info/)' | while read -r f; do rm -f "$$d/$$f"; done; \
+	  rm -rf "$$d"/kvpool/__pycache__ "$$d"/kvpool/*/__pycache__ "$$d"/kvpool/*/*/__pycache__; \
+	  find "$$d/kvpool" "$${r%/RECORD}" -depth -type d -empty -delete 2>/dev/null; \
+	done; true
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then $(LDCONFIG) || true; fi
+	@echo "make uninstall: kept $(DESTDIR)$(SYSCONFDIR)/kvpool (the configuration); the kvpool user and /var/lib/kvpool stay too"
+
 # ---- Packaging ---------------------------------------------------------------
 # How kvpool is installed outside the build tree (docs/building.md, Packages):
 #   make wheel           $(BUILD)/dist/kvpool-VERSION-py3-none-PLATFORM.whl: the Python
@@ -481,30 +559,44 @@ install: all $(if $(filter 1,$(INSTALL_PYTHON)),wheel)
 #                        WHEEL_LIB= makes a pure wheel that loads the system's libkvpool.so.0
 #   make install         (above) the binaries, the library, kvpool.h, kvpool.pc, the wheel
 #                        through pip, the unit, the sysusers entry, /etc/kvpool/kvpool.conf
-#   make deb             dpkg-buildpackage -b -us -uc on a copy of the tree: kvpool,
-#                        libkvpool0, libkvpool-dev and python3-kvpool in $(BUILD)/deb/
-#   make test-packaging  installs the tools below, then tests/packaging/run.sh: the wheel in
-#                        a fresh virtualenv, pkg-config on a staged install, the Debian
-#                        packages (contents, lintian, an install and purge in a Debian 12
-#                        root), the Kubernetes manifests of deploy/kubernetes against kvpoold
-DIST      := $(BUILD)/dist
-WHEEL_LIB ?= $(LIB_SO)
+#   make deb             dpkg-buildpackage -b -us -uc on a copy of the tracked files:
+#                        kvpool, kvpool-tools, libkvpool0, libkvpool-dev and python3-kvpool
+#                        in $(BUILD)/deb/
+#   make test-packaging  installs the tools below, then tests/packaging/run.sh: what each
+#                        deps target installs, the wheel in a fresh virtualenv, pkg-config on
+#                        a staged install and make uninstall, the Debian packages (contents,
+#                        lintian, an install and purge in a Debian 12 root), the Kubernetes
+#                        manifests of deploy/kubernetes against kvpoold
 DEB_OUT   := $(BUILD)/deb
-# What make deb and make test-packaging need besides DEB_PACKAGES (kubectl,
-# when it is not installed, comes from Debian's kubernetes-client).
-PACKAGING_DEB_PACKAGES := debhelper dh-python help2man lintian fakeroot python3-yaml
-.PHONY: wheel deb test-packaging deps-packaging
+# What make test-packaging needs besides debian/control's Build-Depends
+# (make deps-deb) and the wheel's tools (make deps-wheel): lintian, PyYAML
+# for the manifest check, Debian's etcd that it starts, debootstrap for the
+# Debian 12 root the packages are installed into; kubectl, when none is
+# installed, comes from Debian's kubernetes-client.
+PACKAGING_DEB_PACKAGES := lintian python3-yaml etcd-server debootstrap
+.PHONY: wheel deb deb-src test-packaging deps-packaging
 
 # setuptools works in $(BUILD)/python, never in the source tree; the version
-# comes from server/srv_server.h (client/python/setup.py).
-wheel: $(if $(WHEEL_LIB),$(WHEEL_LIB))
+# comes from server/srv_server.h (client/python/setup.py). The wheel is a
+# file target: once built, make install (sudo make install, too) uses it as
+# it is. The library goes in stripped (strip --strip-unneeded, as dh_strip
+# does; the debug information stays in $(WHEEL_LIB)).
+STRIP ?= strip
+PY_SOURCES := client/python/setup.py client/python/pyproject.toml $(shell find client/python/kvpool -name '*.py')
+
+wheel: deps-wheel
+	@$(MAKE) --no-print-directory $(WHEEL_FILE)
+	@ls $(WHEEL_FILE)
+
+$(WHEEL_FILE): $(if $(WHEEL_LIB),$(WHEEL_LIB)) $(PY_SOURCES) server/srv_server.h
 	@$(PYTHON) -c 'import build, setuptools, wheel' 2>/dev/null || { echo "make wheel needs" \
-	  "python3-build, python3-setuptools and python3-wheel (make deps)"; exit 1; }
+	  "python3-build, python3-setuptools and python3-wheel (make deps-wheel)"; exit 1; }
 	@rm -rf $(BUILD)/python $(DIST)/kvpool-*.whl && mkdir -p $(BUILD)/python $(DIST)
-	@KVPOOL_BUNDLE_LIB=$(if $(WHEEL_LIB),$(abspath $(WHEEL_LIB))) KVPOOL_PY_BUILD=$(abspath $(BUILD)/python) \
+	$(if $(WHEEL_LIB),$(STRIP) --strip-unneeded -o $(BUILD)/python/libkvpool.so $(WHEEL_LIB))
+	@KVPOOL_BUNDLE_LIB=$(if $(WHEEL_LIB),$(abspath $(BUILD)/python/libkvpool.so)) KVPOOL_PY_BUILD=$(abspath $(BUILD)/python) \
 	  $(PYTHON) -m build --no-isolation --wheel --outdir $(DIST) client/python \
 	  >$(BUILD)/python/build.log 2>&1 || { cat $(BUILD)/python/build.log; exit 1; }
-	@ls $(DIST)/kvpool-$(VERSION)-*.whl
+	@test -f $@ || { echo "make wheel: setuptools wrote $$(ls $(DIST)), not $@"; exit 1; }
 
 # pip install of the wheel into one directory (make install's Python step):
 # --target keeps pip off the system's own packages (and Debian's
@@ -513,7 +605,7 @@ wheel: $(if $(WHEEL_LIB),$(WHEEL_LIB))
 define pip_install_wheel
 rm -rf $(1)/kvpool-*.dist-info
 $(PYTHON) -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-  --no-index --no-deps --no-compile --upgrade --target $(1) $(DIST)/kvpool-$(VERSION)-*.whl
+  --no-index --no-deps --no-compile --upgrade --target $(1) $(WHEEL_FILE)
 endef
 
 # kvpool.pc for make install: paths relative to ${prefix} where they can be,
@@ -528,36 +620,36 @@ printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(patsubst $(PREFIX)/%,$${prefix}/%,$(L
 endef
 
 # dpkg-buildpackage writes its packages next to the tree it builds: it builds
-# a copy of the tree (the files git knows, or everything but build dirs) in
-# $(DEB_OUT)/src, so the packages land in $(DEB_OUT) and the build in
-# $(DEB_OUT)/src/build. debian/changelog's version must be SRV_VERSION.
-deb: deps-packaging
+# a copy of the tree in $(DEB_OUT)/src, so the packages land in $(DEB_OUT)
+# and the build in $(DEB_OUT)/src/build. The copy has the files git tracks
+# (as they are in the working tree: edits count; untracked files - a
+# virtualenv, deploy/kubernetes/setup/tokens - never travel: git add a new
+# source file first); outside a git checkout, everything but build dirs.
+# debian/changelog's version must be SRV_VERSION.
+deb: deps-deb
 	@for t in dpkg-buildpackage dh dh_python3 help2man; do command -v $$t >/dev/null || { echo "make deb" \
-	  "needs $$t: apt-get install $(PACKAGING_DEB_PACKAGES), or make deps-packaging"; exit 1; }; done
+	  "needs $$t: make deps-deb installs debian/control's Build-Depends"; exit 1; }; done
 	@v=$$(dpkg-parsechangelog -l debian/changelog -SVersion); [ "$$v" = "$(VERSION)" ] || { \
 	  echo "make deb: debian/changelog is at $$v, server/srv_server.h at $(VERSION):" \
 	  "add a changelog entry (dch -v $(VERSION))"; exit 1; }
-	rm -rf $(DEB_OUT) && mkdir -p $(DEB_OUT)/src
-	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
-	  git ls-files -z -co --exclude-standard | tar --null --ignore-failed-read -T - -cf -; \
-	else tar --exclude=./build --exclude='./build-*' --exclude=./.git -cf - .; fi | tar -C $(DEB_OUT)/src -xf -
+	@$(MAKE) --no-print-directory deb-src
 	cd $(DEB_OUT)/src && dpkg-buildpackage -b -us -uc -J$$(nproc)
 	@ls $(DEB_OUT)/*.deb
 
-deps-packaging: deps
-	@if ! command -v dpkg-buildpackage >/dev/null || ! command -v dh_python3 >/dev/null || ! command -v help2man >/dev/null || \
-	    ! command -v lintian >/dev/null || \
-	    ! $(PYTHON) -c 'import yaml, build, wheel, setuptools, pip' 2>/dev/null; then \
-	  echo "installing packaging tools: $(PACKAGING_DEB_PACKAGES)"; \
-	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
-	    --no-install-recommends $(PACKAGING_DEB_PACKAGES) >/dev/null; \
+# The copy make deb builds, alone (make test-packaging checks what is in it).
+deb-src:
+	rm -rf $(DEB_OUT) && mkdir -p $(DEB_OUT)/src
+	@if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  git ls-files -z --cached | tar --null --ignore-failed-read -T - -cf -; \
+	else tar --exclude=./build --exclude='./build-*' --exclude=./.git -cf - .; fi | tar -C $(DEB_OUT)/src -xf -
+
+deps-packaging: deps-deb deps-wheel
+	@if [ -n "$(DEPS_FORCE)" ] || ! command -v lintian >/dev/null || ! command -v etcd >/dev/null || \
+	    ! command -v debootstrap >/dev/null || ! $(PYTHON) -c 'import yaml' 2>/dev/null; then \
+	  $(call apt_get,packaging test tools,$(APT_INSTALL) $(PACKAGING_DEB_PACKAGES)); \
 	fi
-	@if ! command -v kubectl >/dev/null; then \
-	  echo "installing kubectl: Debian's kubernetes-client"; \
-	  SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends \
-	    kubernetes-client >/dev/null; \
+	@if [ -n "$(DEPS_FORCE)" ] || ! command -v kubectl >/dev/null; then \
+	  $(call apt_get,kubectl from kubernetes-client,$(APT_INSTALL) kubernetes-client); \
 	fi
 
 test-packaging: deps-packaging

@@ -98,6 +98,24 @@ static int check_settings(const struct conf *c, int *unprotected, char *err, siz
 	return 0;
 }
 
+/* Warn when the memory limit cannot hold the index of a full NVMe tier
+ * beside dram_capacity (srv_check_nvme_index_room): a warning, since
+ * blocks are rarely as small as 4 KiB. */
+static void warn_nvme_index(const struct conf *c)
+{
+	char cg_source[600] = "", msg[1400];
+	uint64_t cg_bytes;
+
+	if (!c->nvme_dir[0])
+		return;
+	cg_bytes = srv_cgroup_memory_limit("/proc/self/cgroup", "/sys/fs/cgroup", cg_source,
+					   sizeof(cg_source));
+	if (srv_check_nvme_index_room(c->dram_capacity_bytes, c->nvme_capacity_bytes,
+				      srv_phys_bytes(), cg_bytes, cg_source[0] ? cg_source : NULL,
+				      msg, sizeof(msg)))
+		srv_warn("%s", msg);
+}
+
 int main(int argc, char **argv)
 {
 	struct conf c;
@@ -137,6 +155,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	srv_log_set_level(c.log_level);
+	warn_nvme_index(&c);
 	if (unprotected)
 		srv_warn("listening on %s without authentication (allow_unauthenticated = true, no "
 			 "tokens_file): every client that reaches port %u may read and write every "

@@ -151,6 +151,16 @@ uint64_t srv_cgroup_memory_limit(const char *proc_cgroup, const char *root, char
 	return best;
 }
 
+/* "the cgroup memory limit in FILE" or "this host's physical memory". */
+static void limit_name(bool by_cgroup, const char *cgroup_source, char *where, size_t len)
+{
+	if (by_cgroup)
+		snprintf(where, len, "the cgroup memory limit%s%s", cgroup_source ? " in " : "",
+			 cgroup_source ? cgroup_source : "");
+	else
+		snprintf(where, len, "this host's physical memory");
+}
+
 uint64_t srv_dram_headroom(uint64_t limit_bytes)
 {
 	return (64ull << 20) + limit_bytes / 32;
@@ -170,14 +180,65 @@ int srv_check_dram_room(uint64_t dram_capacity_bytes, uint64_t phys_bytes,
 	if (dram_capacity_bytes <= limit && limit - dram_capacity_bytes >= room)
 		return 0;
 	most = limit > room ? limit - room : 0;
-	if (by_cgroup)
-		snprintf(where, sizeof(where), "the cgroup memory limit%s%s", cgroup_source ? " in " : "",
-			 cgroup_source ? cgroup_source : "");
-	else
-		snprintf(where, sizeof(where), "this host's physical memory");
+	limit_name(by_cgroup, cgroup_source, where, sizeof(where));
 	snprintf(err, err_len,
 		 "dram_capacity (%" PRIu64 " bytes) leaves less than %" PRIu64 " bytes of %s (%"
 		 PRIu64 " bytes) for the index and the process: at most %" PRIu64 " bytes fit",
 		 dram_capacity_bytes, room, where, limit, most);
 	return -ENOMEM;
+}
+
+uint64_t srv_nvme_index_bytes(uint64_t nvme_capacity_bytes)
+{
+	return nvme_capacity_bytes / SRV_NVME_MIN_EXTENT * SRV_NVME_INDEX_BYTES_PER_BLOCK;
+}
+
+int srv_check_nvme_index_room(uint64_t dram_capacity_bytes, uint64_t nvme_capacity_bytes,
+			      uint64_t phys_bytes, uint64_t cgroup_bytes,
+			      const char *cgroup_source, char *msg, size_t msg_len)
+{
+	bool by_cgroup = cgroup_bytes && (!phys_bytes || cgroup_bytes < phys_bytes);
+	uint64_t limit = by_cgroup ? cgroup_bytes : phys_bytes;
+	uint64_t index = srv_nvme_index_bytes(nvme_capacity_bytes), head, room, fit, need;
+	uint64_t min_block = 0, max_dram, max_nvme;
+	char where[700], block[64], dram_alt[96] = "";
+
+	if (!limit || !nvme_capacity_bytes)
+		return 0;
+	head = srv_dram_headroom(limit);
+	room = limit > dram_capacity_bytes + head ? limit - dram_capacity_bytes - head : 0;
+	if (room >= index)
+		return 0;
+	/* the blocks whose index fits, and the average size that many fill
+	 * the tier with (extents are whole 4 KiB pages) */
+	fit = room / SRV_NVME_INDEX_BYTES_PER_BLOCK;
+	if (fit) {
+		min_block = (nvme_capacity_bytes + fit - 1) / fit;
+		min_block = (min_block + SRV_NVME_MIN_EXTENT - 1) / SRV_NVME_MIN_EXTENT *
+			    SRV_NVME_MIN_EXTENT;
+		snprintf(block, sizeof(block), "at least %" PRIu64 " bytes", min_block);
+	} else {
+		snprintf(block, sizeof(block), "more than nvme_capacity");
+	}
+	/* the smallest limit L with L - headroom(L) - dram_capacity >= index */
+	need = (dram_capacity_bytes + index + (64ull << 20)) / 31 * 32;
+	while (need - srv_dram_headroom(need) < dram_capacity_bytes + index)
+		need += 4096;
+	max_dram = limit > head + index ? limit - head - index : 0;
+	max_nvme = fit * SRV_NVME_MIN_EXTENT;
+	if (max_dram >= (1ull << 20)) /* dram_capacity's smallest value */
+		snprintf(dram_alt, sizeof(dram_alt), " dram_capacity to %" PRIu64 " bytes or",
+			 max_dram);
+	limit_name(by_cgroup, cgroup_source, where, sizeof(where));
+	snprintf(msg, msg_len,
+		 "the NVMe tier's index may outgrow memory: nvme_capacity (%" PRIu64 " bytes) holds "
+		 "up to %" PRIu64 " blocks of %u bytes, %u bytes of index each (%" PRIu64 " bytes), "
+		 "but %s (%" PRIu64 " bytes) leaves %" PRIu64 " bytes beside dram_capacity (%" PRIu64
+		 " bytes) and kvpoold's own %" PRIu64 " bytes: enough while the tier's blocks "
+		 "average %s; to hold it at any block size, raise the limit to %" PRIu64 " bytes, "
+		 "or lower%s nvme_capacity to %" PRIu64 " bytes",
+		 nvme_capacity_bytes, nvme_capacity_bytes / SRV_NVME_MIN_EXTENT, SRV_NVME_MIN_EXTENT,
+		 SRV_NVME_INDEX_BYTES_PER_BLOCK, index, where, limit, room, dram_capacity_bytes, head,
+		 block, need, dram_alt, max_nvme);
+	return 1;
 }

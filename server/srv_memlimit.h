@@ -53,4 +53,37 @@ int srv_check_dram_room(uint64_t dram_capacity_bytes, uint64_t phys_bytes,
 			uint64_t cgroup_bytes, const char *cgroup_source, char *err,
 			size_t err_len);
 
+/* Memory the index keeps for each block with a copy on the NVMe tier: its
+ * block header (116 bytes), hash bucket and heap slots in the store's
+ * tables. Measured: STATS index_bytes grows by 141 bytes per block and
+ * resident memory by 153 at 700,000 NVMe blocks; rounded up for the
+ * tables' doubling and allocator rounding. tests/python/test_nvme_index.py
+ * fails when a block costs more. */
+#define SRV_NVME_INDEX_BYTES_PER_BLOCK 160u
+
+/* The smallest extent a block takes on the NVMe tier (its payload rounded
+ * up to 4 KiB): a full tier of nvme_capacity holds at most
+ * nvme_capacity / SRV_NVME_MIN_EXTENT blocks. */
+#define SRV_NVME_MIN_EXTENT 4096u
+
+/* Index memory of a full NVMe tier of nvme_capacity_bytes at its smallest
+ * blocks: nvme_capacity / SRV_NVME_MIN_EXTENT * SRV_NVME_INDEX_BYTES_PER_BLOCK
+ * bytes (e.g. 4000 MiB for 100 GiB). Pure. */
+uint64_t srv_nvme_index_bytes(uint64_t nvme_capacity_bytes);
+
+/* Whether the memory limit (as for srv_check_dram_room: the smaller known
+ * of phys_bytes and cgroup_bytes) also holds the NVMe tier's index at
+ * nvme_capacity_bytes (0: no tier) beside dram_capacity_bytes and
+ * srv_dram_headroom: limit - dram_capacity - headroom >=
+ * srv_nvme_index_bytes(nvme_capacity). Returns 0 when it does, when there
+ * is no tier or no known limit; 1 when it does not, with a warning in
+ * msg[0..msg_len) that names the index at the smallest blocks, the room
+ * left, the smallest average block size whose full tier fits, and the
+ * limit, dram_capacity or nvme_capacity that would hold any block size.
+ * kvpoold warns and starts (blocks are usually far larger than 4 KiB; it
+ * cannot know their size). Pure. */
+int srv_check_nvme_index_room(uint64_t dram_capacity_bytes, uint64_t nvme_capacity_bytes,
+			      uint64_t phys_bytes, uint64_t cgroup_bytes,
+			      const char *cgroup_source, char *msg, size_t msg_len);
+
 #endif /* KVPOOL_SRV_MEMLIMIT_H */

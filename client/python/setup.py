@@ -6,13 +6,19 @@ Environment:
   KVPOOL_BUNDLE_LIB   path of a libkvpool.so to ship inside the package as
                       kvpool/libkvpool.so (the wheel is then tagged for
                       this platform); unset or empty = no library inside
-  KVPOOL_PY_BUILD     directory for setuptools' intermediate files (default:
-                      ./build); make wheel puts them under $(BUILD)/
+  KVPOOL_PY_BUILD     directory for setuptools' intermediate files (build/
+                      and kvpool.egg-info); make wheel puts them under
+                      $(BUILD)/. Unset: a temporary directory removed when
+                      setup.py exits, so pip install client/python and
+                      python3 -m build leave nothing in the source tree
 """
 
+import atexit
 import os
 import re
 import shutil
+import sys
+import tempfile
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -70,6 +76,14 @@ class BuildPy(build_py):
 
 cmdclass = {"build_py": BuildPy}
 
+if bdist_wheel is None and {"bdist_wheel", "dist_info", "editable_wheel"} & set(sys.argv):
+    # pip install --no-build-isolation in a bare virtualenv: setuptools
+    # alone would say "invalid command 'bdist_wheel'"
+    raise SystemExit("setup.py: building a wheel needs the wheel package, which this Python "
+                     "lacks: make the virtualenv with --system-site-packages (Debian's "
+                     "python3-wheel and python3-setuptools), or install the wheel of make "
+                     "wheel instead")
+
 if bdist_wheel is not None:
     class BdistWheel(bdist_wheel):
         """A wheel with libkvpool.so inside is for this platform (any
@@ -90,10 +104,12 @@ if bdist_wheel is not None:
 
     cmdclass["bdist_wheel"] = BdistWheel
 
-options = {}
 if os.environ.get("KVPOOL_PY_BUILD"):
     base = os.environ["KVPOOL_PY_BUILD"]
     os.makedirs(base, exist_ok=True)
-    options = {"build": {"build_base": base}, "egg_info": {"egg_base": base}}
+else:
+    base = tempfile.mkdtemp(prefix="kvpool-setup-")
+    atexit.register(shutil.rmtree, base, True)
+options = {"build": {"build_base": base}, "egg_info": {"egg_base": base}}
 
 setup(version=_version(), cmdclass=cmdclass, options=options)

@@ -1,8 +1,14 @@
 #!/usr/bin/python3
 """Check the Kubernetes manifests (deploy/kubernetes) against kvpoold itself.
 
-Renders deploy/kubernetes and deploy/kubernetes/etcd with `kubectl
-kustomize`, then checks, failing on the first disagreement:
+Renders deploy/kubernetes, deploy/kubernetes/setup (a copy, with its
+tokens file made from tokens.example) and deploy/kubernetes/etcd with
+`kubectl kustomize`, then checks, failing on the first disagreement:
+
+- setup/ holds the one Namespace and the tokens Secret (under a fixed
+  name, the one the pods mount); the pool and etcd hold no Namespace (so
+  `kubectl delete -k` of either leaves the namespace and its volumes),
+  and everything is in that namespace;
 
 - every --flag given to kvpoold is one `kvpoold --help` lists, and every
   KVPOOL_* variable of its container one it names;
@@ -10,17 +16,28 @@ kustomize`, then checks, failing on the first disagreement:
   kvpool.conf, with the container's arguments and environment) agree with
   the objects: the container and Service ports, the probes (path /healthz
   on the admin port), the Prometheus annotation, the memory limit (the
-  arena plus the room kvpoold keeps, srv_dram_headroom in
-  server/srv_memlimit.c), the CPU limit and threads, the NVMe tier on the
-  pod's volume and its size, the tokens file where the init container puts
-  it, node_name and advertise_address from the pod, the grace period
-  against the drain times, the non-root user the image has;
+  arena, the room kvpoold keeps - srv_dram_headroom - and the index of a
+  full NVMe tier - srv_nvme_index_bytes - as server/srv_memlimit.h and
+  docs/configuration.md "Memory" say: kvpoold would warn otherwise), the
+  CPU limit and threads, the NVMe tier on the pod's volume and its size,
+  the tokens file where the init container puts it, node_name and
+  advertise_address from the pod, the grace period against the drain
+  times, the non-root user the image has, the image's tag (SRV_VERSION);
+- the NetworkPolicy: the data port open, the admin port only to a
+  selected namespace, nothing else;
 - the Secret's tokens file and the ConfigMap's file are where kvpoold
   reads them;
-- kvpoold, run the way the pod runs it (the rendered kvpool.conf and
-  environment; only ports, paths and the arena size moved to fit this
-  machine), answers the probe path with 200 and refuses a client without a
-  token (the shipped tokens file has none);
+- kvpoold, run the way the pod runs it (the init container's command
+  makes its tokens file; the rendered kvpool.conf and environment; only
+  ports, paths and the arena size moved to fit this machine), answers the
+  probe path with 200 and refuses a client without a token (the shipped
+  tokens file has none); the reload command of docs/operating.md ("Tokens
+  on Kubernetes") then makes it accept a token added to the Secret,
+  without a restart;
+- the engine pod of docs/operating.md ("An engine pod"): the token from a
+  mounted Secret file (token_file), never on the command line;
+  PYTHONHASHSEED set; the URL naming every pool pod by its stable name and
+  the data port, as libkvpool's own URL rule accepts it;
 - the etcd variant: kvpool.conf's commented cluster line names the etcd
   Service of deploy/kubernetes/etcd; Debian's etcd, run with that
   manifest's flags, takes kvpoold's registration under the pod's name with
@@ -31,6 +48,7 @@ Run by tests/packaging/run.sh (make test-packaging).
 
 import argparse
 import base64
+import importlib.util
 import json
 import os
 import re
@@ -90,6 +108,103 @@ def render(path):
     if r.returncode != 0:
         fail("kubectl kustomize %s: %s" % (path, r.stderr.strip()))
     return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def render_setup(work):
+    """deploy/kubernetes/setup rendered from a copy whose tokens file is
+    tokens.example (an operator's real tokens, git-ignored, never read)."""
+    dst = os.path.join(work, "setup")
+    shutil.copytree(os.path.join(DEPLOY, "setup"), dst, ignore=shutil.ignore_patterns("tokens"))
+    shutil.copy(os.path.join(dst, "tokens.example"), os.path.join(dst, "tokens"))
+    return render(dst)
+
+
+def srv_version():
+    with open(os.path.join(ROOT, "server", "srv_server.h")) as f:
+        return re.search(r'^#define SRV_VERSION "([^"]+)"', f.read(), re.M).group(1)
+
+
+def memlimit_rule():
+    """kvpoold's memory rule (server/srv_memlimit.h): index bytes per NVMe
+    block and the smallest extent."""
+    with open(os.path.join(ROOT, "server", "srv_memlimit.h")) as f:
+        text = f.read()
+    return (int(re.search(r"#define SRV_NVME_INDEX_BYTES_PER_BLOCK (\d+)u", text).group(1)),
+            int(re.search(r"#define SRV_NVME_MIN_EXTENT (\d+)u", text).group(1)))
+
+
+def operating_section(heading, fence):
+    """The first ```fence block after `heading` in docs/operating.md."""
+    with open(os.path.join(ROOT, "docs", "operating.md")) as f:
+        text = f.read()
+    at = text.find("\n" + heading + "\n")
+    if at < 0:
+        fail("docs/operating.md has no section %r" % heading)
+    m = re.compile(r"^```%s\n(.*?)^```$" % fence, re.M | re.S).search(text, at)
+    if not m:
+        fail("docs/operating.md's %r has no ```%s block" % (heading, fence))
+    return m.group(1)
+
+
+def move_paths(script, mounts):
+    """A container's shell command with its mount paths moved to local
+    directories ({mountPath: dir}): one pass, longest path first."""
+    pattern = "|".join(re.escape(m) for m in sorted(mounts, key=len, reverse=True))
+    return re.sub(pattern, lambda m: mounts[m.group(0)], script)
+
+
+def adapter_config():
+    """The engine adapters' configuration rules (kvpool/_adapters/config.py),
+    loaded on their own: no engine, no libkvpool."""
+    path = os.path.join(ROOT, "client", "python", "kvpool", "_adapters", "config.py")
+    spec = importlib.util.spec_from_file_location("kvpool_adapter_config", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def check_engine_pod(sts, svc, nsname, data_port):
+    """docs/operating.md's engine pod: the token from a mounted Secret file,
+    PYTHONHASHSEED, and a URL that names every pool pod the one way."""
+    (dep,) = [d for d in yaml.safe_load_all(operating_section("### An engine pod", "yaml")) if d]
+    (ct,) = dep["spec"]["template"]["spec"]["containers"]
+    volumes = {v["name"]: v for v in dep["spec"]["template"]["spec"].get("volumes", [])}
+    env = {e["name"]: e for e in ct.get("env", [])}
+    expect(re.fullmatch(r"\d+", str(env.get("PYTHONHASHSEED", {}).get("value", ""))),
+           "the engine pod sets PYTHONHASHSEED to a fixed value (docs/engines.md)")
+    secret_env = [n for n, e in env.items() if "secretKeyRef" in e.get("valueFrom", {})]
+    args = " ".join(ct.get("args", []))
+    expect(not any("$(%s)" % n in args for n in secret_env),
+           "no Secret reaches the engine's command line through $(VAR)", str(secret_env))
+    values = {n: e["value"] for n, e in env.items() if "value" in e}
+    ktc = ct["args"][ct["args"].index("--kv-transfer-config") + 1]
+    ktc = re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], ktc)
+    tiers = [t for t in json.loads(ktc)["kv_connector_extra_config"]["secondary_tiers"]
+             if t.get("type") == "kvpool"]
+    expect(len(tiers) == 1, "the --kv-transfer-config has one kvpool tier")
+    tier = tiers[0]
+    expect("token" not in tier and tier.get("token_file"),
+           "the tier takes its token from token_file %s, not from the command line" %
+           tier.get("token_file"))
+    mount = [m for m in ct.get("volumeMounts", []) if under(tier["token_file"], m["mountPath"])]
+    expect(mount and "secret" in volumes.get(mount[0]["name"], {}),
+           "token_file is in a mounted Secret (%s)" % (mount[0]["name"] if mount else None))
+    url = tier["url"]
+    adapter_config().url(url, "engine pod", "url")
+    ok("the tier's url passes the adapters' own URL rule")
+    want = ["%s-%d.%s.%s.svc.cluster.local:%d" % (sts["metadata"]["name"], i,
+                                                   svc["metadata"]["name"], nsname, data_port)
+            for i in range(sts["spec"]["replicas"])]
+    expect(url == "tcp://" + ",".join(want),
+           "the url names the %d pool pods by their stable names and the data port" % len(want), url)
+
+
+def container_script(ct):
+    """The SCRIPT of a container whose command is sh -c SCRIPT."""
+    cmd = list(ct.get("command", [])) + list(ct.get("args", []))
+    if len(cmd) != 3 or cmd[:2] != ["sh", "-c"]:
+        fail("container %s does not run sh -c SCRIPT: %s" % (ct["name"], cmd))
+    return cmd[2]
 
 
 def one(docs, kind, name=None):
@@ -190,7 +305,23 @@ def main():
     kvpoold = os.path.abspath(opts.kvpoold)
     flags, variables = help_vocabulary(kvpoold)
 
+    work = tempfile.mkdtemp(prefix="kvpool-k8s-")
     docs = render(DEPLOY)
+    setup_docs = render_setup(work)
+    edocs = render(os.path.join(DEPLOY, "etcd"))
+
+    # ---- the namespace: setup/ only; everything in it ----
+    nsobj = one(setup_docs, "Namespace")
+    nsname = nsobj["metadata"]["name"]
+    ok("setup/ has the Namespace %s" % nsname)
+    for name, group in (("deploy/kubernetes", docs), ("deploy/kubernetes/etcd", edocs)):
+        expect(not any(d["kind"] == "Namespace" for d in group),
+               "%s has no Namespace (kubectl delete -k leaves the namespace, its volumes, etcd)" %
+               name)
+    for d in docs + edocs + [d for d in setup_docs if d is not nsobj]:
+        expect(d["metadata"].get("namespace") == nsname,
+               "%s %s is in the namespace %s" % (d["kind"], d["metadata"]["name"], nsname))
+
     sts = one(docs, "StatefulSet", "kvpool")
     pod = sts["spec"]["template"]
     spec = pod["spec"]
@@ -220,7 +351,6 @@ def main():
            "--config %s is the ConfigMap %s's %s, mounted at %s" % (conf_path, cm_name, key,
                                                                   mount_of(c, cm_vol)))
 
-    work = tempfile.mkdtemp(prefix="kvpool-k8s-")
     procs = []
     try:
         conf_file = os.path.join(work, key)
@@ -271,9 +401,16 @@ def main():
         expect(limit - dram >= headroom,
                "memory limit %s holds dram_capacity %d + kvpoold's headroom %d" %
                (res["limits"]["memory"], dram, headroom))
-        expect(limit - dram - headroom >= 256 << 20,
-               "and leaves at least 256MiB for the index and buffers",
-               "%d bytes" % (limit - dram - headroom))
+        per_block, extent = memlimit_rule()
+        nvme_index = size(conf["nvme_capacity"]) // extent * per_block if conf.get("nvme_dir") else 0
+        expect(limit - dram - headroom >= nvme_index,
+               "and the index of a full NVMe tier: nvme_capacity %s / %d x %d bytes = %d bytes "
+               "(kvpoold would warn at start otherwise)" % (conf["nvme_capacity"], extent, per_block,
+                                                             nvme_index),
+               "%d bytes left" % (limit - dram - headroom))
+        expect(limit - dram - headroom - nvme_index < 1 << 30,
+               "and not 1GiB more than that (the pod is sized by the rule)",
+               "%d bytes more" % (limit - dram - headroom - nvme_index))
         expect(res["requests"]["memory"] == res["limits"]["memory"], "memory request = limit")
         threads = int(conf["threads"])
         cpus = k8s_cpu(res["limits"]["cpu"])
@@ -298,7 +435,11 @@ def main():
         tokens_file = conf.get("tokens_file", "")
         expect(tokens_file, "tokens_file is set (protected mode needs it on 0.0.0.0)")
         secret_vol = next(v for v in spec["volumes"] if "secret" in v)
-        secret = one(docs, "Secret", secret_vol["secret"]["secretName"])
+        expect(not any(d["kind"] == "Secret" for d in docs),
+               "the pool's kustomization makes no Secret (setup/ does)")
+        secret = one(setup_docs, "Secret", secret_vol["secret"]["secretName"])
+        ok("setup/'s Secret is named %s, with no hash suffix, as the pods mount it" %
+           secret["metadata"]["name"])
         (skey,) = list(secret["data"])
         tokens_text = base64.b64decode(secret["data"][skey]).decode()
         src = [mount_of(i, secret_vol["name"]) for i in inits if mount_of(i, secret_vol["name"])]
@@ -308,6 +449,17 @@ def main():
         run_vol = next(m["name"] for m in c["volumeMounts"] if under(tokens_file, m["mountPath"]))
         expect(any(mount_of(i, run_vol) for i in inits),
                "tokens_file's volume %s is shared with the init container" % run_vol)
+        # the reload path: the Secret and a writable tokens_file directory in kvpoold's container
+        run_mount = next(m for m in c["volumeMounts"] if m["name"] == run_vol)
+        expect(mount_of(c, secret_vol["name"]) and not run_mount.get("readOnly"),
+               "kvpoold's container mounts the Secret (%s) and %s writable, for a reload" %
+               (mount_of(c, secret_vol["name"]), run_mount["mountPath"]))
+        reload_sh = re.search(r"sh -c '([^']*)'", operating_section("### Tokens on Kubernetes", "sh"))
+        expect(reload_sh and "kill -HUP 1" in reload_sh.group(1) and
+               "%s/%s" % (mount_of(c, secret_vol["name"]), skey) in reload_sh.group(1) and
+               tokens_file in reload_sh.group(1),
+               "docs/operating.md's reload command copies %s/%s to %s and sends SIGHUP to kvpoold" %
+               (mount_of(c, secret_vol["name"]), skey, tokens_file))
 
         # ---- the pod's identity ----
         expect(conf.get("node_name") == "kvpool-0", "node_name is the pod's name", conf.get("node_name"))
@@ -329,14 +481,62 @@ def main():
             expect(csc.get("allowPrivilegeEscalation") is False and csc.get("readOnlyRootFilesystem"),
                    "container %s: no privilege escalation, read-only root" % ct["name"])
 
+        # ---- the image: kvpool's version ----
+        with open(os.path.join(DEPLOY, "kustomization.yaml")) as f:
+            kimg = next(i for i in yaml.safe_load(f)["images"] if i["name"] == "kvpool")
+        version = srv_version()
+        expect(str(kimg.get("newTag")) == version,
+               "the image's tag is kvpool's version %s (kustomization.yaml images: newTag)" % version,
+               "newTag %r: set it to SRV_VERSION" % kimg.get("newTag"))
+        for ct in spec["containers"] + inits:
+            expect(ct["image"] == "%s:%s" % (kimg["newName"], version),
+                   "container %s runs %s:%s" % (ct["name"], kimg["newName"], version), ct["image"])
+
+        # ---- the NetworkPolicy ----
+        npol = one(docs, "NetworkPolicy")
+        expect(all(labels.get(k) == v for k, v in npol["spec"]["podSelector"]["matchLabels"].items())
+               and "Ingress" in npol["spec"].get("policyTypes", []),
+               "a NetworkPolicy governs the pool pods' ingress")
+        by_number = {v: k for k, v in ports.items()}
+        open_to_all, restricted = set(), set()
+        for rule in npol["spec"].get("ingress", []):
+            named = {by_number.get(pp["port"], pp["port"]) for pp in rule.get("ports", [])}
+            expect(named, "every ingress rule names its ports", str(rule))
+            if rule.get("from"):
+                expect(all("namespaceSelector" in f or "podSelector" in f for f in rule["from"]),
+                       "ports %s: only from selected namespaces or pods" % sorted(named))
+                restricted |= named
+            else:
+                open_to_all |= named
+        expect(open_to_all == {"data"}, "only the data port is open to every pod (clients need tokens)",
+               str(sorted(open_to_all)))
+        expect(restricted == {"admin"}, "the admin port (no authentication) only to a selected "
+               "namespace", str(sorted(restricted)))
+
         # ---- kvpoold run the way the pod runs it ----
+        # the init container's command, its mounts moved to local directories
         port, admin = free_ports(2)
-        tokens = os.path.join(work, "tokens")
-        with open(tokens, "w") as f:
+        local = {}
+        for v in spec["volumes"]:
+            local[v["name"]] = os.path.join(work, "vol-" + v["name"])
+            os.mkdir(local[v["name"]])
+        with open(os.path.join(local[secret_vol["name"]], skey), "w") as f:
             f.write(tokens_text)
-        os.chmod(tokens, 0o600)
-        nvme = os.path.join(work, "nvme")
-        os.mkdir(nvme)
+        for vct_name in vct:
+            local[vct_name] = os.path.join(work, "vol-" + vct_name)
+            os.makedirs(local[vct_name], exist_ok=True)
+        init = next(i for i in inits if tokens_file in container_script(i))
+        r = subprocess.run(["sh", "-c", move_paths(container_script(init),
+                                              {m["mountPath"]: local[m["name"]]
+                                               for m in init["volumeMounts"]})],
+                           capture_output=True, text=True)
+        expect(r.returncode == 0, "the init container's command runs", r.stderr)
+        main_mounts = {m["mountPath"]: local[m["name"]] for m in c["volumeMounts"]
+                       if m["name"] in local}
+        tokens = move_paths(tokens_file, main_mounts)
+        nvme = move_paths(nvme_dir, main_mounts)
+        expect(os.path.isdir(nvme) and os.stat(tokens).st_mode & 0o777 == 0o600,
+               "it made nvme_dir and tokens_file (mode 0600) where kvpoold's container sees them")
         log = open(os.path.join(work, "kvpoold.log"), "w")
         p = subprocess.Popen([kvpoold] + real_args +
                              ["--port", str(port), "--admin-port", str(admin), "--dram-capacity", "64MiB",
@@ -351,15 +551,41 @@ def main():
                             "/dev/null"], capture_output=True, text=True)
         expect(r.returncode != 0 and "token" in (r.stdout + r.stderr).lower(),
                "the shipped tokens file refuses a client without a token", r.stdout + r.stderr)
+
+        # a token added to the Secret (as the kubelet updates the mounted
+        # copy), then docs/operating.md's reload command in the container
+        token = os.urandom(16).hex()
+        with open(os.path.join(local[secret_vol["name"]], skey), "a") as f:
+            f.write("%s rw pkgtest:\n" % token)
+        payload = os.path.join(work, "payload")
+        with open(payload, "wb") as f:
+            f.write(b"kvpool" * 100)
+
+        def put_with_token():
+            return subprocess.run([opts.kvpool, "put", "--server", "tcp://127.0.0.1:%d" % port,
+                                   "--namespace", "pkgtest:k8s", "text:reload", payload],
+                                  capture_output=True, text=True,
+                                  env=dict(os.environ, KVPOOL_TOKEN=token))
+        r = put_with_token()
+        expect(r.returncode != 0, "the new token is refused before the reload", r.stdout + r.stderr)
+        cmd = move_paths(reload_sh.group(1), main_mounts).replace("kill -HUP 1", "kill -HUP %d" % p.pid)
+        r = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True)
+        expect(r.returncode == 0, "the reload command runs", r.stderr)
+        wait_for(lambda: put_with_token().returncode == 0, 10, "the new token is accepted")
+        expect(p.poll() is None and os.stat(tokens).st_mode & 0o777 == 0o600,
+               "after the reload the new token is accepted by the same kvpoold (no restart), "
+               "its tokens file still mode 0600")
         p.send_signal(signal.SIGTERM)
         rc = p.wait(timeout=grace)
         expect(rc == 0, "and it stops with exit 0 on SIGTERM within the grace period", str(rc))
+
+        # ---- the engine pod of docs/operating.md ----
+        check_engine_pod(sts, svc, nsname, ports["data"])
 
         # ---- etcd membership: the commented cluster line, the etcd manifests ----
         m = re.search(r"^#\s*cluster\s*=\s*(etcd://([^:/]+):(\d+)/(\S+))", cm["data"][key], re.M)
         expect(m, "kvpool.conf has a commented cluster = etcd://... line")
         cluster_url, etcd_host, etcd_port, cluster_name = m.groups()
-        edocs = render(os.path.join(DEPLOY, "etcd"))
         esvc = one(edocs, "Service", etcd_host)
         expect(any(sp["port"] == int(etcd_port) for sp in esvc["spec"]["ports"]),
                "its host and port are the etcd Service %s:%s" % (etcd_host, etcd_port))

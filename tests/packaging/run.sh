@@ -2,30 +2,48 @@
 # make test-packaging: kvpool installed the ways docs/building.md lists, each
 # checked from the outside as a user would meet it.
 #
+#   deps       what each make deps-* target installs, through a stand-in
+#              apt-get that records its arguments: only what the target
+#              needs (deps-build: DEB_BUILD_PACKAGES, deps-wheel: and the
+#              Python tools, deps-deb: debian/control's Build-Depends),
+#              always with --no-install-recommends; make wheel and make
+#              deb reach only those; DEB_BUILD_PACKAGES agrees with the
+#              Build-Depends
 #   wheel      make wheel; the wheel's files against client/python/kvpool;
 #              a fresh virtualenv, pip install --no-index, import, a block
 #              put and got back from a kvpoold with the library inside the
 #              wheel, the vllm.general_plugins entry point in the installed
-#              metadata, pip uninstall leaving the virtualenv as it was;
-#              pip install --no-build-isolation of client/python and
-#              python3 -m build --no-isolation (sdist, then a wheel from it)
+#              metadata, KVPOOL_LIB beside the library inside (not used,
+#              and a warning says so), the library stripped, pip uninstall
+#              leaving the virtualenv as it was, make wheel up to date once
+#              built; pip install --no-build-isolation of client/python
+#              (and in a bare virtualenv, the message that wheel is
+#              missing) and python3 -m build --no-isolation (sdist, then a
+#              wheel from it), leaving the source tree clean
 #   pkgconfig  make install DESTDIR=... PREFIX=/usr, then the README's C
 #              example built with pkg-config (PKG_CONFIG_SYSROOT_DIR and
 #              PKG_CONFIG_PATH on the staged tree), shared and static, run
-#              against a kvpoold
-#   deb        make deb; the four packages' files and scripts (dpkg-deb);
-#              kvpoold --version and the Python package from the unpacked
-#              packages; lintian with no error (its warnings are printed);
-#              then apt-get install into a Debian 12 root (the container
-#              test's cached debootstrap root, made if missing): the user,
-#              the data directory, the enabled unit, the conffile, kvpoold
-#              run from that root as its user; and apt-get purge removing
-#              what the packages made
-#   k8s        kubectl kustomize of deploy/kubernetes and deploy/kubernetes/etcd,
-#              checked against kvpoold's own settings by k8s_check.py, which
-#              also starts kvpoold (and Debian's etcd) the way the pods would
+#              against a kvpoold; make install leaves the built wheel as it
+#              is; make uninstall leaves only the configuration
+#   deb        make deb, from a copy of the tracked files only (an
+#              untracked file does not travel); the five packages' files,
+#              dependencies and scripts (dpkg-deb); kvpoold --version and
+#              the Python package from the unpacked packages; lintian with
+#              no error (its warnings are printed); then apt-get install
+#              into a Debian 12 root (the container test's cached
+#              debootstrap root, made if missing): the user, the data
+#              directory, the enabled unit and the commands it runs, the
+#              conffile, kvpoold run from that root as its user; apt-get
+#              purge removing what the packages made (and keeping a file
+#              the operator added to /etc/kvpool); kvpool-tools alone, with
+#              no server
+#   k8s        kubectl kustomize of deploy/kubernetes, deploy/kubernetes/setup
+#              and deploy/kubernetes/etcd, checked against kvpoold's own
+#              settings by k8s_check.py, which also starts kvpoold (and
+#              Debian's etcd) the way the pods would, reloads its tokens
+#              the documented way, and checks docs/operating.md's engine pod
 #
-#   tests/packaging/run.sh [SECTION...]     (default: all four)
+#   tests/packaging/run.sh [SECTION...]     (default: all five)
 #
 # Environment: BUILD (default build), PYTHON (default /usr/bin/python3),
 # KVPOOL_DEB_ROOT (a Debian 12 root tarball for the install test; default
@@ -50,10 +68,12 @@ MULTIARCH=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-mul
 work=$(mktemp -d /tmp/kvpool-packaging.XXXXXX)
 pids=()
 mounts=()
+probes=()
 cleanup() {
 	local p m
 	for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
 	for m in "${mounts[@]}"; do umount -l "$m" 2>/dev/null; done
+	for p in "${probes[@]}"; do rm -f "$p"; done
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -136,6 +156,128 @@ clean_env() {
 	env -u PYTHONPATH -u KVPOOL_LIB -u LD_LIBRARY_PATH -u LD_PRELOAD PYTHONDONTWRITEBYTECODE=1 "$@"
 }
 
+# ---- deps -------------------------------------------------------------------------
+
+# A Makefile variable's value.
+make_var() {
+	printf 'print-%%: ; @echo $(%s)\n' '$*' | make --no-print-directory -s -f Makefile -f - "print-$1"
+}
+
+# Packages no build or packaging target needs: daemons, the demos' stack,
+# the test tools.
+HEAVY="etcd-server prometheus prometheus-node-exporter python3-torch python3-matplotlib rdma-core libcmocka-dev python3-pytest"
+
+# A stand-in apt-get: records each call's arguments (one a line, then
+# "--") in $work/apt.log and succeeds.
+fake_apt() {
+	printf '#!/bin/sh\nfor a in "$@"; do printf "%%s\\n" "$a"; done >>"%s"\necho -- >>"%s"\n' \
+		"$work/apt.log" "$work/apt.log" >"$work/apt-get"
+	chmod +x "$work/apt-get"
+	: >"$work/apt.log"
+}
+
+# make TARGET... with the stand-in apt-get, as if every package were missing.
+deps_run() {
+	fake_apt
+	make --no-print-directory -s DEPS_FORCE=1 APT_GET="$work/apt-get" SUDO= BUILD="$BUILD" \
+		PYTHON="$PY" "$@" >"$work/deps.out" 2>&1 || { cat "$work/deps.out"; return 1; }
+}
+
+# The packages of the recorded install calls, one a line, sorted; and the
+# dependency string of a satisfy call, one package name a line.
+apt_installed() {
+	awk '/^--$/ { if (inst) for (i = 1; i <= n; i++) print a[i]; inst = 0; n = 0; next }
+	     $0 == "install" { inst = 1; next } !/^-/ { a[++n] = $0 }' "$work/apt.log" | sort -u
+}
+apt_satisfied() {
+	awk '/^--$/ { s = 0; next } s && !/^-/ { print } $0 == "satisfy" { s = 1 }' "$work/apt.log" |
+		dep_names
+}
+# "a, b (>= 1), c:any" -> a b c, one a line, sorted.
+dep_names() {
+	tr ',' '\n' | sed 's/([^)]*)//; s/:any//; s/[[:space:]]//g' | grep . | sort -u
+}
+# debian/control's Build-Depends, one package name a line.
+build_depends() {
+	awk '/^Build-Depends:/ { f = 1; sub(/^Build-Depends:/, ""); print; next }
+	     f && /^[ \t]/ { print; next } { f = 0 }' debian/control | dep_names
+}
+
+installs_exactly() { # target package...
+	local target=$1 got want
+	shift
+	deps_run "$target" || return 1
+	got=$(apt_installed | tr '\n' ' ')
+	want=$(printf '%s\n' "$@" | sort -u | tr '\n' ' ')
+	[ "$got" = "$want" ] || { printf 'installed: %s\nwanted:    %s\n' "$got" "$want"; return 1; }
+}
+satisfies_build_depends() {
+	deps_run deps-deb || return 1
+	diff <(apt_satisfied) <( (echo build-essential; build_depends) | sort -u)
+}
+no_heavy() {
+	local h
+	for h in $HEAVY; do
+		if apt_installed | grep -qx "$h" || apt_satisfied | grep -qx "$h"; then
+			echo "installs $h"
+			return 1
+		fi
+	done
+}
+every_call_without_recommends() {
+	grep -qE '^(install|satisfy)$' "$work/apt.log" || { echo "no install call"; return 1; }
+	awk '/^--$/ { if (call && !nr) bad = 1; call = 0; nr = 0; next }
+	     $0 == "install" || $0 == "satisfy" { call = 1 } $0 == "--no-install-recommends" { nr = 1 }
+	     END { exit bad }' "$work/apt.log" || { cat "$work/apt.log"; return 1; }
+}
+# make -n TARGET (nothing is built) reaches the install of $2 and none of $3.
+reaches() {
+	local out
+	out=$(make -n --no-print-directory DEPS_FORCE=1 APT_GET=apt-get SUDO= BUILD="$BUILD" "$1" 2>&1)
+	echo "$out" | grep -q -- "$2" || { echo "make -n $1 does not run: $2"; return 1; }
+	! echo "$out" | grep -E "$3"
+}
+sublist() { # list-a list-b: every word of a is in b
+	local p
+	for p in $1; do case " $2 " in *" $p "*) ;; *) echo "missing $p"; return 1 ;; esac; done
+}
+dev_packages_agree() {
+	diff <(printf '%s\n' $1 | grep -- '-dev$' | sort -u) <(build_depends | grep -- '-dev$')
+}
+
+test_deps() {
+	section_begin deps
+	local build wheel all
+	build=$(make_var DEB_BUILD_PACKAGES)
+	wheel=$(make_var DEB_WHEEL_PACKAGES)
+	all=$(make_var DEB_PACKAGES)
+	# shellcheck disable=SC2086
+	check "make deps-build installs DEB_BUILD_PACKAGES only" installs_exactly deps-build $build
+	check "  with --no-install-recommends" every_call_without_recommends
+	check "  nothing heavy ($HEAVY)" no_heavy
+	# shellcheck disable=SC2086
+	check "make deps-wheel installs those and DEB_WHEEL_PACKAGES only" installs_exactly deps-wheel $build $wheel
+	check "  with --no-install-recommends" every_call_without_recommends
+	check "  nothing heavy" no_heavy
+	check "make deps-deb satisfies build-essential and debian/control's Build-Depends" satisfies_build_depends
+	check "  with --no-install-recommends" every_call_without_recommends
+	check "  nothing heavy" no_heavy
+	check "make deps-packaging (make test-packaging) runs" deps_run deps-packaging
+	check "  with --no-install-recommends" every_call_without_recommends
+	check "  nothing of the demos" bash -c "! grep -qxE 'python3-torch|python3-matplotlib|prometheus' '$work/apt.log'"
+	# shellcheck disable=SC2086
+	check "make deps (make test, the demos) installs DEB_PACKAGES" installs_exactly deps $all
+	check "  with --no-install-recommends" every_call_without_recommends
+	check "make wheel reaches deps-wheel only" \
+		reaches wheel 'install -y -qq --no-install-recommends python3-build' 'etcd-server|python3-torch|satisfy'
+	check "make deb reaches deps-deb only" \
+		reaches deb 'satisfy -y -qq --no-install-recommends' 'etcd-server|python3-torch|python3-pytest'
+	check "DEB_BUILD_PACKAGES' -dev packages are debian/control's Build-Depends' -dev packages" \
+		dev_packages_agree "$build"
+	check "DEB_PACKAGES holds DEB_BUILD_PACKAGES and DEB_WHEEL_PACKAGES" sublist "$build $wheel" "$all"
+	section_end
+}
+
 # ---- wheel ------------------------------------------------------------------------
 
 ROUND_TRIP=$(cat <<'EOF'
@@ -199,6 +341,15 @@ print("%d files, %d modules" % (len(names), len(want)))
 EOF
 }
 
+wheel_lib_stripped() {
+	mkdir -p "$work/whl" && (cd "$work/whl" && "$PY" -m zipfile -e "$1" .) || return 1
+	local lib=$work/whl/kvpool/libkvpool.so
+	readelf -S "$lib" | grep -E '\.symtab|\.debug_' && { echo "not stripped"; return 1; }
+	readelf --dyn-syms "$lib" | grep -q ' kvpool_connect$' || { echo "no kvpool_connect"; return 1; }
+	printf '%s bytes inside, %s in %s\n' "$(stat -c %s "$lib")" "$(stat -c %s "$build_dir/libkvpool.so")" \
+		"$BUILD/libkvpool.so"
+}
+
 site_listing() {
 	find "$1" -path '*/__pycache__' -prune -o -print | sort
 }
@@ -215,6 +366,10 @@ test_wheel() {
 	echo "  wheel contents:"
 	"$PY" -c 'import sys, zipfile
 for i in zipfile.ZipFile(sys.argv[1]).infolist(): print("    %9d  %s" % (i.file_size, i.filename))' "$whl"
+	check "the library inside is stripped (no .symtab, no .debug_*) and keeps its dynamic symbols" \
+		wheel_lib_stripped "$whl"
+	check "make wheel is up to date once built (make -q)" \
+		make -q --no-print-directory BUILD="$BUILD" PYTHON="$PY" "$whl"
 
 	# A bare virtualenv: no system packages, so numpy is absent and
 	# --no-index proves the wheel needs nothing else.
@@ -233,6 +388,11 @@ for i in zipfile.ZipFile(sys.argv[1]).infolist(): print("    %9d  %s" % (i.file_
 	else
 		check "kvpoold starts" false
 	fi
+	check "KVPOOL_LIB naming another file: the library inside still loads, and a warning says so" \
+		bash -c "out=\$(env -u PYTHONPATH KVPOOL_LIB=/nonexistent/libkvpool.so '$venv/bin/python' -c \
+			'import kvpool; print(kvpool.library_path)' 2>&1) && echo \"\$out\" &&
+			echo \"\$out\" | grep -qx '$site/kvpool/libkvpool.so' &&
+			echo \"\$out\" | grep -q 'KVPOOL_LIB=/nonexistent/libkvpool.so is not used: this package carries its own'"
 	check "vllm.general_plugins entry point in the installed metadata" \
 		clean_env "$venv/bin/python" -c "$ENTRY_POINT"
 	check "pip show lists the files, the library among them" \
@@ -245,18 +405,24 @@ for i in zipfile.ZipFile(sys.argv[1]).infolist(): print("    %9d  %s" % (i.file_
 	# and python3 -m build's sdist-then-wheel (the version from PKG-INFO).
 	check "python3 -m venv --system-site-packages" "$PY" -m venv --system-site-packages "$work/venv2"
 	check "pip install --no-build-isolation --no-index client/python (a pure package)" \
-		clean_env KVPOOL_PY_BUILD="$work/pybuild" "$work/venv2/bin/pip" install -q \
+		clean_env "$work/venv2/bin/pip" install -q \
 		--disable-pip-version-check --no-build-isolation --no-index ./client/python
 	check "that package loads \$KVPOOL_LIB and lists the entry point" \
 		clean_env KVPOOL_LIB="$build_dir/libkvpool.so" "$work/venv2/bin/python" -c \
 		"import kvpool; assert kvpool.library_path == '$build_dir/libkvpool.so'; assert kvpool.__version__ == '$VERSION'
 $ENTRY_POINT"
+	check "in a bare virtualenv it says that wheel is missing" bash -c "
+		'$PY' -m venv '$work/venv3' &&
+		! env -u KVPOOL_LIB -u PYTHONPATH '$work/venv3/bin/pip' install --disable-pip-version-check \
+			--no-build-isolation --no-index ./client/python >'$work/venv3.log' 2>&1 &&
+		grep -q 'setup.py: building a wheel needs the wheel package' '$work/venv3.log' ||
+		{ cat '$work/venv3.log'; exit 1; }"
 	check "python3 -m build --no-isolation client/python (sdist, then a wheel from it)" \
-		clean_env KVPOOL_PY_BUILD="$work/pybuild2" "$PY" -m build --no-isolation --outdir "$work/sdist" client/python
+		clean_env "$PY" -m build --no-isolation --outdir "$work/sdist" client/python
 	check "the sdist's wheel has version $VERSION" ls "$work/sdist/kvpool-$VERSION-py3-none-any.whl" \
 		"$work/sdist/kvpool-$VERSION.tar.gz"
-	check "the source tree stays clean (no build/ or egg-info in client/python)" \
-		bash -c "! ls -d client/python/build client/python/*.egg-info 2>/dev/null"
+	check "the source tree stays clean (nothing untracked or ignored in client/python)" \
+		bash -c "! git status --short --ignored client/python | grep -v '^ M\|^M\|^A'"
 	section_end
 }
 
@@ -269,9 +435,16 @@ readme_c_example() {
 
 test_pkgconfig() {
 	section_begin pkgconfig
-	local stage=$work/stage pc cflags libs
+	local stage=$work/stage pc cflags libs whl before
+	# make install after make wheel: the wheel is used as it is (sudo make
+	# install would otherwise leave root's files in the user's build/)
+	check "make wheel" make --no-print-directory -s BUILD="$BUILD" PYTHON="$PY" wheel
+	whl=$(ls "$build_dir/dist/kvpool-$VERSION-"*.whl)
+	before=$(stat -c '%i %Y' "$whl" "$build_dir/python")
 	check "make install DESTDIR=$stage PREFIX=/usr" make --no-print-directory -s BUILD="$BUILD" \
 		PYTHON="$PY" DESTDIR="$stage" PREFIX=/usr install || { section_end; return; }
+	check "make install used the built wheel as it was (not rebuilt)" \
+		test "$before" = "$(stat -c '%i %Y' "$whl" "$build_dir/python")"
 	pc=$stage/usr/lib/pkgconfig/kvpool.pc
 	check "kvpool.pc installed" test -f "$pc"
 	check "README.md builds its C example with pkg-config" \
@@ -305,6 +478,13 @@ test_pkgconfig() {
 		check "kvpoold starts" false
 	fi
 	unset PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_PATH
+	echo "edited" >>"$stage/etc/kvpool/kvpool.conf"
+	check "make uninstall DESTDIR=$stage PREFIX=/usr" make --no-print-directory -s BUILD="$BUILD" \
+		PYTHON="$PY" DESTDIR="$stage" PREFIX=/usr uninstall
+	check "it left only the configuration, as edited" bash -c "
+		[ \"\$(cd '$stage' && find . ! -type d | sort)\" = ./etc/kvpool/kvpool.conf ] &&
+		tail -1 '$stage/etc/kvpool/kvpool.conf' | grep -qx edited ||
+		{ cd '$stage' && find . ! -type d; exit 1; }"
 	section_end
 }
 
@@ -331,6 +511,19 @@ kvpool_postinst_ok() {
 		deb_control_has "$1" postinst "deb-systemd-helper enable 'kvpoold.service'" &&
 		deb_control_has "$1" postinst "deb-systemd-invoke .* 'kvpoold.service'" &&
 		deb_control_has "$1" postinst 'systemd-tmpfiles .*--create kvpool.conf'
+}
+
+# Every Exec*= command of the installed kvpoold.service exists in root $1
+# and is executable there (systemd-analyze verify's "is not executable").
+unit_commands_exist() {
+	local unit=$1/lib/systemd/system/kvpoold.service cmd n=0
+	[ -f "$unit" ] || { echo "no $unit"; return 1; }
+	while read -r cmd; do
+		n=$((n + 1))
+		[ -x "$1$cmd" ] || { echo "$cmd (from $unit) is not executable in the root"; return 1; }
+		echo "$cmd"
+	done < <(sed -n 's/^Exec[A-Za-z]*=[-@+!:]*\([^ ]*\).*/\1/p' "$unit")
+	[ "$n" -ge 2 ] || { echo "found $n Exec lines"; return 1; }
 }
 
 # The packages installed and purged in a Debian 12 root with apt-get.
@@ -364,15 +557,17 @@ deb_root_install() {
 	chmod 755 "$r" # the root tarball may carry its mktemp directory's 0700
 	cp /etc/resolv.conf "$r/etc/resolv.conf"
 	mkdir -p "$r/tmp/debs"
-	cp "$debs"/kvpool_*.deb "$debs"/libkvpool0_*.deb "$debs"/libkvpool-dev_*.deb \
-		"$debs"/python3-kvpool_*.deb "$r/tmp/debs/"
+	cp "$debs"/kvpool_*.deb "$debs"/kvpool-tools_*.deb "$debs"/libkvpool0_*.deb \
+		"$debs"/libkvpool-dev_*.deb "$debs"/python3-kvpool_*.deb "$r/tmp/debs/"
 	mount -t proc proc "$r/proc" 2>/dev/null && mounts+=("$r/proc")
 	local in="chroot $r env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive LANG=C"
 	check "apt-get update in the root" $in apt-get update -qq || return
 	local f inroot=()
 	for f in "$r"/tmp/debs/*.deb; do inroot+=("/tmp/debs/$(basename "$f")"); done
-	check "apt-get install the four packages (and what they depend on)" \
+	check "apt-get install the five packages (and what they depend on)" \
 		$in apt-get install -y -qq --no-install-recommends "${inroot[@]}" || return
+	check "every command the unit runs is there and executable (ExecReload's /bin/kill: procps)" \
+		unit_commands_exist "$r"
 	check "kvpoold --version runs from the root" \
 		bash -c "$in /usr/bin/kvpoold --version | grep -q '^kvpoold $VERSION (protocol '"
 	check "kvpool --version runs from the root" bash -c "$in /usr/bin/kvpool --version | grep -q '^kvpool $VERSION '"
@@ -407,34 +602,72 @@ deb_root_install() {
 	kill -TERM "$rpid" 2>/dev/null
 	check "and stops cleanly on SIGTERM" wait "$rpid"
 	mkdir -p "$r/var/lib/kvpool/nvme" && touch "$r/var/lib/kvpool/nvme/segment-test"
+	# a tokens file the operator added, where the docs put it
+	printf '[tokens]\n' >"$r/etc/kvpool/tokens"
 
-	check "apt-get purge the four packages" $in apt-get purge -y -qq kvpool libkvpool0 libkvpool-dev python3-kvpool
+	check "apt-get purge the five packages" \
+		$in apt-get purge -y -qq kvpool kvpool-tools libkvpool0 libkvpool-dev python3-kvpool
 	check "purge removed /var/lib/kvpool (the NVMe tier's data)" test ! -e "$r/var/lib/kvpool"
-	check "purge removed /etc/kvpool" test ! -e "$r/etc/kvpool"
+	check "purge removed /etc/kvpool/kvpool.conf" test ! -e "$r/etc/kvpool/kvpool.conf"
+	check "and kept the operator's /etc/kvpool/tokens, alone there (docs/operating.md)" \
+		test "$(ls -A "$r/etc/kvpool" 2>&1)" = tokens
+	rm -rf "$r/etc/kvpool"
 	check "purge removed the unit's enable link" \
 		test ! -e "$r/etc/systemd/system/multi-user.target.wants/kvpoold.service"
 	check "no kvpool file left in /usr" bash -c "! find '$r/usr' -name '*kvpool*' | grep ."
 	check "dpkg knows none of the packages any more" \
-		bash -c "! $in dpkg-query -W -f '\${db:Status-Abbrev} \${Package}\n' 2>/dev/null | grep -E '^.i.* (kvpool|libkvpool0|libkvpool-dev|python3-kvpool)$'"
+		bash -c "! $in dpkg-query -W -f '\${db:Status-Abbrev} \${Package}\n' 2>/dev/null | grep -E '^.i.* (kvpool|kvpool-tools|libkvpool0|libkvpool-dev|python3-kvpool)$'"
+
+	# the CLI alone, for a machine that only watches a pool
+	check "apt-get install kvpool-tools alone" \
+		$in apt-get install -y -qq --no-install-recommends "/tmp/debs/$(basename "$(ls "$r"/tmp/debs/kvpool-tools_*.deb)")"
+	check "  kvpool --version runs; no kvpoold, no unit, no configuration" bash -c "
+		$in /usr/bin/kvpool --version | grep -q '^kvpool $VERSION ' &&
+		[ ! -e '$r/usr/bin/kvpoold' ] && [ ! -e '$r/lib/systemd/system/kvpoold.service' ] &&
+		[ ! -e '$r/etc/kvpool' ] &&
+		! $in dpkg-query -W -f '\${db:Status-Abbrev} \${Package}\n' | grep -qE '^.i.* kvpool$'"
+	check "  apt-get purge kvpool-tools" $in apt-get purge -y -qq kvpool-tools
 	if [ -e "$r/proc/self" ]; then umount -l "$r/proc"; fi
 }
 
 test_deb() {
 	section_begin deb
-	local debs=$build_dir/deb k l d p
+	local debs=$build_dir/deb k t l d p probe
+	# an untracked file (a virtualenv, real tokens) must not reach the
+	# copy make deb builds; every tracked file must
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+		probe=untracked-packaging-probe-$$.txt
+		echo "not for packages" >"$probe" && probes+=("$root/$probe")
+		check "make deb-src (the copy make deb builds) holds the tracked files, not the untracked $probe" \
+			bash -c "make --no-print-directory -s BUILD='$BUILD' deb-src >/dev/null &&
+			diff <(cd '$debs/src' && find . ! -type d | sed 's|^\./||' | sort) \
+			     <(git ls-files --cached | while read -r f; do [ -e \"\$f\" ] || [ -L \"\$f\" ] && echo \"\$f\"; done | sort)"
+		rm -f "$probe"
+	fi
 	check "make deb (dpkg-buildpackage -b -us -uc)" bash -c \
 		"make --no-print-directory BUILD='$BUILD' deb >'$work/deb.log' 2>&1 || { tail -40 '$work/deb.log'; exit 1; }" ||
 		{ section_end; return; }
 	k=$(ls "$debs"/kvpool_"$VERSION"_*.deb)
+	t=$(ls "$debs"/kvpool-tools_"$VERSION"_*.deb)
 	l=$(ls "$debs"/libkvpool0_"$VERSION"_*.deb)
 	d=$(ls "$debs"/libkvpool-dev_"$VERSION"_*.deb)
 	p=$(ls "$debs"/python3-kvpool_"$VERSION"_all.deb)
-	check "four packages at version $VERSION in $BUILD/deb" test -f "$k" -a -f "$l" -a -f "$d" -a -f "$p" ||
-		{ section_end; return; }
-	check "kvpool: kvpoold, kvpool, the unit, sysusers, tmpfiles, /etc/kvpool/kvpool.conf, manual pages" \
-		deb_has "$k" /usr/bin/kvpoold /usr/bin/kvpool /lib/systemd/system/kvpoold.service \
+	check "five packages at version $VERSION in $BUILD/deb" \
+		test -f "$k" -a -f "$t" -a -f "$l" -a -f "$d" -a -f "$p" || { section_end; return; }
+	check "kvpool: kvpoold, the unit, sysusers, tmpfiles, /etc/kvpool/kvpool.conf, kvpoold(8)" \
+		deb_has "$k" /usr/bin/kvpoold /lib/systemd/system/kvpoold.service \
 		/usr/lib/sysusers.d/kvpool.conf /usr/lib/tmpfiles.d/kvpool.conf /etc/kvpool/kvpool.conf \
-		/usr/share/man/man8/kvpoold.8.gz /usr/share/man/man1/kvpool.1.gz
+		/usr/share/man/man8/kvpoold.8.gz
+	check "kvpool: not the CLI (kvpool-tools has it)" deb_lacks "$k" '^\./usr/bin/kvpool$|man1/kvpool\.1'
+	check "kvpool depends on procps (ExecReload=/bin/kill) and recommends kvpool-tools" bash -c "
+		dpkg-deb -f '$k' Depends | grep -qE '(^|, )procps(,|$)' &&
+		dpkg-deb -f '$k' Recommends | grep -qx 'kvpool-tools'"
+	check "kvpool-tools: kvpool and kvpool(1), no server, no unit" bash -c "
+		$(declare -f deb_has deb_lacks); work='$work'
+		deb_has '$t' /usr/bin/kvpool /usr/share/man/man1/kvpool.1.gz &&
+		deb_lacks '$t' 'kvpoold|systemd|sysusers|tmpfiles|/etc/' &&
+		! dpkg-deb --ctrl-tarfile '$t' | tar -t | grep -qE 'postinst|conffiles' &&
+		! dpkg-deb -f '$t' Depends | grep -qE '(^|, )kvpool( |,|$)'"
 	check "kvpool: the conffile" deb_control_has "$k" conffiles '^/etc/kvpool/kvpool.conf$'
 	check "kvpool: postinst creates the user, enables and starts the unit" kvpool_postinst_ok "$k"
 	check "kvpool: postrm purge removes /var/lib/kvpool" deb_control_has "$k" postrm 'rm -rf .*/var/lib/kvpool'
@@ -450,12 +683,17 @@ test_deb() {
 		/usr/lib/python3/dist-packages/kvpool/__init__.py \
 		"/usr/lib/python3/dist-packages/kvpool-$VERSION.dist-info/entry_points.txt"
 	check "python3-kvpool: no library of its own (it uses libkvpool0)" deb_lacks "$p" 'libkvpool\.so'
+	check "python3-kvpool: no INSTALLER or direct_url.json in its dist-info, nor in RECORD (dpkg's)" bash -c "
+		$(declare -f deb_lacks)
+		deb_lacks '$p' 'dist-info/(INSTALLER|direct_url\.json)\$' &&
+		dpkg-deb --fsys-tarfile '$p' | tar -xO --wildcards './usr/lib/python3/dist-packages/kvpool-*.dist-info/RECORD' |
+		{ ! grep -E 'INSTALLER|direct_url'; }"
 	check "python3-kvpool depends on libkvpool0" bash -c \
 		"dpkg-deb -f '$p' Depends | grep -q 'libkvpool0 (>= $VERSION)'"
 
 	# The packages' files, unpacked without their scripts.
 	local x=$work/unpacked
-	for f in "$k" "$l" "$d" "$p"; do dpkg-deb -x "$f" "$x"; done
+	for f in "$k" "$t" "$l" "$d" "$p"; do dpkg-deb -x "$f" "$x"; done
 	check "kvpoold --version from the unpacked package" bash -c \
 		"'$x/usr/bin/kvpoold' --version | grep -q '^kvpoold $VERSION (protocol '"
 	check "the SONAME of libkvpool0's library is libkvpool.so.0" bash -c \
@@ -499,14 +737,15 @@ test_k8s() {
 
 start_s=$(date +%s)
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(wheel pkgconfig deb k8s)
+[ ${#sections[@]} -gt 0 ] || sections=(deps wheel pkgconfig deb k8s)
 for s in "${sections[@]}"; do
 	case "$s" in
+	deps) test_deps ;;
 	wheel) test_wheel ;;
 	pkgconfig) test_pkgconfig ;;
 	deb) test_deb ;;
 	k8s) test_k8s ;;
-	*) echo "unknown section $s (wheel, pkgconfig, deb, k8s)"; exit 2 ;;
+	*) echo "unknown section $s (deps, wheel, pkgconfig, deb, k8s)"; exit 2 ;;
 	esac
 done
 printf 'test-packaging took %d s\n' "$(($(date +%s) - start_s))"

@@ -134,6 +134,60 @@ static void test_dram_room(void **state)
 	assert_non_null(strstr(err, "at most 0 bytes fit"));
 }
 
+/* The NVMe tier's index beside dram_capacity: deploy/kubernetes's pod
+ * (8 GiB arena, 100 GiB tier) warns under a 9 GiB limit with the numbers
+ * and the average block size that fits, and fits under 13 GiB. */
+static void test_nvme_index_room(void **state)
+{
+	const uint64_t gib = 1ull << 30, d8 = 8 * gib, n100 = 100 * gib;
+	const char *src = "/sys/fs/cgroup/kubepods/pod1/memory.max";
+	char msg[1400] = "";
+	uint64_t need;
+
+	(void)state;
+	/* 26,214,400 blocks of 4 KiB, 160 bytes each */
+	assert_int_equal(srv_nvme_index_bytes(n100), 4194304000ull);
+	assert_int_equal(srv_nvme_index_bytes(4095), 0);
+	/* no tier, or no known limit: nothing to say */
+	assert_int_equal(srv_check_nvme_index_room(d8, 0, 0, 9 * gib, src, msg, sizeof(msg)), 0);
+	assert_int_equal(srv_check_nvme_index_room(d8, n100, 0, 0, NULL, msg, sizeof(msg)), 0);
+	assert_string_equal(msg, "");
+	/* 9 GiB: 704,643,072 bytes left beside 8 GiB and 352 MiB, which
+	 * hold 4,404,019 blocks: 100 GiB of them average 24,382 bytes,
+	 * 24,576 in whole 4 KiB pages */
+	assert_int_equal(srv_check_nvme_index_room(d8, n100, 24 * gib, 9 * gib, src, msg,
+						   sizeof(msg)), 1);
+	assert_non_null(strstr(msg, "nvme_capacity (107374182400 bytes) holds up to 26214400 "
+				    "blocks of 4096 bytes, 160 bytes of index each (4194304000 bytes)"));
+	assert_non_null(strstr(msg, "the cgroup memory limit in /sys/fs/cgroup/kubepods/pod1/"
+				    "memory.max (9663676416 bytes) leaves 704643072 bytes beside "
+				    "dram_capacity (8589934592 bytes) and kvpoold's own 369098752 bytes"));
+	assert_non_null(strstr(msg, "average at least 24576 bytes"));
+	assert_non_null(strstr(msg, "nvme_capacity to 18038861824 bytes"));
+	/* the limit it names is the smallest that holds the index */
+	assert_non_null(strstr(msg, "raise the limit to "));
+	need = strtoull(strstr(msg, "raise the limit to ") + strlen("raise the limit to "), NULL, 10);
+	assert_int_equal(srv_check_nvme_index_room(d8, n100, 0, need, NULL, msg, sizeof(msg)), 0);
+	assert_int_equal(srv_check_nvme_index_room(d8, n100, 0, need - 4096, NULL, msg,
+						   sizeof(msg)), 1);
+	assert_true(need > 12 * gib && need <= 13 * gib);
+	/* 13 GiB holds it (deploy/kubernetes/statefulset.yaml's limit) */
+	assert_int_equal(srv_check_nvme_index_room(d8, n100, 24 * gib, 13 * gib, src, msg,
+						   sizeof(msg)), 0);
+	/* physical memory decides without a cgroup; dram_capacity that
+	 * would have to go below its minimum is not offered */
+	assert_int_equal(srv_check_nvme_index_room(gib, 1024 * gib, 2 * gib, 0, NULL, msg,
+						   sizeof(msg)), 1);
+	assert_non_null(strstr(msg, "this host's physical memory (2147483648 bytes)"));
+	assert_null(strstr(msg, "lower dram_capacity"));
+	assert_non_null(strstr(msg, "or lower nvme_capacity to "));
+	/* no room at all beside the arena: no block size fits */
+	assert_int_equal(srv_check_nvme_index_room(gib - srv_dram_headroom(gib), gib, gib, 0, NULL,
+						   msg, sizeof(msg)), 1);
+	assert_non_null(strstr(msg, "average more than nvme_capacity"));
+	assert_non_null(strstr(msg, "nvme_capacity to 0 bytes"));
+}
+
 /* Which limit decides (moved from test_srv_limits.c, whose srv_check_dram
  * srv_check_dram_room replaced: the same cases, with the room it asks for):
  * the smaller of physical memory and the cgroup limit, and the message
@@ -205,6 +259,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cgroup_limits),
 		cmocka_unit_test(test_dram_room),
+		cmocka_unit_test(test_nvme_index_room),
 		cmocka_unit_test(test_which_limit),
 		cmocka_unit_test(test_parse_memory_max),
 	};

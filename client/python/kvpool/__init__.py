@@ -10,8 +10,10 @@
 Keys are 32-byte bytes (block hashes). Payloads are buffer-protocol objects
 (bytes, bytearray, memoryview, numpy arrays) or contiguous torch CPU
 tensors. Errors raise subclasses of kvpool.Error (see kvpool.errors).
-The C library is found through $KVPOOL_LIB, the source tree's
-build/libkvpool.so, or the installed libkvpool.so.0.
+The C library is the copy inside the package (a wheel of make wheel
+carries one), else $KVPOOL_LIB, else the source tree's build/libkvpool.so,
+else the installed libkvpool.so.0; kvpool.library_path says which loaded
+(kvpool/_lib.py has the rules: KVPOOL_LIB never replaces the copy inside).
 """
 
 from ._lib import DEFAULT_URL, KEY_BYTES

@@ -3,13 +3,21 @@ C-API calls the binding uses to reach caller memory without copying it.
 
 The library is looked for, in order:
   1. libkvpool.so next to this file: the copy a wheel carries (make wheel,
-     make install);
+     make install, pip install of the wheel). It is the library these
+     declarations were built with, so it always comes first: $KVPOOL_LIB
+     does not replace it (a warning says so when KVPOOL_LIB is set to
+     another file); a package without the copy (make wheel WHEEL_LIB=,
+     pip install client/python, Debian's python3-kvpool) has none;
   2. $KVPOOL_LIB, the path of the library file itself (any build dir);
-     when it is set, nothing after it is tried;
+     when it is set, nothing after it is tried, so a wrong path fails
+     the import with its own error;
   3. build/libkvpool.so of the source tree this package sits in
      (client/python/kvpool -> ../../../build), after `make`;
   4. libkvpool.so.0 on the dynamic linker's search path (Debian's
      libkvpool0, or `make install` then ldconfig).
+When none loads, the ImportError gives each one's dlopen error, and says
+which shared libraries the library needs but the system lacks (a slim
+image without libcurl4, say).
 """
 
 import ctypes
@@ -66,35 +74,89 @@ class match_result(Structure):
                 ("lease_ms", c_uint32), ("retain_ms", c_uint32), ("flags", c_uint32)]
 
 
+# The shared libraries libkvpool.so links (ldd), by the Debian 12 package
+# that has each: what the ImportError tells a slim image to install.
+_NEEDED = {
+    "libcurl.so.4": "libcurl4", "libjson-c.so.5": "libjson-c5", "libxxhash.so.0": "libxxhash0",
+    "libcrypto.so.3": "libssl3", "librdmacm.so.1": "librdmacm1",
+    "libibverbs.so.1": "libibverbs1",
+}
+
+
 def _candidates():
+    """[(path, role)] in the order _load tries them (see the module's doc)."""
     here = os.path.dirname(os.path.abspath(__file__))
     found = []
     bundled = os.path.join(here, "libkvpool.so")
     if os.path.exists(bundled):
-        found.append(bundled)
+        found.append((bundled, "bundled"))
     env = os.environ.get("KVPOOL_LIB")
     if env:
-        return found + [env]
+        return found + [(env, "KVPOOL_LIB")]
     root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
     tree = os.path.join(root, "build", "libkvpool.so")
     if os.path.exists(os.path.join(root, "client", "kvpool.h")):
-        found.append(tree)
-    found.append("libkvpool.so.0")
+        found.append((tree, "tree"))
+    found.append(("libkvpool.so.0", "system"))
     return found
+
+
+def _missing_dependency(path, error):
+    """The shared library that dlopen of `path` could not find, when it is
+    one libkvpool needs rather than `path` itself; else None."""
+    first = str(error).split(":", 1)[0].strip()
+    if os.sep in first or "cannot open shared object file" not in str(error):
+        return None
+    if first and first != os.path.basename(path) and ".so" in first:
+        return first
+    return None
+
+
+def _load_error(tried):
+    """The ImportError for [(path, role, error)]: every dlopen error, then
+    what to do about the likeliest cause."""
+    lines = ["kvpool: cannot load libkvpool:"]
+    for path, role, error in tried:
+        text = str(error)
+        if not text.startswith(path + ":"):   # dlopen's own message names the file
+            text = "%s: %s" % (path, text)
+        lines.append("  %s%s" % ("KVPOOL_LIB=" if role == "KVPOOL_LIB" else "", text))
+    missing = sorted({m for path, _, e in tried for m in [_missing_dependency(path, e)] if m})
+    roles = {role for _, role, _ in tried}
+    if missing:
+        pkgs = [_NEEDED[m] for m in missing if m in _NEEDED]
+        lines.append("libkvpool needs shared libraries this system lacks: %s%s" % (
+            ", ".join(missing),
+            " (Debian: apt-get install %s)" % " ".join(pkgs) if pkgs else ""))
+    elif "KVPOOL_LIB" in roles:
+        lines.append("KVPOOL_LIB must name the library file itself (build/libkvpool.so)")
+    else:
+        lines.append("install libkvpool0 (Debian), or build libkvpool (make) and set KVPOOL_LIB "
+                     "to build/libkvpool.so, or install the wheel of make wheel, which carries it")
+    return ImportError("\n".join(lines))
 
 
 def _load():
     tried = []
-    for path in _candidates():
+    for path, role in _candidates():
         if os.sep in path and not os.path.exists(path):
-            tried.append("%s (no such file)" % path)
+            tried.append((path, role, "no such file"))
             continue
         try:
-            return ctypes.CDLL(path)
+            lib = ctypes.CDLL(path)
         except OSError as e:
-            tried.append("%s (%s)" % (path, e))
-    raise ImportError("kvpool: cannot load libkvpool; run `make` in the source tree "
-                      "or set KVPOOL_LIB to the library file. Tried: " + "; ".join(tried))
+            tried.append((path, role, e))
+            continue
+        env = os.environ.get("KVPOOL_LIB")
+        if role == "bundled" and env and (not os.path.exists(env) or
+                                          not os.path.samefile(env, path)):
+            import warnings
+            warnings.warn("kvpool: KVPOOL_LIB=%s is not used: this package carries its own "
+                          "libkvpool.so (%s), which comes first; KVPOOL_LIB applies to a package "
+                          "without one (make wheel WHEEL_LIB=, pip install client/python)" %
+                          (env, path), RuntimeWarning, stacklevel=2)
+        return lib
+    raise _load_error(tried)
 
 
 def _declare(lib):
