@@ -382,6 +382,7 @@ static void metrics_agree_or_fail(struct samples *m, struct json_object *doc)
 		{ "kvpool_rdma_written_bytes_total", "rdma.bytes_written" },
 		{ "kvpool_rdma_transfer_errors_total", "rdma.transfer_errors" },
 		{ "kvpool_match_waiting", "ops.match.waits.waiting" },
+		{ "kvpool_match_wait_bytes", "ops.match.waits.bytes" },
 		{ "kvpool_match_waits_total", "ops.match.waits.started" },
 		{ "kvpool_match_wait_results_total{result=\"complete\"}", "ops.match.waits.complete" },
 		{ "kvpool_match_wait_results_total{result=\"timeout\"}", "ops.match.waits.timeout" },
