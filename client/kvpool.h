@@ -599,7 +599,8 @@ int kvpool_submit_delete(struct kvpool_client *c, const void *keys, size_t count
  * then equals out->matched). A waiting MATCH (wait_ms > 0) has the
  * handle's timeout plus wait_ms; while the server holds it, the requests
  * submitted after it on the handle are answered after it (the server
- * answers a connection's requests in order). Same checks, threads and
+ * answers a connection's requests in order), and their timeouts count
+ * from the end of its wait (see Timeouts). Same checks, threads and
  * errors as kvpool_submit_put / kvpool_submit_match, plus -EINVAL for a
  * NULL out. */
 int kvpool_submit_put_ex(struct kvpool_client *c, const struct kvpool_put_block *blocks,
