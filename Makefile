@@ -89,7 +89,7 @@ DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev l
                 python3-torch python3-matplotlib libopenblas0-pthread \
                 librdmacm-dev libibverbs-dev rdma-core etcd-server libzmq3-dev libmsgpack-dev python3-zmq \
                 python3-msgpack python3-build python3-pip python3-setuptools python3-wheel python3-venv
-PKGS    := libevent libevent_pthreads inih libcrypto libxxhash cmocka json-c libcurl rocksdb libsystemd \
+PKGS    := libevent libevent_pthreads inih libssl libcrypto libxxhash cmocka json-c libcurl rocksdb libsystemd \
            libibverbs librdmacm libzmq msgpack
 
 # The RDMA transport (rdma/): RDMA=1, the default when the rdma-core headers
@@ -113,9 +113,9 @@ CFLAGS  += -std=gnu11 -g $(OPT) -Wall -Wextra -Wpointer-arith -Werror -fPIC -D_G
            -Iproto -Istorage -Iconfig -Iclient -Iserver -Irdma -Ietcd $(PKG_CFLAGS) -MMD -MP
 LDFLAGS += $(SANLD) -pthread
 
-LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lcrypto -lsystemd -lzmq \
+LIBS_SERVER := -levent_core -levent_pthreads -levent_extra -linih -lxxhash -lrocksdb -lssl -lcrypto -lsystemd -lzmq \
                -lmsgpackc -lcurl -ljson-c -lm
-LIBS_CLIENT := -lcrypto -lxxhash -lcurl -ljson-c -lm
+LIBS_CLIENT := -lssl -lcrypto -lxxhash -lcurl -ljson-c -lm
 LIBS_TEST   := -lcmocka
 ifeq ($(RDMA),1)
 CFLAGS      += -DKVPOOL_RDMA=1
@@ -252,6 +252,7 @@ UNIT_DEPS_store  := $(STORETEST_LIBS)
 UNIT_DEPS_arena  := $(BUILD)/libstore.a
 UNIT_DEPS_tier   := $(STORETEST_LIBS)
 UNIT_DEPS_tier_durable := $(STORETEST_LIBS)
+UNIT_DEPS_retain := $(STORETEST_LIBS)
 UNIT_DEPS_index  := $(BUILD)/libstore.a
 UNIT_DEPS_config := $(BUILD)/libconf.a
 UNIT_FAKE_VERBS  := $(if $(filter 1,$(RDMA)),$(call obj,tests/unit/fake_verbs.c))
@@ -305,23 +306,31 @@ UNIT_PRE_tier         := $(STORE_FIXTURE)
 UNIT_PRE_store_faults := $(STORE_FIXTURE)
 UNIT_PRE_events       := $(STORE_FIXTURE)
 UNIT_PRE_tier_durable := $(STORE_FIXTURE)
+UNIT_PRE_retain       := $(STORE_FIXTURE)
 $(BUILD)/tests/unit_%: $(call obj,tests/unit/test_%.c) $$(UNIT_PRE_$$*) $$(UNIT_DEPS_$$*)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(UNIT_LIBS_$*) $(LIBS_CLIENT) $(LIBS_SERVER) $(LIBS_TEST)
 
 $(BUILD)/tests/integ_%: $(call obj,tests/integration/test_%.c) $(INTEG_HOBJ) $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_CLIENT) $(LIBS_TEST) -ljson-c
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_CLIENT) $(LIBS_TEST) -ljson-c -lssl
 
 # Benchmarks (tests/bench/): the wire limit, the index size, and the copy
 # counter preloaded into kvpoold by test_copycount. The counter is built
 # without sanitizers: it replaces memcpy in another program.
 BENCH_WIRE  := $(BUILD)/tests/wire
 BENCH_INDEX := $(BUILD)/tests/index_bytes
+BENCH_TLS   := $(BUILD)/tests/tls_bench
+BENCH_RETAIN := $(BUILD)/tests/retain_mix
 BENCH_MWAIT := $(BUILD)/tests/match_wait
 COPYCOUNT   := $(BUILD)/tests/libcopycount.so
 ROFS        := $(BUILD)/tests/librofs.so
-bench: all $(BENCH_WIRE) $(BENCH_INDEX) $(BENCH_MWAIT) $(COPYCOUNT)
+bench: all $(BENCH_WIRE) $(BENCH_INDEX) $(BENCH_RETAIN) $(BENCH_MWAIT) $(BENCH_TLS) $(COPYCOUNT)
+
+# 1 MiB PUT and GET over TLS against plaintext, one kvpoold (tests/bench/tls.sh).
+$(BENCH_TLS): $(call obj,tests/bench/tls_bench.c) $(BUILD)/libproto.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ -lssl -lcrypto -lxxhash
 
 $(BENCH_WIRE): tests/bench/wire.c
 	@mkdir -p $(dir $@)
@@ -333,6 +342,11 @@ $(BENCH_MWAIT): $(call obj,tests/bench/match_wait.c) $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_CLIENT)
 
 $(BENCH_INDEX): $(call obj,tests/bench/index_bytes.c) $(STORETEST_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_SERVER)
+
+# Retention's target: system prompts beside a scan (tests/bench/retain_mix.c).
+$(BENCH_RETAIN): $(call obj,tests/bench/retain_mix.c) $(BUILD)/libstore.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_SERVER)
 
@@ -350,13 +364,14 @@ $(ROFS): tests/bench/rofs.c
 # stored inputs through a driver built like the other tests
 # ($(BUILD)/tests/fuzz_<target>); make fuzz builds them with clang and
 # libFuzzer into $(BUILD)/fuzz/, objects apart from the gcc ones.
-FUZZ_TARGETS := frame config trace auth
+FUZZ_TARGETS := frame config trace auth tls
 FUZZ_REPLAY  := $(patsubst %,$(BUILD)/tests/fuzz_%,$(FUZZ_TARGETS))
 FUZZ_DEPS_frame  := proto/proto.c
 FUZZ_DEPS_config := $(CONF_SRC)
 FUZZ_DEPS_trace  := client/cli/trace.c
 FUZZ_DEPS_auth   := server/srv_auth.c server/srv_log.c $(CONF_SRC)
-FUZZ_LIBS := -linih -ljson-c -lcrypto
+FUZZ_DEPS_tls    := server/srv_tls.c
+FUZZ_LIBS := -linih -ljson-c -lssl -lcrypto
 
 # A static pattern: a free one would let make chain it into the .d files.
 $(patsubst %,$(BUILD)/obj/tests/fuzz/replay_%.o,$(FUZZ_TARGETS)): $(BUILD)/obj/tests/fuzz/replay_%.o: \

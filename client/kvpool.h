@@ -86,11 +86,29 @@ extern "C" {
 
 struct kvpool_client;
 
-/* Options for kvpool_connect. Zero-initialise, then set what you need. */
+/* Options for kvpool_connect. Zero-initialise, then set what you need.
+ *
+ * TLS (tls:// URLs, and the tls:// members of a cluster): each file is a
+ * PEM file read at kvpool_connect; NULL takes the environment's
+ * KVPOOL_TLS_CA, KVPOOL_TLS_CERT, KVPOOL_TLS_KEY, and without those the
+ * system's trust store and no client certificate. The server's
+ * certificate chain is always verified, and by default it must name the
+ * URL's host (a DNS name or IP address in its subjectAltName).
+ * The TLS fields made the struct larger: a program built with an older
+ * kvpool.h must be rebuilt against this one (libkvpool reads them all). */
 struct kvpool_options {
 	const char *token;    /* auth token, NUL-terminated; NULL for none. Copied. */
 	uint32_t timeout_ms;  /* per-call timeout; 0 = KVPOOL_DEFAULT_TIMEOUT_MS */
+	uint32_t tls_flags;   /* KVPOOL_TLS_* */
+	const char *tls_ca_file;   /* CA certificates the server's must chain to */
+	const char *tls_cert_file; /* this client's certificate (mutual TLS), with... */
+	const char *tls_key_file;  /* ...its private key */
 };
+
+/* kvpool_options.tls_flags: do not check that the server's certificate
+ * names the URL's host (its chain is still verified). For a test rig or
+ * an address no certificate names; not for a shared network. */
+#define KVPOOL_TLS_NO_VERIFY_HOSTNAME 0x1u
 
 /* What the server told us in its HELLO reply. */
 struct kvpool_limits {
@@ -121,9 +139,21 @@ struct kvpool_limits {
  * the bytes with RDMA READ/WRITE, in place for buffers inside a
  * registered region (kvpool_register), through a staging buffer the
  * handle registers once per connection otherwise.
+ * "tls://host:port" speaks TLS (1.2 or later, OpenSSL, kernel TLS where
+ * the kernel offers it) to the server's data port, with the settings of
+ * struct kvpool_options (above). A handshake that fails - a certificate
+ * not signed by a trusted CA, expired, or not naming the host; a client
+ * certificate the server refuses; a server without TLS - answers -EPROTO
+ * with the reason in kvpool_last_server_message ("tls handshake with
+ * host:7470 failed: the server's certificate is refused: certificate has
+ * expired"). A plaintext tcp:// client of a server with tls_only gets
+ * -EACCES ("this port requires TLS (tls_only): connect with a tls://
+ * URL"). RDMA carries no TLS.
  * Errors: -EINVAL (bad URL, empty or too long namespace, a namespace byte
- *   outside printable ASCII 0x21..0x7e, token too long),
- *   -EOPNOTSUPP (a scheme other than tcp://, auto:// or rdma://, rdma://
+ *   outside printable ASCII 0x21..0x7e, token too long; TLS files that do
+ *   not load, with the reason in kvpool_last_server_message),
+ *   -EPROTO (tls://: the handshake failed, above),
+ *   -EOPNOTSUPP (a scheme other than tcp://, tls://, auto:// or rdma://, rdma://
  *   in a build without RDMA, or the server speaks no protocol version we
  *   do), -EPERM / -ENOMEM (rdma://: memory registration refused, e.g. a
  *   too small RLIMIT_MEMLOCK), -ENODEV
@@ -131,8 +161,9 @@ struct kvpool_limits {
  *   resolve), and the shared connection errors above.
  *
  * Several nodes (docs/cluster.md): a comma-separated list,
- * "tcp://a:7470,b:7470,c:7470" (the scheme of the first applies to the
- * others unless they name one), or "etcd://HOST[:PORT]/CLUSTER" (etcd's
+ * "tcp://a:7470,b:7470,c:7470" or "tls://a:7470,b:7470" (the scheme of the
+ * first applies to the others unless they name one), or
+ * "etcd://HOST[:PORT]/CLUSTER" (etcd's
  * v3 JSON gateway; the nodes are the records under
  * kvpool/CLUSTER/nodes/) make a cluster handle: every call below then
  * works on the whole pool, chains cut into segments placed by rendezvous
@@ -372,8 +403,9 @@ struct kvpool_match_result {
  * Threads, blocking and errors as kvpool_match, plus -EINVAL when want >
  * count or out is NULL (checked before anything is sent; the connection
  * is kept, on every kind of handle), and -EDQUOT when a lease over the
- * connection's or tenant's leased-bytes bound is refused (servers before
- * the lease cut). */
+ * connection's or tenant's leased-bytes bound is refused (only kvpoold
+ * before the lease cut: now such a MATCH answers the longest leading run
+ * whose lease fits, with KVPOOL_MATCH_LEASE_CUT and present > matched). */
 int kvpool_match_ex(struct kvpool_client *c, const void *keys, size_t count,
 		    const struct kvpool_match_opts *opts, struct kvpool_match_result *out);
 

@@ -29,6 +29,10 @@ static const char *const log_level_names[] = { "error", "warn", "info", "debug" 
 static const struct conf_choices log_levels = { "log level", log_level_names, 4 };
 /* Indexed by enum conf_admission. */
 static const char *const admission_names[] = { "all", "reused" };
+static const char *const tls_only_names[] = { "auto", "false", "true" };
+static const struct conf_choices tls_only_choices = {
+	"tls_only value (auto, true or false)", tls_only_names, 3,
+};
 static const struct conf_choices admissions = { "admission", admission_names, 2 };
 
 static const struct conf_setting settings[] = {
@@ -108,12 +112,17 @@ static const struct conf_setting settings[] = {
 	{ "tenant_max_leased_bytes", CONF_SIZE, FIELD(tenant_max_leased_bytes), "0", 0, 1024 * TIB,
 	  0, "SIZE",
 	  "with tokens_file: bytes all of one token's connections may hold leased; a MATCH whose "
-	  "lease would pass it answers QUOTA; 0 = half of dram_capacity; dram_capacity or more = "
-	  "no bound", NULL, "bytes" },
+	  "lease would pass it answers the longest leading run whose lease fits (LEASE_CUT); 0 = "
+	  "half of dram_capacity; dram_capacity or more = no bound", NULL, "bytes" },
 	{ "max_conn_leased_bytes", CONF_SIZE, FIELD(max_conn_leased_bytes), "0", 0, 1024 * TIB, 0,
 	  "SIZE",
-	  "bytes one connection may hold leased; a MATCH whose lease would pass it answers QUOTA; "
-	  "0 = a quarter of dram_capacity; dram_capacity or more = no bound", NULL, "bytes" },
+	  "bytes one connection may hold leased; a MATCH whose lease would pass it answers the "
+	  "longest leading run whose lease fits (LEASE_CUT); 0 = a quarter of dram_capacity; "
+	  "dram_capacity or more = no bound", NULL, "bytes" },
+	{ "max_retained_bytes", CONF_SIZE, FIELD(max_retained_bytes), "0", 0, 1024 * TIB, 0, "SIZE",
+	  "payload bytes one tenant (with tokens_file; a token may set its own) or else one "
+	  "namespace may hold retained; a retention past it is refused and the block stored "
+	  "without it; 0 = a quarter of dram_capacity", NULL, "bytes" },
 	{ "max_conn_match_waits", CONF_U32, FIELD(max_conn_match_waits), "64", 1, 65536, CONF_RELOAD,
 	  "N",
 	  "MATCHes one connection may have waiting for blocks at once; one more answers at once "
@@ -129,6 +138,26 @@ static const struct conf_setting settings[] = {
 	  "tokens_file too; 0 = no limit", NULL, "bytes" },
 	{ "allow_unauthenticated", CONF_BOOL, FIELD(allow_unauthenticated), "false", 0, 1, 0,
 	  "BOOL", "serve a non-loopback listen address without tokens_file", NULL, NULL },
+	{ "tls_cert_file", CONF_STRING, FIELD(tls_cert_file), "", 0, CONF_PATH_MAX - 1,
+	  CONF_SPACES_OK | CONF_EMPTY_UNSET | CONF_RELOAD, "FILE",
+	  "PEM certificate chain (leaf first) for TLS on the data port; unset = no TLS; SIGHUP "
+	  "loads it again", NULL, NULL },
+	{ "tls_key_file", CONF_STRING, FIELD(tls_key_file), "", 0, CONF_PATH_MAX - 1,
+	  CONF_SPACES_OK | CONF_EMPTY_UNSET | CONF_RELOAD, "FILE",
+	  "PEM private key of tls_cert_file (others may not read it)", NULL, NULL },
+	{ "tls_client_ca_file", CONF_STRING, FIELD(tls_client_ca_file), "", 0, CONF_PATH_MAX - 1,
+	  CONF_SPACES_OK | CONF_EMPTY_UNSET | CONF_RELOAD, "FILE",
+	  "PEM CA certificates: TLS clients must present a certificate one of them signed; "
+	  "unset = any client", NULL, NULL },
+	{ "tls_only", CONF_CHOICE, FIELD(tls_only), "auto", CONF_TLS_ONLY_AUTO, CONF_TLS_ONLY_ON, 0,
+	  "WHEN", "refuse plaintext clients on the data port: true, false, or auto (true when "
+	  "tls_cert_file is set and listen is not a loopback address)", &tls_only_choices, NULL },
+	{ "allow_plaintext_tokens", CONF_BOOL, FIELD(allow_plaintext_tokens), "false", 0, 1, 0,
+	  "BOOL", "with tokens_file: accept tokens over plaintext from peers that are not on "
+	  "loopback (else such a HELLO is refused, and a non-loopback listen needs TLS)", NULL,
+	  NULL },
+	{ "tls_allow_rdma", CONF_BOOL, FIELD(tls_allow_rdma), "false", 0, 1, 0, "BOOL",
+	  "serve RDMA, which carries no TLS, even when tls_only is in force", NULL, NULL },
 	{ "drain_timeout_ms", CONF_U32, FIELD(drain_timeout_ms), "10000", 0, 3600000, CONF_RELOAD,
 	  "MS",
 	  "on SIGTERM or SIGINT, wait this long at most for requests in flight", NULL, "ms" },
@@ -150,6 +179,10 @@ static const struct conf_setting settings[] = {
 	  "events" },
 	{ "kv_events_block_size", CONF_U32, FIELD(kv_events_block_size), "16", 1, 1048576, 0, "N",
 	  "tokens per block, sent as the KV events' block_size", NULL, "tokens" },
+	{ "kv_events_replay_max_bytes", CONF_SIZE, FIELD(kv_events_replay_max_bytes), "64MiB", 0,
+	  64 * GIB, 0, "SIZE",
+	  "batch bytes one KV-event replay answer carries at most (then its end marker: ask "
+	  "again from the next sequence); 0 = no bound", NULL, "bytes" },
 	{ "cluster", CONF_STRING, FIELD(cluster), "", 0, 255, CONF_EMPTY_UNSET, "URL",
 	  "etcd://HOST[:PORT]/CLUSTER: register this node in that cluster's etcd; unset = "
 	  "standalone", NULL, NULL },

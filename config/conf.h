@@ -23,6 +23,10 @@
 
 enum conf_log_level { CONF_LOG_ERROR = 0, CONF_LOG_WARN, CONF_LOG_INFO, CONF_LOG_DEBUG };
 
+/* tls_only: refuse plaintext on the data port. Auto: on when a certificate
+ * is set and listen is not a loopback address. */
+enum conf_tls_only { CONF_TLS_ONLY_AUTO = 0, CONF_TLS_ONLY_OFF = 1, CONF_TLS_ONLY_ON = 2 };
+
 /* nvme_admission: which blocks the NVMe tier takes when DRAM makes room. */
 enum conf_admission { CONF_ADMIT_ALL = 0, CONF_ADMIT_REUSED = 1 };
 
@@ -67,6 +71,8 @@ struct conf {
 					  * connections; 0 (default) = dram_capacity / 2 */
 	uint64_t max_conn_leased_bytes;  /* leased bytes of one connection; 0 (default) =
 					  * dram_capacity / 4 */
+	uint64_t max_retained_bytes;     /* retained payload bytes per tenant (with auth)
+					  * or namespace; 0 (default) = dram_capacity / 4 */
 	uint32_t max_conn_match_waits;   /* MATCHes waiting at once on one connection;
 					  * default 64 */
 	uint32_t tenant_max_match_waits; /* with auth: MATCHes waiting at once over one
@@ -76,6 +82,14 @@ struct conf {
 					  * without auth; 0 = no limit; default 64 MiB */
 	int allow_unauthenticated;       /* bool (0/1): serve a non-loopback `listen`
 					  * without tokens_file; default 0 */
+	/* TLS on the data port (server/srv_tls.h, docs/security.md). */
+	char tls_cert_file[CONF_PATH_MAX]; /* PEM certificate chain; "" (default) = no TLS */
+	char tls_key_file[CONF_PATH_MAX];  /* PEM private key of it */
+	char tls_client_ca_file[CONF_PATH_MAX]; /* PEM CAs; set: clients need a certificate */
+	int tls_only;                    /* enum conf_tls_only; default auto */
+	int allow_plaintext_tokens;      /* bool: accept a token over plaintext from a
+					  * non-loopback peer; default 0 */
+	int tls_allow_rdma;              /* bool: serve RDMA (no TLS) even with tls_only */
 	uint32_t drain_timeout_ms;       /* SIGTERM/SIGINT: longest wait for requests
 					  * in flight before closing; default 10000 */
 	uint32_t nvme_drain_ms;          /* SIGTERM/SIGINT, then: longest time spent
@@ -88,6 +102,7 @@ struct conf {
 	uint32_t kv_events_buffer;       /* batches kept for replay; default 1000 */
 	uint32_t kv_events_queue;        /* events queued to the publisher; default 65536 */
 	uint32_t kv_events_block_size;   /* tokens per block, the events' block_size; default 16 */
+	uint64_t kv_events_replay_max_bytes; /* batch bytes of one replay answer; 0 = no bound */
 	/* Several nodes (server/srv_etcd.c, docs/cluster.md). */
 	char cluster[256];               /* "etcd://HOST[:PORT]/CLUSTER": register this
 					  * node there; "" (default) = standalone */

@@ -223,6 +223,22 @@ int conf_validate(struct conf *c, char *err, size_t err_len)
 			"address (admin_port 0 turns admin http off)", c->admin_port);
 		return -EINVAL;
 	}
+	if (!!c->tls_cert_file[0] != !!c->tls_key_file[0]) {
+		conf_err(err, err_len, "%s is set but %s is not: TLS needs both the certificate "
+			 "and its private key", c->tls_cert_file[0] ? "tls_cert_file" : "tls_key_file",
+			 c->tls_cert_file[0] ? "tls_key_file" : "tls_cert_file");
+		return -EINVAL;
+	}
+	if (c->tls_client_ca_file[0] && !c->tls_cert_file[0]) {
+		conf_err(err, err_len, "tls_client_ca_file needs tls_cert_file and tls_key_file: "
+			 "client certificates are checked in the TLS handshake");
+		return -EINVAL;
+	}
+	if (c->tls_only == CONF_TLS_ONLY_ON && !c->tls_cert_file[0]) {
+		conf_err(err, err_len, "tls_only is true but tls_cert_file is not set: nothing "
+			 "could connect");
+		return -EINVAL;
+	}
 	if (c->kv_events_replay_endpoint[0] && !c->kv_events_endpoint[0]) {
 		conf_err(err, err_len,
 			"kv_events_replay_endpoint (%s) needs kv_events_endpoint: set it to publish "

@@ -431,7 +431,7 @@ static bool env_is_client_var(const char *var, size_t len)
 	 * the container entrypoint and the test runner: not typos of settings */
 	static const char *const client_vars[] = {
 		"KVPOOL_TOKEN", "KVPOOL_LIB", "KVPOOL_CLI", "KVPOOL_TEST_DATA", "KVPOOL_URL",
-		"KVPOOL_HEALTH_FILE",
+		"KVPOOL_HEALTH_FILE", "KVPOOL_TLS_CA", "KVPOOL_TLS_CERT", "KVPOOL_TLS_KEY",
 		"KVPOOL_COPYCOUNT", "KVPOOL_FUZZ_DIR",
 	};
 

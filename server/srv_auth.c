@@ -39,7 +39,13 @@ struct auth_token {
 	enum srv_access access;
 	struct auth_grant *grants;
 	uint32_t ngrants;
+	bool has_retain_budget;       /* max_retained_bytes=SIZE on its line */
+	uint64_t max_retained_bytes;
 };
+
+/* A token option word: "max_retained_bytes=SIZE" (srv_auth.h). */
+#define AUTH_OPT_RETAIN "max_retained_bytes="
+
 
 struct auth_quota {
 	char *name; /* exact name, or the prefix without its '*' */
@@ -63,6 +69,7 @@ struct auth_table {
 struct srv_auth {
 	pthread_rwlock_t lock; /* guards t against srv_auth_reload */
 	struct auth_table *t;
+	uint64_t generation;   /* tables loaded since the first (atomic) */
 };
 
 /* Where the parser is, for messages. */
@@ -192,6 +199,23 @@ static int token_add_grant(struct auth_parse *p, struct auth_token *tk, const ch
 	return 0;
 }
 
+/* "max_retained_bytes=SIZE" on a token's line: the payload bytes that
+ * token's tenant may hold retained, instead of the max_retained_bytes
+ * setting. Errors: -EINVAL (message in p->err). */
+static int token_retain_option(struct auth_parse *p, struct auth_token *tk, const char *size)
+{
+	uint64_t bytes;
+
+	if (tk->has_retain_budget)
+		return perr(p, -EINVAL, "max_retained_bytes given twice for one token");
+	if (conf_parse_size(size, &bytes) < 0)
+		return perr(p, -EINVAL, "bad max_retained_bytes \"%s\" (bytes, or a number with KB, "
+			    "MiB, GiB...; 0 = this token may not retain)", size);
+	tk->has_retain_budget = true;
+	tk->max_retained_bytes = bytes;
+	return 0;
+}
+
 /* Room for one more token in t. Errors: -ENOMEM. */
 static int tokens_grow(struct auth_table *t)
 {
@@ -230,7 +254,9 @@ static int parse_token_line(struct auth_parse *p, char *line)
 	tk->access = acc[1] == 'w' ? SRV_ACCESS_RW : SRV_ACCESS_RO;
 	p->t->ntokens++; /* owned by the table from here, freed with it */
 	while ((w = next_word(&cur))) {
-		int rc = token_add_grant(p, tk, w);
+		int rc = strncmp(w, AUTH_OPT_RETAIN, strlen(AUTH_OPT_RETAIN)) == 0
+				 ? token_retain_option(p, tk, w + strlen(AUTH_OPT_RETAIN))
+				 : token_add_grant(p, tk, w);
 
 		if (rc < 0)
 			return rc;
@@ -625,6 +651,9 @@ int srv_auth_reload(struct srv_auth *a, const char *path, uint32_t *tokens, uint
 	pthread_rwlock_wrlock(&a->lock);
 	old = a->t;
 	a->t = t;
+	/* after the swap: a reader that sees the new generation asks the
+	 * new table (or a newer one) */
+	__atomic_add_fetch(&a->generation, 1, __ATOMIC_RELEASE);
 	pthread_rwlock_unlock(&a->lock);
 	table_free(old);
 	if (tokens)
@@ -632,6 +661,11 @@ int srv_auth_reload(struct srv_auth *a, const char *path, uint32_t *tokens, uint
 	if (quotas)
 		*quotas = t->nquotas;
 	return 0;
+}
+
+uint64_t srv_auth_generation(const struct srv_auth *a)
+{
+	return __atomic_load_n(&a->generation, __ATOMIC_ACQUIRE);
 }
 
 void srv_auth_free(struct srv_auth *a)
@@ -651,6 +685,22 @@ int srv_auth_known(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTE
 	known = token_find(a->t, digest) != NULL;
 	pthread_rwlock_unlock(&a->lock);
 	return known;
+}
+
+int srv_auth_retain_budget(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTES],
+			   uint64_t *bytes)
+{
+	const struct auth_token *tk;
+	int rc = -ENOENT;
+
+	pthread_rwlock_rdlock(&a->lock);
+	tk = token_find(a->t, digest);
+	if (tk && tk->has_retain_budget) {
+		*bytes = tk->max_retained_bytes;
+		rc = 0;
+	}
+	pthread_rwlock_unlock(&a->lock);
+	return rc;
 }
 
 bool srv_auth_grants_all(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTES])

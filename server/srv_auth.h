@@ -21,7 +21,10 @@
  *
  * TOKEN: 16..1024 bytes of printable ASCII 0x21..0x7e, each token on one
  * line only. ACCESS: "rw" (every request) or "ro" (no PUT, DELETE or
- * DROP_NAMESPACE), for every grant of the line. GRANT, one of:
+ * DROP_NAMESPACE), for every grant of the line. After ACCESS, among the
+ * grants, a word "max_retained_bytes=SIZE" (SIZE as below; once per
+ * line) sets that token's retention budget instead of the
+ * max_retained_bytes setting (0: the token may not retain). GRANT, one of:
  *   NAME       exactly the namespace NAME;
  *   PREFIX/    every namespace starting with PREFIX/: a grant that ends
  *              in a separator, one of / : . - _ , is a prefix;
@@ -74,9 +77,15 @@ struct srv_auth;
  *   -EINVAL (a bad line: unknown section, token too short/long or with a
  *   byte outside 0x21..0x7e, a token given twice, ACCESS not ro/rw, no
  *   grant, a grant over 255 bytes or with a '*' not at its end, a bad
- *   quota name, a bad size; a NUL byte), -EFBIG (file over 16 MiB),
- *   -ENOMEM. */
+ *   quota name, a bad size, a bad or repeated max_retained_bytes=; a
+ *   NUL byte), -EFBIG (file over 16 MiB), -ENOMEM. */
 int srv_auth_load(const char *path, struct srv_auth **out, char *err, size_t err_len);
+
+/* The retention budget the token with this digest sets on its line
+ * (max_retained_bytes=SIZE) into *bytes. Errors: -ENOENT (unknown token,
+ * or its line sets none: the max_retained_bytes setting applies). */
+int srv_auth_retain_budget(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTES],
+			   uint64_t *bytes);
 
 /* The same from memory: text[0..len) (borrowed, need not end in NUL) is
  * parsed as a tokens file called name (used in messages only); no file
@@ -103,6 +112,12 @@ void srv_auth_log_loaded(struct srv_auth *a, const char *what, const char *path)
  * counts of the new table. Errors: as srv_auth_load. */
 int srv_auth_reload(struct srv_auth *a, const char *path, uint32_t *tokens, uint32_t *quotas,
 		    char *err, size_t err_len);
+
+/* The table's generation: 0 for the table loaded at start, one more for
+ * each srv_auth_reload that replaced it. A connection remembers the
+ * generation it was checked against and checks its token again when it
+ * changes (revocation). Any thread; cannot fail. */
+uint64_t srv_auth_generation(const struct srv_auth *a);
 
 /* Destructor. Accepts NULL. */
 void srv_auth_free(struct srv_auth *a);

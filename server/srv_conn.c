@@ -20,6 +20,7 @@
 #include "srv_mwait.h"
 #include "srv_request.h"
 #include "srv_server.h"
+#include "srv_tls.h"
 #include "srv_worker.h"
 #include "store.h"
 
@@ -152,7 +153,7 @@ int srv_conn_check_timeouts(struct srv_conn *c, uint64_t now_ms)
 	 * in-flight budget) for longer than payload_timeout_ms. A GET waiting
 	 * for NVMe reads is the server's wait, not the peer's. */
 	if (!c->peer_eof && c->state != SRV_CONN_WAIT &&
-	    (c->state != SRV_CONN_HEADER || c->hdr_have)) {
+	    (c->state != SRV_CONN_HEADER || c->hdr_have || c->tls_phase == SRV_TLS_HANDSHAKE)) {
 		if (!payload_ms || frame_ms < payload_ms)
 			return 0;
 		snprintf(why, sizeof(why),
@@ -406,8 +407,24 @@ enum srv_next srv_conn_bad_magic(struct srv_conn *c)
 	int err;
 
 	memset(&c->hdr, 0, sizeof(c->hdr)); /* opcode 0, request_id 0 */
-	err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, SRV_QUOTE_NONE,
-				   "bad magic 0x%08" PRIx32 ": not a kvpool frame", magic);
+	if (c->hdr_raw[0] == SRV_TLS_HANDSHAKE_BYTE)
+		err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, SRV_QUOTE_NONE,
+					   "a TLS ClientHello, but this server has no TLS "
+					   "(tls_cert_file is not set): connect with tcp://");
+	else
+		err = srv_conn_reply_error(c, PROTO_STATUS_BAD_REQUEST, SRV_QUOTE_NONE,
+					   "bad magic 0x%08" PRIx32 ": not a kvpool frame", magic);
+	return err ? SRV_NEXT_ABORT : SRV_NEXT_CLOSE;
+}
+
+enum srv_next srv_conn_refuse_plaintext(struct srv_conn *c)
+{
+	int err;
+
+	memset(&c->hdr, 0, sizeof(c->hdr)); /* opcode 0, request_id 0 */
+	srv_stats_add(&c->w->stats, SRV_C_tls_plaintext_refused, 1);
+	err = srv_conn_reply_error(c, PROTO_STATUS_DENIED, SRV_QUOTE_NONE,
+				   "this port requires TLS (tls_only): connect with a tls:// URL");
 	return err ? SRV_NEXT_ABORT : SRV_NEXT_CLOSE;
 }
 

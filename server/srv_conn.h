@@ -74,6 +74,19 @@ struct srv_get_slot {
 	int done_status;           /* what the store's done callback said */
 };
 
+/* Where a TCP connection stands with TLS (srv_conn.tls_phase). */
+enum srv_tls_phase {
+	SRV_TLS_PLAIN = 0, /* plaintext (no TLS on the server, or the client chose it) */
+	SRV_TLS_SNIFF,     /* TLS on the server: waiting for the first byte to tell */
+	SRV_TLS_HANDSHAKE, /* a ClientHello came: handshake in progress */
+	SRV_TLS_UP,        /* every byte goes through c->tls */
+};
+
+/* Why a session lost its grant at a tokens-file reload (srv_conn.revoked):
+ * every request but PING is refused from then on. */
+#define SRV_REVOKED_TOKEN 1     /* the token is no longer in the file */
+#define SRV_REVOKED_NAMESPACE 2 /* its grants no longer cover the namespace */
+
 /* Stop reading requests while the output holds more than this many bytes
  * or this many replies (counted since the output was last empty). */
 #define SRV_OUT_MAX_BYTES (64ull << 20)
@@ -127,11 +140,17 @@ struct srv_conn {
 	uint8_t ns_made_by_wait;      /* a waiting MATCH of this connection created
 					 ns_id: forgotten at close if still empty */
 	uint8_t token_digest[32];     /* SHA-256 of the HELLO token (with auth) */
+	uint64_t auth_gen;            /* srv_auth_generation the token was checked at */
+	uint8_t revoked;              /* SRV_REVOKED_*: a reload took the token's grant away */
 	struct store_lessee *lessee;
 	struct store_tenant *tenant;  /* the token's (with auth), NULL without */
 	/* Output accounting. */
 	uint32_t replies_queued;      /* since the output was last empty */
 	uint8_t *reply_base;          /* space reserved by srv_conn_reply_begin */
+	/* TLS (srv_tcp.c through srv_tls.h): the session, NULL in plaintext. */
+	struct srv_tls *tls;
+	uint8_t tls_phase;            /* enum srv_tls_phase */
+	uint8_t peer_loopback;        /* the peer's address is a loopback one */
 	/* RDMA (srv_rdma_conn.c only; NULL over TCP): the queue pair, the
 	 * message queue, the reply being built, the transfer in progress. */
 	struct srv_rconn *rdma;
@@ -194,6 +213,11 @@ enum srv_next srv_conn_header(struct srv_conn *c);
  * a short probe (an HTTP request) is answered at once. Returns
  * SRV_NEXT_CLOSE or SRV_NEXT_ABORT. */
 enum srv_next srv_conn_bad_magic(struct srv_conn *c);
+
+/* A plaintext client on a port with tls_only: a connection-level error
+ * reply (DENIED, "this port requires TLS ...") before any frame is read,
+ * counted and logged. Returns SRV_NEXT_CLOSE or SRV_NEXT_ABORT. */
+enum srv_next srv_conn_refuse_plaintext(struct srv_conn *c);
 
 /* The whole body of the request in hand is in c->body: dispatch it
  * (srv_request.c) and return what to do next. */

@@ -163,6 +163,7 @@ static char *make_record(const struct srv_etcd_node *n, const char *name, const 
 	json_object_object_add(o, "name", json_object_new_string(name));
 	json_object_object_add(o, "address", json_object_new_string(address));
 	json_object_object_add(o, "port", json_object_new_int(n->port));
+	json_object_object_add(o, "tls", json_object_new_boolean(n->tls));
 	json_object_object_add(o, "rdma", json_object_new_boolean(n->rdma));
 	json_object_object_add(o, "rdma_port", json_object_new_int(n->rdma ? n->rdma_port : 0));
 	json_object_object_add(o, "admin_port", json_object_new_int(n->admin_port));

@@ -3,7 +3,7 @@
  * cluster, node_name, advertise_address, cluster_lease_s; docs/cluster.md).
  *
  * When `cluster` is set, a thread of its own keeps the record
- * kvpool/<cluster>/nodes/<node_name> (JSON: name, address, port,
+ * kvpool/<cluster>/nodes/<node_name> (JSON: name, address, port, tls,
  * rdma_port, admin_port, rdma, dram/nvme capacities, start epoch) under
  * an etcd lease of cluster_lease_s seconds that it renews every third of
  * it. etcd unreachable, or a lease that expired meanwhile, never stops
@@ -32,6 +32,7 @@ struct srv_etcd_node {
 	const char *listen;          /* the listen setting */
 	uint16_t port, rdma_port, admin_port;
 	int rdma;                    /* RDMA is served */
+	int tls;                     /* the data port speaks TLS: clients use tls:// */
 	uint64_t dram_capacity_bytes, nvme_capacity_bytes;
 	uint32_t lease_s;
 };

@@ -5,11 +5,15 @@
  */
 #include "srv_events.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <zmq.h>
@@ -179,6 +183,16 @@ struct replay_slot {
 	size_t payload_len;
 };
 
+/* One peer's replay answer in flight (one per peer at a time). */
+struct replay_peer {
+	zmq_msg_t id;          /* the peer's routing id (a copy); valid while active */
+	bool active;
+	uint64_t next;         /* next sequence number to send */
+	uint64_t end;          /* batches that existed when it asked: send up to end - 1 */
+	uint64_t bytes;        /* payload bytes sent in this answer */
+	uint32_t extra_ends;   /* requests refused meanwhile: an end marker each, after it */
+};
+
 struct srv_events {
 	struct srv_events_config cfg;
 	char *endpoint, *replay_endpoint, *topic;
@@ -191,6 +205,7 @@ struct srv_events {
 	/* counters: producer (produced, dropped) and publisher (the rest), atomics */
 	uint64_t produced, dropped, published, batches, resync_batches;
 	uint64_t replay_requests, replayed_batches, replay_errors;
+	uint64_t replay_refused, replay_truncated;
 	/* the open batch: publisher thread only */
 	struct srv_event_rec *recs;
 	size_t nrecs;
@@ -200,9 +215,11 @@ struct srv_events {
 	bool batch_resync;
 	uint64_t batch_start_ms;
 	msgpack_sbuffer sbuf;
-	/* replay buffer: publisher thread only */
+	/* replay buffer and answers in flight: publisher thread only */
 	struct replay_slot *replay;
 	uint64_t nreplay;            /* slots filled (<= buffer_batches) */
+	struct replay_peer peers[SRV_EVENTS_REPLAY_PEERS];
+	uint32_t npeers;             /* active ones */
 };
 
 static uint64_t mono_ms(void)
@@ -344,6 +361,9 @@ static void drain_ring(struct srv_events *ev)
 	}
 }
 
+/* Send [identity, "", a, b] to a ROUTER peer without waiting. Returns 0,
+ * -EAGAIN (the peer's window of unread messages is full: try later) or
+ * -EHOSTUNREACH (the peer is gone). */
 static int send_to(void *sock, const zmq_msg_t *id, const void *a, size_t alen, const void *b,
 		   size_t blen)
 {
@@ -351,32 +371,72 @@ static int send_to(void *sock, const zmq_msg_t *id, const void *a, size_t alen, 
 
 	zmq_msg_init(&copy);
 	zmq_msg_copy(&copy, (zmq_msg_t *)id);
-	if (zmq_msg_send(&copy, sock, ZMQ_SNDMORE) < 0) {
+	if (zmq_msg_send(&copy, sock, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) {
+		int e = errno;
+
 		zmq_msg_close(&copy);
-		return -1;
+		return e == EAGAIN ? -EAGAIN : -EHOSTUNREACH;
 	}
-	if (zmq_send(sock, "", 0, ZMQ_SNDMORE) < 0 || zmq_send(sock, a, alen, ZMQ_SNDMORE) < 0 ||
-	    zmq_send(sock, b, blen, 0) < 0)
-		return -1;
+	/* once the first frame is taken the message is taken whole */
+	if (zmq_send(sock, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+	    zmq_send(sock, a, alen, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+	    zmq_send(sock, b, blen, ZMQ_DONTWAIT) < 0)
+		return -EHOSTUNREACH;
 	return 0;
 }
 
-/* Answer one replay request: [identity, "", start_seq (8 bytes BE)] as
- * the ROUTER sees a REQ or DEALER peer; every buffered batch with
- * seq >= start_seq in order, then the end marker (seq -1, empty payload). */
-static void serve_replay(struct srv_events *ev)
+/* The active answer of the peer with routing id `id`, or NULL. */
+static struct replay_peer *peer_find(struct srv_events *ev, zmq_msg_t *id)
+{
+	size_t len = zmq_msg_size(id);
+
+	for (uint32_t i = 0; i < SRV_EVENTS_REPLAY_PEERS; i++) {
+		struct replay_peer *p = &ev->peers[i];
+
+		if (p->active && zmq_msg_size(&p->id) == len &&
+		    memcmp(zmq_msg_data(&p->id), zmq_msg_data(id), len) == 0)
+			return p;
+	}
+	return NULL;
+}
+
+static void peer_end(struct srv_events *ev, struct replay_peer *p)
+{
+	zmq_msg_close(&p->id);
+	p->active = false;
+	ev->npeers--;
+}
+
+/* Send the end marker alone (a refused request). Best effort. */
+static void send_end(struct srv_events *ev, zmq_msg_t *id)
+{
+	uint8_t endb[8];
+
+	srv_events_seq_bytes(-1, endb);
+	(void)send_to(ev->router, id, endb, 8, "", 0);
+}
+
+/* Take one replay request off the ROUTER: [identity, "", start_seq (8
+ * bytes BE)] as the ROUTER sees a REQ or DEALER peer. A malformed one is
+ * counted and ignored; one from a peer whose answer is still in flight
+ * gets the end marker alone right after that answer, and one beyond
+ * SRV_EVENTS_REPLAY_PEERS answers in flight gets it at once (both counted
+ * in replay_refused); else the peer's answer starts: the
+ * buffered batches with seq >= start that exist now, sent by
+ * replay_advance. Returns false when there was no request. */
+static bool replay_accept(struct srv_events *ev)
 {
 	zmq_msg_t id, part;
 	uint8_t start[8];
 	size_t frames = 0, last_len = 0;
 	int more = 1;
 	uint64_t from = 0, next, oldest;
-	uint8_t endb[8];
+	struct replay_peer *p = NULL;
 
 	zmq_msg_init(&id);
 	if (zmq_msg_recv(&id, ev->router, ZMQ_DONTWAIT) < 0) {
 		zmq_msg_close(&id);
-		return;
+		return false;
 	}
 	more = zmq_msg_more(&id);
 	while (more) {
@@ -395,29 +455,90 @@ static void serve_replay(struct srv_events *ev)
 	if (frames == 0 || last_len != 8) {
 		count(&ev->replay_errors, 1);
 		zmq_msg_close(&id);
-		return;
+		return true;
 	}
+	p = peer_find(ev, &id);
+	if (p || ev->npeers == SRV_EVENTS_REPLAY_PEERS) {
+		count(&ev->replay_refused, 1);
+		if (p)
+			p->extra_ends++; /* its answer ends first: replies stay in order */
+		else
+			send_end(ev, &id);
+		zmq_msg_close(&id);
+		return true;
+	}
+	for (uint32_t i = 0; i < SRV_EVENTS_REPLAY_PEERS && !p; i++)
+		if (!ev->peers[i].active)
+			p = &ev->peers[i];
 	for (int i = 0; i < 8; i++)
 		from = from << 8 | start[i];
 	next = __atomic_load_n(&ev->batches, __ATOMIC_RELAXED);
 	oldest = next - ev->nreplay;
 	if (from > (uint64_t)INT64_MAX)
 		from = next; /* a negative start: nothing */
-	for (uint64_t seq = from < oldest ? oldest : from; seq < next; seq++) {
-		const struct replay_slot *sl = &ev->replay[seq % ev->cfg.buffer_batches];
-		uint8_t seqb[8];
+	zmq_msg_init(&p->id);
+	zmq_msg_move(&p->id, &id);
+	zmq_msg_close(&id);
+	p->active = true;
+	p->next = from < oldest ? oldest : from;
+	p->end = next;
+	p->bytes = 0;
+	p->extra_ends = 0;
+	ev->npeers++;
+	count(&ev->replay_requests, 1);
+	return true;
+}
 
-		if (sl->seq != seq)
-			continue;
-		srv_events_seq_bytes((int64_t)seq, seqb);
-		if (send_to(ev->router, &id, seqb, 8, sl->payload, sl->payload_len) < 0)
+/* Send up to SRV_EVENTS_REPLAY_STEP more batches of peer p's answer, and
+ * its end marker once it is complete or has carried replay_max_bytes.
+ * Stops early, keeping its place, while the peer's window of unread
+ * messages is full; drops the answer when the peer is gone. */
+static void replay_advance(struct srv_events *ev, struct replay_peer *p)
+{
+	uint64_t oldest = __atomic_load_n(&ev->batches, __ATOMIC_RELAXED) - ev->nreplay;
+	uint8_t seqb[8];
+	int rc = 0;
+
+	for (int k = 0; k < SRV_EVENTS_REPLAY_STEP && p->next < p->end; k++) {
+		const struct replay_slot *sl;
+
+		if (p->next < oldest)
+			p->next = oldest; /* overwritten meanwhile: gone from the buffer */
+		if (p->next >= p->end)
 			break;
+		sl = &ev->replay[p->next % ev->cfg.buffer_batches];
+		if (sl->seq != p->next) {
+			p->next++;
+			continue;
+		}
+		if (p->bytes && ev->cfg.replay_max_bytes &&
+		    p->bytes + sl->payload_len > ev->cfg.replay_max_bytes) {
+			count(&ev->replay_truncated, 1);
+			p->end = p->next; /* the rest: ask again from here */
+			break;
+		}
+		srv_events_seq_bytes((int64_t)p->next, seqb);
+		rc = send_to(ev->router, &p->id, seqb, 8, sl->payload, sl->payload_len);
+		if (rc)
+			break;
+		p->bytes += sl->payload_len;
+		p->next++;
 		count(&ev->replayed_batches, 1);
 	}
-	srv_events_seq_bytes(-1, endb);
-	(void)send_to(ev->router, &id, endb, 8, "", 0);
-	count(&ev->replay_requests, 1);
-	zmq_msg_close(&id);
+	/* the end marker, then one for each request refused meanwhile */
+	while (rc == 0 && p->next >= p->end) {
+		srv_events_seq_bytes(-1, seqb);
+		rc = send_to(ev->router, &p->id, seqb, 8, "", 0);
+		if (rc)
+			break;
+		if (!p->extra_ends) {
+			peer_end(ev, p);
+			return;
+		}
+		p->extra_ends--;
+	}
+	if (rc == -EHOSTUNREACH)
+		peer_end(ev, p);
 }
 
 static void *publisher_main(void *arg)
@@ -434,44 +555,115 @@ static void *publisher_main(void *arg)
 	}
 	for (;;) {
 		bool stopping = __atomic_load_n(&ev->stop, __ATOMIC_ACQUIRE);
-		long timeout = 2;
+		/* answers in flight are pushed every millisecond or so */
+		long timeout = ev->npeers ? 1 : 2;
 
+		/* live events first, every turn: a replay never holds them up */
 		drain_ring(ev);
 		if (ev->nrecs && (stopping || mono_ms() - ev->batch_start_ms >= SRV_EVENTS_BATCH_MS))
 			flush_batch(ev);
 		if (stopping && !srv_event_ring_peek(&ev->ring))
 			break;
+		for (uint32_t i = 0; i < SRV_EVENTS_REPLAY_PEERS && ev->npeers; i++)
+			if (ev->peers[i].active)
+				replay_advance(ev, &ev->peers[i]);
 		if (zmq_poll(items, nitems, timeout) > 0 && (items[0].revents & ZMQ_POLLIN)) {
-			for (int k = 0; k < 64; k++) {
-				int events = 0;
-				size_t len = sizeof(events);
-
-				serve_replay(ev);
-				if (zmq_getsockopt(ev->router, ZMQ_EVENTS, &events, &len) < 0 ||
-				    !(events & ZMQ_POLLIN))
-					break;
-			}
+			for (int k = 0; k < 64 && replay_accept(ev); k++)
+				;
 		}
 	}
+	for (uint32_t i = 0; i < SRV_EVENTS_REPLAY_PEERS; i++)
+		if (ev->peers[i].active)
+			peer_end(ev, &ev->peers[i]);
 	return NULL;
 }
 
+/* endpoint is tcp://HOST:PORT with a HOST that is not an address or an
+ * interface (zmq's bind refuses a host name with ENODEV): resolve HOST
+ * (IPv4 first) and write tcp://ADDRESS:PORT into out. Returns 0, or
+ * -ENOENT when it does not resolve (or endpoint is not of that form). */
+static int resolve_tcp_endpoint(const char *endpoint, char *out, size_t out_len)
+{
+	static const int families[] = { AF_INET, AF_INET6 };
+	char host[256];
+	const char *h = endpoint + 6, *colon;
+	size_t hlen;
+
+	if (strncmp(endpoint, "tcp://", 6) != 0 || *h == '[')
+		return -ENOENT;
+	colon = strrchr(h, ':');
+	if (!colon || (hlen = (size_t)(colon - h)) == 0 || hlen >= sizeof(host))
+		return -ENOENT;
+	memcpy(host, h, hlen);
+	host[hlen] = '\0';
+	for (size_t f = 0; f < sizeof(families) / sizeof(families[0]); f++) {
+		struct addrinfo hints = { .ai_family = families[f], .ai_socktype = SOCK_STREAM };
+		struct addrinfo *ai = NULL;
+		char addr[INET6_ADDRSTRLEN];
+		const void *src;
+
+		if (getaddrinfo(host, NULL, &hints, &ai) != 0 || !ai)
+			continue;
+		src = ai->ai_family == AF_INET ?
+			(const void *)&((const struct sockaddr_in *)ai->ai_addr)->sin_addr :
+			(const void *)&((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr;
+		if (!inet_ntop(ai->ai_family, src, addr, sizeof(addr))) {
+			freeaddrinfo(ai);
+			continue;
+		}
+		snprintf(out, out_len, ai->ai_family == AF_INET ? "tcp://%s%s" : "tcp://[%s]%s", addr,
+			 colon);
+		freeaddrinfo(ai);
+		return 0;
+	}
+	return -ENOENT;
+}
+
+/* Create a socket of `type` and bind it to endpoint, for setting `what`.
+ * IPv6 addresses are taken (ZMQ_IPV6); a tcp:// host name, which zmq
+ * cannot bind, is resolved first (localhost -> 127.0.0.1) and the address
+ * bound is logged. Errors, with err saying which and why: -EINVAL (not an
+ * endpoint zmq binds: a host that does not resolve, an unknown interface,
+ * a bad scheme), -EADDRINUSE, -errno of socket creation. */
 static int bind_socket(void *ctx, int type, const char *endpoint, const char *what, void **out,
 		       char *err, size_t err_len)
 {
 	void *sock = zmq_socket(ctx, type);
-	int zero = 0, hwm = 100000;
+	int zero = 0, one = 1, hwm = 100000, rc, e;
+	char resolved[300];
 
 	if (!sock) {
 		snprintf(err, err_len, "%s: cannot create a socket: %s", what, zmq_strerror(errno));
 		return -errno;
 	}
 	zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof(zero));
+	zmq_setsockopt(sock, ZMQ_IPV6, &one, sizeof(one));
+	if (type == ZMQ_ROUTER) {
+		/* a replay answer waits while its peer does not read, rather
+		 * than piling up: a few unread messages per peer at most, and
+		 * sends that say so (EAGAIN) or that the peer left */
+		hwm = SRV_EVENTS_REPLAY_WINDOW;
+		zmq_setsockopt(sock, ZMQ_ROUTER_MANDATORY, &one, sizeof(one));
+	}
 	zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof(hwm));
-	if (zmq_bind(sock, endpoint) < 0) {
-		int e = errno;
-
-		snprintf(err, err_len, "%s %s: cannot bind: %s", what, endpoint, zmq_strerror(e));
+	rc = zmq_bind(sock, endpoint);
+	e = errno;
+	if (rc < 0 && e == ENODEV && resolve_tcp_endpoint(endpoint, resolved, sizeof(resolved)) == 0) {
+		rc = zmq_bind(sock, resolved);
+		e = errno;
+		if (rc == 0)
+			srv_info("%s %s: bound to %s (zmq binds addresses, not host names)", what,
+				 endpoint, resolved);
+	}
+	if (rc < 0) {
+		if (e == ENODEV && strncmp(endpoint, "tcp://", 6) == 0)
+			snprintf(err, err_len, "%s %s: cannot bind: the host is neither an IP address, "
+				 "an interface name, nor a host name that resolves (e.g. "
+				 "tcp://127.0.0.1:5557, tcp://[::1]:5557, tcp://eth0:5557, "
+				 "tcp://*:5557)", what, endpoint);
+		else
+			snprintf(err, err_len, "%s %s: cannot bind: %s", what, endpoint,
+				 zmq_strerror(e));
 		zmq_close(sock);
 		return e == EADDRINUSE ? -EADDRINUSE : -EINVAL;
 	}
@@ -565,6 +757,8 @@ void srv_events_stats(struct srv_events *ev, struct srv_events_stats *out)
 	out->replay_requests = __atomic_load_n(&ev->replay_requests, __ATOMIC_RELAXED);
 	out->replayed_batches = __atomic_load_n(&ev->replayed_batches, __ATOMIC_RELAXED);
 	out->replay_errors = __atomic_load_n(&ev->replay_errors, __ATOMIC_RELAXED);
+	out->replay_refused = __atomic_load_n(&ev->replay_refused, __ATOMIC_RELAXED);
+	out->replay_truncated = __atomic_load_n(&ev->replay_truncated, __ATOMIC_RELAXED);
 	if (out->produced > out->published + out->dropped)
 		out->queued = out->produced - out->published - out->dropped;
 }

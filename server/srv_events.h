@@ -16,6 +16,17 @@
  * sequence, msgpack EventBatch) on a PUB socket, keeps the last
  * `buffer_batches` for replay, and answers replay requests on a ROUTER
  * socket.
+ *
+ * Replay is bounded per peer: one answer in flight per peer (a second
+ * request meanwhile is answered with the end marker alone, right after
+ * the answer in flight), at most
+ * SRV_EVENTS_REPLAY_PEERS answers in flight, at most
+ * SRV_EVENTS_REPLAY_WINDOW unread messages queued per peer (an answer
+ * waits while its peer does not read), at most replay_max_bytes of
+ * batches in one answer (then the end marker: ask again from the next
+ * sequence). Answers are sent a few batches per peer per turn of the
+ * publisher's loop, after the live events of that turn, so a replay flood
+ * never holds up or drops live events.
  */
 #ifndef KVPOOL_SRV_EVENTS_H
 #define KVPOOL_SRV_EVENTS_H
@@ -33,6 +44,15 @@
  * engine's GPU, named as vLLM's offloading connector names its CPU tier
  * (vLLM >= 0.11, vllm/v1/kv_offload/mediums.py). */
 #define SRV_EVENTS_MEDIUM "CPU"
+/* Replay answers in flight at once (one per peer); more requests get the
+ * end marker at once. */
+#define SRV_EVENTS_REPLAY_PEERS 32
+/* Unread replay messages kvpoold queues for one peer (the ROUTER's
+ * high-water mark): at most this many batches held per peer that does not
+ * read. */
+#define SRV_EVENTS_REPLAY_WINDOW 4
+/* Batches sent per peer per turn of the publisher's loop. */
+#define SRV_EVENTS_REPLAY_STEP 8
 /* Suffix of the topic frame of a batch that follows dropped events. */
 #define SRV_EVENTS_RESYNC_SUFFIX " resync"
 
@@ -43,6 +63,8 @@ struct srv_events_config {
 	uint32_t buffer_batches;     /* batches kept for replay, >= 1 */
 	uint32_t queue_events;       /* ring capacity in events, >= 1 */
 	uint32_t block_size;         /* tokens per block, the events' block_size field */
+	uint64_t replay_max_bytes;   /* batch bytes one replay answer carries at most
+				      * (at least one batch); 0 = no bound */
 };
 
 struct srv_events_stats {
@@ -55,6 +77,9 @@ struct srv_events_stats {
 	uint64_t replay_requests; /* replay requests answered */
 	uint64_t replayed_batches;/* batches sent in those answers */
 	uint64_t replay_errors;   /* malformed replay requests (ignored) */
+	uint64_t replay_refused;  /* requests answered with the end marker alone: the
+				   * peer had an answer in flight, or too many peers had */
+	uint64_t replay_truncated;/* answers cut at replay_max_bytes */
 };
 
 struct srv_events;

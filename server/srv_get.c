@@ -31,12 +31,24 @@ static int gets_reserve(struct srv_conn *c, uint32_t count)
 
 /* Settle slot g with the store's answer rc (0: g->ref is filled and
  * pinned). A slot keeps its pin only when its bytes are to be sent (OK):
- * a miss (also a failed NVMe read, which the store counted as corrupt)
- * is NOT_FOUND, no DRAM room to promote into is BUSY for this block only. */
+ * a block larger than the entry's buffer is TOO_LARGE with its size (the
+ * store pinned nothing), a miss (also a failed NVMe read, which the store
+ * counted as corrupt) is NOT_FOUND, no DRAM room to promote into is BUSY
+ * for this block only. */
 static void get_settle(struct srv_conn *c, struct srv_get_slot *g, int rc)
 {
 	struct srv_stats *ss = &c->w->stats;
 
+	if (rc == -EMSGSIZE) {
+		/* the store answered the size alone (g->ref.length, tier):
+		 * nothing pinned, and the connection's lease stays */
+		g->status = PROTO_STATUS_TOO_LARGE;
+		/* max_length 0 only asks the block's size (a client with no
+		 * buffer yet, e.g. the Python get_many): not a refusal */
+		if (g->max_length)
+			srv_stats_count_status(ss, PROTO_STATUS_TOO_LARGE);
+		return;
+	}
 	if (rc < 0) {
 		memset(&g->ref, 0, sizeof(g->ref));
 		g->status = proto_status_from_errno(rc);
@@ -44,16 +56,6 @@ static void get_settle(struct srv_conn *c, struct srv_get_slot *g, int rc)
 			srv_stats_add(ss, SRV_C_get_misses, 1);
 		else
 			srv_stats_count_status(ss, g->status);
-		return;
-	}
-	if (g->ref.length > g->max_length) {
-		store_release(c->w->srv->store, g->ref.block);
-		g->ref.block = NULL;
-		g->status = PROTO_STATUS_TOO_LARGE;
-		/* max_length 0 only asks the block's size (a client with no
-		 * buffer yet, e.g. the Python get_many): not a refusal */
-		if (g->max_length)
-			srv_stats_count_status(ss, PROTO_STATUS_TOO_LARGE);
 		return;
 	}
 	/* a hit is a block sent: a size query or a too small buffer is
@@ -89,8 +91,10 @@ static void get_lookup(struct srv_conn *c, const struct proto_batch *b)
 		if (c->ops->entry_room && c->ops->entry_room(c, i, &room) && room < g->max_length)
 			g->max_length = room;
 		g->c = c;
-		rc = store_get_async(st, c->ns_id, e.key, c->lessee, &g->ref, srv_worker_get_done,
-				     g);
+		/* a block larger than the buffer is answered with its size
+		 * and keeps its lease (a size query, then the fetch) */
+		rc = store_get_fit_async(st, c->ns_id, e.key, g->max_length, c->lessee, &g->ref,
+					 srv_worker_get_done, g);
 		if (rc == -EINPROGRESS)
 			c->get_pending++; /* g belongs to the store until its done call */
 		else

@@ -27,6 +27,7 @@
 #include "srv_fdlimit.h"
 #include "srv_log.h"
 #include "srv_server.h"
+#include "srv_tls.h"
 #include "srv_worker.h"
 
 /* How often the drain looks at the workers. */
@@ -78,6 +79,15 @@ int srv_listen_is_loopback(const char *listen)
 int srv_protected_check(const struct conf *c, int *warn, char *err, size_t err_len)
 {
 	*warn = 0;
+	if (c->tokens_file[0] && !srv_listen_is_loopback(c->listen) && !c->tls_cert_file[0] &&
+	    !c->allow_plaintext_tokens) {
+		snprintf(err, err_len,
+			 "listen %s is not a loopback address and tokens_file is set, but there is "
+			 "no TLS: tokens would cross the network in the clear; set tls_cert_file and "
+			 "tls_key_file, or allow_plaintext_tokens = true on a trusted network",
+			 c->listen);
+		return -EPERM;
+	}
 	if (c->tokens_file[0] || srv_listen_is_loopback(c->listen))
 		return 0;
 	if (c->allow_unauthenticated) {
@@ -136,6 +146,22 @@ static int check_nvme_dir(const struct conf *c, char *err, size_t err_len)
 	return 0;
 }
 
+/* The TLS files, when set, must load: once here, so that a missing or bad
+ * file is a bad setting, not a failed start. An expired certificate loads
+ * (kvpoold warns when it starts). */
+static int check_tls(const struct conf *c, char *err, size_t err_len)
+{
+	struct srv_tls_ctx *x = NULL;
+	char warn[512];
+	int rc;
+
+	if (!srv_tls_configured(c))
+		return 0;
+	rc = srv_tls_ctx_open(c, &x, warn, sizeof(warn), err, err_len);
+	srv_tls_ctx_free(x);
+	return rc;
+}
+
 /* tokens_file, when set, must load: read it once here and drop it, so
  * that a missing or bad file is a bad setting, not a failed start. */
 static int check_tokens_file(const struct conf *c, char *err, size_t err_len)
@@ -166,6 +192,8 @@ int srv_check_paths(const struct conf *c, char *err, size_t err_len)
 		rc = check_nvme_dir(c, err, err_len);
 	if (!rc)
 		rc = check_tokens_file(c, err, err_len);
+	if (!rc)
+		rc = check_tls(c, err, err_len);
 	return rc;
 }
 
@@ -319,6 +347,34 @@ static int reload_tokens(struct srv *s, const char *path)
 	return 0;
 }
 
+/* The TLS files: turning TLS on or off takes a restart (tls_only and the
+ * sniffing of every connection depend on it); new paths or new contents
+ * are loaded now, and used by the connections that start from now on -
+ * those open keep their sessions. Returns 0, or -1 when next must keep
+ * the old paths (the files did not load, or TLS would be switched). */
+static int reload_tls(struct srv *s, struct conf *next)
+{
+	char warn[512] = "", err[512] = "", what[400];
+
+	if (!!s->tls != srv_tls_configured(next)) {
+		srv_warn("sighup: tls_cert_file changed from '%s' to '%s' but turning TLS %s needs "
+			 "a restart", s->conf.tls_cert_file, next->tls_cert_file,
+			 s->tls ? "off" : "on");
+		return -1;
+	}
+	if (!s->tls)
+		return 0;
+	if (srv_tls_ctx_reload(s->tls, next, warn, sizeof(warn), err, sizeof(err)) < 0) {
+		srv_err("sighup: tls certificate not reloaded, the old one stays: %s", err);
+		return -1;
+	}
+	if (warn[0])
+		srv_warn("sighup: %s", warn);
+	srv_tls_ctx_describe(s->tls, what, sizeof(what));
+	srv_info("sighup: tls reloaded: %s (new connections; open ones keep theirs)", what);
+	return 0;
+}
+
 /* Publish the reloadable settings of `next` to the running server:
  * workers read the numbers with atomic loads; STATS copies the whole
  * struct under conf_lock. */
@@ -339,6 +395,10 @@ static void reload_publish(struct srv *s, const struct conf *next)
 	__atomic_store_n(&s->conf.max_match_wait_bytes, next->max_match_wait_bytes,
 			 __ATOMIC_RELAXED);
 	memcpy(s->conf.tokens_file, next->tokens_file, sizeof(s->conf.tokens_file));
+	memcpy(s->conf.tls_cert_file, next->tls_cert_file, sizeof(s->conf.tls_cert_file));
+	memcpy(s->conf.tls_key_file, next->tls_key_file, sizeof(s->conf.tls_key_file));
+	memcpy(s->conf.tls_client_ca_file, next->tls_client_ca_file,
+	       sizeof(s->conf.tls_client_ca_file));
 	pthread_mutex_unlock(&s->conf_lock);
 	srv_log_set_level(next->log_level);
 	srv_conn_limit_update(s);
@@ -360,6 +420,12 @@ void srv_lifecycle_reload(struct srv *s)
 		memcpy(next.tokens_file, cur.tokens_file, sizeof(next.tokens_file));
 	else if (next.tokens_file[0] && strcmp(next.tokens_file, cur.tokens_file) == 0)
 		reload_tokens(s, next.tokens_file); /* same path: its contents may be new */
+	if (reload_tls(s, &next) < 0) {
+		memcpy(next.tls_cert_file, cur.tls_cert_file, sizeof(next.tls_cert_file));
+		memcpy(next.tls_key_file, cur.tls_key_file, sizeof(next.tls_key_file));
+		memcpy(next.tls_client_ca_file, cur.tls_client_ca_file,
+		       sizeof(next.tls_client_ca_file));
+	}
 	applied = conf_reload(&cur, &next, log_change, s);
 	reload_publish(s, &cur);
 	/* waiting MATCHes whose token's grant changed are answered now */

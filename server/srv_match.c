@@ -5,7 +5,6 @@
 #include "srv_match.h"
 
 #include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,23 +67,6 @@ int srv_match_decode(struct srv_conn *c, struct srv_match_req *req)
 	return 0;
 }
 
-/* The QUOTA refusal of a lease over a bound (until the lease cut). */
-static int lease_quota(struct srv_conn *c)
-{
-	const struct srv *s = c->w->srv;
-	char conn_b[64] = "", ten_b[80] = "";
-
-	if (s->conn_max_leased_bytes)
-		snprintf(conn_b, sizeof(conn_b), "max_conn_leased_bytes (%" PRIu64 ")",
-			 s->conn_max_leased_bytes);
-	if (c->tenant && s->tenant_max_leased_bytes)
-		snprintf(ten_b, sizeof(ten_b), "%sthe token's tenant_max_leased_bytes (%" PRIu64 ")",
-			 conn_b[0] ? " or " : "", s->tenant_max_leased_bytes);
-	return reply_err(c, PROTO_STATUS_QUOTA,
-			 "match refused: its lease would pass %s%s; match without a lease, or let "
-			 "leases end", conn_b, ten_b);
-}
-
 enum srv_next srv_match_answer(struct srv_conn *c, const struct srv_match_req *req)
 {
 	struct store *st = c->w->srv->store;
@@ -105,8 +87,6 @@ enum srv_next srv_match_answer(struct srv_conn *c, const struct srv_match_req *r
 	if (c->ns_id)
 		rc = store_match_ex(st, c->ns_id, (const uint8_t(*)[STORE_KEY_BYTES])req->keys,
 				    req->count, &o, &res);
-	if (rc == -EDQUOT)
-		return lease_quota(c) < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
 	if (rc < 0)
 		return srv_conn_reply_error(c, proto_status_from_errno(rc), SRV_QUOTE_BODY,
 					    "match failed: %s", strerror(-rc)) < 0 ?

@@ -44,8 +44,9 @@ int srv_match_decode(struct srv_conn *c, struct srv_match_req *req);
  * namespace not created yet matches nothing), the MATCH counters and
  * latency, then the reply in req->version's layout (v1: matched and
  * lease_ms; v2: all six fields, flags = req->flags | the store's). A lease
- * over the connection's or tenant's bound is answered QUOTA, as before
- * the lease cut (issue 28 item 2) replaces that with a shorter match.
+ * over the connection's or tenant's bound is never refused: the store
+ * answers the longest leading run whose lease fits (v2: LEASE_CUT, and
+ * present > matched; v1: the shorter matched alone).
  * Returns what the input state machine does next (SRV_NEXT_HEADER, or
  * SRV_NEXT_ABORT when the reply could not be queued). Worker thread. */
 enum srv_next srv_match_answer(struct srv_conn *c, const struct srv_match_req *req);

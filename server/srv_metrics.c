@@ -3,6 +3,7 @@
  */
 #include "srv_metrics.h"
 #include "srv_events.h"
+#include "srv_tenant.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -168,6 +169,9 @@ static void write_nvme(struct mw *m, const struct store_stats *st)
 		   rebuild_blocks),
 		NV("rebuild_orphans_dropped", "gauge",
 		   "Blocks the start-up rebuild dropped: an ancestor did not survive.", orphans_dropped),
+		NV("rebuild_truncated", "gauge",
+		   "Blocks the start-up rebuild dropped: their segment file was missing or cut short.",
+		   rebuild_truncated),
 		NV("index_records_lost", "gauge",
 		   "Index log records lost to damage at start (the index was moved aside).",
 		   index_records_lost),
@@ -377,6 +381,18 @@ static void write_namespaces(struct mw *m, const struct srv_stats_doc *d)
 		NS("evictions_total", "counter", "Blocks of the namespace dropped to make room.", NULL, evictions),
 		NS("deleted_blocks_total", "counter", "Blocks of the namespace removed by DELETE.", NULL,
 		   deletes),
+		NS("retained_blocks", "gauge", "Blocks of the namespace retained now.", NULL,
+		   retained_blocks),
+		NS("retained_bytes", "gauge", "Payload bytes of the namespace retained now.", NULL,
+		   retained_bytes),
+		NS("retain_budget_bytes", "gauge",
+		   "Retention budget that bounds the namespace (its tenant's, shared, with a tokens "
+		   "file).", NULL, retain_budget_bytes),
+		NS("retain_refused_total", "counter",
+		   "Blocks of the namespace whose retention the budget refused.", NULL,
+		   retain_refused),
+		NS("retain_expired_total", "counter", "Retentions of the namespace that ran out.", NULL,
+		   retain_expired),
 #undef NS
 	};
 
@@ -384,6 +400,54 @@ static void write_namespaces(struct mw *m, const struct srv_stats_doc *d)
 		if (fams[i].help)
 			family(m, fams[i].name, fams[i].type, fams[i].help);
 		ns_series(m, d, fams[i].name, fams[i].off, fams[i].extra);
+	}
+}
+
+/* Retention, pool-wide. */
+static void write_retention(struct mw *m, const struct srv_stats_doc *d)
+{
+	const struct store_stats *st = d->store;
+
+	single(m, "kvpool_retained_blocks", "gauge", "Blocks retained now (not evicted before "
+	       "their deadline).", st->retained_blocks);
+	single(m, "kvpool_retained_bytes", "gauge", "Payload bytes of the blocks retained now.",
+	       st->retained_bytes);
+	single(m, "kvpool_retain_refused_total", "counter",
+	       "Blocks whose retention a budget refused (stored without it).", st->retain_refused);
+	single(m, "kvpool_retain_expired_total", "counter",
+	       "Retentions that ran out (the block became ordinary again).", st->retain_expired);
+	single(m, "kvpool_max_retained_bytes", "gauge",
+	       "The retention budget of a namespace, or of a tenant whose token sets none.",
+	       d->max_retained_bytes);
+}
+
+/* Each tenant's retention (with a tokens file): label tenant = the head
+ * of its token's SHA-256 digest. */
+static void write_tenants(struct mw *m, const struct srv_stats_doc *d)
+{
+	static const struct {
+		const char *name, *type, *help;
+		size_t off;
+	} fams[] = {
+#define TN(n, t, h, f) { "kvpool_tenant_" n, t, h, offsetof(struct store_retain_stats, f) }
+		TN("retained_blocks", "gauge", "Blocks the tenant's namespaces retain now.", blocks),
+		TN("retained_bytes", "gauge", "Payload bytes the tenant's namespaces retain now.", bytes),
+		TN("retain_budget_bytes", "gauge", "The tenant's retention budget.", budget_bytes),
+		TN("retain_refused_total", "counter",
+		   "Blocks of the tenant whose retention its budget refused.", refused),
+		TN("retain_expired_total", "counter", "Retentions of the tenant that ran out.", expired),
+#undef TN
+	};
+
+	if (!d->tenants_on)
+		return;
+	for (size_t f = 0; f < sizeof(fams) / sizeof(fams[0]); f++) {
+		family(m, fams[f].name, fams[f].type, fams[f].help);
+		for (uint32_t i = 0; i < d->tenant_count; i++)
+			mw_printf(m, "%s{tenant=\"%s\"} %" PRIu64 "\n", fams[f].name,
+				  d->tenants[i].id,
+				  *(const uint64_t *)((const char *)&d->tenants[i].retain +
+						      fams[f].off));
 	}
 }
 
@@ -408,6 +472,33 @@ static void write_events(struct mw *m, const struct srv_events_stats *e)
 	       "KV-event batches sent in replay answers.", e->replayed_batches);
 }
 
+/* TLS on the data port; none when it is off. */
+static void write_tls(struct mw *m, const struct srv_stats_doc *d)
+{
+	const uint64_t *c = d->ops->c;
+
+	if (!d->tls)
+		return;
+	single(m, "kvpool_tls_connections", "gauge", "TLS connections open now.",
+	       c[SRV_C_tls_conns_current]);
+	single(m, "kvpool_tls_connections_total", "counter", "TLS handshakes completed.",
+	       c[SRV_C_tls_conns_total]);
+	single(m, "kvpool_tls_handshake_errors_total", "counter",
+	       "TLS handshakes that failed (certificate refused, bad bytes, no shared cipher).",
+	       c[SRV_C_tls_handshake_errors]);
+	single(m, "kvpool_tls_kernel_send_connections_total", "counter",
+	       "TLS connections whose kernel encrypts what they send (kernel TLS).",
+	       c[SRV_C_tls_ktls_send]);
+	single(m, "kvpool_tls_kernel_recv_connections_total", "counter",
+	       "TLS connections whose kernel decrypts what they receive (kernel TLS).",
+	       c[SRV_C_tls_ktls_recv]);
+	single(m, "kvpool_tls_plaintext_refused_total", "counter",
+	       "Plaintext connections refused by tls_only.", c[SRV_C_tls_plaintext_refused]);
+	single(m, "kvpool_tls_plaintext_tokens_refused_total", "counter",
+	       "HELLOs refused for a token sent in plaintext from a non-loopback peer.",
+	       c[SRV_C_tls_token_refused]);
+}
+
 int srv_metrics_write(const struct srv_stats_doc *doc, struct evbuffer *out)
 {
 	struct mw m = { .out = out, .err = 0 };
@@ -419,6 +510,9 @@ int srv_metrics_write(const struct srv_stats_doc *doc, struct evbuffer *out)
 	write_latency(&m, doc->ops);
 	write_match_waits(&m, doc);
 	write_namespaces(&m, doc);
+	write_retention(&m, doc);
+	write_tenants(&m, doc);
 	write_events(&m, doc->events);
+	write_tls(&m, doc);
 	return m.err;
 }

@@ -157,7 +157,20 @@ static int out_iov(const struct srv_out *o, struct iovec *iov, size_t *want)
 	return n;
 }
 
+/* srv_out_writev_fn of a socket. */
+static long sock_writev(void *arg, const struct iovec *iov, int n)
+{
+	ssize_t w = writev(*(const int *)arg, iov, n);
+
+	return w < 0 ? -errno : (long)w;
+}
+
 long srv_out_write(struct srv_out *o, int fd)
+{
+	return srv_out_write_fn(o, sock_writev, &fd);
+}
+
+long srv_out_write_fn(struct srv_out *o, srv_out_writev_fn fn, void *arg)
 {
 	struct iovec iov[OUT_IOV_MAX];
 	long total = 0;
@@ -165,10 +178,10 @@ long srv_out_write(struct srv_out *o, int fd)
 	for (int round = 0; round < OUT_WRITES_MAX && o->head < o->tail; round++) {
 		size_t want;
 		int n = out_iov(o, iov, &want);
-		ssize_t w = writev(fd, iov, n);
+		long w = fn(arg, iov, n);
 
 		if (w < 0)
-			return total ? total : -errno;
+			return total ? total : w;
 		out_advance(o, (uint64_t)w);
 		total += w;
 		if ((size_t)w < want)

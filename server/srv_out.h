@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 struct store;
 struct store_block;
@@ -75,6 +76,15 @@ int srv_out_block(struct srv_out *o, const uint8_t *data, uint64_t len, struct s
  * the pins of blocks written whole. Returns bytes written (0 when nothing
  * was queued), or -errno of writev (-EAGAIN: the socket is full). */
 long srv_out_write(struct srv_out *o, int fd);
+
+/* A writer of iov[0..n) in order for srv_out_write_fn: returns the bytes
+ * it took (> 0, fewer when it is full), or -errno (-EAGAIN: none now). */
+typedef long (*srv_out_writev_fn)(void *arg, const struct iovec *iov, int n);
+
+/* srv_out_write through `fn` (a TLS session's writer) instead of
+ * writev(2) on a socket; the next call starts again at the first byte not
+ * taken. Same results. */
+long srv_out_write_fn(struct srv_out *o, srv_out_writev_fn fn, void *arg);
 
 /* Drop everything queued, releasing every pin still held, and free the
  * buffers. The queue is empty and reusable afterwards. Accepts a queue

@@ -89,8 +89,9 @@ static void slot_begin(struct srv_conn *c, uint32_t i)
 		if (c->slots[j].block)
 			flags = STORE_PUT_PARENT_IN_BATCH;
 	}
-	rc = store_put_begin(s, c->ns_id, sl->e.key, parent, flags, sl->e.length, sl->e.checksum,
-			     &sl->block, &dst);
+	/* charged to the writer's tenant, whoever created the namespace */
+	rc = store_put_begin_for(s, c->ns_id, sl->e.key, parent, flags, sl->e.length,
+				 sl->e.checksum, c->tenant, &sl->block, &dst);
 	if (rc == 0) {
 		sl->dst = dst;
 		sl->status = PROTO_STATUS_OK;
@@ -263,29 +264,28 @@ static void put_commit_one(struct srv_conn *c, uint32_t i, uint8_t *body)
 	struct srv_put_slot *sl = &c->slots[i];
 	struct srv_stats *st = &c->w->stats;
 	struct proto_result r = { 0 };
+	struct store_retain_res rr = { 0, 0 };
 
 	if (sl->block) {
+		/* v2: the retention the entry asked for is taken under the
+		 * commit's lock hold, so the block cannot be evicted between
+		 * (on EXISTS, the stored block's retention is extended) */
 		struct store *s = c->w->srv->store;
-		int rc = sl->hashed ? store_put_commit_hashed(s, sl->block, sl->sum) :
-				      store_put_commit(s, sl->block);
+		int rc = store_put_commit_retain(s, sl->block, sl->hashed ? &sl->sum : NULL,
+						 sl->e.retain_ms, &rr);
 
 		sl->block = NULL;
 		sl->dst = NULL;
 		sl->status = rc == 0 ? PROTO_STATUS_OK :
 			     rc == -EEXIST ? PROTO_STATUS_EXISTS : proto_status_from_errno(rc);
+	} else if (sl->e.retain_ms && sl->status == PROTO_STATUS_EXISTS) {
+		/* stored before this PUT: its retention is extended (a refresh) */
+		if (store_put_retain(c->w->srv->store, c->ns_id, sl->e.key, sl->e.retain_ms, &rr))
+			rr = (struct store_retain_res){ 0, 0 }; /* removed meanwhile */
 	}
 	r.status = sl->status;
-	/* v2: the retention the entry asked for, on the block stored or
-	 * already there (store_put_retain: "no retention" until issue 29). */
-	if (sl->e.retain_ms &&
-	    (sl->status == PROTO_STATUS_OK || sl->status == PROTO_STATUS_EXISTS)) {
-		struct store_retain_res rr;
-
-		if (store_put_retain(c->w->srv->store, c->ns_id, sl->e.key, sl->e.retain_ms, &rr) == 0) {
-			r.flags = (uint8_t)rr.flags;
-			r.retain_ms = rr.retain_ms;
-		}
-	}
+	r.flags = (uint8_t)rr.flags;
+	r.retain_ms = rr.retain_ms;
 	/* Bytes in from the network, whatever became of the block. */
 	srv_stats_add(st, SRV_C_put_bytes, sl->e.length);
 	if (sl->status == PROTO_STATUS_OK || sl->status == PROTO_STATUS_EXISTS) {

@@ -41,6 +41,14 @@ void srv_rdma_open(struct srv *s, struct srv_rdma_state *st, const struct rdmx_o
 		srv_info("rdma off (rdma_port 0); serving tcp only");
 		return;
 	}
+	if (s->tls_only && !s->conf.tls_allow_rdma) {
+		/* RDMA carries no TLS: serving it would pass tls_only by */
+		snprintf(st->reason, sizeof(st->reason),
+			 "tls_only is in force and RDMA carries no TLS (tls_allow_rdma = true "
+			 "serves it anyway)");
+		srv_info("rdma off: %s; serving tcp with tls only", st->reason);
+		return;
+	}
 	store_arena_region(s->store, &cfg.arena, &cfg.arena_bytes);
 	cfg.listen = s->conf.listen;
 	cfg.port = (uint16_t)s->conf.rdma_port;

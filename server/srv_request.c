@@ -81,8 +81,9 @@ static void ns_quota_apply(struct srv_conn *c, uint32_t ns_id)
 	if (a)
 		(void)store_namespace_quota(c->w->srv->store, ns_id,
 					    srv_auth_quota(a, c->ns_name, strlen(c->ns_name)));
-	/* charged to the first tenant that may write it (its creator, or
-	 * after a warm restart the first read-write binder) */
+	/* counted against the first tenant that may write it: its creator,
+	 * or after a warm restart the first read-write binder (blocks are
+	 * billed to whoever writes them, srv_put.c) */
 	if (c->tenant && c->may_write)
 		(void)store_namespace_tenant(c->w->srv->store, ns_id, c->tenant);
 }
@@ -105,14 +106,19 @@ void srv_conn_ns_attach(struct srv_conn *c)
 	c->ns_id = id;
 }
 
-/* How many namespaces exist now whose names the connection's token
- * grants. O(namespaces), only when a PUT would create a namespace. */
+/* How many namespaces the connection's tenant created (and that exist
+ * now): a namespace counts against its creator only, so namespaces that
+ * another token (or the operator's) made under the same grants take
+ * nothing from this one. Without a tenant (no memory for one at HELLO):
+ * the namespaces its grants cover, O(namespaces). */
 static uint32_t tenant_namespaces(struct srv_conn *c)
 {
 	struct store *st = c->w->srv->store;
 	struct store_ns_stats n;
 	uint32_t count = 0;
 
+	if (c->tenant)
+		return store_tenant_namespaces(st, c->tenant);
 	for (uint32_t i = 0; i < STORE_MAX_NAMESPACES && store_ns_stats(st, i, &n) == 0; i++)
 		if (srv_auth_access(c->w->srv->auth, c->token_digest, n.name, strlen(n.name)) !=
 		    SRV_ACCESS_NONE)
@@ -150,6 +156,19 @@ uint16_t srv_conn_ns_create(struct srv_conn *c, char *msg, size_t cap)
 	return PROTO_STATUS_OK;
 }
 
+/* The retention budget of the token with this digest: its line's
+ * max_retained_bytes=, else the setting (0 = a quarter of the arena).
+ * Read at every HELLO, so a reloaded tokens file applies from the next. */
+static uint64_t tenant_retain_budget(const struct srv *s, const uint8_t *digest)
+{
+	uint64_t bytes;
+
+	if (s->auth && srv_auth_retain_budget(s->auth, digest, &bytes) == 0)
+		return bytes;
+	return s->conf.max_retained_bytes ? s->conf.max_retained_bytes
+					  : s->conf.dram_capacity_bytes / 4;
+}
+
 /* Bind the connection to its namespace's name and create its lessee.
  * The namespace itself is not created here: a HELLO from a health check,
  * STATS or DROP must not fill the namespace table (PROTOCOL.md 6.1); it
@@ -165,12 +184,14 @@ static int hello_bind(struct srv_conn *c, const struct proto_hello *h)
 		if (!c->lessee)
 			return -ENOMEM;
 	}
-	/* with auth, the token's tenant: its namespaces' bytes and its
-	 * connections' leases have shared bounds */
-	c->tenant = s->tenants && (s->conf.tenant_max_bytes || s->tenant_max_leased_bytes)
-			    ? srv_tenant_get(s->tenants, st, c->token_digest, s->conf.tenant_max_bytes,
-					     s->tenant_max_leased_bytes)
-			    : NULL;
+	/* with auth, the token's tenant: billed for the bytes it writes, the
+	 * namespaces it creates and its connections' leases, under shared
+	 * bounds */
+	c->tenant = s->tenants ? srv_tenant_get(s->tenants, st, c->token_digest,
+						s->conf.tenant_max_bytes,
+						s->tenant_max_leased_bytes) : NULL;
+	if (c->tenant)
+		store_tenant_retain_budget(st, c->tenant, tenant_retain_budget(s, c->token_digest));
 	store_lessee_limit(st, c->lessee, s->conn_max_leased_bytes, c->tenant);
 	c->ns_id = 0;
 	memcpy(c->ns_name, h->ns, h->ns_len);
@@ -197,7 +218,19 @@ static int hello_auth(struct srv_conn *c, const struct proto_hello *h)
 		c->may_write = 1;
 		return 0;
 	}
+	/* a token that crossed a network in the clear is refused, so that a
+	 * deployment that forgot TLS finds out at once (the token is spent:
+	 * rotate it) */
+	if (h->token_len && c->tls_phase != SRV_TLS_UP && !c->peer_loopback &&
+	    !c->w->srv->conf.allow_plaintext_tokens) {
+		srv_stats_add(&c->w->stats, SRV_C_tls_token_refused, 1);
+		rc = reply_err(c, PROTO_STATUS_DENIED, "hello refused: a token over plaintext from "
+			       "a non-loopback peer; connect with tls:// (or set "
+			       "allow_plaintext_tokens on a trusted network)");
+		return rc < 0 ? -ENOMEM : 1;
+	}
 	srv_auth_digest(h->token, h->token_len, c->token_digest);
+	c->auth_gen = srv_auth_generation(a); /* before the check: see auth_recheck */
 	access = srv_auth_access(a, c->token_digest, h->ns, h->ns_len);
 	if (access != SRV_ACCESS_NONE) {
 		c->may_write = access == SRV_ACCESS_RW;
@@ -409,16 +442,27 @@ static int name_decode(struct srv_conn *c, const char **name, uint16_t *len)
 
 /* May this session drop namespace name[0..len) (len 0: its own)? Its
  * own needs a read-write token; another one needs a token that grants
- * that namespace read-write. */
-static bool drop_allowed(struct srv_conn *c, const char *name, uint16_t len)
+ * that namespace read-write. Returns 0 (allowed), or 1 when a DENIED
+ * reply saying why was queued, or -ENOMEM. */
+static int drop_refused(struct srv_conn *c, const char *name, uint16_t len)
 {
 	struct srv_auth *a = c->w->srv->auth;
+	enum srv_access access;
 
-	if (!c->may_write)
-		return false;
-	if (!a || len == 0)
-		return true;
-	return srv_auth_access(a, c->token_digest, name, len) == SRV_ACCESS_RW;
+	if (len == 0) {
+		if (c->may_write)
+			return 0;
+		return deny_write(c, c->ns_name, strlen(c->ns_name)) < 0 ? -ENOMEM : 1;
+	}
+	if (!a)
+		return c->may_write ? 0 : (deny_write(c, name, len) < 0 ? -ENOMEM : 1);
+	access = srv_auth_access(a, c->token_digest, name, len);
+	if (access == SRV_ACCESS_RW)
+		return 0;
+	if (access == SRV_ACCESS_RO)
+		return deny_write(c, name, len) < 0 ? -ENOMEM : 1;
+	return reply_err(c, PROTO_STATUS_DENIED, "drop_namespace refused: the token does not "
+			 "grant namespace %.*s", (int)len, name) < 0 ? -ENOMEM : 1;
 }
 
 static enum srv_next op_drop(struct srv_conn *c)
@@ -433,8 +477,9 @@ static enum srv_next op_drop(struct srv_conn *c)
 
 	if (rc)
 		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
-	if (!drop_allowed(c, name, len))
-		return done(deny_write(c, len ? name : c->ns_name, len ? len : strlen(c->ns_name)));
+	rc = drop_refused(c, name, len);
+	if (rc)
+		return rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_HEADER;
 	/* By name: look it up, never create it (PROTOCOL.md 6.7). */
 	if (len)
 		rc = store_namespace_find(st, name, len, &ns_id);
@@ -512,6 +557,58 @@ static enum srv_next op_ping(struct srv_conn *c)
 
 /* ---- dispatch ------------------------------------------------------------- */
 
+/* The tokens file was reloaded since this session's token was checked:
+ * check it again against the namespace it bound, so that a token removed
+ * or narrowed by SIGHUP loses what it no longer grants at its next
+ * request. Narrowed to read-only: writes are refused from now on. No
+ * longer granted (token removed, or its grants no longer cover the
+ * namespace): the session is revoked - its leases end now, and this and
+ * every later request but PING are answered DENIED with the reason (a
+ * PUT's payload is discarded). The socket stays open so that the client
+ * reads the reason rather than a reset; it closes when the client does,
+ * or after idle_timeout_ms. Returns 0 to go on, or 1 with *next set
+ * after the refusal. */
+static int auth_recheck(struct srv_conn *c, enum srv_next *next)
+{
+	struct srv_auth *a = c->w->srv->auth;
+	uint64_t gen = srv_auth_generation(a);
+	enum srv_access access;
+	int rc;
+
+	if (!c->revoked && gen != c->auth_gen) {
+		access = srv_auth_access(a, c->token_digest, c->ns_name, strlen(c->ns_name));
+		if (access == SRV_ACCESS_NONE) {
+			c->revoked = srv_auth_known(a, c->token_digest) ? SRV_REVOKED_NAMESPACE :
+									   SRV_REVOKED_TOKEN;
+			srv_info("conn %" PRIu64 " %s: %s (tokens file reloaded): requests refused "
+				 "from now on", c->id, c->peer, c->revoked == SRV_REVOKED_TOKEN ?
+				 "token revoked" : "token no longer grants its namespace");
+			store_lessee_free(c->w->srv->store, c->lessee);
+			c->lessee = NULL;
+		} else {
+			if (c->may_write && access != SRV_ACCESS_RW)
+				srv_info("conn %" PRIu64 " %s: token narrowed to read-only in "
+					 "namespace %s (tokens file reloaded)", c->id, c->peer,
+					 c->ns_name);
+			c->may_write = access == SRV_ACCESS_RW;
+			c->auth_gen = gen;
+		}
+	}
+	if (!c->revoked)
+		return 0;
+	if (c->hdr.opcode == PROTO_OP_PUT) {
+		srv_stats_add(&c->w->stats, SRV_C_put_requests, 1);
+		srv_stats_add(&c->w->stats, SRV_C_put_errors, 1);
+	}
+	c->skip_bytes = c->hdr.payload_bytes;
+	rc = reply_err(c, PROTO_STATUS_DENIED, "%s refused: %s (the tokens file was reloaded); "
+		       "connect with a valid token", proto_op_name(c->hdr.opcode),
+		       c->revoked == SRV_REVOKED_TOKEN ? "the token was revoked" :
+							 "the token no longer grants this namespace");
+	*next = rc < 0 ? SRV_NEXT_ABORT : SRV_NEXT_SKIP;
+	return 1;
+}
+
 enum srv_next srv_request_dispatch(struct srv_conn *c)
 {
 	uint8_t op = c->hdr.opcode;
@@ -532,6 +629,12 @@ enum srv_next srv_request_dispatch(struct srv_conn *c)
 		return reply_err(c, PROTO_STATUS_BAD_REQUEST,
 				 "frame of protocol version %u on a connection that agreed version %u",
 				 c->hdr.version, c->version) < 0 ? SRV_NEXT_ABORT : SRV_NEXT_SKIP;
+	}
+	if (c->hello_done && op != PROTO_OP_PING && c->w->srv->auth) {
+		enum srv_next next;
+
+		if (auth_recheck(c, &next))
+			return next;
 	}
 	switch (op) {
 	case PROTO_OP_HELLO:

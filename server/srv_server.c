@@ -29,6 +29,7 @@
 #include "srv_etcd.h"
 #include "srv_fdlimit.h"
 #include "srv_tenant.h"
+#include "srv_tls.h"
 #include "srv_admin.h"
 #include "srv_events.h"
 #include "srv_lifecycle.h"
@@ -445,6 +446,10 @@ static void pool_config(const struct conf *c, struct store_config *sc)
 		.max_block_bytes = c->max_block_bytes,
 		.max_inflight_put_bytes = c->max_inflight_put_bytes,
 		.max_lease_ms = c->max_lease_ms,
+		.max_retain_ms = c->max_retain_ms,
+		/* per namespace, and each tenant's unless its token sets one */
+		.max_retained_bytes = c->max_retained_bytes ? c->max_retained_bytes :
+							      c->dram_capacity_bytes / 4,
 		.nvme_dir = c->nvme_dir[0] ? c->nvme_dir : NULL,
 		.nvme_capacity_bytes = c->nvme_capacity_bytes,
 		.nvme_segment_bytes = c->nvme_segment_bytes,
@@ -501,6 +506,33 @@ static int auth_open(struct srv *s)
 	return 0;
 }
 
+/* TLS on the data port when tls_cert_file is set: load the certificate,
+ * key and client CA (srv_check_paths loaded them once already, so a
+ * failure here is a file changed meanwhile), and decide tls_only. */
+static int tls_open(struct srv *s)
+{
+	char warn[512] = "", err[512] = "", what[400];
+	int rc;
+
+	s->tls_only = srv_tls_only(&s->conf, srv_listen_is_loopback(s->conf.listen));
+	if (!srv_tls_configured(&s->conf))
+		return 0;
+	rc = srv_tls_ctx_open(&s->conf, &s->tls, warn, sizeof(warn), err, sizeof(err));
+	if (rc < 0) {
+		srv_err("%s", err);
+		return rc;
+	}
+	if (warn[0])
+		srv_warn("%s", warn);
+	srv_tls_ctx_describe(s->tls, what, sizeof(what));
+	srv_info("tls: %s; %s%s; kernel tls asked for (used per connection when the kernel "
+		 "has it: STATS tls.kernel_tls)", what,
+		 s->tls_only ? "plaintext clients refused (tls_only)" :
+			       "plaintext clients served too (tls_only false)",
+		 s->conf.tls_client_ca_file[0] ? "; client certificates required" : "");
+	return 0;
+}
+
 /* Start the KV-event publisher when kv_events_endpoint is set, and hook it
  * to the pool: what the pool holds already (blocks rebuilt from NVMe) is
  * announced first, once. */
@@ -513,6 +545,7 @@ static int kv_events_open(struct srv *s)
 		.buffer_batches = s->conf.kv_events_buffer,
 		.queue_events = s->conf.kv_events_queue,
 		.block_size = s->conf.kv_events_block_size,
+		.replay_max_bytes = s->conf.kv_events_replay_max_bytes,
 	};
 	char why[512] = "";
 	int rc;
@@ -600,6 +633,7 @@ static void cluster_start(struct srv *s)
 		.address = s->conf.advertise_address, .listen = s->conf.listen,
 		.port = (uint16_t)s->conf.port, .rdma_port = s->rdma.port,
 		.admin_port = (uint16_t)s->conf.admin_port, .rdma = s->rdma.available,
+		.tls = s->tls != NULL,
 		.dram_capacity_bytes = s->conf.dram_capacity_bytes,
 		.nvme_capacity_bytes = s->conf.nvme_dir[0] ? s->conf.nvme_capacity_bytes : 0,
 		.lease_s = s->conf.cluster_lease_s,
@@ -717,6 +751,8 @@ int srv_run(const struct conf *c, int argc, char **argv)
 		goto out_base;
 	rc = auth_open(s);
 	if (rc == 0)
+		rc = tls_open(s);
+	if (rc == 0)
 		rc = pool_open(s);
 	if (rc == 0)
 		srv_rdma_open(s, &s->rdma, srv_rdma_test_ops);
@@ -737,6 +773,7 @@ int srv_run(const struct conf *c, int argc, char **argv)
 	srv_tenants_free(s->tenants);
 	store_close(s->store);
 	srv_auth_free(s->auth);
+	srv_tls_ctx_free(s->tls);
 out_base:
 	event_base_free(s->base);
 	if (rc == 0)

@@ -26,6 +26,7 @@ struct evconnlistener;
 struct event;
 struct store;
 struct srv_auth;
+struct srv_tls_ctx;
 struct srv_admin;
 struct srv_worker;
 struct srv_linger;
@@ -83,6 +84,9 @@ struct srv {
 	int prefault_stop;            /* atomic: main sets, prefault thread reads */
 	struct srv_rdma_state rdma;   /* RDMA transport or why not; fixed before workers start */
 	struct srv_etcd *etcd;        /* cluster registration (srv_etcd.c), NULL when standalone */
+	struct srv_tls_ctx *tls;      /* TLS on the data port (srv_tls.h), NULL when off;
+				       * thread-safe on its own (SIGHUP replaces its files) */
+	int tls_only;                 /* plaintext clients are refused (srv_tls_only) */
 };
 
 /* Run kvpoold with settings `c` (already validated), which came from

@@ -12,6 +12,7 @@
 #include "srv_lifecycle.h"
 #include "srv_mwait.h"
 #include "srv_server.h"
+#include "srv_tenant.h"
 #include "srv_worker.h"
 
 /* Find a namespace by name without creating it (a STATS of a name nobody
@@ -94,6 +95,8 @@ int srv_snapshot_take(struct srv *s, const char *name, uint16_t len, struct srv_
 	doc->store = &snap->store;
 	doc->ns = snap->ns;
 	doc->transport_rdma = &s->rdma;
+	doc->tls = s->tls != NULL;
+	doc->tls_only = s->tls_only;
 	if (s->kv_events) {
 		srv_events_stats(s->kv_events, &snap->events);
 		doc->events = &snap->events;
@@ -102,6 +105,15 @@ int srv_snapshot_take(struct srv *s, const char *name, uint16_t len, struct srv_
 	doc->settings = snap->settings;
 	snap->cluster = srv_etcd_json(s->etcd);
 	doc->cluster = snap->cluster;
+	doc->max_retain_ms = s->conf.max_retain_ms;
+	doc->max_retained_bytes = s->conf.max_retained_bytes ? s->conf.max_retained_bytes
+							     : s->conf.dram_capacity_bytes / 4;
+	/* with a tokens file, every tenant (an empty object before the
+	 * first HELLO); out of memory leaves them out */
+	if (s->tenants && srv_tenants_stats(s->tenants, s->store, &snap->tenants,
+					    &doc->tenant_count) == 0)
+		doc->tenants_on = 1;
+	doc->tenants = snap->tenants;
 	*out = snap;
 	return 0;
 }
@@ -113,5 +125,6 @@ void srv_snapshot_free(struct srv_snapshot *snap)
 	free(snap->ns);
 	free(snap->settings);
 	free(snap->cluster);
+	free(snap->tenants);
 	free(snap);
 }

@@ -28,6 +28,7 @@ struct srv_snapshot {
 	char *settings;               /* srv_settings_json; NULL if out of memory */
 	struct srv_events_stats events; /* KV-event counters (doc.events; NULL when off) */
 	char *cluster;                /* srv_etcd_json; NULL when standalone */
+	struct srv_tenant_stats *tenants; /* doc.tenant_count; NULL without a tokens file */
 	struct srv_stats_doc doc;     /* what srv_stats_json renders; points
 				       * into this snapshot */
 };

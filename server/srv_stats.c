@@ -2,6 +2,7 @@
  * srv_stats.c - per-worker counters, their sum, and the STATS JSON writer.
  */
 #include "srv_stats.h"
+#include "srv_tenant.h"
 #include "srv_events.h"
 #include "srv_rdma.h"
 
@@ -117,10 +118,11 @@ static void json_nvme(struct jw *j, const struct store_stats *st)
 	jw_printf(j,
 		  "\"corrupt_blocks\":%" PRIu64 ",\"read_errors\":%" PRIu64 ",\"write_errors\":%" PRIu64 ","
 		  "\"rebuild_ms\":%" PRIu64 ",\"rebuild_blocks\":%" PRIu64 ",\"orphans_dropped\":%" PRIu64 ","
+		  "\"rebuild_truncated\":%" PRIu64 ","
 		  "\"index_records_lost\":%" PRIu64 ",\"index_quarantined\":%" PRIu64 "}",
 		  st->corrupt_blocks, st->nvme_read_errors, st->nvme_write_errors, st->rebuild_ms,
-		  st->rebuild_blocks, st->orphans_dropped, st->index_records_lost,
-		  st->index_quarantined);
+		  st->rebuild_blocks, st->orphans_dropped, st->rebuild_truncated,
+		  st->index_records_lost, st->index_quarantined);
 }
 
 static void json_store(struct jw *j, const struct store_stats *st)
@@ -141,6 +143,37 @@ static void json_store(struct jw *j, const struct store_stats *st)
 		  "\"index_bytes\":%" PRIu64 ",\"evictions\":%" PRIu64 ",\"leases_active\":%" PRIu64 ","
 		  "\"checksum_errors\":%" PRIu64 ",",
 		  st->index_bytes, st->evictions, st->leases_active, st->checksum_errors);
+}
+
+/* "retention": what is retained pool-wide, the settings that bound it. */
+static void json_retention(struct jw *j, const struct srv_stats_doc *d)
+{
+	const struct store_stats *st = d->store;
+
+	jw_printf(j,
+		  "\"retention\":{\"retained_blocks\":%" PRIu64 ",\"retained_bytes\":%" PRIu64 ","
+		  "\"refused\":%" PRIu64 ",\"expired\":%" PRIu64 ",\"max_retain_ms\":%" PRIu32 ","
+		  "\"max_retained_bytes\":%" PRIu64 "},",
+		  st->retained_blocks, st->retained_bytes, st->retain_refused, st->retain_expired,
+		  d->max_retain_ms, d->max_retained_bytes);
+}
+
+/* "tenants": each tenant's retention (with a tokens file). */
+static void json_tenants(struct jw *j, const struct srv_stats_doc *d)
+{
+	jw_printf(j, "\"tenants\":{");
+	for (uint32_t i = 0; i < d->tenant_count; i++) {
+		const struct store_retain_stats *r = &d->tenants[i].retain;
+
+		jw_printf(j, "%s", i ? "," : "");
+		jw_string(j, d->tenants[i].id);
+		jw_printf(j,
+			  ":{\"retained_blocks\":%" PRIu64 ",\"retained_bytes\":%" PRIu64 ","
+			  "\"retain_budget_bytes\":%" PRIu64 ",\"retain_refused\":%" PRIu64 ","
+			  "\"retain_expired\":%" PRIu64 "}",
+			  r->blocks, r->bytes, r->budget_bytes, r->refused, r->expired);
+	}
+	jw_printf(j, "},");
 }
 
 static void json_ops(struct jw *j, const struct srv_stats_doc *d)
@@ -217,10 +250,16 @@ static void json_namespace(struct jw *j, const struct store_ns_stats *n)
 	jw_printf(j,
 		  "\"exists_hits\":%" PRIu64 ",\"exists_misses\":%" PRIu64 ",\"match_requests\":%" PRIu64 ","
 		  "\"match_blocks_queried\":%" PRIu64 ",\"match_blocks_matched\":%" PRIu64 ","
-		  "\"match_hit_ratio\":%.6f,\"evictions\":%" PRIu64 ",\"deletes\":%" PRIu64 "}",
+		  "\"match_hit_ratio\":%.6f,\"evictions\":%" PRIu64 ",\"deletes\":%" PRIu64 ",",
 		  n->exists_hits, n->exists_misses, n->match_requests, n->match_blocks_queried,
 		  n->match_blocks_matched, ratio(n->match_blocks_matched, n->match_blocks_queried),
 		  n->evictions, n->deletes);
+	jw_printf(j,
+		  "\"retained_blocks\":%" PRIu64 ",\"retained_bytes\":%" PRIu64 ","
+		  "\"retain_budget_bytes\":%" PRIu64 ",\"retain_budget_of\":\"%s\","
+		  "\"retain_refused\":%" PRIu64 ",\"retain_expired\":%" PRIu64 "}",
+		  n->retained_blocks, n->retained_bytes, n->retain_budget_bytes,
+		  n->retain_tenant ? "tenant" : "namespace", n->retain_refused, n->retain_expired);
 }
 
 /* "rdma": whether the transport is built and served, on which port, and
@@ -237,6 +276,19 @@ static void json_rdma(struct jw *j, const struct srv_rdma_state *r, const uint64
 		  c[SRV_C_rdma_bytes_read], c[SRV_C_rdma_bytes_written], c[SRV_C_rdma_xfer_errors]);
 }
 
+/* "tls": TLS on the data port (srv_tls.h), with its connection counters. */
+static void json_tls(struct jw *j, const struct srv_stats_doc *d, const uint64_t *c)
+{
+	jw_printf(j,
+		  "\"tls\":{\"enabled\":true,\"tls_only\":%s,\"connections\":{\"current\":%" PRIu64
+		  ",\"total\":%" PRIu64 "},\"handshake_errors\":%" PRIu64 ",\"kernel_tls\":"
+		  "{\"send\":%" PRIu64 ",\"recv\":%" PRIu64 "},\"plaintext_refused\":%" PRIu64
+		  ",\"plaintext_tokens_refused\":%" PRIu64 "},",
+		  d->tls_only ? "true" : "false", c[SRV_C_tls_conns_current], c[SRV_C_tls_conns_total],
+		  c[SRV_C_tls_handshake_errors], c[SRV_C_tls_ktls_send], c[SRV_C_tls_ktls_recv],
+		  c[SRV_C_tls_plaintext_refused], c[SRV_C_tls_token_refused]);
+}
+
 /* "kv_events": the publisher's counters (srv_events.h). */
 static void json_events(struct jw *j, const struct srv_events_stats *e)
 {
@@ -244,9 +296,11 @@ static void json_events(struct jw *j, const struct srv_events_stats *e)
 		  "\"kv_events\":{\"enabled\":true,\"produced\":%" PRIu64 ",\"published\":%" PRIu64
 		  ",\"dropped\":%" PRIu64 ",\"queued\":%" PRIu64 ",\"batches\":%" PRIu64
 		  ",\"resync_batches\":%" PRIu64 ",\"replay_requests\":%" PRIu64
-		  ",\"replayed_batches\":%" PRIu64 ",\"replay_errors\":%" PRIu64 "},",
+		  ",\"replayed_batches\":%" PRIu64 ",\"replay_errors\":%" PRIu64
+		  ",\"replay_refused\":%" PRIu64 ",\"replay_truncated\":%" PRIu64 "},",
 		  e->produced, e->published, e->dropped, e->queued, e->batches, e->resync_batches,
-		  e->replay_requests, e->replayed_batches, e->replay_errors);
+		  e->replay_requests, e->replayed_batches, e->replay_errors, e->replay_refused,
+		  e->replay_truncated);
 }
 
 int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
@@ -262,8 +316,13 @@ int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
 	json_ops(&j, d);
 	json_latency(&j, d->ops);
 	jw_printf(&j, "\"blocks\":%" PRIu64 ",", d->store->blocks);
+	json_retention(&j, d);
+	if (d->tenants_on)
+		json_tenants(&j, d);
 	if (d->transport_rdma)
 		json_rdma(&j, d->transport_rdma, d->ops->c);
+	if (d->tls)
+		json_tls(&j, d, d->ops->c);
 	if (d->events)
 		json_events(&j, d->events);
 	jw_printf(&j, "\"namespaces\":{");

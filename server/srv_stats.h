@@ -18,8 +18,8 @@
 struct evbuffer;
 
 /* X(name): one counter each, rendered under "ops" in the JSON; the rdma_
- * ones under "rdma" (rdma_conns_current goes down too: it wraps as an
- * unsigned and sums right over workers). */
+ * ones under "rdma" and the tls_ ones under "tls" (*_conns_current go down
+ * too: they wrap as unsigned and sum right over workers). */
 #define SRV_COUNTERS(X)                                                         \
 	X(put_requests) X(put_blocks) X(put_ok) X(put_exists) X(put_errors)     \
 	X(put_bytes)                                                            \
@@ -33,7 +33,10 @@ struct evbuffer;
 	X(ping_requests) X(stats_requests)                                     \
 	X(errors_bad_request) X(errors_too_large) X(errors_busy) X(errors_full) \
 	X(rdma_conns_current) X(rdma_conns_total) X(rdma_bytes_read)            \
-	X(rdma_bytes_written) X(rdma_xfer_errors)
+	X(rdma_bytes_written) X(rdma_xfer_errors)                              \
+	X(tls_conns_current) X(tls_conns_total) X(tls_handshake_errors)        \
+	X(tls_ktls_send) X(tls_ktls_recv) X(tls_plaintext_refused)             \
+	X(tls_token_refused)
 
 enum srv_counter {
 #define SRV_COUNTER_ENUM(name) SRV_C_##name,
@@ -75,6 +78,7 @@ void srv_stats_sum(struct srv_stats *dst, const struct srv_stats *src);
  * duration of srv_stats_json. */
 struct srv_rdma_state;
 struct srv_events_stats;
+struct srv_tenant_stats;
 
 struct srv_stats_doc {
 	const char *version;          /* server version, e.g. "0.1.0" */
@@ -89,6 +93,8 @@ struct srv_stats_doc {
 	const struct srv_rdma_state *transport_rdma; /* "rdma" object; NULL leaves it out */
 	const struct srv_events_stats *events; /* "kv_events" object; NULL (events off)
 						* leaves it out */
+	int tls;                      /* TLS on the data port: the "tls" object */
+	int tls_only;                 /* plaintext is refused (tls_only in force) */
 	const char *settings;         /* the effective settings as a JSON object
 				       * (conf_json), shown as "settings"; NULL
 				       * leaves the key out */
@@ -97,6 +103,12 @@ struct srv_stats_doc {
 	const char *cluster;          /* etcd registration state as a JSON object
 				       * (srv_etcd_json), shown as "cluster"; NULL
 				       * (standalone) leaves the key out */
+	/* retention: the settings in force (max_retained_bytes resolved) */
+	uint32_t max_retain_ms;
+	uint64_t max_retained_bytes;
+	int tenants_on;               /* 1: show "tenants" (a tokens file is in use) */
+	const struct srv_tenant_stats *tenants; /* tenant_count of them */
+	uint32_t tenant_count;
 };
 
 /* Append the STATS JSON document (compact, one line, keys as in

@@ -3,6 +3,12 @@
  * events, the input state machine (HEADER -> BODY -> PAYLOAD | SKIP),
  * the output queue written with writev, backpressure, and the PUT payload
  * read straight into the arena. See srv_tcp.h.
+ *
+ * With TLS on the server (srv_tls.h) a connection starts by telling TLS
+ * from plaintext on its first byte (SNIFF), then runs the handshake, and
+ * from then on every byte goes through its session: reads with
+ * srv_tls_read, writes with srv_tls_writev - or, when the kernel took the
+ * session's send side (kernel TLS), with the same writev as plaintext.
  */
 #include "srv_tcp.h"
 
@@ -11,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -24,6 +32,7 @@
 #include "srv_log.h"
 #include "srv_put.h"
 #include "srv_server.h"
+#include "srv_tls.h"
 #include "srv_worker.h"
 #include "store.h"
 
@@ -41,6 +50,14 @@ static void conn_read_cb(evutil_socket_t fd, short what, void *arg);
 static void conn_write_cb(evutil_socket_t fd, short what, void *arg);
 static const struct srv_transport tcp_ops;
 
+/* Decrypted bytes wait inside the TLS session while the socket may be
+ * empty: the read event would not fire for them, so fire it now. */
+static void tls_repump(struct srv_conn *c)
+{
+	if (c->tls && c->reading && c->tls_phase == SRV_TLS_UP && srv_tls_pending(c->tls))
+		event_active(c->ev_read, EV_READ, 1);
+}
+
 static void conn_set_reading(struct srv_conn *c, int on)
 {
 	if (on == c->reading)
@@ -50,6 +67,26 @@ static void conn_set_reading(struct srv_conn *c, int on)
 	else
 		event_del(c->ev_read);
 	c->reading = on;
+	tls_repump(c);
+}
+
+/* Is the connected peer of fd on a loopback address? */
+static bool peer_is_loopback(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (getpeername(fd, (struct sockaddr *)&ss, &len) < 0)
+		return false;
+	if (ss.ss_family == AF_INET)
+		return (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127;
+	if (ss.ss_family == AF_INET6) {
+		const struct in6_addr *a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+
+		return IN6_IS_ADDR_LOOPBACK(a) ||
+		       (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return ss.ss_family == AF_UNIX;
 }
 
 static void conn_set_writing(struct srv_conn *c, int on)
@@ -71,6 +108,12 @@ int srv_tcp_open(struct srv_worker *w, int fd, uint64_t id, const char *peer)
 		goto out_close_fd;
 	srv_conn_init(c, w, id, peer, &tcp_ops);
 	c->fd = fd;
+	c->peer_loopback = peer_is_loopback(fd);
+	if (w->srv->tls) {
+		/* TLS or plaintext: the first byte will tell; a handshake
+		 * must end within payload_timeout_ms of it */
+		c->tls_phase = SRV_TLS_SNIFF;
+	}
 	srv_out_init(&c->tx, w->srv->store);
 	c->ev_read = event_new(w->base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
 	c->ev_write = event_new(w->base, fd, EV_WRITE | EV_PERSIST, conn_write_cb, c);
@@ -107,6 +150,10 @@ static void tcp_close(struct srv_conn *c, int level, const char *reason)
 	c->ev_read = c->ev_write = NULL;
 	/* Dropping queued output releases the pins of GET blocks not sent. */
 	srv_out_free(&c->tx);
+	if (c->tls_phase == SRV_TLS_UP)
+		srv_stats_add(&c->w->stats, SRV_C_tls_conns_current, (uint64_t)-1);
+	srv_tls_free(c->tls);
+	c->tls = NULL;
 	close(c->fd);
 	c->fd = -1;
 	srv_conn_release(c);
@@ -183,12 +230,43 @@ static int conn_next(struct srv_conn *c, enum srv_next next)
 	return 0;
 }
 
-/* read(2) returning -errno instead of -1. */
-static long sys_read(int fd, void *buf, size_t len)
+/* Read up to len bytes of the stream (through TLS when it is on):
+ * > 0, 0 at EOF, or -errno (-EAGAIN: nothing now; -EPROTO: TLS broke). */
+static long conn_recv(struct srv_conn *c, void *buf, size_t len)
 {
-	ssize_t n = read(fd, buf, len);
+	ssize_t n;
 
+	if (c->tls)
+		return srv_tls_read(c->tls, buf, len);
+	n = read(c->fd, buf, len);
 	return n < 0 ? -errno : (long)n;
+}
+
+/* readv(2) of the stream, through TLS when it is on. */
+static long conn_recvv(struct srv_conn *c, const struct iovec *iov, int n)
+{
+	ssize_t r;
+
+	if (c->tls)
+		return srv_tls_readv(c->tls, iov, n);
+	r = readv(c->fd, iov, n);
+	return r < 0 ? -errno : (long)r;
+}
+
+/* srv_out's writer for a session OpenSSL encrypts in user space. */
+static long tls_out_writev(void *arg, const struct iovec *iov, int n)
+{
+	return srv_tls_writev(arg, iov, n);
+}
+
+/* Write what the socket takes of c's output: straight from the queue with
+ * writev in plaintext and when the kernel encrypts (kernel TLS), through
+ * OpenSSL otherwise. */
+static long conn_out_write(struct srv_conn *c)
+{
+	if (c->tls && !srv_tls_ktls_send(c->tls))
+		return srv_out_write_fn(&c->tx, tls_out_writev, c->tls);
+	return srv_out_write(&c->tx, c->fd);
 }
 
 /* Read what is available of the PUT payload (one readv) into the
@@ -203,9 +281,9 @@ static long put_read(struct srv_conn *c, size_t *want, int *done)
 	ssize_t n;
 
 	*done = 0;
-	n = readv(c->fd, iov, n_iov);
+	n = conn_recvv(c, iov, n_iov);
 	if (n < 0)
-		return -errno;
+		return n;
 	if (n == 0)
 		return 0;
 	if (!srv_put_received(c, (uint64_t)n))
@@ -229,7 +307,7 @@ static long conn_read_step(struct srv_conn *c, size_t *want)
 	switch (c->state) {
 	case SRV_CONN_HEADER:
 		*want = PROTO_HEADER_BYTES - c->hdr_have;
-		n = sys_read(c->fd, c->hdr_raw + c->hdr_have, *want);
+		n = conn_recv(c, c->hdr_raw + c->hdr_have, *want);
 		if (n <= 0)
 			return n;
 		if (c->hdr_have == 0)
@@ -245,7 +323,7 @@ static long conn_read_step(struct srv_conn *c, size_t *want)
 			return -ENOMEM;
 		*want = (c->body_cap < c->hdr.body_bytes ? c->body_cap : c->hdr.body_bytes) -
 			c->body_have;
-		n = sys_read(c->fd, c->body + c->body_have, *want);
+		n = conn_recv(c, c->body + c->body_have, *want);
 		if (n > 0 && (c->body_have += (uint32_t)n) == c->hdr.body_bytes)
 			return conn_next(c, srv_conn_body_done(c)) < 0 ? -ENOMEM : n;
 		return n;
@@ -256,7 +334,7 @@ static long conn_read_step(struct srv_conn *c, size_t *want)
 		return n;
 	case SRV_CONN_SKIP:
 		*want = c->skip_bytes < SRV_SCRATCH_BYTES ? c->skip_bytes : SRV_SCRATCH_BYTES;
-		n = sys_read(c->fd, scratch, *want);
+		n = conn_recv(c, scratch, *want);
 		if (n > 0 && (c->skip_bytes -= (uint64_t)n) == 0)
 			conn_next(c, SRV_NEXT_HEADER);
 		return n;
@@ -267,7 +345,7 @@ static long conn_read_step(struct srv_conn *c, size_t *want)
 	case SRV_CONN_CLOSING:
 	default:
 		*want = SRV_SCRATCH_BYTES;
-		return sys_read(c->fd, scratch, *want);
+		return conn_recv(c, scratch, *want);
 	}
 }
 
@@ -315,7 +393,7 @@ static int conn_pump(struct srv_conn *c)
 		}
 		if (n < 0) {
 			snprintf(why, sizeof(why), "%s: %s", n == -ENOMEM ? "aborted" : "read error",
-				 strerror((int)-n));
+				 n == -EPROTO && c->tls ? "bad TLS record or alert" : strerror((int)-n));
 			srv_conn_close(c, n == -ENOMEM ? SRV_LOG_WARN : SRV_LOG_DEBUG, why);
 			return 1;
 		}
@@ -334,7 +412,7 @@ static int conn_flush(struct srv_conn *c)
 	uint64_t len = srv_out_bytes(&c->tx);
 
 	if (len) {
-		long n = srv_out_write(&c->tx, c->fd);
+		long n = conn_out_write(c);
 
 		if (n < 0 && n != -EAGAIN && n != -EINTR) {
 			snprintf(why, sizeof(why), "write error: %s", strerror((int)-n));
@@ -353,6 +431,8 @@ static int conn_flush(struct srv_conn *c)
 		c->replies_queued = 0;
 		conn_set_writing(c, 0);
 		if (c->state == SRV_CONN_CLOSING && !c->wr_shut) {
+			if (c->tls)
+				srv_tls_close_notify(c->tls);
 			shutdown(c->fd, SHUT_WR);
 			c->wr_shut = 1;
 		}
@@ -368,15 +448,113 @@ static int conn_flush(struct srv_conn *c)
 	return 0;
 }
 
+/* The handshake is done: count the session and say which TLS runs. */
+static void tls_up(struct srv_conn *c)
+{
+	struct srv_stats *ss = &c->w->stats;
+	bool ktx = srv_tls_ktls_send(c->tls), krx = srv_tls_ktls_recv(c->tls);
+	char what[96];
+
+	c->tls_phase = SRV_TLS_UP;
+	srv_stats_add(ss, SRV_C_tls_conns_current, 1);
+	srv_stats_add(ss, SRV_C_tls_conns_total, 1);
+	if (ktx)
+		srv_stats_add(ss, SRV_C_tls_ktls_send, 1);
+	if (krx)
+		srv_stats_add(ss, SRV_C_tls_ktls_recv, 1);
+	srv_tls_describe(c->tls, what, sizeof(what));
+	srv_debug("conn %" PRIu64 " %s: tls %s, kernel tls send %s, receive %s", c->id, c->peer,
+		  what, ktx ? "yes" : "no (user space)", krx ? "yes" : "no (user space)");
+}
+
+/* The handshake failed: say why, then close the way a fatal error reply
+ * does - the alert OpenSSL queued goes out, then a FIN, and what the peer
+ * still sends is drained (closing at once would reset the connection and
+ * could make the peer lose the alert that says why). */
+static void tls_fail(struct srv_conn *c, int rc, const char *why)
+{
+	srv_stats_add(&c->w->stats, SRV_C_tls_handshake_errors, 1);
+	srv_log(rc == -ECONNRESET ? SRV_LOG_DEBUG : SRV_LOG_INFO,
+		"conn %" PRIu64 " %s: tls handshake failed: %s", c->id, c->peer, why);
+	srv_tls_free(c->tls);
+	c->tls = NULL;
+	c->tls_phase = SRV_TLS_PLAIN; /* what follows is drained raw */
+	conn_set_writing(c, 0);
+	c->state = SRV_CONN_CLOSING;
+	c->closing_since_ms = srv_now_ms();
+	shutdown(c->fd, SHUT_WR);
+	c->wr_shut = 1;
+	conn_set_reading(c, 1);
+}
+
+/* Before the first frame of a server with TLS: tell TLS from plaintext by
+ * the first byte, then run the handshake. Returns 0 when the connection
+ * may go on reading frames (plaintext, or TLS up), 1 when it waits for
+ * the socket or was closed. */
+static int tls_start(struct srv_conn *c)
+{
+	char why[256];
+	bool want_write = false;
+	uint8_t first;
+	ssize_t n;
+	int rc;
+
+	if (c->tls_phase == SRV_TLS_SNIFF) {
+		n = recv(c->fd, &first, 1, MSG_PEEK);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return 1;
+		if (n <= 0) {
+			srv_conn_close(c, SRV_LOG_DEBUG, n == 0 ? "peer closed" : "read error");
+			return 1;
+		}
+		c->frame_start_ms = srv_now_ms(); /* the handshake's deadline starts */
+		if (first != SRV_TLS_HANDSHAKE_BYTE) {
+			c->tls_phase = SRV_TLS_PLAIN;
+			if (!c->w->srv->tls_only)
+				return 0;
+			srv_info("conn %" PRIu64 " %s: plaintext client refused (tls_only)", c->id,
+				 c->peer);
+			if (conn_next(c, srv_conn_refuse_plaintext(c)) < 0) {
+				srv_conn_close(c, SRV_LOG_WARN, "aborted: out of memory");
+				return 1;
+			}
+			conn_flush(c);
+			return 1;
+		}
+		if (srv_tls_new(c->w->srv->tls, c->fd, &c->tls) < 0) {
+			srv_conn_close(c, SRV_LOG_WARN, "aborted: no memory for a TLS session");
+			return 1;
+		}
+		c->tls_phase = SRV_TLS_HANDSHAKE;
+	}
+	rc = srv_tls_handshake(c->tls, &want_write, why, sizeof(why));
+	if (rc == -EAGAIN) {
+		conn_set_writing(c, want_write);
+		return 1;
+	}
+	if (rc < 0) {
+		tls_fail(c, rc, why);
+		return 1;
+	}
+	conn_set_writing(c, 0);
+	tls_up(c);
+	c->last_active_ms = srv_now_ms();
+	return 0;
+}
+
 static void conn_read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct srv_conn *c = arg;
 
 	(void)fd;
 	(void)what;
+	if ((c->tls_phase == SRV_TLS_SNIFF || c->tls_phase == SRV_TLS_HANDSHAKE) && tls_start(c))
+		return;
 	if (conn_pump(c))
 		return;
-	conn_flush(c);
+	if (conn_flush(c))
+		return;
+	tls_repump(c);
 }
 
 /* srv_transport.request_done. */
@@ -419,6 +597,12 @@ static void conn_write_cb(evutil_socket_t fd, short what, void *arg)
 
 	(void)fd;
 	(void)what;
+	if (c->tls_phase == SRV_TLS_HANDSHAKE) {
+		if (tls_start(c))
+			return;
+		conn_read_cb(fd, EV_READ, c); /* a frame may have come with it */
+		return;
+	}
 	if (conn_flush(c))
 		return;
 	/* Reading may have resumed: input already buffered in the kernel is

@@ -3,7 +3,9 @@
  */
 #include "srv_tenant.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,4 +95,30 @@ struct store_tenant *srv_tenant_get(struct srv_tenants *ts, struct store *st,
 out:
 	pthread_mutex_unlock(&ts->lock);
 	return t;
+}
+
+int srv_tenants_stats(struct srv_tenants *ts, struct store *st, struct srv_tenant_stats **out,
+		      uint32_t *count)
+{
+	struct srv_tenant_stats *v = NULL;
+	uint32_t n;
+
+	pthread_mutex_lock(&ts->lock);
+	n = ts->n;
+	if (n) {
+		v = calloc(n, sizeof(*v));
+		if (!v) {
+			pthread_mutex_unlock(&ts->lock);
+			return -ENOMEM;
+		}
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		for (int k = 0; k < SRV_TENANT_ID_CHARS / 2; k++)
+			snprintf(v[i].id + 2 * k, 3, "%02x", ts->v[i].digest[k]);
+		store_tenant_retain_stats(st, ts->v[i].t, &v[i].retain);
+	}
+	pthread_mutex_unlock(&ts->lock);
+	*out = v;
+	*count = n;
+	return 0;
 }

@@ -13,6 +13,8 @@
 
 #include <stdint.h>
 
+#include "store.h"
+
 struct store;
 struct store_tenant;
 struct srv_tenants;
@@ -30,5 +32,22 @@ void srv_tenants_free(struct srv_tenants *ts);
 struct store_tenant *srv_tenant_get(struct srv_tenants *ts, struct store *st,
 				    const uint8_t digest[32], uint64_t max_bytes,
 				    uint64_t max_leased_bytes);
+
+/* A tenant's name in STATS and /metrics: the first 12 hex digits of
+ * its token's SHA-256 digest (`printf %s TOKEN | sha256sum | cut -c1-12`),
+ * which names it without showing the token. */
+#define SRV_TENANT_ID_CHARS 12
+
+/* One tenant's figures for STATS. */
+struct srv_tenant_stats {
+	char id[SRV_TENANT_ID_CHARS + 1];  /* NUL-terminated hex */
+	struct store_retain_stats retain;
+};
+
+/* The figures of every tenant made so far, in digest order, into a
+ * malloc'd array *out of *count (NULL, 0 when there is none).
+ * Errors: -ENOMEM. */
+int srv_tenants_stats(struct srv_tenants *ts, struct store *st, struct srv_tenant_stats **out,
+		      uint32_t *count);
 
 #endif /* KVPOOL_SRV_TENANT_H */

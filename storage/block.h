@@ -21,14 +21,14 @@
  *
  * LRU heaps (min-heaps on last_use, a use counter):
  *   EVICT  VISIBLE, in DRAM, no visible children (either tier), no refs,
- *          no lease pins: what leaves the pool when DRAM must make room
+ *          no lease pins, not retained: what leaves the pool when DRAM must make room
  *          and no NVMe tier can take it (absent, unhealthy, stalled).
  *   CLEAN  NVMe tier only: VISIBLE, in DRAM and on NVMe, no refs, no lease
  *          pins: DRAM copies dropped instantly on the put path.
  *   DIRTY  NVMe tier only: VISIBLE, in DRAM, not on NVMe, not being
  *          demoted: what the demoter writes next.
  *
- * Memory per block (index_bytes): a 116-byte header from the slab
+ * Memory per block (index_bytes): a 120-byte header from the slab
  * (slab.c), named by a 32-bit id; the hash table, the heaps, parent and
  * child links and the block lists hold ids, not pointers (a 4-byte bucket
  * and a 4-byte EVICT heap slot per block). Leases, promotions in flight
@@ -110,8 +110,13 @@ struct store_block {
 	uint16_t mark : 1;                /* scratch for rebuild and checks */
 	uint16_t slot1_clean : 1;         /* heap_idx[1] is a CLEAN slot, not DIRTY */
 	uint16_t leased : 1;              /* a lease pins it (in s->lease_by_block) */
+	uint16_t retained : 1;            /* a retention keeps it (in s->retain, retain.h) */
+	uint16_t retain_dirty : 1;        /* its NVMe record must learn a new deadline (tier) */
 	/* visible parent; for a reservation the pinned one (store_parent) */
 	uint32_t parent_id;
+	/* the tenant its bytes are charged to (store_tenant.id: the writer's,
+	 * store_put_begin_for), 0 for none */
+	uint32_t tenant_id;
 	struct store_ring link;           /* ns->blocks, s->reserved or s->zombies */
 	union {
 		/* VISIBLE and REMOVED (zeroed when a reservation is published;
@@ -136,12 +141,14 @@ struct store_block {
 	};
 };
 
-/* The header is paid once per block (index_bytes): 116 bytes, 4-byte
- * aligned, so the slab packs 9039 per 1 MiB chunk. Nothing in it needs
- * more than 4-byte alignment (ids, the free list's link in its first 4
- * bytes, the chunk number at the chunk's start): a field that would
- * (a uint64_t) grows it back to 120 and fails here. */
-_Static_assert(sizeof(struct store_block) == 116, "block header is 116 bytes");
+/* The header is paid once per block (index_bytes): 120 bytes, 4-byte
+ * aligned, so the slab packs 8738 per 1 MiB chunk (116 until the
+ * writer's tenant was recorded per block, so that bytes are billed to
+ * who wrote them). Nothing in it needs more than 4-byte alignment (ids,
+ * the free list's link in its first 4 bytes, the chunk number at the
+ * chunk's start): a field that would (a uint64_t) grows it to 128 and
+ * fails here. */
+_Static_assert(sizeof(struct store_block) == 120, "block header is 120 bytes");
 _Static_assert(_Alignof(struct store_block) == 4, "block header is 4-byte aligned");
 
 /* The client's xxh3-64 of b's payload. */

@@ -40,6 +40,7 @@
 #include "lease.h"
 #include "list.h"
 #include "match.h"
+#include "retain.h"
 #include "slab.h"
 #include "store.h"
 
@@ -64,7 +65,10 @@ struct store_ns {
 	uint32_t reservations;    /* uncommitted puts (RESERVED blocks) */
 	uint64_t reserved_bytes;  /* their payload bytes (quota) */
 	uint64_t quota_bytes;     /* payload bytes allowed (visible + reserved); 0 = no limit */
-	struct store_tenant *tenant; /* charged with its bytes; NULL = none */
+	/* the tenant that created it (counted in its namespaces), or after a
+	 * warm restart its first read-write binder; NULL = none. Blocks are
+	 * charged to their writers (store_block.tenant_id), not to it. */
+	struct store_tenant *tenant;
 	uint32_t blocks;          /* ring of its visible blocks (struct store_block.link) */
 	uint64_t nblocks, bytes;
 	uint64_t puts, put_exists, put_errors;
@@ -72,6 +76,7 @@ struct store_ns {
 	uint64_t match_requests, match_blocks_queried, match_blocks_matched;
 	uint64_t evictions, deletes;
 	uint64_t nvme_blocks;     /* visible blocks with an NVMe copy */
+	struct store_retain_acct racct; /* its retained blocks (retain.h) */
 	uint32_t disk_id;         /* NVMe disk id, 0 until its first demotion */
 	bool disk_named;          /* disk_id recorded with the name in the index */
 };
@@ -108,8 +113,11 @@ struct store {
 	uint32_t zombies;             /* ring of REMOVED blocks still referenced */
 	struct store_list lessees;
 	struct store_list tenants;    /* struct store_tenant.link */
+	struct store_tenant **tenant_by_id; /* [id - 1], ntenants of them */
+	uint32_t ntenants, tenants_cap;
 	struct store_list expiry;     /* active leases, ascending expiry_ms */
 	struct store_list lease_pool; /* spare lease records */
+	struct store_retain_tab retain; /* retentions by block and deadline (retain.h) */
 	uint64_t nreserved, nzombies, nlessees;
 	uint64_t lease_records;       /* allocated lease records, active or spare */
 	uint64_t lease_spare;
@@ -281,6 +289,12 @@ static inline struct store_ns *store_block_ns(struct store *s, const struct stor
 {
 	return store_ns_find_locked(s, b->node.ns_id);
 }
+/* The tenant block b's bytes are charged to, or NULL. */
+static inline struct store_tenant *store_block_tenant(const struct store *s,
+						      const struct store_block *b)
+{
+	return b->tenant_id ? s->tenant_by_id[b->tenant_id - 1] : NULL;
+}
 /* The visible block (ns_id, key), or NULL. */
 struct store_block *store_find_locked(struct store *s, uint32_t ns_id,
 				      const uint8_t key[STORE_KEY_BYTES]);
@@ -291,7 +305,8 @@ uint64_t store_pages_of(uint64_t length);
 int store_ns_get_locked(struct store *s, const char *name, size_t len, struct store_ns **out);
 
 /* ---- evict.c: LRU heaps, removal, eviction, DRAM room ---- */
-/* VISIBLE, in DRAM, no visible children, no refs, no lease pins. */
+/* VISIBLE, in DRAM, no visible children, no refs, no lease pins, not
+ * retained. */
 bool store_block_evictable(const struct store_block *b);
 /* Does b belong in heap `kind` now? */
 bool store_lru_member(const struct store *s, const struct store_block *b, enum store_lru_kind kind);

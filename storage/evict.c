@@ -12,7 +12,7 @@
 bool store_block_evictable(const struct store_block *b)
 {
 	return b->state == STORE_BLOCK_VISIBLE && b->in_dram && !store_has_children(b) &&
-	       b->refs == 0 && !b->leased;
+	       b->refs == 0 && !b->leased && !b->retained;
 }
 
 bool store_lru_member(const struct store *s, const struct store_block *b, enum store_lru_kind kind)
@@ -275,14 +275,16 @@ void store_block_remove_locked(struct store *s, struct store_block *b)
 	store_ring_del(s, &ns->blocks, b, STORE_RING_LINK);
 	ns->nblocks--;
 	ns->bytes -= store_block_length(b);
-	if (ns->tenant)
-		ns->tenant->bytes -= store_block_length(b);
+	if (store_block_tenant(s, b))
+		store_block_tenant(s, b)->bytes -= store_block_length(b);
 	s->blocks--;
 	if (b->in_dram) {
 		s->payload_bytes -= store_block_length(b);
 		s->dram_blocks--;
 	}
 	lru_leave_all(s, b);
+	if (b->retained)
+		store_retain_drop_locked(s, b);
 	b->state = STORE_BLOCK_REMOVED;
 	store_lease_end_block_locked(s, b);
 	unlink_parent(s, b);
@@ -400,8 +402,10 @@ int store_alloc_room_locked(struct store *s, uint32_t pages, uint32_t *first)
 	if (s->evict_hook)
 		s->evict_hook(s->evict_hook_arg);
 	store_wr_begin(s);
-	/* leases that ran out since the last tick must not keep blocks */
+	/* leases and retentions that ran out since the last tick must not
+	 * keep blocks */
 	store_lease_expire_locked(s, t0 / 1000);
+	store_retain_expire_locked(s, t0 / 1000);
 	while ((rc = store_arena_alloc(s->arena, pages, first)) == -ENOSPC) {
 		rc = make_room_step(s);
 		if (rc)

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core.h"
 #include "nvme/tier.h"
@@ -29,9 +30,9 @@ static void mark_got_locked(struct store *s, struct store_block *b, struct store
 		store_lease_end_for_locked(s, lessee, b);
 }
 
-int store_get_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
-		    struct store_lessee *lessee, struct store_ref *out,
-		    store_get_done_fn done, void *arg)
+int store_get_fit_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			uint64_t max_length, struct store_lessee *lessee, struct store_ref *out,
+			store_get_done_fn done, void *arg)
 {
 	struct store_ns *ns;
 	struct store_block *b;
@@ -48,6 +49,16 @@ int store_get_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 		pthread_mutex_unlock(&s->lock);
 		return -ENOENT;
 	}
+	if (store_block_length(b) > max_length) {
+		/* a size query, or a buffer too small: nothing is sent, so
+		 * nothing is pinned, promoted or marked, and a lease the
+		 * lessee holds stays for the GET that follows */
+		memset(out, 0, sizeof(*out));
+		out->length = store_block_length(b);
+		out->tier = b->in_dram ? STORE_TIER_DRAM : STORE_TIER_NVME;
+		pthread_mutex_unlock(&s->lock);
+		return -EMSGSIZE;
+	}
 	if (!b->in_dram) {
 		/* hit or miss is counted when the read ends */
 		rc = store_promo_join_locked(s, b, ns_id, out, done, arg);
@@ -63,6 +74,13 @@ int store_get_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 	pthread_mutex_unlock(&s->lock);
 	fill_ref(s, b, out, STORE_TIER_DRAM);
 	return 0;
+}
+
+int store_get_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+		    struct store_lessee *lessee, struct store_ref *out,
+		    store_get_done_fn done, void *arg)
+{
+	return store_get_fit_async(s, ns_id, key, UINT64_MAX, lessee, out, done, arg);
 }
 
 /* store_get waiting for a promotion: the done callback wakes it. */

@@ -228,8 +228,11 @@ uint64_t store_tick(struct store *s)
 {
 	uint64_t n;
 
+	uint64_t now = store_now_ms();
+
 	store_lock(s);
-	n = store_lease_expire_locked(s, store_now_ms());
+	n = store_lease_expire_locked(s, now);
+	store_retain_expire_locked(s, now);
 	pthread_mutex_unlock(&s->lock);
 	return n;
 }
@@ -321,10 +324,36 @@ struct store_tenant *store_tenant_new(struct store *s, uint64_t max_bytes, uint6
 		return NULL;
 	t->max_bytes = max_bytes;
 	t->max_leased_bytes = max_leased_bytes;
+	t->racct.max_bytes = s->cfg.max_retained_bytes;
 	store_lock(s);
+	if (s->ntenants == s->tenants_cap) {
+		uint32_t cap = s->tenants_cap ? 2 * s->tenants_cap : 16;
+		struct store_tenant **v = cap > s->tenants_cap ?
+			realloc(s->tenant_by_id, cap * sizeof(*v)) : NULL;
+
+		if (!v) {
+			pthread_mutex_unlock(&s->lock);
+			free(t);
+			return NULL;
+		}
+		s->tenant_by_id = v;
+		s->tenants_cap = cap;
+	}
+	s->tenant_by_id[s->ntenants++] = t;
+	t->id = s->ntenants;
 	store_list_add_tail(&s->tenants, &t->link);
 	pthread_mutex_unlock(&s->lock);
 	return t;
+}
+
+uint32_t store_tenant_namespaces(struct store *s, const struct store_tenant *t)
+{
+	uint32_t n;
+
+	store_lock(s);
+	n = t->namespaces;
+	pthread_mutex_unlock(&s->lock);
+	return n;
 }
 
 void store_tenant_limits(struct store *s, struct store_tenant *t, uint64_t max_bytes,

@@ -10,6 +10,7 @@
 
 #include "block.h"
 #include "list.h"
+#include "retain.h"
 
 struct store;
 
@@ -22,14 +23,18 @@ struct store_lessee {
 	struct store_tenant *tenant; /* charged for its leases too; may be NULL */
 };
 
-/* A tenant (store_tenant_new): limits shared by the namespaces charged to
- * it and the lessees that name it. Freed by store_close. */
+/* A tenant (store_tenant_new): limits shared by the blocks charged to it
+ * (the ones it wrote), the namespaces it created and the lessees that name
+ * it. Freed by store_close. */
 struct store_tenant {
 	struct store_list link;    /* s->tenants */
-	uint64_t max_bytes;        /* payload bytes of its namespaces; 0 = no limit */
+	uint32_t id;               /* 1, 2, ...: store_block.tenant_id */
+	uint32_t namespaces;       /* namespaces charged to it (store_namespace_tenant) */
+	uint64_t max_bytes;        /* payload bytes of its blocks; 0 = no limit */
 	uint64_t max_leased_bytes; /* bytes its lessees may lease; 0 = no bound */
-	uint64_t bytes;            /* visible + reserved payload bytes of its namespaces */
+	uint64_t bytes;            /* visible + reserved payload bytes of its blocks */
 	uint64_t leased_bytes;     /* bytes its lessees lease now */
+	struct store_retain_acct racct; /* its namespaces' retained blocks, its budget */
 };
 
 /* One lease pin: (lessee, block) until expiry_ms. At most one per pair;

@@ -362,31 +362,15 @@ static int match_racy(struct store *s, struct store_mlog *log, uint32_t ns_id,
  * key, and some spare for keys whose read section restarts. */
 #define STOCK_SLACK (2 * SECTION_KEYS)
 
-/* Would leasing the blocks of keys[0..count) that ns_id holds (up to the
- * first miss) take the lessee or its tenant past its bound? Blocks it
- * leases already add nothing (the lease is only extended). */
-static bool lease_would_pass_locked(struct store *s, uint32_t ns_id,
-				    const uint8_t (*keys)[STORE_KEY_BYTES], uint32_t count,
-				    const struct store_lessee *l)
+/* Does leasing one more block of `bytes` to l take l or its tenant past
+ * its bound? (What this MATCH leased so far is in leased_bytes already.) */
+static bool lease_passes(const struct store_lessee *l, uint64_t bytes)
 {
 	const struct store_tenant *t = l->tenant;
-	uint64_t add = 0;
 
-	if (!l->max_leased_bytes && !(t && t->max_leased_bytes))
-		return false;
-	for (uint32_t i = 0; i < count; i++) {
-		const struct store_block *b = store_find_locked(s, ns_id, keys[i]);
-
-		if (!b)
-			break;
-		if (!store_lease_held_locked(s, l, b))
-			add += store_block_length(b);
-	}
-	if (!add)
-		return false;
-	if (l->max_leased_bytes && l->leased_bytes + add > l->max_leased_bytes)
+	if (l->max_leased_bytes && l->leased_bytes + bytes > l->max_leased_bytes)
 		return true;
-	return t && t->max_leased_bytes && t->leased_bytes + add > t->max_leased_bytes;
+	return t && t->max_leased_bytes && t->leased_bytes + bytes > t->max_leased_bytes;
 }
 
 /* Does a lease for l need the locked path (a bound to check exactly)? */
@@ -402,19 +386,24 @@ static bool lease_bounded(const struct store_lessee *l)
 }
 
 /* MATCH under the lock: one probe per key; lease records reserved first,
- * so a failure leaves nothing done. Errors: -EINVAL, -ENOMEM. */
+ * so a failure leaves nothing done. *present receives the leading run
+ * stored; *matched the run answered: with a lessee whose bound (or its
+ * tenant's) the lease of the whole present run would pass, the longest
+ * leading run whose lease fits (blocks it leases already count nothing,
+ * matching them again only extends them). Only the answered blocks are
+ * marked used and leased. Errors: -EINVAL, -ENOMEM. */
 static int match_locked(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
 			uint32_t count, struct store_lessee *lessee, uint64_t expiry_ms,
-			uint32_t *matched)
+			uint32_t *matched, uint32_t *present)
 {
 	struct store_ns *ns = store_ns_find_locked(s, ns_id);
-	uint32_t n = 0;
+	bool bounded = lessee && (lessee->max_leased_bytes ||
+				  (lessee->tenant && lessee->tenant->max_leased_bytes));
+	uint32_t n = 0, cut = UINT32_MAX;
 	int rc;
 
 	if (!ns)
 		return -EINVAL;
-	if (lessee && lease_would_pass_locked(s, ns_id, keys, count, lessee))
-		return -EDQUOT;
 	if (lessee && count) {
 		rc = store_lease_reserve_locked(s, count);
 		if (rc)
@@ -425,15 +414,23 @@ static int match_locked(struct store *s, uint32_t ns_id, const uint8_t (*keys)[S
 
 		if (!b)
 			break;
+		if (cut != UINT32_MAX)
+			continue; /* present, past the cut: counted, not answered */
+		if (bounded && !store_lease_held_locked(s, lessee, b) &&
+		    lease_passes(lessee, store_block_length(b))) {
+			cut = n;
+			continue;
+		}
 		store_lru_touch_locked(s, b);
 		b->reused = 1;
 		if (lessee)
 			store_lease_grant_locked(s, lessee, b, expiry_ms);
 	}
+	*present = n;
+	*matched = cut == UINT32_MAX ? n : cut;
 	ns->match_requests++;
 	ns->match_blocks_queried += count;
-	ns->match_blocks_matched += n;
-	*matched = n;
+	ns->match_blocks_matched += *matched;
 	return 0;
 }
 
@@ -461,18 +458,22 @@ static bool mlog_make_room(struct store *s, struct store_mlog *log, uint64_t nee
 
 int store_match_ex(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
 		   uint32_t count, const struct store_match_opts *opts,
-		   struct store_match_res *res)
+		   struct store_match_res *out)
 {
 	struct store_lessee *lessee = opts ? opts->lessee : NULL;
-	uint32_t granted = lease_ms_for(s, opts ? opts->lease_ms : 0, lessee), n = 0;
+	uint32_t granted = lease_ms_for(s, opts ? opts->lease_ms : 0, lessee), n = 0, present = 0;
 	struct store_lessee *l = granted ? lessee : NULL;
 	uint64_t expiry_ms = granted ? store_now_ms() + granted : 0;
-	struct store_mlog *log = mlog_mine(s);
+	struct store_retain_res rr;
+	uint64_t until = store_retain_until_for(s, opts ? opts->retain_ms : 0, &rr);
+	struct store_match_res res = { 0 };
+	struct store_mlog *log = until ? NULL : mlog_mine(s);
 	int rc = -EAGAIN;
 
 	if (log && l && !lease_bounded(l) && stock_fill(log, count + STOCK_SLACK) < 0)
 		return -ENOMEM; /* nothing logged: nothing leased or marked */
-	/* a bounded lease is checked exactly, under the lock */
+	/* a bounded lease is checked exactly, under the lock; so is a
+	 * retention (budgets) */
 	if (log && !lease_bounded(l) && mlog_make_room(s, log, (uint64_t)count + 1)) {
 		__atomic_add_fetch(&log->epoch, 1, __ATOMIC_SEQ_CST);
 		rc = match_racy(s, log, ns_id, keys, count, l, expiry_ms, &n);
@@ -480,18 +481,24 @@ int store_match_ex(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_
 	}
 	if (rc == -EAGAIN) {
 		store_lock(s);
-		rc = match_locked(s, ns_id, keys, count, l, expiry_ms, &n);
+		rc = match_locked(s, ns_id, keys, count, l, expiry_ms, &n, &present);
+		if (!rc && until && n)
+			res.retained = store_retain_run_locked(s, ns_id, keys, n, until, &res.flags);
 		pthread_mutex_unlock(&s->lock);
+	} else {
+		present = n;
 	}
 	if (rc)
 		return rc;
-	/* opts->retain_ms: no retention yet (issue 29 sets retained,
-	 * retain_ms and the RETAIN_* flags here). */
-	*res = (struct store_match_res){
-		.matched = n,
-		.present = n,
-		.lease_ms = n ? granted : 0,
-	};
+	res.matched = n;
+	res.present = present;
+	res.lease_ms = n ? granted : 0;
+	if (present > n)
+		res.flags |= STORE_MATCH_LEASE_CUT;
+	if (rr.flags & STORE_PUT_RETAIN_CLAMPED)
+		res.flags |= STORE_MATCH_RETAIN_CLAMPED;
+	res.retain_ms = res.retained ? rr.retain_ms : 0;
+	*out = res;
 	return 0;
 }
 

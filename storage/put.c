@@ -85,16 +85,19 @@ static void init_reservation(struct store_block *b, struct store_ns *ns, const u
 }
 
 /* The least recently used block of ns that can leave the pool now: no
- * visible children, no refs (GET, child reservation, I/O), no lease pins.
- * A scan of the namespace's blocks. NULL when there is none. */
-static struct store_block *ns_victim_locked(struct store *s, struct store_ns *ns)
+ * visible children, no refs (GET, child reservation, I/O), no lease pins,
+ * no retention; with t, only a block charged to t. A scan of the
+ * namespace's blocks. NULL when there is none. */
+static struct store_block *ns_victim_locked(struct store *s, struct store_ns *ns,
+					    const struct store_tenant *t)
 {
 	struct store_block *best = NULL;
 
 	for (uint32_t id = ns->blocks; id; id = store_ring_next(s, ns->blocks, id, STORE_RING_LINK)) {
 		struct store_block *b = store_blk(s, id);
 
-		if (store_has_children(b) || b->refs || b->leased)
+		if (store_has_children(b) || b->refs || b->leased || b->retained ||
+		    (t && b->tenant_id != t->id))
 			continue;
 		if (!best || b->last_use < best->last_use)
 			best = b;
@@ -115,7 +118,7 @@ static int quota_room_locked(struct store *s, struct store_ns *ns, uint64_t leng
 		return -EDQUOT;
 	store_wr_begin(s); /* the victims must see MATCHes' leases */
 	while (ns->bytes + ns->reserved_bytes > quota - length) {
-		struct store_block *victim = ns_victim_locked(s, ns);
+		struct store_block *victim = ns_victim_locked(s, ns, NULL);
 
 		if (!victim) {
 			store_wr_end(s);
@@ -129,20 +132,20 @@ static int quota_room_locked(struct store *s, struct store_ns *ns, uint64_t leng
 	return 0;
 }
 
-/* Keep ns's tenant within its max_bytes with length more payload bytes:
- * evict ns's own least recently used leaves (never another namespace's)
- * until they fit. Errors: -EDQUOT. */
-static int tenant_room_locked(struct store *s, struct store_ns *ns, uint64_t length)
+/* Keep the writing tenant t within its max_bytes with length more payload
+ * bytes: evict the least recently used leaves of ns that t wrote (never
+ * another namespace's, never another tenant's) until they fit.
+ * Errors: -EDQUOT. */
+static int tenant_room_locked(struct store *s, struct store_ns *ns, struct store_tenant *t,
+			      uint64_t length)
 {
-	struct store_tenant *t = ns->tenant;
-
 	if (!t || !t->max_bytes)
 		return 0;
 	if (length > t->max_bytes)
 		return -EDQUOT;
 	store_wr_begin(s); /* the victims must see MATCHes' leases */
 	while (t->bytes > t->max_bytes - length) {
-		struct store_block *victim = ns_victim_locked(s, ns);
+		struct store_block *victim = ns_victim_locked(s, ns, t);
 
 		if (!victim) {
 			store_wr_end(s);
@@ -160,7 +163,7 @@ static int tenant_room_locked(struct store *s, struct store_ns *ns, uint64_t len
  * (evicting), and record the reservation in *out. */
 static int begin_locked(struct store *s, struct store_block **out, uint32_t ns_id,
 			const uint8_t *key, const uint8_t *parent, uint32_t flags,
-			uint64_t length, uint64_t checksum)
+			uint64_t length, uint64_t checksum, struct store_tenant *writer)
 {
 	uint64_t pages = store_pages_of(length), bytes = pages * STORE_PAGE_BYTES;
 	struct store_ns *ns = store_ns_find_locked(s, ns_id);
@@ -189,9 +192,12 @@ static int begin_locked(struct store *s, struct store_block **out, uint32_t ns_i
 		pin->refs++;
 		store_lru_sync_locked(s, pin);
 	}
+	/* a writer without a tenant of its own: the namespace's */
+	if (!writer)
+		writer = ns->tenant;
 	rc = quota_room_locked(s, ns, length);
 	if (rc == 0)
-		rc = tenant_room_locked(s, ns, length);
+		rc = tenant_room_locked(s, ns, writer, length);
 	if (rc == 0)
 		rc = store_alloc_room_locked(s, (uint32_t)pages, &b->first_page);
 	if (rc) {
@@ -208,8 +214,9 @@ static int begin_locked(struct store *s, struct store_block **out, uint32_t ns_i
 	store_ring_add_tail(s, &s->reserved, b, STORE_RING_LINK);
 	ns->reservations++;
 	ns->reserved_bytes += length;
-	if (ns->tenant)
-		ns->tenant->bytes += length;
+	b->tenant_id = writer ? writer->id : 0;
+	if (writer)
+		writer->bytes += length;
 	s->nreserved++;
 	s->inflight_bytes += bytes;
 	*out = b;
@@ -220,6 +227,13 @@ int store_put_begin(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 		    const uint8_t *parent, uint32_t flags, uint64_t length, uint64_t checksum,
 		    struct store_block **out, void **dst)
 {
+	return store_put_begin_for(s, ns_id, key, parent, flags, length, checksum, NULL, out, dst);
+}
+
+int store_put_begin_for(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			const uint8_t *parent, uint32_t flags, uint64_t length, uint64_t checksum,
+			struct store_tenant *writer, struct store_block **out, void **dst)
+{
 	struct store_block *b;
 	int rc;
 
@@ -228,7 +242,7 @@ int store_put_begin(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 	if (length > s->cfg.max_block_bytes || store_pages_of(length) > store_arena_pages(s->arena))
 		return -EMSGSIZE;
 	store_lock(s);
-	rc = begin_locked(s, &b, ns_id, key, parent, flags, length, checksum);
+	rc = begin_locked(s, &b, ns_id, key, parent, flags, length, checksum, writer);
 	pthread_mutex_unlock(&s->lock);
 	if (rc)
 		return rc;
@@ -245,8 +259,8 @@ static void unreserve_locked(struct store *s, struct store_block *b)
 	store_ring_del(s, &s->reserved, b, STORE_RING_LINK);
 	ns->reservations--;
 	ns->reserved_bytes -= store_block_length(b);
-	if (ns->tenant)
-		ns->tenant->bytes -= store_block_length(b);
+	if (store_block_tenant(s, b))
+		store_block_tenant(s, b)->bytes -= store_block_length(b);
 	s->nreserved--;
 	s->inflight_bytes -= (uint64_t)b->pages * STORE_PAGE_BYTES;
 }
@@ -270,8 +284,8 @@ static void publish_locked(struct store *s, struct store_block *b, struct store_
 	}
 	ns->nblocks++;
 	ns->bytes += store_block_length(b);
-	if (ns->tenant)
-		ns->tenant->bytes += store_block_length(b);
+	if (store_block_tenant(s, b))
+		store_block_tenant(s, b)->bytes += store_block_length(b);
 	ns->puts++;
 	s->blocks++;
 	s->dram_blocks++;
@@ -318,7 +332,11 @@ int store_put_commit(struct store *s, struct store_block *b)
 							 store_block_length(b)));
 }
 
-int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum)
+/* Commit b (payload hashed to sum) and, with until != 0, retain what
+ * the key names afterwards: b, or the block a concurrent put committed
+ * first (-EEXIST); the outcome goes to *res. */
+static int commit_retain(struct store *s, struct store_block *b, uint64_t sum, uint64_t until,
+			 struct store_retain_res *res)
 {
 	struct store_block *pin;
 	int rc;
@@ -327,6 +345,12 @@ int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum
 	pin = store_parent(s, b); /* the slab's chunk table only under the lock */
 	unreserve_locked(s, b);
 	rc = commit_locked(s, b, sum);
+	if (until && (rc == 0 || rc == -EEXIST)) {
+		struct store_block *e = rc ? store_find_locked(s, b->node.ns_id, b->node.key) : b;
+
+		if (e)
+			store_retain_apply_locked(s, e, until, res);
+	}
 	if (rc) {
 		(void)store_arena_free(s->arena, b->first_page);
 		store_slab_free(&s->slab, b);
@@ -334,6 +358,27 @@ int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum
 	if (pin)
 		store_block_unpin_locked(s, pin);
 	pthread_mutex_unlock(&s->lock);
+	return rc;
+}
+
+int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum)
+{
+	return commit_retain(s, b, sum, 0, NULL);
+}
+
+int store_put_commit_retain(struct store *s, struct store_block *b, const uint64_t *sum,
+			    uint32_t retain_ms, struct store_retain_res *out)
+{
+	struct store_retain_res res;
+	uint64_t until = store_retain_until_for(s, retain_ms, &res);
+	uint64_t h = sum ? *sum : XXH3_64bits(store_arena_ptr(s->arena, b->first_page),
+					      store_block_length(b));
+	int rc = commit_retain(s, b, h, until, &res);
+
+	if (rc && rc != -EEXIST)
+		memset(&res, 0, sizeof(res));
+	if (out)
+		*out = res;
 	return rc;
 }
 
@@ -349,20 +394,4 @@ void store_put_abort(struct store *s, struct store_block *b)
 	if (pin)
 		store_block_unpin_locked(s, pin);
 	pthread_mutex_unlock(&s->lock);
-}
-
-/* The retention of a PUT's block: nothing is granted yet (issue 29 takes
- * it here: cap at the pool's maximum, the tenant's budget, ancestors at
- * least as long). */
-int store_put_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
-		     uint32_t retain_ms, struct store_retain_res *out)
-{
-	(void)s;
-	(void)ns_id;
-	(void)key;
-	(void)retain_ms;
-	if (!out)
-		return -EINVAL;
-	*out = (struct store_retain_res){ 0, 0 };
-	return 0;
 }

@@ -206,7 +206,9 @@ void store_close(struct store *s)
 		store_list_del(&t->link);
 		free(t);
 	}
+	free(s->tenant_by_id);
 	store_match_free_logs(s);
+	store_retain_free(s);
 	free_all_blocks(s);
 	for (int k = 0; k < STORE_LRU_KINDS; k++)
 		free(s->lru[k].v);
@@ -299,6 +301,8 @@ static void ns_forget_locked(struct store *s, uint32_t i)
 	ns_unchain(&s->ns_by_id[ns->ns_id & (STORE_NS_BUCKETS - 1)], ns,
 		   offsetof(struct store_ns, id_next));
 	store_wr_end(s);
+	if (ns->tenant)
+		ns->tenant->namespaces--;
 	memmove(&s->ns[i], &s->ns[i + 1], (s->nns - i - 1) * sizeof(*s->ns));
 	s->nns--;
 	store_quiesce(s); /* a lock-free MATCH may be reading it (match.c) */
@@ -498,7 +502,19 @@ int store_namespace_tenant(struct store *s, uint32_t ns_id, struct store_tenant 
 		rc = -EINVAL;
 	else if (!ns->tenant && t) {
 		ns->tenant = t;
-		t->bytes += ns->bytes + ns->reserved_bytes;
+		t->namespaces++;
+		/* blocks charged to nobody (rebuilt from NVMe at a warm
+		 * restart) are charged to it from now on */
+		for (uint32_t id = ns->blocks; id;
+		     id = store_ring_next(s, ns->blocks, id, STORE_RING_LINK)) {
+			struct store_block *b = store_blk(s, id);
+
+			if (b->tenant_id)
+				continue;
+			b->tenant_id = t->id;
+			t->bytes += store_block_length(b);
+		}
+		store_retain_ns_to_tenant_locked(s, ns);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return rc;
@@ -553,7 +569,7 @@ static uint64_t index_bytes_locked(const struct store *s)
 	       (s->lru[0].cap + s->lru[1].cap + s->lru[2].cap) * sizeof(*s->lru[0].v) +
 	       s->lease_records * sizeof(struct store_lease) +
 	       s->lease_buckets * sizeof(*s->lease_by_block) +
-	       s->nlessees * sizeof(struct store_lessee) +
+	       s->nlessees * sizeof(struct store_lessee) + store_retain_mem_bytes(s) +
 	       s->ns_cap * sizeof(*s->ns) + s->nns * sizeof(struct store_ns) +
 	       store_arena_meta_bytes(s->arena);
 }
@@ -562,8 +578,11 @@ void store_stats(struct store *s, struct store_stats *out)
 {
 	struct store_stats st = { 0 };
 
+	uint64_t now = store_now_ms();
+
 	store_lock(s);
-	store_lease_expire_locked(s, store_now_ms());
+	store_lease_expire_locked(s, now);
+	store_retain_expire_locked(s, now);
 	st.capacity_bytes = s->capacity_bytes;
 	st.used_bytes = s->used_bytes;
 	st.pinned_removed_bytes = s->zombie_bytes;
@@ -580,6 +599,10 @@ void store_stats(struct store *s, struct store_stats *out)
 	st.checksum_errors = s->checksum_errors;
 	st.namespaces = s->nns;
 	st.dram_blocks = s->dram_blocks;
+	st.retained_blocks = s->retain.blocks;
+	st.retained_bytes = s->retain.bytes;
+	st.retain_refused = s->retain.refused;
+	st.retain_expired = s->retain.expired;
 	if (s->tier)
 		store_tier_stats_locked(s, &st);
 	pthread_mutex_unlock(&s->lock);
@@ -591,8 +614,10 @@ void store_stats(struct store *s, struct store_stats *out)
 int store_ns_stats(struct store *s, uint32_t index, struct store_ns_stats *out)
 {
 	struct store_ns *ns;
+	uint64_t budget;
 
 	store_lock(s);
+	store_retain_expire_locked(s, store_now_ms());
 	if (index >= s->nns) {
 		pthread_mutex_unlock(&s->lock);
 		return -ENOENT;
@@ -616,6 +641,13 @@ int store_ns_stats(struct store *s, uint32_t index, struct store_ns_stats *out)
 	out->evictions = ns->evictions;
 	out->deletes = ns->deletes;
 	out->nvme_blocks = ns->nvme_blocks;
+	(void)store_retain_holder_locked(s, ns, &budget);
+	out->retained_blocks = ns->racct.blocks;
+	out->retained_bytes = ns->racct.bytes;
+	out->retain_budget_bytes = budget;
+	out->retain_refused = ns->racct.refused;
+	out->retain_expired = ns->racct.expired;
+	out->retain_tenant = ns->tenant != NULL;
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }

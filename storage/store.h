@@ -23,10 +23,15 @@
  *  - A GET pins the block (a reference) until store_release, so the bytes
  *    can be sent from the arena without a copy; a pinned block is never
  *    evicted or reused.
+ *  - A retention keeps a block (and its stored ancestors: no holes) from
+ *    eviction until a deadline, within a budget per tenant or namespace
+ *    (store_retain, store_put_commit_retain, store_match_ex).
  *  - A lease pins matched blocks for lease_ms on behalf of one connection
  *    (a "lessee"). A block's lease pin ends when a GET through the same
- *    lessee returns it, when lease_ms runs out (store_tick), or when the
- *    lessee is freed, whichever comes first.
+ *    lessee returns its bytes (a GET that only learns its size, or whose
+ *    buffer is too small, leaves the lease alone: store_get_fit_async),
+ *    when lease_ms runs out (store_tick), or when the lessee is freed,
+ *    whichever comes first.
  *
  * Threads: every function is thread-safe (one internal mutex; critical
  * sections never copy payload bytes). Functions return 0 or a negative
@@ -73,6 +78,13 @@ struct store_config {
 	uint64_t max_block_bytes;        /* largest payload accepted */
 	uint64_t max_inflight_put_bytes; /* reserved by uncommitted puts; 0 = no limit */
 	uint32_t max_lease_ms;           /* lease_ms above this is capped */
+	/* Retention (store_retain): retain_ms above max_retain_ms is capped
+	 * (0 = no retention is ever granted); max_retained_bytes is the
+	 * payload bytes each namespace that is charged to no tenant may
+	 * retain, and a new tenant's budget (store_tenant_retain_budget);
+	 * 0 = none may be retained. */
+	uint32_t max_retain_ms;
+	uint64_t max_retained_bytes;
 
 	/* NVMe tier (storage/nvme/NVME.md). NULL or "" = no NVMe tier, and every
 	 * nvme_* field below is ignored. */
@@ -195,11 +207,14 @@ int store_namespace_find(struct store *s, const char *name, size_t name_len, uin
 int store_namespace_quota(struct store *s, uint32_t ns_id, uint64_t quota_bytes);
 
 /* ---- tenants --------------------------------------------------------------
- * A tenant groups the namespaces charged to it and the lessees that name
- * it under shared limits: max_bytes of payload over all its namespaces
- * (visible + reserved; a store_put_begin that would pass it first evicts
- * the written namespace's own least recently used leaves, as a namespace
- * quota does, then fails -EDQUOT), and max_leased_bytes of leased blocks
+ * A tenant is who is billed: every block is charged to the tenant that
+ * wrote it (store_put_begin_for; visible + reserved payload bytes, in
+ * whatever namespace), every namespace to the tenant that created it
+ * (store_namespace_tenant), every lease to its lessee's tenant. Limits:
+ * max_bytes of payload over the blocks it wrote (a store_put_begin_for
+ * that would pass it first evicts the least recently used leaves it wrote
+ * in the namespace being written, then fails -EDQUOT; another tenant's
+ * blocks are never evicted for it), and max_leased_bytes of leased blocks
  * over all its lessees (store_match). 0 means no limit. */
 struct store_tenant;
 
@@ -213,13 +228,21 @@ struct store_tenant *store_tenant_new(struct store *s, uint64_t max_bytes,
 void store_tenant_limits(struct store *s, struct store_tenant *t, uint64_t max_bytes,
 			 uint64_t max_leased_bytes);
 
-/* A tenant's payload bytes and leased bytes now (either may be NULL). */
+/* A tenant's payload bytes (of the blocks it wrote) and leased bytes now
+ * (either may be NULL). */
 void store_tenant_usage(struct store *s, const struct store_tenant *t, uint64_t *bytes,
 			uint64_t *leased_bytes);
 
-/* Charge namespace ns_id to tenant t, if it is charged to none yet (a
- * namespace keeps its first tenant until it is reclaimed); its bytes now
- * count toward t. t NULL: no-op. Errors: -EINVAL (unknown ns_id). */
+/* How many namespaces are charged to tenant t now (store_namespace_tenant;
+ * a reclaimed namespace counts no more). Cannot fail. */
+uint32_t store_tenant_namespaces(struct store *s, const struct store_tenant *t);
+
+/* Charge namespace ns_id to tenant t - its creator - if it is charged to
+ * none yet (a namespace keeps its first tenant until it is reclaimed): it
+ * counts in store_tenant_namespaces(t). Its blocks that are charged to no
+ * tenant (rebuilt from NVMe at a warm restart) are charged to t from now
+ * on; blocks other tenants wrote stay theirs. t NULL: no-op.
+ * Errors: -EINVAL (unknown ns_id). */
 int store_namespace_tenant(struct store *s, uint32_t ns_id, struct store_tenant *t);
 
 /* Remove every block of a namespace (the namespace itself stays, empty),
@@ -267,6 +290,16 @@ int store_put_begin(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 		    const uint8_t *parent, uint32_t flags, uint64_t length, uint64_t checksum,
 		    struct store_block **out, void **dst);
 
+/* store_put_begin on behalf of tenant `writer`: the block's bytes are
+ * charged to it (also while reserved) and count against its max_bytes;
+ * to make room under that limit only leaves of namespace ns_id that it
+ * wrote are evicted. writer NULL: the namespace's tenant, if any
+ * (store_namespace_tenant), which is what store_put_begin does. Same
+ * errors as store_put_begin (-EDQUOT also for the writer's max_bytes). */
+int store_put_begin_for(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			const uint8_t *parent, uint32_t flags, uint64_t length, uint64_t checksum,
+			struct store_tenant *writer, struct store_block **out, void **dst);
+
 /* Verify the payload's checksum and make the block visible. Always
  * consumes the reservation (on error its space is freed).
  * Errors:
@@ -285,31 +318,77 @@ int store_put_commit(struct store *s, struct store_block *b);
  * the same errors (-EBADMSG: sum is not the checksum given at begin). */
 int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum);
 
-/* A PUT's retention (protocol v2, PROTOCOL.md section 14): the bits of
- * store_retain_res.flags, the wire's PROTO_PUT_* result flags (checked in
- * server/srv_consts.c). */
-#define STORE_PUT_RETAINED 0x01u       /* a retention was taken (retain_ms > 0) */
-#define STORE_PUT_RETAIN_BUDGET 0x02u  /* refused for the budget: stored without it */
-#define STORE_PUT_RETAIN_CLAMPED 0x04u /* retain_ms cut to the pool's maximum */
-
-struct store_retain_res {
-	uint32_t retain_ms; /* retention granted, 0: none */
-	uint32_t flags;     /* STORE_PUT_* */
-};
-
-/* The retention a PUT asked for: keep visible block (ns_id, key) - just
- * committed (OK), or already stored (EXISTS, where it extends the
- * block's retention as a MATCH refresh does) - from eviction for
- * retain_ms from now. The PUT handler calls it once per such block with
- * retain_ms > 0, after the block's commit. *out is always written.
- * Today it grants nothing: *out = { 0, 0 } and 0 ("no retention"); the
- * retention work (issue 29) fills it in (cap, budget, ancestors).
- * Thread-safe. Errors: -EINVAL (out NULL). */
-int store_put_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
-		     uint32_t retain_ms, struct store_retain_res *out);
-
 /* Drop a reservation (connection died, payload timed out). Consumes it. */
 void store_put_abort(struct store *s, struct store_block *b);
+
+/* ---- retention -------------------------------------------------------------
+ * A retained block is not evicted before its deadline passes: eviction
+ * takes unretained blocks only (chain tails first, least recently used
+ * first), so when nothing else can go a PUT answers -ENOSPC rather than
+ * break a retention. With an NVMe tier a retained block may still be
+ * demoted (its DRAM copy dropped), and segment reclaim keeps it; its
+ * deadline is kept in its NVMe record (CLOCK_REALTIME) and survives a
+ * warm restart. Retaining a block retains its stored ancestors at least
+ * as long (no holes). An expired retention makes the block ordinary
+ * again (store_tick, and every eviction pass, end them). DELETE, a
+ * namespace drop, a failed checksum remove a retained block as any other.
+ *
+ * Budget: the payload bytes of the retained blocks of all the namespaces
+ * charged to a tenant may not pass the tenant's budget
+ * (store_tenant_retain_budget, default cfg.max_retained_bytes); a
+ * namespace charged to no tenant has cfg.max_retained_bytes of its own.
+ * A retention that would pass it is refused (STORE_PUT_RETAIN_BUDGET), not
+ * an error: the block stays stored, unretained. Extending a retention
+ * costs nothing. A retention never evicts anything, so one tenant's
+ * retentions never push out another tenant's retained blocks. */
+
+/* Outcome bits of one block's retention: the wire's PUT result flags
+ * (PROTO_PUT_*, checked at build time in server/srv_consts.c). */
+#define STORE_PUT_RETAINED        0x01u /* retained (set or extended) for retain_ms */
+#define STORE_PUT_RETAIN_BUDGET   0x02u /* asked, refused for the budget: stored without it */
+#define STORE_PUT_RETAIN_CLAMPED  0x04u /* retain_ms was cut to max_retain_ms */
+
+struct store_retain_res {
+	uint32_t retain_ms; /* granted (0 when none was) */
+	uint32_t flags;     /* STORE_PUT_RETAIN* bits */
+};
+
+/* Retain visible block (ns_id, key) for retain_ms from now (capped at
+ * max_retain_ms; 0 = nothing asked, *out says 0): a block already
+ * retained longer keeps its deadline. Its stored ancestors are retained
+ * at least as long. *out (may be NULL) receives the outcome. For a PUT
+ * whose key is already stored (-EEXIST) with retain_ms: the refresh.
+ * Errors: -EINVAL (unknown ns_id), -ENOENT (not stored). Without memory
+ * for a retention record the block is not retained (flags 0). */
+int store_put_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+		 uint32_t retain_ms, struct store_retain_res *out);
+
+/* store_put_commit (sum NULL) or store_put_commit_hashed (*sum) that
+ * also retains the block for retain_ms (as store_retain) under the same
+ * lock as its commit, so it is never evicted in between; on -EEXIST (a
+ * concurrent put committed first) the stored block is retained instead.
+ * *out (may be NULL) receives the outcome (all 0 on other errors).
+ * Errors: as store_put_commit. */
+int store_put_commit_retain(struct store *s, struct store_block *b, const uint64_t *sum,
+			    uint32_t retain_ms, struct store_retain_res *out);
+
+/* Set tenant t's retention budget: payload bytes all its namespaces may
+ * retain (0 = none). Lowering it ends no retention; new ones are refused
+ * until retained bytes fall below it. Cannot fail. */
+void store_tenant_retain_budget(struct store *s, struct store_tenant *t,
+				uint64_t max_retained_bytes);
+
+/* What a tenant or namespace retains, and its counters. */
+struct store_retain_stats {
+	uint64_t blocks, bytes;    /* retained now (payload bytes) */
+	uint64_t budget_bytes;     /* the budget that bounds it */
+	uint64_t refused;          /* blocks whose retention the budget refused */
+	uint64_t expired;          /* retentions that ran out */
+};
+
+/* Tenant t's retention figures. Cannot fail. */
+void store_tenant_retain_stats(struct store *s, const struct store_tenant *t,
+			       struct store_retain_stats *out);
 
 /* ---- GET, EXISTS, MATCH, DELETE ---------------------------------------- */
 
@@ -354,6 +433,20 @@ int store_get_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY
 		    struct store_lessee *lessee, struct store_ref *out,
 		    store_get_done_fn done, void *arg);
 
+/* store_get_async for a GET entry whose buffer holds max_length bytes.
+ * A visible block longer than that is answered -EMSGSIZE: out->length
+ * receives its size and out->tier where it lies (STORE_TIER_DRAM or
+ * STORE_TIER_NVME), the rest of *out is zeroed, and nothing else
+ * happens: the block is not pinned, promoted, marked used or counted as
+ * a hit, and a lease `lessee` holds on it stays. So a client that asks
+ * the sizes first (max_length 0) and then fetches keeps its lease until
+ * the fetch: only a GET that returns the bytes ends a lease pin.
+ * Otherwise exactly store_get_async (max_length UINT64_MAX is
+ * store_get_async). Errors: -ENOENT, -ENOMEM, -EMSGSIZE (above). */
+int store_get_fit_async(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			uint64_t max_length, struct store_lessee *lessee, struct store_ref *out,
+			store_get_done_fn done, void *arg);
+
 /* Unpin a block returned by store_get. Any thread; accepts NULL. */
 void store_release(struct store *s, struct store_block *b);
 
@@ -385,10 +478,13 @@ int store_exists_where(struct store *s, uint32_t ns_id, const uint8_t key[STORE_
  * last. Rare cases take the lock as before: more than 128 threads
  * matching, a MATCH of more than 16,383 keys, a log that stays full,
  * or a long write (e.g. dropping a large namespace) in progress.
+ * A lease never makes MATCH fail: when the lease of the whole present run
+ * would take the lessee or its tenant past its bound (store_lessee_limit),
+ * *matched is the longest leading run whose lease fits, and only that run
+ * is leased and marked used (the lease is "cut"; 0 when not even the first
+ * block fits).
  * Errors: -EINVAL (unknown ns_id), -ENOMEM (no memory for lease records,
- * on the locked path; nothing was leased or marked used), -EDQUOT (the
- * lease would pass the lessee's or its tenant's bound, store_lessee_limit;
- * nothing was leased or marked used). On the lock-free
+ * on the locked path; nothing was leased or marked used). On the lock-free
  * path a lease record that cannot be allocated when the log is applied
  * leaves that block unpinned, as if its lease had ended early. */
 int store_match(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
@@ -432,11 +528,18 @@ struct store_match_res {
 };
 
 /* store_match with options and a full result; store_match is this call
- * with lease_ms and lessee only. Today: present = matched, retained = 0,
- * retain_ms = 0 and flags = 0 (a retention is not taken yet, and a lease
- * over a bound still fails -EDQUOT); the lease cut (issue 28) and the
- * retention refresh (issue 29) fill the other fields here. Same locking,
- * threads and errors as store_match; *res is written only on success. */
+ * with lease_ms and lessee only. present is the leading run stored;
+ * matched the run answered, shorter only with STORE_MATCH_LEASE_CUT (the
+ * lease of the whole present run would pass the lessee's or its tenant's
+ * bound: matched is the longest leading run whose lease fits). With
+ * opts->retain_ms > 0 (capped at max_retain_ms: STORE_MATCH_RETAIN_CLAMPED)
+ * the matched run is retained as store_put_retain does, leading blocks
+ * first, as far as the budget allows (STORE_MATCH_RETAIN_BUDGET when it
+ * stopped short; res->retained says how many, res->retain_ms what was
+ * granted). A MATCH with retain_ms takes the store lock (budgets are
+ * decided exactly) instead of the lock-free path, and matches and retains
+ * under one hold of it. Same locking, threads and errors as store_match;
+ * *res is written only on success. */
 int store_match_ex(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_KEY_BYTES],
 		   uint32_t count, const struct store_match_opts *opts,
 		   struct store_match_res *res);
@@ -475,8 +578,8 @@ void store_lessee_free(struct store *s, struct store_lessee *l);
 
 /* Bound what lessee l may lease: max_leased_bytes of payload (0 = no
  * bound), and, with t, t's max_leased_bytes over all of t's lessees. A
- * store_match with a lease that would take either past its bound fails
- * -EDQUOT with nothing leased or marked; blocks the lessee leases
+ * store_match with a lease that would take either past its bound answers
+ * the longest leading run whose lease fits; blocks the lessee leases
  * already count once (matching them again only extends). A bounded
  * lessee's leasing MATCHes take the store lock (the check must be exact)
  * instead of the lock-free path. Call it from the lessee's thread.
@@ -561,6 +664,9 @@ struct store_stats {
 	uint64_t leases_active;        /* lease pins held now */
 	uint64_t checksum_errors;
 	uint32_t namespaces;           /* held now (not reclaimed), <= STORE_MAX_NAMESPACES */
+	/* Retention, pool-wide: blocks and payload bytes retained now,
+	 * retentions refused for a budget (blocks), retentions expired. */
+	uint64_t retained_blocks, retained_bytes, retain_refused, retain_expired;
 
 	/* Tiers. `blocks` above counts visible blocks in either tier. */
 	uint64_t dram_blocks;          /* blocks with a DRAM copy (== blocks without NVMe) */
@@ -585,6 +691,8 @@ struct store_stats {
 	uint64_t rebuild_ms;           /* time the open's index rebuild took */
 	uint64_t rebuild_blocks;       /* blocks made matchable again by it */
 	uint64_t orphans_dropped;      /* blocks dropped by it: a stored ancestor did not survive */
+	uint64_t rebuild_truncated;    /* blocks dropped by it: their segment file was missing or
+					* cut short (their bytes are gone) */
 	uint64_t index_records_lost;   /* index log records written but lost to damage (the
 					* index was then moved aside: storage/nvme/NVME.md) */
 	uint64_t index_quarantined;    /* damaged indexes moved aside at this start (0 or 1) */
@@ -600,6 +708,12 @@ struct store_ns_stats {
 	uint64_t exists_hits, exists_misses;
 	uint64_t match_requests, match_blocks_queried, match_blocks_matched;
 	uint64_t evictions, deletes;         /* deletes: blocks removed by store_delete */
+	/* Retention: this namespace's own figures; retain_budget_bytes is
+	 * the budget that bounds it (its tenant's when it is charged to one,
+	 * shared with the tenant's other namespaces). */
+	uint64_t retained_blocks, retained_bytes, retain_budget_bytes;
+	uint64_t retain_refused, retain_expired;
+	uint8_t retain_tenant;               /* 1: charged to a tenant (budget is the tenant's) */
 };
 
 void store_stats(struct store *s, struct store_stats *out);

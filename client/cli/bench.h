@@ -153,6 +153,11 @@ struct cli_bench_result {
 	uint64_t wrong;           /* GET: blocks not byte-exact (or -EBADMSG) */
 	uint64_t errors;          /* other per-block errors */
 	uint64_t retries;         /* PUT: blocks sent again after BUSY */
+	uint64_t lease_cuts;      /* MATCH: answers whose lease was cut to the run that fits
+				     the connection's or tenant's leased-bytes bound */
+	uint64_t refused;         /* MATCH: answered QUOTA, FULL or BUSY as a whole (counted
+				     as short matches; a kvpoold before the lease cut said
+				     QUOTA for a lease over its bound) */
 	/* MATCH only: the server's MATCH latency (STATS latency_us.match) */
 	uint64_t server_p50_us, server_p99_us, server_p999_us;
 	uint32_t chain;           /* MATCH only: blocks per chain */

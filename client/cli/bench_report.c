@@ -68,6 +68,9 @@ static void print_match(FILE *f, const struct cli_bench_result *r)
 	fprintf(f, "match   %u-block chain: %.1f matches/s (%.0f blocks/s), %" PRIu64
 		" matches, %" PRIu64 " short\n", r->chain, calls_per_s(r),
 		cli_bench_blocks_per_s(r), r->calls, r->misses);
+	if (r->lease_cuts || r->refused)
+		fprintf(f, "        %" PRIu64 " with the lease cut to what fits the leased-bytes bound, "
+			"%" PRIu64 " refused (QUOTA, FULL or BUSY)\n", r->lease_cuts, r->refused);
 	fprintf(f, "        per match, client end to end: p50 %" PRIu64 " us, p99 %" PRIu64
 		" us, p99.9 %" PRIu64 " us\n", r->p50_us, r->p99_us, r->p999_us);
 	fprintf(f, "        server time (STATS latency_us.match): p50 %" PRIu64 " us, p99 %"
@@ -148,6 +151,8 @@ static struct json_object *jresult(const struct cli_bench_result *r)
 	jadd(o, "errors", json_object_new_uint64(r->errors), &ok);
 	jadd(o, "retries", json_object_new_uint64(r->retries), &ok);
 	if (r->op == CLI_BENCH_MATCH) {
+		jadd(o, "lease_cuts", json_object_new_uint64(r->lease_cuts), &ok);
+		jadd(o, "refused", json_object_new_uint64(r->refused), &ok);
 		jadd(o, "server_p50_us", json_object_new_uint64(r->server_p50_us), &ok);
 		jadd(o, "server_p99_us", json_object_new_uint64(r->server_p99_us), &ok);
 		jadd(o, "server_p999_us", json_object_new_uint64(r->server_p999_us), &ok);

@@ -58,6 +58,7 @@ struct bench_shared {
 /* One worker's counters for one phase. */
 struct counts {
 	uint64_t blocks, calls, misses, wrong, errors, retries, verified_bytes;
+	uint64_t lease_cuts, refused; /* MATCH: leases cut, answers QUOTA/FULL */
 	struct cli_lat lat;
 	struct timespec start, end;
 };
@@ -139,7 +140,10 @@ static const char bench_usage[] =
 	"                      duration_s, count, results[] (op, block_bytes, blocks,\n"
 	"                      calls, seconds, blocks_per_s, gbps, p50_us, p99_us,\n"
 	"                      p999_us, misses, wrong, errors, retries; MATCH also\n"
-	"                      chain_blocks, matches_per_s, server_p50_us,\n"
+	"                      chain_blocks, matches_per_s, lease_cuts (matches whose\n"
+	"                      lease was cut to what the leased-bytes bound holds),\n"
+	"                      refused (answered QUOTA, FULL or BUSY: counted as\n"
+	"                      short matches, not a failure), server_p50_us,\n"
 	"                      server_p99_us, server_p999_us), verified_blocks,\n"
 	"                      verified_bytes\n"
 	"  --keep-namespace    do not empty the namespace before and after\n"
@@ -569,19 +573,38 @@ static int do_exists(struct bench_worker *w, size_t n)
 	return 0;
 }
 
-/* Match the whole chain once. */
+/* A MATCH the server refused as a whole for a limit (a kvpoold before the
+ * lease cut answered QUOTA for a lease over its bound; FULL, BUSY): a
+ * short match to count, not a failure of the run. */
+static bool match_refusal(int err)
+{
+	return err == -EDQUOT || err == -ENOSPC || err == -EAGAIN;
+}
+
+/* Match the whole chain once. A lease cut (the lease of the whole chain
+ * would pass the connection's or tenant's bound: the server answered the
+ * run whose lease fits) and a refusal count as short matches, and are
+ * counted apart. */
 static int do_match(struct bench_worker *w)
 {
 	struct bench_shared *sh = w->sh;
-	size_t matched = 0;
-	int rc = TIMED(w, kvpool_match(w->c, sh->chain, sh->o->chain, sh->o->lease_ms, &matched));
+	struct kvpool_match_opts mo = { .lease_ms = sh->o->lease_ms };
+	struct kvpool_match_result mr = { 0 };
+	int rc = TIMED(w, kvpool_match_ex(w->c, sh->chain, sh->o->chain, &mo, &mr));
 
+	if (rc && match_refusal(rc)) {
+		w->n.refused++;
+		w->n.misses++;
+		return 0;
+	}
 	if (rc) {
 		bench_fail(sh, "match: %s", kvpool_strerror(rc));
 		return rc;
 	}
-	w->n.blocks += matched;
-	if (matched != sh->o->chain)
+	w->n.blocks += mr.matched;
+	if (mr.flags & KVPOOL_MATCH_LEASE_CUT)
+		w->n.lease_cuts++;
+	if (mr.matched != sh->o->chain)
 		w->n.misses++;
 	return 0;
 }
@@ -656,6 +679,7 @@ struct async_slot {
 	bool busy;
 	size_t n;               /* blocks (keys) of the request */
 	struct timespec t0;     /* submit */
+	struct kvpool_match_result mr; /* MATCH: the library's until polled */
 };
 
 /* Fill and submit the request of slot j: n units of the current phase.
@@ -700,9 +724,12 @@ static int async_submit(struct bench_worker *w, struct async_slot *sl, uint32_t 
 		sl->t0 = cli_now();
 		return kvpool_submit_exists(w->c, w->keys[b], n, &w->st[b], j, &id);
 	case CLI_BENCH_MATCH:
-	default:
+	default: {
+		struct kvpool_match_opts mo = { .lease_ms = sh->o->lease_ms };
+
 		sl->t0 = cli_now();
-		return kvpool_submit_match(w->c, sh->chain, sh->o->chain, sh->o->lease_ms, j, &id);
+		return kvpool_submit_match_ex(w->c, sh->chain, sh->o->chain, &mo, &sl->mr, j, &id);
+	}
 	}
 }
 
@@ -717,6 +744,11 @@ static int async_score(struct bench_worker *w, struct async_slot *sl, uint32_t j
 	w->n.calls++;
 	if (cli_lat_since(&w->n.lat, sl->t0))
 		cp = NULL;
+	if (cp && sh->ph.op == CLI_BENCH_MATCH && match_refusal(cp->status)) {
+		w->n.refused++;
+		w->n.misses++;
+		return 0;
+	}
 	if (!cp || (cp->status && call_error(cp->status)) ||
 	    (cp->status && (sh->ph.op == CLI_BENCH_EXISTS || sh->ph.op == CLI_BENCH_MATCH))) {
 		int err = cp ? cp->status : -ENOMEM;
@@ -743,6 +775,8 @@ static int async_score(struct bench_worker *w, struct async_slot *sl, uint32_t j
 	}
 	if (sh->ph.op == CLI_BENCH_MATCH) {
 		w->n.blocks += cp->matched;
+		if (sl->mr.flags & KVPOOL_MATCH_LEASE_CUT)
+			w->n.lease_cuts++;
 		if (cp->matched != sh->o->chain)
 			w->n.misses++;
 	}
@@ -1074,6 +1108,8 @@ static int run_phase(struct bench_run *r, enum cli_bench_op op, size_t size_idx,
 		res->wrong += n->wrong;
 		res->errors += n->errors;
 		res->retries += n->retries;
+		res->lease_cuts += n->lease_cuts;
+		res->refused += n->refused;
 		if (op == CLI_BENCH_GET) {
 			r->rep.verified_blocks += n->blocks;
 			r->rep.verified_bytes += n->verified_bytes;

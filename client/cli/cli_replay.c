@@ -358,6 +358,8 @@ static int replay_request(struct replay_worker *w, const struct cli_trace_req *r
 {
 	struct cli_replay_counts *c = &w->counts;
 	uint64_t hits0 = c->hits, moved0 = c->bytes_put + c->bytes_got;
+	struct kvpool_match_opts mo = { .lease_ms = w->sh->cfg->lease_ms };
+	struct kvpool_match_result mr = { 0 };
 	size_t matched = 0;
 	ssize_t from;
 	int rc = 0;
@@ -365,10 +367,22 @@ static int replay_request(struct replay_worker *w, const struct cli_trace_req *r
 	if (r->n_hash_ids) {
 		*op = "match";
 		rc = CLI_LAT_TIMED(&w->counts.lat[CLI_REPLAY_MATCH],
-				   kvpool_match(w->c, r->keys, r->n_hash_ids,
-						w->sh->cfg->lease_ms, &matched));
-		if (rc)
+				   kvpool_match_ex(w->c, r->keys, r->n_hash_ids, &mo, &mr));
+		if (rc == -EDQUOT || rc == -ENOSPC || rc == -EAGAIN) {
+			/* refused as a whole for a limit (a kvpoold before the
+			 * lease cut said QUOTA for a lease over its bound):
+			 * a miss to count, as an engine would take it */
+			cli_replay_count_errno(c->match_errors, rc);
+			rc = 0;
+		} else if (rc) {
 			return rc;
+		} else {
+			matched = mr.matched;
+			if (mr.flags & KVPOOL_MATCH_LEASE_CUT) {
+				c->lease_cuts++;
+				c->lease_cut_blocks += mr.present - mr.matched;
+			}
+		}
 		*op = "get";
 		from = replay_get(w, r, matched);
 		if (from < 0)
@@ -544,7 +558,11 @@ static const char replay_usage[] =
 	"byte-exact / block refs), ideal_hit_ratio (infinite cache), server_get_hits\n"
 	"(the namespace's get_hits during the run) beside client_get_hits,\n"
 	"prefill_tokens_saved, wrong_blocks, evictions, blocks_put, put_retries,\n"
-	"put_errors, namespace_dropped and dropped_blocks, gbps (payload bytes put +\n"
+	"put_errors, lease_cuts and lease_cut_blocks (MATCHes whose lease the server\n"
+	"cut to the run that fits its leased-bytes bound, and the blocks past the\n"
+	"cut: put again), match_errors (MATCHes refused as a whole - QUOTA, FULL,\n"
+	"BUSY - replayed as misses, not an abort), namespace_dropped and\n"
+	"dropped_blocks, gbps (payload bytes put +\n"
 	"got / wall seconds / 1e9), wall_s and latency_us p50/p99 per op. Exit 0\n"
 	"when no block came back wrong (put errors do not change that), 1 when one\n"
 	"did, 2 on an error.\n";

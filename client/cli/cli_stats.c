@@ -397,16 +397,17 @@ static void print_latency(FILE *f, struct json_object *doc)
 static void print_namespaces(FILE *f, struct json_object *doc)
 {
 	struct json_object *nss = JGET(doc, "namespaces");
-	char a[32], b[32], c[32], d[32], e[32], g[32], h[32], k[32];
+	char a[32], b[32], c[32], d[32], e[32], g[32], h[32], k[32], r[32];
 
 	if (!nss || !json_object_is_type(nss, json_type_object))
 		return;
-	fprintf(f, "\n%-20s %10s %10s %11s %10s %10s %10s %11s %10s\n", "namespace", "blocks",
-		"on nvme", "bytes", "puts", "get hits", "get miss", "match ratio", "evictions");
+	fprintf(f, "\n%-20s %10s %10s %11s %10s %10s %10s %11s %10s %11s\n", "namespace", "blocks",
+		"on nvme", "bytes", "puts", "get hits", "get miss", "match ratio", "evictions",
+		"retained");
 	if (!json_object_object_length(nss))
 		fprintf(f, "  (none)\n");
 	json_object_object_foreach(nss, name, v) {
-		fprintf(f, "%-20s %10s %10s %11s %10s %10s %10s %11s %10s\n", name,
+		fprintf(f, "%-20s %10s %10s %11s %10s %10s %10s %11s %10s %11s\n", name,
 			fmt_count(JGET(v, "blocks"), a, sizeof(a)),
 			fmt_count(JGET(v, "nvme_blocks"), k, sizeof(k)),
 			fmt_size(JGET(v, "bytes"), b, sizeof(b)),
@@ -414,7 +415,42 @@ static void print_namespaces(FILE *f, struct json_object *doc)
 			fmt_count(JGET(v, "get_hits"), d, sizeof(d)),
 			fmt_count(JGET(v, "get_misses"), e, sizeof(e)),
 			fmt_frac(JGET(v, "match_hit_ratio"), 4, g, sizeof(g)),
-			fmt_count(JGET(v, "evictions"), h, sizeof(h)));
+			fmt_count(JGET(v, "evictions"), h, sizeof(h)),
+			fmt_size(JGET(v, "retained_bytes"), r, sizeof(r)));
+	}
+}
+
+/* Retention: what is retained, refused and expired, pool-wide, then one
+ * row per tenant (with a tokens file). Nothing from an older server. */
+static void print_retention(FILE *f, struct json_object *doc)
+{
+	struct json_object *r = JGET(doc, "retention"), *ts = JGET(doc, "tenants");
+	char a[32], b[32], c[32], d[32], e[32], g[32];
+
+	if (!r)
+		return;
+	fprintf(f, "\nretention: %s blocks (%s) retained, %s refused for a budget, %s expired; "
+		"budget %s per %s, longest %s ms\n",
+		fmt_count(JGET(r, "retained_blocks"), a, sizeof(a)),
+		fmt_size(JGET(r, "retained_bytes"), b, sizeof(b)),
+		fmt_count(JGET(r, "refused"), c, sizeof(c)),
+		fmt_count(JGET(r, "expired"), d, sizeof(d)),
+		fmt_size(JGET(r, "max_retained_bytes"), e, sizeof(e)),
+		ts ? "tenant (unless its token sets one)" : "namespace",
+		fmt_count(JGET(r, "max_retain_ms"), g, sizeof(g)));
+	if (!ts || !json_object_is_type(ts, json_type_object))
+		return;
+	fprintf(f, "%-14s %10s %11s %11s %10s %10s\n", "tenant", "retained", "bytes", "budget",
+		"refused", "expired");
+	if (!json_object_object_length(ts))
+		fprintf(f, "  (none yet)\n");
+	json_object_object_foreach(ts, id, v) {
+		fprintf(f, "%-14s %10s %11s %11s %10s %10s\n", id,
+			fmt_count(JGET(v, "retained_blocks"), a, sizeof(a)),
+			fmt_size(JGET(v, "retained_bytes"), b, sizeof(b)),
+			fmt_size(JGET(v, "retain_budget_bytes"), c, sizeof(c)),
+			fmt_count(JGET(v, "retain_refused"), d, sizeof(d)),
+			fmt_count(JGET(v, "retain_expired"), e, sizeof(e)));
 	}
 }
 
@@ -456,6 +492,7 @@ int cli_stats_report(FILE *f, const char *json)
 	print_ops(f, doc);
 	print_latency(f, doc);
 	print_namespaces(f, doc);
+	print_retention(f, doc);
 	json_object_put(doc);
 	return 0;
 }

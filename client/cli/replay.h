@@ -77,8 +77,13 @@ struct cli_replay_counts {
 	uint64_t put_retries;   /* blocks sent again after the server was busy */
 	uint64_t get_retries;   /* blocks asked again after the server was busy
 				 * (no DRAM room yet to read them back from NVMe) */
+	uint64_t lease_cuts;    /* MATCH answers whose lease was cut to the run that fits
+				 * the leased-bytes bound (protocol v2: LEASE_CUT) */
+	uint64_t lease_cut_blocks; /* blocks present past those cuts (put again) */
 	uint64_t put_errors[CLI_REPLAY_ERRNO_SLOTS];
 	uint64_t get_errors[CLI_REPLAY_ERRNO_SLOTS];  /* besides misses */
+	uint64_t match_errors[CLI_REPLAY_ERRNO_SLOTS]; /* MATCHes refused as a whole
+				 * (QUOTA, FULL, BUSY): replayed as misses */
 	struct cli_lat lat[CLI_REPLAY_NOPS];
 };
 

@@ -108,12 +108,15 @@ int cli_replay_counts_add(struct cli_replay_counts *into, const struct cli_repla
 	into->get_misses += from->get_misses;
 	into->blocks_put += from->blocks_put;
 	into->put_retries += from->put_retries;
+	into->lease_cuts += from->lease_cuts;
+	into->lease_cut_blocks += from->lease_cut_blocks;
 	into->get_retries += from->get_retries;
 	into->bytes_put += from->bytes_put;
 	into->bytes_got += from->bytes_got;
 	for (int i = 0; i < CLI_REPLAY_ERRNO_SLOTS; i++) {
 		into->put_errors[i] += from->put_errors[i];
 		into->get_errors[i] += from->get_errors[i];
+		into->match_errors[i] += from->match_errors[i];
 	}
 	for (int op = 0; op < CLI_REPLAY_NOPS; op++)
 		if (cli_lat_merge(&into->lat[op], &from->lat[op]))
@@ -208,6 +211,9 @@ int cli_replay_print_json(FILE *f, struct cli_replay_report *r)
 	ADD("get_misses", json_object_new_uint64(c->get_misses));
 	ADD("get_retries", json_object_new_uint64(c->get_retries));
 	ADD("get_errors", jerrnos(c->get_errors));
+	ADD("lease_cuts", json_object_new_uint64(c->lease_cuts));
+	ADD("lease_cut_blocks", json_object_new_uint64(c->lease_cut_blocks));
+	ADD("match_errors", jerrnos(c->match_errors));
 	ADD("evictions", json_object_new_uint64(r->evictions));
 	ADD("blocks_put", json_object_new_uint64(c->blocks_put));
 	ADD("put_retries", json_object_new_uint64(c->put_retries));
@@ -298,6 +304,13 @@ void cli_replay_print_text(FILE *f, struct cli_replay_report *r)
 	if (cli_replay_errno_total(c->get_errors)) {
 		fprintf(f, "  get errors            ");
 		print_errnos(f, c->get_errors);
+	}
+	if (c->lease_cuts)
+		fprintf(f, "  lease cuts            %" PRIu64 " (%" PRIu64 " blocks present past the "
+			"run whose lease fit: put again)\n", c->lease_cuts, c->lease_cut_blocks);
+	if (cli_replay_errno_total(c->match_errors)) {
+		fprintf(f, "  match refusals        ");
+		print_errnos(f, c->match_errors);
 	}
 	fprintf(f, "  evictions             %" PRIu64 "\n", r->evictions);
 	fprintf(f, "  blocks put            %" PRIu64 " (%" PRIu64 " sent again after BUSY)\n",

@@ -106,6 +106,8 @@ int kvc_url_parse(const char *url, struct kvc_url *out)
 		u.transport = KVC_TRANSPORT_RDMA;
 	else if (n == 4 && strncasecmp(url, "auto", 4) == 0)
 		u.transport = KVC_TRANSPORT_AUTO;
+	else if (n == 3 && strncasecmp(url, "tls", 3) == 0)
+		u.transport = KVC_TRANSPORT_TLS;
 	else
 		return -EOPNOTSUPP;
 	rc = parse_host(url + n + 3, u.host, &rest);

@@ -36,14 +36,18 @@ import model as M  # noqa: E402
 TOLERANCE = 1e-3
 CHECK_PREFIX, CHECK_SUFFIX = 1024, 100    # the correctness run; the tail from 5/8 on is evicted
 TRACE_HASH_TOKENS = 512    # tokens per hash id in the Mooncake traces
+FLOOR_PAIRS = 5            # warm and floor runs taken in turns, per prefix
 
 
 class NodeProc:
     """A node.py child process, driven over its stdin/stdout."""
 
-    def __init__(self, name, cfg, url, cache_blocks, threads=2, env=None):
-        cmd = [sys.executable, os.path.join(HERE, "node.py"), "--name", name, "--url", url or "",
-               "--cache-blocks", str(cache_blocks), "--threads", str(threads)] + M.model_argv(cfg)
+    def __init__(self, name, cfg, url, cache_blocks, threads=2, env=None, prefix=(),
+                 timeout_s=10.0):
+        cmd = list(prefix) + [sys.executable, os.path.join(HERE, "node.py"), "--name", name,
+                              "--url", url or "", "--cache-blocks", str(cache_blocks),
+                              "--threads", str(threads), "--timeout", str(timeout_s)] \
+            + M.model_argv(cfg)
         self.name = name
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=env)
@@ -56,15 +60,25 @@ class NodeProc:
             raise RuntimeError("node %s exited (status %s) without answering" % (self.name, rc))
         return json.loads(line)
 
-    def request(self, tokens, use_pool, put=False, decode=0, logits_out=None):
+    def request(self, tokens, use_pool, put=False, decode=0, logits_out=None, resident_blocks=0,
+                async_put=False, load_policy="always"):
         self.proc.stdin.write(json.dumps(dict(op="request", tokens=list(tokens),
                                               use_pool=use_pool, put=put, decode=decode,
-                                              logits_out=logits_out)) + "\n")
+                                              logits_out=logits_out,
+                                              resident_blocks=resident_blocks,
+                                              async_put=async_put,
+                                              load_policy=load_policy)) + "\n")
         self.proc.stdin.flush()
         r = self._reply()
         if not r.get("ok"):
             raise RuntimeError("node %s: %s" % (self.name, r.get("error")))
         return r
+
+    def flush(self):
+        """Wait for the node's background puts; returns its put counts."""
+        self.proc.stdin.write(json.dumps(dict(op="flush")) + "\n")
+        self.proc.stdin.flush()
+        return self._reply()
 
     def load(self, tokens, repeats):
         self.proc.stdin.write(json.dumps(dict(op="load", tokens=list(tokens),
@@ -167,6 +181,16 @@ def sweep(a, b, cfg, prefixes, suffix, decode, warm_repeats, tmp, say):
         cold, warms, diff, same = check_pair(b, prompt, tmp, "p%d" % p, decode, warm_repeats)
         w = min(warms, key=lambda r: r["ttft_s"])
         load_s = median([r["load_s"] for r in warms])
+        # the compute floor: the same prompt with the prefix's KV already in
+        # B's cache (each warm run just put it there): only the suffix runs.
+        # Floor and warm runs alternate, so that both see the same load.
+        floors, paired, pool_part = [], [], []
+        for _ in range(max(warm_repeats, FLOOR_PAIRS)):
+            wr = b.request(prompt, use_pool=True)
+            paired.append(wr["ttft_s"])
+            pool_part.append(wr["hash_s"] + wr["match_s"] + wr["load_s"])
+            floors.append(b.request(prompt, use_pool=False,
+                                    resident_blocks=w["loaded_blocks"])["ttft_s"])
         row = dict(prefix_tokens=p, suffix_tokens=suffix, prompt_tokens=len(prompt),
                    ttft_cold_s=cold["ttft_s"], ttft_warm_s=median([r["ttft_s"] for r in warms]),
                    ttft_warm_best_s=w["ttft_s"], warm_prefill_s=w["prefill_s"],
@@ -174,13 +198,16 @@ def sweep(a, b, cfg, prefixes, suffix, decode, warm_repeats, tmp, say):
                    loaded_blocks=w["loaded_blocks"], loaded_bytes=w["loaded_bytes"],
                    load_gbps=w["loaded_bytes"] / load_s / 1e9 if load_s > 0 else 0.0,
                    prefill_tok_s=len(prompt) / cold["prefill_s"],
+                   floor_s=median(floors), warm_paired_s=median(paired),
+                   floor_best_s=min(floors), warm_paired_best_s=min(paired),
+                   pool_part_s=median(pool_part),
                    max_abs_diff=diff, tokens_equal=same, pool_error=w["pool_error"])
         row["ratio"] = row["ttft_warm_s"] / row["ttft_cold_s"]
         rows.append(row)
-        say("  prefix %5d: cold %7.3f s  warm %6.3f s  (%.3fx)  loaded %d blocks %6.1f MB "
-            "at %5.2f GB/s  max|dlogit| %.1e  tokens %s"
-            % (p, row["ttft_cold_s"], row["ttft_warm_s"], row["ratio"], row["loaded_blocks"],
-               row["loaded_bytes"] / 1e6, row["load_gbps"], diff,
+        say("  prefix %5d: cold %7.3f s  warm %6.3f s  (%.3fx)  floor %6.3f s  loaded %d blocks "
+            "%6.1f MB at %5.2f GB/s  max|dlogit| %.1e  tokens %s"
+            % (p, row["ttft_cold_s"], row["ttft_warm_s"], row["ratio"], row["floor_s"],
+               row["loaded_blocks"], row["loaded_bytes"] / 1e6, row["load_gbps"], diff,
                "same" if same else "DIFFER"))
     return rows, base
 
@@ -224,15 +251,46 @@ def break_even(b, cfg, base, suffix, rows, lengths, repeats, say):
 
 # ---- trace ---------------------------------------------------------------------
 
-def trace_prompts(path, n, tokens_per_hash, vocab):
-    """The first n requests of a Mooncake trace as token-id prompts: hash id
-    h stands for a fixed random block of tokens_per_hash ids (seeded by h),
-    and input lengths are scaled by tokens_per_hash / 512."""
+def window_reuse(recs):
+    """Of the block references of recs (trace records, in order), the share
+    that continue a prefix seen earlier among recs: the hit ratio an empty
+    pool would reach on them (the trace's hash ids are prefix-chained)."""
+    seen, hit, total = set(), 0, 0
+    for r in recs:
+        m = 0
+        for h in r["hash_ids"]:
+            if h not in seen:
+                break
+            m += 1
+        hit += m
+        total += len(r["hash_ids"])
+        seen.update(r["hash_ids"])
+    return hit / total if total else 0.0
+
+
+def choose_window(path, n, step=10):
+    """Where prefixes recur: of the n-request windows starting every `step`
+    requests, the one whose reuse (window_reuse) is highest, the earliest
+    among equals. Returns (start, its reuse, the median window's, the first
+    window's)."""
+    with open(path) as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+    scores = [(window_reuse(recs[i:i + n]), i) for i in range(0, max(1, len(recs) - n + 1), step)]
+    best = max(scores, key=lambda x: (x[0], -x[1]))
+    return best[1], best[0], statistics.median([x[0] for x in scores]), scores[0][0]
+
+
+def trace_prompts(path, n, tokens_per_hash, vocab, start=0):
+    """Requests start..start+n-1 of a Mooncake trace as token-id prompts:
+    hash id h stands for a fixed random block of tokens_per_hash ids
+    (seeded by h), and input lengths are scaled by tokens_per_hash / 512."""
     out = []
     with open(path) as f:
-        for line in f:
+        for i, line in enumerate(f):
             if len(out) >= n:
                 break
+            if i < start:
+                continue
             rec = json.loads(line)
             length = max(1, round(rec["input_length"] * tokens_per_hash / TRACE_HASH_TOKENS))
             toks = []
@@ -263,31 +321,45 @@ def trace(nodes, prompts, say):
     """Replay: request i goes to node i % 2, which serves it twice: without
     the pool (full prefill) and with it (MATCH + GET, prefill the rest, put
     what was computed). Pairing the two runs in time keeps the comparison
-    fair on a busy machine."""
+    fair on a busy machine. The put runs on the node's put thread from a
+    copy taken after the first token, as an engine offloads KV: neither
+    this request's TTFT nor the next request waits for it."""
     without, with_, saved, total, hits = [], [], 0, 0, 0
     for i, p in enumerate(prompts):
         node = nodes[i % 2]
         if i % 2:   # which of the pair runs first alternates (caches, allocator warmth)
-            r1 = node.request(p["tokens"], use_pool=True, put=True)
+            r1 = node.request(p["tokens"], use_pool=True, put=True, async_put=True)
             r0 = node.request(p["tokens"], use_pool=False)
         else:
             r0 = node.request(p["tokens"], use_pool=False)
-            r1 = node.request(p["tokens"], use_pool=True, put=True)
+            r1 = node.request(p["tokens"], use_pool=True, put=True, async_put=True)
         without.append(r0["ttft_s"])
         with_.append(r1["ttft_s"])
         saved += len(p["tokens"]) - r1["computed_tokens"]
         total += len(p["tokens"])
         hits += r1["loaded_blocks"] > 0
+    for n in nodes:
+        n.flush()
+    worse = [w / o for w, o in zip(with_, without) if w > o]
     out = dict(requests=len(prompts), prompt_tokens=total, prefill_tokens_saved=saved,
                saved_fraction=saved / total if total else 0.0, requests_with_hit=hits,
                ttft_without_mean_s=statistics.mean(without), ttft_without_p90_s=p90(without),
-               ttft_with_mean_s=statistics.mean(with_), ttft_with_p90_s=p90(with_))
+               ttft_with_mean_s=statistics.mean(with_), ttft_with_p90_s=p90(with_),
+               requests_slower_with_pool=len(worse),
+               worst_slowdown=max(worse) if worse else 1.0,
+               ttft_without_s=without, ttft_with_s=with_)
+    out["pool_never_worse"] = (out["ttft_with_mean_s"] <= out["ttft_without_mean_s"]
+                               and out["ttft_with_p90_s"] <= out["ttft_without_p90_s"])
     say("trace: %d requests, %d prompt tokens; %d requests hit the pool; prefill tokens saved "
         "%d (%.1f%%)" % (out["requests"], total, hits, saved, 100 * out["saved_fraction"]))
     say("  TTFT without pool: mean %.3f s  p90 %.3f s" % (out["ttft_without_mean_s"],
                                                         out["ttft_without_p90_s"]))
     say("  TTFT with pool:    mean %.3f s  p90 %.3f s" % (out["ttft_with_mean_s"],
                                                         out["ttft_with_p90_s"]))
+    say("  pool never worse (mean and p90): %s; requests slower with the pool: %d of %d "
+        "(worst %.2fx: a miss costs its hashing and MATCH, and the machine's noise)"
+        % ("yes" if out["pool_never_worse"] else "NO", out["requests_slower_with_pool"],
+           out["requests"], out["worst_slowdown"]))
     return out
 
 
@@ -340,6 +412,121 @@ def bandwidth(b, args, cfg, base, rows, say):
     return out
 
 
+# ---- a pool slowed on purpose -----------------------------------------------------
+
+def shape(netns, rate_bytes_s):
+    """Shape the loopback of network namespace `netns` to rate_bytes_s
+    (None: no shaping) with a token bucket (tc tbf). The loopback's MTU is
+    64 KiB, so the bucket holds a few of its packets."""
+    base = ["ip", "netns", "exec", netns, "tc", "qdisc"]
+    if rate_bytes_s is None:
+        subprocess.run(base + ["del", "dev", "lo", "root"], capture_output=True)
+        return
+    burst = max(256 << 10, int(rate_bytes_s / 50))
+    r = subprocess.run(base + ["replace", "dev", "lo", "root", "tbf", "rate",
+                               "%dbit" % int(rate_bytes_s * 8), "burst", str(burst),
+                               "latency", "10s"], capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError("tc: %s" % r.stderr.strip())
+
+
+def throttled(args, cfg, cache_blocks, prefixes, bench_gbps, prefill_tok_s, say):
+    """The pool in network namespace args.slow_netns, reached over its
+    loopback shaped by tc to a tenth of kvpool bench's GET speed, then to
+    half of what loading must reach to beat prefill here. Node B there
+    serves each prefix three ways: never loading (the cold TTFT), always
+    loading what matched, and as the adapter does (its estimator loads
+    only when loading is expected to beat recomputing). Three warm-up
+    requests that load at each speed let the estimator measure it first
+    (an adapter in service learns the same from its loads and probes)."""
+    pre = ["ip", "netns", "exec", args.slow_netns]
+    # a GET of 8k tokens' KV takes tens of seconds at the slowest speed
+    a = NodeProc("A-slow", cfg, args.slow_url, cache_blocks, args.threads, prefix=pre,
+                 timeout_s=300)
+    b = NodeProc("B-slow", cfg, args.slow_url, cache_blocks, args.threads, prefix=pre,
+                 timeout_s=300)
+    levels = [("a tenth of kvpool bench", bench_gbps * 1e9 / 10),
+              ("loading 2x slower than prefill", cfg.kv_bytes_per_token * prefill_tok_s / 2)]
+    out = []
+    try:
+        for n in (a, b):
+            if n.hello.get("pool_error"):
+                raise RuntimeError("node %s: %s" % (n.name, n.hello["pool_error"]))
+        shape(args.slow_netns, None)
+        base = random_tokens(max(prefixes), cfg.vocab, 20)
+        a.request(base, use_pool=False, put=True)     # stored at full speed
+        for name, rate in levels:
+            shape(args.slow_netns, rate)
+            for i in range(3):                        # the estimator learns this speed
+                b.request(base[:512] + random_tokens(args.suffix, cfg.vocab, 900 + i),
+                          use_pool=True, load_policy="always")
+            rows = []
+            for p in prefixes:
+                prompt = base[:p] + random_tokens(args.suffix, cfg.vocab, 950 + p)
+                r = {pol: b.request(prompt, use_pool=True, load_policy=pol)
+                     for pol in ("never", "always", "estimate")}
+                rows.append(dict(prefix_tokens=p, ttft_never_s=r["never"]["ttft_s"],
+                                 ttft_always_s=r["always"]["ttft_s"],
+                                 ttft_adapter_s=r["estimate"]["ttft_s"],
+                                 adapter_loaded_blocks=r["estimate"]["loaded_blocks"],
+                                 adapter_decision=r["estimate"].get("decision"),
+                                 always_load_gbps=r["always"]["loaded_bytes"]
+                                 / r["always"]["load_s"] / 1e9 if r["always"]["load_s"] else 0,
+                                 estimate=r["estimate"]["estimate"]))
+            out.append(dict(level=name, rate_bytes_s=rate, rows=rows))
+            say("  pool at %.1f MB/s (%s):" % (rate / 1e6, name))
+            for x in rows:
+                say("    prefix %5d: never-load %6.3f s  always-load %6.3f s  adapter %6.3f s "
+                    "(%s: %d blocks loaded)"
+                    % (x["prefix_tokens"], x["ttft_never_s"], x["ttft_always_s"],
+                       x["ttft_adapter_s"], x["adapter_decision"], x["adapter_loaded_blocks"]))
+    finally:
+        shape(args.slow_netns, None)
+        a.close()
+        b.close()
+    best = [min(x["ttft_never_s"], x["ttft_always_s"]) for lv in out for x in lv["rows"]]
+    adap = [x["ttft_adapter_s"] for lv in out for x in lv["rows"]]
+    worst = max(a / b for a, b in zip(adap, best)) if best else float("nan")
+    say("  adapter against the better of never/always: worst %.2fx over %d points"
+        % (worst, len(best)))
+    return dict(levels=out, adapter_over_best_worst=worst)
+
+
+def floor_report(rows, bench_gbps, say):
+    """Warm TTFT against what moving the bytes must cost at least: the
+    compute floor (the same prompt with the prefix's KV already in the
+    node's cache) plus the prefix's bytes at `kvpool bench` GET speed.
+    Target: warm <= 1.2 x that, i.e. the pool adds next to nothing but the
+    transfer. The warm path is the floor's computation plus the pool part
+    (hashing, MATCH, GET into the cache), which the node times apart; on a
+    machine shared with other work the computation varies by more than
+    the whole pool part between runs, so the target is checked on floor +
+    pool part (both medians), and the warm runs' own medians are shown
+    beside it."""
+    out = []
+    for r in rows:
+        transfer = r["loaded_bytes"] / (bench_gbps * 1e9) if bench_gbps > 0 else float("inf")
+        expected = r["floor_s"] + transfer
+        warm = r["floor_s"] + r["pool_part_s"]
+        out.append(dict(prefix_tokens=r["prefix_tokens"], floor_s=r["floor_s"],
+                        transfer_at_bench_s=transfer, pool_part_s=r["pool_part_s"],
+                        expected_s=expected, warm_s=warm, ratio=warm / expected,
+                        warm_measured_s=r["warm_paired_s"],
+                        ratio_measured=r["warm_paired_s"] / expected))
+    met = all(x["ratio"] <= 1.2 for x in out)
+    say("== warm TTFT against the compute floor + the prefix's bytes at kvpool bench GET speed "
+        "(%.2f GB/s); medians of %d warm and %d floor runs per prefix, taken in turns"
+        % (bench_gbps, FLOOR_PAIRS, FLOOR_PAIRS))
+    for x in out:
+        say("  prefix %5d: floor %6.3f s; pool part %6.1f ms against %6.1f ms of bytes at bench "
+            "speed: %.3f s against %.3f s = %.2fx  (the warm runs' own median %6.3f s: %.2fx)"
+            % (x["prefix_tokens"], x["floor_s"], 1e3 * x["pool_part_s"],
+               1e3 * x["transfer_at_bench_s"], x["warm_s"], x["expected_s"], x["ratio"],
+               x["warm_measured_s"], x["ratio_measured"]))
+    say("  target <= 1.2x at every prefix: %s" % ("met" if met else "NOT met"))
+    return dict(bench_get_gbps=bench_gbps, rows=out, target_le_1_2=met)
+
+
 def gpu_calculation(prefix, suffix, kv_bytes_per_token, prefill_tok_s, links_gbit):
     """CALCULATION, not a measurement: warm/cold TTFT on a GPU node if
     loading P tokens takes P*b/BW and prefill runs at S tokens/s:
@@ -358,12 +545,14 @@ def gpu_calculation(prefix, suffix, kv_bytes_per_token, prefill_tok_s, links_gbi
     return out
 
 
-def plot(rows, trace_out, path, title):
+def plot(rows, trace_out, path, title, slow=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2 if trace_out else 1, figsize=(11 if trace_out else 6.5, 4.2))
-    ax = axes[0] if trace_out else axes
+    panels = 1 + bool(trace_out) + bool(slow)
+    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels + 1, 4.2))
+    axes = list(axes) if panels > 1 else [axes]
+    ax = axes[0]
     xs = [r["prefix_tokens"] for r in rows]
     ax.plot(xs, [r["ttft_cold_s"] for r in rows], "o-", label="cold (pool off: full prefill)")
     ax.plot(xs, [r["ttft_warm_s"] for r in rows], "s-", label="warm (prefix loaded from kvpool)")
@@ -378,6 +567,23 @@ def plot(rows, trace_out, path, title):
     ax.set_title(title, fontsize=9)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
+    if slow:
+        ax3 = axes[-1]
+        lv = slow["levels"][-1]
+        xs3 = [x["prefix_tokens"] for x in lv["rows"]]
+        ax3.plot(xs3, [x["ttft_never_s"] for x in lv["rows"]], "o-", label="never load (cold)")
+        ax3.plot(xs3, [x["ttft_always_s"] for x in lv["rows"]], "s-", label="always load")
+        ax3.plot(xs3, [x["ttft_adapter_s"] for x in lv["rows"]], "^--",
+                 label="adapter (loads when it pays)")
+        ax3.set_xscale("log", base=2)
+        ax3.set_xticks(xs3)
+        ax3.set_xticklabels([str(x) for x in xs3])
+        ax3.set_xlabel("shared prefix length (tokens)")
+        ax3.set_ylabel("TTFT (s)")
+        ax3.set_title("pool slowed to %.1f MB/s (tc in a network namespace)"
+                      % (lv["rate_bytes_s"] / 1e6), fontsize=9)
+        ax3.grid(True, alpha=0.3)
+        ax3.legend(fontsize=8)
     if trace_out:
         ax2 = axes[1]
         labels = ["mean", "p90"]
@@ -389,8 +595,10 @@ def plot(rows, trace_out, path, title):
         ax2.set_xticks(list(x))
         ax2.set_xticklabels(labels)
         ax2.set_ylabel("TTFT (s)")
-        ax2.set_title("Mooncake trace, first %d requests (%.1f%% of prefill tokens saved)"
-                      % (trace_out["requests"], 100 * trace_out["saved_fraction"]), fontsize=9)
+        w = trace_out.get("window", dict(start=0))
+        ax2.set_title("Mooncake trace, requests %d..%d (%.1f%% of prefill tokens saved)"
+                      % (w["start"], w["start"] + trace_out["requests"] - 1,
+                         100 * trace_out["saved_fraction"]), fontsize=9)
         ax2.legend(fontsize=8)
         ax2.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
@@ -423,6 +631,9 @@ def main(argv=None):
     ap.add_argument("--trace", default=os.path.join(HERE, "..", "..", "tests", "data",
                                                     "synthetic_trace.jsonl"))
     ap.add_argument("--trace-requests", type=int, default=50, help="0 skips the trace mode")
+    ap.add_argument("--trace-window", default="auto",
+                    help="first request of the replayed window; auto (default): the window of "
+                    "--trace-requests requests, starting every 10, in which prefixes recur most")
     ap.add_argument("--trace-tokens-per-hash", type=int, default=16,
                     help="tokens per trace hash id (the trace has 512): the scale-down")
     ap.add_argument("--kvpool-cli", default="", help="kvpool CLI for the bench comparison")
@@ -435,6 +646,10 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=270.0,
                     help="seconds for the whole demo: the trace mode replays only as many "
                     "requests as the time left allows (default %(default)s)")
+    ap.add_argument("--slow-url", default="",
+                    help="a second kvpool server, inside network namespace --slow-netns, for "
+                    "the throttled panel ('' skips it)")
+    ap.add_argument("--slow-netns", default="", help="its network namespace (ip netns)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default="ttft.json")
     ap.add_argument("--png", default="ttft.png")
@@ -449,10 +664,17 @@ def main(argv=None):
 
     import kvpool
     t_all = time.perf_counter()
-    prompts = []
+    prompts, window = [], None
     if args.trace_requests > 0:
+        if args.trace_window == "auto":
+            start, reuse, med, first = choose_window(args.trace, args.trace_requests)
+            window = dict(start=start, reuse=reuse, median_window_reuse=med,
+                          first_window_reuse=first, chosen="auto")
+        else:
+            start = int(args.trace_window)
+            window = dict(start=start, chosen="given")
         prompts = trace_prompts(args.trace, args.trace_requests, args.trace_tokens_per_hash,
-                                cfg.vocab)
+                                cfg.vocab, start)
     longest = max([max(prefixes) + args.suffix, CHECK_PREFIX + CHECK_SUFFIX]
                   + [len(p["tokens"]) for p in prompts])
     cache_blocks = (longest + args.decode) // cfg.block_tokens + 2
@@ -502,17 +724,36 @@ def main(argv=None):
             report["break_even"] = break_even(b, cfg, base, args.suffix, rows, be_lengths, 3, say)
         if args.kvpool_cli:
             report["bench"] = bandwidth(b, args, cfg, base, rows, say)
+            report["floor"] = floor_report(rows, report["bench"]["bench_get_gbps"], say)
+        t_panel = time.perf_counter()
+        if args.slow_url and args.slow_netns and "bench" in report:
+            say("== a pool slowed on purpose (network namespace %s, loopback shaped with tc "
+                "tbf): the adapter's TTFT against never-load and always-load" % args.slow_netns)
+            report["throttled"] = throttled(
+                args, cfg, cache_blocks, prefixes, report["bench"]["bench_get_gbps"],
+                median([r["prefill_tok_s"] for r in rows]), say)
+        t_panel = time.perf_counter() - t_panel   # not charged to the trace's budget
         pool.drop_namespace()
         if prompts:
-            prompts = fit_budget(prompts, rows, args.budget_s - (time.perf_counter() - t_all),
-                                 say)
+            prompts = fit_budget(prompts, rows,
+                                 args.budget_s - (time.perf_counter() - t_all - t_panel), say)
             report["trace_budget_trimmed"] = len(prompts) < args.trace_requests
         if prompts:
-            say("== trace: first %d requests of %s, %d tokens per hash id (lengths x %d/512), "
-                "alternating A/B" % (len(prompts), os.path.basename(args.trace),
-                                     args.trace_tokens_per_hash, args.trace_tokens_per_hash))
+            w = window
+            say("== trace: requests %d..%d of %s, %d tokens per hash id (lengths x %d/512), "
+                "alternating A/B" % (w["start"], w["start"] + len(prompts) - 1,
+                                     os.path.basename(args.trace), args.trace_tokens_per_hash,
+                                     args.trace_tokens_per_hash))
+            if w["chosen"] == "auto":
+                say("   the window: of the %d-request windows starting every 10 requests, the one "
+                    "whose prompts reuse most blocks of earlier prompts in it (an empty pool at "
+                    "its start would hit %.1f%% of its blocks; the median window %.1f%%, the "
+                    "trace's first %d requests %.1f%%)"
+                    % (args.trace_requests, 100 * w["reuse"], 100 * w["median_window_reuse"],
+                       args.trace_requests, 100 * w["first_window_reuse"]))
             report["trace"] = trace((a, b), prompts, say)
             report["trace"]["tokens_per_hash"] = args.trace_tokens_per_hash
+            report["trace"]["window"] = dict(w, requests=len(prompts))
             pool.drop_namespace()
     a.close()
     b.close()
@@ -551,7 +792,7 @@ def main(argv=None):
         json.dump(report, f, indent=1)
     plot(rows, report.get("trace"), args.png,
          "reference Llama (%d layers, hidden %d), CPU %d threads; kvpool over loopback TCP"
-         % (cfg.layers, cfg.hidden, report["torch_threads"]))
+         % (cfg.layers, cfg.hidden, report["torch_threads"]), report.get("throttled"))
     say("")
     say("wrote %s and %s (%.0f s in all)" % (args.json, args.png, report["elapsed_s"]))
     ok = (chk["max_abs_diff"] <= TOLERANCE and chk["tokens_equal"]

@@ -17,6 +17,10 @@
  * the CLEAN and DIRTY heaps hold exactly their blocks, per-tier block and
  * byte totals, and every segment's block list, live bytes and extents
  * (inside its fill, no overlaps) agree with the blocks that point at it.
+ * Retentions: a retained block has exactly one record and every record
+ * names a retained visible block, its parent is retained at least as
+ * long (no holes), the deadline heap is ordered, and the retained blocks
+ * and bytes add up per namespace, per tenant and for the pool.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -33,6 +37,7 @@ struct extent {
 /* Per-tier totals of the visible blocks. */
 struct tally {
 	uint64_t blocks, payload, dram_blocks, dram_used, dram_payload, nvme_blocks, nvme_payload;
+	uint64_t retained, retained_bytes;
 	uint64_t children, linked; /* on their parents' rings; with a parent_id */
 };
 
@@ -207,6 +212,22 @@ static int check_copies(struct checker *c, const struct store_block *b)
 	return 0;
 }
 
+/* A retained block has a record and its parent one at least as long. */
+static int check_block_retention(struct checker *c, const struct store_block *b)
+{
+	uint64_t until = store_retain_until_locked(c->s, b);
+	const struct store_block *p = store_parent(c->s, b);
+	char k[17];
+
+	if (b->retained != (until != 0))
+		return fail(c, "block %s retained %u but has %s record", hex8(b->node.key, k),
+			    b->retained, until ? "a" : "no");
+	if (until && p && store_retain_until_locked(c->s, p) < until)
+		return fail(c, "block %s retained longer than its parent (a hole when it expires)",
+			    hex8(b->node.key, k));
+	return 0;
+}
+
 /* Everything about one visible block. */
 static int check_visible(struct checker *c, const struct store_ns *ns, const struct store_block *b)
 {
@@ -231,6 +252,8 @@ static int check_visible(struct checker *c, const struct store_ns *ns, const str
 		rc = check_children(c, b);
 	if (!rc)
 		rc = check_block_leases(c, b);
+	if (!rc)
+		rc = check_block_retention(c, b);
 	if (!rc && b->in_dram)
 		rc = add_extent(c, b->first_page, b->pages);
 	return rc;
@@ -242,6 +265,10 @@ static void tally_add(struct tally *t, const struct store_block *b)
 	t->blocks++;
 	t->linked += b->parent_id != 0;
 	t->payload += store_block_length(b);
+	if (b->retained) {
+		t->retained++;
+		t->retained_bytes += store_block_length(b);
+	}
 	if (b->in_dram) {
 		t->dram_blocks++;
 		t->dram_used += store_extent_bytes(b);
@@ -283,6 +310,7 @@ static int check_visible_all(struct checker *c)
 	for (uint32_t i = 0; i < s->nns; i++) {
 		struct store_ns *ns = s->ns[i];
 		uint64_t nb = t->blocks, bytes = t->payload, nvme = t->nvme_blocks, n;
+		uint64_t rb = t->retained, rbytes = t->retained_bytes;
 
 		rc = ring_ok(c, ns->blocks, STORE_RING_LINK, s->blocks, "namespace", &n);
 		if (rc)
@@ -299,7 +327,16 @@ static int check_visible_all(struct checker *c)
 		if (t->blocks - nb != ns->nblocks || t->payload - bytes != ns->bytes ||
 		    t->nvme_blocks - nvme != ns->nvme_blocks)
 			return fail(c, "namespace %s totals wrong", ns->name);
+		if (t->retained - rb != ns->racct.blocks || t->retained_bytes - rbytes != ns->racct.bytes)
+			return fail(c, "namespace %s retains %llu blocks, counted %llu", ns->name,
+				    (unsigned long long)(t->retained - rb),
+				    (unsigned long long)ns->racct.blocks);
 	}
+	if (t->retained != s->retain.blocks || t->retained_bytes != s->retain.bytes ||
+	    t->retained != s->retain.used)
+		return fail(c, "retained blocks %llu, counted %llu, records %u",
+			    (unsigned long long)t->retained, (unsigned long long)s->retain.blocks,
+			    s->retain.used);
 	if (t->blocks != s->blocks || t->blocks != s->index.count)
 		return fail(c, "visible blocks %llu, counted %llu, indexed %llu",
 			    (unsigned long long)t->blocks, (unsigned long long)s->blocks,
@@ -646,6 +683,43 @@ static int check_segments(struct checker *c)
 	return rc;
 }
 
+/* The deadline heap is ordered and each record knows its slot; each
+ * tenant's retained figures are the sum of its namespaces'. */
+static int check_retentions(struct checker *c)
+{
+	const struct store_retain_tab *t = &c->s->retain;
+	struct store *s = c->s;
+
+	for (uint32_t k = 0; k < t->used; k++) {
+		const struct store_retention *r = &t->recs[t->heap[k]];
+		const struct store_block *b = store_blk(s, r->block_id);
+
+		if (r->heap_idx != k)
+			return fail(c, "retention record %u at heap slot %u says %u", t->heap[k], k,
+				    r->heap_idx);
+		if (k && t->recs[t->heap[(k - 1) / 2]].until_ms > r->until_ms)
+			return fail(c, "retention heap out of order at slot %u", k);
+		if (b->state != STORE_BLOCK_VISIBLE || !b->retained)
+			return fail(c, "retention record %u names a block that is not retained",
+				    t->heap[k]);
+	}
+	for (struct store_list *l = s->tenants.next; l != &s->tenants; l = l->next) {
+		const struct store_tenant *tn = store_container_of(l, struct store_tenant, link);
+		uint64_t blocks = 0, bytes = 0;
+
+		for (uint32_t i = 0; i < s->nns; i++) {
+			if (s->ns[i]->tenant != tn)
+				continue;
+			blocks += s->ns[i]->racct.blocks;
+			bytes += s->ns[i]->racct.bytes;
+		}
+		if (blocks != tn->racct.blocks || bytes != tn->racct.bytes)
+			return fail(c, "a tenant retains %llu blocks, its namespaces %llu",
+				    (unsigned long long)tn->racct.blocks, (unsigned long long)blocks);
+	}
+	return 0;
+}
+
 static int check_locked(struct checker *c)
 {
 	int rc = store_arena_check(c->s->arena, c->why, c->why_len);
@@ -661,6 +735,8 @@ static int check_locked(struct checker *c)
 		rc = check_heap(c);
 	if (!rc)
 		rc = check_leases(c);
+	if (!rc)
+		rc = check_retentions(c);
 	if (!rc && c->s->tier)
 		rc = check_promotions(c);
 	if (!rc && c->s->tier)
@@ -751,4 +827,20 @@ int store_debug_last_use(struct store *s, uint32_t ns_id, const uint8_t key[STOR
 		*last_use = b->last_use;
 	pthread_mutex_unlock(&s->lock);
 	return b ? 0 : -ENOENT;
+}
+
+int store_debug_retained_ms(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			    uint64_t *left_ms)
+{
+	struct store_block *b;
+	uint64_t until, now = store_now_ms();
+
+	store_lock(s);
+	b = store_find_locked(s, ns_id, key);
+	until = b ? store_retain_until_locked(s, b) : 0;
+	pthread_mutex_unlock(&s->lock);
+	if (!b)
+		return -ENOENT;
+	*left_ms = until > now ? until - now : 0;
+	return 0;
 }

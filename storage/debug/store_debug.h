@@ -46,6 +46,12 @@ void store_debug_clock(struct store *s, uint32_t *clock, uint32_t *epoch);
 int store_debug_last_use(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 			 uint32_t *last_use);
 
+/* How long visible block (ns_id, key) stays retained, in ms from now
+ * (0: not retained, or its deadline passed and the next tick ends it).
+ * Errors: -ENOENT. */
+int store_debug_retained_ms(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			    uint64_t *left_ms);
+
 /* ---- NVMe tier ---- */
 
 /* Demote every dirty DRAM block now, whatever the watermark, and wait

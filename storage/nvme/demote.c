@@ -182,18 +182,7 @@ static void take_locked(struct store *s, struct demote_batch *db, struct store_b
 	it->seg = t->active;
 	it->off = sg->fill_bytes;
 	it->disk_id = store_block_ns(s, b)->disk_id;
-	memset(r, 0, sizeof(*r));
-	r->ns_disk_id = it->disk_id;
-	memcpy(r->key, b->node.key, STORE_KEY_BYTES);
-	if (b->parent_id) { /* a visible block's parent is its parent_id */
-		r->has_parent = 1;
-		memcpy(r->parent, store_parent(s, b)->node.key, STORE_KEY_BYTES);
-	}
-	r->segment = it->seg;
-	r->offset = it->off;
-	r->length = store_block_length(b);
-	r->checksum = store_block_checksum(b);
-	r->last_use = store_use_stamp(s, b);
+	store_tier_rec_fill_locked(s, b, it->disk_id, it->seg, it->off, r);
 	db->iov[db->n].iov_base = store_arena_ptr(s->arena, b->first_page);
 	db->iov[db->n].iov_len = store_extent_bytes(b);
 	sg->fill_bytes += store_extent_bytes(b);
@@ -300,6 +289,74 @@ static int flush_dels_locked(struct store *s, bool sync)
 void store_tier_flush_dels_locked(struct store *s)
 {
 	(void)flush_dels_locked(s, false);
+}
+
+/* Records rewritten per round at most, so one round holds the demoter
+ * role (and its memory) for a bounded time. */
+#define RETAIN_FLUSH_MAX 4096u
+
+/* Take up to RETAIN_FLUSH_MAX queued blocks that still have a record and
+ * fill their records (new deadline) into recs; ids[] keeps which blocks.
+ * Returns how many. */
+static size_t take_retains_locked(struct store *s, struct store_nvme_rec *recs, uint32_t *ids)
+{
+	struct store_tier *t = s->tier;
+	size_t n = 0, k = 0;
+
+	for (; k < t->nrupd && n < RETAIN_FLUSH_MAX; k++) {
+		struct store_block *b = store_blk(s, t->rupd[k]);
+
+		if (b->state != STORE_BLOCK_VISIBLE || !b->retain_dirty)
+			continue; /* gone, or taken by an earlier entry of the queue */
+		b->retain_dirty = 0;
+		if (!b->on_nvme)
+			continue; /* its next demotion writes the deadline */
+		store_tier_rec_fill_locked(s, b, store_block_ns(s, b)->disk_id, b->seg,
+					   store_seg_off(b), &recs[n]);
+		ids[n++] = t->rupd[k];
+	}
+	memmove(t->rupd, t->rupd + k, (t->nrupd - k) * sizeof(*t->rupd));
+	t->nrupd -= k;
+	return n;
+}
+
+void store_tier_flush_retains_locked(struct store *s)
+{
+	struct store_tier *t = s->tier;
+	struct store_nvme_rec *recs = malloc(RETAIN_FLUSH_MAX * sizeof(*recs));
+	uint32_t *ids = malloc(RETAIN_FLUSH_MAX * sizeof(*ids));
+	size_t n;
+	int rc;
+
+	if (!recs || !ids) {
+		free(recs);
+		free(ids);
+		return; /* they stay queued */
+	}
+	n = take_retains_locked(s, recs, ids);
+	if (n) {
+		/* nothing else writes records meanwhile (the demoter role), and
+		 * a block removed meanwhile has its record delete queued after
+		 * this write: it cannot come back */
+		pthread_mutex_unlock(&s->lock);
+		rc = store_tier_index_commit(s, recs, n, NULL, 0);
+		if (rc)
+			store_log_limited(s, &t->rl_write, STORE_LOG_ERR,
+					  "nvme: rewriting %zu index records with new retention "
+					  "deadlines failed (%d)", n, rc);
+		store_lock(s);
+		if (rc) {
+			store_tier_write_failed_locked(s);
+			for (size_t i = 0; i < n; i++) {
+				struct store_block *b = store_blk(s, ids[i]);
+
+				if (b->state == STORE_BLOCK_VISIBLE && b->retained && b->on_nvme)
+					store_tier_retain_changed_locked(s, b);
+			}
+		}
+	}
+	free(recs);
+	free(ids);
 }
 
 int store_tier_persist_removals_locked(struct store *s)

@@ -40,9 +40,14 @@ static const char block_lo = KEY_BLOCK, block_hi = KEY_BLOCK + 1;
 static const char ns_lo = KEY_NS, ns_hi = KEY_NS + 1;
 static const char dropped_lo = KEY_DROPPED, dropped_hi = KEY_DROPPED + 1;
 
-/* Block record value, version 1 (NVME.md "Record value"). */
+/* Block record value (NVME.md "Block record value"): format 1, 72 bytes,
+ * for a block without a retention; format 2, 80 bytes, the same and the
+ * retention's deadline, for a retained one. Both are read. */
 #define REC_FORMAT 1
 #define REC_BYTES 72
+#define REC_FORMAT_RETAINED 2
+#define REC_BYTES_RETAINED 80
+#define REC_OFF_RETAIN_UNTIL 72
 #define REC_OFF_FORMAT 0
 #define REC_OFF_HAS_PARENT 1
 #define REC_OFF_SEGMENT 4
@@ -131,11 +136,12 @@ static void ns_key(uint8_t k[NS_KEY_BYTES], uint32_t ns_disk_id)
 	put_be32(k + 1, ns_disk_id);
 }
 
-/* The fixed-size value of a block record; reserved bytes are zero. */
-static void encode_rec(uint8_t v[REC_BYTES], const struct store_nvme_rec *r)
+/* The value of a block record, REC_BYTES or (retained)
+ * REC_BYTES_RETAINED long; reserved bytes are zero. Returns its size. */
+static size_t encode_rec(uint8_t v[REC_BYTES_RETAINED], const struct store_nvme_rec *r)
 {
-	memset(v, 0, REC_BYTES);
-	v[REC_OFF_FORMAT] = REC_FORMAT;
+	memset(v, 0, REC_BYTES_RETAINED);
+	v[REC_OFF_FORMAT] = r->retain_until_ms ? REC_FORMAT_RETAINED : REC_FORMAT;
 	v[REC_OFF_HAS_PARENT] = r->has_parent ? 1 : 0;
 	put_le32(v + REC_OFF_SEGMENT, r->segment);
 	put_le64(v + REC_OFF_OFFSET, r->offset);
@@ -144,6 +150,10 @@ static void encode_rec(uint8_t v[REC_BYTES], const struct store_nvme_rec *r)
 	put_le64(v + REC_OFF_LAST_USE, r->last_use);
 	if (r->has_parent)
 		memcpy(v + REC_OFF_PARENT, r->parent, STORE_KEY_BYTES);
+	if (!r->retain_until_ms)
+		return REC_BYTES;
+	put_le64(v + REC_OFF_RETAIN_UNTIL, r->retain_until_ms);
+	return REC_BYTES_RETAINED;
 }
 
 /* Decode a block record from its key and value; -EBADMSG when either is
@@ -151,8 +161,11 @@ static void encode_rec(uint8_t v[REC_BYTES], const struct store_nvme_rec *r)
 static int decode_rec(const uint8_t *k, size_t klen, const uint8_t *v, size_t vlen,
 		      struct store_nvme_rec *r)
 {
-	if (klen != BLOCK_KEY_BYTES || k[0] != KEY_BLOCK || vlen != REC_BYTES ||
-	    v[REC_OFF_FORMAT] != REC_FORMAT || v[REC_OFF_HAS_PARENT] > 1)
+	bool plain = vlen == REC_BYTES && v[REC_OFF_FORMAT] == REC_FORMAT;
+	bool retained = vlen == REC_BYTES_RETAINED && v[REC_OFF_FORMAT] == REC_FORMAT_RETAINED;
+
+	if (klen != BLOCK_KEY_BYTES || k[0] != KEY_BLOCK || !(plain || retained) ||
+	    v[REC_OFF_HAS_PARENT] > 1)
 		return -EBADMSG;
 	memset(r, 0, sizeof(*r));
 	r->ns_disk_id = get_be32(k + 1);
@@ -165,6 +178,8 @@ static int decode_rec(const uint8_t *k, size_t klen, const uint8_t *v, size_t vl
 	r->length = get_le64(v + REC_OFF_LENGTH);
 	r->checksum = get_le64(v + REC_OFF_CHECKSUM);
 	r->last_use = get_le64(v + REC_OFF_LAST_USE);
+	if (retained)
+		r->retain_until_ms = get_le64(v + REC_OFF_RETAIN_UNTIL);
 	return 0;
 }
 
@@ -370,7 +385,7 @@ int store_nvme_index_write(struct store_nvme_index *ix, const struct store_nvme_
 			   const uint8_t (*del_keys)[STORE_KEY_BYTES], size_t ndel)
 {
 	rocksdb_writebatch_t *wb;
-	uint8_t k[BLOCK_KEY_BYTES], v[REC_BYTES];
+	uint8_t k[BLOCK_KEY_BYTES], v[REC_BYTES_RETAINED];
 	size_t i;
 
 	if ((n && !recs) || (ndel && (!del_ns || !del_keys)))
@@ -384,9 +399,11 @@ int store_nvme_index_write(struct store_nvme_index *ix, const struct store_nvme_
 		rocksdb_writebatch_delete(wb, (const char *)k, sizeof(k));
 	}
 	for (i = 0; i < n; i++) {
+		size_t vlen;
+
 		block_key(k, recs[i].ns_disk_id, recs[i].key);
-		encode_rec(v, &recs[i]);
-		rocksdb_writebatch_put(wb, (const char *)k, sizeof(k), (const char *)v, sizeof(v));
+		vlen = encode_rec(v, &recs[i]);
+		rocksdb_writebatch_put(wb, (const char *)k, sizeof(k), (const char *)v, vlen);
 	}
 	return commit(ix, wb, "writing block records");
 }

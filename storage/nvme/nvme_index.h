@@ -51,6 +51,9 @@ struct store_nvme_rec {
 	uint64_t checksum;               /* xxh3-64 taken when the block entered the pool */
 	uint64_t last_use;               /* use stamp when written: aging epoch << 32 | last_use
 					  * (store_use_stamp; restores LRU order) */
+	uint64_t retain_until_ms;        /* CLOCK_REALTIME ms until which the block is
+					  * retained; 0 = not retained (a record of value
+					  * format 1 reads as 0) */
 };
 
 /* Open or create the RocksDB database at `path` (a directory). Creates it

@@ -48,6 +48,7 @@ struct rebuild {
 	uint8_t *bad;            /* per record: dropped */
 	struct store_block **blocks; /* per record: its block, or NULL */
 	uint64_t invalid, orphans, kept;
+	uint64_t retained;           /* blocks whose retention was still running */
 	uint64_t lost;               /* records in segment files missing or short at open */
 	uint32_t first_lost_seg;
 	uint32_t epoch;              /* newest aging epoch of a record (store_use_stamp) */
@@ -364,6 +365,19 @@ static void publish_locked(struct rebuild *rb)
 			s->clock = b->last_use;
 		rb->kept++;
 	}
+	/* retentions, once every kept block is linked (a retention walks up
+	 * its chain); granted before, so no budget applies: they are
+	 * charged to the namespace, and to its tenant once one binds it */
+	for (size_t i = 0; i < rb->nrecs; i++) {
+		struct store_block *b = rb->blocks[i];
+		uint64_t until;
+
+		if (!b || !rb->recs[i].retain_until_ms)
+			continue;
+		until = store_retain_until_from_wall(s, rb->recs[i].retain_until_ms);
+		if (until && store_retain_block_locked(s, b, until, false) == STORE_RETAIN_OK)
+			rb->retained++;
+	}
 }
 
 /* Delete dropped records, and drop on disk the namespaces with no block
@@ -486,12 +500,14 @@ int store_rebuild(struct store *s, char *why, size_t why_len)
 	s->tier->rebuild_ms = ms;
 	s->tier->rebuild_blocks = rb.kept;
 	s->tier->orphans_dropped = rb.orphans;
+	s->tier->rebuild_truncated = rb.lost;
 	store_log(s, STORE_LOG_INFO,
 		  "nvme rebuild: %llu blocks in %llu ms (%llu blocks/s), %llu orphans dropped, "
-		  "%llu bad records dropped",
+		  "%llu bad records dropped, %llu retentions still running",
 		  (unsigned long long)rb.kept, (unsigned long long)ms,
 		  (unsigned long long)(ms ? rb.kept * 1000 / ms : rb.kept),
-		  (unsigned long long)rb.orphans, (unsigned long long)rb.invalid);
+		  (unsigned long long)rb.orphans, (unsigned long long)rb.invalid,
+		  (unsigned long long)rb.retained);
 	if (rb.lost)
 		store_log(s, STORE_LOG_WARN,
 			  "nvme rebuild: %llu records point into segment files that were missing or "

@@ -1,10 +1,11 @@
 /*
  * reclaim.c - NVMe space comes back a segment at a time: the oldest sealed
- * segment is emptied and becomes free.
+ * segment (passing over those that retained blocks fill, which wait for
+ * their retentions) is emptied and becomes free.
  *
  * Its blocks are sorted, under the lock, into
  *  - blocks that must stay: with visible children (no holes), refs (a GET
- *    or I/O in flight), lease pins, or a promotion pending;
+ *    or I/O in flight), lease pins, a retention, or a promotion pending;
  *  - blocks used recently (last_use in the newer half of the range from
  *    the segment's oldest use to now), up to half a segment of them so
  *    every reclaim frees at least half a segment of room;
@@ -72,9 +73,65 @@ uint32_t store_tier_oldest_sealed(const struct store_tier *t)
 	return best;
 }
 
+/* Extent bytes of segment sg's retained blocks. */
+static uint64_t retained_bytes_locked(const struct store *s, const struct store_seg *sg)
+{
+	uint64_t bytes = 0;
+
+	for (uint32_t id = sg->blocks; id; id = store_ring_next(s, sg->blocks, id, STORE_RING_SEG)) {
+		const struct store_block *b = store_blk(s, id);
+
+		if (b->retained)
+			bytes += store_extent_bytes(b);
+	}
+	return bytes;
+}
+
+static int cmp_seq(const void *a, const void *b, void *arg)
+{
+	const struct store_tier *t = arg;
+	uint64_t x = t->segs[*(const uint32_t *)a].seq, y = t->segs[*(const uint32_t *)b].seq;
+
+	return (x > y) - (x < y);
+}
+
+/* The segment to reclaim: the oldest sealed one, unless retained blocks
+ * fill most of it (rewriting them would free next to nothing, and as
+ * they stay until their deadlines the tier would stall on it for that
+ * long): then the oldest sealed one they do not fill. Retained blocks
+ * thus gather in segments that wait, and every other segment keeps
+ * cycling. Only when every sealed segment is mostly retained is the
+ * oldest returned (the reclaim then stalls, and DRAM evicts unretained
+ * leaves meanwhile). The oldest costs one scan of its blocks; the others
+ * are looked at only when it is mostly retained. */
+static uint32_t pick_segment_locked(const struct store *s)
+{
+	const struct store_tier *t = s->tier;
+	uint32_t oldest = store_tier_oldest_sealed(t), *order, n = 0, pick = oldest;
+
+	if (oldest == STORE_SEG_NONE ||
+	    retained_bytes_locked(s, &t->segs[oldest]) <= t->segment_bytes / 4 * 3)
+		return oldest;
+	order = malloc(t->nseg * sizeof(*order));
+	if (!order)
+		return oldest;
+	for (uint32_t i = 0; i < t->nseg; i++)
+		if (t->segs[i].state == STORE_SEG_SEALED && i != oldest)
+			order[n++] = i;
+	qsort_r(order, n, sizeof(*order), cmp_seq, (void *)t);
+	for (uint32_t k = 0; k < n; k++) {
+		if (retained_bytes_locked(s, &t->segs[order[k]]) <= t->segment_bytes / 4 * 3) {
+			pick = order[k];
+			break;
+		}
+	}
+	free(order);
+	return pick;
+}
+
 static bool must_stay(const struct store_block *b)
 {
-	return store_has_children(b) || b->refs || b->leased || b->promoting;
+	return store_has_children(b) || b->refs || b->leased || b->promoting || b->retained;
 }
 
 /* Bytes of segment sg whose blocks the chain rule (or a pin) keeps. When
@@ -95,7 +152,11 @@ static uint64_t stay_bytes_locked(const struct store *s, const struct store_seg 
 	return bytes;
 }
 
-/* The use clock value above which a block of segment sg counts as recent. */
+/* The use clock value above which a block of segment sg counts as recent.
+ * Retained blocks stay whatever their age, and are left out: one retained
+ * long ago (e.g. rebuilt at a restart and rewritten forward since) would
+ * otherwise pull the cut back until every other block looked recent and
+ * no cold subtree could ever go. */
 static uint64_t recent_cut(const struct store *s, const struct store_seg *sg)
 {
 	uint64_t oldest = s->clock;
@@ -103,7 +164,7 @@ static uint64_t recent_cut(const struct store *s, const struct store_seg *sg)
 	for (uint32_t id = sg->blocks; id; id = store_ring_next(s, sg->blocks, id, STORE_RING_SEG)) {
 		const struct store_block *b = store_blk(s, id);
 
-		if (b->last_use < oldest)
+		if (!b->retained && b->last_use < oldest)
 			oldest = b->last_use;
 	}
 	return oldest + (s->clock - oldest) / 2;
@@ -119,7 +180,8 @@ static bool subtree_cold_locked(const struct store *s, const struct store_block 
 	const struct store_block *cur = root;
 
 	for (;;) {
-		if (cur->refs || cur->leased || cur->promoting || cur->last_use > cut)
+		if (cur->refs || cur->leased || cur->promoting || cur->retained ||
+		    cur->last_use > cut)
 			return false;
 		if (cur->first_child) {
 			cur = store_blk(s, cur->first_child);
@@ -148,7 +210,7 @@ static bool subtree_cold_locked(const struct store *s, const struct store_block 
 static bool cold_interior(const struct store_block *b, uint64_t cut)
 {
 	return store_has_children(b) && !b->refs && !b->leased && !b->promoting &&
-	       b->last_use <= cut;
+	       !b->retained && b->last_use <= cut;
 }
 
 /* A segment that the chain rule fills (interior blocks whose children
@@ -227,18 +289,7 @@ static void plan_move_locked(struct store *s, struct reclaim *rc, struct store_b
 	m->disk_id = store_block_ns(s, b)->disk_id;
 	m->from_dram = b->in_dram;
 	m->status = 1;
-	memset(r, 0, sizeof(*r));
-	r->ns_disk_id = m->disk_id;
-	memcpy(r->key, b->node.key, STORE_KEY_BYTES);
-	if (b->parent_id) { /* a visible block's parent is its parent_id */
-		r->has_parent = 1;
-		memcpy(r->parent, store_parent(s, b)->node.key, STORE_KEY_BYTES);
-	}
-	r->segment = rc->target;
-	r->offset = m->new_off;
-	r->length = store_block_length(b);
-	r->checksum = store_block_checksum(b);
-	r->last_use = store_use_stamp(s, b);
+	store_tier_rec_fill_locked(s, b, m->disk_id, rc->target, m->new_off, r);
 	tg->fill_bytes += m->ext;
 	if (!m->from_dram && m->ext > rc->bounce_bytes)
 		rc->bounce_bytes = m->ext;
@@ -408,7 +459,7 @@ static void commit_move_locked(struct store *s, struct reclaim *rc, struct move 
 int store_reclaim_locked(struct store *s)
 {
 	struct store_tier *t = s->tier;
-	struct reclaim rc = { .seg = store_tier_oldest_sealed(t), .target = t->active };
+	struct reclaim rc = { .seg = pick_segment_locked(s), .target = t->active };
 	struct store_seg *sg;
 	int err;
 

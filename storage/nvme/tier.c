@@ -103,6 +103,47 @@ void store_tier_queue_del_locked(struct store *s, uint32_t disk_id, const uint8_
 		t->segs[seg].pending_dels++;
 }
 
+void store_tier_rec_fill_locked(const struct store *s, const struct store_block *b,
+				uint32_t disk_id, uint32_t seg, uint64_t off,
+				struct store_nvme_rec *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->ns_disk_id = disk_id;
+	memcpy(r->key, b->node.key, STORE_KEY_BYTES);
+	if (b->parent_id) { /* a visible block's parent is its parent_id */
+		r->has_parent = 1;
+		memcpy(r->parent, store_parent(s, b)->node.key, STORE_KEY_BYTES);
+	}
+	r->segment = seg;
+	r->offset = off;
+	r->length = store_block_length(b);
+	r->checksum = store_block_checksum(b);
+	r->last_use = store_use_stamp(s, b);
+	r->retain_until_ms = store_retain_wall_until_locked(s, b);
+}
+
+void store_tier_retain_changed_locked(struct store *s, struct store_block *b)
+{
+	struct store_tier *t = s->tier;
+
+	if (b->retain_dirty)
+		return; /* queued already: the rewrite reads the deadline then */
+	if (t->nrupd == t->rupd_cap) {
+		size_t cap = t->rupd_cap ? t->rupd_cap * 2 : 256;
+		uint32_t *n = realloc(t->rupd, cap * sizeof(*n));
+
+		/* without memory the record keeps its older deadline: after a
+		 * restart the block is retained less long, never wrongly */
+		if (!n)
+			return;
+		t->rupd = n;
+		t->rupd_cap = cap;
+	}
+	t->rupd[t->nrupd++] = store_slab_id(b);
+	b->retain_dirty = 1;
+	store_tier_kick_locked(s);
+}
+
 void store_tier_detach_locked(struct store *s, struct store_block *b)
 {
 	struct store_tier *t = s->tier;
@@ -326,8 +367,8 @@ bool store_tier_dels_due_locked(const struct store *s)
 {
 	const struct store_tier *t = s->tier;
 
-	return (t->ndels || t->ndrops) && !t->demoter_busy && store_now_ms() >= t->retry_at_ms &&
-	       !t->index_failed;
+	return (t->ndels || t->ndrops || t->nrupd) && !t->demoter_busy &&
+	       store_now_ms() >= t->retry_at_ms && !t->index_failed;
 }
 
 /* The demoter role's background index work: failed drops, then deletes. */
@@ -338,6 +379,8 @@ static void flush_all_locked(struct store *s)
 	retry_drops_locked(s);
 	if (t->ndels && !t->ndrops)
 		store_tier_flush_dels_locked(s);
+	if (t->nrupd && !t->ndrops)
+		store_tier_flush_retains_locked(s);
 }
 
 static void *worker_main(void *arg)
@@ -452,6 +495,7 @@ static void tier_free(struct store_tier *t)
 	free(t->threads);
 	free(t->dels);
 	free(t->drops);
+	free(t->rupd);
 	free(t->hot);
 	free(t->segs);
 	free(t);
@@ -774,6 +818,9 @@ void store_tier_close(struct store *s)
 	retry_drops_locked(s);
 	if (t->ndels)
 		store_tier_flush_dels_locked(s);
+	/* deadlines extended since their records were written */
+	if (t->nrupd && !t->index_failed)
+		store_tier_flush_retains_locked(s);
 	store_tier_punch_locked(s);
 	if (t->ndrops || t->ndels)
 		store_log(s, STORE_LOG_ERR, "nvme: closing with %zu namespace drops and %zu record "
@@ -816,6 +863,7 @@ void store_tier_stats_locked(const struct store *s, struct store_stats *st)
 	st->rebuild_ms = t->rebuild_ms;
 	st->rebuild_blocks = t->rebuild_blocks;
 	st->orphans_dropped = t->orphans_dropped;
+	st->rebuild_truncated = t->rebuild_truncated;
 	st->index_records_lost = t->index_records_lost;
 	st->index_quarantined = t->index_quarantined;
 }

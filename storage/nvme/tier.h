@@ -41,6 +41,11 @@ bool store_tier_may_recover_locked(const struct store *s);
  * round was asked for (false: demotion cannot help). */
 bool store_tier_request_demote_locked(struct store *s);
 
+/* b's retention deadline changed while it has an NVMe record (or a
+ * demotion is writing one): queue a rewrite of its record with the new
+ * deadline, written by the tier's thread soon after (and at close). */
+void store_tier_retain_changed_locked(struct store *s, struct store_block *b);
+
 /* ---- GET of a block whose only copy is on NVMe (promote.c) ---- */
 /* Can an NVMe-only block be promoted now? False without a tier and after
  * store_drain. */

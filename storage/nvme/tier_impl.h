@@ -117,6 +117,11 @@ struct store_tier {
 	uint32_t npunch;             /* segments waiting for their hole punch */
 	uint32_t *drops;             /* namespace drops whose index write failed */
 	size_t ndrops, drops_cap;
+	/* blocks (slab ids) whose record must be rewritten with a new
+	 * retention deadline (store_tier_retain_changed_locked); each has
+	 * retain_dirty set while it waits here */
+	uint32_t *rupd;
+	size_t nrupd, rupd_cap;
 
 	struct store_ratelimit rl_write, rl_read, rl_corrupt;
 
@@ -129,6 +134,8 @@ struct store_tier {
 	 * that moves it must make its removal durable before it answers */
 	uint64_t disk_removals;
 	uint64_t rebuild_ms, rebuild_blocks, orphans_dropped;
+	uint64_t rebuild_truncated;   /* records the open dropped: their segment file was
+				       * missing or cut short */
 	uint64_t index_records_lost;  /* write-ahead log records the open's replay lost */
 	uint64_t index_quarantined;   /* damaged indexes moved aside at this open */
 };
@@ -180,6 +187,14 @@ void store_tier_queue_drop_locked(struct store *s, uint32_t disk_id);
  * filesystem (store_nvme_io_discard, without the lock), then make it
  * FREE. In the demoter role (nothing writes segments meanwhile). */
 void store_tier_punch_locked(struct store *s);
+/* The record of visible block b at (seg, off) under namespace disk id
+ * disk_id: key, parent, length, checksum, use stamp, retention deadline. */
+void store_tier_rec_fill_locked(const struct store *s, const struct store_block *b,
+				uint32_t disk_id, uint32_t seg, uint64_t off,
+				struct store_nvme_rec *r);
+/* Rewrite the records of the blocks whose retention deadline changed
+ * (demoter role). Drops and retakes the lock. */
+void store_tier_flush_retains_locked(struct store *s);
 /* Write records recs[0..n) and deletes dels[0..ndels) in one RocksDB
  * batch (deletes one by one when n == 0). Without the lock.
  * Errors: -EIO, -ENOMEM. */

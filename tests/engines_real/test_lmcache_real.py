@@ -431,3 +431,47 @@ def test_mp_load_into_a_bigger_object_writes_nothing(server, prefix):
     assert bool((big.tensor == -1).all()), "the bigger object was written"
     assert bool((good.tensor == 2.0).all())
     a.close()
+
+
+def _retained(url, prefix):
+    """Retained blocks in the namespace under `prefix` (one per test)."""
+    c = kvpool.Client(url)
+    try:
+        nss = {k: v for k, v in c.stats()["namespaces"].items() if k.startswith(prefix)}
+    finally:
+        c.close()
+    assert len(nss) == 1, nss
+    return next(iter(nss.values()))["retained_blocks"]
+
+
+def test_nonmp_request_retention_reaches_the_pool(server, prefix):
+    """Issue 29: a request's retention in LMCache's non-MP mode. LMCache's
+    vLLM integration (extract_request_configs, not importable without
+    vLLM) copies a request's "lmcache."-prefixed kv_transfer_params into
+    request_configs, which its token database puts in every CacheEngineKey
+    of the request. Here LMCache's own CacheEngineKey carries
+    {"lmcache.kvpool.retain_ms": MS}: its key string is the same as
+    without it (the chunks stay shared), and the chunks LMCache's
+    RemoteBackend stores through the plugin are retained in the pool,
+    those of a key without it not."""
+    from lmcache.utils import CacheEngineKey
+    loop, thread = run_loop()
+    rb, cpu, meta = remote_backend(server.url, prefix, loop)
+
+    def key(i, cfgs):
+        return CacheEngineKey(model_name=meta.model_name, world_size=meta.world_size,
+                              worker_id=meta.worker_id, chunk_hash=0x7700 + i,
+                              dtype=meta.kv_dtype, request_configs=cfgs)
+    kept = [key(i, {"lmcache.kvpool.retain_ms": 60000}) for i in range(3)]
+    plain = [key(i, None) for i in range(3, 5)]
+    assert kept[0].to_string() == key(0, None).to_string()
+    rb.batched_submit_put_task(kept, [chunk_obj(cpu, meta, 16, 1.0) for _ in kept])
+    rb.batched_submit_put_task(plain, [chunk_obj(cpu, meta, 16, 2.0) for _ in plain])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and rb.batched_contains(kept + plain) < 5:
+        time.sleep(0.05)
+    assert rb.batched_contains(kept + plain) == 5
+    assert _retained(server.url, prefix) == 3
+    rb.close()
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)

@@ -374,6 +374,7 @@ static void metrics_agree_or_fail(struct samples *m, struct json_object *doc)
 		{ "kvpool_nvme_write_errors_total", "tiers.nvme.write_errors" },
 		{ "kvpool_nvme_rebuild_blocks", "tiers.nvme.rebuild_blocks" },
 		{ "kvpool_nvme_rebuild_orphans_dropped", "tiers.nvme.orphans_dropped" },
+		{ "kvpool_nvme_rebuild_truncated", "tiers.nvme.rebuild_truncated" },
 		{ "kvpool_nvme_index_records_lost", "tiers.nvme.index_records_lost" },
 		{ "kvpool_nvme_index_quarantined", "tiers.nvme.index_quarantined" },
 		{ "kvpool_rdma_connections", "rdma.connections.current" },
@@ -381,6 +382,11 @@ static void metrics_agree_or_fail(struct samples *m, struct json_object *doc)
 		{ "kvpool_rdma_read_bytes_total", "rdma.bytes_read" },
 		{ "kvpool_rdma_written_bytes_total", "rdma.bytes_written" },
 		{ "kvpool_rdma_transfer_errors_total", "rdma.transfer_errors" },
+		{ "kvpool_retained_blocks", "retention.retained_blocks" },
+		{ "kvpool_retained_bytes", "retention.retained_bytes" },
+		{ "kvpool_retain_refused_total", "retention.refused" },
+		{ "kvpool_retain_expired_total", "retention.expired" },
+		{ "kvpool_max_retained_bytes", "retention.max_retained_bytes" },
 		{ "kvpool_match_waiting", "ops.match.waits.waiting" },
 		{ "kvpool_match_wait_bytes", "ops.match.waits.bytes" },
 		{ "kvpool_match_waits_total", "ops.match.waits.started" },
@@ -406,6 +412,10 @@ static void metrics_agree_or_fail(struct samples *m, struct json_object *doc)
 		{ "match_blocks_queried_total", "match_blocks_queried" },
 		{ "match_blocks_matched_total", "match_blocks_matched" },
 		{ "evictions_total", "evictions" }, { "deleted_blocks_total", "deletes" },
+		{ "retained_blocks", "retained_blocks" }, { "retained_bytes", "retained_bytes" },
+		{ "retain_budget_bytes", "retain_budget_bytes" },
+		{ "retain_refused_total", "retain_refused" },
+		{ "retain_expired_total", "retain_expired" },
 	};
 	struct json_object *nss;
 	char key[512], path[512];

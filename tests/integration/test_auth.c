@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <arpa/inet.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -424,7 +425,8 @@ static void test_tenant_bytes_and_leases(void **state)
 	/* leases: a1 leases 40 KiB; a2 may not add 16 KiB + ... past 64 KiB */
 	assert_int_equal(kvpool_match(a1, (const uint8_t(*)[32])k1, 1, 60000, &matched), 0);
 	assert_int_equal(matched, 1);
-	assert_int_equal(kvpool_match(a1, (const uint8_t(*)[32])k2, 1, 60000, &matched), -EDQUOT);
+	assert_int_equal(kvpool_match(a1, (const uint8_t(*)[32])k2, 1, 60000, &matched), 0);
+	assert_int_equal(matched, 0); /* the lease does not fit: cut to nothing */
 	assert_int_equal(kvpool_match(a2, (const uint8_t(*)[32])k3, 1, 60000, &matched), 0);
 	/* closing a1 ends its lease: room for a2's next. The server ends it
 	 * when it handles the close, which may come after the new
@@ -446,6 +448,246 @@ static void test_tenant_bytes_and_leases(void **state)
 	kvpool_close(x);
 	free(data);
 	assert_int_equal(harness_stop(&srv), 0);
+}
+
+#define TOK_BILL_A "bill-a-0123456789abcdef"
+#define TOK_BILL_B "bill-b-0123456789abcdef"
+#define TOK_BILL_OP "bill-op-0123456789abcdef"
+
+/* Connect to srv in ns with token, failing the test otherwise. */
+static struct kvpool_client *bill_client(const struct harness_server *srv, const char *ns,
+					 const char *token)
+{
+	struct kvpool_options o = { .token = token, .timeout_ms = 10000 };
+	struct kvpool_client *c = NULL;
+
+	assert_int_equal(kvpool_connect(srv->url, ns, &o, &c), 0);
+	return c;
+}
+
+/* Put block (tag, n) of `bytes` as a first block; returns the status. */
+static int bill_put(struct kvpool_client *c, const char *tag, uint64_t n, size_t bytes)
+{
+	static uint8_t data[64 * 1024];
+	uint8_t key[32];
+
+	harness_key(key, tag, n);
+	harness_fill(data, bytes, n);
+	return kvpool_put_bytes(c, key, NULL, data, bytes);
+}
+
+/* Issue 28 item 4: tenants cannot deny each other through shared grants.
+ * Bytes written into a namespace are billed to the writer's tenant, not
+ * to the namespace's creator: B filling a namespace A created neither
+ * makes A's own PUTs answer QUOTA nor evicts A's blocks, and B's own
+ * limit evicts only B's blocks. Namespaces count against the tenant that
+ * created them: the ones the operator's "*" token or B creates under A's
+ * grants take nothing from A's tenant_max_namespaces. */
+static void test_tenant_billing(void **state)
+{
+	static const char text[] =
+		TOK_BILL_A " rw shared/ a/\n"
+		TOK_BILL_B " rw shared/\n"
+		TOK_BILL_OP " rw *\n";
+	char path[300];
+	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "1MiB",
+				"--threads", "2", "--tokens-file", path,
+				"--tenant-max-bytes", "100KiB", "--tenant-max-namespaces", "3", NULL };
+	struct harness_server srv = { 0 };
+	struct kvpool_client *a_shared, *a_own, *b_shared, *c;
+	uint8_t key[32];
+	int st = 0;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	snprintf(path, sizeof(path), "%s/tokens-bill", g.dir);
+	assert_int_equal(write_file(path, text, 0600), 0);
+	assert_int_equal(harness_start(&srv, flags), 0);
+	/* A creates shared/x (16 KiB) and a/own */
+	a_shared = bill_client(&srv, "shared/x", TOK_BILL_A);
+	assert_int_equal(bill_put(a_shared, "bill-a", 0, 16 * 1024), 0);
+	/* B writes 80 KiB into A's namespace: billed to B */
+	b_shared = bill_client(&srv, "shared/x", TOK_BILL_B);
+	for (uint64_t i = 0; i < 5; i++)
+		assert_int_equal(bill_put(b_shared, "bill-b", i, 16 * 1024), 0);
+	/* A's own PUTs still fit A's 100 KiB: 16 + 64 KiB */
+	a_own = bill_client(&srv, "a/own", TOK_BILL_A);
+	for (uint64_t i = 1; i <= 4; i++)
+		assert_int_equal(bill_put(a_own, "bill-a", i, 16 * 1024), 0);
+	/* B past its own 100 KiB evicts its own oldest block, never A's */
+	assert_int_equal(bill_put(b_shared, "bill-b", 5, 16 * 1024), 0);
+	assert_int_equal(bill_put(b_shared, "bill-b", 6, 16 * 1024), 0);
+	harness_key(key, "bill-a", 0);
+	assert_int_equal(kvpool_exists(b_shared, key, 1, &st), 0);
+	assert_int_equal(st, 0);
+	harness_key(key, "bill-b", 0);
+	assert_int_equal(kvpool_exists(b_shared, key, 1, &st), 0);
+	assert_int_equal(st, -ENOENT);
+	/* A past its own limit: A's block in a/own goes, not B's */
+	assert_int_equal(bill_put(a_own, "bill-a", 5, 16 * 1024), 0);
+	assert_int_equal(bill_put(a_own, "bill-a", 6, 16 * 1024), 0);
+	harness_key(key, "bill-b", 1);
+	assert_int_equal(kvpool_exists(b_shared, key, 1, &st), 0);
+	assert_int_equal(st, 0);
+
+	/* the operator and B make namespaces under A's grants */
+	c = bill_client(&srv, "a/op1", TOK_BILL_OP);
+	assert_int_equal(bill_put(c, "bill-op", 1, 1024), 0);
+	kvpool_close(c);
+	c = bill_client(&srv, "a/op2", TOK_BILL_OP);
+	assert_int_equal(bill_put(c, "bill-op", 2, 1024), 0);
+	kvpool_close(c);
+	c = bill_client(&srv, "shared/b1", TOK_BILL_B);
+	assert_int_equal(bill_put(c, "bill-b2", 1, 1024), 0);
+	kvpool_close(c);
+	/* A has created 2 (shared/x, a/own): a third is allowed, a fourth not */
+	c = bill_client(&srv, "a/own2", TOK_BILL_A);
+	assert_int_equal(bill_put(c, "bill-a2", 1, 1024), 0);
+	kvpool_close(c);
+	c = bill_client(&srv, "a/own3", TOK_BILL_A);
+	assert_int_equal(bill_put(c, "bill-a2", 2, 1024), -EDQUOT);
+	if (!strstr(kvpool_last_server_message(), "already has 3 namespaces"))
+		fail_msg("namespace refusal says \"%s\"", kvpool_last_server_message());
+	kvpool_close(c);
+	kvpool_close(a_shared);
+	kvpool_close(a_own);
+	kvpool_close(b_shared);
+	assert_int_equal(harness_stop(&srv), 0);
+	unlink(path);
+}
+
+#define TOK_GONE "rev-gone-0123456789abcdef"
+#define TOK_NARROW "rev-narrow-0123456789abcdef"
+#define TOK_MOVED "rev-moved-0123456789abcdef"
+#define TOK_STAY "rev-stay-0123456789abcdef"
+
+/* A raw session bound with a token; fails the test unless HELLO is OK. */
+static int raw_session(uint16_t port, const char *ns, const char *token)
+{
+	struct harness_frame f;
+	int fd = -1;
+
+	assert_int_equal(harness_raw_connect(port, &fd), 0);
+	raw_hello(fd, ns, token, &f);
+	assert_int_equal(f.h.status, PROTO_STATUS_OK);
+	harness_frame_free(&f);
+	return fd;
+}
+
+/* Send a one-key GET on fd and expect DENIED whose message holds `want`;
+ * the session stays refused (a second request too), and open so that
+ * the client reads why. */
+static void check_revoked(int fd, const uint8_t key[32], const char *want)
+{
+	struct harness_frame f;
+	char msg[512];
+
+	for (uint64_t id = 41; id <= 42; id++) {
+		assert_int_equal(harness_raw_get(fd, id, (const uint8_t(*)[32])key, 1, 4096, 5000,
+						 &f), 0);
+		assert_int_equal(f.h.status, PROTO_STATUS_DENIED);
+		assert_int_equal(f.h.request_id, id);
+		assert_int_equal(harness_error_message(&f, msg, sizeof(msg), NULL, NULL), 0);
+		if (!strstr(msg, want))
+			fail_msg("revocation message \"%s\" lacks \"%s\"", msg, want);
+		harness_frame_free(&f);
+	}
+	close(fd);
+}
+
+/* Issue 28 item 3: after a SIGHUP removes or narrows a token, the
+ * connections that authenticated with it lose what it no longer grants
+ * at their next request: a removed token (or one whose grants no longer
+ * cover the namespace) gets DENIED from then on, its leases ended; one
+ * narrowed to read-only keeps reading and may no longer write; DROP of a
+ * namespace the token does not grant says so (not "read-only"). Other
+ * tokens' connections are not disturbed. */
+static void test_revocation(void **state)
+{
+	static const char before[] =
+		TOK_GONE " rw rev/\n"
+		TOK_NARROW " rw rev/ revx/\n"
+		TOK_MOVED " rw rev/\n"
+		TOK_STAY " rw rev/\n";
+	static const char after[] =
+		TOK_NARROW " ro rev/\n"
+		TOK_MOVED " rw other/\n"
+		TOK_STAY " rw rev/\n";
+	char path[300], msg[512];
+	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "1MiB",
+				"--threads", "2", "--tokens-file", path, NULL };
+	struct kvpool_options o_gone = { .token = TOK_GONE, .timeout_ms = 10000 };
+	struct kvpool_options o_narrow = { .token = TOK_NARROW, .timeout_ms = 10000 };
+	struct kvpool_options o_stay = { .token = TOK_STAY, .timeout_ms = 10000 };
+	struct harness_server srv = { 0 };
+	struct kvpool_client *gone, *narrow, *stay, *probe = NULL;
+	uint8_t key[32], key2[32], data[4096], got[4096];
+	uint64_t len = 0;
+	int fd_gone, fd_moved, rc = 0, st = 0;
+	size_t matched = 0;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	snprintf(path, sizeof(path), "%s/tokens-rev", g.dir);
+	assert_int_equal(write_file(path, before, 0600), 0);
+	assert_int_equal(harness_start(&srv, flags), 0);
+	assert_int_equal(kvpool_connect(srv.url, "rev/a", &o_gone, &gone), 0);
+	assert_int_equal(kvpool_connect(srv.url, "rev/a", &o_narrow, &narrow), 0);
+	assert_int_equal(kvpool_connect(srv.url, "rev/a", &o_stay, &stay), 0);
+	fd_gone = raw_session(srv.port, "rev/a", TOK_GONE);
+	fd_moved = raw_session(srv.port, "rev/a", TOK_MOVED);
+	harness_key(key, "rev", 1);
+	harness_key(key2, "rev", 2);
+	harness_fill(data, sizeof(data), 3);
+	assert_int_equal(kvpool_put_bytes(gone, key, NULL, data, sizeof(data)), 0);
+	assert_int_equal(kvpool_put_bytes(narrow, key2, NULL, data, sizeof(data)), 0);
+	assert_int_equal(kvpool_match(gone, (const uint8_t(*)[32])key, 1, 60000, &matched), 0);
+	assert_int_equal(matched, 1);
+	assert_int_equal(harness_stat_or_fail(stay, "leases_active"), 1);
+
+	assert_int_equal(write_file(path, after, 0600), 0);
+	assert_int_equal(kill(srv.pid, SIGHUP), 0);
+	/* reloaded once a new session with the removed token is refused */
+	for (int i = 0; i < 250; i++) {
+		rc = kvpool_connect(srv.url, "rev/a", &o_gone, &probe);
+		kvpool_close(probe);
+		probe = NULL;
+		if (rc == -EACCES)
+			break;
+		harness_sleep_ms(20);
+	}
+	assert_int_equal(rc, -EACCES);
+
+	/* removed: the next request is refused, and every one after it */
+	check_revoked(fd_gone, key, "the token was revoked");
+	check_revoked(fd_moved, key, "no longer grants this namespace");
+	assert_int_equal(kvpool_put_bytes(gone, key2, key, data, sizeof(data)), -EACCES);
+	assert_int_equal(kvpool_get_bytes(gone, key, got, sizeof(got), &len), -EACCES);
+	if (!strstr(kvpool_last_server_message(), "the token was revoked"))
+		fail_msg("revoked GET refused with \"%s\"", kvpool_last_server_message());
+	/* its lease ended with the revocation */
+	assert_int_equal(harness_stat_or_fail(stay, "leases_active"), 0);
+	/* narrowed to read-only: reads work, writes are refused as such */
+	assert_int_equal(kvpool_get_bytes(narrow, key, got, sizeof(got), &len), 0);
+	assert_memory_equal(got, data, sizeof(data));
+	assert_int_equal(kvpool_put_bytes(narrow, key2, key, data, sizeof(data)), -EACCES);
+	if (!strstr(kvpool_last_server_message(), "read-only"))
+		fail_msg("narrowed PUT refused with \"%s\"", kvpool_last_server_message());
+	assert_int_equal(kvpool_delete(narrow, key, 1, &st), -EACCES);
+	assert_int_equal(kvpool_drop_namespace(narrow, NULL, NULL), -EACCES);
+	/* DROP of a namespace the token no longer grants at all */
+	assert_int_equal(kvpool_drop_namespace(narrow, "revx/b", NULL), -EACCES);
+	snprintf(msg, sizeof(msg), "%s", kvpool_last_server_message());
+	if (!strstr(msg, "does not grant") || strstr(msg, "read-only"))
+		fail_msg("drop of an ungranted namespace refused with \"%s\"", msg);
+	/* the token that stayed is not disturbed */
+	harness_check_block_or_fail(stay, key, data, sizeof(data));
+	assert_int_equal(kvpool_delete(stay, key, 1, &st), 0);
+	kvpool_close(gone);
+	kvpool_close(narrow);
+	kvpool_close(stay);
+	assert_int_equal(harness_stop(&srv), 0);
+	unlink(path);
 }
 
 /* Run the CLI with KVPOOL_TOKEN set to token (NULL: unset); returns its
@@ -697,6 +939,8 @@ int main(void)
 		cmocka_unit_test(test_quota_prefix),
 		cmocka_unit_test(test_tenant_namespace_limit),
 		cmocka_unit_test(test_tenant_bytes_and_leases),
+		cmocka_unit_test(test_revocation),
+		cmocka_unit_test(test_tenant_billing),
 		cmocka_unit_test(test_cli_token),
 		cmocka_unit_test(test_cli_refusals_and_conveniences),
 		cmocka_unit_test(test_start_refusals),

@@ -316,6 +316,73 @@ static void test_replay_big_arena(void **state)
 	kvpool_close(c);
 }
 
+/* Issue 28 item 2: a chain whose lease would pass the connection's
+ * leased-bytes bound stopped the replay ("request at line 122: match:
+ * quota exceeded" on this trace with a 256 KiB bound; the bundled trace
+ * stopped at line 2,205 with 64 MiB of DRAM and an NVMe tier). Now the
+ * server answers the run whose lease fits, and the replay goes on and
+ * counts the cut. */
+static void test_replay_lease_cut(void **state)
+{
+	static const char *const flags[] = {
+		"--dram-capacity", "64MiB", "--max-block-bytes", "1MiB",
+		"--max-conn-leased-bytes", "256KiB", "--threads", "2", "--log-level", "warn", NULL,
+	};
+	struct harness_server srv = { 0 };
+	struct kvpool_client *c = NULL;
+	struct json_object *rep;
+	int status;
+
+	(void)state;
+	need_cli();
+	make_trace();
+	assert_int_equal(harness_start(&srv, flags), 0);
+	assert_int_equal(harness_client(&srv, "cli-cut", &c), 0);
+	rep = replay(&srv, "cli-cut", &status);
+	assert_int_equal(status, 0);
+	check_report(rep, c, "cli-cut");
+	assert_true(harness_json_u64_or_fail(rep, "lease_cuts") > 0);
+	assert_true(harness_json_u64_or_fail(rep, "lease_cut_blocks") > 0);
+	json_object_put(rep);
+	kvpool_close(c);
+	assert_int_equal(harness_stop(&srv), 0);
+}
+
+/* kvpool bench --ops match counts lease cuts (and whole refusals) instead
+ * of failing the run (issue 28 item 2). */
+static void test_bench_match_lease_cut(void **state)
+{
+	static const char *const flags[] = {
+		"--dram-capacity", "64MiB", "--max-block-bytes", "1MiB",
+		"--max-conn-leased-bytes", "64KiB", "--threads", "2", "--log-level", "warn", NULL,
+	};
+	struct harness_server srv = { 0 };
+	struct json_object *doc, *results, *m;
+	char *out = NULL;
+	int status;
+
+	(void)state;
+	need_cli();
+	assert_int_equal(harness_start(&srv, flags), 0);
+	status = run_cli(&out, "bench", "--json", "--server", srv.url, "--ops", "match",
+			 "--chain", "200", "--sizes", "64KiB", "--lease-ms", "1000", "--duration",
+			 "1", NULL);
+	assert_int_equal(status, 0);
+	doc = json_tokener_parse(out);
+	assert_non_null(doc);
+	assert_true(json_object_object_get_ex(doc, "results", &results));
+	m = json_object_array_get_idx(results, 0);
+	assert_non_null(m);
+	assert_true(harness_json_u64_or_fail(m, "calls") > 0);
+	/* every match of the 200-block chain is cut to what 64 KiB leases */
+	assert_int_equal(harness_json_u64_or_fail(m, "lease_cuts"),
+			 harness_json_u64_or_fail(m, "calls"));
+	assert_int_equal(harness_json_u64_or_fail(m, "refused"), 0);
+	json_object_put(doc);
+	free(out);
+	assert_int_equal(harness_stop(&srv), 0);
+}
+
 static void test_replay_small_arena(void **state)
 {
 	/* 1024 blocks of 4 KiB for ~7,300 distinct blocks. */
@@ -380,6 +447,8 @@ int main(void)
 		cmocka_unit_test(test_stats_json),
 		cmocka_unit_test(test_replay_big_arena),
 		cmocka_unit_test(test_replay_small_arena),
+		cmocka_unit_test(test_replay_lease_cut),
+		cmocka_unit_test(test_bench_match_lease_cut),
 		cmocka_unit_test(test_malformed_trace),
 		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};

@@ -337,8 +337,9 @@ static void raw_put_retain(int fd, uint8_t version, uint64_t id, const uint8_t k
 }
 
 /* PUT entries carry retain_ms in v2: the block is stored (OK, then
- * EXISTS), the result's flags and retain_ms decode (0: no retention is
- * granted yet). In v1 the same word is reserved: BAD_REQUEST. */
+ * EXISTS), the result's flags and retain_ms decode (RETAINED for 60 s;
+ * the refresh of a stored key too). In v1 the same word is reserved:
+ * BAD_REQUEST. */
 static void test_v2_put_retain(void **state)
 {
 	struct proto_result res;
@@ -362,8 +363,8 @@ static void test_v2_put_retain(void **state)
 		assert_int_equal(harness_reply_result(&f, 0, &res), 0);
 		assert_int_equal(res.status, round ? PROTO_STATUS_EXISTS : PROTO_STATUS_OK);
 		assert_int_equal(res.length, sizeof(data));
-		assert_int_equal(res.flags, 0);
-		assert_int_equal(res.retain_ms, 0);
+		assert_int_equal(res.flags, PROTO_PUT_RETAINED);
+		assert_int_equal(res.retain_ms, 60000);
 		harness_frame_free(&f);
 	}
 	assert_ping(fd, 43);
@@ -383,8 +384,8 @@ static void test_v2_put_retain(void **state)
 		assert_int_equal(kvpool_put_ex(g.c, pb, 2, st, flags), 0);
 		assert_int_equal(st[0], 0);
 		assert_int_equal(st[1], 0);
-		assert_int_equal(flags[0], 0);
-		assert_int_equal(flags[1], 0);
+		assert_int_equal(flags[0], KVPOOL_PUT_RETAINED);
+		assert_int_equal(flags[1], 0); /* asked none */
 		assert_int_equal(kvpool_put_ex(g.c, pb, 2, NULL, NULL), 0);
 	}
 }
@@ -562,8 +563,8 @@ static void test_async_ex(void **state)
 	}
 	assert_int_equal(st[0], 0);
 	assert_int_equal(st[1], 0);
-	assert_int_equal(flags[0], 0);
-	assert_int_equal(flags[1], 0);
+	assert_int_equal(flags[0], KVPOOL_PUT_RETAINED);
+	assert_int_equal(flags[1], KVPOOL_PUT_RETAINED);
 	/* a synchronous _ex call queued behind an asynchronous request */
 	assert_int_equal(kvpool_submit_match_ex(c, keys, 10, NULL, &r2, 5, &id[0]), 0);
 	assert_int_equal(kvpool_match_ex(c, keys, 5, &o, &r1), 0);

@@ -55,9 +55,9 @@ def test_match_v2_equals_v1(client):
     assert r == kvpool.MatchResult(4, 4, 0, 500, 0, 0)
     assert client.match_detail(keys) == kvpool.MatchResult(4, 4, 0, 0, 0, 0)
     assert client.match_detail([]) == kvpool.MatchResult(0, 0, 0, 0, 0, 0)
-    # want within the chain, retain_ms: answered as today (no wait, no retention)
+    # want within the chain, retain_ms: answered at once, the run retained
     r = client.match_detail(keys, want=3, retain_ms=60000)
-    assert r.matched == 4 and r.retained == 0 and r.flags == 0
+    assert r.matched == 4 and r.retained == 4 and r.retain_ms == 60000 and r.flags == 0
     assert client.match(keys, want=6, wait_ms=0) == 4
 
 
@@ -78,12 +78,12 @@ def test_put_retain_and_flags(client):
     flags = ["stale"]
     assert client.put_chain(keys, [payload(64, i) for i in range(3)], retain_ms=60000,
                             flags=flags) == [0, 0, 0]
-    assert flags == [0, 0, 0]          # no retention granted yet
+    assert flags == [kvpool.PUT_RETAINED] * 3
     flags = []
     assert client.put_many(keys, [payload(64, i) for i in range(3)],
                            parents=[None] + keys[:-1], retain_ms=[0, 1000, 2000],
                            flags=flags) == [0, 0, 0]
-    assert flags == [0, 0, 0]
+    assert flags == [0, kvpool.PUT_RETAINED, kvpool.PUT_RETAINED]   # stored: extended
     client.put(keys[0], payload(64, 0), retain_ms=5)          # EXISTS with a retention
     client.put(kvpool.block_hashes([9, 9, 9, 9], 4)[0], [payload(8, 1), payload(8, 2)],
                retain_ms=10)
@@ -150,8 +150,8 @@ def test_async_v2(client):
     assert m.id == rid_m and p.id == rid_p and m2.id == rid_m2
     assert m.status == 0 and m.matched == 3
     assert m.result == kvpool.MatchResult(3, 3, 0, 300, 0, 0)
-    assert p.status == 0 and p.statuses == [0, 0] and p.flags == [0, 0]
-    assert flags == [0, 0]
+    assert p.status == 0 and p.statuses == [0, 0]
+    assert p.flags == [kvpool.PUT_RETAINED] * 2 and flags == p.flags
     assert m2.matched == 5 and m2.result.matched == 5   # behind the put, in request order
     assert not m.flags and p.result is None
 
@@ -169,6 +169,6 @@ def test_aio_v2(client):
         return st, flags, n, r
 
     st, flags, n, r = asyncio.run(run())
-    assert st == [0] * 4 and flags == [0] * 4
+    assert st == [0] * 4 and flags == [kvpool.PUT_RETAINED] * 4
     assert n == 4
     assert r == kvpool.MatchResult(4, 4, 0, 200, 0, 0)

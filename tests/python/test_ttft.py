@@ -117,6 +117,54 @@ def test_whole_prompt_in_pool_still_computes_the_last_token(ttft, nodes, server)
     assert warm["tokens"] == cold["tokens"]
 
 
+def test_resident_prefix_and_background_put(ttft, nodes, server):
+    """The compute floor's request (resident_blocks: the prefix's KV taken
+    as already in the cache) gives the warm request's output; a put on the
+    node's put thread (async_put) stores every computed block, from a copy,
+    so that the other node loads them all after a flush, with the same
+    output, even though the first node reused its slots meanwhile."""
+    demo, _ = ttft
+    import kvpool
+    cfg, a, b = nodes
+    prefix = demo.random_tokens(PREFIX, cfg.vocab, 8)
+    prompt = prefix + demo.random_tokens(SUFFIX, cfg.vocab, 9)
+    with kvpool.Client(server.url, cfg.namespace()) as pool:
+        pool.drop_namespace()
+        ra = a.request(prefix, use_pool=False, put=True, async_put=True)
+        assert ra["put_blocks"] == 16                  # queued
+        a.request(demo.random_tokens(PREFIX, cfg.vocab, 10), use_pool=False, decode=2)
+        assert a.flush()["puts"] == 16
+        cold = b.request(prompt, use_pool=False, decode=4)
+        warm = b.request(prompt, use_pool=True, decode=4)
+        floor = b.request(prompt, use_pool=False, decode=4, resident_blocks=16)
+        pool.drop_namespace()
+    assert warm["loaded_blocks"] == 16
+    assert floor["loaded_blocks"] == 0 and floor["computed_tokens"] == SUFFIX
+    assert floor["match_s"] == 0 and floor["hash_s"] == 0
+    assert warm["tokens"] == cold["tokens"] == floor["tokens"]
+    with pytest.raises(RuntimeError, match="resident_blocks"):
+        b.request(prompt, use_pool=True, resident_blocks=1)
+    with pytest.raises(RuntimeError, match="resident_blocks"):
+        b.request(prompt, use_pool=False, resident_blocks=(PREFIX + SUFFIX) // 16 + 1)
+
+
+def test_choose_window_finds_recurring_prefixes(ttft):
+    """The trace panel's window: where an empty pool would hit most."""
+    demo, _ = ttft
+    import json
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "t.jsonl")
+        with open(path, "w") as f:
+            for i in range(40):    # requests 20..29 share one prefix, the rest none
+                ids = [1000, 1001, 1002, 5000 + i] if 20 <= i < 30 else [10 * i, 10 * i + 1]
+                f.write(json.dumps(dict(timestamp=i, input_length=512 * len(ids),
+                                        output_length=1, hash_ids=ids)) + "\n")
+        start, reuse, med, first = demo.choose_window(path, 10)
+    assert start == 20
+    assert reuse == pytest.approx(27 / 40)
+    assert first == 0.0 and med == 0.0
+
+
 def test_pool_gone_means_full_prefill(ttft, fresh_server):
     """Node B whose pool is not there serves every request by computing it
     all, with the same output, and says why in pool_error."""

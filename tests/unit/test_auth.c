@@ -110,6 +110,44 @@ static void test_quota_comment(void **state)
 	parse_refused("[quota]\npfx/* = 64KiB;x\n", -EINVAL, "tokens:2: bad quota size");
 }
 
+/* Issue 29: a token's own retention budget, max_retained_bytes=SIZE
+ * among its grants; a bad or repeated one is refused with file:line. */
+static void test_retain_budget_override(void **state)
+{
+	uint8_t da[SRV_AUTH_DIGEST_BYTES], db[SRV_AUTH_DIGEST_BYTES], dc[SRV_AUTH_DIGEST_BYTES];
+	struct srv_auth *a;
+	uint64_t bytes = 77;
+
+	(void)state;
+	a = parse_ok("[tokens]\n" TOK_A " rw max_retained_bytes=2GiB team-a/  # budget\n"
+		     TOK_B " rw team-b/ max_retained_bytes=0\n" TOK_C " ro team-c/\n");
+	srv_auth_digest(TOK_A, strlen(TOK_A), da);
+	srv_auth_digest(TOK_B, strlen(TOK_B), db);
+	srv_auth_digest(TOK_C, strlen(TOK_C), dc);
+	assert_int_equal(srv_auth_retain_budget(a, da, &bytes), 0);
+	assert_int_equal(bytes, 2ull << 30);
+	assert_int_equal(srv_auth_retain_budget(a, db, &bytes), 0);
+	assert_int_equal(bytes, 0);
+	bytes = 77;
+	assert_int_equal(srv_auth_retain_budget(a, dc, &bytes), -ENOENT);
+	assert_int_equal(bytes, 77);
+	/* the option is no grant */
+	assert_int_equal(access_of(a, TOK_A, "team-a/x"), SRV_ACCESS_RW);
+	assert_int_equal(access_of(a, TOK_A, "max_retained_bytes=2GiB"), SRV_ACCESS_NONE);
+	srv_auth_free(a);
+	parse_refused("# tokens\n\n" TOK_A " rw team-a/ max_retained_bytes=lots\n", -EINVAL,
+		      "tokens:3: bad max_retained_bytes \"lots\"");
+	parse_refused(TOK_A " rw team-a/ max_retained_bytes=-1GiB\n", -EINVAL,
+		      "tokens:1: bad max_retained_bytes");
+	parse_refused(TOK_A " rw team-a/ max_retained_bytes=\n", -EINVAL,
+		      "tokens:1: bad max_retained_bytes");
+	parse_refused(TOK_A " rw max_retained_bytes=1GiB a/ max_retained_bytes=2GiB\n", -EINVAL,
+		      "tokens:1: max_retained_bytes given twice");
+	/* an option alone grants nothing */
+	parse_refused(TOK_A " rw max_retained_bytes=1GiB\n", -EINVAL,
+		      "tokens:1: token without a namespace grant");
+}
+
 /* Issue 20 item 2: exact names, separator-ended prefixes, PREFIX*, *. */
 static void test_grant_forms(void **state)
 {
@@ -199,6 +237,7 @@ int main(void)
 		cmocka_unit_test(test_comment_only_grants_refused),
 		cmocka_unit_test(test_quota_comment),
 		cmocka_unit_test(test_grant_forms),
+		cmocka_unit_test(test_retain_budget_override),
 		cmocka_unit_test(test_overlap_warnings),
 	};
 

@@ -563,7 +563,12 @@ static void test_stats_report_tiers(void **state)
 		"\"kv_events\":{\"enabled\":true,\"produced\":120,\"published\":100,"
 		"\"dropped\":20,\"queued\":0,\"batches\":7,\"resync_batches\":2,"
 		"\"replay_requests\":3,\"replayed_batches\":11,\"replay_errors\":0},"
-		"\"namespaces\":{\"m\":{\"blocks\":42,\"nvme_blocks\":41,\"bytes\":5060000}}}";
+		"\"retention\":{\"retained_blocks\":8,\"retained_bytes\":131072,\"refused\":3,"
+		"\"expired\":5,\"max_retain_ms\":86400000,\"max_retained_bytes\":16777216},"
+		"\"tenants\":{\"0123456789ab\":{\"retained_blocks\":8,\"retained_bytes\":131072,"
+		"\"retain_budget_bytes\":1048576,\"retain_refused\":3,\"retain_expired\":5}},"
+		"\"namespaces\":{\"m\":{\"blocks\":42,\"nvme_blocks\":41,\"bytes\":5060000,"
+		"\"retained_blocks\":8,\"retained_bytes\":131072}}}";
 	static const char one[] =
 		"{\"version\":\"0.1.0\",\"tiers\":{\"dram\":{\"blocks\":3},"
 		"\"nvme\":{\"enabled\":false}},\"blocks\":3}";
@@ -589,6 +594,11 @@ static void test_stats_report_tiers(void **state)
 	assert_has(r, "; transfer errors 1\n");
 	assert_has(r, "kv events: 100 published in 7 batches, 20 dropped (2 resync batches), "
 		      "0 queued; replay requests 3 (11 batches)\n");
+	/* retention: a column per namespace, a line, a row per tenant */
+	assert_has(r, "evictions    retained\n");
+	assert_has(r, "retention: 8 blocks (128.0 KiB) retained, 3 refused for a budget, 5 expired; "
+		      "budget 16.0 MiB per tenant");
+	assert_has(r, "0123456789ab            8   128.0 KiB    1.00 MiB          3          5\n");
 	free(r);
 
 	r = stats_report(one);
@@ -596,6 +606,7 @@ static void test_stats_report_tiers(void **state)
 	assert_has(r, "nvme tier: off (no nvme_dir)");
 	assert_null(strstr(r, "eviction passes")); /* an older server's document */
 	assert_null(strstr(r, "kv events")); /* nor kv events */
+	assert_null(strstr(r, "retention:")); /* nor retention */
 	free(r);
 	assert_int_equal(cli_stats_report(stdout, "not json"), -EPROTO);
 }

@@ -34,11 +34,15 @@ static const char *const keys[] = {
 	"payload_timeout_ms", "max_inflight_put_bytes", "log_level", "nvme_dir", "nvme_capacity",
 	"nvme_admission", "nvme_segment_size", "nvme_io_threads", "rdma_port", "admin_port",
 	"tokens_file", "tenant_max_namespaces", "tenant_max_bytes", "tenant_max_leased_bytes",
-	"max_conn_leased_bytes", "max_conn_match_waits",
+	"max_conn_leased_bytes", "max_retained_bytes", "max_conn_match_waits",
 	"tenant_max_match_waits", "max_match_wait_bytes", "allow_unauthenticated",
-	"drain_timeout_ms", "nvme_drain_ms", "kv_events_endpoint",
+	"tls_cert_file", "tls_key_file",
+	"tls_client_ca_file", "tls_only", "allow_plaintext_tokens", "tls_allow_rdma",
+	"drain_timeout_ms", "nvme_drain_ms",
+	"kv_events_endpoint",
 	"kv_events_replay_endpoint", "kv_events_topic", "kv_events_buffer", "kv_events_queue",
-	"kv_events_block_size", "cluster", "node_name", "advertise_address", "cluster_lease_s",
+	"kv_events_block_size", "kv_events_replay_max_bytes", "cluster", "node_name",
+	"advertise_address", "cluster_lease_s",
 };
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -1449,7 +1453,8 @@ static void test_reload(void **state)
 	static const char *const reloadable[] = {
 		"max_connections", "idle_timeout_ms", "payload_timeout_ms", "log_level",
 		"tokens_file", "drain_timeout_ms", "max_match_wait_ms", "max_conn_match_waits",
-		"tenant_max_match_waits", "max_match_wait_bytes",
+		"tenant_max_match_waits", "max_match_wait_bytes", "tls_cert_file", "tls_key_file",
+		"tls_client_ca_file",
 	};
 #define N_RELOADABLE (sizeof(reloadable) / sizeof(reloadable[0]))
 	struct conf cur, next;
@@ -1523,7 +1528,9 @@ static void test_json(void **state)
 	assert_contains(buf, "\"nvme_admission\":\"all\"");
 	assert_contains(buf, "\"admin_port\":7471");
 	assert_contains(buf, "\"tokens_file\":\"/etc/a \\\"b\\\"\\\\c\"");
-	assert_contains(buf, "\"allow_unauthenticated\":false,\"drain_timeout_ms\":10000,\"nvme_drain_ms\":10000,");
+	assert_contains(buf, "\"allow_unauthenticated\":false,\"tls_cert_file\":\"\",\"tls_key_file\":\"\","
+			"\"tls_client_ca_file\":\"\",\"tls_only\":\"auto\",\"allow_plaintext_tokens\":false,"
+			"\"tls_allow_rdma\":false,\"drain_timeout_ms\":10000,\"nvme_drain_ms\":10000,");
 	assert_contains(buf, "\"kv_events_endpoint\":\"\",\"kv_events_replay_endpoint\":\"\",\"kv_events_topic\":\"kvpool\",\"kv_events_buffer\":1000,\"kv_events_queue\":65536,\"kv_events_block_size\":16,");
 	assert_contains(buf, "\"cluster\":\"\",\"node_name\":\"\",\"advertise_address\":\"\","
 			     "\"cluster_lease_s\":10}");
@@ -1573,7 +1580,7 @@ static void test_usage_lists_every_setting(void **state)
 	assert_int_equal(defaults, N_KEYS);
 	for (const char *p = buf; (p = strstr(p, "; SIGHUP reloads it)")) != NULL; p++)
 		reloads++;
-	assert_int_equal(reloads, 10); /* test_reload's list */
+	assert_int_equal(reloads, 13); /* test_reload's list */
 	assert_contains(buf, "--config FILE, KVPOOL_CONFIG\n");
 	assert_contains(buf, "--help");
 	assert_contains(buf, "(default 1GiB; 1MiB..4TiB)");

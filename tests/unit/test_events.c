@@ -469,7 +469,8 @@ static void test_stats_and_metrics(void **state)
 	struct srv_events_stats ev = { .produced = 120, .published = 90, .dropped = 20,
 				       .queued = 10, .batches = 7, .resync_batches = 2,
 				       .replay_requests = 3, .replayed_batches = 11,
-				       .replay_errors = 1 };
+				       .replay_errors = 1, .replay_refused = 4,
+				       .replay_truncated = 5 };
 	struct srv_stats_doc doc = { .version = "0.1.0", .protocol = 1, .ops = ops, .store = &st };
 	char *s;
 
@@ -488,7 +489,8 @@ static void test_stats_and_metrics(void **state)
 	assert_non_null(strstr(s, "\"kv_events\":{\"enabled\":true,\"produced\":120,"
 				  "\"published\":90,\"dropped\":20,\"queued\":10,\"batches\":7,"
 				  "\"resync_batches\":2,\"replay_requests\":3,"
-				  "\"replayed_batches\":11,\"replay_errors\":1},"));
+				  "\"replayed_batches\":11,\"replay_errors\":1,"
+				  "\"replay_refused\":4,\"replay_truncated\":5},"));
 	free(s);
 	s = render(&doc, srv_metrics_write);
 	assert_non_null(strstr(s, "\n# TYPE kvpool_kv_events_dropped_total counter\n"

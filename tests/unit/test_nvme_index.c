@@ -131,6 +131,7 @@ static void assert_rec_equal(const struct store_nvme_rec *a, const struct store_
 	assert_int_equal(a->length, b->length);
 	assert_int_equal(a->checksum, b->checksum);
 	assert_int_equal(a->last_use, b->last_use);
+	assert_int_equal(a->retain_until_ms, b->retain_until_ms);
 }
 
 static int collect(void *arg, const struct store_nvme_rec *rec)
@@ -423,6 +424,78 @@ static void test_bad_records_counted(void **state)
 	assert_int_equal(s.n, 2);
 }
 
+/* The size of the value stored under a block's key, read with RocksDB
+ * itself (the index closed meanwhile). */
+static size_t raw_value_len(struct fixture *f, const struct store_nvme_rec *r)
+{
+	uint8_t k[1 + 4 + STORE_KEY_BYTES] = { 'b' };
+	rocksdb_options_t *o = rocksdb_options_create();
+	rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+	char *err = NULL, *v;
+	size_t len = 0;
+	rocksdb_t *db;
+
+	k[1] = (uint8_t)(r->ns_disk_id >> 24);
+	k[2] = (uint8_t)(r->ns_disk_id >> 16);
+	k[3] = (uint8_t)(r->ns_disk_id >> 8);
+	k[4] = (uint8_t)r->ns_disk_id;
+	memcpy(k + 5, r->key, STORE_KEY_BYTES);
+	store_nvme_index_close(f->ix);
+	f->ix = NULL;
+	db = rocksdb_open(o, f->path, &err);
+	assert_null(err);
+	v = rocksdb_get(db, ro, (const char *)k, sizeof(k), &len, &err);
+	assert_null(err);
+	assert_non_null(v);
+	rocksdb_free(v);
+	rocksdb_close(db);
+	rocksdb_readoptions_destroy(ro);
+	rocksdb_options_destroy(o);
+	reopen(f);
+	return len;
+}
+
+/* Retention deadlines: a retained block's record is value format 2 (80
+ * bytes: format 1's layout and the deadline); an unretained one stays
+ * format 1 (72 bytes), byte for byte what older builds write and read;
+ * a format-1 record written by an older build reads as unretained. */
+static void test_retention_records(void **state)
+{
+	struct fixture *f = *state;
+	struct store_nvme_rec recs[2] = { make_rec(2, 1, 1), make_rec(2, 2, 0) };
+	uint8_t k[1 + 4 + STORE_KEY_BYTES] = { 'b', 0, 0, 0, 2 };
+	uint8_t v[80] = { 1 };
+	struct seen s;
+
+	recs[1].retain_until_ms = 0x0000018f12345678ull;
+	put_recs(f, recs, 2);
+	assert_int_equal(raw_value_len(f, &recs[0]), 72);
+	assert_int_equal(raw_value_len(f, &recs[1]), 80);
+	scan(f, &s, 0);
+	assert_int_equal(s.n, 2);
+	assert_rec_equal(&s.rec[0], &recs[0]);
+	assert_rec_equal(&s.rec[1], &recs[1]);
+	/* an older build's record: format 1, 72 bytes */
+	memset(k + 5, 9, STORE_KEY_BYTES);
+	v[16] = 7; /* length 7 */
+	raw_put(f, k, sizeof(k), v, 72);
+	/* 80 bytes under format 1, and format 2 with 72 bytes, are not ours */
+	memset(k + 5, 10, STORE_KEY_BYTES);
+	raw_put(f, k, sizeof(k), v, 80);
+	memset(k + 5, 11, STORE_KEY_BYTES);
+	v[0] = 2;
+	raw_put(f, k, sizeof(k), v, 72);
+	scan(f, &s, 2);
+	assert_int_equal(s.n, 3);
+	assert_int_equal(s.rec[2].key[0], 9);
+	assert_int_equal(s.rec[2].length, 7);
+	assert_int_equal(s.rec[2].retain_until_ms, 0);
+	/* rewritten without a deadline, a record goes back to format 1 */
+	recs[1].retain_until_ms = 0;
+	put_recs(f, &recs[1], 1);
+	assert_int_equal(raw_value_len(f, &recs[1]), 72);
+}
+
 static void test_corrupt_next_ns(void **state)
 {
 	struct fixture *f = *state;
@@ -497,6 +570,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ns_put_invalid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_next_ns_id_persists, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_records_counted, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_retention_records, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_corrupt_next_ns, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_reopen_keeps_everything, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_open_errors, setup, teardown),

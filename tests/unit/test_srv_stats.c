@@ -19,6 +19,7 @@
 #include "srv_hist.h"
 #include "srv_server.h"
 #include "srv_stats.h"
+#include "srv_tenant.h"
 
 /* ---- latency histogram ---------------------------------------------------- */
 
@@ -181,15 +182,21 @@ static const char expected_doc[] =
 	"\"exists\":{\"p50\":0,\"p99\":0,\"p999\":0},"
 	"\"match\":{\"p50\":0,\"p99\":0,\"p999\":0}},"
 	"\"blocks\":2,"
+	"\"retention\":{\"retained_blocks\":3,\"retained_bytes\":12288,\"refused\":4,"
+	"\"expired\":5,\"max_retain_ms\":86400000,\"max_retained_bytes\":262144},"
 	"\"namespaces\":{\"a\\\"b\\\\c\":{\"blocks\":2,\"nvme_blocks\":0,\"bytes\":5000,\"puts\":3,"
 	"\"put_exists\":2,\"put_errors\":1,\"get_hits\":9,\"get_misses\":10,"
 	"\"exists_hits\":12,\"exists_misses\":13,\"match_requests\":14,"
 	"\"match_blocks_queried\":0,\"match_blocks_matched\":0,\"match_hit_ratio\":0.000000,"
-	"\"evictions\":4,\"deletes\":16},"
+	"\"evictions\":4,\"deletes\":16,\"retained_blocks\":3,\"retained_bytes\":12288,"
+	"\"retain_budget_bytes\":262144,\"retain_budget_of\":\"namespace\",\"retain_refused\":4,"
+	"\"retain_expired\":5},"
 	"\"m2\":{\"blocks\":0,\"nvme_blocks\":0,\"bytes\":0,\"puts\":0,\"put_exists\":0,\"put_errors\":0,"
 	"\"get_hits\":0,\"get_misses\":0,\"exists_hits\":0,\"exists_misses\":0,"
 	"\"match_requests\":1,\"match_blocks_queried\":4,\"match_blocks_matched\":3,"
-	"\"match_hit_ratio\":0.750000,\"evictions\":0,\"deletes\":0}}}";
+	"\"match_hit_ratio\":0.750000,\"evictions\":0,\"deletes\":0,\"retained_blocks\":0,"
+	"\"retained_bytes\":0,\"retain_budget_bytes\":0,\"retain_budget_of\":\"tenant\","
+	"\"retain_refused\":0,\"retain_expired\":0}}}";
 
 static void fill_doc(struct srv_stats_doc *doc, struct srv_stats *ops, struct store_stats *st,
 		     struct store_ns_stats ns[2])
@@ -231,19 +238,24 @@ static void fill_doc(struct srv_stats_doc *doc, struct srv_stats *ops, struct st
 				    .dram_blocks = 2,
 				    .evictions = 4, .evict_passes = 6, .evict_pass_max_us = 1234,
 				    .leases_active = 1, .checksum_errors = 2,
-				    .namespaces = 2 };
+				    .namespaces = 2, .retained_blocks = 3, .retained_bytes = 12288,
+				    .retain_refused = 4, .retain_expired = 5 };
 	memset(ns, 0, 2 * sizeof(ns[0]));
 	strcpy(ns[0].name, "a\"b\\c");
 	ns[0].blocks = 2, ns[0].bytes = 5000, ns[0].puts = 3, ns[0].put_exists = 2;
 	ns[0].put_errors = 1, ns[0].get_hits = 9, ns[0].get_misses = 10;
 	ns[0].exists_hits = 12, ns[0].exists_misses = 13, ns[0].match_requests = 14;
 	ns[0].evictions = 4, ns[0].deletes = 16;
+	ns[0].retained_blocks = 3, ns[0].retained_bytes = 12288, ns[0].retain_budget_bytes = 262144;
+	ns[0].retain_refused = 4, ns[0].retain_expired = 5;
+	ns[1].retain_tenant = 1;
 	strcpy(ns[1].name, "m2");
 	ns[1].match_requests = 1, ns[1].match_blocks_queried = 4, ns[1].match_blocks_matched = 3;
 	*doc = (struct srv_stats_doc){ .version = "0.1.0", .protocol = 1, .pid = 42,
 				       .uptime_s = 7, .conn_current = 3, .conn_total = 10,
 				       .conn_rejected = 1, .ops = ops, .store = st, .ns = ns,
-				       .ns_count = 2, .match_waiting = 23,
+				       .ns_count = 2, .max_retain_ms = 86400000,
+				       .max_retained_bytes = 262144, .match_waiting = 23,
 				       .match_wait_bytes = 4096 };
 }
 
@@ -286,6 +298,7 @@ static void test_stats_json_nvme(void **state)
 	st.segments_reclaimed = 108, st.admission_rejections = 109, st.nvme_evictions = 110;
 	st.corrupt_blocks = 111, st.nvme_read_errors = 112, st.nvme_write_errors = 113;
 	st.rebuild_ms = 114, st.rebuild_blocks = 115, st.orphans_dropped = 116;
+	st.rebuild_truncated = 118;
 	st.index_records_lost = 117, st.index_quarantined = 1;
 	ns[0].blocks = 9, ns[0].nvme_blocks = 8;
 	s = render(&doc);
@@ -300,13 +313,49 @@ static void test_stats_json_nvme(void **state)
 			      "\"admission_rejections\":109,\"evictions\":110,\"corrupt_blocks\":111,"
 			      "\"read_errors\":112,\"write_errors\":113,\"rebuild_ms\":114,"
 			      "\"rebuild_blocks\":115,\"orphans_dropped\":116,"
-			      "\"index_records_lost\":117,\"index_quarantined\":1}},\"index_bytes\":"));
-	assert_non_null(strstr(s, "\"p999\":0}},\"blocks\":9,\"namespaces\":{"));
+			      "\"rebuild_truncated\":118,\"index_records_lost\":117,\"index_quarantined\":1}},\"index_bytes\":"));
+	assert_non_null(strstr(s, "\"p999\":0}},\"blocks\":9,\"retention\":{"));
 	assert_non_null(strstr(s, "{\"blocks\":9,\"nvme_blocks\":8,\"bytes\":5000,"));
 	st.nvme_direct_io = 1, st.nvme_healthy = 0;
 	free(s);
 	s = render(&doc);
 	assert_non_null(strstr(s, "\"direct_io\":true,\"healthy\":false,"));
+	free(s);
+	free(ops);
+}
+
+/* With a tokens file: each tenant's retention under "tenants", by the
+ * head of its token's digest; an empty object before any tenant. */
+static void test_stats_json_tenants(void **state)
+{
+	struct srv_stats *ops = calloc(1, sizeof(*ops));
+	struct srv_tenant_stats t[2] = {
+		{ .id = "0123456789ab", .retain = { 1, 4096, 8192, 2, 3 } },
+		{ .id = "ba9876543210", .retain = { 0, 0, 0, 7, 0 } },
+	};
+	struct store_ns_stats ns[2];
+	struct store_stats st;
+	struct srv_stats_doc doc;
+	char *s;
+
+	(void)state;
+	assert_non_null(ops);
+	fill_doc(&doc, ops, &st, ns);
+	s = render(&doc);
+	assert_null(strstr(s, "\"tenants\""));
+	free(s);
+	doc.tenants_on = 1;
+	s = render(&doc);
+	assert_non_null(strstr(s, "\"max_retained_bytes\":262144},\"tenants\":{},\"namespaces\""));
+	free(s);
+	doc.tenants = t;
+	doc.tenant_count = 2;
+	s = render(&doc);
+	assert_non_null(strstr(s, "\"tenants\":{\"0123456789ab\":{\"retained_blocks\":1,"
+			      "\"retained_bytes\":4096,\"retain_budget_bytes\":8192,"
+			      "\"retain_refused\":2,\"retain_expired\":3},\"ba9876543210\":{"
+			      "\"retained_blocks\":0,\"retained_bytes\":0,\"retain_budget_bytes\":0,"
+			      "\"retain_refused\":7,\"retain_expired\":0}},\"namespaces\""));
 	free(s);
 	free(ops);
 }
@@ -359,6 +408,7 @@ int main(void)
 		cmocka_unit_test(test_stats_sum_adds_workers),
 		cmocka_unit_test(test_stats_json_exact),
 		cmocka_unit_test(test_stats_json_nvme),
+		cmocka_unit_test(test_stats_json_tenants),
 		cmocka_unit_test(test_stats_json_no_namespaces),
 		cmocka_unit_test(test_stats_json_escapes_odd_bytes),
 	};

@@ -596,6 +596,9 @@ static void test_rebuild_lost_segment(void **state)
 	assert_int_equal(back, st.rebuild_blocks);
 	assert_true(back > 0 && back < 60);
 	assert_true(f->warns >= 1);
+	/* counted, not only logged (issue 28 item 7) */
+	assert_int_equal(st.rebuild_truncated + st.orphans_dropped, 60 - back);
+	assert_true(st.rebuild_truncated > 0);
 	assert_int_equal(st.checksum_errors, 0);
 	assert_int_equal(f->errors, 0);
 }

@@ -5,17 +5,27 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "handle.h"
 #include "lib/cluster/cluster.h"
 #include "lib/net/frame.h"
+#include "lib/net/tls_ctx.h"
 #include "testing.h"
+
+/* Does url name a TLS node, or may it (a cluster, whose members etcd
+ * names later)? */
+static int may_use_tls(const char *url)
+{
+	return strcasestr(url, "tls://") || kvcl_is_cluster_url(url);
+}
 
 int kvpool_connect(const char *url, const char *ns, const struct kvpool_options *opts,
 		   struct kvpool_client **out)
 {
 	const char *token = opts ? opts->token : NULL;
 	uint32_t timeout_ms = opts ? opts->timeout_ms : 0;
+	struct kvc_tls_ctx *tls = NULL;
 	struct kvpool_client *c;
 	struct kvc_engine *e;
 	int rc;
@@ -23,18 +33,32 @@ int kvpool_connect(const char *url, const char *ns, const struct kvpool_options 
 	kvc_frame_set_last_message(NULL);
 	if (!url || !ns || !out)
 		return -EINVAL;
+	/* TLS settings are read once per handle: a cluster's nodes share them */
+	if (may_use_tls(url)) {
+		rc = kvc_tls_ctx_new(opts ? opts->tls_ca_file : NULL, opts ? opts->tls_cert_file : NULL,
+				     opts ? opts->tls_key_file : NULL, opts ? opts->tls_flags : 0,
+				     &tls);
+		/* settings that do not load fail a handle that names a TLS node;
+		 * an etcd cluster whose members are all plaintext works without */
+		if (rc && (strcasestr(url, "tls://") || !kvcl_is_cluster_url(url)))
+			return rc;
+		if (rc)
+			kvc_frame_set_last_message(NULL);
+	}
 	c = calloc(1, sizeof(*c));
-	if (!c)
+	if (!c) {
+		kvc_tls_ctx_unref(tls);
 		return -ENOMEM;
+	}
 	if (kvcl_is_cluster_url(url)) {
 		struct kvcl *cl;
 
-		rc = kvcl_open(url, ns, token, timeout_ms, &cl);
+		rc = kvcl_open(url, ns, token, timeout_ms, tls, &cl);
 		c->ops = &kvcl_backend;
 		c->be = cl;
 		c->cluster = 1;
 	} else {
-		rc = kvc_engine_open(url, ns, token, timeout_ms, &e);
+		rc = kvc_engine_open(url, ns, token, timeout_ms, tls, &e);
 		if (rc == 0) {
 			rc = kvc_engine_connect(e);
 			if (rc)
@@ -43,6 +67,7 @@ int kvpool_connect(const char *url, const char *ns, const struct kvpool_options 
 		c->ops = &kvc_engine_backend;
 		c->be = e;
 	}
+	kvc_tls_ctx_unref(tls); /* the backend holds its own */
 	if (rc) {
 		free(c);
 		return rc;

@@ -538,6 +538,7 @@ static void cl_close(void *be)
 	pthread_cond_destroy(&cl->done_cond);
 	pthread_mutex_destroy(&cl->lock);
 	free(cl->token);
+	kvc_tls_ctx_unref(cl->tls);
 	free(cl);
 }
 
@@ -578,7 +579,7 @@ int kvcl_set_segment_blocks(struct kvcl *cl, uint32_t blocks)
 }
 
 int kvcl_open(const char *url, const char *ns, const char *token, uint32_t timeout_ms,
-	      struct kvcl **out)
+	      struct kvc_tls_ctx *tls, struct kvcl **out)
 {
 	struct kvc_req connect = { .op = KVC_OP_LIMITS };
 	struct kvc_result res;
@@ -596,6 +597,7 @@ int kvcl_open(const char *url, const char *ns, const char *token, uint32_t timeo
 	cl->efd = -1;
 	cl->max = KVPOOL_DEFAULT_MAX_INFLIGHT;
 	cl->timeout_ms = timeout_ms;
+	cl->tls = kvc_tls_ctx_ref(tls);
 	snprintf(cl->ns, sizeof(cl->ns), "%s", ns);
 	rc = kvcl_place_init(&cl->place);
 	if (!rc && token && !(cl->token = strdup(token)))

@@ -21,6 +21,7 @@
 
 #include "lib/engine/engine.h"
 
+struct kvc_tls_ctx;
 struct kvcl;
 
 /* The cluster's backend table (be: a struct kvcl). */
@@ -31,13 +32,15 @@ int kvcl_is_cluster_url(const char *url);
 
 /* Open a cluster for a node list ("tcp://a:7470,b:7470"; scheme on the
  * first or on each) or "etcd://HOST[:PORT]/CLUSTER", namespace ns, token
- * (may be NULL), per-request timeout (0: the default); connects to every
+ * (may be NULL), per-request timeout (0: the default), TLS settings for
+ * tls:// nodes (may be NULL; the cluster takes a reference and gives one
+ * to every node's engine); connects to every
  * member. Errors: -EINVAL (bad URL or namespace, token too long), -ENOMEM,
  * -ECONNREFUSED / -ETIMEDOUT / -EPROTO (etcd could not be read at
  * connect), -E2BIG (more than KVCL_MAX_NODES nodes), and for a list none
  * of whose nodes answers, the first node's error. */
 int kvcl_open(const char *url, const char *ns, const char *token, uint32_t timeout_ms,
-	      struct kvcl **out);
+	      struct kvc_tls_ctx *tls, struct kvcl **out);
 
 /* kvpool_set_segment_blocks. Errors: -EINVAL (more than 65536). */
 int kvcl_set_segment_blocks(struct kvcl *cl, uint32_t blocks);

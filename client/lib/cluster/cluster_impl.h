@@ -38,6 +38,7 @@
 #include "cluster.h"
 #include "etcd.h"
 #include "lib/net/regions.h"
+#include "lib/net/tls_ctx.h"
 #include "placement.h"
 
 #define KVCL_NAME_MAX_BYTES 128
@@ -123,6 +124,7 @@ struct kvcl_node {
 struct kvcl {
 	char ns[256];
 	char *token;
+	struct kvc_tls_ctx *tls;        /* tls:// nodes' settings (a reference), or NULL */
 	uint32_t timeout_ms, busy_tries;
 
 	pthread_mutex_t lock;

@@ -106,24 +106,27 @@ int kvcl_static_members(struct kvcl *cl, const char *list)
 
 /* ---- etcd ------------------------------------------------------------------- */
 
-/* The client URL of a node record: tcp://ADDRESS:PORT. */
+/* The client URL of a node record: tcp://ADDRESS:PORT, or tls://... when
+ * the node says it serves TLS ("tls": true). */
 static int record_url(const uint8_t *value, size_t len, char *url, size_t cap)
 {
-	struct json_object *o = json_tokener_parse((const char *)value), *a, *p;
-	const char *addr;
+	struct json_object *o = json_tokener_parse((const char *)value), *a, *p, *t;
+	const char *addr, *scheme;
 	int port, rc = -EPROTO;
 	struct kvc_url u;
 
 	(void)len;
 	if (!o)
 		return -EPROTO;
+	scheme = json_object_object_get_ex(o, "tls", &t) && json_object_get_boolean(t) ? "tls" :
+										      "tcp";
 	if (json_object_object_get_ex(o, "address", &a) && json_object_object_get_ex(o, "port", &p)) {
 		addr = json_object_get_string(a);
 		port = json_object_get_int(p);
 		if (addr && *addr && port > 0 && port < 65536) {
-			snprintf(url, cap, strchr(addr, ':') && addr[0] != '[' ? "tcp://[%s]:%d"
-										: "tcp://%s:%d",
-				 addr, port);
+			snprintf(url, cap, strchr(addr, ':') && addr[0] != '[' ? "%s://[%s]:%d"
+										: "%s://%s:%d",
+				 scheme, addr, port);
 			rc = kvc_url_parse(url, &u);
 		}
 	}

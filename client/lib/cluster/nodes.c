@@ -94,7 +94,7 @@ static struct kvc_engine *node_engine(struct kvcl *cl, const char *url, int *err
 {
 	struct kvc_engine *e;
 
-	*err = kvc_engine_open(url, cl->ns, cl->token, cl->timeout_ms, &e);
+	*err = kvc_engine_open(url, cl->ns, cl->token, cl->timeout_ms, cl->tls, &e);
 	if (*err)
 		return NULL;
 	kvc_engine_backend.set_max_inflight(e, KVPOOL_MAX_INFLIGHT_LIMIT);

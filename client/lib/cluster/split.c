@@ -24,8 +24,6 @@
 #include "cluster_impl.h"
 #include "lib/clock.h"
 
-static void release_leases_locked(struct kvcl *cl, struct kvcl_parent *p, size_t stop);
-
 /* The chain's leading run from per-run counts run[]; *stop receives the
  * first short run (n_runs when none). */
 static size_t leading(const struct kvcl_parent *p, const size_t *run, size_t *stop)
@@ -55,8 +53,12 @@ void kvcl_match_finish_locked(struct kvcl *cl, struct kvcl_parent *p)
 		m->lease_ms = 0;
 	if (p->r.mres)
 		*p->r.mres = *m;
-	if (p->r.mopts.lease_ms && stop + 1 < p->n_runs)
-		release_leases_locked(cl, p, stop);
+	/* A node leases the leading run of what it was asked, which can reach
+	 * past the chain's first short run (held runs after a missing one).
+	 * Nobody will GET those; their leases run their term: no request ends
+	 * a lease but a GET that returns the block (a GET that asks for no
+	 * bytes is a size query, which keeps it: PROTOCOL.md 6.3). */
+	(void)cl;
 }
 
 /* Spread a node's leading run m over its runs of the chain, in order,
@@ -354,53 +356,6 @@ static int split_all(struct kvcl_parent *p)
 		if (!kvcl_child_new(p, p->view.node[j], 0))
 			return -ENOMEM;
 	return 0;
-}
-
-/* A node leases the leading run of what it was asked, which can reach
- * past the chain's first short run (held runs after a missing one).
- * Nobody will GET those, so their leases would pin blocks until they run
- * out and crowd the node's cache: end them now with a GET that asks for
- * no bytes (each answers -EMSGSIZE; a GET that finds a leased block ends
- * its lease). Only for chains that stopped early; best effort, detached. */
-static void release_leases_locked(struct kvcl *cl, struct kvcl_parent *p, size_t stop)
-{
-	size_t cnt[KVCL_MAX_NODES] = { 0 };
-
-	for (size_t u = stop + 1; u < p->n_runs; u++)
-		if (p->run_m[u] && p->run_own[u] >= 0)
-			cnt[p->run_own[u]] += p->run_m[u];
-	for (size_t j = 0; j < p->view.n; j++) {
-		struct kvpool_get_block *gb;
-		uint8_t (*kb)[KVPOOL_KEY_BYTES];
-		struct iovec *none;
-		struct kvcl_child *c;
-		size_t k = 0;
-
-		if (!cnt[j])
-			continue;
-		c = kvcl_child_new(NULL, p->view.node[j], sizeof(*none) +
-				   cnt[j] * (sizeof(*gb) + KVPOOL_KEY_BYTES + sizeof(int)));
-		if (!c)
-			continue;
-		none = (struct iovec *)(c + 1); /* { NULL, 0 }: no bytes asked for */
-		gb = (struct kvpool_get_block *)(none + 1);
-		kb = (uint8_t(*)[KVPOOL_KEY_BYTES])(gb + cnt[j]);
-		c->st = (int *)(kb + cnt[j]);
-		for (size_t u = stop + 1; u < p->n_runs; u++) {
-			if (p->run_own[u] != (int)j)
-				continue;
-			for (size_t i = 0; i < p->run_m[u]; i++, k++) {
-				memcpy(kb[k], p->r.keys[p->run_at[u] + i], KVPOOL_KEY_BYTES);
-				gb[k] = (struct kvpool_get_block){ .key = kb[k], .iov = none,
-								   .iovcnt = 1 };
-			}
-		}
-		c->r = (struct kvc_req){ .op = KVPOOL_OP_GET, .get = gb, .count = k,
-					 .statuses = c->st, .tag = (uint64_t)(uintptr_t)c,
-					 .deadline_ms = kvc_deadline_ms(cl->timeout_ms ?
-						cl->timeout_ms : KVPOOL_DEFAULT_TIMEOUT_MS) };
-		kvcl_node_post_locked(c);
-	}
 }
 
 /* Make parent p's children and post them; complete it at once when it

@@ -399,14 +399,14 @@ static int start_locked(struct kvc_engine *e, struct kvc_slot *s, const struct k
 /* ---- the backend -------------------------------------------------------------------- */
 
 int kvc_engine_open(const char *url, const char *ns, const char *token, uint32_t timeout_ms,
-		    struct kvc_engine **out)
+		    struct kvc_tls_ctx *tls, struct kvc_engine **out)
 {
 	struct kvc_engine *e = calloc(1, sizeof(*e));
 	int rc;
 
 	if (!e)
 		return -ENOMEM;
-	rc = kvc_session_init(&e->s, url, ns, token, timeout_ms);
+	rc = kvc_session_init(&e->s, url, ns, token, timeout_ms, tls);
 	if (rc) {
 		kvc_session_free(&e->s);
 		free(e);

@@ -23,6 +23,7 @@
 
 #include "kvpool.h"
 
+struct kvc_tls_ctx;
 struct kvc_engine;
 struct kvc_region;
 
@@ -89,11 +90,12 @@ struct kvc_backend {
 /* The engine's backend table (be: a struct kvc_engine). */
 extern const struct kvc_backend kvc_engine_backend;
 
-/* Make an engine for url (tcp://, rdma://, auto://), namespace ns, token
- * (may be NULL) and per-request timeout (0: the default). Does not
- * connect. Errors: those of kvc_session_init. */
+/* Make an engine for url (tcp://, tls://, rdma://, auto://), namespace
+ * ns, token (may be NULL), per-request timeout (0: the default) and TLS
+ * settings (may be NULL; needed for tls://; the engine takes a
+ * reference). Does not connect. Errors: those of kvc_session_init. */
 int kvc_engine_open(const char *url, const char *ns, const char *token, uint32_t timeout_ms,
-		    struct kvc_engine **out);
+		    struct kvc_tls_ctx *tls, struct kvc_engine **out);
 
 /* Connect now if not connected (blocks up to the timeout).
  * Errors: the shared connection errors, -EACCES, -EOPNOTSUPP. */

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "tls.h"
 #include "lib/backoff.h"
 #include "lib/clock.h"
 #include "proto_xxh3.h"
@@ -33,7 +34,7 @@ uint16_t kvc_test_max_version;
 #define MIN_SERVER_FRAME_BYTES (PROTO_HEADER_BYTES + PROTO_BATCH_PREFIX_BYTES + PROTO_PUT_ENTRY_BYTES)
 
 int kvc_session_init(struct kvc_session *s, const char *url, const char *ns, const char *token,
-		     uint32_t timeout_ms)
+		     uint32_t timeout_ms, struct kvc_tls_ctx *tls)
 {
 	size_t ns_len = strlen(ns), token_len = token ? strlen(token) : 0;
 	int rc;
@@ -47,6 +48,9 @@ int kvc_session_init(struct kvc_session *s, const char *url, const char *ns, con
 	rc = kvc_url_parse(url, &s->url);
 	if (rc)
 		return rc;
+	if (s->url.transport == KVC_TRANSPORT_TLS && !tls)
+		return -EINVAL;
+	s->tls = kvc_tls_ctx_ref(tls);
 	memcpy(s->ns, ns, ns_len + 1);
 	s->ns_len = (uint16_t)ns_len;
 	if (token_len) {
@@ -65,6 +69,8 @@ void kvc_session_free(struct kvc_session *s)
 	kvc_regions_free(&s->regions);
 	free(s->token);
 	free(s->buf);
+	kvc_tls_ctx_unref(s->tls);
+	s->tls = NULL;
 	s->token = NULL;
 	s->buf = NULL;
 }
@@ -289,7 +295,7 @@ static int open_link(struct kvc_session *s, struct kvc_link *l, const struct kvc
 {
 	int rc;
 
-	*l = (struct kvc_link){ .t = NULL, .fd = -1, .rg = &s->regions };
+	*l = (struct kvc_link){ .t = NULL, .fd = -1, .rg = &s->regions, .tls = s->tls };
 	rc = t->open(l, host, port, deadline_ms);
 	if (rc)
 		return rc;
@@ -364,7 +370,9 @@ static void sleep_ms(uint32_t ms)
 int kvc_session_connect(struct kvc_session *s, uint64_t deadline_ms)
 {
 	int rdma = s->url.transport == KVC_TRANSPORT_RDMA;
-	const struct kvc_transport_ops *t = rdma ? &kvc_rdma_transport : &kvc_tcp_transport;
+	const struct kvc_transport_ops *t = rdma ? &kvc_rdma_transport :
+					    s->url.transport == KVC_TRANSPORT_TLS ? &kvc_tls_transport :
+					    &kvc_tcp_transport;
 	struct kvc_backoff bo;
 	uint32_t wait_ms;
 	int rc;
@@ -381,7 +389,7 @@ int kvc_session_connect(struct kvc_session *s, uint64_t deadline_ms)
 		sleep_ms(wait_ms);
 	}
 	if (rc) {
-		s->link = (struct kvc_link){ .t = NULL, .fd = -1, .rg = &s->regions };
+		s->link = (struct kvc_link){ .t = NULL, .fd = -1, .rg = &s->regions, .tls = s->tls };
 		return rc;
 	}
 	s->connects++;

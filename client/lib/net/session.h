@@ -24,6 +24,7 @@
 #include "regions.h"
 #include "transport.h"
 
+struct kvc_tls_ctx;
 struct kvc_session {
 	struct kvc_url url;
 	char ns[PROTO_NAME_MAX_BYTES + 1];
@@ -32,6 +33,7 @@ struct kvc_session {
 	uint16_t token_len;
 	uint32_t timeout_ms;            /* 0 = KVPOOL_DEFAULT_TIMEOUT_MS */
 	uint32_t busy_tries;            /* 0 = KVPOOL_BUSY_TRIES */
+	struct kvc_tls_ctx *tls;        /* tls://: the handle's TLS settings (a reference) */
 
 	struct kvc_link link;           /* link.t NULL when disconnected */
 	struct kvc_regions regions;     /* kvpool_register'ed memory */
@@ -51,13 +53,14 @@ struct kvc_session {
 	size_t buf_cap;
 };
 
-/* Set up a session (nothing is connected). The strings are copied.
- * Errors: -EINVAL (bad URL, a namespace that is not 1..255 printable
- * ASCII bytes, a token over PROTO_TOKEN_MAX_BYTES), -EOPNOTSUPP (a scheme
- * other than tcp://, rdma://, auto://), -ENOMEM. On error nothing is
- * left to free. */
+/* Set up a session (nothing is connected). The strings are copied; tls
+ * (may be NULL; needed for a tls:// URL) gets a reference of the
+ * session's. Errors: -EINVAL (bad URL, a namespace that is not 1..255
+ * printable ASCII bytes, a token over PROTO_TOKEN_MAX_BYTES, a tls:// URL
+ * without tls), -EOPNOTSUPP (a scheme other than tcp://, tls://, rdma://,
+ * auto://), -ENOMEM. On error nothing is left to free. */
 int kvc_session_init(struct kvc_session *s, const char *url, const char *ns, const char *token,
-		     uint32_t timeout_ms);
+		     uint32_t timeout_ms, struct kvc_tls_ctx *tls);
 
 /* Disconnect and free what the session holds (not s itself). */
 void kvc_session_free(struct kvc_session *s);

@@ -6,7 +6,7 @@
  * libcurl's connection filters or Valkey's ConnectionType.
  *
  * Two kinds of peer:
- *  - stream (TCP, and a TLS peer over the TCP socket): send and recv move
+ *  - stream (TCP, and TLS over a TCP socket, tls.h): send and recv move
  *    bytes of one byte stream; a request is header, body and payload in
  *    sequence, a reply likewise (a GET's payload is read straight into
  *    the caller's buffers).
@@ -37,6 +37,7 @@
 #define KVC_LINK_MAX_FDS 2
 
 struct kvc_transport_ops;
+struct kvc_tls_ctx;
 
 /* One connection. Zero-initialised (t NULL) when closed. */
 struct kvc_link {
@@ -44,10 +45,11 @@ struct kvc_link {
 	int fd;                        /* stream peers: the socket (-1 otherwise) */
 	void *priv;                    /* the peer's own state */
 	struct kvc_regions *rg;        /* the session's registered memory (borrowed) */
+	struct kvc_tls_ctx *tls;       /* the TLS peer's settings (borrowed; NULL elsewhere) */
 };
 
 struct kvc_transport_ops {
-	const char *name;              /* "tcp", "rdma" */
+	const char *name;              /* "tcp", "tls", "rdma" */
 	int message_mode;              /* 0: stream, 1: message (above) */
 	uint32_t max_wire_frames;      /* requests awaiting replies at most (0: no bound) */
 	size_t message_max_bytes;      /* message peers: largest message either way */
@@ -104,6 +106,7 @@ struct kvc_transport_ops {
 
 /* The peers. */
 extern const struct kvc_transport_ops kvc_tcp_transport;
+extern const struct kvc_transport_ops kvc_tls_transport;  /* tls.h */
 extern const struct kvc_transport_ops kvc_rdma_transport;
 
 #endif /* KVC_TRANSPORT_H */

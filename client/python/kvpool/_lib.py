@@ -51,7 +51,13 @@ class completion(Structure):
 
 
 class options(Structure):
-    _fields_ = [("token", c_char_p), ("timeout_ms", c_uint32)]
+    """struct kvpool_options."""
+    _fields_ = [("token", c_char_p), ("timeout_ms", c_uint32), ("tls_flags", c_uint32),
+                ("tls_ca_file", c_char_p), ("tls_cert_file", c_char_p),
+                ("tls_key_file", c_char_p)]
+
+
+TLS_NO_VERIFY_HOSTNAME = 1  # KVPOOL_TLS_NO_VERIFY_HOSTNAME
 
 
 class limits(Structure):
@@ -261,14 +267,17 @@ def _is_tensor(obj):
 class Pin:
     """The address and size of a caller buffer, held for as long as this
     object is not released: a buffer-protocol export (so a bytearray cannot
-    be resized under us) or a reference to a torch tensor."""
+    be resized under us) or a reference to a torch tensor (kept alive; torch
+    has no way to refuse a resize, so moved() tells whether it happened)."""
 
-    __slots__ = ("address", "nbytes", "_view", "_obj")
+    __slots__ = ("address", "nbytes", "_view", "_obj", "tensor")
 
     def __init__(self, obj, writable):
         self._view = None
         self._obj = obj
+        self.tensor = False
         if _is_tensor(obj):
+            self.tensor = True
             self._pin_tensor(obj)
             return
         view = Py_buffer()
@@ -287,6 +296,15 @@ class Pin:
             raise BufferError("kvpool: tensor is not contiguous")
         self.address = t.data_ptr()
         self.nbytes = t.numel() * t.element_size()
+
+    def moved(self):
+        """A pinned tensor was resized or given other storage (resize_,
+        set_) since it was pinned: its memory is no longer the pinned
+        range. Always False for buffer-protocol objects (they cannot be)."""
+        t = self._obj
+        if not self.tensor or t is None:
+            return False
+        return t.data_ptr() != self.address or t.numel() * t.element_size() < self.nbytes
 
     def release(self):
         if self._view is not None:

@@ -15,6 +15,12 @@ event loop: submits return at once and I/O happens inside those polls.
 Completions of requests nobody awaits (yet) are kept until wait() asks for
 them. Use one event loop per Client. While a wait is pending, do not call
 Client.poll yourself: the reader would race you for the completions.
+
+A wait that is cancelled (task.cancel(), asyncio.wait_for timing out)
+cancels its request: when the await ends, libkvpool no longer writes into
+the request's buffers (a GET's buffer may hold part of the block), and
+the request's completion is collected and dropped in the background, so
+its slot comes free (max_inflight is not used up by abandoned requests).
 """
 
 import asyncio
@@ -39,6 +45,7 @@ class _Dispatcher:
         self.fd = client.event_fd()
         self.waiting = {}     # id -> Future
         self.finished = {}    # id -> Completion nobody awaited yet
+        self.abandoned = set()  # ids whose wait was cancelled: completion dropped
         self.reading = False
 
     def _on_readable(self):
@@ -49,15 +56,19 @@ class _Dispatcher:
                 if not fut.done():
                     fut.set_exception(e)
             self.waiting.clear()
+            self.abandoned.clear()
             self._stop()
             return
         for comp in comps:
+            if comp.id in self.abandoned:
+                self.abandoned.discard(comp.id)  # its slot is free now
+                continue
             fut = self.waiting.pop(comp.id, None)
             if fut is None:
                 self.finished[comp.id] = comp
             elif not fut.done():
                 fut.set_result(comp)
-        if not self.waiting:
+        if not self.waiting and not self.abandoned:
             self._stop()
 
     def _start(self):
@@ -81,11 +92,31 @@ class _Dispatcher:
         self._on_readable()
         try:
             return await fut
+        except asyncio.CancelledError:
+            if not fut.done() or fut.cancelled():
+                self._abandon(rid)
+            raise
         finally:
             if self.waiting.get(rid) is fut:
                 del self.waiting[rid]
-                if not self.waiting:
+                if not self.waiting and not self.abandoned:
                     self._stop()
+
+    def _abandon(self, rid):
+        """The wait for rid was cancelled: cancel the request, so that
+        nothing is written into its buffers once the await has ended, and
+        keep reading until its completion (-ECANCELED, or its result if it
+        had finished) comes, to drop it and free its slot."""
+        if self.finished.pop(rid, None) is not None or rid not in self.client._pending:
+            return                    # polled already: nothing in flight, slot free
+        try:
+            self.client.cancel(rid)   # False: finished, completion not polled yet
+        except Exception:             # the Client was closed: nothing in flight
+            return
+        self.abandoned.add(rid)
+        self._start()
+        # the completion of a cancelled request is ready at once
+        self.loop.call_soon(self._on_readable)
 
 
 def _dispatcher(client):

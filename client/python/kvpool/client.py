@@ -12,6 +12,7 @@ in Python. The GIL is released while libkvpool waits for the network.
 import ctypes
 import errno as _errno
 import json
+import os
 import select
 import threading
 import time
@@ -19,7 +20,8 @@ from collections import namedtuple
 
 from . import _lib
 from .errors import ConnectionError as _ConnectionError
-from .errors import Busy, InvalidArgument, NotRegistered, TooLarge, make_error
+from .errors import (Busy, InvalidArgument, NotRegistered, TooLarge, last_server_message,
+                     make_error)
 
 _lib_fns = _lib.lib
 _KEY = _lib.KEY_BYTES
@@ -99,17 +101,33 @@ class _Pending:
     polled: the pins of its buffers and every ctypes array libkvpool was
     given (blocks, iovecs, keys, statuses)."""
 
-    __slots__ = ("tag", "pins", "keep", "st", "blocks", "n", "fl", "flags_out", "mres")
+    __slots__ = ("tag", "pins", "keep", "st", "blocks", "n", "fl", "flags_out", "mres",
+                 "moved")
 
     def __init__(self, tag, pins, keep, st, blocks, n, fl=None, flags_out=None, mres=None):
         self.tag, self.pins, self.keep, self.st, self.blocks, self.n = \
             tag, pins, keep, st, blocks, n
         self.fl, self.flags_out, self.mres = fl, flags_out, mres
+        self.moved = False   # a tensor of it was resized: cancelled, -EFAULT
+
+    def tensors(self):
+        """Whether a torch tensor is among its buffers."""
+        return self.pins is not None and any(p.tensor for p in self.pins.pins)
+
+    def tensor_moved(self):
+        return self.pins is not None and any(p.moved() for p in self.pins.pins)
 
     def release(self):
         if self.pins is not None:
             self.pins.__exit__(None, None, None)
             self.pins = None
+
+
+def _err(code, context, **extra):
+    """make_error for a synchronous call that just failed on this thread:
+    the message ends with the reason the server gave, if it gave one (which
+    quota, how full; why a token was refused)."""
+    return make_error(code, context, server=last_server_message(), **extra)
 
 
 def _key(key, what="key"):
@@ -126,11 +144,54 @@ def _key(key, what="key"):
     return k
 
 
+def _int_arg(value, name, lo=0, hi=0xFFFFFFFF):
+    """An integer argument: TypeError for anything but an int (a bool, a
+    float or a str is refused rather than converted), InvalidArgument when
+    it is out of lo..hi."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("kvpool: %s must be an int, not %s" % (name, type(value).__name__))
+    if not lo <= value <= hi:
+        raise InvalidArgument(-_errno.EINVAL, "kvpool: %s must be %d .. %d, got %d"
+                              % (name, lo, hi, value))
+    return value
+
+
+def _text_arg(value, name, none_ok=False):
+    """A str or bytes argument as bytes (None passes when none_ok). Anything
+    else is a TypeError, never converted: libkvpool takes a C string, and
+    an int (an all-digit token read from JSON or YAML) would reach it as an
+    address."""
+    if value is None and none_ok:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytes):
+        return value
+    hint = ""
+    if isinstance(value, int) and not isinstance(value, bool) and name == "token":
+        hint = " (an all-digit token read from JSON, YAML or an environment parser " \
+               "arrives as an int: quote it, or pass str(token))"
+    raise TypeError("kvpool: %s must be str or bytes%s, not %s%s"
+                    % (name, " or None" if none_ok else "", type(value).__name__, hint))
+
+
+def _path_arg(value, name):
+    """A file name (str, bytes or os.PathLike) as bytes, or None."""
+    if value is None:
+        return None
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str):
+        return os.fsencode(value)
+    return _text_arg(value, name)
+
+
 def _namespace(namespace, what):
     """A namespace name as bytes: 1..255 bytes of printable ASCII 0x21..0x7e
-    (no spaces). InvalidArgument saying what is wrong otherwise (libkvpool
-    would only say "invalid argument")."""
-    raw = namespace if isinstance(namespace, bytes) else str(namespace).encode()
+    (no spaces). TypeError for anything but str or bytes; InvalidArgument
+    saying what is wrong otherwise (libkvpool would only say "invalid
+    argument")."""
+    raw = _text_arg(namespace, "namespace")
     bad = None
     if not raw:
         bad = "it is empty"
@@ -222,6 +283,9 @@ def _timeout_ms(timeout):
     """Seconds (int or float, > 0) -> libkvpool milliseconds; None -> default."""
     if timeout is None:
         return 0
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError("kvpool: timeout must be seconds as an int or a float, not %s"
+                        % type(timeout).__name__)
     ms = int(round(float(timeout) * 1000))
     if ms < 1 or ms > 0xFFFFFFFF:
         raise InvalidArgument(-_errno.EINVAL, "kvpool: timeout must be 0.001 .. 4294967 s")
@@ -254,14 +318,24 @@ class Client:
     """A connection to a kvpool server, bound to one namespace.
 
     Client(url="tcp://127.0.0.1:7470", namespace="default", token=None,
-           timeout=10.0)
+           timeout=10.0, tls_ca=None, tls_cert=None, tls_key=None,
+           tls_verify_hostname=True)
 
-    url        "tcp://host:port" (host: a name, IPv4, or [IPv6])
+    url        "tcp://host:port" (host: a name, IPv4, or [IPv6]); "tls://host:port"
+               for a server with a certificate (also "auto://", "rdma://" and
+               node lists, as libkvpool takes them)
     namespace  1..255 printable ASCII bytes, no spaces (e.g.
                "llama3-8b:bf16:tp1:b16": blocks of different models or
                layouts must not share one)
     token      auth token (str or bytes) or None
     timeout    seconds allowed for each call, reconnect included (float)
+    tls_ca     tls://: file of the CA certificates the server's must chain to
+               (None: KVPOOL_TLS_CA, else the system's store)
+    tls_cert, tls_key
+               tls://: this client's certificate and key, for a server that
+               asks for one (None: KVPOOL_TLS_CERT / KVPOOL_TLS_KEY)
+    tls_verify_hostname
+               tls://: check the certificate names the URL's host (True)
 
     Connects at once (raises ConnectionError, Denied, InvalidArgument ...).
     Use it as a context manager, or call close(). A Client may be shared by
@@ -269,24 +343,31 @@ class Client:
     for parallel transfers use one Client per thread.
     """
 
-    def __init__(self, url=_lib.DEFAULT_URL, namespace="default", token=None, timeout=10.0):
+    def __init__(self, url=_lib.DEFAULT_URL, namespace="default", token=None, timeout=10.0,
+                 tls_ca=None, tls_cert=None, tls_key=None, tls_verify_hostname=True):
         self._handle = None
         self._lock = threading.Lock()
         self._get_hint_bytes = 0      # size of the last block get() returned
         self._registered = {}         # address -> Pin of register()ed buffers
         self._pending = {}            # async request id -> _Pending
+        self._tensor_reqs = set()     # ids of pending requests with torch tensors
         self._comp = (_lib.completion * 64)()
-        if isinstance(token, str):
-            token = token.encode()
+        url_b = _text_arg(url, "url")
+        token = _text_arg(token, "token", none_ok=True)
         opts = _lib.options(token=token, timeout_ms=_timeout_ms(timeout))
+        opts.tls_ca_file = _path_arg(tls_ca, "tls_ca")
+        opts.tls_cert_file = _path_arg(tls_cert, "tls_cert")
+        opts.tls_key_file = _path_arg(tls_key, "tls_key")
+        if not tls_verify_hostname:
+            opts.tls_flags |= _lib.TLS_NO_VERIFY_HOSTNAME
         ns = _namespace(namespace, "connect %s" % url)
         handle = ctypes.c_void_p()
-        rc = _lib_fns.kvpool_connect(str(url).encode(), ns,
+        rc = _lib_fns.kvpool_connect(url_b, ns,
                                      ctypes.byref(opts), ctypes.byref(handle))
         if rc:
             if rc == -_errno.ENOENT:  # at connect: the host name does not resolve
                 raise _ConnectionError(rc, "connect %s: host name does not resolve" % url)
-            raise make_error(rc, "connect %s namespace %r" % (url, namespace))
+            raise _err(rc, "connect %s namespace %r" % (url, namespace))
         self._handle = handle
         self._timeout_s = opts.timeout_ms / 1000 if opts.timeout_ms else \
             _lib.DEFAULT_TIMEOUT_MS / 1000
@@ -308,6 +389,7 @@ class Client:
             for rec in self._pending.values():
                 rec.release()
             self._pending.clear()
+            self._tensor_reqs.clear()
 
     @property
     def closed(self):
@@ -329,10 +411,31 @@ class Client:
                                                        getattr(self, "namespace", "?"), state)
 
     def _h(self):
-        """The handle; the caller holds self._lock."""
+        """The handle; the caller holds self._lock. Every call into
+        libkvpool takes it first, so this is where pending requests whose
+        torch tensors were resized are cancelled, before libkvpool can write
+        into memory the tensor no longer owns."""
         if self._handle is None:
             raise ValueError("kvpool: operation on a closed Client")
+        if self._tensor_reqs:
+            self._cancel_moved(self._handle)
         return self._handle
+
+    def _cancel_moved(self, h):
+        """Cancel each pending request one of whose tensors was resized or
+        given new storage since submit (torch cannot refuse that as a
+        bytearray's export does); its completion reports -EFAULT. A request
+        already finished (cancel says -ENOENT) wrote before the change."""
+        for rid in list(self._tensor_reqs):
+            rec = self._pending.get(rid)
+            if rec is None or not rec.tensor_moved():
+                if rec is None:
+                    self._tensor_reqs.discard(rid)
+                continue
+            self._tensor_reqs.discard(rid)
+            if _lib_fns.kvpool_cancel(h, rid) == 0:
+                rec.moved = True
+                rec.release()
 
     # ---- settings -----------------------------------------------------------
 
@@ -355,7 +458,7 @@ class Client:
         with self._lock:
             rc = _lib_fns.kvpool_get_limits(self._h(), ctypes.byref(out))
         if rc:
-            raise make_error(rc, "limits")
+            raise _err(rc, "limits")
         return Limits(*(getattr(out, f) for f, _ in _lib.limits._fields_))
 
     # ---- single blocks --------------------------------------------------------
@@ -384,7 +487,7 @@ class Client:
                 with self._lock:
                     rc = _lib_fns.kvpool_put_bytes(self._h(), k, p, pin.address, pin.nbytes)
         if rc:
-            raise make_error(rc, "put %s" % _short(k))
+            raise _err(rc, "put %s" % _short(k))
 
     def get_into(self, key, buffer):
         """Receive one block straight into `buffer` (a writable buffer or a
@@ -596,7 +699,7 @@ class Client:
         with self._lock:
             rc = _lib_fns.kvpool_exists(self._h(), raw, n, st)
         if rc:
-            raise make_error(rc, "exists")
+            raise _err(rc, "exists")
         return list(st) if statuses else [s == 0 for s in st]
 
     def delete_many(self, keys, statuses=False):
@@ -610,7 +713,7 @@ class Client:
         with self._lock:
             rc = _lib_fns.kvpool_delete(self._h(), raw, n, st)
         if rc:
-            raise make_error(rc, "delete")
+            raise _err(rc, "delete")
         return list(st) if statuses else [s == 0 for s in st]
 
     def match(self, keys, lease_ms=0, wait_ms=0, want=None, retain_ms=0):
@@ -644,7 +747,7 @@ class Client:
             rc = _lib_fns.kvpool_match_ex(self._h(), raw, n, ctypes.byref(opts),
                                           ctypes.byref(out))
         if rc:
-            raise make_error(rc, "match")
+            raise _err(rc, "match")
         return _match_result(out)
 
     # ---- asynchronous requests ----------------------------------------------------
@@ -666,6 +769,8 @@ class Client:
             rc = fn(h, *args, 0, ctypes.byref(rid))
             if rc == 0:
                 self._pending[rid.value] = rec
+                if rec.tensors():
+                    self._tensor_reqs.add(rid.value)
             elif rc == -_errno.EAGAIN:
                 # -EAGAIN is this Client's own full queue, or a server
                 # that turned a reconnect away BUSY: say which
@@ -777,7 +882,11 @@ class Client:
             return Completion(c.id, None, _OP_NAMES.get(c.op, "?"), c.status, [], [], 0,
                               message=message)
         rec.release()
+        self._tensor_reqs.discard(c.id)
         op = _OP_NAMES.get(c.op, "?")
+        if rec.moved:
+            return Completion(c.id, rec.tag, op, -_errno.EFAULT, [-_errno.EFAULT] * rec.n,
+                              [0] * rec.n if op == "get" else [], 0, [], None)
         statuses = list(rec.st[:rec.n]) if rec.st is not None and op != "match" else []
         lengths = []
         if op == "get":
@@ -796,8 +905,11 @@ class Client:
         """Up to `max` finished requests as a list of Completion, waiting up
         to `timeout` seconds for the first (0: do not wait; None: until one
         comes, or at once when nothing is in flight)."""
-        if not isinstance(max, int) or max < 1:
-            raise InvalidArgument(-_errno.EINVAL, "poll: max must be an int >= 1")
+        _int_arg(max, "poll: max", 1, 1 << 20)
+        if timeout is not None and (isinstance(timeout, bool) or
+                                    not isinstance(timeout, (int, float))):
+            raise TypeError("kvpool: poll: timeout must be seconds as an int or a float, "
+                            "or None, not %s" % type(timeout).__name__)
         end = None if timeout is None else time.monotonic() + float(timeout)
         efd = None
         while True:
@@ -845,6 +957,7 @@ class Client:
         """Cancel request `id`. True: its buffers are no longer touched (and
         released now); its completion, status -ECANCELED, still comes from
         poll. False: unknown or already finished."""
+        _int_arg(id, "cancel: id", 0, (1 << 64) - 1)
         with self._lock:
             rc = _lib_fns.kvpool_cancel(self._h(), id)
             if rc == 0 and id in self._pending:
@@ -868,8 +981,9 @@ class Client:
 
     @max_inflight.setter
     def max_inflight(self, n):
+        _int_arg(n, "max_inflight")
         with self._lock:
-            rc = _lib_fns.kvpool_set_max_inflight(self._h(), int(n))
+            rc = _lib_fns.kvpool_set_max_inflight(self._h(), n)
         if rc:
             raise make_error(rc, "max_inflight")
         self._max_inflight = int(n) or 64
@@ -884,7 +998,7 @@ class Client:
         with self._lock:
             rc = _lib_fns.kvpool_stats(self._h(), ns, ctypes.byref(out))
         if rc:
-            raise make_error(rc, "stats")
+            raise _err(rc, "stats")
         try:
             text = ctypes.string_at(out.value)
         finally:
@@ -899,7 +1013,7 @@ class Client:
         with self._lock:
             rc = _lib_fns.kvpool_drop_namespace(self._h(), ns, ctypes.byref(n))
         if rc:
-            raise make_error(rc, "drop_namespace")
+            raise _err(rc, "drop_namespace")
         return n.value
 
     def ping(self):
@@ -908,7 +1022,7 @@ class Client:
         with self._lock:
             rc = _lib_fns.kvpool_ping(self._h(), ctypes.byref(rtt_us))
         if rc:
-            raise make_error(rc, "ping")
+            raise _err(rc, "ping")
         return rtt_us.value
 
     # ---- registered memory ------------------------------------------------------
@@ -960,12 +1074,12 @@ class Client:
             what = "get %s" % _short(key)
             if size:
                 what += " (block is %d bytes)" % size
-            return make_error(rc, what, cls=TooLarge, block_bytes=size)
-        return make_error(rc, "get %s" % _short(key))
+            return _err(rc, what, cls=TooLarge, block_bytes=size)
+        return _err(rc, "get %s" % _short(key))
 
     @staticmethod
     def _statuses(rc, st, what):
         """Per-block statuses of a batch call, or raise its whole-call error."""
         if rc in _CALL_ERRORS and all(s == rc for s in st):
-            raise make_error(rc, what)
+            raise _err(rc, what)
         return list(st)

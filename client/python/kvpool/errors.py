@@ -136,6 +136,7 @@ _BY_ERRNO = {
     _errno.EOPNOTSUPP: Unsupported,
     _errno.ENODEV: Unsupported,
     _errno.EINVAL: InvalidArgument,
+    _errno.EFAULT: InvalidArgument,
     _errno.EEXIST: AlreadyRegistered,
     _errno.ENOMEM: OutOfMemory,
     _errno.ECONNREFUSED: ConnectionError,
@@ -145,8 +146,18 @@ _BY_ERRNO = {
 }
 
 
+# Statuses only the binding reports, with their descriptions.
+_BINDING_MESSAGES = {
+    _errno.EFAULT: "a buffer (a torch tensor) was resized or moved while the request was in "
+                   "flight: the request was cancelled before anything was written there",
+}
+
+
 def strerror(code):
-    """libkvpool's English description of a status (0 or a negative errno)."""
+    """libkvpool's English description of a status (0 or a negative errno),
+    or the binding's for the statuses only it reports (-EFAULT)."""
+    if -int(code) in _BINDING_MESSAGES:
+        return _BINDING_MESSAGES[-int(code)]
     return _lib.lib.kvpool_strerror(int(code)).decode()
 
 
@@ -155,9 +166,10 @@ def error_class(code):
     return _BY_ERRNO.get(-int(code), Error)
 
 
-def make_error(code, context=None, cls=None, **extra):
+def make_error(code, context=None, cls=None, server=None, **extra):
     """Build (not raise) the exception for `code`; `context` (e.g. "get
-    5d85718e...") prefixes the message."""
+    5d85718e...") prefixes the message, and `server` (the reason the server
+    gave, e.g. which quota and how full) follows it."""
     message = strerror(code)
     if int(code) == -_errno.EAGAIN:
         # libkvpool's words cover a submit's full queue too; the binding
@@ -165,4 +177,14 @@ def make_error(code, context=None, cls=None, **extra):
         message = "server busy, retry later"
     if context:
         message = "%s: %s" % (context, message)
+    if server:
+        message = "%s (server: %s)" % (message, server)
     return (cls or error_class(code))(code, message, **extra)
+
+
+def last_server_message():
+    """The reason the server gave for the last call that failed on this
+    thread (libkvpool keeps it per thread and clears it at each
+    synchronous call), or None."""
+    raw = _lib.lib.kvpool_last_server_message()
+    return raw.decode(errors="replace") if raw else None

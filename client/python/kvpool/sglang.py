@@ -21,6 +21,17 @@ The backend keys it reads from the extra config (every one optional):
     clear_drops_namespace  clear() drops the namespaces this backend
                       writes (default false: clear() refuses, raising, since
                       a namespace may be shared with other instances)
+    retain_first_blocks, retain_ms  store the first retain_first_blocks
+                      pages of every chain (the shared system prompt) with
+                      a retention of retain_ms (both, or neither; the
+                      server caps and budgets it: docs/engines.md)
+    request_retain    honour a retention that the cache controller passes
+                      in HiCacheStorageExtraInfo.extra_info["retain_ms"]
+                      (default true; this SGLang commit passes none)
+    prefill_tokens_per_s  the engine's prefill speed: batch_exists then
+                      offers a hit only when loading it is expected to beat
+                      recomputing it (from the load speed its own GETs see);
+                      unset: every hit is offered
 A misspelt key is refused; other unknown keys are logged (SGLang's own
 keys in the same dictionary pass).
 
@@ -47,9 +58,11 @@ Written against the HiCacheStorage interface of SGLang at commit
 import hashlib
 import logging
 import threading
+import time
 
 from ._adapters import config as _cfg
 from ._adapters import link as _link
+from ._adapters import policy as _policy
 from ._adapters.buffers import raw_buffer, tensor_address
 from ._adapters.config import ConfigError
 from ._adapters.keys import make_namespace, string_key
@@ -62,7 +75,8 @@ DEFAULT_URL = "tcp://127.0.0.1:7470"
 DEFAULT_LEASE_MS = 5000     # kvpoold's default max_lease_ms
 # the backend's own keys in --hicache-storage-backend-extra-config
 _OWN_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "namespace_prefix", "model",
-             "clear_drops_namespace")
+             "clear_drops_namespace", "retain_first_blocks", "retain_ms", "request_retain",
+             "prefill_tokens_per_s")
 # keys SGLang itself reads from the same dictionary (sgl-project/sglang 8905cbd4:
 # the dynamic loader, cache controllers and storage backends)
 _SGLANG_KEYS = ("backend_name", "module_path", "class_name", "interface_v1",
@@ -194,6 +208,11 @@ class KVPoolHiCacheStorage(HiCacheStorage):
         self.prefix = _cfg.text(cfg.get("namespace_prefix"), who, "namespace_prefix", "sglang")
         self.clear_drops = _cfg.flag(cfg.get("clear_drops_namespace"), who,
                                      "clear_drops_namespace", False)
+        # issue 29: retention hints for what is stored, and a load
+        # estimator for what is offered (kvpool._adapters.policy)
+        self.retain = _policy.RetainHints(cfg, who)
+        self.estimator = _policy.LoadEstimator.from_config(cfg, who)
+        self._page_bytes = None  # one page's bytes, from the first page buffers seen
         _cfg.text(cfg.get("model"), who, "model")
         sc = storage_config
         self.tp_rank = int(getattr(sc, "tp_rank", 0) or 0)
@@ -225,7 +244,8 @@ class KVPoolHiCacheStorage(HiCacheStorage):
         self._closed = False
         self._counts = {k: 0 for k in ("exists_calls", "exists_hit_pages", "get_pages",
                                        "get_failed_pages", "set_pages", "set_failed_pages",
-                                       "set_skipped_pages")}
+                                       "set_skipped_pages", "declined_hit_pages",
+                                       "retained_pages")}
         mem_pool = kwargs if hasattr(kwargs, "get_page_buffer_meta") else None
         if mem_pool is not None:
             self.register_mem_pool_host(mem_pool)
@@ -362,6 +382,20 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             first = self.key_bytes(prefix[-1])[1]
         return draft, ks, [first] + ks[:-1]
 
+    def _retain_for(self, n, extra_info):
+        """retain_ms for the n pages of a batch_set: the request's own
+        (HiCacheStorageExtraInfo.extra_info["retain_ms"], when a cache
+        controller passes it), else retain_ms for the chain's first
+        retain_first_blocks pages (the pages before this batch are
+        extra_info.prefix_keys)."""
+        if not self.retain.active or extra_info is None and not self.retain.first_blocks:
+            return [0] * n
+        extra = getattr(extra_info, "extra_info", None) if extra_info is not None else None
+        req = self.retain.request_ms(extra.get(_policy.SGLANG_EXTRA_INFO_FIELD)) \
+            if isinstance(extra, dict) else None
+        prefix = getattr(extra_info, "prefix_keys", None) if extra_info is not None else None
+        return self.retain.for_blocks(len(prefix or ()), n, req)
+
     # ---- zero-copy interface (interface_v1) ---------------------------------------
 
     @staticmethod
@@ -472,6 +506,11 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             self._counts["exists_calls"] += 1
             hit = link.call("batch_exists", lambda c: c.match(ks, self.lease_ms), 0)
             hit = hit if isinstance(hit, int) and 0 <= hit <= n else 0
+            if hit and self._page_bytes and self.estimator.enabled:
+                # a hit is offered only when loading it beats recomputing it
+                offered = self.estimator.offer(hit, self._page_bytes, self.page_size)
+                self._counts["declined_hit_pages"] += hit - offered
+                hit = offered
             self._counts["exists_hit_pages"] += hit
             return hit
         except Exception as e:
@@ -498,10 +537,14 @@ class KVPoolHiCacheStorage(HiCacheStorage):
             except ValueError as e:
                 self.warn.warning("pages", "kvpool.sglang: batch_get_v1: %s", e)
                 return [False] * n
+            self._page_bytes = self._page_bytes or (page_bytes[0] if page_bytes else None)
+            t0 = time.perf_counter()
             st = _link.statuses_or(link.call("batch_get_v1",
                                                lambda c: c.get_into_many(ks, bufs), None), n)
             ok = [st[i] == page_bytes[i] for i in range(n)]
             good = sum(ok)
+            if good == n:
+                self.estimator.record_load(sum(page_bytes), time.perf_counter() - t0)
             self._counts["get_pages"] += good
             self._counts["get_failed_pages"] += n - good
             bad = [s for s in st if s <= 0 and s not in (_link.MISS, _link.DOWN)]
@@ -535,14 +578,18 @@ class KVPoolHiCacheStorage(HiCacheStorage):
                 self._counts["set_failed_pages"] += n
                 return [False] * n
             try:
-                bufs, _ = self._page_buffers(host_indices, n)
+                bufs, page_bytes = self._page_buffers(host_indices, n)
             except ValueError as e:
                 self.warn.warning("pages", "kvpool.sglang: batch_set_v1: %s (nothing stored)",
                                   e)
                 self._counts["set_failed_pages"] += n
                 return [False] * n
+            self._page_bytes = self._page_bytes or (page_bytes[0] if page_bytes else None)
+            retain = self._retain_for(n, extra_info)
+            self._counts["retained_pages"] += sum(1 for r in retain if r)
             st = _link.statuses_or(link.call(
-                "batch_set_v1", lambda c: _link.put_rerooting(c, ks, bufs, parents), None), n)
+                "batch_set_v1", lambda c: _link.put_rerooting(c, ks, bufs, parents, retain),
+                None), n)
             ok = [s == 0 for s in st]
             good = sum(ok)
             self._counts["set_pages"] += good
@@ -831,6 +878,7 @@ class KVPoolHiCacheStorage(HiCacheStorage):
         """This backend's counters (a dict) and whether its links are up."""
         out = dict(self._counts)
         out["namespace"] = self.namespace
+        out["load_estimate"] = self.estimator.state()
         out["up"] = {"%s%s" % (role, ":draft" if d else ""): link.up
                      for (d, role), link in list(self._links.items())}
         return out

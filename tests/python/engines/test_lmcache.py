@@ -629,3 +629,50 @@ def test_pool_eviction_and_lmcaches_accounting(server, prefix, raw):
     ok, _, bools = w.wait(w.submit("submit_batch_delete", keys[:5]))
     assert ok and bools == [True] * 5
     w.close()
+
+
+# ---- issue 29: a request's retention, and settings checked at start -------------------
+
+class ConfigKey(Key):
+    """A key with LMCache's request_configs, as CacheEngineKey carries the
+    request's "lmcache."-prefixed kv_transfer_params (STAND-IN written from
+    LMCache's contract: CacheEngineKey.request_configs)."""
+
+    def __init__(self, s, request_configs):
+        super().__init__(s)
+        self.request_configs = request_configs
+
+
+def test_remote_request_retention(server, prefix, raw):
+    """kv_transfer_params {"lmcache.kvpool.retain_ms": MS} reach the keys:
+    those chunks are stored retained; a request without it, or with a
+    value that is no retention, stores ordinary chunks."""
+    async def run():
+        c = remote(server.url, prefix, loop=asyncio.get_running_loop())
+        kept = [ConfigKey("test-model@1@0@r%x@half" % i, {"lmcache.kvpool.retain_ms": 30000})
+                for i in range(3)]
+        plain = [Key("test-model@1@0@p%x@half" % i) for i in range(2)]
+        bad = ConfigKey("test-model@1@0@bad@half", {"lmcache.kvpool.retain_ms": "long"})
+        await c.batched_put(kept, [chunk_obj(CHUNK, 1.0)] * 3)
+        await c.batched_put(plain, [chunk_obj(CHUNK, 2.0)] * 2)
+        await c.put(bad, chunk_obj(CHUNK, 3.0))
+        ns = raw(c.namespace).stats(c.namespace)["namespaces"][c.namespace]
+        assert ns["blocks"] == 6 and ns["retained_blocks"] == 3
+        await c.close()
+    asyncio.run(run())
+
+
+def test_remote_policy_settings_checked(server, prefix):
+    from kvpool._adapters.config import ConfigError
+    for extra, what in (({"remote_storage_plugin.kvpool.retain_first_blocks": 4},
+                         "retain_first_blocks"),
+                        ({"remote_storage_plugin.kvpool.prefill_tokens_per_s": -3},
+                         "prefill_tokens_per_s")):
+        config = SimpleNamespace(chunk_size=CHUNK, extra_config=dict({
+            "remote_storage_plugin.kvpool.url": server.url,
+            "remote_storage_plugin.kvpool.namespace_prefix": prefix}, **extra))
+        meta = SimpleNamespace(model_name="test-model", world_size=1, worker_id=0,
+                               kv_dtype=torch.float16, kv_shape=(LAYERS, 2, CHUNK, HEADS, DIM))
+        with pytest.raises(ConfigError, match=what):
+            kl.KVPoolConnectorAdapter().create_connector(
+                ConnectorContext("plugin://kvpool", None, CpuBackend(), config, meta, "kvpool"))

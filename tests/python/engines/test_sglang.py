@@ -617,3 +617,75 @@ def test_unsized_arguments_answer(server, prefix):
         assert b.batch_set(junk, []) is False
         assert b.batch_exists(junk) == 0
     b.close()
+
+
+# ---- issue 29: retention hints and the load estimator ---------------------------------
+
+def test_retention_hint_first_blocks(server, prefix, raw):
+    """retain_first_blocks/retain_ms: the first 130 pages of the chain (one
+    whole batch of 128 and two pages of the next, counted through the
+    batches' prefix_keys) are stored retained, the rest ordinary."""
+    pool = FakeHostPool(pages=320)
+    pool.fill_random(11)
+    keys = chain(300, seed=21)
+    b = backend(server.url, prefix, pool, retain_first_blocks=130, retain_ms=60000)
+    assert ctl.backup(b, keys, pool.indices(0, 300), PAGE) == 300
+    ns = raw(b.namespace).stats(b.namespace)["namespaces"][b.namespace]
+    assert ns["blocks"] == 300
+    assert ns["retained_blocks"] == 130
+    assert b.stats()["retained_pages"] == 130
+    b.close()
+
+
+def test_retention_per_request_through_extra_info(server, prefix, raw):
+    """A controller that passes extra_info={"retain_ms": ...} retains that
+    batch; a value that is no retention is ignored (stored all the same,
+    no exception into SGLang)."""
+    pool = FakeHostPool(pages=16)
+    pool.fill_random(12)
+    keys = chain(12, seed=22)
+    b = backend(server.url, prefix, pool)
+    info = hs.HiCacheStorageExtraInfo(prefix_keys=None, extra_info={"retain_ms": 30000})
+    assert b.batch_set_v1(keys[:6], pool.indices(0, 6), info) == [True] * 6
+    bad = hs.HiCacheStorageExtraInfo(prefix_keys=keys[:6], extra_info={"retain_ms": "soon"})
+    assert b.batch_set_v1(keys[6:], pool.indices(6, 6), bad) == [True] * 6
+    ns = raw(b.namespace).stats(b.namespace)["namespaces"][b.namespace]
+    assert ns["blocks"] == 12 and ns["retained_blocks"] == 6
+    b.close()
+
+
+def test_retention_and_estimator_settings_checked_at_start(server, prefix):
+    pool = FakeHostPool(pages=4)
+    from kvpool._adapters.config import ConfigError
+    with pytest.raises(ConfigError, match="retain_first_blocks"):
+        ks.KVPoolHiCacheStorage(config(server.url, prefix, retain_first_blocks=4), pool)
+    with pytest.raises(ConfigError, match="retain_ms"):
+        ks.KVPoolHiCacheStorage(config(server.url, prefix, retain_first_blocks=4,
+                                       retain_ms=-1), pool)
+    with pytest.raises(ConfigError, match="prefill_tokens_per_s"):
+        ks.KVPoolHiCacheStorage(config(server.url, prefix, prefill_tokens_per_s=0), pool)
+    with pytest.raises(ConfigError, match="prefill_tokens_per_s"):
+        ks.KVPoolHiCacheStorage(config(server.url, prefix, prefill_tokens_per_s="fast"), pool)
+
+
+@pytest.mark.parametrize("speed,offered", [(1e-3, True), (1e12, False)])
+def test_estimator_offers_a_hit_only_when_loading_pays(server, prefix, speed, offered):
+    """prefill_tokens_per_s: an engine that prefills a token in 1000 s
+    always loads; one whose prefill is practically free declines every
+    hit once it has measured a load (the first get teaches it), except one
+    probe in PROBE_EVERY."""
+    pool = FakeHostPool(pages=80)
+    pool.fill_random(13)
+    keys = chain(64, seed=23)
+    b = backend(server.url, prefix, pool, prefill_tokens_per_s=speed)
+    assert ctl.backup(b, keys, pool.indices(0, 64), PAGE) == 64
+    assert ctl.exists_run(b, keys) == 64              # nothing measured yet: learning
+    dst = FakeHostPool(pages=80)
+    assert ctl.load(b, keys, dst.indices(0, 64), PAGE) == 64
+    hits = [ctl.exists_run(b, keys) for _ in range(b.estimator.PROBE_EVERY)]
+    if offered:
+        assert hits == [64] * len(hits)
+    else:
+        assert sorted(hits) == [0] * (len(hits) - 1) + [64]     # one probe
+        assert b.stats()["declined_hit_pages"] == 64 * (len(hits) - 1)
+    b.close()

@@ -603,3 +603,69 @@ def test_chunk_larger_than_max_block_bytes_fails_at_start(fresh_server, prefix):
         kv.KVPoolConnector(vllm_config(fresh_server.url, prefix, s, chunk_blocks=4),
                            KVConnectorRole.SCHEDULER, vl.kv_cache_config(BLOCKS, s.groups()))
     assert "max_block_bytes" in str(e.value)
+
+
+# ---- issue 29: retention hints and the load estimator ---------------------------------
+
+def test_retention_first_chunks_and_refresh(server, prefix, raw):
+    """retain_first_blocks=2 / retain_ms: a prompt's first two chunks are
+    stored retained, the rest ordinary; another instance's hit on them
+    refreshes the retention (they are loaded, never put again)."""
+    tokens, hashes = prompt(100, seed=31)             # 6 whole chunks of 16 tokens
+    a = Instance(server.url, prefix, retain_first_blocks=2, retain_ms=60000)
+    run_request(a, "r1", tokens, hashes, seed=31)
+    ns = a.scheduler.namespace_for_rank(0)
+    st = raw(ns).stats(ns)["namespaces"][ns]
+    assert st["blocks"] == 6 and st["retained_blocks"] == 2
+    b = Instance(server.url, prefix, retain_first_blocks=2, retain_ms=60000)
+    ext, errors = run_request(b, "r2", tokens, hashes, seed=32, ids=list(range(20, 27)))
+    assert ext == 96 and errors == [set()]
+    st2 = raw(ns).stats(ns)["namespaces"][ns]
+    assert st2["retained_blocks"] == 2
+    assert st2["match_requests"] > st["match_requests"]
+    a.close()
+    b.close()
+
+
+def test_retention_per_request(server, prefix, raw):
+    """kv_transfer_params {"kvpool_retain_ms": MS} retains every chunk of
+    that request; a value that is no retention is ignored."""
+    a = Instance(server.url, prefix)
+    tokens, hashes = prompt(70, seed=33)
+    req = Request("r1", tokens, hashes)
+    req.kv_transfer_params = {"kvpool_retain_ms": 30000}
+    a.block_ids, a.n_tokens = list(range(3, 8)), len(tokens)
+    step(a.scheduler, a.workers, req, a.block_ids, 0, a.forward(33))
+    ns = a.scheduler.namespace_for_rank(0)
+    assert raw(ns).stats(ns)["namespaces"][ns]["retained_blocks"] == 4
+    tokens2, hashes2 = prompt(70, seed=34)
+    req2 = Request("r2", tokens2, hashes2)
+    req2.kv_transfer_params = {"kvpool_retain_ms": -1}
+    a.block_ids, a.n_tokens = list(range(10, 15)), len(tokens2)
+    step(a.scheduler, a.workers, req2, a.block_ids, 0, a.forward(34))
+    st = raw(ns).stats(ns)["namespaces"][ns]
+    assert st["blocks"] == 8 and st["retained_blocks"] == 4
+    a.close()
+
+
+@pytest.mark.parametrize("speed,offered", [(1e-3, True), (1e12, False)])
+def test_estimator_in_the_scheduler(server, prefix, speed, offered):
+    """prefill_tokens_per_s: the scheduler learns the load speed from the
+    workers' load timings (worker metadata) and then offers a hit only
+    when loading it beats recomputing it (a prefill that is practically
+    free: never, but for one probe in PROBE_EVERY)."""
+    tokens, hashes = prompt(100, seed=35)
+    a = Instance(server.url, prefix)
+    run_request(a, "r1", tokens, hashes, seed=35)
+    b = Instance(server.url, prefix, prefill_tokens_per_s=speed)
+    ext, _ = run_request(b, "r2", tokens, hashes, seed=36, ids=list(range(20, 27)))
+    assert ext == 96                                   # learning: the first load is measured
+    assert b.scheduler.estimator.s_per_byte is not None
+    exts = [b.scheduler.get_num_new_matched_tokens(Request("q%d" % i, tokens, hashes), 0)[0]
+            for i in range(b.scheduler.estimator.PROBE_EVERY)]
+    if offered:
+        assert exts == [96] * len(exts)
+    else:
+        assert sorted(exts) == [0] * (len(exts) - 1) + [96]
+    a.close()
+    b.close()

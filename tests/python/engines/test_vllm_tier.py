@@ -360,3 +360,118 @@ def test_batch_lookup_of_junk_never_raises(server, prefix):
     assert t.batch_lookup(iter([offload_key(hashes(1, seed=30)[0])]),
                           tb.ReqContext("r")) == [False]
     t.shutdown()
+
+
+# ---- issue 29: a request's retention ---------------------------------------------------
+
+def _ns_stats(raw, ns):
+    return raw(ns).stats(ns)["namespaces"][ns]
+
+
+def test_request_retention_stores_and_refreshes(server, prefix, raw):
+    """kv_transfer_params {"kvpool_retain_ms": MS} in a job's ReqContext
+    (vLLM passes the request's own): its blocks are stored retained, those
+    the pool held already included; a request without it stores ordinary
+    blocks; a lookup with it refreshes the retention of the run it hits."""
+    tier, rows = make(server.url, prefix)
+    fill(rows, range(6), 41)
+    keys = [offload_key(h) for h in hashes(4, seed=41)]
+    plain = tb.ReqContext("plain")
+    kept = tb.ReqContext("kept", kv_transfer_params={"kvpool_retain_ms": 60000})
+    tier.submit_store(tb.JobMetadata(1, keys, np.array([0, 1, 2, 3]), False, plain))
+    tier.drain_jobs(timeout=10)
+    st = _ns_stats(raw, tier.namespace)
+    assert st["blocks"] == 4 and st["retained_blocks"] == 0
+    # the retained request stores blocks 0 and 1, which the pool holds already
+    tier.submit_store(tb.JobMetadata(2, keys[:2], np.array([0, 1]), False, kept))
+    tier.drain_jobs(timeout=10)
+    assert [(r.job_id, r.success) for r in tier.get_finished()] == [(1, True), (2, True)]
+    st = _ns_stats(raw, tier.namespace)
+    assert st["blocks"] == 4 and st["retained_blocks"] == 2
+    # a lookup that asks a retention extends it to the run it hits
+    assert tier.batch_lookup(keys, kept) == [True] * 4
+    assert _ns_stats(raw, tier.namespace)["retained_blocks"] == 4
+    # the deferred lookup path (one MATCH per request per step) asks it too
+    more = [offload_key(h) for h in hashes(3, seed=42)]
+    fill(rows, range(8, 11), 42)
+    tier.submit_store(tb.JobMetadata(3, more, np.array([8, 9, 10]), False, plain))
+    tier.drain_jobs(timeout=10)
+    assert _ns_stats(raw, tier.namespace)["retained_blocks"] == 4
+    other = tb.ReqContext("other", kv_transfer_params={"kvpool_retain_ms": 30000})
+    assert settle_ctx(tier, more[0], other) is True
+    assert _ns_stats(raw, tier.namespace)["retained_blocks"] == 5
+    tier.shutdown()
+
+
+def settle_ctx(tier, key, ctx, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        r = tier.lookup(key, ctx)
+        if r is not None or time.monotonic() > deadline:
+            return r
+        time.sleep(0.001)
+
+
+def test_request_retention_junk_and_settings(server, prefix, raw):
+    """A retention that is not a whole number of ms is ignored (the job
+    succeeds, nothing retained); request_retain false ignores every one;
+    retain_first_blocks and retain_ms are refused at start (a tier's jobs
+    carry no block position), naming the per-request field instead."""
+    tier, rows = make(server.url, prefix)
+    fill(rows, range(2), 43)
+    keys = [offload_key(h) for h in hashes(2, seed=43)]
+    bad = tb.ReqContext("bad", kv_transfer_params={"kvpool_retain_ms": "long"})
+    tier.submit_store(tb.JobMetadata(1, keys, np.array([0, 1]), False, bad))
+    tier.drain_jobs(timeout=10)
+    assert [r.success for r in tier.get_finished()] == [True]
+    assert tier.batch_lookup(keys, tb.ReqContext("x", kv_transfer_params=[1])) == [True, True]
+    assert _ns_stats(raw, tier.namespace)["retained_blocks"] == 0
+    tier.shutdown()
+    off, rows = make(server.url, prefix, namespace_prefix=prefix + "-off",
+                     request_retain=False)
+    fill(rows, range(2), 44)
+    keys = [offload_key(h) for h in hashes(2, seed=44)]
+    kept = tb.ReqContext("kept", kv_transfer_params={"kvpool_retain_ms": 60000})
+    off.submit_store(tb.JobMetadata(1, keys, np.array([0, 1]), False, kept))
+    off.drain_jobs(timeout=10)
+    assert _ns_stats(raw, off.namespace)["retained_blocks"] == 0
+    off.shutdown()
+    for extra in ({"retain_first_blocks": 2, "retain_ms": 1000}, {"retain_ms": 1000}):
+        with pytest.raises(ValueError) as e:
+            make(server.url, prefix, **extra)
+        assert "kvpool_retain_ms" in str(e.value)
+
+
+@pytest.mark.parametrize("speed,offered", [(1e-3, True), (1e12, False)])
+def test_estimator_answers_a_hit_only_when_loading_pays(server, prefix, speed, offered):
+    """prefill_tokens_per_s: once a load has been timed, a tier whose
+    engine prefills a token in 1000 s answers every hit True; one whose
+    prefill is practically free answers False (the engine recomputes),
+    but for one probe in PROBE_EVERY; the deferred lookups likewise."""
+    tier, rows = make(server.url, prefix, prefill_tokens_per_s=speed)
+    fill(rows, range(4), 45)
+    keys = [offload_key(h) for h in hashes(4, seed=45)]
+    ctx = tb.ReqContext("r")
+    tier.submit_store(tb.JobMetadata(1, keys, np.array([0, 1, 2, 3]), False, ctx))
+    tier.drain_jobs(timeout=10)
+    assert tier.batch_lookup(keys, ctx) == [True] * 4       # nothing timed yet: learning
+    tier.submit_load(tb.JobMetadata(2, keys, np.array([8, 9, 10, 11]), False, ctx))
+    tier.drain_jobs(timeout=10)
+    assert [r.success for r in tier.get_finished()] == [True, True]
+    assert tier.estimator.s_per_byte is not None
+    got = [tier.batch_lookup(keys, ctx) for _ in range(tier.estimator.PROBE_EVERY)]
+    if offered:
+        assert got == [[True] * 4] * len(got)
+        assert settle(tier, keys[0]) is True
+    else:
+        assert sorted(got) == [[False] * 4] * (len(got) - 1) + [[True] * 4]   # one probe
+        assert tier.declined == 4 * (len(got) - 1)
+        assert settle(tier, keys[0]) is False
+    tier.shutdown()
+
+
+def test_estimator_setting_checked(server, prefix):
+    for bad in (0, -1, "fast"):
+        with pytest.raises(ValueError) as e:
+            make(server.url, prefix, prefill_tokens_per_s=bad)
+        assert "prefill_tokens_per_s" in str(e.value)

@@ -304,15 +304,24 @@ def statuses_or(result, n, default=DOWN):
     return [default] * n
 
 
+def _put_many(client, keys, bufs, parents, retain_ms):
+    """client.put_many, with retain_ms only when some block asks one."""
+    asked = retain_ms if isinstance(retain_ms, int) else any(retain_ms)
+    if asked:
+        return client.put_many(keys, bufs, parents, retain_ms=retain_ms)
+    return client.put_many(keys, bufs, parents)
+
+
 def put_rerooting(client, keys, bufs, parents, retain_ms=0):
     """put_many, then again for the blocks refused with -ENOLINK (their
     parent was evicted or never stored): a refused block whose parent is
     an earlier refused block of the batch keeps it (both are put again, in
     order); the others are put with parent=None. A re-rooted block still
-    matches, since MATCH does not check links. retain_ms (an int, ms): the
-    retention asked for every block (0: none; see Client.put_many)."""
-    st = client.put_many(keys, bufs, parents, retain_ms=retain_ms) if retain_ms else \
-        client.put_many(keys, bufs, parents)
+    matches, since MATCH does not check links. retain_ms: the retention
+    asked for each block (an int for all, or a sequence of one int per
+    block; 0: none; see Client.put_many); put_many is called without it
+    when no block asks one."""
+    st = _put_many(client, keys, bufs, parents, retain_ms)
     again = [i for i, s in enumerate(st) if s == -_errno.ENOLINK]
     if again:
         p2, earlier = [], set()
@@ -320,8 +329,8 @@ def put_rerooting(client, keys, bufs, parents, retain_ms=0):
             p = parents[i] if parents else None
             p2.append(p if p is not None and p in earlier else None)
             earlier.add(keys[i])
-        more = {"retain_ms": retain_ms} if retain_ms else {}
-        st2 = client.put_many([keys[i] for i in again], [bufs[i] for i in again], p2, **more)
+        r2 = retain_ms if isinstance(retain_ms, int) else [retain_ms[i] for i in again]
+        st2 = _put_many(client, [keys[i] for i in again], [bufs[i] for i in again], p2, r2)
         for j, i in enumerate(again):
             st[i] = st2[j]
     return st

@@ -11,15 +11,24 @@ which makes KVPoolRemoteConnector), in the LMCache configuration:
 Keys: the SHA-256 of CacheEngineKey.to_string(). The plugin subclasses
 LMCache's ConnectorAdapter/RemoteConnector when LMCache is importable.
 See docs/engines.md.
+
+Retention and loads (issue 29): a request's kv_transfer_params
+{"lmcache.kvpool.retain_ms": MS} reaches each chunk's key
+(CacheEngineKey.request_configs) and the chunk is stored with that
+retention (request_retain, default true). With
+remote_storage_plugin.kvpool.prefill_tokens_per_s set, batched_contains
+offers a hit only when loading it is expected to beat recomputing it.
 """
 
 import asyncio
 import concurrent.futures
 import errno as _errno
 import logging
+import time
 
 from .._adapters import config as _cfg
 from .._adapters import link as _link
+from .._adapters import policy as _policy
 from .._adapters.keys import make_namespace, string_key
 from .._adapters.link import Link, RateLimitedLog
 
@@ -47,7 +56,8 @@ USING_REAL_BASE = _RealRemoteConnector is not None and _RealConnectorAdapter is 
 _Irrecoverable = _lmcache_base("lmcache.v1.exceptions", "IrrecoverableException")
 # the plugin's own settings (remote_storage_plugin.<plugin>.<key>) and LMCache's
 _REMOTE_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "namespace",
-                "namespace_prefix")
+                "namespace_prefix", "request_retain", "prefill_tokens_per_s",
+                "retain_first_blocks")
 _LMCACHE_PLUGIN_KEYS = ("module_path", "class_name")
 
 
@@ -175,6 +185,15 @@ class KVPoolRemoteConnector(RemoteConnector):
         self._link = Link(self.url, ns, token=token, timeout_s=self.timeout_s,
                           name="lmcache " + ns, warn=self.warn, lease_ms=self.lease_ms,
                           block_bytes=self._full_bytes() or None)
+        pol = {k: _cfg_get(config, plugin_name, k) for k in ("request_retain",
+                                                              "prefill_tokens_per_s")}
+        if _cfg_get(config, plugin_name, "retain_first_blocks") is not None:
+            raise _cfg.ConfigError("%s: retain_first_blocks: LMCache's keys carry no position "
+                                   "in the prompt; retain per request instead "
+                                   "(kv_transfer_params {\"%s\": MS})"
+                                   % (who, _policy.LMCACHE_REQUEST_FIELD))
+        self.retain = _policy.RetainHints({k: v for k, v in pol.items() if v is not None}, who)
+        self.estimator = _policy.LoadEstimator.from_config(pol, who)
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4,
                                                            thread_name_prefix="kvpool-lmc")
         self._closed = False
@@ -255,9 +274,11 @@ class KVPoolRemoteConnector(RemoteConnector):
         obj = self._allocate(full) if full else None
         if obj is None:
             return None
+        t0 = time.perf_counter()
         got = self._link.call("get", lambda c: c.get_into_many([k], [obj.byte_array]),
                               [_link.DOWN])[0]
         if got == full:
+            self.estimator.record_load(full, time.perf_counter() - t0)
             return obj
         token = self._token_bytes()
         if 0 < got < full and token and got % token == 0:
@@ -316,12 +337,20 @@ class KVPoolRemoteConnector(RemoteConnector):
     async def get(self, key):
         return await self._run(lambda: self._get_sync(key), None)
 
+    def _retain_of(self, key):
+        """The retention a chunk's request asks for (0: none)."""
+        cfgs = getattr(key, "request_configs", None)
+        if not isinstance(cfgs, dict) or _policy.LMCACHE_REQUEST_FIELD not in cfgs:
+            return 0
+        return self.retain.request_ms(cfgs[_policy.LMCACHE_REQUEST_FIELD]) or 0
+
     async def put(self, key, memory_obj):
         if not self._writes():
             return None
         k = self.key_bytes(key)
+        ms = self._retain_of(key)
         await self._run(lambda: self._link.call(
-            "put", lambda c: c.put_many([k], [memory_obj.byte_array]), None), None)
+            "put", lambda c: c.put_many([k], [memory_obj.byte_array], retain_ms=ms), None), None)
         return None
 
     async def list(self):
@@ -354,8 +383,9 @@ class KVPoolRemoteConnector(RemoteConnector):
         # remove the whole batch while LMCache believes the rest stored
         ks = [self.key_bytes(k) for k in keys]
         bufs = [m.byte_array for m in memory_objs]
-        await self._run(lambda: self._link.call("batched_put", lambda c: c.put_many(
-            ks, bufs, None), None), None)
+        retain = [self._retain_of(k) for k in keys]
+        await self._run(lambda: self._link.call("batched_put", lambda c: _link._put_many(
+            c, ks, bufs, None, retain), None), None)
         return None
 
     def support_batched_get(self):
@@ -374,7 +404,10 @@ class KVPoolRemoteConnector(RemoteConnector):
             if not ks:
                 return 0
             n = self._link.call("batched_contains", lambda c: c.match(ks, self.lease_ms), 0)
-            return n if isinstance(n, int) and 0 <= n <= len(ks) else 0
+            n = n if isinstance(n, int) and 0 <= n <= len(ks) else 0
+            if n and self.estimator.enabled and self._full_bytes():
+                n = self.estimator.offer(n, self._full_bytes(), self.chunk_tokens)
+            return n
         except Exception as e:
             self.warn.warning("contains", "kvpool.lmcache: batched_contains: %r", e)
             return 0

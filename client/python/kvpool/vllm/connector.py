@@ -28,6 +28,7 @@ import time
 
 from .._adapters import config as _cfg
 from .._adapters import link as _link
+from .._adapters import policy as _policy
 from .._adapters.keys import make_namespace
 from .._adapters.link import Link, RateLimitedLog
 from . import _layout, _pd
@@ -81,7 +82,8 @@ _POLICY_WARNED = []        # warn once per process about kv_load_failure_policy 
 _CONNECTOR_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "chunk_blocks",
                    "namespace_prefix", "model", "kv_dtype", "hash_algo", "rank",
                    "stage_through_host", "scheduler_timeout_s", "pd_wait_ms", "pd_max_waits",
-                   "pd_retain_ms", "staging_mb")
+                   "pd_retain_ms", "staging_mb", "retain_first_blocks", "retain_ms",
+                   "request_retain", "prefill_tokens_per_s")
 MAX_CHUNK_BLOCKS = 1024    # KV-manager blocks per kvpool block
 
 
@@ -116,11 +118,14 @@ class KVPoolWorkerMetadata(_worker_meta or object):
     """What workers tell the scheduler (build_connector_worker_meta):
     verdicts = {rank: (served, layout tag or the reason it is refused)};
     done = {rank: {req_id: store batches done so far}} (counts that
-    changed). Merged across workers by aggregate()."""
+    changed); loads = [(bytes, seconds)] of the whole loads done since the
+    last report (for the scheduler's load estimator). Merged across
+    workers by aggregate()."""
 
-    def __init__(self, verdicts=None, done=None):
+    def __init__(self, verdicts=None, done=None, loads=None):
         self.verdicts = dict(verdicts or {})
         self.done = dict(done or {})
+        self.loads = list(loads or [])
 
     def aggregate(self, other):
         merged = dict(self.verdicts)
@@ -130,10 +135,12 @@ class KVPoolWorkerMetadata(_worker_meta or object):
             mine = done.setdefault(r, {})
             for req, n in d.items():
                 mine[req] = max(mine.get(req, 0), n)
-        return KVPoolWorkerMetadata(merged, done)
+        return KVPoolWorkerMetadata(merged, done, self.loads + list(getattr(other, "loads", None)
+                                                                    or []))
 
     def __repr__(self):
-        return "KVPoolWorkerMetadata(%r, done=%r)" % (self.verdicts, self.done)
+        return "KVPoolWorkerMetadata(%r, done=%r, loads=%d)" % (self.verdicts, self.done,
+                                                                len(self.loads))
 
 
 def _is_scheduler(role):
@@ -153,7 +160,7 @@ def _groups_of(ids):
 
 class _ReqState:
     __slots__ = ("request", "asked", "computed", "answer", "block_ids", "stored", "load_from",
-                 "loads", "recv", "pd_used", "pd_first", "batches", "handoff")
+                 "loads", "recv", "pd_used", "pd_first", "batches", "handoff", "retain_ms")
 
     def __init__(self, request):
         self.request = request
@@ -168,6 +175,7 @@ class _ReqState:
         self.pd_used = False     # the hand-off load was given: never offered again
         self.pd_first = None     # when do_remote_prefill was first asked about
         self.batches = 0         # store batches scheduled
+        self.retain_ms = None    # the request's own retention (kv_transfer_params), or None
         params = getattr(request, "kv_transfer_params", None)
         # a prefill instance's hand-off: every prompt chunk goes to the pool
         self.handoff = bool(isinstance(params, dict) and params.get("do_remote_decode"))
@@ -197,7 +205,12 @@ class KVPoolConnector(*_BASES):
     such waits at once per worker, one connection each), pd_retain_ms
     (0: the retention a prefill instance asks for the blocks it hands
     off; 0 = none), staging_mb (1024: host staging rows for stores and
-    hand-off loads in flight, per worker). The worker's rank is vLLM's
+    hand-off loads in flight, per worker), retain_first_blocks and
+    retain_ms (store, and refresh on a hit, the first chunks of every
+    prompt with a retention: the system prompt), request_retain (true: a
+    request's kv_transfer_params {"kvpool_retain_ms": MS} retains its
+    chunks), prefill_tokens_per_s (offer a hit only when loading it beats
+    recomputing it; unset: every hit). The worker's rank is vLLM's
     (_keys.worker_rank): a "rank" setting that disagrees is refused.
     A value that cannot work raises ConfigError here, at start.
 
@@ -285,6 +298,11 @@ class KVPoolConnector(*_BASES):
                                          MAX_CHUNK_BLOCKS)
         self.force_stage = _cfg.flag(extra.get("stage_through_host"), who,
                                      "stage_through_host", False)
+        # issue 29: retention hints for what is stored, and a load
+        # estimator (fed by the workers' load timings) for what is offered
+        self.retain = _policy.RetainHints(extra, who)
+        self.estimator = _policy.LoadEstimator.from_config(extra, who)
+        self._load_samples = []                # worker: (bytes, seconds) not reported yet
         for key in ("namespace_prefix", "model", "kv_dtype", "hash_algo"):
             _cfg.text(extra.get(key), who, key)
         self.role_name = str(getattr(ktc, "kv_role", None) or "kv_both")
@@ -442,7 +460,7 @@ class KVPoolConnector(*_BASES):
             req_id = request.request_id
             st = self._reqs.get(req_id)
             if st is None:
-                st = self._reqs[req_id] = _ReqState(request)
+                st = self._reqs[req_id] = self._new_state(request)
             if _params(request).get("do_remote_prefill") and not st.pd_used:
                 return self._remote_prefill(request, st, num_computed_tokens)
             if not self.loads or not self._serving():
@@ -465,10 +483,16 @@ class KVPoolConnector(*_BASES):
             hit = len(keys)
             for rank in self._ranks():
                 link = self._link(rank)
-                m = link.call("match", lambda c: c.match(keys[:hit], self.lease_ms), 0)
+                # a request's own retention is refreshed on the run it hits
+                m = link.call("match", lambda c: c.match(keys[:hit], self.lease_ms,
+                                                         retain_ms=st.retain_ms or 0), 0)
                 hit = min(hit, m if isinstance(m, int) else 0)
                 if hit == 0:
                     break
+            self._refresh_first(keys, start, hit, st)
+            if hit and self.estimator.enabled:
+                hit = self.estimator.offer(hit, self.layout.chunk_bytes(self.chunk_blocks),
+                                           self.chunk_tokens)
             tokens = hit * self.chunk_tokens
             tokens = min(tokens, total - num_computed_tokens)
             tokens -= tokens % self.chunk_tokens
@@ -478,6 +502,22 @@ class KVPoolConnector(*_BASES):
         except Exception as e:
             self.warn.warning("match", "kvpool.vllm: get_num_new_matched_tokens: %r", e)
             return (0, False)
+
+    def _new_state(self, request):
+        st = _ReqState(request)
+        # the request's own retention (request_retain), for its stores and hits
+        st.retain_ms = self.retain.request_ms(_params(request).get(_policy.VLLM_REQUEST_FIELD))
+        return st
+
+    def _refresh_first(self, keys, start, hit, st):
+        """retain_first_blocks: a hit on the prompt's first chunks extends
+        their retention (they are loaded, not stored again, so no PUT would)."""
+        if st.retain_ms is not None or not hit or start or not self.retain.first_blocks:
+            return      # a request's own retention was refreshed by its MATCH already
+        k = min(self.retain.first_blocks, hit)
+        for rank in self._ranks():
+            self._link(rank).call("retain", lambda c: c.match(keys[:k], 0,
+                                                              retain_ms=self.retain.retain_ms), 0)
 
     def _remote_prefill(self, request, st, num_computed_tokens):
         """The hand-off answer (see get_num_new_matched_tokens)."""
@@ -538,7 +578,7 @@ class KVPoolConnector(*_BASES):
         try:
             st = self._reqs.get(request.request_id)
             if st is None:
-                st = self._reqs[request.request_id] = _ReqState(request)
+                st = self._reqs[request.request_id] = self._new_state(request)
             ids = blocks.get_block_ids() if blocks is not None else None
             if ids:
                 st.block_ids = _groups_of(ids)
@@ -639,12 +679,24 @@ class KVPoolConnector(*_BASES):
                 # a hand-off stores the local prefix hits too: the decode side needs them all
                 first = st.stored if st.handoff else max(st.stored, st.computed // self.chunk_tokens)
                 if self.stores and upto > first:
-                    chunks = range(first, upto)
-                    meta.stores.append((req_id, [keys[c] for c in chunks],
-                                        [self._chunk(st, c) for c in chunks],
-                                        keys[first - 1] if first > 0 else None,
-                                        self.pd_retain_ms if st.handoff else 0))
-                    st.batches += 1
+                    # one store batch per run of chunks with the same retention
+                    # (a request's own, else the hand-off's, else the first
+                    # chunks' retain_first_blocks; 0: an ordinary block)
+                    ms = self.retain.for_blocks(first, upto - first, st.retain_ms)
+                    if st.handoff:
+                        ms = [max(m, self.pd_retain_ms) for m in ms]
+                    lo = first
+                    while lo < upto:
+                        hi = lo + 1
+                        while hi < upto and ms[hi - first] == ms[lo - first]:
+                            hi += 1
+                        chunks = range(lo, hi)
+                        meta.stores.append((req_id, [keys[c] for c in chunks],
+                                            [self._chunk(st, c) for c in chunks],
+                                            keys[lo - 1] if lo > 0 else None,
+                                            ms[lo - first]))
+                        st.batches += 1
+                        lo = hi
                 st.stored = max(st.stored, upto)
                 st.computed = done_tokens
         except Exception as e:
@@ -694,14 +746,16 @@ class KVPoolConnector(*_BASES):
         return self.request_finished(request, block_ids)
 
     def update_connector_output(self, connector_output):
-        """Take the workers' layout verdicts and store-batch counts
-        (KVPoolWorkerMetadata), and forget the held requests vLLM has freed
-        (finished_sending)."""
+        """Take the workers' layout verdicts, store-batch counts and load
+        timings (KVPoolWorkerMetadata), and forget the held requests vLLM
+        has freed (finished_sending)."""
         try:
             for req_id in getattr(connector_output, "finished_sending", None) or ():
                 self._held.discard(req_id)
                 self._done.pop(req_id, None)
             wm = getattr(connector_output, "kv_connector_worker_meta", None)
+            for nbytes, secs in getattr(wm, "loads", None) or ():
+                self.estimator.record_load(nbytes, secs)
             for rank, per in (getattr(wm, "done", None) or {}).items():
                 for req_id, count in per.items():
                     if req_id in self._reqs or req_id in self._held:
@@ -802,13 +856,16 @@ class KVPoolConnector(*_BASES):
                         "fails)", self.rank, e)
 
     def build_connector_worker_meta(self):
-        """This worker's layout verdict, until the scheduler has it, and its
-        store batches done since the last call."""
+        """This worker's layout verdict, until the scheduler has it, its
+        store batches done since the last call, and the timings of its
+        whole loads since then (the scheduler's load estimator learns from
+        them)."""
         verdicts = {} if self._verdict is None or self._acked else {self.rank: self._verdict}
         done = self._ledger.report()
-        if not verdicts and not done:
+        loads, self._load_samples = self._load_samples, []
+        if not verdicts and not done and not loads:
             return None
-        return KVPoolWorkerMetadata(verdicts, {self.rank: done} if done else None)
+        return KVPoolWorkerMetadata(verdicts, {self.rank: done} if done else None, loads)
 
     def bind_connector_metadata(self, connector_metadata):
         super().bind_connector_metadata(connector_metadata)
@@ -1050,8 +1107,12 @@ class KVPoolConnector(*_BASES):
             return
         link = self._link(self._own_rank())
         bufs, staged, size = self._buffers(chunks)
+        t0 = time.perf_counter()
         st = _link.statuses_or(link.call("load", lambda c: c.get_into_many(keys, bufs),
                                          None), len(keys))
+        if self.estimator.enabled and st and all(s == size for s in st):
+            self._load_samples = (self._load_samples +
+                                  [(size * len(keys), time.perf_counter() - t0)])[-64:]
         failed = 0
         for i, chunk in enumerate(chunks):
             if st[i] != size:

@@ -19,6 +19,18 @@ Keys: vLLM's block hashes, 32 bytes (sha256, sha256_cbor) as they are,
 is the previous chunk of the same request. No entry point raises into
 vLLM when the pool is down, slow or full: lookups answer False and jobs
 fail (JobResult(success=False)).
+
+Retention (docs/engines.md): a request's kv_transfer_params
+{"kvpool_retain_ms": MS}, which vLLM hands the tier in each job's and
+lookup's ReqContext, stores that request's blocks with a retention of MS
+(every block of its store jobs, those the pool holds already included, so
+that their retention is extended) and refreshes it on the run its lookups
+hit (request_retain, default true). retain_first_blocks is refused: a
+tier's jobs do not say where their blocks sit in the prompt.
+
+Loads (docs/engines.md): with prefill_tokens_per_s set, a lookup's hit is
+answered True only when loading it is expected to beat recomputing it
+(the load speed from the tier's own loads; kvpool._adapters.policy).
 """
 
 import collections
@@ -29,6 +41,7 @@ import time
 
 from .._adapters import config as _cfg
 from .._adapters import link as _link
+from .._adapters import policy as _policy
 from .._adapters.async_link import make_async_link
 from .._adapters.buffers import raw_buffer
 from .._adapters.keys import make_namespace
@@ -98,7 +111,8 @@ def register():
 
 _TIER_KEYS = ("url", "token", "token_file", "timeout_s", "lease_ms", "namespace",
               "namespace_prefix", "model", "kv_dtype", "hash_algo", "block_size", "miss_ttl_s",
-              "failed_ttl_s", "group")
+              "failed_ttl_s", "group", "request_retain", "retain_first_blocks", "retain_ms",
+              "prefill_tokens_per_s")
 
 
 def _backend_of(vllm_config):
@@ -249,7 +263,9 @@ class KVPoolSecondaryTier(SecondaryTierManager):
         url, token, timeout_s (2.0), lease_ms (5000), namespace or
         namespace_prefix ("vllm"), model, kv_dtype, hash_algo,
         block_size (tokens per offloaded chunk), miss_ttl_s (1.0),
-        failed_ttl_s (30.0), group (0)
+        failed_ttl_s (30.0), group (0), request_retain (true: a request's
+        kv_transfer_params {"kvpool_retain_ms": MS} retains its blocks),
+        prefill_tokens_per_s (unset: every hit is offered)
     Never raises, also when the pool is down.
 
     Every method runs on vLLM's scheduler thread and returns at once:
@@ -278,6 +294,7 @@ class KVPoolSecondaryTier(SecondaryTierManager):
         self._state = {}              # key -> (present, expiry monotonic)
         self._pending = {}            # key -> req_id, while a MATCH is in flight
         self._batch = collections.OrderedDict()  # req_id -> keys of this step
+        self._batch_retain = {}       # req_id -> its retention (ms), for this step's MATCH
         self._last_key = collections.OrderedDict()   # req_id -> its last stored key
         self._drained = threading.Condition(self._lock)
         self._closed = False
@@ -297,7 +314,18 @@ class KVPoolSecondaryTier(SecondaryTierManager):
         self.failed_ttl_s = _cfg.seconds(params.get("failed_ttl_s"), who, "failed_ttl_s", 30.0,
                                          allow_zero=True)
         self.group = _cfg.integer(params.get("group"), who, "group", 0)
-        _cfg.integer(params.get("block_size"), who, "block_size", 0)
+        for key in ("retain_first_blocks", "retain_ms"):
+            if params.get(key) is not None:
+                raise _cfg.ConfigError(
+                    "%s: %s: the tier's store jobs do not say where their blocks sit in "
+                    "the prompt; retain per request instead (kv_transfer_params "
+                    "{\"%s\": MS})" % (who, key, _policy.VLLM_REQUEST_FIELD))
+        self.retain = _policy.RetainHints({"request_retain": params.get("request_retain")}, who)
+        self.estimator = _policy.LoadEstimator.from_config(params, who)
+        self.declined = 0             # lookups' hit blocks answered False by the estimator
+        self.block_tokens = _cfg.integer(params.get("block_size"), who, "block_size", 0) or \
+            int(getattr(getattr(getattr(config, "vllm_config", None) or config,
+                                "cache_config", None), "block_size", 0) or 0)
         for key in ("namespace", "namespace_prefix", "model", "kv_dtype", "hash_algo"):
             _cfg.text(params.get(key), who, key)
         token = _cfg.token(params.get("token"), who, token_file=params.get("token_file"))
@@ -380,7 +408,7 @@ class KVPoolSecondaryTier(SecondaryTierManager):
         now = time.monotonic()
         if kind == "lookup":
             keys = c.tag[2]
-            m = c.matched if c.status == 0 else 0
+            m = self._offer(c.matched if c.status == 0 else 0)
             with self._lock:
                 for i, k in enumerate(keys):
                     self._pending.pop(k, None)
@@ -393,9 +421,11 @@ class KVPoolSecondaryTier(SecondaryTierManager):
                 self.warn.warning("lookup", "kvpool.vllm: lookup failed: %s",
                                   _link.strerror_of(c.status))
         elif kind == "load":
-            job_id, keys, row_bytes = c.tag[1], c.tag[2], c.tag[3]
+            job_id, keys, row_bytes, t0 = c.tag[1], c.tag[2], c.tag[3], c.tag[4]
             ok = c.status == 0 and all(n == row_bytes for n in c.lengths) and \
                 len(c.lengths) == len(keys)
+            if ok:
+                self.estimator.record_load(row_bytes * len(keys), now - t0)
             with self._lock:
                 for k in keys:
                     if ok:
@@ -451,9 +481,12 @@ class KVPoolSecondaryTier(SecondaryTierManager):
             if not self._read_link.up:
                 return self._result("lookup", False)
             req = getattr(req_context, "req_id", None)
+            ms = self._retain_of(req_context)
             with self._lock:
                 self._pending[k] = req
                 self._batch.setdefault(req, []).append(k)
+                if ms:
+                    self._batch_retain[req] = ms
                 self._wake.set()
             return self._result("lookup", None)
         except Exception as e:
@@ -472,13 +505,19 @@ class KVPoolSecondaryTier(SecondaryTierManager):
             with self._lock:
                 self._wake.clear()
                 batches, self._batch = list(self._batch.items()), collections.OrderedDict()
+                retain, self._batch_retain = self._batch_retain, {}
                 if len(self._state) > _MAX_STATE:
                     now = time.monotonic()
                     for k in [k for k, (_, exp) in self._state.items() if exp <= now]:
                         del self._state[k]
             for req, keys in batches:
                 try:
-                    self._read.submit_match(keys, self.lease_ms, tag=("lookup", req, keys))
+                    ms = retain.get(req, 0)
+                    if ms:      # the request's retention, refreshed on the run it hits
+                        self._read.submit_match(keys, self.lease_ms, tag=("lookup", req, keys),
+                                                retain_ms=ms)
+                    else:
+                        self._read.submit_match(keys, self.lease_ms, tag=("lookup", req, keys))
                 except Exception as e:
                     self.warn.warning("lookup", "kvpool.vllm: lookup refused: %r", e)
                     with self._lock:
@@ -494,11 +533,34 @@ class KVPoolSecondaryTier(SecondaryTierManager):
             keys = list(keys)
             n = len(keys)
             ks = [block_key(k, None) for k in keys]
-            m = self._read_link.call("batch_lookup", lambda c: c.match(ks, self.lease_ms), 0)
+            ms = self._retain_of(req_context)
+            m = self._read_link.call("batch_lookup", lambda c: c.match(
+                ks, self.lease_ms, retain_ms=ms) if ms else c.match(ks, self.lease_ms), 0)
+            m = self._offer(m if isinstance(m, int) else 0)
             return [i < m for i in range(len(ks))]
         except Exception as e:
             self.warn.warning("lookup", "kvpool.vllm: batch_lookup: %r", e)
             return [False] * n
+
+    def _offer(self, matched):
+        """The leading blocks of a hit of `matched` to answer True: all of
+        them, or none when the estimator expects recomputing them to be
+        faster than loading (prefill_tokens_per_s)."""
+        if not matched or not self.estimator.enabled or self._rows is None or \
+                not self.block_tokens:
+            return matched
+        n = self.estimator.offer(matched, self._rows.row_bytes, self.block_tokens)
+        self.declined += matched - n
+        return n
+
+    def _retain_of(self, req_context):
+        """The retention (ms, 0: none) a request's kv_transfer_params ask
+        for ({"kvpool_retain_ms": MS}); a value that is no retention is
+        ignored (logged once)."""
+        params = getattr(req_context, "kv_transfer_params", None)
+        if not isinstance(params, dict):
+            return 0
+        return self.retain.request_ms(params.get(_policy.VLLM_REQUEST_FIELD)) or 0
 
     def _job(self, job):
         job_id = getattr(job, "job_id")
@@ -531,7 +593,14 @@ class KVPoolSecondaryTier(SecondaryTierManager):
                     while len(self._last_key) > _MAX_REQUESTS:   # finished ones never told
                         self._last_key.popitem(last=False)
             parents = [first_parent] + keys[:-1]
-            self._write.submit_exists_many(keys, tag=("exists", job_id, keys, bufs, parents))
+            ms = self._retain_of(getattr(job, "req_context", None))
+            if ms:
+                # every block, so that those already stored get the retention too
+                self._write.submit_put_many(keys, bufs, parents, tag=("store", job_id),
+                                            retain_ms=ms)
+            else:
+                self._write.submit_exists_many(keys, tag=("exists", job_id, keys, bufs,
+                                                          parents))
         except Exception as e:
             self.warn.warning("store", "kvpool.vllm: submit_store: %r", e)
             if job_id is not None:
@@ -552,7 +621,8 @@ class KVPoolSecondaryTier(SecondaryTierManager):
                 return self._report(job_id, False)
             bufs = [self._rows.row(b) for b in ids]
             self._read.submit_get_into_many(keys, bufs, tag=("load", job_id, keys,
-                                                             self._rows.row_bytes))
+                                                             self._rows.row_bytes,
+                                                             time.monotonic()))
         except Exception as e:
             self.warn.warning("load", "kvpool.vllm: submit_load: %r", e)
             if job_id is not None:
