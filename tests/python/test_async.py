@@ -223,3 +223,29 @@ def test_sync_call_behind_a_waiting_match(server, namespace):
         assert comp.id == rid and comp.status == 0
         assert comp.result.flags == kvpool.MATCH_WAITED | kvpool.MATCH_WAIT_TIMEOUT
         assert c.exists(other)
+
+
+def test_put_block_array_lives_until_completion(client):
+    """A submitted put's block array (keys, iovecs) is read by libkvpool
+    until the request completes: the binding must keep it alive. Large
+    blocks keep the requests queued while the allocator is churned, so a
+    freed array would be reused under them (a crash, or blocks stored
+    under wrong keys; without the array kept, 1 to 3 rounds of 5 crashed)."""
+    import ctypes
+    import gc
+
+    for rnd in range(5):
+        ks = keys_of("uaf%d" % rnd, 8)
+        data = [bytes([rnd * 8 + i + 1]) * (4 << 20) for i in range(8)]
+        ids = [client.submit_put_many([ks[i]], [data[i]]) for i in range(8)]
+        gc.collect()
+        junk = [(ctypes.c_char * 64)(*([0x41] * 64)) for _ in range(20000)]
+        comps = drain(client, 8, timeout=30.0)
+        del junk
+        assert sorted(c.id for c in comps) == sorted(ids)
+        assert all(c.status == 0 and c.statuses == [0] for c in comps)
+        for i, k in enumerate(ks):
+            buf = bytearray(4 << 20)
+            assert client.get_into(k, buf) == 4 << 20
+            assert bytes(buf) == data[i]
+        client.delete_many(ks)

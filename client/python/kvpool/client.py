@@ -818,6 +818,7 @@ class Client:
         except BaseException:
             pins.__exit__(None, None, None)
             raise
+        keep.append(blocks)  # libkvpool reads the block array until the completion
         rec = _Pending(tag, pins, keep, st, None, n, fl=fl, flags_out=fl_out)
         return self._submit(_lib_fns.kvpool_submit_put_ex, (blocks, n, st, fl), rec,
                             "submit_put_many")
