@@ -835,3 +835,19 @@ def test_prefill_speed_empty_string_refused(server, prefix):
     pool = FakeHostPool(pages=4)
     with pytest.raises(ConfigError, match="prefill_tokens_per_s"):
         ks.KVPoolHiCacheStorage(config(server.url, prefix, prefill_tokens_per_s=""), pool)
+
+
+def test_learning_offer_is_counted_before_a_page_is_seen(server, prefix):
+    """An instance that has not stored or loaded a page yet (it does not
+    know a page's size) offers its first hit to measure it: that offer is
+    counted (the estimator's counters under-reported it)."""
+    pool = FakeHostPool(pages=12)
+    pool.fill_random(17)
+    keys = chain(8, seed=27)
+    writer = backend(server.url, prefix, pool)
+    assert ctl.backup(writer, keys, pool.indices(0, 8), PAGE) == 8
+    reader = backend(server.url, prefix, FakeHostPool(pages=12), prefill_tokens_per_s=1e6)
+    assert ctl.exists_run(reader, keys) == 8
+    assert reader.estimator.state()["offered"] == 1
+    writer.close()
+    reader.close()

@@ -554,6 +554,8 @@ class KVPoolConnector(*_BASES):
                     m = self._link(rank).match("match", keys[:hit], self.scheduler_lease_ms,
                                                unleased=self.failure_policy == "recompute")
                     hit = min(hit, m if isinstance(m, int) else 0)
+                    if hit == 0:
+                        break
             tokens = hit * self.chunk_tokens
             tokens = min(tokens, total - num_computed_tokens)
             tokens -= tokens % self.chunk_tokens
