@@ -375,7 +375,7 @@ static void publish_locked(struct rebuild *rb)
 		if (!b || !rb->recs[i].retain_until_ms)
 			continue;
 		until = store_retain_until_from_wall(s, rb->recs[i].retain_until_ms);
-		if (until && store_retain_block_locked(s, b, until, false) == STORE_RETAIN_OK)
+		if (until && store_retain_block_locked(s, b, until, false, NULL) == STORE_RETAIN_OK)
 			rb->retained++;
 	}
 }
