@@ -123,6 +123,12 @@ static const struct conf_setting settings[] = {
 	  "payload bytes one tenant (with tokens_file; a token may set its own) or else one "
 	  "namespace may hold retained; a retention past it is refused and the block stored "
 	  "without it; 0 = a quarter of dram_capacity", NULL, "bytes" },
+	{ "max_retained_total_bytes", CONF_SIZE, FIELD(max_retained_total_bytes), "0", 0,
+	  1024 * TIB, 0, "SIZE",
+	  "payload bytes the whole pool may hold retained, over every tenant and namespace, so "
+	  "that ordinary blocks always have room; a retention past it is refused as for the "
+	  "budget; 0 = half of dram_capacity; dram_capacity or more = no pool-wide bound",
+	  NULL, "bytes" },
 	{ "max_conn_match_waits", CONF_U32, FIELD(max_conn_match_waits), "64", 1, 65536, CONF_RELOAD,
 	  "N",
 	  "MATCHes one connection may have waiting for blocks at once; one more answers at once "

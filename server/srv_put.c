@@ -271,8 +271,8 @@ static void put_commit_one(struct srv_conn *c, uint32_t i, uint8_t *body)
 		 * commit's lock hold, so the block cannot be evicted between
 		 * (on EXISTS, the stored block's retention is extended) */
 		struct store *s = c->w->srv->store;
-		int rc = store_put_commit_retain(s, sl->block, sl->hashed ? &sl->sum : NULL,
-						 sl->e.retain_ms, &rr);
+		int rc = store_put_commit_retain_by(s, sl->block, sl->hashed ? &sl->sum : NULL,
+						    sl->e.retain_ms, c->tenant, &rr);
 
 		sl->block = NULL;
 		sl->dst = NULL;
@@ -280,7 +280,8 @@ static void put_commit_one(struct srv_conn *c, uint32_t i, uint8_t *body)
 			     rc == -EEXIST ? PROTO_STATUS_EXISTS : proto_status_from_errno(rc);
 	} else if (sl->e.retain_ms && sl->status == PROTO_STATUS_EXISTS) {
 		/* stored before this PUT: its retention is extended (a refresh) */
-		if (store_put_retain(c->w->srv->store, c->ns_id, sl->e.key, sl->e.retain_ms, &rr))
+		if (store_put_retain_by(c->w->srv->store, c->ns_id, sl->e.key, sl->e.retain_ms,
+					c->tenant, &rr))
 			rr = (struct store_retain_res){ 0, 0 }; /* removed meanwhile */
 	}
 	r.status = sl->status;

@@ -34,6 +34,7 @@
 #include "srv_events.h"
 #include "srv_lifecycle.h"
 #include "srv_log.h"
+#include "srv_request.h"
 #include "srv_mwait.h"
 #include "srv_prefault.h"
 #include "srv_worker.h"
@@ -450,6 +451,10 @@ static void pool_config(const struct conf *c, struct store_config *sc)
 		/* per namespace, and each tenant's unless its token sets one */
 		.max_retained_bytes = c->max_retained_bytes ? c->max_retained_bytes :
 							      c->dram_capacity_bytes / 4,
+		/* the whole pool, so that ordinary blocks always have room */
+		.max_retained_total_bytes = c->max_retained_total_bytes
+						    ? c->max_retained_total_bytes
+						    : c->dram_capacity_bytes / 2,
 		.nvme_dir = c->nvme_dir[0] ? c->nvme_dir : NULL,
 		.nvme_capacity_bytes = c->nvme_capacity_bytes,
 		.nvme_segment_bytes = c->nvme_segment_bytes,
@@ -754,6 +759,8 @@ int srv_run(const struct conf *c, int argc, char **argv)
 		rc = tls_open(s);
 	if (rc == 0)
 		rc = pool_open(s);
+	if (rc == 0)
+		srv_retain_budget_warn(s, "");
 	if (rc == 0)
 		srv_rdma_open(s, &s->rdma, srv_rdma_test_ops);
 	if (rc == 0)
