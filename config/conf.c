@@ -164,7 +164,8 @@ static const struct conf_setting settings[] = {
 	  "on SIGTERM or SIGINT, wait this long at most for requests in flight", NULL, "ms" },
 	{ "nvme_drain_ms", CONF_U32, FIELD(nvme_drain_ms), "10000", 0, 3600000, 0, "MS",
 	  "on SIGTERM or SIGINT, after the requests: spend this long at most writing DRAM-only "
-	  "blocks to NVMe, hottest first, so a restart finds them; 0 = none", NULL, "ms" },
+	  "blocks to NVMe, retained ones first, then hottest first, so a restart finds them; "
+	  "0 = none", NULL, "ms" },
 	{ "kv_events_endpoint", CONF_STRING, FIELD(kv_events_endpoint), "", 0, 255, CONF_EMPTY_UNSET,
 	  "ADDR", "ZeroMQ PUB address to bind for KV events (e.g. tcp://127.0.0.1:5557); "
 	  "unset = no events", NULL, NULL },

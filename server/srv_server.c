@@ -477,9 +477,16 @@ static void nvme_report(struct srv *s)
 	store_stats(s->store, &st);
 	if (!st.nvme_enabled)
 		return;
-	srv_info("nvme tier: %" PRIu64 " blocks rebuilt in %" PRIu64 " ms (%" PRIu64
-		 " blocks/s), %" PRIu64 " orphans dropped", st.rebuild_blocks, st.rebuild_ms,
-		 st.rebuild_blocks * 1000 / (st.rebuild_ms ? st.rebuild_ms : 1), st.orphans_dropped);
+	/* a rate over less than 1 ms means nothing: not printed then (the
+	 * storage's own rebuild line does the same) */
+	if (st.rebuild_ms)
+		srv_info("nvme tier: %" PRIu64 " blocks rebuilt in %" PRIu64 " ms (%" PRIu64
+			 " blocks/s), %" PRIu64 " orphans dropped", st.rebuild_blocks,
+			 st.rebuild_ms, st.rebuild_blocks * 1000 / st.rebuild_ms,
+			 st.orphans_dropped);
+	else
+		srv_info("nvme tier: %" PRIu64 " blocks rebuilt in under 1 ms, %" PRIu64
+			 " orphans dropped", st.rebuild_blocks, st.orphans_dropped);
 	if (statvfs(s->conf.nvme_dir, &fs) < 0)
 		return;
 	room = (uint64_t)fs.f_bavail * fs.f_frsize + st.nvme_used_bytes;

@@ -327,6 +327,13 @@ enum store_retain_outcome store_retain_block_locked(struct store *s, struct stor
 	return STORE_RETAIN_OK;
 }
 
+void store_retain_count_expired_locked(struct store *s, struct store_block *b)
+{
+	struct store_ns *ns = store_block_ns(s, b);
+
+	count(s, ns, ns->tenant, offsetof(struct store_retain_acct, expired), 1);
+}
+
 void store_retain_drop_locked(struct store *s, struct store_block *b)
 {
 	uint32_t ri = rec_find(&s->retain, store_slab_id(b));

@@ -80,6 +80,10 @@ enum store_retain_outcome {
 enum store_retain_outcome store_retain_block_locked(struct store *s, struct store_block *b,
 						    uint64_t until_ms, bool charge_check,
 						    struct store_tenant *by);
+/* Count an expiry of b's retention that a warm restart found past (it
+ * ran out while kvpoold was down, or before the stop): in b's namespace
+ * and the pool, so that the counters do not lose it. */
+void store_retain_count_expired_locked(struct store *s, struct store_block *b);
 /* b (retained) is leaving the pool: forget its retention and uncharge. */
 void store_retain_drop_locked(struct store *s, struct store_block *b);
 /* b's deadline (CLOCK_MONOTONIC ms), 0 when it is not retained. */

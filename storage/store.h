@@ -128,7 +128,8 @@ int store_open(const struct store_config *cfg, struct store **out, char *why, si
 void store_drain(struct store *s);
 
 /* For a planned restart: write the pool's DRAM-only blocks to NVMe,
- * hottest (most recently used) first, each after its DRAM-only ancestors
+ * retained ones first, then hottest (most recently used) first, each
+ * after its DRAM-only ancestors
  * (so that what is written is reachable at the next start), for at most
  * timeout_ms; nvme_admission does not apply. Call after the last put and
  * before store_drain; the pool keeps serving meanwhile. *kept (may be
