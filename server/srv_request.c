@@ -6,6 +6,7 @@
 #include "srv_request.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -548,6 +549,26 @@ static enum srv_next op_drop(struct srv_conn *c)
 	return done(reply_fixed(c, reply, sizeof(reply)));
 }
 
+/* With a tokens file, a token sees its own tenant's row of "tenants"
+ * only (what others retain, their budgets and refusals are theirs); a
+ * token that grants "*" (an operator's) sees every row. */
+static void stats_own_tenant(struct srv_conn *c, struct srv_snapshot *snap)
+{
+	struct srv_stats_doc *d = &snap->doc;
+	char id[SRV_TENANT_ID_CHARS + 1];
+	uint32_t kept = 0;
+
+	if (!c->w->srv->auth || !d->tenants_on ||
+	    srv_auth_grants_all(c->w->srv->auth, c->token_digest))
+		return;
+	for (int k = 0; k < SRV_TENANT_ID_CHARS / 2; k++)
+		snprintf(id + 2 * k, 3, "%02x", c->token_digest[k]);
+	for (uint32_t i = 0; i < d->tenant_count; i++)
+		if (strcmp(snap->tenants[i].id, id) == 0)
+			snap->tenants[kept++] = snap->tenants[i];
+	d->tenant_count = kept;
+}
+
 /* Render the STATS document into body. Errors: -ENOMEM. */
 static int stats_render(struct srv_conn *c, const char *name, uint16_t len, struct evbuffer *body)
 {
@@ -556,6 +577,7 @@ static int stats_render(struct srv_conn *c, const char *name, uint16_t len, stru
 
 	if (rc < 0)
 		return rc;
+	stats_own_tenant(c, snap);
 	rc = srv_stats_json(&snap->doc, body);
 	srv_snapshot_free(snap);
 	return rc;

@@ -440,8 +440,9 @@ static void test_tenants(void **state)
 	assert_int_equal(match_chain(b, "b", 0, 16, NULL, NULL), 16);
 	assert_int_equal(match_chain(a, "a", 0, 6, NULL, NULL), 6);
 	assert_int_equal(match_chain(a2, "a", 100, 6, NULL, NULL), 2);
-	/* STATS: one row per tenant, named by the head of its token's digest */
-	assert_int_equal(harness_stats(b, NULL, &doc), 0);
+	/* STATS: one row per tenant, named by the head of its token's digest;
+	 * a token sees its own row only */
+	assert_int_equal(harness_stats(a, NULL, &doc), 0);
 	tenant_id(TOK_A, id);
 	snprintf(key, sizeof(key), "tenants.%s.retained_blocks", id);
 	assert_int_equal(harness_json_u64_or_fail(doc, key), 8);
@@ -449,12 +450,17 @@ static void test_tenants(void **state)
 	assert_int_equal(harness_json_u64_or_fail(doc, key), 512 * KIB);
 	snprintf(key, sizeof(key), "tenants.%s.retain_refused", id);
 	assert_int_equal(harness_json_u64_or_fail(doc, key), 4);
+	assert_int_equal(json_object_object_length(json_object_object_get(doc, "tenants")), 1);
+	json_object_put(doc);
+	assert_int_equal(harness_stats(b, NULL, &doc), 0);
 	tenant_id(TOK_B, id);
 	snprintf(key, sizeof(key), "tenants.%s.retained_blocks", id);
 	assert_int_equal(harness_json_u64_or_fail(doc, key), 16);
 	snprintf(key, sizeof(key), "tenants.%s.retain_budget_bytes", id);
 	assert_int_equal(harness_json_u64_or_fail(doc, key), 2u << 20);
-	assert_int_equal(json_object_object_length(json_object_object_get(doc, "tenants")), 2);
+	assert_int_equal(json_object_object_length(json_object_object_get(doc, "tenants")), 1);
+	json_object_put(doc);
+	assert_int_equal(harness_stats(a, NULL, &doc), 0);
 	assert_int_equal(harness_json_u64_or_fail(doc, "namespaces.ta/two.retain_budget_bytes"),
 			 512 * KIB);
 	json_object_put(doc);
@@ -465,6 +471,19 @@ static void test_tenants(void **state)
 }
 
 #define TOK_R "retain-reader-r-token-0123456789"
+#define TOK_ADM "retain-operator-token-0123456789"
+
+/* How many rows "tenants" of c's STATS has. */
+static int tenant_rows(struct kvpool_client *c)
+{
+	struct json_object *doc;
+	int n;
+
+	assert_int_equal(harness_stats(c, NULL, &doc), 0);
+	n = json_object_object_length(json_object_object_get(doc, "tenants"));
+	json_object_put(doc);
+	return n;
+}
 
 /* tenants.<id of token>.<field> of a STATS document */
 static uint64_t tenant_stat(struct kvpool_client *c, const char *token, const char *field)
@@ -492,12 +511,14 @@ static void test_requester_pays(void **state)
 		"[tokens]\n"
 		TOK_A " rw max_retained_bytes=512KiB ta/ shared/\n"
 		TOK_B " rw max_retained_bytes=512KiB tb/ shared/\n"
-		TOK_R " ro max_retained_bytes=256KiB ta/\n";
+		TOK_R " ro max_retained_bytes=256KiB ta/\n"
+		TOK_ADM " ro *\n";
 	static const char lowered[] =
 		"[tokens]\n"
 		TOK_A " rw max_retained_bytes=512KiB ta/ shared/\n"
 		TOK_B " rw max_retained_bytes=64KiB tb/ shared/\n"
-		TOK_R " ro max_retained_bytes=256KiB ta/\n";
+		TOK_R " ro max_retained_bytes=256KiB ta/\n"
+		TOK_ADM " ro *\n";
 	struct harness_server srv = { 0 };
 	const char *flags[] = {
 		"--dram-capacity", "16MiB", "--max-block-bytes", "64KiB", "--threads", "2",
@@ -505,7 +526,7 @@ static void test_requester_pays(void **state)
 	};
 	struct kvpool_match_opts o = { .retain_ms = 60000 };
 	struct kvpool_match_result r;
-	struct kvpool_client *a, *ash, *b, *bsh, *rd;
+	struct kvpool_client *a, *ash, *b, *bsh, *rd, *adm;
 	uint32_t f[8];
 	char path[300];
 	int i;
@@ -556,6 +577,13 @@ static void test_requester_pays(void **state)
 	assert_int_equal(f[1], KVPOOL_PUT_RETAIN_BUDGET);
 	assert_int_equal(f[2], KVPOOL_PUT_RETAIN_BUDGET);
 	assert_int_equal(tenant_stat(bsh, TOK_B, "retained_bytes"), 64 * KIB);
+	/* a token sees its own tenant row; a "*" token every one */
+	assert_int_equal(tenant_rows(rd), 1);
+	assert_int_equal(tenant_rows(b), 1);
+	adm = client_tok(&srv, "ta/1", TOK_ADM);
+	assert_int_equal(tenant_rows(adm), 4);
+	assert_int_equal(tenant_stat(adm, TOK_R, "retained_bytes"), 256 * KIB);
+	kvpool_close(adm);
 	kvpool_close(a);
 	kvpool_close(ash);
 	kvpool_close(b);
