@@ -703,6 +703,69 @@ static void test_cluster_retains_on_every_owner(void **state)
 	free(f);
 }
 
+/* The index of the node of srv[0..n) that holds block tag/id. */
+static int holder_of(struct harness_server *srv, int n, const char *ns, const char *tag,
+		     uint64_t id)
+{
+	uint8_t key[32];
+	int found = -1;
+
+	harness_key(key, tag, id);
+	for (int i = 0; i < n; i++) {
+		struct kvpool_client *d = client_tok(&srv[i], ns, NULL);
+		size_t matched = 0;
+
+		assert_int_equal(kvpool_match(d, (const uint8_t(*)[32])key, 1, 0, &matched), 0);
+		if (matched)
+			found = i;
+		kvpool_close(d);
+	}
+	assert_true(found >= 0);
+	return found;
+}
+
+/* A cluster MATCH whose leading block's node refuses the retention for
+ * its budget answers retained 0 with retain_ms 0 and RETAIN_BUDGET, as
+ * one node would (PROTOCOL.md 14.1), even where another node retained
+ * its own later blocks. */
+static void test_cluster_merged_reply(void **state)
+{
+	enum { NODES = 2, BLOCKS = 16 };
+	const char *flags[] = {
+		"--dram-capacity", "16MiB", "--max-block-bytes", "64KiB", "--threads", "1",
+		"--max-retain-ms", "60000", "--max-retained-bytes", "256KiB", "--log-level", "warn",
+		NULL,
+	};
+	struct harness_server srv[NODES] = { { 0 } };
+	struct kvpool_match_opts o = { .retain_ms = 30000 };
+	struct kvpool_match_result r;
+	struct kvpool_client *cl, *d;
+	char list[128];
+	int head;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	for (int i = 0; i < NODES; i++)
+		assert_int_equal(harness_start(&srv[i], flags), 0);
+	snprintf(list, sizeof(list), "tcp://127.0.0.1:%u,127.0.0.1:%u", srv[0].port,
+		 srv[1].port);
+	assert_int_equal(kvpool_connect(list, "ret-merge", NULL, &cl), 0);
+	put_chain(cl, "mg", 0, BLOCKS, 0, NULL);
+	/* the head's node spends its whole budget on other blocks */
+	head = holder_of(srv, NODES, "ret-merge", "mg", 0);
+	d = client_tok(&srv[head], "ret-merge", NULL);
+	put_chain(d, "fill", 0, 4, 60000, NULL);
+	assert_int_equal(ns_stat(d, "ret-merge", "retained_blocks"), 4);
+	kvpool_close(d);
+	assert_int_equal(match_chain(cl, "mg", 0, BLOCKS, &o, &r), BLOCKS);
+	assert_int_equal(r.retained, 0);
+	assert_int_equal(r.retain_ms, 0);
+	assert_true(r.flags & KVPOOL_MATCH_RETAIN_BUDGET);
+	kvpool_close(cl);
+	for (int i = 0; i < NODES; i++)
+		assert_int_equal(harness_stop(&srv[i]), 0);
+}
+
 /* ---- warm restart ---------------------------------------------------------- */
 
 /* With an NVMe tier, retention deadlines survive a restart: the retained
@@ -763,6 +826,7 @@ int main(void)
 		cmocka_unit_test(test_pool_wide_cap),
 		cmocka_unit_test(test_restart_keeps_deadlines),
 		cmocka_unit_test(test_cluster_retains_on_every_owner),
+		cmocka_unit_test(test_cluster_merged_reply),
 		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 
