@@ -377,7 +377,7 @@ struct kvpool_match_opts {
 			       (capped at max_match_wait_ms) for PUTs that
 			       complete them, then answer what is present */
 	uint32_t want;      /* leading blocks needed; 0 = count; above count
-			       is -EPROTO (the server's BAD_REQUEST) */
+			       is -EINVAL (refused before anything is sent) */
 	uint32_t retain_ms; /* > 0: extend the matched run's retention to at
 			       least this long from now (capped at
 			       max_retain_ms, within the retention budget) */
@@ -429,15 +429,12 @@ struct kvpool_match_result {
  * wanted block has another owner, the wait ends at once and the call
  * answers what is present, flags KVPOOL_MATCH_WAITED |
  * KVPOOL_MATCH_WAIT_ENDED: ask again (docs/cluster.md, "Waiting MATCH").
- * Threads, blocking and errors as kvpool_match, plus -EPROTO when want >
- * count (the server's BAD_REQUEST, kvpool_last_server_message has its
- * reason; a v1 server or a cluster handle: refused by the library, no
- * message), -EDQUOT when a lease over the connection's or tenant's
- * leased-bytes bound is refused (only kvpoold before the lease cut: now
- * such a MATCH answers the longest leading run whose lease fits, with
- * KVPOOL_MATCH_LEASE_CUT and present > matched) and
- * -EINVAL when out is NULL. After a BAD_REQUEST the handle reconnects at
- * its next call. */
+ * Threads, blocking and errors as kvpool_match, plus -EINVAL when want >
+ * count or out is NULL (checked before anything is sent; the connection
+ * is kept, on every kind of handle), and -EDQUOT when a lease over the
+ * connection's or tenant's leased-bytes bound is refused (only kvpoold
+ * before the lease cut: now such a MATCH answers the longest leading run
+ * whose lease fits, with KVPOOL_MATCH_LEASE_CUT and present > matched). */
 int kvpool_match_ex(struct kvpool_client *c, const void *keys, size_t count,
 		    const struct kvpool_match_opts *opts, struct kvpool_match_result *out);
 
@@ -568,7 +565,12 @@ int kvpool_unregister(struct kvpool_client *c, const void *buf);
  * to the timeout while it does, as a synchronous call would).
  *
  * Timeouts. Each request has the handle's timeout (kvpool_set_timeout) from
- * its submit, covering its BUSY retries. A request whose timeout passes
+ * its submit, covering its BUSY retries; a request submitted behind
+ * waiting MATCHes still owed a reply on the connection (the server answers
+ * it only after them) has its timeout from the end of the last of their
+ * waits, so that a call made while a wait is parked (kvpool_ping,
+ * kvpool_stats, a put...) neither times out nor, by closing the
+ * connection, ends that wait. A request whose timeout passes
  * before any of its frames went on the wire (or while it waits to retry)
  * completes with -ETIMEDOUT alone. One whose timeout passes while the
  * server owes it a reply completes with -ETIMEDOUT and closes the
@@ -584,9 +586,12 @@ int kvpool_unregister(struct kvpool_client *c, const void *buf);
  * overlap another call; with requests in flight it drops them: no
  * completion comes, and no buffer is touched after it returns.
  *
- * Refusals. kvpool_last_server_message is set, on the thread that polls a
- * completion, to the server's words for that request's refusal ("" when
- * it carries none).
+ * Refusals. kvpool_poll sets the calling thread's
+ * kvpool_last_server_message to the server's words for the refusal of
+ * the first completion it returns that carries any, and to "" when none
+ * of them does (a submit sets "" unless its own reconnect is refused). To
+ * read the words of every refused request, poll one completion at a time
+ * (max 1).
  *
  * Sizing max_inflight. Each request in flight holds one slot (a few
  * hundred bytes plus per-block scratch kept for reuse). Enough requests
@@ -666,7 +671,8 @@ int kvpool_submit_delete(struct kvpool_client *c, const void *keys, size_t count
  * then equals out->matched). A waiting MATCH (wait_ms > 0) has the
  * handle's timeout plus wait_ms; while the server holds it, the requests
  * submitted after it on the handle are answered after it (the server
- * answers a connection's requests in order). Same checks, threads and
+ * answers a connection's requests in order), and their timeouts count
+ * from the end of its wait (see Timeouts). Same checks, threads and
  * errors as kvpool_submit_put / kvpool_submit_match, plus -EINVAL for a
  * NULL out. */
 int kvpool_submit_put_ex(struct kvpool_client *c, const struct kvpool_put_block *blocks,
@@ -710,7 +716,14 @@ int kvpool_event_fd(struct kvpool_client *c);
  *   -EINPROGRESS (RDMA: the server was given the request's buffers and may
  *   still move bytes; the request completes as usual, on a cluster handle
  *   with -ECANCELED when part of it was cancelled; until then its memory
- *   is the library's). Does not block (on a cluster handle it may wait
+ *   is the library's). A waiting MATCH (wait_ms > 0) cannot be withdrawn
+ *   from the server, which answers nothing sent after it on the connection
+ *   before it answers it: when nothing else of the handle is in flight, the
+ *   library closes the connection (the server drops the wait; the next
+ *   call reconnects, counted in kvpool_counters.reconnects); otherwise the
+ *   requests behind it are answered when its wait ends (at the latest
+ *   wait_ms after its submit), within their deadlines, which cover it.
+ *   Does not block (on a cluster handle it may wait
  *   the few microseconds a node thread needs to hand a part of the request
  *   to its connection). Thread-safe. */
 int kvpool_cancel(struct kvpool_client *c, uint64_t id);
@@ -807,11 +820,13 @@ const char *kvpool_strerror(int err);
  * message of the last error reply (e.g. "hello refused: the token does
  * not grant namespace x", "put refused: the token is read-only in
  * namespace x"), through any handle or kvpool_connect; "" when the last
- * call got none (a timeout, a miss, a local error). On a cluster handle
- * the words are those of the first node that refused, after its name
- * ("10.0.0.2:7470: hello refused: ..."). Thread-local storage of the
- * calling thread: valid until that thread's next call into the library.
- * Never NULL; cannot fail. Any thread. */
+ * call got none (a timeout, a miss, a local error); after kvpool_poll,
+ * the first refusal among the completions it returned (see "Refusals"
+ * under the asynchronous API). On a cluster handle the words are those of
+ * the first node that refused, after its name ("10.0.0.2:7470: hello
+ * refused: ..."). Thread-local storage of the calling thread: valid until
+ * that thread's next call into the library. Never NULL; cannot fail. Any
+ * thread. */
 const char *kvpool_last_server_message(void);
 
 #ifdef __cplusplus

@@ -137,6 +137,11 @@ static const struct conf_setting settings[] = {
 	  CONF_RELOAD, "N",
 	  "with tokens_file: MATCHes all of one token's connections may have waiting at once; one "
 	  "more answers at once without waiting; 0 = no limit", NULL, "matches" },
+	{ "max_match_wait_bytes", CONF_SIZE, FIELD(max_match_wait_bytes), "64MiB", 0, 1024 * GIB,
+	  CONF_RELOAD, "SIZE",
+	  "memory all waiting MATCHes of the server may hold (each keeps its keys, 32 bytes "
+	  "each, and a record); one more answers at once without waiting; applies without "
+	  "tokens_file too; 0 = no limit", NULL, "bytes" },
 	{ "allow_unauthenticated", CONF_BOOL, FIELD(allow_unauthenticated), "false", 0, 1, 0,
 	  "BOOL", "serve a non-loopback listen address without tokens_file", NULL, NULL },
 	{ "tls_cert_file", CONF_STRING, FIELD(tls_cert_file), "", 0, CONF_PATH_MAX - 1,

@@ -679,9 +679,12 @@ int cli_match_main(int argc, char **argv)
 		free(keys);
 		return cli_connect_exit_code(rc);
 	}
-	rc = kvpool_match_ex(c, keys, n, &a.o, &r);
+	/* The limits (the protocol version, for the detail line) are read
+	 * before the match: a server that answers a wait and then closes (a
+	 * drain on SIGTERM) must not turn that answer into a connection error. */
+	rc = kvpool_get_limits(c, &lim);
 	if (rc == 0)
-		rc = kvpool_get_limits(c, &lim);
+		rc = kvpool_match_ex(c, keys, n, &a.o, &r);
 	kvpool_close(c);
 	free(keys);
 	if (rc)

@@ -216,10 +216,9 @@ static int submit_locked(struct kvcl *cl, const struct kvc_req *r, int internal,
 	size_t count = kvcl_is_batch(r->op) ? r->count : 0, scratch;
 	struct kvcl_parent *p;
 
-	/* want > count: what a server answers (BAD_REQUEST), refused here as
-	 * the nodes each see only their part of the chain */
+	/* want > count: an argument error (kvc_req_check refuses it first) */
 	if (r->op == KVPOOL_OP_MATCH && r->mopts.want > r->count)
-		return -EPROTO;
+		return -EINVAL;
 	if (r->op == KVPOOL_OP_PUT && r->flags && r->count)
 		memset(r->flags, 0, r->count * sizeof(*r->flags)); /* always written */
 	/* per entry its placement state and a status of our own */
@@ -301,7 +300,7 @@ static int pop_locked(struct kvcl *cl, struct kvpool_completion *out, int max)
 			.id = p->id, .tag = p->r.tag, .op = p->r.op, .status = p->res.status,
 			.count = p->r.count, .matched = p->res.match.matched,
 		};
-		kvc_frame_set_last_message(p->res.msg);
+		kvc_frame_first_message(p->res.msg);
 		cl->used--;
 		p->polled = 1;
 		parent_maybe_free(cl, p);

@@ -175,6 +175,10 @@ def make_error(code, context=None, cls=None, server=None, **extra):
     5d85718e...") prefixes the message, and `server` (the reason the server
     gave, e.g. which quota and how full) follows it."""
     message = strerror(code)
+    if int(code) == -_errno.EAGAIN:
+        # libkvpool's words cover a submit's full queue too; the binding
+        # says that case itself (Client._submit), so here it is the server
+        message = "server busy, retry later"
     if context:
         message = "%s: %s" % (context, message)
     if server:
