@@ -25,8 +25,13 @@ struct srv_tenants *srv_tenants_new(void);
 /* Destructor (the store_tenants stay the store's). Accepts NULL. */
 void srv_tenants_free(struct srv_tenants *ts);
 
+/* The store_tenant key of the token with this SHA-256 digest: its first
+ * 8 bytes, little-endian (never 0). Stable across restarts. */
+uint64_t srv_tenant_key(const uint8_t digest[32]);
+
 /* The tenant of the token with this digest, made in st with max_bytes and
- * max_leased_bytes (0 = no limit) at its first call. The pointer stays
+ * max_leased_bytes (0 = no limit) at its first call (or the one a warm restart rebuilt for its key,
+ * srv_tenant_key, which then takes these limits). The pointer stays
  * valid until store_close(st). NULL on -ENOMEM (the caller serves the
  * connection without tenant limits rather than refuse it). */
 struct store_tenant *srv_tenant_get(struct srv_tenants *ts, struct store *st,

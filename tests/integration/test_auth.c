@@ -556,6 +556,87 @@ static void test_tenant_billing(void **state)
 	unlink(path);
 }
 
+/* A PUT in a fresh namespace ns by token: its status, and the refusal's
+ * message must hold `want` (when not NULL). */
+static int bill_put_new(const struct harness_server *srv, const char *ns, const char *token,
+			const char *tag, uint64_t n, const char *want)
+{
+	struct kvpool_client *c = bill_client(srv, ns, token);
+	int rc = bill_put(c, tag, n, 1024);
+
+	if (want && !strstr(kvpool_last_server_message(), want))
+		fail_msg("refusal in %s says \"%s\", not \"%s\"", ns,
+			 kvpool_last_server_message(), want);
+	kvpool_close(c);
+	return rc;
+}
+
+/* Tester finding F3: a warm restart keeps the billing. Blocks rebuilt
+ * from NVMe stay charged to the tenant that wrote them and namespaces to
+ * the one that created them (the NVMe index records the tenant's key);
+ * a tenant that only binds a shared namespace after the restart is
+ * charged nothing for it. Before, B binding shared/x first was billed
+ * for A's and B's blocks there (locked out of its own namespaces with
+ * QUOTA) and counted as its creator, while A's namespace count restarted
+ * from zero. */
+static void test_tenant_billing_restart(void **state)
+{
+	static const char text[] =
+		TOK_BILL_A " rw shared/ a/\n"
+		TOK_BILL_B " rw shared/ b/\n"
+		TOK_BILL_OP " rw *\n";
+	char path[300], nvdir[300];
+	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "1MiB",
+				"--threads", "2", "--tokens-file", path,
+				"--tenant-max-bytes", "100KiB", "--tenant-max-namespaces", "2",
+				"--nvme-dir", nvdir, "--nvme-capacity", "64MiB",
+				"--nvme-segment-size", "2MiB", NULL };
+	struct harness_server srv = { 0 };
+	struct kvpool_client *a, *b;
+	uint8_t key[32];
+	int st = -1;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	snprintf(path, sizeof(path), "%s/tokens-bill-restart", g.dir);
+	snprintf(nvdir, sizeof(nvdir), "%s/nvme-bill", g.dir);
+	assert_int_equal(write_file(path, text, 0600), 0);
+	assert_int_equal(mkdir(nvdir, 0700), 0);
+	assert_int_equal(harness_start(&srv, flags), 0);
+	/* A creates shared/x with 64 KiB, B adds 64 KiB; A creates a/own */
+	a = bill_client(&srv, "shared/x", TOK_BILL_A);
+	b = bill_client(&srv, "shared/x", TOK_BILL_B);
+	for (uint64_t i = 0; i < 4; i++) {
+		assert_int_equal(bill_put(a, "rb-a", i, 16 * 1024), 0);
+		assert_int_equal(bill_put(b, "rb-b", i, 16 * 1024), 0);
+	}
+	kvpool_close(a);
+	kvpool_close(b);
+	assert_int_equal(bill_put_new(&srv, "a/own", TOK_BILL_A, "rb-a", 9, NULL), 0);
+	assert_int_equal(harness_stop(&srv), 0); /* drains DRAM to NVMe */
+
+	assert_int_equal(harness_start(&srv, flags), 0);
+	/* B binds the shared namespace first, read-write, and writes nothing
+	 * there: its own 64 KiB are billed to it, A's are not */
+	b = bill_client(&srv, "shared/x", TOK_BILL_B);
+	harness_key(key, "rb-a", 3);
+	assert_int_equal(kvpool_exists(b, key, 1, &st), 0);
+	assert_int_equal(st, 0); /* the blocks did survive the restart */
+	/* 64 + 2 x 16 KiB fit B's 100 KiB; billed for 128 KiB it got QUOTA */
+	assert_int_equal(bill_put_new(&srv, "b/own", TOK_BILL_B, "rb-b", 10, NULL), 0);
+	assert_int_equal(bill_put_new(&srv, "b/two", TOK_BILL_B, "rb-b", 11, NULL), 0);
+	/* binding shared/x made B no creator: b/own and b/two are its 2 */
+	assert_int_equal(bill_put_new(&srv, "b/three", TOK_BILL_B, "rb-b", 12,
+				      "already has 2 namespaces"), -EDQUOT);
+	/* A still created 2 (shared/x, a/own): a third is refused */
+	assert_int_equal(bill_put_new(&srv, "a/third", TOK_BILL_A, "rb-a", 13,
+				      "already has 2 namespaces"), -EDQUOT);
+	kvpool_close(b);
+	assert_int_equal(harness_stop(&srv), 0);
+	harness_rm_rf(nvdir);
+	unlink(path);
+}
+
 #define TOK_GONE "rev-gone-0123456789abcdef"
 #define TOK_NARROW "rev-narrow-0123456789abcdef"
 #define TOK_MOVED "rev-moved-0123456789abcdef"
@@ -941,6 +1022,7 @@ int main(void)
 		cmocka_unit_test(test_tenant_bytes_and_leases),
 		cmocka_unit_test(test_revocation),
 		cmocka_unit_test(test_tenant_billing),
+		cmocka_unit_test(test_tenant_billing_restart),
 		cmocka_unit_test(test_cli_token),
 		cmocka_unit_test(test_cli_refusals_and_conveniences),
 		cmocka_unit_test(test_start_refusals),
