@@ -570,13 +570,16 @@ static enum srv_next op_ping(struct srv_conn *c)
  * reads the reason rather than a reset; it closes when the client does,
  * or after idle_timeout_ms. Returns 0 to go on, or 1 with *next set
  * after the refusal. */
-static int auth_recheck(struct srv_conn *c, enum srv_next *next)
+int srv_request_auth_recheck(struct srv_conn *c, enum srv_next *next)
 {
 	struct srv_auth *a = c->w->srv->auth;
-	uint64_t gen = srv_auth_generation(a);
+	uint64_t gen;
 	enum srv_access access;
 	int rc;
 
+	if (!a)
+		return 0;
+	gen = srv_auth_generation(a);
 	if (!c->revoked && gen != c->auth_gen) {
 		access = srv_auth_access(a, c->token_digest, c->ns_name, strlen(c->ns_name));
 		if (access == SRV_ACCESS_NONE) {
@@ -635,7 +638,7 @@ enum srv_next srv_request_dispatch(struct srv_conn *c)
 	if (c->hello_done && op != PROTO_OP_PING && c->w->srv->auth) {
 		enum srv_next next;
 
-		if (auth_recheck(c, &next))
+		if (srv_request_auth_recheck(c, &next))
 			return next;
 	}
 	switch (op) {

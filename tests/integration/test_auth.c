@@ -676,6 +676,63 @@ static void check_revoked(int fd, const uint8_t key[32], const char *want)
 	close(fd);
 }
 
+/* Tester finding F2: a MATCH waiting (wait_ms) when a SIGHUP revokes its
+ * token is answered DENIED with the reason, not with what the namespace
+ * holds, and takes no lease. Before, the reload ended the wait with a
+ * real answer (matched 1, WAITED|WAIT_ENDED) and a new lease. */
+static void test_revocation_waiting_match(void **state)
+{
+	static const char before[] = TOK_GONE " rw rev/\n" TOK_STAY " rw rev/\n";
+	static const char after[] = TOK_STAY " rw rev/\n";
+	char path[300];
+	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "1MiB",
+				"--threads", "2", "--tokens-file", path,
+				"--max-lease-ms", "60000", NULL };
+	struct kvpool_options o_gone = { .token = TOK_GONE, .timeout_ms = 10000 };
+	struct kvpool_options o_stay = { .token = TOK_STAY, .timeout_ms = 10000 };
+	struct kvpool_match_opts mo = { .lease_ms = 30000, .wait_ms = 20000, .want = 2 };
+	struct kvpool_match_result res;
+	struct harness_server srv = { 0 };
+	struct kvpool_client *gone, *waiter, *stay;
+	struct kvpool_completion done;
+	uint8_t keys[2][32], data[4096];
+	uint64_t id = 0;
+	int n = 0;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	snprintf(path, sizeof(path), "%s/tokens-rev-wait", g.dir);
+	assert_int_equal(write_file(path, before, 0600), 0);
+	assert_int_equal(harness_start(&srv, flags), 0);
+	assert_int_equal(kvpool_connect(srv.url, "rev/w", &o_gone, &gone), 0);
+	assert_int_equal(kvpool_connect(srv.url, "rev/w", &o_gone, &waiter), 0);
+	assert_int_equal(kvpool_connect(srv.url, "rev/w", &o_stay, &stay), 0);
+	harness_key(keys[0], "revw", 1);
+	harness_key(keys[1], "revw", 2);
+	harness_fill(data, sizeof(data), 1);
+	assert_int_equal(kvpool_put_bytes(gone, keys[0], NULL, data, sizeof(data)), 0);
+	/* only the first of the two is there: the MATCH waits */
+	assert_int_equal(kvpool_submit_match_ex(waiter, keys, 2, &mo, &res, 1, &id), 0);
+	for (int i = 0; i < 250 && harness_stat_or_fail(stay, "ops.match.waits.waiting") == 0; i++)
+		harness_sleep_ms(20);
+	assert_int_equal(harness_stat_or_fail(stay, "ops.match.waits.waiting"), 1);
+
+	assert_int_equal(write_file(path, after, 0600), 0);
+	assert_int_equal(kill(srv.pid, SIGHUP), 0);
+	n = kvpool_poll(waiter, &done, 1, 10000);
+	assert_int_equal(n, 1);
+	assert_int_equal(done.status, -EACCES);
+	if (!strstr(kvpool_last_server_message(), "the token was revoked"))
+		fail_msg("the waiting MATCH was refused with \"%s\"", kvpool_last_server_message());
+	assert_int_equal(done.matched, 0);
+	assert_int_equal(harness_stat_or_fail(stay, "leases_active"), 0);
+	kvpool_close(gone);
+	kvpool_close(waiter);
+	kvpool_close(stay);
+	assert_int_equal(harness_stop(&srv), 0);
+	unlink(path);
+}
+
 /* Issue 28 item 3: after a SIGHUP removes or narrows a token, the
  * connections that authenticated with it lose what it no longer grants
  * at their next request: a removed token (or one whose grants no longer
@@ -1021,6 +1078,7 @@ int main(void)
 		cmocka_unit_test(test_tenant_namespace_limit),
 		cmocka_unit_test(test_tenant_bytes_and_leases),
 		cmocka_unit_test(test_revocation),
+		cmocka_unit_test(test_revocation_waiting_match),
 		cmocka_unit_test(test_tenant_billing),
 		cmocka_unit_test(test_tenant_billing_restart),
 		cmocka_unit_test(test_cli_token),
