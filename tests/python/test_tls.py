@@ -331,3 +331,52 @@ def test_bad_bytes_where_a_client_hello_belongs(pki):
         assert stats_of(s)["tls"]["handshake_errors"] >= 3
     finally:
         assert s.stop() == 0
+
+
+def cli(*args, **env):
+    """Run the kvpool CLI with KVPOOL_TLS_* and KVPOOL_TOKEN from env only."""
+    from conftest import ROOT
+    exe = os.environ.get("KVPOOL_CLI") or os.path.join(ROOT, "build", "kvpool")
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("KVPOOL_TLS_") and k != "KVPOOL_TOKEN"}
+    e.update(env)
+    r = subprocess.run([exe] + list(args), capture_output=True, text=True, env=e, timeout=60)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_cli_says_what_is_wrong_with_tls(pki, tmp_path):
+    """The CLI's words for TLS set-up errors (tester findings F1, F6, F9):
+    a CA, certificate or key file that does not load or a key that does
+    not match is named as such (not "bad URL"); a wrong CA on a node list
+    keeps OpenSSL's reason; `kvpool ping` answered with a refusal of this
+    client (a tls_only port in plaintext) exits 1, not 0."""
+    s = tls_server(pki, "--tls-only", "true")
+    try:
+        url = "tls://localhost:%d" % s.port
+        rc, out = cli("ping", "--server", url, KVPOOL_TLS_CA=pki["ca"])
+        assert rc == 0 and "pong from" in out, out
+        missing = str(tmp_path / "nonexist.pem")
+        junk = tmp_path / "junk.pem"
+        junk.write_text("junk\n")
+        for env, want in (({"KVPOOL_TLS_CA": missing}, missing),
+                          ({"KVPOOL_TLS_CA": str(junk)}, str(junk)),
+                          ({"KVPOOL_TLS_CA": pki["ca"], "KVPOOL_TLS_CERT": missing,
+                            "KVPOOL_TLS_KEY": missing}, missing),
+                          ({"KVPOOL_TLS_CA": pki["ca"], "KVPOOL_TLS_CERT": pki["client"],
+                            "KVPOOL_TLS_KEY": pki["stranger_key"]}, "key")):
+            rc, out = cli("ping", "--server", url, **env)
+            assert rc == 2, (env, out)
+            assert "bad URL" not in out and want in out, (env, out)
+        # a node list whose nodes' certificates the CA does not sign
+        s2 = tls_server(pki, "--tls-only", "true")
+        try:
+            rc, out = cli("ping", "--server", "%s,localhost:%d" % (url, s2.port),
+                          KVPOOL_TLS_CA=pki["other_ca"])
+            assert rc != 0 and "unable to get local issuer certificate" in out, out
+        finally:
+            assert s2.stop() == 0
+        # plaintext on a tls_only port: the server answers and refuses
+        rc, out = cli("ping", "--server", "tcp://127.0.0.1:%d" % s.port)
+        assert rc == 1 and "requires TLS" in out and "refuses this client" in out, out
+    finally:
+        assert s.stop() == 0
