@@ -297,10 +297,11 @@ static void json_events(struct jw *j, const struct srv_events_stats *e)
 		  ",\"dropped\":%" PRIu64 ",\"queued\":%" PRIu64 ",\"batches\":%" PRIu64
 		  ",\"resync_batches\":%" PRIu64 ",\"replay_requests\":%" PRIu64
 		  ",\"replayed_batches\":%" PRIu64 ",\"replay_errors\":%" PRIu64
-		  ",\"replay_refused\":%" PRIu64 ",\"replay_truncated\":%" PRIu64 "},",
+		  ",\"replay_refused\":%" PRIu64 ",\"replay_truncated\":%" PRIu64
+		  ",\"replay_stalled\":%" PRIu64 "},",
 		  e->produced, e->published, e->dropped, e->queued, e->batches, e->resync_batches,
 		  e->replay_requests, e->replayed_batches, e->replay_errors, e->replay_refused,
-		  e->replay_truncated);
+		  e->replay_truncated, e->replay_stalled);
 }
 
 int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)
