@@ -380,3 +380,42 @@ def test_cli_says_what_is_wrong_with_tls(pki, tmp_path):
         assert rc == 1 and "requires TLS" in out and "refuses this client" in out, out
     finally:
         assert s.stop() == 0
+
+
+def test_reload_keeps_a_valid_certificate_and_warns_when_mutual_tls_goes(pki, tmp_path):
+    """Tester findings F7 and F8: a SIGHUP whose new certificate has
+    expired keeps the valid one in use (logged, with why), and a SIGHUP
+    that drops tls_client_ca_file says at warn level that mutual TLS is
+    off. Before, the expired certificate replaced the valid one (every new
+    client failed "certificate has expired") and the change was an info
+    line like any other."""
+    cert, keyf = tmp_path / "cur.pem", tmp_path / "cur.key"
+    shutil.copy(pki["srv"], cert)
+    shutil.copy(pki["srv_key"], keyf)
+    keyf.chmod(0o600)
+    conf = tmp_path / "kvpool.conf"
+    base = ("dram_capacity = 16MiB\nmax_block_bytes = 1MiB\nthreads = 2\n"
+            "tls_cert_file = %s\ntls_key_file = %s\n" % (cert, keyf))
+    conf.write_text(base + "tls_client_ca_file = %s\n" % pki["ca"])
+    s = Server("--config", str(conf)).start()
+    try:
+        mctx = client_context(pki["ca"], pki["client"], pki["client_key"])
+        c = FrameConn.connect(s.port, mctx)
+        c.hello("reload")
+        c.close()
+        shutil.copy(pki["expired"], cert)
+        shutil.copy(pki["expired_key"], keyf)
+        s.proc.send_signal(signal.SIGHUP)
+        wait_log(s, "tls certificate not reloaded, the old one stays: tls_cert_file %s has "
+                    "expired, and the certificate in use is valid" % cert)
+        c = FrameConn.connect(s.port, mctx)      # still the valid certificate
+        c.hello("reload")
+        c.close()
+        # the renewal goes in; then the client CA line goes
+        shutil.copy(pki["srv"], cert)
+        shutil.copy(pki["srv_key"], keyf)
+        conf.write_text(base)
+        s.proc.send_signal(signal.SIGHUP)
+        wait_log(s, "warn sighup: tls_client_ca_file removed: mutual TLS is OFF")
+    finally:
+        assert s.stop() == 0
