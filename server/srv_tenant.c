@@ -129,6 +129,8 @@ int srv_tenants_stats(struct srv_tenants *ts, struct store *st, struct srv_tenan
 		for (int k = 0; k < SRV_TENANT_ID_CHARS / 2; k++)
 			snprintf(v[i].id + 2 * k, 3, "%02x", ts->v[i].digest[k]);
 		store_tenant_retain_stats(st, ts->v[i].t, &v[i].retain);
+		store_tenant_usage(st, ts->v[i].t, &v[i].billed_bytes, &v[i].leased_bytes);
+		v[i].namespaces = store_tenant_namespaces(st, ts->v[i].t);
 	}
 	pthread_mutex_unlock(&ts->lock);
 	*out = v;

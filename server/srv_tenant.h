@@ -47,6 +47,9 @@ struct store_tenant *srv_tenant_get(struct srv_tenants *ts, struct store *st,
 struct srv_tenant_stats {
 	char id[SRV_TENANT_ID_CHARS + 1];  /* NUL-terminated hex */
 	struct store_retain_stats retain;
+	uint64_t billed_bytes;   /* payload bytes of the blocks it wrote (both tiers) */
+	uint64_t leased_bytes;   /* bytes its connections lease now */
+	uint32_t namespaces;     /* namespaces it created (tenant_max_namespaces) */
 };
 
 /* The figures of every tenant made so far, in digest order, into a

@@ -631,6 +631,38 @@ static void test_tenant_billing_restart(void **state)
 	/* A still created 2 (shared/x, a/own): a third is refused */
 	assert_int_equal(bill_put_new(&srv, "a/third", TOK_BILL_A, "rb-a", 13,
 				      "already has 2 namespaces"), -EDQUOT);
+	/* STATS shows each tenant's billed bytes and namespaces (F4): A 64 +
+	 * 1 KiB in 2, B 64 + 2 x 1 KiB in 2 */
+	{
+		struct kvpool_client *op = bill_client(&srv, "shared/x", TOK_BILL_OP);
+		struct json_object *doc, *tenants;
+		int seen_a = 0, seen_b = 0;
+
+		assert_int_equal(harness_stats(op, NULL, &doc), 0);
+		assert_true(json_object_object_get_ex(doc, "tenants", &tenants));
+		json_object_object_foreach(tenants, id, t) {
+			uint64_t billed = harness_json_u64_or_fail(t, "billed_bytes");
+			uint64_t nss = harness_json_u64_or_fail(t, "namespaces");
+
+			(void)id;
+			seen_a += billed == 65 * 1024 && nss == 2;
+			seen_b += billed == 66 * 1024 && nss == 2;
+		}
+		json_object_put(doc);
+		assert_int_equal(seen_a, 1);
+		assert_int_equal(seen_b, 1);
+		kvpool_close(op);
+	}
+	/* a PUT past tenant_max_bytes says which limit (F4): B has 66 KiB */
+	{
+		struct kvpool_client *c = bill_client(&srv, "b/own", TOK_BILL_B);
+
+		assert_int_equal(bill_put(c, "rb-b", 20, 40 * 1024), -EDQUOT);
+		if (!strstr(kvpool_last_server_message(), "tenant_max_bytes 102400: the token "
+			    "has written"))
+			fail_msg("tenant QUOTA says \"%s\"", kvpool_last_server_message());
+		kvpool_close(c);
+	}
 	kvpool_close(b);
 	assert_int_equal(harness_stop(&srv), 0);
 	harness_rm_rf(nvdir);
