@@ -419,3 +419,19 @@ def test_reload_keeps_a_valid_certificate_and_warns_when_mutual_tls_goes(pki, tm
         wait_log(s, "warn sighup: tls_client_ca_file removed: mutual TLS is OFF")
     finally:
         assert s.stop() == 0
+
+
+def test_tls_client_on_a_plaintext_port_is_told_so(pki):
+    """Tester finding F10: a tls:// client of a kvpoold without TLS gets
+    "the server does not speak TLS" (not OpenSSL's "wrong version number"),
+    and libkvpool's own words are not labelled as the server's."""
+    s = Server("--dram-capacity", "16MiB", "--max-block-bytes", "1MiB", "--threads", "2").start()
+    try:
+        with pytest.raises(kvpool.ProtocolError) as ei:
+            kvpool.Client("tls://localhost:%d" % s.port, "x", tls_ca=pki["ca"])
+        msg = str(ei.value)
+        assert "does not speak TLS on this port" in msg and "use tcp://" in msg, msg
+        assert "(server:" not in msg, msg
+        wait_log(s, "a TLS ClientHello, but this server has no TLS")
+    finally:
+        assert s.stop() == 0
