@@ -564,6 +564,22 @@ deb_root_install() {
 	check "apt-get update in the root" $in apt-get update -qq || return
 	local f inroot=()
 	for f in "$r"/tmp/debs/*.deb; do inroot+=("/tmp/debs/$(basename "$f")"); done
+	# An earlier build (0.1.0, before the CLI moved to kvpool-tools) whose
+	# kvpool still had /usr/bin/kvpool: kvpool-tools takes the file over
+	# (Replaces) and deconfigures it (Breaks) instead of failing with
+	# "trying to overwrite '/usr/bin/kvpool'".
+	local old=$work/old-kvpool
+	mkdir -p "$old/DEBIAN" "$old/usr/bin"
+	printf '#!/bin/sh\necho old kvpool\n' >"$old/usr/bin/kvpool" && chmod 755 "$old/usr/bin/kvpool"
+	printf 'Package: kvpool\nVersion: 0.1.0\nArchitecture: %s\nMaintainer: test <test@kvpool.invalid>\nDescription: earlier kvpool with the CLI\n' \
+		"$(dpkg --print-architecture)" >"$old/DEBIAN/control"
+	check "an earlier kvpool 0.1.0 with /usr/bin/kvpool installs in the root" bash -c "
+		dpkg-deb -b --root-owner-group '$old' '$r/tmp/old-kvpool.deb' >/dev/null &&
+		$in dpkg -i /tmp/old-kvpool.deb >/dev/null"
+	check "kvpool-tools unpacks over it and takes /usr/bin/kvpool (Breaks/Replaces kvpool << 0.1.1~)" bash -c "
+		$in dpkg --unpack --auto-deconfigure /tmp/debs/$(basename "$(ls "$r"/tmp/debs/kvpool-tools_*.deb)") &&
+		$in dpkg-query -S /usr/bin/kvpool | grep -qx 'kvpool-tools: /usr/bin/kvpool'"
+	rm -f "$r/tmp/old-kvpool.deb"
 	check "apt-get install the five packages (and what they depend on)" \
 		$in apt-get install -y -qq --no-install-recommends "${inroot[@]}" || return
 	check "every command the unit runs is there and executable (ExecReload's /bin/kill: procps)" \
