@@ -621,6 +621,28 @@ deb_root_install() {
 	# a tokens file the operator added, where the docs put it
 	printf '[tokens]\n' >"$r/etc/kvpool/tokens"
 
+	# a first purge with a disk mounted in the state directory (a tmpfs
+	# for the NVMe drive an operator mounts at /var/lib/kvpool/nvme): the
+	# purge succeeds and leaves that file system alone
+	local disk=$r/var/lib/kvpool/nvme
+	if mount -t tmpfs -o size=1m tmpfs "$disk" 2>/dev/null; then
+		mounts+=("$disk")
+		touch "$disk/segment-on-disk" "$r/var/lib/kvpool/index-test"
+		check "apt-get purge kvpool with a file system mounted at /var/lib/kvpool/nvme" \
+			$in apt-get purge -y -qq kvpool
+		check "  it emptied /var/lib/kvpool but not the mounted file system" bash -c "
+			[ -e '$disk/segment-on-disk' ] && [ ! -e '$r/var/lib/kvpool/index-test' ]"
+		check "  dpkg has kvpool purged" bash -c \
+			"! $in dpkg-query -W -f '\${db:Status-Abbrev}\n' kvpool 2>/dev/null | grep -q ."
+		umount "$disk"
+		check "apt-get install kvpool again" $in apt-get install -y -qq --no-install-recommends \
+			"/tmp/debs/$(basename "$(ls "$r"/tmp/debs/kvpool_*.deb)")"
+		mkdir -p "$disk" && touch "$disk/segment-test"
+		printf '[tokens]\n' >"$r/etc/kvpool/tokens"
+	else
+		skip_or_fail "purge with a mounted NVMe disk: mount -t tmpfs failed"
+	fi
+
 	check "apt-get purge the five packages" \
 		$in apt-get purge -y -qq kvpool kvpool-tools libkvpool0 libkvpool-dev python3-kvpool
 	check "purge removed /var/lib/kvpool (the NVMe tier's data)" test ! -e "$r/var/lib/kvpool"
@@ -686,7 +708,11 @@ test_deb() {
 		! dpkg-deb -f '$t' Depends | grep -qE '(^|, )kvpool( |,|$)'"
 	check "kvpool: the conffile" deb_control_has "$k" conffiles '^/etc/kvpool/kvpool.conf$'
 	check "kvpool: postinst creates the user, enables and starts the unit" kvpool_postinst_ok "$k"
-	check "kvpool: postrm purge removes /var/lib/kvpool" deb_control_has "$k" postrm 'rm -rf .*/var/lib/kvpool'
+	check "kvpool: postrm purge removes /var/lib/kvpool, on its own file system only" \
+		deb_control_has "$k" postrm 'rm -rf --one-file-system .*'
+	check "kvpool-tools: Breaks and Replaces kvpool (<< 0.1.1~), the kvpool that had /usr/bin/kvpool" bash -c "
+		dpkg-deb -f '$t' Breaks | grep -qx 'kvpool (<< 0.1.1~)' &&
+		dpkg-deb -f '$t' Replaces | grep -qx 'kvpool (<< 0.1.1~)'"
 	check "kvpool: the unit runs /usr/bin/kvpoold with /etc/kvpool/kvpool.conf" bash -c \
 		"dpkg-deb --fsys-tarfile '$k' | tar -xO ./lib/systemd/system/kvpoold.service |
 		 grep -qx 'ExecStart=/usr/bin/kvpoold --config /etc/kvpool/kvpool.conf'"
