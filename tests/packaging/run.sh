@@ -485,6 +485,10 @@ test_pkgconfig() {
 		[ \"\$(cd '$stage' && find . ! -type d | sort)\" = ./etc/kvpool/kvpool.conf ] &&
 		tail -1 '$stage/etc/kvpool/kvpool.conf' | grep -qx edited ||
 		{ cd '$stage' && find . ! -type d; exit 1; }"
+	check "and no empty directory it made for kvpool.pc, the unit or the sysusers entry" bash -c "
+		for d in '$stage/usr/lib/pkgconfig' '$stage/usr/lib/systemd' '$stage/usr/lib/sysusers.d'; do
+			[ ! -e \"\$d\" ] || { echo \"\$d is left\"; exit 1; }
+		done"
 	section_end
 }
 
