@@ -584,8 +584,12 @@ deb_root_install() {
 		$in dpkg --unpack --auto-deconfigure /tmp/debs/$(basename "$(ls "$r"/tmp/debs/kvpool-tools_*.deb)") &&
 		$in dpkg-query -S /usr/bin/kvpool | grep -qx 'kvpool-tools: /usr/bin/kvpool'"
 	rm -f "$r/tmp/old-kvpool.deb"
-	check "apt-get install the five packages (and what they depend on)" \
-		$in apt-get install -y -qq --no-install-recommends "${inroot[@]}" || return
+	# -f: kvpool-tools is unpacked, its dependencies not yet installed
+	check "apt-get install -f the five packages (and what they depend on) over it" \
+		$in apt-get install -f -y -qq --no-install-recommends "${inroot[@]}" || return
+	check "  the earlier kvpool is upgraded and kvpool-tools keeps /usr/bin/kvpool" bash -c "
+		[ \"\$($in dpkg-query -W -f '\${Version} \${db:Status-Abbrev}' kvpool)\" = '$VERSION ii ' ] &&
+		$in dpkg-query -S /usr/bin/kvpool | grep -qx 'kvpool-tools: /usr/bin/kvpool'"
 	check "every command the unit runs is there and executable (ExecReload's /bin/kill: procps)" \
 		unit_commands_exist "$r"
 	check "kvpoold --version runs from the root" \
@@ -636,8 +640,9 @@ deb_root_install() {
 			$in apt-get purge -y -qq kvpool
 		check "  it emptied /var/lib/kvpool but not the mounted file system" bash -c "
 			[ -e '$disk/segment-on-disk' ] && [ ! -e '$r/var/lib/kvpool/index-test' ]"
-		check "  dpkg has kvpool purged" bash -c \
-			"! $in dpkg-query -W -f '\${db:Status-Abbrev}\n' kvpool 2>/dev/null | grep -q ."
+		check "  dpkg has kvpool purged (not half-purged)" bash -c "
+			s=\$($in dpkg-query -W -f '\${db:Status-Abbrev}' kvpool 2>/dev/null)
+			case \"\$s\" in ''|?n*) ;; *) echo \"kvpool: \$s\"; exit 1 ;; esac"
 		umount "$disk"
 		check "apt-get install kvpool again" $in apt-get install -y -qq --no-install-recommends \
 			"/tmp/debs/$(basename "$(ls "$r"/tmp/debs/kvpool_*.deb)")"
