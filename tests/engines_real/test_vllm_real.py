@@ -224,9 +224,38 @@ def test_namespaces_tell_apart_what_changes_the_bytes(server, prefix):
     assert ns["e4m3"][1] != ns["e5m2"][1] != ns["mla-auto"][1]
     assert ":fp8_e5m2:" in ns["e5m2"][1]
     assert "--kv-cache-dtype fp8" in ns["gqa-fp8"][0]
-    assert ns["plain"][1] == "%s:real/llama:float16:sha256:c16:tp1pp1:r0:kv1-l3h2d64" % prefix
+    assert ns["plain"][1] == ("%s:real/llama:float16:sha256:c16:tp1pp1:r0:kv1-l3h2d64-b1536"
+                              % prefix)
     assert ns["cjk1"][1] != ns["cjk2"][1] and ns["space"][1] != ns["under"][1]
     assert len({ns[k][1] for k in ("plain", "yarn", "quant")}) == 3
+
+
+def test_kv_dtype_never_replaces_what_vllm_runs(server, prefix):
+    """Through vLLM's own KVConnectorFactory and MLAAttentionSpec: an MLA
+    instance started with --kv-cache-dtype fp8_e4m3 and a copied
+    configuration's "kv_dtype": "float16" used to share a float16
+    instance's namespace (its blocks made the other's requests fail under
+    the "fail" policy). Now the factory raises at start, in words naming
+    both; a kv_dtype that agrees (vLLM's "fp8" is fp8_e4m3) changes
+    nothing; the layout tag ends with one token's bytes."""
+    mla = base(mla=True, heads=1, head_size=96, layers=3, backend="mla")
+    cases = [("wrong", mla, {}, "fp8_e4m3", "mla", {"kv_dtype": "float16"}),
+             ("e4m3", mla, {}, "fp8_e4m3", "mla"),
+             ("agrees", mla, {}, "fp8_e4m3", "mla", {"kv_dtype": "fp8"}),
+             ("f16", mla, {}, "auto", "mla"),
+             ("f16-wrong", mla, {}, "auto", "mla", {"kv_dtype": "fp8_e4m3"})]
+    p = Proc(vllm_roles.namespaces_main, server.url, prefix, cases)
+    try:
+        ns = p.ready
+    finally:
+        p.p.join(10)
+    for label, runs in (("wrong", "fp8_e4m3"), ("f16-wrong", "float16")):
+        why, name = ns[label]
+        assert name is None and why.startswith("error: ConfigError:"), ns[label]
+        assert "kv_dtype" in why and "(%s, from " % runs in why, why
+    assert ns["agrees"] == ns["e4m3"] and ns["e4m3"][0] is None
+    assert ns["e4m3"][1].endswith(":fp8_e4m3:sha256:c16:tp1pp1:mla-pp0:kv1-mla-l3d96-b288")
+    assert ns["f16"][1].endswith(":float16:sha256:c16:tp1pp1:mla-pp0:kv1-mla-l3d96-b576")
 
 
 def test_scheduler_lease_bound_is_not_zero_hits(fresh_server, prefix):

@@ -357,6 +357,45 @@ def test_namespace_names_the_kv_format_not_its_storage_dtype(server, prefix):
     assert why and "--calculate-kv-scales" in why
 
 
+def test_kv_dtype_never_replaces_what_vllm_runs(server, prefix, raw):
+    """A kv_dtype setting replaced the KV format vLLM runs in the namespace,
+    and the layout tag named neither dtype nor bytes: an fp8 MLA instance
+    started with a copied configuration saying "float16" shared a float16
+    instance's namespace, and every block it stored made the other's
+    requests fail under vLLM's "fail" policy (a fresh-clone test). Now the
+    namespace takes the format from vLLM, a kv_dtype that contradicts it
+    fails at start naming both, a kv_dtype that agrees (another spelling)
+    changes nothing, and the tag carries the bytes of one token."""
+    fp8 = Setup(vl.MLABackend, mla=True, dim=16, dtype=torch.uint8, cache_dtype="fp8_e4m3")
+    f16 = Setup(vl.MLABackend, mla=True, dim=16)
+    for setup, wrong, runs in ((fp8, "float16", "fp8_e4m3"), (f16, "fp8_e4m3", "float16"),
+                               (Setup(), "bf16", "float16"), (fp8, "fp8_e5m2", "fp8_e4m3")):
+        with pytest.raises(ValueError) as e:
+            Instance(server.url, prefix, setup, kv_dtype=wrong)
+        msg = str(e.value)
+        assert isinstance(e.value, kv.connector._cfg.ConfigError), msg
+        assert "kv_dtype %r" % wrong in msg and "(%s, from " % runs in msg, msg
+    a = Instance(server.url, prefix, fp8, kv_dtype="fp8")       # vLLM: fp8 = fp8_e4m3
+    same = Instance(server.url, prefix, fp8)
+    b = Instance(server.url, prefix, f16, kv_dtype="fp16", policy="fail")
+    ns_a, ns_b = a.scheduler.namespace_for_rank(0), b.scheduler.namespace_for_rank(0)
+    assert ns_a == same.scheduler.namespace_for_rank(0)
+    assert ":fp8_e4m3:" in ns_a and ":float16:" in ns_b
+    # the tag: the layout's shape, then one token's bytes (3 layers x 16 elements)
+    assert ns_a.endswith(":kv1-mla-l3d16-b48") and ns_b.endswith(":kv1-mla-l3d16-b96")
+    assert a.workers[0]._verdict == (True, "kv1-mla-l3d16-b48")
+    tokens, hashes = prompt(64, seed=61)
+    ext, errors = run_request(a, "r1", tokens, hashes, seed=61)
+    assert ext == 0 and errors == [set()]
+    assert raw(ns_a).match([kv.block_key(h) for h in hashes[:3]]) == 3
+    ext, errors = run_request(b, "r2", tokens, hashes, seed=62, ids=list(range(10, 15)))
+    assert ext == 0 and errors == [set()], "no hit on another format's blocks, no failed load"
+    ext, errors = run_request(same, "r3", tokens, hashes, seed=63, ids=list(range(10, 15)))
+    assert ext == 48 and errors == [set()]
+    for i in (a, same, b):
+        i.close()
+
+
 def test_fp8_with_per_tensor_scales_is_refused_in_words(server, prefix, caplog):
     """The refusal tells the operator which --kv-cache-dtype is not served
     (not vLLM's internal kv_quant_mode number)."""

@@ -119,7 +119,9 @@ class ModelLayout:
     served: False with `why` when a group cannot be served (Mamba, cross
     attention, groups of different block sizes, no kv_cache_config).
     block_size: the KV manager's block (tokens). layers: LayerSpec in
-    canonical order. tag: the layout's name in a namespace.
+    canonical order. token_bytes: one token's bytes (every layer's K and
+    V). tag: the layout's name in a namespace (its shape, then
+    b<token_bytes>).
     """
 
     def __init__(self, kv_cache_config):
@@ -156,6 +158,7 @@ class ModelLayout:
         self.groups = len(groups)
         self.served = True
         first = self.layers[0]
+        self.token_bytes = sum(s.token_bytes for s in self.layers)
         uniform = all((s.kind, s.heads, s.head_size, _dtype_name(s.dtype)) ==
                       (first.kind, first.heads, first.head_size, _dtype_name(first.dtype))
                       for s in self.layers)
@@ -170,6 +173,12 @@ class ModelLayout:
                                                 _dtype_name(s.dtype)) for s in self.layers)
             self.tag = "%s-g%d-%s" % (LAYOUT_VERSION, self.groups,
                                       hashlib.sha256(desc.encode()).hexdigest()[:12])
+        # the bytes of one token (every layer's K and V), whatever the
+        # namespace's dtype part says: two instances whose chunks differ in
+        # size never share a namespace, so a hit never loads a block of
+        # another size (which vLLM's "fail" policy would turn into a failed
+        # request)
+        self.tag += "-b%d" % self.token_bytes
         self.is_mla = all(s.kind == "mla" for s in self.layers)
         self.dtype = first.dtype
 

@@ -190,6 +190,13 @@ def _cache_format(vllm_config):
     return str(getattr(cc, "cache_dtype", None) or "auto").replace("torch.", "")
 
 
+def _why_not_loaded(status, size):
+    """Words for a chunk GET's status that is not the chunk's size."""
+    if status >= 0:
+        return "the pool's block has %d bytes, a chunk %d" % (status, size)
+    return _link.strerror_of(status)
+
+
 def _params(request):
     p = getattr(request, "kv_transfer_params", None)
     return p if isinstance(p, dict) else {}
@@ -206,7 +213,9 @@ class KVPoolConnector(*_BASES):
 
     kv_connector_extra_config: url, token or token_file, timeout_s (2.0),
     lease_ms (5000), chunk_blocks (1: KV-manager blocks per kvpool block),
-    namespace_prefix ("vllm-conn"), model, kv_dtype, hash_algo,
+    namespace_prefix ("vllm-conn"), model, kv_dtype (only where vLLM says
+    neither --kv-cache-dtype nor the KV-cache spec's dtype; one that
+    contradicts what vLLM runs is a ConfigError), hash_algo,
     stage_through_host (false; always on for KV caches in GPU memory),
     scheduler_timeout_s (0.5: the scheduler's MATCHes block its thread),
     scheduler_lease_ms (1000, at most lease_ms: how long the scheduler's
@@ -327,6 +336,9 @@ class KVPoolConnector(*_BASES):
         self.failure_policy = _cfg.choice(getattr(ktc, "kv_load_failure_policy", None), who,
                                           "kv_load_failure_policy", "fail", ("fail", "recompute"))
         self.layout = _layout.ModelLayout(kv_cache_config)
+        # the namespace's dtype part is what vLLM runs: a kv_dtype setting
+        # that contradicts it fails here, at start
+        self._model_dtype()
         cc = getattr(vllm_config, "cache_config", None)
         self.block_size = self.layout.block_size or int(getattr(cc, "block_size", 16) or 16)
         hb = getattr(cc, "hash_block_size", None) if self.layout.groups > 1 else None
@@ -399,15 +411,7 @@ class KVPoolConnector(*_BASES):
         TP rank shares rank 0's copy). <layout> names the canonical byte
         layout (kvpool.vllm._layout: layers, heads, head size; a digest
         for several groups or mixed layers)."""
-        model, dtype = _model_dtype(self._vllm_config, self.extra)
-        if self.layout.served and not self.extra.get("kv_dtype"):
-            # the KV format, not only how it is stored: vLLM stores every fp8
-            # format (fp8, fp8_e4m3, fp8_e5m2) as uint8, and MLA's fp8 caches
-            # of two formats hold the same number of bytes
-            dtype = _layout._dtype_name(self.layout.dtype)
-            fmt = _cache_format(self._vllm_config)
-            if fmt != "auto" and fmt != dtype:
-                dtype = fmt
+        model, dtype = self._model_dtype()
         parts = [self.extra.get("namespace_prefix") or "vllm-conn", model, dtype,
                  _hash_algo(self._vllm_config, self.extra), "c%d" % self.chunk_tokens,
                  "tp%dpp%d" % (self.tp, self.pp)]
@@ -420,6 +424,17 @@ class KVPoolConnector(*_BASES):
             parts.append("r%d" % rank)
         parts.append(self._tag_of(rank) or "unserved")
         return make_namespace(*parts)
+
+    def _model_dtype(self):
+        """(model, kv dtype) parts of the namespace. The kv dtype is the KV
+        format vLLM runs, not only how it is stored (vLLM stores every fp8
+        format as uint8, and MLA's fp8 caches of two formats hold the same
+        number of bytes): --kv-cache-dtype, else the KV-cache spec's dtype;
+        the kv_dtype setting only where vLLM says neither. ConfigError
+        for a kv_dtype that contradicts it."""
+        return _model_dtype(self._vllm_config, self.extra,
+                            self.layout.dtype if self.layout.served else None,
+                            "kvpool.vllm connector")
 
     def _tag_of(self, rank):
         """The layout tag of rank's namespace. A worker names its own KV
@@ -1180,9 +1195,10 @@ class KVPoolConnector(*_BASES):
             elif staged[i]:
                 self._unstage(bufs[i], chunk)
         if failed and self.failure_policy == "fail":
-            self.warn.warning("loadfail", "kvpool.vllm: %d of %d chunks did not load (first "
-                              "status %d); with kv_load_failure_policy \"fail\" their requests "
-                              "fail", failed, len(chunks), next(s for s in st if s != size))
+            self.warn.warning("loadfail", "kvpool.vllm: %d of %d chunks did not load (%s); "
+                              "with kv_load_failure_policy \"fail\" their requests fail",
+                              failed, len(chunks), _why_not_loaded(next(s for s in st
+                                                                        if s != size), size))
 
     def wait_for_layer_load(self, layer_name):
         return None
