@@ -91,9 +91,11 @@ class KVPoolConnectorMetadata(_conn_meta or object):
     """What the scheduler tells the workers each step.
 
     loads:  [(req_id, [chunk key], [chunk])]: fill these blocks now
-    recvs:  [(req_id, [chunk key], [chunk])]: fill these blocks in the
-            background, waiting for the chunks up to pd_wait_ms (a
-            hand-off); report the request finished receiving when done
+    recvs:  [(req_id, [chunk key], [chunk], wait_ms)]: fill these blocks
+            in the background, waiting for the chunks up to wait_ms (a
+            hand-off: pd_wait_ms, or less when the prefill instance's
+            params say its PUTs end sooner); report the request finished
+            receiving when done
     stores: [(req_id, [chunk key], [chunk], parent key or None[, retain_ms])]:
             store them (asynchronously); each entry is one store batch
     held:   requests whose blocks vLLM keeps for their store batches:
@@ -160,8 +162,8 @@ def _groups_of(ids):
 
 class _ReqState:
     __slots__ = ("request", "asked", "computed", "answer", "block_ids", "stored", "load_from",
-                 "loads", "recv", "pd_used", "pd_first", "batches", "handoff", "retain_ms",
-                 "matched_at")
+                 "loads", "recv", "pd_used", "pd_first", "pd_wait_ms", "batches", "handoff",
+                 "retain_ms", "matched_at")
 
     def __init__(self, request):
         self.request = request
@@ -175,6 +177,7 @@ class _ReqState:
         self.recv = 0            # chunks to load in the background (a hand-off)
         self.pd_used = False     # the hand-off load was given: never offered again
         self.pd_first = None     # when do_remote_prefill was first asked about
+        self.pd_wait_ms = 0      # how long the hand-off load may wait for its chunks
         self.batches = 0         # store batches scheduled
         self.retain_ms = None    # the request's own retention (kv_transfer_params), or None
         self.matched_at = 0.0    # when the answer's MATCH leased its hit (monotonic s)
@@ -195,6 +198,11 @@ def _why_not_loaded(status, size):
     if status >= 0:
         return "the pool's block has %d bytes, a chunk %d" % (status, size)
     return _link.strerror_of(status)
+
+
+def _whole(x):
+    """x is a whole number >= 0 (not a bool)."""
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def _params(request):
@@ -630,9 +638,18 @@ class KVPoolConnector(*_BASES):
             int(getattr(request, "num_prompt_tokens", 0))
         total = int(getattr(request, "num_tokens", prompt) or prompt)
         limit = min(prompt, total) // self.chunk_tokens
-        handed = _params(request).get("kvpool_tokens")
-        if isinstance(handed, int) and not isinstance(handed, bool) and handed >= 0:
+        params = _params(request)
+        handed = params.get("kvpool_tokens")
+        st.pd_wait_ms = self.pd_wait_ms
+        if _whole(handed):
             limit = min(limit, handed // self.chunk_tokens)
+            # the prefill instance has finished and submitted its PUTs: wait
+            # only as long as they can still take (kvpool_put_ms: 0 when
+            # every one had ended), so blocks that were stored and then
+            # evicted cost that bound, not pd_wait_ms, before the recompute
+            put_ms = params.get("kvpool_put_ms")
+            st.pd_wait_ms = min(self.pd_wait_ms, put_ms if _whole(put_ms) else
+                                self._put_bound_ms())
         start = num_computed_tokens // self.chunk_tokens
         n = len(self._chunk_keys(request)[start:limit])
         if n > 0:
@@ -724,9 +741,13 @@ class KVPoolConnector(*_BASES):
                     chunks = range(lo, lo + count)
                     have = min((len(g) for g in st.block_ids), default=0) // n
                     if lo + count <= have and lo + count <= len(keys):
-                        (meta.loads if what == "loads" else meta.recvs).append(
-                            (req_id, [keys[c] for c in chunks],
-                             [self._chunk(st, c) for c in chunks]))
+                        if what == "loads":
+                            meta.loads.append((req_id, [keys[c] for c in chunks],
+                                               [self._chunk(st, c) for c in chunks]))
+                        else:
+                            meta.recvs.append((req_id, [keys[c] for c in chunks],
+                                               [self._chunk(st, c) for c in chunks],
+                                               st.pd_wait_ms))
                     else:
                         self.warn.warning("meta", "kvpool.vllm: request %s: %d chunks to "
                                           "load but blocks for %d", req_id, lo + count, have)
@@ -734,7 +755,8 @@ class KVPoolConnector(*_BASES):
                             # vLLM waits for this request's load: the workers must
                             # report it, with its blocks failed (no keys)
                             meta.recvs.append((req_id, [], [self._chunk(st, c) for c in
-                                                            range(lo, min(lo + count, have))]))
+                                                            range(lo, min(lo + count, have))],
+                                               0))
                     st.stored = max(st.stored, lo + count)
                     setattr(st, what, 0)
                 if req_id not in sched:
@@ -802,12 +824,23 @@ class KVPoolConnector(*_BASES):
                     refused = any(not v[0] for v in self._verdicts.values())
                     handed = st.stored * self.chunk_tokens \
                         if st is not None and not refused else 0
+                    # kvpool_put_ms: how long the PUTs of these tokens can still
+                    # take (0: every one has ended), so that the decode side does
+                    # not wait pd_wait_ms for blocks stored and then evicted
                     params = {"do_remote_prefill": True, "do_remote_decode": False,
-                              "kvpool_tokens": handed}
+                              "kvpool_tokens": handed,
+                              "kvpool_put_ms": self._put_bound_ms() if hold and handed
+                              else 0}
             return hold, params
         except Exception as e:
             self.warn.warning("finished", "kvpool.vllm: request_finished: %r", e)
             return False, None
+
+    def _put_bound_ms(self):
+        """How long a store batch submitted now can take at most (ms): its
+        MATCH, its PUT and a PUT again as a root, each bounded by timeout_s
+        from its submit (libkvpool's asynchronous calls)."""
+        return int(_pd.STORE_CALLS * self.timeout_s * 1000 + 0.999)
 
     def request_finished_all_groups(self, request, block_ids=None):
         """SupportsHMA: the same as request_finished, for every KV-cache group."""
@@ -1096,8 +1129,8 @@ class KVPoolConnector(*_BASES):
         if getattr(meta, "flush", None):
             self.handle_preemptions(meta)      # vLLM releases without that hook
         try:
-            for req_id, keys, chunks in getattr(meta, "recvs", None) or ():
-                self._recv(req_id, keys, chunks)
+            for entry in getattr(meta, "recvs", None) or ():
+                self._recv(*entry)
         except Exception as e:
             self.warn.warning("recv", "kvpool.vllm: start_load_kv (hand-off): %r", e)
         try:
@@ -1111,9 +1144,10 @@ class KVPoolConnector(*_BASES):
                 for chunk in chunks:
                     self._load_errors.update(self._block_ids(chunk))
 
-    def _recv(self, req_id, keys, chunks):
-        """Start a hand-off load; a worker that cannot load reports the
-        request at once, every block failed."""
+    def _recv(self, req_id, keys, chunks, wait_ms=None):
+        """Start a hand-off load that waits up to wait_ms (None: pd_wait_ms)
+        for its chunks; a worker that cannot load reports the request at
+        once, every block failed."""
         if self._layers is None or not self.loads or self._closed or \
                 not keys or len(keys) != len(chunks):
             with self._links_lock:
@@ -1121,7 +1155,7 @@ class KVPoolConnector(*_BASES):
             return
         if self._receiver is None:
             self._receiver = _pd.Receiver(self, self.pd_wait_ms, self.pd_max_waits)
-        self._receiver.submit(req_id, keys, chunks)
+        self._receiver.submit(req_id, keys, chunks, wait_ms)
 
     def _receive(self, link, keys, chunks):
         """GET chunks into their blocks on `link` (a hand-off's connection,
