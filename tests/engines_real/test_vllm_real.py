@@ -313,6 +313,49 @@ def test_hybrid_groups_with_sliding_window(server, prefix):
             b.close()
 
 
+def test_store_in_flight_of_freed_sliding_window_blocks(fresh_server, prefix):
+    """vLLM's SlidingWindowManager frees a running request's blocks that
+    left the window at its next allocation, and another request's forward
+    may write them in the next step. With KV caches in host memory
+    (FlashAttention's layout here: read in place) a store still in flight
+    sent that request's bytes under this one's keys (a fresh-clone test).
+    The pool is stopped while the step's store waits; the sliding-window
+    blocks are written by another forward meanwhile; a second instance
+    must load the bytes the first request computed."""
+    import signal
+    import time
+    fresh_server.start()
+    setup = base(sliding=32, num_blocks=40)
+    a = Instance(fresh_server.url, prefix, setup)
+    b = None
+    try:
+        toks = tokens_for(97, 7)
+        a_ids = [list(range(1, 8)), list(range(10, 17))]
+        ext, so, _ = a.scheduler("schedule", "r1", toks, a_ids, 0)
+        assert ext == 0
+        fresh_server.proc.send_signal(signal.SIGSTOP)      # a slow pool: the store waits
+        try:
+            outs = [w("step", so, (a_ids, 0, len(toks), 1)) for w in a.workers]
+            want = a.read(0, a_ids, 96, [1])
+            # the next step: the window's old blocks went to another request
+            a.workers[0]("forward", [list(range(30, 37)), a_ids[1]], 0, 96, 4242)
+            assert a.read(0, a_ids, 96, [1]) != want
+            time.sleep(0.2)
+        finally:
+            fresh_server.proc.send_signal(signal.SIGCONT)
+        a.scheduler("outputs", outs, "r1", a_ids)
+        a.release("r1")
+        b = Instance(fresh_server.url, prefix, setup)
+        b_ids = [list(range(20, 27)), list(range(30, 37))]
+        ext, errors, _ = b.request("r2", toks, b_ids, seed=9)
+        assert ext == 96 and errors == []
+        assert b.read(0, b_ids, 96, [1]) == want, "the request's own sliding-window KV"
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
 def test_roles_and_unserved_groups(server, prefix):
     """A consumer never stores, a producer never loads; a model with a
     Mamba group offers no hits and stores nothing."""

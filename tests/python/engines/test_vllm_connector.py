@@ -8,6 +8,7 @@ token must be byte-exact. See docs/engines.md and the engine notes
 
 import inspect
 import logging
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -623,6 +624,64 @@ def test_supports_hma_and_hybrid_groups(server, prefix):
         else:                          # only the window's blocks were loaded
             assert torch.equal(full_b[i][:, 64:96], full_a[i][:, 64:96])
             assert not t[:, 0].any(), "nothing is written into the null block"
+    a.close()
+    b.close()
+
+
+def test_store_in_flight_of_blocks_freed_mid_request_sends_the_request_bytes(fresh_server,
+                                                                             prefix):
+    """vLLM frees a running request's sliding-window blocks that left the
+    window at its next allocation and may give them to another request,
+    whose forward writes them in the next step. A zero-copy store (KV
+    caches in host memory) still in flight then sent the other request's
+    bytes under this request's keys, with a valid checksum (libkvpool
+    computes it when it sends): a fresh-clone test. Here the pool is
+    stopped while the step's store is in flight, and the sliding-window
+    blocks are overwritten meanwhile; what another instance loads must be
+    the bytes the request computed. Stores of such models are staged in
+    the step (loads and full-attention-only models stay zero copy)."""
+    import signal
+    fresh_server.start()
+    tokens = [(31 * i) % 30000 for i in range(100)]
+    hashes = hashes_for(tokens, BS)
+    swa = Setup(sliding=32)
+    a = Instance(fresh_server.url, prefix, swa)
+    w = a.workers[0]
+    assert not w.stage, "KV caches in host memory: loads in place"
+    want = {}
+    save = w.wait_for_save
+
+    def wait_for_save_then_reuse():
+        meta = w._get_connector_metadata()
+        if not meta or not meta.stores or want:
+            return save()
+        fresh_server.proc.send_signal(signal.SIGSTOP)    # a slow pool: the store waits
+        try:
+            save()
+            want["kv"] = a.read(0, a.block_ids, 96)
+            # the next step: the window's old blocks went to another request
+            for g, _, t in a._layers(0):
+                if g == 1:
+                    t[:, 12:19] = 99
+            time.sleep(0.2)
+        finally:
+            fresh_server.proc.send_signal(signal.SIGCONT)
+    w.wait_for_save = wait_for_save_then_reuse
+    ext, errors = run_request(a, "r1", tokens, hashes, seed=1,
+                              ids=[list(range(3, 10)), list(range(12, 19))])
+    assert ext == 0 and errors == [set()] and want
+    assert w.flush_stores(10) and w._pipeline.chunks_put == 6
+    b = Instance(fresh_server.url, prefix, swa)
+    ids = [list(range(20, 27)), [0, 0, 0, 0, 28, 29, 30]]
+    ext, errors = run_request(b, "r2", tokens, hashes, seed=2, ids=ids)
+    assert ext == 96 and errors == [set()]
+    got = b.read(0, b.block_ids, 96)
+    for i, (g, _, _) in enumerate(b._layers(0)):
+        if g == 0:
+            assert torch.equal(got[i], want["kv"][i])
+        else:
+            assert torch.equal(got[i][:, 64:96], want["kv"][i][:, 64:96]), \
+                "the sliding window's KV is the request's, not the block's next user's"
     a.close()
     b.close()
 

@@ -1048,15 +1048,21 @@ class KVPoolConnector(*_BASES):
                     row += 1
         return out, staged, size
 
-    def _async_buffers(self, chunks):
+    def _async_buffers(self, chunks, store=False):
         """_buffers for a batch that outlives the call (a store in flight,
         a hand-off load): staging rows of its own, from the worker's
         StagingRows. (bufs, staged flags, rows taken) or (None, None, None)
-        when the staging limit (staging_mb) is reached."""
+        when the staging limit (staging_mb) is reached. A store of a model
+        whose blocks vLLM may free while the request runs (a sliding-window
+        or chunked-local group) is always staged: the copy is made now, in
+        the step that computed the blocks, so a PUT still in flight when
+        another request's forward reuses a freed block sends this
+        request's bytes, not that one's."""
         out, staged = [], []
+        in_place = not self.stage and not (store and self.layout.freed_early)
         for chunk in chunks:
             segs = self._segments(chunk)
-            if not self.stage and all(b is not None for _, _, b in segs):
+            if in_place and all(b is not None for _, _, b in segs):
                 spans = [sp for layer, kv, b in segs for sp in layer.spans(b, kv)]
                 out.append(_layout.pieces(spans))
                 staged.append(False)
@@ -1276,7 +1282,7 @@ class KVPoolConnector(*_BASES):
                 break
         if not keys:
             return False
-        bufs, staged, rows = self._async_buffers(chunks)
+        bufs, staged, rows = self._async_buffers(chunks, store=True)
         if bufs is None:
             return False
         try:
