@@ -261,6 +261,9 @@ UNIT_DEPS_hash   := $(LIB_A)
 UNIT_LIBS_hash   := -ljson-c
 UNIT_DEPS_hrw    := $(LIB_A)
 UNIT_LIBS_hrw    := -ljson-c
+UNIT_DEPS_cluster_hot := $(call obj,client/lib/cluster/hot.c)
+UNIT_DEPS_cluster_placement := $(LIB_A)
+UNIT_LIBS_cluster_placement := -ljson-c
 UNIT_FAKE        := $(call obj,tests/unit/fake_server.c)
 UNIT_DEPS_client := $(UNIT_FAKE) $(LIB_A)
 UNIT_DEPS_async  := $(UNIT_FAKE) $(LIB_A)
@@ -272,7 +275,7 @@ UNIT_LIBS_auth   := $(LIBS_SERVER)
 UNIT_DEPS_memlimit := $(UNIT_DEPS_server)
 UNIT_LIBS_memlimit := $(LIBS_SERVER)
 # kvpoold's pure parts, one test program per subject (test_srv_<subject>.c).
-UNIT_SRV_PURE := srv_log srv_conn srv_stats srv_fdlimit srv_out
+UNIT_SRV_PURE := srv_log srv_conn srv_stats srv_fdlimit srv_out srv_etcd
 $(foreach t,$(UNIT_SRV_PURE),$(eval UNIT_DEPS_$(t) := $(UNIT_DEPS_server))$(eval UNIT_LIBS_$(t) := $(LIBS_SERVER)))
 UNIT_DEPS_admin  := $(UNIT_DEPS_server)
 UNIT_DEPS_events := $(BUILD)/libserver.a $(STORETEST_LIBS) $(BUILD)/libconf.a $(BUILD)/libproto.a

@@ -161,31 +161,51 @@ struct kvpool_limits {
  *   resolve), and the shared connection errors above.
  *
  * Several nodes (docs/cluster.md): a comma-separated list,
- * "tcp://a:7470,b:7470,c:7470" or "tls://a:7470,b:7470" (the scheme of the
- * first applies to the others unless they name one), or
- * "etcd://HOST[:PORT]/CLUSTER" (etcd's
- * v3 JSON gateway; the nodes are the records under
+ * "tcp://a:7470,b:7470,c:7470" or "tls://a:7470,b:7470" (one scheme for
+ * all: the first's applies to the others, and another scheme on a later
+ * entry is refused; each node once: two entries for one address, even
+ * spelled differently, are refused), or
+ * "etcd://HOST[:PORT][,HOST[:PORT]...]/CLUSTER" (etcd's v3 JSON gateway,
+ * up to 8 members; a node whose record says "tls": true is reached over
+ * tls://; the nodes are the records under
  * kvpool/CLUSTER/nodes/) make a cluster handle: every call below then
- * works on the whole pool, chains cut into segments placed by rendezvous
- * hashing (see "several nodes" below). Node names are "host:port" for a
- * list and the record's name for etcd. A cluster handle runs one thread
- * per node, which drives that node's connection (the per-node parts of a
- * call run in parallel on them: sending, receiving and checksums) and,
- * for etcd, one thread that watches the membership; they end in
- * kvpool_close (which may then take up to a second: the watch notices
- * its stop on libcurl's next progress call). Every call of this header
- * works on a cluster handle, the asynchronous ones included;
- * kvpool_register reaches every node's connection. A node that cannot be
- * reached is not an error: its share of a call is a miss (GET, EXISTS,
- * DELETE: -ENOENT; MATCH: the chain stops there), its share of a PUT is
- * dropped (status 0), and it is tried again a second later. Any other
- * error of a node's share (e.g. -EACCES: it refused HELLO for the
- * namespace) is the status of every block of that share, as on one
- * node. Errors: for a list, the first node's error
- * when none answers; for etcd, -ECONNREFUSED / -ETIMEDOUT / -EPROTO when
- * etcd cannot be read at connect (once connected, an unreachable etcd
- * keeps the last membership and says so in kvpool_stats' "cluster"
- * object); -E2BIG (more than 64 nodes). */
+ * works on the whole pool. Placement is per block: each block lives on
+ * the node with the highest rendezvous score for its own key
+ * (kvpool_hrw_rank), a hot block - a prefix the handle saw shared by many
+ * chains - on the first KVPOOL_HOT_REPLICAS, so any handle finds any key
+ * (one-shot commands too). A query after the URL sets the handle's
+ * cluster settings: "?budget_ms=N" (how long a node may take to answer
+ * its share of a MATCH or GET before that share counts as misses and the
+ * node is skipped; default 200, 0 = the call's timeout), "hot_replicas=R"
+ * (1..4, default 2; 1 = no hot copies), "hot_children=C" (distinct
+ * continuations that make a shared prefix hot, default 32; 0 = never),
+ * "fallback_ms=N" (how long, at most, keys whose owners changed are also
+ * asked at their previous owners; default 600000), joined by '&'. Node
+ * names are "host:port" for a list and the record's name for etcd. A
+ * cluster handle runs one thread per node, which drives that node's
+ * connection (the per-node parts of a call run in parallel on them:
+ * sending, receiving and checksums) and probes it in the background
+ * while it is down, and, for etcd, one thread that watches the
+ * membership; they end in kvpool_close (which may then take up to a
+ * second: the watch notices its stop on libcurl's next progress call).
+ * Every call of this header works on a cluster handle, the asynchronous
+ * ones included; kvpool_register reaches every node's connection. A node
+ * that cannot be reached, or does not answer within the budget, is not an
+ * error: its share of a GET or EXISTS is asked of the next place the block
+ * may be, else a miss (-ENOENT); of a MATCH the chain stops there; its
+ * share of a PUT goes to the next node by score (a block no node could
+ * take is -EHOSTDOWN, never "stored"); its share of a DELETE or
+ * DROP_NAMESPACE is kept and finished when it is back (those calls say
+ * -EINPROGRESS meanwhile); the node is skipped until a background probe
+ * finds it answering again. Any other error of a node's share (e.g.
+ * -EACCES: it refused HELLO for the namespace) is the status of every
+ * block of that share, as on one node. Errors: for a list, the first
+ * node's error when none answers; -EINVAL (a bad list or query, see
+ * above); for etcd, -ECONNREFUSED / -ETIMEDOUT / -EPROTO when etcd
+ * cannot be read at connect (once connected, an unreachable etcd keeps
+ * the last membership and says so in kvpool_stats' "cluster" object),
+ * -ENXIO when no node is registered under CLUSTER after a 2 s grace (a
+ * typo would otherwise make an empty pool); -E2BIG (more than 64 nodes). */
 int kvpool_connect(const char *url, const char *ns, const struct kvpool_options *opts,
 		   struct kvpool_client **out);
 
@@ -252,7 +272,12 @@ struct kvpool_put_block {
  *   -EAGAIN    server busy (in-flight put bytes at limit) on every try
  *              (see Backpressure)
  *   -EBADMSG   the server received bytes that do not match the checksum
+ *   -EHOSTDOWN cluster handle: every node that may hold the block is down
+ *              or lost the connection (nothing stored)
  *   -EDQUOT, -EIO, -EACCES
+ * On a cluster handle a parent is not sent: every block is stored as a
+ * chain's first block on its node (docs/cluster.md), so -ENOLINK does not
+ * occur there.
  * Returns 0 if every block succeeded, otherwise the first block's error
  * (or a whole-call error, which is then also in every statuses[i]).
  * Errors: -EINVAL (a NULL key or iov, iovcnt < 1, an iovec with a NULL
@@ -352,7 +377,7 @@ struct kvpool_match_opts {
 			       (capped at max_match_wait_ms) for PUTs that
 			       complete them, then answer what is present */
 	uint32_t want;      /* leading blocks needed; 0 = count; above count
-			       is -EPROTO (the server's BAD_REQUEST) */
+			       is -EINVAL (refused before anything is sent) */
 	uint32_t retain_ms; /* > 0: extend the matched run's retention to at
 			       least this long from now (capped at
 			       max_retain_ms, within the retention budget) */
@@ -399,28 +424,37 @@ struct kvpool_match_result {
  * (kvpool_limits.protocol_version 1) is sent none of wait_ms, want and
  * retain_ms: it answers at once, with present = matched, retained 0 and
  * flags 0. A cluster handle asks every node that owns part of the chain
- * in one round, each waiting for its own part of want.
- * Threads, blocking and errors as kvpool_match, plus -EPROTO when want >
- * count (the server's BAD_REQUEST, kvpool_last_server_message has its
- * reason; a v1 server or a cluster handle: refused by the library, no
- * message), -EDQUOT when a lease over the connection's or tenant's
- * leased-bytes bound is refused (only kvpoold before the lease cut: now
- * such a MATCH answers the longest leading run whose lease fits, with
- * KVPOOL_MATCH_LEASE_CUT and present > matched) and
- * -EINVAL when out is NULL. After a BAD_REQUEST the handle reconnects at
- * its next call. */
+ * in one round, each waiting for its own part of want; when one of them
+ * is lost during the wait, or the membership changes so that a missing
+ * wanted block has another owner, the wait ends at once and the call
+ * answers what is present, flags KVPOOL_MATCH_WAITED |
+ * KVPOOL_MATCH_WAIT_ENDED: ask again (docs/cluster.md, "Waiting MATCH").
+ * Threads, blocking and errors as kvpool_match, plus -EINVAL when want >
+ * count or out is NULL (checked before anything is sent; the connection
+ * is kept, on every kind of handle), and -EDQUOT when a lease over the
+ * connection's or tenant's leased-bytes bound is refused (only kvpoold
+ * before the lease cut: now such a MATCH answers the longest leading run
+ * whose lease fits, with KVPOOL_MATCH_LEASE_CUT and present > matched). */
 int kvpool_match_ex(struct kvpool_client *c, const void *keys, size_t count,
 		    const struct kvpool_match_opts *opts, struct kvpool_match_result *out);
 
 /* Remove blocks and their descendants (keys: count * KVPOOL_KEY_BYTES
- * contiguous bytes). statuses[i] (may be NULL): 0 or
- * -ENOENT. Returns 0 when the call worked. Errors: -EINVAL, shared. */
+ * contiguous bytes). statuses[i] (may be NULL): 0 or -ENOENT, and on a
+ * cluster handle -EINPROGRESS: a node that may hold the block could not be
+ * reached; the handle deletes it there when the node answers again
+ * (kvpool_stats: cluster.pending_removals), unless it is closed first.
+ * Returns 0 when the call worked, -EINPROGRESS when some block is
+ * pending. Errors: -EINVAL, shared. */
 int kvpool_delete(struct kvpool_client *c, const void *keys, size_t count,
 		  int *statuses);
 
 /* Drop every block of namespace `ns` (NULL: this handle's namespace).
- * *blocks (may be NULL) receives how many were dropped.
- * Errors: -EINVAL (name too long), shared errors. */
+ * *blocks (may be NULL) receives how many were dropped. On a cluster
+ * handle, when a node could not be reached the others have dropped theirs
+ * and the call answers -EINPROGRESS: the handle drops it on that node when
+ * the node answers again (cluster.pending_removals), unless it is closed
+ * first - then run it again. Errors: -EINVAL (name too long),
+ * -EINPROGRESS, shared errors. */
 int kvpool_drop_namespace(struct kvpool_client *c, const char *ns, uint64_t *blocks);
 
 /* Server statistics as a NUL-terminated JSON document (keys in
@@ -430,7 +464,10 @@ int kvpool_drop_namespace(struct kvpool_client *c, const char *ns, uint64_t *blo
 int kvpool_stats(struct kvpool_client *c, const char *ns, char **json);
 
 /* Round trip to the server. *rtt_us (may be NULL) receives the round-trip
- * time in microseconds. Errors: shared errors. */
+ * time in microseconds (a cluster: the slowest node's). On a cluster
+ * handle every member is asked; -EHOSTDOWN when one of them is down or
+ * did not answer (kvpool_stats' cluster.nodes says which).
+ * Errors: shared errors, -EHOSTDOWN. */
 int kvpool_ping(struct kvpool_client *c, uint64_t *rtt_us);
 
 /* Free memory returned by this library. Accepts NULL. */
@@ -528,7 +565,12 @@ int kvpool_unregister(struct kvpool_client *c, const void *buf);
  * to the timeout while it does, as a synchronous call would).
  *
  * Timeouts. Each request has the handle's timeout (kvpool_set_timeout) from
- * its submit, covering its BUSY retries. A request whose timeout passes
+ * its submit, covering its BUSY retries; a request submitted behind
+ * waiting MATCHes still owed a reply on the connection (the server answers
+ * it only after them) has its timeout from the end of the last of their
+ * waits, so that a call made while a wait is parked (kvpool_ping,
+ * kvpool_stats, a put...) neither times out nor, by closing the
+ * connection, ends that wait. A request whose timeout passes
  * before any of its frames went on the wire (or while it waits to retry)
  * completes with -ETIMEDOUT alone. One whose timeout passes while the
  * server owes it a reply completes with -ETIMEDOUT and closes the
@@ -544,9 +586,12 @@ int kvpool_unregister(struct kvpool_client *c, const void *buf);
  * overlap another call; with requests in flight it drops them: no
  * completion comes, and no buffer is touched after it returns.
  *
- * Refusals. kvpool_last_server_message is set, on the thread that polls a
- * completion, to the server's words for that request's refusal ("" when
- * it carries none).
+ * Refusals. kvpool_poll sets the calling thread's
+ * kvpool_last_server_message to the server's words for the refusal of
+ * the first completion it returns that carries any, and to "" when none
+ * of them does (a submit sets "" unless its own reconnect is refused). To
+ * read the words of every refused request, poll one completion at a time
+ * (max 1).
  *
  * Sizing max_inflight. Each request in flight holds one slot (a few
  * hundred bytes plus per-block scratch kept for reuse). Enough requests
@@ -626,7 +671,8 @@ int kvpool_submit_delete(struct kvpool_client *c, const void *keys, size_t count
  * then equals out->matched). A waiting MATCH (wait_ms > 0) has the
  * handle's timeout plus wait_ms; while the server holds it, the requests
  * submitted after it on the handle are answered after it (the server
- * answers a connection's requests in order). Same checks, threads and
+ * answers a connection's requests in order), and their timeouts count
+ * from the end of its wait (see Timeouts). Same checks, threads and
  * errors as kvpool_submit_put / kvpool_submit_match, plus -EINVAL for a
  * NULL out. */
 int kvpool_submit_put_ex(struct kvpool_client *c, const struct kvpool_put_block *blocks,
@@ -670,7 +716,14 @@ int kvpool_event_fd(struct kvpool_client *c);
  *   -EINPROGRESS (RDMA: the server was given the request's buffers and may
  *   still move bytes; the request completes as usual, on a cluster handle
  *   with -ECANCELED when part of it was cancelled; until then its memory
- *   is the library's). Does not block (on a cluster handle it may wait
+ *   is the library's). A waiting MATCH (wait_ms > 0) cannot be withdrawn
+ *   from the server, which answers nothing sent after it on the connection
+ *   before it answers it: when nothing else of the handle is in flight, the
+ *   library closes the connection (the server drops the wait; the next
+ *   call reconnects, counted in kvpool_counters.reconnects); otherwise the
+ *   requests behind it are answered when its wait ends (at the latest
+ *   wait_ms after its submit), within their deadlines, which cover it.
+ *   Does not block (on a cluster handle it may wait
  *   the few microseconds a node thread needs to hand a part of the request
  *   to its connection). Thread-safe. */
 int kvpool_cancel(struct kvpool_client *c, uint64_t id);
@@ -699,40 +752,60 @@ int kvpool_block_hashes(const uint32_t *tokens, size_t n_tokens, size_t block_to
 /* ---- several nodes: placement -------------------------------------------- */
 
 /* A cluster handle (kvpool_connect with a node list or an etcd:// URL)
- * cuts every chain into segments of KVPOOL_SEGMENT_BLOCKS consecutive
- * blocks (kvpool_set_segment_blocks); segment k is blocks k*D..k*D+D-1
- * and lives on the node with the highest rendezvous (HRW) score for
- * (key of the segment's first block, node name). These two functions
- * expose that placement (docs/cluster.md: the score function), e.g. for
- * tools and for the Python binding's tests. */
+ * places each block on the node with the highest rendezvous (HRW) score
+ * for (the block's key, node name), a hot block on the first
+ * KVPOOL_HOT_REPLICAS of that ranking (docs/cluster.md, "Placement"). The
+ * functions below expose the score and the ranking, e.g. for tools and
+ * for the Python binding's tests. (Earlier versions placed segments of
+ * KVPOOL_SEGMENT_BLOCKS blocks by their first key; the constant and
+ * kvpool_set_segment_blocks remain for the callers of then.) */
 #define KVPOOL_SEGMENT_BLOCKS 32
+/* Nodes a hot block (one many chains share, e.g. a system prompt) is
+ * written to under per-block placement (docs/cluster.md). */
+#define KVPOOL_HOT_REPLICAS 2
 
 /* The HRW score of `key` (KVPOOL_KEY_BYTES) on the node called node_name
  * (NUL-terminated): higher wins. Pure; any thread. Returns 0 for NULL
  * arguments (a real score may also be 0; pass valid arguments). */
 uint64_t kvpool_hrw_score(const uint8_t key[KVPOOL_KEY_BYTES], const char *node_name);
 
-/* The index (0..n-1) of the node among node_names[0..n) that owns a
- * segment whose first block is `key`: the highest score, an equal score
- * going to the smaller name (strcmp). Pure; any thread.
+/* The index (0..n-1) of the node among node_names[0..n) that owns block
+ * `key`: the highest score, an equal score going to the smaller name
+ * (strcmp). Pure; any thread.
  * Errors: -EINVAL (NULL key or array, a NULL name, n == 0). */
 int kvpool_hrw_owner(const uint8_t key[KVPOOL_KEY_BYTES], const char *const *node_names,
 		     size_t n);
 
-/* Segment length D of a cluster handle, in blocks (0 = KVPOOL_SEGMENT_BLOCKS).
- * Every client of one pool must use the same D. Cluster handles remember
- * each key's chain position from the chains they see (MATCH, and PUT of
- * a block with no parent or a parent seen before); a GET, EXISTS or
- * DELETE of a key never seen is a miss, a PUT of a block whose parent was
- * never seen is -ENOLINK. kvpool_stats on a cluster handle returns the
- * nodes' documents summed (same keys as one server's) plus a "cluster"
- * object: membership ("static" or "etcd"), etcd (reachable, error,
- * revision, failures, resumes), epoch, segment_blocks, unplaced_blocks,
- * and nodes[] (name, url, up, error, share of segments, calls, errors,
- * misses_from_errors, puts_dropped, stats: that node's own document).
- * Thread-safe (the cluster's lock); calls already split keep the old D.
- * Errors: -EINVAL (NULL, or more than 65536), -EOPNOTSUPP (not a cluster
- * handle). */
+/* The ranking of the nodes node_names[0..n) for `key`: their indices in
+ * out[0..), highest score first, an equal score going to the smaller name
+ * (strcmp); out[0] is kvpool_hrw_owner's answer. Writes the first
+ * min(k, n, 64) indices and returns how many. Per-block placement puts a
+ * block on out[0] of its own key's ranking, and a hot block on the first
+ * KVPOOL_HOT_REPLICAS (docs/cluster.md); the ranking depends on the key
+ * and the names only. Pure; any thread.
+ * Errors: -EINVAL (NULL key, array or out, a NULL name, n == 0, k == 0). */
+int kvpool_hrw_rank(const uint8_t key[KVPOOL_KEY_BYTES], const char *const *node_names,
+		    size_t n, size_t *out, size_t k);
+
+/* Kept for callers of the segment placement: placement is per block now,
+ * the value is checked and ignored. kvpool_stats on a cluster handle
+ * returns the nodes' documents summed (same keys as one server's; pid and
+ * uptime_s left out, version and protocol as the nodes say when they all
+ * agree, else "mixed", settings only in each node's own document) plus a
+ * "cluster" object: membership ("static" or "etcd"), etcd (endpoint,
+ * reachable, error, revision, failures, resumes), epoch, placement
+ * ("block"), hot_replicas, hot_children, hot_blocks (keys this handle
+ * marked hot), budget_ms, fallback (active, previous_nodes, changes,
+ * fallback_ms), fallback_hits (blocks found only at a previous owner),
+ * copies, copy_bytes, copies_dropped (background copies to new owners
+ * and replicas), redirected_puts (blocks sent to the next node because
+ * their owner was down), puts_nowhere, budget_expired, pending_removals,
+ * ignored_nodes, error ("" or what is wrong: no member, every node down,
+ * nodes past the limit), and nodes[] (name, url, up, state, error,
+ * retry_in_ms, downs, probes, budget_expired, puts_redirected, share of
+ * blocks, calls, errors, misses_from_errors, puts_dropped, stats: that
+ * node's own document). Errors: -EINVAL (NULL, or more than 65536),
+ * -EOPNOTSUPP (not a cluster handle). */
 int kvpool_set_segment_blocks(struct kvpool_client *c, uint32_t blocks);
 
 /* xxh3-64 (seed 0) of the concatenation of iov[0..iovcnt): the checksum the
@@ -747,9 +820,13 @@ const char *kvpool_strerror(int err);
  * message of the last error reply (e.g. "hello refused: the token does
  * not grant namespace x", "put refused: the token is read-only in
  * namespace x"), through any handle or kvpool_connect; "" when the last
- * call got none (a timeout, a miss, a local error). Thread-local storage
- * of the calling thread: valid until that thread's next call into the
- * library. Never NULL; cannot fail. Any thread. */
+ * call got none (a timeout, a miss, a local error); after kvpool_poll,
+ * the first refusal among the completions it returned (see "Refusals"
+ * under the asynchronous API). On a cluster handle the words are those of
+ * the first node that refused, after its name ("10.0.0.2:7470: hello
+ * refused: ..."). Thread-local storage of the calling thread: valid until
+ * that thread's next call into the library. Never NULL; cannot fail. Any
+ * thread. */
 const char *kvpool_last_server_message(void);
 
 #ifdef __cplusplus

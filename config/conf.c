@@ -131,6 +131,11 @@ static const struct conf_setting settings[] = {
 	  CONF_RELOAD, "N",
 	  "with tokens_file: MATCHes all of one token's connections may have waiting at once; one "
 	  "more answers at once without waiting; 0 = no limit", NULL, "matches" },
+	{ "max_match_wait_bytes", CONF_SIZE, FIELD(max_match_wait_bytes), "64MiB", 0, 1024 * GIB,
+	  CONF_RELOAD, "SIZE",
+	  "memory all waiting MATCHes of the server may hold (each keeps its keys, 32 bytes "
+	  "each, and a record); one more answers at once without waiting; applies without "
+	  "tokens_file too; 0 = no limit", NULL, "bytes" },
 	{ "allow_unauthenticated", CONF_BOOL, FIELD(allow_unauthenticated), "false", 0, 1, 0,
 	  "BOOL", "serve a non-loopback listen address without tokens_file", NULL, NULL },
 	{ "tls_cert_file", CONF_STRING, FIELD(tls_cert_file), "", 0, CONF_PATH_MAX - 1,
@@ -179,8 +184,9 @@ static const struct conf_setting settings[] = {
 	  "batch bytes one KV-event replay answer carries at most (then its end marker: ask "
 	  "again from the next sequence); 0 = no bound", NULL, "bytes" },
 	{ "cluster", CONF_STRING, FIELD(cluster), "", 0, 255, CONF_EMPTY_UNSET, "URL",
-	  "etcd://HOST[:PORT]/CLUSTER: register this node in that cluster's etcd; unset = "
-	  "standalone", NULL, NULL },
+	  "etcd://HOST[:PORT][,HOST[:PORT]...]/CLUSTER: register this node in that cluster's "
+	  "etcd (several members: calls fail over between them); unset = standalone", NULL,
+	  NULL },
 	{ "node_name", CONF_STRING, FIELD(node_name), "", 0, 128, CONF_EMPTY_UNSET, "NAME",
 	  "this node's stable name in the cluster (placement uses it); unset = HOSTNAME:PORT",
 	  NULL, NULL },

@@ -77,6 +77,9 @@ struct conf {
 					  * default 64 */
 	uint32_t tenant_max_match_waits; /* with auth: MATCHes waiting at once over one
 					  * token's connections; 0 = no limit; default 4096 */
+	uint64_t max_match_wait_bytes;   /* bytes all waiting MATCHes of the server may
+					  * hold (their keys and records), with or
+					  * without auth; 0 = no limit; default 64 MiB */
 	int allow_unauthenticated;       /* bool (0/1): serve a non-loopback `listen`
 					  * without tokens_file; default 0 */
 	/* TLS on the data port (server/srv_tls.h, docs/security.md). */

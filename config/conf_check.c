@@ -150,7 +150,8 @@ static int name_ok(const char *s, size_t max, const char *extra)
 	return 1;
 }
 
-/* cluster: etcd://HOST[:PORT]/NAME; node_name: a name placement can hash. */
+/* cluster: etcd://HOST[:PORT][,HOST[:PORT]...]/NAME; node_name: a name
+ * placement can hash. */
 static int validate_cluster(const struct conf *c, char *err, size_t err_len)
 {
 	const char *host, *slash;
@@ -160,8 +161,8 @@ static int validate_cluster(const struct conf *c, char *err, size_t err_len)
 		slash = host ? strchr(host, '/') : NULL;
 		if (!host || !slash || slash == host || !name_ok(slash + 1, 64, "._-")) {
 			conf_err(err, err_len,
-				"cluster '%s' is not etcd://HOST[:PORT]/NAME (NAME: 1..64 of "
-				"A-Z a-z 0-9 . _ -)", c->cluster);
+				"cluster '%s' is not etcd://HOST[:PORT][,HOST[:PORT]...]/NAME "
+				"(NAME: 1..64 of A-Z a-z 0-9 . _ -)", c->cluster);
 			return -EINVAL;
 		}
 	}

@@ -19,11 +19,16 @@
 
 #define ETCD_REPLY_MAX_BYTES (16u << 20) /* a unary reply larger than this is -EPROTO */
 #define ETCD_GRPC_NOT_FOUND 5            /* gRPC status code etcd reports for a missing lease */
+#define ETCD_BASE_BYTES (KVC_ETCD_ENDPOINT_MAX_BYTES + 16)
 
 struct kvc_etcd {
 	CURL *curl;
-	char base[KVC_ETCD_ENDPOINT_MAX_BYTES + 16]; /* "http://endpoint" */
+	char base[KVC_ETCD_MAX_ENDPOINTS][ETCD_BASE_BYTES]; /* "http://host:port" each */
+	size_t n_base;
+	size_t cur;                   /* the endpoint that answered last */
 	uint32_t timeout_ms;
+	uint64_t cluster_id;          /* from the last reply's header; 0 = none yet */
+	uint64_t failovers;
 };
 
 /* A growing reply buffer (NUL-terminated). */
@@ -41,15 +46,43 @@ static void curl_init_once(void)
 	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -ENOMEM;
 }
 
+/* Split "host[:port][,host[:port]...]" into "http://host:port" bases.
+ * Returns how many, or -EINVAL (empty item, too many, a forbidden byte). */
+static int parse_endpoints(const char *list, char (*base)[ETCD_BASE_BYTES])
+{
+	size_t n = 0, len = strlen(list);
+	const char *p = list;
+
+	if (len == 0 || len > KVC_ETCD_ENDPOINT_MAX_BYTES || strpbrk(list, "/ \t\r\n?#@"))
+		return -EINVAL;
+	for (;;) {
+		size_t k = strcspn(p, ",");
+		const char *rb;
+		char item[KVC_ETCD_ENDPOINT_MAX_BYTES + 1];
+
+		if (k == 0 || n == KVC_ETCD_MAX_ENDPOINTS)
+			return -EINVAL;
+		memcpy(item, p, k);
+		item[k] = 0;
+		if (item[0] == ':' || (item[0] == '[' && !strchr(item, ']')))
+			return -EINVAL;
+		rb = strrchr(item, ']');
+		snprintf(base[n++], ETCD_BASE_BYTES, "http://%s%s", item,
+			 strchr(rb ? rb : item, ':') ? "" : ":2379");
+		p += k;
+		if (!*p)
+			break;
+		p++;
+	}
+	return (int)n;
+}
+
 int kvc_etcd_open(const char *endpoint, uint32_t timeout_ms, struct kvc_etcd **out)
 {
 	struct kvc_etcd *e;
-	size_t n;
+	int n;
 
 	if (!endpoint || !out)
-		return -EINVAL;
-	n = strlen(endpoint);
-	if (n == 0 || n > KVC_ETCD_ENDPOINT_MAX_BYTES || strpbrk(endpoint, "/ \t\r\n?#@"))
 		return -EINVAL;
 	pthread_once(&curl_once, curl_init_once);
 	if (curl_init_rc)
@@ -57,20 +90,35 @@ int kvc_etcd_open(const char *endpoint, uint32_t timeout_ms, struct kvc_etcd **o
 	e = calloc(1, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
+	n = parse_endpoints(endpoint, e->base);
+	if (n < 0) {
+		free(e);
+		return n;
+	}
+	e->n_base = (size_t)n;
 	e->curl = curl_easy_init();
 	if (!e->curl) {
 		free(e);
 		return -ENOMEM;
 	}
-	{
-		const char *rb = strrchr(endpoint, ']');
-
-		snprintf(e->base, sizeof(e->base), "http://%s%s", endpoint,
-			 strchr(rb ? rb : endpoint, ':') ? "" : ":2379");
-	}
 	e->timeout_ms = timeout_ms ? timeout_ms : 2000;
 	*out = e;
 	return 0;
+}
+
+size_t kvc_etcd_endpoints(const struct kvc_etcd *e)
+{
+	return e ? e->n_base : 0;
+}
+
+const char *kvc_etcd_current(const struct kvc_etcd *e)
+{
+	return e ? e->base[e->cur] + 7 : "";
+}
+
+uint64_t kvc_etcd_failovers(const struct kvc_etcd *e)
+{
+	return e ? e->failovers : 0;
 }
 
 void kvc_etcd_close(struct kvc_etcd *e)
@@ -251,11 +299,11 @@ static int curl_errno(CURLcode rc)
 	}
 }
 
-/* Common options of one POST of `body` to base + path. */
-static void setup_post(struct kvc_etcd *e, const char *path, const char *body, char *url,
-		       size_t url_cap, struct curl_slist *hdrs)
+/* Common options of one POST of `body` to endpoint `which` + path. */
+static void setup_post(struct kvc_etcd *e, size_t which, const char *path, const char *body,
+		       char *url, size_t url_cap, struct curl_slist *hdrs)
 {
-	snprintf(url, url_cap, "%s%s", e->base, path);
+	snprintf(url, url_cap, "%s%s", e->base[which], path);
 	curl_easy_reset(e->curl);
 	curl_easy_setopt(e->curl, CURLOPT_URL, url);
 	curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, body);
@@ -266,13 +314,22 @@ static void setup_post(struct kvc_etcd *e, const char *path, const char *body, c
 	curl_easy_setopt(e->curl, CURLOPT_NOPROXY, "*");
 }
 
-/* POST req (consumed) to path; *reply receives the parsed JSON object
- * (caller puts it). An etcd error object becomes -ENOENT (not found) or
- * -EPROTO. */
-static int call(struct kvc_etcd *e, const char *path, struct json_object *req,
-		struct json_object **reply)
+/* Note the cluster id a reply's header carries (etcd replaced by another
+ * cluster shows up as a new id). */
+static void note_header(struct kvc_etcd *e, struct json_object *o)
 {
-	char url[KVC_ETCD_ENDPOINT_MAX_BYTES + 64];
+	struct json_object *hdr, *v;
+
+	if (json_object_object_get_ex(o, "header", &hdr) &&
+	    json_object_object_get_ex(hdr, "cluster_id", &v))
+		e->cluster_id = strtoull(json_object_get_string(v), NULL, 10);
+}
+
+/* One POST of `body` to endpoint `which`; *reply as for call(). */
+static int call_one(struct kvc_etcd *e, size_t which, const char *path, const char *body,
+		    struct json_object **reply)
+{
+	char url[ETCD_BASE_BYTES + 64];
 	struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
 	struct buf b = { 0 };
 	struct json_object *o, *err;
@@ -280,20 +337,15 @@ static int call(struct kvc_etcd *e, const char *path, struct json_object *req,
 	long status = 0;
 	int ret = 0;
 
-	if (!req || !hdrs) {
-		json_object_put(req);
-		curl_slist_free_all(hdrs);
+	if (!hdrs)
 		return -ENOMEM;
-	}
-	setup_post(e, path, json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN), url,
-		   sizeof(url), hdrs);
+	setup_post(e, which, path, body, url, sizeof(url), hdrs);
 	curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->timeout_ms);
 	curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, collect);
 	curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, &b);
 	rc = curl_easy_perform(e->curl);
 	curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
 	curl_slist_free_all(hdrs);
-	json_object_put(req);
 	if (rc != CURLE_OK) {
 		ret = b.too_big ? -EPROTO : rc == CURLE_WRITE_ERROR ? -ENOMEM : curl_errno(rc);
 		goto out;
@@ -309,10 +361,40 @@ static int call(struct kvc_etcd *e, const char *path, struct json_object *req,
 		json_object_put(o);
 		goto out;
 	}
+	note_header(e, o);
 	*reply = o;
 out:
 	free(b.p);
 	return ret;
+}
+
+/* POST req (consumed) to path on the endpoint that answered last; when it
+ * cannot be reached (refused, timed out), on each other endpoint in turn.
+ * *reply receives the parsed JSON object (caller puts it). An etcd error
+ * object becomes -ENOENT (not found) or -EPROTO. */
+static int call(struct kvc_etcd *e, const char *path, struct json_object *req,
+		struct json_object **reply)
+{
+	const char *body;
+	int rc = -ECONNREFUSED;
+
+	if (!req)
+		return -ENOMEM;
+	body = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
+	for (size_t i = 0; i < e->n_base; i++) {
+		size_t which = (e->cur + i) % e->n_base;
+
+		rc = call_one(e, which, path, body, reply);
+		if (rc != -ECONNREFUSED && rc != -ETIMEDOUT) {
+			if (which != e->cur) {
+				e->cur = which;
+				e->failovers++;
+			}
+			break;
+		}
+	}
+	json_object_put(req);
+	return rc;
 }
 
 /* ---- unary calls ------------------------------------------------------------ */
@@ -421,6 +503,140 @@ int kvc_etcd_delete(struct kvc_etcd *e, const char *key, int64_t *deleted)
 	return rc;
 }
 
+/* One txn: compare (array, consumed), then success ops (array, consumed),
+ * no failure ops. *succeeded: whether the compare held. */
+static int txn(struct kvc_etcd *e, struct json_object *compare, struct json_object *success,
+	       int *succeeded)
+{
+	struct json_object *req = json_object_new_object(), *reply = NULL, *v;
+	int rc;
+
+	if (!req || !compare || !success) {
+		json_object_put(req);
+		json_object_put(compare);
+		json_object_put(success);
+		return -ENOMEM;
+	}
+	json_object_object_add(req, "compare", compare);
+	json_object_object_add(req, "success", success);
+	rc = call(e, "/v3/kv/txn", req, &reply);
+	if (rc)
+		return rc;
+	*succeeded = json_object_object_get_ex(reply, "succeeded", &v) && json_object_get_boolean(v);
+	json_object_put(reply);
+	return 0;
+}
+
+/* {"key": key, "result": "EQUAL", "target": target, field: value} */
+static struct json_object *cmp_eq(const char *key, const char *target, const char *field,
+				  int64_t value)
+{
+	struct json_object *c = json_object_new_object();
+
+	if (!c || add_b64(c, "key", key, strlen(key))) {
+		json_object_put(c);
+		return NULL;
+	}
+	json_object_object_add(c, "result", json_object_new_string("EQUAL"));
+	json_object_object_add(c, "target", json_object_new_string(target));
+	add_i64(c, field, value);
+	return c;
+}
+
+int kvc_etcd_get(struct kvc_etcd *e, const char *key, struct kvc_etcd_kv *out)
+{
+	struct json_object *req, *reply = NULL, *arr;
+	int rc;
+
+	if (!e || !key || !*key || !out)
+		return -EINVAL;
+	req = json_object_new_object();
+	if (!req || add_b64(req, "key", key, strlen(key))) {
+		json_object_put(req);
+		return -ENOMEM;
+	}
+	rc = call(e, "/v3/kv/range", req, &reply);
+	if (rc)
+		return rc;
+	if (!json_object_object_get_ex(reply, "kvs", &arr) || json_object_array_length(arr) == 0)
+		rc = -ENOENT;
+	else
+		rc = decode_kv(json_object_array_get_idx(arr, 0), out);
+	json_object_put(reply);
+	return rc;
+}
+
+void kvc_etcd_kv_free(struct kvc_etcd_kv *kv)
+{
+	if (!kv)
+		return;
+	free(kv->key);
+	free(kv->value);
+	memset(kv, 0, sizeof(*kv));
+}
+
+int kvc_etcd_put_if(struct kvc_etcd *e, const char *key, const void *value, size_t len,
+		    int64_t lease, int64_t mod_revision)
+{
+	struct json_object *cmp, *ok, *op, *put;
+	int rc, done = 0;
+
+	if (!e || !key || !*key || (!value && len) || mod_revision < 0)
+		return -EINVAL;
+	cmp = json_object_new_array();
+	ok = json_object_new_array();
+	op = json_object_new_object();
+	put = json_object_new_object();
+	if (!cmp || !ok || !op || !put || add_b64(put, "key", key, strlen(key)) ||
+	    add_b64(put, "value", value ? value : "", len)) {
+		json_object_put(cmp);
+		json_object_put(ok);
+		json_object_put(op);
+		json_object_put(put);
+		return -ENOMEM;
+	}
+	/* a key that does not exist compares as mod_revision 0 */
+	json_object_array_add(cmp, cmp_eq(key, "MOD", "mod_revision", mod_revision));
+	if (lease)
+		add_i64(put, "lease", lease);
+	json_object_object_add(op, "request_put", put);
+	json_object_array_add(ok, op);
+	rc = txn(e, cmp, ok, &done);
+	if (rc)
+		return rc;
+	return done ? 0 : -EEXIST;
+}
+
+int kvc_etcd_delete_if_lease(struct kvc_etcd *e, const char *key, int64_t lease,
+			     int64_t *deleted)
+{
+	struct json_object *cmp, *ok, *op, *del;
+	int rc, done = 0;
+
+	if (deleted)
+		*deleted = 0;
+	if (!e || !key || !*key || lease == 0)
+		return -EINVAL;
+	cmp = json_object_new_array();
+	ok = json_object_new_array();
+	op = json_object_new_object();
+	del = json_object_new_object();
+	if (!cmp || !ok || !op || !del || add_b64(del, "key", key, strlen(key))) {
+		json_object_put(cmp);
+		json_object_put(ok);
+		json_object_put(op);
+		json_object_put(del);
+		return -ENOMEM;
+	}
+	json_object_array_add(cmp, cmp_eq(key, "LEASE", "lease", lease));
+	json_object_object_add(op, "request_delete_range", del);
+	json_object_array_add(ok, op);
+	rc = txn(e, cmp, ok, &done);
+	if (rc == 0 && deleted)
+		*deleted = done;
+	return rc;
+}
+
 int kvc_etcd_lease_grant(struct kvc_etcd *e, int64_t ttl_s, int64_t *id)
 {
 	struct json_object *req, *reply = NULL;
@@ -494,6 +710,8 @@ int kvc_etcd_lease_revoke(struct kvc_etcd *e, int64_t id)
 
 struct watch {
 	struct buf line;              /* bytes of the message being received */
+	struct kvc_etcd *e;
+	int64_t start_revision;
 	kvc_etcd_watch_fn fn;
 	void *arg;
 	const volatile int *stop;
@@ -524,6 +742,26 @@ static int watch_message(struct watch *w, const char *text)
 		goto out;
 	}
 	if (json_object_object_get_ex(res, "created", &events) && json_object_get_boolean(events)) {
+		struct json_object *hdr, *v;
+		uint64_t id = 0;
+
+		/* etcd watches a revision it has not reached yet without a word,
+		 * so a store that is behind where we resume from (etcd wiped, or
+		 * replaced by another cluster) would never send the events we
+		 * wait for: read everything again instead. */
+		if (json_object_object_get_ex(res, "header", &hdr)) {
+			if (json_object_object_get_ex(hdr, "cluster_id", &v))
+				id = strtoull(json_object_get_string(v), NULL, 10);
+			if (json_object_object_get_ex(hdr, "revision", &v) &&
+			    json_i64(hdr, "revision") + 1 < w->start_revision)
+				ret = -ESTALE;
+		}
+		if (id && w->e->cluster_id && id != w->e->cluster_id)
+			ret = -ESTALE;
+		if (id)
+			w->e->cluster_id = id;
+		if (ret)
+			goto out;
 		ret = w->fn(w->arg, KVC_ETCD_WATCHING, NULL);
 		if (ret)
 			goto out;
@@ -589,24 +827,48 @@ static int watch_progress(void *arg, curl_off_t a, curl_off_t b, curl_off_t c, c
 	struct watch *w = arg;
 
 	(void)a, (void)b, (void)c, (void)d;
-	if (w->stop && *w->stop) {
+	if (w->stop && __atomic_load_n(w->stop, __ATOMIC_ACQUIRE)) {
 		w->stopped = 1;
 		return 1;
 	}
 	return 0;
 }
 
+/* One watch on endpoint `which`: the curl code, w filled in. */
+static CURLcode watch_on(struct kvc_etcd *e, size_t which, const char *body, struct watch *w)
+{
+	char url[ETCD_BASE_BYTES + 64];
+	struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+	CURLcode rc;
+
+	if (!hdrs)
+		return CURLE_OUT_OF_MEMORY;
+	setup_post(e, which, "/v3/watch", body, url, sizeof(url), hdrs);
+	curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, watch_data);
+	curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, w);
+	curl_easy_setopt(e->curl, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(e->curl, CURLOPT_XFERINFOFUNCTION, watch_progress);
+	curl_easy_setopt(e->curl, CURLOPT_XFERINFODATA, w);
+	/* A dead etcd host shows up as a broken stream within ~20 s. */
+	curl_easy_setopt(e->curl, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(e->curl, CURLOPT_TCP_KEEPIDLE, 10L);
+	curl_easy_setopt(e->curl, CURLOPT_TCP_KEEPINTVL, 5L);
+	rc = curl_easy_perform(e->curl);
+	curl_slist_free_all(hdrs);
+	return rc;
+}
+
 int kvc_etcd_watch_prefix(struct kvc_etcd *e, const char *prefix, int64_t start_revision,
 			  kvc_etcd_watch_fn fn, void *arg, const volatile int *stop,
 			  int64_t *next_revision)
 {
-	char url[KVC_ETCD_ENDPOINT_MAX_BYTES + 64];
 	uint8_t end[KVC_ETCD_ENDPOINT_MAX_BYTES + 256];
 	size_t end_len;
 	struct json_object *req, *create;
-	struct curl_slist *hdrs;
-	struct watch w = { .fn = fn, .arg = arg, .stop = stop, .next_revision = start_revision };
-	CURLcode rc;
+	struct watch w = { .e = e, .start_revision = start_revision, .fn = fn, .arg = arg,
+			   .stop = stop, .next_revision = start_revision };
+	CURLcode rc = CURLE_COULDNT_CONNECT;
+	const char *body;
 	int ret;
 
 	if (next_revision)
@@ -617,29 +879,33 @@ int kvc_etcd_watch_prefix(struct kvc_etcd *e, const char *prefix, int64_t start_
 	prefix_end(prefix, end, &end_len);
 	req = json_object_new_object();
 	create = json_object_new_object();
-	hdrs = curl_slist_append(NULL, "Content-Type: application/json");
-	if (!req || !create || !hdrs || add_b64(create, "key", prefix, strlen(prefix)) ||
+	if (!req || !create || add_b64(create, "key", prefix, strlen(prefix)) ||
 	    add_b64(create, "range_end", end, end_len)) {
 		json_object_put(req);
 		json_object_put(create);
-		curl_slist_free_all(hdrs);
 		return -ENOMEM;
 	}
 	add_i64(create, "start_revision", start_revision);
 	json_object_object_add(req, "create_request", create);
-	setup_post(e, "/v3/watch", json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN), url,
-		   sizeof(url), hdrs);
-	curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, watch_data);
-	curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, &w);
-	curl_easy_setopt(e->curl, CURLOPT_NOPROGRESS, 0L);
-	curl_easy_setopt(e->curl, CURLOPT_XFERINFOFUNCTION, watch_progress);
-	curl_easy_setopt(e->curl, CURLOPT_XFERINFODATA, &w);
-	/* A dead etcd host shows up as a broken stream within ~20 s. */
-	curl_easy_setopt(e->curl, CURLOPT_TCP_KEEPALIVE, 1L);
-	curl_easy_setopt(e->curl, CURLOPT_TCP_KEEPIDLE, 10L);
-	curl_easy_setopt(e->curl, CURLOPT_TCP_KEEPINTVL, 5L);
-	rc = curl_easy_perform(e->curl);
-	curl_slist_free_all(hdrs);
+	body = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
+	/* The endpoint that answered last, then the others while they cannot
+	 * be connected to. */
+	for (size_t i = 0; i < e->n_base; i++) {
+		size_t which = (e->cur + i) % e->n_base;
+
+		w.line.len = 0;
+		rc = watch_on(e, which, body, &w);
+		if (rc != CURLE_COULDNT_CONNECT && rc != CURLE_COULDNT_RESOLVE_HOST &&
+		    rc != CURLE_OPERATION_TIMEDOUT) {
+			if (which != e->cur) {
+				e->cur = which;
+				e->failovers++;
+			}
+			break;
+		}
+		if (w.stopped || w.result)
+			break;
+	}
 	json_object_put(req);
 	free(w.line.p);
 	*next_revision = w.next_revision;
@@ -676,6 +942,20 @@ int kvc_etcd_url_parse(const char *url, char *endpoint, size_t endpoint_cap, cha
 	    host_len > KVC_ETCD_ENDPOINT_MAX_BYTES || host_len + 1 > endpoint_cap ||
 	    name_len + 1 > cluster_cap || memchr(host, '@', host_len))
 		return -EINVAL;
+	{
+		char list[KVC_ETCD_ENDPOINT_MAX_BYTES + 1];
+		char (*base)[ETCD_BASE_BYTES] = malloc(KVC_ETCD_MAX_ENDPOINTS * sizeof(*base));
+		int n;
+
+		if (!base)
+			return -ENOMEM;
+		memcpy(list, host, host_len);
+		list[host_len] = 0;
+		n = parse_endpoints(list, base);
+		free(base);
+		if (n < 0)
+			return n;
+	}
 	for (size_t i = 0; i < name_len; i++)
 		if (!((name[i] >= 'a' && name[i] <= 'z') || (name[i] >= 'A' && name[i] <= 'Z') ||
 		      (name[i] >= '0' && name[i] <= '9') || strchr("._-", name[i])))

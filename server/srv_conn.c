@@ -85,6 +85,11 @@ static void conn_free_rest(struct srv_conn *c)
 	/* balances the reference HELLO took on the namespace */
 	if (c->hello_done)
 		store_namespace_release(s, c->ns_id);
+	/* a namespace only this connection's waiting MATCHes created, and
+	 * that nothing was put to: wait and leave nothing behind (a
+	 * read-only token must not fill the namespace table) */
+	if (c->ns_made_by_wait && c->ns_id)
+		(void)store_namespace_forget(s, c->ns_id);
 	free(c->body);
 	free(c->gets);
 	free(c);

@@ -137,6 +137,8 @@ struct srv_conn {
 	uint32_t ns_id;
 	char ns_name[PROTO_NAME_MAX_BYTES + 1];
 	uint8_t may_write;            /* PUT/DELETE/DROP allowed (rw token, or no auth) */
+	uint8_t ns_made_by_wait;      /* a waiting MATCH of this connection created
+					 ns_id: forgotten at close if still empty */
 	uint8_t token_digest[32];     /* SHA-256 of the HELLO token (with auth) */
 	uint64_t auth_gen;            /* srv_auth_generation the token was checked at */
 	uint8_t revoked;              /* SRV_REVOKED_*: a reload took the token's grant away */

@@ -1,12 +1,25 @@
 /*
  * srv_etcd.c - keep this node's record in etcd (see srv_etcd.h), with
- * libkvpool's etcd client (etcd/etcd.c).
+ * the etcd client kvpoold and libkvpool share (etcd/etcd.c).
+ *
+ * The record is written with a compare-and-put (one etcd transaction):
+ * when the key is absent, under this process's lease, or holds the record
+ * an earlier run of this node left (same address and port, its lease not
+ * yet ended). A record of another node under the same name is left alone
+ * and the name reported in use. Every renewal reads the record back, so a
+ * record deleted (or replaced) while the lease lives is noticed and
+ * written again; leaving deletes it only while it is under this process's
+ * lease (compare-and-delete), so a second kvpoold with the same name
+ * never removes the first one's record.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <json-c/json.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <strings.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,6 +31,7 @@
 
 #define ETCD_CALL_TIMEOUT_MS 1000 /* each call to etcd */
 #define ETCD_RETRY_MS 1000        /* wait after a failed call */
+#define ETCD_PUT_TRIES 3          /* compare-and-put races lost before giving up a round */
 
 struct srv_etcd {
 	pthread_t thread;
@@ -29,13 +43,18 @@ struct srv_etcd {
 	char endpoint[KVC_ETCD_ENDPOINT_MAX_BYTES + 1];
 	char key[512];
 	char *record;                 /* the JSON value */
+	char address[256];            /* advertised, as in the record */
+	uint16_t port;
 	uint32_t lease_s;
 	int64_t lease;                /* thread, then stop */
+	char holder[300];             /* thread: "address:port" of a node holding the name */
 	/* state, under lock */
 	int registered;
 	const char *state;            /* "starting", "registered", "unreachable", ... */
-	char last_error[128];
-	uint64_t registrations, failures;
+	char last_error[384];
+	char current[KVC_ETCD_ENDPOINT_MAX_BYTES + 1]; /* the etcd endpoint in use */
+	int64_t lease_shown;
+	uint64_t registrations, failures, reregistrations, failovers;
 };
 
 static uint64_t mono_ms(void)
@@ -68,7 +87,8 @@ static int wait_ms(struct srv_etcd *e, uint64_t ms)
 }
 
 /* Record a change of state; log it once per change. */
-static void set_state(struct srv_etcd *e, const char *state, int registered, int err)
+static void set_state_why(struct srv_etcd *e, const char *state, int registered, int err,
+			  const char *why)
 {
 	int changed;
 
@@ -76,24 +96,67 @@ static void set_state(struct srv_etcd *e, const char *state, int registered, int
 	changed = e->state != state;
 	e->state = state;
 	e->registered = registered;
+	e->lease_shown = registered ? e->lease : 0;
+	if (e->etcd) {
+		snprintf(e->current, sizeof(e->current), "%s", kvc_etcd_current(e->etcd));
+		e->failovers = kvc_etcd_failovers(e->etcd);
+	}
 	if (err) {
 		e->failures++;
-		snprintf(e->last_error, sizeof(e->last_error), "%s", strerror(-err));
+		if (why)
+			snprintf(e->last_error, sizeof(e->last_error), "%s", why);
+		else if (err == -EADDRINUSE)
+			snprintf(e->last_error, sizeof(e->last_error),
+				 "the name is registered by another node (%s)", e->holder);
+		else
+			snprintf(e->last_error, sizeof(e->last_error), "%s", strerror(-err));
 	}
 	pthread_mutex_unlock(&e->lock);
-	if (!changed)
-		return;
+	if (!changed || why)
+		return; /* a reason given: the caller logged it */
 	if (!strcmp(state, "left"))
 		return;
 	if (!err)
 		srv_info("cluster: registered as %s in etcd %s (lease %" PRIu32 " s)", e->key,
 			 e->endpoint, e->lease_s);
+	else if (err == -EADDRINUSE)
+		srv_err("cluster: %s in etcd %s is the record of another node (%s), not this one "
+			"(%s:%u): two nodes must not share a node_name; not registered, trying "
+			"again when that record goes", e->key, e->endpoint, e->holder, e->address,
+			e->port);
 	else
 		srv_warn("cluster: etcd %s: %s (%s); still serving, retrying every %d ms",
-			 e->endpoint, state, err ? strerror(-err) : "", ETCD_RETRY_MS);
+			 e->endpoint, state, strerror(-err), ETCD_RETRY_MS);
 }
 
-/* Grant a lease and put the record under it. */
+static void set_state(struct srv_etcd *e, const char *state, int registered, int err)
+{
+	set_state_why(e, state, registered, err, NULL);
+}
+
+/* Is this record (JSON) one of this node's: same address and port? Then
+ * it was left by an earlier run of this node whose lease has not ended. */
+static int record_is_this_node(const struct srv_etcd *e, const struct kvc_etcd_kv *kv,
+			       char *holder, size_t cap)
+{
+	struct json_object *o = json_tokener_parse((const char *)kv->value), *a, *p;
+	const char *addr = "?";
+	int port = 0, same;
+
+	if (o && json_object_object_get_ex(o, "address", &a))
+		addr = json_object_get_string(a);
+	if (o && json_object_object_get_ex(o, "port", &p))
+		port = json_object_get_int(p);
+	snprintf(holder, cap, "%s:%d", addr ? addr : "?", port);
+	same = addr && !strcmp(addr, e->address) && port == (int)e->port;
+	json_object_put(o);
+	return same;
+}
+
+/* Grant a lease if there is none and put the record under it, by
+ * compare-and-put. Errors: -EADDRINUSE (another node's record holds the
+ * name; e->holder says whose), -EAGAIN (the key kept changing), and those
+ * of the etcd calls. */
 static int register_once(struct srv_etcd *e)
 {
 	int rc;
@@ -103,9 +166,48 @@ static int register_once(struct srv_etcd *e)
 		if (rc)
 			return rc;
 	}
-	rc = kvc_etcd_put(e->etcd, e->key, e->record, strlen(e->record), e->lease);
-	if (rc == -ENOENT)
-		e->lease = 0; /* expired between grant and put: start again */
+	for (int i = 0; i < ETCD_PUT_TRIES; i++) {
+		struct kvc_etcd_kv kv;
+		int64_t mod = 0;
+
+		rc = kvc_etcd_get(e->etcd, e->key, &kv);
+		if (rc && rc != -ENOENT)
+			return rc;
+		if (rc == 0) {
+			char holder[sizeof(e->holder)];
+			int mine = kv.lease == e->lease;
+
+			if (!mine && !record_is_this_node(e, &kv, holder, sizeof(holder))) {
+				snprintf(e->holder, sizeof(e->holder), "%s", holder);
+				kvc_etcd_kv_free(&kv);
+				return -EADDRINUSE;
+			}
+			if (!mine)
+				srv_info("cluster: replacing the record an earlier run of this node left "
+					 "in etcd (%s)", e->key);
+			mod = kv.mod_revision;
+			kvc_etcd_kv_free(&kv);
+		}
+		rc = kvc_etcd_put_if(e->etcd, e->key, e->record, strlen(e->record), e->lease, mod);
+		if (rc == -ENOENT)
+			e->lease = 0; /* expired between grant and put: start again */
+		if (rc != -EEXIST)
+			return rc;
+	}
+	return -EAGAIN;
+}
+
+/* Is the record still there, under this process's lease? 0 yes;
+ * -ENOENT deleted; -ESTALE replaced (another lease); etcd errors. */
+static int check_record(struct srv_etcd *e)
+{
+	struct kvc_etcd_kv kv;
+	int rc = kvc_etcd_get(e->etcd, e->key, &kv);
+
+	if (rc)
+		return rc;
+	rc = kv.lease == e->lease ? 0 : -ESTALE;
+	kvc_etcd_kv_free(&kv);
 	return rc;
 }
 
@@ -120,8 +222,9 @@ static void *registration_thread(void *arg)
 		if (!e->registered) {
 			rc = register_once(e);
 			if (rc) {
-				set_state(e, "unreachable", 0, rc);
-				wait_ms(e, ETCD_RETRY_MS);
+				set_state(e, rc == -EADDRINUSE ? "name in use by another node"
+							       : "unreachable", 0, rc);
+				wait_ms(e, rc == -EADDRINUSE ? renew_ms : ETCD_RETRY_MS);
 				continue;
 			}
 			last_ok = mono_ms();
@@ -134,16 +237,42 @@ static void *registration_thread(void *arg)
 		}
 		rc = kvc_etcd_lease_keepalive(e->etcd, e->lease, NULL);
 		if (rc == 0) {
-			last_ok = mono_ms();
-			set_state(e, "registered", 1, 0);
-			wait_ms(e, renew_ms);
-			continue;
+			int r = check_record(e);
+
+			if (r == 0) {
+				last_ok = mono_ms();
+				set_state(e, "registered", 1, 0);
+				wait_ms(e, renew_ms);
+				continue;
+			}
+			if (r == -ENOENT || r == -ESTALE) {
+				/* The lease lives but the record is gone or is not ours
+				 * any more (deleted by hand, or by another node's leave):
+				 * write it again (compare-and-put: never over another
+				 * node's record). */
+				pthread_mutex_lock(&e->lock);
+				e->reregistrations++;
+				pthread_mutex_unlock(&e->lock);
+				srv_warn("cluster: this node's record %s %s in etcd %s while its lease "
+					 "lives; registering again", e->key,
+					 r == -ESTALE ? "was replaced" : "was deleted", e->endpoint);
+				set_state_why(e, "record lost", 0, r,
+					      r == -ESTALE ? "the record was replaced while the lease lived"
+							   : "the record was deleted while the lease lived");
+				continue;
+			}
+			rc = r; /* etcd failing: not a lost lease */
 		}
 		if (rc == -ENOENT || mono_ms() - last_ok >= e->lease_s * 1000ull) {
 			/* The lease is gone (etcd lost it, or it ran out while
 			 * etcd was away): register afresh. */
 			e->lease = 0;
-			set_state(e, "lease expired", 0, rc);
+			set_state_why(e, "lease expired", 0, rc ? rc : -ETIMEDOUT,
+				      rc == -ENOENT ? "etcd no longer has this node's lease"
+						    : "the lease ran out while etcd could not be reached");
+			srv_warn("cluster: etcd %s: this node's lease is gone (%s); registering "
+				 "again", e->endpoint, rc == -ENOENT ? "etcd no longer has it"
+								      : "it ran out meanwhile");
 			continue;
 		}
 		set_state(e, "renewal failing", 1, rc);
@@ -183,6 +312,44 @@ static int is_wildcard(const char *listen)
 	       !strcmp(listen, "[::]");
 }
 
+/* Is `address` a loopback address (127.0.0.0/8, ::1, "localhost"), or a
+ * name that resolves here to loopback addresses only? 1 literal or
+ * localhost, 2 a name resolving to loopback, 0 otherwise. */
+int srv_etcd_loopback(const char *address)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
+	struct in6_addr a6;
+	struct in_addr a4;
+	char buf[256];
+	size_t len = strlen(address);
+	int loop = 1;
+
+	if (!strcasecmp(address, "localhost") || !strncasecmp(address, "localhost.", 10))
+		return 1;
+	if (len >= 2 && address[0] == '[' && address[len - 1] == ']' && len - 2 < sizeof(buf)) {
+		memcpy(buf, address + 1, len - 2);
+		buf[len - 2] = 0;
+		address = buf;
+	}
+	if (inet_pton(AF_INET, address, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (inet_pton(AF_INET6, address, &a6) == 1)
+		return IN6_IS_ADDR_LOOPBACK(&a6) ||
+		       (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+	if (getaddrinfo(address, NULL, &hints, &res) != 0 || !res)
+		return 0;
+	for (struct addrinfo *r = res; r && loop; r = r->ai_next) {
+		if (r->ai_family == AF_INET)
+			loop = (ntohl(((struct sockaddr_in *)r->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+		else if (r->ai_family == AF_INET6)
+			loop = IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)r->ai_addr)->sin6_addr);
+		else
+			loop = 0;
+	}
+	freeaddrinfo(res);
+	return loop ? 2 : 0;
+}
+
 int srv_etcd_start(const struct srv_etcd_node *n, struct srv_etcd **out)
 {
 	char cluster[KVC_ETCD_CLUSTER_MAX_BYTES + 1], host[256] = "", name[300], prefix[128];
@@ -207,7 +374,21 @@ int srv_etcd_start(const struct srv_etcd_node *n, struct srv_etcd **out)
 	snprintf(prefix, sizeof(prefix), KVC_ETCD_NODES_FMT, cluster);
 	snprintf(e->key, sizeof(e->key), "%s%s", prefix, name);
 	snprintf(e->url, sizeof(e->url), "%s", n->cluster_url);
+	snprintf(e->address, sizeof(e->address), "%s", address);
+	e->port = n->port;
 	e->lease_s = n->lease_s ? n->lease_s : 10;
+	switch (srv_etcd_loopback(address)) {
+	case 1:
+		srv_warn("cluster: the advertised address %s is a loopback address: clients on "
+			 "other machines cannot reach this node (set advertise_address)", address);
+		break;
+	case 2:
+		srv_warn("cluster: the advertised address %s resolves to a loopback address on "
+			 "this machine (e.g. a Debian /etc/hosts line for the host name): clients "
+			 "elsewhere may not reach this node; set advertise_address to an address "
+			 "they can", address);
+		break;
+	}
 	e->state = "starting";
 	e->record = make_record(n, name, address);
 	rc = -ENOMEM;
@@ -237,6 +418,7 @@ out_free:
 
 void srv_etcd_leave(struct srv_etcd *e)
 {
+	int64_t deleted = 0;
 	int rc;
 
 	if (!e || !e->etcd)
@@ -246,14 +428,19 @@ void srv_etcd_leave(struct srv_etcd *e)
 	pthread_cond_broadcast(&e->cond);
 	pthread_mutex_unlock(&e->lock);
 	pthread_join(e->thread, NULL);
-	rc = kvc_etcd_delete(e->etcd, e->key, NULL);
+	/* Only the record under this process's lease: another kvpoold using
+	 * the same name keeps its own (compare-and-delete, one transaction). */
+	rc = e->lease ? kvc_etcd_delete_if_lease(e->etcd, e->key, e->lease, &deleted) : 0;
 	if (e->lease)
 		kvc_etcd_lease_revoke(e->etcd, e->lease);
 	if (rc)
 		srv_warn("cluster: could not delete %s from etcd %s (%s); it goes when its lease "
 			 "ends", e->key, e->endpoint, strerror(-rc));
-	else
+	else if (deleted)
 		srv_info("cluster: left (deleted %s)", e->key);
+	else
+		srv_info("cluster: left (%s was not this process's record; left as it is)",
+			 e->key);
 	kvc_etcd_close(e->etcd);
 	e->etcd = NULL;
 	set_state(e, "left", 0, 0);
@@ -288,7 +475,19 @@ char *srv_etcd_json(struct srv_etcd *e)
 	json_object_object_add(o, "state", json_object_new_string(e->state));
 	json_object_object_add(o, "last_error", json_object_new_string(e->last_error));
 	json_object_object_add(o, "registrations", json_object_new_int64((int64_t)e->registrations));
+	json_object_object_add(o, "reregistrations",
+			       json_object_new_int64((int64_t)e->reregistrations));
 	json_object_object_add(o, "failures", json_object_new_int64((int64_t)e->failures));
+	{
+		char lease[24] = "";
+
+		/* hex, as etcdctl shows it; a string, so no summing tool adds ids */
+		if (e->lease_shown)
+			snprintf(lease, sizeof(lease), "%" PRIx64, (uint64_t)e->lease_shown);
+		json_object_object_add(o, "lease", json_object_new_string(lease));
+	}
+	json_object_object_add(o, "endpoint", json_object_new_string(e->current));
+	json_object_object_add(o, "failovers", json_object_new_int64((int64_t)e->failovers));
 	pthread_mutex_unlock(&e->lock);
 	s = strdup(json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN));
 	json_object_put(o);

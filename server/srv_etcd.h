@@ -6,11 +6,17 @@
  * kvpool/<cluster>/nodes/<node_name> (JSON: name, address, port, tls,
  * rdma_port, admin_port, rdma, dram/nvme capacities, start epoch) under
  * an etcd lease of cluster_lease_s seconds that it renews every third of
- * it. etcd unreachable, or a lease that expired meanwhile, never stops
+ * it, reading the record back each time. etcd unreachable, a lease that
+ * expired meanwhile, or a record deleted while the lease lives never stops
  * kvpoold: the thread logs it once per change of state, keeps serving
- * and tries again every second (re-granting and re-putting as needed);
- * the state is in STATS ("cluster"). A clean stop deletes the record and
- * revokes the lease.
+ * and tries again (re-granting and re-putting as needed); the state is in
+ * STATS ("cluster"). The record is written only where the name is free,
+ * already this process's, or left by an earlier run of this node (same
+ * address and port); another node's record under the same name is left
+ * alone and reported ("name in use by another node"). A clean stop
+ * deletes the record if it is still under this process's lease and
+ * revokes the lease. cluster_url may name several etcd members
+ * (etcd://a:2379,b:2379/NAME); calls fail over between them.
  *
  * Threads: start, leave and free from the main thread; json from any
  * thread (it takes the state lock); the registration thread only talks
@@ -52,9 +58,19 @@ void srv_etcd_leave(struct srv_etcd *e);
 void srv_etcd_free(struct srv_etcd *e);
 
 /* The registration state as a JSON object (malloc'd, NUL-terminated;
- * the caller frees it): {"url","node","key","registered","state",
- * "last_error","registrations","failures"}. NULL when e is NULL or out
- * of memory. */
+ * the caller frees it): {"url","key","registered" (the record is in etcd
+ * under this process's lease, as last checked),"state","last_error",
+ * "registrations","reregistrations" (records found deleted or replaced
+ * while the lease lived),"failures","lease" (its id in hex as etcdctl
+ * shows it, "" when not registered),"endpoint" (the etcd member in use),"failovers"}. NULL when
+ * e is NULL or out of memory. Any thread. */
 char *srv_etcd_json(struct srv_etcd *e);
+
+/* 1 when `address` is a loopback address literal (127.0.0.0/8, ::1,
+ * ::ffff:127.x, in brackets or not) or "localhost"; 2 when it is a name
+ * that resolves here (getaddrinfo, may block on DNS) to loopback
+ * addresses only; 0 otherwise (including names that do not resolve).
+ * Any thread. */
+int srv_etcd_loopback(const char *address);
 
 #endif /* KVPOOL_SRV_ETCD_H */

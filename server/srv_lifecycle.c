@@ -392,6 +392,8 @@ static void reload_publish(struct srv *s, const struct conf *next)
 			 __ATOMIC_RELAXED);
 	__atomic_store_n(&s->conf.tenant_max_match_waits, next->tenant_max_match_waits,
 			 __ATOMIC_RELAXED);
+	__atomic_store_n(&s->conf.max_match_wait_bytes, next->max_match_wait_bytes,
+			 __ATOMIC_RELAXED);
 	memcpy(s->conf.tokens_file, next->tokens_file, sizeof(s->conf.tokens_file));
 	memcpy(s->conf.tls_cert_file, next->tls_cert_file, sizeof(s->conf.tls_cert_file));
 	memcpy(s->conf.tls_key_file, next->tls_key_file, sizeof(s->conf.tls_key_file));

@@ -65,7 +65,8 @@ void srv_lifecycle_stop(struct srv *s, int sig);
  * process's argv and environment), log each changed setting, apply the
  * reloadable ones (log_level, max_connections, idle_timeout_ms,
  * payload_timeout_ms, drain_timeout_ms, max_match_wait_ms,
- * max_conn_match_waits, tenant_max_match_waits, tokens_file) and keep the
+ * max_conn_match_waits, tenant_max_match_waits, max_match_wait_bytes,
+ * tokens_file) and keep the
  * others until a restart. With a tokens file, every worker is then asked
  * to answer the waiting MATCHes whose token's grant changed
  * (srv_worker_recheck_waits). A configuration that does not load is

@@ -309,6 +309,9 @@ static void write_match_waits(struct mw *m, const struct srv_stats_doc *d)
 
 	single(m, "kvpool_match_waiting", "gauge", "MATCHes waiting for blocks now.",
 	       d->match_waiting);
+	single(m, "kvpool_match_wait_bytes", "gauge",
+	       "Memory the waiting MATCHes hold now (their keys and records; bounded by "
+	       "max_match_wait_bytes).", d->match_wait_bytes);
 	single(m, "kvpool_match_waits_total", "counter",
 	       "MATCHes that waited for blocks (parked).", c[SRV_C_match_waits_started]);
 	labelled(m, "kvpool_match_wait_results_total",

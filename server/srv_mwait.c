@@ -126,6 +126,7 @@ struct srv_mwait {
 	struct mw_ns *nsb[NS_BUCKETS];
 	struct mw_tenant *tb[TENANT_BUCKETS];
 	uint64_t waiting;             /* parked MATCHes; atomic */
+	uint64_t bytes;               /* what they hold (mw_bytes); under lock, read atomic */
 };
 
 /* ---- the index (mw->lock held) -------------------------------------------- */
@@ -392,6 +393,11 @@ uint64_t srv_mwait_waiting(const struct srv_mwait *mw)
 	return mw ? __atomic_load_n(&mw->waiting, __ATOMIC_RELAXED) : 0;
 }
 
+uint64_t srv_mwait_bytes(const struct srv_mwait *mw)
+{
+	return mw ? __atomic_load_n(&mw->bytes, __ATOMIC_RELAXED) : 0;
+}
+
 /* ---- the hook ---------------------------------------------------------------- */
 
 void srv_mwait_hook(struct srv_mwait *mw, const struct store_event *e)
@@ -472,6 +478,13 @@ static void conn_unlist(struct srv_conn *c)
 	c->mw_listed = 0;
 }
 
+/* The memory a parked MATCH holds: its record and its keys (what
+ * max_match_wait_bytes bounds). */
+static uint64_t mw_bytes(const struct srv_mw *m)
+{
+	return sizeof(*m) + (uint64_t)m->count * STORE_KEY_BYTES;
+}
+
 /* m stops waiting: out of the index, its counts and its timer released. */
 static void mw_unpark(struct srv_mw *m)
 {
@@ -490,6 +503,7 @@ static void mw_unpark(struct srv_mw *m)
 	if (m->tenant)
 		tenant_put(mw, m->tenant);
 	m->tenant = NULL;
+	__atomic_store_n(&mw->bytes, mw->bytes - mw_bytes(m), __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&mw->lock);
 	__atomic_fetch_sub(&mw->waiting, 1, __ATOMIC_RELAXED);
 	m->c->mw_waiting--;
@@ -565,8 +579,9 @@ static void mw_timer_cb(evutil_socket_t fd, short what, void *arg);
 
 /* Count m as waiting and take its namespace record and tenant count.
  * Returns 0, or -EDQUOT (the token's tenant_max_match_waits is reached:
- * nothing taken), -ENOMEM. */
-static int mw_park(struct srv_mw *m, uint32_t tenant_max)
+ * nothing taken), -ENOBUFS (the server's max_match_wait_bytes would be
+ * passed: nothing taken), -ENOMEM. */
+static int mw_park(struct srv_mw *m, uint32_t tenant_max, uint64_t bytes_max)
 {
 	struct srv_conn *c = m->c;
 	struct srv_mwait *mw = mw_of(c);
@@ -577,6 +592,10 @@ static int mw_park(struct srv_mw *m, uint32_t tenant_max)
 	int rc = 0;
 
 	pthread_mutex_lock(&mw->lock);
+	if (bytes_max && mw->bytes + mw_bytes(m) > bytes_max) {
+		rc = -ENOBUFS;
+		goto out;
+	}
 	if (tenant_max) {
 		t = tenant_find(mw, c->token_digest);
 		if (t && t->count >= tenant_max) {
@@ -616,6 +635,7 @@ static int mw_park(struct srv_mw *m, uint32_t tenant_max)
 		t->count++;
 		m->tenant = t;
 	}
+	__atomic_store_n(&mw->bytes, mw->bytes + mw_bytes(m), __ATOMIC_RELAXED);
 out:
 	pthread_mutex_unlock(&mw->lock);
 	free(n_new);
@@ -799,6 +819,7 @@ enum srv_next srv_mwait_match(struct srv_conn *c, const struct srv_match_req *r)
 	uint32_t wait_ms = r->wait_ms, flags = 0, present = 0;
 	uint32_t conn_max = conf_u32(&s->conf.max_conn_match_waits);
 	uint32_t tenant_max = s->auth ? conf_u32(&s->conf.tenant_max_match_waits) : 0;
+	uint64_t bytes_max = __atomic_load_n(&s->conf.max_match_wait_bytes, __ATOMIC_RELAXED);
 	bool queued = c->mw_count != 0;
 	int why = END_NONE;
 	struct srv_mw *m;
@@ -813,9 +834,21 @@ enum srv_next srv_mwait_match(struct srv_conn *c, const struct srv_match_req *r)
 	if (wait_ms) {
 		/* a waiting MATCH creates its namespace, as a PUT would, so
 		 * that the PUTs it waits for land where it looks */
-		if (!c->ns_id && srv_conn_ns_create(c, msg, sizeof(msg)) != PROTO_STATUS_OK) {
-			srv_debug("conn %" PRIu64 " %s: match not parked: %s", c->id, c->peer, msg);
-			why = END_REFUSED;
+		if (!c->ns_id) {
+			uint32_t id;
+			bool made = store_namespace_find(s->store, c->ns_name, strlen(c->ns_name),
+							 &id) == -ENOENT;
+
+			if (srv_conn_ns_create(c, msg, sizeof(msg)) != PROTO_STATUS_OK) {
+				srv_debug("conn %" PRIu64 " %s: match not parked: %s", c->id,
+					  c->peer, msg);
+				why = END_REFUSED;
+			} else if (made) {
+				/* nobody has put to it yet (a consumer, possibly a
+				 * read-only token, waiting for its producer): it goes
+				 * with this connection if it is still empty then */
+				c->ns_made_by_wait = 1;
+			}
 		}
 		if (why == END_NONE && !queued) {
 			present = mw_probe_keys(c, r, want);
@@ -865,9 +898,11 @@ enum srv_next srv_mwait_match(struct srv_conn *c, const struct srv_match_req *r)
 	} else if (why != END_NONE || !wait_ms) {
 		mw_ready(m, END_NONE);
 	} else {
-		int rc = mw_park(m, tenant_max);
+		int rc = mw_park(m, tenant_max, bytes_max);
 
-		if (rc == -EDQUOT) {
+		if (rc == -EDQUOT || rc == -ENOBUFS) {
+			if (rc == -ENOBUFS)
+				srv_stats_add(ss, SRV_C_match_waits_refused_bytes, 1);
 			m->flags |= PROTO_MATCH_WAIT_REFUSED;
 			srv_stats_add(ss, SRV_C_match_waits_refused, 1);
 			mw_ready(m, END_NONE);

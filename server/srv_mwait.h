@@ -34,8 +34,9 @@
  * of a block of the run ends nothing: the run is not complete, the MATCH
  * keeps waiting (its next wake-up looks again from the first key).
  * Limits: wait_ms is cut to max_match_wait_ms (WAIT_CLAMPED); a MATCH
- * over max_conn_match_waits or tenant_max_match_waits waiting MATCHes is
- * answered without waiting (WAIT_REFUSED).
+ * over max_conn_match_waits or tenant_max_match_waits waiting MATCHes, or
+ * whose keys would take all waits past max_match_wait_bytes, is answered
+ * without waiting (WAIT_REFUSED).
  *
  * Threads and locks: a waiter belongs to its connection's worker, which
  * alone creates, answers and frees it. The index (hash of waited keys,
@@ -77,6 +78,10 @@ void srv_mwait_hook(struct srv_mwait *mw, const struct store_event *e);
 
 /* MATCHes waiting now in the whole server (any thread). */
 uint64_t srv_mwait_waiting(const struct srv_mwait *mw);
+
+/* Bytes the parked MATCHes hold now (records and keys; what
+ * max_match_wait_bytes bounds). 0 for NULL. Any thread. */
+uint64_t srv_mwait_bytes(const struct srv_mwait *mw);
 
 /* The MATCH in hand on c (decoded into r by srv_match_decode, its keys
  * borrowed from c->body; c->hdr is its header): answer it now

@@ -91,6 +91,7 @@ int srv_snapshot_take(struct srv *s, const char *name, uint16_t len, struct srv_
 	doc->conn_rejected = __atomic_load_n(&s->conn_rejected, __ATOMIC_RELAXED);
 	doc->ops = &snap->ops;
 	doc->match_waiting = srv_mwait_waiting(s->mwait);
+	doc->match_wait_bytes = srv_mwait_bytes(s->mwait);
 	doc->store = &snap->store;
 	doc->ns = snap->ns;
 	doc->transport_rdma = &s->rdma;

@@ -199,12 +199,16 @@ static void json_ops(struct jw *j, const struct srv_stats_doc *d)
 		  c[SRV_C_match_blocks_matched],
 		  ratio(c[SRV_C_match_blocks_matched], c[SRV_C_match_blocks_queried]));
 	jw_printf(j,
-		  "\"waits\":{\"waiting\":%" PRIu64 ",\"started\":%" PRIu64 ",\"complete\":%" PRIu64
-		  ",\"timeout\":%" PRIu64 ",\"refused\":%" PRIu64 ",\"ended\":%" PRIu64
+		  "\"waits\":{\"waiting\":%" PRIu64 ",\"bytes\":%" PRIu64 ",\"started\":%" PRIu64
+		  ",\"complete\":%" PRIu64
+		  ",\"timeout\":%" PRIu64 ",\"refused\":%" PRIu64 ",\"refused_bytes\":%" PRIu64
+		  ",\"ended\":%" PRIu64
 		  ",\"clamped\":%" PRIu64 ",\"wake_us\":{\"p50\":%" PRIu64 ",\"p99\":%" PRIu64
 		  ",\"p999\":%" PRIu64 "}}},",
-		  d->match_waiting, c[SRV_C_match_waits_started], c[SRV_C_match_waits_complete],
+		  d->match_waiting, d->match_wait_bytes, c[SRV_C_match_waits_started],
+		  c[SRV_C_match_waits_complete],
 		  c[SRV_C_match_waits_timeout], c[SRV_C_match_waits_refused],
+		  c[SRV_C_match_waits_refused_bytes],
 		  c[SRV_C_match_waits_ended], c[SRV_C_match_waits_clamped],
 		  srv_hist_percentile(wake, 0.5), srv_hist_percentile(wake, 0.99),
 		  srv_hist_percentile(wake, 0.999));

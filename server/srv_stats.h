@@ -28,6 +28,7 @@ struct evbuffer;
 	X(match_requests) X(match_blocks_queried) X(match_blocks_matched)      \
 	X(match_waits_started) X(match_waits_complete) X(match_waits_timeout)  \
 	X(match_waits_refused) X(match_waits_ended) X(match_waits_clamped)     \
+	X(match_waits_refused_bytes)                                           \
 	X(delete_requests) X(delete_blocks)                                    \
 	X(ping_requests) X(stats_requests)                                     \
 	X(errors_bad_request) X(errors_too_large) X(errors_busy) X(errors_full) \
@@ -98,6 +99,7 @@ struct srv_stats_doc {
 				       * (conf_json), shown as "settings"; NULL
 				       * leaves the key out */
 	uint64_t match_waiting;       /* MATCHes waiting for blocks now */
+	uint64_t match_wait_bytes;    /* what they hold (max_match_wait_bytes) */
 	const char *cluster;          /* etcd registration state as a JSON object
 				       * (srv_etcd_json), shown as "cluster"; NULL
 				       * (standalone) leaves the key out */

@@ -268,21 +268,34 @@ static void ns_unchain(struct store_ns **head, struct store_ns *ns, size_t next)
 	*pp = *(struct store_ns **)(void *)((char *)ns + next);
 }
 
+static int ns_unused(const struct store_ns *ns)
+{
+	return ns->users == 0 && ns->nblocks == 0 && ns->reservations == 0;
+}
+
+static void ns_forget_locked(struct store *s, uint32_t i);
+
 /* Free one namespace with no users, no visible blocks and no reservations
  * (the oldest such), keeping the creation order of the others.
  * Errors: -EDQUOT (none qualifies). */
 static int ns_reclaim_locked(struct store *s)
 {
-	struct store_ns *ns = NULL;
 	uint32_t i;
 
-	for (i = 0; i < s->nns; i++) {
-		ns = s->ns[i];
-		if (ns->users == 0 && ns->nblocks == 0 && ns->reservations == 0)
+	for (i = 0; i < s->nns; i++)
+		if (ns_unused(s->ns[i]))
 			break;
-	}
 	if (i == s->nns)
 		return -EDQUOT;
+	ns_forget_locked(s, i);
+	return 0;
+}
+
+/* Forget namespace s->ns[i] (unused): name, id and counters. */
+static void ns_forget_locked(struct store *s, uint32_t i)
+{
+	struct store_ns *ns = s->ns[i];
+
 	store_wr_begin(s);
 	ns_unchain(name_bucket(s, ns->name_hash), ns, offsetof(struct store_ns, name_next));
 	ns_unchain(&s->ns_by_id[ns->ns_id & (STORE_NS_BUCKETS - 1)], ns,
@@ -294,7 +307,25 @@ static int ns_reclaim_locked(struct store *s)
 	s->nns--;
 	store_quiesce(s); /* a lock-free MATCH may be reading it (match.c) */
 	free(ns);
-	return 0;
+}
+
+int store_namespace_forget(struct store *s, uint32_t ns_id)
+{
+	int rc = -ENOENT;
+
+	store_lock(s);
+	for (uint32_t i = 0; i < s->nns; i++) {
+		if (s->ns[i]->ns_id != ns_id)
+			continue;
+		rc = -EBUSY;
+		if (ns_unused(s->ns[i])) {
+			ns_forget_locked(s, i);
+			rc = 0;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return rc;
 }
 
 /* Append namespace `ns` (already filled) to the table and both hashes,

@@ -181,6 +181,14 @@ int store_namespace_id(struct store *s, const char *name, size_t name_len, uint3
  * store_namespace_id; an unknown ns_id or one without users is ignored. */
 void store_namespace_release(struct store *s, uint32_t ns_id);
 
+/* Forget namespace ns_id now (name, id, counters, quota), as a reclaim
+ * at STORE_MAX_NAMESPACES would, if it has no users, no visible blocks
+ * and no uncommitted puts; e.g. one that only a waiting MATCH created,
+ * once its connection is gone. O(namespaces).
+ * Errors: -ENOENT (no such namespace), -EBUSY (in use or not empty:
+ * nothing changes). */
+int store_namespace_forget(struct store *s, uint32_t ns_id);
+
 /* Find the namespace called name[0..name_len) without creating it (for
  * a STATS request naming one). Allocates nothing and takes no reference:
  * the id may stop naming a namespace once it is reclaimed.

@@ -4,6 +4,7 @@
  */
 #include "cli.h"
 #include "cli_opts.h"
+#include "cli_stats.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -222,6 +223,25 @@ static int health_data(const struct cli_conn *conn, uint32_t timeout_ms)
 		return 1;
 	}
 	rc = kvpool_ping(c, &rtt_us);
+	if (cli_is_cluster_url(conn->url) && (rc == 0 || rc == -EHOSTDOWN)) {
+		/* every node must answer: a pool with a node down is not healthy */
+		char *json = NULL;
+		int down = -1;
+
+		if (kvpool_stats(c, NULL, &json) == 0) {
+			printf("%s: %s\n", rc ? "unhealthy" : "healthy", conn->url);
+			down = cli_cluster_nodes_report(stdout, json, "  ");
+			kvpool_free(json);
+		}
+		kvpool_close(c);
+		if (rc || down != 0) {
+			if (down < 0)
+				printf("unhealthy: %s: %s\n", conn->url, kvpool_strerror(rc));
+			return 1;
+		}
+		printf("every node answers; slowest round trip %" PRIu64 " us\n", rtt_us);
+		return 0;
+	}
 	kvpool_close(c);
 	if (rc) {
 		printf("unhealthy: %s: ping failed: %s\n", conn->url, kvpool_strerror(rc));
@@ -318,6 +338,19 @@ int cli_drop_main(int argc, char **argv)
 	if (rc)
 		return cli_connect_exit_code(rc);
 	rc = kvpool_drop_namespace(c, name, &blocks);
+	if (rc == -EINPROGRESS) {
+		/* a node of the pool did not answer: this process ends, so the
+		 * handle cannot finish it there */
+		char *json = NULL;
+
+		fprintf(stderr, "%s: %s: dropped on the nodes that answered (%" PRIu64 " blocks), not "
+			"on these - run it again when they are back:\n", prog, name, blocks);
+		if (kvpool_stats(c, NULL, &json) == 0)
+			cli_cluster_nodes_report(stderr, json, "  ");
+		kvpool_free(json);
+		kvpool_close(c);
+		return CLI_EXIT_ERROR;
+	}
 	kvpool_close(c);
 	if (rc) {
 		fprintf(stderr, "%s: %s: %s\n", prog, name, cli_reason(rc));

@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "cli_key.h"
 #include "cli_opts.h"
+#include "cli_stats.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -503,7 +504,7 @@ static int keys_cmd(int argc, char **argv, const char *usage, keys_call_fn call,
 	}
 	rc = call(c, keys, n, st);
 	kvpool_close(c);
-	if (rc) {
+	if (rc && rc != -EINPROGRESS) {
 		exit_code = call_failed(prog, "request failed", rc);
 		goto out_free;
 	}
@@ -511,6 +512,12 @@ static int keys_cmd(int argc, char **argv, const char *usage, keys_call_fn call,
 		cli_key_hex(keys[i], hex);
 		if (!st[i]) {
 			printf("%s %s\n", hex, yes);
+		} else if (st[i] == -EINPROGRESS) {
+			/* a node that may hold it did not answer; this process ends, so
+			 * the handle cannot finish it there */
+			printf("%s not %s everywhere: a node that may hold it did not answer; run it "
+			       "again when the node is back\n", hex, yes);
+			exit_code = CLI_EXIT_ERROR;
 		} else if (st[i] == -ENOENT) {
 			printf("%s %s\n", hex, no);
 			exit_code = exit_code == CLI_EXIT_OK ? CLI_EXIT_MISS : exit_code;
@@ -672,9 +679,12 @@ int cli_match_main(int argc, char **argv)
 		free(keys);
 		return cli_connect_exit_code(rc);
 	}
-	rc = kvpool_match_ex(c, keys, n, &a.o, &r);
+	/* The limits (the protocol version, for the detail line) are read
+	 * before the match: a server that answers a wait and then closes (a
+	 * drain on SIGTERM) must not turn that answer into a connection error. */
+	rc = kvpool_get_limits(c, &lim);
 	if (rc == 0)
-		rc = kvpool_get_limits(c, &lim);
+		rc = kvpool_match_ex(c, keys, n, &a.o, &r);
 	kvpool_close(c);
 	free(keys);
 	if (rc)
@@ -690,7 +700,9 @@ int cli_match_main(int argc, char **argv)
 static const char ping_usage[] =
 	"usage: kvpool ping [--server URL] [--namespace NS]\n"
 	"\n"
-	"Check that the server answers, and print the round-trip time.\n"
+	"Check that the server answers, and print the round-trip time. On a\n"
+	"cluster URL every node is asked and listed (up, or DOWN and why); the\n"
+	"exit code is non-zero when any node does not answer.\n"
 	"\n"
 	CLI_COMMON_HELP;
 
@@ -738,6 +750,27 @@ int cli_ping_main(int argc, char **argv)
 		}
 	}
 	rc = kvpool_ping(c, &rtt_us);
+	if (cli_is_cluster_url(conn.url) && (rc == 0 || rc == -EHOSTDOWN)) {
+		/* a pool of several nodes: each node, and fail if one is down */
+		char *json = NULL;
+		int down = -1;
+
+		if (kvpool_stats(c, NULL, &json) == 0) {
+			printf("%s %s:\n", rc ? "not every node of" : "pong from every node of",
+			       conn.url);
+			down = cli_cluster_nodes_report(stdout, json, "  ");
+			kvpool_free(json);
+		}
+		kvpool_close(c);
+		if (rc || down != 0) {
+			fprintf(stderr, "%s: %s: %s\n", prog, conn.url,
+				down > 0 ? "some nodes are down or refuse (listed above)"
+					 : kvpool_strerror(rc));
+			return CLI_EXIT_ERROR;
+		}
+		printf("slowest round trip %" PRIu64 " us\n", rtt_us);
+		return CLI_EXIT_OK;
+	}
 	kvpool_close(c);
 	if (rc)
 		return call_failed(prog, "ping", rc);

@@ -63,28 +63,96 @@ int cli_conn_opt(struct cli_conn *conn, const char *prog, int opt, const char *a
  * protocol version or an rdma:// connection this build cannot make, and
  * -ENOENT only when the host name does not resolve: each gets its own
  * words here. */
+#define CLI_URL_FORMS "tcp://, rdma:// or auto:// then host[:port], a node list " \
+	"(tcp://a:7470,b:7470) or etcd://HOST[:PORT][,HOST[:PORT]...]/CLUSTER"
+
+/* Why a node list is refused, in words, or NULL when nothing is seen. */
+static const char *node_list_problem(const char *url, char *buf, size_t len)
+{
+	char scheme[16] = "tcp://", hosts[64][128];
+	const char *p = url;
+	size_t n = 0;
+
+	if (strstr(url, ",,") || url[strlen(url) - 1] == ',' || url[0] == ',')
+		return "an empty entry in the node list";
+	while (*p && n < 64) {
+		size_t k = strcspn(p, ",");
+		const char *sep = memmem(p, k, "://", 3);
+		const char *host = sep ? sep + 3 : p;
+		size_t hl = k - (size_t)(host - p);
+
+		if (sep) {
+			size_t sl = (size_t)(sep - p) + 3;
+
+			if (sl >= sizeof(scheme))
+				return "an unknown scheme in the node list";
+			if (n == 0) {
+				snprintf(scheme, sizeof(scheme), "%.*s", (int)sl, p);
+			} else if (strlen(scheme) != sl || strncasecmp(scheme, p, sl) != 0) {
+				snprintf(buf, len, "it mixes %s and %.*s: every node must use the same "
+					 "scheme", scheme, (int)sl, p);
+				return buf;
+			}
+		}
+		if (!strncasecmp(scheme, "etcd://", 7))
+			return "etcd:// names one cluster, not a node of a list";
+		snprintf(hosts[n], sizeof(hosts[n]), "%.*s", (int)(hl < 127 ? hl : 127), host);
+		for (size_t i = 0; i < n; i++)
+			if (!strcasecmp(hosts[i], hosts[n])) {
+				snprintf(buf, len, "node %.127s is listed twice", hosts[n]);
+				return buf;
+			}
+		n++;
+		p += k + (p[k] == ',');
+	}
+	return NULL;
+}
+
+bool cli_is_cluster_url(const char *url)
+{
+	return url && (strchr(url, ',') || strncasecmp(url, "etcd://", 7) == 0);
+}
+
 char *cli_connect_error(const struct cli_conn *conn, int err, char *buf, size_t len)
 {
 	const char *url = conn->url ? conn->url : "";
 	const char *ns = conn->ns ? conn->ns : "";
 	bool known = strncasecmp(url, "tcp://", 6) == 0 || strncasecmp(url, "rdma://", 7) == 0 ||
 		     strncasecmp(url, "auto://", 7) == 0;
+	bool etcd = strncasecmp(url, "etcd://", 7) == 0, list = !etcd && strchr(url, ',');
+	char why[256];
 
-	if (err == -EINVAL && !cli_ns_valid(conn->ns))
+	if (err == -EINVAL && !cli_ns_valid(conn->ns)) {
 		snprintf(buf, len, "bad namespace \"%.300s\": " CLI_NS_RULE, ns);
-	else if (err == -EINVAL || (err == -EOPNOTSUPP && !known))
-		snprintf(buf, len,
-			 "bad URL: expected tcp://, rdma:// or auto:// then host[:port]%s, got '%.300s'",
+	} else if (etcd && err == -EINVAL) {
+		snprintf(buf, len, "bad etcd URL: expected etcd://HOST[:PORT][,HOST[:PORT]...]/CLUSTER "
+			 "(CLUSTER: 1..64 of A-Z a-z 0-9 . _ -; up to 8 etcd members), got '%.300s'",
+			 url);
+	} else if (etcd && err == -ENXIO) {
+		const char *name = strchr(url + 7, '/');
+
+		snprintf(buf, len, "no kvpoold is registered in etcd under kvpool/%.80s/nodes/ "
+			 "(%.300s): check the cluster name, and that the nodes run with --cluster "
+			 "%.300s", name ? name + 1 : "?", url, url);
+	} else if (list && (err == -EINVAL || err == -EOPNOTSUPP || err == -E2BIG)) {
+		const char *p = err == -E2BIG ? "more than 64 nodes" :
+						node_list_problem(url, why, sizeof(why));
+
+		snprintf(buf, len, "bad node list%s%s: expected " CLI_URL_FORMS ", got '%.300s'",
+			 p ? ": " : "", p ? p : "", url);
+	} else if (err == -EINVAL || (err == -EOPNOTSUPP && !known && !etcd && !list)) {
+		snprintf(buf, len, "bad URL: expected " CLI_URL_FORMS "%s, got '%.300s'",
 			 err == -EOPNOTSUPP ? " (unknown scheme)" : "", url);
-	else if (err == -ENOENT)
+	} else if (err == -ENOENT) {
 		snprintf(buf, len, "cannot connect to %.300s: host name does not resolve", url);
-	else if (kvpool_last_server_message()[0])
+	} else if (kvpool_last_server_message()[0]) {
 		/* the server's own reason, word for word */
 		snprintf(buf, len, "%.300s (namespace \"%.300s\"): %.400s", url, ns,
 			 kvpool_last_server_message());
-	else
+	} else {
 		snprintf(buf, len, "cannot connect to %.300s (namespace \"%.300s\"): %s", url, ns,
 			 kvpool_strerror(err));
+	}
 	return buf;
 }
 

@@ -73,13 +73,22 @@ int cli_conn_opt(struct cli_conn *conn, const char *prog, int opt, const char *a
 /* Say for a person why connecting as `conn` failed with `err` (a result of
  * kvpool_connect) into buf[0..len), truncated to fit:
  *   -EINVAL with a bad namespace   "bad namespace \"NS\": " CLI_NS_RULE
+ *   -EINVAL on an etcd:// URL      "bad etcd URL: expected etcd://HOST[:PORT][,...]/CLUSTER..."
+ *   -ENXIO on an etcd:// URL       "no kvpoold is registered in etcd under kvpool/CLUSTER/nodes/..."
+ *   -EINVAL, -EOPNOTSUPP, -E2BIG on a node list
+ *                                  "bad node list: WHY: expected ..." (WHY: an empty entry,
+ *                                  mixed schemes, a node listed twice, more than 64 nodes)
  *   -EINVAL otherwise, and -EOPNOTSUPP for a URL not starting tcp://
- *                                  "bad URL: expected tcp://, rdma:// or auto://..., got 'URL'"
+ *                                  "bad URL: expected tcp://, rdma:// or auto://..., a node
+ *                                  list (...) or etcd://..., got 'URL'"
  *   -ENOENT                        "cannot connect to URL: host name does not resolve"
  *   anything else                  "cannot connect to URL (namespace \"NS\"): "
  *                                  and kvpool_strerror(err)
  * Pure. Returns buf. */
 char *cli_connect_error(const struct cli_conn *conn, int err, char *buf, size_t len);
+
+/* Is url a cluster URL (a node list, or etcd://)? Pure. */
+bool cli_is_cluster_url(const char *url);
 
 /* Connect as `conn` says, with the auth token in $KVPOOL_TOKEN if set
  * and not empty. On failure prints "PROG: " and the reason

@@ -475,10 +475,14 @@ static const char stats_usage[] =
 	"  --cluster           for a cluster URL (tcp://a:7470,b:7470 or\n"
 	"                      etcd://HOST:2379/CLUSTER): one line per node - up or\n"
 	"                      down, blocks, bytes, match hit ratio, share of the\n"
-	"                      segments it owns - and the membership's state (with\n"
-	"                      --json: the document's \"cluster\" object)\n"
+	"                      blocks it owns - the membership's state, and the\n"
+	"                      placement's counters: fallback hits, background\n"
+	"                      copies, redirected puts, budget expiries, pending\n"
+	"                      removals (with --json: the document's \"cluster\"\n"
+	"                      object)\n"
 	"\n"
-	"A cluster URL without --cluster shows the nodes' figures summed.\n"
+	"A cluster URL without --cluster shows the nodes' figures summed (pid and\n"
+	"uptime are each node's own: see --cluster --json).\n"
 	CLI_COMMON_HELP;
 
 int cli_stats_report(FILE *f, const char *json)
@@ -538,6 +542,39 @@ static double path_num(struct json_object *o, const char *path)
 	return o ? json_object_get_double(o) : 0;
 }
 
+int cli_cluster_nodes_report(FILE *f, const char *json, const char *indent)
+{
+	struct json_object *doc = json_tokener_parse(json), *cl, *nodes;
+	int down = 0;
+
+	if (!doc || !json_object_object_get_ex(doc, "cluster", &cl) ||
+	    !json_object_object_get_ex(cl, "nodes", &nodes)) {
+		json_object_put(doc);
+		return -EPROTO;
+	}
+	for (size_t i = 0; i < json_object_array_length(nodes); i++) {
+		struct json_object *n = json_object_array_get_idx(nodes, i), *v;
+		const char *name = json_object_get_string(json_object_object_get(n, "name"));
+		const char *url = json_object_get_string(json_object_object_get(n, "url"));
+		bool up = json_object_object_get_ex(n, "up", &v) && json_object_get_boolean(v);
+
+		if (up) {
+			fprintf(f, "%s%-24s %-28s up\n", indent, name ? name : "?", url ? url : "?");
+			continue;
+		}
+		down++;
+		/* a node that answers and refuses (token, namespace) is not down */
+		fprintf(f, "%s%-24s %-28s %s: %s\n", indent, name ? name : "?", url ? url : "?",
+			json_object_object_get_ex(n, "state", &v) &&
+			!strcmp(json_object_get_string(v), "refused") ? "REFUSED" : "DOWN",
+			json_object_get_string(json_object_object_get(n, "error")));
+	}
+	if (json_object_object_get_ex(cl, "error", &nodes) && json_object_get_string_len(nodes))
+		fprintf(f, "%s(%s)\n", indent, json_object_get_string(nodes));
+	json_object_put(doc);
+	return down;
+}
+
 /* `kvpool stats --cluster`: the "cluster" object as a table. */
 static int cluster_print(const char *json, bool as_json)
 {
@@ -555,16 +592,26 @@ static int cluster_print(const char *json, bool as_json)
 						    JSON_C_TO_STRING_NOSLASHESCAPE));
 		goto out_put;
 	}
-	printf("membership %s, epoch %.0f, segments of %.0f blocks",
+	printf("membership %s, epoch %.0f, placement per block (hot blocks on %.0f nodes once "
+	       "%.0f continuations share them; %.0f hot), budget %.0f ms",
 	       json_object_object_get_ex(cl, "membership", &v) ? json_object_get_string(v) : "?",
-	       path_num(cl, "epoch"), path_num(cl, "segment_blocks"));
+	       path_num(cl, "epoch"), path_num(cl, "hot_replicas"), path_num(cl, "hot_children"),
+	       path_num(cl, "hot_blocks"), path_num(cl, "budget_ms"));
 	if (json_object_object_get_ex(cl, "etcd", &e)) {
 		json_object_object_get_ex(e, "reachable", &v);
 		printf("; etcd %s %s", path_num(cl, "etcd.reachable") ? "reachable" : "UNREACHABLE "
 		       "(keeping the last membership)",
 		       json_object_get_string(json_object_object_get(e, "endpoint")));
 	}
-	printf("\n%-28s %-5s %12s %14s %9s %7s\n", "node", "state", "blocks", "bytes",
+	printf("\nfallback %s; fallback hits %.0f, copies %.0f (%.0f dropped), redirected puts "
+	       "%.0f, puts no node took %.0f, budget expired %.0f, removals pending %.0f\n",
+	       path_num(cl, "fallback.active") ? "on (after a membership change)" : "off",
+	       path_num(cl, "fallback_hits"), path_num(cl, "copies"), path_num(cl, "copies_dropped"),
+	       path_num(cl, "redirected_puts"), path_num(cl, "puts_nowhere"),
+	       path_num(cl, "budget_expired"), path_num(cl, "pending_removals"));
+	if (json_object_object_get_ex(cl, "error", &v) && json_object_get_string_len(v))
+		printf("PROBLEM: %s\n", json_object_get_string(v));
+	printf("%-28s %-11s %12s %14s %9s %7s\n", "node", "state", "blocks", "bytes",
 	       "hit_ratio", "share");
 	if (json_object_object_get_ex(cl, "nodes", &nodes))
 		for (size_t i = 0; i < json_object_array_length(nodes); i++) {
@@ -572,9 +619,11 @@ static int cluster_print(const char *json, bool as_json)
 			bool up = path_num(n, "up") != 0;
 
 			json_object_object_get_ex(n, "stats", &st);
-			printf("%-28s %-5s %12.0f %14.0f %9.4f %7.3f\n",
+			printf("%-28s %-11s %12.0f %14.0f %9.4f %7.3f\n",
 			       json_object_get_string(json_object_object_get(n, "name")),
-			       up ? "up" : "down", path_num(st, "blocks"),
+			       json_object_object_get_ex(n, "state", &v) ? json_object_get_string(v)
+									  : up ? "up" : "down",
+			       path_num(st, "blocks"),
 			       path_num(st, "tiers.dram.used_bytes") + path_num(st, "tiers.nvme.used_bytes"),
 			       path_num(st, "ops.match.hit_ratio"), path_num(n, "share"));
 		}

@@ -32,4 +32,10 @@ int cli_stats_counters(struct kvpool_client *c, const char *ns, struct cli_stats
  * -EPROTO when json is not JSON (nothing written). */
 int cli_stats_report(FILE *f, const char *json);
 
+/* For a cluster handle's STATS JSON text: one line per node to f
+ * ("  NAME  up" or "  NAME  DOWN: reason"), each after `indent`. Returns
+ * how many nodes are not up (0: all answered), or -EPROTO when json is
+ * not a cluster's document (nothing written). */
+int cli_cluster_nodes_report(FILE *f, const char *json, const char *indent);
+
 #endif /* KVPOOL_CLI_STATS_H */

@@ -20,7 +20,8 @@ const char *kvpool_strerror(int err)
 	case EDQUOT:
 		return "quota exceeded: a namespace, token or lease limit (the server says which)";
 	case EAGAIN:
-		return "server busy, retry later";
+		return "busy: the server asked to retry later (from kvpool_submit_*: too many "
+		       "requests in flight on this handle (max_inflight): poll some first)";
 	case EMSGSIZE:
 		return "block too large, empty, or larger than its buffer";
 	case EACCES:
@@ -57,6 +58,21 @@ const char *kvpool_strerror(int err)
 		return "asynchronous requests are in flight";
 	case EMFILE:
 		return "too many open files";
+	case EHOSTDOWN:
+		return "no node could take it: every node that may hold it is down (not stored)";
+	case ENXIO:
+		return "no pool node is registered under that cluster name";
+	case EPERM:
+		return "operation not permitted (rdma://: memory registration refused, "
+		       "e.g. RLIMIT_MEMLOCK too small)";
+	case EINPROGRESS:
+		return "in progress: not finished yet (a cancel the server may still carry out "
+		       "(RDMA; the request completes as usual), or a removal finished when an "
+		       "unreachable node is back)";
+	case E2BIG:
+		return "too many nodes: a handle uses at most 64";
+	case ENOTCONN:
+		return "not connected";
 	default:
 		return "unknown error";
 	}

@@ -2,7 +2,7 @@
 # Several nodes against one, in the same run (docs/cluster.md; not in make
 # test): one kvpoold of 3*CAP and three of CAP each on loopback, then, in
 # ROUNDS alternating rounds, `kvpool bench` against each:
-#   - MATCH of a CHAIN-block chain (default 1000; D = 32): p50/p99 per match
+#   - MATCH of a CHAIN-block chain (default 1000; placed per block): p50/p99 per match
 #   - PUT and GET of 64 KiB blocks, BATCH per call: GB/s
 # and the ratios cluster / single. Prints one summary line per figure.
 #   BUILD=build tests/bench/cluster.sh

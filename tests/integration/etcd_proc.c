@@ -97,30 +97,19 @@ static void sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
-int etcd_proc_start(struct etcd_proc *e)
+/* Fork and exec etcd; 0 or -errno. */
+static int spawn(struct etcd_proc *e)
 {
 	char data[96], lc[64], lp[64], ic[96], log[96];
+	const char *name = e->name[0] ? e->name : "kvpooltest";
 	pid_t parent = getpid();
 
-	if (!etcd_proc_available())
-		return -ENOENT;
-	if (!e->dir[0]) {
-		snprintf(e->dir, sizeof(e->dir), "/tmp/kvpool-etcd-XXXXXX");
-		if (!mkdtemp(e->dir))
-			return -errno;
-	}
-	if (!e->client_port) {
-		e->client_port = etcd_proc_free_port();
-		e->peer_port = etcd_proc_free_port();
-		if (!e->client_port || !e->peer_port || e->client_port == e->peer_port)
-			return -EADDRINUSE;
-	}
 	snprintf(e->endpoint, sizeof(e->endpoint), "127.0.0.1:%u", e->client_port);
 	snprintf(data, sizeof(data), "%s/data", e->dir);
 	snprintf(log, sizeof(log), "%s/etcd.log", e->dir);
 	snprintf(lc, sizeof(lc), "http://127.0.0.1:%u", e->client_port);
 	snprintf(lp, sizeof(lp), "http://127.0.0.1:%u", e->peer_port);
-	snprintf(ic, sizeof(ic), "kvpooltest=http://127.0.0.1:%u", e->peer_port);
+	snprintf(ic, sizeof(ic), "%s=http://127.0.0.1:%u", name, e->peer_port);
 	e->pid = fork();
 	if (e->pid < 0) {
 		e->pid = 0;
@@ -136,12 +125,20 @@ int etcd_proc_start(struct etcd_proc *e)
 			dup2(fd, 1);
 			dup2(fd, 2);
 		}
-		execlp(etcd_bin(), etcd_bin(), "--name", "kvpooltest", "--data-dir", data,
+		execlp(etcd_bin(), etcd_bin(), "--name", name, "--data-dir", data,
 		       "--listen-client-urls", lc, "--advertise-client-urls", lc,
 		       "--listen-peer-urls", lp, "--initial-advertise-peer-urls", lp,
-		       "--initial-cluster", ic, "--log-level", "error", (char *)NULL);
+		       "--initial-cluster", e->cluster[0] ? e->cluster : ic,
+		       "--initial-cluster-token", e->token[0] ? e->token : e->dir + 5,
+		       "--log-level", "error", (char *)NULL);
 		_exit(127);
 	}
+	return 0;
+}
+
+/* Wait until it answers /health (up to 15 s). */
+static int wait_ready(struct etcd_proc *e)
+{
 	for (int i = 0; i < 150; i++) {
 		int st;
 
@@ -149,7 +146,7 @@ int etcd_proc_start(struct etcd_proc *e)
 			return 0;
 		if (waitpid(e->pid, &st, WNOHANG) == e->pid) {
 			e->pid = 0;
-			fprintf(stderr, "etcd_proc: etcd exited at start (see %s)\n", log);
+			fprintf(stderr, "etcd_proc: etcd exited at start (see %s/etcd.log)\n", e->dir);
 			return -ECHILD;
 		}
 		sleep_ms(100);
@@ -158,6 +155,134 @@ int etcd_proc_start(struct etcd_proc *e)
 	waitpid(e->pid, NULL, 0);
 	e->pid = 0;
 	return -ETIMEDOUT;
+}
+
+/* Data dir and ports on first use. */
+static int prepare(struct etcd_proc *e)
+{
+	if (!e->dir[0]) {
+		snprintf(e->dir, sizeof(e->dir), "/tmp/kvpool-etcd-XXXXXX");
+		if (!mkdtemp(e->dir))
+			return -errno;
+	}
+	if (!e->client_port) {
+		e->client_port = etcd_proc_free_port();
+		e->peer_port = etcd_proc_free_port();
+		if (!e->client_port || !e->peer_port || e->client_port == e->peer_port)
+			return -EADDRINUSE;
+	}
+	return 0;
+}
+
+int etcd_proc_start(struct etcd_proc *e)
+{
+	int rc;
+
+	if (!etcd_proc_available())
+		return -ENOENT;
+	rc = prepare(e);
+	if (rc == 0)
+		rc = spawn(e);
+	return rc ? rc : wait_ready(e);
+}
+
+int etcd_proc_wipe(struct etcd_proc *e)
+{
+	char cmd[128];
+
+	etcd_proc_stop(e);
+	if (e->dir[0] && strncmp(e->dir, "/tmp/kvpool-etcd-", 17) == 0) {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s/data'", e->dir);
+		if (system(cmd) != 0)
+			return -EIO;
+	}
+	return etcd_proc_start(e);
+}
+
+int etcd_proc_start_cluster(struct etcd_proc *m, size_t n)
+{
+	char ic[512] = "";
+	size_t len = 0;
+	int rc = 0;
+
+	if (n < 1 || n > 5)
+		return -EINVAL;
+	if (!etcd_proc_available())
+		return -ENOENT;
+	for (size_t i = 0; i < n && !rc; i++) {
+		memset(&m[i], 0, sizeof(m[i]));
+		snprintf(m[i].name, sizeof(m[i].name), "kvpooltest%zu", i);
+		rc = prepare(&m[i]);
+		if (rc == 0)
+			len += (size_t)snprintf(ic + len, sizeof(ic) - len, "%skvpooltest%zu=http://127.0.0.1:%u",
+						i ? "," : "", i, m[i].peer_port);
+	}
+	for (size_t i = 0; i < n && !rc; i++) {
+		snprintf(m[i].cluster, sizeof(m[i].cluster), "%s", ic);
+		/* one token for the whole cluster: the first member's dir */
+		snprintf(m[i].token, sizeof(m[i].token), "%s", m[0].dir + 5);
+		rc = spawn(&m[i]);
+	}
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = wait_ready(&m[i]);
+	if (rc)
+		for (size_t i = 0; i < n; i++)
+			etcd_proc_destroy(&m[i]);
+	return rc;
+}
+
+void etcd_proc_endpoints(const struct etcd_proc *m, size_t n, char *buf, size_t cap)
+{
+	size_t len = 0;
+
+	buf[0] = 0;
+	for (size_t i = 0; i < n && len < cap; i++)
+		len += (size_t)snprintf(buf + len, cap - len, "%s%s", i ? "," : "", m[i].endpoint);
+}
+
+int etcd_proc_post(const struct etcd_proc *e, const char *path, const char *json, char *out,
+		   size_t cap)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(e->client_port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct timeval tv = { .tv_sec = 5 };
+	char req[2048], rep[8192];
+	size_t got = 0;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), status = -EPROTO;
+	const char *body;
+
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		status = -errno;
+		close(fd);
+		return status;
+	}
+	snprintf(req, sizeof(req), "POST %s HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: "
+		 "application/json\r\nContent-Length: %zu\r\n\r\n%s", path, strlen(json), json);
+	if (write(fd, req, strlen(req)) != (ssize_t)strlen(req)) {
+		close(fd);
+		return -EIO;
+	}
+	for (;;) {
+		ssize_t n = read(fd, rep + got, sizeof(rep) - 1 - got);
+
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+		if (got == sizeof(rep) - 1)
+			break;
+	}
+	close(fd);
+	rep[got] = 0;
+	if (sscanf(rep, "HTTP/%*s %d", &status) != 1)
+		return -EPROTO;
+	body = strstr(rep, "\r\n\r\n");
+	if (out && cap) {
+		snprintf(out, cap, "%s", body ? body + 4 : "");
+	}
+	return status;
 }
 
 void etcd_proc_stop(struct etcd_proc *e)

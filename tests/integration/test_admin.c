@@ -388,6 +388,7 @@ static void metrics_agree_or_fail(struct samples *m, struct json_object *doc)
 		{ "kvpool_retain_expired_total", "retention.expired" },
 		{ "kvpool_max_retained_bytes", "retention.max_retained_bytes" },
 		{ "kvpool_match_waiting", "ops.match.waits.waiting" },
+		{ "kvpool_match_wait_bytes", "ops.match.waits.bytes" },
 		{ "kvpool_match_waits_total", "ops.match.waits.started" },
 		{ "kvpool_match_wait_results_total{result=\"complete\"}", "ops.match.waits.complete" },
 		{ "kvpool_match_wait_results_total{result=\"timeout\"}", "ops.match.waits.timeout" },

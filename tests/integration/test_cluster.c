@@ -4,8 +4,8 @@
  * srv_etcd.c), with real processes on loopback: three kvpoold, and
  * Debian's etcd for the membership tests.
  *
- *  - placement: a chain's segments land on their HRW owners, each
- *    segment's first block stored there with no parent
+ *  - placement: each block lands on the HRW owner of its own key, stored
+ *    there with no parent; any handle finds any key
  *  - the bundled trace replayed over three nodes whose capacities add up
  *    to one node's (96 MiB = 3 x 32 MiB, 16 KiB blocks): hit ratio within
  *    0.01 of the single node's, 0 wrong
@@ -37,7 +37,7 @@
 
 #define N_NODES 3
 #define W_CHAINS 60
-#define W_BLOCKS 80   /* 3 segments of 32 (the last one 16) */
+#define W_BLOCKS 80
 #define W_BYTES 1024
 #define LEASE_S 2
 
@@ -192,6 +192,9 @@ static void nodes_start(struct nodes *n, size_t count, const char *const *flags)
 		len += (size_t)snprintf(n->list + len, sizeof(n->list) - len, "%s127.0.0.1:%u",
 					i ? "," : "tcp://", n->s[i].port);
 	}
+	/* kvpoold under valgrind answers slowly: no node is skipped for that */
+	if (harness_valgrind())
+		strncat(n->list, "?budget_ms=30000", sizeof(n->list) - strlen(n->list) - 1);
 }
 
 static void nodes_stop(struct nodes *n)
@@ -245,18 +248,17 @@ static void test_placement(void **state)
 		total += b;
 	}
 	assert_int_equal(total, (uint64_t)W_CHAINS * W_BLOCKS);
-	/* Each segment is on its HRW owner, matchable there on its own (its
-	 * first block has no parent on that node), and nowhere else. */
+	/* Each block is on the HRW owner of its own key, matchable there on
+	 * its own (stored with no parent), and nowhere else. */
 	for (int c = 0; c < W_CHAINS; c++)
-		for (int s = 0; s * 32 < W_BLOCKS; s++) {
-			size_t len = W_BLOCKS - s * 32 < 32 ? W_BLOCKS - s * 32 : 32, m = 99;
-			int o = kvpool_hrw_owner(w.keys[c][s * 32], names, N_NODES);
+		for (int b = 0; b < W_BLOCKS; b++) {
+			size_t m = 99;
+			int o = kvpool_hrw_owner(w.keys[c][b], names, N_NODES);
 
 			assert_true(o >= 0);
 			for (int i = 0; i < N_NODES; i++) {
-				assert_int_equal(kvpool_match(direct[i], w.keys[c][s * 32], len, 0, &m),
-						 0);
-				assert_int_equal(m, i == o ? len : 0);
+				assert_int_equal(kvpool_match(direct[i], w.keys[c][b], 1, 0, &m), 0);
+				assert_int_equal(m, i == o ? 1 : 0);
 			}
 		}
 	/* Cluster stats: summed blocks, three nodes with their shares. */
@@ -281,18 +283,25 @@ static void test_placement(void **state)
 		assert_true(share_sum > 0.999 && share_sum < 1.001);
 		json_object_put(doc);
 	}
-	/* A GET of a key this handle never saw is a miss, a PUT under an
-	 * unknown parent -ENOLINK; bad arguments -EINVAL. */
+	/* A key no one put is a miss; a PUT under a parent this handle never
+	 * saw is placed by its own key (a one-shot command can do it) and
+	 * found by any handle; bad arguments -EINVAL. */
 	{
-		uint8_t k[32], parent[32], b[8] = { 0 };
+		uint8_t k[32], parent[32], b[8] = { 0 }, back[8];
+		struct kvpool_client *other;
 		int st = 0;
 
 		harness_key(k, "never", 1);
 		harness_key(parent, "never", 2);
 		assert_int_equal(kvpool_get_bytes(cl, k, b, sizeof(b), NULL), -ENOENT);
-		assert_int_equal(kvpool_put_bytes(cl, k, parent, b, sizeof(b)), -ENOLINK);
 		assert_int_equal(kvpool_exists(cl, k, 1, &st), 0);
 		assert_int_equal(st, -ENOENT);
+		memcpy(b, "1234567", 8);
+		assert_int_equal(kvpool_put_bytes(cl, k, parent, b, sizeof(b)), 0);
+		assert_int_equal(kvpool_connect(n.list, "place", NULL, &other), 0);
+		assert_int_equal(kvpool_get_bytes(other, k, back, sizeof(back), NULL), 0);
+		assert_memory_equal(back, b, sizeof(b));
+		kvpool_close(other);
 		assert_int_equal(kvpool_put(cl, NULL, 1, NULL), -EINVAL);
 		assert_int_equal(kvpool_set_segment_blocks(cl, 70000), -EINVAL);
 		assert_int_equal(kvpool_set_segment_blocks(direct[0], 16), -EOPNOTSUPP);
@@ -372,7 +381,7 @@ static void test_node_killed(void **state)
 	assert_clean(&back1);
 	assert_clean(&back2);
 	assert_true(ratio(&warm) > 0.99);
-	assert_true(ratio(&still) < 0.9);  /* its segments, and those after them, miss */
+	assert_true(ratio(&still) < 0.9);  /* its blocks, and those after them in each chain, miss */
 	assert_true(ratio(&still) > 0.05); /* the others still hit */
 	assert_true(ratio(&back2) > 0.99); /* recovered */
 	kvpool_close(cl);
@@ -544,7 +553,7 @@ static void test_etcd_membership(void **state)
 	assert_true(reachable);
 	p = run_pass(cl, &w, NULL, NULL);
 	assert_clean(&p);
-	assert_true(ratio(&p) > 0.3); /* the new node's share misses once */
+	assert_true(ratio(&p) > 0.95); /* its keys found at their previous owners */
 
 	/* A clean stop deletes the record: the node leaves the membership. */
 	assert_int_equal(harness_stop(&n.s[N_NODES]), 0);

@@ -8,13 +8,18 @@
  *    handle answered 0 and stored nothing, or reported a GET of nothing as
  *    a hit)
  *  - a node that refuses HELLO with -EACCES: every block of its share says
- *    -EACCES, for PUT, GET and EXISTS (its PUT share was reported stored)
+ *    -EACCES, for PUT, GET and EXISTS (its PUT share was reported stored);
+ *    the message names the node, STATS says "refused" (not down) and
+ *    counts its errors, and `kvpool ping` lists it as refused and fails
  *  - the asynchronous calls on three nodes (-EOPNOTSUPP before): in
  *    order, out of order (a stopped node's request finishes after a later
  *    one), cancel (a stopped node's GET: its buffers are never written), a
  *    node killed with requests in flight (its shares are misses and
  *    dropped PUTs, nothing hangs), all waited for on the event fd with
  *    poll(2)
+ *  - cancel touches only the cancelled requests: rounds of one-block GETs
+ *    over three nodes, every third cancelled, every other one completes,
+ *    each exactly once
  *  - kvpool_close with requests in flight (dropped at once)
  *  - kvpool_stats, kvpool_ping and kvpool_drop_namespace while
  *    asynchronous requests are in flight
@@ -37,6 +42,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <json-c/json.h>
 #include <dirent.h>
 
 #include "harness.h"
@@ -157,7 +163,7 @@ static void stop_node(struct harness_server *s)
 	assert_true(all_stopped(s->pid));
 }
 
-/* The node that holds a first block (a segment's first: its own key). */
+/* The node that holds a block (per-block placement: its own key's owner). */
 static int owner(const struct nodes *n, size_t count, const uint8_t *key)
 {
 	return kvpool_hrw_owner(key, n->name, count);
@@ -255,7 +261,10 @@ static void test_share_refused(void **state)
 	assert_int_equal(rc, -EACCES);
 	for (int i = 0; i < N_KEYS; i++)
 		assert_int_equal(st[i], own[i] == 1 ? -EACCES : 0);
-	assert_true(strlen(kvpool_last_server_message()) > 0); /* the node's words */
+	/* the node's words, after the node's name */
+	assert_true(strlen(kvpool_last_server_message()) > strlen(n.name[1]) + 2);
+	assert_memory_equal(kvpool_last_server_message(), n.name[1], strlen(n.name[1]));
+	assert_memory_equal(kvpool_last_server_message() + strlen(n.name[1]), ": ", 2);
 	rc = kvpool_get(cl, gb, N_KEYS, st);
 	assert_int_equal(rc, -EACCES);
 	for (int i = 0; i < N_KEYS; i++) {
@@ -266,6 +275,52 @@ static void test_share_refused(void **state)
 	assert_int_equal(kvpool_exists(cl, keys, N_KEYS, st), -EACCES);
 	for (int i = 0; i < N_KEYS; i++)
 		assert_int_equal(st[i], own[i] == 1 ? -EACCES : 0);
+	/* STATS: the refusing node answers, so it is "refused" (not down),
+	 * with its words, and its failed shares are counted as errors */
+	{
+		char *json = NULL;
+		struct json_object *doc, *cl_o, *nodes, *v;
+
+		assert_int_equal(kvpool_stats(cl, NULL, &json), 0);
+		doc = json_tokener_parse(json);
+		assert_non_null(doc);
+		assert_true(json_object_object_get_ex(doc, "cluster", &cl_o));
+		assert_true(json_object_object_get_ex(cl_o, "nodes", &nodes));
+		for (size_t i = 0; i < json_object_array_length(nodes); i++) {
+			struct json_object *x = json_object_array_get_idx(nodes, i);
+			const char *name = json_object_get_string(json_object_object_get(x, "name"));
+			int refusing = !strcmp(name, n.name[1]);
+
+			assert_true(json_object_object_get_ex(x, "state", &v));
+			assert_string_equal(json_object_get_string(v), refusing ? "refused" : "up");
+			assert_true(json_object_object_get_ex(x, "errors", &v));
+			if (refusing) {
+				assert_true(json_object_get_int64(v) >= 3); /* put, get, exists */
+				assert_true(json_object_object_get_ex(x, "error", &v));
+				assert_non_null(strstr(json_object_get_string(v), "hello refused"));
+			} else {
+				assert_int_equal(json_object_get_int64(v), 0);
+			}
+		}
+		json_object_put(doc);
+		kvpool_free(json);
+	}
+	/* kvpool ping names the node that refuses, as refused, and fails */
+	if (getenv("KVPOOL_CLI") && access(getenv("KVPOOL_CLI"), X_OK) == 0) {
+		/* (no token: that node refuses HELLO, the others answer) */
+		char *argv[] = { (char *)getenv("KVPOOL_CLI"), "ping", "--server", n.list,
+				 "--namespace", "acc-test", NULL };
+		char *out = NULL, line[128];
+		int status = -1;
+
+		assert_int_equal(harness_run(argv, 20000, &out, &status), 0);
+		assert_int_not_equal(status, 0);
+		snprintf(line, sizeof(line), "%s", n.name[1]);
+		assert_non_null(strstr(out, line));
+		assert_non_null(strstr(out, "REFUSED"));
+		assert_null(strstr(out, "DOWN"));
+		free(out);
+	}
 	kvpool_close(cl);
 	nodes_stop(&n, N_NODES);
 }
@@ -452,6 +507,97 @@ static void test_async_three_nodes(void **state)
 /* kvpool_close with requests in flight on a stopped node drops them at
  * once (no completion, no wait for the node's timeout); the node's
  * buffers are never written afterwards (ASan and valgrind see the rest). */
+/* Cancel on a cluster handle touches only the cancelled request. Rounds of
+ * 64 one-block GETs spread over the three nodes, every third cancelled
+ * right after the submits (while node threads are still handing them to
+ * their engines): every other request completes with its bytes, each id
+ * exactly once, and the handle ends with nothing in flight. (A cancel that
+ * waited for a child being submitted completed its parent a second time if
+ * the node finished the child meanwhile: the parent was queued twice, the
+ * completion queue lost the others' completions for good, and the event
+ * fd stayed readable while kvpool_poll found nothing.) */
+#define C_KEYS 64
+#define C_ROUNDS 150
+static void test_cancel_others_complete(void **state)
+{
+	static uint8_t keys[C_KEYS][32], data[C_KEYS][BYTES], back[C_KEYS][BYTES];
+	struct iovec piov[C_KEYS], giov[C_KEYS];
+	struct kvpool_put_block pb[C_KEYS];
+	struct kvpool_get_block gb[C_KEYS];
+	int st[C_KEYS], per_node[N_NODES] = { 0 };
+	struct nodes n;
+
+	(void)state;
+	nodes_start(&n, N_NODES, -1);
+	for (int i = 0; i < C_KEYS; i++) {
+		harness_key(keys[i], "cl-cancel", (uint64_t)i);
+		harness_fill(data[i], BYTES, (uint64_t)i + 7);
+		piov[i] = (struct iovec){ data[i], BYTES };
+		pb[i] = (struct kvpool_put_block){ keys[i], NULL, &piov[i], 1, 0 };
+		per_node[owner(&n, N_NODES, keys[i])]++;
+	}
+	for (int j = 0; j < N_NODES; j++)
+		assert_true(per_node[j] > 0);
+	for (int r = 0; r < C_ROUNDS; r++) {
+		struct kvpool_client *c;
+		uint64_t ids[C_KEYS], end;
+		int seen[C_KEYS] = { 0 }, got = 0, efd;
+
+		/* a fresh handle each round: its node threads connect and submit
+		 * while the cancels come */
+		assert_int_equal(kvpool_connect(n.list, "cl-cancel", NULL, &c), 0);
+		efd = kvpool_event_fd(c);
+		assert_true(efd >= 0);
+		if (r == 0)
+			assert_int_equal(kvpool_put(c, pb, C_KEYS, NULL), 0);
+		for (int i = 0; i < C_KEYS; i++) {
+			memset(back[i], 0, BYTES);
+			giov[i] = (struct iovec){ back[i], BYTES };
+			gb[i] = (struct kvpool_get_block){ keys[i], &giov[i], 1, 0 };
+			assert_int_equal(kvpool_submit_get(c, &gb[i], 1, &st[i], (uint64_t)i, &ids[i]),
+					 0);
+		}
+		for (int i = 0; i < C_KEYS; i += 3) {
+			int rc = kvpool_cancel(c, ids[i]);
+
+			/* -ENOENT: it had completed already */
+			assert_true(rc == 0 || rc == -ENOENT);
+		}
+		end = harness_now_ms() + 15000; /* past the handle's 10 s timeout */
+		while (got < C_KEYS && harness_now_ms() < end) {
+			struct pollfd p = { .fd = efd, .events = POLLIN };
+			struct kvpool_completion cp[C_KEYS];
+			int k;
+
+			assert_true(poll(&p, 1, 1000) >= 0);
+			k = kvpool_poll(c, cp, C_KEYS, 0);
+			assert_true(k >= 0);
+			for (int x = 0; x < k; x++) {
+				int i = (int)cp[x].tag;
+
+				assert_true(i >= 0 && i < C_KEYS);
+				assert_int_equal(cp[x].id, ids[i]);
+				if (seen[i]++)
+					fail_msg("round %d: request %d completed twice", r, i);
+				if (i % 3 && cp[x].status != 0)
+					fail_msg("round %d: request %d (not cancelled): status %d", r,
+						 i, cp[x].status);
+				if (i % 3 == 0)
+					assert_true(cp[x].status == -ECANCELED || cp[x].status == 0);
+				if (cp[x].status == 0)
+					assert_memory_equal(back[i], data[i], BYTES);
+			}
+			got += k;
+		}
+		if (got < C_KEYS)
+			fail_msg("round %d: %d of %d completions after 15 s, %u in flight", r, got,
+				 C_KEYS, kvpool_inflight(c));
+		assert_int_equal(kvpool_inflight(c), 0);
+		kvpool_close(c);
+	}
+	nodes_stop(&n, N_NODES);
+}
+
 static void test_close_in_flight(void **state)
 {
 	static struct world w;
@@ -657,6 +803,7 @@ int main(void)
 		cmocka_unit_test(test_bad_iovec),
 		cmocka_unit_test(test_share_refused),
 		cmocka_unit_test(test_async_three_nodes),
+		cmocka_unit_test(test_cancel_others_complete),
 		cmocka_unit_test(test_close_in_flight),
 		cmocka_unit_test(test_admin_while_async),
 		cmocka_unit_test(test_register),

@@ -589,6 +589,108 @@ static void test_replies_in_request_order(void **state)
 	close(fd);
 }
 
+/* Submit a waiting MATCH of one absent key of chain `tag` on c. */
+static uint64_t submit_wait(struct kvpool_client *c, const char *tag, uint32_t wait_ms,
+			    struct kvpool_match_result *res)
+{
+	struct kvpool_match_opts o = { .wait_ms = wait_ms };
+	uint8_t k[1][32];
+	uint64_t id = 0;
+
+	key(k[0], tag, 0);
+	assert_int_equal(kvpool_submit_match_ex(c, k, 1, &o, res, 1, &id), 0);
+	return id;
+}
+
+/* A synchronous call (ping, put) made on a handle while its waiting MATCH
+ * is parked in the server queues behind it: its deadline covers the wait
+ * ahead (PROTOCOL.md 14.3), so it neither times out after the handle's
+ * timeout (1 s here, the wait 2.5 s) nor, by closing the connection,
+ * ends the wait it queued behind. */
+static void test_calls_behind_a_wait_keep_it(void **state)
+{
+	struct kvpool_client *c;
+	struct kvpool_match_result res;
+	struct kvpool_completion done;
+	uint8_t k[32];
+	uint64_t rtt = 0, id, t0;
+	int rc;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	c = client_to(&g.srv, "waits", NULL);
+	kvpool_set_timeout(c, 1000);
+	id = submit_wait(c, "behind-ping", 2500, &res);
+	wait_waiting(g.put, 1);
+	t0 = harness_now_ms();
+	rc = kvpool_ping(c, &rtt);
+	if (rc)
+		fail_msg("ping behind a waiting MATCH: %s after %llu ms", kvpool_strerror(rc),
+			 (unsigned long long)(harness_now_ms() - t0));
+	assert_int_equal(kvpool_poll(c, &done, 1, 5000), 1);
+	assert_int_equal(done.id, id);
+	assert_int_equal(done.status, 0);
+	assert_int_equal(res.flags, KVPOOL_MATCH_WAITED | KVPOOL_MATCH_WAIT_TIMEOUT);
+	/* a PUT too, and the wait answered as a wait, not a reset */
+	id = submit_wait(c, "behind-put", 2500, &res);
+	wait_waiting(g.put, 1);
+	key(k, "behind-put-other", 0);
+	harness_fill(g.buf, BLOCK, 7);
+	rc = kvpool_put_bytes(c, k, NULL, g.buf, BLOCK);
+	if (rc)
+		fail_msg("put behind a waiting MATCH: %s", kvpool_strerror(rc));
+	assert_int_equal(kvpool_poll(c, &done, 1, 5000), 1);
+	assert_int_equal(done.status, 0);
+	assert_int_equal(res.flags, KVPOOL_MATCH_WAITED | KVPOOL_MATCH_WAIT_TIMEOUT);
+	struct kvpool_counters cn;
+	assert_int_equal(kvpool_get_counters(c, &cn), 0);
+	assert_int_equal(cn.reconnects, 0);
+	kvpool_close(c);
+}
+
+/* kvpool_cancel of a waiting MATCH with nothing else in flight: the
+ * library closes the connection, which ends the wait in the server, so
+ * the next call is not held up for the rest of wait_ms (30 s here) and
+ * does not time out. With a request behind it, that request is answered
+ * when the wait ends, within its deadline (not -ETIMEDOUT). */
+static void test_cancel_of_a_wait(void **state)
+{
+	struct kvpool_client *c;
+	struct kvpool_match_result res;
+	struct kvpool_completion done;
+	uint8_t k[1][32];
+	int st = 1;
+	uint64_t id, id2, rtt;
+	int rc;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	c = client_to(&g.srv, "waits", NULL);
+	kvpool_set_timeout(c, 1000);
+	id = submit_wait(c, "cancel-alone", 30000, &res);
+	wait_waiting(g.put, 1);
+	assert_int_equal(kvpool_cancel(c, id), 0);
+	assert_int_equal(kvpool_poll(c, &done, 1, 1000), 1);
+	assert_int_equal(done.status, -ECANCELED);
+	wait_waiting(g.put, 0);
+	rc = kvpool_ping(c, &rtt);
+	if (rc)
+		fail_msg("ping after cancelling a wait: %s", kvpool_strerror(rc));
+	/* a request behind the cancelled wait is answered after it */
+	id = submit_wait(c, "cancel-behind", 2000, &res);
+	wait_waiting(g.put, 1);
+	key(k[0], "cancel-behind-exists", 0);
+	assert_int_equal(kvpool_submit_exists(c, k, 1, &st, 2, &id2), 0);
+	assert_int_equal(kvpool_cancel(c, id), 0);
+	assert_int_equal(kvpool_poll(c, &done, 1, 1000), 1);
+	assert_int_equal(done.status, -ECANCELED);
+	assert_int_equal(kvpool_poll(c, &done, 1, 5000), 1);
+	assert_int_equal(done.id, id2);
+	assert_int_equal(done.status, 0);
+	assert_int_equal(st, -ENOENT);
+	kvpool_close(c);
+}
+
 /* max_conn_match_waits 2: a connection's third waiting MATCH is answered
  * without waiting (WAIT_REFUSED), in its turn after the first two. */
 static void test_conn_limit(void **state)
@@ -779,6 +881,184 @@ static void test_drain_answers_waits(void **state)
 	assert_true(harness_now_ms() - t0 < 20000);
 }
 
+/* Does STATS (through the general server) list namespace ns? */
+static bool ns_listed(const char *ns)
+{
+	struct json_object *doc, *all, *one;
+	bool found;
+
+	assert_int_equal(harness_stats(g.put, NULL, &doc), 0);
+	assert_true(json_object_object_get_ex(doc, "namespaces", &all));
+	found = json_object_object_get_ex(all, ns, &one);
+	json_object_put(doc);
+	return found;
+}
+
+/* A waiting MATCH creates its namespace so that the PUTs it waits for
+ * land there; when nothing was put to it by the time its connection
+ * closes, it goes (a read-only consumer waiting in namespaces nobody
+ * fills used to leave one empty namespace each, counted against
+ * tenant_max_namespaces). One that received a block stays. */
+static void test_wait_leaves_no_empty_namespace(void **state)
+{
+	struct kvpool_match_opts o = { .wait_ms = 200 };
+	struct kvpool_match_result res;
+	struct kvpool_client *c, *p;
+	uint8_t k[1][32];
+	bool listed = true;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	key(k[0], "made-empty", 0);
+	c = client_to(&g.srv, "wait-made-empty", NULL);
+	assert_int_equal(kvpool_match_ex(c, k, 1, &o, &res), 0);
+	assert_int_equal(res.flags, KVPOOL_MATCH_WAITED | KVPOOL_MATCH_WAIT_TIMEOUT);
+	assert_true(ns_listed("wait-made-empty")); /* its connection still holds it */
+	kvpool_close(c);
+	for (uint64_t t0 = harness_now_ms(); listed && harness_now_ms() - t0 < 5000;
+	     harness_sleep_ms(20))
+		listed = ns_listed("wait-made-empty");
+	assert_false(listed);
+	/* a namespace the wait created and a PUT then filled stays */
+	key(k[0], "made-kept", 0);
+	c = client_to(&g.srv, "wait-made-kept", NULL);
+	p = client_to(&g.srv, "wait-made-kept", NULL);
+	o.wait_ms = 10000;
+	{
+		uint64_t id;
+		struct kvpool_completion done;
+
+		assert_int_equal(kvpool_submit_match_ex(c, k, 1, &o, &res, 1, &id), 0);
+		wait_waiting(g.put, 1);
+		harness_fill(g.buf, BLOCK, 5);
+		assert_int_equal(kvpool_put_bytes(p, k[0], NULL, g.buf, BLOCK), 0);
+		assert_int_equal(kvpool_poll(c, &done, 1, 5000), 1);
+		assert_int_equal(done.status, 0);
+		assert_int_equal(res.matched, 1);
+	}
+	kvpool_close(c);
+	kvpool_close(p);
+	harness_sleep_ms(200);
+	assert_true(ns_listed("wait-made-kept"));
+}
+
+/* max_match_wait_bytes bounds the memory of all waiting MATCHes of the
+ * server, without a tokens file (the per-tenant limit needs one, and the
+ * per-connection one alone let 1024 connections park 2 GiB of keys):
+ * with 64 KiB, three waits of 600 keys (19 KB each) park, a fourth on
+ * another connection is answered at once, WAIT_REFUSED, counted in
+ * ops.match.waits.refused_bytes; STATS shows the bytes held, 0 again
+ * once the waits are gone. */
+static void test_server_wide_wait_bytes(void **state)
+{
+	static const char *const flags[] = { "--threads", "2", "--log-level", "warn",
+					     "--rdma-port", "0", "--max-match-wait-bytes", "64KiB",
+					     NULL };
+	enum { N = 4, KEYS = 600 };
+	static uint8_t keys[N][KEYS][32];
+	struct harness_server s = { 0 };
+	struct kvpool_client *h[N], *watch;
+	struct kvpool_match_result res[N];
+	struct kvpool_match_opts o = { .wait_ms = 20000 };
+	struct kvpool_completion done;
+	uint64_t id[N], bytes;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_int_equal(harness_start(&s, flags), 0);
+	watch = client_to(&s, "bytes", NULL);
+	for (int i = 0; i < N; i++) {
+		char tag[32];
+
+		snprintf(tag, sizeof(tag), "bytes-%d", i);
+		keys_of(tag, KEYS, keys[i]);
+		h[i] = client_to(&s, "bytes", NULL);
+	}
+	for (int i = 0; i < N - 1; i++) {
+		assert_int_equal(kvpool_submit_match_ex(h[i], keys[i], KEYS, &o, &res[i], 0, &id[i]),
+				 0);
+		wait_waiting(watch, (uint64_t)i + 1);
+	}
+	bytes = harness_stat_or_fail(watch, "ops.match.waits.bytes");
+	assert_true(bytes >= 3ull * KEYS * 32 && bytes <= 64 * 1024);
+	assert_int_equal(kvpool_submit_match_ex(h[N - 1], keys[N - 1], KEYS, &o, &res[N - 1], 0,
+						&id[N - 1]), 0);
+	assert_int_equal(kvpool_poll(h[N - 1], &done, 1, 5000), 1);
+	assert_int_equal(done.status, 0);
+	assert_int_equal(res[N - 1].matched, 0);
+	assert_int_equal(res[N - 1].flags, KVPOOL_MATCH_WAIT_REFUSED);
+	assert_int_equal(harness_stat_or_fail(watch, "ops.match.waits.refused_bytes"), 1);
+	assert_int_equal(harness_stat_or_fail(watch, "ops.match.waits.waiting"), 3);
+	for (int i = 0; i < N; i++)
+		kvpool_close(h[i]);
+	wait_waiting(watch, 0);
+	assert_int_equal(harness_stat_or_fail(watch, "ops.match.waits.bytes"), 0);
+	kvpool_close(watch);
+	assert_int_equal(harness_stop(&s), 0);
+}
+
+/* `kvpool match --wait-ms` on its own thread (harness_run blocks). */
+struct cli_run {
+	char *argv[12];
+	char *out;
+	int status, err;
+	pthread_t t;
+};
+
+static void *cli_main(void *arg)
+{
+	struct cli_run *r = arg;
+
+	r->err = harness_run(r->argv, 30000, &r->out, &r->status);
+	return NULL;
+}
+
+/* The CLI during a drain: kvpoold answers the waiting MATCH (WAIT_ENDED)
+ * and closes; the CLI prints that answer and exits 1 (a miss). It used
+ * to ask for the limits after the match, reconnect to the stopped server
+ * and exit 2 with "connection refused", losing the answer. */
+static void test_cli_wait_answered_by_drain(void **state)
+{
+	static const char *const flags[] = { "--threads", "1", "--log-level", "warn", NULL };
+	const char *cli = getenv("KVPOOL_CLI");
+	struct harness_server s = { 0 };
+	struct kvpool_client *c;
+	struct cli_run r = { .status = -1 };
+
+	(void)state;
+	harness_need_server(&g.srv);
+	if (!cli || access(cli, X_OK) != 0)
+		harness_skip("kvpool CLI not built (is KVPOOL_CLI set?)");
+	assert_int_equal(harness_start(&s, flags), 0);
+	r.argv[0] = (char *)cli;
+	r.argv[1] = "match";
+	r.argv[2] = "text:cli-drain";
+	r.argv[3] = "--server";
+	r.argv[4] = s.url;
+	r.argv[5] = "--namespace";
+	r.argv[6] = "waits";
+	r.argv[7] = "--wait-ms";
+	r.argv[8] = "20000";
+	assert_int_equal(pthread_create(&r.t, NULL, cli_main, &r), 0);
+	c = client_to(&s, "waits", NULL);
+	wait_waiting(c, 1);
+	kvpool_close(c);
+	assert_int_equal(kill(s.pid, SIGTERM), 0);
+	pthread_join(r.t, NULL);
+	assert_int_equal(r.err, 0);
+	if (r.status != 1 || !r.out || !strstr(r.out, "matched 0 of 1") ||
+	    !strstr(r.out, "wait ended"))
+		fail_msg("kvpool match during a drain: exit %d, output: %s", r.status,
+			 r.out ? r.out : "(none)");
+	free(r.out);
+	/* it is draining already: a second SIGTERM may end it at once */
+	{
+		int st = harness_stop(&s);
+
+		assert_true(st == 0 || st == 128 + SIGTERM);
+	}
+}
+
 /* A connection whose MATCH waits is not idle: idle_timeout_ms (300 ms
  * here) does not close it during a 1.5 s wait. */
 static void test_waiting_is_not_idle(void **state)
@@ -800,7 +1080,7 @@ static void test_waiting_is_not_idle(void **state)
 }
 
 /* A cluster handle over three nodes: one MATCH round asks every owner of
- * the chain's segments at once, each waiting for its own part of want; a
+ * the chain's blocks at once, each waiting for its own part of want; a
  * PUT of the chain through another cluster handle completes every part,
  * and the call answers the whole chain. A part that never comes answers
  * the shorter run when the wait ends. */
@@ -808,7 +1088,7 @@ static void test_cluster_three_nodes(void **state)
 {
 	static const char *const flags[] = { "--threads", "1", "--log-level", "warn",
 					     "--rdma-port", "0", NULL };
-	enum { NODES = 3, BLOCKS = 80 };   /* segments of 32: 32, 32, 16 */
+	enum { NODES = 3, BLOCKS = 80 };   /* each block on its own key's owner */
 	struct harness_server s[NODES];
 	struct kvpool_client *put, *direct;
 	char list[256];
@@ -829,8 +1109,8 @@ static void test_cluster_three_nodes(void **state)
 
 		assert_int_equal(kvpool_connect(list, "waits", &o, &put), 0);
 	}
-	/* the nodes that own the chain's segments (the ports are random, so
-	 * all three segments land on one node about one run in nine) */
+	/* the nodes that own the chain's blocks (per block: each block's own
+	 * key; 80 blocks reach all three nodes but for a vanishing chance) */
 	{
 		char names[NODES][32];
 		const char *np[NODES];
@@ -843,7 +1123,7 @@ static void test_cluster_three_nodes(void **state)
 		}
 		keys_of("cluster", BLOCKS, keys);
 		owners = 0;
-		for (int b = 0; b < BLOCKS; b += KVPOOL_SEGMENT_BLOCKS) {
+		for (int b = 0; b < BLOCKS; b++) {
 			int o = kvpool_hrw_owner(keys[b], np, NODES);
 
 			assert_true(o >= 0 && o < NODES);
@@ -853,7 +1133,7 @@ static void test_cluster_three_nodes(void **state)
 	}
 	/* the waiter's handle: the cluster URL */
 	waiter_start_url(&w, list, "waits", NULL, "cluster", BLOCKS, 0, 20000, 0);
-	/* every node that owns a segment has a MATCH parked */
+	/* every node that owns a block of it has a MATCH parked */
 	for (uint64_t t0 = harness_now_ms();; harness_sleep_ms(20)) {
 		uint64_t parked = 0;
 
@@ -893,6 +1173,31 @@ static void test_cluster_three_nodes(void **state)
 		kvpool_close(direct);
 	}
 	assert_true(started >= owners);
+	/* a ping on the cluster handle behind its waiting MATCH (timeout 1 s,
+	 * wait 2.5 s) neither times out nor turns the wait into a flagless
+	 * miss; want above count is -EINVAL at once, as on one node */
+	{
+		struct kvpool_match_result res;
+		struct kvpool_match_opts o = { .want = 2 };
+		struct kvpool_completion done;
+		uint8_t k[1][32];
+		uint64_t rtt, id = 0;
+		int rc;
+
+		kvpool_set_timeout(put, 1000);
+		submit_wait(put, "cluster-behind", 2500, &res);
+		harness_sleep_ms(300);
+		rc = kvpool_ping(put, &rtt);
+		if (rc)
+			fail_msg("cluster ping behind a wait: %s", kvpool_strerror(rc));
+		assert_int_equal(kvpool_poll(put, &done, 1, 5000), 1);
+		assert_int_equal(done.status, 0);
+		assert_int_equal(res.flags, KVPOOL_MATCH_WAITED | KVPOOL_MATCH_WAIT_TIMEOUT);
+		key(k[0], "cluster-behind", 0);
+		assert_int_equal(kvpool_match_ex(put, k, 1, &o, &res), -EINVAL);
+		assert_int_equal(kvpool_submit_match_ex(put, k, 1, &o, &res, 1, &id), -EINVAL);
+		kvpool_set_timeout(put, 10000);
+	}
 	/* a chain only partly put: the wait ends with the leading run there */
 	{
 		uint8_t keys[BLOCKS][32];
@@ -941,11 +1246,16 @@ int main(void)
 		cmocka_unit_test(test_waiter_disconnects),
 		cmocka_unit_test(test_ten_thousand_waiters),
 		cmocka_unit_test(test_replies_in_request_order),
+		cmocka_unit_test(test_calls_behind_a_wait_keep_it),
+		cmocka_unit_test(test_cancel_of_a_wait),
 		cmocka_unit_test(test_conn_limit),
 		cmocka_unit_test(test_clamp),
 		cmocka_unit_test(test_tenant_limit),
 		cmocka_unit_test(test_reload_during_waits),
 		cmocka_unit_test(test_drain_answers_waits),
+		cmocka_unit_test(test_cli_wait_answered_by_drain),
+		cmocka_unit_test(test_wait_leaves_no_empty_namespace),
+		cmocka_unit_test(test_server_wide_wait_bytes),
 		cmocka_unit_test(test_waiting_is_not_idle),
 		cmocka_unit_test(test_cluster_three_nodes),
 		cmocka_unit_test(test_clean_shutdown),

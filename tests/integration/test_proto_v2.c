@@ -391,7 +391,7 @@ static void test_v2_put_retain(void **state)
 }
 
 /* kvpool_match_ex: wait_ms 0 answers as kvpool_match; want > count is
- * -EPROTO with the server's reason; a chain of three frames. */
+ * -EINVAL, sync and async, with no reconnect; a chain of three frames. */
 static void test_lib_match_ex(void **state)
 {
 	struct kvpool_match_opts o = { .lease_ms = 1000 };
@@ -419,15 +419,26 @@ static void test_lib_match_ex(void **state)
 	assert_int_equal(kvpool_match_ex(g.c, keys, 40, NULL, &r), 0);
 	assert_int_equal(r.matched, 20);
 	assert_int_equal(r.lease_ms, 0);
-	/* want > count: the server's BAD_REQUEST and its reason */
+	/* want > count: an argument error, refused before anything is sent
+	 * (it used to go to the server, come back -EPROTO and cost a
+	 * reconnect), for the synchronous call and at submit */
+	struct kvpool_counters cn0, cn1;
+	uint64_t id = 0;
+
+	assert_int_equal(kvpool_get_counters(g.c, &cn0), 0);
 	o = (struct kvpool_match_opts){ .want = 41 };
-	assert_int_equal(kvpool_match_ex(g.c, keys, 40, &o, &r), -EPROTO);
-	if (!strstr(kvpool_last_server_message(), "want 41"))
-		fail_msg("server message: %s", kvpool_last_server_message());
-	/* the handle goes on (it reconnects after a BAD_REQUEST) */
+	assert_int_equal(kvpool_match_ex(g.c, keys, 40, &o, &r), -EINVAL);
+	assert_int_equal(kvpool_submit_match_ex(g.c, keys, 40, &o, &r, 1, &id), -EINVAL);
+	assert_int_equal(id, 0);
+	o.want = 1;
+	assert_int_equal(kvpool_match_ex(g.c, keys, 0, &o, &r), -EINVAL);
+	assert_int_equal(kvpool_inflight(g.c), 0);
+	/* the handle goes on, on the same connection */
 	o.want = 40;
 	assert_int_equal(kvpool_match_ex(g.c, keys, 40, &o, &r), 0);
 	assert_int_equal(r.matched, 20);
+	assert_int_equal(kvpool_get_counters(g.c, &cn1), 0);
+	assert_int_equal(cn1.reconnects, cn0.reconnects);
 	/* a chain whose three frames all match */
 	put_chain(g.c, "lib-chain", 40, keys);
 	o = (struct kvpool_match_opts){ .want = 35, .lease_ms = 500 };
@@ -483,7 +494,7 @@ static void test_lib_as_v1_client(void **state)
 	assert_int_equal(r.flags, 0);
 	assert_int_equal(r.retained, 0);
 	o.want = 4;
-	assert_int_equal(kvpool_match_ex(c, keys, 3, &o, &r), -EPROTO);
+	assert_int_equal(kvpool_match_ex(c, keys, 3, &o, &r), -EINVAL);
 	harness_fill(data, sizeof(data), harness_key_seed(keys[2]));
 	pb = (struct kvpool_put_block){ .key = keys[2], .parent = keys[1], .iov = &iov,
 					.iovcnt = 1, .retain_ms = 5000 };

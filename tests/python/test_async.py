@@ -159,3 +159,93 @@ def test_aio(client):
         assert await ac.delete_many(ks[:1]) == [True]
 
     asyncio.run(main())
+
+
+RO_TOKEN = "async-ro-0123456789abcdef0123"
+RW_TOKEN = "async-rw-0123456789abcdef0123"
+
+
+def test_completion_message_per_request(tmp_path):
+    """Each Completion carries the server's words for its own refusal:
+    kvpool_poll keeps one message per call, so a batch poll used to lose
+    them (and Completion had no field for them)."""
+    from conftest import Server
+    tokens = tmp_path / "tokens"
+    tokens.write_text("[tokens]\n%s rw ro-\n%s ro ro-\n" % (RW_TOKEN, RO_TOKEN))
+    tokens.chmod(0o600)
+    srv = Server("--dram-capacity", "64MiB", "--threads", "1",
+                 "--tokens-file", str(tokens)).start()
+    try:
+        with kvpool.Client(srv.url, "ro-msgs", token=RO_TOKEN) as c:
+            ks = keys_of("msg", 3)
+            a = c.submit_exists_many([ks[0]])
+            b = c.submit_put_many([ks[1]], [payload(1)])
+            d = c.submit_exists_many([ks[2]])
+            c.exists(ks[0])          # queued behind them: all three are done now
+            comps = {x.id: x for x in c.poll(max=8, timeout=5)}
+            assert set(comps) == {a, b, d}
+            assert comps[b].status == -errno.EACCES
+            assert "read-only" in comps[b].message
+            assert comps[a].status == 0 and comps[a].message == ""
+            assert comps[d].status == 0 and comps[d].message == ""
+    finally:
+        srv.stop()
+
+
+def test_full_queue_says_poll(client):
+    """The Client's own full queue (max_inflight) is named as such, not as
+    a server that is busy."""
+    client.max_inflight = 2
+    ks = keys_of("fullq", 3)
+    try:
+        client.submit_exists_many([ks[0]])
+        client.submit_exists_many([ks[1]])
+        with pytest.raises(kvpool.Busy) as ei:
+            client.submit_exists_many([ks[2]])
+        assert "poll some first" in str(ei.value)
+        assert "max_inflight" in str(ei.value)
+        assert "server" not in str(ei.value)
+        drain(client, 2)
+    finally:
+        client.max_inflight = 0
+
+
+def test_sync_call_behind_a_waiting_match(server, namespace):
+    """A put made on a Client while its submitted waiting match is parked
+    in the server queues behind it: it neither times out after the
+    Client's timeout (1 s; the wait is 2.5 s) nor ends the wait."""
+    with kvpool.Client(server.url, namespace, timeout=1.0) as c:
+        (miss,) = keys_of("behind-miss", 1)
+        (other,) = keys_of("behind-other", 1)
+        rid = c.submit_match([miss], wait_ms=2500)
+        c.put(other, payload(3))
+        (comp,) = drain(c, 1)
+        assert comp.id == rid and comp.status == 0
+        assert comp.result.flags == kvpool.MATCH_WAITED | kvpool.MATCH_WAIT_TIMEOUT
+        assert c.exists(other)
+
+
+def test_put_block_array_lives_until_completion(client):
+    """A submitted put's block array (keys, iovecs) is read by libkvpool
+    until the request completes: the binding must keep it alive. Large
+    blocks keep the requests queued while the allocator is churned, so a
+    freed array would be reused under them (a crash, or blocks stored
+    under wrong keys; without the array kept, 1 to 3 rounds of 5 crashed)."""
+    import ctypes
+    import gc
+
+    for rnd in range(5):
+        ks = keys_of("uaf%d" % rnd, 8)
+        data = [bytes([rnd * 8 + i + 1]) * (4 << 20) for i in range(8)]
+        ids = [client.submit_put_many([ks[i]], [data[i]]) for i in range(8)]
+        gc.collect()
+        junk = [(ctypes.c_char * 64)(*([0x41] * 64)) for _ in range(20000)]
+        comps = drain(client, 8, timeout=30.0)
+        del junk
+        assert sorted(c.id for c in comps) == sorted(ids)
+        assert all(c.status == 0 and c.statuses == [0] for c in comps)
+        for i, k in enumerate(ks):
+            buf = bytearray(4 << 20)
+            assert client.get_into(k, buf) == 4 << 20
+            assert bytes(buf) == data[i]
+        client.delete_many(ks)

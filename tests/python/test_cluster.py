@@ -1,6 +1,7 @@
 """The binding over several nodes: kvpool.Client takes the same cluster
 URLs as libkvpool (a node list, or etcd://HOST:PORT/CLUSTER), and blocks
-land where kvpool.placement (the pure-Python HRW twin) says."""
+land where kvpool.placement (the pure-Python HRW twin) says: each on the
+first node of its own key's ranking."""
 
 import os
 import shutil
@@ -44,17 +45,20 @@ def test_node_list_and_placement(three):
         st = c.stats()
         assert len(st["cluster"]["nodes"]) == 3
         assert st["blocks"] == len(keys)
-    # Each segment of 32 sits on the owner kvpool.placement names, whole.
-    owners = placement.segment_owners(keys, names)
+    # Each block sits on the owner kvpool.placement names (its own key's
+    # first node), stored with no parent there.
     direct = [kvpool.Client(s.url, "pycl") for s in three]
     try:
-        for k, o in enumerate(owners):
-            seg = keys[k * 32:(k + 1) * 32]
+        for k in keys:
+            o = placement.block_owners(k, names)[0]
             for i, d in enumerate(direct):
-                assert d.match(seg) == (len(seg) if i == o else 0)
+                assert d.match([k]) == (1 if i == o else 0)
     finally:
         for d in direct:
             d.close()
+    # Another handle (a fresh process would do the same) finds any key.
+    with kvpool.Client(url, "pycl") as other:
+        assert other.get_many(keys[40:45]) == blocks[40:45]
 
 
 def test_native_async_link_on_a_cluster(three):

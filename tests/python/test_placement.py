@@ -1,6 +1,7 @@
 """Placement is the same in the binding and in libkvpool: the pure-Python
-HRW twin (kvpool.placement) and the C library (kvpool_hrw_score and
-kvpool_hrw_owner through ctypes) against tests/data/hrw_vectors.json."""
+HRW twin (kvpool.placement) and the C library (kvpool_hrw_score,
+kvpool_hrw_owner and kvpool_hrw_rank through ctypes) against
+tests/data/hrw_vectors.json."""
 
 import ctypes
 import hashlib
@@ -26,6 +27,10 @@ def _c_fns():
     lib.kvpool_hrw_owner.restype = ctypes.c_int
     lib.kvpool_hrw_owner.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p),
                                      ctypes.c_size_t]
+    lib.kvpool_hrw_rank.restype = ctypes.c_int
+    lib.kvpool_hrw_rank.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p),
+                                    ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
+                                    ctypes.c_size_t]
     return lib
 
 
@@ -39,6 +44,13 @@ def test_python_matches_vectors():
         assert placement.owner(key, names[:3]) == v["owner_of_3"]
         assert placement.owner(key, names[:4]) == v["owner_of_4"]
         assert placement.owner(key, names) == v["owner_of_6"]
+        assert placement.ranked(key, names[:3]) == v["ranking_of_3"]
+        assert placement.ranked(key, names[:4]) == v["ranking_of_4"]
+        assert placement.ranked(key, names) == v["ranking_of_6"]
+        assert placement.block_owners(key, names) == v["ranking_of_6"][:1]
+        assert placement.block_owners(key, names, hot=True) == v["ranking_of_6"][:2]
+        assert placement.block_owners(key, names, hot=True, hot_replicas=3) == \
+            v["ranking_of_6"][:3]
 
 
 def test_c_library_matches_python():
@@ -50,7 +62,11 @@ def test_c_library_matches_python():
         for n in names:
             assert lib.kvpool_hrw_score(key, n) == placement.score(key, n)
         assert lib.kvpool_hrw_owner(key, arr, len(names)) == placement.owner(key, names)
+        out = (ctypes.c_size_t * len(names))()
+        assert lib.kvpool_hrw_rank(key, arr, len(names), out, len(names)) == len(names)
+        assert list(out) == placement.ranked(key, names)
     assert lib.kvpool_hrw_owner(key, arr, 0) == -22
+    assert lib.kvpool_hrw_rank(key, arr, 0, out, 1) == -22
 
 
 def test_segment_owners_and_errors():
@@ -66,3 +82,8 @@ def test_segment_owners_and_errors():
         placement.owner(chain[0], [])
     with pytest.raises(ValueError):
         placement.segment_owners(chain, names, segment_blocks=0)
+    with pytest.raises(ValueError):
+        placement.owners(chain[0], names, 0)
+    with pytest.raises(ValueError):
+        placement.block_owners(chain[0], names, hot=True, hot_replicas=0)
+    assert placement.owners(chain[0], names, 5) == placement.ranked(chain[0], names)

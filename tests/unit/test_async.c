@@ -304,6 +304,45 @@ static void test_refusal_message(void **state)
 	assert_string_equal(kvpool_last_server_message(), "");
 }
 
+/* A poll that returns several completions keeps the first refusal's
+ * words (a later completion without any used to clear them, so a batch
+ * poll lost every message); a poll or submit that meets no refusal
+ * leaves "" (an older refusal's words used to stay). */
+static void test_refusal_message_in_a_batch(void **state)
+{
+	struct env *e = *state;
+	struct kvpool_completion comp[3];
+	uint64_t id;
+	int got = 0;
+
+	kvpool_set_busy_tries(e->c, 1);
+	atomic_store(&e->fk.refuse_next, 1);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(kvpool_submit_get(e->c, &e->gb[i], 1, &e->st[i], (uint64_t)i,
+						   &id), 0);
+	/* a synchronous call queues behind them: when it returns, all three
+	 * are finished and wait to be polled together */
+	assert_int_equal(kvpool_get(e->c, &e->gb[3], 1, &e->st[3]), 0);
+	got = kvpool_poll(e->c, comp, 3, 5000);
+	assert_int_equal(got, 3);
+	assert_int_equal(comp[0].status, -EAGAIN);
+	assert_int_equal(comp[1].status, 0);
+	assert_int_equal(comp[2].status, 0);
+	assert_string_equal(kvpool_last_server_message(), FAKE_BUSY_MESSAGE);
+	/* nothing refused since: a poll with nothing to return says "" */
+	assert_int_equal(kvpool_poll(e->c, comp, 3, 0), 0);
+	assert_string_equal(kvpool_last_server_message(), "");
+	/* and so does a submit after a refusal */
+	atomic_store(&e->fk.refuse_next, 1);
+	assert_int_equal(kvpool_submit_get(e->c, &e->gb[0], 1, &e->st[0], 9, &id), 0);
+	assert_int_equal(kvpool_poll(e->c, comp, 1, 5000), 1);
+	assert_string_equal(kvpool_last_server_message(), FAKE_BUSY_MESSAGE);
+	assert_int_equal(kvpool_submit_get(e->c, &e->gb[1], 1, &e->st[1], 10, &id), 0);
+	assert_string_equal(kvpool_last_server_message(), "");
+	assert_int_equal(kvpool_poll(e->c, comp, 1, 5000), 1);
+	assert_int_equal(comp[0].status, 0);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -318,6 +357,7 @@ int main(void)
 		T(test_corrupt_and_truncated),
 		T(test_event_fd_ready),
 		T(test_refusal_message),
+		T(test_refusal_message_in_a_batch),
 	};
 
 	return cmocka_run_group_tests_name("unit_async", tests, NULL, NULL);

@@ -745,12 +745,36 @@ static void test_connect_error_messages(void **state)
 			    "characters without spaces");
 	conn = (struct cli_conn){ .url = "notaurl", .ns = "default" };
 	assert_string_equal(cli_connect_error(&conn, -EINVAL, buf, sizeof(buf)),
-			    "bad URL: expected tcp://, rdma:// or auto:// then host[:port], got "
-			    "'notaurl'");
+			    "bad URL: expected tcp://, rdma:// or auto:// then host[:port], a node "
+			    "list (tcp://a:7470,b:7470) or etcd://HOST[:PORT][,HOST[:PORT]...]/CLUSTER, "
+			    "got 'notaurl'");
 	conn.url = "udp://127.0.0.1:7470";
 	assert_string_equal(cli_connect_error(&conn, -EOPNOTSUPP, buf, sizeof(buf)),
-			    "bad URL: expected tcp://, rdma:// or auto:// then host[:port] "
+			    "bad URL: expected tcp://, rdma:// or auto:// then host[:port], a node "
+			    "list (tcp://a:7470,b:7470) or etcd://HOST[:PORT][,HOST[:PORT]...]/CLUSTER "
 			    "(unknown scheme), got 'udp://127.0.0.1:7470'");
+	/* cluster URLs: what is wrong with them, in words */
+	conn.url = "etcd://127.0.0.1:2379";
+	assert_non_null(strstr(cli_connect_error(&conn, -EINVAL, buf, sizeof(buf)),
+			       "bad etcd URL: expected etcd://HOST[:PORT][,HOST[:PORT]...]/CLUSTER"));
+	conn.url = "etcd://127.0.0.1:2379/typo";
+	assert_non_null(strstr(cli_connect_error(&conn, -ENXIO, buf, sizeof(buf)),
+			       "no kvpoold is registered in etcd under kvpool/typo/nodes/"));
+	conn.url = "tcp://a:1,rdma://b:1";
+	assert_non_null(strstr(cli_connect_error(&conn, -EINVAL, buf, sizeof(buf)),
+			       "bad node list: it mixes tcp:// and rdma://: every node must use "
+			       "the same scheme"));
+	conn.url = "tcp://a:1,b:1,A:1";
+	assert_non_null(strstr(cli_connect_error(&conn, -EINVAL, buf, sizeof(buf)),
+			       "bad node list: node A:1 is listed twice"));
+	conn.url = "tcp://a:1,,b:1";
+	assert_non_null(strstr(cli_connect_error(&conn, -EINVAL, buf, sizeof(buf)),
+			       "bad node list: an empty entry in the node list"));
+	conn.url = "tcp://a:1,b:1";
+	assert_non_null(strstr(cli_connect_error(&conn, -E2BIG, buf, sizeof(buf)),
+			       "bad node list: more than 64 nodes: expected"));
+	assert_non_null(strstr(cli_connect_error(&conn, -EINVAL, buf, sizeof(buf)),
+			       "bad node list: expected tcp://"));
 	/* A tcp:// URL and -EOPNOTSUPP: the server's protocol version. */
 	conn.url = "tcp://h:1";
 	assert_non_null(strstr(cli_connect_error(&conn, -EOPNOTSUPP, buf, sizeof(buf)),
@@ -1165,7 +1189,8 @@ static void test_option_messages(void **state)
 	run_cmd(&r, cli_ping_main, "kvpool ping", "--server", "notaurl", NULL);
 	assert_int_equal(r.status, 2);
 	assert_string_equal(r.err, "kvpool ping: bad URL: expected tcp://, rdma:// or auto:// "
-				   "then host[:port], got 'notaurl'\n");
+				   "then host[:port], a node list (tcp://a:7470,b:7470) or "
+				   "etcd://HOST[:PORT][,HOST[:PORT]...]/CLUSTER, got 'notaurl'\n");
 	run_free(&r);
 	run_cmd(&r, cli_ping_main, "kvpool ping", "--server", "tcp://no-such-host.invalid:1",
 		NULL);

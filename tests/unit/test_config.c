@@ -35,7 +35,8 @@ static const char *const keys[] = {
 	"nvme_admission", "nvme_segment_size", "nvme_io_threads", "rdma_port", "admin_port",
 	"tokens_file", "tenant_max_namespaces", "tenant_max_bytes", "tenant_max_leased_bytes",
 	"max_conn_leased_bytes", "max_retained_bytes", "max_conn_match_waits",
-	"tenant_max_match_waits", "allow_unauthenticated", "tls_cert_file", "tls_key_file",
+	"tenant_max_match_waits", "max_match_wait_bytes", "allow_unauthenticated",
+	"tls_cert_file", "tls_key_file",
 	"tls_client_ca_file", "tls_only", "allow_plaintext_tokens", "tls_allow_rdma",
 	"drain_timeout_ms", "nvme_drain_ms",
 	"kv_events_endpoint",
@@ -1452,7 +1453,8 @@ static void test_reload(void **state)
 	static const char *const reloadable[] = {
 		"max_connections", "idle_timeout_ms", "payload_timeout_ms", "log_level",
 		"tokens_file", "drain_timeout_ms", "max_match_wait_ms", "max_conn_match_waits",
-		"tenant_max_match_waits", "tls_cert_file", "tls_key_file", "tls_client_ca_file",
+		"tenant_max_match_waits", "max_match_wait_bytes", "tls_cert_file", "tls_key_file",
+		"tls_client_ca_file",
 	};
 #define N_RELOADABLE (sizeof(reloadable) / sizeof(reloadable[0]))
 	struct conf cur, next;
@@ -1578,7 +1580,7 @@ static void test_usage_lists_every_setting(void **state)
 	assert_int_equal(defaults, N_KEYS);
 	for (const char *p = buf; (p = strstr(p, "; SIGHUP reloads it)")) != NULL; p++)
 		reloads++;
-	assert_int_equal(reloads, 12); /* test_reload's list */
+	assert_int_equal(reloads, 13); /* test_reload's list */
 	assert_contains(buf, "--config FILE, KVPOOL_CONFIG\n");
 	assert_contains(buf, "--help");
 	assert_contains(buf, "(default 1GiB; 1MiB..4TiB)");

@@ -1,7 +1,8 @@
 /*
  * test_hrw.c - rendezvous placement (client/lib/hrw.c): the shared vectors
- * of tests/data/hrw_vectors.json (the Python binding checks the same
- * file), balance over 3 and 4 nodes, what adding a 4th node moves, and
+ * of tests/data/hrw_vectors.json (scores, owners and whole rankings; the
+ * Python binding checks the same file), balance over 3 and 4 nodes, what
+ * adding a 4th node moves, the ranking's tie-break and skipped nodes, and
  * argument errors of the public functions.
  */
 #include <errno.h>
@@ -74,6 +75,22 @@ static void test_vectors(void **state)
 			assert_true(json_object_object_get_ex(o, owners[k].field, &x));
 			assert_int_equal(kvpool_hrw_owner(key, names, owners[k].n),
 					 json_object_get_int(x));
+		}
+		for (size_t k = 0; k < 3; k++) {
+			static const char *const field[] = { "ranking_of_3", "ranking_of_4",
+							     "ranking_of_6" };
+			size_t n = owners[k].n, got[16];
+
+			assert_true(json_object_object_get_ex(o, field[k], &x));
+			assert_int_equal(json_object_array_length(x), n);
+			/* the whole ranking, and every prefix of it */
+			for (size_t want = 1; want <= n; want++) {
+				assert_int_equal(kvpool_hrw_rank(key, names, n, got, want), (int)want);
+				for (size_t i = 0; i < want; i++)
+					assert_int_equal(got[i],
+							 json_object_get_int(json_object_array_get_idx(x, i)));
+			}
+			assert_int_equal(kvpool_hrw_rank(key, names, n, got, n + 5), (int)n);
 		}
 	}
 	json_object_put(doc);
@@ -155,6 +172,70 @@ static void test_down_nodes_and_errors(void **state)
 	assert_int_equal(kvpool_hrw_owner(key, with_null, 2), -EINVAL);
 	assert_int_equal(kvpool_hrw_score(NULL, "x"), 0);
 	assert_int_equal(kvpool_hrw_score(key, NULL), 0);
+	{
+		size_t out[4];
+
+		assert_int_equal(kvpool_hrw_rank(NULL, names, 3, out, 2), -EINVAL);
+		assert_int_equal(kvpool_hrw_rank(key, NULL, 3, out, 2), -EINVAL);
+		assert_int_equal(kvpool_hrw_rank(key, names, 0, out, 2), -EINVAL);
+		assert_int_equal(kvpool_hrw_rank(key, names, 3, NULL, 2), -EINVAL);
+		assert_int_equal(kvpool_hrw_rank(key, names, 3, out, 0), -EINVAL);
+		assert_int_equal(kvpool_hrw_rank(key, with_null, 2, out, 2), -EINVAL);
+	}
+}
+
+/* Equal scores (the same seed under two names) go to the smaller name;
+ * nodes that are down are skipped, the rest keep their order. */
+static void test_rank_ties_and_down(void **state)
+{
+	const char *names[5] = { "e", "b", "d", "a", "c" };
+	uint64_t seeds[5] = { 7, 7, 7, 7, 7 };
+	unsigned char up[5] = { 1, 1, 1, 1, 1 };
+	uint8_t key[32];
+	size_t out[5], full[5];
+
+	(void)state;
+	segment_key(3, key);
+	assert_int_equal(kvc_hrw_rank(key, seeds, names, NULL, 5, out, 5), 5);
+	assert_int_equal(out[0], 3); /* "a" */
+	assert_int_equal(out[1], 1); /* "b" */
+	assert_int_equal(out[2], 4); /* "c" */
+	assert_int_equal(out[3], 2); /* "d" */
+	assert_int_equal(out[4], 0); /* "e" */
+	for (int i = 0; i < 5; i++)
+		seeds[i] = kvc_hrw_node_seed(names[i]);
+	assert_int_equal(kvc_hrw_rank(key, seeds, names, NULL, 5, full, 5), 5);
+	assert_int_equal((int)full[0], kvc_hrw_owner(key, seeds, names, NULL, 5));
+	up[full[0]] = 0;
+	up[full[2]] = 0;
+	assert_int_equal(kvc_hrw_rank(key, seeds, names, up, 5, out, 5), 3);
+	assert_int_equal(out[0], full[1]);
+	assert_int_equal(out[1], full[3]);
+	assert_int_equal(out[2], full[4]);
+	assert_int_equal(kvc_hrw_rank(key, seeds, names, up, 5, out, 1), 1);
+	assert_int_equal(out[0], full[1]);
+	memset(up, 0, sizeof(up));
+	assert_int_equal(kvc_hrw_rank(key, seeds, names, up, 5, out, 2), 0);
+	/* the second of a ranking also spreads evenly, and never repeats the first */
+	{
+		const char *n3[3] = { "node-a", "node-b", "node-c" };
+		uint64_t s3[3];
+		size_t second[3] = { 0 };
+
+		for (int i = 0; i < 3; i++)
+			s3[i] = kvc_hrw_node_seed(n3[i]);
+		for (uint32_t i = 0; i < BALANCE_SEGMENTS; i++) {
+			size_t r[2];
+
+			segment_key(i, key);
+			assert_int_equal(kvc_hrw_rank(key, s3, n3, NULL, 3, r, 2), 2);
+			assert_true(r[0] != r[1]);
+			second[r[1]]++;
+		}
+		for (int i = 0; i < 3; i++)
+			assert_true(second[i] >= BALANCE_SEGMENTS / 3 * 0.9 &&
+				    second[i] <= BALANCE_SEGMENTS / 3 * 1.1);
+	}
 }
 
 int main(void)
@@ -163,6 +244,7 @@ int main(void)
 		cmocka_unit_test(test_vectors),
 		cmocka_unit_test(test_balance_and_moves),
 		cmocka_unit_test(test_down_nodes_and_errors),
+		cmocka_unit_test(test_rank_ties_and_down),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -170,8 +170,9 @@ static const char expected_doc[] =
 	"\"get\":{\"requests\":8,\"hits\":9,\"misses\":10,\"bytes\":589824},"
 	"\"exists\":{\"requests\":11,\"hits\":12,\"misses\":13},"
 	"\"match\":{\"requests\":14,\"blocks_queried\":20,\"blocks_matched\":5,"
-	"\"hit_ratio\":0.250000,\"waits\":{\"waiting\":23,\"started\":31,\"complete\":32,"
-	"\"timeout\":33,\"refused\":34,\"ended\":35,\"clamped\":36,"
+	"\"hit_ratio\":0.250000,\"waits\":{\"waiting\":23,\"bytes\":4096,\"started\":31,"
+	"\"complete\":32,\"timeout\":33,\"refused\":34,\"refused_bytes\":37,\"ended\":35,"
+	"\"clamped\":36,"
 	"\"wake_us\":{\"p50\":41,\"p99\":900,\"p999\":900}}},"
 	"\"delete\":{\"requests\":15,\"blocks\":16},"
 	"\"ping\":{\"requests\":17},\"stats\":{\"requests\":18},"
@@ -224,6 +225,7 @@ static void fill_doc(struct srv_stats_doc *doc, struct srv_stats *ops, struct st
 	ops->c[SRV_C_match_waits_refused] = 34;
 	ops->c[SRV_C_match_waits_ended] = 35;
 	ops->c[SRV_C_match_waits_clamped] = 36;
+	ops->c[SRV_C_match_waits_refused_bytes] = 37;
 	/* wake-ups: 40 us (twice) and 900 us: p50 41 (the top of 40's bucket),
 	 * p99 and p999 900 (capped at the largest value) */
 	srv_hist_record(&ops->match_wake, 40);
@@ -253,7 +255,8 @@ static void fill_doc(struct srv_stats_doc *doc, struct srv_stats *ops, struct st
 				       .uptime_s = 7, .conn_current = 3, .conn_total = 10,
 				       .conn_rejected = 1, .ops = ops, .store = st, .ns = ns,
 				       .ns_count = 2, .max_retain_ms = 86400000,
-				       .max_retained_bytes = 262144, .match_waiting = 23 };
+				       .max_retained_bytes = 262144, .match_waiting = 23,
+				       .match_wait_bytes = 4096 };
 }
 
 static void test_stats_json_exact(void **state)

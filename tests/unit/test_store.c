@@ -192,6 +192,33 @@ static void test_namespaces(void **state)
 	store_close(s);
 }
 
+/* store_namespace_forget forgets an unused, empty namespace (name and
+ * id), and refuses one with a user or a block. */
+static void test_namespace_forget(void **state)
+{
+	struct store *s = open_store(16 * PAGE, PAGE, 0, 0);
+	uint32_t a, b, id;
+
+	(void)state;
+	a = ns_of(s, "only-waited");
+	b = ns_of(s, "filled");
+	assert_int_equal(store_namespace_forget(s, a), -EBUSY); /* a user */
+	store_namespace_release(s, a);
+	assert_int_equal(put_id(s, b, 1, 0, 100), 0);
+	store_namespace_release(s, b);
+	assert_int_equal(store_namespace_forget(s, b), -EBUSY); /* a block */
+	assert_int_equal(store_namespace_forget(s, a), 0);
+	assert_int_equal(store_namespace_find(s, "only-waited", 11, &id), -ENOENT);
+	assert_int_equal(store_namespace_forget(s, a), -ENOENT);
+	assert_int_equal(stats_of(s).namespaces, 1);
+	assert_int_equal(store_namespace_find(s, "filled", 6, &id), 0);
+	assert_int_equal(id, b);
+	/* the name comes back fresh, with a new id */
+	assert_int_not_equal(ns_of(s, "only-waited"), a);
+	assert_check(s);
+	store_close(s);
+}
+
 /* store_namespace_find never creates; it agrees with store_namespace_id. */
 static void test_namespace_find(void **state)
 {
@@ -2806,6 +2833,7 @@ int main(void)
 		cmocka_unit_test(test_tenant_bytes),
 		cmocka_unit_test(test_namespaces),
 		cmocka_unit_test(test_namespace_find),
+		cmocka_unit_test(test_namespace_forget),
 		cmocka_unit_test(test_namespace_cap),
 		cmocka_unit_test(test_namespace_reclaim),
 		cmocka_unit_test(test_namespace_race),

@@ -47,6 +47,11 @@ int kvc_req_check(const struct kvc_req *r)
 	case KVPOOL_OP_EXISTS:
 		return r->count && (!r->keys || !r->statuses) ? -EINVAL : 0;
 	case KVPOOL_OP_MATCH:
+		/* want above count: an argument error the library can see (the
+		 * server would refuse it BAD_REQUEST, a cluster's nodes could not) */
+		if (r->mopts.want > r->count)
+			return -EINVAL;
+		return r->count && !r->keys ? -EINVAL : 0;
 	case KVPOOL_OP_DELETE:
 		return r->count && !r->keys ? -EINVAL : 0;
 	default:

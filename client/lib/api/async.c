@@ -7,11 +7,13 @@
 #include <errno.h>
 
 #include "handle.h"
+#include "lib/net/frame.h"
 
 static int submit(struct kvpool_client *c, const struct kvc_req *r, uint64_t *id)
 {
 	int rc;
 
+	kvc_frame_set_last_message(NULL); /* "" unless this call meets a refusal */
 	if (!c || !id)
 		return -EINVAL;
 	rc = kvc_req_check(r);
@@ -85,6 +87,9 @@ int kvpool_submit_delete(struct kvpool_client *c, const void *keys, size_t count
 
 int kvpool_poll(struct kvpool_client *c, struct kvpool_completion *out, int max, int timeout_ms)
 {
+	/* "" unless a completion returned now carries a refusal; the
+	 * backends keep the first of the batch */
+	kvc_frame_set_last_message(NULL);
 	if (!c || !out || max < 1 || timeout_ms < -1)
 		return -EINVAL;
 	return c->ops->poll(c->be, out, max, timeout_ms);

@@ -23,14 +23,6 @@ int kvcl_is_conn_error(int rc)
 	       rc == -ECONNABORTED || rc == -EOPNOTSUPP;
 }
 
-static int first_error(const int *st, size_t count)
-{
-	for (size_t i = 0; i < count; i++)
-		if (st[i])
-			return st[i];
-	return 0;
-}
-
 int kvcl_is_batch(int op)
 {
 	return op >= KVPOOL_OP_PUT && op <= KVPOOL_OP_DELETE;
@@ -38,7 +30,13 @@ int kvcl_is_batch(int op)
 
 void kvcl_view_take_locked(struct kvcl *cl, struct kvcl_view *v)
 {
+	struct timespec ts;
+	uint64_t wall_ms;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	wall_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 	v->n = 0;
+	v->n_up = 0;
 	for (size_t i = 0; i < cl->n_nodes; i++) {
 		struct kvcl_node *n = cl->nodes[i];
 
@@ -47,22 +45,43 @@ void kvcl_view_take_locked(struct kvcl *cl, struct kvcl_view *v)
 		v->node[v->n] = n;
 		v->seed[v->n] = n->seed;
 		v->name[v->n] = n->name;
+		v->up[v->n] = !n->down;
+		/* a record from the future (clocks apart) is a member just registered */
+		v->age_ms[v->n] = !n->registered_ms ? UINT64_MAX
+			: wall_ms > n->registered_ms ? wall_ms - n->registered_ms : 0;
+		v->n_up += !n->down;
 		v->n++;
 	}
 }
 
 /* ---- parents and children ------------------------------------------------------------ */
 
+/* A parent and `scratch` bytes for its entries (not zeroed: split writes
+ * every entry). The scratch of the last parent freed is kept for the next
+ * one (the cluster's lock held): a MATCH of 1,000 keys needs ~75 KB, and
+ * fetching it from the allocator each call cost more than the split. */
 static struct kvcl_parent *parent_new(struct kvcl *cl, const struct kvc_req *r, int internal,
 				      size_t scratch)
 {
-	struct kvcl_parent *p = calloc(1, sizeof(*p) + scratch);
+	struct kvcl_parent *p = calloc(1, sizeof(*p));
 
 	if (!p)
 		return NULL;
+	if (scratch <= cl->spare_bytes) {
+		p->mem = cl->spare;
+		p->mem_bytes = cl->spare_bytes;
+		cl->spare = NULL;
+		cl->spare_bytes = 0;
+	} else if (scratch) {
+		p->mem = malloc(scratch);
+		p->mem_bytes = scratch;
+		if (!p->mem) {
+			free(p);
+			return NULL;
+		}
+	}
 	p->r = *r;
 	p->internal = internal;
-	p->mem = p + 1;
 	p->st = r->statuses;
 	p->id = ++cl->seq;
 	p->next = cl->parents;
@@ -93,6 +112,13 @@ static void parent_free(struct kvcl *cl, struct kvcl_parent *p)
 		free(c);
 	}
 	kvc_result_clear(&p->res);
+	if (p->mem_bytes > cl->spare_bytes) {
+		free(cl->spare);
+		cl->spare = p->mem;
+		cl->spare_bytes = p->mem_bytes;
+	} else {
+		free(p->mem);
+	}
 	free(p);
 }
 
@@ -141,6 +167,7 @@ void kvcl_child_drop_locked(struct kvcl *cl, struct kvcl_child *c)
 			pp = &(*pp)->sibling;
 		*pp = c->sibling;
 		kvc_result_clear(&c->res);
+		free(c->own_buf);
 		free(c);
 		return;
 	}
@@ -153,12 +180,14 @@ void kvcl_parent_complete_locked(struct kvcl *cl, struct kvcl_parent *p)
 {
 	int op = p->r.op;
 
+	if (p->done)
+		return; /* once: it is on the completion queue already */
 	if (p->cancelled)
 		p->res.status = -ECANCELED;
-	else if (op == KVPOOL_OP_PUT || op == KVPOOL_OP_GET)
-		p->res.status = first_error(p->st, p->r.count);
 	else if (op == KVPOOL_OP_MATCH && !p->share_err)
 		kvcl_match_finish_locked(cl, p);
+	else if (kvcl_is_batch(op) && op != KVPOOL_OP_MATCH && !p->res.status)
+		kvcl_batch_finish_locked(cl, p);
 	if (!p->cancelled && (op == KVPOOL_OP_EXISTS || op == KVPOOL_OP_DELETE ||
 			      op == KVPOOL_OP_MATCH))
 		p->res.status = p->share_err;
@@ -187,25 +216,20 @@ static int submit_locked(struct kvcl *cl, const struct kvc_req *r, int internal,
 	size_t count = kvcl_is_batch(r->op) ? r->count : 0, scratch;
 	struct kvcl_parent *p;
 
-	/* want > count: what a server answers (BAD_REQUEST), refused here as
-	 * the nodes each see only their part of the chain */
+	/* want > count: an argument error (kvc_req_check refuses it first) */
 	if (r->op == KVPOOL_OP_MATCH && r->mopts.want > r->count)
-		return -EPROTO;
+		return -EINVAL;
 	if (r->op == KVPOOL_OP_PUT && r->flags && r->count)
 		memset(r->flags, 0, r->count * sizeof(*r->flags)); /* always written */
-	/* own statuses; per entry an owner (int) and a flag; MATCH: runs */
-	scratch = count * (sizeof(int) * 2 + 1 + 6 * sizeof(size_t)) + 64;
+	/* per entry its placement state and a status of our own */
+	scratch = count * (sizeof(struct kvcl_entry) + sizeof(int)) + 64;
 	p = parent_new(cl, r, internal, scratch);
 	if (!p)
 		return -ENOMEM;
-	p->run_at = p->mem;
-	p->run_len = p->run_at + count;
-	p->run_m = p->run_len + count;
-	p->run_p = p->run_m + count;
-	p->run_r = p->run_p + count;
-	p->run_own = (int *)(p->run_r + count);
+	p->ent = p->mem;
+	p->own_st = (int *)(p->ent + count);
 	if (!p->st)
-		p->st = p->run_own + 2 * count + 1; /* after own[] and the PUT flags */
+		p->st = p->own_st;
 	if (!internal)
 		cl->used++;
 	*out = p;
@@ -276,7 +300,7 @@ static int pop_locked(struct kvcl *cl, struct kvpool_completion *out, int max)
 			.id = p->id, .tag = p->r.tag, .op = p->r.op, .status = p->res.status,
 			.count = p->r.count, .matched = p->res.match.matched,
 		};
-		kvc_frame_set_last_message(p->res.msg);
+		kvc_frame_first_message(p->res.msg);
 		cl->used--;
 		p->polled = 1;
 		parent_maybe_free(cl, p);
@@ -339,7 +363,9 @@ static int cl_event_fd(void *be)
 
 /* Cancel every child of p that can be: queued ones are dropped, submitted
  * ones cancelled on their engine. Returns 0, or -EINPROGRESS when a child
- * could not be stopped (RDMA: the server may still move its bytes). */
+ * could not be stopped (RDMA: the server may still move its bytes).
+ * cl->lock is released while a child is being handed to its engine: its
+ * node may finish it meanwhile, and with it p (the caller holds p). */
 static int cancel_children_locked(struct kvcl *cl, struct kvcl_parent *p)
 {
 	int rc = 0;
@@ -376,9 +402,17 @@ static int cl_cancel(void *be, uint64_t id)
 			break;
 	if (p && id) {
 		p->cancelled = 1;
+		/* Held while cancel_children_locked waits with cl->lock released:
+		 * another thread may poll p meanwhile. */
+		p->holds++;
 		rc = cancel_children_locked(cl, p);
-		if (!p->pending)
+		/* Its last child may have finished during that wait, completing p
+		 * already: a second completion queued it twice, which lost the
+		 * completions queued after it. */
+		if (!p->pending && !p->done)
 			kvcl_parent_complete_locked(cl, p);
+		p->holds--;
+		parent_maybe_free(cl, p);
 	}
 	pthread_mutex_unlock(&cl->lock);
 	return rc;
@@ -527,7 +561,15 @@ static void cl_close(void *be)
 
 		cl->detached = c->sibling;
 		kvc_result_clear(&c->res);
+		free(c->own_buf);
 		free(c);
+	}
+	while (cl->removals) {
+		struct kvcl_removal *rm = cl->removals;
+
+		cl->removals = rm->next;
+		free(rm->keys);
+		free(rm);
 	}
 	for (size_t i = 0; i < cl->n_nodes; i++)
 		free(cl->nodes[i]);
@@ -535,6 +577,7 @@ static void cl_close(void *be)
 		close(cl->efd);
 	kvc_regions_free(&cl->regions);
 	kvcl_place_free(&cl->place);
+	free(cl->spare);
 	pthread_cond_destroy(&cl->child_cond);
 	pthread_cond_destroy(&cl->done_cond);
 	pthread_mutex_destroy(&cl->lock);
@@ -569,26 +612,86 @@ int kvcl_is_cluster_url(const char *url)
 
 int kvcl_set_segment_blocks(struct kvcl *cl, uint32_t blocks)
 {
-	if (blocks == 0)
-		blocks = KVPOOL_SEGMENT_BLOCKS;
-	if (blocks > 65536)
+	(void)cl; /* placement is per block now: kept for the callers of before */
+	return blocks > 65536 ? -EINVAL : 0;
+}
+
+/* The settings of a cluster URL's query ("?budget_ms=100&hot_replicas=3"),
+ * taken off the URL into url_out. Errors: -EINVAL (an unknown name, a
+ * value out of range, too long). */
+static int url_settings(const char *url, char *url_out, size_t cap, uint32_t *budget_ms,
+			uint32_t *replicas, uint32_t *hot_children, uint64_t *fallback_ms)
+{
+	const char *q = strchr(url, '?');
+	size_t base = q ? (size_t)(q - url) : strlen(url);
+	char query[256];
+
+	if (base + 1 > cap)
 		return -EINVAL;
-	pthread_mutex_lock(&cl->lock);
-	cl->place.segment_blocks = blocks;
-	pthread_mutex_unlock(&cl->lock);
+	memcpy(url_out, url, base);
+	url_out[base] = '\0';
+	if (!q)
+		return 0;
+	if (strlen(q + 1) >= sizeof(query) || !q[1])
+		return -EINVAL;
+	snprintf(query, sizeof(query), "%s", q + 1);
+	for (char *save = NULL, *kv = strtok_r(query, "&", &save); kv;
+	     kv = strtok_r(NULL, "&", &save)) {
+		char *eq = strchr(kv, '='), *end;
+		unsigned long long v;
+
+		if (!eq || !eq[1])
+			return -EINVAL;
+		*eq = '\0';
+		errno = 0;
+		v = strtoull(eq + 1, &end, 10);
+		if (errno || *end || eq[1] == '-')
+			return -EINVAL;
+		if (!strcmp(kv, "budget_ms") && v <= 3600000)
+			*budget_ms = (uint32_t)v;
+		else if (!strcmp(kv, "hot_replicas") && v >= 1 && v <= KVCL_MAX_REPLICAS)
+			*replicas = (uint32_t)v;
+		else if (!strcmp(kv, "hot_children") && v <= 65535)
+			*hot_children = (uint32_t)v;
+		else if (!strcmp(kv, "fallback_ms") && v <= 86400000ULL)
+			*fallback_ms = v;
+		else
+			return -EINVAL;
+	}
 	return 0;
+}
+
+/* Members now (under no lock). */
+static size_t members_now(struct kvcl *cl)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&cl->lock);
+	for (size_t i = 0; i < cl->n_nodes; i++)
+		n += cl->nodes[i]->member != 0;
+	pthread_mutex_unlock(&cl->lock);
+	return n;
 }
 
 int kvcl_open(const char *url, const char *ns, const char *token, uint32_t timeout_ms,
 	      struct kvc_tls_ctx *tls, struct kvcl **out)
 {
 	struct kvc_req connect = { .op = KVC_OP_LIMITS };
+	uint32_t budget_ms = KVCL_DEFAULT_BUDGET_MS, replicas = KVPOOL_HOT_REPLICAS;
+	uint32_t hot_children = KVCL_HOT_DEFAULT_CHILDREN;
+	uint64_t fallback_ms = KVCL_DEFAULT_FALLBACK_MS;
+	char base[4096];
 	struct kvc_result res;
 	struct kvcl *cl;
 	int rc;
 
 	if (!proto_name_valid(ns, strlen(ns)) || (token && strlen(token) > PROTO_TOKEN_MAX_BYTES))
 		return -EINVAL;
+	rc = url_settings(url, base, sizeof(base), &budget_ms, &replicas, &hot_children,
+			  &fallback_ms);
+	if (rc)
+		return rc;
+	url = base;
 	cl = calloc(1, sizeof(*cl));
 	if (!cl)
 		return -ENOMEM;
@@ -600,7 +703,8 @@ int kvcl_open(const char *url, const char *ns, const char *token, uint32_t timeo
 	cl->timeout_ms = timeout_ms;
 	cl->tls = kvc_tls_ctx_ref(tls);
 	snprintf(cl->ns, sizeof(cl->ns), "%s", ns);
-	rc = kvcl_place_init(&cl->place);
+	cl->budget_ms = budget_ms;
+	rc = kvcl_place_init(&cl->place, replicas, hot_children, fallback_ms);
 	if (!rc && token && !(cl->token = strdup(token)))
 		rc = -ENOMEM;
 	if (!rc && strncmp(url, "etcd://", 7) == 0) {
@@ -608,6 +712,15 @@ int kvcl_open(const char *url, const char *ns, const char *token, uint32_t timeo
 					sizeof(cl->cluster));
 		if (rc == 0)
 			rc = kvcl_etcd_start(cl);
+		/* No node registered under that name (a typo, or the nodes are
+		 * starting): wait a little, then refuse rather than swallow. */
+		for (uint64_t t0 = kvc_now_ms(); rc == 0 && !members_now(cl);) {
+			if (kvc_now_ms() - t0 >= KVCL_EMPTY_GRACE_MS) {
+				rc = -ENXIO;
+				break;
+			}
+			nanosleep(&(struct timespec){ 0, 50 * 1000000L }, NULL);
+		}
 	} else if (!rc) {
 		rc = kvcl_static_members(cl, url);
 	}

@@ -5,11 +5,17 @@
  * child into its parent. So N nodes' sends, receives and checksums run
  * on N threads, as librdkafka runs a thread per broker connection.
  *
- * A node whose engine could not connect (or lost a request to a
- * connection error) is down until retry_at_ms: its children fail at once
- * with its last error meanwhile. A node that left the membership, or
- * whose address changed, gets its engine closed once nothing of it is in
- * flight.
+ * A node whose engine could not connect, or that lost a request to a
+ * connection error or to the call's budget, is down: placement skips it
+ * and the children it still gets (whole-pool calls) fail at once with its
+ * last error. Its thread probes it in the background - a fresh
+ * connection and HELLO - after a back-off that starts at KVCL_RETRY_MS and
+ * doubles to KVCL_RETRY_MAX_MS while the probes fail; calls never push
+ * the probe back (a busy client once kept a restarted node "down" for
+ * good that way). When a probe answers, the node is up again, and the
+ * removals it missed (DELETE, DROP_NAMESPACE) are sent to it first. A
+ * node that left the membership, or whose address changed, gets its
+ * engine closed once nothing of it is in flight.
  */
 #include <errno.h>
 #include <poll.h>
@@ -41,12 +47,126 @@ void kvcl_node_post_locked(struct kvcl_child *c)
 	}
 }
 
+void kvcl_node_ended_locked(struct kvcl_child *c)
+{
+	uint64_t one = 1;
+
+	c->ended = 1;
+	c->node->ended_children++;
+	if (write(c->node->wake_fd, &one, sizeof(one)) < 0) {
+		/* the counter is already nonzero: the thread wakes anyway */
+	}
+}
+
+/* Only ended waits are on node n's engine: they sit parked at the node,
+ * and whatever is sent next would wait behind them. Drop the connection
+ * (the node forgets waiters whose client left) and them with it; the next
+ * child gets a fresh engine (cl->lock held). */
+static void node_flush_ended_locked(struct kvcl *cl, struct kvcl_node *n)
+{
+	if (!n->e || !n->ended_children || n->ended_children != n->engine_children)
+		return;
+	kvc_engine_close(n->e);
+	n->e = NULL;
+	n->engine_children = n->ended_children = 0;
+	for (struct kvcl_parent *p = cl->parents, *next; p; p = next) {
+		struct kvcl_child *last = NULL;
+
+		next = p->next; /* p may be freed below */
+		for (struct kvcl_child *c = p->children; c; c = c->sibling) {
+			if (c->node != n || c->ended != 1)
+				continue;
+			c->ended = 2;
+			if (last)
+				p->holds--;
+			last = c;
+		}
+		if (last)
+			kvcl_child_drop_locked(cl, last); /* the last hold: may free p */
+	}
+}
+
 void kvcl_node_failed_locked(struct kvcl_node *n, int rc)
 {
 	n->reachable = 0;
 	n->last_error = rc;
 	n->last_msg[0] = '\0';
-	n->retry_at_ms = kvc_now_ms() + KVCL_RETRY_MS;
+	if (n->down)
+		return; /* the probe's time stands: calls do not put it off */
+	n->down = 1;
+	n->downs++;
+	n->backoff_ms = KVCL_RETRY_MS;
+	n->retry_at_ms = kvc_now_ms() + n->backoff_ms;
+}
+
+void kvcl_node_up_locked(struct kvcl_node *n)
+{
+	n->down = 0;
+	n->backoff_ms = 0;
+	n->retry_at_ms = 0;
+	n->reachable = 1;
+	n->last_error = 0;
+	n->last_msg[0] = '\0';
+}
+
+void kvcl_removal_add_locked(struct kvcl *cl, struct kvcl_node *n, int op, const char *ns,
+			     const uint8_t (*keys)[KVPOOL_KEY_BYTES], size_t n_keys)
+{
+	struct kvcl_removal *rm = calloc(1, sizeof(*rm)), **tail = &cl->removals;
+
+	if (!rm)
+		return;
+	rm->node = n;
+	rm->op = op;
+	if (ns)
+		snprintf(rm->ns, sizeof(rm->ns), "%s", ns);
+	if (n_keys) {
+		rm->keys = malloc(n_keys * KVPOOL_KEY_BYTES);
+		if (!rm->keys) {
+			free(rm);
+			return;
+		}
+		memcpy(rm->keys, keys, n_keys * KVPOOL_KEY_BYTES);
+		rm->n = n_keys;
+	}
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = rm;
+}
+
+size_t kvcl_removals_pending_locked(const struct kvcl *cl)
+{
+	size_t n = 0;
+
+	for (const struct kvcl_removal *rm = cl->removals; rm; rm = rm->next)
+		n++;
+	return n;
+}
+
+/* Send node n the removals it missed (cl->lock held; n is up). */
+static void post_removals_locked(struct kvcl *cl, struct kvcl_node *n)
+{
+	for (struct kvcl_removal *rm = cl->removals; rm; rm = rm->next) {
+		struct kvcl_child *c;
+
+		if (rm->node != n || rm->posted)
+			continue;
+		c = kvcl_child_new(NULL, n, rm->n * sizeof(int) + 8);
+		if (!c)
+			return;
+		c->job = JOB_REMOVAL;
+		c->removal = rm;
+		c->st = (int *)(c + 1);
+		c->r = (struct kvc_req){ .op = rm->op == KVC_OP_DROP ? KVC_OP_DROP : KVPOOL_OP_DELETE,
+					 .keys = (const uint8_t(*)[KVPOOL_KEY_BYTES])rm->keys,
+					 .count = rm->n, .statuses = c->st,
+					 .ns = rm->op == KVC_OP_DROP ? rm->ns : NULL,
+					 .tag = (uint64_t)(uintptr_t)c,
+					 .deadline_ms = kvc_deadline_ms(cl->timeout_ms ? cl->timeout_ms
+									: KVPOOL_DEFAULT_TIMEOUT_MS) };
+		rm->posted = 1;
+		kvcl_node_post_locked(c);
+	}
 }
 
 /* Child c is finished with err before reaching the engine (with the
@@ -72,6 +192,10 @@ static void child_done_locked(struct kvcl *cl, struct kvcl_node *n, struct kvc_d
 	int s = d->c.status;
 
 	n->engine_children--;
+	if (c->ended == 1) {
+		n->ended_children--;
+		c->ended = 2;
+	}
 	if (c->state == CH_DONE) { /* cancelled: its parent no longer waits for it */
 		kvc_result_clear(&d->res);
 		kvcl_child_drop_locked(cl, c);
@@ -79,6 +203,10 @@ static void child_done_locked(struct kvcl *cl, struct kvcl_node *n, struct kvc_d
 	}
 	c->state = CH_DONE;
 	c->res = d->res;
+	if (s == -ETIMEDOUT) {
+		n->budget_expired++;
+		cl->budget_expired++;
+	}
 	if (kvcl_is_conn_error(s)) {
 		kvcl_node_failed_locked(n, s);
 	} else {
@@ -127,6 +255,13 @@ static void child_submit(struct kvcl *cl, struct kvcl_node *n, struct kvcl_child
 		c->state = CH_ENGINE;
 		c->engine_id = id;
 		n->engine_children++;
+		if (c->ended && c->p) {
+			/* its parent stopped waiting for it meanwhile */
+			kvcl_node_ended_locked(c);
+			c->state = CH_DONE;
+			if (--c->p->pending == 0)
+				kvcl_parent_complete_locked(cl, c->p);
+		}
 	} else {
 		if (kvcl_is_conn_error(rc))
 			kvcl_node_failed_locked(n, rc);
@@ -146,7 +281,7 @@ static void node_run(struct kvcl *cl, struct kvcl_node *n, struct kvcl_child *li
 	for (struct kvcl_child *c = list; c; c = c->next)
 		reqs |= c->kind == CHILD_REQ;
 	pthread_mutex_lock(&cl->lock);
-	down = kvc_now_ms() < n->retry_at_ms;
+	down = n->down;
 	err = n->last_error ? n->last_error : -ECONNREFUSED;
 	memcpy(url, n->url, sizeof(url));
 	pthread_mutex_unlock(&cl->lock);
@@ -169,7 +304,14 @@ static void node_run(struct kvcl *cl, struct kvcl_node *n, struct kvcl_child *li
 
 			kvc_engine_info(n->e, &info); /* a HELLO refusal's words */
 			pthread_mutex_lock(&cl->lock);
-			kvcl_node_failed_locked(n, rc);
+			if (kvcl_is_conn_error(rc)) {
+				kvcl_node_failed_locked(n, rc);
+			} else {
+				/* it answers and refuses (-EACCES): not down, its
+				 * shares say so */
+				n->reachable = 1;
+				n->last_error = rc;
+			}
 			snprintf(n->last_msg, sizeof(n->last_msg), "%s", info.server_message);
 			pthread_mutex_unlock(&cl->lock);
 			down = 1;
@@ -210,10 +352,12 @@ static void node_idle_locked(struct kvcl_node *n)
 	n->retry_at_ms = 0;
 }
 
-/* Wait (cl->lock released) for the inbox or the engine. */
+/* Wait (cl->lock released) for the inbox, the engine, or the next probe. */
 static void node_wait(struct kvcl *cl, struct kvcl_node *n)
 {
 	struct pollfd p[2] = { { .fd = n->wake_fd, .events = POLLIN } };
+	uint64_t now = kvc_now_ms();
+	int timeout = -1;
 	nfds_t k = 1;
 
 	if (n->e) {
@@ -222,9 +366,46 @@ static void node_wait(struct kvcl *cl, struct kvcl_node *n)
 		if (fd >= 0)
 			p[k++] = (struct pollfd){ .fd = fd, .events = POLLIN };
 	}
+	if (n->down && n->member)
+		timeout = n->retry_at_ms > now ? (int)(n->retry_at_ms - now) : 0;
 	pthread_mutex_unlock(&cl->lock);
-	(void)poll(p, k, -1);
+	(void)poll(p, k, timeout);
 	pthread_mutex_lock(&cl->lock);
+}
+
+/* Node n is down and its probe is due (cl->lock held, released while
+ * probing): a fresh connection and HELLO, apart from the node's engine,
+ * with a short timeout. */
+static void node_probe_locked(struct kvcl *cl, struct kvcl_node *n)
+{
+	char url[sizeof(n->url)];
+	struct kvc_engine *pe = NULL;
+	uint32_t t = cl->budget_ms > KVCL_PROBE_MIN_MS ? cl->budget_ms : KVCL_PROBE_MIN_MS;
+	int rc;
+
+	memcpy(url, n->url, sizeof(url));
+	n->probes++;
+	pthread_mutex_unlock(&cl->lock);
+	rc = kvc_engine_open(url, cl->ns, cl->token, t, cl->tls, &pe);
+	if (!rc)
+		rc = kvc_engine_connect(pe);
+	kvc_engine_close(pe);
+	pthread_mutex_lock(&cl->lock);
+	if (rc == 0 || rc == -EACCES) {
+		/* it answers (a refusal is the request's business, not the node's) */
+		if (n->e && !n->engine_children) {
+			kvc_engine_close(n->e); /* a fresh connection for what comes next */
+			n->e = NULL;
+		}
+		kvcl_node_up_locked(n);
+		post_removals_locked(cl, n);
+		return;
+	}
+	n->last_error = rc;
+	n->backoff_ms = n->backoff_ms ? n->backoff_ms * 2 : KVCL_RETRY_MS;
+	if (n->backoff_ms > KVCL_RETRY_MAX_MS)
+		n->backoff_ms = KVCL_RETRY_MAX_MS;
+	n->retry_at_ms = kvc_now_ms() + n->backoff_ms;
 }
 
 static void *node_thread(void *arg)
@@ -235,9 +416,12 @@ static void *node_thread(void *arg)
 
 	pthread_mutex_lock(&cl->lock);
 	while (!n->quit) {
-		struct kvcl_child *list = n->inbox;
+		struct kvcl_child *list;
 		uint64_t v;
 		int got;
+
+		node_flush_ended_locked(cl, n); /* before anything is sent behind them */
+		list = n->inbox;
 
 		n->inbox = n->inbox_tail = NULL;
 		pthread_mutex_unlock(&cl->lock);
@@ -251,6 +435,10 @@ static void *node_thread(void *arg)
 		for (int i = 0; i < got; i++)
 			child_done_locked(cl, n, &done[i]);
 		node_idle_locked(n);
+		if (n->down && n->member && !n->quit && kvc_now_ms() >= n->retry_at_ms)
+			node_probe_locked(cl, n);
+		else if (!n->down && cl->removals)
+			post_removals_locked(cl, n);
 		if (!n->inbox && got < NODE_POLL_BATCH && !n->quit)
 			node_wait(cl, n);
 	}

@@ -1,170 +1,179 @@
 /*
- * placement.c - chain positions and HRW segment owners (placement.h).
+ * placement.c - per-block rendezvous owners, hot copies and the fallback
+ * epoch (placement.h).
  */
 #include "placement.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "lib/hrw.h"
 
 #define SHARE_SAMPLES 10000
 
-struct kvcl_pos {
-	uint8_t key[KVPOOL_KEY_BYTES];
-	uint8_t run[KVPOOL_KEY_BYTES];
-	uint32_t pos;
-	uint32_t stamp;          /* 0: empty; else when last written (newer is larger) */
-};
-
-int kvcl_place_init(struct kvcl_place *pl)
+int kvcl_place_init(struct kvcl_place *pl, uint32_t replicas, uint32_t hot_children,
+		    uint64_t fallback_ms)
 {
-	pl->segment_blocks = KVPOOL_SEGMENT_BLOCKS;
-	pl->pos = calloc(KVCL_POS_SLOTS, sizeof(*pl->pos));
-	return pl->pos ? 0 : -ENOMEM;
+	memset(pl, 0, sizeof(*pl));
+	if (replicas < 1 || replicas > KVCL_MAX_REPLICAS)
+		return -EINVAL;
+	pl->replicas = replicas;
+	pl->fallback_ms = fallback_ms;
+	return kvcl_hot_init(&pl->hot, replicas > 1 ? hot_children : 0);
 }
 
 void kvcl_place_free(struct kvcl_place *pl)
 {
-	free(pl->pos);
-	pl->pos = NULL;
+	kvcl_hot_free(&pl->hot);
 }
 
-static uint64_t le64(const uint8_t *p)
+/* The first call of a handle: members that registered less than
+ * fallback_ms ago beside older ones are a change this handle did not see;
+ * the older usable members become the previous view. */
+static void inherit_epoch(struct kvcl_place *pl, const struct kvcl_view *v, uint64_t now_ms)
 {
-	uint64_t v;
+	uint64_t youngest = UINT64_MAX;
+	size_t n_old = 0, n_young = 0;
 
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-static int key_is_zero(const uint8_t *k)
-{
-	static const uint8_t zero[KVPOOL_KEY_BYTES];
-
-	return !k || memcmp(k, zero, KVPOOL_KEY_BYTES) == 0;
-}
-
-/* The table is set-associative: KVCL_POS_WAYS entries per set, the
- * oldest written one replaced, so a key just learned survives the rest
- * of its call and the next ones. */
-static struct kvcl_pos *pos_set(const struct kvcl_place *pl, const uint8_t *key)
-{
-	size_t set = (le64(key) ^ le64(key + 8)) & (KVCL_POS_SLOTS / KVCL_POS_WAYS - 1);
-
-	return &pl->pos[set * KVCL_POS_WAYS];
-}
-
-static void pos_put(struct kvcl_place *pl, const uint8_t *key, uint32_t pos, const uint8_t *run)
-{
-	struct kvcl_pos *set = pos_set(pl, key), *p = &set[0];
-
-	for (size_t w = 0; w < KVCL_POS_WAYS; w++) {
-		if (set[w].stamp && memcmp(set[w].key, key, KVPOOL_KEY_BYTES) == 0) {
-			p = &set[w];
-			break;
+	for (size_t j = 0; j < v->n; j++) {
+		if (!v->up[j])
+			continue;
+		if (v->age_ms[j] < pl->fallback_ms) {
+			n_young++;
+			youngest = v->age_ms[j] < youngest ? v->age_ms[j] : youngest;
+			continue;
 		}
-		if (set[w].stamp < p->stamp)
-			p = &set[w];
+		pl->prev[n_old] = v->node[j];
+		pl->prev_seed[n_old] = v->seed[j];
+		pl->prev_name[n_old] = v->name[j];
+		n_old++;
 	}
-	if (++pl->clock == 0) { /* wrapped: forget every age */
-		for (size_t i = 0; i < KVCL_POS_SLOTS; i++)
-			pl->pos[i].stamp = pl->pos[i].stamp ? 1 : 0;
-		pl->clock = 2;
-	}
-	memmove(p->run, run, KVPOOL_KEY_BYTES);
-	memcpy(p->key, key, KVPOOL_KEY_BYTES);
-	p->pos = pos;
-	p->stamp = pl->clock;
+	if (!n_young || !n_old)
+		return;
+	pl->n_prev = n_old;
+	pl->fallback = 1;
+	pl->fallback_until_ms = now_ms + (pl->fallback_ms - youngest);
+	pl->epoch_asked = pl->epoch_only_prev = 0;
 }
 
-static const struct kvcl_pos *pos_get(const struct kvcl_place *pl, const uint8_t *key)
+void kvcl_place_observe(struct kvcl_place *pl, const struct kvcl_view *v, uint64_t now_ms)
 {
-	const struct kvcl_pos *set = pos_set(pl, key);
+	struct kvcl_node *cur[KVCL_MAX_NODES];
+	uint64_t seed[KVCL_MAX_NODES];
+	const char *name[KVCL_MAX_NODES];
+	size_t n = 0;
+	int same;
 
-	for (size_t w = 0; w < KVCL_POS_WAYS; w++)
-		if (set[w].stamp && memcmp(set[w].key, key, KVPOOL_KEY_BYTES) == 0)
-			return &set[w];
-	return NULL;
-}
-
-void kvcl_place_chain_loc(const struct kvcl_place *pl, const uint8_t (*chain)[KVPOOL_KEY_BYTES],
-			  size_t i, struct kvcl_loc *out)
-{
-	out->pos = (uint32_t)i;
-	memcpy(out->run, chain[i - i % pl->segment_blocks], KVPOOL_KEY_BYTES);
-}
-
-void kvcl_place_learn_chain(struct kvcl_place *pl, const uint8_t (*chain)[KVPOOL_KEY_BYTES],
-			    size_t count)
-{
-	const size_t D = pl->segment_blocks;
-
-	for (size_t i = 0; i < count; i++)
-		pos_put(pl, chain[i], (uint32_t)i, chain[i - i % D]);
-}
-
-int kvcl_place_put(struct kvcl_place *pl, const uint8_t *key, const uint8_t *parent,
-		   struct kvcl_loc *out)
-{
-	const struct kvcl_pos *pp = NULL;
-
-	out->pos = 0;
-	if (!key_is_zero(parent)) {
-		pp = pos_get(pl, parent);
-		if (!pp) {
-			pl->unplaced++; /* unplaced: its parent's place is unknown */
-			return -ENOLINK;
+	for (size_t j = 0; j < v->n; j++)
+		if (v->up[j]) {
+			seed[n] = v->seed[j];
+			name[n] = v->name[j];
+			cur[n++] = v->node[j];
 		}
-		out->pos = pp->pos + 1;
+	same = pl->have_last && n == pl->n_last;
+	for (size_t i = 0; same && i < n; i++) {
+		size_t k = 0;
+
+		while (k < pl->n_last && pl->last[k] != cur[i])
+			k++;
+		same = k < pl->n_last;
 	}
-	/* copied first: pos_put below may take pp's slot */
-	memcpy(out->run, out->pos % pl->segment_blocks && pp ? pp->run : key, KVPOOL_KEY_BYTES);
-	pos_put(pl, key, out->pos, out->run);
-	return 0;
-}
-
-int kvcl_place_find(struct kvcl_place *pl, const uint8_t *key, struct kvcl_loc *out)
-{
-	const struct kvcl_pos *p = pos_get(pl, key);
-
-	if (!p) {
-		pl->unplaced++;
-		return -ENOENT;
+	if (!same && pl->have_last) {
+		pl->changes++;
+		memcpy(pl->prev, pl->last, pl->n_last * sizeof(pl->last[0]));
+		memcpy(pl->prev_seed, pl->last_seed, pl->n_last * sizeof(pl->last_seed[0]));
+		memcpy(pl->prev_name, pl->last_name, pl->n_last * sizeof(pl->last_name[0]));
+		pl->n_prev = pl->n_last;
+		pl->fallback = pl->n_prev > 0 && pl->fallback_ms > 0;
+		pl->fallback_until_ms = now_ms + pl->fallback_ms;
+		pl->epoch_asked = pl->epoch_only_prev = 0;
 	}
-	out->pos = p->pos;
-	memcpy(out->run, p->run, KVPOOL_KEY_BYTES);
-	return 0;
+	if (!pl->have_last && pl->fallback_ms > 0)
+		inherit_epoch(pl, v, now_ms);
+	if (!same) {
+		memcpy(pl->last, cur, n * sizeof(cur[0]));
+		memcpy(pl->last_seed, seed, n * sizeof(seed[0]));
+		memcpy(pl->last_name, name, n * sizeof(name[0]));
+		pl->n_last = n;
+		pl->have_last = 1;
+	}
+	if (pl->fallback && now_ms >= pl->fallback_until_ms)
+		pl->fallback = 0;
 }
 
-int kvcl_place_starts_run(const struct kvcl_place *pl, const struct kvcl_loc *loc)
+int kvcl_place_in_epoch(const struct kvcl_place *pl)
 {
-	return loc->pos % pl->segment_blocks == 0;
+	return pl->fallback;
 }
 
-int kvcl_place_owner(const struct kvcl_place *pl, const struct kvcl_view *v,
-		     const struct kvcl_loc *loc)
+size_t kvcl_place_owners(const struct kvcl_place *pl, const struct kvcl_view *v,
+			 const uint8_t *key, int hot, size_t *out)
 {
-	(void)pl;
-	return kvc_hrw_owner(loc->run, v->seed, v->name, NULL, v->n);
+	return kvc_hrw_rank(key, v->seed, v->name, v->up, v->n, out, hot ? pl->replicas : 1);
+}
+
+size_t kvcl_place_ranked(const struct kvcl_view *v, const uint8_t *key, size_t k, size_t *out)
+{
+	return kvc_hrw_rank(key, v->seed, v->name, NULL, v->n, out, k);
+}
+
+size_t kvcl_place_prev_owners(const struct kvcl_place *pl, const struct kvcl_view *v,
+			      const uint8_t *key, int hot, const size_t *cur, size_t n_cur,
+			      size_t *out)
+{
+	size_t rank[KVCL_MAX_REPLICAS], got, n = 0;
+
+	if (!pl->fallback)
+		return 0;
+	got = kvc_hrw_rank(key, pl->prev_seed, pl->prev_name, NULL, pl->n_prev, rank,
+			   hot ? pl->replicas : 1);
+	for (size_t r = 0; r < got; r++) {
+		struct kvcl_node *node = pl->prev[rank[r]];
+
+		for (size_t j = 0; j < v->n; j++) {
+			int mine = 0;
+
+			if (v->node[j] != node || !v->up[j])
+				continue;
+			for (size_t c = 0; c < n_cur; c++)
+				mine |= cur[c] == j;
+			if (!mine)
+				out[n++] = j;
+		}
+	}
+	return n;
+}
+
+void kvcl_place_epoch_note(struct kvcl_place *pl, uint64_t asked, uint64_t only_prev)
+{
+	if (!pl->fallback)
+		return;
+	pl->epoch_asked += asked;
+	pl->epoch_only_prev += only_prev;
+	if (pl->epoch_asked >= KVCL_WARM_SAMPLE) {
+		/* warm: the new owners answer nearly everything themselves */
+		if (pl->epoch_only_prev * 100 < pl->epoch_asked)
+			pl->fallback = 0;
+		pl->epoch_asked = pl->epoch_only_prev = 0;
+	}
 }
 
 void kvcl_place_shares(const struct kvcl_place *pl, const struct kvcl_view *v, double *share)
 {
 	size_t cnt[KVCL_MAX_NODES] = { 0 };
-	struct kvcl_loc loc = { .pos = 0 };
 
-	for (uint64_t i = 0; i < SHARE_SAMPLES && v->n; i++) {
+	for (uint64_t i = 0; i < SHARE_SAMPLES && v->n_up; i++) {
+		uint8_t key[KVPOOL_KEY_BYTES] = { 0 };
 		uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ULL;
+		size_t o;
 
 		x ^= x >> 31;
 		x *= 0xbf58476d1ce4e5b9ULL;
 		x ^= x >> 29;
-		memset(loc.run, 0, sizeof(loc.run));
-		memcpy(loc.run, &x, sizeof(x));
-		cnt[kvcl_place_owner(pl, v, &loc)]++;
+		memcpy(key, &x, sizeof(x));
+		if (kvcl_place_owners(pl, v, key, 0, &o))
+			cnt[o]++;
 	}
 	for (size_t j = 0; j < v->n; j++)
-		share[j] = (double)cnt[j] / SHARE_SAMPLES;
+		share[j] = v->n_up ? (double)cnt[j] / SHARE_SAMPLES : 0;
 }

@@ -317,6 +317,36 @@ static int connect_locked(struct kvc_engine *e, uint64_t deadline_ms)
 	return rc;
 }
 
+/* The latest end of a waiting MATCH whose frames are ahead on the
+ * connection (being sent, awaiting their reply, or queued), cancelled
+ * ones included: the server answers nothing sent after them before it
+ * answers them. 0 when there is none. */
+static uint64_t waits_ahead_end(const struct kvc_engine *e)
+{
+	const struct kvc_frame *lists[3] = { e->tx, e->wq_head, e->sq_head };
+	uint64_t end = 0;
+
+	for (int i = 0; i < 3; i++)
+		for (const struct kvc_frame *f = lists[i]; f; f = i ? f->next : NULL)
+			if (f->s->wait_end_ms > end)
+				end = f->s->wait_end_ms;
+	return end;
+}
+
+/* A request queued behind waiting MATCHes cannot be answered before they
+ * are: its deadline (its own timeout, counted from now) starts when the
+ * last of their waits ends, as PROTOCOL.md 14.3 asks of a pipelining
+ * client. Without it a call behind a wait longer than the timeout would
+ * time out, close the connection and so end the wait it queued behind. */
+static uint64_t behind_waits(const struct kvc_engine *e, uint64_t deadline_ms)
+{
+	uint64_t now = kvc_now_ms(), end = waits_ahead_end(e);
+
+	if (end > now && deadline_ms > now && deadline_ms < end + (deadline_ms - now))
+		deadline_ms = end + (deadline_ms - now);
+	return deadline_ms;
+}
+
 /* Start request r in slot s: connect first when nothing is on the wire
  * (a connection the server closed while idle is replaced before anything
  * is sent), then its first pass. */
@@ -340,6 +370,7 @@ static int start_locked(struct kvc_engine *e, struct kvc_slot *s, const struct k
 				.r = *r, .internal = internal, .st = r->statuses };
 	s->deadline_ms = r->deadline_ms ? r->deadline_ms
 					: kvc_deadline_ms(kvc_session_timeout(&e->s));
+	s->deadline_ms = behind_waits(e, s->deadline_ms);
 	kvc_backoff_start(&s->bo, e->s.busy_tries, (uintptr_t)s);
 	s->state = SLOT_ACTIVE;
 	s->next = e->active_head;
@@ -538,7 +569,7 @@ static int pop(struct kvc_engine *e, struct kvpool_completion *out, struct kvc_d
 			s->res.json = s->res.msg = NULL;
 		} else {
 			out[n] = c;
-			kvc_frame_set_last_message(s->res.msg);
+			kvc_frame_first_message(s->res.msg);
 		}
 		n++;
 		s->polled = 1;
@@ -590,6 +621,24 @@ static int described(const struct kvc_engine *e, const struct kvc_slot *s)
 	return 0;
 }
 
+/* A waiting MATCH that was cancelled: the protocol cannot tell the
+ * server to stop waiting, and until it answers, nothing sent after it on
+ * the connection is answered. When nothing else of the handle is on the
+ * wire or active, close the connection (the server then drops the wait;
+ * the next call reconnects); otherwise its reply is read and dropped when
+ * it comes, and the requests behind it keep their deadlines, which
+ * already cover its wait. */
+static void cancel_wait(struct kvc_engine *e, struct kvc_slot *s)
+{
+	if (!s->wire || s->wait_end_ms <= kvc_now_ms() || e->active || e->sq_head ||
+	    (e->tx && e->tx->s != s))
+		return;
+	for (const struct kvc_frame *f = e->wq_head; f; f = f->next)
+		if (f->s != s)
+			return;
+	kvc_io_fail_all(e, -ECONNRESET); /* fails no request: none is active */
+}
+
 static int engine_cancel(void *be, uint64_t id)
 {
 	struct kvc_engine *e = be;
@@ -606,6 +655,7 @@ static int engine_cancel(void *be, uint64_t id)
 		}
 		kvc_io_detach(e, s);
 		kvc_slot_complete(e, s, -ECANCELED);
+		cancel_wait(e, s);
 		rc = 0;
 		break;
 	}

@@ -96,10 +96,9 @@ static int slot_scratch(struct kvc_slot *s, size_t count, int *statuses)
 	return 0;
 }
 
-/* MATCH: what is wanted and how long it may wait. A want above count is
- * sent as it is to a v2 server, which refuses it BAD_REQUEST with its
- * reason; a v1 server cannot, so it is refused here (-EPROTO, no
- * message). A waiting MATCH (v2) has the handle's timeout plus wait_ms. */
+/* MATCH: what is wanted and how long it may wait (a want above count
+ * never gets here: the API refuses it -EINVAL). A waiting MATCH (v2) has
+ * the handle's timeout plus wait_ms. */
 static int match_begin(struct kvc_engine *e, struct kvc_slot *s)
 {
 	const struct kvpool_match_opts *o = &s->r.mopts;
@@ -107,8 +106,8 @@ static int match_begin(struct kvc_engine *e, struct kvc_slot *s)
 
 	s->want = o->want && o->want <= count ? o->want :
 		  count < UINT32_MAX ? (uint32_t)count : UINT32_MAX;
-	if (o->want > count && kvc_session_version(&e->s) < PROTO_VERSION_2)
-		return -EPROTO;
+	if (o->want > count)
+		return -EINVAL;
 	if (o->wait_ms && kvc_session_version(&e->s) >= PROTO_VERSION_2) {
 		s->wait_end_ms = kvc_now_ms() + o->wait_ms;
 		if (!s->r.deadline_ms) /* a deadline given (a cluster's) has it already */
@@ -132,7 +131,7 @@ int kvc_ops_begin(struct kvc_engine *e, struct kvc_slot *s)
 	if (r->op == KVPOOL_OP_PUT && r->flags && r->count)
 		memset(r->flags, 0, r->count * sizeof(*r->flags));
 	if (r->op == KVPOOL_OP_MATCH && match_begin(e, s))
-		return -EPROTO;
+		return -EINVAL;
 	if (r->count == 0) {
 		if (r->op == KVPOOL_OP_MATCH && r->mres)
 			*r->mres = s->res.match; /* nothing asked: nothing matched */
@@ -281,8 +280,6 @@ static struct proto_match_opts match_frame_opts(const struct kvc_slot *s, size_t
 		o.want = s->want - first < n ? (uint32_t)(s->want - first) : (uint32_t)n;
 		o.wait_ms = (uint32_t)(s->wait_end_ms - now);
 	}
-	if (s->r.mopts.want > s->r.count)
-		o.want = s->r.mopts.want; /* refused BAD_REQUEST, with the server's reason */
 	return o;
 }
 

@@ -74,6 +74,12 @@ void kvc_frame_set_last_message(const char *msg)
 	last_server_message[n] = '\0';
 }
 
+void kvc_frame_first_message(const char *msg)
+{
+	if (msg && msg[0] && !last_server_message[0])
+		kvc_frame_set_last_message(msg);
+}
+
 const char *kvpool_last_server_message(void)
 {
 	return last_server_message;

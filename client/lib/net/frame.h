@@ -46,4 +46,9 @@ int kvc_frame_error(const struct proto_header *h, const uint8_t *body, int *err,
 /* Set the calling thread's kvpool_last_server_message (NULL: ""). */
 void kvc_frame_set_last_message(const char *msg);
 
+/* Set it to msg only when msg has words and it holds none yet: a poll
+ * that returns several completions keeps the first refusal's words (the
+ * poll clears it first). */
+void kvc_frame_first_message(const char *msg);
+
 #endif /* KVC_FRAME_H */

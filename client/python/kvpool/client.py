@@ -20,7 +20,8 @@ from collections import namedtuple
 
 from . import _lib
 from .errors import ConnectionError as _ConnectionError
-from .errors import InvalidArgument, NotRegistered, TooLarge, last_server_message, make_error
+from .errors import (Busy, InvalidArgument, NotRegistered, TooLarge, last_server_message,
+                     make_error)
 
 _lib_fns = _lib.lib
 _KEY = _lib.KEY_BYTES
@@ -73,8 +74,9 @@ lease_ms   lease granted (0: none)
 retain_ms  retention granted (0: none)
 flags      MATCH_* bits (0 from a server that speaks protocol 1 only)"""
 
-Completion = namedtuple("Completion", "id tag op status statuses lengths matched flags result",
-                        defaults=((), None))
+Completion = namedtuple("Completion",
+                        "id tag op status statuses lengths matched flags result message",
+                        defaults=((), None, ""))
 Completion.__doc__ = """A finished asynchronous request (Client.poll).
 
 id        what submit_* returned
@@ -87,7 +89,9 @@ lengths   get: bytes received per block (the block's size also for
           -errno.EMSGSIZE when the server said it; 0 otherwise); else []
 matched   match: the leading run the pool holds; else 0
 flags     put: per block PUT_* bits (0 where none); else []
-result    match: the MatchResult when status is 0; else None"""
+result    match: the MatchResult when status is 0; else None
+message   the server's words for this request's refusal ("" when it
+          carries none), e.g. "put refused: the token is read-only..."."""
 
 _OP_NAMES = {1: "put", 2: "get", 3: "exists", 4: "match", 5: "delete"}
 
@@ -722,7 +726,9 @@ class Client:
         chain) are there, the server waits up to wait_ms (capped at
         Limits.max_match_wait_ms) for puts that complete them, then answers
         what is there - a timeout is a shorter match, not an error. The
-        call may take the Client's timeout plus wait_ms. retain_ms > 0
+        call may take the Client's timeout plus wait_ms, and holds the
+        Client meanwhile: other threads' calls on it wait for it (use a
+        second Client for waits). retain_ms > 0
         extends the matched blocks' retention (see put_many). A server that
         speaks protocol 1 only ignores wait_ms, want and retain_ms.
         Raises TypeError for arguments that are not ints, InvalidArgument
@@ -757,14 +763,25 @@ class Client:
 
     def _submit(self, fn, args, rec, what):
         rid = ctypes.c_uint64(0)
+        full = False
         with self._lock:
-            rc = fn(self._h(), *args, 0, ctypes.byref(rid))
+            h = self._h()
+            rc = fn(h, *args, 0, ctypes.byref(rid))
             if rc == 0:
                 self._pending[rid.value] = rec
                 if rec.tensors():
                     self._tensor_reqs.add(rid.value)
+            elif rc == -_errno.EAGAIN:
+                # -EAGAIN is this Client's own full queue, or a server
+                # that turned a reconnect away BUSY: say which
+                full = _lib_fns.kvpool_inflight(h) >= self.max_inflight
         if rc:
             rec.release()
+            if full:
+                raise Busy(rc, "%s: too many requests in flight on this handle "
+                           "(max_inflight %d): poll some first" % (what, self.max_inflight))
+            if rc == -_errno.EAGAIN:
+                raise Busy(rc, "%s: server busy, retry later" % what)
             raise make_error(rc, what)
         return rid.value
 
@@ -801,6 +818,7 @@ class Client:
         except BaseException:
             pins.__exit__(None, None, None)
             raise
+        keep.append(blocks)  # libkvpool reads the block array until the completion
         rec = _Pending(tag, pins, keep, st, None, n, fl=fl, flags_out=fl_out)
         return self._submit(_lib_fns.kvpool_submit_put_ex, (blocks, n, st, fl), rec,
                             "submit_put_many")
@@ -859,10 +877,11 @@ class Client:
         return self._submit(_lib_fns.kvpool_submit_match_ex,
                             (raw, n, ctypes.byref(opts), ctypes.byref(res)), rec, "submit_match")
 
-    def _completion(self, c):
+    def _completion(self, c, message=""):
         rec = self._pending.pop(c.id, None)
         if rec is None:                 # not ours (cannot happen): report it bare
-            return Completion(c.id, None, _OP_NAMES.get(c.op, "?"), c.status, [], [], 0)
+            return Completion(c.id, None, _OP_NAMES.get(c.op, "?"), c.status, [], [], 0,
+                              message=message)
         rec.release()
         self._tensor_reqs.discard(c.id)
         op = _OP_NAMES.get(c.op, "?")
@@ -881,7 +900,7 @@ class Client:
         if op == "match" and rec.mres is not None and c.status == 0:
             result = _match_result(rec.mres)
         return Completion(c.id, rec.tag, op, c.status, statuses, lengths,
-                          c.matched if op == "match" else 0, flags, result)
+                          c.matched if op == "match" else 0, flags, result, message)
 
     def poll(self, max=64, timeout=0.0):
         """Up to `max` finished requests as a list of Completion, waiting up
@@ -899,11 +918,21 @@ class Client:
                 h = self._h()
                 if max > len(self._comp):
                     self._comp = (_lib.completion * max)()
-                n = _lib_fns.kvpool_poll(h, self._comp, max, 0)
-                if n < 0:
-                    raise make_error(n, "poll")
-                if n:
-                    return [self._completion(self._comp[i]) for i in range(n)]
+                # One at a time: libkvpool keeps one refusal message per
+                # poll (the first of its batch), and each Completion
+                # carries its own.
+                out = []
+                while len(out) < max:
+                    n = _lib_fns.kvpool_poll(h, self._comp, 1, 0)
+                    if n < 0:
+                        raise make_error(n, "poll")
+                    if n == 0:
+                        break
+                    msg = _lib_fns.kvpool_last_server_message() or b""
+                    out.append(self._completion(self._comp[0],
+                                                msg.decode("utf-8", "replace")))
+                if out:
+                    return out
                 if not self._pending:
                     return []
                 if efd is None:

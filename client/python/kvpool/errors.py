@@ -113,7 +113,9 @@ class OutOfMemory(Error, MemoryError):
 class ConnectionError(Error, builtins.ConnectionError):
     """The server is not reachable, or the connection broke during the call
     (-ECONNREFUSED, -ECONNRESET, -EPIPE; -ENOENT when connecting: the host
-    name does not resolve). The next call reconnects."""
+    name does not resolve). The next call reconnects. On a cluster URL also:
+    every node that may hold a block is down (-EHOSTDOWN), and no node is
+    registered under the etcd cluster name (-ENXIO, at connect)."""
 
 
 class Timeout(Error, builtins.TimeoutError):
@@ -142,6 +144,8 @@ _BY_ERRNO = {
     _errno.ECONNREFUSED: ConnectionError,
     _errno.ECONNRESET: ConnectionError,
     _errno.EPIPE: ConnectionError,
+    _errno.EHOSTDOWN: ConnectionError,
+    _errno.ENXIO: ConnectionError,
     _errno.ETIMEDOUT: Timeout,
 }
 
@@ -171,6 +175,10 @@ def make_error(code, context=None, cls=None, server=None, **extra):
     5d85718e...") prefixes the message, and `server` (the reason the server
     gave, e.g. which quota and how full) follows it."""
     message = strerror(code)
+    if int(code) == -_errno.EAGAIN:
+        # libkvpool's words cover a submit's full queue too; the binding
+        # says that case itself (Client._submit), so here it is the server
+        message = "server busy, retry later"
     if context:
         message = "%s: %s" % (context, message)
     if server:

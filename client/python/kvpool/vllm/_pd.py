@@ -351,8 +351,8 @@ class Receiver:
             if r.flags & kvpool.MATCH_WAIT_REFUSED:
                 self.refused += 1
                 conn.warn.warning("pd-refused", "kvpool.vllm: the pool answered a hand-off "
-                                  "wait without waiting (max_conn_match_waits or "
-                                  "tenant_max_match_waits reached): %d of %d chunks present",
+                                  "wait without waiting (max_conn_match_waits, "
+                                  "tenant_max_match_waits or max_match_wait_bytes reached): %d of %d chunks present",
                                   m, n)
         loaded = conn._receive(link, job.keys[:m], job.chunks[:m]) if m else set()
         if len(loaded) == n:
