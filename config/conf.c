@@ -123,6 +123,12 @@ static const struct conf_setting settings[] = {
 	  "payload bytes one tenant (with tokens_file; a token may set its own) or else one "
 	  "namespace may hold retained; a retention past it is refused and the block stored "
 	  "without it; 0 = a quarter of dram_capacity", NULL, "bytes" },
+	{ "max_retained_total_bytes", CONF_SIZE, FIELD(max_retained_total_bytes), "0", 0,
+	  1024 * TIB, 0, "SIZE",
+	  "payload bytes the whole pool may hold retained, over every tenant and namespace, so "
+	  "that ordinary blocks always have room; a retention past it is refused as for the "
+	  "budget; 0 = half of dram_capacity; dram_capacity or more = no pool-wide bound",
+	  NULL, "bytes" },
 	{ "max_conn_match_waits", CONF_U32, FIELD(max_conn_match_waits), "64", 1, 65536, CONF_RELOAD,
 	  "N",
 	  "MATCHes one connection may have waiting for blocks at once; one more answers at once "
@@ -163,7 +169,8 @@ static const struct conf_setting settings[] = {
 	  "on SIGTERM or SIGINT, wait this long at most for requests in flight", NULL, "ms" },
 	{ "nvme_drain_ms", CONF_U32, FIELD(nvme_drain_ms), "10000", 0, 3600000, 0, "MS",
 	  "on SIGTERM or SIGINT, after the requests: spend this long at most writing DRAM-only "
-	  "blocks to NVMe, hottest first, so a restart finds them; 0 = none", NULL, "ms" },
+	  "blocks to NVMe, retained ones first, then hottest first, so a restart finds them; "
+	  "0 = none", NULL, "ms" },
 	{ "kv_events_endpoint", CONF_STRING, FIELD(kv_events_endpoint), "", 0, 255, CONF_EMPTY_UNSET,
 	  "ADDR", "ZeroMQ PUB address to bind for KV events (e.g. tcp://127.0.0.1:5557); "
 	  "unset = no events", NULL, NULL },

@@ -73,6 +73,9 @@ struct conf {
 					  * dram_capacity / 4 */
 	uint64_t max_retained_bytes;     /* retained payload bytes per tenant (with auth)
 					  * or namespace; 0 (default) = dram_capacity / 4 */
+	uint64_t max_retained_total_bytes; /* retained payload bytes in the whole pool,
+					  * whoever holds them; 0 (default) =
+					  * dram_capacity / 2 */
 	uint32_t max_conn_match_waits;   /* MATCHes waiting at once on one connection;
 					  * default 64 */
 	uint32_t tenant_max_match_waits; /* with auth: MATCHes waiting at once over one

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -177,6 +178,14 @@ static int token_add_grant(struct auth_parse *p, struct auth_token *tk, const ch
 
 	if (len > PROTO_NAME_MAX_BYTES)
 		return perr(p, -EINVAL, "grant longer than %d bytes", PROTO_NAME_MAX_BYTES);
+	/* a mistyped option must not become a namespace grant (and leave the
+	 * token on the default budget): "max_retained_bytes = 1MiB",
+	 * "MAX_RETAINED_BYTES=1MiB", a bare keyword, any other "x=y" */
+	if (strncasecmp(w, "max_retained_bytes", strlen("max_retained_bytes")) == 0 ||
+	    strchr(w, '='))
+		return perr(p, -EINVAL, "\"%s\" is not a namespace grant: a budget is written "
+			    "max_retained_bytes=SIZE as one word, in lower case (and a grant "
+			    "may not contain '=')", w);
 	if (star && star != w + len - 1)
 		return perr(p, -EINVAL, "grant \"%s\": '*' may only end a grant (PREFIX* or *)", w);
 	is_prefix = star || strchr(AUTH_SEPARATORS, w[len - 1]);
@@ -701,6 +710,26 @@ int srv_auth_retain_budget(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIG
 	}
 	pthread_rwlock_unlock(&a->lock);
 	return rc;
+}
+
+void srv_auth_retain_budgets(struct srv_auth *a, uint64_t dflt, uint64_t *sum,
+			     uint64_t *largest, uint32_t *ntokens)
+{
+	uint64_t total = 0, top = 0;
+
+	pthread_rwlock_rdlock(&a->lock);
+	for (uint32_t i = 0; i < a->t->ntokens; i++) {
+		const struct auth_token *tk = &a->t->tokens[i];
+		uint64_t b = tk->has_retain_budget ? tk->max_retained_bytes : dflt;
+
+		total = b > UINT64_MAX - total ? UINT64_MAX : total + b;
+		if (b > top)
+			top = b;
+	}
+	*ntokens = a->t->ntokens;
+	pthread_rwlock_unlock(&a->lock);
+	*sum = total;
+	*largest = top;
 }
 
 bool srv_auth_grants_all(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTES])

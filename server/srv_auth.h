@@ -77,8 +77,9 @@ struct srv_auth;
  *   -EINVAL (a bad line: unknown section, token too short/long or with a
  *   byte outside 0x21..0x7e, a token given twice, ACCESS not ro/rw, no
  *   grant, a grant over 255 bytes or with a '*' not at its end, a bad
- *   quota name, a bad size, a bad or repeated max_retained_bytes=; a
- *   NUL byte), -EFBIG (file over 16 MiB), -ENOMEM. */
+ *   quota name, a bad size, a bad or repeated max_retained_bytes=, a
+ *   grant that contains '=' or starts with max_retained_bytes in any
+ *   case (a mistyped budget: "max_retained_bytes = 1MiB"); a NUL byte), -EFBIG (file over 16 MiB), -ENOMEM. */
 int srv_auth_load(const char *path, struct srv_auth **out, char *err, size_t err_len);
 
 /* The retention budget the token with this digest sets on its line
@@ -86,6 +87,13 @@ int srv_auth_load(const char *path, struct srv_auth **out, char *err, size_t err
  * or its line sets none: the max_retained_bytes setting applies). */
 int srv_auth_retain_budget(struct srv_auth *a, const uint8_t digest[SRV_AUTH_DIGEST_BYTES],
 			   uint64_t *bytes);
+
+/* The sum of every token's retention budget (its line's
+ * max_retained_bytes=, else dflt) into *sum, the largest into *largest
+ * and the number of tokens into *ntokens: what the operator granted, to
+ * warn when it reaches the pool's capacity. Cannot fail. */
+void srv_auth_retain_budgets(struct srv_auth *a, uint64_t dflt, uint64_t *sum,
+			     uint64_t *largest, uint32_t *ntokens);
 
 /* The same from memory: text[0..len) (borrowed, need not end in NUL) is
  * parsed as a tokens file called name (used in messages only); no file

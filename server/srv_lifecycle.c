@@ -26,6 +26,7 @@
 #include "srv_clock.h"
 #include "srv_fdlimit.h"
 #include "srv_log.h"
+#include "srv_request.h"
 #include "srv_server.h"
 #include "srv_tls.h"
 #include "srv_worker.h"
@@ -344,6 +345,8 @@ static int reload_tokens(struct srv *s, const char *path)
 	(void)tokens;
 	(void)quotas;
 	srv_auth_log_loaded(s->auth, "sighup: ", path);
+	/* budgets are per tenant: a changed one binds open connections too */
+	srv_tenants_retain_rebudget(s);
 	return 0;
 }
 
@@ -431,6 +434,7 @@ void srv_lifecycle_reload(struct srv *s)
 	/* waiting MATCHes whose token's grant changed are answered now */
 	for (uint32_t i = 0; s->auth && i < s->n_workers; i++)
 		srv_worker_recheck_waits(&s->workers[i]);
+	srv_retain_budget_warn(s, "sighup: ");
 	srv_info("sighup: %d settings applied", applied);
 }
 

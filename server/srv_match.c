@@ -75,6 +75,9 @@ enum srv_next srv_match_answer(struct srv_conn *c, const struct srv_match_req *r
 		.lease_ms = req->lease_ms,
 		.retain_ms = req->retain_ms,
 		.lessee = c->lessee,
+		/* the asker's tenant pays for the retention, whoever wrote the
+		 * blocks or created the namespace (PROTOCOL.md 14.4) */
+		.retainer = c->tenant,
 	};
 	struct store_match_res res = { 0 };
 	uint8_t body[PROTO_MATCH_REPLY_MAX_BYTES];

@@ -145,6 +145,25 @@ static uint32_t put_room_check(const struct srv_conn *c, uint32_t count, char *m
 	return UINT32_MAX;
 }
 
+/* The first entry of a well-formed v1 PUT body whose offset 84 (v1:
+ * reserved; v2: retain_ms) is not 0, or UINT32_MAX. */
+static uint32_t v1_retain_entry(const uint8_t *body, size_t body_bytes)
+{
+	uint32_t count;
+
+	if (body_bytes < PROTO_BATCH_PREFIX_BYTES)
+		return UINT32_MAX;
+	count = proto_get_u32(body);
+	if ((uint64_t)body_bytes != PROTO_BATCH_PREFIX_BYTES +
+				    (uint64_t)count * PROTO_PUT_ENTRY_BYTES)
+		return UINT32_MAX;
+	for (uint32_t i = 0; i < count; i++)
+		if (proto_get_u32(body + PROTO_BATCH_PREFIX_BYTES +
+				  (size_t)i * PROTO_PUT_ENTRY_BYTES + 84))
+			return i;
+	return UINT32_MAX;
+}
+
 enum srv_next srv_put_start(struct srv_conn *c)
 {
 	const struct proto_limits *l = &c->w->srv->limits;
@@ -160,6 +179,13 @@ enum srv_next srv_put_start(struct srv_conn *c)
 		snprintf(msg, sizeof(msg), "batch of %u blocks exceeds max_batch_blocks %u",
 			 proto_get_u32(c->body), l->max_batch_blocks);
 		return put_refuse(c, PROTO_STATUS_TOO_LARGE, msg, UINT32_MAX);
+	}
+	if (rc == -EPROTO && c->hdr.version < 2 &&
+	    (bad = v1_retain_entry(c->body, c->hdr.body_bytes)) != UINT32_MAX) {
+		/* PROTOCOL.md 6.2: a refusal names the entry it is about */
+		snprintf(msg, sizeof(msg), "entry %u: retain_ms (offset 84) is reserved in "
+			 "protocol version 1 and must be 0; retain with version 2", bad);
+		return put_refuse(c, PROTO_STATUS_BAD_REQUEST, msg, UINT32_MAX);
 	}
 	if (rc < 0 || b.aux != 0)
 		return put_refuse(c, PROTO_STATUS_BAD_REQUEST, "malformed put batch", UINT32_MAX);
@@ -271,8 +297,8 @@ static void put_commit_one(struct srv_conn *c, uint32_t i, uint8_t *body)
 		 * commit's lock hold, so the block cannot be evicted between
 		 * (on EXISTS, the stored block's retention is extended) */
 		struct store *s = c->w->srv->store;
-		int rc = store_put_commit_retain(s, sl->block, sl->hashed ? &sl->sum : NULL,
-						 sl->e.retain_ms, &rr);
+		int rc = store_put_commit_retain_by(s, sl->block, sl->hashed ? &sl->sum : NULL,
+						    sl->e.retain_ms, c->tenant, &rr);
 
 		sl->block = NULL;
 		sl->dst = NULL;
@@ -280,7 +306,8 @@ static void put_commit_one(struct srv_conn *c, uint32_t i, uint8_t *body)
 			     rc == -EEXIST ? PROTO_STATUS_EXISTS : proto_status_from_errno(rc);
 	} else if (sl->e.retain_ms && sl->status == PROTO_STATUS_EXISTS) {
 		/* stored before this PUT: its retention is extended (a refresh) */
-		if (store_put_retain(c->w->srv->store, c->ns_id, sl->e.key, sl->e.retain_ms, &rr))
+		if (store_put_retain_by(c->w->srv->store, c->ns_id, sl->e.key, sl->e.retain_ms,
+					c->tenant, &rr))
 			rr = (struct store_retain_res){ 0, 0 }; /* removed meanwhile */
 	}
 	r.status = sl->status;

@@ -6,6 +6,7 @@
 #include "srv_request.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,10 +157,7 @@ uint16_t srv_conn_ns_create(struct srv_conn *c, char *msg, size_t cap)
 	return PROTO_STATUS_OK;
 }
 
-/* The retention budget of the token with this digest: its line's
- * max_retained_bytes=, else the setting (0 = a quarter of the arena).
- * Read at every HELLO, so a reloaded tokens file applies from the next. */
-static uint64_t tenant_retain_budget(const struct srv *s, const uint8_t *digest)
+uint64_t srv_tenant_retain_budget(const struct srv *s, const uint8_t *digest)
 {
 	uint64_t bytes;
 
@@ -167,6 +165,60 @@ static uint64_t tenant_retain_budget(const struct srv *s, const uint8_t *digest)
 		return bytes;
 	return s->conf.max_retained_bytes ? s->conf.max_retained_bytes
 					  : s->conf.dram_capacity_bytes / 4;
+}
+
+static void rebudget_one(const uint8_t digest[32], struct store_tenant *t, void *arg)
+{
+	struct srv *s = arg;
+
+	store_tenant_retain_budget(s->store, t, srv_tenant_retain_budget(s, digest));
+}
+
+void srv_tenants_retain_rebudget(struct srv *s)
+{
+	if (s->tenants)
+		srv_tenants_foreach(s->tenants, rebudget_one, s);
+}
+
+/* bytes in MiB for a log line */
+static double mib(uint64_t bytes)
+{
+	return (double)bytes / (1024.0 * 1024.0);
+}
+
+void srv_retain_budget_warn(struct srv *s, const char *what)
+{
+	uint64_t cap = s->conf.dram_capacity_bytes;
+	uint64_t dflt = s->conf.max_retained_bytes ? s->conf.max_retained_bytes : cap / 4;
+	uint64_t total = s->conf.max_retained_total_bytes ? s->conf.max_retained_total_bytes
+							  : cap / 2;
+	uint64_t sum, largest;
+	uint32_t n;
+
+	if (!s->conf.max_retain_ms)
+		return;
+	if (total >= cap)
+		srv_warn("%smax_retained_total_bytes (%.1f MiB) is dram_capacity (%.1f MiB) or "
+			 "more: retained blocks may fill the pool, and ordinary PUTs then answer "
+			 "FULL until retentions expire", what, mib(total), mib(cap));
+	if (!s->auth) {
+		if (dflt >= cap)
+			srv_warn("%smax_retained_bytes (%.1f MiB per namespace) is dram_capacity "
+				 "(%.1f MiB) or more: one namespace may retain up to the pool-wide "
+				 "bound (%.1f MiB)", what, mib(dflt), mib(cap),
+				 mib(total < cap ? total : cap));
+		return;
+	}
+	srv_auth_retain_budgets(s->auth, dflt, &sum, &largest, &n);
+	if (largest >= cap)
+		srv_warn("%sa token's retention budget (%.1f MiB) is dram_capacity (%.1f MiB) or "
+			 "more: that tenant alone may retain up to the pool-wide bound (%.1f MiB)",
+			 what, mib(largest), mib(cap), mib(total < cap ? total : cap));
+	else if (sum >= cap)
+		srv_warn("%sthe retention budgets of the %u tokens add up to %.1f MiB, "
+			 "dram_capacity (%.1f MiB) or more: together they may retain up to the "
+			 "pool-wide bound (%.1f MiB) and refuse each other's retentions",
+			 what, n, mib(sum), mib(cap), mib(total < cap ? total : cap));
 }
 
 /* Bind the connection to its namespace's name and create its lessee.
@@ -191,7 +243,7 @@ static int hello_bind(struct srv_conn *c, const struct proto_hello *h)
 						s->conf.tenant_max_bytes,
 						s->tenant_max_leased_bytes) : NULL;
 	if (c->tenant)
-		store_tenant_retain_budget(st, c->tenant, tenant_retain_budget(s, c->token_digest));
+		store_tenant_retain_budget(st, c->tenant, srv_tenant_retain_budget(s, c->token_digest));
 	store_lessee_limit(st, c->lessee, s->conn_max_leased_bytes, c->tenant);
 	c->ns_id = 0;
 	memcpy(c->ns_name, h->ns, h->ns_len);
@@ -497,6 +549,26 @@ static enum srv_next op_drop(struct srv_conn *c)
 	return done(reply_fixed(c, reply, sizeof(reply)));
 }
 
+/* With a tokens file, a token sees its own tenant's row of "tenants"
+ * only (what others retain, their budgets and refusals are theirs); a
+ * token that grants "*" (an operator's) sees every row. */
+static void stats_own_tenant(struct srv_conn *c, struct srv_snapshot *snap)
+{
+	struct srv_stats_doc *d = &snap->doc;
+	char id[SRV_TENANT_ID_CHARS + 1];
+	uint32_t kept = 0;
+
+	if (!c->w->srv->auth || !d->tenants_on ||
+	    srv_auth_grants_all(c->w->srv->auth, c->token_digest))
+		return;
+	for (int k = 0; k < SRV_TENANT_ID_CHARS / 2; k++)
+		snprintf(id + 2 * k, 3, "%02x", c->token_digest[k]);
+	for (uint32_t i = 0; i < d->tenant_count; i++)
+		if (strcmp(snap->tenants[i].id, id) == 0)
+			snap->tenants[kept++] = snap->tenants[i];
+	d->tenant_count = kept;
+}
+
 /* Render the STATS document into body. Errors: -ENOMEM. */
 static int stats_render(struct srv_conn *c, const char *name, uint16_t len, struct evbuffer *body)
 {
@@ -505,6 +577,7 @@ static int stats_render(struct srv_conn *c, const char *name, uint16_t len, stru
 
 	if (rc < 0)
 		return rc;
+	stats_own_tenant(c, snap);
 	rc = srv_stats_json(&snap->doc, body);
 	srv_snapshot_free(snap);
 	return rc;

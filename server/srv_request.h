@@ -32,4 +32,21 @@ void srv_conn_ns_attach(struct srv_conn *c);
  * with a one-line reason in msg[0..cap). Worker thread. */
 uint16_t srv_conn_ns_create(struct srv_conn *c, char *msg, size_t cap);
 
+/* The retention budget of the token with this digest: its line's
+ * max_retained_bytes=, else the setting (0 = a quarter of the arena).
+ * Any thread (reads s->conf and the tokens table under their locks). */
+struct srv;
+uint64_t srv_tenant_retain_budget(const struct srv *s, const uint8_t *digest);
+
+/* Set every known tenant's retention budget from the tokens file now
+ * loaded (a SIGHUP): a lowered budget binds the tenant's next retention
+ * on every connection, open ones included. Main thread. */
+void srv_tenants_retain_rebudget(struct srv *s);
+
+/* Log a warning when one retention budget, or the sum of the tokens'
+ * budgets, reaches the pool's capacity (dram_capacity), and say what
+ * max_retained_total_bytes keeps for ordinary blocks. `what` prefixes
+ * the lines ("" at start, "sighup: "). Main thread. */
+void srv_retain_budget_warn(struct srv *s, const char *what);
+
 #endif /* KVPOOL_SRV_REQUEST_H */

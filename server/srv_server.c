@@ -34,6 +34,7 @@
 #include "srv_events.h"
 #include "srv_lifecycle.h"
 #include "srv_log.h"
+#include "srv_request.h"
 #include "srv_mwait.h"
 #include "srv_prefault.h"
 #include "srv_worker.h"
@@ -450,6 +451,10 @@ static void pool_config(const struct conf *c, struct store_config *sc)
 		/* per namespace, and each tenant's unless its token sets one */
 		.max_retained_bytes = c->max_retained_bytes ? c->max_retained_bytes :
 							      c->dram_capacity_bytes / 4,
+		/* the whole pool, so that ordinary blocks always have room */
+		.max_retained_total_bytes = c->max_retained_total_bytes
+						    ? c->max_retained_total_bytes
+						    : c->dram_capacity_bytes / 2,
 		.nvme_dir = c->nvme_dir[0] ? c->nvme_dir : NULL,
 		.nvme_capacity_bytes = c->nvme_capacity_bytes,
 		.nvme_segment_bytes = c->nvme_segment_bytes,
@@ -472,9 +477,16 @@ static void nvme_report(struct srv *s)
 	store_stats(s->store, &st);
 	if (!st.nvme_enabled)
 		return;
-	srv_info("nvme tier: %" PRIu64 " blocks rebuilt in %" PRIu64 " ms (%" PRIu64
-		 " blocks/s), %" PRIu64 " orphans dropped", st.rebuild_blocks, st.rebuild_ms,
-		 st.rebuild_blocks * 1000 / (st.rebuild_ms ? st.rebuild_ms : 1), st.orphans_dropped);
+	/* a rate over less than 1 ms means nothing: not printed then (the
+	 * storage's own rebuild line does the same) */
+	if (st.rebuild_ms)
+		srv_info("nvme tier: %" PRIu64 " blocks rebuilt in %" PRIu64 " ms (%" PRIu64
+			 " blocks/s), %" PRIu64 " orphans dropped", st.rebuild_blocks,
+			 st.rebuild_ms, st.rebuild_blocks * 1000 / st.rebuild_ms,
+			 st.orphans_dropped);
+	else
+		srv_info("nvme tier: %" PRIu64 " blocks rebuilt in under 1 ms, %" PRIu64
+			 " orphans dropped", st.rebuild_blocks, st.orphans_dropped);
 	if (statvfs(s->conf.nvme_dir, &fs) < 0)
 		return;
 	room = (uint64_t)fs.f_bavail * fs.f_frsize + st.nvme_used_bytes;
@@ -754,6 +766,8 @@ int srv_run(const struct conf *c, int argc, char **argv)
 		rc = tls_open(s);
 	if (rc == 0)
 		rc = pool_open(s);
+	if (rc == 0)
+		srv_retain_budget_warn(s, "");
 	if (rc == 0)
 		srv_rdma_open(s, &s->rdma, srv_rdma_test_ops);
 	if (rc == 0)

@@ -97,6 +97,16 @@ out:
 	return t;
 }
 
+void srv_tenants_foreach(struct srv_tenants *ts,
+			 void (*fn)(const uint8_t digest[32], struct store_tenant *t, void *arg),
+			 void *arg)
+{
+	pthread_mutex_lock(&ts->lock);
+	for (uint32_t i = 0; i < ts->n; i++)
+		fn(ts->v[i].digest, ts->v[i].t, arg);
+	pthread_mutex_unlock(&ts->lock);
+}
+
 int srv_tenants_stats(struct srv_tenants *ts, struct store *st, struct srv_tenant_stats **out,
 		      uint32_t *count)
 {

@@ -33,6 +33,12 @@ struct store_tenant *srv_tenant_get(struct srv_tenants *ts, struct store *st,
 				    const uint8_t digest[32], uint64_t max_bytes,
 				    uint64_t max_leased_bytes);
 
+/* Call fn(digest, tenant, arg) for every tenant made so far, in digest
+ * order, under the table's lock (fn must not call back into ts). */
+void srv_tenants_foreach(struct srv_tenants *ts,
+			 void (*fn)(const uint8_t digest[32], struct store_tenant *t, void *arg),
+			 void *arg);
+
 /* A tenant's name in STATS and /metrics: the first 12 hex digits of
  * its token's SHA-256 digest (`printf %s TOKEN | sha256sum | cut -c1-12`),
  * which names it without showing the token. */

@@ -483,7 +483,8 @@ int store_match_ex(struct store *s, uint32_t ns_id, const uint8_t (*keys)[STORE_
 		store_lock(s);
 		rc = match_locked(s, ns_id, keys, count, l, expiry_ms, &n, &present);
 		if (!rc && until && n)
-			res.retained = store_retain_run_locked(s, ns_id, keys, n, until, &res.flags);
+			res.retained = store_retain_run_locked(s, ns_id, keys, n, until,
+								opts->retainer, &res.flags);
 		pthread_mutex_unlock(&s->lock);
 	} else {
 		present = n;

@@ -336,7 +336,7 @@ int store_put_commit(struct store *s, struct store_block *b)
  * the key names afterwards: b, or the block a concurrent put committed
  * first (-EEXIST); the outcome goes to *res. */
 static int commit_retain(struct store *s, struct store_block *b, uint64_t sum, uint64_t until,
-			 struct store_retain_res *res)
+			 struct store_tenant *by, struct store_retain_res *res)
 {
 	struct store_block *pin;
 	int rc;
@@ -349,7 +349,7 @@ static int commit_retain(struct store *s, struct store_block *b, uint64_t sum, u
 		struct store_block *e = rc ? store_find_locked(s, b->node.ns_id, b->node.key) : b;
 
 		if (e)
-			store_retain_apply_locked(s, e, until, res);
+			store_retain_apply_locked(s, e, until, by, res);
 	}
 	if (rc) {
 		(void)store_arena_free(s->arena, b->first_page);
@@ -363,17 +363,24 @@ static int commit_retain(struct store *s, struct store_block *b, uint64_t sum, u
 
 int store_put_commit_hashed(struct store *s, struct store_block *b, uint64_t sum)
 {
-	return commit_retain(s, b, sum, 0, NULL);
+	return commit_retain(s, b, sum, 0, NULL, NULL);
 }
 
 int store_put_commit_retain(struct store *s, struct store_block *b, const uint64_t *sum,
 			    uint32_t retain_ms, struct store_retain_res *out)
 {
+	return store_put_commit_retain_by(s, b, sum, retain_ms, NULL, out);
+}
+
+int store_put_commit_retain_by(struct store *s, struct store_block *b, const uint64_t *sum,
+			       uint32_t retain_ms, struct store_tenant *by,
+			       struct store_retain_res *out)
+{
 	struct store_retain_res res;
 	uint64_t until = store_retain_until_for(s, retain_ms, &res);
 	uint64_t h = sum ? *sum : XXH3_64bits(store_arena_ptr(s->arena, b->first_page),
 					      store_block_length(b));
-	int rc = commit_retain(s, b, h, until, &res);
+	int rc = commit_retain(s, b, h, until, by, &res);
 
 	if (rc && rc != -EEXIST)
 		memset(&res, 0, sizeof(res));

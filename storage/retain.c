@@ -139,7 +139,8 @@ static void heap_down(struct store_retain_tab *t, uint32_t k)
 }
 
 /* A new record for block_id until until_ms (room reserved). */
-static void rec_add(struct store_retain_tab *t, uint32_t block_id, uint64_t until_ms)
+static void rec_add(struct store_retain_tab *t, uint32_t block_id, uint64_t until_ms,
+		    uint32_t tenant_id)
 {
 	uint32_t i = t->free_head - 1, *head = &t->buckets[bucket_of(t, block_id)];
 	struct store_retention *r = &t->recs[i];
@@ -147,6 +148,7 @@ static void rec_add(struct store_retain_tab *t, uint32_t block_id, uint64_t unti
 	t->free_head = r->next;
 	r->block_id = block_id;
 	r->until_ms = until_ms;
+	r->tenant_id = tenant_id;
 	r->next = *head;
 	*head = i + 1;
 	heap_put(t, t->used++, i);
@@ -186,36 +188,62 @@ struct store_retain_acct *store_retain_holder_locked(struct store *s, struct sto
 	return &ns->racct;
 }
 
-/* Add (sign 1) or take away (-1) one retained block of `bytes`. */
-static void charge(struct store *s, struct store_ns *ns, uint64_t bytes, int sign)
+/* The tenant with this id (0: none). */
+static struct store_tenant *tenant_of(struct store *s, uint32_t tenant_id)
 {
-	struct store_retain_acct *a[2] = { &ns->racct, ns->tenant ? &ns->tenant->racct : NULL };
+	return tenant_id ? s->tenant_by_id[tenant_id - 1] : NULL;
+}
 
-	for (int i = 0; i < 2 && a[i]; i++) {
-		a[i]->bytes += sign > 0 ? bytes : -bytes;
-		a[i]->blocks += sign > 0 ? 1 : (uint64_t)-1;
-	}
+/* Add (sign 1) or take away (-1) one retained block of `bytes` in one
+ * account. */
+static void acct_add(struct store_retain_acct *a, uint64_t bytes, int sign)
+{
+	a->bytes += sign > 0 ? bytes : -bytes;
+	a->blocks += sign > 0 ? 1 : (uint64_t)-1;
+}
+
+/* Add or take away one retained block of `bytes`: namespace ns's
+ * figures, the holder tenant's (t, may be NULL) and the pool's. */
+static void charge(struct store *s, struct store_ns *ns, struct store_tenant *t, uint64_t bytes,
+		   int sign)
+{
+	acct_add(&ns->racct, bytes, sign);
+	if (t)
+		acct_add(&t->racct, bytes, sign);
 	s->retain.bytes += sign > 0 ? bytes : -bytes;
 	s->retain.blocks += sign > 0 ? 1 : (uint64_t)-1;
 }
 
-/* Count n events in field `off` of ns's figures, its tenant's and the pool's. */
-static void count(struct store *s, struct store_ns *ns, size_t off, uint64_t n)
+/* Count n events in field `off` of ns's figures, tenant t's (may be
+ * NULL) and the pool's. */
+static void count(struct store *s, struct store_ns *ns, struct store_tenant *t, size_t off,
+		  uint64_t n)
 {
 	*(uint64_t *)(void *)((char *)&ns->racct + off) += n;
-	if (ns->tenant)
-		*(uint64_t *)(void *)((char *)&ns->tenant->racct + off) += n;
+	if (t)
+		*(uint64_t *)(void *)((char *)&t->racct + off) += n;
 	if (off == offsetof(struct store_retain_acct, refused))
 		s->retain.refused += n;
 	else
 		s->retain.expired += n;
 }
 
+/* The retentions of ns that are charged to no tenant (made before the
+ * namespace had one: rebuilt from NVMe at a warm restart) are charged to
+ * its new tenant from now on. */
 void store_retain_ns_to_tenant_locked(struct store *s, struct store_ns *ns)
 {
-	(void)s;
-	ns->tenant->racct.bytes += ns->racct.bytes;
-	ns->tenant->racct.blocks += ns->racct.blocks;
+	struct store_retain_tab *t = &s->retain;
+
+	for (uint32_t k = 0; k < t->used; k++) {
+		struct store_retention *r = &t->recs[t->heap[k]];
+		struct store_block *b = store_blk(s, r->block_id);
+
+		if (r->tenant_id || store_block_ns(s, b) != ns)
+			continue;
+		r->tenant_id = ns->tenant->id;
+		acct_add(&ns->tenant->racct, store_block_length(b), 1);
+	}
 }
 
 /* ---- retaining, expiring, dropping ---- */
@@ -229,29 +257,42 @@ static void changed(struct store *s, struct store_block *b)
 }
 
 enum store_retain_outcome store_retain_block_locked(struct store *s, struct store_block *b,
-						    uint64_t until_ms, bool charge_check)
+						    uint64_t until_ms, bool charge_check,
+						    struct store_tenant *by)
 {
 	struct store_retain_tab *t = &s->retain;
 	struct store_ns *ns = store_block_ns(s, b);
-	struct store_retain_acct *h;
-	uint64_t cost = 0, max;
+	struct store_tenant *who = by ? by : ns->tenant;
+	uint32_t who_id = who ? who->id : 0;
+	const struct store_retain_acct *h = who ? &who->racct : &ns->racct;
+	uint64_t cost = 0, fresh_bytes = 0, max = who ? who->racct.max_bytes
+						      : s->cfg.max_retained_bytes;
+	uint64_t cap = s->cfg.max_retained_total_bytes;
 	uint32_t fresh = 0;
 	struct store_block *p;
 
-	/* what the walk up the chain would add: blocks not retained yet; it
+	/* what the walk up the chain would add: blocks not retained yet, and
+	 * blocks another holder retains less long (their retention becomes
+	 * this holder's: the tenant that set a deadline pays for it); it
 	 * stops at a block retained at least as long (its ancestors are too) */
 	for (p = b; p; p = store_parent(s, p)) {
 		if (p->retained) {
-			if (t->recs[rec_find(t, store_slab_id(p)) - 1].until_ms >= until_ms)
+			const struct store_retention *r = &t->recs[rec_find(t, store_slab_id(p)) - 1];
+
+			if (r->until_ms >= until_ms)
 				break;
+			if (r->tenant_id != who_id)
+				cost += store_block_length(p);
 			continue;
 		}
 		cost += store_block_length(p);
+		fresh_bytes += store_block_length(p);
 		fresh++;
 	}
-	h = store_retain_holder_locked(s, ns, &max);
-	if (charge_check && cost && (cost > max || h->bytes > max - cost)) {
-		count(s, ns, offsetof(struct store_retain_acct, refused), 1);
+	if (charge_check && ((cost && (cost > max || h->bytes > max - cost)) ||
+			     (fresh_bytes && cap && (fresh_bytes > cap ||
+						     t->bytes > cap - fresh_bytes)))) {
+		count(s, ns, who, offsetof(struct store_retain_acct, refused), 1);
 		return STORE_RETAIN_REFUSED;
 	}
 	if (tab_reserve(t, fresh))
@@ -266,10 +307,19 @@ enum store_retain_outcome store_retain_block_locked(struct store *s, struct stor
 				break;
 			r->until_ms = until_ms;
 			heap_down(t, r->heap_idx);
+			if (r->tenant_id != who_id) {
+				struct store_tenant *old = tenant_of(s, r->tenant_id);
+
+				if (old)
+					acct_add(&old->racct, store_block_length(p), -1);
+				if (who)
+					acct_add(&who->racct, store_block_length(p), 1);
+				r->tenant_id = who_id;
+			}
 		} else {
-			rec_add(t, id, until_ms);
+			rec_add(t, id, until_ms, who_id);
 			p->retained = 1;
-			charge(s, ns, store_block_length(p), 1);
+			charge(s, ns, who, store_block_length(p), 1);
 			store_lru_sync_locked(s, p); /* out of the EVICT heap */
 		}
 		changed(s, p);
@@ -277,14 +327,22 @@ enum store_retain_outcome store_retain_block_locked(struct store *s, struct stor
 	return STORE_RETAIN_OK;
 }
 
+void store_retain_count_expired_locked(struct store *s, struct store_block *b)
+{
+	struct store_ns *ns = store_block_ns(s, b);
+
+	count(s, ns, ns->tenant, offsetof(struct store_retain_acct, expired), 1);
+}
+
 void store_retain_drop_locked(struct store *s, struct store_block *b)
 {
 	uint32_t ri = rec_find(&s->retain, store_slab_id(b));
+	struct store_tenant *t = ri ? tenant_of(s, s->retain.recs[ri - 1].tenant_id) : NULL;
 
 	if (ri)
 		rec_del(&s->retain, ri);
 	b->retained = 0;
-	charge(s, store_block_ns(s, b), store_block_length(b), -1);
+	charge(s, store_block_ns(s, b), t, store_block_length(b), -1);
 }
 
 uint64_t store_retain_until_locked(const struct store *s, const struct store_block *b)
@@ -303,11 +361,12 @@ uint64_t store_retain_expire_locked(struct store *s, uint64_t now_ms)
 		uint32_t rec = t->heap[0];
 		struct store_block *b = store_blk(s, t->recs[rec].block_id);
 		struct store_ns *ns = store_block_ns(s, b);
+		struct store_tenant *who = tenant_of(s, t->recs[rec].tenant_id);
 
 		rec_del(t, rec + 1);
 		b->retained = 0;
-		charge(s, ns, store_block_length(b), -1);
-		count(s, ns, offsetof(struct store_retain_acct, expired), 1);
+		charge(s, ns, who, store_block_length(b), -1);
+		count(s, ns, who, offsetof(struct store_retain_acct, expired), 1);
 		store_lru_sync_locked(s, b); /* evictable again */
 		n++;
 	}
@@ -380,13 +439,13 @@ uint64_t store_retain_until_for(const struct store *s, uint32_t retain_ms,
 }
 
 void store_retain_apply_locked(struct store *s, struct store_block *b, uint64_t until,
-			       struct store_retain_res *res)
+			       struct store_tenant *by, struct store_retain_res *res)
 {
 	enum store_retain_outcome o;
 
 	if (!until)
 		return;
-	o = store_retain_block_locked(s, b, until, true);
+	o = store_retain_block_locked(s, b, until, true, by);
 	if (o == STORE_RETAIN_OK) {
 		res->flags |= STORE_PUT_RETAINED;
 		return;
@@ -398,6 +457,12 @@ void store_retain_apply_locked(struct store *s, struct store_block *b, uint64_t 
 
 int store_put_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		 uint32_t retain_ms, struct store_retain_res *out)
+{
+	return store_put_retain_by(s, ns_id, key, retain_ms, NULL, out);
+}
+
+int store_put_retain_by(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			uint32_t retain_ms, struct store_tenant *by, struct store_retain_res *out)
 {
 	struct store_retain_res res;
 	uint64_t until = store_retain_until_for(s, retain_ms, &res);
@@ -412,7 +477,7 @@ int store_put_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KE
 		if (!b)
 			rc = -ENOENT;
 		else
-			store_retain_apply_locked(s, b, until, &res);
+			store_retain_apply_locked(s, b, until, by, &res);
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (!rc && out)
@@ -425,7 +490,7 @@ int store_put_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KE
  * refuses (or that is gone). Returns how many are retained. */
 uint32_t store_retain_run_locked(struct store *s, uint32_t ns_id,
 				 const uint8_t (*keys)[STORE_KEY_BYTES], uint32_t n,
-				 uint64_t until, uint32_t *flags)
+				 uint64_t until, struct store_tenant *by, uint32_t *flags)
 {
 	uint32_t i;
 
@@ -435,15 +500,18 @@ uint32_t store_retain_run_locked(struct store *s, uint32_t ns_id,
 
 		if (!b)
 			break;
-		o = store_retain_block_locked(s, b, until, true);
+		o = store_retain_block_locked(s, b, until, true, by);
 		if (o == STORE_RETAIN_OK)
 			continue;
 		if (o == STORE_RETAIN_REFUSED) {
 			*flags |= STORE_MATCH_RETAIN_BUDGET;
 			/* the rest would each cost at least as much: refused too */
-			if (n - i - 1)
-				count(s, store_ns_find_locked(s, ns_id),
+			if (n - i - 1) {
+				struct store_ns *ns = store_ns_find_locked(s, ns_id);
+
+				count(s, ns, by ? by : ns->tenant,
 				      offsetof(struct store_retain_acct, refused), n - i - 1);
+			}
 		}
 		break;
 	}

@@ -11,10 +11,13 @@
  * Rules kept here:
  *  - no holes: a retained block's stored ancestors are retained at
  *    least as long (every retention walks up its chain, extending);
- *  - the bytes of every retained block are charged to its namespace
- *    and, when the namespace is charged to a tenant, to the tenant; the
- *    tenant's budget (else the namespace's) bounds a NEW retention: a
- *    retention that would pass it is refused, nothing else changes;
+ *  - the bytes of every retained block are counted in its namespace
+ *    and charged to the tenant whose request set its deadline (the
+ *    retainer: the requester's tenant, else the namespace's; none: the
+ *    namespace's own budget); extending another holder's retention moves
+ *    it to the extender. The holder's budget, and the pool's
+ *    max_retained_total_bytes, bound a NEW or moved retention: one that
+ *    would pass either is refused, nothing else changes;
  *  - a retained block is not in the EVICT heap (evict.c), is kept by
  *    segment reclaim, and is never a quota victim; it may still be
  *    demoted and its clean DRAM copy dropped;
@@ -47,6 +50,8 @@ struct store_retention {
 	uint32_t block_id;   /* slab id of the retained block */
 	uint32_t heap_idx;   /* slot in the deadline heap */
 	uint32_t next;       /* by-block chain, or the free list: record index + 1; 0 = end */
+	uint32_t tenant_id;  /* the tenant charged for it (store_tenant.id), 0 = none:
+				the namespace's own budget */
 };
 
 /* Every retention of a pool (in struct store). */
@@ -68,17 +73,25 @@ enum store_retain_outcome {
 };
 
 /* Retain visible block b and its stored ancestors until at least
- * until_ms; charge_check false skips the budget (a warm restart puts
- * back what was granted before). Counts a refusal in the holder. */
+ * until_ms on behalf of tenant `by` (NULL: b's namespace's tenant, if
+ * any), who is charged for every block whose deadline this sets;
+ * charge_check false skips the budgets (a warm restart puts back what
+ * was granted before). Counts a refusal in the holder. */
 enum store_retain_outcome store_retain_block_locked(struct store *s, struct store_block *b,
-						    uint64_t until_ms, bool charge_check);
+						    uint64_t until_ms, bool charge_check,
+						    struct store_tenant *by);
+/* Count an expiry of b's retention that a warm restart found past (it
+ * ran out while kvpoold was down, or before the stop): in b's namespace
+ * and the pool, so that the counters do not lose it. */
+void store_retain_count_expired_locked(struct store *s, struct store_block *b);
 /* b (retained) is leaving the pool: forget its retention and uncharge. */
 void store_retain_drop_locked(struct store *s, struct store_block *b);
 /* b's deadline (CLOCK_MONOTONIC ms), 0 when it is not retained. */
 uint64_t store_retain_until_locked(const struct store *s, const struct store_block *b);
 /* End retentions whose deadline is at or before now_ms; returns how many. */
 uint64_t store_retain_expire_locked(struct store *s, uint64_t now_ms);
-/* Namespace ns is charged to tenant t from now on: move its figures. */
+/* Namespace ns is charged to tenant ns->tenant from now on: its
+ * retentions charged to no tenant become the tenant's. */
 void store_retain_ns_to_tenant_locked(struct store *s, struct store_ns *ns);
 /* The holder that ns's retentions are charged to and bounded by, with
  * its budget in *max_bytes. */
@@ -97,14 +110,14 @@ uint64_t store_retain_until_for(const struct store *s, uint32_t retain_ms,
  * the outcome to *res: STORE_PUT_RETAINED, or STORE_PUT_RETAIN_BUDGET (then
  * res->retain_ms becomes 0; also 0 without memory). */
 void store_retain_apply_locked(struct store *s, struct store_block *b, uint64_t until,
-			       struct store_retain_res *res);
+			       struct store_tenant *by, struct store_retain_res *res);
 /* Retain the leading run keys[0..n) of namespace ns_id until `until`,
  * leading blocks first: stops at the first block that is gone or that
  * the budget refuses (STORE_MATCH_RETAIN_BUDGET added to *flags, the
  * blocks left counted as refused). Returns how many were retained. */
 uint32_t store_retain_run_locked(struct store *s, uint32_t ns_id,
 				 const uint8_t (*keys)[32], uint32_t n, uint64_t until,
-				 uint32_t *flags);
+				 struct store_tenant *by, uint32_t *flags);
 /* The CLOCK_MONOTONIC deadline of an NVMe record's CLOCK_REALTIME one
  * (a warm restart), at most max_retain_ms from now; 0 when it passed. */
 uint64_t store_retain_until_from_wall(const struct store *s, uint64_t wall_until_ms);

@@ -82,9 +82,12 @@ struct store_config {
 	 * (0 = no retention is ever granted); max_retained_bytes is the
 	 * payload bytes each namespace that is charged to no tenant may
 	 * retain, and a new tenant's budget (store_tenant_retain_budget);
-	 * 0 = none may be retained. */
+	 * 0 = none may be retained. max_retained_total_bytes bounds the
+	 * payload bytes retained in the whole pool, whoever holds them, so
+	 * that ordinary blocks always have room (0 = no pool-wide bound). */
 	uint32_t max_retain_ms;
 	uint64_t max_retained_bytes;
+	uint64_t max_retained_total_bytes;
 
 	/* NVMe tier (storage/nvme/NVME.md). NULL or "" = no NVMe tier, and every
 	 * nvme_* field below is ignored. */
@@ -125,7 +128,8 @@ int store_open(const struct store_config *cfg, struct store **out, char *why, si
 void store_drain(struct store *s);
 
 /* For a planned restart: write the pool's DRAM-only blocks to NVMe,
- * hottest (most recently used) first, each after its DRAM-only ancestors
+ * retained ones first, then hottest (most recently used) first, each
+ * after its DRAM-only ancestors
  * (so that what is written is reachable at the next start), for at most
  * timeout_ms; nvme_admission does not apply. Call after the last put and
  * before store_drain; the pool keeps serving meanwhile. *kept (may be
@@ -333,10 +337,17 @@ void store_put_abort(struct store *s, struct store_block *b);
  * again (store_tick, and every eviction pass, end them). DELETE, a
  * namespace drop, a failed checksum remove a retained block as any other.
  *
- * Budget: the payload bytes of the retained blocks of all the namespaces
- * charged to a tenant may not pass the tenant's budget
- * (store_tenant_retain_budget, default cfg.max_retained_bytes); a
- * namespace charged to no tenant has cfg.max_retained_bytes of its own.
+ * Budget: a retention is charged to the tenant that asks for it (the
+ * retainer of store_put_retain_by, store_put_commit_retain_by and
+ * store_match_opts; NULL: the namespace's tenant), in whatever namespace:
+ * the payload bytes a tenant retains may not pass its budget
+ * (store_tenant_retain_budget, default cfg.max_retained_bytes). A
+ * retention charged to no tenant counts against its namespace's
+ * cfg.max_retained_bytes. A tenant that extends a retention another
+ * holder set takes it over (and pays for it from then on); one that
+ * asks for no longer than the deadline in force changes nothing and
+ * pays nothing. The pool's retained bytes may not pass
+ * cfg.max_retained_total_bytes (when not 0), whoever asks.
  * A retention that would pass it is refused (STORE_PUT_RETAIN_BUDGET), not
  * an error: the block stays stored, unretained. Extending a retention
  * costs nothing. A retention never evicts anything, so one tenant's
@@ -362,6 +373,10 @@ struct store_retain_res {
  * for a retention record the block is not retained (flags 0). */
 int store_put_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
 		 uint32_t retain_ms, struct store_retain_res *out);
+/* store_put_retain on behalf of tenant `by` (NULL: the namespace's
+ * tenant), who is charged and bounded. Same errors. */
+int store_put_retain_by(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KEY_BYTES],
+			uint32_t retain_ms, struct store_tenant *by, struct store_retain_res *out);
 
 /* store_put_commit (sum NULL) or store_put_commit_hashed (*sum) that
  * also retains the block for retain_ms (as store_retain) under the same
@@ -371,9 +386,14 @@ int store_put_retain(struct store *s, uint32_t ns_id, const uint8_t key[STORE_KE
  * Errors: as store_put_commit. */
 int store_put_commit_retain(struct store *s, struct store_block *b, const uint64_t *sum,
 			    uint32_t retain_ms, struct store_retain_res *out);
+/* store_put_commit_retain whose retention is charged to, and bounded
+ * by, tenant `by` (NULL: the namespace's tenant). Same errors. */
+int store_put_commit_retain_by(struct store *s, struct store_block *b, const uint64_t *sum,
+			       uint32_t retain_ms, struct store_tenant *by,
+			       struct store_retain_res *out);
 
-/* Set tenant t's retention budget: payload bytes all its namespaces may
- * retain (0 = none). Lowering it ends no retention; new ones are refused
+/* Set tenant t's retention budget: payload bytes it may hold retained,
+ * over every namespace (0 = none). Lowering it ends no retention; new ones are refused
  * until retained bytes fall below it. Cannot fail. */
 void store_tenant_retain_budget(struct store *s, struct store_tenant *t,
 				uint64_t max_retained_bytes);
@@ -515,6 +535,8 @@ struct store_match_opts {
 	uint32_t retain_ms;           /* 0: no retention; > 0: keep the matched run at
 					 least this long from now (refresh on hit) */
 	struct store_lessee *lessee;  /* who holds the lease; NULL: no lease */
+	struct store_tenant *retainer; /* charged for the retention (store_put_retain_by);
+					  NULL: the namespace's tenant */
 };
 
 struct store_match_res {

@@ -522,7 +522,7 @@ static int keys_cmd(int argc, char **argv, const char *usage, keys_call_fn call,
 			printf("%s %s\n", hex, no);
 			exit_code = exit_code == CLI_EXIT_OK ? CLI_EXIT_MISS : exit_code;
 		} else {
-			printf("%s error: %s\n", hex, kvpool_strerror(st[i]));
+			printf("%s error: %s\n", hex, cli_strerror(st[i]));
 			exit_code = CLI_EXIT_ERROR;
 		}
 	}

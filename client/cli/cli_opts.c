@@ -300,11 +300,18 @@ char *cli_fmt_bytes(uint64_t bytes, char *buf, size_t len)
 	return buf;
 }
 
+const char *cli_strerror(int err)
+{
+	if (err == -ENOSPC)
+		return "pool full: nothing evictable (retained, leased or in-flight blocks fill it)";
+	return kvpool_strerror(err);
+}
+
 const char *cli_reason(int err)
 {
 	const char *m = kvpool_last_server_message();
 
-	return err && m[0] ? m : kvpool_strerror(err);
+	return err && m[0] ? m : cli_strerror(err);
 }
 
 int cli_connect_exit_code(int err)

@@ -127,9 +127,15 @@ int cli_exit_code(int err);
 int cli_connect_exit_code(int err);
 
 /* Why a call failed with err: the server's own message for it when it
- * sent one (kvpool_last_server_message), else kvpool_strerror(err). Valid
+ * sent one (kvpool_last_server_message), else cli_strerror(err). Valid
  * until the thread's next library call. */
 const char *cli_reason(int err);
+
+/* kvpool_strerror(err) in the words a CLI user needs: -ENOSPC from a
+ * request is the pool being full (kvpool_strerror also covers a
+ * caller's output array, which the CLI never passes too small). Static
+ * text; any thread. */
+const char *cli_strerror(int err);
 
 /* Print "PROG: MESSAGE\nTry 'PROG --help'." on stderr and return
  * CLI_EXIT_ERROR. */

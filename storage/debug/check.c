@@ -684,7 +684,8 @@ static int check_segments(struct checker *c)
 }
 
 /* The deadline heap is ordered and each record knows its slot; each
- * tenant's retained figures are the sum of its namespaces'. */
+ * tenant's retained figures are the sum of the records charged to it;
+ * the pool stays within max_retained_total_bytes. */
 static int check_retentions(struct checker *c)
 {
 	const struct store_retain_tab *t = &c->s->retain;
@@ -707,16 +708,22 @@ static int check_retentions(struct checker *c)
 		const struct store_tenant *tn = store_container_of(l, struct store_tenant, link);
 		uint64_t blocks = 0, bytes = 0;
 
-		for (uint32_t i = 0; i < s->nns; i++) {
-			if (s->ns[i]->tenant != tn)
+		for (uint32_t k = 0; k < t->used; k++) {
+			const struct store_retention *r = &t->recs[t->heap[k]];
+
+			if (r->tenant_id != tn->id)
 				continue;
-			blocks += s->ns[i]->racct.blocks;
-			bytes += s->ns[i]->racct.bytes;
+			blocks++;
+			bytes += store_block_length(store_blk(s, r->block_id));
 		}
 		if (blocks != tn->racct.blocks || bytes != tn->racct.bytes)
-			return fail(c, "a tenant retains %llu blocks, its namespaces %llu",
+			return fail(c, "a tenant retains %llu blocks, its records %llu",
 				    (unsigned long long)tn->racct.blocks, (unsigned long long)blocks);
 	}
+	if (s->cfg.max_retained_total_bytes && t->bytes > s->cfg.max_retained_total_bytes)
+		return fail(c, "%llu bytes retained, past max_retained_total_bytes %llu",
+			    (unsigned long long)t->bytes,
+			    (unsigned long long)s->cfg.max_retained_total_bytes);
 	return 0;
 }
 

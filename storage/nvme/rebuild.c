@@ -49,6 +49,7 @@ struct rebuild {
 	struct store_block **blocks; /* per record: its block, or NULL */
 	uint64_t invalid, orphans, kept;
 	uint64_t retained;           /* blocks whose retention was still running */
+	uint64_t retain_expired;     /* blocks whose retention deadline had passed */
 	uint64_t lost;               /* records in segment files missing or short at open */
 	uint32_t first_lost_seg;
 	uint32_t epoch;              /* newest aging epoch of a record (store_use_stamp) */
@@ -375,8 +376,14 @@ static void publish_locked(struct rebuild *rb)
 		if (!b || !rb->recs[i].retain_until_ms)
 			continue;
 		until = store_retain_until_from_wall(s, rb->recs[i].retain_until_ms);
-		if (until && store_retain_block_locked(s, b, until, false) == STORE_RETAIN_OK)
+		if (!until) {
+			/* its deadline passed before this start (while kvpoold
+			 * was down, mostly): counted as an expiry */
+			store_retain_count_expired_locked(s, b);
+			rb->retain_expired++;
+		} else if (store_retain_block_locked(s, b, until, false, NULL) == STORE_RETAIN_OK) {
 			rb->retained++;
+		}
 	}
 }
 
@@ -478,6 +485,7 @@ int store_rebuild(struct store *s, char *why, size_t why_len)
 {
 	struct rebuild rb = { .s = s };
 	uint64_t start = store_now_ms(), ms;
+	char rate[64];
 	int rc;
 
 	/* store_open, before any reader: one write section for the index's
@@ -501,13 +509,14 @@ int store_rebuild(struct store *s, char *why, size_t why_len)
 	s->tier->rebuild_blocks = rb.kept;
 	s->tier->orphans_dropped = rb.orphans;
 	s->tier->rebuild_truncated = rb.lost;
+	snprintf(rate, sizeof(rate), ms ? "in %llu ms (%llu blocks/s)" : "in under 1 ms",
+		 (unsigned long long)ms, (unsigned long long)(ms ? rb.kept * 1000 / ms : 0));
 	store_log(s, STORE_LOG_INFO,
-		  "nvme rebuild: %llu blocks in %llu ms (%llu blocks/s), %llu orphans dropped, "
-		  "%llu bad records dropped, %llu retentions still running",
-		  (unsigned long long)rb.kept, (unsigned long long)ms,
-		  (unsigned long long)(ms ? rb.kept * 1000 / ms : rb.kept),
-		  (unsigned long long)rb.orphans, (unsigned long long)rb.invalid,
-		  (unsigned long long)rb.retained);
+		  "nvme rebuild: %llu blocks %s, %llu orphans dropped, %llu bad records dropped, "
+		  "%llu retentions still running, %llu found expired",
+		  (unsigned long long)rb.kept, rate, (unsigned long long)rb.orphans,
+		  (unsigned long long)rb.invalid, (unsigned long long)rb.retained,
+		  (unsigned long long)rb.retain_expired);
 	if (rb.lost)
 		store_log(s, STORE_LOG_WARN,
 			  "nvme rebuild: %llu records point into segment files that were missing or "

@@ -723,12 +723,18 @@ out_free:
 	return rc;
 }
 
-/* Hottest first: descending last use. */
+/* store_keep_dram's order: retained blocks first (the pool promised to
+ * keep them: when the time runs out, ordinary blocks are the ones lost),
+ * then hottest first (descending last use). Each block is written after
+ * its DRAM-only ancestors (next_hot_locked), which a retained block's
+ * are retained too, so a retained chain is written from its head. */
 static int hotter_first(const void *a, const void *b)
 {
 	const struct store_block *x = *(struct store_block *const *)a;
 	const struct store_block *y = *(struct store_block *const *)b;
 
+	if (x->retained != y->retained)
+		return x->retained ? -1 : 1;
 	return x->last_use > y->last_use ? -1 : x->last_use < y->last_use;
 }
 

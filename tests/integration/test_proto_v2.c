@@ -355,6 +355,14 @@ static void test_v2_put_retain(void **state)
 	fd = harness_raw_session_or_fail(g.srv.port, "v2", NULL);
 	raw_put_retain(fd, 1, 40, key, data, sizeof(data), 60000, &f);
 	assert_int_equal(f.h.status, PROTO_STATUS_BAD_REQUEST);
+	{
+		char msg[256];
+
+		/* the refusal names the entry and the field (PROTOCOL.md 6.2) */
+		assert_int_equal(harness_error_message(&f, msg, sizeof(msg), NULL, NULL), 0);
+		if (!strstr(msg, "entry 0: retain_ms (offset 84) is reserved in protocol version 1"))
+			fail_msg("v1 PUT with retain_ms refused with \"%s\"", msg);
+	}
 	harness_frame_free(&f);
 	for (int round = 0; round < 2; round++) {
 		raw_put_retain(fd, 2, 41 + round, key, data, sizeof(data), 60000, &f);

@@ -8,7 +8,10 @@
  * with retain_ms refreshes; a lease and a retention together; DELETE and
  * drop of retained blocks; a PUT of a stored key extends; a warm restart
  * keeps deadlines; a cluster handle retains on every owner; bad input
- * (retain_ms of 2^32 - 1, a tokens-file budget that does not parse).
+ * (retain_ms of 2^32 - 1, a tokens-file budget that does not parse); the
+ * requesting token pays for a retention (a read-only reader, a shared
+ * namespace) and a budget lowered by SIGHUP binds open connections; the
+ * pool-wide max_retained_total_bytes without a tokens file.
  * STATS is checked beside every behaviour.
  */
 #include <stdarg.h>
@@ -17,6 +20,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -436,8 +440,9 @@ static void test_tenants(void **state)
 	assert_int_equal(match_chain(b, "b", 0, 16, NULL, NULL), 16);
 	assert_int_equal(match_chain(a, "a", 0, 6, NULL, NULL), 6);
 	assert_int_equal(match_chain(a2, "a", 100, 6, NULL, NULL), 2);
-	/* STATS: one row per tenant, named by the head of its token's digest */
-	assert_int_equal(harness_stats(b, NULL, &doc), 0);
+	/* STATS: one row per tenant, named by the head of its token's digest;
+	 * a token sees its own row only */
+	assert_int_equal(harness_stats(a, NULL, &doc), 0);
 	tenant_id(TOK_A, id);
 	snprintf(key, sizeof(key), "tenants.%s.retained_blocks", id);
 	assert_int_equal(harness_json_u64_or_fail(doc, key), 8);
@@ -445,18 +450,181 @@ static void test_tenants(void **state)
 	assert_int_equal(harness_json_u64_or_fail(doc, key), 512 * KIB);
 	snprintf(key, sizeof(key), "tenants.%s.retain_refused", id);
 	assert_int_equal(harness_json_u64_or_fail(doc, key), 4);
+	assert_int_equal(json_object_object_length(json_object_object_get(doc, "tenants")), 1);
+	json_object_put(doc);
+	assert_int_equal(harness_stats(b, NULL, &doc), 0);
 	tenant_id(TOK_B, id);
 	snprintf(key, sizeof(key), "tenants.%s.retained_blocks", id);
 	assert_int_equal(harness_json_u64_or_fail(doc, key), 16);
 	snprintf(key, sizeof(key), "tenants.%s.retain_budget_bytes", id);
 	assert_int_equal(harness_json_u64_or_fail(doc, key), 2u << 20);
-	assert_int_equal(json_object_object_length(json_object_object_get(doc, "tenants")), 2);
+	assert_int_equal(json_object_object_length(json_object_object_get(doc, "tenants")), 1);
+	json_object_put(doc);
+	assert_int_equal(harness_stats(a, NULL, &doc), 0);
 	assert_int_equal(harness_json_u64_or_fail(doc, "namespaces.ta/two.retain_budget_bytes"),
 			 512 * KIB);
 	json_object_put(doc);
 	kvpool_close(a);
 	kvpool_close(a2);
 	kvpool_close(b);
+	assert_int_equal(harness_stop(&srv), 0);
+}
+
+#define TOK_R "retain-reader-r-token-0123456789"
+#define TOK_ADM "retain-operator-token-0123456789"
+
+/* How many rows "tenants" of c's STATS has. */
+static int tenant_rows(struct kvpool_client *c)
+{
+	struct json_object *doc;
+	int n;
+
+	assert_int_equal(harness_stats(c, NULL, &doc), 0);
+	n = json_object_object_length(json_object_object_get(doc, "tenants"));
+	json_object_put(doc);
+	return n;
+}
+
+/* tenants.<id of token>.<field> of a STATS document */
+static uint64_t tenant_stat(struct kvpool_client *c, const char *token, const char *field)
+{
+	struct json_object *doc;
+	char id[13], key[96];
+	uint64_t v;
+
+	assert_int_equal(harness_stats(c, NULL, &doc), 0);
+	tenant_id(token, id);
+	snprintf(key, sizeof(key), "tenants.%s.%s", id, field);
+	v = harness_json_u64_or_fail(doc, key);
+	json_object_put(doc);
+	return v;
+}
+
+/* A retention is charged to the token whose request asks for it: a
+ * read-only token MATCH-retaining a writer's blocks spends its own
+ * budget, and the writer keeps its whole budget; a writer at its budget
+ * cannot retain in a shared namespace another tenant created. A budget
+ * lowered by SIGHUP binds the tenant's connection that is already open. */
+static void test_requester_pays(void **state)
+{
+	static const char text[] =
+		"[tokens]\n"
+		TOK_A " rw max_retained_bytes=512KiB ta/ shared/\n"
+		TOK_B " rw max_retained_bytes=512KiB tb/ shared/\n"
+		TOK_R " ro max_retained_bytes=256KiB ta/\n"
+		TOK_ADM " ro *\n";
+	static const char lowered[] =
+		"[tokens]\n"
+		TOK_A " rw max_retained_bytes=512KiB ta/ shared/\n"
+		TOK_B " rw max_retained_bytes=64KiB tb/ shared/\n"
+		TOK_R " ro max_retained_bytes=256KiB ta/\n"
+		TOK_ADM " ro *\n";
+	struct harness_server srv = { 0 };
+	const char *flags[] = {
+		"--dram-capacity", "16MiB", "--max-block-bytes", "64KiB", "--threads", "2",
+		"--max-retain-ms", "60000", "--log-level", "warn", "--tokens-file", NULL, NULL,
+	};
+	struct kvpool_match_opts o = { .retain_ms = 60000 };
+	struct kvpool_match_result r;
+	struct kvpool_client *a, *ash, *b, *bsh, *rd, *adm;
+	uint32_t f[8];
+	char path[300];
+	int i;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	snprintf(path, sizeof(path), "%s/tokens-pays", g.dir);
+	assert_int_equal(write_file(path, text), 0);
+	flags[11] = path;
+	assert_int_equal(harness_start(&srv, flags), 0);
+	a = client_tok(&srv, "ta/1", TOK_A);
+	rd = client_tok(&srv, "ta/1", TOK_R);
+	put_chain(a, "w", 0, 8, 0, NULL);
+	/* the reader retains the writer's chain: 4 blocks fit its 256 KiB */
+	assert_int_equal(match_chain(rd, "w", 0, 8, &o, &r), 8);
+	assert_int_equal(r.retained, 4);
+	assert_int_equal(r.retain_ms, 60000);
+	assert_int_equal(r.flags, KVPOOL_MATCH_RETAIN_BUDGET);
+	assert_int_equal(tenant_stat(rd, TOK_R, "retained_bytes"), 256 * KIB);
+	assert_int_equal(tenant_stat(a, TOK_A, "retained_bytes"), 0);
+	/* the writer's own chain: its whole budget (8 blocks) is there */
+	put_chain(a, "own", 0, 8, 60000, f);
+	for (i = 0; i < 8; i++)
+		assert_int_equal(f[i], KVPOOL_PUT_RETAINED);
+	assert_int_equal(tenant_stat(a, TOK_A, "retained_bytes"), 512 * KIB);
+	assert_int_equal(tenant_stat(a, TOK_A, "retain_refused"), 0);
+	/* B creates shared/y; A, at its budget, retains nothing there, on
+	 * B's budget or anyone's */
+	bsh = client_tok(&srv, "shared/y", TOK_B);
+	ash = client_tok(&srv, "shared/y", TOK_A);
+	put_chain(bsh, "sh", 0, 4, 0, NULL);
+	put_chain(ash, "sh", 0, 4, 60000, f); /* EXISTS: a refresh */
+	assert_int_equal(f[0], KVPOOL_PUT_RETAIN_BUDGET);
+	put_chain(ash, "sh", 10, 2, 60000, f);
+	assert_int_equal(f[0], KVPOOL_PUT_RETAIN_BUDGET);
+	assert_int_equal(f[1], KVPOOL_PUT_RETAIN_BUDGET);
+	assert_int_equal(tenant_stat(bsh, TOK_B, "retained_bytes"), 0);
+	assert_int_equal(ns_stat(bsh, "shared/y", "retained_blocks"), 0);
+	/* B's budget lowered to one block: its open connection is bound */
+	b = client_tok(&srv, "tb/1", TOK_B);
+	assert_int_equal(write_file(path, lowered), 0);
+	assert_int_equal(kill(srv.pid, SIGHUP), 0);
+	for (i = 0; i < 250 && tenant_stat(bsh, TOK_B, "retain_budget_bytes") != 64 * KIB; i++)
+		harness_sleep_ms(20);
+	assert_int_equal(tenant_stat(bsh, TOK_B, "retain_budget_bytes"), 64 * KIB);
+	put_chain(b, "low", 0, 3, 60000, f);
+	assert_int_equal(f[0], KVPOOL_PUT_RETAINED);
+	assert_int_equal(f[1], KVPOOL_PUT_RETAIN_BUDGET);
+	assert_int_equal(f[2], KVPOOL_PUT_RETAIN_BUDGET);
+	assert_int_equal(tenant_stat(bsh, TOK_B, "retained_bytes"), 64 * KIB);
+	/* a token sees its own tenant row; a "*" token every one */
+	assert_int_equal(tenant_rows(rd), 1);
+	assert_int_equal(tenant_rows(b), 1);
+	adm = client_tok(&srv, "ta/1", TOK_ADM);
+	assert_int_equal(tenant_rows(adm), 4);
+	assert_int_equal(tenant_stat(adm, TOK_R, "retained_bytes"), 256 * KIB);
+	kvpool_close(adm);
+	kvpool_close(a);
+	kvpool_close(ash);
+	kvpool_close(b);
+	kvpool_close(bsh);
+	kvpool_close(rd);
+	assert_int_equal(harness_stop(&srv), 0);
+}
+
+/* Without a tokens file, namespaces are free to create: the pool-wide
+ * max_retained_total_bytes (default half of DRAM) keeps ordinary PUTs
+ * from answering FULL however many namespaces retain. */
+static void test_pool_wide_cap(void **state)
+{
+	struct harness_server srv = { 0 };
+	const char *flags[] = {
+		"--dram-capacity", "16MiB", "--max-block-bytes", "64KiB", "--threads", "2",
+		"--max-retain-ms", "60000", "--log-level", "warn", NULL,
+	};
+	struct kvpool_client *c[6], *v;
+	uint32_t f[64];
+	char ns[32];
+	uint64_t granted = 0;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	assert_int_equal(harness_start(&srv, flags), 0);
+	for (int n = 0; n < 6; n++) {
+		snprintf(ns, sizeof(ns), "cap-%d", n);
+		c[n] = client_tok(&srv, ns, NULL);
+		/* each namespace's budget is a quarter of DRAM: 64 blocks */
+		put_chain(c[n], ns, 0, 40, 60000, f);
+		for (int i = 0; i < 40; i++)
+			granted += f[i] == KVPOOL_PUT_RETAINED;
+	}
+	assert_int_equal(granted, 128); /* 8 MiB: half of DRAM */
+	assert_int_equal(harness_stat_or_fail(c[0], "retention.retained_bytes"), 8u << 20);
+	v = client_tok(&srv, "victim", NULL);
+	assert_int_equal(flood(v, 4ull * DRAM_MIB << 20), 0);
+	for (int n = 0; n < 6; n++)
+		kvpool_close(c[n]);
+	kvpool_close(v);
 	assert_int_equal(harness_stop(&srv), 0);
 }
 
@@ -535,6 +703,69 @@ static void test_cluster_retains_on_every_owner(void **state)
 	free(f);
 }
 
+/* The index of the node of srv[0..n) that holds block tag/id. */
+static int holder_of(struct harness_server *srv, int n, const char *ns, const char *tag,
+		     uint64_t id)
+{
+	uint8_t key[32];
+	int found = -1;
+
+	harness_key(key, tag, id);
+	for (int i = 0; i < n; i++) {
+		struct kvpool_client *d = client_tok(&srv[i], ns, NULL);
+		size_t matched = 0;
+
+		assert_int_equal(kvpool_match(d, (const uint8_t(*)[32])key, 1, 0, &matched), 0);
+		if (matched)
+			found = i;
+		kvpool_close(d);
+	}
+	assert_true(found >= 0);
+	return found;
+}
+
+/* A cluster MATCH whose leading block's node refuses the retention for
+ * its budget answers retained 0 with retain_ms 0 and RETAIN_BUDGET, as
+ * one node would (PROTOCOL.md 14.1), even where another node retained
+ * its own later blocks. */
+static void test_cluster_merged_reply(void **state)
+{
+	enum { NODES = 2, BLOCKS = 16 };
+	const char *flags[] = {
+		"--dram-capacity", "16MiB", "--max-block-bytes", "64KiB", "--threads", "1",
+		"--max-retain-ms", "60000", "--max-retained-bytes", "256KiB", "--log-level", "warn",
+		NULL,
+	};
+	struct harness_server srv[NODES] = { { 0 } };
+	struct kvpool_match_opts o = { .retain_ms = 30000 };
+	struct kvpool_match_result r;
+	struct kvpool_client *cl, *d;
+	char list[128];
+	int head;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	for (int i = 0; i < NODES; i++)
+		assert_int_equal(harness_start(&srv[i], flags), 0);
+	snprintf(list, sizeof(list), "tcp://127.0.0.1:%u,127.0.0.1:%u", srv[0].port,
+		 srv[1].port);
+	assert_int_equal(kvpool_connect(list, "ret-merge", NULL, &cl), 0);
+	put_chain(cl, "mg", 0, BLOCKS, 0, NULL);
+	/* the head's node spends its whole budget on other blocks */
+	head = holder_of(srv, NODES, "ret-merge", "mg", 0);
+	d = client_tok(&srv[head], "ret-merge", NULL);
+	put_chain(d, "fill", 0, 4, 60000, NULL);
+	assert_int_equal(ns_stat(d, "ret-merge", "retained_blocks"), 4);
+	kvpool_close(d);
+	assert_int_equal(match_chain(cl, "mg", 0, BLOCKS, &o, &r), BLOCKS);
+	assert_int_equal(r.retained, 0);
+	assert_int_equal(r.retain_ms, 0);
+	assert_true(r.flags & KVPOOL_MATCH_RETAIN_BUDGET);
+	kvpool_close(cl);
+	for (int i = 0; i < NODES; i++)
+		assert_int_equal(harness_stop(&srv[i]), 0);
+}
+
 /* ---- warm restart ---------------------------------------------------------- */
 
 /* With an NVMe tier, retention deadlines survive a restart: the retained
@@ -591,8 +822,11 @@ int main(void)
 		cmocka_unit_test(test_delete_and_drop),
 		cmocka_unit_test(test_tenants),
 		cmocka_unit_test(test_bad_token_budget),
+		cmocka_unit_test(test_requester_pays),
+		cmocka_unit_test(test_pool_wide_cap),
 		cmocka_unit_test(test_restart_keeps_deadlines),
 		cmocka_unit_test(test_cluster_retains_on_every_owner),
+		cmocka_unit_test(test_cluster_merged_reply),
 		HARNESS_CLEAN_SHUTDOWN_TEST(&g.srv),
 	};
 

@@ -4,10 +4,11 @@ put_many/put_chain(retain_ms=, flags=), the asynchronous twins and aio,
 the new Limits fields, the MATCH_*/PUT_* constants, and argument checks
 (a value of the wrong type raises TypeError, never crashes).
 
-The server's retention is not asserted beyond what is true today (proto/
-PROTOCOL.md section 14: no retention granted); a wait only where every
-block is there (answered at once) or wait_ms is cut (MATCH_WAIT_CLAMPED).
-Waiting itself: test_match_wait.py and tests/integration/test_match_wait.c.
+Retention is checked as far as the flags and granted retain_ms go (what
+retention does to eviction and budgets: test_retain.py and
+tests/integration/test_retain.c); a wait only where every block is there
+(answered at once) or wait_ms is cut (MATCH_WAIT_CLAMPED). Waiting
+itself: test_match_wait.py and tests/integration/test_match_wait.c.
 """
 
 import asyncio

@@ -3,7 +3,8 @@ retain_ms report each block's outcome in flags=, match/match_detail
 with retain_ms refresh the matched run, a retention past the budget is
 reported per block (leading blocks first), retain_ms above max_retain_ms
 is cut and said so, a negative one is refused before anything is sent,
-and STATS shows what is retained."""
+and STATS shows what is retained; kvpoold warns when budgets reach the
+pool's capacity."""
 
 import pytest
 
@@ -70,3 +71,50 @@ def test_match_refresh_and_put_exists(small):
         c.drop_namespace()
         doc = c.stats("py-retain-d")
         assert doc["namespaces"]["py-retain-d"]["retained_blocks"] == 0
+
+def _wait_for(pred, timeout=10.0):
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return pred()
+
+def test_budget_warnings_at_start_and_sighup(tmp_path):
+    """kvpoold warns when one budget, or the tokens' budgets together,
+    reach dram_capacity (at start and on SIGHUP), and says nothing when
+    they fit."""
+    import os
+    import signal
+    tok = tmp_path / "tokens"
+    a, b = "a" * 32, "b" * 32
+    # 10 MiB + the default 4 MiB fit a 16 MiB pool: no warning
+    tok.write_text("[tokens]\n%s rw a/ max_retained_bytes=10MiB\n%s rw b/\n" % (a, b))
+    os.chmod(tok, 0o600)
+    s = Server("--dram-capacity", "16MiB", "--max-block-bytes", "64KiB", "--threads", "1",
+               "--tokens-file", str(tok)).start()
+    try:
+        assert "retention budget" not in s.log_text()
+        assert "add up to" not in s.log_text()
+        # 13 MiB + 4 MiB do not: the SIGHUP that loads them warns
+        tok.write_text("[tokens]\n%s rw a/ max_retained_bytes=13MiB\n%s rw b/\n" % (a, b))
+        s.proc.send_signal(signal.SIGHUP)
+        assert _wait_for(lambda: "sighup: the retention budgets of the 2 tokens add up to "
+                         "17.0 MiB" in s.log_text()), s.log_text()
+        # one budget at the pool's size
+        tok.write_text("[tokens]\n%s rw a/ max_retained_bytes=16MiB\n%s rw b/\n" % (a, b))
+        s.proc.send_signal(signal.SIGHUP)
+        assert _wait_for(lambda: "sighup: a token's retention budget (16.0 MiB) is "
+                         "dram_capacity" in s.log_text()), s.log_text()
+    finally:
+        assert s.stop() == 0
+    # without tokens: a per-namespace budget, or a pool-wide bound, at the pool's size
+    s = Server("--dram-capacity", "16MiB", "--max-block-bytes", "64KiB", "--threads", "1",
+               "--max-retained-bytes", "100GiB", "--max-retained-total-bytes", "16MiB").start()
+    try:
+        log = s.log_text()
+        assert "max_retained_bytes (102400.0 MiB per namespace) is dram_capacity" in log
+        assert "max_retained_total_bytes (16.0 MiB) is dram_capacity" in log
+    finally:
+        assert s.stop() == 0

@@ -148,6 +148,36 @@ static void test_retain_budget_override(void **state)
 		      "tokens:1: token without a namespace grant");
 }
 
+/* A mistyped budget is refused with file:line instead of becoming
+ * namespace grants (and leaving the token on the default budget): INI
+ * style with blanks, a bare keyword, upper case, any grant with '='. The
+ * sum of the budgets is what the start-up warning adds up. */
+static void test_retain_budget_typos(void **state)
+{
+	struct srv_auth *a;
+	uint64_t sum = 0, largest = 0;
+	uint32_t n = 0;
+
+	(void)state;
+	parse_refused("[tokens]\n" TOK_A " rw z/ max_retained_bytes = 1MiB\n", -EINVAL,
+		      "tokens:2: \"max_retained_bytes\" is not a namespace grant");
+	parse_refused(TOK_A " rw z/ max_retained_bytes\n", -EINVAL,
+		      "tokens:1: \"max_retained_bytes\" is not a namespace grant");
+	parse_refused(TOK_A " rw z/ MAX_RETAINED_BYTES=1MiB\n", -EINVAL,
+		      "tokens:1: \"MAX_RETAINED_BYTES=1MiB\" is not a namespace grant");
+	parse_refused(TOK_A " rw z/ Max_Retained_Bytes=1MiB\n", -EINVAL, "tokens:1:");
+	parse_refused(TOK_A " rw z/ max_retain_bytes=1MiB\n", -EINVAL,
+		      "tokens:1: \"max_retain_bytes=1MiB\" is not a namespace grant");
+	parse_refused(TOK_A " rw z/ =\n", -EINVAL, "tokens:1: \"=\" is not a namespace grant");
+	a = parse_ok(TOK_A " rw max_retained_bytes=1MiB a/\n" TOK_B " ro b/\n"
+		     TOK_C " rw max_retained_bytes=3MiB c/\n");
+	srv_auth_retain_budgets(a, 2u << 20, &sum, &largest, &n);
+	assert_int_equal(n, 3);
+	assert_int_equal(sum, 6u << 20);
+	assert_int_equal(largest, 3u << 20);
+	srv_auth_free(a);
+}
+
 /* Issue 20 item 2: exact names, separator-ended prefixes, PREFIX*, *. */
 static void test_grant_forms(void **state)
 {
@@ -238,6 +268,7 @@ int main(void)
 		cmocka_unit_test(test_quota_comment),
 		cmocka_unit_test(test_grant_forms),
 		cmocka_unit_test(test_retain_budget_override),
+		cmocka_unit_test(test_retain_budget_typos),
 		cmocka_unit_test(test_overlap_warnings),
 	};
 

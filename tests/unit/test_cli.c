@@ -474,6 +474,10 @@ static void test_parse_numbers_and_exit_codes(void **state)
 	assert_int_equal(cli_exit_code(0), CLI_EXIT_OK);
 	assert_int_equal(cli_exit_code(-ENOENT), CLI_EXIT_MISS);
 	assert_int_equal(cli_exit_code(-ENOSPC), CLI_EXIT_MISS);
+	/* FULL in a user's words, without the library's output-array case */
+	assert_null(strstr(cli_strerror(-ENOSPC), "array"));
+	assert_non_null(strstr(cli_strerror(-ENOSPC), "pool full"));
+	assert_string_equal(cli_strerror(-ENOENT), kvpool_strerror(-ENOENT));
 	assert_int_equal(cli_exit_code(-ECONNREFUSED), CLI_EXIT_ERROR);
 	assert_int_equal(cli_exit_code(-EPROTO), CLI_EXIT_ERROR);
 }

@@ -438,6 +438,201 @@ static void test_tenant_after(void **state)
 	store_close(s);
 }
 
+/* Retain the leading n blocks of chain first.. by MATCH on behalf of
+ * tenant `by` for retain_ms; returns the result. */
+static struct store_match_res match_retain(struct store *s, uint32_t ns, uint64_t first,
+					   uint32_t n, uint32_t retain_ms, struct store_tenant *by)
+{
+	uint8_t (*keys)[STORE_KEY_BYTES] = malloc(n * sizeof(*keys));
+	struct store_match_opts o = { .retain_ms = retain_ms, .retainer = by };
+	struct store_match_res r;
+
+	assert_non_null(keys);
+	for (uint32_t i = 0; i < n; i++)
+		key_of(first + i, keys[i]);
+	assert_int_equal(store_match_ex(s, ns, (const uint8_t (*)[STORE_KEY_BYTES])keys, n, &o, &r),
+			 0);
+	free(keys);
+	return r;
+}
+
+/* A retention is charged to the tenant that asks for it, not to the
+ * namespace's tenant nor the blocks' writer: a reader retaining a
+ * writer's blocks by MATCH spends its own budget (and is bounded by it),
+ * the writer's stays whole; a tenant at its budget cannot retain in a
+ * namespace another tenant created (PUT), on that tenant's budget. */
+static void test_retainer_pays(void **state)
+{
+	struct store *s = open_pool(2 * MIB, 60000, 2 * MIB);
+	struct store_tenant *w = store_tenant_new(s, 0, 0), *r = store_tenant_new(s, 0, 0);
+	uint32_t ns = ns_of(s, "w/1"), shared = ns_of(s, "shared/y");
+	struct store_retain_stats ws, rs;
+	struct store_retain_res res[8];
+	struct store_match_res m;
+
+	(void)state;
+	assert_non_null(w);
+	assert_non_null(r);
+	store_tenant_retain_budget(s, w, 4 * BLOCK);
+	store_tenant_retain_budget(s, r, 2 * BLOCK);
+	assert_int_equal(store_namespace_tenant(s, ns, w), 0);
+	assert_int_equal(store_namespace_tenant(s, shared, r), 0);
+	put_chain(s, ns, 1, 8, 0, NULL);
+	/* the reader retains the writer's chain: 2 blocks on its budget */
+	m = match_retain(s, ns, 1, 8, 60000, r);
+	assert_int_equal(m.matched, 8);
+	assert_int_equal(m.retained, 2);
+	assert_int_equal(m.retain_ms, 60000);
+	assert_int_equal(m.flags, STORE_MATCH_RETAIN_BUDGET);
+	store_tenant_retain_stats(s, r, &rs);
+	store_tenant_retain_stats(s, w, &ws);
+	assert_int_equal(rs.bytes, 2 * BLOCK);
+	assert_int_equal(rs.refused, 6); /* blocks 3..8 */
+	assert_int_equal(ws.bytes, 0);
+	assert_int_equal(ws.refused, 0);
+	/* the writer's own retentions still have its whole budget: blocks
+	 * 1-2 are retained longer already (free), 3-6 fit its 4 blocks */
+	m = match_retain(s, ns, 1, 8, 50000, w);
+	assert_int_equal(m.retained, 6);
+	assert_int_equal(m.flags, STORE_MATCH_RETAIN_BUDGET);
+	store_tenant_retain_stats(s, w, &ws);
+	assert_int_equal(ws.bytes, 4 * BLOCK);
+	store_tenant_retain_stats(s, r, &rs);
+	assert_int_equal(rs.bytes, 2 * BLOCK);
+	/* the writer, at its budget, PUTs in a namespace the reader created:
+	 * refused, and the reader's budget is not spent for it */
+	store_tenant_retain_budget(s, r, 8 * BLOCK);
+	for (uint32_t i = 0; i < 2; i++) {
+		uint8_t key[STORE_KEY_BYTES], parent[STORE_KEY_BYTES];
+		uint8_t *buf = malloc(BLOCK);
+		struct store_block *b;
+		uint64_t sum;
+		void *dst;
+
+		assert_non_null(buf);
+		key_of(900 + i, key);
+		key_of(899 + i, parent);
+		fill(buf, BLOCK, key);
+		sum = XXH3_64bits(buf, BLOCK);
+		assert_int_equal(store_put_begin(s, shared, key, i ? parent : NULL, 0, BLOCK, sum,
+						 &b, &dst), 0);
+		memcpy(dst, buf, BLOCK);
+		assert_int_equal(store_put_commit_retain_by(s, b, &sum, 60000, w, &res[i]), 0);
+		free(buf);
+		assert_int_equal(res[i].flags, STORE_PUT_RETAIN_BUDGET);
+		assert_int_equal(res[i].retain_ms, 0);
+	}
+	store_tenant_retain_stats(s, r, &rs);
+	assert_int_equal(rs.bytes, 2 * BLOCK); /* unchanged */
+	assert_int_equal(ns_stats(s, shared).retained_blocks, 0);
+	/* a refresh of a stored key by the writer: also its own budget */
+	{
+		uint8_t key[STORE_KEY_BYTES];
+		struct store_retain_res rr;
+
+		key_of(900, key);
+		assert_int_equal(store_put_retain_by(s, shared, key, 60000, w, &rr), 0);
+		assert_int_equal(rr.flags, STORE_PUT_RETAIN_BUDGET);
+		assert_int_equal(store_put_retain_by(s, shared, key, 60000, r, &rr), 0);
+		assert_int_equal(rr.flags, STORE_PUT_RETAINED);
+	}
+	store_tenant_retain_stats(s, r, &rs);
+	assert_int_equal(rs.bytes, 3 * BLOCK);
+	assert_check(s);
+	store_close(s);
+}
+
+/* A tenant that extends another's retention takes it over: the first
+ * holder's budget is freed, the extender's spent; a shorter ask changes
+ * neither. Expiry and DELETE uncharge the holder of the moment. */
+static void test_retention_moves(void **state)
+{
+	struct store *s = open_pool(2 * MIB, 60000, 2 * MIB);
+	struct store_tenant *a = store_tenant_new(s, 0, 0), *b = store_tenant_new(s, 0, 0);
+	uint32_t ns = ns_of(s, "a/1");
+	struct store_retain_stats as, bs;
+	struct store_match_res m;
+	uint8_t key[STORE_KEY_BYTES];
+	uint64_t removed = 0;
+
+	(void)state;
+	assert_int_equal(store_namespace_tenant(s, ns, a), 0);
+	put_chain(s, ns, 1, 4, 10000, NULL); /* a's (the namespace's tenant) */
+	store_tenant_retain_stats(s, a, &as);
+	assert_int_equal(as.bytes, 4 * BLOCK);
+	m = match_retain(s, ns, 1, 4, 5000, b); /* shorter: a keeps it, b pays nothing */
+	assert_int_equal(m.retained, 4);
+	store_tenant_retain_stats(s, b, &bs);
+	assert_int_equal(bs.bytes, 0);
+	m = match_retain(s, ns, 1, 2, 30000, b); /* longer, on the first 2: they move */
+	assert_int_equal(m.retained, 2);
+	store_tenant_retain_stats(s, a, &as);
+	store_tenant_retain_stats(s, b, &bs);
+	assert_int_equal(as.bytes, 2 * BLOCK);
+	assert_int_equal(bs.bytes, 2 * BLOCK);
+	assert_check(s);
+	/* b's budget cut to 3 blocks: it takes over a's 3rd block, not the 4th */
+	store_tenant_retain_budget(s, b, 3 * BLOCK);
+	m = match_retain(s, ns, 1, 4, 40000, b);
+	assert_int_equal(m.retained, 3); /* 2 extended free, the 3rd moves; the 4th is refused */
+	assert_int_equal(m.flags, STORE_MATCH_RETAIN_BUDGET);
+	store_tenant_retain_stats(s, a, &as);
+	store_tenant_retain_stats(s, b, &bs);
+	assert_int_equal(as.bytes, 1 * BLOCK);
+	assert_int_equal(bs.bytes, 3 * BLOCK);
+	/* DELETE of block 2 (and its descendants) uncharges b for 2, a for 1 */
+	key_of(2, key);
+	assert_int_equal(store_delete(s, ns, key, &removed), 0);
+	assert_int_equal(removed, 3);
+	store_tenant_retain_stats(s, a, &as);
+	store_tenant_retain_stats(s, b, &bs);
+	assert_int_equal(as.bytes, 0);
+	assert_int_equal(bs.bytes, 1 * BLOCK);
+	assert_check(s);
+	store_close(s);
+}
+
+/* max_retained_total_bytes bounds the pool, whoever asks: two
+ * namespaces whose own budgets would take the whole pool share it, and
+ * ordinary blocks keep the rest of DRAM. */
+static void test_pool_wide_cap(void **state)
+{
+	uint64_t dram = 2 * MIB, next = 1000000, full = 0;
+	struct store_config cfg = {
+		.dram_capacity_bytes = dram,
+		.max_block_bytes = 64 * KIB,
+		.max_lease_ms = 5000,
+		.max_retain_ms = 60000,
+		.max_retained_bytes = dram, /* each namespace alone could take the pool */
+		.max_retained_total_bytes = dram / 2,
+	};
+	struct store *s = NULL;
+	uint32_t n1, n2, n3;
+	struct store_retain_res res[64];
+	uint32_t granted = 0;
+
+	(void)state;
+	store_fixture_open(&cfg, &s, NULL, NULL);
+	n1 = ns_of(s, "one");
+	n2 = ns_of(s, "two");
+	n3 = ns_of(s, "plain");
+	put_chain(s, n1, 1, 40, 60000, res);
+	for (int i = 0; i < 40; i++)
+		granted += res[i].flags == STORE_PUT_RETAINED;
+	assert_int_equal(granted, 40);
+	put_chain(s, n2, 100, 40, 60000, res);
+	assert_int_equal(res[23].flags, STORE_PUT_RETAINED); /* 64 blocks = 1 MiB */
+	assert_int_equal(res[24].flags, STORE_PUT_RETAIN_BUDGET);
+	assert_int_equal(stats_of(s).retained_bytes, dram / 2);
+	assert_int_equal(ns_stats(s, n2).retain_refused, 16);
+	/* ordinary traffic still finds room */
+	flood(s, n3, &next, 10 * dram, &full);
+	assert_int_equal(full, 0);
+	assert_int_equal(present(s, n1, 1, 40), 40);
+	assert_check(s);
+	store_close(s);
+}
+
 /* ---- refresh: MATCH and a PUT of a stored key ---- */
 
 static void test_match_refresh(void **state)
@@ -733,6 +928,50 @@ static void test_nvme_retained_segments(void **state)
 	store_fixture_rmdir(dir);
 }
 
+/* A planned stop whose time runs out (nvme_drain_ms) writes the
+ * retained blocks first, head of the chain first: the retained chain,
+ * the coldest in the pool, comes back retained after the restart, while
+ * hotter ordinary chains are the ones left behind. */
+static void test_nvme_drain_retained_first(void **state)
+{
+	char dir[64];
+	struct store *s;
+	uint32_t ns;
+	uint64_t kept = 0, left = 0, total = 0;
+	int rc;
+
+	(void)state;
+	store_fixture_tmpdir(dir, sizeof(dir), "kvpool-retain");
+	s = open_nvme(dir, 8 * MIB, 60000);
+	ns = ns_of(s, "m");
+	put_chain(s, ns, 1, 8, 60000, NULL);       /* retained, put first: coldest */
+	for (uint64_t c = 0; c < 6; c++)
+		put_chain(s, ns, 100 + 10 * c, 8, 0, NULL);
+	for (uint64_t c = 0; c < 6; c++)           /* ordinary chains, used since */
+		assert_int_equal(present(s, ns, 100 + 10 * c, 8), 8);
+	store_debug_nvme_wait_idle(s);
+	assert_int_equal(stats_of(s).nvme_blocks, 0);
+	/* no time: the batch that starts (a quarter segment, 16 blocks)
+	 * finishes, no more; called again until something was written */
+	for (int tries = 0; total < 8 && tries < 1000; tries++) {
+		rc = store_keep_dram(s, 1, &kept, &left);
+		assert_true(rc == -ETIMEDOUT || rc == 0);
+		total += kept;
+	}
+	assert_true(total >= 8);
+	assert_int_equal(total + left, 56);
+	store_fixture_close(&s, 0);
+
+	s = open_nvme(dir, 8 * MIB, 60000);
+	ns = ns_of(s, "m");
+	assert_int_equal(present(s, ns, 1, 8), 8);
+	assert_int_equal(stats_of(s).retained_blocks, 8);
+	assert_int_equal(stats_of(s).rebuild_blocks, total);
+	assert_check(s);
+	store_fixture_close(&s, 0);
+	store_fixture_rmdir(dir);
+}
+
 /* A warm restart keeps the deadlines: of blocks demoted with their
  * retention, and of blocks whose retention was extended after their
  * record was written. An expired one comes back ordinary. */
@@ -777,6 +1016,9 @@ static void test_nvme_restart_keeps_deadlines(void **state)
 	}
 	assert_int_equal(left_ms(s, ns, 100), 0);
 	assert_int_equal(left_ms(s, ns, 200), 0);
+	/* the 4 whose deadline passed are counted as expired, not lost */
+	assert_int_equal(stats_of(s).retain_expired, 4);
+	assert_int_equal(ns_stats(s, ns).retain_expired, 4);
 	assert_check(s);
 	/* and they still hold against a flood */
 	flood(s, ns, &next, 10 * 10 * MIB, NULL);
@@ -817,9 +1059,13 @@ int main(void)
 		cmocka_unit_test(test_lease_and_retention),
 		cmocka_unit_test(test_delete_and_drop),
 		cmocka_unit_test(test_quota_spares_retained),
+		cmocka_unit_test(test_retainer_pays),
+		cmocka_unit_test(test_retention_moves),
+		cmocka_unit_test(test_pool_wide_cap),
 		cmocka_unit_test(test_random_ops),
 		cmocka_unit_test(test_nvme_demoted_not_evicted),
 		cmocka_unit_test(test_nvme_restart_keeps_deadlines),
+		cmocka_unit_test(test_nvme_drain_retained_first),
 		cmocka_unit_test(test_nvme_retained_segments),
 	};
 

@@ -764,6 +764,11 @@ void kvcl_match_finish_locked(struct kvcl *cl, struct kvcl_parent *p)
 	m->retained = i < m->matched ? i : m->matched;
 	if (!m->matched)
 		m->lease_ms = 0;
+	/* as a single node answers (PROTOCOL.md 14.1): no retention granted
+	 * over the leading run, no retain_ms, even where a node further
+	 * along retained its own part */
+	if (!m->retained)
+		m->retain_ms = 0;
 	/* short because a wait was ended (never only WAITED: that reads as
 	 * complete) */
 	if (p->wait_ended && m->matched < (p->r.mopts.want ? p->r.mopts.want : count))
