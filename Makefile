@@ -570,6 +570,9 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/share/kvpool/kvpool.conf
 	-rmdir $(DESTDIR)$(PREFIX)/share/kvpool 2>/dev/null
 	rm -f $(DESTDIR)$(SYSTEMD_UNIT_DIR)/kvpoold.service $(DESTDIR)$(SYSUSERS_DIR)/kvpool.conf
+	@# the directories make install may have made for them, only if now empty
+	-@rmdir $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(dir $(SYSTEMD_UNIT_DIR)) \
+	  $(DESTDIR)$(SYSUSERS_DIR) 2>/dev/null
 	@for r in $(DESTDIR)$(PYDIR)/kvpool-*.dist-info/RECORD; do \
 	  [ -f "$$r" ] || continue; d=$${r%/kvpool-*}; echo "removing the Python package in $$d ($$r)"; \
 	  cut -d, -f1 "$$r" | grep -E '^kvpool(/|-[^/]*\.dist-info/)' | while read -r f; do rm -f "$$d/$$f"; done; \

@@ -485,6 +485,10 @@ test_pkgconfig() {
 		[ \"\$(cd '$stage' && find . ! -type d | sort)\" = ./etc/kvpool/kvpool.conf ] &&
 		tail -1 '$stage/etc/kvpool/kvpool.conf' | grep -qx edited ||
 		{ cd '$stage' && find . ! -type d; exit 1; }"
+	check "and no empty directory it made for kvpool.pc, the unit or the sysusers entry" bash -c "
+		for d in '$stage/usr/lib/pkgconfig' '$stage/usr/lib/systemd' '$stage/usr/lib/sysusers.d'; do
+			[ ! -e \"\$d\" ] || { echo \"\$d is left\"; exit 1; }
+		done"
 	section_end
 }
 
@@ -564,8 +568,28 @@ deb_root_install() {
 	check "apt-get update in the root" $in apt-get update -qq || return
 	local f inroot=()
 	for f in "$r"/tmp/debs/*.deb; do inroot+=("/tmp/debs/$(basename "$f")"); done
-	check "apt-get install the five packages (and what they depend on)" \
-		$in apt-get install -y -qq --no-install-recommends "${inroot[@]}" || return
+	# An earlier build (0.1.0, before the CLI moved to kvpool-tools) whose
+	# kvpool still had /usr/bin/kvpool: kvpool-tools takes the file over
+	# (Replaces) and deconfigures it (Breaks) instead of failing with
+	# "trying to overwrite '/usr/bin/kvpool'".
+	local old=$work/old-kvpool
+	mkdir -p "$old/DEBIAN" "$old/usr/bin"
+	printf '#!/bin/sh\necho old kvpool\n' >"$old/usr/bin/kvpool" && chmod 755 "$old/usr/bin/kvpool"
+	printf 'Package: kvpool\nVersion: 0.1.0\nArchitecture: %s\nMaintainer: test <test@kvpool.invalid>\nDescription: earlier kvpool with the CLI\n' \
+		"$(dpkg --print-architecture)" >"$old/DEBIAN/control"
+	check "an earlier kvpool 0.1.0 with /usr/bin/kvpool installs in the root" bash -c "
+		dpkg-deb -b --root-owner-group '$old' '$r/tmp/old-kvpool.deb' >/dev/null &&
+		$in dpkg -i /tmp/old-kvpool.deb >/dev/null"
+	check "kvpool-tools unpacks over it and takes /usr/bin/kvpool (Breaks/Replaces kvpool << 0.1.1~)" bash -c "
+		$in dpkg --unpack --auto-deconfigure /tmp/debs/$(basename "$(ls "$r"/tmp/debs/kvpool-tools_*.deb)") &&
+		$in dpkg-query -S /usr/bin/kvpool | grep -qx 'kvpool-tools: /usr/bin/kvpool'"
+	rm -f "$r/tmp/old-kvpool.deb"
+	# -f: kvpool-tools is unpacked, its dependencies not yet installed
+	check "apt-get install -f the five packages (and what they depend on) over it" \
+		$in apt-get install -f -y -qq --no-install-recommends "${inroot[@]}" || return
+	check "  the earlier kvpool is upgraded and kvpool-tools keeps /usr/bin/kvpool" bash -c "
+		[ \"\$($in dpkg-query -W -f '\${Version} \${db:Status-Abbrev}' kvpool)\" = '$VERSION ii ' ] &&
+		$in dpkg-query -S /usr/bin/kvpool | grep -qx 'kvpool-tools: /usr/bin/kvpool'"
 	check "every command the unit runs is there and executable (ExecReload's /bin/kill: procps)" \
 		unit_commands_exist "$r"
 	check "kvpoold --version runs from the root" \
@@ -604,6 +628,29 @@ deb_root_install() {
 	mkdir -p "$r/var/lib/kvpool/nvme" && touch "$r/var/lib/kvpool/nvme/segment-test"
 	# a tokens file the operator added, where the docs put it
 	printf '[tokens]\n' >"$r/etc/kvpool/tokens"
+
+	# a first purge with a disk mounted in the state directory (a tmpfs
+	# for the NVMe drive an operator mounts at /var/lib/kvpool/nvme): the
+	# purge succeeds and leaves that file system alone
+	local disk=$r/var/lib/kvpool/nvme
+	if mount -t tmpfs -o size=1m tmpfs "$disk" 2>/dev/null; then
+		mounts+=("$disk")
+		touch "$disk/segment-on-disk" "$r/var/lib/kvpool/index-test"
+		check "apt-get purge kvpool with a file system mounted at /var/lib/kvpool/nvme" \
+			$in apt-get purge -y -qq kvpool
+		check "  it emptied /var/lib/kvpool but not the mounted file system" bash -c "
+			[ -e '$disk/segment-on-disk' ] && [ ! -e '$r/var/lib/kvpool/index-test' ]"
+		check "  dpkg has kvpool purged (not half-purged)" bash -c "
+			s=\$($in dpkg-query -W -f '\${db:Status-Abbrev}' kvpool 2>/dev/null)
+			case \"\$s\" in ''|?n*) ;; *) echo \"kvpool: \$s\"; exit 1 ;; esac"
+		umount "$disk"
+		check "apt-get install kvpool again" $in apt-get install -y -qq --no-install-recommends \
+			"/tmp/debs/$(basename "$(ls "$r"/tmp/debs/kvpool_*.deb)")"
+		mkdir -p "$disk" && touch "$disk/segment-test"
+		printf '[tokens]\n' >"$r/etc/kvpool/tokens"
+	else
+		skip_or_fail "purge with a mounted NVMe disk: mount -t tmpfs failed"
+	fi
 
 	check "apt-get purge the five packages" \
 		$in apt-get purge -y -qq kvpool kvpool-tools libkvpool1 libkvpool-dev python3-kvpool
@@ -670,7 +717,11 @@ test_deb() {
 		! dpkg-deb -f '$t' Depends | grep -qE '(^|, )kvpool( |,|$)'"
 	check "kvpool: the conffile" deb_control_has "$k" conffiles '^/etc/kvpool/kvpool.conf$'
 	check "kvpool: postinst creates the user, enables and starts the unit" kvpool_postinst_ok "$k"
-	check "kvpool: postrm purge removes /var/lib/kvpool" deb_control_has "$k" postrm 'rm -rf .*/var/lib/kvpool'
+	check "kvpool: postrm purge removes /var/lib/kvpool, on its own file system only" \
+		deb_control_has "$k" postrm 'rm -rf --one-file-system .*'
+	check "kvpool-tools: Breaks and Replaces kvpool (<< 0.1.1~), the kvpool that had /usr/bin/kvpool" bash -c "
+		dpkg-deb -f '$t' Breaks | grep -qx 'kvpool (<< 0.1.1~)' &&
+		dpkg-deb -f '$t' Replaces | grep -qx 'kvpool (<< 0.1.1~)'"
 	check "kvpool: the unit runs /usr/bin/kvpoold with /etc/kvpool/kvpool.conf" bash -c \
 		"dpkg-deb --fsys-tarfile '$k' | tar -xO ./lib/systemd/system/kvpoold.service |
 		 grep -qx 'ExecStart=/usr/bin/kvpoold --config /etc/kvpool/kvpool.conf'"
