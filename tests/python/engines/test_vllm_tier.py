@@ -2,7 +2,6 @@
 driven as vLLM's tiering manager drives a tier, against a real kvpoold.
 See ../../../docs/engines.md and the engine notes (§3.1, §3.3, §5)."""
 
-import signal
 import time
 
 import pytest
@@ -508,31 +507,22 @@ def test_estimator_setting_checked(server, prefix):
         assert "prefill_tokens_per_s" in str(e.value)
 
 
-def test_declined_lookup_keeps_no_lease_and_failed_loads_teach(fresh_server, prefix):
+def test_declined_lookup_keeps_no_lease(fresh_server, prefix):
     """A lookup the estimator declines is matched without a lease (it is
-    never loaded, so it pins nothing); a load that times out counts as a
-    load of at least timeout_s, so later hits on a pool that does not
-    answer in time are declined."""
+    never loaded, so it pins nothing); the probe is leased."""
     fresh_server.start()
-    tier, rows = make(fresh_server.url, prefix, prefill_tokens_per_s=1e6, timeout_s=0.5)
+    tier, rows = make(fresh_server.url, prefix, prefill_tokens_per_s=1e12)
     fill(rows, range(4), 46)
     keys = [offload_key(h) for h in hashes(4, seed=46)]
     ctx = tb.ReqContext("r")
     tier.submit_store(tb.JobMetadata(1, keys, np.array([0, 1, 2, 3]), False, ctx))
     tier.drain_jobs(timeout=10)
     assert tier.batch_lookup(keys, ctx) == [True] * 4       # nothing timed yet: learning
-    fresh_server.proc.send_signal(signal.SIGSTOP)           # a pool that does not answer
-    try:
-        tier.submit_load(tb.JobMetadata(2, keys, np.array([8, 9, 10, 11]), False, ctx))
-        tier.drain_jobs(timeout=10)
-    finally:
-        fresh_server.proc.send_signal(signal.SIGCONT)
-    assert [r.success for r in tier.get_finished()] == [True, False]
-    assert tier.estimator.s_per_byte >= 0.5 / (4 * rows.shape[1])
-    deadline = time.monotonic() + 10
-    while not tier._read_link.up and time.monotonic() < deadline:
-        time.sleep(0.05)
+    tier.submit_load(tb.JobMetadata(2, keys, np.array([8, 9, 10, 11]), False, ctx))
+    tier.drain_jobs(timeout=10)
+    assert [r.success for r in tier.get_finished()] == [True, True]
     with kvpool.Client(fresh_server.url, "stats") as c:
+        assert c.stats()["leases_active"] == 0              # the load ended that lease
         for _ in range(tier.estimator.PROBE_EVERY - 1):
             assert tier.batch_lookup(keys, ctx) == [False] * 4
             assert c.stats()["leases_active"] == 0
