@@ -235,12 +235,14 @@ static struct kvc_engine *node_engine(struct kvcl *cl, const char *url, int *err
 	return e;
 }
 
-/* Connect node n's engine e, its HELLO bounded by the budget (when the
- * URL did not turn the budget off) rather than the call timeout: a node
- * that is frozen (SIGSTOP, a stalled machine) accepts the TCP connection
- * and never answers, and every new handle would otherwise wait the whole
- * timeout for it. Past the budget it is down like any node that does not
- * answer, and its thread probes it in the background. */
+/* Connect node n's engine e, its HELLO bounded like a probe's (the
+ * budget, at least KVCL_PROBE_MIN_MS, when the URL did not turn the budget
+ * off) rather than by the call timeout: a node that is frozen (SIGSTOP, a
+ * stalled machine) accepts the TCP connection and never answers, and
+ * every new handle would otherwise wait the whole timeout for it. The
+ * floor keeps a first connect (a TLS handshake, a loaded machine) from
+ * marking a healthy node down. Past the bound the node is down like any
+ * node that does not answer, and its thread probes it in the background. */
 static int node_connect(struct kvcl *cl, struct kvc_engine *e)
 {
 	uint32_t timeout, bound;
@@ -248,7 +250,9 @@ static int node_connect(struct kvcl *cl, struct kvc_engine *e)
 
 	pthread_mutex_lock(&cl->lock);
 	timeout = cl->timeout_ms ? cl->timeout_ms : KVPOOL_DEFAULT_TIMEOUT_MS;
-	bound = cl->budget_ms && cl->budget_ms < timeout ? cl->budget_ms : timeout;
+	bound = cl->budget_ms > KVCL_PROBE_MIN_MS ? cl->budget_ms : KVCL_PROBE_MIN_MS;
+	if (!cl->budget_ms || bound > timeout)
+		bound = timeout;
 	pthread_mutex_unlock(&cl->lock);
 	kvc_engine_backend.set_timeout(e, bound);
 	rc = kvc_engine_connect(e);
