@@ -159,6 +159,13 @@ KVPOOLD   := $(BUILD)/kvpoold
 KVPOOL    := $(BUILD)/kvpool
 LIB_A     := $(BUILD)/libkvpool.a
 LIB_SO    := $(BUILD)/libkvpool.so
+# The library's ABI version (SONAME libkvpool.so.N, Debian package
+# libkvpoolN). Raise it with every change that an already built program
+# would misread: a public struct that grows (kvpool_options gained its TLS
+# fields, kvpool_put_block retain_ms, kvpool_limits the v2 limits: 1),
+# a removed or retyped function. tests/abi/soname_test.sh checks that a program
+# built against the old library is refused by the loader, not run.
+SOVERSION := 1
 UNIT_BIN  := $(patsubst tests/unit/test_%.c,$(BUILD)/tests/unit_%,$(UNIT_SRC))
 INTEG_BIN := $(patsubst tests/integration/test_%.c,$(BUILD)/tests/integ_%,$(INTEG_SRC))
 
@@ -236,10 +243,10 @@ $(LIB_A): $(CLIENT_OBJ) $(PROTO_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(LIB_SO): $(CLIENT_OBJ) $(PROTO_OBJ) client/libkvpool.map
-	$(CC) $(LDFLAGS) -shared -Wl,-soname,libkvpool.so.0 -Wl,--version-script=client/libkvpool.map \
+$(LIB_SO): $(CLIENT_OBJ) $(PROTO_OBJ) client/libkvpool.map Makefile
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libkvpool.so.$(SOVERSION) -Wl,--version-script=client/libkvpool.map \
 	  -o $@ $(CLIENT_OBJ) $(PROTO_OBJ) $(LIBS_CLIENT)
-	ln -sf libkvpool.so $(BUILD)/libkvpool.so.0
+	ln -sf libkvpool.so $(BUILD)/libkvpool.so.$(SOVERSION)
 
 $(KVPOOL): $(CLI_OBJ) $(LIB_A)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS_CLIENT) -ljson-c
@@ -439,6 +446,8 @@ DEPS_TESTS := tests/deps_check_test.sh
 # README.md's shell, C and Python blocks, run against a scratch kvpoold
 # (markers and substitutions: the head of tests/readme_test.sh).
 README_TEST := tests/readme_test.sh
+# The SONAME guards programs built against an older struct layout.
+ABI_TEST := tests/abi/soname_test.sh
 
 # The layering rules (tests/deps_rules.txt): which folder may #include which.
 .PHONY: deps-check
@@ -448,7 +457,7 @@ deps-check:
 test: deps deps-check
 	@$(MAKE) --no-print-directory all $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(COPYCOUNT) $(ROFS)
 	@BUILD=$(BUILD) KVPOOL_SOAK_SECONDS=$(TEST_SOAK_SECONDS) \
-	  tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(PY_TESTS) $(DEPS_TESTS) $(README_TEST)
+	  tests/run.sh $(UNIT_BIN) $(INTEG_BIN) $(FUZZ_REPLAY) $(SOAK_BIN) $(PY_TESTS) $(DEPS_TESTS) $(README_TEST) $(ABI_TEST)
 	@# (not in the sanitizer build: ThreadSanitizer and AddressSanitizer do not mix)
 	@if [ "$(SAN)" = 0 ]; then $(MAKE) --no-print-directory test-tsan; fi
 
@@ -524,8 +533,8 @@ install: all $(if $(filter 1,$(INSTALL_PYTHON)),$(WHEEL_FILE))
 	  $(DESTDIR)$(PREFIX)/share/kvpool $(DESTDIR)$(PKGCONFIGDIR)
 	install -m 755 $(KVPOOLD) $(KVPOOL) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
-	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libkvpool.so.0
-	ln -sf libkvpool.so.0 $(DESTDIR)$(LIBDIR)/libkvpool.so
+	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libkvpool.so.$(SOVERSION)
+	ln -sf libkvpool.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libkvpool.so
 	install -m 644 client/kvpool.h $(DESTDIR)$(INCLUDEDIR)/
 	$(call kvpool_pc) > $(DESTDIR)$(PKGCONFIGDIR)/kvpool.pc
 	install -m 644 config/kvpool.conf $(DESTDIR)$(PREFIX)/share/kvpool/
@@ -540,11 +549,11 @@ install: all $(if $(filter 1,$(INSTALL_PYTHON)),$(WHEEL_FILE))
 	@# an operator's configuration is never overwritten
 	[ -e $(DESTDIR)$(SYSCONFDIR)/kvpool/kvpool.conf ] || \
 	  install -m 644 config/kvpool.conf $(DESTDIR)$(SYSCONFDIR)/kvpool/kvpool.conf
-	@# the dynamic linker's cache, so that programs find libkvpool.so.0 at once
+	@# the dynamic linker's cache, so that programs find libkvpool.so.$(SOVERSION) at once
 	@# (not for a staged DESTDIR install: the package's own scripts do it)
 	@if [ -z "$(DESTDIR)" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then $(LDCONFIG) || echo "make install: $(LDCONFIG) failed"; \
-	  else echo "make install: run '$(LDCONFIG)' as root so that libkvpool.so.0 is found"; fi; \
+	  else echo "make install: run '$(LDCONFIG)' as root so that libkvpool.so.$(SOVERSION) is found"; fi; \
 	fi
 
 # What make install put there, with the same variables; the configuration
@@ -556,11 +565,14 @@ uninstall:
 	@if [ -z "$(DESTDIR)" ] && [ -e /etc/systemd/system/multi-user.target.wants/kvpoold.service ]; then \
 	  echo "make uninstall: kvpoold.service is enabled: run 'systemctl disable --now kvpoold' first"; exit 1; fi
 	rm -f $(DESTDIR)$(PREFIX)/bin/kvpoold $(DESTDIR)$(PREFIX)/bin/kvpool
-	rm -f $(DESTDIR)$(LIBDIR)/libkvpool.a $(DESTDIR)$(LIBDIR)/libkvpool.so.0 $(DESTDIR)$(LIBDIR)/libkvpool.so
+	rm -f $(DESTDIR)$(LIBDIR)/libkvpool.a $(DESTDIR)$(LIBDIR)/libkvpool.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libkvpool.so
 	rm -f $(DESTDIR)$(INCLUDEDIR)/kvpool.h $(DESTDIR)$(PKGCONFIGDIR)/kvpool.pc
 	rm -f $(DESTDIR)$(PREFIX)/share/kvpool/kvpool.conf
 	-rmdir $(DESTDIR)$(PREFIX)/share/kvpool 2>/dev/null
 	rm -f $(DESTDIR)$(SYSTEMD_UNIT_DIR)/kvpoold.service $(DESTDIR)$(SYSUSERS_DIR)/kvpool.conf
+	@# the directories make install may have made for them, only if now empty
+	-@rmdir $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(dir $(SYSTEMD_UNIT_DIR)) \
+	  $(DESTDIR)$(SYSUSERS_DIR) 2>/dev/null
 	@for r in $(DESTDIR)$(PYDIR)/kvpool-*.dist-info/RECORD; do \
 	  [ -f "$$r" ] || continue; d=$${r%/kvpool-*}; echo "removing the Python package in $$d ($$r)"; \
 	  cut -d, -f1 "$$r" | grep -E '^kvpool(/|-[^/]*\.dist-info/)' | while read -r f; do rm -f "$$d/$$f"; done; \
@@ -574,11 +586,11 @@ uninstall:
 # How kvpool is installed outside the build tree (docs/building.md, Packages):
 #   make wheel           $(BUILD)/dist/kvpool-VERSION-py3-none-PLATFORM.whl: the Python
 #                        package (client/python/pyproject.toml) with libkvpool.so inside;
-#                        WHEEL_LIB= makes a pure wheel that loads the system's libkvpool.so.0
+#                        WHEEL_LIB= makes a pure wheel that loads the system's libkvpool.so.1
 #   make install         (above) the binaries, the library, kvpool.h, kvpool.pc, the wheel
 #                        through pip, the unit, the sysusers entry, /etc/kvpool/kvpool.conf
 #   make deb             dpkg-buildpackage -b -us -uc on a copy of the tracked files:
-#                        kvpool, kvpool-tools, libkvpool0, libkvpool-dev and python3-kvpool
+#                        kvpool, kvpool-tools, libkvpool1, libkvpool-dev and python3-kvpool
 #                        in $(BUILD)/deb/
 #   make test-packaging  installs the tools below, then tests/packaging/run.sh: what each
 #                        deps target installs, the wheel in a fresh virtualenv, pkg-config on

@@ -94,8 +94,11 @@ struct kvpool_client;
  * system's trust store and no client certificate. The server's
  * certificate chain is always verified, and by default it must name the
  * URL's host (a DNS name or IP address in its subjectAltName).
- * The TLS fields made the struct larger: a program built with an older
- * kvpool.h must be rebuilt against this one (libkvpool reads them all). */
+ * The TLS fields made the struct larger (kvpool_put_block and
+ * kvpool_limits grew too), so the library's SONAME is libkvpool.so.1
+ * (Debian: libkvpool1): a program built against libkvpool.so.0 is refused
+ * by the dynamic loader instead of running with the old layout; rebuild
+ * it against this header. */
 struct kvpool_options {
 	const char *token;    /* auth token, NUL-terminated; NULL for none. Copied. */
 	uint32_t timeout_ms;  /* per-call timeout; 0 = KVPOOL_DEFAULT_TIMEOUT_MS */

@@ -191,6 +191,7 @@ struct replay_peer {
 	uint64_t end;          /* batches that existed when it asked: send up to end - 1 */
 	uint64_t bytes;        /* payload bytes sent in this answer */
 	uint32_t extra_ends;   /* requests refused meanwhile: an end marker each, after it */
+	uint64_t progress_ms;  /* when it started or last sent a message (mono_ms) */
 };
 
 struct srv_events {
@@ -205,7 +206,7 @@ struct srv_events {
 	/* counters: producer (produced, dropped) and publisher (the rest), atomics */
 	uint64_t produced, dropped, published, batches, resync_batches;
 	uint64_t replay_requests, replayed_batches, replay_errors;
-	uint64_t replay_refused, replay_truncated;
+	uint64_t replay_refused, replay_truncated, replay_stalled;
 	/* the open batch: publisher thread only */
 	struct srv_event_rec *recs;
 	size_t nrecs;
@@ -458,6 +459,26 @@ static bool replay_accept(struct srv_events *ev)
 		return true;
 	}
 	p = peer_find(ev, &id);
+	if (!p && ev->npeers == SRV_EVENTS_REPLAY_PEERS) {
+		/* every slot is taken: the answer whose peer has read nothing
+		 * for longest gives its slot up, if that is at least
+		 * SRV_EVENTS_REPLAY_STALL_MS - so peers that ask and never
+		 * read cannot hold replay from everyone else */
+		struct replay_peer *stale = NULL;
+		uint64_t now = mono_ms();
+
+		for (uint32_t i = 0; i < SRV_EVENTS_REPLAY_PEERS; i++) {
+			struct replay_peer *q = &ev->peers[i];
+
+			if (q->active && now - q->progress_ms >= SRV_EVENTS_REPLAY_STALL_MS &&
+			    (!stale || q->progress_ms < stale->progress_ms))
+				stale = q;
+		}
+		if (stale) {
+			count(&ev->replay_stalled, 1);
+			peer_end(ev, stale);
+		}
+	}
 	if (p || ev->npeers == SRV_EVENTS_REPLAY_PEERS) {
 		count(&ev->replay_refused, 1);
 		if (p)
@@ -484,6 +505,7 @@ static bool replay_accept(struct srv_events *ev)
 	p->end = next;
 	p->bytes = 0;
 	p->extra_ends = 0;
+	p->progress_ms = mono_ms();
 	ev->npeers++;
 	count(&ev->replay_requests, 1);
 	return true;
@@ -523,6 +545,7 @@ static void replay_advance(struct srv_events *ev, struct replay_peer *p)
 			break;
 		p->bytes += sl->payload_len;
 		p->next++;
+		p->progress_ms = mono_ms();
 		count(&ev->replayed_batches, 1);
 	}
 	/* the end marker, then one for each request refused meanwhile */
@@ -759,6 +782,7 @@ void srv_events_stats(struct srv_events *ev, struct srv_events_stats *out)
 	out->replay_errors = __atomic_load_n(&ev->replay_errors, __ATOMIC_RELAXED);
 	out->replay_refused = __atomic_load_n(&ev->replay_refused, __ATOMIC_RELAXED);
 	out->replay_truncated = __atomic_load_n(&ev->replay_truncated, __ATOMIC_RELAXED);
+	out->replay_stalled = __atomic_load_n(&ev->replay_stalled, __ATOMIC_RELAXED);
 	if (out->produced > out->published + out->dropped)
 		out->queued = out->produced - out->published - out->dropped;
 }

@@ -20,7 +20,9 @@
  * Replay is bounded per peer: one answer in flight per peer (a second
  * request meanwhile is answered with the end marker alone, right after
  * the answer in flight), at most
- * SRV_EVENTS_REPLAY_PEERS answers in flight, at most
+ * SRV_EVENTS_REPLAY_PEERS answers in flight (when all are taken, one
+ * whose peer has read nothing for SRV_EVENTS_REPLAY_STALL_MS gives its
+ * slot to a new request), at most
  * SRV_EVENTS_REPLAY_WINDOW unread messages queued per peer (an answer
  * waits while its peer does not read), at most replay_max_bytes of
  * batches in one answer (then the end marker: ask again from the next
@@ -47,6 +49,9 @@
 /* Replay answers in flight at once (one per peer); more requests get the
  * end marker at once. */
 #define SRV_EVENTS_REPLAY_PEERS 32
+/* An answer whose peer has read nothing for this long (ms) gives its slot
+ * up to a new request when all SRV_EVENTS_REPLAY_PEERS are taken. */
+#define SRV_EVENTS_REPLAY_STALL_MS 1000
 /* Unread replay messages kvpoold queues for one peer (the ROUTER's
  * high-water mark): at most this many batches held per peer that does not
  * read. */
@@ -80,6 +85,9 @@ struct srv_events_stats {
 	uint64_t replay_refused;  /* requests answered with the end marker alone: the
 				   * peer had an answer in flight, or too many peers had */
 	uint64_t replay_truncated;/* answers cut at replay_max_bytes */
+	uint64_t replay_stalled;  /* answers dropped for a new request: every slot was
+				   * taken and their peer had read nothing for
+				   * SRV_EVENTS_REPLAY_STALL_MS */
 };
 
 struct srv_events;

@@ -371,6 +371,11 @@ static int reload_tls(struct srv *s, struct conf *next)
 		srv_err("sighup: tls certificate not reloaded, the old one stays: %s", err);
 		return -1;
 	}
+	/* a config-management slip must not drop client authentication
+	 * unnoticed: say so at warn level */
+	if (s->conf.tls_client_ca_file[0] && !next->tls_client_ca_file[0])
+		srv_warn("sighup: tls_client_ca_file removed: mutual TLS is OFF from now on, new "
+			 "clients need no certificate (was '%s')", s->conf.tls_client_ca_file);
 	if (warn[0])
 		srv_warn("sighup: %s", warn);
 	srv_tls_ctx_describe(s->tls, what, sizeof(what));

@@ -667,6 +667,7 @@ static int mw_answer(struct srv_conn *c, struct srv_mw *m)
 	struct proto_header saved = c->hdr;
 	uint64_t saved_start = c->req_start_us;
 	uint32_t saved_have = c->body_have;
+	uint64_t saved_skip = c->skip_bytes;
 	enum srv_next next;
 
 	/* a wait that timed out behind an earlier MATCH may have been
@@ -699,10 +700,14 @@ static int mw_answer(struct srv_conn *c, struct srv_mw *m)
 	c->hdr = m->hdr;
 	c->req_start_us = m->start_us;
 	c->body_have = 0;
-	next = srv_match_answer(c, &r);
+	/* a reload that revoked the token while it waited: DENIED, with no
+	 * answer and no lease (the request path checks only new requests) */
+	if (!srv_request_auth_recheck(c, &next))
+		next = srv_match_answer(c, &r);
 	c->hdr = saved;
 	c->req_start_us = saved_start;
 	c->body_have = saved_have;
+	c->skip_bytes = saved_skip;
 	if (m->end == END_COMPLETE && m->woken_us)
 		srv_hist_record(&ss->match_wake, srv_now_us() - m->woken_us);
 	return next == SRV_NEXT_ABORT ? -ENOMEM : 0;

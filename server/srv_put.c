@@ -100,6 +100,30 @@ static void slot_begin(struct srv_conn *c, uint32_t i)
 	}
 }
 
+/* Did every one of the count slots get QUOTA (no reservation held)? Then
+ * msg says which limit: the token's tenant_max_bytes, or the namespace's
+ * [quota]. */
+static bool put_all_quota(struct srv_conn *c, uint32_t count, char *msg, size_t cap)
+{
+	uint64_t need = 0, billed = 0, max = c->w->srv->conf.tenant_max_bytes;
+
+	for (uint32_t i = 0; i < count; i++) {
+		if (c->slots[i].status != PROTO_STATUS_QUOTA)
+			return false;
+		need += c->slots[i].e.length;
+	}
+	if (c->tenant)
+		store_tenant_usage(c->w->srv->store, c->tenant, &billed, NULL);
+	if (c->tenant && max && billed + need > max)
+		(void)snprintf(msg, cap, "tenant_max_bytes %" PRIu64 ": the token has written %"
+			       PRIu64 " bytes and its own evictable blocks in %.100s cannot make "
+			       "room for %" PRIu64 " more", max, billed, c->ns_name, need);
+	else
+		(void)snprintf(msg, cap, "namespace %.100s is at its [quota] and its evictable "
+			       "blocks cannot make room for %" PRIu64 " bytes", c->ns_name, need);
+	return true;
+}
+
 /* Refuse the whole request: error reply, then discard the payload. */
 static enum srv_next put_refuse(struct srv_conn *c, uint16_t status, const char *msg,
 				uint32_t index)
@@ -218,6 +242,10 @@ enum srv_next srv_put_start(struct srv_conn *c)
 	c->put_count = b.count;
 	for (uint32_t i = 0; i < b.count; i++)
 		slot_begin(c, i);
+	/* every block refused for a byte limit: refuse the request with
+	 * the reason (a batch's per-block statuses carry no text) */
+	if (put_all_quota(c, b.count, msg, sizeof(msg)))
+		return put_refuse(c, PROTO_STATUS_QUOTA, msg, UINT32_MAX);
 	c->put_cur = 0;
 	c->put_off = 0;
 	return SRV_NEXT_PAYLOAD;

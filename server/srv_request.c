@@ -74,18 +74,20 @@ static uint32_t hello_limits(const struct srv *s, uint16_t version,
 	return (uint32_t)proto_hello_reply_bytes(version);
 }
 
-/* Apply the tokens file's quota (if any) to namespace ns_id. */
-static void ns_quota_apply(struct srv_conn *c, uint32_t ns_id)
+/* Apply the tokens file's quota (if any) to namespace ns_id; `created`:
+ * this connection's PUT created it. */
+static void ns_quota_apply(struct srv_conn *c, uint32_t ns_id, bool created)
 {
 	struct srv_auth *a = c->w->srv->auth;
 
 	if (a)
 		(void)store_namespace_quota(c->w->srv->store, ns_id,
 					    srv_auth_quota(a, c->ns_name, strlen(c->ns_name)));
-	/* counted against the first tenant that may write it: its creator,
-	 * or after a warm restart the first read-write binder (blocks are
-	 * billed to whoever writes them, srv_put.c) */
-	if (c->tenant && c->may_write)
+	/* counted against its creator only (after a warm restart the NVMe
+	 * index names it); a tenant that merely binds an existing namespace
+	 * is charged nothing for it (blocks are billed to whoever writes
+	 * them, srv_put.c) */
+	if (c->tenant && c->may_write && created)
 		(void)store_namespace_tenant(c->w->srv->store, ns_id, c->tenant);
 }
 
@@ -103,7 +105,7 @@ void srv_conn_ns_attach(struct srv_conn *c)
 	 * between, this creates it, as a PUT would) */
 	if (store_namespace_id(st, c->ns_name, len, &id) < 0)
 		return;
-	ns_quota_apply(c, id);
+	ns_quota_apply(c, id, false);
 	c->ns_id = id;
 }
 
@@ -152,7 +154,7 @@ uint16_t srv_conn_ns_create(struct srv_conn *c, char *msg, size_t cap)
 		snprintf(msg, cap, "namespace %s not created: %s", c->ns_name, strerror(-rc));
 		return proto_status_from_errno(rc);
 	}
-	ns_quota_apply(c, id);
+	ns_quota_apply(c, id, true);
 	c->ns_id = id;
 	return PROTO_STATUS_OK;
 }
@@ -641,13 +643,16 @@ static enum srv_next op_ping(struct srv_conn *c)
  * reads the reason rather than a reset; it closes when the client does,
  * or after idle_timeout_ms. Returns 0 to go on, or 1 with *next set
  * after the refusal. */
-static int auth_recheck(struct srv_conn *c, enum srv_next *next)
+int srv_request_auth_recheck(struct srv_conn *c, enum srv_next *next)
 {
 	struct srv_auth *a = c->w->srv->auth;
-	uint64_t gen = srv_auth_generation(a);
+	uint64_t gen;
 	enum srv_access access;
 	int rc;
 
+	if (!a)
+		return 0;
+	gen = srv_auth_generation(a);
 	if (!c->revoked && gen != c->auth_gen) {
 		access = srv_auth_access(a, c->token_digest, c->ns_name, strlen(c->ns_name));
 		if (access == SRV_ACCESS_NONE) {
@@ -706,7 +711,7 @@ enum srv_next srv_request_dispatch(struct srv_conn *c)
 	if (c->hello_done && op != PROTO_OP_PING && c->w->srv->auth) {
 		enum srv_next next;
 
-		if (auth_recheck(c, &next))
+		if (srv_request_auth_recheck(c, &next))
 			return next;
 	}
 	switch (op) {

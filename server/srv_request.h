@@ -17,6 +17,16 @@
  * SRV_NEXT_SKIP, c->skip_bytes is set. Worker thread only. */
 enum srv_next srv_request_dispatch(struct srv_conn *c);
 
+/* With a tokens file reloaded since c's token was last checked, check it
+ * again against c's namespace: a token no longer granting it revokes the
+ * session (its leases end) and the request in c->hdr is answered DENIED
+ * with the reason; one narrowed to read-only may no longer write. Called
+ * for every request and for a waiting MATCH before it is answered, so
+ * that a wait across a revoking reload learns nothing and leases nothing.
+ * Returns 0 (go on), or 1 with *next set after the refusal (c->skip_bytes
+ * set to the request's payload). Worker thread. */
+int srv_request_auth_recheck(struct srv_conn *c, enum srv_next *next);
+
 /* HELLO names a namespace but does not create it (a health check, STATS
  * or DROP must not fill the namespace table). srv_conn_ns_attach takes
  * the connection's reference on it once it exists (c->ns_id stays 0

@@ -19,7 +19,7 @@
 #include "srv_log.h"
 #include "srv_rdma.h"
 
-#define SRV_VERSION "0.1.0"
+#define SRV_VERSION "0.1.1"
 
 struct event_base;
 struct evconnlistener;

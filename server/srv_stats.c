@@ -158,7 +158,7 @@ static void json_retention(struct jw *j, const struct srv_stats_doc *d)
 		  d->max_retain_ms, d->max_retained_bytes);
 }
 
-/* "tenants": each tenant's retention (with a tokens file). */
+/* "tenants": each tenant's billing and retention (with a tokens file). */
 static void json_tenants(struct jw *j, const struct srv_stats_doc *d)
 {
 	jw_printf(j, "\"tenants\":{");
@@ -168,9 +168,13 @@ static void json_tenants(struct jw *j, const struct srv_stats_doc *d)
 		jw_printf(j, "%s", i ? "," : "");
 		jw_string(j, d->tenants[i].id);
 		jw_printf(j,
-			  ":{\"retained_blocks\":%" PRIu64 ",\"retained_bytes\":%" PRIu64 ","
+			  ":{\"billed_bytes\":%" PRIu64 ",\"leased_bytes\":%" PRIu64 ","
+			  "\"namespaces\":%" PRIu32 ","
+			  "\"retained_blocks\":%" PRIu64 ",\"retained_bytes\":%" PRIu64 ","
 			  "\"retain_budget_bytes\":%" PRIu64 ",\"retain_refused\":%" PRIu64 ","
 			  "\"retain_expired\":%" PRIu64 "}",
+			  d->tenants[i].billed_bytes, d->tenants[i].leased_bytes,
+			  d->tenants[i].namespaces,
 			  r->blocks, r->bytes, r->budget_bytes, r->refused, r->expired);
 	}
 	jw_printf(j, "},");
@@ -297,10 +301,11 @@ static void json_events(struct jw *j, const struct srv_events_stats *e)
 		  ",\"dropped\":%" PRIu64 ",\"queued\":%" PRIu64 ",\"batches\":%" PRIu64
 		  ",\"resync_batches\":%" PRIu64 ",\"replay_requests\":%" PRIu64
 		  ",\"replayed_batches\":%" PRIu64 ",\"replay_errors\":%" PRIu64
-		  ",\"replay_refused\":%" PRIu64 ",\"replay_truncated\":%" PRIu64 "},",
+		  ",\"replay_refused\":%" PRIu64 ",\"replay_truncated\":%" PRIu64
+		  ",\"replay_stalled\":%" PRIu64 "},",
 		  e->produced, e->published, e->dropped, e->queued, e->batches, e->resync_batches,
 		  e->replay_requests, e->replayed_batches, e->replay_errors, e->replay_refused,
-		  e->replay_truncated);
+		  e->replay_truncated, e->replay_stalled);
 }
 
 int srv_stats_json(const struct srv_stats_doc *d, struct evbuffer *out)

@@ -62,6 +62,15 @@ static uint32_t tenant_pos(const struct srv_tenants *ts, const uint8_t *digest, 
 	return lo;
 }
 
+uint64_t srv_tenant_key(const uint8_t digest[32])
+{
+	uint64_t k = 0;
+
+	for (int i = 7; i >= 0; i--)
+		k = k << 8 | digest[i];
+	return k ? k : 1; /* 0 means "no tenant" */
+}
+
 struct store_tenant *srv_tenant_get(struct srv_tenants *ts, struct store *st,
 				    const uint8_t digest[32], uint64_t max_bytes,
 				    uint64_t max_leased_bytes)
@@ -85,7 +94,11 @@ struct store_tenant *srv_tenant_get(struct srv_tenants *ts, struct store *st,
 		ts->v = v;
 		ts->cap = cap;
 	}
-	t = store_tenant_new(st, max_bytes, max_leased_bytes);
+	/* keyed by the digest's first 8 bytes, which the NVMe index keeps
+	 * with the blocks it writes and the namespaces it creates: after a
+	 * warm restart they are charged to it again, not to whoever binds
+	 * them first */
+	t = store_tenant_new_keyed(st, srv_tenant_key(digest), max_bytes, max_leased_bytes);
 	if (!t)
 		goto out;
 	memmove(&ts->v[i + 1], &ts->v[i], (ts->n - i) * sizeof(*ts->v));
@@ -126,6 +139,8 @@ int srv_tenants_stats(struct srv_tenants *ts, struct store *st, struct srv_tenan
 		for (int k = 0; k < SRV_TENANT_ID_CHARS / 2; k++)
 			snprintf(v[i].id + 2 * k, 3, "%02x", ts->v[i].digest[k]);
 		store_tenant_retain_stats(st, ts->v[i].t, &v[i].retain);
+		store_tenant_usage(st, ts->v[i].t, &v[i].billed_bytes, &v[i].leased_bytes);
+		v[i].namespaces = store_tenant_namespaces(st, ts->v[i].t);
 	}
 	pthread_mutex_unlock(&ts->lock);
 	*out = v;

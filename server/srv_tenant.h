@@ -25,8 +25,13 @@ struct srv_tenants *srv_tenants_new(void);
 /* Destructor (the store_tenants stay the store's). Accepts NULL. */
 void srv_tenants_free(struct srv_tenants *ts);
 
+/* The store_tenant key of the token with this SHA-256 digest: its first
+ * 8 bytes, little-endian (never 0). Stable across restarts. */
+uint64_t srv_tenant_key(const uint8_t digest[32]);
+
 /* The tenant of the token with this digest, made in st with max_bytes and
- * max_leased_bytes (0 = no limit) at its first call. The pointer stays
+ * max_leased_bytes (0 = no limit) at its first call (or the one a warm restart rebuilt for its key,
+ * srv_tenant_key, which then takes these limits). The pointer stays
  * valid until store_close(st). NULL on -ENOMEM (the caller serves the
  * connection without tenant limits rather than refuse it). */
 struct store_tenant *srv_tenant_get(struct srv_tenants *ts, struct store *st,
@@ -48,6 +53,9 @@ void srv_tenants_foreach(struct srv_tenants *ts,
 struct srv_tenant_stats {
 	char id[SRV_TENANT_ID_CHARS + 1];  /* NUL-terminated hex */
 	struct store_retain_stats retain;
+	uint64_t billed_bytes;   /* payload bytes of the blocks it wrote (both tiers) */
+	uint64_t leased_bytes;   /* bytes its connections lease now */
+	uint32_t namespaces;     /* namespaces it created (tenant_max_namespaces) */
 };
 
 /* The figures of every tenant made so far, in digest order, into a

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,13 @@ static int key_mode_check(const char *path, char *err, size_t err_len)
 		return -EPERM;
 	}
 	return 0;
+}
+
+/* Is cert within its validity period now? */
+static bool cert_valid_now(X509 *cert)
+{
+	return X509_cmp_current_time(X509_get0_notAfter(cert)) >= 0 &&
+	       X509_cmp_current_time(X509_get0_notBefore(cert)) <= 0;
 }
 
 /* Warn in warn[] when cert is expired or not yet valid. */
@@ -200,9 +208,31 @@ int srv_tls_ctx_reload(struct srv_tls_ctx *x, const struct conf *c, char *warn, 
 {
 	SSL_CTX *ctx, *old;
 	int rc = ctx_make(c, &ctx, warn, warn_len, err, err_len);
+	X509 *now_cert, *new_cert;
+	bool keep = false;
 
 	if (rc)
 		return rc;
+	/* an expired (or not yet valid) certificate does not replace one
+	 * that is valid: every new client would refuse the server. Start-up
+	 * takes one, so that a renewal can be installed with SIGHUP; so does
+	 * a reload whose current certificate is no better. */
+	new_cert = SSL_CTX_get0_certificate(ctx);
+	pthread_mutex_lock(&x->lock);
+	now_cert = SSL_CTX_get0_certificate(x->ctx);
+	if (new_cert && now_cert && !cert_valid_now(new_cert) && cert_valid_now(now_cert)) {
+		snprintf(err, err_len, "tls_cert_file %s %s, and the certificate in use is "
+			 "valid: install a valid one", c->tls_cert_file,
+			 X509_cmp_current_time(X509_get0_notAfter(new_cert)) < 0 ?
+				"has expired" : "is not valid yet");
+		keep = true;
+	}
+	pthread_mutex_unlock(&x->lock);
+	if (keep) {
+		SSL_CTX_free(ctx);
+		warn[0] = '\0';
+		return -EKEYEXPIRED;
+	}
 	pthread_mutex_lock(&x->lock);
 	old = x->ctx;
 	x->ctx = ctx;

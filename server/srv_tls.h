@@ -66,7 +66,9 @@ int srv_tls_ctx_open(const struct conf *c, struct srv_tls_ctx **out, char *warn,
 /* Load c's files again (the paths may have changed) and, only when they
  * load, make new sessions use them; sessions already open keep theirs and
  * are not disturbed. Same errors and warnings as srv_tls_ctx_open (the old
- * context stays on error). Main thread. */
+ * context stays on error), and -EKEYEXPIRED: the new certificate is
+ * expired or not yet valid while the one in use is valid (a reload never
+ * swaps a working certificate for one every client refuses). Main thread. */
 int srv_tls_ctx_reload(struct srv_tls_ctx *x, const struct conf *c, char *warn, size_t warn_len,
 		       char *err, size_t err_len);
 

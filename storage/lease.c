@@ -316,34 +316,53 @@ void store_lessee_limit(struct store *s, struct store_lessee *l, uint64_t max_le
 	pthread_mutex_unlock(&s->lock);
 }
 
-struct store_tenant *store_tenant_new(struct store *s, uint64_t max_bytes, uint64_t max_leased_bytes)
+struct store_tenant *store_tenant_of_key_locked(struct store *s, uint64_t key)
 {
-	struct store_tenant *t = calloc(1, sizeof(*t));
+	struct store_tenant *t;
 
-	if (!t)
-		return NULL;
-	t->max_bytes = max_bytes;
-	t->max_leased_bytes = max_leased_bytes;
-	t->racct.max_bytes = s->cfg.max_retained_bytes;
-	store_lock(s);
+	if (key)
+		for (uint32_t i = 0; i < s->ntenants; i++)
+			if (s->tenant_by_id[i]->key == key)
+				return s->tenant_by_id[i];
 	if (s->ntenants == s->tenants_cap) {
 		uint32_t cap = s->tenants_cap ? 2 * s->tenants_cap : 16;
 		struct store_tenant **v = cap > s->tenants_cap ?
 			realloc(s->tenant_by_id, cap * sizeof(*v)) : NULL;
 
-		if (!v) {
-			pthread_mutex_unlock(&s->lock);
-			free(t);
+		if (!v)
 			return NULL;
-		}
 		s->tenant_by_id = v;
 		s->tenants_cap = cap;
 	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return NULL;
+	t->key = key;
+	t->racct.max_bytes = s->cfg.max_retained_bytes;
 	s->tenant_by_id[s->ntenants++] = t;
 	t->id = s->ntenants;
 	store_list_add_tail(&s->tenants, &t->link);
+	return t;
+}
+
+struct store_tenant *store_tenant_new_keyed(struct store *s, uint64_t key, uint64_t max_bytes,
+					    uint64_t max_leased_bytes)
+{
+	struct store_tenant *t;
+
+	store_lock(s);
+	t = store_tenant_of_key_locked(s, key);
+	if (t) {
+		t->max_bytes = max_bytes;
+		__atomic_store_n(&t->max_leased_bytes, max_leased_bytes, __ATOMIC_RELAXED);
+	}
 	pthread_mutex_unlock(&s->lock);
 	return t;
+}
+
+struct store_tenant *store_tenant_new(struct store *s, uint64_t max_bytes, uint64_t max_leased_bytes)
+{
+	return store_tenant_new_keyed(s, 0, max_bytes, max_leased_bytes);
 }
 
 uint32_t store_tenant_namespaces(struct store *s, const struct store_tenant *t)

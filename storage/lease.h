@@ -29,6 +29,8 @@ struct store_lessee {
 struct store_tenant {
 	struct store_list link;    /* s->tenants */
 	uint32_t id;               /* 1, 2, ...: store_block.tenant_id */
+	uint64_t key;              /* store_tenant_new_keyed's key (kept in the NVMe
+				    * index with its blocks and namespaces); 0 = none */
 	uint32_t namespaces;       /* namespaces charged to it (store_namespace_tenant) */
 	uint64_t max_bytes;        /* payload bytes of its blocks; 0 = no limit */
 	uint64_t max_leased_bytes; /* bytes its lessees may lease; 0 = no bound */
@@ -36,6 +38,10 @@ struct store_tenant {
 	uint64_t leased_bytes;     /* bytes its lessees lease now */
 	struct store_retain_acct racct; /* its namespaces' retained blocks, its budget */
 };
+
+/* The tenant with this key (not 0), or a new one with it and no limits;
+ * key 0: always a new one. NULL without memory. */
+struct store_tenant *store_tenant_of_key_locked(struct store *s, uint64_t key);
 
 /* One lease pin: (lessee, block) until expiry_ms. At most one per pair;
  * a second MATCH extends it. */

@@ -503,17 +503,9 @@ int store_namespace_tenant(struct store *s, uint32_t ns_id, struct store_tenant 
 	else if (!ns->tenant && t) {
 		ns->tenant = t;
 		t->namespaces++;
-		/* blocks charged to nobody (rebuilt from NVMe at a warm
-		 * restart) are charged to it from now on */
-		for (uint32_t id = ns->blocks; id;
-		     id = store_ring_next(s, ns->blocks, id, STORE_RING_LINK)) {
-			struct store_block *b = store_blk(s, id);
-
-			if (b->tenant_id)
-				continue;
-			b->tenant_id = t->id;
-			t->bytes += store_block_length(b);
-		}
+		/* blocks charged to nobody (rebuilt from records that name no
+		 * writer) stay so: billing them to whoever binds the namespace
+		 * first would charge a tenant for bytes it never wrote */
 		store_retain_ns_to_tenant_locked(s, ns);
 	}
 	pthread_mutex_unlock(&s->lock);

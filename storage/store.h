@@ -227,6 +227,17 @@ struct store_tenant;
 struct store_tenant *store_tenant_new(struct store *s, uint64_t max_bytes,
 				      uint64_t max_leased_bytes);
 
+/* The tenant known by `key` (a stable name of whoever is billed, e.g. the
+ * first 8 bytes of a token's digest; not 0), with these limits: the one
+ * an earlier call or a warm restart made (blocks and namespaces rebuilt
+ * from NVMe whose records name this key are charged to it, so a restart
+ * keeps every block billed to its writer and every namespace to its
+ * creator), else a new one. key 0: as store_tenant_new. The key is kept
+ * in the NVMe index with the blocks the tenant writes and the namespaces
+ * it creates. Owned by the store. NULL on -ENOMEM. */
+struct store_tenant *store_tenant_new_keyed(struct store *s, uint64_t key, uint64_t max_bytes,
+					    uint64_t max_leased_bytes);
+
 /* Change a tenant's limits; lowering them evicts nothing and ends no lease
  * by itself. Cannot fail. */
 void store_tenant_limits(struct store *s, struct store_tenant *t, uint64_t max_bytes,
@@ -243,9 +254,10 @@ uint32_t store_tenant_namespaces(struct store *s, const struct store_tenant *t);
 
 /* Charge namespace ns_id to tenant t - its creator - if it is charged to
  * none yet (a namespace keeps its first tenant until it is reclaimed): it
- * counts in store_tenant_namespaces(t). Its blocks that are charged to no
- * tenant (rebuilt from NVMe at a warm restart) are charged to t from now
- * on; blocks other tenants wrote stay theirs. t NULL: no-op.
+ * counts in store_tenant_namespaces(t). Call it only for the tenant that
+ * created the namespace. No block is charged by this: every block stays
+ * charged to its writer (blocks rebuilt from NVMe records that name no
+ * writer stay charged to nobody). t NULL: no-op.
  * Errors: -EINVAL (unknown ns_id). */
 int store_namespace_tenant(struct store *s, uint32_t ns_id, struct store_tenant *t);
 

@@ -723,7 +723,10 @@ static const char ping_usage[] =
 	"\n"
 	"Check that the server answers, and print the round-trip time. On a\n"
 	"cluster URL every node is asked and listed (up, or DOWN and why); the\n"
-	"exit code is non-zero when any node does not answer.\n"
+	"exit code is non-zero when any node does not answer, and 1 when the\n"
+	"server answers but refuses this client (a token it does not take, a\n"
+	"tls_only port reached without tls://); a server that only asks for a\n"
+	"token when none is set is a pong (exit 0).\n"
 	"\n"
 	CLI_COMMON_HELP;
 
@@ -754,14 +757,25 @@ int cli_ping_main(int argc, char **argv)
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		rc = kvpool_connect(conn.url, conn.ns, &opts, &c);
 		clock_gettime(CLOCK_MONOTONIC, &t1);
-		/* PING needs no token: a server that refuses the HELLO (no token,
-		 * or one it does not take) has answered all the same */
+		/* PING needs no token: a server that refuses the HELLO has
+		 * answered all the same. Without a token, "requires a token" is
+		 * what a liveness check expects (exit 0); any other refusal - a
+		 * token it does not take, a tls_only port reached in plaintext,
+		 * a token sent in plaintext - means this client's settings do
+		 * not work there: exit 1, as for any refusal. */
 		if (rc == -EACCES) {
+			bool liveness = !opts.token &&
+					strstr(kvpool_last_server_message(), "requires a token");
+
 			rtt_us = (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000 +
 					    (t1.tv_nsec - t0.tv_nsec) / 1000);
 			printf("pong from %s: %" PRIu64 " us (connect and hello; the hello was "
 			       "refused: %s)\n", conn.url, rtt_us, cli_reason(rc));
-			return CLI_EXIT_OK;
+			if (liveness)
+				return CLI_EXIT_OK;
+			fprintf(stderr, "%s: %s answers but refuses this client: %s\n", prog, conn.url,
+				cli_reason(rc));
+			return CLI_EXIT_MISS;
 		}
 		if (rc) {
 			char why[768];

@@ -63,7 +63,7 @@ int cli_conn_opt(struct cli_conn *conn, const char *prog, int opt, const char *a
  * protocol version or an rdma:// connection this build cannot make, and
  * -ENOENT only when the host name does not resolve: each gets its own
  * words here. */
-#define CLI_URL_FORMS "tcp://, rdma:// or auto:// then host[:port], a node list " \
+#define CLI_URL_FORMS "tcp://, tls://, rdma:// or auto:// then host[:port], a node list " \
 	"(tcp://a:7470,b:7470) or etcd://HOST[:PORT][,HOST[:PORT]...]/CLUSTER"
 
 /* Why a node list is refused, in words, or NULL when nothing is seen. */
@@ -118,7 +118,7 @@ char *cli_connect_error(const struct cli_conn *conn, int err, char *buf, size_t 
 	const char *url = conn->url ? conn->url : "";
 	const char *ns = conn->ns ? conn->ns : "";
 	bool known = strncasecmp(url, "tcp://", 6) == 0 || strncasecmp(url, "rdma://", 7) == 0 ||
-		     strncasecmp(url, "auto://", 7) == 0;
+		     strncasecmp(url, "auto://", 7) == 0 || strncasecmp(url, "tls://", 6) == 0;
 	bool etcd = strncasecmp(url, "etcd://", 7) == 0, list = !etcd && strchr(url, ',');
 	char why[256];
 
@@ -140,6 +140,12 @@ char *cli_connect_error(const struct cli_conn *conn, int err, char *buf, size_t 
 
 		snprintf(buf, len, "bad node list%s%s: expected " CLI_URL_FORMS ", got '%.300s'",
 			 p ? ": " : "", p ? p : "", url);
+	} else if (err == -EINVAL && kvpool_last_server_message()[0]) {
+		/* the URL parsed; what failed is named by libkvpool (a TLS CA,
+		 * certificate or key file that does not load, a key that does
+		 * not match its certificate) */
+		snprintf(buf, len, "cannot connect to %.300s: %.400s", url,
+			 kvpool_last_server_message());
 	} else if (err == -EINVAL || (err == -EOPNOTSUPP && !known && !etcd && !list)) {
 		snprintf(buf, len, "bad URL: expected " CLI_URL_FORMS "%s, got '%.300s'",
 			 err == -EOPNOTSUPP ? " (unknown scheme)" : "", url);

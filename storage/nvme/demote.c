@@ -45,6 +45,7 @@ struct demote_item {
 struct demote_name {
 	uint32_t disk_id;
 	uint32_t len;
+	uint64_t owner; /* the creator's tenant key, 0 = none */
 	char name[STORE_NAME_MAX_BYTES];
 };
 
@@ -131,6 +132,7 @@ static bool disk_id_locked(struct store *s, struct store_ns *ns, struct demote_b
 	nm = &db->names[db->nnames++];
 	nm->disk_id = ns->disk_id;
 	nm->len = ns->name_len;
+	nm->owner = ns->tenant ? ns->tenant->key : 0;
 	memcpy(nm->name, ns->name, ns->name_len);
 	return true;
 }
@@ -395,8 +397,8 @@ static int write_batch(struct store *s, struct demote_batch *db)
 		return rc;
 	}
 	for (uint32_t i = 0; i < db->nnames && !rc; i++)
-		rc = store_nvme_index_ns_put(t->ix, db->names[i].disk_id, db->names[i].name,
-					     db->names[i].len);
+		rc = store_nvme_index_ns_put_owned(t->ix, db->names[i].disk_id, db->names[i].name,
+						   db->names[i].len, db->names[i].owner);
 	if (rc)
 		return rc;
 	if (db->fail_write)

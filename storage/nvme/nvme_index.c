@@ -31,6 +31,7 @@
 #define KEY_NS 'n'
 #define KEY_META 'm'
 #define KEY_DROPPED 'd'
+#define KEY_OWNER 'o'
 #define BLOCK_KEY_BYTES (1 + 4 + STORE_KEY_BYTES)
 #define NS_KEY_BYTES (1 + 4)
 static const char next_ns_key[] = { KEY_META, 'n', 'e', 'x', 't', '_', 'n', 's' };
@@ -42,12 +43,17 @@ static const char dropped_lo = KEY_DROPPED, dropped_hi = KEY_DROPPED + 1;
 
 /* Block record value (NVME.md "Block record value"): format 1, 72 bytes,
  * for a block without a retention; format 2, 80 bytes, the same and the
- * retention's deadline, for a retained one. Both are read. */
+ * retention's deadline, for a retained one; format 3, 88 bytes, format 2
+ * (deadline 0 when none) and the writer's tenant key, for a block that
+ * has a writer. All three are read. */
 #define REC_FORMAT 1
 #define REC_BYTES 72
 #define REC_FORMAT_RETAINED 2
 #define REC_BYTES_RETAINED 80
+#define REC_FORMAT_TENANT 3
+#define REC_BYTES_TENANT 88
 #define REC_OFF_RETAIN_UNTIL 72
+#define REC_OFF_TENANT 80
 #define REC_OFF_FORMAT 0
 #define REC_OFF_HAS_PARENT 1
 #define REC_OFF_SEGMENT 4
@@ -136,12 +142,14 @@ static void ns_key(uint8_t k[NS_KEY_BYTES], uint32_t ns_disk_id)
 	put_be32(k + 1, ns_disk_id);
 }
 
-/* The value of a block record, REC_BYTES or (retained)
- * REC_BYTES_RETAINED long; reserved bytes are zero. Returns its size. */
-static size_t encode_rec(uint8_t v[REC_BYTES_RETAINED], const struct store_nvme_rec *r)
+/* The value of a block record, REC_BYTES, (retained) REC_BYTES_RETAINED
+ * or (with a writer) REC_BYTES_TENANT long; reserved bytes are zero.
+ * Returns its size. */
+static size_t encode_rec(uint8_t v[REC_BYTES_TENANT], const struct store_nvme_rec *r)
 {
-	memset(v, 0, REC_BYTES_RETAINED);
-	v[REC_OFF_FORMAT] = r->retain_until_ms ? REC_FORMAT_RETAINED : REC_FORMAT;
+	memset(v, 0, REC_BYTES_TENANT);
+	v[REC_OFF_FORMAT] = r->tenant_key ? REC_FORMAT_TENANT :
+			    r->retain_until_ms ? REC_FORMAT_RETAINED : REC_FORMAT;
 	v[REC_OFF_HAS_PARENT] = r->has_parent ? 1 : 0;
 	put_le32(v + REC_OFF_SEGMENT, r->segment);
 	put_le64(v + REC_OFF_OFFSET, r->offset);
@@ -150,10 +158,13 @@ static size_t encode_rec(uint8_t v[REC_BYTES_RETAINED], const struct store_nvme_
 	put_le64(v + REC_OFF_LAST_USE, r->last_use);
 	if (r->has_parent)
 		memcpy(v + REC_OFF_PARENT, r->parent, STORE_KEY_BYTES);
-	if (!r->retain_until_ms)
+	if (!r->retain_until_ms && !r->tenant_key)
 		return REC_BYTES;
 	put_le64(v + REC_OFF_RETAIN_UNTIL, r->retain_until_ms);
-	return REC_BYTES_RETAINED;
+	if (!r->tenant_key)
+		return REC_BYTES_RETAINED;
+	put_le64(v + REC_OFF_TENANT, r->tenant_key);
+	return REC_BYTES_TENANT;
 }
 
 /* Decode a block record from its key and value; -EBADMSG when either is
@@ -163,8 +174,9 @@ static int decode_rec(const uint8_t *k, size_t klen, const uint8_t *v, size_t vl
 {
 	bool plain = vlen == REC_BYTES && v[REC_OFF_FORMAT] == REC_FORMAT;
 	bool retained = vlen == REC_BYTES_RETAINED && v[REC_OFF_FORMAT] == REC_FORMAT_RETAINED;
+	bool tenant = vlen == REC_BYTES_TENANT && v[REC_OFF_FORMAT] == REC_FORMAT_TENANT;
 
-	if (klen != BLOCK_KEY_BYTES || k[0] != KEY_BLOCK || !(plain || retained) ||
+	if (klen != BLOCK_KEY_BYTES || k[0] != KEY_BLOCK || !(plain || retained || tenant) ||
 	    v[REC_OFF_HAS_PARENT] > 1)
 		return -EBADMSG;
 	memset(r, 0, sizeof(*r));
@@ -178,8 +190,10 @@ static int decode_rec(const uint8_t *k, size_t klen, const uint8_t *v, size_t vl
 	r->length = get_le64(v + REC_OFF_LENGTH);
 	r->checksum = get_le64(v + REC_OFF_CHECKSUM);
 	r->last_use = get_le64(v + REC_OFF_LAST_USE);
-	if (retained)
+	if (retained || tenant)
 		r->retain_until_ms = get_le64(v + REC_OFF_RETAIN_UNTIL);
+	if (tenant)
+		r->tenant_key = get_le64(v + REC_OFF_TENANT);
 	return 0;
 }
 
@@ -385,7 +399,7 @@ int store_nvme_index_write(struct store_nvme_index *ix, const struct store_nvme_
 			   const uint8_t (*del_keys)[STORE_KEY_BYTES], size_t ndel)
 {
 	rocksdb_writebatch_t *wb;
-	uint8_t k[BLOCK_KEY_BYTES], v[REC_BYTES_RETAINED];
+	uint8_t k[BLOCK_KEY_BYTES], v[REC_BYTES_TENANT];
 	size_t i;
 
 	if ((n && !recs) || (ndel && (!del_ns || !del_keys)))
@@ -494,11 +508,44 @@ int store_nvme_index_next_ns_id(struct store_nvme_index *ix, uint32_t *out)
 	return rc;
 }
 
+/* 'o' + be32 id: the key of a namespace's creator. */
+static void owner_key(uint8_t k[NS_KEY_BYTES], uint32_t ns_disk_id)
+{
+	k[0] = KEY_OWNER;
+	put_be32(k + 1, ns_disk_id);
+}
+
 int store_nvme_index_ns_put(struct store_nvme_index *ix, uint32_t ns_disk_id,
 			    const char *name, size_t name_len)
 {
+	return store_nvme_index_ns_put_owned(ix, ns_disk_id, name, name_len, 0);
+}
+
+int store_nvme_index_ns_owner(struct store_nvme_index *ix, uint32_t ns_disk_id, uint64_t *owner)
+{
+	uint8_t k[NS_KEY_BYTES];
+	char *err = NULL, *v;
+	size_t vlen = 0;
+
+	*owner = 0;
+	owner_key(k, ns_disk_id);
+	v = rocksdb_get(ix->db, ix->ropts, (const char *)k, sizeof(k), &vlen, &err);
+	if (err) {
+		ix_log(ix, STORE_LOG_ERR, "nvme index: reading a namespace's creator: %s", err);
+		rocksdb_free(err);
+		return -EIO;
+	}
+	if (v && vlen == 8)
+		*owner = get_le64((const uint8_t *)v);
+	rocksdb_free(v);
+	return 0;
+}
+
+int store_nvme_index_ns_put_owned(struct store_nvme_index *ix, uint32_t ns_disk_id,
+				  const char *name, size_t name_len, uint64_t owner)
+{
 	rocksdb_writebatch_t *wb;
-	uint8_t k[NS_KEY_BYTES], v[4];
+	uint8_t k[NS_KEY_BYTES], v[4], ov[8];
 	uint32_t next;
 	int rc;
 
@@ -516,6 +563,11 @@ int store_nvme_index_ns_put(struct store_nvme_index *ix, uint32_t ns_disk_id,
 	}
 	ns_key(k, ns_disk_id);
 	rocksdb_writebatch_put(wb, (const char *)k, sizeof(k), name, name_len);
+	if (owner) {
+		owner_key(k, ns_disk_id);
+		put_le64(ov, owner);
+		rocksdb_writebatch_put(wb, (const char *)k, sizeof(k), (const char *)ov, sizeof(ov));
+	}
 	if (next <= ns_disk_id) {
 		put_le32(v, ns_disk_id + 1);
 		rocksdb_writebatch_put(wb, next_ns_key, sizeof(next_ns_key), (const char *)v,
@@ -557,6 +609,8 @@ int store_nvme_index_ns_drop(struct store_nvme_index *ix, uint32_t ns_disk_id)
 	rocksdb_writebatch_delete_range(wb, (const char *)from, sizeof(from), (const char *)to,
 					sizeof(to));
 	ns_key(k, ns_disk_id);
+	rocksdb_writebatch_delete(wb, (const char *)k, sizeof(k));
+	owner_key(k, ns_disk_id);
 	rocksdb_writebatch_delete(wb, (const char *)k, sizeof(k));
 	/* The tombstone outlives whatever a demotion in flight still writes
 	 * under this id (a name, records): the scans ignore them all. */

@@ -54,6 +54,8 @@ struct store_nvme_rec {
 	uint64_t retain_until_ms;        /* CLOCK_REALTIME ms until which the block is
 					  * retained; 0 = not retained (a record of value
 					  * format 1 reads as 0) */
+	uint64_t tenant_key;             /* the writer's store_tenant key; 0 = none
+					  * (value formats 1 and 2) */
 };
 
 /* Open or create the RocksDB database at `path` (a directory). Creates it
@@ -102,6 +104,16 @@ int store_nvme_index_sync(struct store_nvme_index *ix);
  * Errors: -EIO, -ENOMEM, -EINVAL (name length, or id 0 or UINT32_MAX). */
 int store_nvme_index_ns_put(struct store_nvme_index *ix, uint32_t ns_disk_id,
 			    const char *name, size_t name_len);
+
+/* store_nvme_index_ns_put, and (owner not 0) record the key of the
+ * tenant that created the namespace in the same write, so that a warm
+ * restart charges the namespace to it again. Same errors. */
+int store_nvme_index_ns_put_owned(struct store_nvme_index *ix, uint32_t ns_disk_id,
+				  const char *name, size_t name_len, uint64_t owner);
+
+/* The creator's key recorded for namespace ns_disk_id, or 0 in *owner
+ * when none was. Errors: -EIO. */
+int store_nvme_index_ns_owner(struct store_nvme_index *ix, uint32_t ns_disk_id, uint64_t *owner);
 
 /* Forget namespace ns_disk_id and every block record under it, in one
  * atomic, synced write (a range delete, plus a tombstone for the id and

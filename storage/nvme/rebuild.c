@@ -36,6 +36,7 @@ struct rb_ns {
 	uint32_t len;
 	char name[STORE_NAME_MAX_BYTES];
 	bool dropped;            /* an older id of a name recorded again */
+	uint64_t owner;          /* its creator's tenant key, 0 = none recorded */
 	struct store_ns *ns;     /* created with its first surviving block */
 };
 
@@ -86,6 +87,8 @@ static int on_ns(void *arg, uint32_t disk_id, const char *name, size_t name_len)
 	e->disk_id = disk_id;
 	e->len = (uint32_t)name_len;
 	memcpy(e->name, name, name_len);
+	/* unreadable: the namespace is charged to nobody, as before */
+	(void)store_nvme_index_ns_owner(rb->s->tier->ix, disk_id, &e->owner);
 	return 0;
 }
 
@@ -365,6 +368,35 @@ static void publish_locked(struct rebuild *rb)
 		if (b->last_use > s->clock)
 			s->clock = b->last_use;
 		rb->kept++;
+	}
+	/* billing: each namespace to the tenant that created it, each block
+	 * to the one that wrote it, as their records say (a tenant made here
+	 * is taken over by the first connection whose token has its key,
+	 * store_tenant_new_keyed); without memory, or for records that name
+	 * none, charged to nobody */
+	for (size_t i = 0; i < rb->nns; i++) {
+		struct rb_ns *e = &rb->nss[i];
+		struct store_tenant *tn;
+
+		if (!e->ns || !e->owner || e->ns->tenant)
+			continue;
+		tn = store_tenant_of_key_locked(s, e->owner);
+		if (tn) {
+			e->ns->tenant = tn;
+			tn->namespaces++;
+		}
+	}
+	for (size_t i = 0; i < rb->nrecs; i++) {
+		struct store_block *b = rb->blocks[i];
+		struct store_tenant *tn;
+
+		if (!b || !rb->recs[i].tenant_key)
+			continue;
+		tn = store_tenant_of_key_locked(s, rb->recs[i].tenant_key);
+		if (tn) {
+			b->tenant_id = tn->id;
+			tn->bytes += store_block_length(b);
+		}
 	}
 	/* retentions, once every kept block is linked (a retention walks up
 	 * its chain); granted before, so no budget applies: they are

@@ -120,6 +120,8 @@ void store_tier_rec_fill_locked(const struct store *s, const struct store_block 
 	r->checksum = store_block_checksum(b);
 	r->last_use = store_use_stamp(s, b);
 	r->retain_until_ms = store_retain_wall_until_locked(s, b);
+	if (b->tenant_id)
+		r->tenant_key = store_block_tenant(s, b)->key;
 }
 
 void store_tier_retain_changed_locked(struct store *s, struct store_block *b)

@@ -28,6 +28,7 @@ from test_vllm_real import Proc, tokens_for  # noqa: E402
 BLOCKS = 24
 N = 100
 FULL = 96
+PUT_MS = 6000           # a store batch's bound: 3 calls x vllm_roles' timeout_s 2.0
 
 
 def setup(**extra):
@@ -109,7 +110,7 @@ def test_handoff_through_vllms_scheduler(server, prefix):
     other blocks."""
     params, kv, p_ids = prefill(server.url, prefix)
     assert params == {"do_remote_prefill": True, "do_remote_decode": False,
-                      "kvpool_tokens": FULL}
+                      "kvpool_tokens": FULL, "kvpool_put_ms": PUT_MS}
     d = Instance(server.url, prefix, "kv_consumer")
     try:
         d.engine("reserve", 8)                     # other block ids than the prefill's
@@ -167,6 +168,34 @@ def test_short_handoff_and_failure_policy(server, prefix, policy):
             assert st["requests"]["short-1"][0] == "FINISHED_ERROR"
     finally:
         d.close()
+
+
+def test_stored_then_evicted_handoff_recomputes_within_the_put_bound(fresh_server, prefix):
+    """The prefill instance stored and was acknowledged, then the blocks
+    were gone before the decode side came (here: kvpoold restarted cold).
+    The decode request used to wait the whole pd_wait_ms (20 s here, 30 s
+    by default) before vLLM's Scheduler recomputed it (a fresh-clone
+    test); the params' kvpool_put_ms (how long the prefill's PUTs could
+    still take) now bounds the wait."""
+    fresh_server.start()
+    port = fresh_server.port
+    params, _, _ = prefill(fresh_server.url, prefix)
+    fresh_server.stop()
+    fresh_server.start(port)                       # the hand-off's blocks are gone
+    d = Instance(fresh_server.url, prefix, "kv_consumer")
+    try:
+        d.engine("reserve", 8)
+        d.add("decode-1", tokens_for(N, 1), 2, params, seed=2)
+        t0 = time.monotonic()
+        st = d.run(done("decode-1"), timeout_s=60)
+        waited = time.monotonic() - t0
+        assert waited < PUT_MS / 1000.0 + 6, "waited %.1f s (pd_wait_ms: 20 s)" % waited
+        assert st["requests"]["decode-1"][0] == "FINISHED_LENGTH_CAPPED"
+        assert st["requests"]["decode-1"][2] == 2, "recomputed, then decoded"
+        assert len(d.events("invalid")) == 1
+    finally:
+        d.close()
+    assert params["kvpool_tokens"] == FULL and params["kvpool_put_ms"] == PUT_MS
 
 
 def test_pool_down_recomputes(prefix):

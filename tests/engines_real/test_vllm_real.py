@@ -224,9 +224,38 @@ def test_namespaces_tell_apart_what_changes_the_bytes(server, prefix):
     assert ns["e4m3"][1] != ns["e5m2"][1] != ns["mla-auto"][1]
     assert ":fp8_e5m2:" in ns["e5m2"][1]
     assert "--kv-cache-dtype fp8" in ns["gqa-fp8"][0]
-    assert ns["plain"][1] == "%s:real/llama:float16:sha256:c16:tp1pp1:r0:kv1-l3h2d64" % prefix
+    assert ns["plain"][1] == ("%s:real/llama:float16:sha256:c16:tp1pp1:r0:kv1-l3h2d64-b1536"
+                              % prefix)
     assert ns["cjk1"][1] != ns["cjk2"][1] and ns["space"][1] != ns["under"][1]
     assert len({ns[k][1] for k in ("plain", "yarn", "quant")}) == 3
+
+
+def test_kv_dtype_never_replaces_what_vllm_runs(server, prefix):
+    """Through vLLM's own KVConnectorFactory and MLAAttentionSpec: an MLA
+    instance started with --kv-cache-dtype fp8_e4m3 and a copied
+    configuration's "kv_dtype": "float16" used to share a float16
+    instance's namespace (its blocks made the other's requests fail under
+    the "fail" policy). Now the factory raises at start, in words naming
+    both; a kv_dtype that agrees (vLLM's "fp8" is fp8_e4m3) changes
+    nothing; the layout tag ends with one token's bytes."""
+    mla = base(mla=True, heads=1, head_size=96, layers=3, backend="mla")
+    cases = [("wrong", mla, {}, "fp8_e4m3", "mla", {"kv_dtype": "float16"}),
+             ("e4m3", mla, {}, "fp8_e4m3", "mla"),
+             ("agrees", mla, {}, "fp8_e4m3", "mla", {"kv_dtype": "fp8"}),
+             ("f16", mla, {}, "auto", "mla"),
+             ("f16-wrong", mla, {}, "auto", "mla", {"kv_dtype": "fp8_e4m3"})]
+    p = Proc(vllm_roles.namespaces_main, server.url, prefix, cases)
+    try:
+        ns = p.ready
+    finally:
+        p.p.join(10)
+    for label, runs in (("wrong", "fp8_e4m3"), ("f16-wrong", "float16")):
+        why, name = ns[label]
+        assert name is None and why.startswith("error: ConfigError:"), ns[label]
+        assert "kv_dtype" in why and "(%s, from " % runs in why, why
+    assert ns["agrees"] == ns["e4m3"] and ns["e4m3"][0] is None
+    assert ns["e4m3"][1].endswith(":fp8_e4m3:sha256:c16:tp1pp1:mla-pp0:kv1-mla-l3d96-b288")
+    assert ns["f16"][1].endswith(":float16:sha256:c16:tp1pp1:mla-pp0:kv1-mla-l3d96-b576")
 
 
 def test_scheduler_lease_bound_is_not_zero_hits(fresh_server, prefix):
@@ -278,6 +307,49 @@ def test_hybrid_groups_with_sliding_window(server, prefix):
         assert b.read(0, b_ids, 96, [0]) == a.read(0, a_ids, 96, [0])
         got, want = b.read(0, b_ids, 96, [1]), a.read(0, a_ids, 96, [1])
         assert [row[64:] for row in got] == [row[64:] for row in want]
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
+
+
+def test_store_in_flight_of_freed_sliding_window_blocks(fresh_server, prefix):
+    """vLLM's SlidingWindowManager frees a running request's blocks that
+    left the window at its next allocation, and another request's forward
+    may write them in the next step. With KV caches in host memory
+    (FlashAttention's layout here: read in place) a store still in flight
+    sent that request's bytes under this one's keys (a fresh-clone test).
+    The pool is stopped while the step's store waits; the sliding-window
+    blocks are written by another forward meanwhile; a second instance
+    must load the bytes the first request computed."""
+    import signal
+    import time
+    fresh_server.start()
+    setup = base(sliding=32, num_blocks=40)
+    a = Instance(fresh_server.url, prefix, setup)
+    b = None
+    try:
+        toks = tokens_for(97, 7)
+        a_ids = [list(range(1, 8)), list(range(10, 17))]
+        ext, so, _ = a.scheduler("schedule", "r1", toks, a_ids, 0)
+        assert ext == 0
+        fresh_server.proc.send_signal(signal.SIGSTOP)      # a slow pool: the store waits
+        try:
+            outs = [w("step", so, (a_ids, 0, len(toks), 1)) for w in a.workers]
+            want = a.read(0, a_ids, 96, [1])
+            # the next step: the window's old blocks went to another request
+            a.workers[0]("forward", [list(range(30, 37)), a_ids[1]], 0, 96, 4242)
+            assert a.read(0, a_ids, 96, [1]) != want
+            time.sleep(0.2)
+        finally:
+            fresh_server.proc.send_signal(signal.SIGCONT)
+        a.scheduler("outputs", outs, "r1", a_ids)
+        a.release("r1")
+        b = Instance(fresh_server.url, prefix, setup)
+        b_ids = [list(range(20, 27)), list(range(30, 37))]
+        ext, errors, _ = b.request("r2", toks, b_ids, seed=9)
+        assert ext == 96 and errors == []
+        assert b.read(0, b_ids, 96, [1]) == want, "the request's own sliding-window KV"
     finally:
         a.close()
         if b is not None:

@@ -277,7 +277,8 @@ def namespaces_main(conn, url, prefix, cases):
     "full", "mla" (the spec MLAAttention.get_kv_cache_spec builds for the
     cache dtype: no kv_quant_mode, cache_dtype_str) or "fp8-full" (the
     FullAttentionSpec an fp8 GQA cache gets: kv_quant_mode from the cache
-    dtype)); send back {label: (refused, namespace of rank 0)}."""
+    dtype)[, extra config settings]); send back {label: (refused, namespace
+    of rank 0)}, or {label: ("error: " + what the factory raised, None)}."""
     try:
         load()
         import torch
@@ -286,7 +287,10 @@ def namespaces_main(conn, url, prefix, cases):
         from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
         from vllm.v1 import kv_cache_interface as ki
         out = {}
-        for label, setup, mc, cache_dtype, kind in cases:
+        for case in cases:
+            label, setup, mc, cache_dtype, kind = case[:5]
+            if len(case) > 5:
+                setup = dict(setup, extra=dict(setup.get("extra", {}), **case[5]))
             dtype = torch.float16 if cache_dtype == "auto" else STR_DTYPE_TO_TORCH_DTYPE[
                 cache_dtype]
             names = layer_names(setup["layers"])
@@ -306,7 +310,11 @@ def namespaces_main(conn, url, prefix, cases):
             vc.cache_config.cache_dtype = cache_dtype
             for k, v in mc.items():
                 setattr(vc.model_config, k, v)
-            c = KVConnectorFactory.create_connector(vc, KVConnectorRole.SCHEDULER, kcc)
+            try:
+                c = KVConnectorFactory.create_connector(vc, KVConnectorRole.SCHEDULER, kcc)
+            except Exception as e:
+                out[label] = ("error: %s: %s" % (type(e).__name__, e), None)
+                continue
             out[label] = (c.refused, c.namespace_for_rank(0))
             c.shutdown()
         conn.send(("ok", out))

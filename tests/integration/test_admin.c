@@ -462,7 +462,7 @@ static void metrics_agree_or_fail(struct samples *m, struct json_object *doc)
 	}
 	assert_true(sample_or_fail(m, "kvpool_namespaces") == (double)n_ns);
 	sample_or_fail(m, "kvpool_uptime_seconds");
-	sample_or_fail(m, "kvpool_build_info{version=\"0.1.0\",protocol=\"2\"}");
+	sample_or_fail(m, "kvpool_build_info{version=\"" KVPOOL_VERSION "\",protocol=\"2\"}");
 	for (size_t i = 0; i < m->n; i++)
 		if (!m->s[i].used && strncmp(m->s[i].key, "kvpool_request_duration_seconds", 31) &&
 		    strncmp(m->s[i].key, "kvpool_match_wake_seconds", 25))

@@ -556,6 +556,119 @@ static void test_tenant_billing(void **state)
 	unlink(path);
 }
 
+/* A PUT in a fresh namespace ns by token: its status, and the refusal's
+ * message must hold `want` (when not NULL). */
+static int bill_put_new(const struct harness_server *srv, const char *ns, const char *token,
+			const char *tag, uint64_t n, const char *want)
+{
+	struct kvpool_client *c = bill_client(srv, ns, token);
+	int rc = bill_put(c, tag, n, 1024);
+
+	if (want && !strstr(kvpool_last_server_message(), want))
+		fail_msg("refusal in %s says \"%s\", not \"%s\"", ns,
+			 kvpool_last_server_message(), want);
+	kvpool_close(c);
+	return rc;
+}
+
+/* Tester finding F3: a warm restart keeps the billing. Blocks rebuilt
+ * from NVMe stay charged to the tenant that wrote them and namespaces to
+ * the one that created them (the NVMe index records the tenant's key);
+ * a tenant that only binds a shared namespace after the restart is
+ * charged nothing for it. Before, B binding shared/x first was billed
+ * for A's and B's blocks there (locked out of its own namespaces with
+ * QUOTA) and counted as its creator, while A's namespace count restarted
+ * from zero. */
+static void test_tenant_billing_restart(void **state)
+{
+	static const char text[] =
+		TOK_BILL_A " rw shared/ a/\n"
+		TOK_BILL_B " rw shared/ b/\n"
+		TOK_BILL_OP " rw *\n";
+	char path[300], nvdir[300];
+	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "1MiB",
+				"--threads", "2", "--tokens-file", path,
+				"--tenant-max-bytes", "100KiB", "--tenant-max-namespaces", "2",
+				"--nvme-dir", nvdir, "--nvme-capacity", "64MiB",
+				"--nvme-segment-size", "2MiB", NULL };
+	struct harness_server srv = { 0 };
+	struct kvpool_client *a, *b;
+	uint8_t key[32];
+	int st = -1;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	snprintf(path, sizeof(path), "%s/tokens-bill-restart", g.dir);
+	snprintf(nvdir, sizeof(nvdir), "%s/nvme-bill", g.dir);
+	assert_int_equal(write_file(path, text, 0600), 0);
+	assert_int_equal(mkdir(nvdir, 0700), 0);
+	assert_int_equal(harness_start(&srv, flags), 0);
+	/* A creates shared/x with 64 KiB, B adds 64 KiB; A creates a/own */
+	a = bill_client(&srv, "shared/x", TOK_BILL_A);
+	b = bill_client(&srv, "shared/x", TOK_BILL_B);
+	for (uint64_t i = 0; i < 4; i++) {
+		assert_int_equal(bill_put(a, "rb-a", i, 16 * 1024), 0);
+		assert_int_equal(bill_put(b, "rb-b", i, 16 * 1024), 0);
+	}
+	kvpool_close(a);
+	kvpool_close(b);
+	assert_int_equal(bill_put_new(&srv, "a/own", TOK_BILL_A, "rb-a", 9, NULL), 0);
+	assert_int_equal(harness_stop(&srv), 0); /* drains DRAM to NVMe */
+
+	assert_int_equal(harness_start(&srv, flags), 0);
+	/* B binds the shared namespace first, read-write, and writes nothing
+	 * there: its own 64 KiB are billed to it, A's are not */
+	b = bill_client(&srv, "shared/x", TOK_BILL_B);
+	harness_key(key, "rb-a", 3);
+	assert_int_equal(kvpool_exists(b, key, 1, &st), 0);
+	assert_int_equal(st, 0); /* the blocks did survive the restart */
+	/* 64 + 2 x 16 KiB fit B's 100 KiB; billed for 128 KiB it got QUOTA */
+	assert_int_equal(bill_put_new(&srv, "b/own", TOK_BILL_B, "rb-b", 10, NULL), 0);
+	assert_int_equal(bill_put_new(&srv, "b/two", TOK_BILL_B, "rb-b", 11, NULL), 0);
+	/* binding shared/x made B no creator: b/own and b/two are its 2 */
+	assert_int_equal(bill_put_new(&srv, "b/three", TOK_BILL_B, "rb-b", 12,
+				      "already has 2 namespaces"), -EDQUOT);
+	/* A still created 2 (shared/x, a/own): a third is refused */
+	assert_int_equal(bill_put_new(&srv, "a/third", TOK_BILL_A, "rb-a", 13,
+				      "already has 2 namespaces"), -EDQUOT);
+	/* STATS shows each tenant's billed bytes and namespaces (F4): A 64 +
+	 * 1 KiB in 2, B 64 + 2 x 1 KiB in 2 */
+	{
+		struct kvpool_client *op = bill_client(&srv, "shared/x", TOK_BILL_OP);
+		struct json_object *doc, *tenants;
+		int seen_a = 0, seen_b = 0;
+
+		assert_int_equal(harness_stats(op, NULL, &doc), 0);
+		assert_true(json_object_object_get_ex(doc, "tenants", &tenants));
+		json_object_object_foreach(tenants, id, t) {
+			uint64_t billed = harness_json_u64_or_fail(t, "billed_bytes");
+			uint64_t nss = harness_json_u64_or_fail(t, "namespaces");
+
+			(void)id;
+			seen_a += billed == 65 * 1024 && nss == 2;
+			seen_b += billed == 66 * 1024 && nss == 2;
+		}
+		json_object_put(doc);
+		assert_int_equal(seen_a, 1);
+		assert_int_equal(seen_b, 1);
+		kvpool_close(op);
+	}
+	/* a PUT past tenant_max_bytes says which limit (F4): B has 66 KiB */
+	{
+		struct kvpool_client *c = bill_client(&srv, "b/own", TOK_BILL_B);
+
+		assert_int_equal(bill_put(c, "rb-b", 20, 40 * 1024), -EDQUOT);
+		if (!strstr(kvpool_last_server_message(), "tenant_max_bytes 102400: the token "
+			    "has written"))
+			fail_msg("tenant QUOTA says \"%s\"", kvpool_last_server_message());
+		kvpool_close(c);
+	}
+	kvpool_close(b);
+	assert_int_equal(harness_stop(&srv), 0);
+	harness_rm_rf(nvdir);
+	unlink(path);
+}
+
 #define TOK_GONE "rev-gone-0123456789abcdef"
 #define TOK_NARROW "rev-narrow-0123456789abcdef"
 #define TOK_MOVED "rev-moved-0123456789abcdef"
@@ -593,6 +706,63 @@ static void check_revoked(int fd, const uint8_t key[32], const char *want)
 		harness_frame_free(&f);
 	}
 	close(fd);
+}
+
+/* Tester finding F2: a MATCH waiting (wait_ms) when a SIGHUP revokes its
+ * token is answered DENIED with the reason, not with what the namespace
+ * holds, and takes no lease. Before, the reload ended the wait with a
+ * real answer (matched 1, WAITED|WAIT_ENDED) and a new lease. */
+static void test_revocation_waiting_match(void **state)
+{
+	static const char before[] = TOK_GONE " rw rev/\n" TOK_STAY " rw rev/\n";
+	static const char after[] = TOK_STAY " rw rev/\n";
+	char path[300];
+	const char *flags[] = { "--dram-capacity", "16MiB", "--max-block-bytes", "1MiB",
+				"--threads", "2", "--tokens-file", path,
+				"--max-lease-ms", "60000", NULL };
+	struct kvpool_options o_gone = { .token = TOK_GONE, .timeout_ms = 10000 };
+	struct kvpool_options o_stay = { .token = TOK_STAY, .timeout_ms = 10000 };
+	struct kvpool_match_opts mo = { .lease_ms = 30000, .wait_ms = 20000, .want = 2 };
+	struct kvpool_match_result res;
+	struct harness_server srv = { 0 };
+	struct kvpool_client *gone, *waiter, *stay;
+	struct kvpool_completion done;
+	uint8_t keys[2][32], data[4096];
+	uint64_t id = 0;
+	int n = 0;
+
+	(void)state;
+	harness_need_server(&g.srv);
+	snprintf(path, sizeof(path), "%s/tokens-rev-wait", g.dir);
+	assert_int_equal(write_file(path, before, 0600), 0);
+	assert_int_equal(harness_start(&srv, flags), 0);
+	assert_int_equal(kvpool_connect(srv.url, "rev/w", &o_gone, &gone), 0);
+	assert_int_equal(kvpool_connect(srv.url, "rev/w", &o_gone, &waiter), 0);
+	assert_int_equal(kvpool_connect(srv.url, "rev/w", &o_stay, &stay), 0);
+	harness_key(keys[0], "revw", 1);
+	harness_key(keys[1], "revw", 2);
+	harness_fill(data, sizeof(data), 1);
+	assert_int_equal(kvpool_put_bytes(gone, keys[0], NULL, data, sizeof(data)), 0);
+	/* only the first of the two is there: the MATCH waits */
+	assert_int_equal(kvpool_submit_match_ex(waiter, keys, 2, &mo, &res, 1, &id), 0);
+	for (int i = 0; i < 250 && harness_stat_or_fail(stay, "ops.match.waits.waiting") == 0; i++)
+		harness_sleep_ms(20);
+	assert_int_equal(harness_stat_or_fail(stay, "ops.match.waits.waiting"), 1);
+
+	assert_int_equal(write_file(path, after, 0600), 0);
+	assert_int_equal(kill(srv.pid, SIGHUP), 0);
+	n = kvpool_poll(waiter, &done, 1, 10000);
+	assert_int_equal(n, 1);
+	assert_int_equal(done.status, -EACCES);
+	if (!strstr(kvpool_last_server_message(), "the token was revoked"))
+		fail_msg("the waiting MATCH was refused with \"%s\"", kvpool_last_server_message());
+	assert_int_equal(done.matched, 0);
+	assert_int_equal(harness_stat_or_fail(stay, "leases_active"), 0);
+	kvpool_close(gone);
+	kvpool_close(waiter);
+	kvpool_close(stay);
+	assert_int_equal(harness_stop(&srv), 0);
+	unlink(path);
 }
 
 /* Issue 28 item 3: after a SIGHUP removes or narrows a token, the
@@ -940,7 +1110,9 @@ int main(void)
 		cmocka_unit_test(test_tenant_namespace_limit),
 		cmocka_unit_test(test_tenant_bytes_and_leases),
 		cmocka_unit_test(test_revocation),
+		cmocka_unit_test(test_revocation_waiting_match),
 		cmocka_unit_test(test_tenant_billing),
+		cmocka_unit_test(test_tenant_billing_restart),
 		cmocka_unit_test(test_cli_token),
 		cmocka_unit_test(test_cli_refusals_and_conveniences),
 		cmocka_unit_test(test_start_refusals),

@@ -485,7 +485,7 @@ static void assert_stats_keys(struct json_object *doc, const char *ns)
 
 	assert_true(json_object_object_get_ex(doc, "version", &v));
 	assert_true(json_object_is_type(v, json_type_string));
-	assert_string_equal(json_object_get_string(v), "0.1.0");
+	assert_string_equal(json_object_get_string(v), KVPOOL_VERSION);
 	/* no NVMe tier here: tiers.nvme says so and nothing else */
 	assert_true(json_object_object_get_ex(doc, "tiers", &v));
 	assert_true(json_object_object_get_ex(v, "nvme", &v));

@@ -596,6 +596,25 @@ def main():
                any(ests["spec"]["template"]["metadata"]["labels"].get(k) != v
                    for k, v in svc["spec"]["selector"].items()),
                "the pool's Service does not select etcd's pod")
+        # etcd decides where engines send blocks and tokens: a NetworkPolicy
+        # lets only the pool's pods and selected namespaces reach it
+        enpol = one(edocs, "NetworkPolicy")
+        elabels = ests["spec"]["template"]["metadata"]["labels"]
+        expect(all(elabels.get(k) == v for k, v in enpol["spec"]["podSelector"]["matchLabels"].items())
+               and "Ingress" in enpol["spec"].get("policyTypes", []),
+               "a NetworkPolicy governs the etcd pod's ingress")
+        erules = enpol["spec"].get("ingress", [])
+        expect(erules and all(r.get("from") for r in erules),
+               "every etcd ingress rule has a from: (no port open to every pod)", str(erules))
+        for r in erules:
+            for f in r["from"]:
+                expect(("podSelector" in f and "namespaceSelector" not in f and
+                        all(labels.get(k) == v for k, v in f["podSelector"]["matchLabels"].items()))
+                       or ("namespaceSelector" in f and "podSelector" not in f and
+                           f["namespaceSelector"].get("matchLabels")),
+                       "etcd is reached from the pool's pods or from labelled namespaces only", str(f))
+        expect(any(f.get("podSelector") for r in erules for f in r["from"]),
+               "the pool's pods reach etcd (they register there)")
         econ = ests["spec"]["template"]["spec"]["containers"][0]
         eargs = econ.get("command", []) + econ.get("args", [])
         etcd_bin = shutil.which("etcd")

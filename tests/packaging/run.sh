@@ -463,10 +463,10 @@ test_pkgconfig() {
 		# shellcheck disable=SC2086
 		check "cc -o example example.c \$(pkg-config --cflags --libs kvpool)" \
 			cc -o "$work/example" "$work/example.c" $cflags $libs
-		check "the example runs against the staged libkvpool.so.0 and a kvpoold" \
+		check "the example runs against the staged libkvpool.so.1 and a kvpoold" \
 			env LD_LIBRARY_PATH="$stage/usr/lib" "$work/example"
-		check "it linked libkvpool.so.0 from the staged tree" \
-			bash -c "LD_LIBRARY_PATH='$stage/usr/lib' ldd '$work/example' | grep -q '$stage/usr/lib/libkvpool.so.0'"
+		check "it linked libkvpool.so.1 from the staged tree" \
+			bash -c "LD_LIBRARY_PATH='$stage/usr/lib' ldd '$work/example' | grep -q '$stage/usr/lib/libkvpool.so.1'"
 		# shellcheck disable=SC2046
 		check "static: cc example.c \$(pkg-config --static --cflags --libs kvpool), libkvpool.a" \
 			cc -o "$work/example_static" "$work/example.c" $cflags \
@@ -485,6 +485,10 @@ test_pkgconfig() {
 		[ \"\$(cd '$stage' && find . ! -type d | sort)\" = ./etc/kvpool/kvpool.conf ] &&
 		tail -1 '$stage/etc/kvpool/kvpool.conf' | grep -qx edited ||
 		{ cd '$stage' && find . ! -type d; exit 1; }"
+	check "and no empty directory it made for kvpool.pc, the unit or the sysusers entry" bash -c "
+		for d in '$stage/usr/lib/pkgconfig' '$stage/usr/lib/systemd' '$stage/usr/lib/sysusers.d'; do
+			[ ! -e \"\$d\" ] || { echo \"\$d is left\"; exit 1; }
+		done"
 	section_end
 }
 
@@ -557,15 +561,35 @@ deb_root_install() {
 	chmod 755 "$r" # the root tarball may carry its mktemp directory's 0700
 	cp /etc/resolv.conf "$r/etc/resolv.conf"
 	mkdir -p "$r/tmp/debs"
-	cp "$debs"/kvpool_*.deb "$debs"/kvpool-tools_*.deb "$debs"/libkvpool0_*.deb \
+	cp "$debs"/kvpool_*.deb "$debs"/kvpool-tools_*.deb "$debs"/libkvpool1_*.deb \
 		"$debs"/libkvpool-dev_*.deb "$debs"/python3-kvpool_*.deb "$r/tmp/debs/"
 	mount -t proc proc "$r/proc" 2>/dev/null && mounts+=("$r/proc")
 	local in="chroot $r env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive LANG=C"
 	check "apt-get update in the root" $in apt-get update -qq || return
 	local f inroot=()
 	for f in "$r"/tmp/debs/*.deb; do inroot+=("/tmp/debs/$(basename "$f")"); done
-	check "apt-get install the five packages (and what they depend on)" \
-		$in apt-get install -y -qq --no-install-recommends "${inroot[@]}" || return
+	# An earlier build (0.1.0, before the CLI moved to kvpool-tools) whose
+	# kvpool still had /usr/bin/kvpool: kvpool-tools takes the file over
+	# (Replaces) and deconfigures it (Breaks) instead of failing with
+	# "trying to overwrite '/usr/bin/kvpool'".
+	local old=$work/old-kvpool
+	mkdir -p "$old/DEBIAN" "$old/usr/bin"
+	printf '#!/bin/sh\necho old kvpool\n' >"$old/usr/bin/kvpool" && chmod 755 "$old/usr/bin/kvpool"
+	printf 'Package: kvpool\nVersion: 0.1.0\nArchitecture: %s\nMaintainer: test <test@kvpool.invalid>\nDescription: earlier kvpool with the CLI\n' \
+		"$(dpkg --print-architecture)" >"$old/DEBIAN/control"
+	check "an earlier kvpool 0.1.0 with /usr/bin/kvpool installs in the root" bash -c "
+		dpkg-deb -b --root-owner-group '$old' '$r/tmp/old-kvpool.deb' >/dev/null &&
+		$in dpkg -i /tmp/old-kvpool.deb >/dev/null"
+	check "kvpool-tools unpacks over it and takes /usr/bin/kvpool (Breaks/Replaces kvpool << 0.1.1~)" bash -c "
+		$in dpkg --unpack --auto-deconfigure /tmp/debs/$(basename "$(ls "$r"/tmp/debs/kvpool-tools_*.deb)") &&
+		$in dpkg-query -S /usr/bin/kvpool | grep -qx 'kvpool-tools: /usr/bin/kvpool'"
+	rm -f "$r/tmp/old-kvpool.deb"
+	# -f: kvpool-tools is unpacked, its dependencies not yet installed
+	check "apt-get install -f the five packages (and what they depend on) over it" \
+		$in apt-get install -f -y -qq --no-install-recommends "${inroot[@]}" || return
+	check "  the earlier kvpool is upgraded and kvpool-tools keeps /usr/bin/kvpool" bash -c "
+		[ \"\$($in dpkg-query -W -f '\${Version} \${db:Status-Abbrev}' kvpool)\" = '$VERSION ii ' ] &&
+		$in dpkg-query -S /usr/bin/kvpool | grep -qx 'kvpool-tools: /usr/bin/kvpool'"
 	check "every command the unit runs is there and executable (ExecReload's /bin/kill: procps)" \
 		unit_commands_exist "$r"
 	check "kvpoold --version runs from the root" \
@@ -578,8 +602,8 @@ deb_root_install() {
 		test -L "$r/etc/systemd/system/multi-user.target.wants/kvpoold.service"
 	check "/etc/kvpool/kvpool.conf is a conffile" \
 		bash -c "$in dpkg-query -W -f '\${Conffiles}' kvpool | grep -q '/etc/kvpool/kvpool.conf '"
-	check "python3 -c 'import kvpool' loads libkvpool0's library" \
-		bash -c "$in python3 -c 'import kvpool, sys; print(kvpool.library_path, kvpool.__version__); assert kvpool.library_path == \"libkvpool.so.0\" and kvpool.__version__ == \"$VERSION\"'"
+	check "python3 -c 'import kvpool' loads libkvpool1's library" \
+		bash -c "$in python3 -c 'import kvpool, sys; print(kvpool.library_path, kvpool.__version__); assert kvpool.library_path == \"libkvpool.so.1\" and kvpool.__version__ == \"$VERSION\"'"
 	check "the entry point is in python3-kvpool's metadata" $in python3 -c "$ENTRY_POINT"
 	check "pkg-config file of libkvpool-dev names the multiarch libdir" \
 		grep -qx "libdir=\${prefix}/lib/$MULTIARCH" "$r/usr/lib/$MULTIARCH/pkgconfig/kvpool.pc"
@@ -605,8 +629,31 @@ deb_root_install() {
 	# a tokens file the operator added, where the docs put it
 	printf '[tokens]\n' >"$r/etc/kvpool/tokens"
 
+	# a first purge with a disk mounted in the state directory (a tmpfs
+	# for the NVMe drive an operator mounts at /var/lib/kvpool/nvme): the
+	# purge succeeds and leaves that file system alone
+	local disk=$r/var/lib/kvpool/nvme
+	if mount -t tmpfs -o size=1m tmpfs "$disk" 2>/dev/null; then
+		mounts+=("$disk")
+		touch "$disk/segment-on-disk" "$r/var/lib/kvpool/index-test"
+		check "apt-get purge kvpool with a file system mounted at /var/lib/kvpool/nvme" \
+			$in apt-get purge -y -qq kvpool
+		check "  it emptied /var/lib/kvpool but not the mounted file system" bash -c "
+			[ -e '$disk/segment-on-disk' ] && [ ! -e '$r/var/lib/kvpool/index-test' ]"
+		check "  dpkg has kvpool purged (not half-purged)" bash -c "
+			s=\$($in dpkg-query -W -f '\${db:Status-Abbrev}' kvpool 2>/dev/null)
+			case \"\$s\" in ''|?n*) ;; *) echo \"kvpool: \$s\"; exit 1 ;; esac"
+		umount "$disk"
+		check "apt-get install kvpool again" $in apt-get install -y -qq --no-install-recommends \
+			"/tmp/debs/$(basename "$(ls "$r"/tmp/debs/kvpool_*.deb)")"
+		mkdir -p "$disk" && touch "$disk/segment-test"
+		printf '[tokens]\n' >"$r/etc/kvpool/tokens"
+	else
+		skip_or_fail "purge with a mounted NVMe disk: mount -t tmpfs failed"
+	fi
+
 	check "apt-get purge the five packages" \
-		$in apt-get purge -y -qq kvpool kvpool-tools libkvpool0 libkvpool-dev python3-kvpool
+		$in apt-get purge -y -qq kvpool kvpool-tools libkvpool1 libkvpool-dev python3-kvpool
 	check "purge removed /var/lib/kvpool (the NVMe tier's data)" test ! -e "$r/var/lib/kvpool"
 	check "purge removed /etc/kvpool/kvpool.conf" test ! -e "$r/etc/kvpool/kvpool.conf"
 	check "and kept the operator's /etc/kvpool/tokens, alone there (docs/operating.md)" \
@@ -616,7 +663,7 @@ deb_root_install() {
 		test ! -e "$r/etc/systemd/system/multi-user.target.wants/kvpoold.service"
 	check "no kvpool file left in /usr" bash -c "! find '$r/usr' -name '*kvpool*' | grep ."
 	check "dpkg knows none of the packages any more" \
-		bash -c "! $in dpkg-query -W -f '\${db:Status-Abbrev} \${Package}\n' 2>/dev/null | grep -E '^.i.* (kvpool|kvpool-tools|libkvpool0|libkvpool-dev|python3-kvpool)$'"
+		bash -c "! $in dpkg-query -W -f '\${db:Status-Abbrev} \${Package}\n' 2>/dev/null | grep -E '^.i.* (kvpool|kvpool-tools|libkvpool1|libkvpool-dev|python3-kvpool)$'"
 
 	# the CLI alone, for a machine that only watches a pool
 	check "apt-get install kvpool-tools alone" \
@@ -649,7 +696,7 @@ test_deb() {
 		{ section_end; return; }
 	k=$(ls "$debs"/kvpool_"$VERSION"_*.deb)
 	t=$(ls "$debs"/kvpool-tools_"$VERSION"_*.deb)
-	l=$(ls "$debs"/libkvpool0_"$VERSION"_*.deb)
+	l=$(ls "$debs"/libkvpool1_"$VERSION"_*.deb)
 	d=$(ls "$debs"/libkvpool-dev_"$VERSION"_*.deb)
 	p=$(ls "$debs"/python3-kvpool_"$VERSION"_all.deb)
 	check "five packages at version $VERSION in $BUILD/deb" \
@@ -670,34 +717,38 @@ test_deb() {
 		! dpkg-deb -f '$t' Depends | grep -qE '(^|, )kvpool( |,|$)'"
 	check "kvpool: the conffile" deb_control_has "$k" conffiles '^/etc/kvpool/kvpool.conf$'
 	check "kvpool: postinst creates the user, enables and starts the unit" kvpool_postinst_ok "$k"
-	check "kvpool: postrm purge removes /var/lib/kvpool" deb_control_has "$k" postrm 'rm -rf .*/var/lib/kvpool'
+	check "kvpool: postrm purge removes /var/lib/kvpool, on its own file system only" \
+		deb_control_has "$k" postrm 'rm -rf --one-file-system .*'
+	check "kvpool-tools: Breaks and Replaces kvpool (<< 0.1.1~), the kvpool that had /usr/bin/kvpool" bash -c "
+		dpkg-deb -f '$t' Breaks | grep -qx 'kvpool (<< 0.1.1~)' &&
+		dpkg-deb -f '$t' Replaces | grep -qx 'kvpool (<< 0.1.1~)'"
 	check "kvpool: the unit runs /usr/bin/kvpoold with /etc/kvpool/kvpool.conf" bash -c \
 		"dpkg-deb --fsys-tarfile '$k' | tar -xO ./lib/systemd/system/kvpoold.service |
 		 grep -qx 'ExecStart=/usr/bin/kvpoold --config /etc/kvpool/kvpool.conf'"
-	check "libkvpool0: libkvpool.so.0 (SONAME libkvpool.so.0)" \
-		deb_has "$l" "/usr/lib/$MULTIARCH/libkvpool.so.0"
+	check "libkvpool1: libkvpool.so.1 (SONAME libkvpool.so.1)" \
+		deb_has "$l" "/usr/lib/$MULTIARCH/libkvpool.so.1"
 	check "libkvpool-dev: kvpool.h, libkvpool.a, libkvpool.so, kvpool.pc" deb_has "$d" \
 		/usr/include/kvpool.h "/usr/lib/$MULTIARCH/libkvpool.a" "/usr/lib/$MULTIARCH/libkvpool.so" \
 		"/usr/lib/$MULTIARCH/pkgconfig/kvpool.pc"
 	check "python3-kvpool: the package and its dist-info with the entry point" deb_has "$p" \
 		/usr/lib/python3/dist-packages/kvpool/__init__.py \
 		"/usr/lib/python3/dist-packages/kvpool-$VERSION.dist-info/entry_points.txt"
-	check "python3-kvpool: no library of its own (it uses libkvpool0)" deb_lacks "$p" 'libkvpool\.so'
+	check "python3-kvpool: no library of its own (it uses libkvpool1)" deb_lacks "$p" 'libkvpool\.so'
 	check "python3-kvpool: no INSTALLER or direct_url.json in its dist-info, nor in RECORD (dpkg's)" bash -c "
 		$(declare -f deb_lacks)
 		deb_lacks '$p' 'dist-info/(INSTALLER|direct_url\.json)\$' &&
 		dpkg-deb --fsys-tarfile '$p' | tar -xO --wildcards './usr/lib/python3/dist-packages/kvpool-*.dist-info/RECORD' |
 		{ ! grep -E 'INSTALLER|direct_url'; }"
-	check "python3-kvpool depends on libkvpool0" bash -c \
-		"dpkg-deb -f '$p' Depends | grep -q 'libkvpool0 (>= $VERSION)'"
+	check "python3-kvpool depends on libkvpool1" bash -c \
+		"dpkg-deb -f '$p' Depends | grep -q 'libkvpool1 (>= $VERSION)'"
 
 	# The packages' files, unpacked without their scripts.
 	local x=$work/unpacked
 	for f in "$k" "$t" "$l" "$d" "$p"; do dpkg-deb -x "$f" "$x"; done
 	check "kvpoold --version from the unpacked package" bash -c \
 		"'$x/usr/bin/kvpoold' --version | grep -q '^kvpoold $VERSION (protocol '"
-	check "the SONAME of libkvpool0's library is libkvpool.so.0" bash -c \
-		"objdump -p '$x/usr/lib/$MULTIARCH/libkvpool.so.0' | grep -q 'SONAME *libkvpool.so.0'"
+	check "the SONAME of libkvpool1's library is libkvpool.so.1" bash -c \
+		"objdump -p '$x/usr/lib/$MULTIARCH/libkvpool.so.1' | grep -q 'SONAME *libkvpool.so.1'"
 
 	if command -v lintian >/dev/null; then
 		lintian --fail-on error --display-info "$debs"/kvpool_"$VERSION"_*.changes >"$work/lintian.out" 2>&1

@@ -455,6 +455,53 @@ def test_replay_flood_is_bounded(zctx):
         assert s.stop() == 0
 
 
+def test_replay_peers_that_never_read_give_their_slots_up(zctx):
+    """Tester finding F5: 32 peers that ask for a replay and never read
+    held every answer slot for as long as they stayed connected, and every
+    other replay got the end marker alone, indistinguishable from "nothing
+    to replay". Now, when every slot is taken, an answer whose peer has
+    read nothing for a second gives its slot to the new request (counted
+    in replay_stalled)."""
+    pub, rep = free_port(), free_port()
+    s = Server("--dram-capacity", "4MiB", "--max-block-bytes", "1MiB",
+               "--max-inflight-put-bytes", "1MiB", "--threads", "2",
+               "--kv-events-endpoint", "tcp://127.0.0.1:%d" % pub,
+               "--kv-events-replay-endpoint", "tcp://127.0.0.1:%d" % rep,
+               "--kv-events-buffer", "300").start()
+    rep_url = "tcp://127.0.0.1:%d" % rep
+    peers = []
+    try:
+        # ~200 full batches: far more than a peer that does not read takes
+        n, per = 100000, 5000
+        with kvpool.Client(s.url, "stall") as c:
+            for j in range(0, n, per):
+                ks = [key("st", i) for i in range(j, j + per)]
+                assert c.put_many(ks, [b"z" * 4096] * per) == [0] * per
+            deadline = time.monotonic() + 10
+            while c.stats()["kv_events"]["queued"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            batches = c.stats()["kv_events"]["batches"]
+        assert batches >= 100
+        for _ in range(32):
+            d = zctx.socket(zmq.DEALER)
+            d.setsockopt(zmq.LINGER, 0)
+            d.setsockopt(zmq.RCVHWM, 1)
+            d.setsockopt(zmq.RCVBUF, 4096)
+            d.connect(rep_url)
+            d.send_multipart([b"", (0).to_bytes(8, "big")])
+            peers.append(d)
+        time.sleep(1.5)                  # every slot taken, none read for 1 s
+        got = replay(zctx, rep_url, 0)
+        assert len(got) >= 100, "a reading peer got %d batches" % len(got)
+        with kvpool.Client(s.url, "stall") as c:
+            ev = c.stats()["kv_events"]
+        assert ev["replay_stalled"] >= 1 and ev["dropped"] == 0
+    finally:
+        for d in peers:
+            d.close()
+        assert s.stop() == 0
+
+
 def test_endpoints_by_name_and_ipv6(zctx):
     """Issue 28 item 7: zmq binds addresses and interfaces only, and
     refused "tcp://localhost:P" and "tcp://[::1]:P" with "No such device".

@@ -331,3 +331,107 @@ def test_bad_bytes_where_a_client_hello_belongs(pki):
         assert stats_of(s)["tls"]["handshake_errors"] >= 3
     finally:
         assert s.stop() == 0
+
+
+def cli(*args, **env):
+    """Run the kvpool CLI with KVPOOL_TLS_* and KVPOOL_TOKEN from env only."""
+    from conftest import ROOT
+    exe = os.environ.get("KVPOOL_CLI") or os.path.join(ROOT, "build", "kvpool")
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith("KVPOOL_TLS_") and k != "KVPOOL_TOKEN"}
+    e.update(env)
+    r = subprocess.run([exe] + list(args), capture_output=True, text=True, env=e, timeout=60)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_cli_says_what_is_wrong_with_tls(pki, tmp_path):
+    """The CLI's words for TLS set-up errors (tester findings F1, F6, F9):
+    a CA, certificate or key file that does not load or a key that does
+    not match is named as such (not "bad URL"); a wrong CA on a node list
+    keeps OpenSSL's reason; `kvpool ping` answered with a refusal of this
+    client (a tls_only port in plaintext) exits 1, not 0."""
+    s = tls_server(pki, "--tls-only", "true")
+    try:
+        url = "tls://localhost:%d" % s.port
+        rc, out = cli("ping", "--server", url, KVPOOL_TLS_CA=pki["ca"])
+        assert rc == 0 and "pong from" in out, out
+        missing = str(tmp_path / "nonexist.pem")
+        junk = tmp_path / "junk.pem"
+        junk.write_text("junk\n")
+        for env, want in (({"KVPOOL_TLS_CA": missing}, missing),
+                          ({"KVPOOL_TLS_CA": str(junk)}, str(junk)),
+                          ({"KVPOOL_TLS_CA": pki["ca"], "KVPOOL_TLS_CERT": missing,
+                            "KVPOOL_TLS_KEY": missing}, missing),
+                          ({"KVPOOL_TLS_CA": pki["ca"], "KVPOOL_TLS_CERT": pki["client"],
+                            "KVPOOL_TLS_KEY": pki["stranger_key"]}, "key")):
+            rc, out = cli("ping", "--server", url, **env)
+            assert rc == 2, (env, out)
+            assert "bad URL" not in out and want in out, (env, out)
+        # a node list whose nodes' certificates the CA does not sign
+        s2 = tls_server(pki, "--tls-only", "true")
+        try:
+            rc, out = cli("ping", "--server", "%s,localhost:%d" % (url, s2.port),
+                          KVPOOL_TLS_CA=pki["other_ca"])
+            assert rc != 0 and "unable to get local issuer certificate" in out, out
+        finally:
+            assert s2.stop() == 0
+        # plaintext on a tls_only port: the server answers and refuses
+        rc, out = cli("ping", "--server", "tcp://127.0.0.1:%d" % s.port)
+        assert rc == 1 and "requires TLS" in out and "refuses this client" in out, out
+    finally:
+        assert s.stop() == 0
+
+
+def test_reload_keeps_a_valid_certificate_and_warns_when_mutual_tls_goes(pki, tmp_path):
+    """Tester findings F7 and F8: a SIGHUP whose new certificate has
+    expired keeps the valid one in use (logged, with why), and a SIGHUP
+    that drops tls_client_ca_file says at warn level that mutual TLS is
+    off. Before, the expired certificate replaced the valid one (every new
+    client failed "certificate has expired") and the change was an info
+    line like any other."""
+    cert, keyf = tmp_path / "cur.pem", tmp_path / "cur.key"
+    shutil.copy(pki["srv"], cert)
+    shutil.copy(pki["srv_key"], keyf)
+    keyf.chmod(0o600)
+    conf = tmp_path / "kvpool.conf"
+    base = ("dram_capacity = 16MiB\nmax_block_bytes = 1MiB\nthreads = 2\n"
+            "tls_cert_file = %s\ntls_key_file = %s\n" % (cert, keyf))
+    conf.write_text(base + "tls_client_ca_file = %s\n" % pki["ca"])
+    s = Server("--config", str(conf)).start()
+    try:
+        mctx = client_context(pki["ca"], pki["client"], pki["client_key"])
+        c = FrameConn.connect(s.port, mctx)
+        c.hello("reload")
+        c.close()
+        shutil.copy(pki["expired"], cert)
+        shutil.copy(pki["expired_key"], keyf)
+        s.proc.send_signal(signal.SIGHUP)
+        wait_log(s, "tls certificate not reloaded, the old one stays: tls_cert_file %s has "
+                    "expired, and the certificate in use is valid" % cert)
+        c = FrameConn.connect(s.port, mctx)      # still the valid certificate
+        c.hello("reload")
+        c.close()
+        # the renewal goes in; then the client CA line goes
+        shutil.copy(pki["srv"], cert)
+        shutil.copy(pki["srv_key"], keyf)
+        conf.write_text(base)
+        s.proc.send_signal(signal.SIGHUP)
+        wait_log(s, "warn sighup: tls_client_ca_file removed: mutual TLS is OFF")
+    finally:
+        assert s.stop() == 0
+
+
+def test_tls_client_on_a_plaintext_port_is_told_so(pki):
+    """Tester finding F10: a tls:// client of a kvpoold without TLS gets
+    "the server does not speak TLS" (not OpenSSL's "wrong version number"),
+    and libkvpool's own words are not labelled as the server's."""
+    s = Server("--dram-capacity", "16MiB", "--max-block-bytes", "1MiB", "--threads", "2").start()
+    try:
+        with pytest.raises(kvpool.ProtocolError) as ei:
+            kvpool.Client("tls://localhost:%d" % s.port, "x", tls_ca=pki["ca"])
+        msg = str(ei.value)
+        assert "does not speak TLS on this port" in msg and "use tcp://" in msg, msg
+        assert "(server:" not in msg, msg
+        wait_log(s, "a TLS ClientHello, but this server has no TLS")
+    finally:
+        assert s.stop() == 0

@@ -749,12 +749,12 @@ static void test_connect_error_messages(void **state)
 			    "characters without spaces");
 	conn = (struct cli_conn){ .url = "notaurl", .ns = "default" };
 	assert_string_equal(cli_connect_error(&conn, -EINVAL, buf, sizeof(buf)),
-			    "bad URL: expected tcp://, rdma:// or auto:// then host[:port], a node "
+			    "bad URL: expected tcp://, tls://, rdma:// or auto:// then host[:port], a node "
 			    "list (tcp://a:7470,b:7470) or etcd://HOST[:PORT][,HOST[:PORT]...]/CLUSTER, "
 			    "got 'notaurl'");
 	conn.url = "udp://127.0.0.1:7470";
 	assert_string_equal(cli_connect_error(&conn, -EOPNOTSUPP, buf, sizeof(buf)),
-			    "bad URL: expected tcp://, rdma:// or auto:// then host[:port], a node "
+			    "bad URL: expected tcp://, tls://, rdma:// or auto:// then host[:port], a node "
 			    "list (tcp://a:7470,b:7470) or etcd://HOST[:PORT][,HOST[:PORT]...]/CLUSTER "
 			    "(unknown scheme), got 'udp://127.0.0.1:7470'");
 	/* cluster URLs: what is wrong with them, in words */
@@ -1192,7 +1192,7 @@ static void test_option_messages(void **state)
 	assert_int_equal(atomic_load(&e->fk.connections), 0);
 	run_cmd(&r, cli_ping_main, "kvpool ping", "--server", "notaurl", NULL);
 	assert_int_equal(r.status, 2);
-	assert_string_equal(r.err, "kvpool ping: bad URL: expected tcp://, rdma:// or auto:// "
+	assert_string_equal(r.err, "kvpool ping: bad URL: expected tcp://, tls://, rdma:// or auto:// "
 				   "then host[:port], a node list (tcp://a:7470,b:7470) or "
 				   "etcd://HOST[:PORT][,HOST[:PORT]...]/CLUSTER, got 'notaurl'\n");
 	run_free(&r);

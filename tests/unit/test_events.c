@@ -470,7 +470,7 @@ static void test_stats_and_metrics(void **state)
 				       .queued = 10, .batches = 7, .resync_batches = 2,
 				       .replay_requests = 3, .replayed_batches = 11,
 				       .replay_errors = 1, .replay_refused = 4,
-				       .replay_truncated = 5 };
+				       .replay_truncated = 5, .replay_stalled = 6 };
 	struct srv_stats_doc doc = { .version = "0.1.0", .protocol = 1, .ops = ops, .store = &st };
 	char *s;
 
@@ -490,7 +490,8 @@ static void test_stats_and_metrics(void **state)
 				  "\"published\":90,\"dropped\":20,\"queued\":10,\"batches\":7,"
 				  "\"resync_batches\":2,\"replay_requests\":3,"
 				  "\"replayed_batches\":11,\"replay_errors\":1,"
-				  "\"replay_refused\":4,\"replay_truncated\":5},"));
+				  "\"replay_refused\":4,\"replay_truncated\":5,"
+				  "\"replay_stalled\":6},"));
 	free(s);
 	s = render(&doc, srv_metrics_write);
 	assert_non_null(strstr(s, "\n# TYPE kvpool_kv_events_dropped_total counter\n"

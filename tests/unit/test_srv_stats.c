@@ -324,13 +324,14 @@ static void test_stats_json_nvme(void **state)
 	free(ops);
 }
 
-/* With a tokens file: each tenant's retention under "tenants", by the
+/* With a tokens file: each tenant's billing and retention under "tenants", by the
  * head of its token's digest; an empty object before any tenant. */
 static void test_stats_json_tenants(void **state)
 {
 	struct srv_stats *ops = calloc(1, sizeof(*ops));
 	struct srv_tenant_stats t[2] = {
-		{ .id = "0123456789ab", .retain = { 1, 4096, 8192, 2, 3 } },
+		{ .id = "0123456789ab", .retain = { 1, 4096, 8192, 2, 3 },
+		  .billed_bytes = 65536, .leased_bytes = 4096, .namespaces = 2 },
 		{ .id = "ba9876543210", .retain = { 0, 0, 0, 7, 0 } },
 	};
 	struct store_ns_stats ns[2];
@@ -351,9 +352,11 @@ static void test_stats_json_tenants(void **state)
 	doc.tenants = t;
 	doc.tenant_count = 2;
 	s = render(&doc);
-	assert_non_null(strstr(s, "\"tenants\":{\"0123456789ab\":{\"retained_blocks\":1,"
+	assert_non_null(strstr(s, "\"tenants\":{\"0123456789ab\":{\"billed_bytes\":65536,"
+			      "\"leased_bytes\":4096,\"namespaces\":2,\"retained_blocks\":1,"
 			      "\"retained_bytes\":4096,\"retain_budget_bytes\":8192,"
 			      "\"retain_refused\":2,\"retain_expired\":3},\"ba9876543210\":{"
+			      "\"billed_bytes\":0,\"leased_bytes\":0,\"namespaces\":0,"
 			      "\"retained_blocks\":0,\"retained_bytes\":0,\"retain_budget_bytes\":0,"
 			      "\"retain_refused\":7,\"retain_expired\":0}},\"namespaces\""));
 	free(s);

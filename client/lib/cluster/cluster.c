@@ -725,12 +725,17 @@ int kvcl_open(const char *url, const char *ns, const char *token, uint32_t timeo
 		rc = kvcl_static_members(cl, url);
 	}
 	/* Connect to the members there are now. A list none of whose nodes
-	 * answers is refused like one node; with etcd, failures are not
-	 * errors (nodes come and go). */
+	 * answers is refused like one node; with etcd, nodes that are down
+	 * are not errors (nodes come and go), but when none is reached
+	 * because each refused the handshake or the session (-EPROTO: a TLS
+	 * CA, certificate or key the nodes do not accept; -EACCES: the token,
+	 * or a plaintext URL on a tls_only port), that is the caller's
+	 * configuration: refused, with the first node's reason, rather than
+	 * a handle whose every call misses. */
 	if (!rc) {
 		rc = cl_call(cl, &connect, &res);
 		kvc_result_clear(&res);
-		if (cl->endpoint[0])
+		if (cl->endpoint[0] && rc != -EPROTO && rc != -EACCES)
 			rc = 0;
 	}
 	if (rc) {

@@ -27,6 +27,7 @@
 
 #include "cluster_impl.h"
 #include "lib/clock.h"
+#include "lib/net/frame.h"
 
 #define NODE_POLL_BATCH 64
 
@@ -324,12 +325,17 @@ static void node_run(struct kvcl *cl, struct kvcl_node *n, struct kvcl_child *li
 		down = !e;
 	}
 	if (!down && reqs) {
-		int rc = node_connect(cl, n->e);
+		int rc;
 
+		/* a failed TLS handshake says why in this thread's message */
+		kvc_frame_set_last_message(NULL);
+		rc = node_connect(cl, n->e);
 		if (rc) {
 			struct kvc_engine_info info;
 
 			kvc_engine_info(n->e, &info); /* a HELLO refusal's words */
+			if (!info.server_message[0])
+				info.server_message = kvpool_last_server_message();
 			pthread_mutex_lock(&cl->lock);
 			if (kvcl_is_conn_error(rc)) {
 				kvcl_node_failed_locked(n, rc);

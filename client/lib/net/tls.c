@@ -219,6 +219,15 @@ static int handshake(struct kvc_link *l, struct tls_link *t, const char *host, u
 			return -EPROTO;
 		}
 		snprintf(what, sizeof(what), "tls handshake with %s:%u failed", host, port);
+		if (ERR_GET_REASON(ERR_peek_error()) == SSL_R_WRONG_VERSION_NUMBER) {
+			/* what came back is not TLS: a kvpool frame, most likely */
+			snprintf(what, sizeof(what), "tls handshake with %s:%u failed: the server "
+				 "does not speak TLS on this port (kvpoold without tls_cert_file: "
+				 "use tcp://)", host, port);
+			ERR_clear_error();
+			kvc_frame_set_last_message(what);
+			return -EPROTO;
+		}
 		if (ERR_peek_error() == 0) {
 			snprintf(what, sizeof(what), "tls handshake with %s:%u failed: the server "
 				 "closed the connection (a server without TLS, or one that refused "

@@ -12,7 +12,7 @@ Keys are 32-byte bytes (block hashes). Payloads are buffer-protocol objects
 tensors. Errors raise subclasses of kvpool.Error (see kvpool.errors).
 The C library is the copy inside the package (a wheel of make wheel
 carries one), else $KVPOOL_LIB, else the source tree's build/libkvpool.so,
-else the installed libkvpool.so.0; kvpool.library_path says which loaded
+else the installed libkvpool.so.1; kvpool.library_path says which loaded
 (kvpool/_lib.py has the rules: KVPOOL_LIB never replaces the copy inside).
 """
 

@@ -13,8 +13,8 @@ The library is looked for, in order:
      the import with its own error;
   3. build/libkvpool.so of the source tree this package sits in
      (client/python/kvpool -> ../../../build), after `make`;
-  4. libkvpool.so.0 on the dynamic linker's search path (Debian's
-     libkvpool0, or `make install` then ldconfig).
+  4. libkvpool.so.1 on the dynamic linker's search path (Debian's
+     libkvpool1, or `make install` then ldconfig).
 When none loads, the ImportError gives each one's dlopen error, and says
 which shared libraries the library needs but the system lacks (a slim
 image without libcurl4, say).
@@ -103,7 +103,7 @@ def _candidates():
     tree = os.path.join(root, "build", "libkvpool.so")
     if os.path.exists(os.path.join(root, "client", "kvpool.h")):
         found.append((tree, "tree"))
-    found.append(("libkvpool.so.0", "system"))
+    found.append(("libkvpool.so.1", "system"))
     return found
 
 
@@ -137,7 +137,7 @@ def _load_error(tried):
     elif "KVPOOL_LIB" in roles:
         lines.append("KVPOOL_LIB must name the library file itself (build/libkvpool.so)")
     else:
-        lines.append("install libkvpool0 (Debian), or build libkvpool (make) and set KVPOOL_LIB "
+        lines.append("install libkvpool1 (Debian), or build libkvpool (make) and set KVPOOL_LIB "
                      "to build/libkvpool.so, or install the wheel of make wheel, which carries it")
     return ImportError("\n".join(lines))
 

@@ -182,7 +182,10 @@ def make_error(code, context=None, cls=None, server=None, **extra):
     if context:
         message = "%s: %s" % (context, message)
     if server:
-        message = "%s (server: %s)" % (message, server)
+        # libkvpool's own words (a TLS handshake, a file that does not
+        # load, a cluster node's) are not the server's: no "server:" label
+        own = server.startswith(("tls", "tls:")) or " tls handshake " in " " + server
+        message = "%s (%s%s)" % (message, "" if own else "server: ", server)
     return (cls or error_class(code))(code, message, **extra)
 
 

@@ -8,6 +8,7 @@ token must be byte-exact. See docs/engines.md and the engine notes
 
 import inspect
 import logging
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -357,6 +358,45 @@ def test_namespace_names_the_kv_format_not_its_storage_dtype(server, prefix):
     assert why and "--calculate-kv-scales" in why
 
 
+def test_kv_dtype_never_replaces_what_vllm_runs(server, prefix, raw):
+    """A kv_dtype setting replaced the KV format vLLM runs in the namespace,
+    and the layout tag named neither dtype nor bytes: an fp8 MLA instance
+    started with a copied configuration saying "float16" shared a float16
+    instance's namespace, and every block it stored made the other's
+    requests fail under vLLM's "fail" policy (a fresh-clone test). Now the
+    namespace takes the format from vLLM, a kv_dtype that contradicts it
+    fails at start naming both, a kv_dtype that agrees (another spelling)
+    changes nothing, and the tag carries the bytes of one token."""
+    fp8 = Setup(vl.MLABackend, mla=True, dim=16, dtype=torch.uint8, cache_dtype="fp8_e4m3")
+    f16 = Setup(vl.MLABackend, mla=True, dim=16)
+    for setup, wrong, runs in ((fp8, "float16", "fp8_e4m3"), (f16, "fp8_e4m3", "float16"),
+                               (Setup(), "bf16", "float16"), (fp8, "fp8_e5m2", "fp8_e4m3")):
+        with pytest.raises(ValueError) as e:
+            Instance(server.url, prefix, setup, kv_dtype=wrong)
+        msg = str(e.value)
+        assert isinstance(e.value, kv.connector._cfg.ConfigError), msg
+        assert "kv_dtype %r" % wrong in msg and "(%s, from " % runs in msg, msg
+    a = Instance(server.url, prefix, fp8, kv_dtype="fp8")       # vLLM: fp8 = fp8_e4m3
+    same = Instance(server.url, prefix, fp8)
+    b = Instance(server.url, prefix, f16, kv_dtype="fp16", policy="fail")
+    ns_a, ns_b = a.scheduler.namespace_for_rank(0), b.scheduler.namespace_for_rank(0)
+    assert ns_a == same.scheduler.namespace_for_rank(0)
+    assert ":fp8_e4m3:" in ns_a and ":float16:" in ns_b
+    # the tag: the layout's shape, then one token's bytes (3 layers x 16 elements)
+    assert ns_a.endswith(":kv1-mla-l3d16-b48") and ns_b.endswith(":kv1-mla-l3d16-b96")
+    assert a.workers[0]._verdict == (True, "kv1-mla-l3d16-b48")
+    tokens, hashes = prompt(64, seed=61)
+    ext, errors = run_request(a, "r1", tokens, hashes, seed=61)
+    assert ext == 0 and errors == [set()]
+    assert raw(ns_a).match([kv.block_key(h) for h in hashes[:3]]) == 3
+    ext, errors = run_request(b, "r2", tokens, hashes, seed=62, ids=list(range(10, 15)))
+    assert ext == 0 and errors == [set()], "no hit on another format's blocks, no failed load"
+    ext, errors = run_request(same, "r3", tokens, hashes, seed=63, ids=list(range(10, 15)))
+    assert ext == 48 and errors == [set()]
+    for i in (a, same, b):
+        i.close()
+
+
 def test_fp8_with_per_tensor_scales_is_refused_in_words(server, prefix, caplog):
     """The refusal tells the operator which --kv-cache-dtype is not served
     (not vLLM's internal kv_quant_mode number)."""
@@ -584,6 +624,64 @@ def test_supports_hma_and_hybrid_groups(server, prefix):
         else:                          # only the window's blocks were loaded
             assert torch.equal(full_b[i][:, 64:96], full_a[i][:, 64:96])
             assert not t[:, 0].any(), "nothing is written into the null block"
+    a.close()
+    b.close()
+
+
+def test_store_in_flight_of_blocks_freed_mid_request_sends_the_request_bytes(fresh_server,
+                                                                             prefix):
+    """vLLM frees a running request's sliding-window blocks that left the
+    window at its next allocation and may give them to another request,
+    whose forward writes them in the next step. A zero-copy store (KV
+    caches in host memory) still in flight then sent the other request's
+    bytes under this request's keys, with a valid checksum (libkvpool
+    computes it when it sends): a fresh-clone test. Here the pool is
+    stopped while the step's store is in flight, and the sliding-window
+    blocks are overwritten meanwhile; what another instance loads must be
+    the bytes the request computed. Stores of such models are staged in
+    the step (loads and full-attention-only models stay zero copy)."""
+    import signal
+    fresh_server.start()
+    tokens = [(31 * i) % 30000 for i in range(100)]
+    hashes = hashes_for(tokens, BS)
+    swa = Setup(sliding=32)
+    a = Instance(fresh_server.url, prefix, swa)
+    w = a.workers[0]
+    assert not w.stage, "KV caches in host memory: loads in place"
+    want = {}
+    save = w.wait_for_save
+
+    def wait_for_save_then_reuse():
+        meta = w._get_connector_metadata()
+        if not meta or not meta.stores or want:
+            return save()
+        fresh_server.proc.send_signal(signal.SIGSTOP)    # a slow pool: the store waits
+        try:
+            save()
+            want["kv"] = a.read(0, a.block_ids, 96)
+            # the next step: the window's old blocks went to another request
+            for g, _, t in a._layers(0):
+                if g == 1:
+                    t[:, 12:19] = 99
+            time.sleep(0.2)
+        finally:
+            fresh_server.proc.send_signal(signal.SIGCONT)
+    w.wait_for_save = wait_for_save_then_reuse
+    ext, errors = run_request(a, "r1", tokens, hashes, seed=1,
+                              ids=[list(range(3, 10)), list(range(12, 19))])
+    assert ext == 0 and errors == [set()] and want
+    assert w.flush_stores(10) and w._pipeline.chunks_put == 6
+    b = Instance(fresh_server.url, prefix, swa)
+    ids = [list(range(20, 27)), [0, 0, 0, 0, 28, 29, 30]]
+    ext, errors = run_request(b, "r2", tokens, hashes, seed=2, ids=ids)
+    assert ext == 96 and errors == [set()]
+    got = b.read(0, b.block_ids, 96)
+    for i, (g, _, _) in enumerate(b._layers(0)):
+        if g == 0:
+            assert torch.equal(got[i], want["kv"][i])
+        else:
+            assert torch.equal(got[i][:, 64:96], want["kv"][i][:, 64:96]), \
+                "the sliding window's KV is the request's, not the block's next user's"
     a.close()
     b.close()
 

@@ -26,6 +26,7 @@ N = 100                       # prompt tokens: 6 whole blocks of 16, 4 tokens mo
 FULL = (N // BS) * BS         # 96
 PROD_IDS = list(range(3, 3 + 7))
 DEC_IDS = list(range(BLOCKS - 1, BLOCKS - 1 - 8, -1))     # other blocks, reversed
+PUT_MS = 3000                 # a store batch's bound: 3 calls x the tests' timeout_s 1.0
 
 
 def tokens_and_hashes(n=N):
@@ -76,7 +77,7 @@ def test_handoff_between_two_processes(server, prefix, raw):
     prod = Producer(server.url, prefix).result()
     assert prod["held"] is True, "the blocks were held for the stores in flight"
     assert prod["params"] == {"do_remote_prefill": True, "do_remote_decode": False,
-                              "kvpool_tokens": FULL}
+                              "kvpool_tokens": FULL, "kvpool_put_ms": PUT_MS}
     assert prod["held_at_free"] == [FULL // BS], "freed only once the pool held every block"
     assert prod["free"] == prod["blocks"], "every prefill block is free again"
     tokens, hashes = tokens_and_hashes()
@@ -154,6 +155,7 @@ def test_decode_first_waits_for_prefill(server, prefix, raw):
                        torch.from_numpy(prod["kv"][0])[:, :, :FULL])
     r = dec.inst.workers[0]._receiver
     assert (r.jobs, r.complete, r.waited, r.timed_out) == (1, 1, 1, 0)
+    assert r.cut == 0, "no kvpool_tokens (the prefill may still run): pd_wait_ms"
     after = match_requests(raw(ns), ns)
     assert after - before == 1 + prod["store_matches"] + prod["probe_matches"], \
         "one MATCH for the decode request; the others: the prefill's store batches and the " \
@@ -189,6 +191,43 @@ def test_short_handoff_after_the_wait(server, prefix, policy):
         assert req.status.name == "FINISHED_ERROR"
     dec.run(dec.idle)
     dec.inst.close()
+
+
+def test_stored_then_evicted_handoff_is_recomputed_without_the_full_wait(server, prefix,
+                                                                         raw):
+    """The prefill instance stored the blocks and answered kvpool_tokens,
+    then they were evicted before the decode side came. The decode side
+    waited the whole pd_wait_ms (30 s by default) before recomputing,
+    although the params said the PUTs had been submitted (a fresh-clone
+    test). Now the params carry kvpool_put_ms, how long those PUTs can
+    still take (3 x the prefill's timeout_s; 0 once every one has ended),
+    and the decode side waits no longer than that: here 3 s instead of
+    pd_wait_ms 20 s, and not at all with kvpool_put_ms 0. Either way the
+    request is recomputed and finishes."""
+    prod = Producer(server.url, prefix).result()
+    params = prod["params"]
+    tokens, hashes = tokens_and_hashes()
+    keys = [block_key(h) for h in hashes[:FULL // BS]]
+    c = raw(prod["namespace"])
+    c.delete_many(keys)                  # evicted before the decode side comes
+    assert c.match(keys) == 0
+    dec = decode_engine(server.url, prefix)          # pd_wait_ms 20000
+    r = None
+    for i, put_ms, most in ((1, PUT_MS, 10.0), (2, 0, 1.5)):
+        req = dec.add(Req("gone-%d" % i, tokens, hashes,
+                          params=dict(params, kvpool_put_ms=put_ms), max_tokens=1, ids=DEC_IDS))
+        t0 = time.monotonic()
+        dec.run(lambda: req.finished())
+        waited = time.monotonic() - t0
+        assert waited < most, "waited %.1f s for blocks stored and gone" % waited
+        assert req.load_failed and req.status.name == "FINISHED_LENGTH_CAPPED"
+        assert req.num_computed_tokens >= N
+        r = dec.inst.workers[0]._receiver
+        dec.run(dec.idle)
+    assert (r.jobs, r.short, r.cut) == (2, 2, 2)
+    assert (r.waited, r.timed_out) == (1, 1), "kvpool_put_ms 0: answered at once, not parked"
+    dec.inst.close()
+    assert params["kvpool_tokens"] == FULL and params["kvpool_put_ms"] == PUT_MS
 
 
 def test_prefill_frees_blocks_with_no_decode(server, prefix, raw):

@@ -326,6 +326,33 @@ def test_tier_refused_when_the_backend_is_chosen_by_the_workers(server, prefix):
     assert "--attention-backend" in str(e.value)
 
 
+def test_kv_dtype_that_contradicts_vllm_fails_at_start(server, prefix):
+    """The kv_dtype setting replaced the KV dtype vLLM runs in the namespace
+    (rows of one size but another format would share blocks). Now the
+    namespace takes it from vLLM (the model's bfloat16 here, or
+    --kv-cache-dtype), a kv_dtype that contradicts it fails at start, one
+    that agrees changes nothing."""
+    plain, _ = make(server.url, prefix)
+    assert ":bfloat16:" in plain.namespace
+    agrees, _ = make(server.url, prefix, kv_dtype="bf16")
+    assert agrees.namespace == plain.namespace
+    for cfg, wrong, runs in ((Cfg, "float16", "bfloat16"), (with_cache_dtype("fp8_e5m2"),
+                                                            "fp8", "fp8_e5m2")):
+        with pytest.raises(ValueError) as e:
+            make(server.url, prefix, cfg=cfg, kv_dtype=wrong)
+        msg = str(e.value)
+        assert isinstance(e.value, kv.tier._cfg.ConfigError), msg
+        assert "kv_dtype %r" % wrong in msg and "(%s, from " % runs in msg, msg
+    for t in (plain, agrees):
+        t.shutdown()
+
+
+def with_cache_dtype(fmt):
+    """Cfg with --kv-cache-dtype fmt."""
+    cc = type("cache_config", (Cfg.cache_config,), {"cache_dtype": fmt})
+    return type("Cfg", (Cfg,), {"cache_config": cc})
+
+
 @pytest.mark.parametrize("key,value,words", [
     ("namespace", 123, None), ("namespace", ["a"], "namespace"), ("namespace", "", "empty"),
     ("namespace_prefx", "x", "namespace_prefix"), ("model", ["a", "b"], "model")])

@@ -39,6 +39,7 @@ def producer_main(conn, url, prefix, n_tokens, seed, ids, tp=1, extra=None):
                           "held_at_free": seen.get("held_at_free"), "kv": seen.get("kv"),
                           "free": len(eng.free), "blocks": inst.kcc.num_blocks - 1,
                           "store_matches": batches,
+                          "namespace": inst.scheduler.namespace_for_rank(0),
                           "probe_matches": len(raws) if "held_at_free" in seen else 0}))
         for r in raws:
             r.close()

@@ -42,13 +42,73 @@ def _hash_algo(vllm_config, params):
             or "sha256")
 
 
-def _model_dtype(vllm_config, params):
+# spellings of one KV format (vLLM's cache_config.cache_dtype values,
+# torch dtype names, common short forms); vLLM documents fp8 as fp8_e4m3
+_FORMAT_ALIASES = {"half": "float16", "fp16": "float16", "f16": "float16",
+                   "bf16": "bfloat16", "float": "float32", "fp32": "float32",
+                   "f32": "float32", "fp8": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
+                   "float8_e5m2": "fp8_e5m2"}
+
+
+def kv_format(name):
+    """A KV dtype or format (a string or a torch dtype) in one spelling:
+    "float16", "bfloat16", "fp8_e4m3", ...; None for None and "auto"."""
+    if name is None:
+        return None
+    s = str(name).strip().lower().replace("torch.", "")
+    if not s or s == "auto":
+        return None
+    return _FORMAT_ALIASES.get(s, s)
+
+
+def running_kv_dtype(vllm_config, spec_dtype=None):
+    """(the KV dtype part vLLM really runs, where it was read) or (None,
+    None) when vLLM's configuration does not say: cache_config.cache_dtype
+    (--kv-cache-dtype) unless "auto", else the KV-cache spec's dtype
+    (spec_dtype, from kv_cache_config), else model_config.dtype unless
+    "auto". As written by vLLM (not kv_format's spelling), so namespaces
+    keep their names."""
+    cc = getattr(vllm_config, "cache_config", None)
+    mc = getattr(vllm_config, "model_config", None)
+    fmt = str(getattr(cc, "cache_dtype", None) or "auto").replace("torch.", "")
+    if fmt != "auto":
+        return fmt, "--kv-cache-dtype"
+    if spec_dtype is not None:
+        return str(spec_dtype).replace("torch.", ""), "the KV-cache spec's dtype"
+    dtype = str(getattr(mc, "dtype", None) or "auto").replace("torch.", "")
+    if dtype != "auto":
+        return dtype, "the model's dtype (--dtype)"
+    return None, None
+
+
+def kv_dtype_part(running, params, who):
+    """The namespace's KV dtype part: `running` ((dtype, source) from
+    running_kv_dtype) when vLLM says what it runs, else the kv_dtype
+    setting, else "auto". A kv_dtype that names another format than the
+    one vLLM runs raises ConfigError: a copied configuration must not put
+    one instance's bytes in another format's namespace (or two formats'
+    bytes in one)."""
+    dtype, source = running if running else (None, None)
+    setting = params.get("kv_dtype")
+    if setting is not None and str(setting) != "" and dtype is not None and \
+            kv_format(setting) != kv_format(dtype):
+        raise _cfg.ConfigError(
+            "%s: kv_dtype %r contradicts the KV cache vLLM runs (%s, from %s): the "
+            "namespace takes the KV format from vLLM; remove kv_dtype from the "
+            "configuration (or set it to %r)" % (who, str(setting), dtype, source, dtype))
+    if dtype is not None:
+        return dtype
+    return str(setting).replace("torch.", "") if setting else "auto"
+
+
+def _model_dtype(vllm_config, params, spec_dtype=None, who="kvpool.vllm"):
     """(model, kv dtype) parts of a namespace. The model is the `model`
     setting, else what vLLM loaded: model_config.model (the path or hub
     id, not the served name, which two deployments of different weights
-    may share) and, when set, model_config.revision after an '@'."""
+    may share) and, when set, model_config.revision after an '@'. The kv
+    dtype is what vLLM runs (kv_dtype_part; ConfigError for a kv_dtype
+    that contradicts it)."""
     mc = getattr(vllm_config, "model_config", None)
-    cc = getattr(vllm_config, "cache_config", None)
     model = params.get("model")
     if not model:
         model = getattr(mc, "model", None) or getattr(mc, "served_model_name", None) or \
@@ -58,10 +118,8 @@ def _model_dtype(vllm_config, params):
         revision = getattr(mc, "revision", None)
         if isinstance(revision, str) and revision:
             model = "%s@%s" % (model, revision)
-    dtype = params.get("kv_dtype") or getattr(cc, "cache_dtype", None) or "auto"
-    if dtype == "auto":
-        dtype = str(getattr(mc, "dtype", "auto"))
-    return str(model), str(dtype).replace("torch.", "")
+    dtype = kv_dtype_part(running_kv_dtype(vllm_config, spec_dtype), params, who)
+    return str(model), dtype
 
 
 # model_config fields that change the K and V one checkpoint produces

@@ -38,6 +38,13 @@ LAYOUT_VERSION = "kv1"
 _ATTENTION = ("FullAttentionSpec", "SlidingWindowSpec", "ChunkedLocalAttentionSpec",
               "AttentionSpec")
 _MLA = ("MLAAttentionSpec",)
+# groups whose blocks vLLM frees while their request still runs: the
+# manager's remove_skipped_blocks hands the blocks out of the window (or
+# the local chunk) back to the pool at the next allocation, and another
+# request's forward may write them in the next step
+# (local-inference-lab/vllm 28be48fa: v1/core/single_type_kv_cache_manager.py,
+# SlidingWindowManager and ChunkedLocalAttentionManager get_num_skipped_tokens)
+_FREED_EARLY = ("SlidingWindowSpec", "ChunkedLocalAttentionSpec")
 _REFUSED = {"MambaSpec": "a Mamba (state) group",
             "CrossAttentionSpec": "a cross-attention group",
             "EncoderOnlyAttentionSpec": "an encoder-only attention group",
@@ -118,14 +125,20 @@ class ModelLayout:
 
     served: False with `why` when a group cannot be served (Mamba, cross
     attention, groups of different block sizes, no kv_cache_config).
+    freed_early: a group's blocks may be freed (and reused) while their
+    request runs (sliding window, chunked local attention), so a store in
+    flight must not read them in place.
     block_size: the KV manager's block (tokens). layers: LayerSpec in
-    canonical order. tag: the layout's name in a namespace.
+    canonical order. token_bytes: one token's bytes (every layer's K and
+    V). tag: the layout's name in a namespace (its shape, then
+    b<token_bytes>).
     """
 
     def __init__(self, kv_cache_config):
         self.served, self.why = False, None
         self.layers, self.block_size, self.groups, self.tag = [], 0, 0, None
         self.num_blocks = 0
+        self.freed_early = False
         if kv_cache_config is None:
             self.why = "vLLM passed no kv_cache_config (a release older than the one this " \
                        "adapter was written against)"
@@ -141,6 +154,8 @@ class ModelLayout:
             per_layer = getattr(gspec, "kv_cache_specs", None)   # UniformTypeKVCacheSpecs
             for name in sorted(group.layer_names, key=_natural):
                 spec = per_layer[name] if isinstance(per_layer, dict) else gspec
+                if any(c.__name__ in _FREED_EARLY for c in type(spec).__mro__):
+                    self.freed_early = True
                 kind, why = _kind(spec)
                 if kind is None:
                     self.why = "%s (layer %s)" % (why, name)
@@ -156,6 +171,7 @@ class ModelLayout:
         self.groups = len(groups)
         self.served = True
         first = self.layers[0]
+        self.token_bytes = sum(s.token_bytes for s in self.layers)
         uniform = all((s.kind, s.heads, s.head_size, _dtype_name(s.dtype)) ==
                       (first.kind, first.heads, first.head_size, _dtype_name(first.dtype))
                       for s in self.layers)
@@ -170,6 +186,12 @@ class ModelLayout:
                                                 _dtype_name(s.dtype)) for s in self.layers)
             self.tag = "%s-g%d-%s" % (LAYOUT_VERSION, self.groups,
                                       hashlib.sha256(desc.encode()).hexdigest()[:12])
+        # the bytes of one token (every layer's K and V), whatever the
+        # namespace's dtype part says: two instances whose chunks differ in
+        # size never share a namespace, so a hit never loads a block of
+        # another size (which vLLM's "fail" policy would turn into a failed
+        # request)
+        self.tag += "-b%d" % self.token_bytes
         self.is_mla = all(s.kind == "mla" for s in self.layers)
         self.dtype = first.dtype
 

@@ -35,6 +35,10 @@ from .._adapters.async_link import make_async_link
 
 log = logging.getLogger("kvpool.vllm")
 
+# calls a store batch makes at most, each bounded by the link's timeout from
+# its submit: the MATCH, the PUT, and a PUT again as a root (-ENOLINK)
+STORE_CALLS = 3
+
 
 class StagingRows:
     """Host rows of `size` bytes for the chunks that go through staging
@@ -221,11 +225,12 @@ class StorePipeline:
 
 
 class _Job:
-    __slots__ = ("req_id", "keys", "chunks", "deadline", "want")
+    __slots__ = ("req_id", "keys", "chunks", "deadline", "want", "cut")
 
-    def __init__(self, req_id, keys, chunks, deadline):
+    def __init__(self, req_id, keys, chunks, deadline, cut=False):
         self.req_id, self.keys, self.chunks, self.deadline = req_id, keys, chunks, deadline
         self.want = len(keys)
+        self.cut = cut           # the wait was cut short by the prefill's params
 
 
 class Receiver:
@@ -253,14 +258,20 @@ class Receiver:
         self.waited = 0              # jobs whose MATCH the server parked
         self.timed_out = 0           # ... and answered on its wait_ms
         self.refused = 0             # ... answered without waiting (a server limit)
+        self.cut = 0                 # jobs whose wait the prefill's params cut short
 
-    def submit(self, req_id, keys, chunks):
-        job = _Job(req_id, list(keys), list(chunks), time.monotonic() + self.wait_ms / 1000.0)
+    def submit(self, req_id, keys, chunks, wait_ms=None):
+        """Queue a job that waits up to wait_ms (None or more than the
+        Receiver's wait_ms: that) for its chunks, counted from now."""
+        wait = self.wait_ms if wait_ms is None else max(0, min(int(wait_ms), self.wait_ms))
+        job = _Job(req_id, list(keys), list(chunks), time.monotonic() + wait / 1000.0,
+                   cut=wait < self.wait_ms)
         with self._cv:
             if self._closed:
                 self._done.append((req_id, self.conn._blocks_of(chunks)))
                 return
             self.jobs += 1
+            self.cut += job.cut
             self._jobs.append(job)
             # one thread per job waiting to start (a job must not queue behind
             # another's wait), up to max_waits
@@ -348,6 +359,12 @@ class Receiver:
             self.complete += 1
         else:
             self.short += 1
+            if job.cut and r is not None:
+                conn.warn.warning("pd-gone", "kvpool.vllm: a hand-off found %d of the %d "
+                                  "chunks its prefill instance had stored, after waiting as "
+                                  "long as its PUTs could take: evicted or lost before the "
+                                  "decode side came (pd_retain_ms on the prefill instance "
+                                  "retains them); the rest is recomputed", m, n)
         return conn._blocks_of([c for i, c in enumerate(job.chunks) if i not in loaded])
 
     def close(self):

@@ -91,9 +91,11 @@ class KVPoolConnectorMetadata(_conn_meta or object):
     """What the scheduler tells the workers each step.
 
     loads:  [(req_id, [chunk key], [chunk])]: fill these blocks now
-    recvs:  [(req_id, [chunk key], [chunk])]: fill these blocks in the
-            background, waiting for the chunks up to pd_wait_ms (a
-            hand-off); report the request finished receiving when done
+    recvs:  [(req_id, [chunk key], [chunk], wait_ms)]: fill these blocks
+            in the background, waiting for the chunks up to wait_ms (a
+            hand-off: pd_wait_ms, or less when the prefill instance's
+            params say its PUTs end sooner); report the request finished
+            receiving when done
     stores: [(req_id, [chunk key], [chunk], parent key or None[, retain_ms])]:
             store them (asynchronously); each entry is one store batch
     held:   requests whose blocks vLLM keeps for their store batches:
@@ -160,8 +162,8 @@ def _groups_of(ids):
 
 class _ReqState:
     __slots__ = ("request", "asked", "computed", "answer", "block_ids", "stored", "load_from",
-                 "loads", "recv", "pd_used", "pd_first", "batches", "handoff", "retain_ms",
-                 "matched_at")
+                 "loads", "recv", "pd_used", "pd_first", "pd_wait_ms", "batches", "handoff",
+                 "retain_ms", "matched_at")
 
     def __init__(self, request):
         self.request = request
@@ -175,6 +177,7 @@ class _ReqState:
         self.recv = 0            # chunks to load in the background (a hand-off)
         self.pd_used = False     # the hand-off load was given: never offered again
         self.pd_first = None     # when do_remote_prefill was first asked about
+        self.pd_wait_ms = 0      # how long the hand-off load may wait for its chunks
         self.batches = 0         # store batches scheduled
         self.retain_ms = None    # the request's own retention (kv_transfer_params), or None
         self.matched_at = 0.0    # when the answer's MATCH leased its hit (monotonic s)
@@ -188,6 +191,18 @@ def _cache_format(vllm_config):
     with (--kv-cache-dtype: fp8, fp8_e4m3, fp8_e5m2, ...)."""
     cc = getattr(vllm_config, "cache_config", None)
     return str(getattr(cc, "cache_dtype", None) or "auto").replace("torch.", "")
+
+
+def _why_not_loaded(status, size):
+    """Words for a chunk GET's status that is not the chunk's size."""
+    if status >= 0:
+        return "the pool's block has %d bytes, a chunk %d" % (status, size)
+    return _link.strerror_of(status)
+
+
+def _whole(x):
+    """x is a whole number >= 0 (not a bool)."""
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def _params(request):
@@ -206,7 +221,9 @@ class KVPoolConnector(*_BASES):
 
     kv_connector_extra_config: url, token or token_file, timeout_s (2.0),
     lease_ms (5000), chunk_blocks (1: KV-manager blocks per kvpool block),
-    namespace_prefix ("vllm-conn"), model, kv_dtype, hash_algo,
+    namespace_prefix ("vllm-conn"), model, kv_dtype (only where vLLM says
+    neither --kv-cache-dtype nor the KV-cache spec's dtype; one that
+    contradicts what vLLM runs is a ConfigError), hash_algo,
     stage_through_host (false; always on for KV caches in GPU memory),
     scheduler_timeout_s (0.5: the scheduler's MATCHes block its thread),
     scheduler_lease_ms (1000, at most lease_ms: how long the scheduler's
@@ -327,6 +344,9 @@ class KVPoolConnector(*_BASES):
         self.failure_policy = _cfg.choice(getattr(ktc, "kv_load_failure_policy", None), who,
                                           "kv_load_failure_policy", "fail", ("fail", "recompute"))
         self.layout = _layout.ModelLayout(kv_cache_config)
+        # the namespace's dtype part is what vLLM runs: a kv_dtype setting
+        # that contradicts it fails here, at start
+        self._model_dtype()
         cc = getattr(vllm_config, "cache_config", None)
         self.block_size = self.layout.block_size or int(getattr(cc, "block_size", 16) or 16)
         hb = getattr(cc, "hash_block_size", None) if self.layout.groups > 1 else None
@@ -399,15 +419,7 @@ class KVPoolConnector(*_BASES):
         TP rank shares rank 0's copy). <layout> names the canonical byte
         layout (kvpool.vllm._layout: layers, heads, head size; a digest
         for several groups or mixed layers)."""
-        model, dtype = _model_dtype(self._vllm_config, self.extra)
-        if self.layout.served and not self.extra.get("kv_dtype"):
-            # the KV format, not only how it is stored: vLLM stores every fp8
-            # format (fp8, fp8_e4m3, fp8_e5m2) as uint8, and MLA's fp8 caches
-            # of two formats hold the same number of bytes
-            dtype = _layout._dtype_name(self.layout.dtype)
-            fmt = _cache_format(self._vllm_config)
-            if fmt != "auto" and fmt != dtype:
-                dtype = fmt
+        model, dtype = self._model_dtype()
         parts = [self.extra.get("namespace_prefix") or "vllm-conn", model, dtype,
                  _hash_algo(self._vllm_config, self.extra), "c%d" % self.chunk_tokens,
                  "tp%dpp%d" % (self.tp, self.pp)]
@@ -420,6 +432,17 @@ class KVPoolConnector(*_BASES):
             parts.append("r%d" % rank)
         parts.append(self._tag_of(rank) or "unserved")
         return make_namespace(*parts)
+
+    def _model_dtype(self):
+        """(model, kv dtype) parts of the namespace. The kv dtype is the KV
+        format vLLM runs, not only how it is stored (vLLM stores every fp8
+        format as uint8, and MLA's fp8 caches of two formats hold the same
+        number of bytes): --kv-cache-dtype, else the KV-cache spec's dtype;
+        the kv_dtype setting only where vLLM says neither. ConfigError
+        for a kv_dtype that contradicts it."""
+        return _model_dtype(self._vllm_config, self.extra,
+                            self.layout.dtype if self.layout.served else None,
+                            "kvpool.vllm connector")
 
     def _tag_of(self, rank):
         """The layout tag of rank's namespace. A worker names its own KV
@@ -615,9 +638,18 @@ class KVPoolConnector(*_BASES):
             int(getattr(request, "num_prompt_tokens", 0))
         total = int(getattr(request, "num_tokens", prompt) or prompt)
         limit = min(prompt, total) // self.chunk_tokens
-        handed = _params(request).get("kvpool_tokens")
-        if isinstance(handed, int) and not isinstance(handed, bool) and handed >= 0:
+        params = _params(request)
+        handed = params.get("kvpool_tokens")
+        st.pd_wait_ms = self.pd_wait_ms
+        if _whole(handed):
             limit = min(limit, handed // self.chunk_tokens)
+            # the prefill instance has finished and submitted its PUTs: wait
+            # only as long as they can still take (kvpool_put_ms: 0 when
+            # every one had ended), so blocks that were stored and then
+            # evicted cost that bound, not pd_wait_ms, before the recompute
+            put_ms = params.get("kvpool_put_ms")
+            st.pd_wait_ms = min(self.pd_wait_ms, put_ms if _whole(put_ms) else
+                                self._put_bound_ms())
         start = num_computed_tokens // self.chunk_tokens
         n = len(self._chunk_keys(request)[start:limit])
         if n > 0:
@@ -709,9 +741,13 @@ class KVPoolConnector(*_BASES):
                     chunks = range(lo, lo + count)
                     have = min((len(g) for g in st.block_ids), default=0) // n
                     if lo + count <= have and lo + count <= len(keys):
-                        (meta.loads if what == "loads" else meta.recvs).append(
-                            (req_id, [keys[c] for c in chunks],
-                             [self._chunk(st, c) for c in chunks]))
+                        if what == "loads":
+                            meta.loads.append((req_id, [keys[c] for c in chunks],
+                                               [self._chunk(st, c) for c in chunks]))
+                        else:
+                            meta.recvs.append((req_id, [keys[c] for c in chunks],
+                                               [self._chunk(st, c) for c in chunks],
+                                               st.pd_wait_ms))
                     else:
                         self.warn.warning("meta", "kvpool.vllm: request %s: %d chunks to "
                                           "load but blocks for %d", req_id, lo + count, have)
@@ -719,7 +755,8 @@ class KVPoolConnector(*_BASES):
                             # vLLM waits for this request's load: the workers must
                             # report it, with its blocks failed (no keys)
                             meta.recvs.append((req_id, [], [self._chunk(st, c) for c in
-                                                            range(lo, min(lo + count, have))]))
+                                                            range(lo, min(lo + count, have))],
+                                               0))
                     st.stored = max(st.stored, lo + count)
                     setattr(st, what, 0)
                 if req_id not in sched:
@@ -787,12 +824,23 @@ class KVPoolConnector(*_BASES):
                     refused = any(not v[0] for v in self._verdicts.values())
                     handed = st.stored * self.chunk_tokens \
                         if st is not None and not refused else 0
+                    # kvpool_put_ms: how long the PUTs of these tokens can still
+                    # take (0: every one has ended), so that the decode side does
+                    # not wait pd_wait_ms for blocks stored and then evicted
                     params = {"do_remote_prefill": True, "do_remote_decode": False,
-                              "kvpool_tokens": handed}
+                              "kvpool_tokens": handed,
+                              "kvpool_put_ms": self._put_bound_ms() if hold and handed
+                              else 0}
             return hold, params
         except Exception as e:
             self.warn.warning("finished", "kvpool.vllm: request_finished: %r", e)
             return False, None
+
+    def _put_bound_ms(self):
+        """How long a store batch submitted now can take at most (ms): its
+        MATCH, its PUT and a PUT again as a root, each bounded by timeout_s
+        from its submit (libkvpool's asynchronous calls)."""
+        return int(_pd.STORE_CALLS * self.timeout_s * 1000 + 0.999)
 
     def request_finished_all_groups(self, request, block_ids=None):
         """SupportsHMA: the same as request_finished, for every KV-cache group."""
@@ -1000,15 +1048,21 @@ class KVPoolConnector(*_BASES):
                     row += 1
         return out, staged, size
 
-    def _async_buffers(self, chunks):
+    def _async_buffers(self, chunks, store=False):
         """_buffers for a batch that outlives the call (a store in flight,
         a hand-off load): staging rows of its own, from the worker's
         StagingRows. (bufs, staged flags, rows taken) or (None, None, None)
-        when the staging limit (staging_mb) is reached."""
+        when the staging limit (staging_mb) is reached. A store of a model
+        whose blocks vLLM may free while the request runs (a sliding-window
+        or chunked-local group) is always staged: the copy is made now, in
+        the step that computed the blocks, so a PUT still in flight when
+        another request's forward reuses a freed block sends this
+        request's bytes, not that one's."""
         out, staged = [], []
+        in_place = not self.stage and not (store and self.layout.freed_early)
         for chunk in chunks:
             segs = self._segments(chunk)
-            if not self.stage and all(b is not None for _, _, b in segs):
+            if in_place and all(b is not None for _, _, b in segs):
                 spans = [sp for layer, kv, b in segs for sp in layer.spans(b, kv)]
                 out.append(_layout.pieces(spans))
                 staged.append(False)
@@ -1081,8 +1135,8 @@ class KVPoolConnector(*_BASES):
         if getattr(meta, "flush", None):
             self.handle_preemptions(meta)      # vLLM releases without that hook
         try:
-            for req_id, keys, chunks in getattr(meta, "recvs", None) or ():
-                self._recv(req_id, keys, chunks)
+            for entry in getattr(meta, "recvs", None) or ():
+                self._recv(*entry)
         except Exception as e:
             self.warn.warning("recv", "kvpool.vllm: start_load_kv (hand-off): %r", e)
         try:
@@ -1096,9 +1150,10 @@ class KVPoolConnector(*_BASES):
                 for chunk in chunks:
                     self._load_errors.update(self._block_ids(chunk))
 
-    def _recv(self, req_id, keys, chunks):
-        """Start a hand-off load; a worker that cannot load reports the
-        request at once, every block failed."""
+    def _recv(self, req_id, keys, chunks, wait_ms=None):
+        """Start a hand-off load that waits up to wait_ms (None: pd_wait_ms)
+        for its chunks; a worker that cannot load reports the request at
+        once, every block failed."""
         if self._layers is None or not self.loads or self._closed or \
                 not keys or len(keys) != len(chunks):
             with self._links_lock:
@@ -1106,7 +1161,7 @@ class KVPoolConnector(*_BASES):
             return
         if self._receiver is None:
             self._receiver = _pd.Receiver(self, self.pd_wait_ms, self.pd_max_waits)
-        self._receiver.submit(req_id, keys, chunks)
+        self._receiver.submit(req_id, keys, chunks, wait_ms)
 
     def _receive(self, link, keys, chunks):
         """GET chunks into their blocks on `link` (a hand-off's connection,
@@ -1180,9 +1235,10 @@ class KVPoolConnector(*_BASES):
             elif staged[i]:
                 self._unstage(bufs[i], chunk)
         if failed and self.failure_policy == "fail":
-            self.warn.warning("loadfail", "kvpool.vllm: %d of %d chunks did not load (first "
-                              "status %d); with kv_load_failure_policy \"fail\" their requests "
-                              "fail", failed, len(chunks), next(s for s in st if s != size))
+            self.warn.warning("loadfail", "kvpool.vllm: %d of %d chunks did not load (%s); "
+                              "with kv_load_failure_policy \"fail\" their requests fail",
+                              failed, len(chunks), _why_not_loaded(next(s for s in st
+                                                                        if s != size), size))
 
     def wait_for_layer_load(self, layer_name):
         return None
@@ -1226,7 +1282,7 @@ class KVPoolConnector(*_BASES):
                 break
         if not keys:
             return False
-        bufs, staged, rows = self._async_buffers(chunks)
+        bufs, staged, rows = self._async_buffers(chunks, store=True)
         if bufs is None:
             return False
         try:

@@ -374,7 +374,7 @@ class KVPoolSecondaryTier(SecondaryTierManager):
         if params.get("namespace"):
             base, parts = str(params["namespace"]), []
         else:
-            model, dtype = _model_dtype(vc, params)
+            model, dtype = _model_dtype(vc, params, who="kvpool.vllm tier")
             tp, pp, pcp, dcp = _parallel(vc)
             chunk = params.get("block_size") or getattr(
                 getattr(vc, "cache_config", None), "block_size", 0)
