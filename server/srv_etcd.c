@@ -42,6 +42,7 @@ struct srv_etcd {
 	char url[256];
 	char endpoint[KVC_ETCD_ENDPOINT_MAX_BYTES + 1];
 	char key[512];
+	size_t prefix_len;            /* of key: the cluster's nodes/ prefix */
 	char *record;                 /* the JSON value */
 	char address[256];            /* advertised, as in the record */
 	uint16_t port;
@@ -197,6 +198,33 @@ static int register_once(struct srv_etcd *e)
 	return -EAGAIN;
 }
 
+/* Clients use at most this many nodes of a cluster: the first by name
+ * (KVCL_MAX_NODES in client/lib/cluster/placement.h; keep them equal). */
+#define CLIENT_MAX_NODES 64
+
+/* After registering: warn when the cluster holds more nodes than a client
+ * uses, saying whether this node is one that new clients leave out. */
+static void warn_if_crowded(struct srv_etcd *e)
+{
+	char prefix[sizeof(e->key)];
+	struct kvc_etcd_kv *kvs = NULL;
+	size_t n = 0, before = 0;
+	int64_t rev = 0;
+
+	snprintf(prefix, sizeof(prefix), "%.*s", (int)e->prefix_len, e->key);
+	if (kvc_etcd_range_prefix(e->etcd, prefix, &kvs, &n, &rev) != 0)
+		return;
+	for (size_t i = 0; i < n; i++)
+		before += strcmp(kvs[i].key, e->key) < 0;
+	if (n > CLIENT_MAX_NODES)
+		srv_warn("cluster: %zu nodes are registered under %s, more than the %d a client "
+			 "uses: clients that connect now use the first %d by name, %s", n, prefix,
+			 CLIENT_MAX_NODES, CLIENT_MAX_NODES,
+			 before < CLIENT_MAX_NODES ? "this node among them"
+						   : "and not this node (it gets no traffic from them)");
+	kvc_etcd_kvs_free(kvs, n);
+}
+
 /* Is the record still there, under this process's lease? 0 yes;
  * -ENOENT deleted; -ESTALE replaced (another lease); etcd errors. */
 static int check_record(struct srv_etcd *e)
@@ -232,6 +260,7 @@ static void *registration_thread(void *arg)
 			e->registrations++;
 			pthread_mutex_unlock(&e->lock);
 			set_state(e, "registered", 1, 0);
+			warn_if_crowded(e);
 			wait_ms(e, renew_ms);
 			continue;
 		}
@@ -373,6 +402,7 @@ int srv_etcd_start(const struct srv_etcd_node *n, struct srv_etcd **out)
 	address = n->address && n->address[0] ? n->address : is_wildcard(n->listen) ? host : n->listen;
 	snprintf(prefix, sizeof(prefix), KVC_ETCD_NODES_FMT, cluster);
 	snprintf(e->key, sizeof(e->key), "%s%s", prefix, name);
+	e->prefix_len = strlen(prefix);
 	snprintf(e->url, sizeof(e->url), "%s", n->cluster_url);
 	snprintf(e->address, sizeof(e->address), "%s", address);
 	e->port = n->port;

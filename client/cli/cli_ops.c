@@ -387,6 +387,25 @@ static int write_out(const char *prog, const char *path, const void *data, size_
 	return CLI_EXIT_OK;
 }
 
+/* A GET that missed: on a cluster whose nodes did not all answer the
+ * block may be on one of them (a cluster counts a silent owner's share as
+ * a miss), so name them and exit 2 rather than "not in the pool". */
+static int get_missed(const char *prog, struct kvpool_client *c, const char *hex)
+{
+	char *json = NULL;
+	int down = 0;
+
+	if (kvpool_stats(c, NULL, &json) == 0)
+		down = cli_cluster_down_report(NULL, json, "");
+	if (down > 0) {
+		fprintf(stderr, "%s: %s: not found on the nodes that answered; it may be on "
+			"a node that did not:\n", prog, hex);
+		cli_cluster_down_report(stderr, json, "  ");
+	}
+	kvpool_free(json);
+	return down > 0 ? CLI_EXIT_ERROR : call_failed(prog, hex, -ENOENT);
+}
+
 /* Get one block into a buffer as large as the server's largest block. */
 static int get_block(const char *prog, struct kvpool_client *c, const uint8_t *key,
 		     uint8_t **data, uint64_t *len)
@@ -409,6 +428,8 @@ static int get_block(const char *prog, struct kvpool_client *c, const uint8_t *k
 	rc = kvpool_get_bytes(c, key, buf, lim.max_block_bytes, len);
 	if (rc) {
 		free(buf);
+		if (rc == -ENOENT)
+			return get_missed(prog, c, cli_key_hex(key, hex));
 		return call_failed(prog, cli_key_hex(key, hex), rc);
 	}
 	*data = buf;

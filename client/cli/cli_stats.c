@@ -575,6 +575,31 @@ int cli_cluster_nodes_report(FILE *f, const char *json, const char *indent)
 	return down;
 }
 
+int cli_cluster_down_report(FILE *f, const char *json, const char *indent)
+{
+	struct json_object *doc = json_tokener_parse(json), *cl, *nodes;
+	int down = 0;
+
+	if (!doc || !json_object_object_get_ex(doc, "cluster", &cl) ||
+	    !json_object_object_get_ex(cl, "nodes", &nodes)) {
+		json_object_put(doc);
+		return 0;
+	}
+	for (size_t i = 0; i < json_object_array_length(nodes); i++) {
+		struct json_object *n = json_object_array_get_idx(nodes, i), *v;
+		const char *name = json_object_get_string(json_object_object_get(n, "name"));
+
+		if (json_object_object_get_ex(n, "up", &v) && json_object_get_boolean(v))
+			continue;
+		down++;
+		if (f)
+			fprintf(f, "%s%-24s %s\n", indent, name ? name : "?",
+			json_object_get_string(json_object_object_get(n, "error")));
+	}
+	json_object_put(doc);
+	return down;
+}
+
 /* `kvpool stats --cluster`: the "cluster" object as a table. */
 static int cluster_print(const char *json, bool as_json)
 {
@@ -770,6 +795,18 @@ int cli_stats_main(int argc, char **argv)
 	}
 	rc = settings ? settings_print(json, as_json)
 		: cluster ? cluster_print(json, as_json) : stats_print(json, as_json);
+	if (!settings && !cluster && rc == CLI_EXIT_OK) {
+		/* the figures are the answering nodes' sum: say which did not
+		 * answer, so that a node lost does not read as "fewer blocks" */
+		int down = cli_cluster_down_report(NULL, json, "");
+
+		if (down > 0) {
+			fprintf(stderr, "%s: %d node(s) did not answer; the figures above are the "
+				"other nodes' only:\n", prog, down);
+			cli_cluster_down_report(stderr, json, "  ");
+			rc = CLI_EXIT_ERROR;
+		}
+	}
 	kvpool_free(json);
 	return rc;
 }

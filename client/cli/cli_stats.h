@@ -38,4 +38,10 @@ int cli_stats_report(FILE *f, const char *json);
  * not a cluster's document (nothing written). */
 int cli_cluster_nodes_report(FILE *f, const char *json, const char *indent);
 
+/* Of a cluster handle's STATS document json, write to f (may be NULL:
+ * only count) one line per node that did not answer or refused ("NAME
+ * why"), each after indent. Returns how many; 0 for a document without a
+ * "cluster" object (one node) or that is not JSON. */
+int cli_cluster_down_report(FILE *f, const char *json, const char *indent);
+
 #endif /* KVPOOL_CLI_STATS_H */

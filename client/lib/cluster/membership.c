@@ -16,11 +16,15 @@
  * (etcd wiped or replaced), makes it read the prefix afresh.
  *
  * A handle uses at most KVCL_MAX_NODES nodes: a list longer than that is
- * refused at connect (-E2BIG), and so is an etcd prefix holding more; a
- * node registered later past the limit is not used and the stats say so
- * (cluster.error). A static list must use one scheme for all its nodes and
+ * refused at connect (-E2BIG). Of an etcd prefix holding more, a handle
+ * uses the first KVCL_MAX_NODES by name (etcd's key order, the same for
+ * every handle that connects at one time); a node past them, or
+ * registered later past the limit, is not used and the stats say so
+ * (cluster.ignored_nodes, cluster.error). A static list must use one scheme for all its nodes and
  * name each node once: the same host:port twice, or two spellings of one
- * address (localhost:7470 and 127.0.0.1:7470), are refused (-EINVAL).
+ * address (localhost:7470 and 127.0.0.1:7470), are refused (-EINVAL), and
+ * so is an unspecified address (0.0.0.0, ::), which reaches this machine
+ * under a name no other client could share.
  */
 #include <errno.h>
 #include <json-c/json.h>
@@ -104,6 +108,19 @@ static int same_address(const struct sockaddr_storage *a, const struct sockaddr_
 	return 0;
 }
 
+/* 0.0.0.0 or ::, a listening address: connecting to it reaches this
+ * machine, under a name no other machine's client can share. */
+static int unspecified_address(const struct sockaddr_storage *a)
+{
+	if (a->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr ==
+		       htonl(INADDR_ANY);
+	if (a->ss_family == AF_INET6)
+		return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)(const void *)a)
+						->sin6_addr);
+	return 0;
+}
+
 #define ADDRS_PER_NODE 4
 #define ITEM_BYTES 300
 #define URL_BYTES 320
@@ -171,6 +188,9 @@ static int static_members(struct kvcl *cl, const char *list, char *scheme, char 
 			 u.port);
 		/* the same node twice, as written or as resolved */
 		n_addr[count] = node_addresses(u.host, u.port, addr[count], ADDRS_PER_NODE);
+		for (size_t a = 0; a < n_addr[count]; a++)
+			if (unspecified_address(&addr[count][a]))
+				return -EINVAL;
 		for (size_t i = 0; i < cl->n_nodes; i++)
 			if (strcasecmp(cl->nodes[i]->name, name) == 0)
 				return -EINVAL;
@@ -414,8 +434,10 @@ int kvcl_etcd_start(struct kvcl *cl)
 	kvc_etcd_close(e);
 	if (rc)
 		return rc;
-	if (cl->ignored_nodes)
-		return -E2BIG; /* more nodes than a handle uses: refused, not ignored */
+	/* More registered nodes than a handle uses: the first KVCL_MAX_NODES
+	 * in etcd's key order (the node names' byte order) are used, by every
+	 * handle that connects now alike, and the stats name the rest. Refusing
+	 * would lock out every new client, and the tools that diagnose it. */
 	rc = -pthread_create(&cl->watch_thread, NULL, watch_thread, cl);
 	if (rc == 0)
 		cl->has_watch = 1;

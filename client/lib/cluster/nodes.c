@@ -236,6 +236,33 @@ static struct kvc_engine *node_engine(struct kvcl *cl, const char *url, int *err
 	return e;
 }
 
+/* Connect node n's engine e, its HELLO bounded like a probe's (the
+ * budget, at least KVCL_PROBE_MIN_MS, when the URL did not turn the budget
+ * off) rather than by the call timeout: a node that is frozen (SIGSTOP, a
+ * stalled machine) accepts the TCP connection and never answers, and
+ * every new handle would otherwise wait the whole timeout for it. The
+ * floor keeps a first connect (a TLS handshake, a loaded machine) from
+ * marking a healthy node down. Past the bound the node is down like any
+ * node that does not answer, and its thread probes it in the background. */
+static int node_connect(struct kvcl *cl, struct kvc_engine *e)
+{
+	uint32_t timeout, bound;
+	int rc;
+
+	pthread_mutex_lock(&cl->lock);
+	timeout = cl->timeout_ms ? cl->timeout_ms : KVPOOL_DEFAULT_TIMEOUT_MS;
+	bound = cl->budget_ms > KVCL_PROBE_MIN_MS ? cl->budget_ms : KVCL_PROBE_MIN_MS;
+	if (!cl->budget_ms || bound > timeout)
+		bound = timeout;
+	pthread_mutex_unlock(&cl->lock);
+	kvc_engine_backend.set_timeout(e, bound);
+	rc = kvc_engine_connect(e);
+	pthread_mutex_lock(&cl->lock);
+	kvc_engine_backend.set_timeout(e, cl->timeout_ms);
+	pthread_mutex_unlock(&cl->lock);
+	return rc;
+}
+
 /* Hand child c to node n's engine. */
 static void child_submit(struct kvcl *cl, struct kvcl_node *n, struct kvcl_child *c)
 {
@@ -302,7 +329,7 @@ static void node_run(struct kvcl *cl, struct kvcl_node *n, struct kvcl_child *li
 
 		/* a failed TLS handshake says why in this thread's message */
 		kvc_frame_set_last_message(NULL);
-		rc = kvc_engine_connect(n->e);
+		rc = node_connect(cl, n->e);
 		if (rc) {
 			struct kvc_engine_info info;
 
