@@ -84,7 +84,7 @@ DEB_BUILD_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl
                 libjson-c-dev libcurl4-openssl-dev librocksdb-dev libsystemd-dev librdmacm-dev \
                 libibverbs-dev libzmq3-dev libmsgpack-dev
 DEB_WHEEL_PACKAGES := python3-build python3-pip python3-setuptools python3-wheel python3-venv
-DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev libxxhash-dev libcmocka-dev libjson-c-dev libcurl4-openssl-dev \
+DEB_PACKAGES := build-essential pkg-config libevent-dev libinih-dev libssl-dev openssl libxxhash-dev libcmocka-dev libjson-c-dev libcurl4-openssl-dev \
                 librocksdb-dev libsystemd-dev prometheus python3-pytest python3-numpy \
                 python3-torch python3-matplotlib libopenblas0-pthread \
                 librdmacm-dev libibverbs-dev rdma-core etcd-server libzmq3-dev libmsgpack-dev python3-zmq \
@@ -219,7 +219,7 @@ deps:
 	@if [ -n "$(DEPS_FORCE)" ] || ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v cc >/dev/null || \
 	    ! $(PYTHON) -c 'import pytest, numpy, zmq, msgpack, torch, matplotlib, build, pip, wheel, ensurepip' 2>/dev/null || \
 	    ! ls /usr/lib/*/openblas-pthread/libblas.so.3 >/dev/null 2>&1 || ! command -v promtool >/dev/null || \
-	    ! command -v etcd >/dev/null; then \
+	    ! command -v etcd >/dev/null || ! command -v openssl >/dev/null; then \
 	  $(call apt_get,build and test dependencies,$(APT_INSTALL) $(DEB_PACKAGES)); \
 	fi
 
