@@ -108,7 +108,14 @@ int main(void)
 }
 C
 inc=$(cd "$(dirname "$0")/../../client" && pwd)
-if $CC -I"$inc" -o "$tmp/newprog" "$tmp/new.c" -L"$tmp/new" -l:"$soname" &&
+# a sanitizer build of the library (make test-san, test-tsan) needs its
+# runtime first in the program too
+san=
+case "$(objdump -p "$lib" | awk '$1 == "NEEDED" { print $2 }')" in
+*libasan*) san="-fsanitize=address,undefined" ;;
+*libtsan*) san="-fsanitize=thread" ;;
+esac
+if $CC $san -I"$inc" -o "$tmp/newprog" "$tmp/new.c" -L"$tmp/new" -l:"$soname" &&
    LD_LIBRARY_PATH="$tmp/new" "$tmp/newprog" > "$tmp/out2" 2>&1; then
 	ok "a program built against this kvpool.h and $soname runs"
 else
